@@ -1,0 +1,76 @@
+"""The `rfteval` command: a thin Typer layer. Commands live in rfteval/commands/, a few lines each."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from rfteval.errors import InputError
+from rfteval.status import ExitStatus
+
+
+class _Group(TyperGroup):
+    """Turns bad input anywhere below a command into one line on stderr and exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except InputError as exc:
+            click.echo(f"rfteval: {exc}", err=True)
+            raise typer.Exit(ExitStatus.BAD_INPUT) from None
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # the order they were added: the order of the tour in the README
+
+
+app = typer.Typer(
+    cls=_Group,
+    help="Eval harness for reinforcement fine-tuning: OpenAI graders run locally, base vs tuned over N epochs, "
+    "paired statistics and a CI gate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+validate_app = typer.Typer(cls=_Group, help="Check a dataset, grader or spec without running any model.",
+                           no_args_is_help=True)
+app.add_typer(validate_app, name="validate")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        from rfteval import __version__
+
+        typer.echo(f"rfteval {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=version_callback, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    pass
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:  # a command that handles Ctrl-C itself never gets here
+        print("rfteval: interrupted", file=sys.stderr)
+        sys.exit(ExitStatus.INTERRUPTED)
+
+
+# Registration: each module adds its commands to `app` / `validate_app` on import.
+from rfteval.commands import (  # noqa: E402,F401
+    compare_cmd,
+    grade_cmd,
+    graders_cmd,
+    readiness_cmd,
+    run_cmd,
+    validate_cmd,
+)

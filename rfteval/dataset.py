@@ -1,0 +1,150 @@
+"""RFT dataset loading: OpenAI's JSONL format, streamed, every problem named by file and line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rfteval.errors import InputError, InputErrors
+
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One dataset row. `data` is the whole line: it is `item` for templates and python graders."""
+
+    id: str
+    line: int
+    data: dict[str, Any]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.data["messages"]
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        return self.data.get("tools")
+
+
+@dataclass
+class Dataset:
+    path: Path
+    items: list[Item]
+    skipped: list[InputError] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self.items)
+
+    def by_id(self) -> dict[str, Item]:
+        return {it.id: it for it in self.items}
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any | InputError]]:
+    """Yield (line number, parsed value or the error) for each non-blank line; BOM and CRLF are fine."""
+    try:
+        fh = open(path, encoding="utf-8-sig", newline=None)
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a JSONL file", path) from None
+    with fh:
+        lineno = 0
+        while True:
+            try:
+                raw = fh.readline()
+            except UnicodeDecodeError as exc:
+                raise InputError(f"not UTF-8 text ({exc.reason})", path, lineno + 1) from None
+            if not raw:
+                break
+            lineno += 1
+            text = raw.strip()
+            if not text:
+                continue
+            try:
+                yield lineno, json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield lineno, InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, lineno)
+
+
+def _check_message(msg: Any, index: int, path: Path, lineno: int) -> InputError | None:
+    where = f"messages[{index}]"
+    if not isinstance(msg, dict):
+        return InputError("must be an object with role and content", path, lineno, where)
+    role = msg.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        return InputError(f"role must be one of {', '.join(sorted(ROLES))}, got {role!r}", path, lineno, f"{where}.role")
+    if "content" not in msg and not msg.get("tool_calls"):
+        return InputError("missing content", path, lineno, f"{where}.content")
+    content = msg.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        return InputError("must be a string or a list of content parts", path, lineno, f"{where}.content")
+    return None
+
+
+def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
+    """The first problem with one parsed line, or None."""
+    if not isinstance(row, dict):
+        return InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
+    messages = row.get("messages")
+    if messages is None:
+        return InputError("missing", path, lineno, "messages")
+    if not isinstance(messages, list) or not messages:
+        return InputError("must be a non-empty list of messages", path, lineno, "messages")
+    for i, msg in enumerate(messages):
+        err = _check_message(msg, i, path, lineno)
+        if err:
+            return err
+    tools = row.get("tools")
+    if tools is not None and not isinstance(tools, list):
+        return InputError("must be a list of function tools", path, lineno, "tools")
+    rid = row.get("id")
+    if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == ""):
+        return InputError("must be a non-empty string or an integer", path, lineno, "id")
+    return None
+
+
+def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[InputError] | None = None) -> Iterator[Item]:
+    """Stream items. Raises the first InputError unless skip_invalid, which appends it to `skipped`."""
+    path = Path(path)
+    seen: dict[str, int] = {}
+    for lineno, row in iter_jsonl(path):
+        err = row if isinstance(row, InputError) else validate_row(row, path, lineno)
+        item_id = None
+        if err is None:
+            item_id = str(row["id"]) if row.get("id") is not None else str(lineno)
+            if item_id in seen:
+                err = InputError(f"duplicate id {item_id!r} (first on line {seen[item_id]})", path, lineno, "id")
+        if err is not None:
+            if not skip_invalid:
+                raise err
+            if skipped is not None:
+                skipped.append(err)
+            continue
+        seen[item_id] = lineno
+        yield Item(item_id, lineno, row)
+
+
+def check_dataset(path: str | Path) -> tuple[int, list[InputError]]:
+    """Every problem in a dataset (for `validate dataset`): (valid item count, errors)."""
+    errors: list[InputError] = []
+    count = sum(1 for _ in iter_items(path, skip_invalid=True, skipped=errors))
+    return count, errors
+
+
+def load_dataset(path: str | Path, skip_invalid: bool = False) -> Dataset:
+    """Load a whole dataset. Without skip_invalid, every problem is collected and raised together."""
+    path = Path(path)
+    skipped: list[InputError] = []
+    items = list(iter_items(path, skip_invalid=True, skipped=skipped))
+    if skipped and not skip_invalid:
+        raise InputErrors(skipped)
+    if not items and not skipped:
+        raise InputError("the dataset has no items", path)
+    return Dataset(path, items, skipped)

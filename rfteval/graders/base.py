@@ -1,0 +1,151 @@
+"""What every grader type shares: its result, its error, its protocol and the type registry."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+Pair = tuple[dict[str, Any], dict[str, Any]]  # (sample, item)
+
+# OpenAI's names for grading failures (RFT guide, /graders/run metadata.errors), reused as error types.
+INVALID_VARIABLE = "invalid_variable_error"
+FORMULA_PARSE = "formula_parse_error"
+PYTHON_RUNTIME = "python_grader_runtime_error"
+PYTHON_TIMEOUT = "python_grader_timeout_error"
+PYTHON_MEMORY = "python_grader_memory_error"
+PYTHON_SERVER = "python_grader_server_error"
+MODEL_PARSE = "model_grader_parse_error"
+MODEL_REFUSAL = "model_grader_refusal_error"
+MODEL_SERVER = "model_grader_server_error"
+OTHER = "other_error"
+
+
+@dataclass(frozen=True, slots=True)
+class GradeError:
+    type: str
+    message: str
+
+
+@dataclass(slots=True)
+class GradeResult:
+    """One grade. On error the score is 0 (OpenAI's rule) and `error` says why; it is never silent."""
+
+    score: float
+    sub_scores: dict[str, float] | None = None
+    error: GradeError | None = None
+    passed: bool | None = None
+    stdout: str | None = None
+    details: dict[str, Any] | None = None
+
+    @classmethod
+    def failed(cls, type: str, message: str, **extra: Any) -> GradeResult:
+        return cls(0.0, error=GradeError(type, message), **extra)
+
+
+def checked_score(value: Any) -> float | GradeError:
+    """A grader's raw return value as a finite float, or the error that it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        try:
+            import numpy as np  # numpy scalars are fine; only import when a non-float shows up
+
+            if isinstance(value, np.generic) and np.issubdtype(type(value), np.number):
+                value = float(value)
+            else:
+                raise TypeError
+        except (ImportError, TypeError):
+            return GradeError(PYTHON_RUNTIME, f"grade() returned {type(value).__name__} {value!r:.80}, not a number")
+    value = float(value)
+    if not math.isfinite(value):
+        return GradeError(PYTHON_RUNTIME, f"grade() returned {value}, not a finite number")
+    return value
+
+
+class GraderConfig(BaseModel):
+    """Base of every grader config: OpenAI's fields, with unknown keys refused so typos surface."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    type: str
+    name: str
+
+
+class Grader(Protocol):
+    """A built grader. Batch-first: python graders send a batch to the worker pool in one message."""
+
+    config: GraderConfig
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]: ...
+
+
+class SampleGrader:
+    """Base for graders that score one pair at a time in the rfteval process (pure, cheap)."""
+
+    config: GraderConfig
+
+    def grade_one(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+        raise NotImplementedError
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+        return [self.grade_one(s, i) for s, i in pairs]
+
+
+@dataclass
+class GradeOptions:
+    """Run-time settings of graders that are not part of OpenAI's config."""
+
+    python_timeout_s: float = 120.0
+    python_memory_mb: int = 2048
+    python_workers: int | None = None  # None: every core
+    python_batch_size: int = 256
+
+
+@dataclass
+class BuildContext:
+    """Shared resources for building graders: one python worker pool, one judge client."""
+
+    options: GradeOptions = field(default_factory=GradeOptions)
+    judge: Any = None  # set by the runner for model graders (score_model, label_model, group_judge)
+    _pool: Any = None
+
+    def python_pool(self) -> Any:
+        if self._pool is None:
+            from rfteval.graders.sandbox import WorkerPool
+
+            o = self.options
+            self._pool = WorkerPool(
+                workers=o.python_workers, timeout_s=o.python_timeout_s, memory_mb=o.python_memory_mb,
+                batch_size=o.python_batch_size,
+            )
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+
+@dataclass(frozen=True)
+class GraderType:
+    """One registry entry: a grader type's config model and how to build it."""
+
+    name: str
+    config: type[GraderConfig]
+    build: Callable[[Any, BuildContext], Grader]
+    summary: str
+    extension: bool = False  # an rfteval addition, not an OpenAI grader type
+
+
+REGISTRY: dict[str, GraderType] = {}
+
+
+def register(name: str, config: type[GraderConfig], summary: str, extension: bool = False):
+    """Decorator for a grader type's build function: one module, one registry entry."""
+
+    def deco(build: Callable[[Any, BuildContext], Grader]) -> Callable[[Any, BuildContext], Grader]:
+        REGISTRY[name] = GraderType(name, config, build, summary, extension)
+        return build
+
+    return deco

@@ -1,0 +1,106 @@
+"""Load a grader config in OpenAI's format from JSON, validated, errors naming file, line and field."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rfteval.errors import InputError
+from rfteval.graders.base import REGISTRY, GraderConfig
+
+
+def _line_of(text: str | None, field: str) -> int | None:
+    """The line where the field's last key appears in the JSON text, when that is unambiguous."""
+    if not text or not field:
+        return None
+    key = re.split(r"[.\[\]]", field.rstrip("]"))[-1] or field
+    hits = [m.start() for m in re.finditer(r'"%s"\s*:' % re.escape(key), text)]
+    if len(hits) != 1:
+        return None
+    return text.count("\n", 0, hits[0]) + 1
+
+
+def _format_loc(prefix: str, loc: tuple[Any, ...]) -> str:
+    out = prefix
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", text: str | None = None) -> GraderConfig:
+    """Validate one grader object (any registered type); raise InputError naming the bad field."""
+    import rfteval.graders.registry  # noqa: F401  (registers every type)
+
+    def fail(message: str, field: str) -> InputError:
+        return InputError(message, source, _line_of(text, field), field or None)
+
+    if not isinstance(obj, dict):
+        raise fail(f"a grader must be a JSON object, got {type(obj).__name__}", prefix)
+    gtype = obj.get("type")
+    if gtype not in REGISTRY:
+        known = ", ".join(sorted(REGISTRY))
+        raise fail(f"unknown grader type {gtype!r} (known: {known})", _format_loc(prefix, ("type",)))
+    model = REGISTRY[gtype].config
+    try:
+        return model.model_validate(obj, context={"source": source, "prefix": prefix, "text": text})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = err["loc"]
+        # Literal errors on a discriminator-like union add the tag to the location; drop non-field parts.
+        loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith("function-")))
+        raise fail(err["msg"], _format_loc(prefix, loc)) from None
+
+
+def unwrap_grader(obj: Any) -> tuple[Any, str]:
+    """The grader object inside the shapes people paste: bare, {"grader"}, or a fine-tuning job."""
+    if isinstance(obj, dict):
+        if "type" in obj and "name" in obj:
+            return obj, ""
+        if "grader" in obj and isinstance(obj["grader"], dict):
+            return obj["grader"], "grader."
+        method = obj.get("method")
+        if isinstance(method, dict):
+            rl = method.get("reinforcement")
+            if isinstance(rl, dict) and isinstance(rl.get("grader"), dict):
+                return rl["grader"], "method.reinforcement.grader."
+    return obj, ""
+
+
+def read_json_file(path: str | Path) -> tuple[Any, str]:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a JSON file", path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", path) from None
+    try:
+        return json.loads(text), text
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, exc.lineno) from None
+
+
+def load_grader(path: str | Path) -> GraderConfig:
+    """A grader config from a file holding a grader, {"grader": ...} or a fine-tuning job."""
+    obj, text = read_json_file(path)
+    grader, prefix = unwrap_grader(obj)
+    return parse_config(grader, path, prefix.rstrip("."), text)
+
+
+def load_response_format(path: str | Path) -> dict[str, Any] | None:
+    """The job's method.reinforcement.response_format when the grader file is a fine-tuning job."""
+    obj, _ = read_json_file(path)
+    if isinstance(obj, dict):
+        rl = (obj.get("method") or {}).get("reinforcement") if isinstance(obj.get("method"), dict) else None
+        if isinstance(rl, dict) and isinstance(rl.get("response_format"), dict):
+            return rl["response_format"]
+    return None

@@ -1,0 +1,58 @@
+"""`string_check`: eq, ne, like, ilike. like/ilike mean "input contains reference", not SQL wildcards."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BeforeValidator
+
+from rfteval.graders.base import INVALID_VARIABLE, BuildContext, GradeResult, GraderConfig, SampleGrader, register
+from rfteval.graders.template import TemplateError, check_template, compile_template
+
+TemplateStr = Annotated[str, AfterValidator(check_template)]
+
+
+def _alias_neq(value: Any) -> Any:
+    return "ne" if value == "neq" else value  # the guide's prose says `neq`; the API enum is `ne`
+
+
+class StringCheckConfig(GraderConfig):
+    type: Literal["string_check"]
+    input: TemplateStr
+    reference: TemplateStr
+    operation: Annotated[Literal["eq", "ne", "like", "ilike"], BeforeValidator(_alias_neq)]
+    pass_threshold: float | None = None  # accepted (Evals shape); string_check passes on 1 regardless
+
+
+def compare(operation: str, text: str, reference: str) -> bool:
+    """Exact, case-sensitive except ilike; no trimming or Unicode normalisation (none is documented)."""
+    if operation == "eq":
+        return text == reference
+    if operation == "ne":
+        return text != reference
+    if operation == "like":
+        return reference in text
+    if operation == "ilike":
+        return reference.casefold() in text.casefold()
+    raise ValueError(operation)
+
+
+class StringCheck(SampleGrader):
+    def __init__(self, config: StringCheckConfig):
+        self.config = config
+        self._input = compile_template(config.input)
+        self._reference = compile_template(config.reference)
+
+    def grade_one(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+        try:
+            text = self._input.render(item, sample)
+            reference = self._reference.render(item, sample)
+        except TemplateError as exc:
+            return GradeResult.failed(INVALID_VARIABLE, str(exc))
+        ok = compare(self.config.operation, text, reference)
+        return GradeResult(1.0 if ok else 0.0, passed=ok)
+
+
+@register("string_check", StringCheckConfig, "exact or substring match: eq, ne, like, ilike (0 or 1)")
+def build(config: StringCheckConfig, ctx: BuildContext) -> StringCheck:
+    return StringCheck(config)

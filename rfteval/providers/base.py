@@ -1,0 +1,82 @@
+"""What a model provider is: one request in, one generation out, failures classified for the runner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+ErrorKind = Literal[
+    "rate_limit",  # 429: retry, honouring Retry-After
+    "server",  # 5xx: retry
+    "timeout",  # no answer within the per-request timeout: retry
+    "connection",  # refused, reset: retry
+    "malformed",  # 2xx whose body is not a valid response: retry
+    "bad_request",  # 400/422: no retry; the cell is an error
+    "auth",  # 401/403: stops the run at once
+    "not_found",  # 404 / unknown model: stops the run at once
+    "refusal",  # the model refused (structured outputs): recorded, not retried
+    "missing",  # replay: no recording for this cell
+]
+RETRYABLE: frozenset[str] = frozenset({"rate_limit", "server", "timeout", "connection", "malformed"})
+FATAL: frozenset[str] = frozenset({"auth", "not_found"})
+
+
+class ProviderError(Exception):
+    def __init__(self, kind: ErrorKind, message: str, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+    @property
+    def fatal(self) -> bool:
+        return self.kind in FATAL
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings shared by the spec, the flags and every provider."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    reasoning_effort: str | None = None
+    max_output_tokens: int | None = None
+    response_format: dict[str, Any] | None = None  # a JSON schema wrapper: {"name", "schema", "strict"?}
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    sampling: Sampling = field(default_factory=Sampling)
+    tools: list[dict[str, Any]] | None = None
+    item_id: str = ""
+    epoch: int = 1
+
+
+@dataclass
+class Generation:
+    output_text: str
+    output_tools: list[dict[str, Any]] = field(default_factory=list)
+    output_json: Any = None
+    choices: list[dict[str, Any]] | None = None
+    usage: dict[str, int | None] = field(default_factory=dict)  # input_tokens, output_tokens, reasoning_tokens
+    finish_reason: str | None = None
+    cached: bool = False
+
+
+class Provider(Protocol):
+    """An endpoint. `identity()` (no secrets) and `request_body()` make the response cache key."""
+
+    def identity(self) -> dict[str, Any]: ...
+
+    def request_body(self, request: GenerationRequest) -> dict[str, Any]: ...
+
+    async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation: ...
+
+    async def aclose(self) -> None: ...
