@@ -1,1 +1,59 @@
-"""Placeholder: being written."""
+"""`rfteval grade`: grade outputs that already exist, with no model calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from rfteval.cli import app
+from rfteval.commands.common import OutputFormat
+
+
+@app.command("grade")
+def grade(
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
+    grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
+    outputs: Path = typer.Option(..., "--outputs", "-o",
+                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?} per line.'),
+    out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines with a warning."),
+    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
+    fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+) -> None:
+    """Grade existing outputs with a grader; write records and print per-item and overall means."""
+    from rich.console import Console
+
+    from rfteval.dataset import load_dataset
+    from rfteval.graders import GradeOptions, load_grader
+    from rfteval.grading import default_records_path, grade_outputs
+    from rfteval.outputs import iter_outputs
+    from rfteval.records import write_jsonl
+    from rfteval.report.grade_table import render_items, render_models
+    from rfteval.summary import records_frame, summarize_models
+
+    err = Console(stderr=True)
+    data = load_dataset(dataset, skip_invalid=skip_invalid)
+    if data.skipped:
+        err.print(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
+    config = load_grader(grader)
+    # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
+    outs = list(iter_outputs(outputs, known_items={it.id for it in data}))
+    options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
+    records = grade_outputs(data, config, outs, options)
+    path = out or default_records_path(outputs)
+    write_jsonl(records, path)
+    summaries = summarize_models(records_frame(records)) if records else []
+    if fmt is OutputFormat.json:
+        payload = [{k: v for k, v in s.items() if k != "per_item"} | {
+            "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
+        typer.echo(json.dumps({"records_file": str(path), "models": payload}, default=float))
+        return
+    console = Console()
+    for s in summaries:
+        render_items(console, s, limit=items_limit)
+    render_models(console, summaries, title=f"Grader {config.name!r} ({config.type})")
+    console.print(f"records: {path}")

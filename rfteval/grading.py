@@ -1,0 +1,58 @@
+"""Grade outputs that already exist (no model calls): the library behind `rfteval grade`."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rfteval.dataset import Dataset
+from rfteval.graders.base import GradeOptions, GraderConfig
+from rfteval.graders.engine import GradingEngine
+from rfteval.outputs import Output
+from rfteval.records import apply_grade, make_record, now_iso
+from rfteval.sample import make_sample
+
+
+def _batches(outputs: Iterable[Output], size: int) -> Iterator[list[Output]]:
+    batch: list[Output] = []
+    for out in outputs:
+        batch.append(out)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def grade_outputs(
+    dataset: Dataset,
+    config: GraderConfig,
+    outputs: Iterable[Output],
+    options: GradeOptions | None = None,
+    run_id: str | None = None,
+    batch_size: int = 2048,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
+    """One graded record per output, in input order. Grading errors are recorded, never raised."""
+    items = dataset.by_id()
+    run_id = run_id or "grade-" + hashlib.sha1(now_iso().encode()).hexdigest()[:10]
+    records: list[dict[str, Any]] = []
+    with GradingEngine(config, options) as engine:
+        for batch in _batches(outputs, batch_size):
+            pairs = [(make_sample(o.output_text, o.output_tools), items[o.item_id].data) for o in batch]
+            results = engine.grade_batch(pairs)
+            for out, (sample, _), result in zip(batch, pairs, results):
+                rec = make_record(
+                    run_id=run_id, model_label=out.model, model=out.model, item_id=out.item_id, epoch=out.epoch,
+                    output_text=out.output_text, output_json=sample["output_json"], output_tools=out.output_tools,
+                )
+                records.append(apply_grade(rec, result))
+            if on_progress:
+                on_progress(len(batch))
+    return records
+
+
+def default_records_path(outputs_path: Path) -> Path:
+    return outputs_path.with_name(outputs_path.stem + ".records.jsonl")

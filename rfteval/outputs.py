@@ -1,0 +1,55 @@
+"""Outputs files for `rfteval grade`: one existing model output per line, checked against the dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rfteval.dataset import iter_jsonl
+from rfteval.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    item_id: str
+    epoch: int
+    model: str
+    output_text: str
+    output_tools: list[dict[str, Any]] = field(default_factory=list)
+    line: int = 0
+
+
+def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_model: str = "outputs") -> Iterator[Output]:
+    """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "output_tools"?}`; errors name file:line."""
+    path = Path(path)
+    seen: dict[tuple[str, str, int], int] = {}
+    for lineno, row in iter_jsonl(path):
+        if isinstance(row, InputError):
+            raise row
+        if not isinstance(row, dict):
+            raise InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
+        item_id = row.get("item_id")
+        if item_id is None or isinstance(item_id, (bool, dict, list)):
+            raise InputError("missing or not a string", path, lineno, "item_id")
+        item_id = str(item_id)
+        if known_items is not None and item_id not in known_items:
+            raise InputError(f"no item {item_id!r} in the dataset", path, lineno, "item_id")
+        text = row.get("output_text")
+        if not isinstance(text, str):
+            raise InputError("missing or not a string", path, lineno, "output_text")
+        epoch = row.get("epoch", 1)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+            raise InputError("must be an integer >= 1", path, lineno, "epoch")
+        model = row.get("model", default_model)
+        if not isinstance(model, str) or not model:
+            raise InputError("must be a non-empty string", path, lineno, "model")
+        tools = row.get("output_tools") or []
+        if not isinstance(tools, list):
+            raise InputError("must be a list of tool calls", path, lineno, "output_tools")
+        key = (model, item_id, epoch)
+        if key in seen:
+            raise InputError(f"duplicate (model, item_id, epoch) {key} (first on line {seen[key]})", path, lineno)
+        seen[key] = lineno
+        yield Output(item_id, epoch, model, text, tools, lineno)

@@ -1,0 +1,98 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from rfteval.dataset import check_dataset, iter_items, load_dataset
+from rfteval.errors import InputError, InputErrors
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def write(tmp_path: Path, lines: list[str], name: str = "d.jsonl", raw: bytes | None = None) -> Path:
+    p = tmp_path / name
+    if raw is not None:
+        p.write_bytes(raw)
+    else:
+        p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+def line(**kw) -> str:
+    return json.dumps({"messages": MSG, **kw})
+
+
+def test_ids_from_field_or_line_number(tmp_path):
+    p = write(tmp_path, [line(id="a"), "", line(reference_answer="x"), line(id=7)])
+    ds = load_dataset(p)
+    assert [it.id for it in ds] == ["a", "3", "7"]
+    assert [it.line for it in ds] == [1, 3, 4]
+    assert ds.items[1].data["reference_answer"] == "x"
+
+
+def test_bom_and_crlf_accepted(tmp_path):
+    raw = ("\ufeff" + line(id="a") + "\r\n" + line(id="b") + "\r\n").encode("utf-8")
+    ds = load_dataset(write(tmp_path, [], raw=raw))
+    assert [it.id for it in ds] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("{not json", "d.jsonl:2: invalid JSON"),
+        ("[1, 2]", "d.jsonl:2: expected a JSON object, got list"),
+        (json.dumps({"id": "x"}), "d.jsonl:2: messages: missing"),
+        (json.dumps({"messages": []}), "d.jsonl:2: messages: must be a non-empty list"),
+        (json.dumps({"messages": "hi"}), "d.jsonl:2: messages: must be a non-empty list"),
+        (json.dumps({"messages": [{"role": "robot", "content": "x"}]}), "d.jsonl:2: messages[0].role: role must be"),
+        (json.dumps({"messages": [{"role": "user"}]}), "d.jsonl:2: messages[0].content: missing"),
+        (json.dumps({"messages": [{"role": "user", "content": 3}]}), "d.jsonl:2: messages[0].content: must be"),
+        (json.dumps({"messages": MSG, "tools": {}}), "d.jsonl:2: tools: must be a list"),
+        (line(id="a"), "d.jsonl:2: id: duplicate id 'a' (first on line 1)"),
+    ],
+)
+def test_each_problem_names_file_line_and_field(tmp_path, text, expected):
+    p = write(tmp_path, [line(id="a"), text])
+    with pytest.raises(InputError) as exc:
+        load_dataset(p)
+    assert str(exc.value).startswith(str(tmp_path / expected))
+
+
+def test_several_problems_reported_first_with_count(tmp_path):
+    p = write(tmp_path, ["{bad", line(id="a"), "[]", "3"])
+    with pytest.raises(InputErrors) as exc:
+        load_dataset(p)
+    assert str(exc.value).endswith("(and 2 more problems)")
+    assert ":1: invalid JSON" in str(exc.value)
+
+
+def test_skip_invalid_keeps_the_good_lines(tmp_path):
+    p = write(tmp_path, ["{bad", line(id="a"), "[]"])
+    ds = load_dataset(p, skip_invalid=True)
+    assert [it.id for it in ds] == ["a"]
+    assert [e.line for e in ds.skipped] == [1, 3]
+
+
+def test_check_dataset_lists_all(tmp_path):
+    count, errors = check_dataset(write(tmp_path, ["{bad", line(), "[]"]))
+    assert count == 1 and len(errors) == 2
+
+
+def test_missing_file_and_empty_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        load_dataset(tmp_path / "nope.jsonl")
+    with pytest.raises(InputError, match="no items"):
+        load_dataset(write(tmp_path, [""]))
+
+
+def test_not_utf8(tmp_path):
+    p = write(tmp_path, [], raw=b'{"messages": "\xff"}\n')
+    with pytest.raises(InputError, match="not UTF-8"):
+        load_dataset(p)
+
+
+def test_streams_without_reading_everything(tmp_path):
+    p = write(tmp_path, [line(id=str(i)) for i in range(1000)] + ["{bad"])
+    it = iter_items(p)
+    first = [next(it) for _ in range(3)]
+    assert [x.id for x in first] == ["0", "1", "2"]  # problems later in the file are not reached yet

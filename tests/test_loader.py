@@ -1,0 +1,78 @@
+import json
+
+import pytest
+
+from rfteval.errors import InputError
+from rfteval.graders import load_grader
+from rfteval.graders.loader import load_response_format
+
+SC = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+      "reference": "{{item.reference_answer}}", "operation": "eq"}
+
+
+def dump(tmp_path, obj, name="g.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(obj, indent=2))
+    return p
+
+
+@pytest.mark.parametrize("wrap", [
+    lambda g: g,
+    lambda g: {"grader": g},
+    lambda g: {"model": "o4-mini", "method": {"type": "reinforcement", "reinforcement": {"grader": g}}},
+])
+def test_accepts_the_shapes_people_paste(tmp_path, wrap):
+    cfg = load_grader(dump(tmp_path, wrap(SC)))
+    assert cfg.type == "string_check" and cfg.operation == "eq"
+
+
+def test_bad_field_names_file_line_and_path(tmp_path):
+    p = dump(tmp_path, {**SC, "operation": "equals"})
+    with pytest.raises(InputError) as exc:
+        load_grader(p)
+    msg = str(exc.value)
+    assert msg.startswith(f"{p}:6: operation: ")  # line 6 of the indented JSON holds "operation"
+    assert "'eq'" in msg
+
+
+def test_bad_field_inside_a_job_keeps_the_job_path(tmp_path):
+    job = {"method": {"reinforcement": {"grader": {**SC, "operation": "x"}}}}
+    with pytest.raises(InputError) as exc:
+        load_grader(dump(tmp_path, job))
+    assert "method.reinforcement.grader.operation" in str(exc.value)
+
+
+@pytest.mark.parametrize("obj, expected", [
+    ({**SC, "type": "regex"}, "type: unknown grader type 'regex'"),
+    ({k: v for k, v in SC.items() if k != "reference"}, "reference: Field required"),
+    ({**SC, "operaton": "eq"}, "operaton: Extra inputs are not permitted"),
+    ({**SC, "input": "{{ output_text }}"}, "must start with item. or sample."),
+    ([SC], "a grader must be a JSON object"),
+])
+def test_validation_errors(tmp_path, obj, expected):
+    with pytest.raises(InputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        load_grader(dump(tmp_path, obj))
+
+
+def test_invalid_json_names_line(tmp_path):
+    p = tmp_path / "g.json"
+    p.write_text('{\n  "type": "string_check",\n  oops\n}')
+    with pytest.raises(InputError) as exc:
+        load_grader(p)
+    assert str(exc.value).startswith(f"{p}:3: invalid JSON")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        load_grader(tmp_path / "none.json")
+
+
+def test_response_format_from_a_job(tmp_path):
+    rf = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    p = dump(tmp_path, {"method": {"reinforcement": {"grader": SC, "response_format": rf}}})
+    assert load_response_format(p) == rf
+    assert load_response_format(dump(tmp_path, SC, "b.json")) is None
+
+
+def test_neq_is_an_alias_of_ne(tmp_path):
+    assert load_grader(dump(tmp_path, {**SC, "operation": "neq"})).operation == "ne"
