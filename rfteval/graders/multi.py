@@ -1,1 +1,143 @@
-"""Placeholder: being written."""
+"""`multi`: several sub-graders keyed by variable name, combined by the `calculate_output` formula.
+
+Each sub-grader grades the whole batch (python sub-graders go to the worker pool in one message), then the formula
+runs per pair over {key: score}. An error in any sub-grader makes the multi result an error: a formula over a
+score that is really a failure would hide it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import SerializeAsAny, ValidationInfo, field_validator
+
+from rfteval.errors import InputError
+from rfteval.graders.base import (
+    OTHER, BuildContext, GradeError, GradeResult, Grader, GraderConfig, Pair, register,
+)
+from rfteval.graders.formula import Formula, FormulaError, FormulaEvalError, compile_formula
+
+# Not among OpenAI's documented error names (they have formula_parse_error, which rfteval reports at load time).
+FORMULA_EVAL = "formula_eval_error"
+
+
+def _context(info: ValidationInfo) -> tuple[Any, str, str | None]:
+    ctx = info.context or {}
+    return ctx.get("source"), ctx.get("prefix") or "", ctx.get("text")
+
+
+def _sub_prefix(prefix: str, key: str) -> str:
+    return f"{prefix}.graders.{key}" if prefix else f"graders.{key}"
+
+
+def _line_of(text: str | None, field: str) -> int | None:
+    from rfteval.graders.loader import _line_of as line_of  # one rule for "which line", shared with the loader
+
+    return line_of(text, field)
+
+
+class MultiConfig(GraderConfig):
+    type: Literal["multi"]
+    graders: dict[str, SerializeAsAny[GraderConfig]]
+    calculate_output: str
+
+    @field_validator("graders", mode="before")
+    @classmethod
+    def _parse_graders(cls, value: Any, info: ValidationInfo) -> Any:
+        """Validate each sub-grader as its own type, so errors name e.g. `graders.email.operation`."""
+        from rfteval.graders.loader import parse_config
+
+        source, prefix, text = _context(info)
+        if not isinstance(value, dict):
+            raise ValueError("graders must be an object mapping a variable name to a grader")
+        if not value:
+            raise ValueError("graders must hold at least one grader")
+        out: dict[str, GraderConfig] = {}
+        for key, sub in value.items():
+            where = _sub_prefix(prefix, str(key))
+            if not isinstance(key, str) or not key.isidentifier():
+                raise InputError(f"grader key {key!r} must be an identifier (letters, digits, _), as the formula "
+                                 "uses it as a variable", source, _line_of(text, where), where)
+            if isinstance(sub, GraderConfig):  # built in code, already validated
+                parsed = sub
+            else:
+                if isinstance(sub, dict) and sub.get("type") == "multi":
+                    field = f"{where}.type"
+                    raise InputError("a multi grader cannot contain another multi grader", source,
+                                     _line_of(text, field), field)
+                parsed = parse_config(sub, source, where, text)
+            if parsed.type == "multi":
+                raise InputError("a multi grader cannot contain another multi grader", source, None, f"{where}.type")
+            out[key] = parsed
+        return out
+
+    @field_validator("calculate_output")
+    @classmethod
+    def _check_formula(cls, value: str, info: ValidationInfo) -> str:
+        graders = info.data.get("graders")
+        if graders is None:  # graders failed validation; that error is the one to report
+            return value
+        try:
+            compile_formula(value, graders.keys())
+        except FormulaError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+def combine(formula: Formula, results: dict[str, GradeResult]) -> GradeResult:
+    """One pair's multi result from its sub-results (keys in config order)."""
+    scores = {key: float(r.score) for key, r in results.items()}
+    details: dict[str, Any] = {"graders": {key: _sub_details(r) for key, r in results.items()}}
+    stdout = "".join(f"[{key}]\n{r.stdout}" for key, r in results.items() if r.stdout) or None
+    for key, r in results.items():
+        if r.error is not None:
+            error = GradeError(r.error.type, f"graders.{key}: {r.error.message}")
+            return GradeResult(0.0, sub_scores=scores, error=error, stdout=stdout, details=details)
+    try:
+        value = formula(scores)
+    except FormulaEvalError as exc:
+        error = GradeError(FORMULA_EVAL, f"calculate_output {formula.text!r}: {exc}")
+        return GradeResult(0.0, sub_scores=scores, error=error, stdout=stdout, details=details)
+    return GradeResult(value, sub_scores=scores, stdout=stdout, details=details)
+
+
+def _sub_details(r: GradeResult) -> dict[str, Any]:
+    d: dict[str, Any] = {"score": r.score, "passed": r.passed}
+    if r.error is not None:
+        d["error"] = {"type": r.error.type, "message": r.error.message}
+    if r.sub_scores:
+        d["sub_scores"] = r.sub_scores
+    if r.details:
+        d["details"] = r.details
+    return d
+
+
+class MultiGrader:
+    def __init__(self, config: MultiConfig, ctx: BuildContext):
+        from rfteval.graders.engine import build_grader
+
+        self.config = config
+        self.formula = compile_formula(config.calculate_output, config.graders.keys())
+        self.graders: dict[str, Grader] = {key: build_grader(sub, ctx) for key, sub in config.graders.items()}
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+        per_key = {key: _grade_all(grader, pairs) for key, grader in self.graders.items()}
+        return [combine(self.formula, {key: rs[i] for key, rs in per_key.items()}) for i in range(len(pairs))]
+
+
+def _grade_all(grader: Grader, pairs: Sequence[Pair]) -> list[GradeResult]:
+    """A sub-grader's results for the batch; a crash becomes one error per pair, so the run goes on."""
+    try:
+        results = list(grader.grade_batch(pairs))
+    except Exception as exc:
+        return [GradeResult.failed(OTHER, f"{type(exc).__name__}: {exc}") for _ in pairs]
+    if len(results) != len(pairs):
+        msg = f"returned {len(results)} results for {len(pairs)} samples"
+        return [GradeResult.failed(OTHER, msg) for _ in pairs]
+    return results
+
+
+@register("multi", MultiConfig, "sub-graders combined by a formula (calculate_output)")
+def build(config: MultiConfig, ctx: BuildContext) -> MultiGrader:
+    return MultiGrader(config, ctx)
