@@ -14,6 +14,7 @@ Pair = tuple[dict[str, Any], dict[str, Any]]  # (sample, item)
 # OpenAI's names for grading failures (RFT guide, /graders/run metadata.errors), reused as error types.
 INVALID_VARIABLE = "invalid_variable_error"
 FORMULA_PARSE = "formula_parse_error"
+FORMULA_EVAL = "formula_eval_error"  # not an OpenAI name: rfteval reports parse errors at load time
 PYTHON_RUNTIME = "python_grader_runtime_error"
 PYTHON_TIMEOUT = "python_grader_timeout_error"
 PYTHON_MEMORY = "python_grader_memory_error"

@@ -13,7 +13,7 @@ from rfteval.errors import InputError
 from rfteval.graders.base import REGISTRY, GraderConfig
 
 
-def _line_of(text: str | None, field: str) -> int | None:
+def line_of(text: str | None, field: str) -> int | None:
     """The line where the field's last key appears in the JSON text, when that is unambiguous."""
     if not text or not field:
         return None
@@ -39,7 +39,7 @@ def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", t
     import rfteval.graders.registry  # noqa: F401  (registers every type)
 
     def fail(message: str, field: str) -> InputError:
-        return InputError(message, source, _line_of(text, field), field or None)
+        return InputError(message, source, line_of(text, field), field or None)
 
     if not isinstance(obj, dict):
         raise fail(f"a grader must be a JSON object, got {type(obj).__name__}", prefix)

@@ -14,12 +14,11 @@ from pydantic import SerializeAsAny, ValidationInfo, field_validator
 
 from rfteval.errors import InputError
 from rfteval.graders.base import (
-    OTHER, BuildContext, GradeError, GradeResult, Grader, GraderConfig, Pair, register,
+    FORMULA_EVAL, OTHER, BuildContext, GradeError, GradeResult, Grader, GraderConfig, Pair, register,
 )
+from rfteval.graders.loader import line_of
 from rfteval.graders.formula import Formula, FormulaError, FormulaEvalError, compile_formula
 
-# Not among OpenAI's documented error names (they have formula_parse_error, which rfteval reports at load time).
-FORMULA_EVAL = "formula_eval_error"
 
 
 def _context(info: ValidationInfo) -> tuple[Any, str, str | None]:
@@ -29,12 +28,6 @@ def _context(info: ValidationInfo) -> tuple[Any, str, str | None]:
 
 def _sub_prefix(prefix: str, key: str) -> str:
     return f"{prefix}.graders.{key}" if prefix else f"graders.{key}"
-
-
-def _line_of(text: str | None, field: str) -> int | None:
-    from rfteval.graders.loader import _line_of as line_of  # one rule for "which line", shared with the loader
-
-    return line_of(text, field)
 
 
 class MultiConfig(GraderConfig):
@@ -58,14 +51,14 @@ class MultiConfig(GraderConfig):
             where = _sub_prefix(prefix, str(key))
             if not isinstance(key, str) or not key.isidentifier():
                 raise InputError(f"grader key {key!r} must be an identifier (letters, digits, _), as the formula "
-                                 "uses it as a variable", source, _line_of(text, where), where)
+                                 "uses it as a variable", source, line_of(text, where), where)
             if isinstance(sub, GraderConfig):  # built in code, already validated
                 parsed = sub
             else:
                 if isinstance(sub, dict) and sub.get("type") == "multi":
                     field = f"{where}.type"
                     raise InputError("a multi grader cannot contain another multi grader", source,
-                                     _line_of(text, field), field)
+                                     line_of(text, field), field)
                 parsed = parse_config(sub, source, where, text)
             if parsed.type == "multi":
                 raise InputError("a multi grader cannot contain another multi grader", source, None, f"{where}.type")
