@@ -251,6 +251,11 @@ def responses_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
 
 # ---- the server -------------------------------------------------------------------------------------------------
 
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # socketserver's default of 5 drops connections when a runner opens many at once
+    daemon_threads = True
+
 Responder = Callable[[Request], "Reply | str"]
 
 
@@ -287,8 +292,7 @@ class FakeOpenAI:
             owner = fake
 
         self._stopping.clear()
-        self._server = ThreadingHTTPServer((HOST, port), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server((HOST, port), Handler)
         self.port = self._server.server_address[1]
         self.base_url = f"http://{HOST}:{self.port}/v1"
         self._thread = threading.Thread(
@@ -356,6 +360,8 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "fake-openai/1"
 
     def setup(self) -> None:
+        # headers and body go out in two writes: without TCP_NODELAY, Nagle + delayed ACK adds ~40 ms a request
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().setup()
         with self.owner._lock:
             self.owner._conns.add(self.connection)

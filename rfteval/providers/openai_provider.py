@@ -1,0 +1,392 @@
+"""Any OpenAI-compatible endpoint through the `openai` SDK, Chat Completions or Responses, errors classified."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import email.utils
+import json
+import os
+import time
+from typing import Any, Literal
+
+from rfteval.errors import InputError
+from rfteval.providers.base import ErrorKind, Generation, GenerationRequest, ProviderError
+from rfteval.sample import parse_output_json
+
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, the test server) accept any key
+
+
+def _is_openai_url(base_url: str) -> bool:
+    return "api.openai.com" in base_url
+
+
+class OpenAIProvider:
+    """One endpoint. The SDK never retries (`max_retries=0`): the runner retries, and counts each retry."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        api: Literal["chat", "responses"] = "chat",
+        extra_headers: dict[str, str] | None = None,
+    ):
+        if api not in ("chat", "responses"):
+            raise InputError(f"unknown api {api!r}; expected 'chat' or 'responses'", field="api")
+        self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
+        self.api = api
+        self.api_key_env = api_key_env
+        self._extra_headers = dict(extra_headers or {})
+        key = os.environ.get(api_key_env) or ""
+        if not key:
+            if _is_openai_url(self.base_url):
+                raise InputError(
+                    f"environment variable {api_key_env} is not set; it must hold the API key for {self.base_url}",
+                    field="api_key_env",
+                )
+            key = PLACEHOLDER_KEY
+        self._secrets = [s for s in [key, *self._extra_headers.values()] if len(s) >= 6 and s != PLACEHOLDER_KEY]
+
+        import openai  # heavy: imported only when a provider is built
+
+        self._openai = openai
+        self._client = openai.AsyncOpenAI(
+            api_key=key, base_url=self.base_url, max_retries=0, default_headers=self._extra_headers or None
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(base_url={self.base_url!r}, api={self.api!r}, api_key_env={self.api_key_env!r})"
+
+    def identity(self) -> dict[str, Any]:
+        ident: dict[str, Any] = {"provider": "openai", "base_url": self.base_url, "api": self.api}
+        if self._extra_headers:
+            ident["extra_headers"] = sorted(self._extra_headers)  # names only: values may be secrets
+        return ident
+
+    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+        return chat_body(request) if self.api == "chat" else responses_body(request)
+
+    async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+        body = self.request_body(request)
+        try:
+            async with asyncio.timeout(timeout_s):
+                if self.api == "chat":
+                    resp = await self._client.chat.completions.create(**body, timeout=timeout_s)
+                else:
+                    resp = await self._client.responses.create(**body, timeout=timeout_s)
+        except Exception as exc:
+            err = self._classify(exc, timeout_s)
+            if err is None:
+                raise  # not an endpoint failure but a bug: let it show
+            raise err from None
+        try:
+            data = resp.model_dump(mode="json", exclude_none=False, warnings=False)
+        except AttributeError:  # the SDK handed back text: the body was not JSON
+            raise ProviderError("malformed", f"response body is not JSON: {str(resp)[:200]!r}") from None
+        parse = parse_chat if self.api == "chat" else parse_responses
+        return parse(data, structured=bool(request.sampling.response_format))
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    # errors
+    def _scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def _classify(self, exc: Exception, timeout_s: float) -> ProviderError | None:
+        oa = self._openai
+        if isinstance(exc, (TimeoutError, oa.APITimeoutError)):
+            return ProviderError("timeout", f"no answer within {timeout_s:g}s")
+        if isinstance(exc, oa.APIConnectionError):
+            cause = exc.__cause__ or exc.__context__
+            detail = f": {type(cause).__name__}" if cause is not None else ""
+            return ProviderError("connection", self._scrub(f"cannot reach {self.base_url}{detail}"))
+        if isinstance(exc, oa.APIStatusError):
+            status = exc.status_code
+            message = self._scrub(f"HTTP {status}: {_error_message(exc)}")
+            kind = status_kind(status)
+            retry_after = parse_retry_after(exc.response.headers, time.time()) if kind in ("rate_limit", "server") else None
+            return ProviderError(kind, message, status=status, retry_after=retry_after)
+        if isinstance(exc, (oa.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):
+            # a 2xx whose body the SDK could not parse
+            return ProviderError("malformed", self._scrub(f"unparseable response: {type(exc).__name__}: {exc}"[:300]))
+        return None
+
+
+def status_kind(status: int) -> ErrorKind:
+    """HTTP status → error kind; 408/409 are retryable as OpenAI's own SDK treats them."""
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 404:
+        return "not_found"
+    if status == 408:
+        return "timeout"
+    if status == 409 or status >= 500:
+        return "server"
+    return "bad_request"
+
+
+def _error_message(exc: Any) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            code = f" ({err['code']})" if err.get("code") else ""
+            return f"{err['message']}{code}"
+    return str(getattr(exc, "message", exc))[:300]
+
+
+def parse_retry_after(headers: Any, now: float) -> float | None:
+    """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date; None if absent/bad."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+        return value if value >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+# ---- request bodies (pure: also the response-cache key) -----------------------------------------------------------
+
+
+def _json_schema(rf: dict[str, Any]) -> dict[str, Any]:
+    """Sampling.response_format → {name, schema, strict?}; an already-wrapped chat format is unwrapped."""
+    if rf.get("type") == "json_schema" and isinstance(rf.get("json_schema"), dict):
+        rf = rf["json_schema"]
+    out: dict[str, Any] = {"name": rf.get("name") or "response", "schema": rf.get("schema", {})}
+    if rf.get("strict") is not None:
+        out["strict"] = bool(rf["strict"])
+    return out
+
+
+def chat_body(request: GenerationRequest) -> dict[str, Any]:
+    s = request.sampling
+    body: dict[str, Any] = {"model": request.model, "messages": copy.deepcopy(request.messages)}
+    if request.tools:
+        body["tools"] = [_chat_tool(t) for t in request.tools]
+    if s.response_format:
+        rf = s.response_format
+        if rf.get("type") in ("json_object", "text"):
+            body["response_format"] = {"type": rf["type"]}
+        else:
+            body["response_format"] = {"type": "json_schema", "json_schema": _json_schema(rf)}
+    if s.reasoning_effort is not None:
+        body["reasoning_effort"] = s.reasoning_effort
+    if s.max_output_tokens is not None:
+        body["max_completion_tokens"] = s.max_output_tokens
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    if s.top_p is not None:
+        body["top_p"] = s.top_p
+    if s.seed is not None:
+        body["seed"] = s.seed
+    return body
+
+
+def responses_body(request: GenerationRequest) -> dict[str, Any]:
+    """The Responses API has no `seed`; it is left out rather than rejected by the server."""
+    s = request.sampling
+    body: dict[str, Any] = {"model": request.model, "input": responses_input(request.messages)}
+    if request.tools:
+        body["tools"] = [responses_tool(t) for t in request.tools]
+    if s.response_format:
+        rf = s.response_format
+        fmt = {"type": rf["type"]} if rf.get("type") in ("json_object", "text") else {"type": "json_schema", **_json_schema(rf)}
+        body["text"] = {"format": fmt}
+    if s.reasoning_effort is not None:
+        body["reasoning"] = {"effort": s.reasoning_effort}
+    if s.max_output_tokens is not None:
+        body["max_output_tokens"] = s.max_output_tokens
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    if s.top_p is not None:
+        body["top_p"] = s.top_p
+    body["store"] = False  # an eval must not fill the account's stored responses
+    return body
+
+
+def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A Responses-shaped function tool given to a chat model is wrapped back into chat's shape."""
+    if tool.get("type") == "function" and "function" not in tool and "name" in tool:
+        fn = {k: v for k, v in tool.items() if k != "type"}
+        return {"type": "function", "function": fn}
+    return copy.deepcopy(tool)
+
+
+def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """Chat's {"type":"function","function":{name, description, parameters, strict}} → Responses' flat shape."""
+    if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+        fn = tool["function"]
+        out: dict[str, Any] = {"type": "function", "name": fn.get("name")}
+        for key in ("description", "parameters", "strict"):
+            if key in fn:
+                out[key] = copy.deepcopy(fn[key])
+        return out
+    return copy.deepcopy(tool)
+
+
+def _responses_parts(content: Any, role: str) -> Any:
+    if not isinstance(content, list):
+        return content
+    text_type = "output_text" if role == "assistant" else "input_text"
+    parts = []
+    for part in content:
+        if not isinstance(part, dict):
+            parts.append(part)
+        elif part.get("type") == "text":
+            parts.append({"type": text_type, "text": part.get("text", "")})
+        elif part.get("type") == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            parts.append({"type": "input_image", "image_url": url})
+        else:
+            parts.append(copy.deepcopy(part))
+    return parts
+
+
+def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages → Responses input items; assistant tool calls and tool results become function items."""
+    items: list[dict[str, Any]] = []
+    for msg in messages:
+        role = msg.get("role")
+        if role == "tool":
+            output = msg.get("content")
+            if not isinstance(output, str):
+                output = json.dumps(output)
+            items.append({"type": "function_call_output", "call_id": msg.get("tool_call_id"), "output": output})
+            continue
+        content = msg.get("content")
+        if content is not None and content != "":
+            items.append({"role": role, "content": _responses_parts(content, str(role))})
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function", {})
+            items.append(
+                {"type": "function_call", "call_id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments", "")}
+            )
+    return items
+
+
+# ---- responses → Generation ---------------------------------------------------------------------------------------
+
+
+def _output_json(text: str, structured: bool) -> Any:
+    parsed = parse_output_json(text)
+    if parsed is None and structured and text.strip():
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+    return parsed
+
+
+def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise ProviderError("malformed", "response has no choices")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise ProviderError("malformed", "choices[0] has no message")
+    if message.get("refusal"):
+        raise ProviderError("refusal", str(message["refusal"]))
+    text = message.get("content") or ""
+    if not isinstance(text, str):
+        raise ProviderError("malformed", "choices[0].message.content is not text")
+    tools = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        tools.append(
+            {"id": call.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
+        )
+    usage = data.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    return Generation(
+        output_text=text,
+        output_tools=tools,
+        output_json=_output_json(text, structured),
+        choices=[_compact(c) for c in choices],
+        usage={
+            "input_tokens": usage.get("prompt_tokens"),
+            "output_tokens": usage.get("completion_tokens"),
+            "reasoning_tokens": details.get("reasoning_tokens"),
+        },
+        finish_reason=choices[0].get("finish_reason"),
+    )
+
+
+def _compact(obj: Any) -> Any:
+    """Drop the null fields the SDK fills in, so choices look like what the server sent."""
+    if isinstance(obj, dict):
+        return {k: _compact(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [_compact(v) for v in obj]
+    return obj
+
+
+def parse_responses(data: dict[str, Any], structured: bool = False) -> Generation:
+    output = data.get("output")
+    if not isinstance(output, list):
+        raise ProviderError("malformed", "response has no output")
+    texts: list[str] = []
+    tools: list[dict[str, Any]] = []
+    for item in output:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text":
+                    texts.append(part.get("text") or "")
+                elif part.get("type") == "refusal":
+                    raise ProviderError("refusal", str(part.get("refusal") or "refused"))
+        elif item.get("type") == "function_call":
+            tools.append(
+                {
+                    "id": item.get("call_id"),
+                    "type": "function",
+                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
+                }
+            )
+    if data.get("status") == "failed":
+        err = data.get("error") or {}
+        raise ProviderError("server", f"response failed: {err.get('message') if isinstance(err, dict) else err}")
+    text = "".join(texts)
+    usage = data.get("usage") or {}
+    details = usage.get("output_tokens_details") or {}
+    incomplete = data.get("incomplete_details") or {}
+    if data.get("status") == "incomplete":
+        finish = "length" if incomplete.get("reason") == "max_output_tokens" else "content_filter"
+    else:
+        finish = "tool_calls" if tools else "stop"
+    return Generation(
+        output_text=text,
+        output_tools=tools,
+        output_json=_output_json(text, structured),
+        choices=None,
+        usage={
+            "input_tokens": usage.get("input_tokens"),
+            "output_tokens": usage.get("output_tokens"),
+            "reasoning_tokens": details.get("reasoning_tokens"),
+        },
+        finish_reason=finish,
+    )
