@@ -1,14 +1,25 @@
-"""`label_model`: a judge model picks one of `labels`; score 1 when it is in `passing_labels`, else 0."""
+"""`label_model`: a judge model picks one of `labels`; score 1 when it is in `passing_labels`, else 0.
+
+The label is forced through structured outputs (an enum of `labels`), with reasoning steps before it; a label
+outside `labels` (a server without strict mode) is a counted `model_grader_parse_error`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from rfteval.graders.base import MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register
+from rfteval.graders.base import (
+    INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register,
+)
 from rfteval.graders.judge_config import InputMessage
+from rfteval.graders.template import TemplateError, render_deep
+from rfteval.judge import (
+    STEPS_SCHEMA, answer_details, clean_steps, grade_with_judge, judge_messages, judge_sampling, parse_json_answer,
+)
+from rfteval.providers.base import Generation, GenerationRequest
 
 
 class LabelModelConfig(GraderConfig):
@@ -26,6 +37,49 @@ class LabelModelConfig(GraderConfig):
         return self
 
 
+def response_format(labels: Sequence[str]) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "properties": {"steps": STEPS_SCHEMA, "label": {"type": "string", "enum": list(labels)}},
+        "required": ["steps", "label"],
+        "additionalProperties": False,
+    }
+    return {"name": "label_model_result", "schema": schema, "strict": True}
+
+
+def build_request(config: LabelModelConfig, sample: dict[str, Any], item: dict[str, Any]) -> GenerationRequest | GradeResult:
+    raw = [m.model_dump(exclude_none=True) for m in config.input]
+    try:
+        rendered = render_deep(raw, item, sample)
+    except TemplateError as exc:
+        return GradeResult.failed(INVALID_VARIABLE, str(exc))
+    return GenerationRequest(
+        model=config.model, messages=judge_messages(rendered),
+        sampling=judge_sampling(None, response_format(config.labels)), item_id=str(item.get("id", "")),
+    )
+
+
+def parse_answer(config: LabelModelConfig, request: GenerationRequest, answer: Generation) -> GradeResult:
+    details = answer_details(request, answer)
+    obj = parse_json_answer(answer.output_text)
+    label = obj.get("label") if isinstance(obj, dict) else None
+    if isinstance(obj, dict):
+        details["steps"] = clean_steps(obj.get("steps"))
+    if not isinstance(label, str) or label not in config.labels:
+        details["raw_answer"] = answer.output_text[:2000]
+        what = f"label {label!r:.100} is not one of {config.labels}" if isinstance(obj, dict) else (
+            f"judge answer is not a JSON object: {answer.output_text[:200]!r}")
+        return GradeResult.failed(MODEL_PARSE, what, details=details)
+    details["label"] = label
+    passed = label in config.passing_labels
+    return GradeResult(1.0 if passed else 0.0, passed=passed, details=details)
+
+
+def grade_pairs(config: LabelModelConfig, pairs: Sequence[Pair], judge: Any) -> list[GradeResult]:
+    requests = [build_request(config, sample, item) for sample, item in pairs]
+    return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
+
+
 class LabelModelGrader:
     def __init__(self, config: LabelModelConfig, ctx: BuildContext):
         self.config = config
@@ -35,7 +89,7 @@ class LabelModelGrader:
         if self.ctx.judge is None:
             msg = "label_model needs a judge endpoint; none is configured for this command"
             return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
-        return self.ctx.judge.label_batch(self.config, pairs)
+        return grade_pairs(self.config, pairs, self.ctx.judge)
 
 
 @register("label_model", LabelModelConfig, "a judge model picks a label; 1 when it passes, else 0")

@@ -1,14 +1,36 @@
-"""`score_model`: a judge model returns {"result": number, "steps": [...]}, clipped to `range`."""
+"""`score_model`: a judge model returns {"result": number, "steps": [...]}, clipped to `range`.
+
+OpenAI's semantics (graders guide): the input messages are templated with item and sample, the judge answers
+through structured outputs, the result is clipped to `range`, and a non-numeric answer scores 0 — here as a
+counted `model_grader_parse_error`, with the raw answer kept so a person can see what the judge said.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from rfteval.graders.base import MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register
+from rfteval.graders.base import (
+    INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register,
+)
 from rfteval.graders.judge_config import InputMessage, SamplingParams
+from rfteval.graders.template import TemplateError, render_deep
+from rfteval.judge import (
+    STEPS_SCHEMA, answer_details, clean_steps, finite_number, grade_with_judge, judge_messages, judge_sampling,
+    parse_json_answer,
+)
+from rfteval.providers.base import Generation, GenerationRequest
+
+# Steps come first in the schema so that a judge reasons before it commits to a number.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"steps": STEPS_SCHEMA, "result": {"type": "number"}},
+    "required": ["steps", "result"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT: dict[str, Any] = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
 
 
 class ScoreModelConfig(GraderConfig):
@@ -27,6 +49,47 @@ class ScoreModelConfig(GraderConfig):
         return value
 
 
+def build_request(config: ScoreModelConfig, sample: dict[str, Any], item: dict[str, Any]) -> GenerationRequest | GradeResult:
+    """The judge request for one pair, or the invalid_variable_error its templates raise."""
+    raw = [m.model_dump(exclude_none=True) for m in config.input]
+    try:
+        rendered = render_deep(raw, item, sample)
+    except TemplateError as exc:
+        return GradeResult.failed(INVALID_VARIABLE, str(exc))
+    return GenerationRequest(
+        model=config.model, messages=judge_messages(rendered),
+        sampling=judge_sampling(config.sampling_params, RESPONSE_FORMAT), item_id=str(item.get("id", "")),
+    )
+
+
+def parse_answer(config: ScoreModelConfig, request: GenerationRequest, answer: Generation) -> GradeResult:
+    """The judge's answer → a grade: result clipped to range; anything not a finite number is a parse error."""
+    details = answer_details(request, answer)
+    obj = parse_json_answer(answer.output_text)
+    if not isinstance(obj, dict):
+        details["raw_answer"] = answer.output_text[:2000]
+        return GradeResult.failed(MODEL_PARSE, f"judge answer is not a JSON object: {answer.output_text[:200]!r}",
+                                  details=details)
+    result = finite_number(obj.get("result"))
+    details["steps"] = clean_steps(obj.get("steps"))
+    if result is None:
+        details["raw_answer"] = answer.output_text[:2000]
+        return GradeResult.failed(MODEL_PARSE, f"judge result is not a finite number: {obj.get('result')!r:.100}",
+                                  details=details)
+    low, high = config.range
+    score = min(max(result, low), high)
+    details["result"] = result
+    if score != result:
+        details["clipped"] = True
+    passed = None if config.pass_threshold is None else score >= config.pass_threshold
+    return GradeResult(score, passed=passed, details=details)
+
+
+def grade_pairs(config: ScoreModelConfig, pairs: Sequence[Pair], judge: Any) -> list[GradeResult]:
+    requests = [build_request(config, sample, item) for sample, item in pairs]
+    return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
+
+
 class ScoreModelGrader:
     """Needs a judge endpoint (set by `rfteval run` from [judge] or the run's endpoint)."""
 
@@ -38,7 +101,7 @@ class ScoreModelGrader:
         if self.ctx.judge is None:
             msg = "score_model needs a judge endpoint; none is configured for this command"
             return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
-        return self.ctx.judge.score_batch(self.config, pairs)
+        return grade_pairs(self.config, pairs, self.ctx.judge)
 
 
 @register("score_model", ScoreModelConfig, "a judge model scores the output within `range`")

@@ -1,0 +1,293 @@
+"""`group_judge` (an rfteval extension, not an OpenAI grader type): one judge call ranks an item's N samples.
+
+As in RULER (OpenPipe ART), relative judgments of samples of the same prompt are more consistent than absolute
+ones, and GRPO only needs the ranking. The item's conversation goes once in <context>; each sample goes in its
+own <sample id="..."> tag, in an order shuffled with a recorded seed (against position bias); the judge returns
+{"scores": [{"id", "explanation", "score"}]}, 0..1 relative within the group. A missing, duplicate or unknown id
+fails the whole group: a partial ranking cannot be trusted.
+
+The grader groups the pairs of each batch by item, so the runner must hand it all of an item's samples at once
+(`needs_groups = True`): every epoch, and with `--group-models` both models' samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import field_validator
+
+from rfteval.graders.base import (
+    INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register,
+)
+from rfteval.graders.judge_config import SamplingParams
+from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
+from rfteval.judge import (
+    answer_details, current_repeat, effective_model, error_result, finite_number, judge_messages, judge_sampling,
+    parse_json_answer,
+)
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+
+DEFAULT_RUBRIC = (
+    "Judge how well each sample follows the instructions in the conversation's own system and developer "
+    "messages, and answers the user's request. Every instruction a sample obeys counts for it; every instruction "
+    "it ignores or breaks counts against it. Where the context holds reference material, a sample that uses it "
+    "correctly beats one that invents facts or contradicts it."
+)
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "scores": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"id": {"type": "string"}, "explanation": {"type": "string"}, "score": {"type": "number"}},
+                "required": ["id", "explanation", "score"],
+                "additionalProperties": False,
+            },
+        }
+    },
+    "required": ["scores"],
+    "additionalProperties": False,
+}
+RESPONSE_FORMAT: dict[str, Any] = {"name": "group_judge_scores", "schema": SCHEMA, "strict": True}
+
+
+class GroupJudgeConfig(GraderConfig):
+    type: Literal["group_judge"]
+    model: str
+    rubric: str | None = None
+    input: str | None = None  # templated extra context ({{ item.* }} only: it is shared by the group)
+    sampling_params: SamplingParams | None = None
+    seed: int | None = None
+    pass_threshold: float | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _template_ok(cls, value: str | None) -> str | None:
+        return None if value is None else check_template(value)
+
+
+# ---- pure parts --------------------------------------------------------------------------------------------------
+
+
+def group_key(item: dict[str, Any]) -> str:
+    """Samples of the same item share a group: by its `id`, else by its content (identical prompts)."""
+    if item.get("id") is not None:
+        return f"id:{item['id']}"
+    text = json.dumps(item, sort_keys=True, ensure_ascii=False, default=str)
+    return "sha:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def group_pairs(pairs: Sequence[Pair]) -> dict[str, list[int]]:
+    """Indices of the pairs of each item, in first-seen order."""
+    groups: dict[str, list[int]] = {}
+    for i, (_, item) in enumerate(pairs):
+        groups.setdefault(group_key(item), []).append(i)
+    return groups
+
+
+def shuffle_seed(config_seed: int | None, key: str, repeat: int = 0) -> int:
+    """Per-group seed from the config seed and the item, so a re-run presents the same order (a cache hit).
+    A stability repeat (k > 0) reshuffles: a judge whose ranking follows the position is not stable."""
+    text = f"{config_seed or 0}:{key}" + (f":repeat{repeat}" if repeat else "")
+    return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
+
+
+def _sample_text(sample: dict[str, Any]) -> str:
+    text = str(sample.get("output_text") or "")
+    tools = sample.get("output_tools") or []
+    if tools:
+        text += ("\n" if text else "") + "<tool_calls>" + json.dumps(tools, ensure_ascii=False) + "</tool_calls>"
+    return text
+
+
+def presentation_order(samples: Sequence[dict[str, Any]], seed: int) -> list[int]:
+    """Original indices in the order shown to the judge: canonical (by content) first, so the incoming order does
+    not matter, then shuffled by the seed."""
+    digest = [hashlib.sha256(_sample_text(s).encode()).hexdigest() for s in samples]
+    order = sorted(range(len(samples)), key=lambda i: (digest[i], i))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def _escape(text: str) -> str:
+    return text.replace("</sample>", "&lt;/sample&gt;").replace("</context>", "&lt;/context&gt;")
+
+
+def _message_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return to_text(content)
+
+
+def judge_prompt(rubric: str, n: int) -> str:
+    return (
+        f"You are a judge comparing {n} candidate responses (samples) to the same conversation, shown in <context>. "
+        "Score every sample from 0 to 1 relative to the others in this group: the best sample gets the highest "
+        "score and the worst the lowest; equally good samples get equal scores. Use the spread of the range when "
+        "the samples differ in quality. Ignore the order in which the samples appear.\n\n"
+        f"Rubric:\n{rubric}\n\n"
+        'Answer with JSON {"scores": [{"id": "<sample id>", "explanation": "<why, in one or two sentences>", '
+        '"score": <number from 0 to 1>}]}: exactly one entry per sample id, and no other ids.'
+    )
+
+
+def group_user_message(item: dict[str, Any], shown: Sequence[tuple[str, dict[str, Any]]], extra: str | None) -> str:
+    lines = ["<context>"]
+    for m in item.get("messages") or []:
+        if isinstance(m, dict):
+            lines.append(f'<message role="{m.get("role", "")}">\n{_escape(_message_text(m.get("content")))}\n</message>')
+    if item.get("tools"):
+        lines.append("<tools>" + json.dumps(item["tools"], ensure_ascii=False) + "</tools>")
+    lines.append("</context>")
+    if extra:
+        lines.append(f"<extra>\n{_escape(extra)}\n</extra>")
+    for sid, sample in shown:
+        lines.append(f'<sample id="{sid}">\n{_escape(_sample_text(sample))}\n</sample>')
+    return "\n".join(lines)
+
+
+@dataclass
+class GroupPlan:
+    indices: list[int]  # pair indices (into the batch) of this group, in original order
+    order: list[int]  # positions into `indices`, in the order shown
+    ids: list[str]  # the id shown for each entry of `order`
+    seed: int
+    request: GenerationRequest | None
+    failure: GradeResult | None = None
+
+
+def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Sequence[Pair], repeat: int) -> GroupPlan:
+    samples = [pairs[i][0] for i in indices]
+    item = pairs[indices[0]][1]
+    seed = shuffle_seed(config.seed, key, repeat)
+    order = presentation_order(samples, seed)
+    ids = [f"s{p + 1}" for p in range(len(order))]
+    extra = None
+    if config.input:
+        try:
+            extra = compile_template(config.input).render(item, {})
+        except TemplateError as exc:
+            return GroupPlan(indices, order, ids, seed, None, GradeResult.failed(INVALID_VARIABLE, f"input: {exc}"))
+    shown = [(ids[p], samples[j]) for p, j in enumerate(order)]
+    messages = [
+        {"role": "system", "content": judge_prompt(config.rubric or DEFAULT_RUBRIC, len(samples))},
+        {"role": "user", "content": group_user_message(item, shown, extra)},
+    ]
+    request = GenerationRequest(
+        model=config.model, messages=judge_messages(messages),
+        sampling=judge_sampling(config.sampling_params, RESPONSE_FORMAT), item_id=str(item.get("id", "")),
+    )
+    return GroupPlan(indices, order, ids, seed, request)
+
+
+def parse_scores(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[float, str]], str | None]:
+    """{id: (score, explanation)} from the judge's answer, or the reason the whole group fails."""
+    obj = parse_json_answer(text)
+    if not isinstance(obj, dict) or not isinstance(obj.get("scores"), list):
+        return {}, f'judge answer is not {{"scores": [...]}}: {text[:200]!r}'
+    expected = set(ids)
+    out: dict[str, tuple[float, str]] = {}
+    duplicate: list[str] = []
+    unknown: list[str] = []
+    for n, entry in enumerate(obj["scores"]):
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+            return {}, f"scores[{n}] has no string id"
+        sid = entry["id"]
+        score = finite_number(entry.get("score"))
+        if score is None:
+            return {}, f"scores[{n}] (id {sid!r}): score {entry.get('score')!r:.50} is not a finite number"
+        if sid not in expected:
+            unknown.append(sid)
+        elif sid in out:
+            duplicate.append(sid)
+        else:
+            out[sid] = (score, str(entry.get("explanation", "")))
+    missing = [i for i in ids if i not in out]
+    problems = []
+    if missing:
+        problems.append(f"missing ids {missing}")
+    if duplicate:
+        problems.append(f"duplicate ids {sorted(set(duplicate))}")
+    if unknown:
+        problems.append(f"unknown ids {unknown[:10]}")
+    if problems:
+        return {}, f"judge scored {len(obj['scores'])} entries for {len(ids)} samples: " + "; ".join(problems)
+    return out, None
+
+
+def group_results(config: GroupJudgeConfig, plan: GroupPlan, answer: Generation) -> list[GradeResult]:
+    """One result per pair of the group, un-shuffled back to the original order."""
+    assert plan.request is not None
+    base = answer_details(plan.request, answer)
+    base.update(group_size=len(plan.indices), shuffle_seed=plan.seed)
+    scores, problem = parse_scores(answer.output_text, plan.ids)
+    if problem is not None:
+        base["raw_answer"] = answer.output_text[:4000]
+        return [GradeResult.failed(MODEL_PARSE, problem, details=dict(base)) for _ in plan.indices]
+    results: list[GradeResult | None] = [None] * len(plan.indices)
+    for position, j in enumerate(plan.order):
+        sid = plan.ids[position]
+        raw, explanation = scores[sid]
+        score = min(max(raw, 0.0), 1.0)
+        details = {**base, "sample_id": sid, "position": position, "explanation": explanation}
+        if score != raw:
+            details.update(clipped=True, raw_score=raw)
+        passed = None if config.pass_threshold is None else score >= config.pass_threshold
+        results[j] = GradeResult(score, passed=passed, details=details)
+    return [r for r in results if r is not None]
+
+
+def grade_pairs(config: GroupJudgeConfig, pairs: Sequence[Pair], judge: Any) -> list[GradeResult]:
+    repeat = current_repeat()
+    plans = [plan_group(config, key, idx, pairs, repeat) for key, idx in group_pairs(pairs).items()]
+    todo = [p for p in plans if p.request is not None]
+    answers = iter(judge.complete([p.request for p in todo]) if todo else [])
+    model = effective_model(judge, config.model)
+    out: list[GradeResult | None] = [None] * len(pairs)
+    for plan in plans:
+        if plan.request is None:
+            group = [plan.failure or GradeResult.failed(INVALID_VARIABLE, "no request")] * len(plan.indices)
+        else:
+            answer = next(answers)
+            plan.request = dataclasses.replace(plan.request, model=model)
+            if isinstance(answer, ProviderError):
+                group = [error_result(answer, model)] * len(plan.indices)
+            else:
+                group = group_results(config, plan, answer)
+        for i, result in zip(plan.indices, group, strict=True):
+            out[i] = result
+    return [r for r in out if r is not None]
+
+
+class GroupJudgeGrader:
+    """Grades whole groups: the runner must pass every sample of an item in one batch."""
+
+    needs_groups = True
+
+    def __init__(self, config: GroupJudgeConfig, ctx: BuildContext):
+        self.config = config
+        self.ctx = ctx
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+        if self.ctx.judge is None:
+            msg = "group_judge needs a judge endpoint; none is configured for this command"
+            return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
+        return grade_pairs(self.config, pairs, self.ctx.judge)
+
+
+@register(
+    "group_judge", GroupJudgeConfig,
+    "rfteval extension: a judge ranks an item's samples against each other (RULER-style), 0..1", extension=True,
+)
+def build(config: GroupJudgeConfig, ctx: BuildContext) -> GroupJudgeGrader:
+    return GroupJudgeGrader(config, ctx)

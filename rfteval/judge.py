@@ -1,0 +1,438 @@
+"""The judge client: model graders' calls to a judge endpoint, cached, retried, concurrent, and counted.
+
+Graders are sync and batch-first (called from worker threads while the runner's asyncio loop generates), so a
+`Judge` owns a background thread running its own event loop and provider; its sync `complete()` submits the
+batch's requests there and waits. Every answer is appended to a JSONL cache keyed by the provider identity and
+the full request body, which holds the judged output: re-grading the same output costs nothing. Identical
+requests in flight at once are sent once.
+
+Also here: what the three model graders share (message shapes, sampling, lenient JSON reading, error mapping).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, GradeResult, Pair
+from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
+from rfteval.retry import OnRetry, RetryPolicy, call_with_retries
+
+JudgeAnswer = Generation | ProviderError
+
+# ---- repeats (the stability check) -------------------------------------------------------------------------------
+
+_REPEAT: ContextVar[int] = ContextVar("rfteval_judge_repeat", default=0)
+
+
+@contextlib.contextmanager
+def judge_repeat(index: int) -> Iterator[None]:
+    """Within this block (this thread only), judge calls are repeat `index`: a separate cache slot, so a
+    stability check gets K fresh answers. Repeat 0 is the ordinary slot that runs and re-runs share."""
+    token = _REPEAT.set(int(index))
+    try:
+        yield
+    finally:
+        _REPEAT.reset(token)
+
+
+def current_repeat() -> int:
+    return _REPEAT.get()
+
+
+# ---- the cache key -----------------------------------------------------------------------------------------------
+
+
+def cache_key(identity: dict[str, Any], body: dict[str, Any], repeat: int = 0) -> str:
+    """sha256 of (provider identity, full request body[, repeat]); the body includes the judged output."""
+    obj: dict[str, Any] = {"provider": identity, "body": body}
+    if repeat:
+        obj["repeat"] = repeat
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class JudgeCache:
+    """Append-only JSONL of judge answers. A torn last line (the process was killed) is skipped, not fatal."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.entries: dict[str, dict[str, Any]] = {}
+        self._fh: Any = None
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        needs_newline = False
+        if path.exists():
+            data = path.read_bytes()
+            needs_newline = bool(data) and not data.endswith(b"\n")
+            for raw in data.splitlines():
+                try:
+                    entry = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    self.entries[entry["key"]] = entry
+        self._fh = open(path, "a", encoding="utf-8")
+        if needs_newline:
+            self._fh.write("\n")
+            self._fh.flush()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.entries.get(key)
+
+    def put(self, entry: dict[str, Any]) -> None:
+        self.entries[entry["key"]] = entry
+        if self._fh is not None:
+            self._fh.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def _entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
+    if isinstance(answer, ProviderError):
+        return {"key": key, "model": model, "refusal": str(answer)}
+    return {
+        "key": key, "model": model, "output_text": answer.output_text, "usage": answer.usage,
+        "finish_reason": answer.finish_reason,
+    }
+
+
+def _from_entry(entry: dict[str, Any]) -> JudgeAnswer:
+    if "refusal" in entry:
+        return ProviderError("refusal", str(entry["refusal"]))
+    return Generation(
+        output_text=entry.get("output_text") or "", usage=dict(entry.get("usage") or {}),
+        finish_reason=entry.get("finish_reason"), cached=True,
+    )
+
+
+# ---- the client --------------------------------------------------------------------------------------------------
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
+
+
+class Judge:
+    """A judge endpoint for model graders; thread-safe sync API over a private event loop. Close it when done."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        cache_path: Path | str | None = None,
+        concurrency: int = 16,
+        max_retries: int = 10,
+        timeout_s: float = 600.0,
+        model_override: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        on_retry: OnRetry | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.provider = provider
+        self.timeout_s = timeout_s
+        self.model_override = model_override
+        self.policy = retry_policy or RetryPolicy(max_retries=max_retries)
+        self.on_retry = on_retry
+        self.fatal_error: ProviderError | None = None  # a 401 / unknown judge model: later calls fail at once
+        self._identity = provider.identity()
+        self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
+        self._lock = threading.Lock()
+        self._usage: dict[str, dict[str, int]] = {}
+        self._stats = {"requests": 0, "calls": 0, "cache_hits": 0, "shared": 0, "retries": 0, "errors": 0}
+        self._inflight: dict[str, asyncio.Future[JudgeAnswer]] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rfteval-judge", daemon=True)
+        self._thread.start()
+        self._sem: asyncio.Semaphore = self._run(self._make_semaphore(concurrency))
+        self._closed = False
+
+    @classmethod
+    def from_settings(
+        cls, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", api: str = "chat", **kwargs: Any
+    ) -> Judge:
+        """A judge on an OpenAI-compatible endpoint (the `[judge]` spec section)."""
+        from rfteval.providers.openai_provider import OpenAIProvider
+
+        return cls(OpenAIProvider(base_url, api_key_env, api), **kwargs)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"Judge({self.provider!r}, model_override={self.model_override!r})"
+
+    # sync API (any thread but the judge's own)
+    def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]:
+        """One answer per request, in order: a Generation, or the ProviderError it ended with after retries."""
+        if self._closed:
+            raise RuntimeError("the judge is closed")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("Judge.complete() called from the judge's own loop")
+        if not requests:
+            return []
+        return self._run(self._complete_all(list(requests), current_repeat()))
+
+    def score_batch(self, config: Any, pairs: Sequence[Pair]) -> list[GradeResult]:
+        from rfteval.graders.score_model import grade_pairs
+
+        return grade_pairs(config, pairs, self)
+
+    def label_batch(self, config: Any, pairs: Sequence[Pair]) -> list[GradeResult]:
+        from rfteval.graders.label_model import grade_pairs
+
+        return grade_pairs(config, pairs, self)
+
+    def usage(self) -> dict[str, dict[str, int]]:
+        """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""
+        with self._lock:
+            return copy.deepcopy(self._usage)
+
+    def stats(self) -> dict[str, int]:
+        """Counters for a progress display: requests asked, calls sent, cache hits, shared, retries, errors."""
+        with self._lock:
+            return dict(self._stats)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._run(self.provider.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._cache.close()
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # internals (the judge's loop)
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @staticmethod
+    async def _make_semaphore(n: int) -> asyncio.Semaphore:
+        return asyncio.Semaphore(n)
+
+    def _count(self, model: str, field: str, n: int = 1) -> None:
+        with self._lock:
+            row = self._usage.setdefault(model, {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0)})
+            row[field] += n
+
+    def _bump(self, field: str, n: int = 1) -> None:
+        with self._lock:
+            self._stats[field] += n
+
+    async def _complete_all(self, requests: list[GenerationRequest], repeat: int) -> list[JudgeAnswer]:
+        return list(await asyncio.gather(*(self._one(r, repeat) for r in requests)))
+
+    async def _one(self, request: GenerationRequest, repeat: int) -> JudgeAnswer:
+        if self.model_override:
+            request = dataclasses.replace(request, model=self.model_override)
+        self._bump("requests")
+        try:
+            body = self.provider.request_body(request)
+        except ProviderError as exc:
+            return exc
+        key = cache_key(self._identity, body, repeat)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._bump("cache_hits")
+            self._count(request.model, "cache_hits")
+            return _from_entry(entry)
+        pending = self._inflight.get(key)
+        if pending is not None:
+            self._bump("shared")
+            return await asyncio.shield(pending)
+        future: asyncio.Future[JudgeAnswer] = self._loop.create_future()
+        self._inflight[key] = future
+        try:
+            answer = await self._call(request)
+            if isinstance(answer, Generation) or answer.kind == "refusal":
+                self._cache.put(_entry(key, request.model, answer))  # a refusal is an answer too: not paid twice
+            future.set_result(answer)
+            return answer
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._inflight[key]
+
+    def _note_retry(self, n: int, exc: BaseException, wait: float) -> None:
+        self._bump("retries")
+        if self.on_retry is not None:
+            self.on_retry(n, exc, wait)
+
+    async def _call(self, request: GenerationRequest) -> JudgeAnswer:
+        if self.fatal_error is not None:
+            return self.fatal_error
+        async with self._sem:
+            if self.fatal_error is not None:
+                return self.fatal_error
+            self._bump("calls")
+            self._count(request.model, "calls")
+            try:
+                gen = await call_with_retries(
+                    lambda: self.provider.generate(request, self.timeout_s), self.policy, self._note_retry
+                )
+            except ProviderError as exc:
+                if exc.fatal:
+                    self.fatal_error = exc
+                self._bump("errors")
+                self._count(request.model, "errors")
+                return exc
+            except Exception as exc:  # a client bug must not crash grading: it becomes this cell's error
+                self._bump("errors")
+                self._count(request.model, "errors")
+                return ProviderError("server", f"{type(exc).__name__}: {exc}"[:300])
+        for k in _USAGE_KEYS:
+            value = gen.usage.get(k) if gen.usage else None
+            if isinstance(value, int):
+                self._count(request.model, k, value)
+        return gen
+
+
+# ---- shared by the model graders ---------------------------------------------------------------------------------
+
+STEPS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
+        "required": ["description", "conclusion"],
+        "additionalProperties": False,
+    },
+}
+
+
+def _chat_part(part: Any) -> dict[str, Any]:
+    """OpenAI grader content parts (input_text, input_image, ...) → Chat Completions parts."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, dict):
+        return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return {"type": "text", "text": str(part.get("text", ""))}
+    if kind == "input_image":
+        image: dict[str, Any] = {"url": part.get("image_url")}
+        if part.get("detail"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    return copy.deepcopy(part)
+
+
+def chat_content(content: Any) -> Any:
+    """A message's content in chat form; an all-text part list becomes one string (local servers prefer it)."""
+    if isinstance(content, str):
+        return content
+    parts = [_chat_part(p) for p in (content if isinstance(content, list) else [content])]
+    if all(p.get("type") == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def judge_messages(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rendered grader input messages → chat messages (the `type: "message"` tag dropped)."""
+    return [{"role": m["role"], "content": chat_content(m.get("content"))} for m in rendered]
+
+
+def judge_sampling(params: Any, response_format: dict[str, Any]) -> Sampling:
+    """The grader's sampling_params (max_completions_tokens → max tokens) with the forced structured output."""
+    if params is None:
+        return Sampling(response_format=response_format)
+    return Sampling(
+        temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+        reasoning_effort=params.reasoning_effort, max_output_tokens=params.max_tokens, response_format=response_format,
+    )
+
+
+_FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.S)
+
+
+def parse_json_answer(text: str) -> Any:
+    """The judge's JSON answer; lenient (code fences, prose around one object) for servers without strict mode."""
+    t = (text or "").strip()
+    candidates = [t]
+    m = _FENCE.match(t)
+    if m:
+        candidates.append(m.group(1))
+    start, end = t.find("{"), t.rfind("}")
+    if 0 <= start < end:
+        candidates.append(t[start : end + 1])
+    for c in candidates:
+        try:
+            return json.loads(c)
+        except ValueError:
+            continue
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def clean_steps(steps: Any) -> list[dict[str, str]]:
+    """The judge's reasoning steps as a list of {description, conclusion}; anything else dropped."""
+    out: list[dict[str, str]] = []
+    if isinstance(steps, list):
+        for s in steps:
+            if isinstance(s, dict):
+                out.append({"description": str(s.get("description", "")), "conclusion": str(s.get("conclusion", ""))})
+    return out
+
+
+def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, Any]:
+    """What every model grade records about the judge call."""
+    return {"judge_model": request.model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {})}
+
+
+def error_result(answer: ProviderError, model: str) -> GradeResult:
+    """A judge call that ended in an error: a refusal, or the server's failure after retries."""
+    if answer.kind == "refusal":
+        return GradeResult.failed(MODEL_REFUSAL, f"judge {model} refused: {answer}"[:500])
+    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500])
+
+
+def effective_model(judge: Any, model: str) -> str:
+    """The judge model actually asked: the judge's override (e.g. a local stand-in) or the grader's own."""
+    return getattr(judge, "model_override", None) or model
+
+
+def grade_with_judge(
+    judge: Any,
+    requests: list[GenerationRequest | GradeResult],
+    parse: Callable[[GenerationRequest, Generation], GradeResult],
+) -> list[GradeResult]:
+    """Send the requests (entries already failed, e.g. a template error, are passed through) and parse answers."""
+    todo = [r for r in requests if isinstance(r, GenerationRequest)]
+    answers = iter(judge.complete(todo) if todo else [])
+    out: list[GradeResult] = []
+    for r in requests:
+        if isinstance(r, GradeResult):
+            out.append(r)
+            continue
+        answer = next(answers)
+        model = effective_model(judge, r.model)
+        req = dataclasses.replace(r, model=model)
+        out.append(error_result(answer, model) if isinstance(answer, ProviderError) else parse(req, answer))
+    return out

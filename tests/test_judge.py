@@ -1,0 +1,244 @@
+"""The judge client against the local OpenAI-compatible server: cache, dedupe, retries, limits, usage, repeats."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from fake_openai import FakeOpenAI, Reply
+
+from rfteval.judge import Judge, cache_key, chat_content, judge_repeat, parse_json_answer
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
+from rfteval.providers.openai_provider import OpenAIProvider
+from rfteval.retry import RetryPolicy
+
+FAST = RetryPolicy(max_retries=3, base_s=0.001, max_backoff_s=0.01)
+
+
+def req(text: str, model: str = "judge-m") -> GenerationRequest:
+    return GenerationRequest(model=model, messages=[{"role": "user", "content": text}], sampling=Sampling(seed=1))
+
+
+def make_judge(server: FakeOpenAI, **kw) -> Judge:
+    kw.setdefault("retry_policy", FAST)
+    return Judge(OpenAIProvider(server.base_url), **kw)
+
+
+def test_complete_returns_answers_in_order_and_counts_usage(fake_openai):
+    with make_judge(fake_openai) as judge:
+        out = judge.complete([req("a b c"), req("d")])
+    assert [g.output_text for g in out] == ["echo:judge-m:a b c", "echo:judge-m:d"]
+    assert all(isinstance(g, Generation) and not g.cached for g in out)
+    usage = judge.usage()["judge-m"]
+    assert usage["calls"] == 2 and usage["cache_hits"] == 0 and usage["errors"] == 0
+    # the fake counts words and punctuation: output "echo:judge-m:a b c" = echo : judge - m : a b c = 9 tokens
+    assert usage["output_tokens"] == 9 + 7
+    assert usage["input_tokens"] == 3 + 1
+
+
+def test_cache_makes_a_rerun_free(fake_openai, tmp_path):
+    cache = tmp_path / "judge.jsonl"
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        first = judge.complete([req("x"), req("y")])
+    assert len(fake_openai.requests) == 2
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        again = judge.complete([req("y"), req("x")])
+        assert judge.stats()["calls"] == 0 and judge.stats()["cache_hits"] == 2
+        assert judge.usage()["judge-m"]["input_tokens"] == 0  # a cached answer costs nothing
+    assert len(fake_openai.requests) == 2  # the server saw no second call
+    assert [g.output_text for g in again] == [first[1].output_text, first[0].output_text]
+    assert all(g.cached for g in again)
+    lines = cache.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(line)["key"] for line in lines)
+
+
+def test_identical_requests_in_flight_are_sent_once(fake_openai):
+    fake_openai.delay_s = 0.2
+    with make_judge(fake_openai) as judge:
+        out = judge.complete([req("same")] * 5)
+        assert judge.stats()["shared"] == 4
+    assert len(fake_openai.requests) == 1
+    assert {g.output_text for g in out} == {"echo:judge-m:same"}
+
+
+def test_concurrency_limit_is_respected():
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def responder(request):
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return "ok"
+
+    with FakeOpenAI(responder) as server, make_judge(server, concurrency=3) as judge:
+        out = judge.complete([req(f"q{i}") for i in range(12)])
+    assert [g.output_text for g in out] == ["ok"] * 12
+    assert peak == 3  # the limit is reached and never passed
+
+
+def test_retries_on_429_and_500_then_answers(fake_openai):
+    fake_openai.queue(Reply.error(429, headers={"Retry-After": "0"}), Reply.error(500))
+    retries = []
+    with make_judge(fake_openai, on_retry=lambda n, e, w: retries.append(e.kind)) as judge:
+        (answer,) = judge.complete([req("hello")])
+        assert judge.stats()["retries"] == 2
+    assert answer.output_text == "echo:judge-m:hello"
+    assert retries == ["rate_limit", "server"]
+    assert len(fake_openai.requests) == 3
+
+
+def test_server_errors_after_retries_are_returned_not_raised(fake_openai):
+    fake_openai.responder = lambda r: Reply.error(500)
+    with make_judge(fake_openai, retry_policy=RetryPolicy(max_retries=2, base_s=0.001)) as judge:
+        (answer,) = judge.complete([req("x")])
+        assert judge.usage()["judge-m"]["errors"] == 1
+    assert isinstance(answer, ProviderError) and answer.kind == "server"
+    assert len(fake_openai.requests) == 3
+
+
+def test_auth_failure_is_fatal_and_stops_further_calls(monkeypatch):
+    monkeypatch.setenv("JUDGE_KEY", "sk-wrong-key-123456")
+    with FakeOpenAI(api_key="sk-right") as server:
+        judge = Judge(OpenAIProvider(server.base_url, api_key_env="JUDGE_KEY"), retry_policy=FAST)
+        try:
+            (first,) = judge.complete([req("a")])
+            assert isinstance(first, ProviderError) and first.kind == "auth"
+            assert judge.fatal_error is first
+            seen = len(server.requests)
+            more = judge.complete([req("b"), req("c")])
+            assert all(isinstance(a, ProviderError) and a.kind == "auth" for a in more)
+            assert len(server.requests) == seen == 1
+            assert "sk-wrong-key-123456" not in str(first)
+        finally:
+            judge.close()
+
+
+def test_refusal_is_cached_as_a_refusal(fake_openai, tmp_path):
+    fake_openai.responder = lambda r: Reply(refusal="I can't judge that.")
+    cache = tmp_path / "c.jsonl"
+    for _ in range(2):
+        with make_judge(fake_openai, cache_path=cache) as judge:
+            (answer,) = judge.complete([req("x")])
+        assert isinstance(answer, ProviderError) and answer.kind == "refusal"
+        assert "can't judge" in str(answer)
+    assert len(fake_openai.requests) == 1
+
+
+def test_model_override_changes_the_model_asked(fake_openai):
+    with make_judge(fake_openai, model_override="local-judge") as judge:
+        (answer,) = judge.complete([req("x", model="gpt-4.1-2025-04-14")])
+        assert set(judge.usage()) == {"local-judge"}
+    assert fake_openai.requests[0].model == "local-judge"
+    assert answer.output_text == "echo:local-judge:x"
+
+
+def test_repeats_bypass_the_cache_but_repeat_zero_shares_it(fake_openai, tmp_path):
+    cache = tmp_path / "c.jsonl"
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        judge.complete([req("x")])
+        with judge_repeat(0):
+            judge.complete([req("x")])
+        assert len(fake_openai.requests) == 1
+        for k in (1, 2):
+            with judge_repeat(k):
+                judge.complete([req("x")])
+        assert len(fake_openai.requests) == 3
+        with judge_repeat(2):
+            judge.complete([req("x")])  # the same repeat again is cached
+        assert len(fake_openai.requests) == 3
+
+
+def test_repeat_is_per_thread(fake_openai):
+    with make_judge(fake_openai) as judge:
+        seen = []
+        with judge_repeat(5):
+            t = threading.Thread(target=lambda: seen.append(judge.complete([req("x")])))
+            t.start()
+            t.join()
+            judge.complete([req("x")])
+    assert len(fake_openai.requests) == 2  # repeat 0 in the thread, repeat 5 here: two slots
+
+
+def test_a_torn_cache_line_is_skipped_and_the_file_stays_valid(fake_openai, tmp_path):
+    cache = tmp_path / "c.jsonl"
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        judge.complete([req("x")])
+    with open(cache, "a") as fh:
+        fh.write('{"key": "abc", "output_te')  # killed mid-write
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        judge.complete([req("x"), req("y")])
+    assert len(fake_openai.requests) == 2  # x cached, y new
+    lines = cache.read_text().splitlines()
+    assert json.loads(lines[-1])["output_text"] == "echo:judge-m:y"
+
+
+def test_no_secret_reaches_the_cache(fake_openai, tmp_path, monkeypatch):
+    monkeypatch.setenv("JUDGE_KEY", "sk-secret-abcdef-987654")
+    cache = tmp_path / "c.jsonl"
+    with Judge(OpenAIProvider(fake_openai.base_url, api_key_env="JUDGE_KEY"), cache_path=cache) as judge:
+        judge.complete([req("x")])
+        assert "sk-secret" not in repr(judge)
+    assert fake_openai.requests[0].headers["authorization"] == "Bearer sk-secret-abcdef-987654"
+    assert "sk-secret" not in cache.read_text()
+
+
+def test_thread_safe_from_many_threads(fake_openai):
+    with make_judge(fake_openai, concurrency=4) as judge:
+        results: dict[int, list] = {}
+
+        def work(n: int) -> None:
+            results[n] = judge.complete([req(f"t{n}-{i}") for i in range(5)])
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    for n, answers in results.items():
+        assert [a.output_text for a in answers] == [f"echo:judge-m:t{n}-{i}" for i in range(5)]
+    assert len(fake_openai.requests) == 30
+
+
+def test_closed_judge_refuses_work(fake_openai):
+    judge = make_judge(fake_openai)
+    judge.close()
+    judge.close()  # idempotent
+    with pytest.raises(RuntimeError):
+        judge.complete([req("x")])
+
+
+def test_cache_key_depends_on_identity_body_and_repeat():
+    ident = {"provider": "openai", "base_url": "http://a/v1", "api": "chat"}
+    body = {"model": "m", "messages": [{"role": "user", "content": "out-1"}]}
+    k = cache_key(ident, body)
+    assert k == cache_key(dict(reversed(ident.items())), body)  # key order does not matter
+    assert k != cache_key({**ident, "base_url": "http://b/v1"}, body)
+    assert k != cache_key(ident, {**body, "messages": [{"role": "user", "content": "out-2"}]})
+    assert k != cache_key(ident, body, repeat=1)
+    assert k == cache_key(ident, body, repeat=0)
+
+
+def test_parse_json_answer_is_lenient_about_wrapping():
+    assert parse_json_answer('{"result": 1}') == {"result": 1}
+    assert parse_json_answer('```json\n{"result": 2}\n```') == {"result": 2}
+    assert parse_json_answer('Here you go: {"result": 3} hope it helps') == {"result": 3}
+    assert parse_json_answer("seven") is None
+    assert parse_json_answer("") is None
+
+
+def test_chat_content_maps_grader_parts():
+    assert chat_content("plain") == "plain"
+    assert chat_content({"type": "input_text", "text": "a"}) == "a"
+    assert chat_content([{"type": "input_text", "text": "a"}, {"type": "output_text", "text": "b"}]) == "ab"
+    parts = chat_content([{"type": "input_text", "text": "look"},
+                          {"type": "input_image", "image_url": "http://x/i.png", "detail": "low"}])
+    assert parts == [{"type": "text", "text": "look"},
+                     {"type": "image_url", "image_url": {"url": "http://x/i.png", "detail": "low"}}]

@@ -1,0 +1,83 @@
+"""label_model through a scripted judge: the enum schema, passing labels, labels outside `labels`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_openai import Reply
+
+from rfteval.errors import InputError
+from rfteval.graders import GradingEngine, parse_config
+from rfteval.graders.base import MODEL_PARSE, MODEL_REFUSAL
+from rfteval.judge import Judge
+from rfteval.providers.openai_provider import OpenAIProvider
+from rfteval.retry import RetryPolicy
+from rfteval.sample import make_sample
+
+CONFIG = {
+    "type": "label_model", "name": "sentiment", "model": "gpt-4o-2024-08-06",
+    "input": [{"role": "developer", "content": "Classify as positive, neutral or negative"},
+              {"role": "user", "content": "Statement: {{ sample.output_text }}"}],
+    "labels": ["positive", "neutral", "negative"], "passing_labels": ["positive", "neutral"],
+}
+
+
+def responder(request):
+    """The statement is the label to pick, or a raw payload after 'RAW:'."""
+    statement = request.last_user_text().removeprefix("Statement: ")
+    if statement.startswith("RAW:"):
+        return statement[4:]
+    if statement == "REFUSE":
+        return Reply(refusal="no")
+    return json.dumps({"steps": [{"description": "read it", "conclusion": statement}], "label": statement})
+
+
+def grade(server, outputs, config=CONFIG):
+    server.responder = responder
+    with Judge(OpenAIProvider(server.base_url), retry_policy=RetryPolicy(max_retries=1, base_s=0.001)) as judge, \
+            GradingEngine(parse_config(config), judge=judge) as engine:
+        return engine.grade_batch([(make_sample(o), {"id": "x"}) for o in outputs])
+
+
+def test_request_forces_one_of_the_labels(fake_openai):
+    grade(fake_openai, ["positive"])
+    rf = fake_openai.requests[0].body["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
+    schema = rf["json_schema"]["schema"]
+    assert schema["properties"]["label"] == {"type": "string", "enum": ["positive", "neutral", "negative"]}
+    assert sorted(schema["required"]) == ["label", "steps"] and schema["additionalProperties"] is False
+    assert fake_openai.requests[0].body["messages"][0] == {
+        "role": "developer", "content": "Classify as positive, neutral or negative"}
+
+
+def test_score_is_one_for_passing_labels_and_the_label_is_recorded(fake_openai):
+    pos, neu, neg = grade(fake_openai, ["positive", "neutral", "negative"])
+    assert (pos.score, pos.passed, pos.details["label"]) == (1.0, True, "positive")
+    assert (neu.score, neu.passed, neu.details["label"]) == (1.0, True, "neutral")
+    assert (neg.score, neg.passed, neg.details["label"]) == (0.0, False, "negative")
+    assert neg.error is None and neg.details["steps"] == [{"description": "read it", "conclusion": "negative"}]
+
+
+@pytest.mark.parametrize("payload,why", [
+    ('{"steps": [], "label": "ecstatic"}', "not one of"),
+    ('{"steps": [], "label": "Positive"}', "not one of"),  # labels are exact
+    ('{"steps": []}', "not one of"),
+    ('{"steps": [], "label": 1}', "not one of"),
+    ("positive", "not a JSON object"),
+])
+def test_label_outside_labels_is_a_parse_error(fake_openai, payload, why):
+    (result,) = grade(fake_openai, ["RAW:" + payload])
+    assert result.score == 0.0 and result.error.type == MODEL_PARSE and why in result.error.message
+    assert result.details["raw_answer"] == payload
+    assert "label" not in result.details
+
+
+def test_refusal(fake_openai):
+    (result,) = grade(fake_openai, ["REFUSE"])
+    assert result.error.type == MODEL_REFUSAL and result.score == 0
+
+
+def test_passing_labels_must_be_labels():
+    with pytest.raises(InputError, match="passing_labels"):
+        parse_config({**CONFIG, "passing_labels": ["great"]})

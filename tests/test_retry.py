@@ -1,0 +1,97 @@
+"""Retry policy: backoff bounds, Retry-After as a floor, which errors are retried, and how often."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from rfteval.providers.base import ProviderError
+from rfteval.retry import RetryPolicy, call_with_retries
+
+
+class Flaky:
+    """Fails with the given errors in order, then returns 'ok'."""
+
+    def __init__(self, *errors: BaseException):
+        self.errors = list(errors)
+        self.calls = 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return "ok"
+
+
+def run(fn, policy, **kw):
+    waits: list[float] = []
+
+    async def fake_sleep(s: float) -> None:
+        waits.append(s)
+
+    retries: list[tuple[int, str, float]] = []
+    result = asyncio.run(call_with_retries(
+        fn, policy, lambda n, e, w: retries.append((n, getattr(e, "kind", ""), w)), sleep=fake_sleep, **kw))
+    return result, waits, retries
+
+
+def test_backoff_is_full_jitter_within_the_exponential_cap():
+    policy = RetryPolicy(base_s=0.5, max_backoff_s=4.0)
+    rng = random.Random(1)
+    for retry, cap in [(1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (9, 4.0)]:
+        draws = [policy.backoff(retry, rng) for _ in range(400)]
+        assert all(0.0 <= d <= cap for d in draws)
+        assert max(draws) > 0.8 * cap and min(draws) < 0.2 * cap  # uses the whole interval: full jitter
+
+
+def test_retry_after_is_a_floor_and_capped():
+    policy = RetryPolicy(base_s=0.01, max_backoff_s=0.02, max_retry_after_s=30)
+    assert policy.delay(1, ProviderError("rate_limit", "x", 429, retry_after=7.0), random.Random(0)) == 7.0
+    assert policy.delay(1, ProviderError("rate_limit", "x", 429, retry_after=999.0), random.Random(0)) == 30.0
+    assert policy.delay(1, ProviderError("server", "x", 500), random.Random(0)) <= 0.01
+
+
+def test_retries_retryable_kinds_then_succeeds_and_reports_each_retry():
+    fn = Flaky(ProviderError("rate_limit", "slow down", 429, retry_after=2.0), ProviderError("server", "boom", 500),
+               ProviderError("timeout", "t"), ProviderError("connection", "c"), ProviderError("malformed", "m"))
+    result, waits, retries = run(fn, RetryPolicy(max_retries=10, base_s=0.001), rng=random.Random(3))
+    assert result == "ok" and fn.calls == 6
+    assert [r[:2] for r in retries] == [(1, "rate_limit"), (2, "server"), (3, "timeout"), (4, "connection"),
+                                        (5, "malformed")]
+    assert waits[0] == 2.0  # Retry-After honoured
+    assert waits == [r[2] for r in retries]
+
+
+@pytest.mark.parametrize("kind", ["bad_request", "auth", "not_found", "refusal", "missing"])
+def test_non_retryable_kinds_raise_at_once(kind):
+    fn = Flaky(ProviderError(kind, "no"))
+    with pytest.raises(ProviderError) as info:
+        run(fn, RetryPolicy(max_retries=5))
+    assert info.value.kind == kind and fn.calls == 1
+
+
+def test_gives_up_after_max_retries_with_the_last_error():
+    fn = Flaky(*[ProviderError("server", f"boom{i}", 500) for i in range(10)])
+    with pytest.raises(ProviderError, match="boom3"):
+        run(fn, RetryPolicy(max_retries=3, base_s=0.001))
+    assert fn.calls == 4  # one try + 3 retries
+
+
+def test_other_exceptions_are_not_retried():
+    fn = Flaky(ValueError("a bug"))
+    with pytest.raises(ValueError):
+        run(fn, RetryPolicy())
+    assert fn.calls == 1
+
+
+def test_custom_retryable_set():
+    fn = Flaky(ProviderError("missing", "later"))
+    result, _, retries = run(fn, RetryPolicy(retryable=frozenset({"missing"}), base_s=0.001))
+    assert result == "ok" and len(retries) == 1
+
+
+def test_real_sleep_is_used_by_default():
+    fn = Flaky(ProviderError("server", "x", 500))
+    assert asyncio.run(call_with_retries(fn, RetryPolicy(base_s=0.001))) == "ok"

@@ -1,0 +1,207 @@
+"""score_model through a scripted judge on the local server: schema, sampling, clipping, parse errors, refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fake_openai import Reply
+
+from rfteval.graders import GradingEngine, parse_config
+from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_REFUSAL, MODEL_SERVER
+from rfteval.judge import Judge
+from rfteval.providers.openai_provider import OpenAIProvider
+from rfteval.records import apply_grade, make_record
+from rfteval.retry import RetryPolicy
+from rfteval.sample import make_sample
+
+FAST = RetryPolicy(max_retries=2, base_s=0.001, max_backoff_s=0.01)
+
+CONFIG = {
+    "type": "score_model", "name": "judge", "model": "o4-mini-2025-04-16",
+    "input": [
+        {"role": "system", "content": "Score 1 if exact, 0.5 if similar in meaning, else 0."},
+        {"role": "user", "content": "Reference: {{ item.reference_answer }}. Model answer: {{ sample.output_text }}"},
+    ],
+    "range": [0, 1],
+    "sampling_params": {"max_completions_tokens": 2048, "top_p": 1, "reasoning_effort": "medium", "seed": 42,
+                        "temperature": 1},
+    "pass_threshold": 0.5,
+}
+
+
+def answer_responder(request):
+    """Scripted judge: the model answer is the number to return (or a literal payload after 'RAW:')."""
+    text = request.last_user_text()
+    answer = text.split("Model answer: ", 1)[1]
+    if answer.startswith("RAW:"):
+        return answer[4:]
+    if answer == "REFUSE":
+        return Reply(refusal="I will not grade this.")
+    if answer == "FAIL":
+        return Reply.error(500)
+    return json.dumps({"steps": [{"description": "compared", "conclusion": f"value {answer}"}],
+                       "result": float(answer)})
+
+
+def grade(server, config, outputs, item=None, **judge_kw):
+    item = item or {"id": "i1", "reference_answer": "42"}
+    judge_kw.setdefault("retry_policy", FAST)
+    with Judge(OpenAIProvider(server.base_url, api=judge_kw.pop("api", "chat")), **judge_kw) as judge, \
+            GradingEngine(parse_config(config), judge=judge) as engine:
+        return engine.grade_batch([(make_sample(o), item) for o in outputs])
+
+
+def test_request_carries_the_schema_the_sampling_params_and_the_rendered_messages(fake_openai):
+    fake_openai.responder = answer_responder
+    (result,) = grade(fake_openai, CONFIG, ["0.75"])
+    body = fake_openai.requests[0].body
+    assert body["model"] == "o4-mini-2025-04-16"
+    assert body["messages"] == [
+        {"role": "system", "content": "Score 1 if exact, 0.5 if similar in meaning, else 0."},
+        {"role": "user", "content": "Reference: 42. Model answer: 0.75"},
+    ]
+    rf = body["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
+    schema = rf["json_schema"]["schema"]
+    assert schema["properties"]["result"] == {"type": "number"}
+    assert schema["properties"]["steps"]["items"]["required"] == ["description", "conclusion"]
+    assert sorted(schema["required"]) == ["result", "steps"] and schema["additionalProperties"] is False
+    assert body["max_completion_tokens"] == 2048 and body["reasoning_effort"] == "medium"
+    assert body["seed"] == 42 and body["temperature"] == 1 and body["top_p"] == 1
+    assert result.score == 0.75 and result.error is None and result.passed is True
+    assert result.details["steps"] == [{"description": "compared", "conclusion": "value 0.75"}]
+    assert result.details["judge_model"] == "o4-mini-2025-04-16"
+
+
+def test_responses_api_carries_the_schema_in_text_format(fake_openai):
+    fake_openai.responder = answer_responder
+    (result,) = grade(fake_openai, CONFIG, ["0.25"], api="responses")
+    body = fake_openai.requests[0].body
+    fmt = body["text"]["format"]
+    assert fmt["type"] == "json_schema" and fmt["name"] == "score_model_result" and fmt["strict"] is True
+    assert body["reasoning"] == {"effort": "medium"} and body["max_output_tokens"] == 2048
+    assert result.score == 0.25 and result.passed is False
+
+
+@pytest.mark.parametrize("raw,expected,clipped", [("15", 10.0, True), ("-3", 0.0, True), ("7.5", 7.5, False),
+                                                  ("10", 10.0, False)])
+def test_result_is_clipped_to_range(fake_openai, raw, expected, clipped):
+    fake_openai.responder = answer_responder
+    config = {**CONFIG, "range": [0, 10], "pass_threshold": 7}
+    (result,) = grade(fake_openai, config, [raw])
+    assert result.error is None and result.score == expected
+    assert result.details["result"] == float(raw)
+    assert result.details.get("clipped", False) is clipped
+    assert result.passed is (expected >= 7)
+
+
+@pytest.mark.parametrize("payload,why", [
+    ("RAW:I would say seven", "not a JSON object"),
+    ('RAW:{"result": "seven", "steps": []}', "not a finite number"),
+    ('RAW:{"result": null, "steps": []}', "not a finite number"),
+    ('RAW:{"result": true, "steps": []}', "not a finite number"),
+    ('RAW:{"result": NaN, "steps": []}', "not a finite number"),
+    ('RAW:{"steps": []}', "not a finite number"),
+    ("RAW:[0.5]", "not a JSON object"),
+])
+def test_unparsable_or_non_numeric_answers_are_parse_errors_scoring_zero(fake_openai, payload, why):
+    fake_openai.responder = answer_responder
+    (result,) = grade(fake_openai, CONFIG, [payload])
+    assert result.score == 0.0 and result.error is not None
+    assert result.error.type == MODEL_PARSE and why in result.error.message
+    assert result.details["raw_answer"] == payload[4:]
+
+
+def test_lenient_json_in_a_code_fence_is_accepted(fake_openai):
+    fake_openai.responder = answer_responder
+    (result,) = grade(fake_openai, CONFIG, ['RAW:```json\n{"result": 0.6, "steps": []}\n```'])
+    assert result.error is None and result.score == 0.6
+
+
+def test_refusal_and_server_failure(fake_openai):
+    fake_openai.responder = answer_responder
+    refused, failed, fine = grade(fake_openai, CONFIG, ["REFUSE", "FAIL", "1"])
+    assert refused.error.type == MODEL_REFUSAL and refused.score == 0 and "will not grade" in refused.error.message
+    assert failed.error.type == MODEL_SERVER and failed.score == 0 and "500" in failed.error.message
+    assert fine.score == 1.0 and fine.error is None
+    fails = [r for r in fake_openai.requests if r.last_user_text().endswith("FAIL")]
+    assert len(fails) == 3  # one try + 2 retries
+
+
+def test_template_error_is_an_invalid_variable_and_sends_nothing(fake_openai):
+    config = {**CONFIG, "input": [{"role": "user", "content": "{{ item.missing }} {{ sample.output_text }}"}]}
+    (result,) = grade(fake_openai, config, ["1"])
+    assert result.error.type == INVALID_VARIABLE and "missing" in result.error.message
+    assert fake_openai.requests == []
+
+
+def test_without_a_judge_every_pair_is_a_counted_error():
+    with GradingEngine(parse_config(CONFIG)) as engine:
+        results = engine.grade_batch([(make_sample("1"), {"reference_answer": "1"})] * 2)
+    assert [r.error.type for r in results] == [MODEL_SERVER, MODEL_SERVER]
+
+
+def test_content_parts_and_developer_role_are_sent_in_chat_form(fake_openai):
+    fake_openai.responder = lambda r: json.dumps({"result": 1, "steps": []})
+    config = {**CONFIG, "input": [
+        {"role": "developer", "content": {"type": "input_text", "text": "Rubric for {{ item.id }}"}, "type": "message"},
+        {"role": "user", "content": [{"type": "input_text", "text": "Answer: "},
+                                     {"type": "input_text", "text": "{{ sample.output_text }}"}]},
+    ]}
+    grade(fake_openai, config, ["hello"])
+    assert fake_openai.requests[0].body["messages"] == [
+        {"role": "developer", "content": "Rubric for i1"}, {"role": "user", "content": "Answer: hello"}]
+
+
+def test_cache_hit_on_rerun_and_steps_on_the_record(fake_openai, tmp_path):
+    fake_openai.responder = answer_responder
+    cache = tmp_path / "judge.jsonl"
+    first = grade(fake_openai, CONFIG, ["0.5", "1"], cache_path=cache)
+    again = grade(fake_openai, CONFIG, ["0.5", "1"], cache_path=cache)
+    assert len(fake_openai.requests) == 2
+    assert [r.score for r in again] == [r.score for r in first] == [0.5, 1.0]
+    assert again[0].details["judge_cached"] is True and first[0].details["judge_cached"] is False
+    rec = apply_grade(make_record(run_id="r", model_label="base", model="m", item_id="i1", epoch=1,
+                                  output_text="0.5"), again[0])
+    assert rec["grade_details"]["steps"][0]["conclusion"] == "value 0.5"
+
+
+def test_changed_output_is_a_new_call(fake_openai, tmp_path):
+    fake_openai.responder = answer_responder
+    cache = tmp_path / "judge.jsonl"
+    grade(fake_openai, CONFIG, ["0.5"], cache_path=cache)
+    grade(fake_openai, CONFIG, ["0.6"], cache_path=cache)
+    assert len(fake_openai.requests) == 2
+
+
+def test_works_as_a_multi_sub_grader_next_to_label_model(fake_openai):
+    def responder(request):
+        schema_name = request.body["response_format"]["json_schema"]["name"]
+        if schema_name == "label_model_result":
+            return json.dumps({"steps": [], "label": "good"})
+        return json.dumps({"steps": [], "result": 0.4})
+
+    fake_openai.responder = responder
+    config = {
+        "type": "multi", "name": "both", "calculate_output": "0.5 * s + 0.5 * l",
+        "graders": {
+            "s": CONFIG,
+            "l": {"type": "label_model", "name": "l", "model": "gpt-4o-2024-08-06",
+                  "input": [{"role": "user", "content": "{{ sample.output_text }}"}],
+                  "labels": ["good", "bad"], "passing_labels": ["good"]},
+        },
+    }
+    (result,) = grade(fake_openai, config, ["anything"])
+    assert result.error is None
+    assert result.sub_scores == {"s": 0.4, "l": 1.0}
+    assert result.score == pytest.approx(0.7)
+    assert len(fake_openai.requests) == 2
+
+
+def test_judge_score_batch_keeps_the_old_contract(fake_openai):
+    fake_openai.responder = answer_responder
+    with Judge(OpenAIProvider(fake_openai.base_url), retry_policy=FAST) as judge:
+        (result,) = judge.score_batch(parse_config(CONFIG), [(make_sample("0.3"), {"reference_answer": "x"})])
+    assert result.score == 0.3 and re.search("Reference: x", fake_openai.requests[0].last_user_text())
