@@ -1,1 +1,106 @@
-"""Placeholder: being written."""
+"""`rfteval run`: every spec key is also a flag, and flags win; no spec file is needed at all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rfteval.cli import app
+from rfteval.status import ExitStatus
+
+_RUN_HELP = """Generate N epochs per model, grade every output, summarise; resumable.
+
+SPEC is an optional TOML file (see the README); every key in it can be given as a flag, and flags win.
+--model repeats: LABEL=MODEL for an OpenAI-compatible endpoint, LABEL=replay:FILE.jsonl for recorded
+outputs. Results go to --out (default runs/NAME); running the same command again resumes there.
+Exit codes: 0 done, 2 bad input or a refused endpoint (401, unknown model), 3 too many cells in error,
+130 interrupted (resumable).
+"""
+
+
+@app.command("run", help=_RUN_HELP, no_args_is_help=True)
+def run_command(
+    spec: Optional[Path] = typer.Argument(None, help="Eval spec (TOML). Optional: flags alone are enough."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="RFT dataset (JSONL)."),
+    grader: Optional[Path] = typer.Option(None, "--grader", help="Grader config (OpenAI format, JSON)."),
+    model: Optional[list[str]] = typer.Option(None, "--model", help="LABEL=MODEL or LABEL=replay:FILE.jsonl; "
+                                              "repeat it. The label names the output file."),
+    epochs: Optional[int] = typer.Option(None, "--epochs", help="Generations per item and model [default: 3]."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint [default: OpenAI]."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env",
+                                              help="Name of the env var holding the API key [default: OPENAI_API_KEY]."),
+    api: Optional[str] = typer.Option(None, "--api", help="chat or responses [default: chat]."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight [default: 32]."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries",
+                                              help="Retries on 429/5xx/timeouts per request [default: 10]."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Seconds per request [default: 600]."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory [default: runs/NAME]."),
+    name: Optional[str] = typer.Option(None, "--name", help="Run name [default: the dataset's file name]."),
+    temperature: Optional[float] = typer.Option(None, "--temperature"),
+    top_p: Optional[float] = typer.Option(None, "--top-p"),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", help="minimal, low, medium, high."),
+    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens"),
+    response_format: Optional[Path] = typer.Option(None, "--response-format",
+                                                   help="JSON schema file: structured outputs."),
+    max_error_rate: Optional[float] = typer.Option(None, "--max-error-rate",
+                                                   help="Exit 3 above this share of cells in error [default: 0.05]."),
+    grader_timeout: Optional[float] = typer.Option(None, "--grader-timeout",
+                                                   help="Seconds per python grader call [default: 120]."),
+    grader_memory: Optional[int] = typer.Option(None, "--grader-memory",
+                                                help="MB per python grader worker [default: 2048]."),
+    fresh: bool = typer.Option(False, "--fresh", help="Discard what --out holds and start over."),
+    per_item: bool = typer.Option(False, "--per-item", help="Also print each item's mean per model."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
+    checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
+) -> None:
+    from rich.console import Console
+
+    from rfteval.report.run_table import RichMonitor, print_run
+    from rfteval.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+    from rfteval.spec import build_spec, flag_overrides
+
+    overrides = flag_overrides(
+        models=model, dataset=_s(dataset), grader=_s(grader), epochs=epochs, base_url=base_url,
+        api_key_env=api_key_env, api=api, concurrency=concurrency, max_retries=max_retries, timeout=timeout,
+        out=_s(out), name=name, temperature=temperature, top_p=top_p, seed=seed, reasoning_effort=reasoning_effort,
+        max_output_tokens=max_output_tokens, response_format=_s(response_format), max_error_rate=max_error_rate,
+        grader_timeout=grader_timeout, grader_memory=grader_memory,
+    )
+    run_spec = build_spec(spec, overrides)
+    err = Console(stderr=True)
+    out_dir = run_spec.out_dir
+    if not quiet:
+        err.print(f"rfteval: {run_spec.run_name} -> {out_dir}", highlight=False)
+    monitor = RunMonitor() if quiet else RichMonitor(err)
+    try:
+        result = run_eval(run_spec, monitor, RunOptions(fresh=fresh, backoff_base_s=retry_base,
+                                                        checkpoint_s=checkpoint_s))
+    except FatalRunError as exc:
+        typer.echo(f"rfteval: {exc}", err=True)
+        typer.echo(f"rfteval: stopped; what was stored is kept in {out_dir}", err=True)
+        raise typer.Exit(ExitStatus.BAD_INPUT) from None
+    s = result.summary
+    if result.interrupted:
+        done = sum(t.records for t in result.totals.values())
+        typer.echo(f"rfteval: interrupted after {done} of {s['cells']} cells; every stored response is kept. "
+                   f"Resume with the same command (same --out {out_dir}); --fresh starts over.", err=True)
+        raise typer.Exit(ExitStatus.INTERRUPTED)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
+    print_run(result, console, per_item=per_item)
+    typer.echo(f"results: {out_dir}/ ({', '.join(f'{lb}.jsonl' for lb in result.totals)}, results.parquet, "
+               "summary.json)")
+    if result.exit_code == ExitStatus.INCOMPLETE:
+        typer.echo(f"rfteval: {s['errors']} of {s['cells']} cells ({s['error_rate']:.1%}) ended in error, above "
+                   f"--max-error-rate {s['max_error_rate']:.1%}; re-running the same command re-sends the failed "
+                   "requests", err=True)
+    raise typer.Exit(result.exit_code)
+
+
+def _s(path: Path | None) -> str | None:
+    return None if path is None else str(path)

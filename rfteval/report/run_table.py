@@ -1,0 +1,199 @@
+"""What `rfteval run` shows: a progress bar per model while it runs, then the models table and the delta."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from rfteval.runner import RunMonitor
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rfteval.runner import RunResult
+
+
+def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def fmt_ci(ci: list[float | None] | None, sign: bool = False) -> str:
+    if not ci or ci[0] is None or ci[1] is None:
+        return "n/a"
+    return f"[{fmt(ci[0], 3, sign)}, {fmt(ci[1], 3, sign)}]"
+
+
+def fmt_tokens(n: int) -> str:
+    if n >= 10_000_000:
+        return f"{n / 1e6:.0f}M"
+    if n >= 100_000:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:,}"
+
+
+def fmt_cost(usd: float | None) -> str:
+    if usd is None:
+        return "—"
+    return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
+
+
+def fmt_errors(by_type: dict[str, int]) -> str:
+    """'0', or '3 (generate:timeout 2, grade:python_grader_runtime_error 1)'."""
+    total = sum(by_type.values())
+    if not total:
+        return "0"
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items(), key=lambda kv: -kv[1]))
+    return f"{total} ({parts})"
+
+
+class RichMonitor(RunMonitor):
+    """One progress bar per model: done/total, rate, ETA, errors and retries. Updates are throttled."""
+
+    def __init__(self, console: Console | None = None, refresh_s: float = 0.1):
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        self.refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._counts: dict[str, dict[str, int]] = {}
+        self._tasks: dict[str, Any] = {}
+        self._last = 0.0
+        self.progress: Any = None
+
+    def start(self, totals: dict[str, int]) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(
+            TextColumn("{task.description:>10}"), BarColumn(bar_width=30), MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
+            TextColumn("errors {task.fields[errors]}  retries {task.fields[retries]}  cached {task.fields[cached]}"),
+            console=self.console, refresh_per_second=4, transient=False,
+        )
+        for label, total in totals.items():
+            self._counts[label] = {"done": 0, "errors": 0, "retries": 0, "cached": 0}
+            self._tasks[label] = self.progress.add_task(label, total=total, rate="", errors=0, retries=0, cached=0)
+        self._t0 = time.monotonic()
+        self.progress.start()
+
+    def advance(self, label: str, error: str | None = None, cached: bool = False) -> None:
+        c = self._counts[label]
+        c["done"] += 1
+        c["errors"] += error is not None
+        c["cached"] += cached
+        self._maybe_push()
+
+    def retry(self, label: str, kind: str) -> None:
+        self._counts[label]["retries"] += 1
+        self._maybe_push()
+
+    def _maybe_push(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.refresh_s:
+            return
+        self._last = now
+        with self._lock:
+            for label, c in self._counts.items():
+                fresh = c["done"] - c["cached"]
+                elapsed = max(now - self._t0, 1e-9)
+                rate = f"{fresh / elapsed:.1f}/s" if fresh else ""
+                self.progress.update(self._tasks[label], completed=c["done"], rate=rate, errors=c["errors"],
+                                     retries=c["retries"], cached=c["cached"])
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self._maybe_push(force=True)
+            self.progress.stop()
+
+
+def models_table(summary: dict[str, Any]) -> Table:
+    """Per model: mean of per-item means with its interval, counts, errors by kind, tokens, cost."""
+    from rich.table import Table
+
+    title = f"{summary['name']}: {summary['items']} items x {summary['epochs']} epochs, grader {summary['grader']['name']}"
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("model", "left"), ("mean", "right"), ("95% CI", "right"), ("items", "right"),
+                          ("records", "right"), ("errors", "left"), ("tokens in/out (reasoning)", "right"),
+                          ("cost", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for label, m in summary["models"].items():
+        tok = m["tokens"]
+        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})"
+        records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
+        table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"]), str(m["items"]), records,
+                      fmt_errors(m["errors"]["by_type"]), tokens, fmt_cost(m["cost_usd"]))
+    return table
+
+
+def deltas_table(summary: dict[str, Any]) -> Table | None:
+    """Each model against the baseline, paired over items (used when the compare renderer is unavailable)."""
+    from rich.table import Table
+
+    if not summary["deltas"]:
+        return None
+    table = Table(title="paired over items (candidate - baseline)", title_justify="left")
+    for name in ("comparison", "items", "delta", "95% CI", "p", "W/T/L", "MDE"):
+        table.add_column(name, justify="left" if name == "comparison" else "right")
+    for d in summary["deltas"].values():
+        table.add_row(f"{d['baseline']} -> {d['candidate']}", str(d["n"]), fmt(d["mean"], sign=True),
+                      fmt_ci(d["ci95"], sign=True), fmt(d.get("p_value")), f"{d['wins']}/{d['ties']}/{d['losses']}",
+                      fmt(d.get("mde")))
+    return table
+
+
+def per_item_table(result: RunResult) -> Table:
+    """Each item's mean over its epochs, per model, in dataset order (the way ChipStack reported it)."""
+    from rich.table import Table
+
+    labels = list(result.totals)
+    base = result.summary["baseline"]
+    table = Table(title=f"per item: mean over {result.summary['epochs']} epochs", title_justify="left")
+    table.add_column("item")
+    for label in labels:
+        table.add_column(label, justify="right")
+    others = [lb for lb in labels if lb != base]
+    for label in others:
+        table.add_column(f"{label} - {base}", justify="right")
+    first = result.totals[labels[0]]
+    for i, item_id in enumerate(first.item_ids):
+        means = {lb: result.totals[lb].item_means[i] for lb in labels}
+        row = [item_id] + [fmt(means[lb]) for lb in labels]
+        row += [fmt(means[lb] - means[base], sign=True) for lb in others]
+        table.add_row(*row)
+    return table
+
+
+def compare_renderables(result: RunResult, top: int = 0) -> list[Any]:
+    """The base -> tuned comparison as `rfteval compare` prints it, from the records just written."""
+    from rich.text import Text
+
+    from rfteval.compare import compare_paths
+    from rfteval.report.terminal import items_table, side_lines, summary_table
+
+    out: list[Any] = []
+    base = result.summary["baseline"]
+    for label in result.summary["deltas"]:
+        cmp = compare_paths(result.out_dir / f"{base}.jsonl", result.out_dir / f"{label}.jsonl")
+        out.append(summary_table(cmp))
+        out += [Text(line) for line in side_lines(cmp)]
+        if top:
+            out.append(items_table(cmp, top))
+    return out
+
+
+def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
+    console.print(models_table(result.summary))
+    if result.summary["deltas"]:
+        try:
+            parts = compare_renderables(result)
+        except Exception:  # noqa: BLE001 - the compare renderer is optional here; summary.json has the deltas
+            table = deltas_table(result.summary)
+            parts = [table] if table is not None else []
+        for part in parts:
+            console.print(part)
+    if per_item:
+        console.print(per_item_table(result))

@@ -1,0 +1,442 @@
+"""`rfteval run` as a library call: N epochs per model, graded while generating, stored before graded, resumable.
+
+One asyncio loop: a producer streams the dataset into a bounded queue, `concurrency` workers take cells from it
+(a cell is one (model, item, epoch)), look the cell up in the store, call the endpoint with retries when it is
+not there, append the response to the store, and hand it to the grading loops, which grade micro-batches in
+worker threads (GradingEngine.grade_batch is sync). Nothing holds the whole dataset or all records in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rfteval.dataset import Item, iter_items
+from rfteval.errors import InputError
+from rfteval.graders.base import OTHER, GradeOptions, GradeResult
+from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.sample import make_sample
+from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
+from rfteval.status import ExitStatus
+from rfteval.store import (
+    RESOLVED_SPEC, SUMMARY, Cell, LabelTotals, RunStore, grade_entry, is_reusable_grade, is_reusable_response,
+    response_entry, write_json_atomic, write_results, write_text_atomic,
+)
+
+
+@dataclass
+class RunOptions:
+    """Settings of one invocation that are not part of the evaluation itself."""
+
+    fresh: bool = False
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 60.0
+    grade_batch_size: int = 64
+    grade_parallel: int = 2  # micro-batches being graded at once (python graders: the pool runs each in parallel)
+    checkpoint_s: float = 60.0  # rewrite the result files this often while running (0: only at the end)
+    write_parquet: bool = True
+    handle_signals: bool = True
+
+
+class RunMonitor:
+    """What the runner reports while it runs; the terminal's progress bars implement it. No-ops here."""
+
+    def start(self, totals: dict[str, int]) -> None: ...
+
+    def advance(self, label: str, error: str | None = None, cached: bool = False) -> None: ...
+
+    def retry(self, label: str, kind: str) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class FatalRunError(Exception):
+    """An endpoint refused the whole run (401/403, unknown model): stop at once, say which model and why."""
+
+    def __init__(self, label: str, model: str, error: ProviderError):
+        self.label, self.model, self.error = label, model, error
+        super().__init__(f"model {label} ({model}): {error.kind}: {error}")
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    summary: dict[str, Any]
+    totals: dict[str, LabelTotals]
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return ExitStatus.INTERRUPTED
+        if self.summary["error_rate"] > self.summary["max_error_rate"]:
+            return ExitStatus.INCOMPLETE
+        return ExitStatus.SUCCESS
+
+
+@dataclass
+class _Job:
+    run: ModelRun
+    item: Item
+    epoch: int
+    request: GenerationRequest
+    key: str
+
+
+@dataclass
+class _Context:
+    spec: RunSpec
+    runs: list[ModelRun]
+    providers: dict[str, Provider]
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def jobs(self) -> Iterator[_Job]:
+        """Every cell in dataset order: item, then model, then epoch (so a partial run is still paired)."""
+        from rfteval.store import cell_key
+
+        for item in iter_items(self.spec.dataset):
+            for run in self.runs:
+                provider = self.providers[run.label]
+                ident = self.identities[run.label]
+                for epoch in range(1, self.spec.epochs + 1):
+                    req = GenerationRequest(model=run.model, messages=item.messages, sampling=run.sampling,
+                                            tools=item.tools, item_id=item.id, epoch=epoch)
+                    yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
+
+    def cells(self) -> Iterator[Cell]:
+        for job in self.jobs():
+            yield Cell(job.run.label, job.run.model, job.item.id, job.epoch, job.key)
+
+
+def count_items(dataset: str | Path) -> int:
+    """Validate the whole dataset before any request (a bad line is exit 2, not a half-paid run)."""
+    n = sum(1 for _ in iter_items(dataset))
+    if n == 0:
+        raise InputError("the dataset has no items", dataset)
+    return n
+
+
+def build_providers(runs: list[ModelRun]) -> dict[str, Provider]:
+    from rfteval.providers import make_provider
+
+    return {run.label: make_provider(run.provider, **run.settings) for run in runs}
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+class _Pipeline:
+    def __init__(self, ctx: _Context, store: RunStore, engine: Any, grader_hash: str, monitor: RunMonitor,
+                 opts: RunOptions, export: Any):
+        from rfteval.retry import RetryPolicy
+
+        self.ctx, self.store, self.engine, self.grader_hash = ctx, store, engine, grader_hash
+        self.monitor, self.opts, self.export = monitor, opts, export
+        spec = ctx.spec
+        self.policy = RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
+                                  max_backoff_s=opts.backoff_max_s)
+        self.n_workers = spec.concurrency
+        self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
+        self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
+            maxsize=opts.grade_batch_size * 4)
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._produce())
+            workers = [tg.create_task(self._work()) for _ in range(self.n_workers)]
+            graders = [tg.create_task(self._grade_loop()) for _ in range(self.opts.grade_parallel)]
+            background = tg.create_task(self._checkpoints()) if self.opts.checkpoint_s > 0 else None
+            await asyncio.gather(*workers)
+            for _ in graders:
+                await self.grading.put(None)
+            await asyncio.gather(*graders)
+            if background is not None:
+                background.cancel()
+
+    async def _produce(self) -> None:
+        for job in self.ctx.jobs():
+            await self.jobs.put(job)
+        for _ in range(self.n_workers):
+            await self.jobs.put(None)
+
+    async def _work(self) -> None:
+        while (job := await self.jobs.get()) is not None:
+            await self._cell(job)
+
+    async def _cell(self, job: _Job) -> None:
+        label = job.run.label
+        entry = self.store.get_response(job.key)
+        cached = is_reusable_response(entry)
+        if not cached:
+            entry = await self._generate(job)
+            self.store.put_response(entry)  # stored (and flushed) before it is graded
+        assert entry is not None
+        if entry["error"]:
+            self.monitor.advance(label, error=entry["error"]["type"], cached=cached)
+            return
+        grade = self.store.get_grade(job.key, self.grader_hash)
+        if is_reusable_grade(grade):
+            self.monitor.advance(label, error=(grade["error"] or {}).get("type"), cached=cached)
+            return
+        await self.grading.put((job, entry, cached))
+
+    async def _generate(self, job: _Job) -> dict[str, Any]:
+        from rfteval.retry import call_with_retries
+
+        run = job.run
+        provider = self.ctx.providers[run.label]
+        attempts = 0
+        started = 0.0
+
+        async def attempt() -> Any:
+            nonlocal attempts, started
+            attempts += 1
+            started = time.perf_counter()
+            return await provider.generate(job.request, self.ctx.spec.timeout)
+
+        def on_retry(n: int, exc: BaseException, wait: float) -> None:
+            self.monitor.retry(run.label, getattr(exc, "kind", "error"))
+
+        common = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
+                      session=self.store.session)
+        try:
+            gen = await call_with_retries(attempt, self.policy, on_retry)
+        except ProviderError as exc:
+            if exc.fatal:
+                raise FatalRunError(run.label, run.model, exc) from None
+            return response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
+                                  latency_s=round(time.perf_counter() - started, 4))
+        except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
+            return response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
+                                  attempts=attempts)
+        return response_entry(**common, generation=gen, attempts=attempts,
+                              latency_s=round(time.perf_counter() - started, 4))
+
+    async def _grade_loop(self) -> None:
+        done = False
+        while not done:
+            first = await self.grading.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.opts.grade_batch_size and not self.grading.empty():
+                nxt = self.grading.get_nowait()
+                if nxt is None:
+                    done = True
+                    break
+                batch.append(nxt)
+            pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]), j.item.data)
+                     for j, e, _ in batch]
+            try:
+                results = await asyncio.to_thread(self.engine.grade_batch, pairs)
+                if len(results) != len(pairs):
+                    raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
+            except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run
+                results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
+                           for _ in pairs]
+            for (job, _, cached), result in zip(batch, results):
+                self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
+                self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
+
+    async def _checkpoints(self) -> None:
+        """Rewrite the result files now and then, so a long run shows its results so far."""
+        interval = self.opts.checkpoint_s
+        while True:
+            await asyncio.sleep(interval)
+            reader = self.store.reader()
+            t0 = time.monotonic()
+            try:
+                await asyncio.to_thread(self.export, reader)
+            finally:
+                reader.close()
+            interval = max(self.opts.checkpoint_s, 10 * (time.monotonic() - t0))  # never more than ~10% of the time
+
+
+# ---------------------------------------------------------------- one run, start to end
+
+
+def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
+             providers: dict[str, Provider] | None = None) -> RunResult:
+    """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError."""
+    from rfteval.graders.engine import GradingEngine
+    from rfteval.graders.loader import load_grader
+    from rfteval.pricing import price_table
+
+    monitor = monitor or RunMonitor()
+    opts = options or RunOptions()
+    runs = resolve_models(spec)
+    grader = load_grader(spec.grader)
+    grader_hash = config_hash(grader.model_dump(mode="json"))
+    n_items = count_items(spec.dataset)
+    providers = providers if providers is not None else build_providers(runs)
+    ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
+    labels = [r.label for r in runs]
+    out_dir = spec.out_dir
+    interrupted = False
+    export_lock = threading.Lock()
+    store = RunStore(out_dir, fresh=opts.fresh)
+    engine = None
+    try:
+        write_text_atomic(out_dir / RESOLVED_SPEC, to_toml(spec))
+        engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
+                                                    python_memory_mb=spec.grader_memory))
+
+        def export(reader: Any) -> dict[str, LabelTotals]:
+            with export_lock:
+                totals = write_results(out_dir, ctx.cells(), reader, grader_hash, store.run_id, labels,
+                                       session=store.session, parquet=opts.write_parquet)
+                write_json_atomic(out_dir / SUMMARY, build_summary(spec, runs, totals, grader, grader_hash,
+                                                                   store.run_id, n_items, False, prices))
+                return totals
+
+        prices = price_table(spec.pricing)
+        monitor.start({label: n_items * spec.epochs for label in labels})
+        pipeline = _Pipeline(ctx, store, engine, grader_hash, monitor, opts, export)
+        try:
+            interrupted = _run_loop(pipeline, opts.handle_signals, providers)
+        finally:
+            monitor.stop()
+        store.commit()
+        with export_lock:
+            reader = store.reader()
+            try:
+                totals = write_results(out_dir, ctx.cells(), reader, grader_hash, store.run_id, labels,
+                                       session=store.session, parquet=opts.write_parquet)
+            finally:
+                reader.close()
+            summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
+                                    not interrupted, prices)
+            write_json_atomic(out_dir / SUMMARY, summary)
+        return RunResult(out_dir, summary, totals, interrupted)
+    finally:
+        if engine is not None:
+            engine.close()
+        store.close()
+
+
+def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider]) -> bool:
+    """Run the pipeline; True when Ctrl-C (or SIGTERM) stopped it. A fatal endpoint error raises."""
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stopped = False
+
+        def on_signal() -> None:
+            nonlocal stopped
+            stopped = True
+            task.cancel()
+            for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C is Python's own
+                loop.remove_signal_handler(sig)
+
+        installed = []
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, on_signal)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        try:
+            await pipeline.run()
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+        except BaseExceptionGroup as group:
+            fatal = group.subgroup(FatalRunError)
+            if fatal is not None:
+                raise _first(fatal) from None
+            raise _first(group) from None
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            for provider in providers.values():
+                try:
+                    await provider.aclose()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+        return stopped
+
+    return asyncio.run(main())
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+# ---------------------------------------------------------------- summary.json
+
+
+def _clean(value: Any) -> Any:
+    """NaN and inf become null: summary.json stays strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def baseline_label(labels: list[str]) -> str:
+    """The model the others are compared against: the one labelled `base`, else the first."""
+    return "base" if "base" in labels else labels[0]
+
+
+def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: Any,
+                  grader_hash: str, run_id: str, n_items: int, complete: bool,
+                  prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Per model: mean of per-item means with its interval, counts, tokens, cost; paired deltas vs the baseline."""
+    from rfteval.pricing import cost_usd
+    from rfteval.records import now_iso
+    from rfteval.stats import paired_delta, side_summary
+
+    models: dict[str, Any] = {}
+    for run in runs:
+        t = totals[run.label]
+        means = [m for m in t.item_means if not math.isnan(m)]
+        side = side_summary(means) if means else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
+        models[run.label] = {
+            "model": run.model, "provider": run.provider,
+            "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
+            "mean": side["mean"], "se": side["se"], "ci95": side["ci95"], "items": side["items"],
+            "records": t.records, "cells": t.cells, "cached": t.cached,
+            "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
+            "error_rate": t.error_count / t.cells if t.cells else 0.0,
+            "tokens": {"input": t.input_tokens, "output": t.output_tokens, "reasoning": t.reasoning_tokens},
+            "cost_usd": cost_usd(run.model, t.input_tokens, t.output_tokens, prices),
+        }
+    labels = [r.label for r in runs]
+    base = baseline_label(labels)
+    deltas: dict[str, Any] = {}
+    for label in labels:
+        if label == base:
+            continue
+        b, c = totals[base].item_means, totals[label].item_means
+        pairs = [(x, y) for x, y in zip(b, c) if not (math.isnan(x) or math.isnan(y))]
+        if not pairs:
+            continue
+        d = paired_delta([x for x, _ in pairs], [y for _, y in pairs])
+        deltas[label] = {"baseline": base, "candidate": label, **d}
+    cells = sum(t.cells for t in totals.values())
+    errors = sum(t.error_count for t in totals.values())
+    missing = sum(t.cells - t.records for t in totals.values())
+    return _clean({
+        "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
+        "dataset": spec.dataset, "items": n_items, "epochs": spec.epochs,
+        "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},
+        "baseline": base, "models": models, "deltas": deltas,
+        "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
+        "max_error_rate": spec.max_error_rate, "finished_at": now_iso(),
+    })

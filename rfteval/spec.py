@@ -1,0 +1,430 @@
+"""The eval spec (TOML) merged with flags, validated once, so a run is fully described by one object.
+
+Paths in a spec file are relative to that file; paths given as flags are relative to the working directory.
+Flags win over the file key by key. Errors name the spec file, the line of the key when it can be found, and
+the key (or the flag).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rfteval.errors import InputError
+from rfteval.providers.base import Sampling
+
+REPLAY_PREFIX = "replay:"
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+# Flag spelling of every spec key, for error messages about values that came from the command line.
+FLAG_NAMES = {
+    ("name",): "--name", ("dataset",): "--dataset", ("grader",): "--grader", ("epochs",): "--epochs",
+    ("out",): "--out", ("concurrency",): "--concurrency", ("max_retries",): "--max-retries",
+    ("timeout",): "--timeout", ("max_error_rate",): "--max-error-rate", ("grader_timeout",): "--grader-timeout",
+    ("grader_memory",): "--grader-memory", ("endpoint", "base_url"): "--base-url",
+    ("endpoint", "api_key_env"): "--api-key-env", ("endpoint", "api"): "--api",
+    **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError(f"must be an http(s) URL, got {value!r}")
+    return value.rstrip("/") if value else value
+
+
+def _check_env_name(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+        raise ValueError("must be the NAME of an environment variable (the key itself never goes in a file)")
+    return value
+
+
+class EndpointSpec(_Strict):
+    base_url: str | None = None  # None: OpenAI's
+    api_key_env: str = "OPENAI_API_KEY"  # the name of the variable; the key itself never goes in a file
+    api: Literal["chat", "responses"] = "chat"
+
+    _url = field_validator("base_url")(_check_url)
+    _env = field_validator("api_key_env")(_check_env_name)
+
+
+class SamplingSpec(_Strict):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+    reasoning_effort: str | None = None
+    max_output_tokens: int | None = Field(None, gt=0)
+    response_format: str | None = None  # a JSON schema file → structured outputs
+
+    @field_validator("reasoning_effort")
+    @classmethod
+    def _effort(cls, value: str | None) -> str | None:
+        if value is not None and value not in REASONING_EFFORTS:
+            raise ValueError(f"must be one of {', '.join(REASONING_EFFORTS)}, got {value!r}")
+        return value
+
+
+class ModelSpec(SamplingSpec):
+    """One model under test; endpoint and sampling keys here override the shared ones."""
+
+    model: str | None = Field(None, min_length=1)  # a model name, or "replay:PATH" for recorded outputs
+    replay: str | None = None  # recorded outputs (JSONL) served in place of the endpoint
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api: Literal["chat", "responses"] | None = None
+
+    _url = field_validator("base_url")(_check_url)
+    _env = field_validator("api_key_env")(_check_env_name)
+
+    @model_validator(mode="after")
+    def _model_or_replay(self) -> ModelSpec:
+        if self.model is None and self.replay is None:
+            raise ValueError("needs `model` (a model name or replay:PATH) or `replay` (a recordings file)")
+        return self
+
+
+class PriceSpec(_Strict):
+    """USD per million tokens; reasoning tokens are billed as output tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+
+
+class RunSpec(_Strict):
+    name: str | None = None
+    dataset: str
+    grader: str
+    epochs: int = Field(3, ge=1, le=1000)
+    out: str | None = None  # default runs/<name>
+    endpoint: EndpointSpec = Field(default_factory=EndpointSpec)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    models: dict[str, ModelSpec] = Field(min_length=1)
+    concurrency: int = Field(32, ge=1, le=4096)
+    max_retries: int = Field(10, ge=0, le=100)
+    timeout: float = Field(600.0, gt=0)
+    max_error_rate: float = Field(0.05, ge=0, le=1)
+    grader_timeout: float = Field(120.0, gt=0)
+    grader_memory: int = Field(2048, ge=16)
+    pricing: dict[str, PriceSpec] = Field(default_factory=dict)
+
+    @field_validator("models")
+    @classmethod
+    def _labels(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for label in value:
+            if not LABEL_RE.match(label):
+                raise ValueError(f"label {label!r}: use letters, digits, '_', '-', '.' (it names the output file)")
+        return value
+
+    @property
+    def run_name(self) -> str:
+        return self.name or Path(self.dataset).stem
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("runs") / self.run_name
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """One model resolved for the runner: how to reach it and how to sample it."""
+
+    label: str
+    model: str  # as recorded in each record's `model`
+    provider: Literal["openai", "replay"]
+    settings: dict[str, Any]  # make_provider(provider, **settings)
+    sampling: Sampling
+
+
+# ---------------------------------------------------------------- reading and merging
+
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
+_KEYLINE = re.compile(r"^\s*([A-Za-z0-9_\-.\"' :]+?)\s*=")
+
+
+def _split_key(text: str) -> list[str]:
+    parts = re.findall(r'"([^"]*)"|\'([^\']*)\'|([^.\s]+)', text)
+    return [a or b or c for a, b, c in parts]
+
+
+def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The TOML line defining `loc` (table headers followed), or of its table when the key is absent."""
+    want = [str(p) for p in loc if not isinstance(p, int)]
+    table: list[str] = []
+    best = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _HEADER.match(line)
+        if m:
+            table = _split_key(m.group(1))
+            if table == want[: len(table)] and best is None and len(table) == len(want) - 1:
+                best = lineno  # fall back to the table's header
+            continue
+        m = _KEYLINE.match(line)
+        if m and table + _split_key(m.group(1)) == want:
+            return lineno
+    return best
+
+
+def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The raw spec table with its paths made absolute; InputError naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a TOML spec", path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", path) from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(f"invalid TOML: {exc}", path, int(m.group(1)) if m else None) from None
+    return absolutize(raw, path.resolve().parent), text
+
+
+def _abs(value: Any, base: Path) -> Any:
+    if not isinstance(value, str) or not value:
+        return value
+    return str((base / value).resolve()) if not Path(value).is_absolute() else value
+
+
+def _abs_model(value: Any, base: Path) -> Any:
+    if isinstance(value, str) and value.startswith(REPLAY_PREFIX):
+        return REPLAY_PREFIX + _abs(value[len(REPLAY_PREFIX):], base)
+    return value
+
+
+def absolutize(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Make the path-valued keys of a raw spec (or of flag overrides) absolute against `base`."""
+    raw = json.loads(json.dumps(raw, default=str))  # a deep copy of plain data
+    for key in ("dataset", "grader", "out"):
+        if key in raw:
+            raw[key] = _abs(raw[key], base)
+    if isinstance(raw.get("sampling"), dict) and "response_format" in raw["sampling"]:
+        raw["sampling"]["response_format"] = _abs(raw["sampling"]["response_format"], base)
+    for m in (raw.get("models") or {}).values() if isinstance(raw.get("models"), dict) else ():
+        if isinstance(m, dict):
+            if "model" in m:
+                m["model"] = _abs_model(m["model"], base)
+            if "replay" in m:
+                m["replay"] = _abs(m["replay"], base)
+            if "response_format" in m:
+                m["response_format"] = _abs(m["response_format"], base)
+    return raw
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_model_flag(value: str) -> tuple[str, str]:
+    """`LABEL=MODEL` (or `LABEL=replay:PATH`) from a --model flag."""
+    label, sep, model = value.partition("=")
+    label, model = label.strip(), model.strip()
+    if not sep or not label or not model:
+        raise InputError(f"expected LABEL=MODEL (e.g. base=gpt-4o-mini or tuned=replay:FILE.jsonl), got {value!r}",
+                         field="--model")
+    if not LABEL_RE.match(label):
+        raise InputError(f"label {label!r}: use letters, digits, '_', '-', '.' (it names the output file)",
+                         field="--model")
+    return label, model
+
+
+def flag_overrides(
+    *, models: list[str] | None = None, cwd: Path | None = None, **flags: Any
+) -> dict[str, Any]:
+    """Turn CLI flag values (None = not given) into a raw-spec-shaped dict of overrides."""
+    over: dict[str, Any] = {}
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in ("base_url", "api_key_env", "api"):
+            over.setdefault("endpoint", {})[key] = value
+        elif key in SAMPLING_KEYS:
+            over.setdefault("sampling", {})[key] = value
+        else:
+            over[key] = value
+    if models:
+        table: dict[str, Any] = {}
+        for spec in models:
+            label, model = parse_model_flag(spec)
+            if label in table:
+                raise InputError(f"label {label!r} given twice", field="--model")
+            table[label] = {"model": model}
+        over["models"] = table
+    return absolutize(over, cwd or Path.cwd())
+
+
+def build_spec(
+    spec_path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> RunSpec:
+    """Read the spec file (if any), apply flag overrides, validate once; errors name the key or flag."""
+    raw: dict[str, Any] = {}
+    text = ""
+    if spec_path is not None:
+        raw, text = read_spec_file(spec_path)
+    overrides = overrides or {}
+    merged = deep_merge(raw, overrides)
+    for req, flag in (("dataset", "--dataset"), ("grader", "--grader"), ("models", "--model")):
+        if req not in merged:
+            hint = f"set `{req}` in the spec or pass {flag}" if spec_path else f"pass {flag} (or a spec file)"
+            raise InputError(f"missing: {hint}", spec_path, field=req)
+    try:
+        return RunSpec.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if _from_flags(overrides, loc) or spec_path is None:
+            flag = FLAG_NAMES.get(loc, "--model" if loc[:1] == ("models",) else None)
+            field = flag or ".".join(map(str, loc))
+            raise InputError(msg, field=field) from None
+        dotted = ".".join(map(str, loc))
+        raise InputError(msg, spec_path, _line_of_key(text, loc), dotted) from None
+
+
+def _from_flags(overrides: dict[str, Any], loc: tuple[Any, ...]) -> bool:
+    node: Any = overrides
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+# ---------------------------------------------------------------- resolution
+
+
+def load_response_format_file(path: str | Path) -> dict[str, Any]:
+    """A JSON schema file → Sampling.response_format {"name", "schema", "strict"}.
+
+    Accepts a bare JSON schema, the wrapper {"name", "schema", "strict"?}, or the full
+    {"type": "json_schema", "json_schema": {...}} as the Chat API spells it.
+    """
+    from rfteval.graders.loader import read_json_file
+
+    obj, _ = read_json_file(path)
+    if not isinstance(obj, dict):
+        raise InputError("a response format must be a JSON object (a JSON schema)", path)
+    return normalize_response_format(obj, path)
+
+
+def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[str, Any]:
+    if obj.get("type") == "json_schema" and isinstance(obj.get("json_schema"), dict):
+        obj = obj["json_schema"]
+    if "schema" in obj and isinstance(obj["schema"], dict):
+        out = {"name": str(obj.get("name") or "response"), "schema": obj["schema"]}
+        out["strict"] = bool(obj.get("strict", True))
+        return out
+    if "type" in obj or "properties" in obj or "$schema" in obj:
+        return {"name": "response", "schema": obj, "strict": True}
+    raise InputError("not a JSON schema (expected a schema object, or {name, schema, strict})", source)
+
+
+def resolve_models(spec: RunSpec) -> list[ModelRun]:
+    """Per model: provider kind and settings, and the shared sampling with this model's overrides."""
+    formats: dict[str, dict[str, Any]] = {}
+    job_format = None
+    if spec.sampling.response_format is None:
+        from rfteval.graders.loader import load_response_format
+
+        job_format = load_response_format(spec.grader)  # a fine-tuning job file carries its own
+    runs = []
+    for label, m in spec.models.items():
+        values = {k: getattr(spec.sampling, k) for k in SAMPLING_KEYS}
+        values.update({k: getattr(m, k) for k in SAMPLING_KEYS if k in m.model_fields_set})
+        rf_path = values.pop("response_format")
+        rf = None
+        if rf_path:
+            if rf_path not in formats:
+                formats[rf_path] = load_response_format_file(rf_path)
+            rf = formats[rf_path]
+        elif job_format is not None:
+            rf = normalize_response_format(job_format, spec.grader)
+        sampling = Sampling(response_format=rf, **values)
+        replay, model = m.replay, m.model
+        if model is not None and model.startswith(REPLAY_PREFIX):
+            replay = model[len(REPLAY_PREFIX):]
+            if not replay:
+                raise InputError("replay: needs a path (replay:FILE.jsonl)", field=f"models.{label}.model")
+            model = REPLAY_PREFIX + Path(replay).name
+        if replay is not None:
+            runs.append(ModelRun(label, model or REPLAY_PREFIX + Path(replay).name, "replay", {"path": replay},
+                                 sampling))
+            continue
+        assert model is not None
+        settings = {
+            "base_url": m.base_url or spec.endpoint.base_url,
+            "api_key_env": m.api_key_env or spec.endpoint.api_key_env,
+            "api": m.api or spec.endpoint.api,
+        }
+        runs.append(ModelRun(label, m.model, "openai", settings, sampling))
+    return runs
+
+
+def config_hash(obj: Any) -> str:
+    """A short stable hash of plain data (canonical JSON)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- spec.resolved.toml
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(type(value))
+
+
+def _toml_key(key: str) -> str:
+    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else json.dumps(key)
+
+
+def to_toml(spec: RunSpec) -> str:
+    """The merged spec as TOML (absolute paths, defaults filled in); it re-runs the same evaluation."""
+    data = spec.model_dump(mode="json", exclude_none=True)
+    data["name"] = spec.run_name
+    data["out"] = str(spec.out_dir.resolve())
+    lines = ["# Written by rfteval run: the spec after flags and defaults. API keys are never stored here,",
+             "# only the name of the environment variable holding one.", ""]
+    tables = {k: data.pop(k) for k in ("endpoint", "sampling", "models", "pricing") if k in data}
+    for k, v in data.items():
+        lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for name in ("endpoint", "sampling"):
+        if tables.get(name):
+            lines += ["", f"[{name}]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in tables[name].items()]
+    for table in ("models", "pricing"):
+        for label, body in (tables.get(table) or {}).items():
+            lines += ["", f"[{table}.{_toml_key(label)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in body.items()]
+    return "\n".join(lines) + "\n"

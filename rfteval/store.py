@@ -1,0 +1,488 @@
+"""The run directory: response cache, grades, resume, and the result files built from them.
+
+DIR/store/responses.jsonl and DIR/store/grades.jsonl are append-only and flushed after every line: they are
+the truth, and what a resumed run reads. DIR/store/index.sqlite is derived from them (a key → entry index, so
+memory stays flat with dataset size) and is rebuilt or caught up from the logs whenever it lags behind them.
+DIR/<label>.jsonl, DIR/results.parquet and DIR/summary.json are rewritten atomically from the store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sqlite3
+import time
+import uuid
+from array import array
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rfteval.errors import InputError
+from rfteval.records import dumps_record, make_record, now_iso
+
+STORE = "store"
+RESPONSES = "responses.jsonl"
+GRADES = "grades.jsonl"
+INDEX = "index.sqlite"
+RUN_FILE = "run.json"
+RESULTS = "results.parquet"
+SUMMARY = "summary.json"
+RESOLVED_SPEC = "spec.resolved.toml"
+# Failures that are a property of the response itself: stored as final, never re-sent on resume.
+FINAL_GENERATION_ERRORS = frozenset({"refusal"})
+# Grading failures of the grading machinery rather than of the output: re-graded on resume.
+TRANSIENT_GRADE_ERRORS = frozenset({"python_grader_server_error", "model_grader_server_error"})
+
+
+def cell_key(identity: dict[str, Any], body: dict[str, Any], epoch: int) -> str:
+    """The cache key of one (endpoint, request, epoch): epochs are independent samples, never each other's hit."""
+    text = json.dumps({"identity": identity, "body": body, "epoch": int(epoch)}, sort_keys=True,
+                      separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+class _Log:
+    """One append-only JSONL file; a torn last line (a kill mid-write) is cut off on open."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.touch(exist_ok=True)
+        self._trim_torn_tail()
+        self.fh = open(path, "a", encoding="utf-8")
+
+    def _trim_torn_tail(self) -> None:
+        size = self.path.stat().st_size
+        if not size:
+            return
+        with open(self.path, "rb+") as fh:
+            fh.seek(max(0, size - 1))
+            if fh.read(1) == b"\n":
+                return
+            # scan back to the last newline and truncate after it
+            pos = size
+            chunk = 65536
+            while pos > 0:
+                start = max(0, pos - chunk)
+                fh.seek(start)
+                data = fh.read(pos - start)
+                nl = data.rfind(b"\n")
+                if nl >= 0:
+                    fh.truncate(start + nl + 1)
+                    return
+                pos = start
+            fh.truncate(0)
+
+    def append(self, obj: dict[str, Any]) -> None:
+        self.fh.write(_dumps(obj) + "\n")
+        self.fh.flush()
+
+    def size(self) -> int:
+        return self.fh.tell()
+
+    def sync(self) -> None:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def iter_log(path: Path, start: int = 0) -> Iterator[dict[str, Any]]:
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break
+            try:
+                yield json.loads(raw)
+            except ValueError:
+                continue  # never produced by rfteval; skip rather than lose the rest
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, ok INTEGER NOT NULL, entry TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS grades (key TEXT NOT NULL, grader TEXT NOT NULL, entry TEXT NOT NULL,
+                                   PRIMARY KEY (key, grader));
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+# A stored response is never replaced by a later error; an error is replaced by whatever comes next.
+_PUT_RESPONSE = ("INSERT INTO responses VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
+                 "SET ok = excluded.ok, entry = excluded.entry WHERE responses.ok = 0")
+_PUT_GRADE = "INSERT OR REPLACE INTO grades VALUES (?, ?, ?)"
+
+
+def _is_final(entry: dict[str, Any]) -> int:
+    err = entry.get("error")
+    return 1 if not err or err.get("type") in FINAL_GENERATION_ERRORS else 0
+
+
+class RunStore:
+    """The store of one run directory, held by one process at a time (a lock file says which)."""
+
+    def __init__(self, out_dir: str | Path, fresh: bool = False, commit_every: int = 256, commit_s: float = 1.0):
+        self.dir = Path(out_dir)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise InputError("exists and is not a directory", self.dir, field="--out")
+        self.store_dir = self.dir / STORE
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fh = open(self.store_dir / "lock", "a+")
+        try:
+            fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_fh.close()
+            raise InputError("another rfteval run is using this run directory", self.dir, field="--out") from None
+        if fresh:
+            self._wipe()
+        self.run_id = self._run_id()
+        self.session = uuid.uuid4().hex[:12]  # this invocation: a response from another one is `cached`
+        self.responses = _Log(self.store_dir / RESPONSES)
+        self.grades = _Log(self.store_dir / GRADES)
+        self.db = sqlite3.connect(self.store_dir / INDEX)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=OFF")  # the index is derived; the logs are the truth
+        self.db.executescript(_SCHEMA)
+        self._catch_up()
+        self._pending = 0
+        self._last_commit = time.monotonic()
+        self.commit_every = commit_every
+        self.commit_s = commit_s
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _wipe(self) -> None:
+        """--fresh: remove what rfteval wrote here, and nothing else."""
+        for name in (RESPONSES, GRADES, INDEX, INDEX + "-wal", INDEX + "-shm"):
+            (self.store_dir / name).unlink(missing_ok=True)
+        for name in (RUN_FILE, RESULTS, SUMMARY, RESOLVED_SPEC):
+            (self.dir / name).unlink(missing_ok=True)
+        for path in self.dir.glob("*.jsonl"):
+            if _looks_like_records(path):
+                path.unlink()
+
+    def _run_id(self) -> str:
+        path = self.dir / RUN_FILE
+        if path.exists():
+            try:
+                return str(json.loads(path.read_text())["run_id"])
+            except (ValueError, KeyError, TypeError):
+                pass
+        run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"run_id": run_id, "created_at": now_iso()}) + "\n")
+        tmp.replace(path)
+        return run_id
+
+    def _catch_up(self) -> None:
+        """Index whatever the logs hold beyond what the index has seen; rebuild when the logs shrank."""
+        meta = dict(self.db.execute("SELECT name, value FROM meta").fetchall())
+        for name, log in (("responses", self.responses), ("grades", self.grades)):
+            size = log.size()
+            seen = meta.get(name, 0)
+            if seen > size:  # the log was replaced: start the index over
+                self.db.execute(f"DELETE FROM {name}")
+                seen = 0
+            if seen < size:
+                for entry in iter_log(log.path, seen):
+                    self._index(name, entry)
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, size))
+        self.db.commit()
+
+    def _index(self, table: str, entry: dict[str, Any]) -> None:
+        if table == "responses":
+            self.db.execute(_PUT_RESPONSE, (entry["key"], _is_final(entry), _dumps(entry)))
+        else:
+            self.db.execute(_PUT_GRADE, (entry["key"], entry["grader"], _dumps(entry)))
+
+    def commit(self) -> None:
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('responses', ?)", (self.responses.size(),))
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('grades', ?)", (self.grades.size(),))
+        self.db.commit()
+        self._pending = 0
+        self._last_commit = time.monotonic()
+
+    def _maybe_commit(self) -> None:
+        self._pending += 1
+        if self._pending >= self.commit_every or time.monotonic() - self._last_commit > self.commit_s:
+            self.commit()
+
+    def close(self) -> None:
+        if getattr(self, "db", None) is None:
+            return
+        self.commit()
+        self.responses.sync()
+        self.grades.sync()
+        self.responses.close()
+        self.grades.close()
+        self.db.close()
+        self.db = None  # type: ignore[assignment]
+        self._lock_fh.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ responses and grades
+
+    def put_response(self, entry: dict[str, Any]) -> None:
+        """Append (and flush) before anything else happens to it: a response is never paid for twice."""
+        self.responses.append(entry)
+        self._index("responses", entry)
+        self._maybe_commit()
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT entry FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put_grade(self, entry: dict[str, Any]) -> None:
+        self.grades.append(entry)
+        self._index("grades", entry)
+        self._maybe_commit()
+
+    def get_grade(self, key: str, grader: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT entry FROM grades WHERE key = ? AND grader = ?", (key, grader)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def reader(self) -> StoreReader:
+        """A read-only view on its own connection (for exports from another thread); commits first."""
+        self.commit()
+        return StoreReader(self.store_dir / INDEX)
+
+
+class StoreReader:
+    def __init__(self, path: Path):
+        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+
+    def get_response(self, key: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT entry FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def get_grade(self, key: str, grader: str) -> dict[str, Any] | None:
+        row = self.db.execute("SELECT entry FROM grades WHERE key = ? AND grader = ?", (key, grader)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def is_reusable_response(entry: dict[str, Any] | None) -> bool:
+    """A stored entry that resume keeps: a response, or a failure that re-sending cannot change."""
+    return entry is not None and bool(_is_final(entry))
+
+
+def is_reusable_grade(entry: dict[str, Any] | None) -> bool:
+    if entry is None:
+        return False
+    err = entry.get("error")
+    return not err or err.get("type") not in TRANSIENT_GRADE_ERRORS
+
+
+def _looks_like_records(path: Path) -> bool:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            first = fh.readline()
+        row = json.loads(first) if first.strip() else {}
+        return isinstance(row, dict) and "run_id" in row and "model_label" in row and "epoch" in row
+    except (OSError, ValueError):
+        return False
+
+
+# ---------------------------------------------------------------- entries
+
+
+def response_entry(
+    *, key: str, label: str, model: str, item_id: str, epoch: int, generation: Any = None,
+    error: tuple[str, str] | None = None, latency_s: float | None = None, attempts: int = 1, session: str = "",
+) -> dict[str, Any]:
+    """One line of responses.jsonl: a Generation, or the error that ended the cell."""
+    entry: dict[str, Any] = {"key": key, "label": label, "model": model, "item_id": item_id, "epoch": int(epoch)}
+    if generation is not None:
+        entry.update({
+            "output_text": generation.output_text, "output_tools": generation.output_tools or None,
+            "output_json": generation.output_json, "choices": generation.choices, "usage": generation.usage,
+            "finish_reason": generation.finish_reason, "error": None,
+        })
+    else:
+        entry.update({"output_text": None, "output_tools": None, "output_json": None, "choices": None,
+                      "usage": None, "finish_reason": None, "error": {"type": error[0], "message": error[1]}})
+    entry.update({"latency_s": latency_s, "attempts": attempts, "session": session, "at": now_iso()})
+    return entry
+
+
+def grade_entry(key: str, grader: str, result: Any) -> dict[str, Any]:
+    err = result.error
+    return {
+        "key": key, "grader": grader, "score": float(result.score), "sub_scores": result.sub_scores,
+        "error": {"type": err.type, "message": err.message} if err else None, "passed": result.passed,
+        "stdout": result.stdout or None, "details": result.details, "at": now_iso(),
+    }
+
+
+def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int, response: dict[str, Any] | None,
+                 grade: dict[str, Any] | None, cached: bool = False) -> dict[str, Any] | None:
+    """The record of one cell from its stored response and grade; None when the cell has no response yet."""
+    if response is None:
+        return None
+    gen_err = response.get("error")
+    rec = make_record(
+        run_id=run_id, model_label=label, model=model, item_id=item_id, epoch=epoch,
+        output_text=response.get("output_text"), output_json=response.get("output_json"),
+        output_tools=response.get("output_tools"), usage=response.get("usage"), latency_s=response.get("latency_s"),
+        cached=cached, error={"stage": "generate", **gen_err} if gen_err else None,
+    )
+    if gen_err:
+        rec["score"] = 0.0  # OpenAI's rule for a failure; the error stays on the record and is counted
+        rec["finished_at"] = response.get("at") or rec["finished_at"]
+        return rec
+    if grade is None:
+        return None  # generated, not graded yet: not a result
+    rec["score"] = float(grade["score"])
+    rec["sub_scores"] = grade.get("sub_scores")
+    rec["passed"] = grade.get("passed")
+    rec["grader_stdout"] = grade.get("stdout")
+    rec["grade_details"] = grade.get("details")
+    err = grade.get("error")
+    rec["error"] = {"stage": "grade", **err} if err else None
+    rec["finished_at"] = grade.get("at") or rec["finished_at"]
+    return rec
+
+
+# ---------------------------------------------------------------- result files
+
+
+@dataclass
+class Cell:
+    """One (model, item, epoch) of the run, in dataset order, with its cache key."""
+
+    label: str
+    model: str
+    item_id: str
+    epoch: int
+    key: str
+
+
+@dataclass
+class LabelTotals:
+    """What summary.json needs about one model, accumulated while the records stream past."""
+
+    cells: int = 0
+    records: int = 0
+    errors: Counter = field(default_factory=Counter)  # "stage:type" → count
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached: int = 0
+    item_ids: list[str] = field(default_factory=list)  # items in dataset order
+    item_means: array = field(default_factory=lambda: array("d"))  # NaN: no record for the item yet
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+
+def _add_usage(t: LabelTotals, usage: dict[str, Any] | None) -> None:
+    if usage:
+        t.input_tokens += int(usage.get("input_tokens") or 0)
+        t.output_tokens += int(usage.get("output_tokens") or 0)
+        t.reasoning_tokens += int(usage.get("reasoning_tokens") or 0)
+
+
+def write_results(
+    out_dir: Path, cells: Iterable[Cell], reader: Any, grader: str, run_id: str, labels: list[str],
+    session: str | None = None, parquet: bool = True, batch_rows: int = 2048,
+) -> dict[str, LabelTotals]:
+    """Rewrite DIR/<label>.jsonl and DIR/results.parquet from the store, streaming; return the totals.
+
+    `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly.
+    """
+    from rfteval.records import arrow_schema, to_arrow
+
+    totals = {label: LabelTotals() for label in labels}
+    tmp_paths = {label: out_dir / f"{label}.jsonl.tmp" for label in labels}
+    files = {label: open(path, "w", encoding="utf-8") for label, path in tmp_paths.items()}
+    writer = None
+    pq_tmp = out_dir / (RESULTS + ".tmp")
+    if parquet:
+        import pyarrow.parquet as pq
+
+        writer = pq.ParquetWriter(pq_tmp, arrow_schema())
+    batch: list[dict[str, Any]] = []
+    current: dict[str, tuple[str, float, int]] = {}  # label → (item_id, score sum, count)
+
+    def close_item(label: str) -> None:
+        item_id, total, n = current.pop(label)
+        t = totals[label]
+        t.item_ids.append(item_id)
+        t.item_means.append(total / n if n else float("nan"))
+
+    try:
+        for cell in cells:
+            t = totals[cell.label]
+            cur = current.get(cell.label)
+            if cur is not None and cur[0] != cell.item_id:
+                close_item(cell.label)
+                cur = None
+            if cur is None:
+                current[cell.label] = cur = (cell.item_id, 0.0, 0)
+            t.cells += 1
+            response = reader.get_response(cell.key)
+            grade = reader.get_grade(cell.key, grader) if response and not response.get("error") else None
+            cached = bool(response and session and response.get("session") != session)
+            rec = build_record(run_id, cell.label, cell.model, cell.item_id, cell.epoch, response, grade, cached)
+            if rec is None:
+                continue
+            t.records += 1
+            t.cached += cached
+            _add_usage(t, rec.get("usage"))
+            if rec["error"]:
+                t.errors[f"{rec['error']['stage']}:{rec['error']['type']}"] += 1
+            current[cell.label] = (cur[0], cur[1] + rec["score"], cur[2] + 1)
+            files[cell.label].write(dumps_record(rec) + "\n")
+            if writer is not None:
+                batch.append(rec)
+                if len(batch) >= batch_rows:
+                    writer.write_table(to_arrow(batch))
+                    batch.clear()
+        for label in list(current):
+            close_item(label)
+        if writer is not None and batch:
+            writer.write_table(to_arrow(batch))
+    except BaseException:
+        for fh in files.values():
+            fh.close()
+        for path in tmp_paths.values():
+            path.unlink(missing_ok=True)
+        if writer is not None:
+            writer.close()
+            pq_tmp.unlink(missing_ok=True)
+        raise
+    for fh in files.values():
+        fh.close()
+    for label, path in tmp_paths.items():
+        path.replace(out_dir / f"{label}.jsonl")
+    if writer is not None:
+        writer.close()
+        pq_tmp.replace(out_dir / RESULTS)
+    return totals
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)

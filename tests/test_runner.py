@@ -1,0 +1,284 @@
+"""The runner against an in-memory provider: counts, retries, fatal errors, resume and re-grading."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+from rfteval.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+from rfteval.spec import RunSpec, build_spec, flag_overrides
+from rfteval.status import ExitStatus
+
+N_ITEMS = 6
+EPOCHS = 3
+
+
+def base_answer(item: int, epoch: int) -> str:
+    return "right" if (item + epoch) % 3 else "wrong"
+
+
+def tuned_answer(item: int, epoch: int) -> str:
+    return "wrong" if item == 0 else "right"
+
+
+class FakeProvider:
+    """Answers by (item, epoch); `fail(request, attempt)` may raise a ProviderError for an attempt."""
+
+    def __init__(self, answer: Callable[[int, int], str], fail: Callable[[GenerationRequest, int], None] | None = None,
+                 delay_s: float = 0.0):
+        self.answer, self.fail, self.delay_s = answer, fail, delay_s
+        self.calls: list[tuple[str, int]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def identity(self) -> dict[str, Any]:
+        return {"provider": "fake"}
+
+    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+        return {"model": request.model, "messages": request.messages, "temperature": request.sampling.temperature}
+
+    async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+        self.calls.append((request.item_id, request.epoch))
+        attempt = sum(1 for c in self.calls if c == (request.item_id, request.epoch))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay_s)
+            if self.fail is not None:
+                self.fail(request, attempt)
+            text = self.answer(int(request.item_id), request.epoch)
+            return Generation(output_text=text, usage={"input_tokens": 10, "output_tokens": 4, "reasoning_tokens": 2})
+        finally:
+            self.in_flight -= 1
+
+    async def aclose(self) -> None:
+        pass
+
+
+class Counting(RunMonitor):
+    def __init__(self) -> None:
+        self.totals: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+        self.errors: dict[str, int] = {}
+        self.retries: dict[str, int] = {}
+        self.cached = 0
+
+    def start(self, totals: dict[str, int]) -> None:
+        self.totals = dict(totals)
+
+    def advance(self, label: str, error: str | None = None, cached: bool = False) -> None:
+        self.done[label] = self.done.get(label, 0) + 1
+        self.errors[label] = self.errors.get(label, 0) + (error is not None)
+        self.cached += cached
+
+    def retry(self, label: str, kind: str) -> None:
+        self.retries[label] = self.retries.get(label, 0) + 1
+
+
+def write_grader(path: Path, operation: str = "eq") -> Path:
+    path.write_text(json.dumps({"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}",
+                                "reference": "{{ item.reference_answer }}", "operation": operation}))
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    with open(tmp_path / "items.jsonl", "w") as fh:
+        for i in range(N_ITEMS):
+            fh.write(json.dumps({"id": str(i), "messages": [{"role": "user", "content": f"q{i}"}],
+                                 "reference_answer": "right"}) + "\n")
+    write_grader(tmp_path / "grader.json")
+    return tmp_path
+
+
+def make_spec(d: Path, labels: tuple[str, ...] = ("base", "tuned"), **flags: Any) -> RunSpec:
+    flags.setdefault("epochs", EPOCHS)
+    return build_spec(None, flag_overrides(models=[f"{lb}=m-{lb}" for lb in labels], dataset=str(d / "items.jsonl"),
+                                           grader=str(d / "grader.json"), out=str(d / "run"), cwd=d, **flags))
+
+
+OPTS = RunOptions(backoff_base_s=0.001, handle_signals=False)
+
+
+def run(spec: RunSpec, providers: dict[str, FakeProvider], monitor: RunMonitor | None = None,
+        opts: RunOptions = OPTS) -> Any:
+    return run_eval(spec, monitor, opts, providers=providers)  # type: ignore[arg-type]
+
+
+def records(d: Path, label: str) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (d / "run" / f"{label}.jsonl").read_text().splitlines()]
+
+
+def expected_mean(answer: Callable[[int, int], str]) -> float:
+    return statistics.fmean(statistics.fmean(answer(i, e) == "right" for e in range(1, EPOCHS + 1))
+                            for i in range(N_ITEMS))
+
+
+def test_every_cell_once_epochs_independent_and_summary(workdir: Path) -> None:
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    mon = Counting()
+    result = run(make_spec(workdir), {"base": base, "tuned": tuned}, mon)
+    assert result.exit_code == ExitStatus.SUCCESS
+    cells = {(str(i), e) for i in range(N_ITEMS) for e in range(1, EPOCHS + 1)}
+    assert sorted(base.calls) == sorted(cells) and sorted(tuned.calls) == sorted(cells)
+    assert mon.totals == {"base": N_ITEMS * EPOCHS, "tuned": N_ITEMS * EPOCHS} and mon.done == mon.totals
+    recs = records(workdir, "base")
+    assert [(r["item_id"], r["epoch"]) for r in recs] == [(str(i), e) for i in range(N_ITEMS) for e in (1, 2, 3)]
+    assert [r["output_text"] for r in recs] == [base_answer(i, e) for i in range(N_ITEMS) for e in (1, 2, 3)]
+    assert {r["run_id"] for r in recs} == {result.summary["run_id"]}
+    s = result.summary
+    assert s["complete"] and s["cells"] == 2 * N_ITEMS * EPOCHS and s["errors"] == 0
+    assert s["models"]["base"]["mean"] == pytest.approx(expected_mean(base_answer))
+    assert s["models"]["tuned"]["mean"] == pytest.approx(expected_mean(tuned_answer))
+    assert s["models"]["base"]["tokens"] == {"input": 10 * 18, "output": 4 * 18, "reasoning": 2 * 18}
+    delta = s["deltas"]["tuned"]
+    assert delta["baseline"] == "base" and delta["n"] == N_ITEMS
+    assert delta["mean"] == pytest.approx(expected_mean(tuned_answer) - expected_mean(base_answer))
+    on_disk = json.loads((workdir / "run" / "summary.json").read_text())
+    assert on_disk["models"]["tuned"]["mean"] == pytest.approx(s["models"]["tuned"]["mean"])
+    assert (workdir / "run" / "spec.resolved.toml").exists() and (workdir / "run" / "results.parquet").exists()
+
+
+def test_concurrency_is_bounded(workdir: Path) -> None:
+    base = FakeProvider(base_answer, delay_s=0.01)
+    run(make_spec(workdir, ("base",), concurrency=3), {"base": base})
+    assert base.max_in_flight == 3
+    assert len(base.calls) == N_ITEMS * EPOCHS
+
+
+def test_resume_sends_nothing_twice_and_marks_cached(workdir: Path) -> None:
+    run(make_spec(workdir), {"base": FakeProvider(base_answer), "tuned": FakeProvider(tuned_answer)})
+    first = records(workdir, "base")
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    mon = Counting()
+    result = run(make_spec(workdir), {"base": base, "tuned": tuned}, mon)
+    assert base.calls == [] and tuned.calls == []
+    assert mon.cached == 2 * N_ITEMS * EPOCHS
+    again = records(workdir, "base")
+    assert [r["score"] for r in again] == [r["score"] for r in first]
+    assert all(r["cached"] for r in again) and result.summary["models"]["base"]["cached"] == N_ITEMS * EPOCHS
+    grades = (workdir / "run/store/grades.jsonl").read_text().splitlines()
+    assert len(grades) == 2 * N_ITEMS * EPOCHS  # nothing graded twice
+
+
+def test_more_epochs_only_sends_the_new_ones(workdir: Path) -> None:
+    run(make_spec(workdir, ("base",)), {"base": FakeProvider(base_answer)})
+    base = FakeProvider(base_answer)
+    run(make_spec(workdir, ("base",), epochs=4), {"base": base})
+    assert sorted(base.calls) == [(str(i), 4) for i in range(N_ITEMS)]
+    assert len(records(workdir, "base")) == N_ITEMS * 4
+
+
+def test_a_changed_request_is_a_new_cell(workdir: Path) -> None:
+    run(make_spec(workdir, ("base",)), {"base": FakeProvider(base_answer)})
+    base = FakeProvider(base_answer)
+    run(make_spec(workdir, ("base",), temperature=0.2), {"base": base})
+    assert len(base.calls) == N_ITEMS * EPOCHS
+
+
+def test_changed_grader_regrades_without_requests(workdir: Path) -> None:
+    run(make_spec(workdir), {"base": FakeProvider(base_answer), "tuned": FakeProvider(tuned_answer)})
+    write_grader(workdir / "grader.json", operation="ne")  # now "right" scores 0
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    result = run(make_spec(workdir), {"base": base, "tuned": tuned})
+    assert base.calls == [] and tuned.calls == []
+    assert result.summary["models"]["base"]["mean"] == pytest.approx(1 - expected_mean(base_answer))
+    assert [r["score"] for r in records(workdir, "base")] == [
+        float(base_answer(i, e) != "right") for i in range(N_ITEMS) for e in (1, 2, 3)]
+    grades = (workdir / "run/store/grades.jsonl").read_text().splitlines()
+    assert len(grades) == 2 * 2 * N_ITEMS * EPOCHS
+
+
+def test_retries_on_rate_limit_then_success(workdir: Path) -> None:
+    def fail(req: GenerationRequest, attempt: int) -> None:
+        if req.item_id == "2" and req.epoch == 1 and attempt <= 2:
+            raise ProviderError("rate_limit", "HTTP 429", status=429, retry_after=0.01)
+
+    base = FakeProvider(base_answer, fail)
+    mon = Counting()
+    result = run(make_spec(workdir, ("base",)), {"base": base}, mon)
+    assert mon.retries == {"base": 2} and result.summary["errors"] == 0
+    assert base.calls.count(("2", 1)) == 3
+    entry = [json.loads(x) for x in (workdir / "run/store/responses.jsonl").read_text().splitlines()
+             if json.loads(x)["item_id"] == "2" and json.loads(x)["epoch"] == 1]
+    assert len(entry) == 1 and entry[0]["attempts"] == 3 and entry[0]["error"] is None
+
+
+def test_retries_run_out_then_the_cell_is_an_error_and_resume_resends_it(workdir: Path) -> None:
+    def fail(req: GenerationRequest, attempt: int) -> None:
+        if req.item_id == "0":
+            raise ProviderError("server", "HTTP 503: overloaded", status=503)
+
+    base = FakeProvider(base_answer, fail)
+    result = run(make_spec(workdir, ("base",), max_retries=2), {"base": base})
+    assert base.calls.count(("0", 1)) == 3  # 1 try + 2 retries
+    assert result.summary["errors"] == EPOCHS
+    assert result.summary["models"]["base"]["errors"]["by_type"] == {"generate:server": EPOCHS}
+    assert result.exit_code == ExitStatus.INCOMPLETE  # 3 of 18 cells > 5%
+    bad = [r for r in records(workdir, "base") if r["item_id"] == "0"]
+    assert all(r["score"] == 0.0 and r["error"]["stage"] == "generate" for r in bad)
+    # the endpoint recovers: only the failed cells are sent again
+    healthy = FakeProvider(base_answer)
+    result = run(make_spec(workdir, ("base",)), {"base": healthy})
+    assert sorted(healthy.calls) == [("0", 1), ("0", 2), ("0", 3)]
+    assert result.exit_code == ExitStatus.SUCCESS and len(records(workdir, "base")) == N_ITEMS * EPOCHS
+
+
+def test_bad_request_is_not_retried(workdir: Path) -> None:
+    def fail(req: GenerationRequest, attempt: int) -> None:
+        if req.item_id == "1" and req.epoch == 2:
+            raise ProviderError("bad_request", "HTTP 400: context too long", status=400)
+
+    base = FakeProvider(base_answer, fail)
+    result = run(make_spec(workdir, ("base",), max_error_rate=0.5), {"base": base})
+    assert base.calls.count(("1", 2)) == 1
+    assert result.summary["errors"] == 1 and result.exit_code == ExitStatus.SUCCESS
+
+
+def test_fatal_error_stops_the_run_at_once(workdir: Path) -> None:
+    def fail(req: GenerationRequest, attempt: int) -> None:
+        raise ProviderError("auth", "HTTP 401: Incorrect API key provided", status=401)
+
+    base = FakeProvider(base_answer, fail, delay_s=0.01)
+    with pytest.raises(FatalRunError) as err:
+        run(make_spec(workdir, ("base",), concurrency=2), {"base": base})
+    assert "model base (m-base): auth: HTTP 401" in str(err.value)
+    assert len(base.calls) <= 2  # only what was in flight
+    assert not (workdir / "run" / "base.jsonl").exists()
+
+
+def test_a_provider_bug_is_one_failed_cell(workdir: Path) -> None:
+    def fail(req: GenerationRequest, attempt: int) -> None:
+        if req.item_id == "3" and req.epoch == 3:
+            raise ValueError("unexpected")
+
+    result = run(make_spec(workdir, ("base",), max_error_rate=1), {"base": FakeProvider(base_answer, fail)})
+    assert result.summary["models"]["base"]["errors"]["by_type"] == {"generate:internal": 1}
+
+
+def test_a_grader_crash_fails_its_cells_not_the_run(workdir: Path, monkeypatch) -> None:
+    from rfteval.graders.engine import GradingEngine
+
+    def boom(self: Any, pairs: Any) -> Any:
+        raise RuntimeError("grader exploded")
+
+    monkeypatch.setattr(GradingEngine, "grade_batch", boom)
+    result = run(make_spec(workdir, ("base",)), {"base": FakeProvider(base_answer)})
+    recs = records(workdir, "base")
+    assert len(recs) == N_ITEMS * EPOCHS
+    assert all(r["error"]["stage"] == "grade" and "grader exploded" in r["error"]["message"] for r in recs)
+    assert result.exit_code == ExitStatus.INCOMPLETE
+
+
+def test_three_models_compare_against_base(workdir: Path) -> None:
+    providers = {"a": FakeProvider(tuned_answer), "base": FakeProvider(base_answer), "c": FakeProvider(tuned_answer)}
+    result = run(make_spec(workdir, ("a", "base", "c")), providers)
+    assert result.summary["baseline"] == "base"
+    assert sorted(result.summary["deltas"]) == ["a", "c"]

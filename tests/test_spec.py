@@ -1,0 +1,213 @@
+"""The eval spec: TOML and flags merged key by key, validated once, errors naming file, line and key."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from rfteval.errors import InputError
+from rfteval.spec import (
+    build_spec, flag_overrides, normalize_response_format, parse_model_flag, resolve_models, to_toml,
+)
+
+SPEC = """\
+name = "chipstack-vip"
+dataset = "items.jsonl"          # relative to the spec file
+grader = "grader.json"
+epochs = 3
+
+[endpoint]
+base_url = "http://127.0.0.1:8000/v1"
+api_key_env = "MY_KEY"
+api = "chat"
+
+[sampling]
+temperature = 1.0
+reasoning_effort = "medium"
+max_output_tokens = 4096
+response_format = "schema.json"
+
+[models.base]
+model = "o3-mini"
+
+[models.tuned]
+model = "ft:o3-mini:acme::abc123"
+base_url = "http://127.0.0.1:9000/v1"
+temperature = 0.5
+
+[pricing."ft:o3-mini"]
+input = 2.0
+output = 8.0
+"""
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+          "additionalProperties": False}
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "evals"
+    d.mkdir()
+    (d / "spec.toml").write_text(SPEC)
+    (d / "schema.json").write_text(json.dumps(SCHEMA))
+    (d / "grader.json").write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
+                                               "reference": "{{ item.ref }}", "operation": "eq"}))
+    return d
+
+
+def test_spec_file_paths_are_relative_to_the_file(spec_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # not the spec's folder
+    spec = build_spec(spec_dir / "spec.toml")
+    assert spec.dataset == str(spec_dir / "items.jsonl")
+    assert spec.grader == str(spec_dir / "grader.json")
+    assert spec.sampling.response_format == str(spec_dir / "schema.json")
+    assert spec.epochs == 3 and spec.concurrency == 32 and spec.max_retries == 10 and spec.timeout == 600
+    assert spec.max_error_rate == 0.05
+    assert spec.out_dir == Path("runs") / "chipstack-vip"
+    assert spec.pricing["ft:o3-mini"].input == 2.0
+
+
+def test_flags_win_key_by_key(spec_dir: Path) -> None:
+    over = flag_overrides(models=["tuned=ft:o3-mini:acme::new"], epochs=5, base_url="http://127.0.0.1:7/v1",
+                          concurrency=4, temperature=None)
+    spec = build_spec(spec_dir / "spec.toml", over)
+    assert spec.epochs == 5 and spec.concurrency == 4
+    assert spec.endpoint.base_url == "http://127.0.0.1:7/v1"
+    assert spec.endpoint.api_key_env == "MY_KEY"  # untouched keys of the same table stay
+    assert spec.models["tuned"].model == "ft:o3-mini:acme::new"
+    assert spec.models["tuned"].base_url == "http://127.0.0.1:9000/v1"  # the model's own endpoint stays
+    assert spec.models["base"].model == "o3-mini"  # a model not named by a flag stays
+    assert spec.sampling.temperature == 1.0  # None means "flag not given"
+
+
+def test_flags_alone_are_a_complete_spec(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    over = flag_overrides(models=["base=gpt-4o-mini", "tuned=ft:gpt-4o-mini:x::y"], dataset="d.jsonl",
+                          grader="g.json", epochs=3, base_url="http://127.0.0.1:8000/v1/", concurrency=32,
+                          out="results")
+    spec = build_spec(None, over)
+    assert list(spec.models) == ["base", "tuned"]
+    assert spec.dataset == str(tmp_path / "d.jsonl")  # flag paths: relative to the working directory
+    assert spec.out_dir == tmp_path / "results"
+    assert spec.endpoint.base_url == "http://127.0.0.1:8000/v1"  # trailing slash dropped
+    assert spec.run_name == "d"
+
+
+def test_resolve_models_merges_sampling_and_endpoints(spec_dir: Path) -> None:
+    runs = {r.label: r for r in resolve_models(build_spec(spec_dir / "spec.toml"))}
+    base, tuned = runs["base"], runs["tuned"]
+    assert base.provider == tuned.provider == "openai"
+    assert base.settings == {"base_url": "http://127.0.0.1:8000/v1", "api_key_env": "MY_KEY", "api": "chat"}
+    assert tuned.settings["base_url"] == "http://127.0.0.1:9000/v1"
+    assert base.sampling.temperature == 1.0 and tuned.sampling.temperature == 0.5
+    assert tuned.sampling.reasoning_effort == "medium" and tuned.sampling.max_output_tokens == 4096
+    assert base.sampling.response_format == {"name": "response", "schema": SCHEMA, "strict": True}
+
+
+def test_replay_models(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.json").write_text('{"type": "string_check", "name": "g", "input": "a", "reference": "a", '
+                                     '"operation": "eq"}')
+    over = flag_overrides(models=["base=replay:rec/base.jsonl"], dataset="d.jsonl", grader="g.json")
+    (run,) = resolve_models(build_spec(None, over))
+    assert run.provider == "replay"
+    assert run.settings == {"path": str(tmp_path / "rec" / "base.jsonl")}
+    assert run.model == "replay:base.jsonl"
+    # the spec form can name the model the recordings stand for
+    (tmp_path / "s.toml").write_text('dataset = "d.jsonl"\ngrader = "g.json"\n[models.tuned]\n'
+                                     'model = "o3-mini"\nreplay = "rec/tuned.jsonl"\n')
+    (run,) = resolve_models(build_spec(tmp_path / "s.toml"))
+    assert (run.provider, run.model, run.settings) == ("replay", "o3-mini", {"path": str(tmp_path / "rec/tuned.jsonl")})
+
+
+def test_unknown_key_names_file_line_and_key(spec_dir: Path) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.replace("epochs = 3", "epochs = 3\nepoch_count = 4"))
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.file == path and err.value.line == 5 and err.value.field == "epoch_count"
+    assert str(err.value).startswith(f"{path}:5: epoch_count: ")
+
+
+def test_bad_value_in_a_table_names_its_line(spec_dir: Path) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.replace("temperature = 0.5", "temperature = 7"))
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.field == "models.tuned.temperature"
+    assert err.value.line == SPEC.splitlines().index("temperature = 0.5") + 1
+
+
+def test_bad_flag_is_named_as_the_flag(spec_dir: Path) -> None:
+    with pytest.raises(InputError) as err:
+        build_spec(spec_dir / "spec.toml", flag_overrides(epochs=0))
+    assert err.value.field == "--epochs" and err.value.file is None
+    with pytest.raises(InputError) as err:
+        build_spec(spec_dir / "spec.toml", flag_overrides(api="completions"))
+    assert err.value.field == "--api"
+
+
+def test_the_key_itself_is_refused_in_a_file(spec_dir: Path) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.replace('api_key_env = "MY_KEY"', 'api_key = "sk-secret-123"'))
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.field == "endpoint.api_key" and "sk-secret-123" not in str(err.value)
+    path.write_text(SPEC.replace('api_key_env = "MY_KEY"', 'api_key_env = "sk-secret-123"'))
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert "NAME of an environment variable" in str(err.value)
+
+
+@pytest.mark.parametrize("flag", ["base", "=gpt-4o", "base=", "bad label=gpt-4o", "../x=gpt-4o"])
+def test_bad_model_flag(flag: str) -> None:
+    with pytest.raises(InputError) as err:
+        parse_model_flag(flag)
+    assert err.value.field == "--model"
+
+
+def test_duplicate_label_and_missing_keys(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="given twice"):
+        flag_overrides(models=["a=x", "a=y"])
+    with pytest.raises(InputError) as err:
+        build_spec(None, flag_overrides(grader="g.json", models=["a=x"]))
+    assert err.value.field == "dataset" and "--dataset" in str(err.value)
+
+
+def test_invalid_toml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('dataset = "d.jsonl"\ngrader = \n')
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.file == path and err.value.line == 2
+
+
+def test_resolved_toml_round_trips(spec_dir: Path) -> None:
+    spec = build_spec(spec_dir / "spec.toml")
+    text = to_toml(spec)
+    again = tomllib.loads(text)
+    assert again["models"]["tuned"] == {"model": "ft:o3-mini:acme::abc123", "base_url": "http://127.0.0.1:9000/v1",
+                                        "temperature": 0.5}
+    assert again["endpoint"]["api_key_env"] == "MY_KEY"
+    resolved = spec_dir / "spec.resolved.toml"
+    resolved.write_text(text)
+    assert build_spec(resolved).model_dump() == {**spec.model_dump(), "name": "chipstack-vip",
+                                                 "out": str(spec.out_dir.resolve())}
+
+
+@pytest.mark.parametrize("given", [
+    SCHEMA,
+    {"name": "answer", "schema": SCHEMA},
+    {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}},
+])
+def test_response_format_shapes(given: dict) -> None:
+    rf = normalize_response_format(given)
+    assert rf["schema"] == SCHEMA and rf["strict"] is True and rf["name"] in ("answer", "response")
+
+
+def test_response_format_not_a_schema(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="not a JSON schema"):
+        normalize_response_format({"foo": 1}, tmp_path / "x.json")

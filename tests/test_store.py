@@ -1,0 +1,191 @@
+"""The run directory store: append-only logs are the truth, the index follows them, results stream out."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from rfteval.errors import InputError
+from rfteval.graders.base import GradeError, GradeResult
+from rfteval.providers.base import Generation
+from rfteval.store import (
+    Cell, RunStore, build_record, cell_key, grade_entry, is_reusable_grade, is_reusable_response, response_entry,
+    write_results,
+)
+
+IDENT = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "api": "chat"}
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def ok(key: str, text: str = "out", label: str = "base", item: str = "1", epoch: int = 1, session: str = "s") -> dict:
+    gen = Generation(output_text=text, usage={"input_tokens": 3, "output_tokens": 5, "reasoning_tokens": 1})
+    return response_entry(key=key, label=label, model="m", item_id=item, epoch=epoch, generation=gen, latency_s=0.1,
+                          session=session)
+
+
+def failed(key: str, kind: str = "server", item: str = "1", epoch: int = 1) -> dict:
+    return response_entry(key=key, label="base", model="m", item_id=item, epoch=epoch, error=(kind, "HTTP 500: boom"))
+
+
+def test_cell_key_separates_epochs_endpoints_and_requests() -> None:
+    k = cell_key(IDENT, BODY, 1)
+    assert k == cell_key(dict(reversed(list(IDENT.items()))), BODY, 1)  # key order does not matter
+    assert k != cell_key(IDENT, BODY, 2)
+    assert k != cell_key({**IDENT, "base_url": "http://127.0.0.1:2/v1"}, BODY, 1)
+    assert k != cell_key(IDENT, {**BODY, "temperature": 0.5}, 1)
+    assert k != cell_key(IDENT, {**BODY, "model": "m2"}, 1)
+
+
+def test_responses_persist_and_a_response_is_never_replaced_by_an_error(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run") as store:
+        store.put_response(failed("a"))
+        assert not is_reusable_response(store.get_response("a"))  # an error is retried on resume
+        store.put_response(ok("a", "first"))
+        store.put_response(failed("a"))
+        store.put_response(ok("b", "bee"))
+        run_id = store.run_id
+    with RunStore(tmp_path / "run") as store:
+        assert store.run_id == run_id
+        assert store.get_response("a")["output_text"] == "first"
+        assert store.get_response("b")["output_text"] == "bee"
+        assert store.get_response("c") is None
+    lines = (tmp_path / "run/store/responses.jsonl").read_text().splitlines()
+    assert len(lines) == 4  # append-only: every attempt's outcome is in the log
+
+
+def test_refusal_is_final(tmp_path: Path) -> None:
+    assert is_reusable_response(failed("a", "refusal"))
+    assert not is_reusable_response(failed("a", "timeout"))
+    assert is_reusable_grade({"error": {"type": "python_grader_runtime_error"}})
+    assert not is_reusable_grade({"error": {"type": "python_grader_server_error"}})
+    assert not is_reusable_grade(None)
+
+
+def test_index_is_rebuilt_and_caught_up_from_the_logs(tmp_path: Path) -> None:
+    with RunStore(tmp_path) as store:
+        store.put_response(ok("a"))
+        store.put_grade(grade_entry("a", "g1", GradeResult(0.5)))
+    # the index is lost: rebuilt from the logs
+    for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
+        (tmp_path / "store" / name).unlink(missing_ok=True)
+    with RunStore(tmp_path) as store:
+        assert store.get_response("a")["output_text"] == "out"
+        assert store.get_grade("a", "g1")["score"] == 0.5
+    # lines the index never saw (a kill between the log write and the index commit) are picked up
+    with open(tmp_path / "store/responses.jsonl", "a") as fh:
+        fh.write(json.dumps(ok("late")) + "\n")
+    with RunStore(tmp_path) as store:
+        assert store.get_response("late") is not None
+
+
+def test_a_torn_last_line_is_cut_off(tmp_path: Path) -> None:
+    with RunStore(tmp_path) as store:
+        store.put_response(ok("a"))
+    log = tmp_path / "store/responses.jsonl"
+    with open(log, "a") as fh:
+        fh.write('{"key": "b", "output_te')  # SIGKILL mid-write
+    with RunStore(tmp_path) as store:
+        assert store.get_response("b") is None
+        store.put_response(ok("c"))
+        assert store.get_response("c") is not None
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["key"] for r in rows] == ["a", "c"]
+
+
+def test_one_process_per_run_directory(tmp_path: Path) -> None:
+    with RunStore(tmp_path):
+        with pytest.raises(InputError, match="another rfteval run") as err:
+            RunStore(tmp_path)
+        assert err.value.field == "--out"
+    RunStore(tmp_path).close()  # released on close
+
+
+def test_out_must_be_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="not a directory"):
+        RunStore(tmp_path / "file")
+
+
+def test_fresh_removes_only_what_rfteval_wrote(tmp_path: Path) -> None:
+    with RunStore(tmp_path) as store:
+        store.put_response(ok("a"))
+        old = store.run_id
+    (tmp_path / "base.jsonl").write_text(json.dumps({"run_id": "r", "model_label": "base", "epoch": 1}) + "\n")
+    (tmp_path / "notes.jsonl").write_text('{"mine": true}\n')
+    with RunStore(tmp_path, fresh=True) as store:
+        assert store.get_response("a") is None
+        assert store.run_id != old
+    assert not (tmp_path / "base.jsonl").exists()
+    assert (tmp_path / "notes.jsonl").read_text() == '{"mine": true}\n'
+
+
+def test_build_record_from_response_and_grade() -> None:
+    resp = ok("k", "hello", session="old")
+    assert build_record("r", "base", "m", "1", 1, None, None) is None
+    assert build_record("r", "base", "m", "1", 1, resp, None) is None  # generated, not graded: not a result yet
+    g = grade_entry("k", "g", GradeResult(0.75, sub_scores={"a": 1.0}, passed=True, details={"x": 1}))
+    rec = build_record("r", "base", "m", "1", 1, resp, g, cached=True)
+    assert (rec["score"], rec["sub_scores"], rec["passed"], rec["error"], rec["cached"]) == (0.75, {"a": 1.0}, True,
+                                                                                            None, True)
+    assert rec["usage"] == {"input_tokens": 3, "output_tokens": 5, "reasoning_tokens": 1}
+    bad = grade_entry("k", "g", GradeResult.failed("python_grader_runtime_error", "KeyError: 'x'"))
+    rec = build_record("r", "base", "m", "1", 1, resp, bad)
+    assert rec["score"] == 0.0
+    assert rec["error"] == {"stage": "grade", "type": "python_grader_runtime_error", "message": "KeyError: 'x'"}
+    rec = build_record("r", "base", "m", "1", 1, failed("k", "timeout"), None)
+    assert rec["score"] == 0.0 and rec["output_text"] is None
+    assert rec["error"] == {"stage": "generate", "type": "timeout", "message": "HTTP 500: boom"}
+
+
+def test_write_results_streams_records_in_dataset_order(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    scores = {("base", "1"): [1.0, 0.0], ("base", "2"): [1.0, 1.0], ("tuned", "1"): [1.0, 1.0],
+              ("tuned", "2"): [0.5, None]}  # tuned item 2 epoch 2: a generation error
+    cells = []
+    with RunStore(tmp_path) as store:
+        for (label, item), per_epoch in scores.items():
+            for epoch, score in enumerate(per_epoch, 1):
+                key = f"{label}-{item}-{epoch}"
+                cells.append(Cell(label, "m-" + label, item, epoch, key))
+                if score is None:
+                    store.put_response(failed(key, "timeout", item, epoch))
+                    continue
+                store.put_response(ok(key, f"{label}{item}{epoch}", label, item, epoch, session=store.session))
+                err = GradeError("python_grader_runtime_error", "x") if (label, item, epoch) == ("base", "1", 2) else None
+                store.put_grade(grade_entry(key, "g", GradeResult(score, error=err)))
+        cells.append(Cell("base", "m-base", "3", 1, "never-run"))  # a cell with nothing stored yet
+        order = sorted(cells, key=lambda c: (c.item_id, c.label, c.epoch))
+        reader = store.reader()
+        totals = write_results(tmp_path, order, reader, "g", store.run_id, ["base", "tuned"], session=store.session)
+        reader.close()
+    base = [json.loads(x) for x in (tmp_path / "base.jsonl").read_text().splitlines()]
+    tuned = [json.loads(x) for x in (tmp_path / "tuned.jsonl").read_text().splitlines()]
+    assert [(r["item_id"], r["epoch"]) for r in base] == [("1", 1), ("1", 2), ("2", 1), ("2", 2)]
+    assert [r["score"] for r in tuned] == [1.0, 1.0, 0.5, 0.0]
+    assert tuned[3]["error"]["type"] == "timeout" and not any(r["cached"] for r in base)
+    b, t = totals["base"], totals["tuned"]
+    assert (b.cells, b.records, t.cells, t.records) == (5, 4, 4, 4)
+    assert b.item_ids == ["1", "2", "3"] and list(b.item_means[:2]) == [0.5, 1.0] and math.isnan(b.item_means[2])
+    assert list(t.item_means) == [1.0, 0.25]
+    assert dict(b.errors) == {"grade:python_grader_runtime_error": 1} and dict(t.errors) == {"generate:timeout": 1}
+    assert (b.input_tokens, b.output_tokens, b.reasoning_tokens) == (12, 20, 4)
+    table = pq.read_table(tmp_path / "results.parquet")
+    assert table.num_rows == 8 and sorted(set(table.column("model_label").to_pylist())) == ["base", "tuned"]
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_write_results_leaves_no_half_written_file(tmp_path: Path) -> None:
+    (tmp_path / "base.jsonl").write_text("previous\n")
+
+    class Boom:
+        def get_response(self, key: str) -> dict:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_results(tmp_path, [Cell("base", "m", "1", 1, "k")], Boom(), "g", "r", ["base"])
+    assert (tmp_path / "base.jsonl").read_text() == "previous\n"
+    assert not list(tmp_path.glob("*.tmp"))
