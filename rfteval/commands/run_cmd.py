@@ -80,8 +80,7 @@ def run_command(
         result = run_eval(run_spec, monitor, RunOptions(fresh=fresh, backoff_base_s=retry_base,
                                                         checkpoint_s=checkpoint_s))
     except FatalRunError as exc:
-        typer.echo(f"rfteval: {exc}", err=True)
-        typer.echo(f"rfteval: stopped; what was stored is kept in {out_dir}", err=True)
+        typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None
     s = result.summary
     if result.interrupted:

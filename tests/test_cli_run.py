@@ -1,0 +1,245 @@
+"""`rfteval run` end to end: the real openai client against a local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai import FakeOpenAI, Reply, Request
+from typer.testing import CliRunner
+
+from rfteval.cli import app
+
+runner = CliRunner()
+N_ITEMS = 5
+EPOCHS = 3
+RFTEVAL = [sys.executable, "-m", "rfteval.cli"] if not (Path(sys.executable).parent / "rfteval").exists() \
+    else [str(Path(sys.executable).parent / "rfteval")]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    ds = tmp_path / "items.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
+                                      "reference_answer": "tuned"}) + "\n" for i in range(N_ITEMS)))
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "says-tuned", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.reference_answer }}", "operation": "like"}))
+    return {"dataset": ds, "grader": grader, "out": tmp_path / "run", "dir": tmp_path}
+
+
+def counting_responder() -> Any:
+    """A different answer on each call of one (model, prompt): epochs are independent samples."""
+    seen: collections.Counter = collections.Counter()
+    lock = threading.Lock()
+
+    def respond(req: Request) -> Reply:
+        with lock:
+            seen[(req.model, req.last_user_text())] += 1
+            n = seen[(req.model, req.last_user_text())]
+        return Reply(text=f"{req.model}|{req.last_user_text()}|call{n}")
+
+    return respond
+
+
+def flags(files: dict[str, Path], server: FakeOpenAI, *extra: str) -> list[str]:
+    return ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]), "--model", "base=fake-base",
+            "--model", "tuned=fake-tuned", "--epochs", str(EPOCHS), "--base-url", server.base_url,
+            "--concurrency", "8", "--out", str(files["out"]), "--retry-base-delay", "0.01", *extra]
+
+
+def load(out: Path, label: str) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (out / f"{label}.jsonl").read_text().splitlines()]
+
+
+def test_flag_form_runs_every_cell_once(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    fake_openai.responder = counting_responder()
+    res = runner.invoke(app, flags(files, fake_openai, "--per-item"))
+    assert res.exit_code == 0, res.output
+    assert len(fake_openai.requests) == 2 * N_ITEMS * EPOCHS
+    out = files["out"]
+    for label, model, score in (("base", "fake-base", 0.0), ("tuned", "fake-tuned", 1.0)):
+        recs = load(out, label)
+        assert len(recs) == N_ITEMS * EPOCHS
+        assert {(r["item_id"], r["epoch"]) for r in recs} == {(f"q{i}", e) for i in range(N_ITEMS)
+                                                               for e in range(1, EPOCHS + 1)}
+        assert all(r["model"] == model and r["score"] == score and r["error"] is None for r in recs)
+        for i in range(N_ITEMS):  # the epochs of one item are three different answers
+            texts = {r["output_text"] for r in recs if r["item_id"] == f"q{i}"}
+            assert texts == {f"{model}|question {i}|call{n}" for n in (1, 2, 3)}
+        assert all(r["usage"]["input_tokens"] > 0 and r["usage"]["output_tokens"] > 0 for r in recs)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["models"]["base"]["mean"] == 0.0 and summary["models"]["tuned"]["mean"] == 1.0
+    assert summary["deltas"]["tuned"]["mean"] == 1.0 and summary["deltas"]["tuned"]["wins"] == N_ITEMS
+    assert summary["complete"] is True and summary["errors"] == 0
+    import pandas as pd
+
+    df = pd.read_parquet(out / "results.parquet")
+    assert len(df) == 2 * N_ITEMS * EPOCHS and set(df["model_label"]) == {"base", "tuned"}
+    assert "base (fake-base)" in res.stdout and "per item" in res.stdout and "q4" in res.stdout
+    # the same command again: a resume with nothing left to do
+    res = runner.invoke(app, flags(files, fake_openai))
+    assert res.exit_code == 0, res.output
+    assert len(fake_openai.requests) == 2 * N_ITEMS * EPOCHS
+    assert len(load(out, "base")) == N_ITEMS * EPOCHS and all(r["cached"] for r in load(out, "base"))
+
+
+def test_spec_file_sampling_and_both_apis(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    d = files["dir"]
+    (d / "schema.json").write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
+                                               "required": ["a"], "additionalProperties": False}))
+    (d / "eval.toml").write_text(f"""
+name = "demo"
+dataset = "items.jsonl"
+grader = "grader.json"
+epochs = 2
+out = "run"
+[endpoint]
+base_url = "{fake_openai.base_url}"
+api_key_env = "RFTEVAL_TEST_NO_SUCH_KEY"
+[sampling]
+temperature = 0.7
+reasoning_effort = "low"
+max_output_tokens = 256
+response_format = "schema.json"
+[models.base]
+model = "fake-base"
+[models.tuned]
+model = "fake-tuned"
+api = "responses"
+temperature = 0.2
+""")
+    fake_openai.responder = lambda req: Reply(text=json.dumps({"a": req.model}))
+    res = runner.invoke(app, ["run", str(d / "eval.toml"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    chat = fake_openai.requests_for("chat")
+    responses = fake_openai.requests_for("responses")
+    assert len(chat) == len(responses) == N_ITEMS * 2
+    body = chat[0].body
+    assert body["model"] == "fake-base" and body["temperature"] == 0.7 and body["reasoning_effort"] == "low"
+    assert body["max_completion_tokens"] == 256
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["response_format"]["json_schema"]["schema"]["required"] == ["a"]
+    rbody = responses[0].body
+    assert rbody["model"] == "fake-tuned" and rbody["temperature"] == 0.2 and rbody["max_output_tokens"] == 256
+    assert rbody["reasoning"] == {"effort": "low"} and rbody["text"]["format"]["type"] == "json_schema"
+    recs = load(d / "run", "tuned")
+    assert recs[0]["output_json"] == {"a": "fake-tuned"} and recs[0]["score"] == 1.0
+    resolved = (d / "run" / "spec.resolved.toml").read_text()
+    assert 'api_key_env = "RFTEVAL_TEST_NO_SUCH_KEY"' in resolved and 'api = "responses"' in resolved
+
+
+def test_retries_on_429_500_and_malformed_bodies(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(Reply.error(429, "slow down", headers={"Retry-After": "0"}), Reply.error(500, "oops"),
+                      Reply(raw_body=b'{"id": "x", "choices": [{"message": '))
+    res = runner.invoke(app, flags(files, fake_openai, "--max-retries", "3"))
+    assert res.exit_code == 0, res.output
+    assert len(fake_openai.requests) == 2 * N_ITEMS * EPOCHS + 3  # each injected failure cost one retry
+    recs = load(files["out"], "base") + load(files["out"], "tuned")
+    assert len(recs) == 2 * N_ITEMS * EPOCHS and not any(r["error"] for r in recs)
+    assert "retries" in res.stderr
+
+
+def test_a_hang_past_the_timeout_is_an_error_and_exit_3(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    def respond(req: Request) -> Reply:
+        if req.model == "fake-tuned" and req.last_user_text() == "question 2":
+            return Reply(text="late", delay_s=3)
+        return Reply(text="tuned")
+
+    fake_openai.responder = respond
+    res = runner.invoke(app, flags(files, fake_openai, "--timeout", "0.3", "--max-retries", "1", "-q"))
+    assert res.exit_code == 3, res.output
+    recs = [r for r in load(files["out"], "tuned") if r["item_id"] == "q2"]
+    assert len(recs) == EPOCHS and all(r["error"]["type"] == "timeout" for r in recs)
+    assert all(r["error"]["stage"] == "generate" and r["score"] == 0.0 for r in recs)
+    assert "above --max-error-rate" in res.stderr
+    summary = json.loads((files["out"] / "summary.json").read_text())
+    assert summary["models"]["tuned"]["errors"]["by_type"] == {"generate:timeout": EPOCHS}
+    # with a higher allowance the same result is a pass
+    fake_openai.responder = lambda req: Reply(text="late", delay_s=3) if req.last_user_text() == "question 2" \
+        and req.model == "fake-tuned" else Reply(text="tuned")
+    res = runner.invoke(app, flags(files, fake_openai, "--timeout", "0.3", "--max-retries", "0", "-q",
+                                   "--max-error-rate", "0.5"))
+    assert res.exit_code == 0, res.output
+
+
+def test_401_stops_the_run_with_one_line(files: dict[str, Path], tmp_path: Path) -> None:
+    with FakeOpenAI(api_key="sk-the-right-key-000") as server:
+        res = runner.invoke(app, flags(files, server, "--api-key-env", "RFTEVAL_TEST_KEY"),
+                            env={"RFTEVAL_TEST_KEY": "sk-a-wrong-key-123456"})
+        assert res.exit_code == 2
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("rfteval: model")]
+        assert len(lines) == 1 and "auth" in lines[0] and "Traceback" not in res.output
+        assert "sk-a-wrong-key-123456" not in res.output
+        assert len(server.requests) <= 8  # what was in flight at most (--concurrency 8)
+
+
+def test_unknown_model_stops_the_run(files: dict[str, Path]) -> None:
+    with FakeOpenAI(models=["fake-base"]) as server:
+        res = runner.invoke(app, flags(files, server))
+        assert res.exit_code == 2
+        assert "model tuned (fake-tuned): not_found" in res.stderr
+
+
+def test_the_api_key_is_in_no_file(files: dict[str, Path]) -> None:
+    secret = "sk-test-SECRET-abcdef123456"
+    with FakeOpenAI(api_key=secret) as server:
+        server.queue(Reply.error(500, "server echoes nothing"))
+        res = runner.invoke(app, flags(files, server, "--api-key-env", "RFTEVAL_TEST_KEY"),
+                            env={"RFTEVAL_TEST_KEY": secret})
+        assert res.exit_code == 0, res.output
+        assert server.requests[0].headers["authorization"] == f"Bearer {secret}"
+    files_written = [p for p in files["out"].rglob("*") if p.is_file()]
+    assert len(files_written) >= 6
+    for path in files_written:
+        assert secret.encode() not in path.read_bytes(), path
+    assert secret not in res.output
+
+
+def test_replay_models_need_no_endpoint(files: dict[str, Path], tmp_path: Path) -> None:
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    for label, text in (("base", "base says no"), ("tuned", "tuned says tuned")):
+        (rec / f"{label}.jsonl").write_text("".join(
+            json.dumps({"item_id": f"q{i}", "epoch": e, "output_text": text if i else "tuned"}) + "\n"
+            for i in range(N_ITEMS) for e in range(1, EPOCHS + 1)))
+    res = runner.invoke(app, ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]),
+                              "--model", f"base=replay:{rec / 'base.jsonl'}",
+                              "--model", f"tuned=replay:{rec / 'tuned.jsonl'}", "--out", str(files["out"])])
+    assert res.exit_code == 0, res.output
+    base = load(files["out"], "base")
+    assert base[0]["model"] == "replay:base.jsonl" and [r["score"] for r in base] == [1.0] * 3 + [0.0] * 12
+    summary = json.loads((files["out"] / "summary.json").read_text())
+    assert summary["models"]["base"]["mean"] == pytest.approx(0.2)
+    assert summary["deltas"]["tuned"]["mean"] == pytest.approx(0.8)
+
+
+def test_bad_input_is_one_line_and_no_result_file(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    with open(files["dataset"], "a") as fh:
+        fh.write('{"id": "q9", "messages": "not a list"}\n')
+    res = runner.invoke(app, flags(files, fake_openai))
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines()[-1] == f"rfteval: {files['dataset']}:6: messages: must be a non-empty " \
+                                                  "list of messages"
+    assert not files["out"].exists() and fake_openai.requests == []
+    res = runner.invoke(app, ["run", "--dataset", str(files["dataset"]), "--model", "base=x"])
+    assert res.exit_code == 2 and "--grader" in res.stderr
+    res = runner.invoke(app, ["run", "--dataset", "d", "--grader", "g", "--model", "base"])
+    assert res.exit_code == 2 and "LABEL=MODEL" in res.stderr
+
+
+def test_real_process(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.run([*RFTEVAL, *flags(files, fake_openai)], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "base -> tuned" in proc.stdout and "+1.000" in proc.stdout
+    assert len(load(files["out"], "tuned")) == N_ITEMS * EPOCHS
+    assert len(fake_openai.requests) == 2 * N_ITEMS * EPOCHS
