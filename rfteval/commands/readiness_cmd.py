@@ -1,1 +1,297 @@
-"""Placeholder: being written."""
+"""`rfteval readiness` and `rfteval probe-grader`: will RFT learn from this dataset and grader?"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from rfteval.cli import app
+from rfteval.errors import InputError
+from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMATS = ("text", "json")
+SPEC_FILE = "spec.resolved.toml"
+PARQUET_FILE = "results.parquet"
+
+
+def _check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", field="--format")
+    return fmt
+
+
+def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
+    from rfteval.readiness import pick_label
+
+    try:
+        return pick_label(df, label)
+    except ValueError as exc:
+        raise InputError(f"{exc} (use --label)", source, field="--label") from None
+
+
+def locate_records(run: Path, label: str | None) -> tuple[pd.DataFrame, str | None, list[Path], Path]:
+    """The records of one label, its label, the files holding them, and the directory to look for a spec in."""
+    from rfteval.records import read_records
+
+    if not run.exists():
+        raise InputError("no such file or directory", run)
+    if run.is_file():
+        df = read_records(run)
+        return df, _pick(df, label, run), [run], run.parent
+    parquet = run / PARQUET_FILE
+    jsonl = sorted(p for p in run.glob("*.jsonl"))
+    if label is None:
+        if (run / "base.jsonl").exists():
+            label = "base"
+        elif len(jsonl) == 1:
+            label = jsonl[0].stem
+    if label is not None and (run / f"{label}.jsonl").exists():
+        path = run / f"{label}.jsonl"
+        df = read_records(path)
+        files = [path] + ([parquet] if parquet.exists() else [])
+        return df, _pick(df, label, path), files, run
+    if parquet.exists():
+        df = read_records(parquet)
+        return df, _pick(df, label, parquet), [parquet], run
+    if label is not None:
+        raise InputError(f"no records for label {label!r} (no {label}.jsonl, no {PARQUET_FILE})", run, field="--label")
+    labels = ", ".join(p.stem for p in jsonl) or "none"
+    raise InputError(f"cannot tell which records to assess (record files: {labels}); use --label", run)
+
+
+def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:
+    """The dataset and grader named by DIR/spec.resolved.toml (top-level `dataset` and `grader`), if any."""
+    import tomllib
+
+    spec = directory / SPEC_FILE
+    if not spec.is_file():
+        return None, None
+    try:
+        data = tomllib.loads(spec.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid TOML ({exc})", spec) from None
+
+    def resolve(key: str) -> Path | None:
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            return None
+        p = Path(value).expanduser()
+        for cand in (p, directory / p, spec.parent / p):
+            if cand.exists():
+                return cand
+        return None
+
+    return resolve("dataset"), resolve("grader")
+
+
+def write_advantages(files: list[Path], label: str | None) -> list[Path]:
+    """Write GRPO advantages of one label into its record files, each replaced atomically."""
+    written = []
+    for path in files:
+        if path.suffix == ".parquet":
+            _write_parquet_advantages(path, label)
+        else:
+            _write_jsonl_advantages(path, label)
+        written.append(path)
+    return written
+
+
+def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
+    import pandas as pd
+
+    if label is None or "model_label" not in df:
+        return pd.Series(True, index=df.index)
+    return df["model_label"].astype(str) == label
+
+
+def _write_jsonl_advantages(path: Path, label: str | None) -> None:
+    import pandas as pd
+
+    from rfteval.readiness import grpo_advantages
+    from rfteval.records import iter_jsonl_records, write_jsonl
+
+    records = list(iter_jsonl_records(path))
+    df = pd.DataFrame.from_records(records)
+    mine = _label_rows(df, label)
+    adv = grpo_advantages(df[mine])
+    for pos, (idx, is_mine) in enumerate(mine.items()):
+        if is_mine:
+            value = float(adv.loc[idx])
+            records[pos]["advantage"] = value if math.isfinite(value) else None
+    write_jsonl(records, path)
+
+
+def _write_parquet_advantages(path: Path, label: str | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rfteval.readiness import grpo_advantages
+
+    table = pq.read_table(path)
+    df = table.to_pandas()
+    mine = _label_rows(df, label)
+    adv = grpo_advantages(df[mine])
+    old = df["advantage"].tolist() if "advantage" in df else [None] * len(df)
+    values = []
+    for (idx, is_mine), before in zip(mine.items(), old):
+        v = float(adv.loc[idx]) if is_mine else before
+        values.append(v if v is not None and math.isfinite(v) else None)
+    column = pa.array(values, pa.float64())
+    i = table.schema.get_field_index("advantage")
+    table = table.set_column(i, "advantage", column) if i >= 0 else table.append_column("advantage", column)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
+def _options(python_workers: int | None) -> Any:
+    from rfteval.graders.base import GradeOptions
+
+    return GradeOptions(python_workers=python_workers)
+
+
+@app.command("readiness", help="Will RFT learn from this dataset and grader? Signals and a verdict from a base run "
+                               "with N >= 2 epochs (a run directory or a record file).")
+def readiness(
+    run: Path = typer.Argument(..., help="Run directory (DIR/<label>.jsonl, DIR/results.parquet) or a record file."),
+    label: str | None = typer.Option(None, "--label", help="Model label to assess [default: base, when present]."),
+    group_size: int = typer.Option(8, "--group-size", min=2, help="Training group size G (samples per prompt)."),
+    write_adv: bool = typer.Option(False, "--write-advantages",
+                                   help="Write GRPO advantages into the record file(s), atomically."),
+    regrade: int = typer.Option(0, "--regrade", min=0, help="Re-grade N stored outputs to check determinism."),
+    grader: Path | None = typer.Option(None, "--grader", help="Grader JSON [default: from DIR/spec.resolved.toml]."),
+    dataset: Path | None = typer.Option(None, "--dataset", help="Dataset JSONL [default: from the spec]."),
+    fmt: str = typer.Option("text", "--format", help="text or json."),
+    seed: int = typer.Option(0, "--seed", help="Seed for choosing outputs to re-grade."),
+    python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
+    zero_signal_not_ready: float = typer.Option(0.6, help="Expected zero-signal share above which: not ready."),
+    zero_signal_risky: float = typer.Option(0.4, help="Expected zero-signal share above which: risky."),
+    min_position: float = typer.Option(0.05, help="Base mean below this share of the range: risky."),
+    max_position: float = typer.Option(0.95, help="Base mean above this share of the range: risky."),
+    max_floor_share: float = typer.Option(0.5, help="Share of all-minimum items above which: risky."),
+    max_ceiling_share: float = typer.Option(0.5, help="Share of all-maximum items above which: risky."),
+    label_skew: float = typer.Option(0.7, help="Majority reference label share at or above which: risky."),
+    answer_skew: float = typer.Option(0.8, help="Majority answer share at or above which: risky."),
+    max_flip_rate: float = typer.Option(0.05, help="Re-graded share that changed above which: not ready."),
+    max_grade_errors: float = typer.Option(0.2, help="Grader error share above which: risky."),
+    max_generate_errors: float = typer.Option(0.2, help="Generation error share above which: risky."),
+) -> None:
+    from rich.console import Console
+
+    from rfteval.readiness import Thresholds, assess
+    from rfteval.report.readiness_render import render_readiness
+
+    _check_format(fmt)
+    df, chosen, files, directory = locate_records(run, label)
+    spec_dataset, spec_grader = spec_paths(directory) if (grader is None or dataset is None) else (None, None)
+    grader = grader or spec_grader
+    dataset = dataset or spec_dataset
+    if regrade and (grader is None or dataset is None):
+        raise InputError(f"needs --grader and --dataset (or a {SPEC_FILE} naming them)", field="--regrade")
+    config = items = None
+    if grader is not None:
+        from rfteval.graders.loader import load_grader
+
+        config = load_grader(grader)
+    if dataset is not None:
+        from rfteval.readiness import items_map
+
+        items = items_map(dataset)
+    thresholds = Thresholds(
+        zero_signal_not_ready=zero_signal_not_ready, zero_signal_risky=zero_signal_risky, min_position=min_position,
+        max_position=max_position, max_floor_share=max_floor_share, max_ceiling_share=max_ceiling_share,
+        label_skew_risky=label_skew, prediction_skew_risky=answer_skew, max_flip_rate=max_flip_rate,
+        max_grade_error_share=max_grade_errors, max_generate_error_share=max_generate_errors,
+    )
+    if regrade and items is not None:
+        known = set(items)
+        missing = sorted({str(i) for i in df["item_id"]} - known)
+        if missing:
+            raise InputError(f"item {missing[0]!r} of the records is not in the dataset", dataset, field="id")
+    try:
+        report = assess(df, config, items, thresholds, group_size=group_size, label=chosen, regrade_n=regrade,
+                        seed=seed, options=_options(python_workers))
+    except ValueError as exc:
+        raise InputError(str(exc), files[0]) from None
+    written = write_advantages(files, chosen) if write_adv else []
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        render_readiness(report, Console(highlight=False))
+    for path in written:
+        typer.echo(f"advantages written: {path}", err=True)
+
+
+def load_reference_template(value: str) -> Any:
+    """A JSON template from a file, or inline JSON, or a bare text template containing {{item.…}}."""
+    from rfteval.graders.template import parse_path
+    from rfteval.probes import template_paths
+
+    path = Path(value)
+    source: Path | None = None
+    if path.is_file():
+        source = path
+        text = path.read_text(encoding="utf-8-sig")
+    else:
+        text = value
+    try:
+        template = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if source is None and "{{" in text:
+            template = text
+        else:
+            raise InputError(f"not a JSON template ({exc.msg})", source, exc.lineno if source else None,
+                             None if source else "--reference-template") from None
+    for p in template_paths(template):
+        try:
+            ns, _ = parse_path(p)
+        except ValueError as exc:
+            raise InputError(str(exc), source, field="--reference-template") from None
+        if ns != "item":
+            raise InputError(f"{{{{ {p} }}}}: a reference template reads item.… only", source,
+                             field="--reference-template")
+    return template
+
+
+@app.command("probe-grader", help="Run canned adversarial outputs through a grader for every item: cheats should "
+                                  "score the floor, the reference the maximum.")
+def probe_grader(
+    grader: Path = typer.Argument(..., help="Grader JSON (OpenAI's format)."),
+    dataset: Path = typer.Option(..., "--dataset", help="Dataset JSONL."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when any probe is flagged."),
+    fmt: str = typer.Option("text", "--format", help="text or json."),
+    reference_template: str | None = typer.Option(
+        None, "--reference-template", help="How a reference becomes an output: a JSON template file or inline JSON "
+                                           "with {{item.…}} placeholders [default: inferred from the grader]."),
+    margin: float = typer.Option(0.25, "--margin", min=0.0, max=1.0,
+                                 help="A cheat is flagged above floor + margin × range (heuristic)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Probe only the first N items."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random-text probes."),
+    python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
+) -> None:
+    from rich.console import Console
+
+    from rfteval.dataset import load_dataset
+    from rfteval.graders.loader import load_grader
+    from rfteval.probes import run_probes
+    from rfteval.report.readiness_render import render_probes
+
+    _check_format(fmt)
+    config = load_grader(grader)
+    items = load_dataset(dataset).items[:limit]
+    template = load_reference_template(reference_template) if reference_template is not None else None
+    report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
+                        options=_options(python_workers))
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        render_probes(report, Console(highlight=False))
+    if strict and report.flagged:
+        raise typer.Exit(ExitStatus.GATE_FAILED)

@@ -1,0 +1,730 @@
+"""RFT readiness: will reinforcement fine-tuning learn from this dataset and grader, judged from a base run.
+
+Signals follow ../shared/statistics.md §3 (OpenAI's RFT guide, GRPO/DAPO, Bae et al.). Everything here is a
+pure function of the records except `regrade` and `constant_answer_score`, which run the grader.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from rfteval.dataset import Dataset
+
+VERDICTS = ("ready", "risky", "not_ready")
+LOCAL_GRADER_TYPES = frozenset({"string_check", "text_similarity", "python"})
+_DECIMALS = 9  # scores equal to 9 decimals are one score level
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where the verdict turns. Heuristics (statistics.md §3.4), not sourced numbers: tune them per team."""
+
+    zero_signal_not_ready: float = 0.6  # expected zero-signal share at G above this: not ready
+    zero_signal_risky: float = 0.4
+    min_position: float = 0.05  # base mean below 5% of the grader's range: risky (little success to learn from)
+    max_position: float = 0.95
+    max_floor_share: float = 0.5  # items whose every sample scored the minimum
+    max_ceiling_share: float = 0.5
+    label_skew_risky: float = 0.7  # majority reference label share
+    prediction_skew_risky: float = 0.8  # majority share of the model's answers
+    max_flip_rate: float = 0.05  # re-graded outputs whose score changed: above this, not ready; any, risky
+    max_grade_error_share: float = 0.2
+    max_generate_error_share: float = 0.2
+
+
+@dataclass
+class ItemStat:
+    item_id: str
+    k: int
+    mean: float
+    sd: float | None  # ddof=1; None with one sample
+    kind: str | None  # "floor" | "ceiling" | "other" when all samples are equal, "mixed" when not, None when k < 2
+    expected_zero_signal: float | None
+    n_grade_errors: int = 0
+
+
+@dataclass
+class LabelSkew:
+    """Label-like references and answers (statistics.md §3.3(e))."""
+
+    reference_path: str
+    answer_path: str
+    reference_counts: dict[str, int] | None = None
+    majority_label: str | None = None
+    majority_share: float | None = None
+    chance: float | None = None
+    constant_answer_score: float | None = None
+    constant_answer_method: str | None = None  # "graded" (the grader scored it) or "estimated (exact match)"
+    per_label_mean: dict[str, float] | None = None
+    answer_counts: dict[str, int] | None = None
+    answer_majority_label: str | None = None
+    answer_majority_share: float | None = None
+
+
+@dataclass
+class Determinism:
+    n_regraded: int
+    n_changed: int
+    flip_rate: float
+    max_abs_diff: float
+    changed: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "risky" | "not_ready" | "skipped"
+    value: float | None
+    threshold: str
+    message: str
+
+
+@dataclass
+class ReadinessReport:
+    label: str | None
+    n_items: int
+    n_records: int
+    samples_min: int
+    samples_max: int
+    group_size: int
+    score_min: float
+    score_max: float
+    range_source: str
+    mean: float
+    se: float | None
+    position: float
+    zero_variance: dict[str, float | int]
+    expected_zero_signal: dict[str, Any]
+    distinct_levels: int
+    binary: bool
+    share_at_min: float
+    share_at_max: float
+    mean_within_sd: float | None
+    mean_item_variance: float | None
+    mean_histogram: list[int]
+    sd_histogram: list[int]
+    sd_histogram_max: float
+    errors: dict[str, Any]
+    items: list[ItemStat]
+    labels: LabelSkew | None
+    determinism: Determinism | None
+    checks: list[Check]
+    verdict: str
+    thresholds: Thresholds
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def reasons(self) -> list[Check]:
+        """The checks that decided the verdict (for `ready`: the checks that passed)."""
+        want = "ok" if self.verdict == "ready" else self.verdict
+        return [c for c in self.checks if c.status == want]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = _clean(asdict(self))
+        out["reasons"] = [c.name for c in self.reasons]
+        return out
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: NaN and infinities become null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------- records
+
+
+def _error_stage(value: Any) -> str | None:
+    if isinstance(value, Mapping):
+        return value.get("stage") or "grade"
+    return None
+
+
+def _error_type(value: Any) -> str | None:
+    return value.get("type") if isinstance(value, Mapping) else None
+
+
+def scored_mask(df: pd.DataFrame) -> pd.Series:
+    """Rows that are a reward training would see: graded, not a generation failure.
+
+    A grading error stays in (score 0, as OpenAI gives it during training); a generation error is infrastructure,
+    not model behaviour, so it is left out and counted.
+    """
+    import pandas as pd
+
+    score = pd.to_numeric(df["score"], errors="coerce") if "score" in df else pd.Series(float("nan"), df.index)
+    stage = df["error"].map(_error_stage) if "error" in df else pd.Series(None, df.index, dtype=object)
+    return score.notna() & (stage != "generate")
+
+
+def grpo_advantages(records_df: pd.DataFrame, tol: float = 1e-12) -> pd.Series:
+    """(r − group mean) / group std per (model_label, item_id), aligned to the rows; 0 when std is 0.
+
+    The std is the sample std (ddof=1): what TRL's GRPOTrainer and verl compute (torch's `std()` is Bessel-corrected
+    by default), so the signs and sizes match what a GRPO trainer would see. Rows that are not scored (generation
+    errors, ungraded) get NaN. A group of one sample has no std: its advantage is 0.
+    """
+    import pandas as pd
+
+    out = pd.Series(float("nan"), index=records_df.index, dtype="float64", name="advantage")
+    mask = scored_mask(records_df)
+    if not mask.any():
+        return out
+    scores = pd.to_numeric(records_df.loc[mask, "score"], errors="coerce").astype("float64")
+    keys = [records_df.loc[mask, "item_id"].astype(str)]
+    if "model_label" in records_df:
+        keys.insert(0, records_df.loc[mask, "model_label"].astype(str))
+    grouped = scores.groupby(keys, sort=False)
+    mean = grouped.transform("mean")
+    std = grouped.transform(lambda s: s.std(ddof=1) if len(s) > 1 else 0.0).fillna(0.0)
+    adv = (scores - mean) / std.where(std > tol)
+    out.loc[mask] = adv.fillna(0.0)
+    return out
+
+
+# ---------------------------------------------------------------- the grader's range
+
+
+def grader_score_range(config: Any) -> tuple[float, float, str]:
+    """The grader's minimum and maximum, and where that comes from (declared, by definition, or assumed)."""
+    gtype = getattr(config, "type", None)
+    if gtype == "score_model":
+        low, high = config.range
+        return float(low), float(high), "score_model range"
+    if gtype in ("string_check", "label_model"):
+        return 0.0, 1.0, f"{gtype} scores 0 or 1"
+    if gtype == "text_similarity":
+        return 0.0, 1.0, "text_similarity metrics lie in [0, 1]"
+    if gtype == "python":
+        return 0.0, 1.0, "assumed [0, 1]: OpenAI does not document a python grader's range"
+    if gtype == "multi":
+        return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+    return 0.0, 1.0, "assumed [0, 1]: no grader given"
+
+
+def is_local_grader(config: Any) -> bool:
+    """A grader that runs without a judge model (cheap to run again)."""
+    gtype = getattr(config, "type", None)
+    if gtype == "multi":
+        subs = getattr(config, "graders", {}) or {}
+        return all(is_local_grader(g) for g in subs.values())
+    return gtype in LOCAL_GRADER_TYPES
+
+
+# ---------------------------------------------------------------- zero signal
+
+
+def expected_zero_signal(counts: Sequence[int], group_size: int) -> float:
+    """P(all G draws score alike) for one item, from the counts of each distinct score among its K samples.
+
+    K ≥ G: Σ_v C(n_v, G) / C(K, G), the unbiased estimator of Σ_v p_v^G (statistics.md §3.3(b) for two levels;
+    the same construction for any number of levels, as Chen et al.'s pass@k). K < G: no unbiased estimator exists
+    (p^G is a degree-G polynomial, estimable only from ≥ G draws), so the plug-in Σ_v (n_v/K)^G is used; it is
+    biased upwards (Jensen), a pessimistic estimate.
+    """
+    k = sum(counts)
+    g = group_size
+    if k == 0:
+        return float("nan")
+    if k >= g:
+        return sum(math.comb(n, g) for n in counts) / math.comb(k, g)
+    return sum((n / k) ** g for n in counts)
+
+
+def _levels(scores: Sequence[float]) -> Counter[float]:
+    return Counter(round(float(s), _DECIMALS) for s in scores)
+
+
+def _histogram(values: Sequence[float], low: float, high: float, bins: int) -> list[int]:
+    counts = [0] * bins
+    width = (high - low) or 1.0
+    for v in values:
+        if v is None or not math.isfinite(v):
+            continue
+        i = int((v - low) / width * bins)
+        counts[min(max(i, 0), bins - 1)] += 1
+    return counts
+
+
+def item_stats(
+    item_ids: Sequence[str], scores: Sequence[float], low: float, high: float, group_size: int,
+    grade_errors: Sequence[bool] | None = None,
+) -> list[ItemStat]:
+    """Per-item mean, spread and zero-signal probability, in first-seen item order."""
+    by_item: dict[str, list[float]] = {}
+    errs: Counter[str] = Counter()
+    for i, (iid, s) in enumerate(zip(item_ids, scores)):
+        by_item.setdefault(iid, []).append(float(s))
+        if grade_errors is not None and grade_errors[i]:
+            errs[iid] += 1
+    out = []
+    for iid, vals in by_item.items():
+        k = len(vals)
+        mean = sum(vals) / k
+        sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (k - 1)) if k > 1 else None
+        kind = ezs = None
+        if k > 1:
+            levels = _levels(vals)
+            if len(levels) == 1:
+                v = vals[0]
+                kind = "floor" if abs(v - low) < 1e-9 else "ceiling" if abs(v - high) < 1e-9 else "other"
+            else:
+                kind = "mixed"
+            ezs = expected_zero_signal(list(levels.values()), group_size)
+        out.append(ItemStat(iid, k, mean, sd, kind, ezs, errs[iid]))
+    return out
+
+
+def zero_signal_summary(items: Sequence[ItemStat], low: float, high: float, group_size: int,
+                        level_counts: Mapping[str, Counter[float]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Observed zero-variance shares (split floor/ceiling/other) and the expected share at group size G."""
+    assessed = [it for it in items if it.kind is not None]
+    n = len(assessed)
+    obs: dict[str, Any] = {"n_items": n, "share": float("nan"), "floor": float("nan"), "ceiling": float("nan"),
+                           "other": float("nan")}
+    exp: dict[str, Any] = {"group_size": group_size, "share": float("nan"), "floor": float("nan"),
+                           "ceiling": float("nan"), "method": None}
+    if not n:
+        return obs, exp
+    kinds = Counter(it.kind for it in assessed)
+    obs.update(share=(n - kinds["mixed"]) / n, floor=kinds["floor"] / n, ceiling=kinds["ceiling"] / n,
+               other=kinds["other"] / n)
+    lo_key, hi_key = round(low, _DECIMALS), round(high, _DECIMALS)
+
+    def part(levels: Counter[float], key: float) -> float:
+        k = sum(levels.values())
+        nv = levels.get(key, 0)
+        return math.comb(nv, group_size) / math.comb(k, group_size) if k >= group_size else (nv / k) ** group_size
+
+    floor = sum(part(level_counts[it.item_id], lo_key) for it in assessed) / n
+    ceiling = sum(part(level_counts[it.item_id], hi_key) for it in assessed) / n
+    ks = {it.k >= group_size for it in assessed}
+    method = "unbiased" if ks == {True} else "plug-in" if ks == {False} else "mixed"
+    exp.update(share=sum(it.expected_zero_signal for it in assessed) / n, floor=floor, ceiling=ceiling,
+               method=method)
+    return obs, exp
+
+
+# ---------------------------------------------------------------- label skew
+
+
+def _single_path(template: str, namespace: str) -> str | None:
+    """The path of a template that is exactly one `{{ namespace.… }}` placeholder."""
+    import re
+
+    m = re.fullmatch(r"\s*\{\{\s*(%s\.[^}]*?)\s*\}\}\s*" % namespace, template or "")
+    return m.group(1) if m else None
+
+
+def label_paths(config: Any) -> tuple[str, str]:
+    """Where answers and references are read: the first string_check/text_similarity pair, else the defaults."""
+    candidates = [config]
+    if getattr(config, "type", None) == "multi":
+        candidates = list((getattr(config, "graders", {}) or {}).values())
+    for g in candidates:
+        if getattr(g, "type", None) in ("string_check", "text_similarity"):
+            answer, ref = _single_path(g.input, "sample"), _single_path(g.reference, "item")
+            if answer and ref:
+                return answer, ref
+    return "sample.output_text", "item.reference_answer"
+
+
+def _read_path(root: Any, path: str) -> Any:
+    from rfteval.graders.template import TemplateError, lookup, parse_path
+
+    _, keys = parse_path(path)
+    try:
+        return lookup(root, path, keys)
+    except TemplateError:
+        return None
+
+
+def _as_label(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None if value is None else str(value).lower()
+    if isinstance(value, (str, int, float)):
+        text = str(value).strip()
+        return text or None
+    return None
+
+
+def is_label_like(values: Sequence[str | None]) -> bool:
+    """Short scalar values with few distinct ones: a classification answer rather than free text."""
+    if len(values) < 2 or any(v is None or len(v) > 64 for v in values):
+        return False
+    distinct = len(set(values))
+    return distinct <= min(20, max(2, len(values) // 2))
+
+
+def sample_from_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The grader-facing sample of a stored record (Parquet keeps output_json and output_tools as JSON text)."""
+    from rfteval.sample import make_sample
+
+    def decoded(v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return json.loads(v)
+            except ValueError:
+                return None
+        if isinstance(v, float) and math.isnan(v):
+            return None
+        return v
+
+    tools = decoded(record.get("output_tools"))
+    text = record.get("output_text")
+    text = text if isinstance(text, str) else ""
+    out_json = decoded(record.get("output_json")) if "output_json" in record else ...
+    if out_json is None:
+        out_json = ...  # let make_sample parse the text, as the runner did
+    return make_sample(text, tools if isinstance(tools, list) else None, output_json=out_json)
+
+
+def label_skew(
+    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]] | None, config: Any,
+    item_means: Mapping[str, float],
+) -> LabelSkew | None:
+    """Majority-label share, chance, per-label mean score, and how often the model gives one answer."""
+    answer_path, ref_path = label_paths(config)
+    skew = LabelSkew(reference_path=ref_path, answer_path=answer_path)
+    found = False
+    if items:
+        refs = {iid: _as_label(_read_path(data, ref_path)) for iid, data in items.items()}
+        values = [refs[i] for i in item_means if i in refs]
+        if is_label_like(values):
+            found = True
+            counts = Counter(values)
+            label, top = counts.most_common(1)[0]
+            by_label: dict[str, list[float]] = {}
+            for iid, mean in item_means.items():
+                if refs.get(iid) is not None:
+                    by_label.setdefault(refs[iid], []).append(mean)
+            skew.reference_counts = dict(counts.most_common())
+            skew.majority_label, skew.majority_share = label, top / len(values)
+            skew.chance = 1 / len(counts)
+            skew.per_label_mean = {k: sum(v) / len(v) for k, v in sorted(by_label.items())}
+            skew.constant_answer_score = skew.majority_share
+            skew.constant_answer_method = "estimated (exact match)"
+    answers = []
+    for rec in records:
+        sample = sample_from_record(rec)
+        answers.append(_as_label(_read_path(sample, answer_path)))
+    if is_label_like(answers):
+        found = True
+        counts = Counter(answers)
+        label, top = counts.most_common(1)[0]
+        skew.answer_counts = dict(counts.most_common(20))
+        skew.answer_majority_label, skew.answer_majority_share = label, top / len(answers)
+    return skew if found else None
+
+
+def constant_answer_sample(answer_path: str, label: str) -> dict[str, Any]:
+    """A sample that gives `label` where the grader reads the answer."""
+    from rfteval.sample import make_sample
+
+    keys = answer_path.split(".")[1:]
+    if keys and keys[0] == "output_json" and len(keys) > 1:
+        obj: Any = label
+        for key in reversed(keys[1:]):
+            obj = {key: obj}
+        return make_sample(json.dumps(obj, ensure_ascii=False), output_json=obj)
+    return make_sample(label)
+
+
+def constant_answer_score(engine: Any, items: Mapping[str, dict[str, Any]], answer_path: str, label: str) -> float:
+    """The mean score the grader gives the same answer on every item (each item once)."""
+    pairs = [(constant_answer_sample(answer_path, label), data) for data in items.values()]
+    results = engine.grade_batch(pairs)
+    return sum(r.score for r in results) / len(results) if results else float("nan")
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def regrade(
+    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]], engine: Any, n: int, seed: int = 0,
+    tol: float = 1e-9,
+) -> Determinism:
+    """Grade n stored outputs again and compare with the stored scores (statistics.md §3.3(f))."""
+    pool = [r for r in records if r.get("item_id") is not None and str(r["item_id"]) in items]
+    picked = sorted(random.Random(seed).sample(range(len(pool)), min(n, len(pool))))
+    chosen = [pool[i] for i in picked]
+    results = engine.grade_batch([(sample_from_record(r), items[str(r["item_id"])]) for r in chosen])
+    changed, max_diff = [], 0.0
+    for rec, res in zip(chosen, results):
+        stored = float(rec["score"])
+        diff = abs(res.score - stored)
+        max_diff = max(max_diff, diff)
+        was_error = _error_type(rec.get("error"))
+        now_error = res.error.type if res.error else None
+        if diff > tol or (was_error or None) != now_error:
+            changed.append({"item_id": str(rec["item_id"]), "epoch": rec.get("epoch"), "stored": stored,
+                            "regraded": res.score, "stored_error": was_error, "regraded_error": now_error})
+    m = len(chosen)
+    return Determinism(m, len(changed), len(changed) / m if m else float("nan"), max_diff, changed)
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.0%}" if abs(x) <= 1 else f"{x:.3g}"
+
+
+def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
+    """Every check with its status; the verdict is the worst status among them."""
+    t = report.thresholds
+    checks: list[Check] = []
+    add = checks.append
+    span = f"[{report.score_min:g}, {report.score_max:g}]"
+
+    pos = report.position
+    at_edge = abs(report.mean - report.score_min) < 1e-9 or abs(report.mean - report.score_max) < 1e-9
+    where = "minimum" if pos < 0.5 else "maximum"
+    if at_edge:
+        add(Check("base_mean", "not_ready", pos, "at the minimum or maximum",
+                  f"the base mean {report.mean:.3g} is the grader's {where}: no variance for RFT to learn from"))
+    elif pos < t.min_position or pos > t.max_position:
+        add(Check("base_mean", "risky", pos, f"< {t.min_position:g} or > {t.max_position:g} of {span}",
+                  f"the base mean sits at {_fmt(pos)} of the grader's range, near its {where}"))
+    else:
+        add(Check("base_mean", "ok", pos, f"within {t.min_position:g}..{t.max_position:g} of {span}",
+                  f"the base mean sits at {_fmt(pos)} of the grader's range"))
+
+    if report.samples_min < 2:
+        add(Check("samples_per_item", "risky", report.samples_min, ">= 2",
+                  "some items have one sample: within-item variance is unknown there; run >= 2 epochs"))
+
+    ezs = report.expected_zero_signal.get("share")
+    g = report.group_size
+    if ezs is None or not math.isfinite(ezs):
+        add(Check("zero_signal", "skipped", None, "", "needs >= 2 samples per item"))
+    else:
+        status = "not_ready" if ezs > t.zero_signal_not_ready else "risky" if ezs > t.zero_signal_risky else "ok"
+        limits = f"> {t.zero_signal_not_ready:g} not ready, > {t.zero_signal_risky:g} risky"
+        add(Check("zero_signal", status, ezs, limits,
+                  f"expected share of zero-advantage groups at G={g}: {_fmt(ezs)} "
+                  f"({report.expected_zero_signal.get('method')})"))
+
+    zv = report.zero_variance
+    edges = (("floor", t.max_floor_share, "scored the minimum on every sample (no success to learn from)"),
+             ("ceiling", t.max_ceiling_share, "scored the maximum on every sample (nothing left to learn)"))
+    for key, limit, what in edges:
+        share = zv.get(key)
+        if share is not None and math.isfinite(share):
+            status = "risky" if share > limit else "ok"
+            add(Check(f"{key}_items", status, share, f"> {limit:g} risky", f"{_fmt(share)} of items {what}"))
+
+    lab = report.labels
+    if lab is not None and lab.majority_share is not None:
+        status = "risky" if lab.majority_share >= t.label_skew_risky else "ok"
+        add(Check("label_skew", status, lab.majority_share, f">= {t.label_skew_risky:g} risky",
+                  f"majority reference label {lab.majority_label!r} is {_fmt(lab.majority_share)} of items "
+                  f"(chance {_fmt(lab.chance)})"))
+    if lab is not None and lab.constant_answer_score is not None and math.isfinite(lab.constant_answer_score):
+        status = "risky" if lab.constant_answer_score >= report.mean else "ok"
+        add(Check("constant_answer", status, lab.constant_answer_score, ">= the base mean risky",
+                  f"always answering {lab.majority_label!r} scores {lab.constant_answer_score:.3g} "
+                  f"({lab.constant_answer_method}); the base model scores {report.mean:.3g}"))
+    if lab is not None and lab.answer_majority_share is not None:
+        status = "risky" if lab.answer_majority_share >= t.prediction_skew_risky else "ok"
+        add(Check("answer_skew", status, lab.answer_majority_share, f">= {t.prediction_skew_risky:g} risky",
+                  f"the model answers {lab.answer_majority_label!r} in {_fmt(lab.answer_majority_share)} of samples"))
+
+    det = report.determinism
+    if det is None or not det.n_regraded:
+        add(Check("determinism", "skipped", None, "", "not checked (use --regrade N)"))
+    else:
+        status = "not_ready" if det.flip_rate > t.max_flip_rate else "risky" if det.n_changed else "ok"
+        add(Check("determinism", status, det.flip_rate, f"> {t.max_flip_rate:g} not ready, any change risky",
+                  f"{det.n_changed} of {det.n_regraded} re-graded outputs changed score"))
+
+    err = report.errors
+    kinds = (("grade_share", t.max_grade_error_share, "of scored samples are grader errors (reward 0)"),
+             ("generate_share", t.max_generate_error_share, "of samples failed to generate (left out)"))
+    for key, limit, what in kinds:
+        share = err.get(key)
+        if share:
+            status = "risky" if share > limit else "ok"
+            add(Check(key.replace("_share", "_errors"), status, share, f"> {limit:g} risky", f"{_fmt(share)} {what}"))
+
+    if probes is not None:
+        cheats = [p.name for p in probes.probes if p.status == "flag" and p.expect == "floor"]
+        refs = [p.name for p in probes.probes if p.status == "flag" and p.expect == "max"]
+        if cheats:
+            add(Check("probes", "not_ready", len(cheats), "any cheat above the floor",
+                      f"cheat outputs score above the floor: {', '.join(cheats)}"))
+        if refs:
+            add(Check("reference_probe", "risky", len(refs), "reference below the maximum",
+                      "the reference answer scores below the grader's maximum"))
+        if not cheats and not refs:
+            add(Check("probes", "ok", 0, "any cheat above the floor", "every probe held"))
+    return checks
+
+
+def verdict_of(checks: Sequence[Check]) -> str:
+    statuses = {c.status for c in checks}
+    return "not_ready" if "not_ready" in statuses else "risky" if "risky" in statuses else "ready"
+
+
+# ---------------------------------------------------------------- assess
+
+
+def items_map(dataset: Dataset | str | Path | Mapping[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+    if dataset is None:
+        return None
+    if isinstance(dataset, (str, Path)):
+        from rfteval.dataset import load_dataset
+
+        dataset = load_dataset(dataset)
+    if isinstance(dataset, Mapping):
+        return {str(k): getattr(v, "data", v) for k, v in dataset.items()}
+    return {it.id: it.data for it in dataset}
+
+
+def pick_label(records_df: pd.DataFrame, label: str | None) -> str | None:
+    """The model label to assess: the one asked for, the only one, or `base`."""
+    if "model_label" not in records_df or records_df.empty:
+        return label
+    labels = [str(x) for x in records_df["model_label"].dropna().unique()]
+    if label is not None:
+        if label not in labels:
+            raise ValueError(f"no records for label {label!r} (labels: {', '.join(sorted(labels))})")
+        return label
+    if len(labels) <= 1:
+        return labels[0] if labels else None
+    if "base" in labels:
+        return "base"
+    raise ValueError(f"records hold several labels ({', '.join(sorted(labels))}); choose one")
+
+
+def assess(
+    records_df: pd.DataFrame, grader_config: Any = None, dataset: Any = None, thresholds: Thresholds = Thresholds(),
+    *, group_size: int = 8, label: str | None = None, regrade_n: int = 0, seed: int = 0, options: Any = None,
+    judge: Any = None, engine: Any = None, probes: Any = None, bins: int = 10,
+) -> ReadinessReport:
+    """Readiness of one model's N-epoch records (the base model's, before training).
+
+    `engine` (anything with grade_batch) overrides building one from `grader_config`; the grader runs only for the
+    constant-answer score of label-like data and for `regrade_n` > 0, and only when it needs no judge or has one.
+    """
+    import pandas as pd
+
+    if group_size < 2:
+        raise ValueError("group size must be at least 2")
+    chosen = pick_label(records_df, label)
+    df = records_df
+    if chosen is not None and "model_label" in df:
+        df = df[df["model_label"].astype(str) == chosen]
+    n_records = len(df)
+    stages = df["error"].map(_error_stage) if "error" in df else pd.Series(None, df.index, dtype=object)
+    mask = scored_mask(df)
+    scored = df[mask]
+    if scored.empty:
+        raise ValueError("no graded records to assess")
+    ids = scored["item_id"].astype(str).tolist()
+    scores = pd.to_numeric(scored["score"]).astype(float).tolist()
+    grade_err = (stages[mask] == "grade").tolist()
+
+    low, high, source = grader_score_range(grader_config)
+    if min(scores) < low or max(scores) > high:
+        low, high = min(low, min(scores)), max(high, max(scores))
+        source += "; widened to the observed scores"
+    span = (high - low) or 1.0
+
+    stats = item_stats(ids, scores, low, high, group_size, grade_err)
+    levels_by_item: dict[str, Counter[float]] = {}
+    for iid, s in zip(ids, scores):
+        levels_by_item.setdefault(iid, Counter())[round(s, _DECIMALS)] += 1
+    obs, exp = zero_signal_summary(stats, low, high, group_size, levels_by_item)
+
+    means = [it.mean for it in stats]
+    n = len(means)
+    mean = sum(means) / n
+    se = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1) / n) if n > 1 else None
+    sds = [it.sd for it in stats if it.sd is not None]
+    multi = [[(s - low) / span for s in vals] for vals in _group(ids, scores).values() if len(vals) > 1]
+    variances = [sum((v - sum(x) / len(x)) ** 2 for v in x) / len(x) for x in multi]
+    levels = _levels(scores)
+    lo_key, hi_key = round(low, _DECIMALS), round(high, _DECIMALS)
+    sd_max = span / math.sqrt(2)
+
+    n_gen = int((stages == "generate").sum())
+    n_grade = int(sum(grade_err))
+    error_values = scored["error"] if "error" in scored else []
+    grade_types = Counter(t for e in error_values if isinstance(t := _error_type(e), str))
+    errors = {"generate": n_gen, "grade": n_grade, "generate_share": n_gen / n_records if n_records else 0.0,
+              "grade_share": n_grade / len(scores), "grade_types": dict(grade_types)}
+
+    report = ReadinessReport(
+        label=chosen, n_items=n, n_records=n_records, samples_min=min(it.k for it in stats),
+        samples_max=max(it.k for it in stats), group_size=group_size, score_min=low, score_max=high,
+        range_source=source, mean=mean, se=se, position=(mean - low) / span, zero_variance=obs,
+        expected_zero_signal=exp, distinct_levels=len(levels), binary=set(levels) <= {lo_key, hi_key},
+        share_at_min=levels.get(lo_key, 0) / len(scores), share_at_max=levels.get(hi_key, 0) / len(scores),
+        mean_within_sd=sum(sds) / len(sds) if sds else None,
+        mean_item_variance=sum(variances) / len(variances) if variances else None,
+        mean_histogram=_histogram(means, low, high, bins), sd_histogram=_histogram(sds, 0.0, sd_max, bins),
+        sd_histogram_max=sd_max, errors=errors, items=stats, labels=None, determinism=None, checks=[],
+        verdict="ready", thresholds=thresholds,
+    )
+    if report.binary:
+        report.notes.append("binary (pass/fail) scores: OpenAI's RFT guide recommends a smooth score with partial "
+                            "credit")
+    if exp.get("method") in ("plug-in", "mixed"):
+        report.notes.append(f"fewer samples per item than G={group_size}: the expected zero-signal share is a "
+                            "plug-in estimate, biased upwards (pessimistic)")
+
+    items = items_map(dataset)
+    records = scored[[c for c in ("item_id", "epoch", "score", "error", "output_text", "output_json", "output_tools")
+                      if c in scored]].to_dict("records")
+    item_means = {it.item_id: it.mean for it in stats}
+    report.labels = label_skew(records, items, grader_config, item_means)
+
+    can_grade = engine is not None or (grader_config is not None and (is_local_grader(grader_config) or judge))
+    own_engine = None
+    try:
+        if items and can_grade:
+            lab = report.labels
+            need = (lab is not None and lab.majority_label is not None) or regrade_n > 0
+            if need and engine is None:
+                from rfteval.graders.base import GradeOptions
+                from rfteval.graders.engine import GradingEngine
+
+                engine = own_engine = GradingEngine(grader_config, options or GradeOptions(), judge=judge)
+            if lab is not None and lab.majority_label is not None:
+                lab.constant_answer_score = constant_answer_score(engine, items, lab.answer_path, lab.majority_label)
+                lab.constant_answer_method = "graded"
+            if regrade_n > 0:
+                report.determinism = regrade(records, items, engine, regrade_n, seed)
+        elif regrade_n > 0:
+            report.notes.append("determinism not checked: it needs the grader, the dataset, and a judge endpoint "
+                                "for model graders")
+    finally:
+        if own_engine is not None:
+            own_engine.close()
+
+    report.checks = decide(report, probes)
+    report.verdict = verdict_of(report.checks)
+    return report
+
+
+def _group(ids: Sequence[str], scores: Sequence[float]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for iid, s in zip(ids, scores):
+        out.setdefault(iid, []).append(s)
+    return out

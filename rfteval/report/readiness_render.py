@@ -1,0 +1,274 @@
+"""Readiness and probe reports for people: rich terminal text, and self-contained HTML fragments for the report."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rfteval.probes import ProbeReport
+    from rfteval.readiness import ReadinessReport
+
+VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
+VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}
+STATUS_STYLE = {"ok": "green", "risky": "yellow", "not_ready": "red", "skipped": "dim", "flag": "red",
+                "warning": "yellow"}
+VERDICT_COLOR = {"ready": "#1a7f37", "risky": "#9a6700", "not_ready": "#cf222e"}
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.0%}"
+
+
+def num(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
+
+
+def _esc(text: Any) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(str(text))
+
+
+def summary_lines(report: ReadinessReport) -> list[str]:
+    """The compact summary as rich-markup lines (the runner prints these after a run)."""
+    zv, ez = report.zero_variance, report.expected_zero_signal
+    v = report.verdict
+    label = f" ({_esc(report.label)})" if report.label else ""
+    lines = [
+        f"Readiness{label}: [{VERDICT_STYLE[v]}]{VERDICT_TEXT[v]}[/]  mean {num(report.mean)} in "
+        f"[{report.score_min:g}, {report.score_max:g}] ({pct(report.position)} of the range), "
+        f"{report.n_items} items × {report.samples_min}"
+        + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
+        f"  zero-signal items {pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
+        f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))}); expected at G={report.group_size}: "
+        f"{pct(ez.get('share'))}",
+        f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
+        f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}",
+    ]
+    for c in report.reasons if report.verdict != "ready" else []:
+        lines.append(f"  [{STATUS_STYLE[c.status]}]{'not ready' if c.status == 'not_ready' else c.status}[/]: "
+                     f"{_esc(c.message)}")
+    return lines
+
+
+def render_summary(report: ReadinessReport, console: Console) -> None:
+    """A few lines: the verdict, where the mean sits, zero-signal shares, and the reasons (end of `rfteval run`)."""
+    for line in summary_lines(report):
+        console.print(line, highlight=False)
+
+
+def text_histogram(counts: list[int], low: float, high: float, width: int = 30) -> list[str]:
+    """One line per bin: its range, a bar, its count."""
+    top = max(counts) if counts else 0
+    step = (high - low) / len(counts) if counts else 0
+    out = []
+    for i, c in enumerate(counts):
+        a, b = low + i * step, low + (i + 1) * step
+        bar = "█" * (round(c / top * width) if top else 0)
+        out.append(f"  {a:5.2f}–{b:<5.2f} {bar} {c}")
+    return out
+
+
+def render_readiness(report: ReadinessReport, console: Console) -> None:
+    """The full report: summary, histograms, labels, determinism and every check with its threshold."""
+    from rich.table import Table
+
+    render_summary(report, console)
+    console.print(f"  range: {_esc(report.range_source)}", style="dim", highlight=False)
+    console.print(f"\nItem means ({report.n_items} items)", style="bold")
+    for line in text_histogram(report.mean_histogram, report.score_min, report.score_max):
+        console.print(line, highlight=False)
+    console.print("Within-item SD", style="bold")
+    for line in text_histogram(report.sd_histogram, 0.0, report.sd_histogram_max):
+        console.print(line, highlight=False)
+    console.print(
+        f"scores at the minimum {pct(report.share_at_min)}, at the maximum {pct(report.share_at_max)}; "
+        f"mean item variance (p(1−p) for binary) {num(report.mean_item_variance)}", highlight=False)
+    err = report.errors
+    if err.get("generate") or err.get("grade"):
+        types = ", ".join(f"{k} {v}" for k, v in err.get("grade_types", {}).items())
+        console.print(f"errors: {err['generate']} generation (left out), {err['grade']} grading (scored 0)"
+                      + (f" — {_esc(types)}" if types else ""), highlight=False)
+    lab = report.labels
+    if lab is not None:
+        console.print("\nLabels", style="bold")
+        if lab.reference_counts:
+            counts = ", ".join(f"{_esc(k)} {v}" for k, v in list(lab.reference_counts.items())[:8])
+            console.print(f"  references ({_esc(lab.reference_path)}): {counts}; majority share "
+                          f"{pct(lab.majority_share)}, chance {pct(lab.chance)}", highlight=False)
+            console.print(f"  always answering {_esc(repr(lab.majority_label))} scores "
+                          f"{num(lab.constant_answer_score)} ({_esc(lab.constant_answer_method)})", highlight=False)
+            per = ", ".join(f"{_esc(k)} {num(v, 2)}" for k, v in (lab.per_label_mean or {}).items())
+            console.print(f"  mean score per reference label: {per}", highlight=False)
+        if lab.answer_counts:
+            counts = ", ".join(f"{_esc(k)} {v}" for k, v in list(lab.answer_counts.items())[:8])
+            console.print(f"  answers ({_esc(lab.answer_path)}): {counts}; majority share "
+                          f"{pct(lab.answer_majority_share)}", highlight=False)
+    det = report.determinism
+    if det is not None:
+        console.print("\nDeterminism", style="bold")
+        console.print(f"  re-graded {det.n_regraded} stored outputs: {det.n_changed} changed "
+                      f"(flip rate {pct(det.flip_rate)}, largest change {num(det.max_abs_diff)})", highlight=False)
+        for ch in det.changed[:10]:
+            console.print(f"    item {_esc(ch['item_id'])} epoch {ch.get('epoch')}: {num(ch['stored'])} → "
+                          f"{num(ch['regraded'])}", highlight=False)
+    table = Table(title="Checks", title_justify="left", show_edge=False, pad_edge=False)
+    for col in ("check", "status", "value", "threshold (heuristic)", "why"):
+        table.add_column(col, overflow="fold")
+    for c in report.checks:
+        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status.replace('_', ' ')}[/]",
+                      num(c.value), _esc(c.threshold), _esc(c.message))
+    console.print()
+    console.print(table)
+    for note in report.notes:
+        console.print(f"note: {_esc(note)}", style="dim", highlight=False)
+
+
+def render_probes(report: ProbeReport, console: Console) -> None:
+    """One row per probe: what it scored, errors, and the items where it was flagged."""
+    from rich.table import Table
+
+    console.print(f"Grader probes: {_esc(report.grader_name)} ({_esc(report.grader_type)}), {report.n_items} items; "
+                  f"floor {report.score_min:g}, maximum {report.score_max:g}, a cheat is flagged above "
+                  f"{report.score_min + report.margin * (report.score_max - report.score_min):g}", highlight=False)
+    console.print(f"reference → output: {_esc(report.template_source)}", style="dim", highlight=False)
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("probe", "expect", "status", "mean", "max", "errors", "flagged items"):
+        table.add_column(col, overflow="fold")
+    for p in report.probes:
+        items = ", ".join(p.flagged_items[:6]) + (f" … (+{len(p.flagged_items) - 6})" if len(p.flagged_items) > 6
+                                                  else "")
+        status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
+        table.add_row(p.name, p.expect.replace("_", " "), f"[{STATUS_STYLE.get(p.status, '')}]{_esc(status)}[/]",
+                      num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
+    console.print(table)
+    if report.flags:
+        console.print(f"[bold red]{len(report.flags)} flag(s):[/] {', '.join(p.name for p in report.flags)}")
+    else:
+        console.print("[bold green]no flags[/]")
+    for note in report.notes:
+        console.print(f"note: {_esc(note)}", style="dim", highlight=False)
+
+
+# ---------------------------------------------------------------- HTML
+
+_STYLE = """<style>
+.rfteval-readiness{font-family:system-ui,sans-serif;font-size:14px;color:#1f2328;margin:1em 0}
+.rfteval-readiness h3{margin:.2em 0 .5em}
+.rfteval-readiness .verdict{display:inline-block;padding:.15em .6em;border-radius:4px;color:#fff;font-weight:600}
+.rfteval-readiness table{border-collapse:collapse;margin:.5em 0}
+.rfteval-readiness td,.rfteval-readiness th{border-bottom:1px solid #d0d7de;padding:.25em .6em;text-align:left;
+vertical-align:top}
+.rfteval-readiness .ok{color:#1a7f37}.rfteval-readiness .risky,.rfteval-readiness .warning{color:#9a6700}
+.rfteval-readiness .not_ready,.rfteval-readiness .flag{color:#cf222e}.rfteval-readiness .skipped{color:#6e7781}
+.rfteval-readiness .plots{display:flex;flex-wrap:wrap;gap:1.5em}
+.rfteval-readiness .note{color:#6e7781}
+</style>"""
+
+
+def svg_histogram(counts: list[int], low: float, high: float, title: str, width: int = 360,
+                  height: int = 150) -> str:
+    """An inline SVG bar chart of binned counts, with a tooltip per bar."""
+    pad_l, pad_b, pad_t = 28, 22, 18
+    plot_w, plot_h = width - pad_l - 8, height - pad_b - pad_t
+    top = max(counts) if counts and max(counts) > 0 else 1
+    n = max(len(counts), 1)
+    bw = plot_w / n
+    step = (high - low) / n
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{escape(title)}">',
+             f'<text x="{pad_l}" y="12" font-size="12" font-weight="600">{escape(title)}</text>']
+    for i, c in enumerate(counts):
+        h = c / top * plot_h
+        x = pad_l + i * bw
+        y = pad_t + plot_h - h
+        a, b = low + i * step, low + (i + 1) * step
+        parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bw - 2:.1f}" height="{h:.1f}" fill="#0969da">'
+                     f'<title>{a:.2f}–{b:.2f}: {c}</title></rect>')
+        if c:
+            parts.append(f'<text x="{x + bw / 2:.1f}" y="{y - 2:.1f}" font-size="10" text-anchor="middle">{c}</text>')
+    base = pad_t + plot_h
+    parts.append(f'<line x1="{pad_l}" y1="{base}" x2="{pad_l + plot_w}" y2="{base}" stroke="#57606a"/>')
+    for frac in (0.0, 0.5, 1.0):
+        x = pad_l + frac * plot_w
+        parts.append(f'<text x="{x:.1f}" y="{base + 14}" font-size="10" text-anchor="middle">'
+                     f'{low + frac * (high - low):.2g}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _cls(status: str) -> str:
+    return escape(status, quote=True)
+
+
+def readiness_html(report: ReadinessReport) -> str:
+    """A self-contained fragment (scoped style, inline SVG, no scripts) for the HTML report to embed."""
+    v = report.verdict
+    zv, ez = report.zero_variance, report.expected_zero_signal
+    rows = [
+        ("base mean", f"{num(report.mean)} ± {num(report.se)} (SE) in [{report.score_min:g}, {report.score_max:g}]"
+                      f" — {pct(report.position)} of the range"),
+        ("items × samples", f"{report.n_items} × {report.samples_min}"
+                            + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "")),
+        ("zero-signal items", f"{pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
+                              f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))})"),
+        (f"expected zero-signal at G={report.group_size}", f"{pct(ez.get('share'))} ({ez.get('method')})"),
+        ("score levels", f"{report.distinct_levels}{' (binary)' if report.binary else ''}"),
+        ("mean within-item SD", num(report.mean_within_sd)),
+        ("mean item variance", num(report.mean_item_variance)),
+    ]
+    lab = report.labels
+    if lab is not None and lab.majority_share is not None:
+        rows.append(("majority label", f"{lab.majority_label} {pct(lab.majority_share)} (chance {pct(lab.chance)});"
+                                       f" constant answer scores {num(lab.constant_answer_score)}"))
+    if lab is not None and lab.answer_majority_share is not None:
+        rows.append(("majority answer", f"{lab.answer_majority_label} {pct(lab.answer_majority_share)}"))
+    det = report.determinism
+    if det is not None:
+        rows.append(("determinism", f"{det.n_changed} of {det.n_regraded} re-graded outputs changed"))
+    html = [_STYLE, '<section class="rfteval-readiness">',
+            f'<h3>RFT readiness{" — " + escape(report.label) if report.label else ""} '
+            f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span></h3>',
+            "<table>"]
+    html += [f"<tr><th>{escape(k)}</th><td>{escape(val)}</td></tr>" for k, val in rows]
+    html.append("</table>")
+    html.append('<div class="plots">'
+                + svg_histogram(report.mean_histogram, report.score_min, report.score_max, "Item means")
+                + svg_histogram(report.sd_histogram, 0.0, report.sd_histogram_max, "Within-item SD")
+                + "</div>")
+    html.append("<table><tr><th>check</th><th>status</th><th>value</th><th>threshold (heuristic)</th>"
+                "<th>why</th></tr>")
+    for c in report.checks:
+        html.append(f'<tr><td>{escape(c.name)}</td><td class="{_cls(c.status)}">{escape(c.status.replace("_", " "))}'
+                    f"</td><td>{escape(num(c.value))}</td><td>{escape(c.threshold)}</td><td>{escape(c.message)}"
+                    "</td></tr>")
+    html.append("</table>")
+    html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
+    html.append("</section>")
+    return "\n".join(html)
+
+
+def probes_html(report: ProbeReport) -> str:
+    """The probe table as a self-contained fragment."""
+    cut = report.score_min + report.margin * (report.score_max - report.score_min)
+    html = [_STYLE, '<section class="rfteval-readiness">',
+            f"<h3>Grader probes — {escape(str(report.grader_name))} ({escape(str(report.grader_type))})</h3>",
+            f"<p>{report.n_items} items; floor {report.score_min:g}, maximum {report.score_max:g}; a cheat is flagged "
+            f"above {cut:g}. Reference → output: {escape(report.template_source)}.</p>",
+            "<table><tr><th>probe</th><th>expect</th><th>status</th><th>mean</th><th>max</th><th>errors</th>"
+            "<th>flagged items</th></tr>"]
+    for p in report.probes:
+        status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
+        items = ", ".join(p.flagged_items[:10]) + (" …" if len(p.flagged_items) > 10 else "")
+        html.append(f'<tr><td title="{escape(p.description)}">{escape(p.name)}</td>'
+                    f"<td>{escape(p.expect.replace('_', ' '))}</td><td class=\"{_cls(p.status)}\">{escape(status)}</td>"
+                    f"<td>{num(p.mean)}</td><td>{num(p.max)}</td><td>{p.n_errors or ''}</td><td>{escape(items)}</td>"
+                    "</tr>")
+    html.append("</table>")
+    html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
+    html.append("</section>")
+    return "\n".join(html)

@@ -1,0 +1,234 @@
+"""`rfteval readiness` and `rfteval probe-grader` end to end: CliRunner, and once through a real process."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from rfteval.cli import app
+from rfteval.graders.base import GradeResult
+from rfteval.records import apply_grade, iter_jsonl_records, make_record, read_records, write_jsonl, write_parquet
+
+runner = CliRunner()
+LABELS = ["yes", "no", "yes", "yes", "no", "yes"]
+ITEMS = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"Answer yes or no: question {i}"}],
+          "reference_answer": ref} for i, ref in enumerate(LABELS)]
+GRADER = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+          "reference": "{{item.reference_answer}}", "operation": "eq"}
+WEAK = dict(GRADER, name="weak", operation="ilike")
+# the base model's answers per item over 4 epochs: floor, ceiling and mixed items
+ANSWERS = {
+    "q0": ["no", "no", "no", "no"], "q1": ["no", "no", "no", "no"], "q2": ["yes", "no", "yes", "no"],
+    "q3": ["yes", "yes", "no", "yes"], "q4": ["yes", "no", "no", "yes"], "q5": ["no", "no", "no", "yes"],
+}
+
+
+def build_records(label: str, answers: dict[str, list[str]]) -> list[dict]:
+    refs = {it["id"]: it["reference_answer"] for it in ITEMS}
+    out = []
+    for iid, outs in answers.items():
+        for epoch, text in enumerate(outs):
+            rec = make_record(run_id="run1", model_label=label, model=f"m-{label}", item_id=iid, epoch=epoch,
+                              output_text=text)
+            out.append(apply_grade(rec, GradeResult(float(text == refs[iid]))))
+    return out
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "run"
+    d.mkdir()
+    base = build_records("base", ANSWERS)
+    tuned = build_records("tuned", {k: ["yes"] * 4 for k in ANSWERS})
+    write_jsonl(base, d / "base.jsonl")
+    write_jsonl(tuned, d / "tuned.jsonl")
+    write_parquet(base + tuned, d / "results.parquet")
+    (tmp_path / "items.jsonl").write_text("\n".join(json.dumps(it) for it in ITEMS) + "\n", encoding="utf-8")
+    (tmp_path / "grader.json").write_text(json.dumps(GRADER), encoding="utf-8")
+    (tmp_path / "weak.json").write_text(json.dumps(WEAK), encoding="utf-8")
+    return d
+
+
+def invoke(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def expected_advantages(scores: list[float]) -> list[float]:
+    s = np.array(scores, dtype=float)
+    sd = s.std(ddof=1)
+    return [0.0] * len(s) if sd == 0 else list((s - s.mean()) / sd)
+
+
+def test_readiness_text_defaults_to_base(run_dir: Path):
+    res = invoke("readiness", run_dir, "--group-size", "4")
+    assert res.exit_code == 0, res.output
+    assert "Readiness (base):" in res.output
+    assert "zero-signal items 33%" in res.output  # q0 (all-min), q1 (all-max: "no" is right); 2 of 6
+    assert "Checks" in res.output and "Item means" in res.output
+
+
+def test_readiness_json_values(run_dir: Path):
+    res = invoke("readiness", run_dir, "--format", "json", "--group-size", "4")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    means = [sum(a == ref for a in ANSWERS[f"q{i}"]) / 4 for i, ref in enumerate(LABELS)]
+    assert out["label"] == "base" and out["n_items"] == 6 and out["n_records"] == 24
+    assert out["mean"] == pytest.approx(sum(means) / 6)
+    assert out["zero_variance"]["floor"] == pytest.approx(1 / 6)
+    assert out["zero_variance"]["ceiling"] == pytest.approx(1 / 6)
+    assert out["expected_zero_signal"]["method"] == "unbiased"
+    assert out["verdict"] in ("ready", "risky", "not_ready") and out["reasons"]
+
+
+def test_readiness_label_and_thresholds(run_dir: Path):
+    res = invoke("readiness", run_dir, "--label", "tuned", "--format", "json")
+    out = json.loads(res.output)
+    # the tuned model always answers "yes": every item is all-right or all-wrong, and one answer dominates
+    assert out["label"] == "tuned" and out["verdict"] == "not_ready"
+    status = {c["name"]: c["status"] for c in out["checks"]}
+    assert status["answer_skew"] == "risky" and status["zero_signal"] == "not_ready"
+    assert out["labels"]["answer_counts"] == {"yes": 24}
+    strict = json.loads(invoke("readiness", run_dir, "--format", "json", "--group-size", "4",
+                               "--zero-signal-not-ready", "0.01").output)
+    assert strict["verdict"] == "not_ready" and "zero_signal" in strict["reasons"]
+
+
+def test_readiness_of_record_files_jsonl_and_parquet(run_dir: Path):
+    a = json.loads(invoke("readiness", run_dir / "base.jsonl", "--format", "json").output)
+    b = json.loads(invoke("readiness", run_dir / "results.parquet", "--format", "json").output)
+    assert a["label"] == b["label"] == "base"
+    assert a["mean"] == pytest.approx(b["mean"]) and a["zero_variance"] == b["zero_variance"]
+
+
+def test_readiness_with_dataset_and_grader_labels_and_regrade(run_dir: Path):
+    tmp = run_dir.parent
+    res = invoke("readiness", run_dir, "--format", "json", "--grader", tmp / "grader.json", "--dataset",
+                 tmp / "items.jsonl", "--regrade", "10")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["labels"]["reference_counts"] == {"yes": 4, "no": 2}
+    assert out["labels"]["constant_answer_method"] == "graded"
+    assert out["labels"]["constant_answer_score"] == pytest.approx(4 / 6)
+    assert out["determinism"]["n_regraded"] == 10 and out["determinism"]["n_changed"] == 0
+
+
+def test_readiness_finds_grader_and_dataset_in_the_resolved_spec(run_dir: Path):
+    tmp = run_dir.parent
+    (run_dir / "spec.resolved.toml").write_text(
+        f'dataset = "{(tmp / "items.jsonl").as_posix()}"\ngrader = "{(tmp / "grader.json").as_posix()}"\n'
+        'epochs = 4\n', encoding="utf-8")
+    out = json.loads(invoke("readiness", run_dir, "--format", "json", "--regrade", "5").output)
+    assert out["determinism"]["n_regraded"] == 5 and out["labels"]["majority_label"] == "yes"
+
+
+def test_write_advantages_jsonl_and_parquet(run_dir: Path):
+    before_tuned = (run_dir / "tuned.jsonl").read_bytes()
+    res = invoke("readiness", run_dir, "--write-advantages", "--format", "json")
+    assert res.exit_code == 0, res.output
+    recs = list(iter_jsonl_records(run_dir / "base.jsonl"))
+    for iid in ANSWERS:
+        rows = [r for r in recs if r["item_id"] == iid]
+        assert [r["advantage"] for r in rows] == pytest.approx(expected_advantages([r["score"] for r in rows]))
+    assert (run_dir / "tuned.jsonl").read_bytes() == before_tuned
+    df = read_records(run_dir / "results.parquet")
+    base = df[df["model_label"] == "base"]
+    for iid, rows in base.groupby("item_id"):
+        assert rows["advantage"].tolist() == pytest.approx(expected_advantages(rows["score"].tolist()))
+    assert df[df["model_label"] == "tuned"]["advantage"].isna().all()
+    assert not list(run_dir.glob("*.tmp"))
+
+
+def test_bad_input_is_one_line_exit_2(run_dir: Path, tmp_path: Path):
+    cases = [
+        ("readiness", tmp_path / "nope"),
+        ("readiness", run_dir, "--format", "yaml"),
+        ("readiness", run_dir, "--label", "other"),
+        ("readiness", run_dir, "--regrade", "3"),
+    ]
+    for args in cases:
+        res = invoke(*args)
+        assert res.exit_code == 2, (args, res.output)
+        assert "Traceback" not in res.output
+        assert len(res.output.strip().splitlines()) == 1, res.output
+    (run_dir / "base.jsonl").unlink()
+    (run_dir / "results.parquet").unlink()
+    (run_dir / "other.jsonl").write_text((run_dir / "tuned.jsonl").read_text().replace('"tuned"', '"other"'))
+    res = invoke("readiness", run_dir)
+    assert res.exit_code == 2 and "--label" in res.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"item_id": "a", "score": 1}\n{"item_id": \n', encoding="utf-8")
+    res = invoke("readiness", bad)
+    assert res.exit_code == 2 and "bad.jsonl:2" in res.output
+
+
+def test_probe_grader_strict_gate(run_dir: Path):
+    tmp = run_dir.parent
+    weak = invoke("probe-grader", tmp / "weak.json", "--dataset", tmp / "items.jsonl")
+    assert weak.exit_code == 0, weak.output
+    assert "fill_all" in weak.output and "flag" in weak.output
+    gate = invoke("probe-grader", tmp / "weak.json", "--dataset", tmp / "items.jsonl", "--strict")
+    assert gate.exit_code == 1
+    strong = invoke("probe-grader", tmp / "grader.json", "--dataset", tmp / "items.jsonl", "--strict")
+    assert strong.exit_code == 0, strong.output  # a whitespace-padded reference is a warning, not a flag
+    assert "no flags" in strong.output
+
+
+def test_probe_grader_json_and_reference_template(run_dir: Path):
+    tmp = run_dir.parent
+    res = invoke("probe-grader", tmp / "grader.json", "--dataset", tmp / "items.jsonl", "--format", "json",
+                 "--reference-template", '"{{item.reference_answer}}"')
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["template_source"] == "given" and out["flags"] == []
+    ref = next(p for p in out["probes"] if p["name"] == "reference")
+    assert ref["scores"] == {it["id"]: 1.0 for it in ITEMS}
+    tpl = tmp / "tpl.json"
+    tpl.write_text('"The answer: {{item.reference_answer}}"', encoding="utf-8")
+    out = json.loads(invoke("probe-grader", tmp / "weak.json", "--dataset", tmp / "items.jsonl", "--format", "json",
+                            "--reference-template", tpl, "--limit", "2").output)
+    assert out["n_items"] == 2 and next(p for p in out["probes"] if p["name"] == "reference")["min"] == 1.0
+    for bad in ("{{sample.output_text}}", "{not json", "{{item.}}"):
+        res = invoke("probe-grader", tmp / "grader.json", "--dataset", tmp / "items.jsonl",
+                     "--reference-template", bad)
+        assert res.exit_code == 2 and "--reference-template" in res.output, (bad, res.output)
+
+
+def test_real_process(run_dir: Path):
+    exe = Path(sys.executable).with_name("rfteval")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rfteval"]
+    tmp = run_dir.parent
+    proc = subprocess.run(cmd + ["readiness", str(run_dir), "--format", "json"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["label"] == "base"
+    proc = subprocess.run(cmd + ["probe-grader", str(tmp / "weak.json"), "--dataset", str(tmp / "items.jsonl"),
+                                 "--strict"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    proc = subprocess.run(cmd + ["readiness", str(tmp / "missing")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "missing" in proc.stderr
+
+
+def test_html_fragments_are_self_contained(run_dir: Path):
+    from rfteval.graders.loader import parse_config
+    from rfteval.probes import run_probes
+    from rfteval.readiness import assess
+    from rfteval.report.readiness_render import probes_html, readiness_html
+
+    rep = assess(read_records(run_dir / "base.jsonl"), group_size=4)
+    html = readiness_html(rep)
+    assert html.count("<svg") == 2 and "<script" not in html and "http://" not in html.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+    bars = [int(x) for x in re.findall(r"<title>[^<]*: (\d+)</title>", html)]
+    assert bars[:10] == rep.mean_histogram
+    probes = run_probes(parse_config(WEAK), {it["id"]: it for it in ITEMS})
+    frag = probes_html(probes)
+    assert "fill_all" in frag and 'class="flag"' in frag
+    evil = assess(read_records(run_dir / "base.jsonl").assign(model_label="<b>x</b>"), group_size=4)
+    assert "<b>x</b>" not in readiness_html(evil) and "&lt;b&gt;" in readiness_html(evil)
