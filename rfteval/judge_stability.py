@@ -171,3 +171,40 @@ def load_pairs(dataset_path: str | Path, outputs_path: str | Path) -> tuple[list
         pairs.append((make_sample(out.output_text, out.output_tools), items[out.item_id].data))
         keys.append((out.item_id, out.epoch))
     return pairs, keys
+
+
+MODEL_GRADER_TYPES = frozenset({"score_model", "label_model", "group_judge"})
+
+
+def model_grader_types(config: GraderConfig) -> set[str]:
+    """The model-grader types in a config (a multi's sub-graders included)."""
+    found = {config.type} & MODEL_GRADER_TYPES
+    for sub in (getattr(config, "graders", None) or {}).values():
+        found |= model_grader_types(sub)
+    return found
+
+
+def run_stability(
+    grader_path: str | Path,
+    dataset_path: str | Path,
+    outputs_path: str | Path,
+    judge: Any,
+    repeat: int = 3,
+    threshold: float = DEFAULT_THRESHOLD,
+    options: Any = None,
+) -> dict[str, Any]:
+    """`rfteval validate grader G --dataset D --outputs O --repeat K`, as a library call; InputError on bad input."""
+    from rfteval.errors import InputError
+    from rfteval.graders import GradingEngine, load_grader
+
+    if repeat < 2:
+        raise InputError("must be at least 2 to measure a spread", field="--repeat")
+    config = load_grader(grader_path)
+    if not model_grader_types(config):
+        raise InputError(f"a {config.type} grader has no judge model to check; --repeat needs score_model, "
+                         "label_model or group_judge", grader_path, field="type")
+    pairs, keys = load_pairs(dataset_path, outputs_path)
+    if not pairs:
+        raise InputError("no outputs to grade", outputs_path)
+    with GradingEngine(config, options, judge=judge) as engine:
+        return stability_report(engine, pairs, repeat=repeat, threshold=threshold, keys=keys)

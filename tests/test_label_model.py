@@ -81,3 +81,24 @@ def test_refusal(fake_openai):
 def test_passing_labels_must_be_labels():
     with pytest.raises(InputError, match="passing_labels"):
         parse_config({**CONFIG, "passing_labels": ["great"]})
+
+
+def test_scripted_local_judge_picks_labels_best_first():
+    """scripts/local_judge.py (a stand-in, not a model): coverage 1 → the first label, 0 → the last."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import local_judge
+
+    def body(answer: str) -> dict:
+        return {"messages": [{"role": "developer", "content": "Check:\n- Mentions \"refund\".\n- Cites [KB-1]."},
+                             {"role": "user", "content": f"Response:\n{answer}"}],
+                "response_format": {"type": "json_schema", "json_schema": {
+                    "name": "label_model_result",
+                    "schema": {"properties": {"label": {"type": "string", "enum": ["good", "ok", "bad"]}}}}}}
+
+    assert local_judge.answer(body("A refund is due [KB-1]."))["label"] == "good"
+    assert local_judge.answer(body("A refund is due."))["label"] == "ok"
+    assert local_judge.answer(body("No idea."))["label"] == "bad"
+    assert "not a model" in local_judge.answer(body("x"))["steps"][-1]["description"]

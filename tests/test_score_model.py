@@ -205,3 +205,35 @@ def test_judge_score_batch_keeps_the_old_contract(fake_openai):
     with Judge(OpenAIProvider(fake_openai.base_url), retry_policy=FAST) as judge:
         (result,) = judge.score_batch(parse_config(CONFIG), [(make_sample("0.3"), {"reference_answer": "x"})])
     assert result.score == 0.3 and re.search("Reference: x", fake_openai.requests[0].last_user_text())
+
+
+def test_accordance_rubric_through_the_scripted_local_judge():
+    """The demo's stand-in judge (scripts/local_judge.py, not a model) on the Accordance score_model grader."""
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root / "scripts"))
+    import local_judge
+
+    server = local_judge.serve(0)
+    try:
+        config = json.loads((root / "graders/accordance.json").read_text())
+        item = {"id": "acc-1", "question": "Jane, a W-2 employee, works from home. Can she deduct her home office?",
+                "rubric": "- (4 pts) Employee home office deductions are suspended for 2018-2025 (TCJA).\n"
+                          "- (3 pts) The simplified method is $5 per square foot, up to 300 square feet.\n"
+                          "- (3 pts) Concludes her deduction is $0.",
+                "reference_answer": "No: suspended for 2018-2025; $0."}
+        good = "Suspended for employees for 2018-2025 under the TCJA, so $0. (Simplified: $5 per sq ft, max 300.)"
+        partial = "Under the TCJA employee deductions are suspended for 2018-2025."
+        bad = "She can deduct a share of her rent."
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        with Judge(OpenAIProvider(url), retry_policy=FAST) as judge, \
+                GradingEngine(parse_config(config), judge=judge) as engine:
+            results = engine.grade_batch([(make_sample(t), item) for t in (good, partial, bad)])
+    finally:
+        server.shutdown()
+    assert [r.error for r in results] == [None, None, None]
+    assert [r.score for r in results] == [1.0, 0.4, 0.0]
+    assert "scripted stand-in, not a model" in results[0].details["steps"][-1]["description"]
+    assert results[1].details["steps"][0]["conclusion"].startswith("4/4 pts")

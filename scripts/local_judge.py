@@ -1,0 +1,349 @@
+"""A scripted local judge for the demo: an OpenAI-compatible server that answers model-grader requests.
+
+IT IS NOT A MODEL. It is a scripted stand-in so that `make demo` and the tests run offline and free; every answer
+it gives says so in its explanation. It answers score_model, label_model and group_judge requests (recognised by
+the structured-output schema they carry) deterministically, from a transparent heuristic: rubric-keyword coverage.
+
+The heuristic, in full:
+- The judged text is the last <answer>/<response>/<output>/<sample> tag of the last user message, else the text
+  after its last line ending in ':' that names an answer/response/output/analysis/submission, else that message.
+- Rubric points are the bullet lines ("- ", "* ", "1. ") of every other part of the prompt. A point's weight is
+  its "(N pts)" / "N points" when given, else 1.
+- A point is scored 1, 0.5 or 0 by the share of its terms found in the judged text (>= 60% → 1, >= 30% → 0.5).
+  Its terms are its quoted phrases, [bracketed ids] and numbers when it has any, else its content words (4+
+  letters, not stop words, compared by their first six letters). "under N words" points check the word count;
+  points starting with "never" / "do not" / "don't" are met when their terms are absent.
+- With no bullet points at all, the score is the share of the prompt's content words found in the judged text.
+- score_model: result = coverage × the top of the range named in the prompt ("from 0 to N"; default 1).
+  label_model: the labels (the schema's enum) are read as ordered best first; coverage c picks label
+  round((1 − c) × (number of labels − 1)). group_judge: for each sample, 0.8 × coverage of the instruction points
+  in the <context>'s system/developer messages + 0.2 × the share of its content words found in the context
+  (grounding); scores are then divided by the group's best, so the best sample scores 1.
+
+Run: `python scripts/local_judge.py --port 0` prints its base_url (http://127.0.0.1:PORT/v1) on the first line and
+serves until killed. 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HOST = "127.0.0.1"
+MODEL_NAME = "local-scripted-judge"
+STAND_IN = "scripted stand-in, not a model"
+
+STOP = frozenset(
+    "a an and are as at be been but by can could did do does doing done each either else for from has have having "
+    "her here hers him his how i if in into is it its just may me might more most must my no nor not of off on "
+    "once only or other our ours out over own same shall she should so some such than that the their theirs them "
+    "then there these they this those through to too under until up upon us very was we were what when where "
+    "which while who whom why will with would you your yours also any answer answers".split()
+)
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]{3,}")
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+(.+?)\s*$", re.M)
+_WEIGHT = re.compile(r"\(?\b(\d+(?:\.\d+)?)\s*(?:pts?|points?)\b\)?", re.I)
+_QUOTED = re.compile(r"\"([^\"]{2,120})\"|\u201c([^\u201d]{2,120})\u201d")
+_BRACKET = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9 _.-]{0,40})\]")
+_TOKEN = re.compile(r"[^\s,;:()\"\[\]]+")
+_LIMIT = re.compile(r"\b(?:under|at most|no more than|fewer than|less than)\s+(\d+)\s+words\b", re.I)
+_NEGATIVE = re.compile(r"^\s*(?:never|do not|don't|avoid)\b", re.I)
+_TAG = re.compile(r"<(answer|response|output|sample)\b[^>]*>(.*?)</\1>", re.S | re.I)
+_MARKER = re.compile(r"^[^\n]*\b(?:answer|response|output|analysis|submission|completion)\b[^\n:]*:[ \t]*$", re.I | re.M)
+_MARKER_INLINE = re.compile(r"\b(?:model answer|answer|response|output)\s*:\s*", re.I)
+_RANGE = re.compile(r"\b(?:from|between)\s+0(?:\.0+)?\s+(?:to|and)\s+(\d+(?:\.\d+)?)", re.I)
+
+
+# ---- the heuristic (pure) ----------------------------------------------------------------------------------------
+
+
+def stems(text: str) -> set[str]:
+    return {w.lower()[:6] for w in _WORD.findall(text) if w.lower() not in STOP}
+
+
+def point_terms(point: str) -> tuple[list[str], bool]:
+    """(terms, exact): quoted phrases / [ids] / numbers matched as text, else content-word stems."""
+    body = _WEIGHT.sub(" ", point)
+    exact = [a or b for a, b in _QUOTED.findall(body)]
+    exact += [f"[{x}]" for x in _BRACKET.findall(body)]
+    rest = _QUOTED.sub(" ", _BRACKET.sub(" ", body))
+    exact += [t for t in (t.rstrip(".!?") for t in _TOKEN.findall(rest)) if len(t) >= 2 and any(c.isdigit() for c in t)]
+    if exact:
+        return exact, True
+    return sorted(stems(_NEGATIVE.sub(" ", body))), False
+
+
+def score_point(point: str, judged: str) -> tuple[float, str]:
+    """A rubric point's score (1, 0.5, 0) against the judged text, and why."""
+    limit = _LIMIT.search(point)
+    if limit:
+        n = len(judged.split())
+        ok = n <= int(limit.group(1))
+        return (1.0 if ok else 0.0), f"{n} words ({'within' if ok else 'over'} the {limit.group(1)}-word limit)"
+    terms, exact = point_terms(point)
+    if not terms:
+        return 1.0, "no checkable terms"
+    if exact:
+        low = judged.lower()
+        found = [t for t in terms if t.lower() in low]
+    else:
+        have = stems(judged)
+        found = [t for t in terms if t in have]
+    share = len(found) / len(terms)
+    if _NEGATIVE.match(point):
+        ok = share < 0.3
+        return (1.0 if ok else 0.0), f"prohibition {'respected' if ok else 'broken'} ({len(found)}/{len(terms)} terms present)"
+    score = 1.0 if share >= 0.6 else 0.5 if share >= 0.3 else 0.0
+    return score, f"{len(found)}/{len(terms)} terms found" + (f": {', '.join(found[:6])}" if found else "")
+
+
+def rubric_points(text: str) -> list[tuple[str, float]]:
+    out = []
+    for m in _BULLET.finditer(text):
+        point = m.group(1)
+        w = _WEIGHT.search(point)
+        out.append((point, float(w.group(1)) if w else 1.0))
+    return out
+
+
+def coverage(points: list[tuple[str, float]], judged: str, fallback_text: str) -> tuple[float, list[dict[str, str]]]:
+    """Weighted rubric coverage in 0..1, and one step per point ({description, conclusion}; `missed` when < 1)."""
+    if not points:
+        want = stems(fallback_text)
+        if not want:
+            return 0.0, [{"description": f"{STAND_IN}: nothing to check against", "conclusion": "score 0"}]
+        found = want & stems(judged)
+        share = len(found) / len(want)
+        return share, [{"description": f"{STAND_IN}: no rubric bullets; overlap with the prompt's content words",
+                        "conclusion": f"{len(found)}/{len(want)} content words found"}]
+    steps = []
+    total = sum(w for _, w in points) or 1.0
+    got = 0.0
+    for point, weight in points:
+        s, why = score_point(point, judged)
+        got += s * weight
+        step = {"description": point[:200], "conclusion": f"{s * weight:g}/{weight:g} pts ({why})"}
+        if s < 1:
+            step["missed"] = "yes"
+        steps.append(step)
+    return got / total, steps
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def split_judged(messages: list[dict[str, Any]]) -> tuple[str, str]:
+    """(judged text, everything else in the prompt)."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    if not users:
+        return "", "\n".join(_text(m.get("content")) for m in messages)
+    last = _text(messages[users[-1]].get("content"))
+    rest = [_text(m.get("content")) for i, m in enumerate(messages) if i != users[-1]]
+    tags = list(_TAG.finditer(last))
+    markers = list(_MARKER.finditer(last)) or list(_MARKER_INLINE.finditer(last))
+    if tags:
+        m = tags[-1]
+        judged, before = m.group(2), last[: m.start()] + last[m.end():]
+    elif markers:
+        m = markers[-1]
+        judged, before = last[m.end():], last[: m.start()]
+    else:
+        judged, before = last, ""
+    return judged.strip(), "\n".join([*rest, before])
+
+
+def top_of_range(prompt: str) -> float:
+    m = _RANGE.search(prompt)
+    return float(m.group(1)) if m else 1.0
+
+
+def answer_score(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    judged, rest = split_judged(messages)
+    cov, steps = coverage(rubric_points(rest), judged, rest)
+    for step in steps:
+        step.pop("missed", None)
+    top = top_of_range(rest)
+    steps.append({"description": f"{STAND_IN}: rubric-keyword coverage", "conclusion": f"coverage {cov:.3f} × {top:g}"})
+    return {"steps": steps, "result": round(cov * top, 4)}
+
+
+def answer_label(messages: list[dict[str, Any]], labels: list[str]) -> dict[str, Any]:
+    judged, rest = split_judged(messages)
+    cov, steps = coverage(rubric_points(rest), judged, rest)
+    for step in steps:
+        step.pop("missed", None)
+    index = round((1 - cov) * (len(labels) - 1)) if labels else 0
+    label = labels[index] if labels else ""
+    steps.append({"description": f"{STAND_IN}: labels read as ordered best first",
+                  "conclusion": f"coverage {cov:.3f} picks {label!r}"})
+    return {"steps": steps, "label": label}
+
+
+_CONTEXT = re.compile(r"<context>(.*?)</context>", re.S)
+_MESSAGE = re.compile(r'<message role="([^"]*)">\n?(.*?)\n?</message>', re.S)
+_SAMPLE = re.compile(r'<sample id="([^"]+)">\n?(.*?)\n?</sample>', re.S)
+
+
+def answer_group(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    user = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
+    ctx = _CONTEXT.search(user)
+    context = ctx.group(1) if ctx else ""
+    parts = _MESSAGE.findall(context)
+    instructions = "\n".join(t for role, t in parts if role in ("system", "developer"))
+    points = rubric_points(instructions)
+    context_stems = stems(context)
+    raw: list[tuple[str, float, str]] = []
+    for sid, text in _SAMPLE.findall(user):
+        cov, steps = coverage(points, text, instructions)
+        words = stems(text)
+        grounded = len(words & context_stems) / len(words) if words else 0.0
+        missed = [s["description"][:60] for s in steps if s.pop("missed", None)]
+        met = len(points) - len(missed)
+        why = (f"{STAND_IN}: met {met}/{len(points)} instruction points (coverage {cov:.2f}), grounding {grounded:.2f}"
+               + (f"; missed: {'; '.join(missed[:3])}" if missed else "; all instruction points met"))
+        raw.append((sid, 0.8 * cov + 0.2 * grounded, why))
+    best = max((r for _, r, _ in raw), default=0.0)
+    scores = [{"id": sid, "explanation": why + f"; relative to the group's best ({best:.2f})",
+               "score": round(r / best, 4) if best > 0 else 0.5} for sid, r, why in raw]
+    return {"scores": scores}
+
+
+def schema_of(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    rf = body.get("response_format") or {}
+    if isinstance(rf, dict) and isinstance(rf.get("json_schema"), dict):
+        return str(rf["json_schema"].get("name", "")), rf["json_schema"].get("schema") or {}
+    fmt = (body.get("text") or {}).get("format") if isinstance(body.get("text"), dict) else None
+    if isinstance(fmt, dict):
+        return str(fmt.get("name", "")), fmt.get("schema") or {}
+    return "", {}
+
+
+def request_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if "messages" in body:
+        return [m for m in body["messages"] if isinstance(m, dict)]
+    inp = body.get("input")
+    if isinstance(inp, str):
+        return [{"role": "user", "content": inp}]
+    return [m for m in inp or [] if isinstance(m, dict) and "role" in m]
+
+
+def answer(body: dict[str, Any]) -> dict[str, Any]:
+    """The JSON answer to one judge request (the kind is read from its structured-output schema)."""
+    name, schema = schema_of(body)
+    props = schema.get("properties") or {}
+    messages = request_messages(body)
+    if name == "group_judge_scores" or "scores" in props:
+        return answer_group(messages)
+    if name == "label_model_result" or "label" in props:
+        labels = list((props.get("label") or {}).get("enum") or [])
+        return answer_label(messages, labels)
+    return answer_score(messages)
+
+
+# ---- the server --------------------------------------------------------------------------------------------------
+
+
+def _tokens(text: str) -> int:
+    return len(re.findall(r"\w+|[^\w\s]", text))
+
+
+def completion(body: dict[str, Any], api: str, n: int) -> dict[str, Any]:
+    text = json.dumps(answer(body), ensure_ascii=False)
+    prompt = "\n".join(_text(m.get("content")) for m in request_messages(body))
+    model = str(body.get("model") or MODEL_NAME)
+    pin, pout = _tokens(prompt), _tokens(text)
+    if api == "chat":
+        return {
+            "id": f"chatcmpl-local{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": text, "refusal": None}}],
+            "usage": {"prompt_tokens": pin, "completion_tokens": pout, "total_tokens": pin + pout,
+                      "completion_tokens_details": {"reasoning_tokens": 0}},
+        }
+    return {
+        "id": f"resp_local{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
+        "error": None, "incomplete_details": None, "model": model, "parallel_tool_calls": True, "tool_choice": "auto",
+        "tools": [], "instructions": None, "metadata": {},
+        "output": [{"type": "message", "id": f"msg_local{n}", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
+        "usage": {"input_tokens": pin, "output_tokens": pout, "total_tokens": pin + pout,
+                  "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    counter = 0
+    lock = threading.Lock()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+        pass
+
+    def _send(self, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/v1/models":
+            self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "local"}]})
+        else:
+            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error", "code": None}})
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        api = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}.get(self.path.split("?")[0].rstrip("/"))
+        try:
+            body = json.loads(raw or b"{}")
+            if api is None or not isinstance(body, dict):
+                raise ValueError("unknown path or body")
+            with Handler.lock:
+                Handler.counter += 1
+                n = Handler.counter
+            self._send(200, completion(body, api, n))
+        except Exception as exc:  # a bad request must not kill the server
+            self._send(400, {"error": {"message": f"local judge: {exc}", "type": "invalid_request_error", "code": None}})
+
+
+def serve(port: int = 0) -> ThreadingHTTPServer:
+    """Start the server in a daemon thread; `server.server_address[1]` is the port."""
+    server = ThreadingHTTPServer((HOST, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=f"A local judge for the demo ({STAND_IN}); 127.0.0.1 only.")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    server = serve(args.port)
+    print(f"http://{HOST}:{server.server_address[1]}/v1", flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
