@@ -252,8 +252,7 @@ def _lookup_keys(root: Any, keys: Sequence[str]) -> Any:
 
 
 def _message_paths(config: Any) -> list[str]:
-    text = json.dumps([m.model_dump() if hasattr(m, "model_dump") else m for m in getattr(config, "input", [])])
-    return [m.group(1) for m in _ANY.finditer(text)]
+    return template_paths([m.model_dump() if hasattr(m, "model_dump") else m for m in getattr(config, "input", [])])
 
 
 def infer_reference_template(config: Any, items: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
@@ -266,6 +265,7 @@ def infer_reference_template(config: Any, items: Sequence[Mapping[str, Any]]) ->
     graders = list((getattr(config, "graders", {}) or {}).values()) if gtype == "multi" else [config]
     text_ref: str | None = None
     json_refs: dict[tuple[str, ...], str] = {}
+    how = "inferred from the grader's templates"
     for g in graders:
         t = getattr(g, "type", None)
         if t in ("string_check", "text_similarity"):
@@ -278,7 +278,8 @@ def infer_reference_template(config: Any, items: Sequence[Mapping[str, Any]]) ->
             elif keys and keys[0] == "output_json" and len(keys) > 1:
                 json_refs[tuple(str(k) for k in keys[1:])] = g.reference
         elif t == "python":
-            tpl, _ = _from_python(g.source, first)
+            tpl, why = _from_python(g.source, first)
+            how = why if tpl is not None else how
             if isinstance(tpl, dict):
                 for k, v in tpl.items():
                     json_refs.setdefault((k,), v)
@@ -295,9 +296,9 @@ def infer_reference_template(config: Any, items: Sequence[Mapping[str, Any]]) ->
         template: dict[str, Any] = {}
         for keys, ref in json_refs.items():
             _set_path(template, list(keys), ref)
-        return template, "inferred from the grader's templates"
+        return template, how
     if text_ref is not None:
-        return text_ref, "inferred from the grader's templates"
+        return text_ref, how
     return None, "cannot tell how the grader reads an answer (use --reference-template)"
 
 
@@ -327,8 +328,14 @@ def render_reference(template: Any, item: Mapping[str, Any], transform: Transfor
 
 
 def template_paths(template: Any) -> list[str]:
-    text = json.dumps(template)
-    return [m.group(1) for m in _ANY.finditer(text)]
+    """Every placeholder path in a JSON template."""
+    if isinstance(template, str):
+        return [m.group(1) for m in _ANY.finditer(template)]
+    if isinstance(template, list):
+        return [p for t in template for p in template_paths(t)]
+    if isinstance(template, dict):
+        return [p for t in template.values() for p in template_paths(t)]
+    return []
 
 
 # ---------------------------------------------------------------- probe outputs

@@ -214,6 +214,8 @@ def grader_score_range(config: Any) -> tuple[float, float, str]:
         return 0.0, 1.0, "assumed [0, 1]: OpenAI does not document a python grader's range"
     if gtype == "multi":
         return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+    if config is not None:
+        return 0.0, 1.0, f"assumed [0, 1] for a {gtype} grader"
     return 0.0, 1.0, "assumed [0, 1]: no grader given"
 
 

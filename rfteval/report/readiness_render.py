@@ -173,8 +173,8 @@ vertical-align:top}
 def svg_histogram(counts: list[int], low: float, high: float, title: str, width: int = 360,
                   height: int = 150) -> str:
     """An inline SVG bar chart of binned counts, with a tooltip per bar."""
-    pad_l, pad_b, pad_t = 28, 22, 18
-    plot_w, plot_h = width - pad_l - 8, height - pad_b - pad_t
+    pad_l, pad_r, pad_b, pad_t = 16, 20, 22, 30  # room for the title, the count over the tallest bar, the axis
+    plot_w, plot_h = width - pad_l - pad_r, height - pad_b - pad_t
     top = max(counts) if counts and max(counts) > 0 else 1
     n = max(len(counts), 1)
     bw = plot_w / n
