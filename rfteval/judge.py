@@ -231,7 +231,8 @@ class Judge:
 
     def _count(self, model: str, field: str, n: int = 1) -> None:
         with self._lock:
-            row = self._usage.setdefault(model, {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0)})
+            empty = {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0)}
+            row = self._usage.setdefault(model, empty)
             row[field] += n
 
     def _bump(self, field: str, n: int = 1) -> None:

@@ -56,7 +56,9 @@ _TOKEN = re.compile(r"[^\s,;:()\"\[\]]+")
 _LIMIT = re.compile(r"\b(?:under|at most|no more than|fewer than|less than)\s+(\d+)\s+words\b", re.I)
 _NEGATIVE = re.compile(r"^\s*(?:never|do not|don't|avoid)\b", re.I)
 _TAG = re.compile(r"<(answer|response|output|sample)\b[^>]*>(.*?)</\1>", re.S | re.I)
-_MARKER = re.compile(r"^[^\n]*\b(?:answer|response|output|analysis|submission|completion)\b[^\n:]*:[ \t]*$", re.I | re.M)
+_MARKER = re.compile(
+    r"^[^\n]*\b(?:answer|response|output|analysis|submission|completion)\b[^\n:]*:[ \t]*$", re.I | re.M
+)
 _MARKER_INLINE = re.compile(r"\b(?:model answer|answer|response|output)\s*:\s*", re.I)
 _RANGE = re.compile(r"\b(?:from|between)\s+0(?:\.0+)?\s+(?:to|and)\s+(\d+(?:\.\d+)?)", re.I)
 
@@ -99,7 +101,8 @@ def score_point(point: str, judged: str) -> tuple[float, str]:
     share = len(found) / len(terms)
     if _NEGATIVE.match(point):
         ok = share < 0.3
-        return (1.0 if ok else 0.0), f"prohibition {'respected' if ok else 'broken'} ({len(found)}/{len(terms)} terms present)"
+        verdict = "respected" if ok else "broken"
+        return (1.0 if ok else 0.0), f"prohibition {verdict} ({len(found)}/{len(terms)} terms present)"
     score = 1.0 if share >= 0.6 else 0.5 if share >= 0.3 else 0.0
     return score, f"{len(found)}/{len(terms)} terms found" + (f": {', '.join(found[:6])}" if found else "")
 
@@ -175,7 +178,8 @@ def answer_score(messages: list[dict[str, Any]]) -> dict[str, Any]:
     for step in steps:
         step.pop("missed", None)
     top = top_of_range(rest)
-    steps.append({"description": f"{STAND_IN}: rubric-keyword coverage", "conclusion": f"coverage {cov:.3f} × {top:g}"})
+    steps.append({"description": f"{STAND_IN}: rubric-keyword coverage",
+                  "conclusion": f"coverage {cov:.3f} × {top:g}"})
     return {"steps": steps, "result": round(cov * top, 4)}
 
 
@@ -317,7 +321,8 @@ class Handler(BaseHTTPRequestHandler):
                 n = Handler.counter
             self._send(200, completion(body, api, n))
         except Exception as exc:  # a bad request must not kill the server
-            self._send(400, {"error": {"message": f"local judge: {exc}", "type": "invalid_request_error", "code": None}})
+            error = {"message": f"local judge: {exc}", "type": "invalid_request_error", "code": None}
+            self._send(400, {"error": error})
 
 
 def serve(port: int = 0) -> ThreadingHTTPServer:

@@ -172,7 +172,8 @@ def test_default_rubric_and_override(fake_openai):
 def test_extra_input_is_rendered_from_the_item(fake_openai):
     config = {**CONFIG, "input": "Knowledge base: {{ item.kb }}"}
     grade(fake_openai, [(make_sample("v=1"), item(kb="KB-7 says reboot"))], config=config)
-    assert "<extra>\nKnowledge base: KB-7 says reboot\n</extra>" in fake_openai.requests[0].body["messages"][1]["content"]
+    user = fake_openai.requests[0].body["messages"][1]["content"]
+    assert "<extra>\nKnowledge base: KB-7 says reboot\n</extra>" in user
 
 
 def test_extra_input_naming_a_sample_is_an_invalid_variable_for_the_group(fake_openai):
@@ -275,7 +276,8 @@ def test_local_judge_ranks_the_support_recordings_through_a_real_subprocess():
     assert all(r.error is None for r in results)
     assert all("scripted stand-in, not a model" in r.details["explanation"] for r in results)
     assert {r.details["group_size"] for r in results} == {6}
-    mean = {lab: sum(r.score for r, x in zip(results, labels) if x == lab) / labels.count(lab) for lab in ("base", "tuned")}
+    mean = {lab: sum(r.score for r, x in zip(results, labels) if x == lab) / labels.count(lab)
+            for lab in ("base", "tuned")}
     assert mean["tuned"] > mean["base"] + 0.2
     for n in range(12):  # every group has a best sample scored 1
         assert max(r.score for r, (_, it) in zip(results, pairs) if it["id"] == f"sup-{n + 1:02d}") == 1.0
@@ -287,7 +289,8 @@ def test_local_judge_heuristic_is_deterministic_and_says_what_it_is():
 
     assert "NOT A MODEL" in local_judge.__doc__
     body = {"messages": [
-        {"role": "system", "content": "Rules:\n- Always say \"hello\".\n- Keep it under 5 words.\n- Never mention prices."},
+        {"role": "system",
+         "content": "Rules:\n- Always say \"hello\".\n- Keep it under 5 words.\n- Never mention prices."},
         {"role": "user", "content": "<context>\n<message role=\"system\">\n- Always say \"hello\".\n"
                                     "- Keep it under 5 words.\n- Never mention prices.\n</message>\n</context>\n"
                                     '<sample id="s1">\nhello friend\n</sample>\n'

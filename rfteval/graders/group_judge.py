@@ -47,7 +47,9 @@ SCHEMA: dict[str, Any] = {
             "type": "array",
             "items": {
                 "type": "object",
-                "properties": {"id": {"type": "string"}, "explanation": {"type": "string"}, "score": {"type": "number"}},
+                "properties": {
+                    "id": {"type": "string"}, "explanation": {"type": "string"}, "score": {"type": "number"},
+                },
                 "required": ["id", "explanation", "score"],
                 "additionalProperties": False,
             },
@@ -145,7 +147,8 @@ def group_user_message(item: dict[str, Any], shown: Sequence[tuple[str, dict[str
     lines = ["<context>"]
     for m in item.get("messages") or []:
         if isinstance(m, dict):
-            lines.append(f'<message role="{m.get("role", "")}">\n{_escape(_message_text(m.get("content")))}\n</message>')
+            text = _escape(_message_text(m.get("content")))
+            lines.append(f'<message role="{m.get("role", "")}">\n{text}\n</message>')
     if item.get("tools"):
         lines.append("<tools>" + json.dumps(item["tools"], ensure_ascii=False) + "</tools>")
     lines.append("</context>")

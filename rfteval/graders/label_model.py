@@ -47,7 +47,9 @@ def response_format(labels: Sequence[str]) -> dict[str, Any]:
     return {"name": "label_model_result", "schema": schema, "strict": True}
 
 
-def build_request(config: LabelModelConfig, sample: dict[str, Any], item: dict[str, Any]) -> GenerationRequest | GradeResult:
+def build_request(
+    config: LabelModelConfig, sample: dict[str, Any], item: dict[str, Any]
+) -> GenerationRequest | GradeResult:
     raw = [m.model_dump(exclude_none=True) for m in config.input]
     try:
         rendered = render_deep(raw, item, sample)

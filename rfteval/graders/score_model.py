@@ -49,7 +49,9 @@ class ScoreModelConfig(GraderConfig):
         return value
 
 
-def build_request(config: ScoreModelConfig, sample: dict[str, Any], item: dict[str, Any]) -> GenerationRequest | GradeResult:
+def build_request(
+    config: ScoreModelConfig, sample: dict[str, Any], item: dict[str, Any]
+) -> GenerationRequest | GradeResult:
     """The judge request for one pair, or the invalid_variable_error its templates raise."""
     raw = [m.model_dump(exclude_none=True) for m in config.input]
     try:
