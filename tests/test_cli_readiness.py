@@ -162,6 +162,11 @@ def test_bad_input_is_one_line_exit_2(run_dir: Path, tmp_path: Path):
     (run_dir / "other.jsonl").write_text((run_dir / "tuned.jsonl").read_text().replace('"tuned"', '"other"'))
     res = invoke("readiness", run_dir)
     assert res.exit_code == 2 and "--label" in res.output
+    failed = [make_record(run_id="r", model_label="base", model="m", item_id="a", epoch=e, output_text=None,
+                          error={"stage": "generate", "type": "timeout", "message": "t"}) for e in range(2)]
+    write_jsonl([apply_grade(r, GradeResult(0.0)) for r in failed], tmp_path / "failed.jsonl")
+    res = invoke("readiness", tmp_path / "failed.jsonl")
+    assert res.exit_code == 2 and "no graded records" in res.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"item_id": "a", "score": 1}\n{"item_id": \n', encoding="utf-8")
     res = invoke("readiness", bad)
