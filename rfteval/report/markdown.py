@@ -1,0 +1,90 @@
+"""A comparison as GitHub-flavoured Markdown: for a CI job summary ($GITHUB_STEP_SUMMARY) or a PR comment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rfteval.report.terminal import fmt, fmt_ci, fmt_p, summary_rows, verdict, wtl
+
+if TYPE_CHECKING:
+    from rfteval.compare import CompareResult
+
+
+def cell(text: object) -> str:
+    """Table-cell safe: pipes escaped, newlines flattened, Markdown emphasis characters neutralised."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    for ch in "*_`[]<>":
+        s = s.replace(ch, "\\" + ch)
+    return s
+
+
+def code(text: str) -> str:
+    """A code span showing `text` verbatim: the fence is one backtick longer than any run inside."""
+    import re
+
+    text = text.replace("\n", " ")
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if longest else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def render_markdown(result: CompareResult, top: int = 10) -> str:
+    b, c = result.baseline, result.candidate
+    level = int(result.options.level * 100)
+    out = [f"## rfteval compare: {cell(b['label'])} → {cell(c['label'])}", ""]
+    gate = result.gate
+    if gate.get("checks"):
+        if gate["passed"]:
+            out.append(f"**Gate: passed** ({', '.join(ch['name'] for ch in gate['checks'])})")
+        else:
+            out.append("**Gate: FAILED**")
+            out.append("")
+            out += [f"- ❌ {code(line)}" for line in gate["failures"]]
+        out.append("")
+    d = result.delta
+    out.append(f"Delta **{fmt(d['mean'], sign=True)}** {fmt_ci(d['ci95'])} ({level}% CI), p {fmt_p(d['p_value'])}: "
+               f"{verdict(d)}. Won/tied/lost on {wtl(d)} of {d['n']} items.")
+    out.append("")
+    out.append(f"| | items | {cell(b['label'])} | {cell(c['label'])} | delta | {level}% CI | p | W/T/L |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, row in summary_rows(result):
+        dd = row["delta"]
+        out.append(f"| {cell(name)} | {row['items']} | {fmt(row['baseline']['mean'])} | "
+                   f"{fmt(row['candidate']['mean'])} | {fmt(dd['mean'], sign=True)} | {fmt_ci(dd['ci95'])} | "
+                   f"{fmt_p(dd['p_value'])} | {wtl(dd)} |")
+    out.append("")
+    for role, side in (("baseline", b), ("candidate", c)):
+        errs = (f"{side['errors']} error record(s) {'left out' if result.options.exclude_errors else 'scored 0'}"
+                if side["errors"] else "no errors")
+        out.append(f"- {role} {cell(side['label'])}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)}, "
+                   f"{side['items']} items, {side['records']} records, {errs}")
+    out.append(f"- {d['p_method']} p-value; minimum detectable effect at 80% power {fmt(d['mde'])}; "
+               f"paired SE {fmt(d['se'])} (unpaired would be {fmt(d['se_unpaired'])})")
+    if "hardest" in result.slices:
+        out.append(f"- hardest: {cell(result.slices['hardest']['rule'])}")
+    for role, ids in (("baseline", result.unpaired["baseline_only"]), ("candidate", result.unpaired["candidate_only"])):
+        if ids:
+            shown = ", ".join(cell(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+            out.append(f"- only in the {role}, left out: {shown}")
+    out += [f"- note: {cell(n)}" for n in result.notes]
+    out.append("")
+    if top > 0:
+        items = result.items.head(top)
+        out += [f"<details><summary>Per item, lowest delta first ({len(items)} of {len(result.items)})</summary>", "",
+                f"| item | {cell(b['label'])} | {cell(c['label'])} | delta | errors b/c |",
+                "|---|---:|---:|---:|---:|"]
+        for r in items.itertuples(index=False):
+            out.append(f"| {cell(r.item_id)} | {fmt(r.baseline)} | {fmt(r.candidate)} | {fmt(r.delta, sign=True)} | "
+                       f"{r.baseline_errors}/{r.candidate_errors} |")
+        out += ["", "</details>", ""]
+    return "\n".join(out)
+
+
+def write_markdown(result: CompareResult, path: str | Path, top: int = 10) -> None:
+    """Atomic: the file is whole or absent."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_markdown(result, top), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,163 @@
+"""Rich tables for a comparison: the summary (overall, hardest, slices, sub-scores), per item, the gate.
+
+`summary_table` is shared with `rfteval run`, which prints the same base → tuned table after a run.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+    from rfteval.compare import CompareResult
+
+
+def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def fmt_ci(ci: list[float] | tuple[float, float], digits: int = 3, sign: bool = True) -> str:
+    lo, hi = ci
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return "n/a"
+    return f"[{fmt(lo, digits, sign)}, {fmt(hi, digits, sign)}]"
+
+
+def fmt_p(p: float | None) -> str:
+    if p is None or not math.isfinite(p):
+        return "n/a"
+    return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def wtl(delta: dict[str, Any]) -> str:
+    return f"{delta['wins']}/{delta['ties']}/{delta['losses']}"
+
+
+def verdict(delta: dict[str, Any]) -> str:
+    """'better', 'worse' or 'no clear difference', from whether the interval excludes 0."""
+    lo, hi = delta["ci95"]
+    if lo is not None and math.isfinite(lo) and lo > 0:
+        return "better"
+    if hi is not None and math.isfinite(hi) and hi < 0:
+        return "worse"
+    return "no clear difference"
+
+
+def summary_rows(result: CompareResult) -> list[tuple[str, dict[str, Any]]]:
+    """(row name, paired row) for overall, the hardest slice, each --by slice and each sub-score."""
+    overall = {"items": result.delta["n"], "baseline": result.baseline, "candidate": result.candidate,
+               "delta": result.delta}
+    rows: list[tuple[str, dict[str, Any]]] = [("overall", overall)]
+    for name, row in result.slices.items():
+        rows.append((name, row))
+    rows += [(f"sub:{key}", row) for key, row in result.sub_scores.items()]
+    return rows
+
+
+def summary_table(result: CompareResult, title: str | None = None) -> Table:
+    """Baseline and candidate means, delta, its interval, p and win/tie/loss: one row per overall/slice/sub-score."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    b, c = escape(result.baseline["label"]), escape(result.candidate["label"])
+    same = b == c
+    table = Table(title=title or f"{b} -> {c}", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("", overflow="fold")
+    table.add_column("items", justify="right")
+    table.add_column(f"{b} (baseline)" if same else b, justify="right")
+    table.add_column(f"{c} (candidate)" if same else c, justify="right")
+    table.add_column("delta", justify="right")
+    table.add_column(f"{int(result.options.level * 100)}% CI", justify="right", no_wrap=True)
+    table.add_column("p", justify="right")
+    table.add_column("W/T/L", justify="right")
+    for name, row in summary_rows(result):
+        d = row["delta"]
+        style = {"better": "green", "worse": "red"}.get(verdict(d), "")
+        table.add_row(Text(name), str(row["items"]), fmt(row["baseline"]["mean"]), fmt(row["candidate"]["mean"]),
+                      f"[{style}]{fmt(d['mean'], sign=True)}[/]" if style else fmt(d["mean"], sign=True),
+                      fmt_ci(d["ci95"]), fmt_p(d["p_value"]), wtl(d))
+    return table
+
+
+def side_lines(result: CompareResult) -> list[str]:
+    lines = []
+    for role, side in (("baseline", result.baseline), ("candidate", result.candidate)):
+        errs = f", {side['errors']} error record(s) {'left out' if result.options.exclude_errors else 'scored 0'}" \
+            if side["errors"] else ", no errors"
+        lines.append(f"{role} {side['label']}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)} over "
+                     f"{side['items']} items, {side['records']} records{errs}")
+    d = result.delta
+    lines.append(f"delta: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, p {fmt_p(d['p_value'])} "
+                 f"({d['p_method']}), MDE at 80% power {fmt(d['mde'])}, item correlation {fmt(d['correlation'], 2)}"
+                 f", paired SE {fmt(d['se'])} vs unpaired {fmt(d['se_unpaired'])}")
+    return lines
+
+
+def items_table(result: CompareResult, top: int = 10) -> Table:
+    """The `top` items with the lowest delta (largest drops first)."""
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    items = result.items
+    table = Table(title=f"per item, lowest delta first ({min(top, len(items))} of {len(items)})",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name, justify in (("item", "left"), (escape(result.baseline["label"]), "right"),
+                          (escape(result.candidate["label"]), "right"), ("delta", "right"),
+                          (f"{int(result.options.level * 100)}% CI (epochs)", "right"), ("errors b/c", "right")):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for r in items.head(top).itertuples(index=False):
+        style = "red" if r.delta < -result.options.tie else ("green" if r.delta > result.options.tie else "")
+        delta = fmt(r.delta, sign=True)
+        table.add_row(Text(str(r.item_id)), fmt(r.baseline), fmt(r.candidate), f"[{style}]{delta}[/]" if style else delta,
+                      fmt_ci((r.delta_lo, r.delta_hi)), f"{r.baseline_errors}/{r.candidate_errors}")
+    return table
+
+
+def gate_text(result: CompareResult) -> list[Text]:
+    """One line when the gate passed, else one line per failure (empty when no gate flag was given)."""
+    from rich.text import Text
+
+    gate = result.gate
+    if not gate.get("checks"):
+        return []
+    if gate["passed"]:
+        return [Text.assemble(("gate passed", "green"), f" ({', '.join(c['name'] for c in gate['checks'])})")]
+    return [Text("gate FAILED", style="bold red")] + [Text.assemble(("  x ", "red"), line) for line in gate["failures"]]
+
+
+def render_compare(result: CompareResult, top: int = 10) -> list[RenderableType]:
+    """Everything `rfteval compare` prints, in order, as rich renderables."""
+    from rich.text import Text
+
+    out: list[RenderableType] = [summary_table(result)]
+    out += [Text(line) for line in side_lines(result)]
+    if top > 0:
+        out.append(items_table(result, top))
+    for role, ids in (("baseline", result.unpaired["baseline_only"]), ("candidate", result.unpaired["candidate_only"])):
+        if ids:
+            shown = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+            out.append(Text(f"only in the {role}, left out: {shown}", style="yellow"))
+    hardest = result.slices.get("hardest")
+    if hardest:
+        out.append(Text(f"hardest: {hardest['rule']}"))
+    out += [Text(f"note: {n}") for n in result.notes]
+    out += gate_text(result)
+    return out
+
+
+def print_compare(result: CompareResult, console: Console | None = None, top: int = 10) -> None:
+    from rich.console import Console
+
+    console = console or Console()
+    for part in render_compare(result, top):
+        console.print(part)

@@ -1,0 +1,79 @@
+"""rfteval.report.markdown: the CI job summary / PR comment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rfteval.compare import CompareOptions, Gate, compare_paths
+from rfteval.records import make_record, write_jsonl
+from rfteval.report.markdown import cell, code, render_markdown, write_markdown
+
+
+def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
+    recs = []
+    for item, ss in scores.items():
+        for e, s in enumerate(ss):
+            r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
+            r["score"] = s
+            recs.append(r)
+    write_jsonl(recs, path)
+    return path
+
+
+@pytest.fixture
+def result(tmp_path):
+    b = write_side(tmp_path / "b.jsonl", "base", {"a|1": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d_x": [1, 0, 1]})
+    t = write_side(tmp_path / "t.jsonl", "tuned", {"a|1": [1, 1, 1], "b": [1, 1, 0], "c": [0, 1, 0], "d_x": [1, 1, 1]})
+    return compare_paths(b, t, options=CompareOptions(gate=Gate(fail_under=0.9, max_item_drop=0.2)))
+
+
+def test_summary_table_rows_and_numbers(result):
+    md = render_markdown(result)
+    assert md.startswith("## rfteval compare: base → tuned")
+    assert "| | items | base | tuned | delta | 95% CI | p | W/T/L |" in md
+    assert "| overall | 4 | 0.500 | 0.750 | +0.250 |" in md
+    assert "| hardest | 1 | 0.000 | 0.333 | +0.333 |" in md
+    lo, hi = result.delta["ci95"]
+    assert f"[{lo:+.3f}, {hi:+.3f}]" in md
+    assert "3/0/1" in md
+
+
+def test_gate_failures_verbatim(result):
+    md = render_markdown(result)
+    assert "**Gate: FAILED**" in md
+    for line in result.gate["failures"]:
+        assert f"- ❌ `{line}`" in md
+    assert len(result.gate["failures"]) == 2
+
+
+def test_gate_passed_line(tmp_path):
+    b = write_side(tmp_path / "b.jsonl", "base", {"a": [0.5], "b": [0.5]})
+    t = write_side(tmp_path / "t.jsonl", "tuned", {"a": [0.6], "b": [0.7]})
+    md = render_markdown(compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.01))))
+    assert "**Gate: passed** (max-drop)" in md and "FAILED" not in md
+    md = render_markdown(compare_paths(b, t))
+    assert "Gate" not in md  # no gate flags, no gate line
+
+
+def test_item_ids_escaped_in_tables(result):
+    md = render_markdown(result, top=10)
+    assert "| a\\|1 |" in md and "| d\\_x |" in md
+    assert cell("x|y*z") == "x\\|y\\*z"
+    assert code("a ` b") == "`` a ` b ``" and code("plain") == "`plain`"
+
+
+def test_items_table_top_n(result):
+    md = render_markdown(result, top=2)
+    assert "Per item, lowest delta first (2 of 4)" in md
+    rows = [ln for ln in md.split("<details>")[1].splitlines() if ln.startswith("| ") and ln.endswith("/0 |")]
+    assert len(rows) == 2 and rows[0].startswith("| b |")  # b dropped most
+    assert "<details>" not in render_markdown(result, top=0)
+
+
+def test_write_is_atomic(result, tmp_path):
+    out = tmp_path / "c.md"
+    write_markdown(result, out)
+    assert out.read_text(encoding="utf-8") == render_markdown(result)
+    assert not list(tmp_path.glob("*.tmp"))
