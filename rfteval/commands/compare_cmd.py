@@ -1,1 +1,120 @@
-"""Placeholder: being written."""
+"""`rfteval compare BASELINE CANDIDATE`: paired statistics, reports and the CI gate."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from rfteval.cli import app
+from rfteval.errors import InputError
+from rfteval.status import ExitStatus
+
+EPILOG = """\b
+CI example (exit 0 pass, 1 gate failed, 2 bad input):
+  rfteval compare runs/main/tuned.jsonl runs/pr/tuned.jsonl \\
+      --max-drop 0.02 --max-item-drop 0.5 \\
+      --markdown compare.md --junit compare.xml --html compare.html
+  cat compare.md >> "$GITHUB_STEP_SUMMARY"
+
+\b
+Two models of one run directory:
+  rfteval compare runs/exp1 runs/exp1 --label base --label tuned --require-improvement
+  rfteval compare runs/exp1 runs/exp1 -l base -l tuned --dataset data.jsonl --by difficulty
+
+\b
+Records pair by item_id; each item's epochs are averaged first, then items. Error records score 0
+(OpenAI's rule) and are counted; --exclude-errors leaves them out instead."""
+
+
+def _check(value: float | None, name: str, minimum: float = 0.0) -> None:
+    if value is not None and not value >= minimum:
+        raise InputError(f"must be >= {minimum:g}, got {value:g}", field=name)
+
+
+def _write(path: Path, writer: object) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer(path)  # type: ignore[operator]
+    except OSError as exc:
+        raise InputError(f"cannot write ({exc.strerror})", path) from None
+
+
+@app.command("compare", epilog=EPILOG, no_args_is_help=True)
+def compare(
+    baseline: Path = typer.Argument(..., help="Baseline records: a JSONL or Parquet record file, or a run directory.",
+                                    show_default=False, metavar="BASELINE"),
+    candidate: Path = typer.Argument(..., help="Candidate records, same forms as BASELINE.", show_default=False,
+                                     metavar="CANDIDATE"),
+    label: list[str] = typer.Option([], "--label", "-l", metavar="LABEL", help="Model label: once for both sides, or twice "
+                                    "(baseline, then candidate). Picks DIR/<label>.jsonl or filters model_label."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="FILE", help="The dataset JSONL, for --by fields."),
+    by: list[str] = typer.Option([], "--by", metavar="FIELD", help="Slice by a dataset field: top-level, else metadata.FIELD; "
+                                 "dots walk into objects (metadata.topic). Repeatable."),
+    strict: bool = typer.Option(False, "--strict", help="Items on one side only are an error (exit 2)."),
+    exclude_errors: bool = typer.Option(False, "--exclude-errors", help="Leave error records out instead of "
+                                        "scoring them 0."),
+    tie: float = typer.Option(1e-9, "--tie", metavar="X", help="Per-item |delta| up to this counts as a tie."),
+    ci: str = typer.Option("t", "--ci", metavar="t|bootstrap", help="Interval method: t or bootstrap (10,000 resamples of items)."),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the permutation test and the bootstrap."),
+    top: int = typer.Option(10, "--top", metavar="N", help="Items shown per table, lowest delta first."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (rich) or json on stdout."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary (CI job summary, "
+                                            "PR comment)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML: one test case per item."),
+    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML report with plots."),
+    fail_under: Optional[float] = typer.Option(None, "--fail-under", metavar="X", help="Gate: fail when the candidate mean "
+                                               "is below X."),
+    max_drop: Optional[float] = typer.Option(None, "--max-drop", metavar="X", help="Gate: fail when the delta mean is below -X."),
+    require_improvement: bool = typer.Option(False, "--require-improvement", help="Gate: fail unless the delta's "
+                                             "interval lies above 0."),
+    max_item_drop: Optional[float] = typer.Option(None, "--max-item-drop", metavar="X", help="Gate: fail when any item drops "
+                                                  "by more than X (also the JUnit failure threshold)."),
+) -> None:
+    """Paired comparison of two models on the same items, with intervals, slices and a CI gate."""
+    from rfteval.compare import CompareOptions, Gate, compare_paths
+
+    if fmt not in ("table", "json"):
+        raise InputError(f"must be table or json, got {fmt!r}", field="--format")
+    if ci not in ("t", "bootstrap"):
+        raise InputError(f"must be t or bootstrap, got {ci!r}", field="--ci")
+    _check(tie, "--tie")
+    _check(top, "--top")
+    _check(max_drop, "--max-drop")
+    _check(max_item_drop, "--max-item-drop")
+    options = CompareOptions(tie=tie, ci_method=ci, seed=seed, exclude_errors=exclude_errors, strict=strict,
+                             by=tuple(by), gate=Gate(fail_under, max_drop, require_improvement, max_item_drop))
+    result = compare_paths(baseline, candidate, label, options, dataset)
+
+    if markdown is not None:
+        from rfteval.report.markdown import write_markdown
+
+        _write(markdown, lambda p: write_markdown(result, p, top))
+    if junit is not None:
+        from rfteval.report.junit import write_junit
+
+        _write(junit, lambda p: write_junit(result, p))
+    if html is not None:
+        from rfteval.report.html import write_html
+
+        _write(html, lambda p: write_html(result, p, max(top, 50)))
+
+    if fmt == "json":
+        typer.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
+        for role, ids in (("baseline", result.unpaired["baseline_only"]),
+                          ("candidate", result.unpaired["candidate_only"])):
+            if ids:
+                print(f"rfteval: {len(ids)} item(s) only in the {role}, left out", file=sys.stderr)
+        for line in result.gate["failures"]:
+            print(f"rfteval: gate failed: {line}", file=sys.stderr)
+    else:
+        from rich.console import Console
+
+        from rfteval.report.terminal import print_compare
+
+        print_compare(result, Console(), top)
+    if not result.gate["passed"]:
+        raise typer.Exit(ExitStatus.GATE_FAILED)

@@ -1,0 +1,111 @@
+"""Benchmark: `rfteval compare` over 100,000 items x 3 epochs per side (target: <= 5 s, <= 1 GB peak).
+
+Writes two realistic record files (output text, free-shaped output_json, usage, two sub-scores, 1% error
+records) with rfteval.records, then times the real CLI in a subprocess and reads its peak RSS.
+Run: .venv/bin/python bench/bench_compare.py [--items N] [--epochs K] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TARGET_S = 5.0
+TARGET_MB = 1024.0
+
+
+def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int) -> list[dict[str, Any]]:
+    from rfteval.records import make_record
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_items):
+        p = min(1.0, max(0.0, (i % 100) / 100 + skill))
+        for e in range(epochs):
+            r = make_record(run_id="bench", model_label=label, model=f"m-{label}", item_id=f"item-{i:06d}", epoch=e,
+                            output_text=f"The answer to item {i} is {rng.randint(0, 999)}. " * 2,
+                            output_json={"answer": rng.randint(0, 9), "steps": [1, 2]} if i % 3 == 0 else None,
+                            usage={"input_tokens": 120, "output_tokens": 40, "reasoning_tokens": None},
+                            latency_s=0.5)
+            if rng.random() < 0.01:
+                r["error"] = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError"}
+                r["score"] = 0.0
+            else:
+                ok = float(rng.random() < p)
+                r["score"] = ok
+                r["sub_scores"] = {"correct": ok, "format": float(rng.random() < 0.95)}
+                r["passed"] = bool(ok)
+            out.append(r)
+    return out
+
+
+def run(args: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MB of that child alone, exit code). The caller stays small (no records in
+    memory), so the child's peak is its own."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = proc.communicate()
+    _, status, usage = os.wait4(proc.pid, 0) if proc.returncode is None else (0, 0, None)
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1) or not out:
+        sys.exit(f"compare failed ({proc.returncode}): {err.decode()}")
+    peak = usage.ru_maxrss if usage else resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return wall, peak / 1024.0, proc.returncode
+
+
+def generate(items: int, epochs: int, base: Path, tuned: Path) -> None:
+    from rfteval.records import write_jsonl
+
+    write_jsonl(make_side("base", items, epochs, 0.0, 1), base)
+    write_jsonl(make_side("tuned", items, epochs, 0.05, 2), tuned)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--items", type=int, default=100_000)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--keep", type=Path, default=None, help="reuse/keep the record files in this directory")
+    ap.add_argument("--generate", nargs=2, type=Path, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.generate:
+        generate(ns.items, ns.epochs, *ns.generate)
+        return 0
+
+    work = ns.keep or Path(tempfile.mkdtemp(prefix="rfteval-bench-compare-"))
+    work.mkdir(parents=True, exist_ok=True)
+    base, tuned = work / f"base-{ns.items}x{ns.epochs}.jsonl", work / f"tuned-{ns.items}x{ns.epochs}.jsonl"
+    if not (base.exists() and tuned.exists()):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, __file__, "--items", str(ns.items), "--epochs", str(ns.epochs),
+                        "--generate", str(base), str(tuned)], check=True)  # its memory is not ours
+        print(f"wrote 2 x {ns.items * ns.epochs:,} records ({base.stat().st_size / 2**20:.0f} MB per side) in "
+              f"{time.perf_counter() - t0:.1f} s")
+    exe = [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    figures = {}
+    cases = {
+        "compare (table)": [],
+        "compare --format json": ["--format", "json"],
+        "compare + markdown, junit, html, gate": ["--markdown", str(work / "c.md"), "--junit", str(work / "c.xml"),
+                                                  "--html", str(work / "c.html"), "--max-drop", "0.05"],
+    }
+    for name, extra in cases.items():
+        wall, mb, rc = run(exe + ["compare", str(base), str(tuned)] + extra)
+        ok = wall <= TARGET_S and mb <= TARGET_MB
+        figures[name] = {"seconds": round(wall, 2), "peak_mb": round(mb), "exit": rc, "within_target": ok}
+        print(f"{name:42s} {wall:5.2f} s  {mb:6.0f} MB peak  {'ok' if ok else 'OVER TARGET'}")
+    print(json.dumps({"bench": "compare", "items": ns.items, "epochs": ns.epochs, "cpus": os.cpu_count(),
+                      "results": figures}))
+    return 0 if all(f["within_target"] for f in figures.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

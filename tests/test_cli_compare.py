@@ -1,0 +1,200 @@
+"""`rfteval compare` end to end: output formats, exit codes of the gate, bad input, --help."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rfteval.cli import app
+from rfteval.records import make_record, write_jsonl
+
+runner = CliRunner()
+BASE = {"a": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d": [1, 0, 1]}
+TUNED = {"a": [1, 1, 1], "b": [1, 1, 0], "c": [0, 1, 0], "d": [1, 1, 1]}
+
+
+def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
+    recs = []
+    for item, ss in scores.items():
+        for e, s in enumerate(ss):
+            r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
+            r["score"] = s
+            r["sub_scores"] = {"acc": s, "fmt": 1.0}
+            recs.append(r)
+    write_jsonl(recs, path)
+    return path
+
+
+@pytest.fixture
+def pair(tmp_path):
+    return (str(write_side(tmp_path / "base.jsonl", "base", BASE)),
+            str(write_side(tmp_path / "tuned.jsonl", "tuned", TUNED)))
+
+
+def run(*args: str):
+    return runner.invoke(app, ["compare", *args])
+
+
+def test_table_output(pair):
+    res = run(*pair, "--top", "2")
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert "base -> tuned" in out
+    assert "overall" in out and "hardest" in out and "sub:acc" in out and "sub:fmt" in out
+    assert "0.500" in out and "0.750" in out and "+0.250" in out and "3/0/1" in out
+    assert "per item, lowest delta first (2 of 4)" in out
+    assert "gate" not in out.lower()
+
+
+def test_json_exact_shape(pair):
+    res = run(*pair, "--format", "json")
+    assert res.exit_code == 0
+    j = json.loads(res.stdout)
+    side_keys = {"label", "mean", "ci95", "items", "records", "errors"}
+    assert side_keys <= set(j["baseline"]) and side_keys <= set(j["candidate"])
+    assert j["baseline"]["label"] == "base" and j["baseline"]["mean"] == pytest.approx(0.5)
+    assert (j["candidate"]["items"], j["candidate"]["records"], j["candidate"]["errors"]) == (4, 12, 0)
+    assert {"mean", "ci95", "p_value", "mde", "wins", "ties", "losses"} <= set(j["delta"])
+    assert j["delta"]["mean"] == pytest.approx(0.25) and (j["delta"]["wins"], j["delta"]["losses"]) == (3, 1)
+    assert j["delta"]["p_value"] == pytest.approx(0.5)  # exact: |sum d| >= 1 for 8 of 16 sign patterns
+    assert [i["item_id"] for i in j["items"]] == ["b", "c", "d", "a"]
+    first = j["items"][0]
+    assert first["baseline"] == pytest.approx(1.0) and first["candidate"] == pytest.approx(2 / 3)
+    assert first["delta"] == pytest.approx(-1 / 3)
+    assert set(j["slices"]) == {"hardest"} and set(j["sub_scores"]) == {"acc", "fmt"}
+    assert j["gate"] == {"passed": True, "failures": [], "checks": []}
+
+
+def test_p_value_hand_check():
+    # d = 2/3·s1 + 1/3·(s2+s3+s4): |d| >= 1 when s1 agrees with 3 or 2 of the others: 2 · (1 + 3) patterns
+    d = [2 / 3, -1 / 3, 1 / 3, 1 / 3]  # a, b, c, d
+    hits = sum(abs(sum(x if m >> i & 1 else -x for i, x in enumerate(d))) >= 1 - 1e-9 for m in range(16))
+    assert hits == 8
+
+
+@pytest.mark.parametrize("flags, code, failure", [
+    (["--fail-under", "0.7"], 0, None),
+    (["--fail-under", "0.8"], 1, "fail-under: candidate mean 0.7500 < 0.8"),
+    (["--max-drop", "0.1"], 0, None),
+    (["--require-improvement"], 1, "require-improvement: delta interval"),
+    (["--max-item-drop", "0.5"], 0, None),
+    (["--max-item-drop", "0.3"], 1, "max-item-drop: 1 item(s) dropped by more than 0.3: b (-0.333)"),
+    (["--fail-under", "0.8", "--max-item-drop", "0.3"], 1, "fail-under"),
+])
+def test_gate_exit_codes(pair, flags, code, failure):
+    res = run(*pair, "--format", "json", *flags)
+    assert res.exit_code == code, res.output
+    gate = json.loads(res.stdout)["gate"]
+    assert gate["passed"] is (code == 0)
+    if failure:
+        assert any(f.startswith(failure) for f in gate["failures"])
+        assert all(f"rfteval: gate failed: {f}" in res.stderr for f in gate["failures"])
+    table = run(*pair, *flags)
+    assert table.exit_code == code
+    assert ("gate FAILED" in table.stdout) is (code == 1)
+    assert ("gate passed" in table.stdout) is (code == 0)
+
+
+def test_max_drop_fails_on_a_regression(pair):
+    res = run(pair[1], pair[0], "--max-drop", "0.1", "--format", "json")  # swapped: candidate is worse
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["gate"]["failures"] == ["max-drop: delta -0.2500 < -0.1"]
+
+
+def test_reports_written(pair, tmp_path):
+    md, xml, html = tmp_path / "out" / "c.md", tmp_path / "out" / "c.xml", tmp_path / "out" / "c.html"
+    res = run(*pair, "--markdown", str(md), "--junit", str(xml), "--html", str(html), "--max-item-drop", "0.3")
+    assert res.exit_code == 1
+    assert "max-item-drop: 1 item(s) dropped" in md.read_text()
+    assert 'failures="2"' in xml.read_text()  # the item b and the gate check
+    assert '<svg id="scatter"' in html.read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--format", "yaml"], "--format: must be table or json"),
+    (["--ci", "wald"], "--ci: must be t or bootstrap"),
+    (["--max-drop", "-1"], "--max-drop: must be >= 0"),
+    (["--by", "difficulty"], "--by: --by needs --dataset"),
+    (["--label", "a", "--label", "b", "--label", "c"], "--label: give --label once"),
+])
+def test_bad_flags_exit_2_one_line(pair, args, message, tmp_path):
+    md = tmp_path / "never.md"
+    res = run(*pair, *args, "--markdown", str(md))
+    assert res.exit_code == 2
+    assert res.stderr.strip().count("\n") == 0 and message in res.stderr
+    assert "Traceback" not in res.output
+    assert not md.exists()
+
+
+def test_bad_record_file_exit_2_names_line(pair, tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"item_id": "a", "epoch": 0, "score": 1}\n{"item_id": "b", "epoch": 0, "score": "x"}\n')
+    html = tmp_path / "never.html"
+    res = run(pair[0], str(bad), "--html", str(html))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == f"rfteval: {bad}:2: score: must be a finite number, got \"x\""
+    assert not html.exists()
+    res = run(pair[0], str(tmp_path / "missing.jsonl"))
+    assert res.exit_code == 2 and "no such file or directory" in res.stderr
+
+
+def test_strict_and_unpaired(tmp_path, pair):
+    extra = write_side(tmp_path / "more.jsonl", "tuned", {**TUNED, "e": [1.0]})
+    res = run(pair[0], str(extra), "--format", "json")
+    assert res.exit_code == 0
+    assert json.loads(res.stdout)["unpaired"] == {"baseline_only": [], "candidate_only": ["e"]}
+    assert "1 item(s) only in the candidate" in res.stderr
+    table = run(pair[0], str(extra))
+    assert "only in the candidate, left out: e" in table.stdout
+    strict = run(pair[0], str(extra), "--strict")
+    assert strict.exit_code == 2 and "only in the candidate" in strict.stderr
+
+
+def test_run_directory_with_labels(tmp_path):
+    write_side(tmp_path / "base.jsonl", "base", BASE)
+    write_side(tmp_path / "tuned.jsonl", "tuned", TUNED)
+    res = run(str(tmp_path), str(tmp_path), "-l", "base", "-l", "tuned", "--format", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["delta"]["mean"] == pytest.approx(0.25)
+    res = run(str(tmp_path), str(tmp_path))
+    assert res.exit_code == 2 and "name one with --label" in res.stderr
+
+
+def test_by_slices_on_the_command_line(pair, tmp_path):
+    ds = tmp_path / "data.jsonl"
+    ds.write_text("\n".join(json.dumps({"id": i, "messages": [{"role": "user", "content": "q"}],
+                                        "metadata": {"difficulty": "hard" if i in "ac" else "easy"}}) for i in "abcd"))
+    res = run(*pair, "--dataset", str(ds), "--by", "difficulty", "--format", "json")
+    assert res.exit_code == 0, res.output
+    slices = json.loads(res.stdout)["slices"]
+    assert slices["difficulty=hard"]["delta"]["mean"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert slices["difficulty=easy"]["items"] == 2
+
+
+def test_help_shows_a_ci_example():
+    res = runner.invoke(app, ["compare", "--help"])
+    assert res.exit_code == 0
+    assert "CI example" in res.stdout
+    assert 'cat compare.md >> "$GITHUB_STEP_SUMMARY"' in res.stdout
+    for flag in ("--fail-under", "--max-drop", "--require-improvement", "--max-item-drop", "--markdown", "--junit",
+                 "--html", "--strict", "--exclude-errors", "--tie", "--top", "--by"):
+        assert flag in res.stdout
+
+
+def test_real_subprocess(pair, tmp_path):
+    exe = Path(sys.executable).parent / "rfteval"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    md = tmp_path / "summary.md"
+    proc = subprocess.run(cmd + ["compare", *pair, "--format", "json", "--fail-under", "0.9", "--markdown", str(md)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    j = json.loads(proc.stdout)
+    assert j["gate"]["failures"] == ["fail-under: candidate mean 0.7500 < 0.9"]
+    assert proc.stderr.strip() == "rfteval: gate failed: fail-under: candidate mean 0.7500 < 0.9"
+    assert "fail-under: candidate mean 0.7500 < 0.9" in md.read_text()
+    ok = subprocess.run(cmd + ["compare", *pair], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0 and "overall" in ok.stdout and ok.stderr == ""
