@@ -301,3 +301,11 @@ def test_local_judge_heuristic_is_deterministic_and_says_what_it_is():
     by_id = {s["id"]: s for s in out["scores"]}
     assert by_id["s1"]["score"] == 1.0 and by_id["s2"]["score"] < 0.5
     assert "met 3/3" in by_id["s1"]["explanation"] and "met 0/3" in by_id["s2"]["explanation"]
+
+
+def test_needs_groups_sees_through_multi():
+    plain = parse_config({"type": "string_check", "name": "s", "input": "a", "reference": "a", "operation": "eq"})
+    multi = parse_config({"type": "multi", "name": "m", "calculate_output": "g",
+                          "graders": {"g": {**CONFIG, "name": "g"}}})
+    assert gj.needs_groups(parse_config(CONFIG)) and gj.needs_groups(multi)
+    assert not gj.needs_groups(plain)

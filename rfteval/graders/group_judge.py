@@ -272,6 +272,13 @@ def grade_pairs(config: GroupJudgeConfig, pairs: Sequence[Pair], judge: Any) -> 
     return [r for r in out if r is not None]
 
 
+def needs_groups(config: GraderConfig) -> bool:
+    """Whether a grader config must be handed whole item groups: it is, or (in a multi) contains, a group_judge."""
+    if config.type == "group_judge":
+        return True
+    return any(needs_groups(sub) for sub in (getattr(config, "graders", None) or {}).values())
+
+
 class GroupJudgeGrader:
     """Grades whole groups: the runner must pass every sample of an item in one batch."""
 
