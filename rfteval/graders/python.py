@@ -1,1 +1,130 @@
-"""Placeholder: being written."""
+"""`python`: the team's own `grade(sample, item) -> float`, run unchanged in the sandboxed worker pool.
+
+The config is checked here without running anything (size, syntax, a top-level `grade` callable with two
+positional arguments); the source itself only ever runs in a worker process (see sandbox.py).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import field_validator
+from pydantic_core import PydanticCustomError
+
+from rfteval.graders.base import BuildContext, GradeResult, GraderConfig, Pair, register
+
+MAX_SOURCE_BYTES = 256 * 1024  # OpenAI's limit: "source < 256 kB"
+
+
+def _error(message: str) -> PydanticCustomError:
+    return PydanticCustomError("python_source", message)
+
+
+def _grade_defs(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Top-level statements that bind `grade`, looking into if/try/with blocks but not into defs or classes."""
+    found: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == "grade":
+                found.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(n, ast.Name) and n.id == "grade" for t in targets for n in ast.walk(t)):
+                found.append(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any((alias.asname or alias.name.split(".")[0]) == "grade" for alias in node.names):
+                found.append(node)
+        elif isinstance(node, (ast.If, ast.For, ast.While)):
+            found += _grade_defs(node.body) + _grade_defs(node.orelse)
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            found += _grade_defs(node.body)
+        elif isinstance(node, ast.Try):
+            found += _grade_defs(node.body)
+            for handler in node.handlers:
+                found += _grade_defs(handler.body)
+            found += _grade_defs(node.orelse) + _grade_defs(node.finalbody)
+    return found
+
+
+def signature_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """Why grade(sample, item) could not be called with two positional arguments, or None."""
+    if isinstance(fn, ast.AsyncFunctionDef):
+        return "grade must be a plain function, not async"
+    args = fn.args
+    positional = args.posonlyargs + args.args
+    optional = len(args.defaults)
+    required = len(positional) - optional
+    if required > 2:
+        return f"grade takes {required} required arguments; it must take exactly two: grade(sample, item)"
+    if len(positional) < 2 and args.vararg is None:
+        return f"grade takes {len(positional)} positional argument(s); it must take two: grade(sample, item)"
+    missing_kw = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    if missing_kw:
+        return f"grade has required keyword-only argument(s) {', '.join(missing_kw)}; it must take (sample, item)"
+    return None
+
+
+def check_source(source: str) -> str:
+    """The source unchanged, or a validation error: too large, not Python, or no usable grade()."""
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if size > MAX_SOURCE_BYTES:
+        raise _error(f"source is {size / 1024:.0f} kB; OpenAI's limit is 256 kB")
+    try:
+        tree = ast.parse(source, "<grader>")
+    except SyntaxError as exc:
+        line = (exc.text or "").strip()
+        shown = f": {line[:120]!r}" if line else ""
+        raise _error(f"SyntaxError at source line {exc.lineno}: {exc.msg}{shown}") from None
+    except ValueError as exc:  # e.g. a NUL byte
+        raise _error(f"source is not valid Python: {exc}") from None
+    defs = _grade_defs(tree.body)
+    if not defs:
+        raise _error("source must define a top-level function grade(sample, item)")
+    last = defs[-1]
+    if isinstance(last, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        problem = signature_problem(last)
+        if problem:
+            raise _error(f"source line {last.lineno}: {problem}")
+    elif isinstance(last, ast.ClassDef):
+        raise _error(f"source line {last.lineno}: grade is a class; it must be a function grade(sample, item)")
+    return source  # bound by assignment or import: callable-ness is checked when it runs
+
+
+class PythonConfig(GraderConfig):
+    type: Literal["python"]
+    source: str
+    image_tag: str | None = None  # OpenAI's sandbox image; here the packages come from `rfteval[graders]`
+    pass_threshold: float | None = None  # Evals shape: passed = score >= pass_threshold
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        return check_source(value)
+
+
+class PythonGrader:
+    """Sends whole batches to the context's worker pool; the pool starts on the first batch, not at build."""
+
+    def __init__(self, config: PythonConfig, ctx: BuildContext):
+        self.config = config
+        self._ctx = ctx
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+        if not pairs:
+            return []
+        results = self._ctx.python_pool().grade(self.config.source, pairs)
+        threshold = self.config.pass_threshold
+        if threshold is not None:
+            for result in results:
+                result.passed = result.error is None and result.score >= threshold
+        return results
+
+    def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+        return self.grade_batch([(sample, item)])[0]
+
+
+@register("python", PythonConfig, "your own grade(sample, item) -> float, run in sandboxed worker processes")
+def build(config: PythonConfig, ctx: BuildContext) -> PythonGrader:
+    return PythonGrader(config, ctx)

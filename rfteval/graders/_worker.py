@@ -1,0 +1,462 @@
+"""Worker side of the python grader sandbox: one process that runs a grader's source on batches of samples.
+
+Started by sandbox.WorkerPool as `python _worker.py CONFIG_JSON`, with requests on stdin and replies on stdout
+(moved to private fds at start, so nothing the grader prints can corrupt them). Standard library only at
+start-up: start-up is paid once per worker, and graders that need nothing heavy should not pay for it.
+
+Wire format, both ways: 8-byte little-endian length, then the payload. Requests are marshal (the main process
+is trusted); replies are JSON, so a hostile grader can at worst send garbage, never code, to the main process.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import marshal
+import math
+import os
+import resource
+import signal
+import struct
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+# Copies of rfteval.graders.base's error types (importing base would pull pydantic into every worker).
+PYTHON_RUNTIME = "python_grader_runtime_error"
+PYTHON_TIMEOUT = "python_grader_timeout_error"
+PYTHON_MEMORY = "python_grader_memory_error"
+
+IDLE, LOADING = -1, -2  # progress index values besides "in call k"
+PROGRESS = struct.Struct("<qq")  # (sequence number bumped at every call, index of the call or IDLE/LOADING)
+HEADER = struct.Struct("<Q")
+PIP_HINT = "pip install 'rfteval[graders]' (the packages of OpenAI's grader image)"
+TRACEBACK_CHARS = 4000
+FLUSH_S = 0.05  # send finished results at least this often during a batch
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+              "VECLIB_MAXIMUM_THREADS")
+
+Err = tuple[str, str]
+LIMITS = {"memory": "none", "timeout": "none"}  # the limits as set, for messages
+
+
+class GraderTimeout(BaseException):
+    """Raised by the SIGALRM handler inside grade(); a BaseException so `except Exception` does not eat it."""
+
+
+# ---------------------------------------------------------------- framing
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    parts: list[bytes] = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 24))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def recv(fd: int) -> bytes | None:
+    head = read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    return read_exact(fd, HEADER.unpack(head)[0])
+
+
+def send(fd: int, payload: bytes) -> None:
+    view = memoryview(HEADER.pack(len(payload)) + payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def loads(blob: bytes) -> Any:
+    """A value the pool encoded (marshal: plain data only)."""
+    return marshal.loads(blob)
+
+
+# ---------------------------------------------------------------- process set-up
+
+
+def isolate_network() -> str:
+    """Cut the network with a fresh network namespace (only a down loopback in it); say what held."""
+    if not sys.platform.startswith("linux"):
+        return f"not isolated: no network namespaces on {sys.platform}"
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError as exc:
+        return f"not isolated: libc not loadable ({exc})"
+    clone_newnet, clone_newuser = 0x40000000, 0x10000000
+    if libc.unshare(clone_newnet) == 0:
+        return "network namespace"
+    first = os.strerror(ctypes.get_errno())
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(clone_newuser | clone_newnet) == 0:
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            try:
+                with open(f"/proc/self/{name}", "w") as fh:
+                    fh.write(text)
+            except OSError:
+                pass
+        return "network namespace (in a user namespace)"
+    second = os.strerror(ctypes.get_errno())
+    return f"not isolated: unshare(CLONE_NEWNET) failed ({first}; with CLONE_NEWUSER: {second})"
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel to kill this worker when the pool's process goes, so no worker outlives it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+
+def limit_memory(memory_mb: int | None) -> str:
+    if not memory_mb or memory_mb <= 0:
+        return "none"
+    want = memory_mb * 1024 * 1024
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (want, want))
+        return f"{memory_mb} MB"
+    except (ValueError, OSError) as exc:
+        return f"not set ({exc})"
+
+
+# ---------------------------------------------------------------- output capture
+
+
+class Capture:
+    """sys.stdout/sys.stderr for grade(): writes through to the capture file up to `cap` bytes, then drops.
+
+    Writing through (rather than buffering) keeps the order with C-level output on fds 1 and 2, and keeps
+    what was printed when the worker dies or hangs.
+    """
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, fd: int, cap: int):
+        self.fd = fd
+        self.cap = cap
+        self.room = cap
+        self.truncated = False
+
+    def reset(self) -> None:
+        self.room = self.cap
+        self.truncated = False
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self.room <= 0:
+            self.truncated = self.truncated or bool(text)
+            return len(text)
+        data = text.encode("utf-8", "replace")
+        if len(data) > self.room:
+            data = data[: self.room]
+            self.truncated = True
+        while data:
+            written = os.write(self.fd, data)
+            self.room -= written
+            data = data[written:]
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return False
+
+
+def truncation_marker(cap: int) -> str:
+    return f"\n[rfteval: output truncated at {cap // 1024} KB]"
+
+
+# ---------------------------------------------------------------- grading
+
+
+def clean(text: str) -> str:
+    """Text safe to write as UTF-8 (a grader's exception may carry lone surrogates)."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def missing_module_message(exc: ModuleNotFoundError) -> str:
+    name = exc.name or str(exc)
+    return f"the grader imports {name!r}, which is not installed: {PIP_HINT}, or install the package providing it"
+
+
+def describe(exc: BaseException, what: str) -> Err:
+    """An error type and message for an exception out of the grader, traceback trimmed to its own frames."""
+    if isinstance(exc, GraderTimeout):
+        return PYTHON_TIMEOUT, f"{what} ran over the {LIMITS['timeout']} time limit"
+    if isinstance(exc, MemoryError):
+        detail = clean(str(exc))[:200]
+        return PYTHON_MEMORY, f"{what} ran out of memory (limit {LIMITS['memory']})" + (f": {detail}" if detail else "")
+    if isinstance(exc, SystemExit):
+        return PYTHON_RUNTIME, f"{what} called sys.exit({exc.code!r})"
+    if isinstance(exc, ModuleNotFoundError):
+        return PYTHON_RUNTIME, missing_module_message(exc)
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # drop the worker's own frame
+    try:
+        text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+    except Exception:  # a hostile __str__; fall back to the type
+        text = type(exc).__name__
+    try:
+        head = f"{what} raised " + traceback.format_exception_only(type(exc), exc)[-1].strip()[:500]
+    except Exception:
+        head = f"{what} raised {type(exc).__name__}"
+    if len(text) > TRACEBACK_CHARS:
+        text = "...\n" + text[-TRACEBACK_CHARS:]
+    return PYTHON_RUNTIME, clean(f"{head}\n{text}")
+
+
+def as_score(value: Any) -> float | Err:
+    """grade()'s return value as a finite float; plain floats take a fast path, the rest base.checked_score."""
+    if type(value) is float:
+        return value if math.isfinite(value) else (PYTHON_RUNTIME, f"grade() returned {value}, not a finite number")
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:
+            return PYTHON_RUNTIME, "grade() returned an int too large for a float"
+    try:
+        from rfteval.graders.base import checked_score  # noqa: PLC0415  (pydantic: only when needed)
+
+        checked = checked_score(value)
+    except OverflowError:
+        return PYTHON_RUNTIME, "grade() returned an int too large for a float"
+    except Exception as exc:  # a hostile __repr__ / __float__
+        return PYTHON_RUNTIME, f"grade() returned an unusable {type(value).__name__} ({type(exc).__name__})"
+    if isinstance(checked, float):
+        return checked
+    return checked.type, checked.message
+
+
+class Worker:
+    def __init__(self, timeout_s: float, cap: int, out_fd: int, progress: Any):
+        self.timeout_s = timeout_s
+        self.cap = cap
+        self.out_fd = out_fd  # the capture file behind fds 1 and 2
+        self.capture = Capture(out_fd, cap)
+        self.progress = progress
+        self.seq = 0
+        self.in_call = False
+        self.modules: dict[str, Callable[..., Any] | Err] = {}
+        self.blobs: dict[int, bytes] = {}  # cached items by slot, as sent (decoded afresh for every batch)
+
+    # -- alarm
+
+    def on_alarm(self, signum: int, frame: Any) -> None:
+        if self.in_call:
+            raise GraderTimeout()
+
+    def arm(self) -> None:
+        if signal.getsignal(signal.SIGALRM) is not self.on_alarm:
+            signal.signal(signal.SIGALRM, self.on_alarm)
+        # re-fires every second after the limit, in case the grader swallows the first one
+        signal.setitimer(signal.ITIMER_REAL, self.timeout_s, 1.0)
+
+    def mark(self, index: int) -> None:
+        self.seq += 1
+        PROGRESS.pack_into(self.progress, 0, self.seq, index)
+
+    def take_output(self) -> str | None:
+        size = os.fstat(self.out_fd).st_size
+        if not size and not self.capture.truncated:
+            return None
+        data = os.pread(self.out_fd, self.cap, 0) if size else b""
+        os.ftruncate(self.out_fd, 0)
+        text = data.decode("utf-8", "replace")
+        if self.capture.truncated or size > self.cap:
+            text += truncation_marker(self.cap)
+        return text
+
+    def run_guarded(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
+        """fn(*args) under the per-call alarm, with output captured; (value, None) or (None, exception)."""
+        sys.stdout = sys.stderr = self.capture
+        self.capture.reset()
+        try:
+            try:
+                self.arm()  # before in_call: a late alarm from the previous call must not hit this one
+                self.in_call = True
+                return fn(*args), None
+            finally:
+                self.in_call = False
+        except BaseException as exc:  # noqa: BLE001  (everything the grader does is data)
+            return None, exc
+
+    # -- source
+
+    def module(self, key: str, source: str | None) -> Callable[..., Any] | Err:
+        found = self.modules.get(key)
+        if found is not None:
+            return found
+        if source is None:
+            return PYTHON_RUNTIME, "internal: the pool did not send the grader source"
+        self.mark(LOADING)
+        result = self.load(key, source)
+        self.take_output()  # module-level prints are not any sample's output
+        PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
+        self.modules[key] = result
+        gc.freeze()  # what the source imported is long-lived: keep it out of later collections
+        return result
+
+    def load(self, key: str, source: str) -> Callable[..., Any] | Err:
+        import linecache
+
+        name = f"rfteval_grader_{key[:16]}"
+        filename = f"<grader {key[:8]}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        try:
+            code = compile(source, filename, "exec")
+        except (SyntaxError, ValueError) as exc:
+            return PYTHON_RUNTIME, f"the grader source does not compile: {exc}"
+        mod = types.ModuleType(name)
+        mod.__file__ = filename
+        sys.modules[name] = mod  # pydantic and dataclasses look their module up here
+        _, exc = self.run_guarded(exec, code, mod.__dict__)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if exc is not None:
+            kind, message = describe(exc, "loading the grader source")
+            return kind, message
+        fn = mod.__dict__.get("grade")
+        if not callable(fn):
+            return PYTHON_RUNTIME, "the grader source defines no function grade(sample, item)"
+        return fn
+
+    # -- batches
+
+    def decode(self, new: list[tuple[int, bytes]], refs: list[int], samples_blob: bytes) -> list[tuple[Any, Any]]:
+        for slot, blob in new:
+            if slot >= 0:
+                self.blobs[slot] = blob
+        gc.disable()  # decoding builds many containers; collections during it are pure cost
+        try:
+            samples = loads(samples_blob)
+            items: dict[int, Any] = {}
+            out = []
+            for sample, ref in zip(samples, refs):
+                item = items.get(ref)
+                if item is None:
+                    item = items[ref] = loads(self.blobs[ref] if ref >= 0 else new[-ref - 1][1])
+                out.append((sample, item))
+            return out
+        finally:
+            gc.enable()
+
+    def grade(self, request: tuple[Any, ...], reply: Callable[[dict[str, Any]], None]) -> None:
+        """Grade a batch, replying in parts: results finished more than FLUSH_S ago are already sent, so a
+        death or hang later in the batch costs the pool little re-grading."""
+        _, key, source, new, refs, samples_blob = request
+        pairs = self.decode(new, refs, samples_blob)
+        n = len(pairs)
+        fn = self.module(key, source)
+        if isinstance(fn, tuple):
+            reply({"start": 0, "scores": [0.0] * n, "errors": {str(i): fn for i in range(n)}, "stdout": {},
+                   "done": True})
+            return
+        if hasattr(signal, "pthread_sigmask"):  # a previous batch's grader may have blocked the alarm
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+        start, scores, errors, stdout = 0, [], {}, {}
+        flushed = time.monotonic()
+        for i, (sample, item) in enumerate(pairs):
+            self.mark(i)
+            value, exc = self.run_guarded(fn, sample, item)
+            if exc is not None:
+                errors[str(i)] = describe(exc, "grade()")
+                scores.append(0.0)
+            else:
+                score = as_score(value)
+                if isinstance(score, tuple):
+                    errors[str(i)] = score
+                    scores.append(0.0)
+                else:
+                    scores.append(score)
+            text = self.take_output()
+            if text is not None:
+                stdout[str(i)] = text
+            now = time.monotonic()
+            if now - flushed > FLUSH_S and i + 1 < n:
+                PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
+                reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": False})
+                start, scores, errors, stdout = i + 1, [], {}, {}
+                flushed = now
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
+        reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": True})
+
+
+def setup(config: dict[str, Any]) -> tuple[int, int, int, dict[str, Any]]:
+    """Private protocol fds, fds 0-2 away from the terminal, limits and isolation; returns the fds and facts."""
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # `import template` in a grader must not find rfteval's modules
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.append(root)  # last: only for the lazy import of rfteval.graders.base
+    die_with_parent(config["parent_pid"])
+    in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable: children of the grader do not get them
+    out_fd = os.open(config["output_path"], os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(null)
+    sys.stdin = open(os.devnull)  # noqa: SIM115
+    import faulthandler
+
+    faulthandler.enable(file=open(2, "w", closefd=False))  # noqa: SIM115  (a segfault's traceback → output)
+    for name in THREAD_ENV:
+        os.environ[name] = "1"
+    isolation = isolate_network()
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except (ValueError, OSError):
+        pass
+    memory = LIMITS["memory"] = limit_memory(config.get("memory_mb"))
+    LIMITS["timeout"] = f"{float(config['timeout_s']):g} s"
+    return in_fd, reply_fd, out_fd, {"pid": os.getpid(), "isolation": isolation, "memory_limit": memory,
+                                     "python": sys.version.split()[0]}
+
+
+def main(argv: list[str]) -> int:
+    import mmap
+
+    config = json.loads(argv[1])
+    in_fd, reply_fd, out_fd, facts = setup(config)
+    progress = mmap.mmap(config["progress_fd"], PROGRESS.size)
+    worker = Worker(float(config["timeout_s"]), int(config["stdout_cap"]), out_fd, progress)
+    gc.freeze()
+    send(reply_fd, json.dumps({"ready": True, **facts}).encode())
+    while True:
+        message = recv(in_fd)
+        if message is None:
+            return 0
+        request = marshal.loads(message)
+        if request[0] == "grade":
+            worker.grade(request, lambda reply: send(reply_fd, json.dumps(reply).encode()))
+        else:
+            send(reply_fd, json.dumps({"pong": True, **facts}).encode())
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,376 @@
+"""The python worker pool: every way a grader can misbehave costs only its own sample; limits really hold."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from rfteval.graders import _worker
+from rfteval.graders.base import (
+    PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeError, checked_score,
+)
+from rfteval.graders.sandbox import (
+    ITEM_CACHE_BYTES, STDOUT_CAP, WorkerPool, _Failure, _Settings, _Worker, decode_reply, encode, worker_env,
+)
+
+TIMEOUT_S = 2.0
+
+# One source with a misbehaviour per sample["k"]; a plain sample scores item["v"].
+MISBEHAVING = r'''
+import math, os, signal, sys
+
+def grade(sample, item):
+    k = sample.get("k")
+    if k == "loop":
+        while True:
+            pass
+    if k == "swallow":                      # catches the timeout and keeps looping: only the watchdog helps
+        while True:
+            try:
+                while True:
+                    pass
+            except BaseException:
+                pass
+    if k == "blocked":                      # the alarm cannot be delivered at all
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        while True:
+            pass
+    if k == "memory":
+        return float(len(bytearray(10 * 1024 ** 3)))
+    if k == "exit":
+        sys.exit(3)
+    if k == "os_exit":
+        os._exit(7)
+    if k == "segfault":
+        import ctypes
+        ctypes.string_at(0)
+    if k == "print_a_lot":
+        for i in range(200_000):
+            print("line", i)
+        return 0.5
+    if k == "abc":
+        return "abc"
+    if k == "nan":
+        return math.nan
+    if k == "inf":
+        return math.inf
+    if k == "bool":
+        return True
+    if k == "raise":
+        raise ValueError("bad reference " + item["id"])
+    return item["v"]
+'''
+
+
+@pytest.fixture(scope="module")
+def pool1() -> Iterator[WorkerPool]:
+    """One worker: a whole batch lands on the same process."""
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def pool2() -> Iterator[WorkerPool]:
+    with WorkerPool(workers=2, timeout_s=TIMEOUT_S) as pool:
+        yield pool
+
+
+def batch_around(kind: str) -> list[tuple[dict, dict]]:
+    """Good samples before and after the bad one, with distinct expected scores."""
+    values = [0.1, 0.2, 0.3, None, 0.4, 0.5, 0.6]
+    return [({"k": kind if v is None else "ok"}, {"id": f"i{n}", "v": v if v is not None else 0.9})
+            for n, v in enumerate(values)]
+
+
+@pytest.mark.parametrize("kind, etype, words", [
+    ("loop", PYTHON_TIMEOUT, "time limit"),
+    ("swallow", PYTHON_TIMEOUT, "killed"),
+    ("blocked", PYTHON_TIMEOUT, "killed"),
+    ("memory", PYTHON_MEMORY, "2048 MB"),
+    ("exit", PYTHON_RUNTIME, "sys.exit(3)"),
+    ("os_exit", PYTHON_RUNTIME, "exited with code 7"),
+    ("segfault", PYTHON_RUNTIME, "SIGSEGV"),
+    ("abc", PYTHON_RUNTIME, "not a number"),
+    ("nan", PYTHON_RUNTIME, "not a finite number"),
+    ("inf", PYTHON_RUNTIME, "not a finite number"),
+    ("bool", PYTHON_RUNTIME, "not a number"),
+    ("raise", PYTHON_RUNTIME, "ValueError: bad reference i3"),
+])
+def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, words: str) -> None:
+    results = pool1.grade(MISBEHAVING, batch_around(kind))
+    bad = results[3]
+    assert bad.score == 0.0
+    assert bad.error is not None and bad.error.type == etype, bad.error
+    assert words in bad.error.message
+    good = [r for n, r in enumerate(results) if n != 3]
+    assert [r.error for r in good] == [None] * 6
+    assert [r.score for r in good] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+
+
+def test_traceback_is_trimmed_to_the_graders_frames(pool1: WorkerPool) -> None:
+    (result,) = pool1.grade(MISBEHAVING, [({"k": "raise"}, {"id": "x", "v": 0})])
+    message = result.error.message
+    assert message.startswith("grade() raised ValueError: bad reference x")
+    line = next(n for n, text in enumerate(MISBEHAVING.splitlines(), 1) if "raise ValueError" in text)
+    assert "Traceback" in message and f"line {line}, in grade" in message
+    assert 'raise ValueError("bad reference " + item["id"])' in message  # the source line is shown
+    assert "_worker.py" not in message  # the worker's own frames are not the user's business
+
+
+def test_a_crash_reports_what_the_process_printed(pool1: WorkerPool) -> None:
+    (result,) = pool1.grade(MISBEHAVING, [({"k": "segfault"}, {"id": "x", "v": 0})])
+    assert "Segmentation fault" in (result.stdout or "")  # faulthandler's dump, from the capture file
+
+
+def test_output_is_captured_per_sample_and_capped(pool1: WorkerPool) -> None:
+    source = (
+        "import os, sys\n"
+        "def grade(sample, item):\n"
+        "    if sample['k'] == 'lots':\n"
+        "        for i in range(200_000):\n"
+        "            print('line', i)\n"
+        "    elif sample['k'] == 'some':\n"
+        "        print('to stdout')\n"
+        "        print('to stderr', file=sys.stderr)\n"
+        "        os.write(1, b'from fd 1\\n')\n"
+        "    return 1.0\n"
+    )
+    lots, some, quiet = pool1.grade(source, [({"k": "lots"}, {}), ({"k": "some"}, {}), ({"k": "none"}, {})])
+    assert lots.error is None and lots.score == 1.0
+    assert lots.stdout.startswith("line 0\nline 1\n")
+    assert lots.stdout.endswith("[rfteval: output truncated at 64 KB]")
+    assert len(lots.stdout.encode()) <= STDOUT_CAP + 100
+    assert some.stdout == "to stdout\nto stderr\nfrom fd 1\n"  # in order, Python and C level alike
+    assert quiet.stdout is None
+
+
+def test_workers_are_reused(pool2: WorkerPool) -> None:
+    source = "import os\ndef grade(sample, item):\n    return float(os.getpid())\n"
+    results = pool2.grade(source, [({}, {})] * 100)
+    pids = {int(r.score) for r in results}
+    assert all(r.error is None for r in results)
+    assert 1 <= len(pids) <= 2
+    assert os.getpid() not in pids  # never in the rfteval process
+    assert pids <= set(pool2.pids)
+    again = {int(r.score) for r in pool2.grade(source, [({}, {})] * 100)}
+    assert again <= set(pool2.pids) and len(set(pool2.pids)) <= 2
+
+
+def test_source_runs_once_per_worker(pool1: WorkerPool) -> None:
+    source = "CALLS = []\ndef grade(sample, item):\n    CALLS.append(1)\n    return float(len(CALLS))\n"
+    first = [r.score for r in pool1.grade(source, [({}, {})] * 3)]
+    second = [r.score for r in pool1.grade(source, [({}, {})] * 2)]
+    assert first == [1.0, 2.0, 3.0]
+    assert second == [4.0, 5.0]  # module state survives between batches: the source was not re-run
+
+
+def test_network_is_cut(pool2: WorkerPool) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the socket is reachable from here, so a failure in the worker is the namespace's doing
+        if not pool2.isolation.startswith("network namespace"):
+            pytest.skip(f"network isolation did not hold here: {pool2.isolation}")
+        source = (
+            "import socket\n"
+            "def grade(sample, item):\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+            "    return 1.0\n"
+        )
+        (result,) = pool2.grade(source, [({}, {})])
+        assert result.error is not None and result.error.type == PYTHON_RUNTIME
+        assert "OSError" in result.error.message or "unreachable" in result.error.message
+    finally:
+        listener.close()
+
+
+def test_isolation_is_reported() -> None:
+    with WorkerPool(workers=1) as pool:
+        text = pool.isolation
+    assert text == "network namespace" or text.startswith(("network namespace (", "not isolated: "))
+
+
+def test_calls_from_two_threads_at_once(pool2: WorkerPool) -> None:
+    double = "def grade(sample, item):\n    return item['v'] * 2\n"
+    square = "def grade(sample, item):\n    return item['v'] ** 2\n"
+    values = [i / 100 for i in range(100)]
+    out: dict[str, list[float]] = {}
+
+    def run(name: str, source: str) -> None:
+        out[name] = [r.score for r in pool2.grade(source, [({}, {"v": v}) for v in values])]
+
+    threads = [threading.Thread(target=run, args=a) for a in (("double", double), ("square", square))] * 1
+    threads += [threading.Thread(target=run, args=("double2", double))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out["double"] == out["double2"] == [v * 2 for v in values]
+    assert out["square"] == [v ** 2 for v in values]
+
+
+def test_missing_module_names_it_and_the_extra(pool1: WorkerPool) -> None:
+    top = "import rfteval_no_such_module\ndef grade(sample, item):\n    return 1.0\n"
+    inner = "def grade(sample, item):\n    import rfteval_no_such_module_2\n    return 1.0\n"
+    for source, name in ((top, "rfteval_no_such_module"), (inner, "rfteval_no_such_module_2")):
+        results = pool1.grade(source, [({}, {})] * 2)
+        for r in results:
+            assert r.error.type == PYTHON_RUNTIME
+            assert repr(name) in r.error.message and "pip install 'rfteval[graders]'" in r.error.message
+
+
+def test_source_that_hangs_while_loading_fails_every_sample_once() -> None:
+    source = "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True:\n    pass\n"
+    with WorkerPool(workers=1, timeout_s=1.0) as pool:
+        first = pool.grade(source, [({}, {})] * 3)
+        assert [r.error.type for r in first] == [PYTHON_TIMEOUT] * 3
+        assert "loading the grader source" in first[0].error.message
+        second = pool.grade(source, [({}, {})])  # remembered: no second wait
+        assert second[0].error == first[0].error
+        ok = pool.grade("def grade(s, i):\n    return 0.25\n", [({}, {})])
+        assert ok[0].score == 0.25  # the pool itself is fine
+
+
+def test_secrets_and_threads_in_the_worker_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+    monkeypatch.setenv("RFTEVAL_HARMLESS", "yes")
+    source = (
+        "import os\n"
+        "def grade(sample, item):\n"
+        "    return float(sample['name'] in os.environ and os.environ[sample['name']] == sample['want'])\n"
+    )
+    cases = [("OPENAI_API_KEY", "sk-test-not-a-real-key", 0.0), ("RFTEVAL_HARMLESS", "yes", 1.0),
+             ("OMP_NUM_THREADS", "1", 1.0), ("OPENBLAS_NUM_THREADS", "1", 1.0), ("MKL_NUM_THREADS", "1", 1.0)]
+    with WorkerPool(workers=1) as pool:
+        results = pool.grade(source, [({"name": n, "want": w}, {}) for n, w, _ in cases])
+    assert [r.score for r in results] == [c[2] for c in cases]
+    assert "OPENAI_API_KEY" not in worker_env()
+
+
+def test_memory_limit_is_configurable() -> None:
+    source = "def grade(sample, item):\n    return float(len(bytearray(300 * 1024 * 1024)) > 0)\n"
+    with WorkerPool(workers=1, memory_mb=200) as small, WorkerPool(workers=1, memory_mb=1024) as large:
+        (low,) = small.grade(source, [({}, {})])
+        (high,) = large.grade(source, [({}, {})])
+    assert low.error is not None and low.error.type == PYTHON_MEMORY and "200 MB" in low.error.message
+    assert high.error is None and high.score == 1.0
+
+
+def test_closed_pool_refuses_work() -> None:
+    pool = WorkerPool(workers=1)
+    assert pool.grade("def grade(s, i):\n    return 1\n", [({}, {})])[0].score == 1.0
+    pids = pool.pids
+    pool.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.grade("def grade(s, i):\n    return 1\n", [({}, {})])
+    for pid in pids:  # the worker process is gone
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_empty_batch_starts_nothing() -> None:
+    with WorkerPool(workers=1) as pool:
+        assert pool.grade("def grade(s, i):\n    return 1\n", []) == []
+        assert pool.pids == []
+
+
+def test_non_json_data_still_reaches_the_grader(pool1: WorkerPool) -> None:
+    class Weird(dict):  # marshal refuses subclasses: sent as plain data
+        pass
+
+    source = "def grade(sample, item):\n    return float(sample['t'][1] + item['n'])\n"
+    results = pool1.grade(source, [(Weird(t=(1, 2)), {"n": 3}), ({"t": (0, 5)}, Weird(n=1))])
+    assert [r.score for r in results] == [5.0, 6.0]
+
+
+# ---------------------------------------------------------------- pure pieces, no processes
+
+
+def test_identical_items_are_sent_once() -> None:
+    worker = _Worker(_Settings(1.0, None, {}))
+    item_a, item_b = {"reference_answer": "a" * 1000}, {"reference_answer": "b"}
+    pairs = [({"n": n}, item_a if n % 2 else item_b) for n in range(10)]
+    first = worker.encode("k", "src", pairs)
+    second = worker.encode("k", "src", pairs)
+    assert b"a" * 1000 in first and b"a" * 1000 not in second
+    import marshal
+
+    _, _, _, new1, refs1, _ = marshal.loads(first)
+    _, _, _, new2, refs2, _ = marshal.loads(second)
+    assert len(new1) == 2 and new2 == []
+    assert refs1 == refs2 and len(set(refs1)) == 2
+
+
+def test_oversized_items_are_sent_inline_not_cached() -> None:
+    worker = _Worker(_Settings(1.0, None, {}))
+    big = {"x": "z" * (ITEM_CACHE_BYTES // 4 + 10)}
+    import marshal
+
+    _, _, _, new, refs, _ = marshal.loads(worker.encode("k", "s", [({}, big), ({}, big)]))
+    assert [slot for slot, _ in new] == [-1] and refs == [-1, -1]
+    assert worker.items == {}
+
+
+@pytest.mark.parametrize("value", [1, 0, -3, 2.5, -0.0, 10 ** 400, math.nan, math.inf, -math.inf, True, False,
+                                   "0.5", None, [1.0], 1 + 2j])
+def test_worker_scores_agree_with_checked_score(value: object) -> None:
+    ours = _worker.as_score(value)
+    try:
+        theirs: float | GradeError | str = checked_score(value)
+    except OverflowError:
+        theirs = "overflow"
+    if isinstance(theirs, float):
+        assert ours == theirs
+    else:
+        assert isinstance(ours, tuple) and ours[0] == PYTHON_RUNTIME
+
+
+def test_worker_error_types_match_base() -> None:
+    assert (_worker.PYTHON_RUNTIME, _worker.PYTHON_TIMEOUT, _worker.PYTHON_MEMORY) == (
+        PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY)
+
+
+@pytest.mark.parametrize("reply", [
+    b"not json",
+    json.dumps({"start": 0, "scores": [1.0], "errors": {}, "stdout": {}, "done": True}).encode(),  # too few
+    json.dumps({"start": 0, "scores": [1.0, "x"], "errors": {}, "stdout": {}, "done": True}).encode(),
+    json.dumps({"start": 0, "scores": [1.0, True], "errors": {}, "stdout": {}, "done": True}).encode(),
+    b'{"start": 0, "scores": [1.0, NaN], "errors": {}, "stdout": {}, "done": true}',
+    json.dumps({"start": 1, "scores": [1.0, 1.0], "errors": {}, "stdout": {}, "done": True}).encode(),
+    json.dumps({"start": 0, "scores": [1.0, 1.0], "errors": {"5": ["x", "y"]}, "stdout": {}, "done": True}).encode(),
+])
+def test_garbled_replies_are_refused(reply: bytes) -> None:
+    with pytest.raises(_Failure) as info:
+        decode_reply(reply, 0, 2)
+    assert info.value.error.type == PYTHON_SERVER
+
+
+def test_a_reply_in_parts() -> None:
+    part1 = {"start": 0, "scores": [0.5], "errors": {}, "stdout": {"0": "hi"}, "done": False}
+    part2 = {"start": 1, "scores": [0.0], "errors": {"1": ["made_up_type", "boom"]}, "stdout": {}, "done": True}
+    first, done1 = decode_reply(json.dumps(part1).encode(), 0, 2)
+    second, done2 = decode_reply(json.dumps(part2).encode(), 1, 2)
+    assert (done1, done2) == (False, True)
+    assert first[0].score == 0.5 and first[0].stdout == "hi"
+    assert second[0].error == GradeError(PYTHON_RUNTIME, "boom")  # unknown types are not believed
+
+
+def test_encode_sends_plain_data_only() -> None:
+    data = {"a": [1, "x", (2, 3), None, True, 1.5]}
+    assert _worker.loads(encode(data)) == data  # marshal keeps it exactly
+
+    class Sub(dict):
+        pass
+
+    decoded = _worker.loads(encode(Sub(a=Sub(b=1), c={2, 3})))
+    assert decoded == {"a": {"b": 1}, "c": [2, 3]} and type(decoded) is dict and type(decoded["a"]) is dict
+    assert _worker.loads(encode([object])) == [str(object)]  # what marshal refuses arrives as text
