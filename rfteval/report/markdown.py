@@ -60,7 +60,7 @@ def render_markdown(result: CompareResult, top: int = 10) -> str:
                 if side["errors"] else "no errors")
         out.append(f"- {role} {cell(side['label'])}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)}, "
                    f"{side['items']} items, {side['records']} records, {errs}")
-    out.append(f"- {d['p_method']} p-value; minimum detectable effect at 80% power {fmt(d['mde'])}; "
+    out.append(f"- p-value: {d['p_method']}; minimum detectable effect at 80% power {fmt(d['mde'])}; "
                f"paired SE {fmt(d['se'])} (unpaired would be {fmt(d['se_unpaired'])})")
     if "hardest" in result.slices:
         out.append(f"- hardest: {cell(result.slices['hardest']['rule'])}")
