@@ -18,7 +18,7 @@ _TIME = re.compile(r"^\s*(\d{1,2})(?::(\d{2}))?\s*([ap]\.?m\.?)?\s*$", re.IGNORE
 
 
 def norm_time(value):
-    """"16:30", "4:30 pm", "4pm" -> "16:30"; missing or unreadable -> None."""
+    """Times such as "16:30", "4:30 pm" or "4pm" as "16:30"; None when missing or unreadable."""
     m = _TIME.match(value) if isinstance(value, str) else None
     if not m:
         return None
@@ -34,7 +34,10 @@ def norm_event(value):
     """An extracted item in comparable form; anything that is not an object becomes an empty item."""
     if not isinstance(value, dict):
         value = {}
-    text = lambda k: value.get(k).strip() if isinstance(value.get(k), str) else ""
+
+    def text(key):
+        return value[key].strip() if isinstance(value.get(key), str) else ""
+
     return {
         "title": text("title"), "date": text("date"), "start": norm_time(value.get("start_time")),
         "type": text("type").lower(), "conflict": value.get("conflict") is True,
