@@ -34,12 +34,18 @@ def grade_outputs(
     run_id: str | None = None,
     batch_size: int = 2048,
     on_progress: Callable[[int], None] | None = None,
+    judge: Any = None,
 ) -> list[dict[str, Any]]:
     """One graded record per output, in input order. Grading errors are recorded, never raised."""
+    from rfteval.graders.group_judge import needs_groups
+
     items = dataset.by_id()
+    if needs_groups(config):  # a group judge ranks an item's samples together: never split an item across batches
+        outputs = sorted(outputs, key=lambda o: o.item_id)
+        batch_size = max(len(outputs), 1)
     run_id = run_id or "grade-" + hashlib.sha1(now_iso().encode()).hexdigest()[:10]
     records: list[dict[str, Any]] = []
-    with GradingEngine(config, options) as engine:
+    with GradingEngine(config, options, judge=judge) as engine:
         for batch in _batches(outputs, batch_size):
             pairs = [(make_sample(o.output_text, o.output_tools), items[o.item_id].data) for o in batch]
             results = engine.grade_batch(pairs)

@@ -1,8 +1,35 @@
-"""Option types shared by several commands."""
+"""Option types and helpers shared by several commands."""
+
+from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import typer
 
 
 class OutputFormat(str, Enum):
     table = "table"
     json = "json"
+
+
+# The judge endpoint flags (score_model, label_model, group_judge); `rfteval run` also reads them from [judge].
+JUDGE_BASE_URL = typer.Option(None, "--judge-base-url", help="Judge endpoint (OpenAI-compatible); default OpenAI's.")
+JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="Env var holding the judge's key.")
+JUDGE_API = typer.Option("chat", "--judge-api", help="chat or responses.")
+JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
+JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+
+
+def make_judge(config: Any, base_url: str | None, api_key_env: str, api: str, model: str | None,
+               concurrency: int, cache_path: Path | None = None) -> Any:
+    """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
+    from rfteval.judge_stability import model_grader_types
+
+    if not model_grader_types(config):
+        return None
+    from rfteval.judge import Judge
+
+    return Judge.from_settings(base_url, api_key_env, api, cache_path=cache_path, concurrency=concurrency,
+                               model_override=model)

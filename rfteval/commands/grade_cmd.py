@@ -8,7 +8,9 @@ from pathlib import Path
 import typer
 
 from rfteval.cli import app
-from rfteval.commands.common import OutputFormat
+from rfteval.commands.common import (
+    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, OutputFormat, make_judge,
+)
 
 
 @app.command("grade")
@@ -23,6 +25,11 @@ def grade(
     grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
     items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
     from rich.console import Console
@@ -43,7 +50,12 @@ def grade(
     # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
     outs = list(iter_outputs(outputs, known_items={it.id for it in data}))
     options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
-    records = grade_outputs(data, config, outs, options)
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    try:
+        records = grade_outputs(data, config, outs, options, judge=judge)
+    finally:
+        if judge is not None:
+            judge.close()
     path = out or default_records_path(outputs)
     write_jsonl(records, path)
     summaries = summarize_models(records_frame(records)) if records else []

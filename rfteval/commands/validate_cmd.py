@@ -7,6 +7,9 @@ from pathlib import Path
 import typer
 
 from rfteval.cli import validate_app
+from rfteval.commands.common import (
+    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, make_judge,
+)
 from rfteval.status import ExitStatus
 
 
@@ -34,20 +37,52 @@ def validate_grader(
                                         help="Also grade each item's reference answer as if it were the output."),
     reference_template: str | None = typer.Option(
         None, "--reference-template",
-        help="How a reference becomes an output, e.g. '{\"predicted\": {{item.reference_answer}}}'."),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout"),
+        help='How a reference becomes an output: a JSON template (inline or a file), e.g. '
+             '\'{"predicted": "{{item.reference_answer}}"}\'; inferred from the grader when absent.'),
+    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    outputs: Path | None = typer.Option(None, "--outputs", "-o",
+                                        help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
+    repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
+    threshold: float = typer.Option(0.1, "--threshold", help="Flag a judge whose score sd (0..1 scale) exceeds this."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
 ) -> None:
-    """Check a grader config; with --dataset, report the share of reference answers that score the maximum."""
+    """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
+    with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
+    flagged)."""
+    from rfteval.errors import InputError
     from rfteval.graders import GradeOptions, load_grader
     from rfteval.reference import describe_grader, reference_check
 
     config = load_grader(path)
     for line in describe_grader(config):
         typer.echo(line)
+    if (repeat is None) != (outputs is None):
+        raise InputError("--repeat and --outputs go together (and need --dataset)", field="--repeat")
     if dataset is None:
+        if repeat is not None:
+            raise InputError("--repeat needs --dataset", field="--dataset")
         return
     from rfteval.dataset import load_dataset
 
-    report = reference_check(load_dataset(dataset), config, GradeOptions(python_timeout_s=grader_timeout),
-                             reference_template)
-    typer.echo(report["text"])
+    options = GradeOptions(python_timeout_s=grader_timeout)
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    try:
+        if repeat is None:
+            from rfteval.commands.readiness_cmd import load_reference_template
+
+            template = load_reference_template(reference_template) if reference_template is not None else None
+            typer.echo(reference_check(load_dataset(dataset), config, options, template, judge)["text"])
+            return
+        from rfteval.judge_stability import render_report, run_stability
+
+        report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
+    finally:
+        if judge is not None:
+            judge.close()
+    typer.echo(render_report(report))
+    if report["overall"]["flagged"]:
+        raise typer.Exit(ExitStatus.GATE_FAILED)

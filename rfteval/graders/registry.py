@@ -1,6 +1,7 @@
 """Importing this module registers every grader type (one module per type)."""
 
 from rfteval.graders import (  # noqa: F401
+    group_judge,
     label_model,
     multi,
     python,

@@ -1,0 +1,3 @@
+from rfteval.cli import main
+
+main()

@@ -1,0 +1,122 @@
+"""`rfteval grade`, `validate` and `graders` end to end: typer's runner and a real subprocess."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rfteval.cli import app
+from rfteval.records import read_records
+
+runner = CliRunner()
+SC = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+      "reference": "{{item.reference_answer}}", "operation": "eq"}
+
+
+@pytest.fixture
+def files(tmp_path: Path):
+    ds = tmp_path / "items.jsonl"
+    ds.write_text("\n".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"say {i}"}],
+                                        "reference_answer": str(i)}) for i in range(4)) + "\n")
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SC))
+    outs = tmp_path / "outputs.jsonl"
+    lines = []
+    for i in range(4):
+        for epoch in (1, 2):
+            text = str(i) if (i + epoch) % 2 or i == 0 else "wrong"
+            lines.append({"item_id": f"q{i}", "epoch": epoch, "output_text": text})
+    outs.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    expected = {f"q{i}": sum(1.0 for x in lines if x["item_id"] == f"q{i}" and x["output_text"] == str(i)) / 2
+                for i in range(4)}
+    return ds, grader, outs, expected
+
+
+def test_grade_writes_records_and_prints_means(files, tmp_path):
+    ds, grader, outs, expected = files
+    out = tmp_path / "records.jsonl"
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(out),
+                              "--format", "json"])
+    assert res.exit_code == 0, res.output
+    payload = json.loads(res.output)
+    model = payload["models"][0]
+    per_item = {r["item_id"]: r["mean"] for r in model["per_item"]}
+    assert per_item == expected
+    assert model["mean"] == pytest.approx(sum(expected.values()) / 4)
+    assert model["records"] == 8 and model["items"] == 4 and model["errors"] == 0
+    df = read_records(out)
+    assert len(df) == 8 and set(df["model_label"]) == {"outputs"}
+
+
+def test_grade_table_output(files, tmp_path):
+    ds, grader, outs, _ = files
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs),
+                              "--out", str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert "Per item: outputs" in res.output and "95% interval" in res.output
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ('{"item_id": "q9", "output_text": "x"}', "outputs.jsonl:1: item_id: no item 'q9' in the dataset"),
+    ('{"item_id": "q1"}', "outputs.jsonl:1: output_text: missing or not a string"),
+    ('{"item_id": "q1", "output_text": "x", "epoch": 0}', "outputs.jsonl:1: epoch: must be an integer >= 1"),
+    ('{"item_id": "q1", "output_text": "x"}\n{"item_id": "q1", "output_text": "y"}', "outputs.jsonl:2: duplicate"),
+    ("not json", "outputs.jsonl:1: invalid JSON"),
+])
+def test_grade_bad_outputs_one_line_exit_2_no_file(files, tmp_path, bad, expected):
+    ds, grader, outs, _ = files
+    outs.write_text(bad + "\n")
+    out = tmp_path / "r.jsonl"
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(out)])
+    assert res.exit_code == 2
+    assert expected in res.output and res.output.count("\n") == 1 and "Traceback" not in res.output
+    assert not out.exists()
+
+
+def test_grade_bad_dataset_and_grader(files):
+    ds, grader, outs, _ = files
+    ds.write_text('{"messages": []}\n')
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs)])
+    assert res.exit_code == 2 and "items.jsonl:1: messages: must be a non-empty list" in res.output
+    grader.write_text('{"type": "string_check"}')
+    res = runner.invoke(app, ["validate", "grader", str(grader)])
+    assert res.exit_code == 2 and "grader.json" in res.output and "name: Field required" in res.output
+
+
+def test_validate_grader_reference_check(files):
+    ds, grader, _, _ = files
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
+    assert res.exit_code == 0, res.output
+    assert "at the maximum (1): 4/4 = 100.0%" in res.output
+
+
+def test_validate_dataset_lists_every_problem(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text('{bad\n{"messages": [{"role": "user", "content": "x"}]}\n[]\n')
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    assert "d.jsonl:1: invalid JSON" in res.output and "d.jsonl:3: expected a JSON object" in res.output
+    assert "1 valid items, 2 problems" in res.output
+
+
+def test_graders_lists_types():
+    res = runner.invoke(app, ["graders"])
+    assert res.exit_code == 0
+    for name in ("string_check", "text_similarity", "python", "multi", "score_model", "label_model"):
+        assert name in res.output
+
+
+def test_real_subprocess(files, tmp_path):
+    ds, grader, outs, expected = files
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "rfteval", "grade", "-d", str(ds), "-g", str(grader), "-o",
+                           str(outs), "--out", str(out), "--format", "json"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["models"][0]["mean"] == pytest.approx(sum(expected.values()) / 4)
+    bad = subprocess.run([sys.executable, "-m", "rfteval", "validate", "dataset", str(tmp_path / "none.jsonl")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("none.jsonl: no such file")
+    assert "Traceback" not in bad.stderr

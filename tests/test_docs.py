@@ -1,0 +1,48 @@
+"""Every command and option is documented in the README (as sqlite-utils' tests/test_docs.py does)."""
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+import typer.main
+
+from rfteval.cli import app
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    out = []
+    for name, cmd in group.commands.items():
+        full = f"{prefix}{name}"
+        if isinstance(cmd, click.Group):
+            out += _commands(cmd, full + " ")
+        else:
+            out.append((full, cmd))
+    return out
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+
+
+def test_there_are_commands():
+    names = {n for n, _ in COMMANDS}
+    assert {"grade", "graders", "validate dataset", "validate grader"} <= names
+
+
+@pytest.mark.parametrize("name, cmd", COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_command_is_documented(name, cmd):
+    assert f"rfteval {name}" in README, f"README does not show `rfteval {name}`"
+
+
+@pytest.mark.parametrize("name, cmd", COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_every_option_is_documented(name, cmd):
+    missing = [opt for p in cmd.params if isinstance(p, click.Option) for opt in p.opts[:1]
+               if opt.startswith("--") and not re.search(re.escape(opt) + r"\b", README)]
+    assert not missing, f"README does not mention {missing} of `rfteval {name}`"
+
+
+def test_readme_starts_with_the_two_commands():
+    head = README[:1500]
+    assert head.index("make demo") < head.index("make test")
