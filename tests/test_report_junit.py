@@ -89,3 +89,15 @@ def test_no_failures_without_max_item_drop(tmp_path):
     assert [s.get("name") for s in root.findall("testsuite")] == [ITEMS_SUITE]  # no gate flags, no gate suite
     root = ET.fromstring(render_junit(compare_paths(b, t), max_item_drop=0.5))
     assert root.get("failures") == "1"
+
+
+def test_special_characters_round_trip(tmp_path):
+    b = write_side(tmp_path / "b.jsonl", "base<&>", {'q"1\'<&>': [1.0], "plain": [1.0]})
+    t = write_side(tmp_path / "t.jsonl", "tuned & co", {'q"1\'<&>': [0.0], "plain": [1.0]})
+    root = ET.fromstring(render_junit(compare_paths(b, t), max_item_drop=0.5))
+    names = [c.get("name") for c in root.iter("testcase")]
+    assert names == ['q"1\'<&>', "plain"]
+    failure = root.find(".//failure")
+    assert failure.text == "base<&> 1.000 -> tuned & co 0.000"
+    assert root.find(".//system-out").text.startswith("base<&>: 1.000 over 1 epoch(s)")
+    assert root.get("name") == "rfteval compare base<&> -> tuned & co"
