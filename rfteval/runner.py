@@ -9,16 +9,18 @@ worker threads (GradingEngine.grade_batch is sync). Nothing holds the whole data
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import signal
 import threading
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rfteval.dataset import Item, iter_items
+from rfteval.dataset import Item, iter_items, iter_jsonl, validate_row
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
@@ -72,6 +74,10 @@ class RunResult:
     totals: dict[str, LabelTotals]
     interrupted: bool = False
 
+    def item_ids(self) -> Iterator[str]:
+        """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
+        return (item.id for item in stream_items(self.summary["dataset"]))
+
     @property
     def exit_code(self) -> int:
         if self.interrupted:
@@ -101,7 +107,7 @@ class _Context:
         """Every cell in dataset order: item, then model, then epoch (so a partial run is still paired)."""
         from rfteval.store import cell_key
 
-        for item in iter_items(self.spec.dataset):
+        for item in stream_items(self.spec.dataset):
             for run in self.runs:
                 provider = self.providers[run.label]
                 ident = self.identities[run.label]
@@ -115,12 +121,36 @@ class _Context:
             yield Cell(job.run.label, job.run.model, job.item.id, job.epoch, job.key)
 
 
+def stream_items(dataset: str | Path) -> Iterator[Item]:
+    """The items of a dataset that count_items has validated, without iter_items' duplicate-id bookkeeping
+    (a dict of every id), so a pass over 10^5 items holds one item at a time."""
+    path = Path(dataset)
+    for lineno, row in iter_jsonl(path):
+        err = row if isinstance(row, InputError) else validate_row(row, path, lineno)
+        if err is not None:
+            raise err
+        yield Item(str(row["id"]) if row.get("id") is not None else str(lineno), lineno, row)
+
+
 def count_items(dataset: str | Path) -> int:
-    """Validate the whole dataset before any request (a bad line is exit 2, not a half-paid run)."""
-    n = sum(1 for _ in iter_items(dataset))
-    if n == 0:
+    """Validate the whole dataset before any request (a bad line is exit 2, not a half-paid run).
+
+    Duplicate ids are found with 8 bytes per item (sorted 64-bit hashes); only when two hashes agree is the
+    dataset read again by iter_items, which names the duplicate's file and line.
+    """
+    import numpy as np
+
+    hashes = array("q")
+    for item in stream_items(dataset):
+        digest = hashlib.blake2b(item.id.encode(), digest_size=8).digest()
+        hashes.append(int.from_bytes(digest, "little", signed=True))
+    if not hashes:
         raise InputError("the dataset has no items", dataset)
-    return n
+    h = np.sort(np.frombuffer(hashes, dtype=np.int64))
+    if bool((h[1:] == h[:-1]).any()):
+        for _ in iter_items(dataset):  # raises the duplicate id's InputError
+            pass
+    return len(hashes)
 
 
 def build_providers(runs: list[ModelRun]) -> dict[str, Provider]:
@@ -181,8 +211,8 @@ class _Pipeline:
         if entry["error"]:
             self.monitor.advance(label, error=entry["error"]["type"], cached=cached)
             return
-        grade = self.store.get_grade(job.key, self.grader_hash)
-        if is_reusable_grade(grade):
+        grade = self.store.get_grade(job.key, self.grader_hash) if cached else None
+        if grade is not None and is_reusable_grade(grade):
             self.monitor.advance(label, error=(grade["error"] or {}).get("type"), cached=cached)
             return
         await self.grading.put((job, entry, cached))
@@ -254,6 +284,8 @@ class _Pipeline:
             t0 = time.monotonic()
             try:
                 await asyncio.to_thread(self.export, reader)
+            except Exception:  # noqa: BLE001 - a failed checkpoint is retried at the next one and at the end
+                pass
             finally:
                 reader.close()
             interval = max(self.opts.checkpoint_s, 10 * (time.monotonic() - t0))  # never more than ~10% of the time
@@ -263,8 +295,12 @@ class _Pipeline:
 
 
 def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
-             providers: dict[str, Provider] | None = None) -> RunResult:
-    """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError."""
+             providers: dict[str, Provider] | None = None, judge: Any = None) -> RunResult:
+    """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
+
+    `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
+    model graders (score_model, label_model) through the grading engine.
+    """
     from rfteval.graders.engine import GradingEngine
     from rfteval.graders.loader import load_grader
     from rfteval.pricing import price_table
@@ -286,7 +322,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     try:
         write_text_atomic(out_dir / RESOLVED_SPEC, to_toml(spec))
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
-                                                    python_memory_mb=spec.grader_memory))
+                                                    python_memory_mb=spec.grader_memory), judge=judge)
 
         def export(reader: Any) -> dict[str, LabelTotals]:
             with export_lock:
@@ -402,11 +438,17 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     from rfteval.records import now_iso
     from rfteval.stats import paired_delta, side_summary
 
+    import numpy as np
+
+    def means_of(label: str) -> np.ndarray:
+        return np.frombuffer(totals[label].item_means, dtype=np.float64)
+
     models: dict[str, Any] = {}
     for run in runs:
         t = totals[run.label]
-        means = [m for m in t.item_means if not math.isnan(m)]
-        side = side_summary(means) if means else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
+        means = means_of(run.label)
+        means = means[~np.isnan(means)]
+        side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
         models[run.label] = {
             "model": run.model, "provider": run.provider,
             "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
@@ -423,11 +465,11 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     for label in labels:
         if label == base:
             continue
-        b, c = totals[base].item_means, totals[label].item_means
-        pairs = [(x, y) for x, y in zip(b, c) if not (math.isnan(x) or math.isnan(y))]
-        if not pairs:
+        b, c = means_of(base), means_of(label)
+        both = ~(np.isnan(b) | np.isnan(c))
+        if not both.any():
             continue
-        d = paired_delta([x for x, _ in pairs], [y for _, y in pairs])
+        d = paired_delta(b[both], c[both])
         deltas[label] = {"baseline": base, "candidate": label, **d}
     cells = sum(t.cells for t in totals.values())
     errors = sum(t.error_count for t in totals.values())

@@ -23,6 +23,7 @@ from rfteval.providers.base import Sampling
 REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
+GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
@@ -130,7 +131,11 @@ class RunSpec(_Strict):
 
     @property
     def run_name(self) -> str:
-        return self.name or Path(self.dataset).stem
+        """`name`, else the dataset's file name, or its folder's when the file is items.jsonl or alike."""
+        if self.name:
+            return self.name
+        path = Path(self.dataset)
+        return path.parent.name if path.stem in GENERIC_STEMS and path.parent.name else path.stem
 
     @property
     def out_dir(self) -> Path:

@@ -159,22 +159,28 @@ class RunStore:
     # ------------------------------------------------------------ lifecycle
 
     def _wipe(self) -> None:
-        """--fresh: remove what rfteval wrote here, and nothing else."""
+        """--fresh: remove what this run directory's run wrote, and nothing else (not other runs' records)."""
+        old_run = self._read_run_id()
         for name in (RESPONSES, GRADES, INDEX, INDEX + "-wal", INDEX + "-shm"):
             (self.store_dir / name).unlink(missing_ok=True)
         for name in (RUN_FILE, RESULTS, SUMMARY, RESOLVED_SPEC):
             (self.dir / name).unlink(missing_ok=True)
-        for path in self.dir.glob("*.jsonl"):
-            if _looks_like_records(path):
-                path.unlink()
+        if old_run is not None:
+            for path in self.dir.glob("*.jsonl"):
+                if _records_run_id(path) == old_run:
+                    path.unlink()
+
+    def _read_run_id(self) -> str | None:
+        try:
+            return str(json.loads((self.dir / RUN_FILE).read_text())["run_id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def _run_id(self) -> str:
         path = self.dir / RUN_FILE
-        if path.exists():
-            try:
-                return str(json.loads(path.read_text())["run_id"])
-            except (ValueError, KeyError, TypeError):
-                pass
+        existing = self._read_run_id()
+        if existing is not None:
+            return existing
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps({"run_id": run_id, "created_at": now_iso()}) + "\n")
@@ -287,14 +293,17 @@ def is_reusable_grade(entry: dict[str, Any] | None) -> bool:
     return not err or err.get("type") not in TRANSIENT_GRADE_ERRORS
 
 
-def _looks_like_records(path: Path) -> bool:
+def _records_run_id(path: Path) -> str | None:
+    """The run_id of a record file's first record, or None when it is not a record file."""
     try:
         with open(path, encoding="utf-8") as fh:
             first = fh.readline()
         row = json.loads(first) if first.strip() else {}
-        return isinstance(row, dict) and "run_id" in row and "model_label" in row and "epoch" in row
     except (OSError, ValueError):
-        return False
+        return None
+    if isinstance(row, dict) and "model_label" in row and "epoch" in row:
+        return str(row.get("run_id"))
+    return None
 
 
 # ---------------------------------------------------------------- entries
@@ -382,8 +391,7 @@ class LabelTotals:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cached: int = 0
-    item_ids: list[str] = field(default_factory=list)  # items in dataset order
-    item_means: array = field(default_factory=lambda: array("d"))  # NaN: no record for the item yet
+    item_means: array = field(default_factory=lambda: array("d"))  # per item in dataset order; NaN: no record yet
 
     @property
     def error_count(self) -> int:
@@ -420,10 +428,8 @@ def write_results(
     current: dict[str, tuple[str, float, int]] = {}  # label → (item_id, score sum, count)
 
     def close_item(label: str) -> None:
-        item_id, total, n = current.pop(label)
-        t = totals[label]
-        t.item_ids.append(item_id)
-        t.item_means.append(total / n if n else float("nan"))
+        _, total, n = current.pop(label)
+        totals[label].item_means.append(total / n if n else float("nan"))
 
     try:
         for cell in cells:

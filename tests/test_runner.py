@@ -282,3 +282,15 @@ def test_three_models_compare_against_base(workdir: Path) -> None:
     result = run(make_spec(workdir, ("a", "base", "c")), providers)
     assert result.summary["baseline"] == "base"
     assert sorted(result.summary["deltas"]) == ["a", "c"]
+
+
+def test_duplicate_ids_are_found_before_any_request(workdir: Path) -> None:
+    from rfteval.errors import InputError
+
+    with open(workdir / "items.jsonl", "a") as fh:
+        fh.write(json.dumps({"id": "3", "messages": [{"role": "user", "content": "again"}]}) + "\n")
+    base = FakeProvider(base_answer)
+    with pytest.raises(InputError) as err:
+        run(make_spec(workdir, ("base",)), {"base": base})
+    assert (err.value.line, err.value.field) == (N_ITEMS + 1, "id") and "duplicate id '3'" in str(err.value)
+    assert base.calls == []

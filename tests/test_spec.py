@@ -94,6 +94,8 @@ def test_flags_alone_are_a_complete_spec(tmp_path: Path, monkeypatch) -> None:
     assert spec.out_dir == tmp_path / "results"
     assert spec.endpoint.base_url == "http://127.0.0.1:8000/v1"  # trailing slash dropped
     assert spec.run_name == "d"
+    spec = build_spec(None, flag_overrides(models=["a=x"], dataset="datasets/chipstack/items.jsonl", grader="g"))
+    assert spec.run_name == "chipstack" and spec.out_dir == Path("runs/chipstack")  # items.jsonl: the folder names it
 
 
 def test_resolve_models_merges_sampling_and_endpoints(spec_dir: Path) -> None:

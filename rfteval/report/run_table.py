@@ -158,8 +158,7 @@ def per_item_table(result: RunResult) -> Table:
     others = [lb for lb in labels if lb != base]
     for label in others:
         table.add_column(f"{label} - {base}", justify="right")
-    first = result.totals[labels[0]]
-    for i, item_id in enumerate(first.item_ids):
+    for i, item_id in enumerate(result.item_ids()):
         means = {lb: result.totals[lb].item_means[i] for lb in labels}
         row = [item_id] + [fmt(means[lb]) for lb in labels]
         row += [fmt(means[lb] - means[base], sign=True) for lb in others]
@@ -185,12 +184,19 @@ def compare_renderables(result: RunResult, top: int = 0) -> list[Any]:
     return out
 
 
+COMPARE_MAX_RECORDS = 200_000  # above this, the delta table comes from summary.json (no records in memory)
+
+
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
     console.print(models_table(result.summary))
     if result.summary["deltas"]:
-        try:
-            parts = compare_renderables(result)
-        except Exception:  # noqa: BLE001 - the compare renderer is optional here; summary.json has the deltas
+        parts: list[Any] = []
+        if result.summary["cells"] <= COMPARE_MAX_RECORDS:
+            try:
+                parts = compare_renderables(result)
+            except Exception:  # noqa: BLE001 - the compare renderer is optional here; summary.json has the deltas
+                parts = []
+        if not parts:
             table = deltas_table(result.summary)
             parts = [table] if table is not None else []
         for part in parts:

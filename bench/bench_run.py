@@ -1,0 +1,241 @@
+"""Benchmark of `rfteval run`: overhead against a bare AsyncOpenAI loop, CPU per request, memory vs dataset size.
+
+1. Wall time. tests/fake_openai.py runs as its own process and answers every request after 100 ms. 500 items x 4
+   epochs (2,000 requests) at concurrency 64, through rfteval's whole pipeline (cache keys, the append-only store,
+   retries, progress accounting, grading with string_check, the result files and summary.json), against a bare
+   `AsyncOpenAI` + semaphore loop sending the same request bodies from the same process. Target: ratio <= 1.1.
+2. Harness CPU per request: process CPU time of each, divided by the requests (the server's CPU is not counted).
+3. Peak memory (max RSS of a child process) for a 10,000- and a 100,000-item dataset, with an in-process provider
+   that answers at once, so the figure is the harness's own: the dataset is streamed, records are never all held.
+
+Run: .venv/bin/python bench/bench_run.py   (or `make bench`). Prints a table; main() returns the figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ITEMS, EPOCHS, CONCURRENCY, DELAY_MS = 500, 4, 64, 100
+MEMORY_SIZES = tuple(int(x) for x in os.environ.get("BENCH_RUN_SIZES", "10000,100000").split(","))
+REPEATS = 3
+
+
+def write_dataset(path: Path, n: int) -> Path:
+    with open(path, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            fh.write(json.dumps({"id": f"item-{i}", "messages": [
+                {"role": "system", "content": "Answer with one word."},
+                {"role": "user", "content": f"What is item {i}? Reply with its number."}],
+                "reference_answer": str(i)}) + "\n")
+    return path
+
+
+def write_grader(path: Path) -> Path:
+    path.write_text(json.dumps({"type": "string_check", "name": "mentions-number", "input": "{{ sample.output_text }}",
+                                "reference": "{{ item.reference_answer }}", "operation": "like"}))
+    return path
+
+
+def start_server() -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", "0",
+                             "--delay-ms", str(DELAY_MS)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+# ---------------------------------------------------------------- the two contenders
+
+
+def bodies(dataset: Path) -> list[dict[str, Any]]:
+    """The exact bodies rfteval sends (one per item and epoch), built by its own provider code."""
+    from rfteval.dataset import iter_items
+    from rfteval.providers.base import GenerationRequest
+    from rfteval.providers.openai_provider import chat_body
+
+    out = []
+    for item in iter_items(dataset):
+        for epoch in range(1, EPOCHS + 1):
+            out.append(chat_body(GenerationRequest(model="fake-base", messages=item.messages, item_id=item.id,
+                                                   epoch=epoch)))
+    return out
+
+
+def bare_loop(base_url: str, requests: list[dict[str, Any]]) -> dict[str, float]:
+    """The floor: AsyncOpenAI and a semaphore, nothing stored, nothing graded."""
+    import openai
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        sem = asyncio.Semaphore(CONCURRENCY)
+
+        async def one(body: dict[str, Any]) -> str:
+            async with sem:
+                resp = await client.chat.completions.create(**body, timeout=600)
+                return resp.choices[0].message.content or ""
+
+        await asyncio.gather(*(one(b) for b in requests))
+        await client.close()
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    asyncio.run(main())
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path) -> dict[str, float]:
+    from rfteval.runner import RunOptions, run_eval
+    from rfteval.spec import build_spec, flag_overrides
+
+    spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(dataset), grader=str(grader),
+                                           epochs=EPOCHS, base_url=base_url, concurrency=CONCURRENCY, out=str(out)))
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = run_eval(spec, options=RunOptions(fresh=True))
+    elapsed = time.perf_counter() - wall
+    cells = result.summary["cells"]
+    assert cells == ITEMS * EPOCHS and result.summary["errors"] == 0, result.summary
+    return {"wall_s": elapsed, "cpu_s": time.process_time() - cpu}
+
+
+def cli_run(base_url: str, dataset: Path, grader: Path, out: Path) -> float:
+    """The same run as a user types it: process start-up, imports and the final tables included."""
+    exe = Path(sys.executable).parent / "rfteval"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    start = time.perf_counter()
+    subprocess.run([*cmd, "run", "--dataset", str(dataset), "--grader", str(grader), "--model", "base=fake-base",
+                    "--epochs", str(EPOCHS), "--base-url", base_url, "--concurrency", str(CONCURRENCY),
+                    "--out", str(out), "--fresh", "--quiet"], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+# ---------------------------------------------------------------- memory (child process)
+
+
+def memory_child(n: int, workdir: Path) -> dict[str, float]:
+    """Run n items x 1 epoch with an instant provider; report this process's peak RSS."""
+    from rfteval.providers.base import Generation, GenerationRequest
+    from rfteval.runner import RunOptions, run_eval
+    from rfteval.spec import build_spec, flag_overrides
+
+    class Instant:
+        def identity(self) -> dict[str, Any]:
+            return {"provider": "instant"}
+
+        def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+            return {"model": request.model, "messages": request.messages}
+
+        async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+            await asyncio.sleep(0)
+            return Generation(output_text=f"It is {request.item_id.split('-')[1]}.",
+                              usage={"input_tokens": 20, "output_tokens": 4, "reasoning_tokens": 0})
+
+        async def aclose(self) -> None:
+            pass
+
+    dataset = write_dataset(workdir / f"items-{n}.jsonl", n)
+    grader = write_grader(workdir / "grader.json")
+    import numpy  # noqa: F401  (the summary needs it; load it before the baseline reading)
+    import pyarrow.parquet  # noqa: F401
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    spec = build_spec(None, flag_overrides(models=["base=instant"], dataset=str(dataset), grader=str(grader),
+                                           epochs=1, concurrency=CONCURRENCY, out=str(workdir / f"run-{n}")))
+    start = time.perf_counter()
+    result = run_eval(spec, options=RunOptions(fresh=True), providers={"base": Instant()})  # type: ignore[dict-item]
+    wall = time.perf_counter() - start
+    assert result.summary["cells"] == n and result.summary["errors"] == 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"items": n, "peak_rss_mb": peak, "rss_before_run_mb": before, "wall_s": wall, "cells_per_s": n / wall}
+
+
+def memory(n: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, __file__, "--memory-child", str(n), tmp], capture_output=True, text=True,
+                             check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    server, base_url = start_server()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            d = Path(tmp)
+            dataset = write_dataset(d / "items.jsonl", ITEMS)
+            grader = write_grader(d / "grader.json")
+            reqs = bodies(dataset)
+            # warm up both paths (imports, connection pools, the server's threads)
+            bare_loop(base_url, reqs[:200])
+            rfteval_run_small = write_dataset(d / "warm.jsonl", 50)
+            from rfteval.runner import RunOptions, run_eval
+            from rfteval.spec import build_spec, flag_overrides
+
+            run_eval(build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(rfteval_run_small),
+                                                     grader=str(grader), epochs=1, base_url=base_url,
+                                                     out=str(d / "warm"))), options=RunOptions(fresh=True))
+            bare, ours = [], []
+            for i in range(REPEATS):  # interleaved, so drift in the machine hits both alike
+                bare.append(bare_loop(base_url, reqs))
+                ours.append(rfteval_run(base_url, dataset, grader, d / "run"))
+            cli = cli_run(base_url, dataset, grader, d / "cli")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    n = ITEMS * EPOCHS
+    bare_wall = statistics.median(r["wall_s"] for r in bare)
+    ours_wall = statistics.median(r["wall_s"] for r in ours)
+    bare_cpu = statistics.median(r["cpu_s"] for r in bare) / n * 1000
+    ours_cpu = statistics.median(r["cpu_s"] for r in ours) / n * 1000
+    mem = [memory(size) for size in MEMORY_SIZES]
+    figures = {
+        "requests": n, "concurrency": CONCURRENCY, "server_delay_ms": DELAY_MS,
+        "floor_s": n / CONCURRENCY * DELAY_MS / 1000,
+        "bare_wall_s": bare_wall, "rfteval_wall_s": ours_wall, "ratio": ours_wall / bare_wall,
+        "rfteval_cli_wall_s": cli,
+        "bare_cpu_ms_per_request": bare_cpu, "rfteval_cpu_ms_per_request": ours_cpu,
+        "harness_cpu_ms_per_request": ours_cpu - bare_cpu,
+        "memory": mem,
+    }
+    print_table(figures)
+    return figures
+
+
+def print_table(f: dict[str, Any]) -> None:
+    rows = [
+        (f"requests ({ITEMS} items x {EPOCHS} epochs, concurrency {CONCURRENCY}, server {DELAY_MS} ms)",
+         f"{f['requests']:,}"),
+        ("floor: requests / concurrency x delay", f"{f['floor_s']:.2f} s"),
+        ("bare AsyncOpenAI + semaphore, wall (median of 3)", f"{f['bare_wall_s']:.2f} s"),
+        ("rfteval run (library, grading included), wall", f"{f['rfteval_wall_s']:.2f} s"),
+        ("ratio rfteval / bare (target <= 1.1)", f"{f['ratio']:.3f}x"),
+        ("rfteval run as a command (start-up and tables included)", f"{f['rfteval_cli_wall_s']:.2f} s"),
+        ("CPU per request: bare / rfteval", f"{f['bare_cpu_ms_per_request']:.2f} / "
+                                            f"{f['rfteval_cpu_ms_per_request']:.2f} ms"),
+        ("harness CPU per request (rfteval - bare)", f"{f['harness_cpu_ms_per_request']:.2f} ms"),
+    ]
+    for m in f["memory"]:
+        rows.append((f"peak RSS, {m['items']:,} items x 1 epoch (instant provider)",
+                     f"{m['peak_rss_mb']:.0f} MB ({m['rss_before_run_mb']:.0f} MB before the run; "
+                     f"{m['cells_per_s']:,.0f} cells/s)"))
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"{name:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--memory-child":
+        print(json.dumps(memory_child(int(sys.argv[2]), Path(sys.argv[3]))))
+        sys.exit(0)
+    main()
