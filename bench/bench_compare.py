@@ -74,6 +74,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--items", type=int, default=100_000)
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest counts")
     ap.add_argument("--keep", type=Path, default=None, help="reuse/keep the record files in this directory")
     ap.add_argument("--generate", nargs=2, type=Path, help=argparse.SUPPRESS)
     ns = ap.parse_args()
@@ -100,7 +101,9 @@ def main() -> int:
                                                   "--html", str(work / "c.html"), "--max-drop", "0.05"],
     }
     for name, extra in cases.items():
-        wall, cpu, mb, rc = run(exe + ["compare", str(base), str(tuned)] + extra)
+        runs = [run(exe + ["compare", str(base), str(tuned)] + extra) for _ in range(ns.repeat)]
+        wall, cpu, mb, rc = min(runs)  # the best of N: other processes only ever add time
+        mb = max(r[2] for r in runs)
         ok = wall <= TARGET_S and mb <= TARGET_MB
         figures[name] = {"seconds": round(wall, 2), "cpu_seconds": round(cpu, 2), "peak_mb": round(mb), "exit": rc,
                          "within_target": ok}

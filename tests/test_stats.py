@@ -252,3 +252,29 @@ def test_paired_delta_coverage():
         res = stats.paired_delta(base[r], cand[r], resamples=200)
         assert res["ci95"] == pytest.approx([lo[r], hi[r]])
         assert res["se"] == pytest.approx(se[r])
+
+
+def test_grouped_draws_match_per_item_draws():
+    """Pass/fail scores over K=3 epochs give deltas on a 1/3 grid: draws per distinct |d| value."""
+    rng = np.random.default_rng(8)
+    d = rng.integers(-3, 4, 5000) / 3.0
+    grouped = stats.sign_flip_sums_grouped(d, 20_000, seed=1)
+    per_item = stats.sign_flip_sums(d, 20_000, seed=1)
+    assert grouped is not None
+    # same distribution: mean 0, variance Σ d², and matching quantiles
+    assert grouped.var() == pytest.approx((d ** 2).sum(), rel=0.04)
+    qs = [0.05, 0.25, 0.5, 0.75, 0.95]
+    spread = math.sqrt((d ** 2).sum())
+    assert np.allclose(np.quantile(grouped, qs), np.quantile(per_item, qs), atol=0.05 * spread)
+    # too many distinct values: the per-item path is used
+    assert stats.sign_flip_sums_grouped(rng.normal(0, 1, 1000)) is None
+    assert np.array_equal(stats.sign_flip_sums_grouped(np.zeros(50), 10), np.zeros(10))
+
+
+def test_grouped_p_value_matches_exact_enumeration():
+    d = np.array([1, 1, 1, 2, 2, -1, 1, 1, 2, -2, 1, 1, 1, 2, 1, 1, -1, 1], dtype=float) / 3  # 18 items
+    p_mc, method = stats.sign_flip_p_value(d, seed=2)
+    assert method.startswith("sign-flip")
+    sums = np.abs(stats.sign_flip_all(d))
+    p_exact = float(np.mean(sums >= abs(d.sum()) - 1e-9))
+    assert abs(p_mc - p_exact) < 4 * math.sqrt(p_exact * (1 - p_exact) / 10_000) + 1e-4
