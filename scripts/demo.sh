@@ -34,7 +34,7 @@ echo
   --per-item
 
 echo
-echo "== rfteval compare $OUT/base.jsonl $OUT/tuned.jsonl =="
-"$BIN/rfteval" compare "$OUT/base.jsonl" "$OUT/tuned.jsonl" --top 5
+echo "== rfteval compare $OUT/base.jsonl $OUT/tuned.jsonl --require-improvement (the CI gate) =="
+"$BIN/rfteval" compare "$OUT/base.jsonl" "$OUT/tuned.jsonl" --top 5 --require-improvement
 echo
 echo "Run again and nothing is re-generated or re-graded (the run directory is a cache); --fresh starts over."

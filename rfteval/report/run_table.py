@@ -122,7 +122,8 @@ def models_table(summary: dict[str, Any]) -> Table:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for label, m in summary["models"].items():
         tok = m["tokens"]
-        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})"
+        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})" \
+            if any(tok.values()) else "—"  # no usage reported (replayed outputs)
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
         table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"]), str(m["items"]), records,
                       fmt_errors(m["errors"]["by_type"]), tokens, fmt_cost(m["cost_usd"]))
