@@ -2,7 +2,7 @@
 
 Writes two realistic record files (output text, free-shaped output_json, usage, two sub-scores, 1% error
 records) with rfteval.records, then times the real CLI in a subprocess and reads its peak RSS.
-Run: .venv/bin/python bench/bench_compare.py [--items N] [--epochs K] [--keep DIR]
+Run: .venv/bin/python bench/bench_compare.py [--items N] [--epochs K] [--continuous] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,9 @@ TARGET_S = 5.0
 TARGET_MB = 1024.0
 
 
-def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int) -> list[dict[str, Any]]:
+def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int,
+              continuous: bool = False) -> list[dict[str, Any]]:
+    """Pass/fail scores (per-item deltas on a 1/K grid), or continuous ones (every delta distinct)."""
     from rfteval.records import make_record
 
     rng = random.Random(seed)
@@ -39,10 +42,10 @@ def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int) ->
                 r["error"] = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError"}
                 r["score"] = 0.0
             else:
-                ok = float(rng.random() < p)
+                ok = round(min(1.0, max(0.0, rng.gauss(p, 0.15))), 4) if continuous else float(rng.random() < p)
                 r["score"] = ok
                 r["sub_scores"] = {"correct": ok, "format": float(rng.random() < 0.95)}
-                r["passed"] = bool(ok)
+                r["passed"] = ok >= 0.5
             out.append(r)
     return out
 
@@ -63,11 +66,11 @@ def run(args: list[str]) -> tuple[float, float, float, int]:
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, proc.returncode
 
 
-def generate(items: int, epochs: int, base: Path, tuned: Path) -> None:
+def generate(items: int, epochs: int, base: Path, tuned: Path, continuous: bool) -> None:
     from rfteval.records import write_jsonl
 
-    write_jsonl(make_side("base", items, epochs, 0.0, 1), base)
-    write_jsonl(make_side("tuned", items, epochs, 0.05, 2), tuned)
+    write_jsonl(make_side("base", items, epochs, 0.0, 1, continuous), base)
+    write_jsonl(make_side("tuned", items, epochs, 0.05, 2, continuous), tuned)
 
 
 def main() -> int:
@@ -76,19 +79,35 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the fastest counts")
     ap.add_argument("--keep", type=Path, default=None, help="reuse/keep the record files in this directory")
+    ap.add_argument("--continuous", action="store_true", help="only continuous scores (default: both kinds)")
     ap.add_argument("--generate", nargs=2, type=Path, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.generate:
-        generate(ns.items, ns.epochs, *ns.generate)
+        generate(ns.items, ns.epochs, *ns.generate, ns.continuous)
         return 0
 
     work = ns.keep or Path(tempfile.mkdtemp(prefix="rfteval-bench-compare-"))
     work.mkdir(parents=True, exist_ok=True)
-    base, tuned = work / f"base-{ns.items}x{ns.epochs}.jsonl", work / f"tuned-{ns.items}x{ns.epochs}.jsonl"
+    try:
+        kinds = [ns.continuous] if ns.continuous else [False, True]
+        return max(bench_kind(ns, work, continuous) for continuous in kinds)
+    finally:
+        if ns.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_kind(ns: argparse.Namespace, work: Path, continuous: bool) -> int:
+    """One kind of scores: generate (once), then time each case; 0 when every case is within target."""
+    kind = "-continuous" if continuous else ""
+    base = work / f"base-{ns.items}x{ns.epochs}{kind}.jsonl"
+    tuned = work / f"tuned-{ns.items}x{ns.epochs}{kind}.jsonl"
+    label = "continuous" if continuous else "pass/fail"
+    print(f"-- {ns.items:,} items x {ns.epochs} epochs per side, {label} scores, two sub-scores, 1% error records")
     if not (base.exists() and tuned.exists()):
         t0 = time.perf_counter()
         subprocess.run([sys.executable, __file__, "--items", str(ns.items), "--epochs", str(ns.epochs),
-                        "--generate", str(base), str(tuned)], check=True)  # its memory is not ours
+                        "--generate", str(base), str(tuned)] + (["--continuous"] if continuous else []),
+                       check=True)  # its memory is not ours
         print(f"wrote 2 x {ns.items * ns.epochs:,} records ({base.stat().st_size / 2**20:.0f} MB per side) in "
               f"{time.perf_counter() - t0:.1f} s")
     exe = [sys.executable, "-c", "from rfteval.cli import main; main()"]
@@ -110,12 +129,12 @@ def main() -> int:
         print(f"{name:42s} {wall:5.2f} s wall  {cpu:5.2f} s CPU  {mb:6.0f} MB peak  {'ok' if ok else 'OVER TARGET'}")
     load = os.getloadavg()[0]
     print(json.dumps({"bench": "compare", "items": ns.items, "epochs": ns.epochs, "cpus": os.cpu_count(),
-                      "load_before": round(load_before, 2), "load_after": round(load, 2), "results": figures}))
+                      "scores": label, "load_before": round(load_before, 2), "load_after": round(load, 2),
+                      "results": figures}))
     if load_before > (os.cpu_count() or 1):
         print(f"note: the machine was busy (load {load_before:.1f} on {os.cpu_count()} cores): wall times are "
               "inflated; CPU seconds are the steadier figure")
     return 0 if all(f["within_target"] for f in figures.values()) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
