@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import marshal
 import math
 import os
 import socket
@@ -302,7 +303,6 @@ def test_identical_items_are_sent_once() -> None:
     first = worker.encode("k", "src", pairs)
     second = worker.encode("k", "src", pairs)
     assert b"a" * 1000 in first and b"a" * 1000 not in second
-    import marshal
 
     _, _, _, new1, refs1, _ = marshal.loads(first)
     _, _, _, new2, refs2, _ = marshal.loads(second)
@@ -313,7 +313,6 @@ def test_identical_items_are_sent_once() -> None:
 def test_oversized_items_are_sent_inline_not_cached() -> None:
     worker = _Worker(_Settings(1.0, None, {}))
     big = {"x": "z" * (ITEM_CACHE_BYTES // 4 + 10)}
-    import marshal
 
     _, _, _, new, refs, _ = marshal.loads(worker.encode("k", "s", [({}, big), ({}, big)]))
     assert [slot for slot, _ in new] == [-1] and refs == [-1, -1]
@@ -366,11 +365,11 @@ def test_a_reply_in_parts() -> None:
 
 def test_encode_sends_plain_data_only() -> None:
     data = {"a": [1, "x", (2, 3), None, True, 1.5]}
-    assert _worker.loads(encode(data)) == data  # marshal keeps it exactly
+    assert marshal.loads(encode(data)) == data  # marshal keeps it exactly
 
     class Sub(dict):
         pass
 
-    decoded = _worker.loads(encode(Sub(a=Sub(b=1), c={2, 3})))
+    decoded = marshal.loads(encode(Sub(a=Sub(b=1), c={2, 3})))
     assert decoded == {"a": {"b": 1}, "c": [2, 3]} and type(decoded) is dict and type(decoded["a"]) is dict
-    assert _worker.loads(encode([object])) == [str(object)]  # what marshal refuses arrives as text
+    assert marshal.loads(encode([object])) == [str(object)]  # what marshal refuses arrives as text

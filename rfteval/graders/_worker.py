@@ -10,6 +10,7 @@ is trusted); replies are JSON, so a hostile grader can at worst send garbage, ne
 
 from __future__ import annotations
 
+import _signal
 import gc
 import json
 import marshal
@@ -36,6 +37,8 @@ HEADER = struct.Struct("<Q")
 PIP_HINT = "pip install 'rfteval[graders]' (the packages of OpenAI's grader image)"
 TRACEBACK_CHARS = 4000
 FLUSH_S = 0.05  # send finished results at least this often during a batch
+CHECK_ALL, CHECK_EVERY = 64, 8  # item-mutation checks: after each of a source's first calls, then every 8th
+SIGALRM, ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
 
@@ -72,11 +75,6 @@ def send(fd: int, payload: bytes) -> None:
     view = memoryview(HEADER.pack(len(payload)) + payload)
     while view:
         view = view[os.write(fd, view):]
-
-
-def loads(blob: bytes) -> Any:
-    """A value the pool encoded (marshal: plain data only)."""
-    return marshal.loads(blob)
 
 
 # ---------------------------------------------------------------- process set-up
@@ -262,27 +260,38 @@ class Worker:
         self.progress = progress
         self.seq = 0
         self.in_call = False
+        self.call_started = 0.0
+        self.handler = self.on_alarm  # one bound method, so the identity check in arm() holds
         self.modules: dict[str, Callable[..., Any] | Err] = {}
-        self.blobs: dict[int, bytes] = {}  # cached items by slot, as sent (decoded afresh for every batch)
+        self.items: dict[int, list[Any]] = {}  # slot -> [bytes as sent, working copy, pristine copy]
+        self.checks: dict[str, list[Any]] = {}  # per source: [item checks done, has it ever changed an item]
 
     # -- alarm
 
     def on_alarm(self, signum: int, frame: Any) -> None:
-        if self.in_call:
-            raise GraderTimeout()
+        """The timer is armed once per batch, not per call (a syscall per call is most of a cheap grader's
+        cost): on firing, interrupt the current call if it is over its limit, else re-arm for its rest."""
+        if not self.in_call:
+            signal.setitimer(ITIMER_REAL, self.timeout_s)
+            return
+        remaining = self.call_started + self.timeout_s - time.monotonic()
+        if remaining > 0.001:
+            signal.setitimer(ITIMER_REAL, remaining)
+            return
+        signal.setitimer(ITIMER_REAL, 1.0)  # again in a second, in case the grader swallows this one
+        raise GraderTimeout()
 
     def arm(self) -> None:
-        if signal.getsignal(signal.SIGALRM) is not self.on_alarm:
-            signal.signal(signal.SIGALRM, self.on_alarm)
-        # re-fires every second after the limit, in case the grader swallows the first one
-        signal.setitimer(signal.ITIMER_REAL, self.timeout_s, 1.0)
+        if _signal.getsignal(SIGALRM) is not self.handler:  # (signal.getsignal is slow: enums)
+            signal.signal(SIGALRM, self.handler)
+        signal.setitimer(ITIMER_REAL, self.timeout_s)
 
     def mark(self, index: int) -> None:
         self.seq += 1
         PROGRESS.pack_into(self.progress, 0, self.seq, index)
 
     def take_output(self) -> str | None:
-        size = os.fstat(self.out_fd).st_size
+        size = os.lseek(self.out_fd, 0, os.SEEK_END)  # the size; O_APPEND writes ignore the offset
         if not size and not self.capture.truncated:
             return None
         data = os.pread(self.out_fd, self.cap, 0) if size else b""
@@ -298,7 +307,8 @@ class Worker:
         self.capture.reset()
         try:
             try:
-                self.arm()  # before in_call: a late alarm from the previous call must not hit this one
+                self.arm()
+                self.call_started = time.monotonic()
                 self.in_call = True
                 return fn(*args), None
             finally:
@@ -347,30 +357,30 @@ class Worker:
 
     # -- batches
 
-    def decode(self, new: list[tuple[int, bytes]], refs: list[int], samples_blob: bytes) -> list[tuple[Any, Any]]:
+    def install(self, new: list[tuple[int, bytes]]) -> None:
+        """Cache newly sent items: the bytes, a working copy handed to grade() and a pristine copy."""
         for slot, blob in new:
             if slot >= 0:
-                self.blobs[slot] = blob
-        gc.disable()  # decoding builds many containers; collections during it are pure cost
+                self.items[slot] = [blob, marshal.loads(blob), marshal.loads(blob)]
+
+    def restore_if_mutated(self, entry: list[Any]) -> bool:
+        """Every call must see the item as sent (OpenAI hands each call fresh data): if grade() changed the
+        shared copy, the next call gets a fresh one. True when it had been changed."""
         try:
-            samples = loads(samples_blob)
-            items: dict[int, Any] = {}
-            out = []
-            for sample, ref in zip(samples, refs):
-                item = items.get(ref)
-                if item is None:
-                    item = items[ref] = loads(self.blobs[ref] if ref >= 0 else new[-ref - 1][1])
-                out.append((sample, item))
-            return out
-        finally:
-            gc.enable()
+            same = entry[1] == entry[2]
+        except Exception:  # noqa: BLE001  (the grader put something odd in it)
+            same = False
+        if not same:
+            entry[1] = marshal.loads(entry[0])
+        return not same
 
     def grade(self, request: tuple[Any, ...], reply: Callable[[dict[str, Any]], None]) -> None:
         """Grade a batch, replying in parts: results finished more than FLUSH_S ago are already sent, so a
-        death or hang later in the batch costs the pool little re-grading."""
-        _, key, source, new, refs, samples_blob = request
-        pairs = self.decode(new, refs, samples_blob)
-        n = len(pairs)
+        death or hang later in the batch costs the pool little re-grading. The per-call path is written
+        flat on purpose: for a cheap grader it is most of the pool's cost."""
+        _, key, source, new, refs, samples = request
+        self.install(new)
+        n = len(samples)
         fn = self.module(key, source)
         if isinstance(fn, tuple):
             reply({"start": 0, "scores": [0.0] * n, "errors": {str(i): fn for i in range(n)}, "stdout": {},
@@ -378,32 +388,58 @@ class Worker:
             return
         if hasattr(signal, "pthread_sigmask"):  # a previous batch's grader may have blocked the alarm
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
+        checks = self.checks.setdefault(key, [0, False])  # [calls checked, ever mutated]
+        items, capture, handler, progress = self.items, self.capture, self.handler, self.progress
+        setitimer, getsignal, pack, lseek, loads, monotonic = (
+            signal.setitimer, _signal.getsignal, PROGRESS.pack_into, os.lseek, marshal.loads, time.monotonic)
         start, scores, errors, stdout = 0, [], {}, {}
-        flushed = time.monotonic()
-        for i, (sample, item) in enumerate(pairs):
-            self.mark(i)
-            value, exc = self.run_guarded(fn, sample, item)
-            if exc is not None:
+        flushed = monotonic()
+        self.arm()
+        for i in range(n):
+            ref = refs[i]
+            entry = items[ref] if ref >= 0 else None
+            item = entry[1] if entry is not None else loads(new[-ref - 1][1])
+            sample = loads(samples[i])  # one sample at a time: the collector only ever sees one
+            self.seq += 1
+            pack(progress, 0, self.seq, i)
+            sys.stdout = sys.stderr = capture
+            capture.room, capture.truncated = capture.cap, False
+            if getsignal(SIGALRM) is not handler:  # the grader may have replaced it
+                signal.signal(SIGALRM, handler)
+            try:
+                try:
+                    self.call_started = monotonic()
+                    self.in_call = True
+                    value = fn(sample, item)
+                finally:
+                    self.in_call = False
+            except BaseException as exc:  # noqa: BLE001  (everything the grader does is data)
                 errors[str(i)] = describe(exc, "grade()")
                 scores.append(0.0)
             else:
-                score = as_score(value)
-                if isinstance(score, tuple):
-                    errors[str(i)] = score
-                    scores.append(0.0)
+                if type(value) is float and value - value == 0.0:  # finite float: the common case
+                    scores.append(value)
                 else:
-                    scores.append(score)
-            text = self.take_output()
-            if text is not None:
-                stdout[str(i)] = text
-            now = time.monotonic()
+                    score = as_score(value)
+                    if isinstance(score, tuple):
+                        errors[str(i)] = score
+                        scores.append(0.0)
+                    else:
+                        scores.append(score)
+            if capture.truncated or lseek(self.out_fd, 0, 2):
+                stdout[str(i)] = self.take_output()
+            if entry is not None and (checks[1] or checks[0] < CHECK_ALL or i % CHECK_EVERY == 0):
+                checks[0] += 1
+                if self.restore_if_mutated(entry):
+                    checks[1] = True  # this grader changes items: check after every call from now on
+            now = monotonic()
             if now - flushed > FLUSH_S and i + 1 < n:
-                PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
+                pack(progress, 0, self.seq, IDLE)
                 reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": False})
                 start, scores, errors, stdout = i + 1, [], {}, {}
                 flushed = now
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
+        setitimer(ITIMER_REAL, 0)
+        pack(progress, 0, self.seq, IDLE)
         reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": True})
 
 
