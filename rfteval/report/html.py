@@ -41,11 +41,13 @@ class Axes:
     def y(self, v: float) -> float:
         return self.h - self.pad + (self.y0 - v) / ((self.y1 - self.y0) or 1) * (self.h - 1.6 * self.pad)
 
-    def frame(self, xlabel: str, ylabel: str, xticks: bool = True) -> str:
+    def frame(self, xlabel: str, ylabel: str, xticks: bool = True, integer_y: bool = False) -> str:
         p, parts = self.pad, []
         parts.append(f'<rect class="frame" x="{p}" y="{_n(self.y(self.y1))}" width="{_n(self.x(self.x1) - p)}" '
                      f'height="{_n(self.y(self.y0) - self.y(self.y1))}" fill="none" stroke="#bbb"/>')
         for t in ticks(self.y0, self.y1):
+            if integer_y and t != int(t):
+                continue
             parts.append(f'<line x1="{p - 4}" x2="{p}" y1="{_n(self.y(t))}" y2="{_n(self.y(t))}" stroke="#888"/>'
                          f'<text x="{p - 6}" y="{_n(self.y(t) + 4)}" text-anchor="end">{t:g}</text>')
         if xticks:
@@ -182,7 +184,7 @@ def histogram_svg(result: CompareResult, bins: int = 10) -> str:
     hc, _ = np.histogram(cm, edges)
     top = max(int(hb.max(initial=0)), int(hc.max(initial=0)), 1)
     ax = Axes(lo, hi, 0, top * 1.1, w=560, h=360)
-    parts = [ax.frame("per-item mean score", "items")]
+    parts = [ax.frame("per-item mean score", "items", integer_y=True)]
     width = (ax.x(edges[1]) - ax.x(edges[0])) * 0.42
     for k in range(bins):
         x = ax.x(edges[k]) + (ax.x(edges[k + 1]) - ax.x(edges[k])) * 0.08
