@@ -181,12 +181,12 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
     data: dict[str, Any] = {
         "model_label": col("model_label", pa.string()).to_pandas(),
         "item_id": col("item_id", pa.string()).to_pandas(),
-        "epoch": col("epoch", pa.int64()).to_pandas().astype("Float64").astype(float),
+        "epoch": pc.cast(col("epoch", pa.int64()), pa.float64()).to_numpy(zero_copy_only=False),  # null -> NaN
         "score": col("score", pa.float64()).to_numpy(zero_copy_only=False),
     }
+    err_fields = {f.name for f in err.type} if err is not None else set()
     for key in ("stage", "type", "message"):
-        data[f"error_{key}"] = (pc.struct_field(err, key).to_pandas() if err is not None and key in
-                                [err.type.field(i).name for i in range(err.type.num_fields)]
+        data[f"error_{key}"] = (pc.struct_field(err, key).to_pandas() if key in err_fields
                                 else pd.Series([None] * table.num_rows, dtype=object))
     data["error_present"] = err.is_valid().to_numpy(zero_copy_only=False) if err is not None else False
     frame = pd.DataFrame(data)

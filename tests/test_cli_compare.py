@@ -198,3 +198,13 @@ def test_real_subprocess(pair, tmp_path):
     assert "fail-under: candidate mean 0.7500 < 0.9" in md.read_text()
     ok = subprocess.run(cmd + ["compare", *pair], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "overall" in ok.stdout and ok.stderr == ""
+
+
+def test_bootstrap_intervals(pair):
+    t = json.loads(run(*pair, "--format", "json").stdout)
+    b = json.loads(run(*pair, "--format", "json", "--ci", "bootstrap", "--seed", "3").stdout)
+    assert b["options"]["ci_method"] == "bootstrap" and b["options"]["seed"] == 3
+    assert b["delta"]["mean"] == t["delta"]["mean"]
+    assert b["delta"]["ci95"] != t["delta"]["ci95"]
+    lo, hi = b["delta"]["ci95"]
+    assert min(i["delta"] for i in b["items"]) <= lo <= b["delta"]["mean"] <= hi <= max(i["delta"] for i in b["items"])
