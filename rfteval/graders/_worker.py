@@ -5,7 +5,8 @@ Started by sandbox.WorkerPool as `python _worker.py CONFIG_JSON`, with requests 
 start-up: start-up is paid once per worker, and graders that need nothing heavy should not pay for it.
 
 Wire format, both ways: 8-byte little-endian length, then the payload. Requests are marshal (the main process
-is trusted); replies are JSON, so a hostile grader can at worst send garbage, never code, to the main process.
+is trusted); replies are b"P" (a part) or b"D" (the last part) and JSON, so a hostile grader can at worst send
+garbage, never code, to the main process.
 """
 
 from __future__ import annotations
@@ -395,15 +396,17 @@ class Worker:
         start, scores, errors, stdout = 0, [], {}, {}
         flushed = monotonic()
         self.arm()
+        seq, cap, out_fd = self.seq, capture.cap, self.out_fd
         for i in range(n):
             ref = refs[i]
             entry = items[ref] if ref >= 0 else None
             item = entry[1] if entry is not None else loads(new[-ref - 1][1])
             sample = loads(samples[i])  # one sample at a time: the collector only ever sees one
-            self.seq += 1
-            pack(progress, 0, self.seq, i)
+            seq += 1
+            pack(progress, 0, seq, i)
             sys.stdout = sys.stderr = capture
-            capture.room, capture.truncated = capture.cap, False
+            if capture.room != cap:
+                capture.room, capture.truncated = cap, False
             if getsignal(SIGALRM) is not handler:  # the grader may have replaced it
                 signal.signal(SIGALRM, handler)
             try:
@@ -426,7 +429,7 @@ class Worker:
                         scores.append(0.0)
                     else:
                         scores.append(score)
-            if capture.truncated or lseek(self.out_fd, 0, 2):
+            if capture.truncated or lseek(out_fd, 0, 2):
                 stdout[str(i)] = self.take_output()
             if entry is not None and (checks[1] or checks[0] < CHECK_ALL or i % CHECK_EVERY == 0):
                 checks[0] += 1
@@ -434,12 +437,13 @@ class Worker:
                     checks[1] = True  # this grader changes items: check after every call from now on
             now = monotonic()
             if now - flushed > FLUSH_S and i + 1 < n:
-                pack(progress, 0, self.seq, IDLE)
+                pack(progress, 0, seq, IDLE)
                 reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": False})
                 start, scores, errors, stdout = i + 1, [], {}, {}
                 flushed = now
         setitimer(ITIMER_REAL, 0)
-        pack(progress, 0, self.seq, IDLE)
+        self.seq = seq
+        pack(progress, 0, seq, IDLE)
         reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": True})
 
 
@@ -449,7 +453,6 @@ def setup(config: dict[str, Any]) -> tuple[int, int, int, dict[str, Any]]:
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     sys.path.append(root)  # last: only for the lazy import of rfteval.graders.base
-    die_with_parent(config["parent_pid"])
     in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable: children of the grader do not get them
     out_fd = os.open(config["output_path"], os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)
     null = os.open(os.devnull, os.O_RDONLY)
@@ -463,7 +466,8 @@ def setup(config: dict[str, Any]) -> tuple[int, int, int, dict[str, Any]]:
     faulthandler.enable(file=open(2, "w", closefd=False))  # noqa: SIM115  (a segfault's traceback → output)
     for name in THREAD_ENV:
         os.environ[name] = "1"
-    isolation = isolate_network()
+    isolation = isolate_network()  # first: a user namespace needs a single thread, and it resets the next
+    die_with_parent(config["parent_pid"])
     try:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except (ValueError, OSError):
@@ -480,18 +484,21 @@ def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     in_fd, reply_fd, out_fd, facts = setup(config)
     progress = mmap.mmap(config["progress_fd"], PROGRESS.size)
+    os.close(config["progress_fd"])  # the mapping stays; processes the grader starts do not inherit it
     worker = Worker(float(config["timeout_s"]), int(config["stdout_cap"]), out_fd, progress)
     gc.freeze()
     send(reply_fd, json.dumps({"ready": True, **facts}).encode())
+
+    def reply(part: dict[str, Any]) -> None:
+        send(reply_fd, (b"D" if part["done"] else b"P") + json.dumps(part).encode())
+
     while True:
         message = recv(in_fd)
         if message is None:
             return 0
         request = marshal.loads(message)
         if request[0] == "grade":
-            worker.grade(request, lambda reply: send(reply_fd, json.dumps(reply).encode()))
-        else:
-            send(reply_fd, json.dumps({"pong": True, **facts}).encode())
+            worker.grade(request, reply)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import marshal
 import math
 import mmap
 import os
+import queue
 import re
 import select
 import shutil
@@ -30,9 +31,9 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
-from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -192,8 +193,8 @@ class _Worker:
         self.next_slot = 0
         self.item_bytes = 0
         self.pid: int | None = None
-        self.starts = 0
         self.buffer = bytearray()
+        self.generation = 0  # bumped whenever the worker's state (sources, items) is lost
 
     # -- life cycle
 
@@ -217,7 +218,6 @@ class _Worker:
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, bufsize=0, cwd=self.dir,
                 env=pool.env, pass_fds=(self.progress_fd,), start_new_session=True,
             )
-        self.starts += 1
         try:
             ready = json.loads(self.receive(STARTUP_TIMEOUT_S, watch=False))
             if not ready.get("ready"):
@@ -273,14 +273,16 @@ class _Worker:
         self.next_slot = self.item_bytes = 0
         self.pid = None
         self.buffer = bytearray()
+        self.generation += 1
 
     # -- one batch
 
-    def run(self, key: str, source: str, pairs: Sequence[Pair]) -> list[GradeResult]:
-        """Grade pairs on this worker; raises _Failure (worker now stopped) when it died, hung or garbled."""
+    def send_request(self, key: str, source: str, pairs: Sequence[Pair], message: bytes | None = None) -> None:
+        """Start the worker if needed and send it a batch (`message`: encoded earlier for this generation)."""
         if self.proc is None:
             self.start()
-        message = self.encode(key, source, pairs)
+        if message is None:
+            message = self.encode(key, source, pairs)
         if self.buffer:  # bytes nobody asked for: the grader wrote to the reply pipe
             self.stop()
             raise _Failure(None, PYTHON_SERVER, "the grader process wrote outside its replies")
@@ -288,12 +290,19 @@ class _Worker:
             self.send(message)
         except OSError:
             raise self.died() from None
-        self.sources.add(key)
+
+    def collect(self, n: int, on_last: Callable[[], None] | None = None) -> list[GradeResult]:
+        """The results of the batch in flight. `on_last` runs as soon as the last part has arrived, before it
+        is decoded: the caller sends the next batch there, so the worker never waits for this process.
+        Raises _Failure (worker stopped, results so far attached) when it died, hung or garbled."""
         results: list[GradeResult] = []
         done = False
         try:
             while not done:
-                part, done = decode_reply(self.receive(None, watch=True), len(results), len(pairs))
+                frame = self.receive(None, watch=True)
+                if frame[:1] == b"D" and on_last is not None:
+                    on_last()
+                part, done = decode_reply(frame[1:], len(results), n)
                 results += part
         except _Failure as failure:
             self.stop()
@@ -304,38 +313,49 @@ class _Worker:
         return results
 
     def encode(self, key: str, source: str, pairs: Sequence[Pair]) -> bytes:
-        """The request: samples every time; each distinct item once, then by cache slot while it stays cached."""
-        samples: list[bytes] = []
+        """The request: samples every time, one blob each (the worker decodes one sample at a time); each
+        distinct item once, then by cache slot while it stays cached. Written for speed: it is most of this
+        process's share of the work."""
+        dumps = marshal.dumps
+        try:
+            samples = [dumps(sample) for sample, _ in pairs]
+        except ValueError:
+            samples = [encode(sample) for sample, _ in pairs]
         refs: list[int] = []
         new: list[tuple[int, bytes]] = []
         inline: dict[int, int] = {}
         used: set[int] = set()
-        for sample, item in pairs:
-            samples.append(encode(sample))  # one blob each: the worker decodes one sample at a time
+        cache = self.items
+        last_ident, last_ref = -1, 0
+        for _, item in pairs:
             ident = id(item)
-            entry = self.items.get(ident)
+            if ident == last_ident:  # samples of one item often come together
+                refs.append(last_ref)
+                continue
+            entry = cache.get(ident)
             if entry is not None:
-                self.items.move_to_end(ident)
+                cache.move_to_end(ident)
                 used.add(ident)
-                refs.append(entry[0])
-                continue
-            if ident in inline:
-                refs.append(inline[ident])
-                continue
-            blob = encode(item)
-            slot = self.allocate(len(blob), used)
-            if slot is None:
-                new.append((-1, blob))
-                inline[ident] = -len(new)
-                refs.append(-len(new))
+                ref = entry[0]
+            elif ident in inline:
+                ref = inline[ident]
             else:
-                self.items[ident] = (slot, item, len(blob))  # holding `item` keeps its id unique
-                self.item_bytes += len(blob)
-                used.add(ident)
-                new.append((slot, blob))
-                refs.append(slot)
+                blob = encode(item)
+                slot = self.allocate(len(blob), used)
+                if slot is None:
+                    new.append((-1, blob))
+                    ref = inline[ident] = -len(new)
+                else:
+                    cache[ident] = (slot, item, len(blob))  # holding `item` keeps its id unique
+                    self.item_bytes += len(blob)
+                    used.add(ident)
+                    new.append((slot, blob))
+                    ref = slot
+            refs.append(ref)
+            last_ident, last_ref = ident, ref
         sent_source = None if key in self.sources else source
-        return marshal.dumps(("grade", key, sent_source, new, refs, samples))
+        self.sources.add(key)
+        return dumps(("grade", key, sent_source, new, refs, samples))
 
     def allocate(self, size: int, used: set[int]) -> int | None:
         """A cache slot for an item of `size` bytes, evicting the least recently used items not in this batch."""
@@ -452,10 +472,25 @@ def _stop_all(workers: list[_Worker], lock: threading.Lock) -> None:
         w.stop(graceful=True)
 
 
+@dataclass(eq=False)
+class _Task:
+    """One batch for one worker thread; `pairs` None is a request to start a worker (isolation probe)."""
+
+    key: str
+    source: str
+    pairs: list[Pair] | None
+    future: Future[list[GradeResult]] = field(default_factory=Future)
+    message: bytes | None = None  # encoded ahead, valid for `generation` of the worker that encoded it
+    generation: int = -1
+    sent: bool = False
+
+
 class WorkerPool:
     """Thread-safe: grade() may be called from many threads at once; each call's batches spread over workers.
 
-    Workers start lazily, one per pool thread, and live until close().
+    One pool thread per worker feeds it batches; while a batch runs, the thread encodes its next one and
+    sends it the moment the last results arrive, so a worker does not wait on this process. Workers start
+    lazily and live until close().
     """
 
     def __init__(self, workers: int | None = None, timeout_s: float = 120.0, memory_mb: int = 2048,
@@ -468,8 +503,9 @@ class WorkerPool:
         self.batch_size = batch_size
         self._settings = _Settings(self.timeout_s, memory_mb, worker_env())
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None
-        self._local = threading.local()
+        self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a batch: while any is, nobody takes a second one ahead
         self._all: list[_Worker] = []
         self._keys: dict[str, str] = {}
         self._broken: dict[str, GradeError] = {}
@@ -484,7 +520,7 @@ class WorkerPool:
         "not isolated: <reason>"). Starts a worker when none has started yet."""
         if self._settings.isolation is None:
             try:
-                self._pool_executor().submit(self._probe).result()
+                self._submit(_Task("", "", None)).result()
             except _StartError as exc:
                 return f"not isolated: {exc}"
         return self._settings.isolation or "not isolated: unknown"
@@ -498,10 +534,8 @@ class WorkerPool:
         broken = self._broken.get(key)
         if broken is not None:
             return [GradeResult.failed(broken.type, broken.message) for _ in pairs]
-        executor = self._pool_executor()
         size = max(1, min(self.batch_size, -(-len(pairs) // self.workers)))
-        futures = [executor.submit(self._run_chunk, key, source, pairs[i:i + size])
-                   for i in range(0, len(pairs), size)]
+        futures = [self._submit(_Task(key, source, pairs[i:i + size])) for i in range(0, len(pairs), size)]
         results: list[GradeResult] = []
         try:
             for future in futures:
@@ -511,13 +545,23 @@ class WorkerPool:
         return results
 
     def close(self) -> None:
+        """Finish the batches being graded, cancel the rest, stop every worker."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+            threads = list(self._threads)
+        while True:
+            try:
+                task = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if task is not None:
+                task.future.cancel()
+        for _ in threads:
+            self._queue.put(None)
+        for thread in threads:
+            thread.join()
         self._finalizer()
 
     def __enter__(self) -> WorkerPool:
@@ -534,13 +578,17 @@ class WorkerPool:
 
     # -- internals
 
-    def _pool_executor(self) -> ThreadPoolExecutor:
+    def _submit(self, task: _Task) -> Future[list[GradeResult]]:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the python worker pool is closed")
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="rfteval-python")
-            return self._executor
+            if not self._threads:
+                for n in range(self.workers):
+                    thread = threading.Thread(target=self._serve, name=f"rfteval-python-{n}", daemon=True)
+                    self._threads.append(thread)
+                    thread.start()
+            self._queue.put(task)
+        return task.future
 
     def _key(self, source: str) -> str:
         key = self._keys.get(source)
@@ -550,28 +598,87 @@ class WorkerPool:
             key = self._keys[source] = source_key(source)
         return key
 
-    def _worker(self) -> _Worker:
-        worker = getattr(self._local, "worker", None)
-        if worker is None:
-            worker = self._local.worker = _Worker(self._settings)
-            with self._lock:
-                self._all.append(worker)
-        return worker
+    def _serve(self) -> None:
+        """A pool thread: owns one worker, grades the batches it takes until told to stop."""
+        worker = _Worker(self._settings)
+        with self._lock:
+            self._all.append(worker)
+        carried: _Task | None = None
+        while True:
+            task = carried
+            carried = None
+            if task is None:
+                with self._lock:
+                    self._idle += 1
+                task = self._queue.get()
+                with self._lock:
+                    self._idle -= 1
+                if task is None:
+                    return
+                if not task.future.set_running_or_notify_cancel():
+                    continue
+            try:
+                if task.pairs is None:
+                    if worker.proc is None:
+                        worker.start()
+                    task.future.set_result([])
+                    continue
+                results, carried = self._run_task(worker, task)
+                task.future.set_result(results)
+            except BaseException as exc:  # noqa: BLE001  (a bug here must reach the caller, not kill the thread)
+                task.future.set_exception(exc)
 
-    def _probe(self) -> None:
-        worker = self._worker()
-        if worker.proc is None:
-            worker.start()
+    def _take_ahead(self) -> _Task | None:
+        """The next batch for this thread to encode while its worker is busy, unless another thread is idle."""
+        with self._lock:
+            if self._idle or self._closed:
+                return None
+        try:
+            task = self._queue.get_nowait()
+        except queue.Empty:
+            return None
+        if task is None or task.pairs is None:
+            self._queue.put(task)  # a stop signal or a probe: for whoever is free
+            return None
+        return task if task.future.set_running_or_notify_cancel() else None
 
-    def _run_chunk(self, key: str, source: str, pairs: list[Pair]) -> list[GradeResult]:
-        """Grade one batch on this thread's worker; a death or hang costs only the sample that caused it."""
-        worker = self._worker()
+    def _run_task(self, worker: _Worker, task: _Task) -> tuple[list[GradeResult], _Task | None]:
+        """Grade one batch on this thread's worker; a death or hang costs only the sample that caused it.
+
+        Returns the results and the next batch, taken ahead (and maybe already sent), if any.
+        """
+        pairs = task.pairs
+        assert pairs is not None
+        broken = self._broken.get(task.key)
+        if broken is not None:  # its source hung or killed a worker while loading: do not try again
+            return [GradeResult.failed(broken.type, broken.message) for _ in pairs], None
         results: list[GradeResult | None] = [None] * len(pairs)
         todo = list(range(len(pairs)))
         unexplained = 0
+        ahead: _Task | None = None
+        first = True
         while todo:
+            batch = [pairs[i] for i in todo]
             try:
-                done = worker.run(key, source, [pairs[i] for i in todo])
+                if not (first and task.sent and task.generation == worker.generation):
+                    message = task.message if first and task.generation == worker.generation else None
+                    worker.send_request(task.key, task.source, batch, message)
+                task.message = None
+                first = False
+                on_last = None
+                if ahead is None:
+                    ahead = self._take_ahead()
+                    if ahead is not None and ahead.pairs is not None:
+                        ahead.message, ahead.generation = worker.encode(ahead.key, ahead.source, ahead.pairs), \
+                            worker.generation
+                        nxt = ahead
+
+                        def on_last() -> None:
+                            if worker.generation == nxt.generation and worker.proc is not None:
+                                worker.send(nxt.message)  # type: ignore[arg-type]
+                                nxt.sent = True
+
+                done = worker.collect(len(batch), on_last)
             except _StartError as exc:
                 for i in todo:
                     results[i] = GradeResult.failed(PYTHON_SERVER, str(exc))
@@ -583,7 +690,7 @@ class WorkerPool:
                     failure.index -= len(failure.done)
                 todo = todo[len(failure.done):]
                 if failure.index == LOADING:
-                    self._broken[key] = failure.error
+                    self._broken[task.key] = failure.error
                     for i in todo:
                         results[i] = GradeResult.failed(failure.error.type, failure.error.message)
                     break
@@ -601,4 +708,4 @@ class WorkerPool:
             for i, result in zip(todo, done):
                 results[i] = result
             break
-        return results  # type: ignore[return-value]
+        return results, ahead  # type: ignore[return-value]
