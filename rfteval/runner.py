@@ -176,6 +176,13 @@ class _Pipeline:
         self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
         self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
             maxsize=opts.grade_batch_size * 4)
+        # A group judge ranks an item's samples against each other: its cells are graded together, once all of
+        # the item's epochs (of every model, with group_models) are in.
+        from rfteval.graders.group_judge import needs_groups
+
+        self.group_mode = needs_groups(engine.config) if engine is not None else False
+        self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
+        self.groups: dict[tuple[str, ...], list[tuple[_Job, dict[str, Any], bool, bool]]] = {}
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -208,14 +215,39 @@ class _Pipeline:
             entry = await self._generate(job)
             self.store.put_response(entry)  # stored (and flushed) before it is graded
         assert entry is not None
+        grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry["error"] else None
+        if self.group_mode:
+            await self._group_add(job, entry, cached, grade)
+            return
         if entry["error"]:
             self.monitor.advance(label, error=entry["error"]["type"], cached=cached)
             return
-        grade = self.store.get_grade(job.key, self.grader_hash) if cached else None
         if grade is not None and is_reusable_grade(grade):
             self.monitor.advance(label, error=(grade["error"] or {}).get("type"), cached=cached)
             return
         await self.grading.put((job, entry, cached))
+
+    async def _group_add(self, job: _Job, entry: dict[str, Any], cached: bool, grade: dict[str, Any] | None) -> None:
+        """Hold a cell until its item's group is complete; then grade the group in one batch (or reuse its grades:
+        relative scores are only consistent when the whole group was graded together)."""
+        key = (job.item.id,) if self.ctx.spec.group_models else (job.run.label, job.item.id)
+        reusable = grade is not None and is_reusable_grade(grade)
+        group = self.groups.setdefault(key, [])
+        group.append((job, entry, cached, reusable))
+        if len(group) < self.group_size:
+            return
+        del self.groups[key]
+        ok = [(j, e, c) for j, e, c, _ in group if not e["error"]]
+        for j, e, c, _ in group:
+            if e["error"]:
+                self.monitor.advance(j.run.label, error=e["error"]["type"], cached=c)
+        if all(r for j, e, c, r in group if not e["error"]):
+            for j, e, c in ok:
+                g = self.store.get_grade(j.key, self.grader_hash)
+                self.monitor.advance(j.run.label, error=((g or {}).get("error") or {}).get("type"), cached=c)
+            return
+        if ok:
+            await self._grade_batch(ok)
 
     async def _generate(self, job: _Job) -> dict[str, Any]:
         from rfteval.retry import call_with_retries
@@ -262,18 +294,22 @@ class _Pipeline:
                     done = True
                     break
                 batch.append(nxt)
-            pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]), j.item.data)
-                     for j, e, _ in batch]
-            try:
-                results = await asyncio.to_thread(self.engine.grade_batch, pairs)
-                if len(results) != len(pairs):
-                    raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
-            except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run
-                results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
-                           for _ in pairs]
-            for (job, _, cached), result in zip(batch, results):
-                self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
-                self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
+            await self._grade_batch(batch)
+
+    async def _grade_batch(self, batch: list[tuple[_Job, dict[str, Any], bool]]) -> None:
+        """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
+        pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]), j.item.data)
+                 for j, e, _ in batch]
+        try:
+            results = await asyncio.to_thread(self.engine.grade_batch, pairs)
+            if len(results) != len(pairs):
+                raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
+        except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run
+            results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
+                       for _ in pairs]
+        for (job, _, cached), result in zip(batch, results):
+            self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
+            self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
 
     async def _checkpoints(self) -> None:
         """Rewrite the result files now and then, so a long run shows its results so far."""
@@ -319,8 +355,11 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     export_lock = threading.Lock()
     store = RunStore(out_dir, fresh=opts.fresh)
     engine = None
+    own_judge = judge is None
     try:
         write_text_atomic(out_dir / RESOLVED_SPEC, to_toml(spec))
+        if own_judge:
+            judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
 
@@ -328,8 +367,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             with export_lock:
                 totals = write_results(out_dir, ctx.cells(), reader, grader_hash, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet)
-                write_json_atomic(out_dir / SUMMARY, build_summary(spec, runs, totals, grader, grader_hash,
-                                                                   store.run_id, n_items, False, prices))
+                summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices)
+                write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
                 return totals
 
         prices = price_table(spec.pricing)
@@ -340,6 +379,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         finally:
             monitor.stop()
         store.commit()
+        fatal = getattr(judge, "fatal_error", None)
+        if fatal is not None:  # a 401 or unknown judge model: as fatal as the models' own
+            raise FatalRunError("judge", getattr(judge, "model_override", None) or "judge", fatal)
         with export_lock:
             reader = store.reader()
             try:
@@ -349,12 +391,46 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 reader.close()
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
                                     not interrupted, prices)
-            write_json_atomic(out_dir / SUMMARY, summary)
+            write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
         return RunResult(out_dir, summary, totals, interrupted)
     finally:
         if engine is not None:
             engine.close()
+        if own_judge and judge is not None:
+            judge.close()
         store.close()
+
+
+JUDGE_CACHE = "judge_cache.jsonl"
+
+
+def build_judge(spec: RunSpec, grader: Any, out_dir: Path, fresh: bool = False) -> Any:
+    """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
+    Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
+    from rfteval.judge_stability import model_grader_types
+
+    if not model_grader_types(grader):
+        return None
+    from rfteval.judge import Judge
+
+    cache = out_dir / JUDGE_CACHE
+    if fresh:
+        cache.unlink(missing_ok=True)
+    js = spec.judge_settings()
+    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], cache_path=cache,
+                               concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
+                               timeout_s=spec.timeout, model_override=spec.judge.model)
+
+
+def add_judge_usage(summary: dict[str, Any], judge: Any, prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Judge tokens and cost, per judge model, apart from the models' own."""
+    if judge is None or not hasattr(judge, "usage"):
+        return summary
+    from rfteval.pricing import cost_usd
+
+    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens", 0), u.get("output_tokens", 0),
+                                                        prices)} for model, u in judge.usage().items()}
+    return summary
 
 
 def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider]) -> bool:

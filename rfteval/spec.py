@@ -24,6 +24,7 @@ REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
 GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
+JUDGE_KEYS = ("base_url", "api_key_env", "api", "model", "concurrency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
@@ -34,6 +35,8 @@ FLAG_NAMES = {
     ("grader_memory",): "--grader-memory", ("endpoint", "base_url"): "--base-url",
     ("endpoint", "api_key_env"): "--api-key-env", ("endpoint", "api"): "--api",
     **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
+    **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
+    ("group_models",): "--group-models",
 }
 
 
@@ -97,6 +100,19 @@ class ModelSpec(SamplingSpec):
         return self
 
 
+class JudgeSpec(_Strict):
+    """The judge endpoint of model graders; each key left out falls back to the run's [endpoint]."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api: Literal["chat", "responses"] | None = None
+    model: str | None = Field(None, min_length=1)  # replaces the grader config's `model`
+    concurrency: int = Field(16, ge=1, le=1024)
+
+    _url = field_validator("base_url")(_check_url)
+    _env = field_validator("api_key_env")(_check_env_name)
+
+
 class PriceSpec(_Strict):
     """USD per million tokens; reasoning tokens are billed as output tokens."""
 
@@ -120,6 +136,8 @@ class RunSpec(_Strict):
     grader_timeout: float = Field(120.0, gt=0)
     grader_memory: int = Field(2048, ge=16)
     pricing: dict[str, PriceSpec] = Field(default_factory=dict)
+    judge: JudgeSpec = Field(default_factory=JudgeSpec)
+    group_models: bool = False  # a group judge ranks every model's samples of an item together
 
     @field_validator("models")
     @classmethod
@@ -140,6 +158,12 @@ class RunSpec(_Strict):
     @property
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / self.run_name
+
+    def judge_settings(self) -> dict[str, Any]:
+        """Where the judge is reached: [judge] keys, else the run's [endpoint] ones."""
+        return {"base_url": self.judge.base_url or self.endpoint.base_url,
+                "api_key_env": self.judge.api_key_env or self.endpoint.api_key_env,
+                "api": self.judge.api or self.endpoint.api}
 
 
 @dataclass(frozen=True)
@@ -266,6 +290,8 @@ def flag_overrides(
             continue
         if key in ("base_url", "api_key_env", "api"):
             over.setdefault("endpoint", {})[key] = value
+        elif key.startswith("judge_") and key[len("judge_"):] in JUDGE_KEYS:
+            over.setdefault("judge", {})[key[len("judge_"):]] = value
         elif key in SAMPLING_KEYS:
             over.setdefault("sampling", {})[key] = value
         else:
@@ -422,10 +448,12 @@ def to_toml(spec: RunSpec) -> str:
     data["out"] = str(spec.out_dir.resolve())
     lines = ["# Written by rfteval run: the spec after flags and defaults. API keys are never stored here,",
              "# only the name of the environment variable holding one.", ""]
-    tables = {k: data.pop(k) for k in ("endpoint", "sampling", "models", "pricing") if k in data}
+    if data.get("judge") == {"concurrency": 16}:
+        data.pop("judge")  # all defaults: leave the table out
+    tables = {k: data.pop(k) for k in ("endpoint", "sampling", "judge", "models", "pricing") if k in data}
     for k, v in data.items():
         lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-    for name in ("endpoint", "sampling"):
+    for name in ("endpoint", "sampling", "judge"):
         if tables.get(name):
             lines += ["", f"[{name}]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in tables[name].items()]
     for table in ("models", "pricing"):

@@ -51,6 +51,19 @@ def run_command(
                                                    help="Seconds per python grader call [default: 120]."),
     grader_memory: Optional[int] = typer.Option(None, "--grader-memory", metavar="MB",
                                                 help="MB per python grader worker [default: 2048]."),
+    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", metavar="URL",
+                                                 help="Judge endpoint for model graders [default: the run's]."),
+    judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", metavar="VAR",
+                                                    help="Env var holding the judge's key [default: the run's]."),
+    judge_api: Optional[str] = typer.Option(None, "--judge-api", metavar="chat|responses"),
+    judge_model: Optional[str] = typer.Option(None, "--judge-model", metavar="MODEL",
+                                              help="Judge model instead of the grader's `model`."),
+    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", metavar="N",
+                                                    help="Judge requests in flight [default: 16]."),
+    group_models: Optional[bool] = typer.Option(None, "--group-models/--no-group-models",
+                                                help="A group judge ranks every model's samples of an item together."),
+    readiness: bool = typer.Option(True, "--readiness/--no-readiness",
+                                   help="Print an RFT-readiness verdict for models with 2+ epochs."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard what --out holds and start over."),
     per_item: bool = typer.Option(False, "--per-item", help="Also print each item's mean per model."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -68,7 +81,9 @@ def run_command(
         api_key_env=api_key_env, api=api, concurrency=concurrency, max_retries=max_retries, timeout=timeout,
         out=_s(out), name=name, temperature=temperature, top_p=top_p, seed=seed, reasoning_effort=reasoning_effort,
         max_output_tokens=max_output_tokens, response_format=_s(response_format), max_error_rate=max_error_rate,
-        grader_timeout=grader_timeout, grader_memory=grader_memory,
+        grader_timeout=grader_timeout, grader_memory=grader_memory, judge_base_url=judge_base_url,
+        judge_api_key_env=judge_api_key_env, judge_api=judge_api, judge_model=judge_model,
+        judge_concurrency=judge_concurrency, group_models=group_models,
     )
     run_spec = build_spec(spec, overrides)
     err = Console(stderr=True)
@@ -92,6 +107,8 @@ def run_command(
     if not console.is_terminal:
         console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
     print_run(result, console, per_item=per_item)
+    if readiness and run_spec.epochs >= 2:
+        _print_readiness(result, run_spec, console)
     typer.echo(f"results: {out_dir}/ ({', '.join(f'{lb}.jsonl' for lb in result.totals)}, results.parquet, "
                "summary.json)")
     if result.exit_code == ExitStatus.INCOMPLETE:
@@ -103,3 +120,23 @@ def run_command(
 
 def _s(path: Path | None) -> str | None:
     return None if path is None else str(path)
+
+
+def _print_readiness(result: object, run_spec: object, console: object) -> None:
+    """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
+    from rfteval.graders import load_grader
+    from rfteval.readiness import assess
+    from rfteval.records import read_records
+    from rfteval.report.readiness_render import render_summary
+    from rfteval.runner import baseline_label
+
+    label = baseline_label(list(result.totals))  # type: ignore[attr-defined]
+    path = result.out_dir / f"{label}.jsonl"  # type: ignore[attr-defined]
+    try:
+        report = assess(read_records(path), load_grader(run_spec.grader),  # type: ignore[attr-defined]
+                        dataset=run_spec.dataset, label=label)  # type: ignore[attr-defined]
+    except ValueError as exc:  # nothing graded yet: no verdict, not a failure
+        console.print(f"readiness: not assessed ({exc})")  # type: ignore[attr-defined]
+        return
+    render_summary(report, console)
+    console.print(f"(details: rfteval readiness {result.out_dir} --label {label})")  # type: ignore[attr-defined]
