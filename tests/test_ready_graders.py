@@ -226,11 +226,15 @@ def test_milo_sub_scores(engine: Callable[[str], GradingEngine]) -> None:
     result = engine("milo").grade(make_sample(json.dumps(answer)), item)
     subs = {"completeness": 1.0, "classification": 0.5, "duplicates": 2 / 3, "conflicts": 2 * 1 / (1 + 2)}
     assert result.sub_scores == pytest.approx(subs)
-    assert result.score == pytest.approx((2 * 1.0 + 0.5 + 2 / 3 + 2 / 3) / 5)
+    assert result.score == pytest.approx(2 / 3 * (2 * 1.0 + 0.5 + 2 / 3) / 4)  # duplicates scales the rest
     late = {"events": [dict(conference, start_time="19:45", conflict=False), deadline]}
     result = engine("milo").grade(make_sample(json.dumps(late)), item)
     assert result.sub_scores == pytest.approx({"completeness": 0.75, "classification": 1.0, "duplicates": 1.0,
                                                "conflicts": 0.0})
+    # Saying nothing earns nothing: "no duplicates" and "no false conflict flags" must not reward it.
+    empty = engine("milo").grade(make_sample('{"events": []}'), item)
+    assert empty.score == 0.0 and empty.sub_scores == {"completeness": 0.0, "classification": 0.0,
+                                                       "duplicates": 0.0, "conflicts": 0.0}
 
 
 # ------------------------------------------------------------------ datasets

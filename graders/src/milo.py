@@ -101,16 +101,19 @@ def classification(sample, item):
 
 
 def duplicates(sample, item):
-    """Share of extracted items that stand for a distinct reference event: duplicates (and inventions) lower it."""
+    """Share of extracted items that stand for a distinct reference event: duplicates (and inventions) lower it.
+    An empty answer earns nothing here when events were due (else "no duplicates" would reward saying nothing)."""
     ref, pred, pairs = _parts(sample, item)
-    return len(pairs) / len(pred) if pred else 1.0
+    if not pred:
+        return 0.0 if ref else 1.0
+    return len(pairs) / len(pred)
 
 
 def conflicts(sample, item):
     """F1 of the conflict flags: a flag counts when it sits on a matched event the reference flags too."""
     ref, pred, pairs = _parts(sample, item)
     flagged = sum(e["conflict"] for e in ref) + sum(e["conflict"] for e in pred)
-    if flagged == 0:
-        return 1.0
+    if flagged == 0:  # nothing to flag: credit only an answer that found something (or when nothing was due)
+        return 1.0 if pairs or not ref else 0.0
     both = sum(ref[i]["conflict"] and pred[j]["conflict"] for i, j in pairs)
     return 2 * both / flagged
