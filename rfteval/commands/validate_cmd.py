@@ -86,3 +86,24 @@ def validate_grader(
     typer.echo(render_report(report))
     if report["overall"]["flagged"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+@validate_app.command("spec")
+def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) -> None:
+    """Check an eval spec and everything it names (dataset, grader, response format) without calling a model."""
+    from rfteval.dataset import check_dataset
+    from rfteval.graders import load_grader
+    from rfteval.spec import build_spec, resolve_models
+
+    spec = build_spec(path)
+    runs = resolve_models(spec)
+    config = load_grader(spec.grader)
+    count, errors = check_dataset(spec.dataset)
+    if errors:
+        raise errors[0]
+    typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
+               f"out {spec.out_dir}")
+    for run in runs:
+        where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
+        rf = " (structured outputs)" if run.sampling.response_format else ""
+        typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{rf}")
