@@ -74,3 +74,6 @@ from rfteval.commands import (  # noqa: E402,F401
     run_cmd,
     validate_cmd,
 )
+
+if __name__ == "__main__":  # python -m rfteval.cli
+    main()
