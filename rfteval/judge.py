@@ -149,6 +149,7 @@ class Judge:
         self.policy = retry_policy or RetryPolicy(max_retries=max_retries)
         self.on_retry = on_retry
         self.fatal_error: ProviderError | None = None  # a 401 / unknown judge model: later calls fail at once
+        self.fatal_model: str | None = None  # the judge model of the call that was refused
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
         self._lock = threading.Lock()
@@ -293,8 +294,8 @@ class Judge:
                     lambda: self.provider.generate(request, self.timeout_s), self.policy, self._note_retry
                 )
             except ProviderError as exc:
-                if exc.fatal:
-                    self.fatal_error = exc
+                if exc.fatal and self.fatal_error is None:
+                    self.fatal_error, self.fatal_model = exc, request.model
                 self._bump("errors")
                 self._count(request.model, "errors")
                 return exc

@@ -164,11 +164,12 @@ def build_providers(runs: list[ModelRun]) -> dict[str, Provider]:
 
 class _Pipeline:
     def __init__(self, ctx: _Context, store: RunStore, engine: Any, grader_hash: str, monitor: RunMonitor,
-                 opts: RunOptions, export: Any):
+                 opts: RunOptions, export: Any, judge: Any = None):
         from rfteval.retry import RetryPolicy
 
         self.ctx, self.store, self.engine, self.grader_hash = ctx, store, engine, grader_hash
         self.monitor, self.opts, self.export = monitor, opts, export
+        self.judge = judge
         spec = ctx.spec
         self.policy = RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
                                   max_backoff_s=opts.backoff_max_s)
@@ -310,6 +311,9 @@ class _Pipeline:
         for (job, _, cached), result in zip(batch, results):
             self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
             self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
+        fatal = judge_fatal(self.judge)
+        if fatal is not None:  # a refused judge key or an unknown judge model: stop now, not after every cell
+            raise fatal
 
     async def _checkpoints(self) -> None:
         """Rewrite the result files now and then, so a long run shows its results so far."""
@@ -346,6 +350,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     runs = resolve_models(spec)
     grader = load_grader(spec.grader)
     grader_hash = config_hash(grader.model_dump(mode="json"))
+    grades_key = group_grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)
     providers = providers if providers is not None else build_providers(runs)
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
@@ -365,7 +370,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
         def export(reader: Any) -> dict[str, LabelTotals]:
             with export_lock:
-                totals = write_results(out_dir, ctx.cells(), reader, grader_hash, store.run_id, labels,
+                totals = write_results(out_dir, ctx.cells(), reader, grades_key, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet)
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
@@ -373,19 +378,19 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
         prices = price_table(spec.pricing)
         monitor.start({label: n_items * spec.epochs for label in labels})
-        pipeline = _Pipeline(ctx, store, engine, grader_hash, monitor, opts, export)
+        pipeline = _Pipeline(ctx, store, engine, grades_key, monitor, opts, export, judge=judge)
         try:
             interrupted = _run_loop(pipeline, opts.handle_signals, providers)
         finally:
             monitor.stop()
         store.commit()
-        fatal = getattr(judge, "fatal_error", None)
+        fatal = judge_fatal(judge)
         if fatal is not None:  # a 401 or unknown judge model: as fatal as the models' own
-            raise FatalRunError("judge", getattr(judge, "model_override", None) or "judge", fatal)
+            raise fatal
         with export_lock:
             reader = store.reader()
             try:
-                totals = write_results(out_dir, ctx.cells(), reader, grader_hash, store.run_id, labels,
+                totals = write_results(out_dir, ctx.cells(), reader, grades_key, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet)
             finally:
                 reader.close()
@@ -404,6 +409,18 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 JUDGE_CACHE = "judge_cache.jsonl"
 
 
+def group_grades_key(grader: Any, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:
+    """The key stored grades are filed under. A group judge's scores are relative to the group they were judged
+    in, so for it the key also names the grouping (epochs, and the models ranked together with --group-models):
+    a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
+    from rfteval.graders.group_judge import needs_groups
+
+    if not needs_groups(grader):
+        return grader_hash
+    grouping = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
+    return config_hash({"grader": grader_hash, "groups": grouping})
+
+
 def build_judge(spec: RunSpec, grader: Any, out_dir: Path, fresh: bool = False) -> Any:
     """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
     Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
@@ -420,6 +437,15 @@ def build_judge(spec: RunSpec, grader: Any, out_dir: Path, fresh: bool = False) 
     return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], cache_path=cache,
                                concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
                                timeout_s=spec.timeout, model_override=spec.judge.model)
+
+
+def judge_fatal(judge: Any) -> FatalRunError | None:
+    """The run-stopping error of a judge that was refused (401/403) or does not know its model, if any."""
+    error = getattr(judge, "fatal_error", None)
+    if error is None:
+        return None
+    model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
+    return FatalRunError("judge", model, error)
 
 
 def add_judge_usage(summary: dict[str, Any], judge: Any, prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
