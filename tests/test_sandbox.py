@@ -48,6 +48,8 @@ def grade(sample, item):
         sys.exit(3)
     if k == "os_exit":
         os._exit(7)
+    if k == "killed":
+        os.kill(os.getpid(), signal.SIGKILL)
     if k == "segfault":
         import ctypes
         ctypes.string_at(0)
@@ -97,6 +99,7 @@ def batch_around(kind: str) -> list[tuple[dict, dict]]:
     ("exit", PYTHON_RUNTIME, "sys.exit(3)"),
     ("os_exit", PYTHON_RUNTIME, "exited with code 7"),
     ("segfault", PYTHON_RUNTIME, "SIGSEGV"),
+    ("killed", PYTHON_RUNTIME, "killed by SIGKILL"),
     ("abc", PYTHON_RUNTIME, "not a number"),
     ("nan", PYTHON_RUNTIME, "not a finite number"),
     ("inf", PYTHON_RUNTIME, "not a finite number"),
@@ -112,6 +115,14 @@ def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, word
     good = [r for n, r in enumerate(results) if n != 3]
     assert [r.error for r in good] == [None] * 6
     assert [r.score for r in good] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+
+
+def test_printing_a_lot_is_not_an_error_and_costs_no_one_else(pool1: WorkerPool) -> None:
+    results = pool1.grade(MISBEHAVING, batch_around("print_a_lot"))
+    assert [r.error for r in results] == [None] * 7
+    assert [r.score for r in results] == [0.1, 0.2, 0.3, 0.5, 0.4, 0.5, 0.6]
+    assert results[3].stdout.endswith("[rfteval: output truncated at 64 KB]")
+    assert [r.stdout for n, r in enumerate(results) if n != 3] == [None] * 6
 
 
 def test_traceback_is_trimmed_to_the_graders_frames(pool1: WorkerPool) -> None:

@@ -38,7 +38,7 @@ HEADER = struct.Struct("<Q")
 PIP_HINT = "pip install 'rfteval[graders]' (the packages of OpenAI's grader image)"
 TRACEBACK_CHARS = 4000
 FLUSH_S = 0.05  # send finished results at least this often during a batch
-CHECK_ALL, CHECK_EVERY = 64, 8  # item-mutation checks: after each of a source's first calls, then every 8th
+CHECK_ALL, CHECK_EVERY = 64, 16  # item-mutation checks: after each of a source's first calls, then every 16th
 SIGALRM, ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
@@ -73,9 +73,11 @@ def recv(fd: int) -> bytes | None:
 
 
 def send(fd: int, payload: bytes) -> None:
-    view = memoryview(HEADER.pack(len(payload)) + payload)
-    while view:
-        view = view[os.write(fd, view):]
+    written = os.writev(fd, [HEADER.pack(len(payload)), payload])
+    if written < HEADER.size + len(payload):
+        view = memoryview(HEADER.pack(len(payload)) + payload)[written:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 # ---------------------------------------------------------------- process set-up
