@@ -16,7 +16,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -151,17 +153,38 @@ def through_pool(source: str, pairs: list[Pair]) -> dict[str, Any]:
     from rfteval.graders.sandbox import WorkerPool
 
     warmup = [({"output_text": "", "output_json": {"predicted": []}}, {"reference_answer": []})] * 4
+    children0 = cpu(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     pool = WorkerPool()
     try:
         pool.grade(source, warmup * pool.workers)
-        t1 = time.perf_counter()
+        t1, self0 = time.perf_counter(), cpu(resource.RUSAGE_SELF)
         results = pool.grade(source, pairs)
-        t2 = time.perf_counter()
+        t2, self1 = time.perf_counter(), cpu(resource.RUSAGE_SELF)
     finally:
-        pool.close()
+        pool.close()  # reaps the workers: their CPU time is counted from here
     return {"warm_s": t2 - t1, "cold_s": t2 - t0, "scores": [r.score for r in results],
-            "errors": sum(1 for r in results if r.error), "workers": pool.workers}
+            "errors": sum(1 for r in results if r.error), "workers": pool.workers,
+            "main_cpu_s": self1 - self0, "workers_cpu_s": cpu(resource.RUSAGE_CHILDREN) - children0}
+
+
+def cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def parallel_efficiency() -> float:
+    """This machine's gain from a second busy core: one CPU-bound process's time over the time of two run at
+    once (2.0 = perfect), the ceiling of any pool's speed-up here."""
+    spin = "import time; t = time.perf_counter(); sum(i * i for i in range(3_000_000)); print(time.perf_counter() - t)"
+
+    def run(n: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    one = min(run(1) for _ in range(3))
+    two = min(run(2) for _ in range(3))
+    return 2 * one / two
 
 
 def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = False) -> dict[str, Any]:
@@ -175,12 +198,13 @@ def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = Fal
         pools.append(through_pool(source, pairs))
         assert pools[-1]["errors"] == 0 and pools[-1]["scores"] == scores, "pool and in-process scores differ"
     loop_s = min(loops)
-    warm_s = min(p["warm_s"] for p in pools)
+    best = min(pools, key=lambda p: p["warm_s"])
     cold_s = min(p["cold_s"] for p in pools)
-    return {"samples": len(pairs), "in_process_s": loop_s, "pool_warm_s": warm_s, "pool_cold_s": cold_s,
-            "speedup_warm": loop_s / warm_s, "speedup_cold": loop_s / cold_s, "workers": pools[0]["workers"],
+    return {"samples": len(pairs), "in_process_s": loop_s, "pool_warm_s": best["warm_s"], "pool_cold_s": cold_s,
+            "speedup_warm": loop_s / best["warm_s"], "speedup_cold": loop_s / cold_s, "workers": best["workers"],
             "mean_score": statistics.fmean(scores), "in_process_all_s": loops,
-            "pool_warm_all_s": [p["warm_s"] for p in pools]}
+            "pool_warm_all_s": [p["warm_s"] for p in pools],
+            "pool_main_cpu_s": best["main_cpu_s"], "pool_workers_cpu_s": best["workers_cpu_s"]}
 
 
 def quiet_in_process(run: Callable[[list[Pair]], list[float]]) -> Callable[[list[Pair]], list[float]]:
@@ -234,6 +258,7 @@ def main() -> dict[str, Any]:
     rates["runloop_pool"] = r["samples"] / r["pool_warm_s"]
     rates["runloop_in_process"] = r["samples"] / r["in_process_s"]
     figures["samples_per_s"] = rates
+    figures["parallel_efficiency"] = parallel_efficiency()
     figures["load_after"] = os.getloadavg()[0]
 
     print(f"CPUs: {figures['cpus']}, pool workers: {c['workers']}, best of {REPEATS} (loop and pool alternated); "
@@ -245,6 +270,10 @@ def main() -> dict[str, Any]:
     print(f"{'throughput':<34}{'samples/s':>10}")
     for name, rate in rates.items():
         print(f"{'  ' + name:<34}{(f'{rate:,.0f}' if rate else 'n/a'):>10}")
+    print(f"CPU seconds, ChipStack: in-process loop {c['in_process_s']:.3f} (wall, one core); pool: this process "
+          f"{c['pool_main_cpu_s']:.3f} + workers {c['pool_workers_cpu_s']:.3f} (includes their start-up)")
+    print(f"parallel efficiency of this machine: {figures['parallel_efficiency']:.2f} of 2.00 "
+          "(two CPU-bound processes at once vs one)")
     verdict = "ok" if c["speedup_warm"] >= 1.0 else "SLOWER"
     print(f"pool vs in-process loop (ChipStack, started pool): {c['speedup_warm']:.2f}x  [{verdict}]")
     return figures

@@ -125,6 +125,19 @@ def test_printing_a_lot_is_not_an_error_and_costs_no_one_else(pool1: WorkerPool)
     assert [r.stdout for n, r in enumerate(results) if n != 3] == [None] * 6
 
 
+def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: WorkerPool) -> None:
+    """Batches are sent ahead while others run: a crash must not lose or shuffle a neighbour's result."""
+    kinds = {37: "os_exit", 300: "raise", 301: "segfault", 777: "abc", 1500: "os_exit", 1999: "killed"}
+    pairs = [({"k": kinds.get(n, "ok")}, {"id": f"i{n}", "v": n / 2000}) for n in range(2000)]
+    results = pool2.grade(MISBEHAVING, pairs)
+    assert len(results) == 2000
+    for n, result in enumerate(results):
+        if n in kinds:
+            assert result.error is not None and result.score == 0.0, n
+        else:
+            assert result.error is None and result.score == n / 2000, n
+
+
 def test_traceback_is_trimmed_to_the_graders_frames(pool1: WorkerPool) -> None:
     (result,) = pool1.grade(MISBEHAVING, [({"k": "raise"}, {"id": "x", "v": 0})])
     message = result.error.message

@@ -676,14 +676,17 @@ class WorkerPool:
                 if ahead is None:
                     ahead = self._take_ahead()
                     if ahead is not None and ahead.pairs is not None:
-                        ahead.message, ahead.generation = worker.encode(ahead.key, ahead.source, ahead.pairs), \
-                            worker.generation
+                        ahead.generation = worker.generation
+                        ahead.message = worker.encode(ahead.key, ahead.source, ahead.pairs)  # while it grades
                         nxt = ahead
 
                         def on_last() -> None:
                             if worker.generation == nxt.generation and worker.proc is not None:
-                                worker.send(nxt.message)  # type: ignore[arg-type]
-                                nxt.sent = True
+                                try:
+                                    worker.send(nxt.message)  # type: ignore[arg-type]
+                                    nxt.sent = True
+                                except OSError:
+                                    pass  # the worker is gone: found out, and the batch re-sent, when it runs
 
                 done = worker.collect(len(batch), on_last)
             except _StartError as exc:
