@@ -11,8 +11,10 @@ The heuristic, in full:
   its "(N pts)" / "N points" when given, else 1.
 - A point is scored 1, 0.5 or 0 by the share of its terms found in the judged text (>= 60% → 1, >= 30% → 0.5).
   Its terms are its quoted phrases, [bracketed ids] and numbers when it has any, else its content words (4+
-  letters, not stop words, compared by their first six letters). "under N words" points check the word count;
-  points starting with "never" / "do not" / "don't" are met when their terms are absent.
+  letters, not stop words, compared by their first six letters). A number is found whole ("$1,020,000" is one
+  number and its "$" is ignored; "5" is not found in "2025", but "two" is found for "2"; "45-day" is 45), and
+  "Form 8949/Schedule D" is two terms. "under N words" points check the word count; points starting with
+  "never" / "do not" / "don't" are met when their terms are absent.
 - With no bullet points at all, the score is the share of the prompt's content words found in the judged text.
 - score_model: result = coverage × the top of the range named in the prompt ("from 0 to N"; default 1).
   label_model: the labels (the schema's enum) are read as ordered best first; coverage c picks label
@@ -52,7 +54,10 @@ _BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d{1,2}[.)])\s+(.+?)\s*$", re.M)
 _WEIGHT = re.compile(r"\(?\b(\d+(?:\.\d+)?)\s*(?:pts?|points?)\b\)?", re.I)
 _QUOTED = re.compile(r"\"([^\"]{2,120})\"|\u201c([^\u201d]{2,120})\u201d")
 _BRACKET = re.compile(r"\[([A-Za-z0-9][A-Za-z0-9 _.-]{0,40})\]")
-_TOKEN = re.compile(r"[^\s,;:()\"\[\]]+")
+_TOKEN = re.compile(r"[^\s,;:()\"\[\]/]+")
+_UNIT = re.compile(r"^(\d[\d.,]*)-[A-Za-z]+$")  # "45-day" is the number 45
+_NUMBER_WORDS = dict(enumerate("zero one two three four five six seven eight nine ten eleven twelve".split()))
+_AMOUNT = re.compile(r"\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?")  # 1,020,000 is one number, not "1", "020", "000"
 _LIMIT = re.compile(r"\b(?:under|at most|no more than|fewer than|less than)\s+(\d+)\s+words\b", re.I)
 _NEGATIVE = re.compile(r"^\s*(?:never|do not|don't|avoid)\b", re.I)
 _TAG = re.compile(r"<(answer|response|output|sample)\b[^>]*>(.*?)</\1>", re.S | re.I)
@@ -76,10 +81,20 @@ def point_terms(point: str) -> tuple[list[str], bool]:
     exact = [a or b for a, b in _QUOTED.findall(body)]
     exact += [f"[{x}]" for x in _BRACKET.findall(body)]
     rest = _QUOTED.sub(" ", _BRACKET.sub(" ", body))
-    exact += [t for t in (t.rstrip(".!?") for t in _TOKEN.findall(rest)) if len(t) >= 2 and any(c.isdigit() for c in t)]
+    exact += [m.group().lstrip("$") for m in _AMOUNT.finditer(rest)]
+    rest = _AMOUNT.sub(" ", rest)
+    tokens = (_UNIT.sub(r"\1", t.rstrip(".!?").lstrip("$")) for t in _TOKEN.findall(rest))
+    exact += [t for t in tokens if t and any(c.isdigit() for c in t)]
     if exact:
-        return exact, True
+        return list(dict.fromkeys(exact)), True
     return sorted(stems(_NEGATIVE.sub(" ", body))), False
+
+
+def _contains(text: str, term: str) -> bool:
+    """`term` in `text`, not inside a longer word or number: "5" is not found in "2025", "$15" is not "$150"."""
+    before = r"(?<![\w.,])" if term[:1].isalnum() else ""
+    after = r"(?![\w]|[.,]\d)" if term[-1:].isalnum() else ""
+    return re.search(before + re.escape(term) + after, text) is not None
 
 
 def score_point(point: str, judged: str) -> tuple[float, str]:
@@ -94,7 +109,8 @@ def score_point(point: str, judged: str) -> tuple[float, str]:
         return 1.0, "no checkable terms"
     if exact:
         low = judged.lower()
-        found = [t for t in terms if t.lower() in low]
+        found = [t for t in terms if _contains(low, t.lower())
+                 or (t.isdigit() and int(t) in _NUMBER_WORDS and _contains(low, _NUMBER_WORDS[int(t)]))]
     else:
         have = stems(judged)
         found = [t for t in terms if t in have]
