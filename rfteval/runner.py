@@ -350,7 +350,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     runs = resolve_models(spec)
     grader = load_grader(spec.grader)
     grader_hash = config_hash(grader.model_dump(mode="json"))
-    grades_key = group_grades_key(grader, grader_hash, spec, [r.label for r in runs])
+    stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)
     providers = providers if providers is not None else build_providers(runs)
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
@@ -370,7 +370,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
         def export(reader: Any) -> dict[str, LabelTotals]:
             with export_lock:
-                totals = write_results(out_dir, ctx.cells(), reader, grades_key, store.run_id, labels,
+                totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet)
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
@@ -378,7 +378,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
         prices = price_table(spec.pricing)
         monitor.start({label: n_items * spec.epochs for label in labels})
-        pipeline = _Pipeline(ctx, store, engine, grades_key, monitor, opts, export, judge=judge)
+        pipeline = _Pipeline(ctx, store, engine, stored_under, monitor, opts, export, judge=judge)
         try:
             interrupted = _run_loop(pipeline, opts.handle_signals, providers)
         finally:
@@ -390,7 +390,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         with export_lock:
             reader = store.reader()
             try:
-                totals = write_results(out_dir, ctx.cells(), reader, grades_key, store.run_id, labels,
+                totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet)
             finally:
                 reader.close()
@@ -409,16 +409,21 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 JUDGE_CACHE = "judge_cache.jsonl"
 
 
-def group_grades_key(grader: Any, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:
-    """The key stored grades are filed under. A group judge's scores are relative to the group they were judged
-    in, so for it the key also names the grouping (epochs, and the models ranked together with --group-models):
-    a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
+def grades_key(grader: Any, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:
+    """The key stored grades are filed under: the grader config's hash, and for model graders what else decides
+    the grade. The judge (endpoint, API, --judge-model): another judge is another grader. For a group judge also
+    the grouping (epochs, and the models ranked together with --group-models), since its scores are relative to
+    the group: a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
     from rfteval.graders.group_judge import needs_groups
+    from rfteval.judge_stability import model_grader_types
 
-    if not needs_groups(grader):
+    if not model_grader_types(grader):
         return grader_hash
-    grouping = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
-    return config_hash({"grader": grader_hash, "groups": grouping})
+    js = spec.judge_settings()
+    extra: dict[str, Any] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
+    if needs_groups(grader):
+        extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
+    return config_hash({"grader": grader_hash, **extra})
 
 
 def build_judge(spec: RunSpec, grader: Any, out_dir: Path, fresh: bool = False) -> Any:

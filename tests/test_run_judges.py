@@ -174,6 +174,13 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     usage = json.loads((out / "summary.json").read_text())["judge"]["judge-model"]
     assert (usage["calls"], usage["cache_hits"], usage["input_tokens"]) == (0, 12, 0)
 
+    # Another judge is another grader: --judge-model re-judges every output (and re-generates nothing).
+    res = invoke([*args, "--judge-model", "other-judge"], env)
+    assert res.exit_code == 0, res.output
+    new = fake_openai.requests[before:]
+    assert len(new) == 12 and {r.model for r in new} == {"other-judge"} and all(judge_format(r) for r in new)
+    assert {r["grade_details"]["judge_model"] for r in load(out, "base")} == {"other-judge"}
+
 
 # ---- where the judge is: [judge] in a spec, --judge-* flags, the run's endpoint ------------------------------------
 
@@ -509,3 +516,65 @@ def test_unknown_judge_model_is_exit_2(tmp_path: Path) -> None:
         res = invoke(group_args(files, server, tmp_path / "run", "--judge-model", "no-such-judge"))
     assert res.exit_code == 2
     assert "no-such-judge" in res.stderr and "not_found" in res.stderr
+
+
+# ---- the demo's pieces: the Accordance recordings and the scripted local judge (a stand-in, not a model) ---------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def local_judge_module() -> Any:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import local_judge
+
+    return local_judge
+
+
+def test_accordance_recordings_are_current_and_illustrative() -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/make_accordance_recordings.py"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    items = [json.loads(x)["id"] for x in (ROOT / "datasets/accordance/items.jsonl").read_text().splitlines()]
+    texts = {}
+    for label in ("base", "tuned"):
+        rows = [json.loads(x) for x in (ROOT / f"datasets/accordance/recordings/{label}.jsonl").read_text().splitlines()]
+        assert sorted((r["item_id"], r["epoch"]) for r in rows) == sorted((i, e) for i in items for e in (1, 2, 3))
+        assert all(set(r) == {"item_id", "epoch", "output_text"} for r in rows)  # no `model`: any replay label
+        texts[label] = {(r["item_id"], r["epoch"]): r["output_text"] for r in rows}
+    assert len(set(texts["base"].values())) > 25  # analyses vary across items and epochs
+    assert "illustrative" in (ROOT / "datasets/accordance/README.md").read_text().lower()
+
+
+def test_accordance_example_through_run_with_the_scripted_judge(tmp_path: Path) -> None:
+    server = local_judge_module().serve(0)
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    data = ROOT / "datasets/accordance"
+    try:
+        res = invoke(["--dataset", str(data / "items.jsonl"), "--grader", str(ROOT / "graders/accordance.json"),
+                      "--model", f"base=replay:{data / 'recordings/base.jsonl'}",
+                      "--model", f"tuned=replay:{data / 'recordings/tuned.jsonl'}", "--epochs", "3",
+                      "--judge-base-url", url, "--judge-model", "local-scripted-judge", "--out", str(tmp_path / "r")])
+    finally:
+        server.shutdown()
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "r/summary.json").read_text())
+    assert summary["judge"]["local-scripted-judge"]["calls"] == len({json.loads(x)["output_text"] for label in (
+        "base", "tuned") for x in (data / f"recordings/{label}.jsonl").read_text().splitlines()})
+    assert summary["errors"] == 0
+    assert summary["models"]["tuned"]["mean"] > summary["models"]["base"]["mean"] + 0.1
+    for rec in load(tmp_path / "r", "base"):
+        steps = rec["grade_details"]["steps"]
+        assert len(steps) == 6 and "scripted stand-in, not a model" in steps[-1]["description"]
+        awarded = sum(float(s["conclusion"].split("/")[0]) for s in steps[:-1])
+        assert rec["score"] == pytest.approx(awarded / 10)  # the 10 rubric points, as the grader asks
+
+
+def test_local_judge_reads_amounts_whole() -> None:
+    lj = local_judge_module()
+    assert lj.score_point("(2 pts) The annual exclusion is $19,000.", "It is $18,000.")[0] == 0.0
+    assert lj.score_point("(2 pts) The annual exclusion is $19,000.", "It is 19,000 dollars.")[0] == 1.0
+    assert lj.score_point("(2 pts) Taxable gain is $90,000.", "Taxable gain is $190,000.")[0] == 0.0
+    assert lj.score_point("(1 pt) Used for 2 of the 5 years.", "used for two of the five years")[0] == 1.0
+    assert lj.score_point("(1 pt) Used for 2 of the 5 years.", "in 2025")[0] == 0.0
+    assert lj.score_point("(1 pt) Meets the 45-day and 180-day deadlines.", "within 45 days and 180 days")[0] == 1.0
+    assert lj.score_point("(1 pt) Reported on Form 8949/Schedule D.", "on Form 8949 and Schedule D")[0] == 1.0
