@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# `make demo`: `rfteval run` on the ChipStack example (base and tuned, 3 epochs) through the replay provider,
-# then the comparison as `rfteval compare` (the CI gate) prints it.
+# `make demo`: `rfteval run` on three examples, base vs tuned, 3 epochs each, all offline and free:
+#   1. ChipStack (a python grader), then `rfteval compare` as the CI gate;
+#   2. Accordance (a score_model judge grading tax analyses against a rubric), then a short compare;
+#   3. Support (a group judge ranking each item's samples of both models together, --group-models), then a
+#      short compare.
+# The judge in 2 and 3 is scripts/local_judge.py: a SCRIPTED STAND-IN, NOT A MODEL (a rubric-keyword heuristic
+# on 127.0.0.1), started here and killed on exit. All recordings are illustrative outputs written for the
+# examples, not outputs of a real model.
 #
-# The recordings in datasets/chipstack/recordings/ are illustrative outputs written for this example, not
-# outputs of a real model. Against a real endpoint the same run is:
+# Against a real endpoint the ChipStack run is:
 #   rfteval run --dataset datasets/chipstack/items.jsonl --grader graders/chipstack.json \
 #     --model base=o4-mini-2025-04-16 --model tuned=ft:o4-mini-2025-04-16:acme::abc123 --epochs 3 \
 #     --response-format datasets/chipstack/schema.json --out runs/chipstack
@@ -17,7 +22,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 DATA=datasets/chipstack
 GRADER=graders/chipstack.json
 OUT=runs/demo-chipstack
-for f in "$DATA/items.jsonl" "$GRADER" "$DATA/recordings/base.jsonl" "$DATA/recordings/tuned.jsonl"; do
+for f in "$DATA/items.jsonl" "$GRADER" "$DATA/recordings/base.jsonl" "$DATA/recordings/tuned.jsonl" \
+         datasets/accordance/items.jsonl graders/accordance.json datasets/accordance/recordings/base.jsonl \
+         datasets/accordance/recordings/tuned.jsonl datasets/support/items.jsonl datasets/support/grader.json \
+         datasets/support/recordings/base.jsonl datasets/support/recordings/tuned.jsonl scripts/local_judge.py; do
   if [ ! -f "$f" ]; then echo "demo: missing $f" >&2; exit 2; fi
 done
 
@@ -38,3 +46,102 @@ echo "== rfteval compare $OUT/base.jsonl $OUT/tuned.jsonl --require-improvement 
 "$BIN/rfteval" compare "$OUT/base.jsonl" "$OUT/tuned.jsonl" --top 5 --require-improvement
 echo
 echo "Run again and nothing is re-generated or re-graded (the run directory is a cache); --fresh starts over."
+
+# ---------------------------------------------------------------- model judges, with the scripted local judge
+
+[ -t 1 ] || export COLUMNS="${COLUMNS:-120}"  # logs and CI: wide enough that compare's tables do not wrap
+
+judge_usage() {  # the judge's calls and tokens, from summary.json (the models' own are in the table)
+  "$BIN/python" - "$1" <<'PY'
+import json, sys
+for model, u in json.load(open(sys.argv[1])).get("judge", {}).items():
+    print(f"judge {model}: {u['calls']} calls, {u['cache_hits']} cache hits, "
+          f"{u['input_tokens']} tokens in / {u['output_tokens']} out (summary.json, under \"judge\")")
+PY
+}
+
+TMP="$(mktemp -d)"
+JUDGE_PID=""
+cleanup() {
+  if [ -n "$JUDGE_PID" ]; then kill "$JUDGE_PID" 2>/dev/null || true; wait "$JUDGE_PID" 2>/dev/null || true; fi
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$BIN/python" scripts/local_judge.py --port 0 >"$TMP/judge.out" &
+JUDGE_PID=$!
+JUDGE_URL=""
+for _ in $(seq 100); do  # its first stdout line is its base URL
+  JUDGE_URL="$(head -n 1 "$TMP/judge.out" 2>/dev/null || true)"
+  if [ -n "$JUDGE_URL" ] || ! kill -0 "$JUDGE_PID" 2>/dev/null; then break; fi
+  sleep 0.1
+done
+case "$JUDGE_URL" in
+  http://127.0.0.1:*/v1) ;;
+  *) echo "demo: the local judge did not start (scripts/local_judge.py)" >&2; exit 1 ;;
+esac
+
+echo
+echo "== Model judges. The judge below is scripts/local_judge.py at $JUDGE_URL: a SCRIPTED STAND-IN, NOT A MODEL =="
+echo "   (a transparent rubric-keyword heuristic, so the demo runs offline and free). Its scores show that the"
+echo "   pipeline works, not how good the outputs are. The recordings are illustrative, not a real model's."
+echo "   Against a real judge, leave out --judge-base-url/--judge-model (the grader's own model is asked)."
+
+ACC=datasets/accordance
+ACC_OUT=runs/demo-accordance
+echo
+echo "== rfteval run: Accordance tax analysis, score_model judge (graders/accordance.json, 10 rubric points) =="
+"$BIN/rfteval" run \
+  --dataset "$ACC/items.jsonl" \
+  --grader graders/accordance.json \
+  --model "base=replay:$ACC/recordings/base.jsonl" \
+  --model "tuned=replay:$ACC/recordings/tuned.jsonl" \
+  --epochs 3 \
+  --judge-base-url "$JUDGE_URL" --judge-model local-scripted-judge \
+  --out "$ACC_OUT" --fresh \
+  --no-readiness
+judge_usage "$ACC_OUT/summary.json"
+echo
+echo "== rfteval compare $ACC_OUT/base.jsonl $ACC_OUT/tuned.jsonl --by difficulty =="
+"$BIN/rfteval" compare "$ACC_OUT/base.jsonl" "$ACC_OUT/tuned.jsonl" --dataset "$ACC/items.jsonl" --by difficulty \
+  --top 3
+echo "(each record's grade_details.steps holds the judge's per-rubric-line reasoning: $ACC_OUT/tuned.jsonl)"
+
+# The support recordings name their models (illustrative-base/-tuned), so this run is described by a spec file;
+# its [judge] table is the same as the --judge-* flags above.
+SUP=datasets/support
+SUP_OUT=runs/demo-support
+cat >"$TMP/support.toml" <<TOML
+name = "support"
+dataset = "$PWD/$SUP/items.jsonl"
+grader = "$PWD/$SUP/grader.json"
+epochs = 3
+group_models = true
+out = "$PWD/$SUP_OUT"
+
+[models.base]
+model = "illustrative-base"
+replay = "$PWD/$SUP/recordings/base.jsonl"
+
+[models.tuned]
+model = "illustrative-tuned"
+replay = "$PWD/$SUP/recordings/tuned.jsonl"
+
+[judge]
+base_url = "$JUDGE_URL"
+model = "local-scripted-judge"
+TOML
+echo
+echo "== rfteval run: RAG customer support, group judge (rfteval extension), --group-models: one judge call per item =="
+echo "   ranks its 6 samples (3 epochs x 2 models, shuffled with a recorded seed; the judge never sees which model)"
+"$BIN/rfteval" run "$TMP/support.toml" --fresh --no-readiness
+judge_usage "$SUP_OUT/summary.json"
+echo
+echo "== rfteval compare $SUP_OUT/base.jsonl $SUP_OUT/tuned.jsonl =="
+"$BIN/rfteval" compare "$SUP_OUT/base.jsonl" "$SUP_OUT/tuned.jsonl" --top 3
+echo
+echo "Judge answers are cached in each run directory (judge_cache.jsonl): re-running a judged run with the same"
+echo "judge asks it nothing. (This demo passes --fresh, because its local judge gets a new port each time.)"
+echo "The scores above come from a scripted stand-in and illustrative recordings: they demonstrate rfteval, not"
+echo "the models."
