@@ -38,3 +38,16 @@ class InputErrors(InputError):
         first = InputError.__str__(self.errors[0])
         more = len(self.errors) - 1
         return first if not more else f"{first} (and {more} more problem{'s' if more > 1 else ''})"
+
+
+def read_input_text(path: str | Path, expected: str) -> str:
+    """A user's text file, or one InputError saying why it cannot be read (`expected`: e.g. "a JSON file")."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError("no such file", path) from None
+    except IsADirectoryError:
+        raise InputError(f"is a directory, expected {expected}", path) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", path) from None

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rfteval.errors import InputError
+from rfteval.errors import InputError, read_input_text
 from rfteval.providers.base import Sampling
 
 REPLAY_PREFIX = "replay:"
@@ -210,14 +210,7 @@ def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
 def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
     """The raw spec table with its paths made absolute; InputError naming file and line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError("no such file", path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a TOML spec", path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", path) from None
+    text = read_input_text(path, "a TOML spec")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

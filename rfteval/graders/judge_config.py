@@ -1,11 +1,13 @@
-"""Config shapes shared by the model graders (score_model, label_model): input messages, sampling params."""
+"""What the model graders (score_model, label_model) share: input messages, sampling params, the judged grader."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from rfteval.graders.base import MODEL_SERVER, BuildContext, GradeResult, Pair
 from rfteval.graders.template import check_template
 
 
@@ -46,3 +48,20 @@ class SamplingParams(BaseModel):
     @property
     def max_tokens(self) -> int | None:
         return self.max_completions_tokens or self.max_completion_tokens
+
+
+class JudgedGrader:
+    """A grader whose scores come from the judge client (`ctx.judge`); with none configured, every sample is a
+    clear error rather than a silent 0."""
+
+    grade_pairs: Callable[[Any, Sequence[Pair], Any], list[GradeResult]]
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        self.config = config
+        self.ctx = ctx
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+        if self.ctx.judge is None:
+            msg = f"{self.config.type} needs a judge endpoint; none is configured for this command"
+            return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
+        return type(self).grade_pairs(self.config, pairs, self.ctx.judge)

@@ -12,9 +12,9 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from rfteval.graders.base import (
-    INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register,
+    INVALID_VARIABLE, MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
 )
-from rfteval.graders.judge_config import InputMessage
+from rfteval.graders.judge_config import InputMessage, JudgedGrader
 from rfteval.graders.template import TemplateError, render_deep
 from rfteval.judge import (
     STEPS_SCHEMA, answer_details, clean_steps, grade_with_judge, judge_messages, judge_sampling, parse_json_answer,
@@ -82,16 +82,8 @@ def grade_pairs(config: LabelModelConfig, pairs: Sequence[Pair], judge: Any) -> 
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 
 
-class LabelModelGrader:
-    def __init__(self, config: LabelModelConfig, ctx: BuildContext):
-        self.config = config
-        self.ctx = ctx
-
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
-        if self.ctx.judge is None:
-            msg = "label_model needs a judge endpoint; none is configured for this command"
-            return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
-        return grade_pairs(self.config, pairs, self.ctx.judge)
+class LabelModelGrader(JudgedGrader):
+    grade_pairs = staticmethod(grade_pairs)
 
 
 @register("label_model", LabelModelConfig, "a judge model picks a label; 1 when it passes, else 0")

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rfteval.errors import InputError
+from rfteval.errors import InputError, read_input_text
 from rfteval.graders.base import REGISTRY, GraderConfig
 
 
@@ -74,15 +74,7 @@ def unwrap_grader(obj: Any) -> tuple[Any, str]:
 
 
 def read_json_file(path: str | Path) -> tuple[Any, str]:
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError("no such file", path) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, expected a JSON file", path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", path) from None
+    text = read_input_text(path, "a JSON file")
     try:
         return json.loads(text), text
     except json.JSONDecodeError as exc:

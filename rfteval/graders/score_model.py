@@ -13,9 +13,9 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from rfteval.graders.base import (
-    INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register,
+    INVALID_VARIABLE, MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
 )
-from rfteval.graders.judge_config import InputMessage, SamplingParams
+from rfteval.graders.judge_config import InputMessage, JudgedGrader, SamplingParams
 from rfteval.graders.template import TemplateError, render_deep
 from rfteval.judge import (
     STEPS_SCHEMA, answer_details, clean_steps, finite_number, grade_with_judge, judge_messages, judge_sampling,
@@ -92,18 +92,10 @@ def grade_pairs(config: ScoreModelConfig, pairs: Sequence[Pair], judge: Any) -> 
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 
 
-class ScoreModelGrader:
+class ScoreModelGrader(JudgedGrader):
     """Needs a judge endpoint (set by `rfteval run` from [judge] or the run's endpoint)."""
 
-    def __init__(self, config: ScoreModelConfig, ctx: BuildContext):
-        self.config = config
-        self.ctx = ctx
-
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
-        if self.ctx.judge is None:
-            msg = "score_model needs a judge endpoint; none is configured for this command"
-            return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
-        return grade_pairs(self.config, pairs, self.ctx.judge)
+    grade_pairs = staticmethod(grade_pairs)
 
 
 @register("score_model", ScoreModelConfig, "a judge model scores the output within `range`")

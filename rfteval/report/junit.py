@@ -12,7 +12,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 from typing import TYPE_CHECKING, Any
 
-from rfteval.report.terminal import fmt, fmt_ci
+from rfteval.report.terminal import fmt_ci
 
 if TYPE_CHECKING:
     from rfteval.compare import CompareResult
