@@ -67,14 +67,14 @@ def write_dataset(tmp_path: Path, n: int = N_ITEMS) -> Path:
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None) -> Any:
-    res = runner.invoke(app, ["run", *args, "-q", "--retry-base-delay", "0.01"], env=env)
-    return res
+    return runner.invoke(app, ["run", *args, "-q", "--retry-base-delay", "0.01"], env=env)
 
 
 SCORE_GRADER = {
     "type": "score_model", "name": "judge", "model": "judge-model",
     "input": [{"role": "system", "content": "Score the answer from 0 to 1."},
-              {"role": "user", "content": "Question: {{ item.messages[1].content }}\nAnswer: {{ sample.output_text }}"}],
+              {"role": "user",
+               "content": "Question: {{ item.messages[1].content }}\nAnswer: {{ sample.output_text }}"}],
     "range": [0, 1], "sampling_params": {"seed": 7, "temperature": 0},
 }
 
@@ -259,7 +259,7 @@ model = "fake-base"
         ("responses", "grader-model", "Bearer sk-models-key-1")}
 
 
-# ---- multi: label_model + string_check --------------------------------------------------------------------------------
+# ---- multi: label_model + string_check ------------------------------------------------------------------------
 
 
 def test_multi_with_a_label_model_and_a_string_check(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
@@ -537,7 +537,8 @@ def test_accordance_recordings_are_current_and_illustrative() -> None:
     items = [json.loads(x)["id"] for x in (ROOT / "datasets/accordance/items.jsonl").read_text().splitlines()]
     texts = {}
     for label in ("base", "tuned"):
-        rows = [json.loads(x) for x in (ROOT / f"datasets/accordance/recordings/{label}.jsonl").read_text().splitlines()]
+        path = ROOT / f"datasets/accordance/recordings/{label}.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()]
         assert sorted((r["item_id"], r["epoch"]) for r in rows) == sorted((i, e) for i in items for e in (1, 2, 3))
         assert all(set(r) == {"item_id", "epoch", "output_text"} for r in rows)  # no `model`: any replay label
         texts[label] = {(r["item_id"], r["epoch"]): r["output_text"] for r in rows}
