@@ -253,7 +253,7 @@ def main() -> dict[str, Any]:
     rates["chipstack_pool"] = c["samples"] / c["pool_warm_s"]
     rates["chipstack_in_process"] = c["samples"] / c["in_process_s"]
 
-    r = figures["runloop"] = loop_vs_pool((SEEDS / "runloop.py").read_text(), runloop_pairs(random.Random(0)), 1,
+    r = figures["runloop"] = loop_vs_pool((SEEDS / "runloop.py").read_text(), runloop_pairs(random.Random(0)), 3,
                                           quiet=True)
     rates["runloop_pool"] = r["samples"] / r["pool_warm_s"]
     rates["runloop_in_process"] = r["samples"] / r["in_process_s"]

@@ -175,6 +175,39 @@ def test_output_is_captured_per_sample_and_capped(pool1: WorkerPool) -> None:
     assert quiet.stdout is None
 
 
+def test_what_a_dying_or_stuck_call_printed_is_kept(pool1: WorkerPool) -> None:
+    source = (
+        "import os, signal\n"
+        "def grade(sample, item):\n"
+        "    print('reached step', sample['k'])\n"
+        "    if sample['k'] == 'die':\n"
+        "        os._exit(5)\n"
+        "    if sample['k'] == 'hang':\n"
+        "        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+        "        while True:\n"
+        "            pass\n"
+        "    return 1.0\n"
+    )
+    die, hang, fine = pool1.grade(source, [({"k": "die"}, {}), ({"k": "hang"}, {}), ({"k": "ok"}, {})])
+    assert die.error.type == PYTHON_RUNTIME and die.stdout == "reached step die\n"
+    assert hang.error.type == PYTHON_TIMEOUT and hang.stdout == "reached step hang\n"
+    assert fine.error is None and fine.stdout == "reached step ok\n"
+
+
+def test_bytes_and_file_descriptor_writes_are_captured(pool1: WorkerPool) -> None:
+    source = (
+        "import os, sys\n"
+        "def grade(sample, item):\n"
+        "    sys.stdout.buffer.write(b'bytes\\n')\n"
+        "    os.write(sys.stderr.fileno(), b'fd\\n')\n"
+        "    os.system('echo from a child process')\n"
+        "    return 1.0\n"
+    )
+    (result,) = pool1.grade(source, [({}, {})])
+    assert result.error is None
+    assert result.stdout == "bytes\nfd\nfrom a child process\n"
+
+
 def test_workers_are_reused(pool2: WorkerPool) -> None:
     source = "import os\ndef grade(sample, item):\n    return float(os.getpid())\n"
     results = pool2.grade(source, [({}, {})] * 100)

@@ -138,40 +138,45 @@ def limit_memory(memory_mb: int | None) -> str:
 
 
 class Capture:
-    """sys.stdout/sys.stderr for grade(): writes through to the capture file up to `cap` bytes, then drops.
-
-    Writing through (rather than buffering) keeps the order with C-level output on fds 1 and 2, and keeps
-    what was printed when the worker dies or hangs.
-    """
+    """sys.stdout/sys.stderr for grade(): copies text into the first `cap` bytes of the capture file, mapped
+    in memory (no system call per print), then drops the rest. Fds 1 and 2 append C-level output after that
+    region. Both survive the worker: when it dies or hangs, the pool reads what the call printed from the file
+    (the text region ends at the first NUL byte; it is zeroed after each call)."""
 
     encoding = "utf-8"
     errors = "replace"
 
-    def __init__(self, fd: int, cap: int):
-        self.fd = fd
+    def __init__(self, region: Any, cap: int):
+        self.region = region
         self.cap = cap
-        self.room = cap
+        self.pos = 0
         self.truncated = False
-
-    def reset(self) -> None:
-        self.room = self.cap
-        self.truncated = False
+        self.buffer = _BytesCapture(self)
 
     def write(self, text: str) -> int:
-        if not isinstance(text, str):
-            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        if self.room <= 0:
-            self.truncated = self.truncated or bool(text)
-            return len(text)
+        if type(text) is not str:
+            if not isinstance(text, str):
+                raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+            text = str.__str__(text)
+        if not text:
+            return 0
         data = text.encode("utf-8", "replace")
-        if len(data) > self.room:
-            data = data[: self.room]
+        pos = self.pos
+        end = pos + len(data)
+        if end > self.cap:
             self.truncated = True
-        while data:
-            written = os.write(self.fd, data)
-            self.room -= written
-            data = data[written:]
+            end = self.cap
+            data = data[: end - pos]
+        self.region[pos:end] = data
+        self.pos = end
         return len(text)
+
+    def take(self) -> bytes:
+        """What was written since the last take, and a clean region for the next call."""
+        pos, self.pos = self.pos, 0
+        data = self.region[:pos]
+        self.region[:pos] = bytes(pos)
+        return data
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -179,6 +184,9 @@ class Capture:
 
     def flush(self) -> None:
         pass
+
+    def fileno(self) -> int:
+        return 1  # C-level writes to it land in the capture file too
 
     def isatty(self) -> bool:
         return False
@@ -188,6 +196,20 @@ class Capture:
 
     def readable(self) -> bool:
         return False
+
+
+class _BytesCapture:
+    """sys.stdout.buffer for graders that write bytes."""
+
+    def __init__(self, text: Capture):
+        self.text = text
+
+    def write(self, data: bytes) -> int:
+        self.text.write(bytes(data).decode("utf-8", "replace"))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
 
 
 def truncation_marker(cap: int) -> str:
@@ -256,10 +278,13 @@ def as_score(value: Any) -> float | Err:
 
 class Worker:
     def __init__(self, timeout_s: float, cap: int, out_fd: int, progress: Any):
+        import mmap
+
         self.timeout_s = timeout_s
         self.cap = cap
-        self.out_fd = out_fd  # the capture file behind fds 1 and 2
-        self.capture = Capture(out_fd, cap)
+        self.out_fd = out_fd  # the capture file: prints in its first `cap` bytes, fds 1 and 2 after them
+        os.ftruncate(out_fd, cap)
+        self.capture = Capture(mmap.mmap(out_fd, cap), cap)
         self.progress = progress
         self.seq = 0
         self.in_call = False
@@ -294,20 +319,22 @@ class Worker:
         PROGRESS.pack_into(self.progress, 0, self.seq, index)
 
     def take_output(self) -> str | None:
-        size = os.lseek(self.out_fd, 0, os.SEEK_END)  # the size; O_APPEND writes ignore the offset
-        if not size and not self.capture.truncated:
+        """The call's output: its prints, then what reached fds 1 and 2, capped; None when there was none."""
+        text = self.capture.take()
+        extra = os.lseek(self.out_fd, 0, os.SEEK_END) - self.cap  # the size; O_APPEND writes ignore the offset
+        if extra > 0:
+            text += os.pread(self.out_fd, self.cap, self.cap)
+            os.ftruncate(self.out_fd, self.cap)
+        truncated = self.capture.truncated or len(text) > self.cap
+        self.capture.truncated = False
+        if not text and not truncated:
             return None
-        data = os.pread(self.out_fd, self.cap, 0) if size else b""
-        os.ftruncate(self.out_fd, 0)
-        text = data.decode("utf-8", "replace")
-        if self.capture.truncated or size > self.cap:
-            text += truncation_marker(self.cap)
-        return text
+        out = text[: self.cap].decode("utf-8", "replace")
+        return out + truncation_marker(self.cap) if truncated else out
 
     def run_guarded(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
         """fn(*args) under the per-call alarm, with output captured; (value, None) or (None, exception)."""
         sys.stdout = sys.stderr = self.capture
-        self.capture.reset()
         try:
             try:
                 self.arm()
@@ -398,7 +425,7 @@ class Worker:
         start, scores, errors, stdout = 0, [], {}, {}
         flushed = monotonic()
         self.arm()
-        seq, cap, out_fd = self.seq, capture.cap, self.out_fd
+        seq, out_fd, region_end = self.seq, self.out_fd, self.cap
         for i in range(n):
             ref = refs[i]
             entry = items[ref] if ref >= 0 else None
@@ -407,8 +434,6 @@ class Worker:
             seq += 1
             pack(progress, 0, seq, i)
             sys.stdout = sys.stderr = capture
-            if capture.room != cap:
-                capture.room, capture.truncated = cap, False
             if getsignal(SIGALRM) is not handler:  # the grader may have replaced it
                 signal.signal(SIGALRM, handler)
             try:
@@ -431,8 +456,10 @@ class Worker:
                         scores.append(0.0)
                     else:
                         scores.append(score)
-            if capture.truncated or lseek(out_fd, 0, 2):
-                stdout[str(i)] = self.take_output()
+            if capture.pos or capture.truncated or lseek(out_fd, 0, 2) > region_end:
+                text = self.take_output()
+                if text is not None:
+                    stdout[str(i)] = text
             if entry is not None and (checks[1] or checks[0] < CHECK_ALL or i % CHECK_EVERY == 0):
                 checks[0] += 1
                 if self.restore_if_mutated(entry):

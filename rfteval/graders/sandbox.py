@@ -435,7 +435,7 @@ class _Worker:
     def kill_stuck(self, index: int) -> _Failure:
         timeout = self.settings.timeout_s
         what = "loading the grader source" if index == LOADING else "grade()"
-        output = self.tail(self.output_path)
+        output = self.call_output()
         self.stop()
         message = (f"{what} ran over the {timeout:g} s time limit and did not stop (alarm blocked or stuck "
                    f"outside Python); its process was killed and restarted")
@@ -450,13 +450,29 @@ class _Worker:
             pass
         returncode = self.proc.returncode
         _, index = self.read_progress()
-        output = self.tail(self.output_path)
+        output = self.call_output()
         if self.pid is None:  # still starting: what it printed before its output was captured
             output = self.startup_log or output
         self.stop()
         where = {LOADING: "while loading the grader source", IDLE: "between calls"}.get(index, "during grade()")
         return _Failure(index if index != IDLE else None, PYTHON_RUNTIME,
                         f"the grader process {exit_description(returncode)} {where}", output)
+
+    def call_output(self) -> str | None:
+        """What the call in progress printed, read from the capture file after the worker died or was killed:
+        its prints (the text region, up to the first NUL) and the end of what reached fds 1 and 2 (say, a
+        segfault's traceback)."""
+        try:
+            with open(self.output_path, "rb") as fh:
+                prints = fh.read(STDOUT_CAP).split(b"\0", 1)[0]
+                size = os.fstat(fh.fileno()).st_size
+                keep = STDOUT_CAP // 2 if prints else STDOUT_CAP
+                fh.seek(max(STDOUT_CAP, size - keep))
+                fds = fh.read(keep)
+        except OSError:
+            return None
+        data = prints[: STDOUT_CAP - len(fds)] + fds
+        return data.decode("utf-8", "replace") or None
 
     @staticmethod
     def tail(path: str) -> str | None:
