@@ -359,6 +359,7 @@ class Worker:
         self.take_output()  # module-level prints are not any sample's output
         PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
         self.modules[key] = result
+        gc.collect()
         gc.freeze()  # what the source imported is long-lived: keep it out of later collections
         return result
 
