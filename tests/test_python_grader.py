@@ -302,3 +302,14 @@ def test_cli_grade_runs_a_python_grader_in_a_real_process(grader_files: dict[str
     assert [(r["item_id"], r["score"], r["error"]) for r in records] == [("q0", 1.0, None), ("q1", 0.0, None),
                                                                          ("q2", 1.0, None)]
     assert [r["grader_stdout"] for r in records] == ["graded q0\n", "graded q1\n", "graded q2\n"]
+
+
+def test_worker_future_flags_do_not_leak_into_graders():
+    """The worker module uses `from __future__ import annotations`; an uploaded grader must not inherit it."""
+    from rfteval.graders import GradeOptions, GradingEngine, parse_config
+
+    source = "def grade(sample: dict, item: dict) -> float:\n    return 1.0 if grade.__annotations__['sample'] is dict else 0.0\n"
+    config = parse_config({"type": "python", "name": "ann", "source": source})
+    with GradingEngine(config, GradeOptions(python_workers=1)) as engine:
+        result = engine.grade({"output_text": ""}, {})
+    assert result.error is None and result.score == 1.0

@@ -148,3 +148,24 @@ def test_make_provider_replay(tmp_path: Path) -> None:
     p = make_provider("replay", path=str(path))
     assert isinstance(p, ReplayProvider) and gen(p, "a", 1).output_text == "alpha one"
     asyncio.run(p.aclose())
+
+
+def test_replay_placeholder_model_reads_a_single_model_file(tmp_path):
+    """`--model base=replay:FILE` asks for model "replay:FILE"; a file recorded for one model answers it."""
+    import asyncio
+
+    from rfteval.providers.base import GenerationRequest
+    from rfteval.providers.base import ProviderError as _PE
+    from rfteval.providers.replay import ReplayProvider as _RP
+
+    p = tmp_path / "rec.jsonl"
+    p.write_text('{"item_id": "a", "epoch": 1, "output_text": "x", "model": "illustrative-base"}\n')
+    provider = _RP(p)
+    gen = asyncio.run(provider.generate(GenerationRequest(model="replay:rec.jsonl", messages=[], item_id="a"), 1))
+    assert gen.output_text == "x"
+    try:  # a real model name still has to match
+        asyncio.run(provider.generate(GenerationRequest(model="gpt-4o", messages=[], item_id="a"), 1))
+    except _PE as exc:
+        assert exc.kind == "missing"
+    else:
+        raise AssertionError("a recording for another model answered")

@@ -370,7 +370,7 @@ class Worker:
         filename = f"<grader {key[:8]}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
-            code = compile(source, filename, "exec")
+            code = compile(source, filename, "exec", dont_inherit=True)  # no __future__ flags leak from this module
         except (SyntaxError, ValueError) as exc:
             return PYTHON_RUNTIME, f"the grader source does not compile: {exc}"
         mod = types.ModuleType(name)

@@ -25,6 +25,7 @@ class ReplayProvider:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._recordings, self._sha256 = load_recordings(self.path)
+        self._models = {model for model, _, _ in self._recordings if model is not None}
 
     def __repr__(self) -> str:
         return f"ReplayProvider(path={str(self.path)!r}, recordings={len(self._recordings)})"
@@ -43,6 +44,9 @@ class ReplayProvider:
         rec = self._recordings.get((request.model, request.item_id, request.epoch))
         if rec is None:
             rec = self._recordings.get((None, request.item_id, request.epoch))
+        if rec is None and request.model.startswith("replay:") and len(self._models) == 1:
+            # `--model base=replay:FILE` names no model of its own: a file recorded for one model answers it
+            rec = self._recordings.get((next(iter(self._models)), request.item_id, request.epoch))
         if rec is None:
             raise ProviderError(
                 "missing",
