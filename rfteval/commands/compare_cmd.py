@@ -100,7 +100,8 @@ def compare(
     if html is not None:
         from rfteval.report.html import write_html
 
-        _write(html, lambda p: write_html(result, p, max(top, 50)))
+        sections = _readiness_sections(result, dataset)
+        _write(html, lambda p: write_html(result, p, max(top, 50), sections))
 
     if fmt == "json":
         # indented for people; past 1,000 items compact (json's C encoder: 10x faster on 10^5 items)
@@ -117,6 +118,29 @@ def compare(
 
         from rfteval.report.terminal import print_compare
 
-        print_compare(result, Console(), top)
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
+        print_compare(result, console, top)
     if not result.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+def _readiness_sections(result: object, dataset: Optional[Path]) -> list[tuple[str, str]]:
+    """The baseline's RFT-readiness section of the HTML report, when its records have 2+ epochs per item."""
+    from rfteval.errors import InputError
+    from rfteval.readiness import assess
+    from rfteval.records import read_records
+    from rfteval.report.readiness_render import readiness_html
+
+    side = result.baseline  # type: ignore[attr-defined]
+    try:
+        df = read_records(side["path"])
+        if "model_label" in df and df["model_label"].nunique() > 1:
+            df = df[df["model_label"] == side["label"]]
+        report = assess(df, dataset=dataset)
+    except (InputError, ValueError, KeyError):
+        return []
+    if report.samples_min < 2:
+        return []
+    return [(f"RFT readiness of the baseline ({side['label']})", readiness_html(report))]

@@ -182,6 +182,7 @@ def readiness(
     max_flip_rate: float = typer.Option(0.05, help="Re-graded share that changed above which: not ready."),
     max_grade_errors: float = typer.Option(0.2, help="Grader error share above which: risky."),
     max_generate_errors: float = typer.Option(0.2, help="Generation error share above which: risky."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
 ) -> None:
     from rich.console import Console
 
@@ -221,6 +222,11 @@ def readiness(
     except ValueError as exc:
         raise InputError(str(exc), files[0]) from None
     written = write_advantages(files, chosen) if write_adv else []
+    if html is not None:
+        from rfteval.report.html import write_page
+        from rfteval.report.readiness_render import readiness_html
+
+        write_page(html, f"rfteval readiness: {run}", readiness_html(report))
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -275,6 +281,7 @@ def probe_grader(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Probe only the first N items."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random-text probes."),
     python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the probe table as one self-contained HTML page."),
 ) -> None:
     from rich.console import Console
 
@@ -289,6 +296,11 @@ def probe_grader(
     template = load_reference_template(reference_template) if reference_template is not None else None
     report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
                         options=_options(python_workers))
+    if html is not None:
+        from rfteval.report.html import write_page
+        from rfteval.report.readiness_render import probes_html
+
+        write_page(html, f"rfteval probe-grader: {grader}", probes_html(report))
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

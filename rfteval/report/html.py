@@ -7,6 +7,8 @@ and the per-item plot shows at most MAX_FOREST items, evenly spaced by rank.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import math
 from html import escape
 from pathlib import Path
@@ -242,7 +244,28 @@ def _items_html(result: CompareResult, top: int) -> str:
             f"<th>interval (epochs)</th><th>errors b/c</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
-def render_html(result: CompareResult, top: int = 50) -> str:
+def page_html(title: str, body: str) -> str:
+    """One self-contained page (no script, no network) around report fragments."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title><style>{CSS}</style></head>
+<body>
+<h1>{escape(title)}</h1>
+{body}
+</body></html>
+"""
+
+
+def write_page(path: str | Path, title: str, body: str) -> None:
+    """Atomic: the file is whole or absent."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(page_html(title, body), encoding="utf-8")
+    tmp.replace(path)
+
+
+def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[str, str]] = ()) -> str:
+    """The compare report; `sections` are (heading, HTML fragment) pairs added after the plots (readiness)."""
     b, c, d = result.baseline, result.candidate, result.delta
     title = f"rfteval compare: {b['label']} → {c['label']}"
     gate = result.gate
@@ -271,12 +294,8 @@ def render_html(result: CompareResult, top: int = 50) -> str:
             facts.append(f"only in the {role}, left out: {escape(', '.join(ids[:20]))}{more}")
     facts += [f"note: {escape(n)}" for n in result.notes]
     n_items = len(result.items)
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{escape(title)}</title><style>{CSS}</style></head>
-<body>
-<h1>{escape(title)}</h1>
-<div class="muted">{escape(str(b.get('path', '')))} → {escape(str(c.get('path', '')))}</div>
+    extra = "".join(f"<h2>{escape(heading)}</h2>\n{fragment}\n" for heading, fragment in sections)
+    return page_html(title, f"""<div class="muted">{escape(str(b.get('path', '')))} → {escape(str(c.get('path', '')))}</div>
 {gate_html}
 <h2>Summary</h2>
 {_summary_html(result)}
@@ -289,15 +308,14 @@ diagonal the candidate did better. Coincident items merge into larger dots (hove
 (clipped to the score range); the shaded band is the overall delta's {int(result.options.level * 100)}%
 interval, the dashed line its mean.{f' Showing {MAX_FOREST} of {n_items} items, evenly spaced by rank.'
  if n_items > MAX_FOREST else ''}</figcaption></figure>
-<h2>Per item, lowest delta first ({min(top, n_items)} of {n_items})</h2>
-{_items_html(result, top)}
-</body></html>
-"""
+{extra}<h2>Per item, lowest delta first ({min(top, n_items)} of {n_items})</h2>
+{_items_html(result, top)}""")
 
 
-def write_html(result: CompareResult, path: str | Path, top: int = 50) -> None:
+def write_html(result: CompareResult, path: str | Path, top: int = 50,
+               sections: Sequence[tuple[str, str]] = ()) -> None:
     """Atomic: the file is whole or absent."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(result, top), encoding="utf-8")
+    tmp.write_text(render_html(result, top, sections), encoding="utf-8")
     tmp.replace(path)

@@ -190,6 +190,12 @@ COMPARE_MAX_RECORDS = 200_000  # above this, the delta table comes from summary.
 
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
     console.print(models_table(result.summary))
+    for model, u in (result.summary.get("judge") or {}).items():
+        cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
+        console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "
+                      f"{u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
+                      f"{u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)}){cost} "
+                      "(this invocation)", highlight=False)
     if result.summary["deltas"]:
         parts: list[Any] = []
         if result.summary["cells"] <= COMPARE_MAX_RECORDS:
