@@ -44,3 +44,45 @@ def test_missing_dataset(tmp_path):
     p.write_text(p.read_text().replace("chipstack/items.jsonl", "nope/items.jsonl"))
     res = runner.invoke(app, ["validate", "spec", str(p)])
     assert res.exit_code == 2 and "no such file" in res.output
+
+
+def _judge_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    import json
+
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-1", "range": [0, 1],
+                                  "input": [{"role": "user", "content": "{{ item.id }}: {{ sample.output_text }}"}]}))
+    dataset = tmp_path / "items.jsonl"
+    dataset.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": "x"}]}) + "\n"
+                               for i in range(4)))
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text("".join(json.dumps({"item_id": f"q{i}", "output_text": f"answer {i}"}) + "\n"
+                               for i in range(4)))
+    return grader, dataset, outputs
+
+
+def test_validate_grader_repeat_flags_a_random_judge(tmp_path, fake_openai, monkeypatch):
+    """Through the CLI and the real openai client: a judge answering at random is flagged (exit 1), a
+    consistent one is not (exit 0); every repeat is a real call."""
+    import json
+    import random
+
+    grader, dataset, outputs = _judge_files(tmp_path)
+    monkeypatch.setenv("JUDGE_KEY", "sk-test")
+    args = ["validate", "grader", str(grader), "--dataset", str(dataset), "--outputs", str(outputs), "--repeat", "3",
+            "--judge-base-url", fake_openai.base_url, "--judge-api-key-env", "JUDGE_KEY"]
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": 0.8})
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert len(fake_openai.requests) == 4 * 3
+    rng = random.Random(7)
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": rng.random()})
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert "flag" in res.output.lower()
+
+
+def test_validate_grader_repeat_needs_outputs(tmp_path):
+    grader, dataset, _ = _judge_files(tmp_path)
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--repeat", "3"])
+    assert res.exit_code == 2 and "--repeat" in res.output
