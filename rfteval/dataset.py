@@ -110,8 +110,13 @@ def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
     return None
 
 
-def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[InputError] | None = None) -> Iterator[Item]:
-    """Stream items. Raises the first InputError unless skip_invalid, which appends it to `skipped`."""
+def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[InputError] | None = None,
+               check_duplicates: bool = True) -> Iterator[Item]:
+    """Stream items. Raises the first InputError unless skip_invalid, which appends it to `skipped`.
+
+    `check_duplicates=False` skips the duplicate-id bookkeeping (a dict of every id), for a pass over a dataset
+    whose ids were already checked: it then holds one item at a time.
+    """
     path = Path(path)
     seen: dict[str, int] = {}
     for lineno, row in iter_jsonl(path):
@@ -119,7 +124,7 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
         item_id = None
         if err is None:
             item_id = str(row["id"]) if row.get("id") is not None else str(lineno)
-            if item_id in seen:
+            if check_duplicates and item_id in seen:
                 err = InputError(f"duplicate id {item_id!r} (first on line {seen[item_id]})", path, lineno, "id")
         if err is not None:
             if not skip_invalid:
@@ -127,7 +132,8 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
             if skipped is not None:
                 skipped.append(err)
             continue
-        seen[item_id] = lineno
+        if check_duplicates:
+            seen[item_id] = lineno
         yield Item(item_id, lineno, row)
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rfteval.dataset import Item, iter_items, iter_jsonl, validate_row
+from rfteval.dataset import Item, iter_items
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
@@ -122,14 +122,8 @@ class _Context:
 
 
 def stream_items(dataset: str | Path) -> Iterator[Item]:
-    """The items of a dataset that count_items has validated, without iter_items' duplicate-id bookkeeping
-    (a dict of every id), so a pass over 10^5 items holds one item at a time."""
-    path = Path(dataset)
-    for lineno, row in iter_jsonl(path):
-        err = row if isinstance(row, InputError) else validate_row(row, path, lineno)
-        if err is not None:
-            raise err
-        yield Item(str(row["id"]) if row.get("id") is not None else str(lineno), lineno, row)
+    """The items of a dataset, one at a time (ids are checked once, by count_items)."""
+    return iter_items(dataset, check_duplicates=False)
 
 
 def count_items(dataset: str | Path) -> int:
