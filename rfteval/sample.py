@@ -3,20 +3,41 @@
 from __future__ import annotations
 
 import json
+import json.scanner
 from typing import Any
 
 Sample = dict[str, Any]
 
+# json.loads's own C scanner without its Python wrapper (two regex matches and three calls per text)
+_scan = json.scanner.make_scanner(json.JSONDecoder())
+_KEYS = ("output_text", "output_json", "output_tools", "choices")
+_CHOICE_KEYS = ("index", "finish_reason", "message")
+_MESSAGE_KEYS = ("role", "content")
+_TOOL_MESSAGE_KEYS = ("role", "content", "tool_calls")
+
 
 def parse_output_json(output_text: str) -> Any:
-    """The output parsed as JSON when it is a JSON object or array, else None."""
+    """The output parsed as JSON when it is a JSON object or array, else None.
+
+    Exactly json.loads on the stripped text: it starts with { or [ (no BOM, no leading whitespace) and ends
+    with a non-space, so json.loads's trailing-whitespace rule reduces to "the value ends the text".
+    """
     text = output_text.strip()
     if not text or text[0] not in "{[":
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        value, end = _scan(text, 0)
+    except (ValueError, StopIteration):
         return None
+    return value if end == len(text) else None
+
+
+class ParsedSample(dict):  # type: ignore[type-arg]
+    """A sample whose output_json make_sample parsed from its own text. `_origin` keeps (text, parse) so the
+    python pool can tell, by identity, that output_json is still that parse and send the text alone."""
+
+    __slots__ = ("_origin",)
+    _origin: tuple[str, Any]
 
 
 def make_sample(
@@ -28,11 +49,60 @@ def make_sample(
     """Build the grader-facing sample; `choices` defaults to one Chat Completions choice."""
     text = output_text or ""
     tools = output_tools or []
-    if output_json is ...:
+    parsed_here = output_json is ...
+    if parsed_here:
         output_json = parse_output_json(text)
     if choices is None:
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if tools:
             message["tool_calls"] = tools
         choices = [{"index": 0, "finish_reason": "tool_calls" if tools else "stop", "message": message}]
+    if parsed_here and output_json is not None:
+        sample = ParsedSample(output_text=text, output_json=output_json, output_tools=tools, choices=choices)
+        sample._origin = (text, output_json)
+        return sample
     return {"output_text": text, "output_json": output_json, "output_tools": tools, "choices": choices}
+
+
+def rebuild_args(sample: Any) -> tuple[str, list[Any] | None, bool] | None:
+    """(text, tools, parse) such that make_sample(text, tools, output_json=<the text's parse if `parse`, else
+    None>) builds this very sample: same keys in the same order, same types, the same objects shared. None when
+    it would not (fields replaced or added, caller-supplied choices or output_json, subclasses): such a sample
+    must travel whole. Checked field by field, cheaply (the python pool calls it on every sample it sends).
+
+    Not detectable at this cost: edits made in place inside a parsed output_json after make_sample built it;
+    replace the field (or build a new sample) instead.
+    """
+    kind = type(sample)
+    if kind is not dict and kind is not ParsedSample:
+        return None
+    if tuple(sample) != _KEYS:
+        return None
+    text, output_json, tools, choices = sample.values()
+    if type(text) is not str or type(tools) is not list or type(choices) is not list or len(choices) != 1:
+        return None
+    if output_json is None:
+        parse = False
+    elif kind is ParsedSample and sample._origin[0] is text and sample._origin[1] is output_json:
+        parse = True
+    else:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or tuple(choice) != _CHOICE_KEYS:
+        return None
+    index, reason, message = choice.values()
+    if type(index) is not int or index != 0 or type(reason) is not str or type(message) is not dict:
+        return None
+    if tools:
+        if reason != "tool_calls" or tuple(message) != _TOOL_MESSAGE_KEYS:
+            return None
+        role, content, calls = message.values()
+        if calls is not tools:
+            return None
+    else:
+        if reason != "stop" or tuple(message) != _MESSAGE_KEYS:
+            return None
+        role, content = message.values()
+    if content is not text or type(role) is not str or role != "assistant":
+        return None
+    return text, tools or None, parse

@@ -9,16 +9,21 @@ import os
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rfteval.graders import _worker
 from rfteval.graders.base import (
     PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeError, checked_score,
 )
 from rfteval.graders.sandbox import (
-    ITEM_CACHE_BYTES, STDOUT_CAP, WorkerPool, _Failure, _Settings, _Worker, decode_reply, encode, worker_env,
+    ITEM_CACHE_BYTES, RESEND, STDOUT_CAP, WorkerPool, _Failure, _Settings, _Worker, compact_sample, decode_reply,
+    encode, encode_whole, worker_env,
 )
+from rfteval.sample import make_sample, parse_output_json
 
 TIMEOUT_S = 2.0
 
@@ -430,3 +435,210 @@ def test_encode_sends_plain_data_only() -> None:
     decoded = marshal.loads(encode(Sub(a=Sub(b=1), c={2, 3})))
     assert decoded == {"a": {"b": 1}, "c": [2, 3]} and type(decoded) is dict and type(decoded["a"]) is dict
     assert marshal.loads(encode([object])) == [str(object)]  # what marshal refuses arrives as text
+
+
+# ---------------------------------------------------------------- samples sent as their text
+
+# Prints everything a grader can observe of its sample: exact types, key order, values, and which containers
+# and strings are one shared object (make_sample shares the text with the message, the tools with tool_calls).
+FINGERPRINT = r'''
+def shape(x, ids):
+    kind = type(x).__name__
+    if type(x) in (dict, list, tuple) or (type(x) is str and len(x) > 1):
+        new = len(ids)
+        if ids.setdefault(id(x), new) != new:
+            return f"@{ids[id(x)]}"
+    if type(x) is dict:
+        return "{" + ", ".join(f"{k!r}: {shape(v, ids)}" for k, v in x.items()) + "}"
+    if type(x) in (list, tuple):
+        return kind + "[" + ", ".join(shape(v, ids) for v in x) + "]"
+    return f"{kind}:{x!r}"
+
+def grade(sample, item):
+    print(shape(sample, {}))
+    return 1.0
+'''
+
+
+def observed(sample: dict) -> str:
+    """What FINGERPRINT prints for a sample sent whole: a marshal round trip, as the pool always did."""
+    namespace: dict = {}
+    exec(FINGERPRINT, namespace)
+    return namespace["shape"](marshal.loads(encode_whole(sample)), {}) + "\n"
+
+
+TEXTS = [
+    '{"predicted": [{"name": "clk", "value": "1\'b0"}, {"name": "clk", "value": "1\'b0"}]}',
+    '  [1, 2.5, true, null, "x", {"a": {}}]\n',  # padded: output_text keeps the padding, the parse ignores it
+    "plain words",
+    "",
+    "{not json",
+    '{"a": 1} trailing',
+    '{"big": 1e400, "u": "\\u00e9\\ud83d\\ude00", "n": -0}',
+]
+TOOLS = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]
+
+
+def compact_pairs() -> list[tuple[dict, dict]]:
+    samples = [make_sample(t) for t in TEXTS] + [make_sample(t, [dict(TOOLS[0])]) for t in TEXTS[:3]]
+    samples.append(make_sample('{"a": 1}', output_json=None))  # parses, but the caller says no JSON
+    samples.append(make_sample(None, []))
+    return [(s, {"id": n}) for n, s in enumerate(samples)]
+
+
+def test_samples_make_sample_built_are_sent_as_their_text() -> None:
+    kinds = [type(compact_sample(s)) for s, _ in compact_pairs()]
+    assert kinds == [str, str, tuple, tuple, tuple, tuple, str] + [tuple] * 3 + [tuple] * 2
+    assert compact_sample(make_sample('{"a": 1}')) == '{"a": 1}'
+    assert compact_sample(make_sample("hi")) == ("hi", None, False)
+    text, tools, parse = compact_sample(make_sample("[1]", TOOLS))
+    assert (text, marshal.loads(tools), parse) == ("[1]", TOOLS, True)
+
+
+def test_a_sample_sent_as_text_grades_as_if_sent_whole(pool1: WorkerPool) -> None:
+    pairs = compact_pairs()
+    results = pool1.grade(FINGERPRINT, pairs)
+    assert [r.error for r in results] == [None] * len(pairs)
+    assert [r.stdout for r in results] == [observed(s) for s, _ in pairs]
+    whole = pool1._grade(pool1._key(FINGERPRINT), FINGERPRINT, pairs, whole=True)
+    assert [r.stdout for r in whole] == [r.stdout for r in results]
+    first = results[0].stdout
+    assert first.startswith("{'output_text': str:") and "'choices': list[{'index': int:0" in first
+    assert "'content': @1}" in first  # the text and the message content are one object, as make_sample built
+    tools = results[len(TEXTS)].stdout
+    assert "'tool_calls': @" in tools and "'finish_reason': str:'tool_calls'" in tools
+
+
+def changed_samples() -> list[tuple[str, dict]]:
+    """Samples make_sample built, then changed: each must travel whole."""
+    def changed(text: str, edit: Any, tools: list | None = None) -> dict:
+        sample = make_sample(text, tools)
+        edit(sample)
+        return sample
+
+    def reorder(s: dict) -> None:
+        s["output_json"] = s.pop("output_json")
+
+    def message(s: dict) -> dict:
+        return s["choices"][0]["message"]
+
+    return [
+        ("output_json replaced", changed('{"a": 1}', lambda s: s.update(output_json={"a": 2}))),
+        ("output_json set on plain text", changed("x", lambda s: s.update(output_json={"a": 2}))),
+        ("output_text replaced", changed('{"a": 1}', lambda s: s.update(output_text='{"a": 3}'))),
+        ("key added", changed('{"a": 1}', lambda s: s.update(extra=1))),
+        ("keys reordered", changed('{"a": 1}', reorder)),
+        ("content edited", changed("x", lambda s: message(s).update(content="y"))),
+        ("content an equal copy", changed("xy", lambda s: message(s).update(content="".join(["x", "y"])))),
+        ("role edited", changed("x", lambda s: message(s).update(role="user"))),
+        ("index a bool", changed("x", lambda s: s["choices"][0].update(index=False))),
+        ("finish_reason edited", changed("x", lambda s: s["choices"][0].update(finish_reason="length"))),
+        ("second choice", changed("x", lambda s: s["choices"].append(dict(s["choices"][0])))),
+        ("tools replaced", changed("x", lambda s: s.update(output_tools=list(TOOLS)), TOOLS)),
+        ("tool_calls edited", changed("x", lambda s: message(s).update(tool_calls=[]), TOOLS)),
+        ("tools on a tool-less sample", changed("x", lambda s: s.update(output_tools=list(TOOLS)))),
+        ("caller's choices", ("", make_sample("x", choices=[{"index": 0, "message": {"content": "x"}}]))[1]),
+        ("caller's output_json", make_sample('{"a": 1}', output_json={"a": 1})),
+        ("a plain copy of a JSON sample", dict(make_sample('{"a": 1}'))),
+    ]
+
+
+@pytest.mark.parametrize("what, sample", changed_samples(), ids=[w for w, _ in changed_samples()])
+def test_a_changed_sample_is_sent_whole_and_graded_as_changed(pool1: WorkerPool, what: str, sample: dict) -> None:
+    assert type(compact_sample(sample)) is bytes
+    (result,) = pool1.grade(FINGERPRINT, [(sample, {})])
+    assert result.error is None and result.stdout == observed(sample)
+
+
+def test_copies_of_a_sample_keep_its_text_path() -> None:
+    import copy
+    import pickle
+
+    sample = make_sample('{"a": [1, 2]}', TOOLS)
+    for twin in (copy.copy(sample), copy.deepcopy(sample), pickle.loads(pickle.dumps(sample))):
+        assert twin == sample and compact_sample(twin)[0] == '{"a": [1, 2]}'
+
+
+def test_a_sample_the_worker_cannot_rebuild_is_sent_again_whole() -> None:
+    source = ("import sys\n"
+              "sys.modules['__main__'].SAMPLE['parse'] = lambda text: None  # the worker's parse now fails\n"
+              "def grade(sample, item):\n"
+              "    return float(sum(sample['output_json']['a']))\n")
+    pairs = [(make_sample(json.dumps({"a": [n, 1]})), {}) for n in range(5)] + [(make_sample("x"), {})]
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S) as pool:
+        results = pool.grade(source, pairs)
+    assert [r.score for r in results[:5]] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert all(r.error is None for r in results[:5])
+    assert results[5].error.type == PYTHON_RUNTIME and "TypeError" in results[5].error.message  # None['a']
+
+
+def test_a_number_over_the_workers_digit_limit_is_sent_whole() -> None:
+    import sys
+
+    text = '{"n": 1' + "0" * 5000 + "}"  # over Python's default limit for int("...")
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        sample = make_sample(text)
+    finally:
+        sys.set_int_max_str_digits(old)
+    assert sample["output_json"] is not None and compact_sample(sample) == text
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S) as pool:
+        (result,) = pool.grade("def grade(sample, item):\n    return float(sample['output_json']['n'].bit_length())\n",
+                               [(sample, {})])
+    assert result.error is None and result.score == float((10 ** 5000).bit_length())
+
+
+@pytest.mark.parametrize("sent, expected", [
+    ("[1]", make_sample("[1]")),
+    (("x", None, False), make_sample("x")),
+    (("[1]", None, False), make_sample("[1]", output_json=None)),
+    (("{}", marshal.dumps(TOOLS), True), make_sample("{}", TOOLS)),
+])
+def test_the_worker_rebuilds_plain_dicts(sent: object, expected: dict) -> None:
+    rebuilt = _worker.rebuild(sent)
+    assert rebuilt == expected and type(rebuilt) is dict
+    assert rebuilt["choices"][0]["message"]["content"] is rebuilt["output_text"]
+    if rebuilt["output_tools"]:
+        assert rebuilt["choices"][0]["message"]["tool_calls"] is rebuilt["output_tools"]
+
+
+def test_the_worker_refuses_a_text_that_does_not_parse_there() -> None:
+    with pytest.raises(ValueError):
+        _worker.rebuild("{not json")
+    assert _worker.undecodable(ValueError("x"), whole=False)[0] == RESEND
+    assert _worker.undecodable(MemoryError(), whole=True)[0] == PYTHON_MEMORY
+    assert _worker.RESEND == RESEND and _worker.PYTHON_SERVER == PYTHON_SERVER
+
+
+def reference_parse(output_text: str) -> object:
+    """parse_output_json as it was written first: json.loads on the stripped text."""
+    text = output_text.strip()
+    if not text or text[0] not in "{[":
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+    max_leaves=8)
+noise = st.sampled_from(["", " ", "\n\t", "\u00a0", "\ufeff", "x", "}", "]", ",", "{", "[", "\r\n", "\x1c", "1"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=json_values, before=noise, after=noise, cut=st.integers(0, 3), indent=st.sampled_from([None, 2]))
+def test_parse_output_json_is_json_loads_on_the_stripped_text(value: object, before: str, after: str, cut: int,
+                                                              indent: int | None) -> None:
+    text = before + json.dumps(value, indent=indent, ensure_ascii=bool(cut % 2)) + after
+    for candidate in (text, text[:-cut] if cut else text, "NaN" + text, text.replace("1", "Infinity", 1)):
+        assert repr(parse_output_json(candidate)) == repr(reference_parse(candidate))
+
+
+def test_parse_output_json_on_tricky_texts() -> None:
+    for text in ['{"a": NaN}', "[1e400]", '{"a": 1, "a": 2}', '["\\ud800"]', "[" * 50 + "]" * 50, '{"a": 1}\x00',
+                 "\ufeff{}", "{}\ufeff", "  {}\u2028", '{"a": 1} {"b": 2}', "[1,]", "{'a': 1}", "[0" + "0" * 10 + "]"]:
+        assert repr(parse_output_json(text)) == repr(reference_parse(text)), text

@@ -31,6 +31,8 @@ from typing import Any
 PYTHON_RUNTIME = "python_grader_runtime_error"
 PYTHON_TIMEOUT = "python_grader_timeout_error"
 PYTHON_MEMORY = "python_grader_memory_error"
+PYTHON_SERVER = "python_grader_server_error"
+RESEND = "rfteval_resend_whole"  # as in sandbox.py: a sample sent compact that could not be rebuilt here
 
 IDLE, LOADING = -1, -2  # progress index values besides "in call k"
 PROGRESS = struct.Struct("<qq")  # (sequence number bumped at every call, index of the call or IDLE/LOADING)
@@ -427,11 +429,23 @@ class Worker:
         flushed = monotonic()
         self.arm()
         seq, out_fd, region_end = self.seq, self.out_fd, self.cap
+        parse, make = sample_functions()
         for i in range(n):
             ref = refs[i]
             entry = items[ref] if ref >= 0 else None
             item = entry[1] if entry is not None else loads(new[-ref - 1][1])
-            sample = loads(samples[i])  # one sample at a time: the collector only ever sees one
+            sent = samples[i]  # decoded one at a time: the collector only ever sees one sample
+            try:
+                if type(sent) is bytes:  # the whole sample
+                    sample = loads(sent)
+                elif type(sent) is str and (parsed := parse(sent)) is not None:  # text of a JSON output
+                    sample = make(sent, None, None, parsed)
+                else:
+                    sample = rebuild(sent)
+            except BaseException as exc:  # noqa: BLE001
+                errors[str(i)] = undecodable(exc, type(sent) is bytes)
+                scores.append(0.0)
+                continue
             seq += 1
             pack(progress, 0, seq, i)
             sys.stdout = sys.stderr = capture
@@ -477,6 +491,46 @@ class Worker:
         reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": True})
 
 
+SAMPLE: dict[str, Callable[..., Any]] = {}
+
+
+def sample_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """rfteval.sample's parse_output_json and make_sample: the pool's process built the samples with them."""
+    if not SAMPLE:
+        from rfteval.sample import make_sample, parse_output_json  # noqa: PLC0415  (json and typing only)
+
+        SAMPLE.update(parse=parse_output_json, make=make_sample)
+    return SAMPLE["parse"], SAMPLE["make"]
+
+
+def rebuild(sent: str | tuple[str, bytes | None, bool]) -> dict[str, Any]:
+    """The sample the pool sent as (text, tools, whether output_json is the text's parse), built by the same
+    make_sample the pool's process built it with. Raises when the parse fails here though it succeeded there
+    (a limit set differently, say): the pool then sends the sample whole."""
+    if type(sent) is str:
+        text, tools_blob, parse = sent, None, True
+    else:
+        text, tools_blob, parse = sent
+    tools = marshal.loads(tools_blob) if tools_blob is not None else None
+    parse_output_json, make_sample = sample_functions()
+    if not parse:
+        return make_sample(text, tools, None, None)
+    parsed = parse_output_json(text)
+    if parsed is None:
+        raise ValueError("the output did not parse as JSON here")
+    return make_sample(text, tools, None, parsed)
+
+
+def undecodable(exc: BaseException, whole: bool) -> Err:
+    """The error for a sample this process could not decode: sent compact, the pool sends it again whole;
+    sent whole, it is that sample's error."""
+    if not whole:
+        return RESEND, f"{type(exc).__name__}: {clean(str(exc))[:200]}"
+    if isinstance(exc, MemoryError):
+        return PYTHON_MEMORY, f"the sample does not fit in the grader process's memory limit ({LIMITS['memory']})"
+    return PYTHON_SERVER, f"the grader process could not decode the sample ({type(exc).__name__})"
+
+
 def setup(config: dict[str, Any]) -> tuple[int, int, int, dict[str, Any]]:
     """Private protocol fds, fds 0-2 away from the terminal, limits and isolation; returns the fds and facts."""
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
@@ -516,6 +570,7 @@ def main(argv: list[str]) -> int:
     progress = mmap.mmap(config["progress_fd"], PROGRESS.size)
     os.close(config["progress_fd"])  # the mapping stays; processes the grader starts do not inherit it
     worker = Worker(float(config["timeout_s"]), int(config["stdout_cap"]), out_fd, progress)
+    sample_functions()  # before any grader source runs
     gc.freeze()
     send(reply_fd, json.dumps({"ready": True, **facts}).encode())
 

@@ -41,6 +41,7 @@ from typing import Any
 from rfteval.graders.base import (
     PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeError, GradeResult, Pair,
 )
+from rfteval.sample import ParsedSample, rebuild_args
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STDOUT_CAP = 64 * 1024
@@ -50,6 +51,7 @@ PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
 ITEM_CACHE_ITEMS = 4096  # per worker
 ITEM_CACHE_BYTES = 8 << 20  # per worker, as sent; decoded twice there (~20x this in objects, within its limit)
 IDLE, LOADING = -1, -2  # as in _worker.py
+RESEND = "rfteval_resend_whole"  # as in _worker.py: a compact sample the worker could not rebuild
 PROGRESS = struct.Struct("<qq")
 HEADER = struct.Struct("<Q")
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -104,6 +106,28 @@ def encode(value: Any) -> bytes:
         return marshal.dumps(plain(value))
 
 
+def encode_whole(sample: Any) -> bytes:
+    """A sample as one marshal blob, decoded in the worker on its own (the collector sees one at a time)."""
+    return encode(dict(sample) if type(sample) is ParsedSample else sample)  # a ParsedSample is a plain dict inside
+
+
+def compact_sample(sample: Any) -> bytes | str | tuple[str, bytes | None, bool]:
+    """What the worker needs to have this sample: its text alone when make_sample would rebuild it from that
+    (the worker runs the same make_sample, JSON parsing included: in parallel, and no parsed dict to marshal
+    here); (text, tools as marshal, whether output_json is the text's parse) when it has tools or no JSON;
+    else the whole sample as a marshal blob (bytes)."""
+    args = rebuild_args(sample)
+    if args is None:
+        return encode_whole(sample)
+    text, tools, parse = args
+    if tools is None:
+        return text if parse else (text, None, False)
+    try:
+        return text, marshal.dumps(tools), parse  # a blob of its own: samples share nothing in the worker
+    except ValueError:
+        return encode_whole(sample)
+
+
 def source_key(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -138,7 +162,7 @@ def decode_reply(data: bytes, start: int, n: int) -> tuple[list[GradeResult], bo
             raise ValueError("bad score")
         results = [GradeResult(s) for s in scores]
         for key, (etype, message) in obj["errors"].items():
-            etype = etype if etype in ERROR_TYPES else PYTHON_RUNTIME
+            etype = etype if etype in ERROR_TYPES or etype == RESEND else PYTHON_RUNTIME
             results[int(key) - start] = GradeResult.failed(etype, str(message))
         for key, text in obj["stdout"].items():
             results[int(key) - start].stdout = str(text)[: STDOUT_CAP + 100]
@@ -282,12 +306,13 @@ class _Worker:
 
     # -- one batch
 
-    def send_request(self, key: str, source: str, pairs: Sequence[Pair], message: bytes | None = None) -> None:
+    def send_request(self, key: str, source: str, pairs: Sequence[Pair], message: bytes | None = None,
+                     whole: bool = False) -> None:
         """Start the worker if needed and send it a batch (`message`: encoded earlier for this generation)."""
         if self.proc is None:
             self.start()
         if message is None:
-            message = self.encode(key, source, pairs)
+            message = self.encode(key, source, pairs, whole)
         if self.buffer:  # bytes nobody asked for: the grader wrote to the reply pipe
             self.stop()
             raise _Failure(None, PYTHON_SERVER, "the grader process wrote outside its replies")
@@ -317,15 +342,13 @@ class _Worker:
             raise
         return results
 
-    def encode(self, key: str, source: str, pairs: Sequence[Pair]) -> bytes:
-        """The request: samples every time, one blob each (the worker decodes one sample at a time); each
-        distinct item once, then by cache slot while it stays cached. Written for speed: it is most of this
-        process's share of the work."""
+    def encode(self, key: str, source: str, pairs: Sequence[Pair], whole: bool = False) -> bytes:
+        """The request: each distinct item once, then by cache slot while it stays cached; samples every time,
+        as compact_sample() puts them (or all whole). Written for speed: it is most of this process's share
+        of the work."""
         dumps = marshal.dumps
-        try:
-            samples = [dumps(sample) for sample, _ in pairs]
-        except ValueError:
-            samples = [encode(sample) for sample, _ in pairs]
+        pack = encode_whole if whole else compact_sample
+        samples = [pack(sample) for sample, _ in pairs]
         refs: list[int] = []
         new: list[tuple[int, bytes]] = []
         inline: dict[int, int] = {}
@@ -504,6 +527,7 @@ class _Task:
     pairs: list[Pair] | None
     future: Future[list[GradeResult]] = field(default_factory=Future)
     message: bytes | None = None  # encoded ahead, valid for `generation` of the worker that encoded it
+    whole: bool = False  # send every sample whole (a second try for samples the worker could not rebuild)
     generation: int = -1
     sent: bool = False
 
@@ -557,8 +581,20 @@ class WorkerPool:
         broken = self._broken.get(key)
         if broken is not None:
             return [GradeResult.failed(broken.type, broken.message) for _ in pairs]
+        results = self._grade(key, source, pairs, whole=False)
+        again = [i for i, r in enumerate(results) if r.error is not None and r.error.type == RESEND]
+        if again:  # sent as text, not rebuilt in the worker (a limit set differently there): send them whole
+            redone = self._grade(key, source, [pairs[i] for i in again], whole=True)
+            for i, result in zip(again, redone):
+                if result.error is not None and result.error.type == RESEND:  # never for a whole sample
+                    result = GradeResult.failed(PYTHON_SERVER, "the grader process refused the sample, sent whole")
+                results[i] = result
+        return results
+
+    def _grade(self, key: str, source: str, pairs: list[Pair], whole: bool) -> list[GradeResult]:
         size = max(1, min(self.batch_size, -(-len(pairs) // self.workers)))
-        futures = [self._submit(_Task(key, source, pairs[i:i + size])) for i in range(0, len(pairs), size)]
+        futures = [self._submit(_Task(key, source, pairs[i:i + size], whole=whole))
+                   for i in range(0, len(pairs), size)]
         results: list[GradeResult] = []
         try:
             for future in futures:
@@ -685,7 +721,7 @@ class WorkerPool:
             try:
                 if not (first and task.sent and task.generation == worker.generation):
                     message = task.message if first and task.generation == worker.generation else None
-                    worker.send_request(task.key, task.source, batch, message)
+                    worker.send_request(task.key, task.source, batch, message, task.whole)
                 task.message = None
                 first = False
                 on_last = None
@@ -693,7 +729,7 @@ class WorkerPool:
                     ahead = self._take_ahead()
                     if ahead is not None and ahead.pairs is not None:
                         ahead.generation = worker.generation
-                        ahead.message = worker.encode(ahead.key, ahead.source, ahead.pairs)  # while it grades
+                        ahead.message = worker.encode(ahead.key, ahead.source, ahead.pairs, ahead.whole)
                         nxt = ahead
 
                         def on_last() -> None:
