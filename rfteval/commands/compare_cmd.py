@@ -126,14 +126,23 @@ def compare(
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
+READINESS_MAX_RECORDS = 50_000
+
+
 def _readiness_sections(result: object, dataset: Optional[Path]) -> list[tuple[str, str]]:
     """The baseline's RFT-readiness section of the HTML report, when its records have 2+ epochs per item."""
+    from html import escape
+
     from rfteval.errors import InputError
     from rfteval.readiness import assess
     from rfteval.records import read_records
     from rfteval.report.readiness_render import readiness_html
 
     side = result.baseline  # type: ignore[attr-defined]
+    if side["records"] > READINESS_MAX_RECORDS:  # re-reading every output costs more than the whole compare
+        return [(f"RFT readiness of the baseline ({side['label']})",
+                 f"<p>Not computed here for {side['records']:,} records (more than {READINESS_MAX_RECORDS:,}): "
+                 f"run <code>rfteval readiness {escape(str(side['path']))} --html FILE</code>.</p>")]
     try:
         df = read_records(side["path"])
         if "model_label" in df and df["model_label"].nunique() > 1:
