@@ -187,24 +187,61 @@ def parallel_efficiency() -> float:
     return 2 * one / two
 
 
-def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = False) -> dict[str, Any]:
-    """In-process loop and pool, alternated so both see the same machine; best of `repeats` each."""
-    run = in_process(source)
-    loops, pools = [], []
-    for _ in range(repeats):
+def from_text(run: Callable[[list[Pair]], list[float]]) -> Callable[[list[Pair]], list[float]]:
+    """The loop on samples built from the output text inside it, one at a time (make_sample, JSON parse
+    included), as a runner grading in-process would; the headline loop gets them pre-built."""
+    from rfteval.sample import make_sample
+
+    def wrapped(pairs: list[Pair]) -> list[float]:
+        texts = [(s["output_text"], s["output_tools"] or None, item) for s, item in pairs]  # untimed
         t0 = time.perf_counter()
-        scores = quiet_in_process(run)(pairs) if quiet else run(pairs)
+        scores = run((make_sample(text, tools), item) for text, tools, item in texts)  # type: ignore[arg-type]
+        wrapped.seconds = time.perf_counter() - t0  # type: ignore[attr-defined]
+        return scores
+
+    return wrapped
+
+
+def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = False) -> dict[str, Any]:
+    """In-process loops and pool, alternated so all see the same machine; best of `repeats` each."""
+    run = in_process(source)
+    if quiet:
+        run = quiet_in_process(run)
+    text_run = from_text(run)
+    loops, text_loops, pools, others = [], [], [], []
+    for _ in range(repeats):
+        busy0 = others_cpu()
+        t0 = time.perf_counter()
+        scores = run(pairs)
         loops.append(time.perf_counter() - t0)
+        assert text_run(pairs) == scores, "samples built from text score differently"
+        text_loops.append(text_run.seconds)  # type: ignore[attr-defined]
         pools.append(through_pool(source, pairs))
         assert pools[-1]["errors"] == 0 and pools[-1]["scores"] == scores, "pool and in-process scores differ"
+        busy1 = others_cpu()
+        others.append(busy1 - busy0 if busy0 is not None and busy1 is not None else None)
     loop_s = min(loops)
     best = min(pools, key=lambda p: p["warm_s"])
     cold_s = min(p["cold_s"] for p in pools)
-    return {"samples": len(pairs), "in_process_s": loop_s, "pool_warm_s": best["warm_s"], "pool_cold_s": cold_s,
+    return {"samples": len(pairs), "in_process_s": loop_s, "in_process_text_s": min(text_loops),
+            "pool_warm_s": best["warm_s"], "pool_cold_s": cold_s,
             "speedup_warm": loop_s / best["warm_s"], "speedup_cold": loop_s / cold_s, "workers": best["workers"],
-            "mean_score": statistics.fmean(scores), "in_process_all_s": loops,
-            "pool_warm_all_s": [p["warm_s"] for p in pools],
+            "speedup_warm_text": min(text_loops) / best["warm_s"],
+            "mean_score": statistics.fmean(scores), "in_process_all_s": loops, "in_process_text_all_s": text_loops,
+            "pool_warm_all_s": [p["warm_s"] for p in pools], "others_cpu_s": others,
             "pool_main_cpu_s": best["main_cpu_s"], "pool_workers_cpu_s": best["workers_cpu_s"]}
+
+
+def others_cpu() -> float | None:
+    """CPU seconds the whole machine has spent busy, minus this process's and its reaped children's: what
+    other sessions took while the bench ran (Linux; None elsewhere)."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(v) for v in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+    return busy - cpu(resource.RUSAGE_SELF) - cpu(resource.RUSAGE_CHILDREN)
 
 
 def quiet_in_process(run: Callable[[list[Pair]], list[float]]) -> Callable[[list[Pair]], list[float]]:
@@ -267,6 +304,14 @@ def main() -> dict[str, Any]:
     print(f"{'  in-process loop':<34}{c['in_process_s']:>10.3f}{1.0:>10.2f}")
     print(f"{'  pool, started':<34}{c['pool_warm_s']:>10.3f}{c['speedup_warm']:>10.2f}")
     print(f"{'  pool, from cold':<34}{c['pool_cold_s']:>10.3f}{c['speedup_cold']:>10.2f}")
+    print(f"{'  in-process loop, built from text':<34}{c['in_process_text_s']:>10.3f}"
+          f"{c['in_process_s'] / c['in_process_text_s']:>10.2f}   (pool, started: "
+          f"{c['speedup_warm_text']:.2f}x this loop)")
+    print(f"  every run, seconds: loop {spread(c['in_process_all_s'])}; pool {spread(c['pool_warm_all_s'])}; "
+          f"loop from text {spread(c['in_process_text_all_s'])}")
+    if all(o is not None for o in c["others_cpu_s"]):
+        print(f"  CPU seconds other processes took during each loop+pool run: "
+              f"{', '.join(f'{o:.2f}' for o in c['others_cpu_s'])}")
     print(f"{'throughput':<34}{'samples/s':>10}")
     for name, rate in rates.items():
         print(f"{'  ' + name:<34}{(f'{rate:,.0f}' if rate else 'n/a'):>10}")
@@ -277,6 +322,10 @@ def main() -> dict[str, Any]:
     verdict = "ok" if c["speedup_warm"] >= 1.0 else "SLOWER"
     print(f"pool vs in-process loop (ChipStack, started pool): {c['speedup_warm']:.2f}x  [{verdict}]")
     return figures
+
+
+def spread(values: list[float]) -> str:
+    return f"min {min(values):.3f} median {statistics.median(values):.3f} max {max(values):.3f}"
 
 
 def make_text(sample: dict[str, Any]) -> dict[str, Any]:

@@ -143,6 +143,22 @@ def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: Wor
             assert result.error is None and result.score == n / 2000, n
 
 
+@pytest.mark.parametrize("early", [True, False], ids=["queued while the one before runs", "sent on its end"])
+def test_a_batch_queued_behind_a_crash_is_graded_by_the_next_worker(monkeypatch: pytest.MonkeyPatch,
+                                                                   early: bool) -> None:
+    monkeypatch.setattr(_Worker, "fits_ahead", lambda self, payload: early)
+    sent: list[int] = []
+    send = _Worker.send
+    monkeypatch.setattr(_Worker, "send", lambda self, payload: (sent.append(len(payload)), send(self, payload))[1])
+    kinds = {1: "os_exit", 6: "killed", 9: "raise"}
+    pairs = [({"k": kinds.get(n, "ok")}, {"id": f"i{n}", "v": n / 16}) for n in range(16)]
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S, batch_size=4) as pool:
+        results = pool.grade(MISBEHAVING, pairs)
+    assert [r.error is not None for r in results] == [n in kinds for n in range(16)]
+    assert [r.score for r in results] == [0.0 if n in kinds else n / 16 for n in range(16)]
+    assert len(sent) >= 4 + 2  # every batch, and again the ones a crash lost
+
+
 def test_traceback_is_trimmed_to_the_graders_frames(pool1: WorkerPool) -> None:
     (result,) = pool1.grade(MISBEHAVING, [({"k": "raise"}, {"id": "x", "v": 0})])
     message = result.error.message

@@ -391,14 +391,17 @@ class Worker:
     # -- batches
 
     def install(self, new: list[tuple[int, bytes]]) -> None:
-        """Cache newly sent items: the bytes, a working copy handed to grade() and a pristine copy."""
+        """Cache newly sent items: the bytes, a working copy handed to grade() and a pristine copy to compare
+        it with, decoded at the first check (many items are never checked in a given worker)."""
         for slot, blob in new:
             if slot >= 0:
-                self.items[slot] = [blob, marshal.loads(blob), marshal.loads(blob)]
+                self.items[slot] = [blob, marshal.loads(blob), None]
 
     def restore_if_mutated(self, entry: list[Any]) -> bool:
         """Every call must see the item as sent (OpenAI hands each call fresh data): if grade() changed the
         shared copy, the next call gets a fresh one. True when it had been changed."""
+        if entry[2] is None:
+            entry[2] = marshal.loads(entry[0])
         try:
             same = entry[1] == entry[2]
         except Exception:  # noqa: BLE001  (the grader put something odd in it)

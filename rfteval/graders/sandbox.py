@@ -13,6 +13,7 @@ batch is graded again on a fresh worker.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import marshal
@@ -219,6 +220,7 @@ class _Worker:
         self.pid: int | None = None
         self.buffer = bytearray()
         self.generation = 0  # bumped whenever the worker's state (sources, items) is lost
+        self.request_pipe_bytes = 0  # the request pipe's capacity, as the kernel reports it
 
     # -- life cycle
 
@@ -247,6 +249,10 @@ class _Worker:
                 fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)  # type: ignore[union-attr]
             except OSError:
                 pass
+        try:
+            self.request_pipe_bytes = fcntl.fcntl(self.proc.stdin.fileno(), getattr(fcntl, "F_GETPIPE_SZ", 1032))  # type: ignore[union-attr]
+        except OSError:
+            self.request_pipe_bytes = 0
         try:
             ready = json.loads(self.receive(STARTUP_TIMEOUT_S, watch=False))
             if not ready.get("ready"):
@@ -401,6 +407,12 @@ class _Worker:
         self.next_slot += 1
         return self.next_slot - 1
 
+    def fits_ahead(self, payload: bytes) -> bool:
+        """Whether a request can go into the pipe while the worker still grades the one before: the worker
+        reads a whole request before grading it, so at most two are ever in the pipe, and if each fits in half
+        of it the write never blocks (a blocked write could wait on a worker that waits on us to read)."""
+        return HEADER.size + len(payload) <= self.request_pipe_bytes // 2
+
     def send(self, payload: bytes) -> None:
         assert self.proc is not None and self.proc.stdin is not None
         fd = self.proc.stdin.fileno()
@@ -516,6 +528,17 @@ def _stop_all(workers: list[_Worker], lock: threading.Lock) -> None:
         workers.clear()
     for w in todo:
         w.stop(graceful=True)
+
+
+def _send_ahead(worker: _Worker, task: _Task) -> None:
+    """Send a batch encoded ahead, unless the worker it was encoded for is gone (then it is encoded and sent
+    again when its turn comes)."""
+    if worker.generation == task.generation and worker.proc is not None and task.message is not None:
+        try:
+            worker.send(task.message)
+            task.sent = True
+        except OSError:
+            pass
 
 
 @dataclass(eq=False)
@@ -730,15 +753,10 @@ class WorkerPool:
                     if ahead is not None and ahead.pairs is not None:
                         ahead.generation = worker.generation
                         ahead.message = worker.encode(ahead.key, ahead.source, ahead.pairs, ahead.whole)
-                        nxt = ahead
-
-                        def on_last() -> None:
-                            if worker.generation == nxt.generation and worker.proc is not None:
-                                try:
-                                    worker.send(nxt.message)  # type: ignore[arg-type]
-                                    nxt.sent = True
-                                except OSError:
-                                    pass  # the worker is gone: found out, and the batch re-sent, when it runs
+                        if worker.fits_ahead(ahead.message):  # queued now: the worker goes on without us
+                            _send_ahead(worker, ahead)
+                        else:  # when this batch's last results are in
+                            on_last = functools.partial(_send_ahead, worker, ahead)
 
                 done = worker.collect(len(batch), on_last)
             except _StartError as exc:
