@@ -479,7 +479,7 @@ def grade(sample, item):
 def observed(sample: dict) -> str:
     """What FINGERPRINT prints for a sample sent whole: a marshal round trip, as the pool always did."""
     namespace: dict = {}
-    exec(FINGERPRINT, namespace)
+    exec(FINGERPRINT, namespace)  # noqa: S102  (our own source)
     return namespace["shape"](marshal.loads(encode_whole(sample)), {}) + "\n"
 
 
@@ -545,7 +545,7 @@ def changed_samples() -> list[tuple[str, dict]]:
         ("key added", changed('{"a": 1}', lambda s: s.update(extra=1))),
         ("keys reordered", changed('{"a": 1}', reorder)),
         ("content edited", changed("x", lambda s: message(s).update(content="y"))),
-        ("content an equal copy", changed("xy", lambda s: message(s).update(content="".join(["x", "y"])))),
+        ("content an equal copy", changed("xy", lambda s: message(s).update(content="".join(list("xy"))))),
         ("role edited", changed("x", lambda s: message(s).update(role="user"))),
         ("index a bool", changed("x", lambda s: s["choices"][0].update(index=False))),
         ("finish_reason edited", changed("x", lambda s: s["choices"][0].update(finish_reason="length"))),

@@ -2,11 +2,14 @@
 
 Started by sandbox.WorkerPool as `python _worker.py CONFIG_JSON`, with requests on stdin and replies on stdout
 (moved to private fds at start, so nothing the grader prints can corrupt them). Standard library only at
-start-up: start-up is paid once per worker, and graders that need nothing heavy should not pay for it.
+start-up (and rfteval.sample, which needs only json): start-up is paid once per worker, and graders that need
+nothing heavy should not pay for it.
 
 Wire format, both ways: 8-byte little-endian length, then the payload. Requests are marshal (the main process
-is trusted); replies are b"P" (a part) or b"D" (the last part) and JSON, so a hostile grader can at worst send
-garbage, never code, to the main process.
+is trusted); each sample in them is a marshal blob of the whole sample, or the output text (str) or (text,
+tools, parsed) from which make_sample rebuilds it here; see sandbox.compact_sample. Replies are b"P" (a part)
+or b"D" (the last part) and JSON, so a hostile grader can at worst send garbage, never code, to the main
+process.
 """
 
 from __future__ import annotations
@@ -500,7 +503,7 @@ SAMPLE: dict[str, Callable[..., Any]] = {}
 def sample_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """rfteval.sample's parse_output_json and make_sample: the pool's process built the samples with them."""
     if not SAMPLE:
-        from rfteval.sample import make_sample, parse_output_json  # noqa: PLC0415  (json and typing only)
+        from rfteval.sample import make_sample, parse_output_json  # json and typing only: cheap at start-up
 
         SAMPLE.update(parse=parse_output_json, make=make_sample)
     return SAMPLE["parse"], SAMPLE["make"]
