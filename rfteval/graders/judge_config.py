@@ -65,3 +65,22 @@ class JudgedGrader:
             msg = f"{self.config.type} needs a judge endpoint; none is configured for this command"
             return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
         return type(self).grade_pairs(self.config, pairs, self.ctx.judge)
+
+
+def judge_request(config: Any, sample: dict[str, Any], item: dict[str, Any], sampling_params: Any,
+                  response_format: dict[str, Any]) -> Any:
+    """The judge request for one (sample, item): the config's input messages rendered, or the
+    invalid_variable_error its templates raise (no call is made for it)."""
+    from rfteval.graders.base import INVALID_VARIABLE
+    from rfteval.graders.template import TemplateError, render_deep
+    from rfteval.judge import judge_messages, judge_sampling
+    from rfteval.providers.base import GenerationRequest
+
+    raw = [m.model_dump(exclude_none=True) for m in config.input]
+    try:
+        rendered = render_deep(raw, item, sample)
+    except TemplateError as exc:
+        return GradeResult.failed(INVALID_VARIABLE, str(exc))
+    return GenerationRequest(model=config.model, messages=judge_messages(rendered),
+                             sampling=judge_sampling(sampling_params, response_format),
+                             item_id=str(item.get("id", "")))

@@ -12,12 +12,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from rfteval.graders.base import (
-    INVALID_VARIABLE, MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
+    MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
 )
-from rfteval.graders.judge_config import InputMessage, JudgedGrader
-from rfteval.graders.template import TemplateError, render_deep
+from rfteval.graders.judge_config import InputMessage, JudgedGrader, judge_request
 from rfteval.judge import (
-    STEPS_SCHEMA, answer_details, clean_steps, grade_with_judge, judge_messages, judge_sampling, parse_json_answer,
+    STEPS_SCHEMA, answer_details, clean_steps, grade_with_judge, parse_json_answer,
 )
 from rfteval.providers.base import Generation, GenerationRequest
 
@@ -50,15 +49,8 @@ def response_format(labels: Sequence[str]) -> dict[str, Any]:
 def build_request(
     config: LabelModelConfig, sample: dict[str, Any], item: dict[str, Any]
 ) -> GenerationRequest | GradeResult:
-    raw = [m.model_dump(exclude_none=True) for m in config.input]
-    try:
-        rendered = render_deep(raw, item, sample)
-    except TemplateError as exc:
-        return GradeResult.failed(INVALID_VARIABLE, str(exc))
-    return GenerationRequest(
-        model=config.model, messages=judge_messages(rendered),
-        sampling=judge_sampling(None, response_format(config.labels)), item_id=str(item.get("id", "")),
-    )
+    """The judge request for one pair, or the invalid_variable_error its templates raise."""
+    return judge_request(config, sample, item, None, response_format(config.labels))
 
 
 def parse_answer(config: LabelModelConfig, request: GenerationRequest, answer: Generation) -> GradeResult:

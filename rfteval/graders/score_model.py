@@ -13,13 +13,11 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from rfteval.graders.base import (
-    INVALID_VARIABLE, MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
+    MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
 )
-from rfteval.graders.judge_config import InputMessage, JudgedGrader, SamplingParams
-from rfteval.graders.template import TemplateError, render_deep
+from rfteval.graders.judge_config import InputMessage, JudgedGrader, judge_request, SamplingParams
 from rfteval.judge import (
-    STEPS_SCHEMA, answer_details, clean_steps, finite_number, grade_with_judge, judge_messages, judge_sampling,
-    parse_json_answer,
+    STEPS_SCHEMA, answer_details, clean_steps, finite_number, grade_with_judge, parse_json_answer,
 )
 from rfteval.providers.base import Generation, GenerationRequest
 
@@ -53,15 +51,7 @@ def build_request(
     config: ScoreModelConfig, sample: dict[str, Any], item: dict[str, Any]
 ) -> GenerationRequest | GradeResult:
     """The judge request for one pair, or the invalid_variable_error its templates raise."""
-    raw = [m.model_dump(exclude_none=True) for m in config.input]
-    try:
-        rendered = render_deep(raw, item, sample)
-    except TemplateError as exc:
-        return GradeResult.failed(INVALID_VARIABLE, str(exc))
-    return GenerationRequest(
-        model=config.model, messages=judge_messages(rendered),
-        sampling=judge_sampling(config.sampling_params, RESPONSE_FORMAT), item_id=str(item.get("id", "")),
-    )
+    return judge_request(config, sample, item, config.sampling_params, RESPONSE_FORMAT)
 
 
 def parse_answer(config: ScoreModelConfig, request: GenerationRequest, answer: Generation) -> GradeResult:
