@@ -51,14 +51,7 @@ echo "Run again and nothing is re-generated or re-graded (the run directory is a
 
 [ -t 1 ] || export COLUMNS="${COLUMNS:-120}"  # logs and CI: wide enough that compare's tables do not wrap
 
-judge_usage() {  # the judge's calls and tokens, from summary.json (the models' own are in the table)
-  "$BIN/python" - "$1" <<'PY'
-import json, sys
-for model, u in json.load(open(sys.argv[1])).get("judge", {}).items():
-    print(f"judge {model}: {u['calls']} calls, {u['cache_hits']} cache hits, "
-          f"{u['input_tokens']} tokens in / {u['output_tokens']} out (summary.json, under \"judge\")")
-PY
-}
+# The judge's calls and tokens are printed under each run's table (and kept in summary.json under "judge").
 
 TMP="$(mktemp -d)"
 JUDGE_PID=""
@@ -101,7 +94,6 @@ echo "== rfteval run: Accordance tax analysis, score_model judge (graders/accord
   --judge-base-url "$JUDGE_URL" --judge-model local-scripted-judge \
   --out "$ACC_OUT" --fresh \
   --no-readiness
-judge_usage "$ACC_OUT/summary.json"
 echo
 echo "== rfteval compare $ACC_OUT/base.jsonl $ACC_OUT/tuned.jsonl --by difficulty =="
 "$BIN/rfteval" compare "$ACC_OUT/base.jsonl" "$ACC_OUT/tuned.jsonl" --dataset "$ACC/items.jsonl" --by difficulty \
@@ -136,7 +128,6 @@ echo
 echo "== rfteval run: RAG customer support, group judge (rfteval extension), --group-models: one judge call per item =="
 echo "   ranks its 6 samples (3 epochs x 2 models, shuffled with a recorded seed; the judge never sees which model)"
 "$BIN/rfteval" run "$TMP/support.toml" --fresh --no-readiness
-judge_usage "$SUP_OUT/summary.json"
 echo
 echo "== rfteval compare $SUP_OUT/base.jsonl $SUP_OUT/tuned.jsonl =="
 "$BIN/rfteval" compare "$SUP_OUT/base.jsonl" "$SUP_OUT/tuned.jsonl" --top 3
