@@ -194,6 +194,27 @@ def test_output_is_captured_per_sample_and_capped(pool1: WorkerPool) -> None:
     assert quiet.stdout is None
 
 
+def test_fd_level_output_goes_with_its_own_call_and_is_never_lost(pool1: WorkerPool) -> None:
+    source = (
+        "import os\n"
+        "def grade(sample, item):\n"
+        "    if sample['k'] == 'fd':\n"
+        "        os.write(2, b'to fd 2\\n')\n"
+        "    elif sample['k'] == 'binary':\n"
+        "        os.write(1, b'\\xff\\x00binary')  # begins with the byte the per-call look watches for\n"
+        "    return 1.0\n"
+    )
+    kinds = ["none", "fd", "none", "fd", "fd", "none"]
+    results = pool1.grade(source, [({"k": k}, {}) for k in kinds])
+    assert [r.stdout for r in results] == [None, "to fd 2\n", None, "to fd 2\n", "to fd 2\n", None]
+    # missed by the per-call look, found at the batch's end: it goes with the batch's last call, not lost
+    results = pool1.grade(source, [({"k": k}, {}) for k in ["none", "binary", "none"]])
+    assert [r.stdout for r in results[:2]] == [None, None]
+    assert results[2].stdout == "\ufffd\x00binary"
+    (after,) = pool1.grade(source, [({"k": "none"}, {})])
+    assert after.stdout is None  # and the file is clean again
+
+
 def test_what_a_dying_or_stuck_call_printed_is_kept(pool1: WorkerPool) -> None:
     source = (
         "import os, signal\n"

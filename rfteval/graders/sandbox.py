@@ -57,6 +57,7 @@ PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
 ITEM_CACHE_ITEMS = 4096  # per worker
 ITEM_CACHE_BYTES = 8 << 20  # per worker, as sent; decoded twice there (~20x this in objects, within its limit)
 IDLE, LOADING = -1, -2  # as in _worker.py
+FD_SENTINEL = b"\xff"  # as in _worker.py: the byte after the text region while fds 1 and 2 wrote nothing
 RESEND = "rfteval_resend_whole"  # as in _worker.py: a compact sample the worker could not rebuild
 PROGRESS = struct.Struct("<qq")
 HEADER = struct.Struct("<Q")
@@ -509,6 +510,8 @@ class _Worker:
                 keep = STDOUT_CAP // 2 if prints else STDOUT_CAP
                 fh.seek(max(STDOUT_CAP, size - keep))
                 fds = fh.read(keep)
+                if size == STDOUT_CAP + 1 and fds == FD_SENTINEL:  # the worker's marker: fds wrote nothing
+                    fds = b""
         except OSError:
             return None
         data = prints[: STDOUT_CAP - len(fds)] + fds
