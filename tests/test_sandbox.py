@@ -215,6 +215,17 @@ def test_fd_level_output_goes_with_its_own_call_and_is_never_lost(pool1: WorkerP
     assert after.stdout is None  # and the file is clean again
 
 
+def test_a_reply_msgspec_cannot_write_goes_as_escaped_json(pool1: WorkerPool) -> None:
+    source = ("class Odd:\n"
+              "    def __repr__(self):\n"
+              "        return 'odd\\ud800repr'  # a lone surrogate, which the error message quotes\n"
+              "def grade(sample, item):\n"
+              "    return 1.0 if sample['k'] == 'ok' else Odd()\n")
+    ok, odd = pool1.grade(source, [({"k": "ok"}, {}), ({"k": "odd"}, {})])
+    assert ok.error is None and ok.score == 1.0
+    assert odd.error.type == PYTHON_RUNTIME and "odd\ud800repr" in odd.error.message
+
+
 def test_what_a_dying_or_stuck_call_printed_is_kept(pool1: WorkerPool) -> None:
     source = (
         "import os, signal\n"
