@@ -18,7 +18,8 @@ from rfteval.graders.base import (
     PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeError, checked_score,
 )
 from rfteval.graders.sandbox import (
-    ITEM_CACHE_BYTES, RESEND, STDOUT_CAP, WorkerPool, _Failure, _Settings, _Worker, compact_sample, decode_reply,
+    ITEM_CACHE_BYTES, RESEND, STDOUT_CAP, WorkerPool, _Failure, _Settings, _Worker, by_item, compact_sample,
+    decode_reply,
     encode, encode_whole, worker_env,
 )
 from rfteval.sample import make_sample
@@ -655,3 +656,41 @@ def test_the_worker_refuses_a_text_that_does_not_parse_there() -> None:
     assert _worker.undecodable(ValueError("x"), whole=False)[0] == RESEND
     assert _worker.undecodable(MemoryError(), whole=True)[0] == PYTHON_MEMORY
     assert _worker.RESEND == RESEND and _worker.PYTHON_SERVER == PYTHON_SERVER
+
+
+def test_by_item_puts_each_items_samples_together_in_first_seen_order() -> None:
+    a, b, c = {"id": "a"}, {"id": "b"}, {"id": "c"}
+    pairs = [({"n": n}, item) for n, item in enumerate([a, b, a, c, b, a])]
+    assert by_item(pairs) == [0, 2, 5, 1, 4, 3]
+    assert by_item([({}, a), ({}, a), ({}, b), ({}, c), ({}, c)]) is None  # grouped already
+    assert by_item([({}, a), ({}, b), ({}, c)]) is None
+    assert by_item([]) is None
+    assert by_item([({}, a), ({}, dict(a)), ({}, a)]) == [0, 2, 1]  # equal but distinct items are distinct
+
+
+def test_results_come_back_in_the_callers_order_when_items_interleave(pool1: WorkerPool) -> None:
+    source = ("def grade(sample, item):\n"
+              "    if sample['k'] == 'bad':\n"
+              "        raise ValueError('bad sample')\n"
+              "    print(item['v'], sample['k'])\n"
+              "    return item['v'] + sample['k'] / 100\n")
+    items = [{"v": float(v)} for v in range(5)]
+    pairs = [({"k": k if k != 7 else "bad"}, items[k % 5]) for k in range(23)]  # epoch-major, as a runner sends
+    results = pool1.grade(source, pairs)
+    for k, result in enumerate(results):
+        if k == 7:
+            assert result.error is not None and "bad sample" in result.error.message
+        else:
+            assert result.error is None and result.score == (k % 5) + k / 100
+            assert result.stdout == f"{float(k % 5)} {k}\n"
+
+
+def test_an_items_samples_go_to_one_worker() -> None:
+    source = "import os\ndef grade(sample, item):\n    return float(os.getpid())\n"
+    items = [{"id": n} for n in range(4)]
+    pairs = [({"k": k}, items[k % 4]) for k in range(40)]  # interleaved: each batch of 10 would hold every item
+    with WorkerPool(workers=2, timeout_s=TIMEOUT_S, batch_size=10) as pool:
+        results = pool.grade(source, pairs)
+        assert len(pool.pids) == 2
+    pids = {n: {r.score for k, r in enumerate(results) if k % 4 == n} for n in range(4)}
+    assert all(len(p) == 1 for p in pids.values()), pids
