@@ -30,7 +30,8 @@ def same(a: object, b: object) -> bool:
 surrogates = st.sampled_from(["\ud800", "\udfff", "\ud83d", "\ude00"])
 texts = st.text(max_size=5) | st.builds(lambda a, s, b: a + s + b, st.text(max_size=2), surrogates,
                                         st.text(max_size=2))
-numbers = (st.integers() | st.integers(min_value=2**62, max_value=2**70) | st.integers(min_value=-(2**70), max_value=-(2**62))
+numbers = (st.integers() | st.integers(min_value=2**62, max_value=2**70)
+           | st.integers(min_value=-(2**70), max_value=-(2**62))
            | st.floats(allow_nan=False) | st.floats(allow_nan=False, allow_infinity=False, width=32))
 json_values = st.recursive(
     st.none() | st.booleans() | numbers | texts,

@@ -2,7 +2,8 @@
 
 A grader's source never runs in the rfteval process. Each worker is a fresh interpreter (spawned, never a fork
 of the caller, which has threads) running `_worker.py`; it is reused for many batches, caches compiled sources
-by hash and keeps the items it was sent, so repeated items cross the pipe once per worker. A sample that
+by hash and keeps the items it was sent, so repeated items cross the pipe once per worker (and a call's samples
+are graded grouped by item, so mostly to one worker). A sample that
 make_sample built from its output text crosses as that text and is rebuilt there by the same make_sample
 (the JSON parse then runs in the workers, in parallel, instead of a marshal of the parsed dict here); any
 other sample, or one whose fields were replaced or edited since, crosses whole (edits made in place inside a
