@@ -216,6 +216,24 @@ def test_fd_level_output_goes_with_its_own_call_and_is_never_lost(pool1: WorkerP
     assert after.stdout is None  # and the file is clean again
 
 
+def test_fd_level_output_is_capped_and_kept_when_the_call_dies(pool1: WorkerPool) -> None:
+    source = (
+        "import os\n"
+        "def grade(sample, item):\n"
+        "    if sample['k'] == 'lots':\n"
+        "        os.write(1, b'x' * 200_000)\n"
+        "    elif sample['k'] == 'die':\n"
+        "        os.write(2, b'last words\\n')\n"
+        "        os._exit(3)\n"
+        "    return 1.0\n"
+    )
+    lots, die, after = pool1.grade(source, [({"k": "lots"}, {}), ({"k": "die"}, {}), ({"k": "ok"}, {})])
+    assert lots.error is None and lots.stdout.startswith("x" * 1000)
+    assert lots.stdout.endswith("[rfteval: output truncated at 64 KB]")
+    assert die.error.type == PYTHON_RUNTIME and die.stdout == "last words\n"
+    assert after.error is None and after.stdout is None
+
+
 def test_a_reply_msgspec_cannot_write_goes_as_escaped_json(pool1: WorkerPool) -> None:
     source = ("class Odd:\n"
               "    def __repr__(self):\n"
