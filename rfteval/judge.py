@@ -118,7 +118,7 @@ def _from_entry(entry: dict[str, Any]) -> JudgeAnswer:
         return ProviderError("refusal", str(entry["refusal"]))
     return Generation(
         output_text=entry.get("output_text") or "", usage=dict(entry.get("usage") or {}),
-        finish_reason=entry.get("finish_reason"), cached=True,
+        finish_reason=entry.get("finish_reason"), cached=True, call_id=entry.get("key"),
     )
 
 
@@ -265,6 +265,8 @@ class Judge:
         self._inflight[key] = future
         try:
             answer = await self._call(request)
+            if isinstance(answer, Generation):
+                answer = dataclasses.replace(answer, call_id=key)
             if isinstance(answer, Generation) or answer.kind == "refusal":
                 self._cache.put(_entry(key, request.model, answer))  # a refusal is an answer too: not paid twice
             future.set_result(answer)
@@ -404,8 +406,10 @@ def clean_steps(steps: Any) -> list[dict[str, str]]:
 
 
 def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, Any]:
-    """What every model grade records about the judge call."""
-    return {"judge_model": request.model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {})}
+    """What every model grade records about the judge call; `judge_call` tells one call from another (a group
+    judge's call grades many samples, equal requests share one), so summaries count each call once."""
+    return {"judge_model": request.model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
+            "judge_call": answer.call_id[:16] if answer.call_id else None}
 
 
 def error_result(answer: ProviderError, model: str) -> GradeResult:

@@ -572,6 +572,9 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
             continue
         d = paired_delta(b[both], c[both])
         deltas[label] = {"baseline": base, "candidate": label, **d}
+    judge_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    for t in totals.values():  # a group judge's call may grade samples of several models: once in all
+        judge_calls.update(t.judge_calls)
     cells = sum(t.cells for t in totals.values())
     errors = sum(t.error_count for t in totals.values())
     missing = sum(t.cells - t.records for t in totals.values())
@@ -582,4 +585,22 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "baseline": base, "models": models, "deltas": deltas,
         "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
         "max_error_rate": spec.max_error_rate, "finished_at": now_iso(),
+        **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
     })
+
+
+def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, tuple[float, float]]
+                 ) -> dict[str, dict[str, Any]]:
+    """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
+    invocation made them (summary["judge"] counts this invocation's calls only)."""
+    from rfteval.pricing import cost_usd
+
+    out: dict[str, dict[str, Any]] = {}
+    for model, usage in calls.values():
+        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0})
+        row["calls"] += 1
+        for key in ("input_tokens", "output_tokens", "reasoning_tokens"):
+            row[key] += int(usage.get(key) or 0)
+    for model, row in out.items():
+        row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
+    return out

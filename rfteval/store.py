@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import sqlite3
@@ -392,6 +393,7 @@ class LabelTotals:
     reasoning_tokens: int = 0
     cached: int = 0
     item_means: array = field(default_factory=lambda: array("d"))  # per item in dataset order; NaN: no record yet
+    judge_calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # call → (judge model, usage)
 
     @property
     def error_count(self) -> int:
@@ -403,6 +405,24 @@ def _add_usage(t: LabelTotals, usage: dict[str, Any] | None) -> None:
         t.input_tokens += int(usage.get("input_tokens") or 0)
         t.output_tokens += int(usage.get("output_tokens") or 0)
         t.reasoning_tokens += int(usage.get("reasoning_tokens") or 0)
+
+
+_UNNAMED_CALLS = itertools.count()
+
+
+def add_judge_calls(calls: dict[str, tuple[str, dict[str, Any]]], details: Any) -> None:
+    """The judge calls behind a record's grade (multi graders nest theirs), each once: by `judge_call`, or,
+    for grades stored before it was recorded, one per grade."""
+    if isinstance(details, dict):
+        if "judge_model" in details and isinstance(details.get("judge_usage"), dict):
+            call = details.get("judge_call") or f"grade-{next(_UNNAMED_CALLS)}"
+            calls.setdefault(str(call), (str(details["judge_model"]), details["judge_usage"]))
+        for value in details.values():
+            if isinstance(value, (dict, list)):
+                add_judge_calls(calls, value)
+    elif isinstance(details, list):
+        for value in details:
+            add_judge_calls(calls, value)
 
 
 def write_results(
@@ -450,6 +470,7 @@ def write_results(
             t.records += 1
             t.cached += cached
             _add_usage(t, rec.get("usage"))
+            add_judge_calls(t.judge_calls, rec.get("grade_details"))
             if rec["error"]:
                 t.errors[f"{rec['error']['stage']}:{rec['error']['type']}"] += 1
             current[cell.label] = (cur[0], cur[1] + rec["score"], cur[2] + 1)

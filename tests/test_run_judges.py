@@ -150,6 +150,9 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     usage = summary["judge"]["judge-model"]
     assert (usage["calls"], usage["cache_hits"], usage["errors"]) == (12, 0, 0)
     assert (usage["input_tokens"], usage["output_tokens"]) == (12 * 11, 12 * 7)
+    behind = {"calls": 12, "input_tokens": 12 * 11, "output_tokens": 12 * 7, "reasoning_tokens": 0}
+    assert {k: summary["judge_results"]["judge-model"][k] for k in behind} == behind
+    assert "behind these results" not in res.output  # every call was made now: one line says it
     # tuned: 0.8 + 0.05 * mean draft (0.5); base: 0.2 + 0.025
     assert summary["models"]["tuned"]["mean"] == pytest.approx(0.825)
     assert summary["deltas"]["tuned"]["mean"] == pytest.approx(0.6)
@@ -161,6 +164,10 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     assert res.exit_code == 0, res.output
     assert len(fake_openai.requests) == before
     assert [r["score"] for r in load(out, "tuned")] == [expected_score(r["output_text"]) for r in load(out, "tuned")]
+    summary = json.loads((out / "summary.json").read_text())
+    assert not (summary.get("judge") or {}).get("judge-model")  # this invocation asked nothing...
+    assert {k: summary["judge_results"]["judge-model"][k] for k in behind} == behind  # ...the grades cost this
+    assert "judge judge-model behind these results: 12 calls, tokens in/out 132/84" in res.output
 
     # A grader change that leaves the judge request alone (pass_threshold): every cell is re-graded, from the
     # judge cache: the server sees no request, and the records say the answer was cached.
@@ -171,8 +178,10 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     tuned = load(out, "tuned")
     assert all(r["grade_details"]["judge_cached"] is True and r["passed"] is True for r in tuned)
     assert not any(r["passed"] for r in load(out, "base"))
-    usage = json.loads((out / "summary.json").read_text())["judge"]["judge-model"]
+    summary = json.loads((out / "summary.json").read_text())
+    usage = summary["judge"]["judge-model"]
     assert (usage["calls"], usage["cache_hits"], usage["input_tokens"]) == (0, 12, 0)
+    assert {k: summary["judge_results"]["judge-model"][k] for k in behind} == behind  # the cached answers' calls
 
     # Another judge is another grader: --judge-model re-judges every output (and re-generates nothing).
     res = invoke([*args, "--judge-model", "other-judge"], env)
@@ -180,6 +189,7 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     new = fake_openai.requests[before:]
     assert len(new) == 12 and {r.model for r in new} == {"other-judge"} and all(judge_format(r) for r in new)
     assert {r["grade_details"]["judge_model"] for r in load(out, "base")} == {"other-judge"}
+    assert set(json.loads((out / "summary.json").read_text())["judge_results"]) == {"other-judge"}
 
 
 # ---- where the judge is: [judge] in a spec, --judge-* flags, the run's endpoint ------------------------------------
@@ -393,6 +403,7 @@ def test_group_judge_one_call_per_item_and_model(tmp_path: Path, fake_openai: Fa
     check_group_records(out, reqs, 3)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["judge"]["group-judge-model"]["calls"] == 8
+    assert summary["judge_results"]["group-judge-model"]["calls"] == 8  # one call grades a group: counted once
 
     # The same out dir with --group-models: the groups change, so every item is judged again, both models at once.
     res = invoke(group_args(files, fake_openai, out, "--group-models"))

@@ -12,8 +12,8 @@ from rfteval.errors import InputError
 from rfteval.graders.base import GradeError, GradeResult
 from rfteval.providers.base import Generation
 from rfteval.store import (
-    Cell, RunStore, build_record, cell_key, grade_entry, is_reusable_grade, is_reusable_response, response_entry,
-    write_results,
+    Cell, RunStore, add_judge_calls, build_record, cell_key, grade_entry, is_reusable_grade, is_reusable_response,
+    response_entry, write_results,
 )
 
 IDENT = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "api": "chat"}
@@ -191,3 +191,20 @@ def test_write_results_leaves_no_half_written_file(tmp_path: Path) -> None:
         write_results(tmp_path, [Cell("base", "m", "1", 1, "k")], Boom(), "g", "r", ["base"])
     assert (tmp_path / "base.jsonl").read_text() == "previous\n"
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_judge_calls_behind_grades_are_counted_once_however_nested() -> None:
+    def call(name: str | None, tokens: int, cached: bool = False) -> dict:
+        return {"judge_model": "j", "judge_cached": cached, "judge_call": name,
+                "judge_usage": {"input_tokens": tokens, "output_tokens": 1}}
+
+    calls: dict = {}
+    add_judge_calls(calls, call("a", 10))
+    add_judge_calls(calls, {**call("a", 10, cached=True), "position": 2})  # a group call's other sample
+    add_judge_calls(calls, {"graders": {"tone": {"score": 1.0, "details": call("b", 20)},  # a multi grader's
+                                        "fmt": {"score": 0.0}}})
+    add_judge_calls(calls, call(None, 5))  # stored before calls were named: one per grade
+    add_judge_calls(calls, call(None, 5))
+    add_judge_calls(calls, None)
+    add_judge_calls(calls, {"steps": [{"description": "x"}]})
+    assert sorted(usage["input_tokens"] for _, usage in calls.values()) == [5, 5, 10, 20]

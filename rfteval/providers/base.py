@@ -68,6 +68,7 @@ class Generation:
     usage: dict[str, int | None] = field(default_factory=dict)  # input_tokens, output_tokens, reasoning_tokens
     finish_reason: str | None = None
     cached: bool = False
+    call_id: str | None = None  # judge answers: the judge-cache key of the call that produced it
 
 
 class Provider(Protocol):

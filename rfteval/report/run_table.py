@@ -196,6 +196,15 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
                       f"{u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
                       f"{u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)}){cost} "
                       "(this invocation)", highlight=False)
+    invocation = result.summary.get("judge") or {}
+    for model, u in (result.summary.get("judge_results") or {}).items():
+        now = invocation.get(model) or {}
+        if (u["calls"], u["input_tokens"]) == (now.get("calls"), now.get("input_tokens")):
+            continue  # every call behind the results was made now: the line above says it all
+        cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
+        console.print(f"judge {model} behind these results: {u['calls']} calls, tokens in/out {u['input_tokens']}/"
+                      f"{u['output_tokens']} (reasoning {u['reasoning_tokens']}){cost} (all invocations)",
+                      highlight=False)
     if result.summary["deltas"]:
         parts: list[Any] = []
         if result.summary["cells"] <= COMPARE_MAX_RECORDS:
