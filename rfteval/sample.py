@@ -35,7 +35,7 @@ def parse_output_json(output_text: str) -> Any:
         return None
     try:
         return _fast(text)
-    except (msgspec.DecodeError, ValueError, RecursionError):  # UnicodeEncodeError for a lone surrogate
+    except (ValueError, RecursionError):  # msgspec.DecodeError, or UnicodeEncodeError for a lone surrogate
         pass
     try:
         value, end = _scan(text, 0)
