@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rfteval import zero_signal
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
 VERDICTS = ("ready", "risky", "not_ready")
 LOCAL_GRADER_TYPES = frozenset({"string_check", "text_similarity", "python"})
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
+ERROR_POLICIES = ("exclude", "zero")  # what a generation error counts as: left out, or reward 0
+REFUSAL = "refusal"  # the provider's error kind for a model refusal (rfteval.providers.base.ErrorKind)
 
 
 @dataclass(frozen=True)
@@ -159,40 +163,77 @@ def _error_type(value: Any) -> str | None:
     return value.get("type") if isinstance(value, Mapping) else None
 
 
-def scored_mask(df: pd.DataFrame) -> pd.Series:
-    """Rows that are a reward training would see: graded, not a generation failure.
+def _check_policy(errors: str) -> str:
+    if errors not in ERROR_POLICIES:
+        raise ValueError(f"errors must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}")
+    return errors
 
-    A grading error stays in (score 0, as OpenAI gives it during training); a generation error is infrastructure,
-    not model behaviour, so it is left out and counted.
+
+def error_kinds(df: pd.DataFrame) -> pd.Series:
+    """Per row: None, "grade", "refusal" (the model refused: a generation error of type refusal) or "generate"."""
+    import pandas as pd
+
+    if "error" not in df:
+        return pd.Series(None, df.index, dtype=object)
+
+    def kind(value: Any) -> str | None:
+        stage = _error_stage(value)
+        if stage == "generate" and _error_type(value) == REFUSAL:
+            return "refusal"
+        return stage
+
+    return df["error"].map(kind)
+
+
+def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
+    """The reward of each row as training would see it; NaN for rows left out of the signals.
+
+    One error policy (issue 10): a grading error scores 0 whatever score it carries, and so does a model refusal
+    (OpenAI's rule: a failed grade is reward 0). A generation error (the endpoint failed after its retries) is not
+    an answer: `errors="exclude"` leaves it out of every signal, `errors="zero"` counts it as 0 too. A row with
+    no score and no error was never graded and is left out.
     """
     import pandas as pd
 
-    score = pd.to_numeric(df["score"], errors="coerce") if "score" in df else pd.Series(float("nan"), df.index)
-    stage = df["error"].map(_error_stage) if "error" in df else pd.Series(None, df.index, dtype=object)
-    return score.notna() & (stage != "generate")
+    _check_policy(errors)
+    score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
+             else pd.Series(float("nan"), df.index, dtype="float64"))
+    kinds = error_kinds(df)
+    zero = kinds.isin(["grade", "refusal"] + (["generate"] if errors == "zero" else []))
+    score = score.mask(zero, 0.0)
+    return score.mask(kinds == "generate", float("nan")) if errors == "exclude" else score
 
 
-def grpo_advantages(records_df: pd.DataFrame, tol: float = 1e-12) -> pd.Series:
-    """(r − group mean) / group std per (model_label, item_id), aligned to the rows; 0 when std is 0.
+def scored_mask(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
+    """Rows that are a reward training would see (see `effective_scores`): graded, or scored 0 by the policy."""
+    return effective_scores(df, errors).notna()
+
+
+def grpo_advantages(records_df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
+    """(r − group mean) / group std per (model_label, item_id), aligned to the rows; 0 for a zero-signal group.
 
     The std is the sample std (ddof=1): what TRL's GRPOTrainer and verl compute (torch's `std()` is Bessel-corrected
-    by default), so the signs and sizes match what a GRPO trainer would see. Rows that are not scored (generation
-    errors, ungraded) get NaN. A group of one sample has no std: its advantage is 0.
+    by default), so the signs and sizes match what a GRPO trainer would see. Rewards are the score levels the
+    zero-signal share counts (rounded to `_DECIMALS` decimals), so a group is zero-signal exactly when its
+    advantages are 0, and a group of one sample gets 0. Rows left out by the error policy (`effective_scores`)
+    get NaN.
     """
     import pandas as pd
 
     out = pd.Series(float("nan"), index=records_df.index, dtype="float64", name="advantage")
-    mask = scored_mask(records_df)
+    rewards = effective_scores(records_df, errors)
+    mask = rewards.notna()
     if not mask.any():
         return out
-    scores = pd.to_numeric(records_df.loc[mask, "score"], errors="coerce").astype("float64")
+    scores = rewards[mask].round(_DECIMALS)
     keys = [records_df.loc[mask, "item_id"].astype(str)]
     if "model_label" in records_df:
         keys.insert(0, records_df.loc[mask, "model_label"].astype(str))
     grouped = scores.groupby(keys, sort=False)
     mean = grouped.transform("mean")
     std = grouped.transform(lambda s: s.std(ddof=1) if len(s) > 1 else 0.0).fillna(0.0)
-    adv = (scores - mean) / std.where(std > tol)
+    one_level = grouped.transform("nunique") == 1
+    adv = (scores - mean) / std.mask(one_level | (std == 0))
     out.loc[mask] = adv.fillna(0.0)
     return out
 
@@ -232,20 +273,17 @@ def is_local_grader(config: Any) -> bool:
 
 
 def expected_zero_signal(counts: Sequence[int], group_size: int) -> float:
-    """P(all G draws score alike) for one item, from the counts of each distinct score among its K samples.
+    """P(all G draws score alike) for one item on its own, from the counts of each distinct score among its K samples.
 
-    K ≥ G: Σ_v C(n_v, G) / C(K, G), the unbiased estimator of Σ_v p_v^G (statistics.md §3.3(b) for two levels;
-    the same construction for any number of levels, as Chen et al.'s pass@k). K < G: no unbiased estimator exists
-    (p^G is a degree-G polynomial, estimable only from ≥ G draws), so the plug-in Σ_v (n_v/K)^G is used; it is
-    biased upwards (Jensen), a pessimistic estimate.
+    K ≥ G: Σ_v C(n_v, G) / C(K, G), the unbiased estimator of Σ_v p_v^G (statistics.md §3.3(b); the same
+    construction for any number of levels, as Chen et al.'s pass@k). K < G: the with-replacement plug-in
+    Σ_v (n_v/K)^G, biased upwards. `assess` does not use the plug-in: with K < G it pools the items
+    (empirical Bayes, `rfteval.zero_signal.estimate`); this per-item function is kept for the library.
     """
     k = sum(counts)
-    g = group_size
     if k == 0:
         return float("nan")
-    if k >= g:
-        return sum(math.comb(n, g) for n in counts) / math.comb(k, g)
-    return sum((n / k) ** g for n in counts)
+    return zero_signal.unbiased(counts, group_size) if k >= group_size else zero_signal.plug_in(counts, group_size)
 
 
 def _levels(scores: Sequence[float]) -> Counter[float]:
@@ -267,7 +305,10 @@ def item_stats(
     item_ids: Sequence[str], scores: Sequence[float], low: float, high: float, group_size: int,
     grade_errors: Sequence[bool] | None = None,
 ) -> list[ItemStat]:
-    """Per-item mean, spread and zero-signal probability, in first-seen item order."""
+    """Per-item mean, spread and kind of zero variance, in first-seen item order.
+
+    `expected_zero_signal` is left None here: it pools the items (`zero_signal_summary` fills it in).
+    """
     by_item: dict[str, list[float]] = {}
     errs: Counter[str] = Counter()
     for i, (iid, s) in enumerate(zip(item_ids, scores)):
@@ -279,7 +320,7 @@ def item_stats(
         k = len(vals)
         mean = sum(vals) / k
         sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (k - 1)) if k > 1 else None
-        kind = ezs = None
+        kind = None
         if k > 1:
             levels = _levels(vals)
             if len(levels) == 1:
@@ -287,38 +328,37 @@ def item_stats(
                 kind = "floor" if abs(v - low) < 1e-9 else "ceiling" if abs(v - high) < 1e-9 else "other"
             else:
                 kind = "mixed"
-            ezs = expected_zero_signal(list(levels.values()), group_size)
-        out.append(ItemStat(iid, k, mean, sd, kind, ezs, errs[iid]))
+        out.append(ItemStat(iid, k, mean, sd, kind, None, errs[iid]))
     return out
 
 
 def zero_signal_summary(items: Sequence[ItemStat], low: float, high: float, group_size: int,
                         level_counts: Mapping[str, Counter[float]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Observed zero-variance shares (split floor/ceiling/other) and the expected share at group size G."""
+    """Observed zero-variance shares (split floor/ceiling/other) and the expected share at group size G.
+
+    The expected share, its floor/ceiling split and each assessed item's `expected_zero_signal` come from one
+    `zero_signal.estimate` over the items with ≥ 2 samples: unbiased where K ≥ G, empirical Bayes where K < G.
+    """
     assessed = [it for it in items if it.kind is not None]
     n = len(assessed)
     obs: dict[str, Any] = {"n_items": n, "share": float("nan"), "floor": float("nan"), "ceiling": float("nan"),
                            "other": float("nan")}
     exp: dict[str, Any] = {"group_size": group_size, "share": float("nan"), "floor": float("nan"),
-                           "ceiling": float("nan"), "method": None}
+                           "ceiling": float("nan"), "method": None, "n_unbiased": 0, "n_empirical_bayes": 0,
+                           "prior": None}
     if not n:
         return obs, exp
     kinds = Counter(it.kind for it in assessed)
     obs.update(share=(n - kinds["mixed"]) / n, floor=kinds["floor"] / n, ceiling=kinds["ceiling"] / n,
                other=kinds["other"] / n)
     lo_key, hi_key = round(low, _DECIMALS), round(high, _DECIMALS)
-
-    def part(levels: Counter[float], key: float) -> float:
-        k = sum(levels.values())
-        nv = levels.get(key, 0)
-        return math.comb(nv, group_size) / math.comb(k, group_size) if k >= group_size else (nv / k) ** group_size
-
-    floor = sum(part(level_counts[it.item_id], lo_key) for it in assessed) / n
-    ceiling = sum(part(level_counts[it.item_id], hi_key) for it in assessed) / n
-    ks = {it.k >= group_size for it in assessed}
-    method = "unbiased" if ks == {True} else "plug-in" if ks == {False} else "mixed"
-    exp.update(share=sum(it.expected_zero_signal for it in assessed) / n, floor=floor, ceiling=ceiling,
-               method=method)
+    est = zero_signal.estimate([level_counts[it.item_id] for it in assessed], group_size, atoms=(lo_key, hi_key))
+    for it, p in zip(assessed, est.per_item):
+        it.expected_zero_signal = p
+    exp.update(share=est.share, floor=est.level_share(lo_key), ceiling=est.level_share(hi_key), method=est.method,
+               n_unbiased=est.n_unbiased, n_empirical_bayes=est.n_empirical_bayes, prior=est.prior)
+    if est.notes:
+        exp["notes"] = est.notes
     return obs, exp
 
 
@@ -329,7 +369,7 @@ def _single_path(template: str, namespace: str) -> str | None:
     """The path of a template that is exactly one `{{ namespace.… }}` placeholder."""
     import re
 
-    m = re.fullmatch(r"\s*\{\{\s*(%s\.[^}]*?)\s*\}\}\s*" % namespace, template or "")
+    m = re.fullmatch(r"\s*\{\{\s*(" + namespace + r"\.[^}]*?)\s*\}\}\s*", template or "")
     return m.group(1) if m else None
 
 
@@ -556,8 +596,10 @@ def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
                   f"{det.n_changed} of {det.n_regraded} re-graded outputs changed score"))
 
     err = report.errors
+    refusals = f", {err['refusal']} of them model refusals (reward 0)" if err.get("refusal") else ""
+    fate = "reward 0" if err.get("policy") == "zero" else "left out"
     kinds = (("grade_share", t.max_grade_error_share, "of scored samples are grader errors (reward 0)"),
-             ("generate_share", t.max_generate_error_share, "of samples failed to generate (left out)"))
+             ("generate_share", t.max_generate_error_share, f"of samples failed to generate ({fate}{refusals})"))
     for key, limit, what in kinds:
         share = err.get(key)
         if share:
@@ -614,33 +656,57 @@ def pick_label(records_df: pd.DataFrame, label: str | None) -> str | None:
     raise ValueError(f"records hold several labels ({', '.join(sorted(labels))}); choose one")
 
 
+def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: str) -> dict[str, Any]:
+    """Errors of the assessed records, by kind, and what the policy did with them.
+
+    `generate` counts every generation-stage error (model refusals included, as before); `refusal` the model
+    refusals among them (scored 0); `excluded` the records left out of the signals; the shares are of all records
+    (`generate_share`) and of the records used (`grade_share`).
+    """
+    n_records = len(df)
+    n_used = int(used.sum())
+    gen = kinds.isin(["generate", "refusal"])
+    values = df["error"] if "error" in df else [None] * n_records
+
+    def types(flags: Any) -> dict[str, int]:
+        return dict(Counter(t for e, f in zip(values, flags) if f and isinstance(t := _error_type(e), str)))
+
+    n_gen, n_grade = int(gen.sum()), int((kinds[used] == "grade").sum())
+    return {"generate": n_gen, "grade": n_grade, "generate_share": n_gen / n_records if n_records else 0.0,
+            "grade_share": n_grade / n_used if n_used else 0.0, "grade_types": types(kinds == "grade"),
+            "refusal": int((kinds == "refusal").sum()), "generate_types": types(gen), "policy": policy,
+            "excluded": n_records - n_used}
+
+
 def assess(
     records_df: pd.DataFrame, grader_config: Any = None, dataset: Any = None, thresholds: Thresholds = Thresholds(),
     *, group_size: int = 8, label: str | None = None, regrade_n: int = 0, seed: int = 0, options: Any = None,
-    judge: Any = None, engine: Any = None, probes: Any = None, bins: int = 10,
+    judge: Any = None, engine: Any = None, probes: Any = None, bins: int = 10, errors: str = "exclude",
 ) -> ReadinessReport:
     """Readiness of one model's N-epoch records (the base model's, before training).
 
     `engine` (anything with grade_batch) overrides building one from `grader_config`; the grader runs only for the
     constant-answer score of label-like data and for `regrade_n` > 0, and only when it needs no judge or has one.
+    `errors` is the policy for generation errors: "exclude" (left out of every signal, counted) or "zero" (reward
+    0); grading errors and model refusals score 0 under both (`effective_scores`).
     """
-    import pandas as pd
-
     if group_size < 2:
         raise ValueError("group size must be at least 2")
+    _check_policy(errors)
     chosen = pick_label(records_df, label)
     df = records_df
     if chosen is not None and "model_label" in df:
         df = df[df["model_label"].astype(str) == chosen]
     n_records = len(df)
-    stages = df["error"].map(_error_stage) if "error" in df else pd.Series(None, df.index, dtype=object)
-    mask = scored_mask(df)
-    scored = df[mask]
+    kinds = error_kinds(df)
+    rewards = effective_scores(df, errors)
+    mask = rewards.notna()
+    scored = df[mask].assign(score=rewards[mask])
     if scored.empty:
         raise ValueError("no graded records to assess")
     ids = scored["item_id"].astype(str).tolist()
-    scores = pd.to_numeric(scored["score"]).astype(float).tolist()
-    grade_err = (stages[mask] == "grade").tolist()
+    scores = scored["score"].astype(float).tolist()
+    grade_err = (kinds[mask] == "grade").tolist()
 
     low, high, source = grader_score_range(grader_config)
     if min(scores) < low or max(scores) > high:
@@ -660,17 +726,12 @@ def assess(
     se = math.sqrt(sum((m - mean) ** 2 for m in means) / (n - 1) / n) if n > 1 else None
     sds = [it.sd for it in stats if it.sd is not None]
     multi = [[(s - low) / span for s in vals] for vals in _group(ids, scores).values() if len(vals) > 1]
-    variances = [sum((v - sum(x) / len(x)) ** 2 for v in x) / len(x) for x in multi]
+    # sample variance (ddof=1), as every other spread here: for binary scores the unbiased estimate of p(1−p)
+    variances = [sum((v - sum(x) / len(x)) ** 2 for v in x) / (len(x) - 1) for x in multi]
     levels = _levels(scores)
     lo_key, hi_key = round(low, _DECIMALS), round(high, _DECIMALS)
     sd_max = span / math.sqrt(2)
-
-    n_gen = int((stages == "generate").sum())
-    n_grade = int(sum(grade_err))
-    error_values = scored["error"] if "error" in scored else []
-    grade_types = Counter(t for e in error_values if isinstance(t := _error_type(e), str))
-    errors = {"generate": n_gen, "grade": n_grade, "generate_share": n_gen / n_records if n_records else 0.0,
-              "grade_share": n_grade / len(scores), "grade_types": dict(grade_types)}
+    errors_out = error_counts(df, kinds, mask, errors)
 
     report = ReadinessReport(
         label=chosen, n_items=n, n_records=n_records, samples_min=min(it.k for it in stats),
@@ -681,19 +742,22 @@ def assess(
         mean_within_sd=sum(sds) / len(sds) if sds else None,
         mean_item_variance=sum(variances) / len(variances) if variances else None,
         mean_histogram=_histogram(means, low, high, bins), sd_histogram=_histogram(sds, 0.0, sd_max, bins),
-        sd_histogram_max=sd_max, errors=errors, items=stats, labels=None, determinism=None, checks=[],
+        sd_histogram_max=sd_max, errors=errors_out, items=stats, labels=None, determinism=None, checks=[],
         verdict="ready", thresholds=thresholds,
     )
     if report.binary:
         report.notes.append("binary (pass/fail) scores: OpenAI's RFT guide recommends a smooth score with partial "
                             "credit")
-    if exp.get("method") in ("plug-in", "mixed"):
-        report.notes.append(f"fewer samples per item than G={group_size}: the expected zero-signal share is a "
-                            "plug-in estimate, biased upwards (pessimistic)")
+    if exp.get("n_empirical_bayes"):
+        report.notes.append(f"fewer samples per item than G={group_size} on {exp['n_empirical_bayes']} items: their "
+                            f"expected zero-signal share is an {exp['method'].split(' + ')[-1]} estimate, pooling "
+                            "the items (docs/readiness.md)")
+    report.notes.extend(exp.get("notes", []))
 
     items = items_map(dataset)
-    records = scored[[c for c in ("item_id", "epoch", "score", "error", "output_text", "output_json", "output_tools")
-                      if c in scored]].to_dict("records")
+    answered = scored[~kinds[mask].isin(["generate", "refusal"])]  # rows with an output to read or grade again
+    records = answered[[c for c in ("item_id", "epoch", "score", "error", "output_text", "output_json",
+                                    "output_tools") if c in answered]].to_dict("records")
     item_means = {it.item_id: it.mean for it in stats}
     report.labels = label_skew(records, items, grader_config, item_means)
 

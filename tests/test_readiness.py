@@ -57,8 +57,9 @@ def test_known_shares_mean_and_levels():
     assert rep.share_at_min == pytest.approx(7 / 16) and rep.share_at_max == pytest.approx(9 / 16)
     # within-item SD (ddof=1): half -> sqrt(1/3), three -> 0.5; floor/ceiling 0
     assert rep.mean_within_sd == pytest.approx((0 + 0 + math.sqrt(1 / 3) + 0.5) / 4)
-    # mean p(1-p): 0, 0, .25, .1875
-    assert rep.mean_item_variance == pytest.approx((0.25 + 0.1875) / 4)
+    # mean sample variance (ddof=1, the unbiased p(1-p)): 0, 0, 1/3, 1/4 (p̂(1-p̂) times K/(K-1) = 4/3)
+    assert rep.mean_item_variance == pytest.approx((1 / 3 + 0.25) / 4)
+    assert rep.mean_item_variance == pytest.approx((0.25 + 0.1875) / 4 * 4 / 3)
     assert rep.mean_histogram == [1, 0, 0, 0, 0, 1, 0, 1, 0, 1]  # 0, .5, .75, 1 in tenths
 
 

@@ -91,14 +91,15 @@ def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:
     return resolve("dataset"), resolve("grader")
 
 
-def write_advantages(files: list[Path], label: str | None) -> list[Path]:
-    """Write GRPO advantages of one label into its record files, each replaced atomically."""
+def write_advantages(files: list[Path], label: str | None, errors: str = "exclude") -> list[Path]:
+    """Write GRPO advantages of one label into its record files, each replaced atomically (`errors`: the policy for
+    generation errors, as in `readiness.effective_scores`)."""
     written = []
     for path in files:
         if path.suffix == ".parquet":
-            _write_parquet_advantages(path, label)
+            _write_parquet_advantages(path, label, errors)
         else:
-            _write_jsonl_advantages(path, label)
+            _write_jsonl_advantages(path, label, errors)
         written.append(path)
     return written
 
@@ -111,7 +112,7 @@ def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
     return df["model_label"].astype(str) == label
 
 
-def _write_jsonl_advantages(path: Path, label: str | None) -> None:
+def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
     import pandas as pd
 
     from rfteval.readiness import grpo_advantages
@@ -120,7 +121,7 @@ def _write_jsonl_advantages(path: Path, label: str | None) -> None:
     records = list(iter_jsonl_records(path))
     df = pd.DataFrame.from_records(records)
     mine = _label_rows(df, label)
-    adv = grpo_advantages(df[mine])
+    adv = grpo_advantages(df[mine], errors)
     for pos, (idx, is_mine) in enumerate(mine.items()):
         if is_mine:
             value = float(adv.loc[idx])
@@ -128,7 +129,7 @@ def _write_jsonl_advantages(path: Path, label: str | None) -> None:
     write_jsonl(records, path)
 
 
-def _write_parquet_advantages(path: Path, label: str | None) -> None:
+def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -137,7 +138,7 @@ def _write_parquet_advantages(path: Path, label: str | None) -> None:
     table = pq.read_table(path)
     df = table.to_pandas()
     mine = _label_rows(df, label)
-    adv = grpo_advantages(df[mine])
+    adv = grpo_advantages(df[mine], errors)
     old = df["advantage"].tolist() if "advantage" in df else [None] * len(df)
     values = []
     for (idx, is_mine), before in zip(mine.items(), old):
@@ -183,13 +184,18 @@ def readiness(
     max_grade_errors: float = typer.Option(0.2, help="Grader error share above which: risky."),
     max_generate_errors: float = typer.Option(0.2, help="Generation error share above which: risky."),
     html: Path | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
+    errors: str = typer.Option("exclude", "--errors", help="Generation errors: exclude (left out of every signal, "
+                                                           "counted) or zero (reward 0). Grading errors and model "
+                                                           "refusals score 0 either way."),
 ) -> None:
     from rich.console import Console
 
-    from rfteval.readiness import Thresholds, assess
+    from rfteval.readiness import ERROR_POLICIES, Thresholds, assess
     from rfteval.report.readiness_render import render_readiness
 
     _check_format(fmt)
+    if errors not in ERROR_POLICIES:
+        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
     df, chosen, files, directory = locate_records(run, label)
     spec_dataset, spec_grader = spec_paths(directory) if (grader is None or dataset is None) else (None, None)
     grader = grader or spec_grader
@@ -218,10 +224,10 @@ def readiness(
             raise InputError(f"item {missing[0]!r} of the records is not in the dataset", dataset, field="id")
     try:
         report = assess(df, config, items, thresholds, group_size=group_size, label=chosen, regrade_n=regrade,
-                        seed=seed, options=_options(python_workers))
+                        seed=seed, options=_options(python_workers), errors=errors)
     except ValueError as exc:
         raise InputError(str(exc), files[0]) from None
-    written = write_advantages(files, chosen) if write_adv else []
+    written = write_advantages(files, chosen, errors) if write_adv else []
     if html is not None:
         from rfteval.report.html import write_page
         from rfteval.report.readiness_render import readiness_html

@@ -43,16 +43,43 @@ def summary_lines(report: ReadinessReport) -> list[str]:
         f"[{report.score_min:g}, {report.score_max:g}] ({pct(report.position)} of the range), "
         f"{report.n_items} items × {report.samples_min}"
         + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
-        f"  zero-signal items {pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
+        (f"  zero-signal items {pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
         f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))}); expected at G={report.group_size}: "
-        f"{pct(ez.get('share'))}",
-        f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
-        f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}",
+        f"{pct(ez.get('share'))} ({_esc(ez.get('method'))})"),
+        (f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
+        f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}"),
     ]
     for c in report.reasons if report.verdict != "ready" else []:
         lines.append(f"  [{STATUS_STYLE[c.status]}]{'not ready' if c.status == 'not_ready' else c.status}[/]: "
                      f"{_esc(c.message)}")
     return lines
+
+
+def estimator_text(ez: dict[str, Any]) -> str:
+    """How the expected zero-signal share was estimated, in one phrase: the method, its item counts, the prior."""
+    method = ez.get("method") or "n/a"
+    parts = []
+    if ez.get("n_unbiased") and ez.get("n_empirical_bayes"):
+        parts.append(f"{ez['n_unbiased']} items with K ≥ G unbiased, {ez['n_empirical_bayes']} with K < G pooled")
+    prior = ez.get("prior")
+    if prior:
+        alpha = ", ".join(num(a) for a in prior.get("alpha", [])[:6])
+        levels = [f"{v:g}" for v in prior.get("levels", [])] + (["once-seen scores"] if prior.get("diffuse") else [])
+        more = "…" if len(levels) > 6 else ""
+        parts.append(f"prior α over ({', '.join(levels[:6])}{more}) = ({alpha}{more})")
+    return f"{method}" + (f": {'; '.join(parts)}" if parts else "")
+
+
+def errors_text(err: dict[str, Any]) -> str:
+    """The error counts and what the policy did with each kind."""
+    fate = "reward 0, --errors zero" if err.get("policy") == "zero" else "left out"
+    refusals = err.get("refusal") or 0
+    out = [f"{err.get('generate', 0) - refusals} generation ({fate})"]
+    if refusals:
+        out.append(f"{refusals} model refusal{'s' if refusals != 1 else ''} (reward 0)")
+    out.append(f"{err.get('grade', 0)} grading (reward 0)")
+    types = ", ".join(f"{k} {v}" for k, v in {**err.get("generate_types", {}), **err.get("grade_types", {})}.items())
+    return ", ".join(out) + (f" — {types}" if types else "")
 
 
 def render_summary(report: ReadinessReport, console: Console) -> None:
@@ -77,6 +104,7 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
     """The full report: summary, histograms, labels, determinism and every check with its threshold."""
     from rich.table import Table
 
+    ez = report.expected_zero_signal
     render_summary(report, console)
     console.print(f"  range: {_esc(report.range_source)}", style="dim", highlight=False)
     console.print(f"\nItem means ({report.n_items} items)", style="bold")
@@ -87,12 +115,13 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
         console.print(line, highlight=False)
     console.print(
         f"scores at the minimum {pct(report.share_at_min)}, at the maximum {pct(report.share_at_max)}; "
-        f"mean item variance (p(1−p) for binary) {num(report.mean_item_variance)}", highlight=False)
+        f"mean item variance (ddof=1; unbiased p(1−p) for binary) {num(report.mean_item_variance)}", highlight=False)
+    console.print(f"expected zero-signal at G={report.group_size}: {pct(ez.get('share'))} (all-min "
+                  f"{pct(ez.get('floor'))}, all-max {pct(ez.get('ceiling'))}); {_esc(estimator_text(ez))}",
+                  highlight=False)
     err = report.errors
     if err.get("generate") or err.get("grade"):
-        types = ", ".join(f"{k} {v}" for k, v in err.get("grade_types", {}).items())
-        console.print(f"errors: {err['generate']} generation (left out), {err['grade']} grading (scored 0)"
-                      + (f" — {_esc(types)}" if types else ""), highlight=False)
+        console.print(f"errors: {_esc(errors_text(err))}", highlight=False)
     lab = report.labels
     if lab is not None:
         console.print("\nLabels", style="bold")
@@ -179,8 +208,8 @@ def svg_histogram(counts: list[int], low: float, high: float, title: str, width:
     n = max(len(counts), 1)
     bw = plot_w / n
     step = (high - low) / n
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="{escape(title)}">',
+    parts = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+             f'aria-label="{escape(title)}">'),
              f'<text x="{pad_l}" y="12" font-size="12" font-weight="600">{escape(title)}</text>']
     for i, c in enumerate(counts):
         h = c / top * plot_h
@@ -210,29 +239,33 @@ def readiness_html(report: ReadinessReport) -> str:
     v = report.verdict
     zv, ez = report.zero_variance, report.expected_zero_signal
     rows = [
-        ("base mean", f"{num(report.mean)} ± {num(report.se)} (SE) in [{report.score_min:g}, {report.score_max:g}]"
-                      f" — {pct(report.position)} of the range"),
+        ("base mean", (f"{num(report.mean)} ± {num(report.se)} (SE) in [{report.score_min:g}, {report.score_max:g}]"
+                      f" — {pct(report.position)} of the range")),
         ("items × samples", f"{report.n_items} × {report.samples_min}"
                             + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "")),
-        ("zero-signal items", f"{pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
-                              f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))})"),
-        (f"expected zero-signal at G={report.group_size}", f"{pct(ez.get('share'))} ({ez.get('method')})"),
+        ("zero-signal items", (f"{pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
+                              f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))})")),
+        (f"expected zero-signal at G={report.group_size}", (f"{pct(ez.get('share'))} (all-min {pct(ez.get('floor'))},"
+                                                           f" all-max {pct(ez.get('ceiling'))}); {estimator_text(ez)}")),
         ("score levels", f"{report.distinct_levels}{' (binary)' if report.binary else ''}"),
         ("mean within-item SD", num(report.mean_within_sd)),
-        ("mean item variance", num(report.mean_item_variance)),
+        ("mean item variance (ddof=1)", num(report.mean_item_variance)),
     ]
+    err = report.errors
+    if err.get("generate") or err.get("grade"):
+        rows.append(("errors", errors_text(err)))
     lab = report.labels
     if lab is not None and lab.majority_share is not None:
-        rows.append(("majority label", f"{lab.majority_label} {pct(lab.majority_share)} (chance {pct(lab.chance)});"
-                                       f" constant answer scores {num(lab.constant_answer_score)}"))
+        rows.append(("majority label", (f"{lab.majority_label} {pct(lab.majority_share)} (chance {pct(lab.chance)});"
+                                       f" constant answer scores {num(lab.constant_answer_score)}")))
     if lab is not None and lab.answer_majority_share is not None:
         rows.append(("majority answer", f"{lab.answer_majority_label} {pct(lab.answer_majority_share)}"))
     det = report.determinism
     if det is not None:
         rows.append(("determinism", f"{det.n_changed} of {det.n_regraded} re-graded outputs changed"))
     html = [_STYLE, '<section class="rfteval-readiness">',
-            f'<h3>RFT readiness{" — " + escape(report.label) if report.label else ""} '
-            f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span></h3>',
+            (f'<h3>RFT readiness{" — " + escape(report.label) if report.label else ""} '
+            f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span></h3>'),
             "<table>"]
     html += [f"<tr><th>{escape(k)}</th><td>{escape(val)}</td></tr>" for k, val in rows]
     html.append("</table>")
@@ -257,10 +290,10 @@ def probes_html(report: ProbeReport) -> str:
     cut = report.score_min + report.margin * (report.score_max - report.score_min)
     html = [_STYLE, '<section class="rfteval-readiness">',
             f"<h3>Grader probes — {escape(str(report.grader_name))} ({escape(str(report.grader_type))})</h3>",
-            f"<p>{report.n_items} items; floor {report.score_min:g}, maximum {report.score_max:g}; a cheat is flagged "
-            f"above {cut:g}. Reference → output: {escape(report.template_source)}.</p>",
-            "<table><tr><th>probe</th><th>expect</th><th>status</th><th>mean</th><th>max</th><th>errors</th>"
-            "<th>flagged items</th></tr>"]
+            (f"<p>{report.n_items} items; floor {report.score_min:g}, maximum {report.score_max:g}; a cheat is flagged "
+            f"above {cut:g}. Reference → output: {escape(report.template_source)}.</p>"),
+            ("<table><tr><th>probe</th><th>expect</th><th>status</th><th>mean</th><th>max</th><th>errors</th>"
+            "<th>flagged items</th></tr>")]
     for p in report.probes:
         status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
         items = ", ".join(p.flagged_items[:10]) + (" …" if len(p.flagged_items) > 10 else "")
