@@ -145,6 +145,24 @@ def test_write_advantages_jsonl_and_parquet(run_dir: Path):
     assert not list(run_dir.glob("*.tmp"))
 
 
+def test_readiness_errors_flag(tmp_path: Path):
+    recs = build_records("base", ANSWERS)
+    for rec in recs[:2]:  # q0's first two epochs: an endpoint failure and a model refusal
+        rec["error"] = {"stage": "generate", "type": "timeout" if rec["epoch"] == 0 else "refusal", "message": "x"}
+        rec["score"], rec["output_text"] = 0.0, None
+    write_jsonl(recs, tmp_path / "base.jsonl")
+    default = json.loads(invoke("readiness", tmp_path / "base.jsonl", "--format", "json", "--group-size", "2").output)
+    assert default["errors"]["policy"] == "exclude" and default["errors"]["excluded"] == 1
+    assert default["errors"]["refusal"] == 1 and default["items"][0]["k"] == 3
+    zero = json.loads(invoke("readiness", tmp_path / "base.jsonl", "--format", "json", "--errors", "zero").output)
+    assert zero["errors"]["policy"] == "zero" and zero["errors"]["excluded"] == 0 and zero["items"][0]["k"] == 4
+    text = invoke("readiness", tmp_path / "base.jsonl", "--group-size", "8").output
+    assert "1 generation (left out), 1 model refusal (reward 0)" in text
+    assert "empirical Bayes (beta-binomial)" in text and "plug-in" not in text
+    bad = invoke("readiness", tmp_path / "base.jsonl", "--errors", "drop")
+    assert bad.exit_code == 2 and "--errors" in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
 def test_bad_input_is_one_line_exit_2(run_dir: Path, tmp_path: Path):
     cases = [
         ("readiness", tmp_path / "nope"),

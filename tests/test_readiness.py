@@ -15,6 +15,7 @@ from rfteval.graders.loader import parse_config
 from rfteval.readiness import (
     Thresholds,
     assess,
+    effective_scores,
     expected_zero_signal,
     grader_score_range,
     grpo_advantages,
@@ -33,7 +34,8 @@ def records(pattern: dict[str, list[float]], label: str = "base", answers: dict[
         for epoch, s in enumerate(scores):
             text = answers[iid][epoch] if answers else f"answer {iid} {epoch}"
             stage = (errors or {}).get((iid, epoch))
-            err = {"stage": "generate", "type": "timeout", "message": "x"} if stage == "generate" else None
+            err = ({"stage": "generate", "type": "timeout", "message": "x"} if stage == "generate"
+                   else {"stage": "generate", "type": "refusal", "message": "no"} if stage == "refusal" else None)
             rec = make_record(run_id="r", model_label=label, model="m", item_id=iid, epoch=epoch, output_text=text,
                               error=err)
             if stage == "grade":
@@ -300,3 +302,72 @@ def test_to_dict_is_strict_json():
     assert back["verdict"] == rep.verdict and back["reasons"] == [c.name for c in rep.reasons]
     assert back["items"][1]["sd"] is None
     assert back["thresholds"]["zero_signal_not_ready"] == 0.6
+
+
+def test_grading_error_with_a_null_score_counts_as_zero():
+    """Issue 10: a record with a grading error and no score was dropped; it is reward 0, as compare scores it."""
+    df = records({"a": [1, 1, 1], "b": [1, 0, 1]})
+    df.at[1, "error"] = {"stage": "grade", "type": "python_grader_runtime_error", "message": "boom"}
+    df.at[1, "score"] = None
+    df.at[3, "error"] = {"type": "model_grader_refusal_error", "message": "judge refused"}  # no stage: a grade
+    df.at[3, "score"] = 0.7  # whatever score it carries, an errored grade is 0
+    assert scored_mask(df).all()
+    assert effective_scores(df).tolist() == [1, 0, 1, 0, 0, 1]
+    rep = assess(df, group_size=2)
+    assert rep.items[0].k == 3 and rep.items[0].mean == pytest.approx(2 / 3)
+    assert rep.items[1].mean == pytest.approx(1 / 3)
+    assert rep.errors["grade"] == 2 and rep.errors["excluded"] == 0
+    # a row with no score and no error was never graded: left out
+    df.at[0, "error"], df.at[0, "score"] = None, None
+    assert scored_mask(df).tolist() == [False] + [True] * 5
+
+
+def test_error_policy_refusals_zero_generation_errors_excluded_or_zero():
+    errs = {("a", 0): "generate", ("a", 1): "refusal", ("b", 2): "grade"}
+    df = records({"a": [1, 1, 1, 1], "b": [1, 1, 1, 1]}, errors=errs)
+    assert effective_scores(df).tolist()[:2] == [pytest.approx(math.nan, nan_ok=True), 0.0]
+    rep = assess(df, group_size=2)
+    assert rep.errors["policy"] == "exclude" and rep.errors["excluded"] == 1
+    assert rep.errors["generate"] == 2 and rep.errors["refusal"] == 1 and rep.errors["grade"] == 1
+    assert rep.errors["generate_types"] == {"timeout": 1, "refusal": 1}
+    assert rep.items[0].k == 3 and rep.items[0].mean == pytest.approx(2 / 3)  # the refusal is a 0, the timeout out
+    assert rep.items[1].k == 4 and rep.items[1].mean == pytest.approx(3 / 4)
+    zero = assess(df, group_size=2, errors="zero")
+    assert zero.errors["policy"] == "zero" and zero.errors["excluded"] == 0
+    assert zero.items[0].k == 4 and zero.items[0].mean == pytest.approx(2 / 4)
+    message = next(c.message for c in zero.checks if c.name == "generate_errors")
+    assert "reward 0" in message and "1 of them model refusals" in message
+    adv = grpo_advantages(df)
+    assert math.isnan(adv.iloc[0]) and adv.iloc[1] < 0
+    assert not math.isnan(grpo_advantages(df, errors="zero").iloc[0])
+    with pytest.raises(ValueError, match="errors must be one of"):
+        assess(df, errors="drop")
+
+
+def test_zero_signal_iff_advantages_are_zero():
+    """Issue 10: std > 1e-12 gave ±0.97 advantages to an item the 9-decimal levels call zero-signal."""
+    df = records({"tie": [0.5, 0.5 + 1e-11, 0.5, 0.5 - 1e-11], "apart": [0.5, 0.5 + 1e-8, 0.5, 0.5]})
+    rep = assess(df, group_size=2)
+    kinds = {it.item_id: it.kind for it in rep.items}
+    assert kinds == {"tie": "other", "apart": "mixed"}
+    adv = grpo_advantages(df)
+    tie = adv[df["item_id"] == "tie"]
+    apart = adv[df["item_id"] == "apart"]
+    assert (tie == 0).all()
+    assert (apart != 0).any() and apart.abs().max() == pytest.approx(1.5)
+    # the rule holds for every item: zero signal exactly when every advantage is 0
+    for it in rep.items:
+        assert (it.kind != "mixed") == bool((adv[df["item_id"] == it.item_id] == 0).all())
+
+
+def test_empirical_bayes_when_k_below_g_and_no_plug_in_note():
+    pattern = {f"i{i}": [1, 0, 1] if i % 3 else [0, 0, 0] for i in range(30)}
+    rep = assess(records(pattern), group_size=8)
+    ez = rep.expected_zero_signal
+    assert ez["method"] == "empirical Bayes (beta-binomial)" and ez["prior"]["family"] == "beta-binomial"
+    assert not any("plug-in" in n for n in rep.notes)
+    plug = sum(expected_zero_signal([sum(v), 3 - sum(v)], 8) for v in pattern.values()) / 30
+    assert ez["share"] < plug
+    assert ez["floor"] + ez["ceiling"] == pytest.approx(ez["share"])
+    text = json.dumps(rep.to_dict(), allow_nan=False)
+    assert '"n_empirical_bayes": 30' in text
