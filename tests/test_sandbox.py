@@ -15,12 +15,26 @@ import pytest
 
 from rfteval.graders import _worker
 from rfteval.graders.base import (
-    PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeError, checked_score,
+    PYTHON_MEMORY,
+    PYTHON_RUNTIME,
+    PYTHON_SERVER,
+    PYTHON_TIMEOUT,
+    GradeError,
+    checked_score,
 )
 from rfteval.graders.sandbox import (
-    ITEM_CACHE_BYTES, RESEND, STDOUT_CAP, WorkerPool, _Failure, _Settings, _Worker, by_item, compact_sample,
+    RESEND,
+    STDOUT_CAP,
+    WorkerPool,
+    _Failure,
+    _Sandbox,
+    by_item,
+    compact_sample,
     decode_reply,
-    encode, encode_whole, worker_env,
+    encode,
+    encode_whole,
+    group_units,
+    worker_env,
 )
 from rfteval.sample import make_sample
 
@@ -142,20 +156,17 @@ def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: Wor
             assert result.error is None and result.score == n / 2000, n
 
 
-@pytest.mark.parametrize("early", [True, False], ids=["queued while the one before runs", "sent on its end"])
-def test_a_batch_queued_behind_a_crash_is_graded_by_the_next_worker(monkeypatch: pytest.MonkeyPatch,
-                                                                   early: bool) -> None:
-    monkeypatch.setattr(_Worker, "fits_ahead", lambda self, payload: early)
+def test_a_batch_after_a_crash_is_graded_by_a_fresh_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[int] = []
-    send = _Worker.send
-    monkeypatch.setattr(_Worker, "send", lambda self, payload: (sent.append(len(payload)), send(self, payload))[1])
+    send = _Sandbox.send
+    monkeypatch.setattr(_Sandbox, "send", lambda self, payload: (sent.append(len(payload)), send(self, payload))[1])
     kinds = {1: "os_exit", 6: "killed", 9: "raise"}
     pairs = [({"k": kinds.get(n, "ok")}, {"id": f"i{n}", "v": n / 16}) for n in range(16)]
     with WorkerPool(workers=1, timeout_s=TIMEOUT_S, batch_size=4) as pool:
         results = pool.grade(MISBEHAVING, pairs)
     assert [r.error is not None for r in results] == [n in kinds for n in range(16)]
     assert [r.score for r in results] == [0.0 if n in kinds else n / 16 for n in range(16)]
-    assert len(sent) >= 4 + 2  # every batch, and again the ones a crash lost
+    assert len(sent) == 4  # a crash costs its child, not the supervisor: no batch is sent twice
 
 
 def test_traceback_is_trimmed_to_the_graders_frames(pool1: WorkerPool) -> None:
@@ -208,10 +219,9 @@ def test_fd_level_output_goes_with_its_own_call_and_is_never_lost(pool1: WorkerP
     kinds = ["none", "fd", "none", "fd", "fd", "none"]
     results = pool1.grade(source, [({"k": k}, {}) for k in kinds])
     assert [r.stdout for r in results] == [None, "to fd 2\n", None, "to fd 2\n", "to fd 2\n", None]
-    # missed by the per-call look, found at the batch's end: it goes with the batch's last call, not lost
+    # binary output goes with its own call too (every call's output is read from the file it went to)
     results = pool1.grade(source, [({"k": k}, {}) for k in ["none", "binary", "none"]])
-    assert [r.stdout for r in results[:2]] == [None, None]
-    assert results[2].stdout == "\ufffd\x00binary"
+    assert [r.stdout for r in results] == [None, "\ufffd\x00binary", None]
     (after,) = pool1.grade(source, [({"k": "none"}, {})])
     assert after.stdout is None  # and the file is clean again
 
@@ -278,24 +288,27 @@ def test_bytes_and_file_descriptor_writes_are_captured(pool1: WorkerPool) -> Non
     assert result.stdout == "bytes\nfd\nfrom a child process\n"
 
 
-def test_workers_are_reused(pool2: WorkerPool) -> None:
+def test_every_unit_gets_a_fresh_process_and_never_the_rfteval_process(pool2: WorkerPool) -> None:
     source = "import os\ndef grade(sample, item):\n    return float(os.getpid())\n"
-    results = pool2.grade(source, [({}, {})] * 100)
-    pids = {int(r.score) for r in results}
+    results = pool2.grade(source, [({}, {})] * 20)  # no units declared: every sample is its own unit
+    pids = [int(r.score) for r in results]
     assert all(r.error is None for r in results)
-    assert 1 <= len(pids) <= 2
-    assert os.getpid() not in pids  # never in the rfteval process
-    assert pids <= set(pool2.pids)
-    again = {int(r.score) for r in pool2.grade(source, [({}, {})] * 100)}
-    assert again <= set(pool2.pids) and len(set(pool2.pids)) <= 2
+    assert os.getpid() not in pids and not set(pids) & set(pool2.pids)  # never rfteval, never the supervisor
+    items = [{"id": n} for n in range(4)]
+    declared = pool2.grade(source, [({}, items[k % 4]) for k in range(20)], units=[k % 4 for k in range(20)])
+    by_unit = {n: {r.score for k, r in enumerate(declared) if k % 4 == n} for n in range(4)}
+    assert all(len(p) == 1 for p in by_unit.values()) and len({p.pop() for p in by_unit.values()}) == 4
 
 
-def test_source_runs_once_per_worker(pool1: WorkerPool) -> None:
+def test_module_state_does_not_survive_from_one_unit_to_the_next(pool1: WorkerPool) -> None:
     source = "CALLS = []\ndef grade(sample, item):\n    CALLS.append(1)\n    return float(len(CALLS))\n"
-    first = [r.score for r in pool1.grade(source, [({}, {})] * 3)]
-    second = [r.score for r in pool1.grade(source, [({}, {})] * 2)]
-    assert first == [1.0, 2.0, 3.0]
-    assert second == [4.0, 5.0]  # module state survives between batches: the source was not re-run
+    item = {"id": 1}
+    first = [r.score for r in pool1.grade(source, [({}, item)] * 3, units=["a"] * 3)]
+    second = [r.score for r in pool1.grade(source, [({}, item)] * 2, units=["a"] * 2)]
+    separate = [r.score for r in pool1.grade(source, [({}, item)] * 3)]
+    assert first == [1.0, 2.0, 3.0]  # one unit: one process, the source loaded once
+    assert second == [1.0, 2.0]  # the next unit starts from the template, not from what the last one left
+    assert separate == [1.0, 1.0, 1.0]
 
 
 def test_network_is_cut(pool2: WorkerPool) -> None:
@@ -306,8 +319,8 @@ def test_network_is_cut(pool2: WorkerPool) -> None:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # the socket is reachable from here, so a failure in the worker is the namespace's doing
-        if not pool2.isolation.startswith("network namespace"):
-            pytest.skip(f"network isolation did not hold here: {pool2.isolation}")
+        if not pool2.isolation.startswith("bubblewrap"):
+            pytest.skip(f"the sandbox is not available here: {pool2.isolation}")
         source = (
             "import socket\n"
             "def grade(sample, item):\n"
@@ -316,15 +329,15 @@ def test_network_is_cut(pool2: WorkerPool) -> None:
         )
         (result,) = pool2.grade(source, [({}, {})])
         assert result.error is not None and result.error.type == PYTHON_RUNTIME
-        assert "OSError" in result.error.message or "unreachable" in result.error.message
+        assert any(w in result.error.message for w in ("OSError", "unreachable", "Connection refused"))
     finally:
         listener.close()
 
 
 def test_isolation_is_reported() -> None:
-    with WorkerPool(workers=1) as pool:
+    with WorkerPool(workers=1, unsafe=True) as pool:
         text = pool.isolation
-    assert text == "network namespace" or text.startswith(("network namespace (", "not isolated: "))
+    assert text.startswith(("bubblewrap: user, PID, mount, network and IPC namespaces", "unsafe: no sandbox ("))
 
 
 def test_calls_from_two_threads_at_once(pool2: WorkerPool) -> None:
@@ -371,17 +384,19 @@ def test_source_that_hangs_while_loading_fails_every_sample_once() -> None:
 def test_secrets_and_threads_in_the_worker_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     monkeypatch.setenv("RFTEVAL_HARMLESS", "yes")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
     source = (
         "import os\n"
         "def grade(sample, item):\n"
         "    return float(sample['name'] in os.environ and os.environ[sample['name']] == sample['want'])\n"
     )
-    cases = [("OPENAI_API_KEY", "sk-test-not-a-real-key", 0.0), ("RFTEVAL_HARMLESS", "yes", 1.0),
+    cases = [("OPENAI_API_KEY", "sk-test-not-a-real-key", 0.0), ("RFTEVAL_HARMLESS", "yes", 0.0),
+             ("LC_ALL", "C.UTF-8", 1.0),
              ("OMP_NUM_THREADS", "1", 1.0), ("OPENBLAS_NUM_THREADS", "1", 1.0), ("MKL_NUM_THREADS", "1", 1.0)]
     with WorkerPool(workers=1) as pool:
         results = pool.grade(source, [({"name": n, "want": w}, {}) for n, w, _ in cases])
     assert [r.score for r in results] == [c[2] for c in cases]
-    assert "OPENAI_API_KEY" not in worker_env()
+    assert "OPENAI_API_KEY" not in worker_env() and "RFTEVAL_HARMLESS" not in worker_env()  # an allow-list
 
 
 def test_memory_limit_is_configurable() -> None:
@@ -423,27 +438,26 @@ def test_non_json_data_still_reaches_the_grader(pool1: WorkerPool) -> None:
 # ---------------------------------------------------------------- pure pieces, no processes
 
 
-def test_identical_items_are_sent_once() -> None:
-    worker = _Worker(_Settings(1.0, None, {}))
+def test_an_item_crosses_once_per_unit() -> None:
+    box = _Sandbox.__new__(_Sandbox)
+    box.sources = set()
     item_a, item_b = {"reference_answer": "a" * 1000}, {"reference_answer": "b"}
     pairs = [({"n": n}, item_a if n % 2 else item_b) for n in range(10)]
-    first = worker.encode("k", "src", pairs)
-    second = worker.encode("k", "src", pairs)
-    assert b"a" * 1000 in first and b"a" * 1000 not in second
+    units = group_units(pairs, ["m"] * 10)
+    assert units == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    request = box.request("k", "src", [(encode(pairs[u[0]][1]), [compact_sample(pairs[i][0]) for i in u])
+                                       for u in units])
+    assert request.count(b"a" * 1000) == 1
+    _, _, source, sent = marshal.loads(request)
+    assert source == "src" and [len(samples) for _, samples in sent] == [5, 5]
+    assert marshal.loads(box.request("k", "src", []))[2] is None  # the source crosses once per sandbox
 
-    _, _, _, new1, refs1, _ = marshal.loads(first)
-    _, _, _, new2, refs2, _ = marshal.loads(second)
-    assert len(new1) == 2 and new2 == []
-    assert refs1 == refs2 and len(set(refs1)) == 2
 
-
-def test_oversized_items_are_sent_inline_not_cached() -> None:
-    worker = _Worker(_Settings(1.0, None, {}))
-    big = {"x": "z" * (ITEM_CACHE_BYTES // 4 + 10)}
-
-    _, _, _, new, refs, _ = marshal.loads(worker.encode("k", "s", [({}, big), ({}, big)]))
-    assert [slot for slot, _ in new] == [-1] and refs == [-1, -1]
-    assert worker.items == {}
+def test_units_never_mix_keys_or_items() -> None:
+    a, b = {"id": "a"}, {"id": "b"}
+    pairs = [({}, a), ({}, a), ({}, b), ({}, a), ({}, dict(a))]
+    assert group_units(pairs, None) == [[0], [1], [2], [3], [4]]  # undeclared: a process per sample
+    assert group_units(pairs, ["base", "tuned", "base", "base", "base"]) == [[0, 3], [1], [2], [4]]
 
 
 @pytest.mark.parametrize("value", [1, 0, -3, 2.5, -0.0, 10 ** 400, math.nan, math.inf, -math.inf, True, False,
@@ -467,12 +481,14 @@ def test_worker_error_types_match_base() -> None:
 
 @pytest.mark.parametrize("reply", [
     b"not json",
-    json.dumps({"start": 0, "scores": [1.0], "errors": {}, "stdout": {}, "done": True}).encode(),  # too few
-    json.dumps({"start": 0, "scores": [1.0, "x"], "errors": {}, "stdout": {}, "done": True}).encode(),
-    json.dumps({"start": 0, "scores": [1.0, True], "errors": {}, "stdout": {}, "done": True}).encode(),
-    b'{"start": 0, "scores": [1.0, NaN], "errors": {}, "stdout": {}, "done": true}',
-    json.dumps({"start": 1, "scores": [1.0, 1.0], "errors": {}, "stdout": {}, "done": True}).encode(),
-    json.dumps({"start": 0, "scores": [1.0, 1.0], "errors": {"5": ["x", "y"]}, "stdout": {}, "done": True}).encode(),
+    json.dumps([True, [[1.0, None, None, None]]]).encode(),  # too few
+    json.dumps([True, [[1.0, None, None, None], ["x", None, None, None]]]).encode(),
+    json.dumps([True, [[1.0, None, None, None], [1.0, None, None, None], [1.0, None, None, None]]]).encode(),
+    b'[true, [[1.0, null, null, null], [NaN, null, null, null]]]',
+    json.dumps([True, [[1.0, None, None, None], [1.0, 5, None, None]]]).encode(),
+    json.dumps({"done": True}).encode(),
+    b"[" * 200_000 + b"]" * 200_000,
+    b"[true, [" + b"[" * 200_000,
 ])
 def test_garbled_replies_are_refused(reply: bytes) -> None:
     with pytest.raises(_Failure) as info:
@@ -481,13 +497,18 @@ def test_garbled_replies_are_refused(reply: bytes) -> None:
 
 
 def test_a_reply_in_parts() -> None:
-    part1 = {"start": 0, "scores": [0.5], "errors": {}, "stdout": {"0": "hi"}, "done": False}
-    part2 = {"start": 1, "scores": [0.0], "errors": {"1": ["made_up_type", "boom"]}, "stdout": {}, "done": True}
+    part1 = [False, [[0.5, None, None, "hi"]]]
+    part2 = [True, [[0.0, "made_up_type", "boom", None]]]
     first, done1 = decode_reply(json.dumps(part1).encode(), 0, 2)
     second, done2 = decode_reply(json.dumps(part2).encode(), 1, 2)
     assert (done1, done2) == (False, True)
     assert first[0].score == 0.5 and first[0].stdout == "hi"
     assert second[0].error == GradeError(PYTHON_RUNTIME, "boom")  # unknown types are not believed
+
+
+def test_reply_text_is_capped() -> None:
+    (result,), _ = decode_reply(json.dumps([True, [[0.0, PYTHON_RUNTIME, "m" * 10**6, "o" * 10**6]]]).encode(), 0, 1)
+    assert len(result.error.message) <= 8000 and len(result.stdout) <= STDOUT_CAP + 100
 
 
 def test_encode_sends_plain_data_only() -> None:
@@ -565,7 +586,7 @@ def test_a_sample_sent_as_text_grades_as_if_sent_whole(pool1: WorkerPool) -> Non
     results = pool1.grade(FINGERPRINT, pairs)
     assert [r.error for r in results] == [None] * len(pairs)
     assert [r.stdout for r in results] == [observed(s) for s, _ in pairs]
-    whole = pool1._grade(pool1._key(FINGERPRINT), FINGERPRINT, pairs, whole=True)
+    whole = pool1._grade(pool1._key(FINGERPRINT), FINGERPRINT, pairs, group_units(pairs, None), whole=True)
     assert [r.stdout for r in whole] == [r.stdout for r in results]
     first = results[0].stdout
     assert first.startswith("{'output_text': str:") and "'choices': list[{'index': int:0" in first
@@ -703,12 +724,12 @@ def test_results_come_back_in_the_callers_order_when_items_interleave(pool1: Wor
             assert result.stdout == f"{float(k % 5)} {k}\n"
 
 
-def test_an_items_samples_go_to_one_worker() -> None:
+def test_an_items_samples_of_one_model_share_one_process() -> None:
     source = "import os\ndef grade(sample, item):\n    return float(os.getpid())\n"
     items = [{"id": n} for n in range(4)]
     pairs = [({"k": k}, items[k % 4]) for k in range(40)]  # interleaved: each batch of 10 would hold every item
     with WorkerPool(workers=2, timeout_s=TIMEOUT_S, batch_size=10) as pool:
-        results = pool.grade(source, pairs)
+        results = pool.grade(source, pairs, units=["model"] * 40)
         assert len(pool.pids) == 2
     pids = {n: {r.score for k, r in enumerate(results) if k % 4 == n} for n in range(4)}
     assert all(len(p) == 1 for p in pids.values()), pids

@@ -1,26 +1,31 @@
-"""Worker side of the python grader sandbox: one process that runs a grader's source on batches of samples.
+"""Inside the python grader sandbox: a supervisor that never runs grader code, and one child per grading unit.
 
-Started by sandbox.WorkerPool as `python _worker.py CONFIG_JSON`, with requests on stdin and replies on stdout
-(moved to private fds at start, so nothing the grader prints can corrupt them). Standard library only at
-start-up (and rfteval.sample, which needs json and msgspec): start-up is paid once per worker, and graders that need
-nothing heavy should not pay for it.
+sandbox.WorkerPool starts `python -I _worker.py CONFIG_JSON` inside bubblewrap (see sandbox.py and
+docs/sandbox.md). That process, the supervisor, is trusted: it reads requests (marshal, from the trusted
+rfteval process) on stdin, and for every grading unit (the samples of one model for one item) forks a fresh
+child from itself, a template that has imported what the grader source imports but never ran a line of it.
+The child loads the source, grades the unit's samples and writes each result into a shared memory region of its
+own; the supervisor reads that region, checks and bounds every record (it comes from grader code), keeps the
+time with its own clock, kills the child and everything it started when the unit ends, wipes /tmp, and sends
+the results to rfteval on stdout. Nothing a child does outlives its unit or reaches another unit's results.
 
-Wire format, both ways: 8-byte little-endian length, then the payload. Requests are marshal (the main process
-is trusted); each sample in them is a marshal blob of the whole sample, or the output text (str) or (text,
-tools, parsed) from which make_sample rebuilds it here; see sandbox.compact_sample. Replies are b"P" (a part)
-or b"D" (the last part) and JSON, so a hostile grader can at worst send garbage, never code, to the main
-process.
+Wire format to rfteval: 8-byte little-endian length, then JSON `[done, [[score, type, message, stdout], ...]]`,
+results in request order (rfteval checks them again; see sandbox.decode_reply).
 """
 
 from __future__ import annotations
 
 import _signal
+import ast
 import gc
 import json
 import marshal
 import math
+import mmap
 import os
 import resource
+import select
+import shutil
 import signal
 import struct
 import sys
@@ -30,28 +35,28 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-# Copies of rfteval.graders.base's error types (importing base would pull pydantic into every worker).
+# Copies of rfteval.graders.base's error types (importing base would pull pydantic into every template).
 PYTHON_RUNTIME = "python_grader_runtime_error"
 PYTHON_TIMEOUT = "python_grader_timeout_error"
 PYTHON_MEMORY = "python_grader_memory_error"
 PYTHON_SERVER = "python_grader_server_error"
 RESEND = "rfteval_resend_whole"  # as in sandbox.py: a sample sent compact that could not be rebuilt here
+ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER, RESEND})
 
-IDLE, LOADING = -1, -2  # progress index values besides "in call k"
-PROGRESS = struct.Struct("<qq")  # (sequence number bumped at every call, index of the call or IDLE/LOADING)
-HEADER = struct.Struct("<Q")
+HEADER = struct.Struct("<Q")  # frames to and from rfteval
+RECORD = struct.Struct("<I")  # records in a child's result region
+COUNT = struct.Struct("<QQ")  # the region's head: (records committed, bytes used after the head)
 PIP_HINT = "pip install 'rfteval[graders]' (the packages of OpenAI's grader image)"
 TRACEBACK_CHARS = 4000
-FLUSH_S = 0.05  # send finished results at least this often during a batch
-CHECK_ALL, CHECK_EVERY = 64, 16  # item-mutation checks: after each of a source's first calls, then every 16th
+MESSAGE_CHARS = 8000  # an error message as forwarded, at most
+RECORD_SLACK = MESSAGE_CHARS * 4 + 4096  # room per record beyond the output cap (UTF-8, JSON escapes)
+FLUSH_S = 0.05  # results go to rfteval at least this often while a request runs
+HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor
+LOADED = -1  # the record index that says the source loaded (or why it did not)
 SIGALRM, ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
-# The byte just past the text region of the capture file, where fds 1 and 2 write first (they share one offset,
-# kept there while nothing is pending): a call's C-level output overwrites it, so a look at the mapping tells,
-# with no system call per call (on this VM one costs ~5 us of the call's time in cache and TLB refills). UTF-8
-# text never starts with 0xFF; binary output that does is found at the next flush or the batch's end.
-FD_SENTINEL = 0xFF
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
+MAX_PREIMPORTS = 64
 
 Err = tuple[str, str]
 LIMITS = {"memory": "none", "timeout": "none"}  # the limits as set, for messages
@@ -90,77 +95,20 @@ def send(fd: int, payload: bytes) -> None:
             view = view[os.write(fd, view):]
 
 
-# ---------------------------------------------------------------- process set-up
-
-
-def isolate_network() -> str:
-    """Cut the network with a fresh network namespace (only a down loopback in it); say what held."""
-    if not sys.platform.startswith("linux"):
-        return f"not isolated: no network namespaces on {sys.platform}"
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError as exc:
-        return f"not isolated: libc not loadable ({exc})"
-    clone_newnet, clone_newuser = 0x40000000, 0x10000000
-    if libc.unshare(clone_newnet) == 0:
-        return "network namespace"
-    first = os.strerror(ctypes.get_errno())
-    uid, gid = os.getuid(), os.getgid()
-    if libc.unshare(clone_newuser | clone_newnet) == 0:
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-            try:
-                with open(f"/proc/self/{name}", "w") as fh:
-                    fh.write(text)
-            except OSError:
-                pass
-        return "network namespace (in a user namespace)"
-    second = os.strerror(ctypes.get_errno())
-    return f"not isolated: unshare(CLONE_NEWNET) failed ({first}; with CLONE_NEWUSER: {second})"
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to kill this worker when the pool's process goes, so no worker outlives it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent_pid:
-        os._exit(0)
-
-
-def limit_memory(memory_mb: int | None) -> str:
-    if not memory_mb or memory_mb <= 0:
-        return "none"
-    want = memory_mb * 1024 * 1024
-    try:
-        resource.setrlimit(resource.RLIMIT_AS, (want, want))
-        return f"{memory_mb} MB"
-    except (ValueError, OSError) as exc:
-        return f"not set ({exc})"
-
-
-# ---------------------------------------------------------------- output capture
+# ---------------------------------------------------------------- output capture (in the child)
 
 
 class Capture:
-    """sys.stdout/sys.stderr for grade(): copies text into the first `cap` bytes of the capture file, mapped
-    in memory (no system call per print), then drops the rest. Fds 1 and 2 write C-level output after that
-    region, from offset `cap` on (see FD_SENTINEL). Both survive the worker: when it dies or hangs, the pool
-    reads what the call printed from the file (the text region ends at the first NUL byte; it is zeroed after
-    each call)."""
+    """sys.stdout and sys.stderr of a child: writes straight to fd 1, the unit's output file (so prints and C-level
+    output stay in order, and what a dying call printed is already in the file for the supervisor), dropping
+    what one call prints past the cap."""
 
     encoding = "utf-8"
     errors = "replace"
 
-    def __init__(self, region: Any, cap: int):
-        self.region = region
+    def __init__(self, cap: int):
         self.cap = cap
-        self.pos = 0
+        self.written = 0
         self.truncated = False
         self.buffer = _BytesCapture(self)
 
@@ -172,22 +120,19 @@ class Capture:
         if not text:
             return 0
         data = text.encode("utf-8", "replace")
-        pos = self.pos
-        end = pos + len(data)
-        if end > self.cap:
+        room = self.cap - self.written
+        if len(data) > room:
             self.truncated = True
-            end = self.cap
-            data = data[: end - pos]
-        self.region[pos:end] = data
-        self.pos = end
+            data = data[:max(room, 0)]
+        if data:
+            self.written += len(data)
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(1, view):]
+            except OSError:  # the disk or file size limit: what fits is kept
+                self.truncated = True
         return len(text)
-
-    def take(self) -> bytes:
-        """What was written since the last take, and a clean region for the next call."""
-        pos, self.pos = self.pos, 0
-        data = self.region[:pos]
-        self.region[:pos] = bytes(pos)
-        return data
 
     def writelines(self, lines: Any) -> None:
         for line in lines:
@@ -197,7 +142,7 @@ class Capture:
         pass
 
     def fileno(self) -> int:
-        return 1  # C-level writes to it land in the capture file too
+        return 1
 
     def isatty(self) -> bool:
         return False
@@ -227,6 +172,20 @@ def truncation_marker(cap: int) -> str:
     return f"\n[rfteval: output truncated at {cap // 1024} KB]"
 
 
+def read_output(fd: int, cap: int, truncated: bool = False) -> str | None:
+    """What the output file holds (one call's output), capped and marked; None when empty."""
+    try:
+        size = os.fstat(fd).st_size
+        data = os.pread(fd, min(size, cap), 0) if size else b""
+    except OSError:
+        return None
+    truncated = truncated or size > cap
+    if not data and not truncated:
+        return None
+    text = data.decode("utf-8", "replace")
+    return text + truncation_marker(cap) if truncated else text
+
+
 # ---------------------------------------------------------------- grading
 
 
@@ -254,11 +213,11 @@ def describe(exc: BaseException, what: str) -> Err:
     tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # drop the worker's own frame
     try:
         text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
-    except Exception:  # a hostile __str__; fall back to the type
+    except Exception:  # noqa: BLE001  (a hostile __str__; fall back to the type)
         text = type(exc).__name__
     try:
         head = f"{what} raised " + traceback.format_exception_only(type(exc), exc)[-1].strip()[:500]
-    except Exception:
+    except Exception:  # noqa: BLE001
         head = f"{what} raised {type(exc).__name__}"
     if len(text) > TRACEBACK_CHARS:
         text = "...\n" + text[-TRACEBACK_CHARS:]
@@ -275,254 +234,17 @@ def as_score(value: Any) -> float | Err:
         except OverflowError:
             return PYTHON_RUNTIME, "grade() returned an int too large for a float"
     try:
-        from rfteval.graders.base import checked_score  # noqa: PLC0415  (pydantic: only when needed)
+        from rfteval.graders.base import checked_score
 
         checked = checked_score(value)
     except OverflowError:
         return PYTHON_RUNTIME, "grade() returned an int too large for a float"
-    except Exception as exc:  # a hostile __repr__ / __float__
+    except Exception as exc:  # noqa: BLE001  (a hostile __repr__ / __float__)
         return PYTHON_RUNTIME, f"grade() returned an unusable {type(value).__name__} ({type(exc).__name__})"
     if isinstance(checked, float):
         return checked
     return checked.type, checked.message
 
-
-class Worker:
-    def __init__(self, timeout_s: float, cap: int, out_fd: int, progress: Any):
-        import mmap
-
-        self.timeout_s = timeout_s
-        self.cap = cap
-        self.out_fd = out_fd  # the capture file: prints in its first `cap` bytes, fds 1 and 2 after them
-        self.rewind_fds()
-        self.capture = Capture(mmap.mmap(out_fd, cap + 1), cap)  # the text region and the sentinel after it
-        self.progress = progress
-        self.seq = 0
-        self.in_call = False
-        self.call_started = 0.0
-        self.handler = self.on_alarm  # one bound method, so the identity check in arm() holds
-        self.modules: dict[str, Callable[..., Any] | Err] = {}
-        self.items: dict[int, list[Any]] = {}  # slot -> [bytes as sent, working copy, pristine copy]
-        self.checks: dict[str, list[Any]] = {}  # per source: [item checks done, has it ever changed an item]
-
-    # -- alarm
-
-    def on_alarm(self, signum: int, frame: Any) -> None:
-        """The timer is armed once per batch, not per call (a syscall per call is most of a cheap grader's
-        cost): on firing, interrupt the current call if it is over its limit, else re-arm for its rest."""
-        if not self.in_call:
-            signal.setitimer(ITIMER_REAL, self.timeout_s)
-            return
-        remaining = self.call_started + self.timeout_s - time.monotonic()
-        if remaining > 0.001:
-            signal.setitimer(ITIMER_REAL, remaining)
-            return
-        signal.setitimer(ITIMER_REAL, 1.0)  # again in a second, in case the grader swallows this one
-        raise GraderTimeout()
-
-    def arm(self) -> None:
-        if _signal.getsignal(SIGALRM) is not self.handler:  # (signal.getsignal is slow: enums)
-            signal.signal(SIGALRM, self.handler)
-        signal.setitimer(ITIMER_REAL, self.timeout_s)
-
-    def mark(self, index: int) -> None:
-        self.seq += 1
-        PROGRESS.pack_into(self.progress, 0, self.seq, index)
-
-    def rewind_fds(self) -> None:
-        """Drop what fds 1 and 2 wrote, put the sentinel back and their shared offset on it."""
-        os.ftruncate(self.out_fd, self.cap)
-        os.pwrite(self.out_fd, bytes((FD_SENTINEL,)), self.cap)
-        os.lseek(self.out_fd, self.cap, os.SEEK_SET)
-
-    def fds_written(self) -> bool:
-        """Whether fds 1 and 2 wrote since the last take (one system call: for flushes, not for every call)."""
-        return os.lseek(self.out_fd, 0, os.SEEK_CUR) != self.cap
-
-    def take_output(self) -> str | None:
-        """The call's output: its prints, then what reached fds 1 and 2, capped; None when there was none."""
-        text = self.capture.take()
-        written = os.lseek(self.out_fd, 0, os.SEEK_CUR) - self.cap
-        if written > 0:
-            text += os.pread(self.out_fd, min(written, self.cap + 1), self.cap)
-        if written or self.capture.region[self.cap] != FD_SENTINEL:
-            self.rewind_fds()
-        truncated = self.capture.truncated or len(text) > self.cap
-        self.capture.truncated = False
-        if not text and not truncated:
-            return None
-        out = text[: self.cap].decode("utf-8", "replace")
-        return out + truncation_marker(self.cap) if truncated else out
-
-    def run_guarded(self, fn: Callable[..., Any], *args: Any) -> tuple[Any, BaseException | None]:
-        """fn(*args) under the per-call alarm, with output captured; (value, None) or (None, exception)."""
-        sys.stdout = sys.stderr = self.capture
-        try:
-            try:
-                self.arm()
-                self.call_started = time.monotonic()
-                self.in_call = True
-                return fn(*args), None
-            finally:
-                self.in_call = False
-        except BaseException as exc:  # noqa: BLE001  (everything the grader does is data)
-            return None, exc
-
-    # -- source
-
-    def module(self, key: str, source: str | None) -> Callable[..., Any] | Err:
-        found = self.modules.get(key)
-        if found is not None:
-            return found
-        if source is None:
-            return PYTHON_RUNTIME, "internal: the pool did not send the grader source"
-        self.mark(LOADING)
-        result = self.load(key, source)
-        self.take_output()  # module-level prints are not any sample's output
-        PROGRESS.pack_into(self.progress, 0, self.seq, IDLE)
-        self.modules[key] = result
-        gc.collect()
-        gc.freeze()  # what the source imported is long-lived: keep it out of later collections
-        return result
-
-    def load(self, key: str, source: str) -> Callable[..., Any] | Err:
-        import linecache
-
-        name = f"rfteval_grader_{key[:16]}"
-        filename = f"<grader {key[:8]}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        try:
-            code = compile(source, filename, "exec", dont_inherit=True)  # no __future__ flags leak from this module
-        except (SyntaxError, ValueError) as exc:
-            return PYTHON_RUNTIME, f"the grader source does not compile: {exc}"
-        mod = types.ModuleType(name)
-        mod.__file__ = filename
-        sys.modules[name] = mod  # pydantic and dataclasses look their module up here
-        _, exc = self.run_guarded(exec, code, mod.__dict__)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        if exc is not None:
-            kind, message = describe(exc, "loading the grader source")
-            return kind, message
-        fn = mod.__dict__.get("grade")
-        if not callable(fn):
-            return PYTHON_RUNTIME, "the grader source defines no function grade(sample, item)"
-        return fn
-
-    # -- batches
-
-    def install(self, new: list[tuple[int, bytes]]) -> None:
-        """Cache newly sent items: the bytes, a working copy handed to grade() and a pristine copy to compare
-        it with, decoded at the first check (many items are never checked in a given worker)."""
-        for slot, blob in new:
-            if slot >= 0:
-                self.items[slot] = [blob, marshal.loads(blob), None]
-
-    def restore_if_mutated(self, entry: list[Any]) -> bool:
-        """Every call must see the item as sent (OpenAI hands each call fresh data): if grade() changed the
-        shared copy, the next call gets a fresh one. True when it had been changed."""
-        if entry[2] is None:
-            entry[2] = marshal.loads(entry[0])
-        try:
-            same = entry[1] == entry[2]
-        except Exception:  # noqa: BLE001  (the grader put something odd in it)
-            same = False
-        if not same:
-            entry[1] = marshal.loads(entry[0])
-        return not same
-
-    def grade(self, request: tuple[Any, ...], reply: Callable[[dict[str, Any]], None]) -> None:
-        """Grade a batch, replying in parts: results finished more than FLUSH_S ago are already sent, so a
-        death or hang later in the batch costs the pool little re-grading. The per-call path is written
-        flat on purpose: for a cheap grader it is most of the pool's cost."""
-        _, key, source, new, refs, samples = request
-        self.install(new)
-        n = len(samples)
-        fn = self.module(key, source)
-        if isinstance(fn, tuple):
-            reply({"start": 0, "scores": [0.0] * n, "errors": {str(i): fn for i in range(n)}, "stdout": {},
-                   "done": True})
-            return
-        if hasattr(signal, "pthread_sigmask"):  # a previous batch's grader may have blocked the alarm
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})
-        checks = self.checks.setdefault(key, [0, False])  # [calls checked, ever mutated]
-        items, capture, handler, progress = self.items, self.capture, self.handler, self.progress
-        setitimer, getsignal, pack, loads, monotonic = (
-            signal.setitimer, _signal.getsignal, PROGRESS.pack_into, marshal.loads, time.monotonic)
-        start, scores, errors, stdout = 0, [], {}, {}
-        flushed = monotonic()
-        self.arm()
-        seq, region, sentinel_at = self.seq, capture.region, self.cap
-        parse, make = sample_functions()
-        for i in range(n):
-            ref = refs[i]
-            entry = items[ref] if ref >= 0 else None
-            item = entry[1] if entry is not None else loads(new[-ref - 1][1])
-            sent = samples[i]  # decoded one at a time: the collector only ever sees one sample
-            try:
-                if type(sent) is bytes:  # the whole sample
-                    sample = loads(sent)
-                elif type(sent) is str and (parsed := parse(sent)) is not None:  # text of a JSON output
-                    sample = make(sent, None, None, parsed)
-                else:
-                    sample = rebuild(sent)
-            except BaseException as exc:  # noqa: BLE001
-                errors[str(i)] = undecodable(exc, type(sent) is bytes)
-                scores.append(0.0)
-                continue
-            seq += 1
-            pack(progress, 0, seq, i)
-            sys.stdout = sys.stderr = capture
-            if getsignal(SIGALRM) is not handler:  # the grader may have replaced it
-                signal.signal(SIGALRM, handler)
-            try:
-                try:
-                    self.call_started = monotonic()
-                    self.in_call = True
-                    value = fn(sample, item)
-                finally:
-                    self.in_call = False
-            except BaseException as exc:  # noqa: BLE001  (everything the grader does is data)
-                errors[str(i)] = describe(exc, "grade()")
-                scores.append(0.0)
-            else:
-                if type(value) is float and value - value == 0.0:  # finite float: the common case
-                    scores.append(value)
-                else:
-                    score = as_score(value)
-                    if isinstance(score, tuple):
-                        errors[str(i)] = score
-                        scores.append(0.0)
-                    else:
-                        scores.append(score)
-            if capture.pos or capture.truncated or region[sentinel_at] != FD_SENTINEL:
-                text = self.take_output()
-                if text is not None:
-                    stdout[str(i)] = text
-            if entry is not None and (checks[1] or checks[0] < CHECK_ALL or i % CHECK_EVERY == 0):
-                checks[0] += 1
-                if self.restore_if_mutated(entry):
-                    checks[1] = True  # this grader changes items: check after every call from now on
-            now = monotonic()
-            if now - flushed > FLUSH_S and i + 1 < n:
-                self.take_stray_output(stdout, i)
-                pack(progress, 0, seq, IDLE)
-                reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": False})
-                start, scores, errors, stdout = i + 1, [], {}, {}
-                flushed = now
-        setitimer(ITIMER_REAL, 0)
-        if n:
-            self.take_stray_output(stdout, n - 1)
-        self.seq = seq
-        pack(progress, 0, seq, IDLE)
-        reply({"start": start, "scores": scores, "errors": errors, "stdout": stdout, "done": True})
-
-    def take_stray_output(self, stdout: dict[str, str], i: int) -> None:
-        """C-level output the per-call look missed (it began with the sentinel byte, or a child process of the
-        grader wrote between calls): it goes with call `i`, the last one graded."""
-        if self.fds_written():
-            text = self.take_output()
-            if text is not None:
-                stdout[str(i)] = stdout.get(str(i), "") + text
 
 
 SAMPLE: dict[str, Callable[..., Any]] = {}
@@ -531,7 +253,10 @@ SAMPLE: dict[str, Callable[..., Any]] = {}
 def sample_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
     """rfteval.sample's parse_output_json and make_sample: the pool's process built the samples with them."""
     if not SAMPLE:
-        from rfteval.sample import make_sample, parse_output_json  # json and msgspec: cheap at start-up
+        from rfteval.sample import (  # json and msgspec: cheap at start-up
+            make_sample,
+            parse_output_json,
+        )
 
         SAMPLE.update(parse=parse_output_json, make=make_sample)
     return SAMPLE["parse"], SAMPLE["make"]
@@ -565,66 +290,592 @@ def undecodable(exc: BaseException, whole: bool) -> Err:
     return PYTHON_SERVER, f"the grader process could not decode the sample ({type(exc).__name__})"
 
 
-def setup(config: dict[str, Any]) -> tuple[int, int, int, dict[str, Any]]:
-    """Private protocol fds, fds 0-2 away from the terminal, limits and isolation; returns the fds and facts."""
+# ---------------------------------------------------------------- the child: one grading unit
+
+
+class Child:
+    """Runs in the forked child: loads the source, grades the unit's samples, writes each result to the region.
+    Everything here can be rewritten by the grader; the supervisor believes none of it beyond this unit."""
+
+    def __init__(self, region: mmap.mmap, timeout_s: float, cap: int):
+        self.region = region
+        self.timeout_s = timeout_s
+        self.cap = cap
+        self.count = 0
+        self.used = 0
+        self.in_call = False
+        self.call_started = 0.0
+        self.capture = Capture(cap)
+
+    def on_alarm(self, signum: int, frame: Any) -> None:
+        """The timer is armed once per unit, not per call: on firing, interrupt the current call if it is over its
+        limit, else re-arm for its rest."""
+        if not self.in_call:
+            signal.setitimer(ITIMER_REAL, self.timeout_s)
+            return
+        remaining = self.call_started + self.timeout_s - time.monotonic()
+        if remaining > 0.001:
+            signal.setitimer(ITIMER_REAL, remaining)
+            return
+        signal.setitimer(ITIMER_REAL, 1.0)  # again in a second, in case the grader swallows this one
+        raise GraderTimeout()
+
+    def commit(self, index: int, score: float, error: Err | None, stdout: str | None) -> None:
+        etype, message = error if error is not None else (None, None)
+        if message is not None and len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS]
+        body = encode_record([index, score, etype, message, stdout])
+        end = COUNT.size + self.used + RECORD.size + len(body)
+        if end > len(self.region):
+            body = encode_record([index, 0.0, PYTHON_SERVER, "the result did not fit in its region", None])
+            end = COUNT.size + self.used + RECORD.size + len(body)
+        start = COUNT.size + self.used
+        RECORD.pack_into(self.region, start, len(body))
+        self.region[start + RECORD.size:end] = body
+        self.used = end - COUNT.size
+        self.count += 1
+        COUNT.pack_into(self.region, 0, self.count, self.used)
+
+    def take_output(self) -> str | None:
+        """The call's output from the output file, and a clean file for the next call (one system call when the
+        call printed nothing)."""
+        capture = self.capture
+        if not os.lseek(1, 0, os.SEEK_CUR) and not capture.truncated:
+            return None
+        text = read_output(1, self.cap, capture.truncated)
+        os.ftruncate(1, 0)
+        os.lseek(1, 0, os.SEEK_SET)
+        capture.written = 0
+        capture.truncated = False
+        return text
+
+    def load(self, code: Any, key: str) -> Callable[..., Any] | Err:
+        mod = types.ModuleType(f"rfteval_grader_{key[:16]}")
+        mod.__file__ = code.co_filename
+        sys.modules[mod.__name__] = mod  # pydantic and dataclasses look their module up here
+        try:
+            try:
+                self.call_started = time.monotonic()
+                self.in_call = True
+                exec(code, mod.__dict__)  # noqa: S102  (the grader's own source, in its own process)
+            finally:
+                self.in_call = False
+        except BaseException as exc:  # noqa: BLE001
+            return describe(exc, "loading the grader source")
+        fn = mod.__dict__.get("grade")
+        if not callable(fn):
+            return PYTHON_RUNTIME, "the grader source defines no function grade(sample, item)"
+        return fn
+
+    def run(self, code: Any, key: str, item_blob: bytes, samples: list[Any], start: int) -> None:
+        """Grade samples[start:] of the unit; each result is committed as soon as it is known."""
+        sys.stdout = sys.stderr = self.capture
+        signal.signal(SIGALRM, self.on_alarm)
+        signal.setitimer(ITIMER_REAL, self.timeout_s)
+        fn = self.load(code, key)
+        output = self.take_output()
+        if isinstance(fn, tuple):
+            self.commit(LOADED, 0.0, fn, output)
+            return
+        self.commit(LOADED, 0.0, None, None)
+        parse, make = sample_functions()
+        loads, monotonic, handler, getsignal = marshal.loads, time.monotonic, self.on_alarm, _signal.getsignal
+        for i in range(start, len(samples)):
+            sent = samples[i]
+            try:
+                item = loads(item_blob)  # a fresh copy for every call: no call sees what another did to it
+                if type(sent) is bytes:  # the whole sample
+                    sample = loads(sent)
+                elif type(sent) is str and (parsed := parse(sent)) is not None:  # the text of a JSON output
+                    sample = make(sent, None, None, parsed)
+                else:
+                    sample = rebuild(sent)
+            except BaseException as exc:  # noqa: BLE001
+                self.commit(i, 0.0, undecodable(exc, type(sent) is bytes), None)
+                continue
+            sys.stdout = sys.stderr = self.capture
+            if getsignal(SIGALRM) is not handler:  # the grader may have replaced it
+                signal.signal(SIGALRM, handler)
+            if hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {SIGALRM})
+            error: Err | None = None
+            score = 0.0
+            try:
+                try:
+                    self.call_started = monotonic()
+                    self.in_call = True
+                    value = fn(sample, item)
+                finally:
+                    self.in_call = False
+            except BaseException as exc:  # noqa: BLE001  (everything the grader does is data)
+                error = describe(exc, "grade()")
+            else:
+                if type(value) is float and value - value == 0.0:  # a finite float: the common case
+                    score = value
+                else:
+                    checked = as_score(value)
+                    if isinstance(checked, tuple):
+                        error = checked
+                    else:
+                        score = checked
+            self.commit(i, score, error, self.take_output())
+
+
+def encode_record(record: list[Any]) -> bytes:
+    try:
+        return ENCODE(record)
+    except (TypeError, ValueError):  # a lone surrogate in a message: json escapes it
+        return json.dumps(record).encode()
+
+
+ENCODE: Callable[[Any], bytes] = json.dumps  # type: ignore[assignment]  (msgspec's, once imported)
+
+
+def child_main(config: dict[str, Any], code: Any, key: str, item_blob: bytes, samples: list[Any], start: int,
+               region: mmap.mmap, out_fd: int, vsize: int) -> None:
+    """In the forked child, before any grader code: its own session, fds 0-2 only (the supervisor's pipes are
+    closed), limits for this process and what it starts, then the unit. Never returns."""
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.closerange(3, 1 << 20)  # the requests, the replies, the output file's own fd: none is the grader's
+        set_child_limits(config, vsize)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        import faulthandler
+
+        faulthandler.enable(file=open(2, "w", closefd=False))  # noqa: SIM115  (a segfault's traceback → output)
+        Child(region, float(config["timeout_s"]), int(config["stdout_cap"])).run(code, key, item_blob, samples, start)
+    except BaseException:  # noqa: BLE001, S110  (a failure here shows as a missing result; the supervisor reports it)
+        pass
+    os._exit(0)
+
+
+def set_child_limits(config: dict[str, Any], vsize: int) -> None:
+    """Per-process limits of the unit (the cgroup, when rfteval has one, limits the whole unit's memory and
+    processes on top): address space beyond what the template maps, file size, process count, no core files."""
+    memory_mb = config.get("memory_mb")
+    if memory_mb:
+        want = vsize + int(memory_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (want, want))
+    fsize = config.get("file_bytes")
+    if fsize:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    nproc = config.get("nproc")
+    if nproc:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+# ---------------------------------------------------------------- the supervisor
+
+
+def imported_modules(source: str) -> list[str]:
+    """The absolute module names the source imports anywhere (top level or inside functions), read from its
+    syntax tree without running it: the supervisor imports them once, so each unit's child starts with them."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+            names += [f"{node.module}.{alias.name}" for alias in node.names if alias.name != "*"]
+    seen: dict[str, None] = {}
+    for name in names:
+        if all(part.isidentifier() for part in name.split(".")):
+            seen.setdefault(name, None)
+    return list(seen)[:MAX_PREIMPORTS]
+
+
+def preimport(names: list[str]) -> None:
+    """Import what a source will import (installed, read-only packages: trusted code), ignoring what fails;
+    a submodule name that is really an attribute (`from collections import Counter`) fails quietly too."""
+    import importlib
+
+    for name in names:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException:  # noqa: BLE001, S110
+            pass
+
+
+def vm_size() -> int:
+    """This process's mapped address space in bytes (what RLIMIT_AS counts)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def describe_exit(status: int | None) -> str:
+    if status is None:
+        return "stopped answering"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        hint = " (the system may be out of memory)" if number == signal.SIGKILL else ""
+        return f"was killed by {name}{hint}"
+    return f"exited with code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else "ended"
+
+
+class Supervisor:
+    """Trusted: never runs grader code, never maps a child's memory but its result region. One unit at a time."""
+
+    def __init__(self, config: dict[str, Any], reply_fd: int):
+        import msgspec
+
+        self.config = config
+        self.reply_fd = reply_fd
+        self.timeout_s = float(config["timeout_s"])
+        self.grace_s = float(config["grace_s"])
+        self.cap = int(config["stdout_cap"])
+        self.workdir = config["workdir"]
+        self.pid_namespace = bool(config.get("pid_namespace"))
+        self.codes: dict[str, Any] = {}
+        self.broken: dict[str, Err] = {}
+        self.vsize: dict[str, int] = {}
+        self.decode_record = msgspec.json.Decoder(tuple[int, float, str | None, str | None, str | None]).decode
+        self.encode = msgspec.json.encode
+        self.pending: list[list[Any]] = []
+        self.sent_at = time.monotonic()
+
+    # -- replies to rfteval
+
+    def emit(self, results: list[list[Any]]) -> None:
+        self.pending += results
+        self.flush(False)
+
+    def flush(self, done: bool, heartbeat: bool = False) -> None:
+        now = time.monotonic()
+        if done or (self.pending and now - self.sent_at > FLUSH_S) or (heartbeat and now - self.sent_at > HEARTBEAT_S):
+            try:
+                body = self.encode([done, self.pending])
+            except (TypeError, ValueError):
+                body = json.dumps([done, self.pending]).encode()
+            send(self.reply_fd, body)
+            self.pending = []
+            self.sent_at = now
+
+    # -- a source
+
+    def code_for(self, key: str, source: str | None) -> Any:
+        code = self.codes.get(key)
+        if code is not None:
+            return code
+        if source is None:
+            return PYTHON_SERVER, "internal: the pool did not send the grader source"
+        filename = f"<grader {key[:8]}>"
+        try:
+            code = compile(source, filename, "exec", dont_inherit=True)  # no __future__ flags leak from here
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            return PYTHON_RUNTIME, f"the grader source does not compile: {exc}"[:MESSAGE_CHARS]
+        import linecache
+
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show lines
+        preimport(imported_modules(source))
+        gc.collect()
+        gc.freeze()  # a child's collections then never touch (and copy) the template's objects
+        self.vsize[key] = vm_size()
+        self.codes[key] = code
+        return code
+
+    # -- a request
+
+    def grade(self, request: tuple[Any, ...]) -> None:
+        _, key, source, units = request
+        code = self.code_for(key, source)
+        for item_blob, samples in units:
+            start = 0
+            while start < len(samples):
+                failed = code if isinstance(code, tuple) else self.broken.get(key)
+                if failed is not None:
+                    self.emit([[0.0, failed[0], failed[1], None] for _ in range(start, len(samples))])
+                    break
+                start = self.run_unit(code, key, item_blob, samples, start)
+        self.flush(True)
+
+    def run_unit(self, code: Any, key: str, item_blob: bytes, samples: list[Any], start: int) -> int:
+        """Fork a child for samples[start:], forward its results; returns where the next child must start
+        (len(samples) when the unit is done). A child that dies, hangs or garbles costs the sample it was in."""
+        size = COUNT.size + (len(samples) - start + 1) * (self.cap + RECORD_SLACK + RECORD.size)
+        region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
+        out_fd = self.output_file()
+        pid = os.fork()
+        if pid == 0:
+            child_main(self.config, code, key, item_blob, samples, start, region, out_fd, self.vsize.get(key, 0))
+        pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+        status: int | None = None
+        read = 0  # records taken from the region
+        offset = COUNT.size
+        expected = LOADED  # the index the next record must have
+        failure: Err | None = None
+        limit = self.timeout_s + self.grace_s
+        started = deadline_from = time.monotonic()
+        cap_at = started + (len(samples) - start + 1) * limit  # the whole unit's budget, whatever it claims
+        try:
+            while True:
+                now = time.monotonic()
+                deadline = min(deadline_from + limit, cap_at)
+                wait = max(0.0, min(deadline - now, HEARTBEAT_S))
+                exited = self.wait_exit(pid, pidfd, wait)
+                if exited is not None:
+                    status = exited
+                count, used = COUNT.unpack_from(region, 0)
+                if count > read:
+                    results, read, offset, expected, failure = self.take(region, read, offset, count, used,
+                                                                         expected, start, len(samples))
+                    if results:
+                        self.emit(results)
+                    deadline_from = time.monotonic()
+                    if failure is not None:
+                        break
+                if status is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    failure = (PYTHON_TIMEOUT, self.stuck_message(expected))
+                    break
+                self.flush(False, heartbeat=True)
+        finally:
+            if status is None:
+                self.kill(pid)
+                status = self.reap(pid)
+            self.clean_up()
+            if pidfd >= 0:
+                os.close(pidfd)
+            region.close()
+        done = start if expected == LOADED else expected
+        if done >= len(samples) and failure is None:
+            os.close(out_fd)
+            return done
+        output = read_output(out_fd, self.cap)
+        os.close(out_fd)
+        if failure is None:
+            where = "while loading the grader source" if expected == LOADED else "during grade()"
+            failure = (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} {where}")
+        if expected == LOADED:  # the source itself: no sample has run in this child yet
+            self.broken[key] = failure
+            return start
+        self.emit([[0.0, failure[0], failure[1], output]])
+        return done + 1
+
+    def stuck_message(self, expected: int) -> str:
+        what = "loading the grader source" if expected == LOADED else "grade()"
+        return (f"{what} ran over the {self.timeout_s:g} s time limit and did not stop (alarm blocked or stuck "
+                f"outside Python); its process was killed")
+
+    def take(self, region: mmap.mmap, read: int, offset: int, count: int, used: int, expected: int,
+             start: int, n: int) -> tuple[list[list[Any]], int, int, int, Err | None]:
+        """The new records of the region, checked: in order, well formed, within bounds. A bad one stops the
+        child; it is charged to the sample it claims to be."""
+        results: list[list[Any]] = []
+        end = min(COUNT.size + used, len(region))
+        cap = self.cap + 200
+        while read < count:
+            if offset + RECORD.size > end:
+                return results, read, offset, expected, (PYTHON_SERVER, "the grader process garbled its results")
+            (length,) = RECORD.unpack_from(region, offset)
+            if length > self.cap * 4 + RECORD_SLACK or offset + RECORD.size + length > end:
+                return results, read, offset, expected, (PYTHON_SERVER, "the grader process sent an oversized result")
+            body = region[offset + RECORD.size:offset + RECORD.size + length]
+            try:
+                index, score, etype, message, stdout = self.read_record(body)
+            except BaseException:  # noqa: BLE001  (msgspec's DecodeError, ValidationError, RecursionError, ...)
+                return results, read, offset, expected, (PYTHON_SERVER, "the grader process garbled its results")
+            if index != expected or index >= n:
+                return results, read, offset, expected, (PYTHON_SERVER, "the grader process sent results out of order")
+            read += 1
+            offset += RECORD.size + length
+            if index == LOADED:
+                if etype is not None:
+                    return results, read, offset, expected, (
+                        etype if etype in ERROR_TYPES else PYTHON_RUNTIME, (message or "")[:MESSAGE_CHARS])
+                expected = start
+                continue
+            if not math.isfinite(score):
+                etype, message, score = PYTHON_RUNTIME, "grade() returned a score that is not a finite number", 0.0
+            if etype is not None:
+                etype = etype if etype in ERROR_TYPES else PYTHON_RUNTIME
+                message = (message or "")[:MESSAGE_CHARS]
+                score = 0.0
+            else:
+                message = None
+            if stdout is not None and len(stdout) > cap:
+                stdout = stdout[:self.cap] + truncation_marker(self.cap)
+            results.append([score, etype, message, stdout])
+            expected = index + 1
+        return results, read, offset, expected, None
+
+    def read_record(self, body: bytes) -> tuple[int, float, str | None, str | None, str | None]:
+        try:
+            return self.decode_record(body)
+        except ValueError:  # what msgspec refuses and json takes (a lone surrogate, escaped): the same shape
+            row = json.loads(body)
+            if not (type(row) is list and len(row) == 5 and type(row[0]) is int and type(row[1]) in (int, float)
+                    and all(v is None or type(v) is str for v in row[2:])):
+                raise ValueError("not a result") from None
+            return row[0], float(row[1]), row[2], row[3], row[4]
+
+    # -- processes and files of a unit
+
+    def output_file(self) -> int:
+        """A fresh unnamed file for the child's fds 1 and 2 (in the unit's tmpfs, so its size counts there)."""
+        try:
+            return os.open(self.workdir, os.O_TMPFILE | os.O_RDWR, 0o600)
+        except (OSError, AttributeError):
+            path = os.path.join(self.workdir, f".rfteval-output-{os.getpid()}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.unlink(path)
+            return fd
+
+    @staticmethod
+    def wait_exit(pid: int, pidfd: int, wait: float) -> int | None:
+        """The child's wait status once it has exited (reaped), else None after up to `wait` seconds."""
+        if pidfd >= 0:
+            ready = select.select([pidfd], [], [], wait)[0]
+            if not ready:
+                return None
+        else:  # pragma: no cover - kernels before 5.3
+            end = time.monotonic() + wait
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return status
+                if time.monotonic() >= end:
+                    return None
+                time.sleep(0.005)
+        done, status = os.waitpid(pid, 0)
+        return status
+
+    def kill(self, pid: int) -> None:
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the child's own session
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    @staticmethod
+    def reap(pid: int) -> int | None:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return None
+
+    def clean_up(self) -> None:
+        """After a unit: nothing it started lives on, nothing it wrote stays. In the sandbox's PID namespace every
+        process but this one and bubblewrap's init is the unit's (it may have left its session): kill(-1) ends
+        them all; orphans come to this supervisor (a subreaper) to be reaped. Outside a PID namespace (the
+        unsafe mode) kill(-1) would reach the user's own processes, so only the child's session is killed there."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break  # no process of the unit is left
+            if not self.pid_namespace:
+                if pid == 0:
+                    break  # a process that left the child's session: beyond reach without a PID namespace
+                continue
+            if pid == 0:
+                try:
+                    os.kill(-1, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                try:
+                    os.waitpid(-1, 0)
+                except ChildProcessError:
+                    break
+        for directory in (self.workdir, "/dev/shm") if self.pid_namespace else (self.workdir,):
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+                except OSError:
+                    pass
+
+
+# ---------------------------------------------------------------- start-up
+
+
+def prctl(option: int, value: int) -> bool:
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
+
+
+def setup(config: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
+    """Private protocol fds, fds 0-2 away from them, and what the supervisor must be before any child exists:
+    not dumpable (children cannot read its memory, fds or environment through /proc), the reaper of every
+    orphan of a unit (in the PID namespace), killed with its parent."""
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    sys.path.append(root)  # last: only for the lazy import of rfteval.graders.base
-    in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable: children of the grader do not get them
-    out_fd = os.open(config["output_path"], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)  # no O_APPEND: FD_SENTINEL
+    if root not in sys.path:
+        sys.path.append(root)  # last: for rfteval.sample (and rfteval.graders.base, lazily) in a child
+    in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
-    os.dup2(out_fd, 1)
-    os.dup2(out_fd, 2)
+    os.dup2(2, 1)  # what a package prints on import goes to the start-up log, never into a reply
     os.close(null)
     sys.stdin = open(os.devnull)  # noqa: SIM115
-    import faulthandler
-
-    faulthandler.enable(file=open(2, "w", closefd=False))  # noqa: SIM115  (a segfault's traceback → output)
     for name in THREAD_ENV:
         os.environ[name] = "1"
-    isolation = isolate_network()  # first: a user namespace needs a single thread, and it resets the next
-    die_with_parent(config["parent_pid"])
-    try:
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    except (ValueError, OSError):
-        pass
-    memory = LIMITS["memory"] = limit_memory(config.get("memory_mb"))
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_DUMPABLE, 0)
+    subreaper = bool(config.get("pid_namespace")) and prctl(PR_SET_CHILD_SUBREAPER, 1)
+    LIMITS["memory"] = f"{config['memory_mb']} MB" if config.get("memory_mb") else "none"
     LIMITS["timeout"] = f"{float(config['timeout_s']):g} s"
-    return in_fd, reply_fd, out_fd, {"pid": os.getpid(), "isolation": isolation, "memory_limit": memory,
-                                     "python": sys.version.split()[0]}
+    os.chdir(config["workdir"])
+    return in_fd, reply_fd, {"pid": os.getpid(), "python": sys.version.split()[0], "subreaper": subreaper,
+                             "uid": os.getuid()}
 
 
 def main(argv: list[str]) -> int:
-    import mmap
-
+    global ENCODE
     config = json.loads(argv[1])
-    in_fd, reply_fd, out_fd, facts = setup(config)
-    progress = mmap.mmap(config["progress_fd"], PROGRESS.size)
-    os.close(config["progress_fd"])  # the mapping stays; processes the grader starts do not inherit it
-    worker = Worker(float(config["timeout_s"]), int(config["stdout_cap"]), out_fd, progress)
-    sample_functions()  # before any grader source runs
+    in_fd, reply_fd, facts = setup(config)
+    sample_functions()  # rfteval.sample: json and msgspec, before any child exists
+    import msgspec
+
+    ENCODE = msgspec.json.encode  # floats written to round-trip exactly
+    supervisor = Supervisor(config, reply_fd)
+    gc.collect()
     gc.freeze()
     send(reply_fd, json.dumps({"ready": True, **facts}).encode())
-    import msgspec  # rfteval.sample has loaded it
-
-    encode = msgspec.json.encode  # ~14x json.dumps on a batch's scores; floats written to round-trip exactly
-
-    def reply(part: dict[str, Any]) -> None:
-        try:
-            body = encode(part)
-        except (TypeError, ValueError):  # a lone surrogate in a message: json escapes it
-            body = json.dumps(part).encode()
-        send(reply_fd, (b"D" if part["done"] else b"P") + body)
-
     while True:
         message = recv(in_fd)
         if message is None:
             return 0
         request = marshal.loads(message)
         if request[0] == "grade":
-            worker.grade(request, reply)
+            supervisor.grade(request)
 
 
 if __name__ == "__main__":

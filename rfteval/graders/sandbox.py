@@ -1,33 +1,31 @@
-"""A pool of worker processes that run python grader sources: time, memory and network limits, crash recovery.
+"""The python grader sandbox: each grading unit in a fresh process, inside bubblewrap, with limits for the unit.
 
-A grader's source never runs in the rfteval process. Each worker is a fresh interpreter (spawned, never a fork
-of the caller, which has threads) running `_worker.py`; it is reused for many batches, caches compiled sources
-by hash and keeps the items it was sent, so repeated items cross the pipe once per worker (and a call's samples
-are graded grouped by item, so mostly to one worker). A sample that
-make_sample built from its output text crosses as that text and is rebuilt there by the same make_sample
-(the JSON parse then runs in the workers, in parallel, instead of a marshal of the parsed dict here); any
-other sample, or one whose fields were replaced or edited since, crosses whole (edits made in place inside a
-parsed output_json are the exception: see rfteval.sample.rebuild_args). The next batch waits in a worker's
-pipe while it grades.
+A grader's source never runs in the rfteval process, nor in the process that frames its results. Each pool slot
+starts one supervisor (`_worker.py`) inside bubblewrap: user, PID, mount, network, IPC and UTS namespaces, no
+capabilities, no new privileges, a seccomp filter (seccomp.py), a read-only view of the interpreter and its
+packages, a private size-limited /tmp, no home, no run directory, no host /proc; and, where rfteval can make one,
+a cgroup that caps the memory and the processes of everything in it. The supervisor forks a fresh child for
+every grading unit, the samples of one (model, item) (callers declare units with `grading_units`; without a
+declaration every sample is its own unit), reads back only that child's results, keeps the time, and kills
+everything the unit started before the next one. This process checks and bounds every reply once more.
+docs/sandbox.md has the threat model and what each part guards against.
 
-Limits, per call of grade(): an in-worker SIGALRM after `timeout_s`; a watchdog here that kills and restarts
-a worker whose call did not end `grace` seconds later (alarm blocked, stuck in C code); RLIMIT_AS for memory; a
-network namespace for no network. A failure is recorded on the sample that caused it and the rest of its
-batch is graded again on a fresh worker.
+Where bubblewrap, the seccomp filter or the limits cannot be had, the pool refuses to run python graders
+(SandboxUnavailable, one line saying why) unless it was made with `unsafe=True` (`--unsafe-python-graders`):
+then the same supervisor runs without bubblewrap, with the environment allow-list and per-process limits only.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
+import contextvars
 import functools
 import hashlib
 import json
 import marshal
 import math
-import mmap
 import os
 import queue
-import re
 import select
 import shutil
 import signal
@@ -38,50 +36,100 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import msgspec
 
 from rfteval.graders.base import (
-    PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeError, GradeResult, Pair,
+    PYTHON_MEMORY,
+    PYTHON_RUNTIME,
+    PYTHON_SERVER,
+    PYTHON_TIMEOUT,
+    GradeError,
+    GradeResult,
+    Pair,
 )
 from rfteval.sample import ParsedSample, rebuild_args
 
-_decode_json = msgspec.json.Decoder().decode  # ~7x json.loads on a reply's scores
-
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STDOUT_CAP = 64 * 1024
+MESSAGE_CAP = 8000  # characters of an error message, as in _worker.py
 STARTUP_TIMEOUT_S = 60.0
-MAX_REPLY_BYTES = 1 << 30
-PIPE_BYTES = 1 << 20  # Linux's default pipe-max-size
-ITEM_CACHE_ITEMS = 4096  # per worker
-ITEM_CACHE_BYTES = 8 << 20  # per worker, as sent; decoded twice there (~20x this in objects, within its limit)
-IDLE, LOADING = -1, -2  # as in _worker.py
-FD_SENTINEL = b"\xff"  # as in _worker.py: the byte after the text region while fds 1 and 2 wrote nothing
-RESEND = "rfteval_resend_whole"  # as in _worker.py: a compact sample the worker could not rebuild
-PROGRESS = struct.Struct("<qq")
+MAX_REPLY_BYTES = 64 << 20  # one frame from a supervisor: a batch's results, outputs capped
 HEADER = struct.Struct("<Q")
+RESEND = "rfteval_resend_whole"  # as in _worker.py: a compact sample the child could not rebuild
+ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER})
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
-SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
-ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER})
+# What reaches grader code from rfteval's environment: locale, time zone and search path, nothing else.
+ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED", "PYTHONIOENCODING")
+ENV_ALLOWED_PREFIXES = ("LC_",)
+SANDBOX_TMP = "/tmp"
+SHM_BYTES = 64 << 20
+TEMPLATE_BYTES = 512 << 20  # the cgroup's room for the supervisor and its pre-imported packages
+MAX_ZERO_PROGRESS = 8  # supervisor failures in a row with no result in between before a batch gives up
+
+_Reply = tuple[bool, list[tuple[float, str | None, str | None, str | None]]]
+_decode_reply = msgspec.json.Decoder(_Reply).decode
+_UNITS: contextvars.ContextVar[list[Hashable] | None] = contextvars.ContextVar("rfteval_grading_units", default=None)
+
+
+class SandboxUnavailable(RuntimeError):
+    """The sandbox cannot be built as promised here, and unsafe mode was not asked for."""
+
+
+@dataclass
+class Policy:
+    """Process-wide choices the command line makes: unsafe mode, and variable names that must never pass even
+    if the allow-list would let them (the ones --api-key-env and --judge-api-key-env name)."""
+
+    unsafe: bool = False
+    never_pass: set[str] = field(default_factory=set)
+
+
+POLICY = Policy()
+
+
+def configure(unsafe: bool | None = None, never_pass: Iterable[str | None] = ()) -> None:
+    """Set the process-wide policy (the CLI calls this once, from its flags)."""
+    if unsafe is not None:
+        POLICY.unsafe = unsafe
+    POLICY.never_pass.update(name for name in never_pass if name)
+
+
+@contextlib.contextmanager
+def grading_units(keys: Sequence[Hashable]) -> Iterator[None]:
+    """Declare, for the python graders called inside, which pairs may share a process: pairs whose keys are
+    equal (use (model label, item id)). Without it every sample is graded in a process of its own."""
+    token = _UNITS.set(list(keys))
+    try:
+        yield
+    finally:
+        _UNITS.reset(token)
+
+
+def declared_units(n: int) -> list[Hashable] | None:
+    keys = _UNITS.get()
+    return keys if keys is not None and len(keys) == n else None
 
 
 def worker_env() -> dict[str, str]:
-    """The caller's environment without anything that looks like a secret (a grader could print it to a
-    record), and with one thread per numeric library."""
-    env = {k: v for k, v in os.environ.items() if not SECRET_ENV.search(k)}
+    """The sandbox's environment: an allow-list (locale, time zone, PATH), never a name the policy forbids,
+    one thread per numeric library, and a HOME and TMPDIR inside the unit's /tmp."""
+    env = {k: v for k, v in os.environ.items()
+           if (k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)) and k not in POLICY.never_pass}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({name: "1" for name in THREAD_ENV})
+    env.update(HOME=SANDBOX_TMP, TMPDIR=SANDBOX_TMP, PYTHONDONTWRITEBYTECODE="1")
     return env
 
 
 def grace_s(timeout_s: float) -> float:
-    """How long past the limit the watchdog waits for the worker's own alarm before it kills the worker."""
+    """How long past the limit the supervisor waits for the child's own alarm before it kills the child."""
     return 1.0 + 0.05 * timeout_s
 
 
@@ -163,6 +211,437 @@ def source_key(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+
+
+def decode_reply(data: bytes, start: int, n: int) -> tuple[list[GradeResult], bool]:
+    """One frame from a supervisor: results for samples start.. and whether the request is done.
+
+    The supervisor shares a sandbox with grader code and is not believed blindly: anything malformed (any
+    decode error, nesting included), out of range or too long is a protocol error, never a crash here."""
+    try:
+        try:
+            done, rows = _decode_reply(data)
+        except msgspec.DecodeError:  # what msgspec refuses and json takes (a lone surrogate, escaped)
+            done, rows = _reply_from_json(data)
+        if start + len(rows) > n or (done and start + len(rows) != n):
+            raise ValueError("wrong number of results")
+        results: list[GradeResult] = []
+        for score, etype, message, stdout in rows:
+            if etype is not None:
+                kind = etype if etype in ERROR_TYPES or etype == RESEND else PYTHON_RUNTIME
+                result = GradeResult.failed(kind, (message or "")[:MESSAGE_CAP])
+            elif not math.isfinite(score):
+                raise ValueError("bad score")
+            else:
+                result = GradeResult(score)
+            if stdout is not None:
+                result.stdout = stdout[: STDOUT_CAP + 100]
+            results.append(result)
+        return results, done
+    except Exception as exc:  # noqa: BLE001  (msgspec's errors, RecursionError, MemoryError, ValueError...)
+        raise _Failure(PYTHON_SERVER, f"unreadable reply from the grader sandbox ({type(exc).__name__})") from None
+
+
+def _reply_from_json(data: bytes) -> _Reply:
+    """json's reading of a reply, held to the same shape as msgspec's typed decoder (nesting beyond it fails)."""
+    obj = json.loads(data)
+    if not (isinstance(obj, list) and len(obj) == 2 and type(obj[0]) is bool and isinstance(obj[1], list)):
+        raise ValueError("not a reply")
+    rows = []
+    for row in obj[1]:
+        if not (isinstance(row, list) and len(row) == 4 and type(row[0]) in (int, float)
+                and all(v is None or type(v) is str for v in row[1:])):
+            raise ValueError("not a result")
+        rows.append((float(row[0]), row[1], row[2], row[3]))
+    return obj[0], rows
+
+
+class _Failure(Exception):
+    """The supervisor died, stopped answering or garbled its reply: the sample it was on is charged."""
+
+    def __init__(self, type: str, message: str):
+        super().__init__(message)
+        self.error = GradeError(type, message)
+
+
+class _StartError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- what this host offers
+
+
+class _Cgroup:
+    """A cgroup for one sandbox (memory and process limits for everything in it), v1 or v2, or none."""
+
+    def __init__(self, dirs: list[str]):
+        self.dirs = dirs
+
+    @property
+    def procs(self) -> list[str]:
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs]
+
+    @classmethod
+    def make(cls, name: str, memory_bytes: int | None, pids: int) -> _Cgroup | None:
+        made: list[str] = []
+        try:
+            for controller, settings in _cgroup_layout(memory_bytes, pids):
+                path = os.path.join(controller, name)
+                os.mkdir(path)
+                made.append(path)
+                for file, value in settings.items():
+                    with open(os.path.join(path, file), "w") as fh:
+                        fh.write(value)
+        except OSError:
+            cls(made).remove()
+            return None
+        return cls(made) if made else None
+
+    def remove(self) -> None:
+        for path in reversed(self.dirs):
+            for _ in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)  # its last processes are still being torn down
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup_parents() -> tuple[str, str, str] | None:
+    """('v1', memory dir, pids dir) or ('v2', dir, '') where this process may create child cgroups."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    own = {}
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for controller in parts[1].split(",") if parts[1] else ["unified"]:
+                own[controller] = parts[2]
+    base = "/sys/fs/cgroup"
+    if "memory" in own and "pids" in own:
+        memory = os.path.join(base, "memory", own["memory"].lstrip("/"))
+        pids = os.path.join(base, "pids", own["pids"].lstrip("/"))
+        if os.access(memory, os.W_OK) and os.access(pids, os.W_OK):
+            return "v1", memory, pids
+    if "unified" in own:
+        unified = os.path.join(base, own["unified"].lstrip("/"))
+        try:
+            enabled = Path(unified, "cgroup.subtree_control").read_text().split()
+        except OSError:
+            return None
+        if {"memory", "pids"} <= set(enabled) and os.access(unified, os.W_OK):
+            return "v2", unified, ""
+    return None
+
+
+def _cgroup_layout(memory_bytes: int | None, pids: int) -> list[tuple[str, dict[str, str]]]:
+    parents = _cgroup_parents()
+    if parents is None:
+        raise OSError("no cgroup")
+    version, first, second = parents
+    if version == "v1":
+        memory = {"memory.limit_in_bytes": str(memory_bytes)} if memory_bytes else {}
+        if memory_bytes:
+            memory["memory.memsw.limit_in_bytes"] = str(memory_bytes)  # no escape into swap
+        return [(first, memory), (second, {"pids.max": str(pids)})]
+    settings = {"pids.max": str(pids)}
+    if memory_bytes:
+        settings.update({"memory.max": str(memory_bytes), "memory.swap.max": "0"})
+    return [(first, settings)]
+
+
+@functools.lru_cache(maxsize=1)
+def _seccomp_program() -> bytes:
+    from rfteval.graders.seccomp import compile_filter
+
+    return compile_filter()
+
+
+def _ro_paths() -> list[str]:
+    """What the sandbox sees, read-only: the interpreter, its packages and rfteval's own package, nothing of
+    the working tree, home or run directory around them."""
+    import rfteval
+
+    wanted = [sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+              os.path.dirname(os.path.abspath(rfteval.__file__))]
+    wanted += [p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)]
+    out: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in wanted} | {os.path.abspath(p) for p in wanted}):
+        if not os.path.isdir(path) or path == "/":
+            continue
+        if any(path == o or path.startswith(o.rstrip("/") + "/") for o in out):
+            continue
+        out.append(path)
+    return out
+
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
+             "/etc/mime.types")
+
+
+def bwrap_args(tmp_bytes: int, seccomp_fd: int) -> list[str]:
+    """bubblewrap's arguments: every namespace, no capabilities, a read-only root of system directories, the
+    interpreter and packages; a size-limited /tmp and /dev/shm; a fresh /proc of the sandbox's own processes."""
+    args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--disable-userns",
+            "--cap-drop", "ALL"]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    for path in ETC_FILES:
+        if os.path.exists(path):
+            args += ["--ro-bind", path, path]
+    for path in _ro_paths():
+        if not any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS if not os.path.islink(d)):
+            args += ["--ro-bind", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+             "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP, "--remount-ro", "/",
+             "--chdir", SANDBOX_TMP, "--seccomp", str(seccomp_fd)]
+    return args
+
+
+@dataclass(frozen=True)
+class Host:
+    """What this host gives the sandbox: None in `refused` when the whole sandbox can be built."""
+
+    bwrap: str | None
+    cgroup: bool
+    refused: str | None
+
+
+_HOST: Host | None = None
+_HOST_LOCK = threading.Lock()
+
+
+def host() -> Host:
+    """Checked once per process: bubblewrap runs with every namespace and the seccomp filter, and the unit's
+    processes can be limited (a cgroup, or RLIMIT_NPROC, which binds only a user other than root)."""
+    global _HOST
+    with _HOST_LOCK:
+        if _HOST is None:
+            _HOST = _probe_host()
+        return _HOST
+
+
+def _probe_host() -> Host:
+    bwrap = shutil.which("bwrap")
+    cgroup = _cgroup_parents() is not None
+    if not sys.platform.startswith("linux"):
+        return Host(None, False, f"the python grader sandbox needs Linux (this is {sys.platform})")
+    if bwrap is None:
+        return Host(None, cgroup, "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`, or `make sandbox`")
+    try:
+        program = _seccomp_program()
+    except Exception as exc:  # noqa: BLE001
+        return Host(bwrap, cgroup, f"the seccomp filter could not be built: {exc}")
+    if os.getuid() == 0 and not cgroup:
+        return Host(bwrap, cgroup, "running as root with no writable cgroup (memory, pids): the unit's process "
+                                   "count cannot be limited (RLIMIT_NPROC does not bind root)")
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, program)
+    os.close(write_fd)
+    try:
+        proc = subprocess.run([bwrap, *bwrap_args(1 << 20, read_fd), "--", sys.executable, "-I", "-c", "pass"],
+                              pass_fds=(read_fd,), env=worker_env(), capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return Host(bwrap, cgroup, f"bubblewrap could not start: {exc}")
+    finally:
+        os.close(read_fd)
+    if proc.returncode != 0:
+        text = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
+        return Host(bwrap, cgroup, f"bubblewrap refused here: {text[-1] if text else f'exit {proc.returncode}'}")
+    return Host(bwrap, cgroup, None)
+
+
+def sandbox_problem() -> str | None:
+    """None when python graders may run: the sandbox holds here, or the policy is unsafe. Else one line."""
+    if POLICY.unsafe:
+        return None
+    refused = host().refused
+    return None if refused is None else f"{refused}; pass --unsafe-python-graders to run python graders without it"
+
+
+
+
+# ---------------------------------------------------------------- one supervisor
+
+
+@dataclass
+class _Settings:
+    """What sandboxes need from their pool (not the pool itself, so an unclosed pool can still be collected)."""
+
+    timeout_s: float
+    memory_mb: int | None
+    unsafe: bool
+    disk_mb: int = 1024
+    processes: int = 128
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    isolation: str | None = None
+
+
+class _Sandbox:
+    """One supervisor process (inside bubblewrap unless unsafe) and its cgroup; used by one pool thread at a time."""
+
+    counter = 0
+
+    def __init__(self, settings: _Settings):
+        self.settings = settings
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dir: str | None = None
+        self.cgroup: _Cgroup | None = None
+        self.pid: int | None = None
+        self.sources: set[str] = set()
+        self.buffer = bytearray()
+
+    def start(self) -> None:
+        s = self.settings
+        found = host()
+        sandboxed = found.refused is None
+        if not sandboxed and not s.unsafe:
+            raise SandboxUnavailable(sandbox_problem() or found.refused)
+        self.dir = tempfile.mkdtemp(prefix="rfteval-grader-")
+        workdir = SANDBOX_TMP if sandboxed else os.path.join(self.dir, "tmp")
+        os.makedirs(workdir, exist_ok=True)
+        config = {"timeout_s": s.timeout_s, "grace_s": grace_s(s.timeout_s), "memory_mb": s.memory_mb,
+                  "stdout_cap": STDOUT_CAP, "workdir": workdir, "pid_namespace": sandboxed,
+                  "file_bytes": s.disk_mb << 20, "nproc": None if found.cgroup else s.processes}
+        env = worker_env()
+        if not sandboxed:
+            env.update(HOME=workdir, TMPDIR=workdir)
+        command = [sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(config)]
+        pass_fds: tuple[int, ...] = ()
+        read_fd = -1
+        if sandboxed:
+            read_fd, write_fd = os.pipe()
+            os.write(write_fd, _seccomp_program())
+            os.close(write_fd)
+            pass_fds = (read_fd,)
+            command = [found.bwrap or "bwrap", *bwrap_args(s.disk_mb << 20, read_fd), "--", *command]
+        if found.cgroup:
+            _Sandbox.counter += 1
+            memory = (s.memory_mb << 20) + TEMPLATE_BYTES if s.memory_mb else None
+            self.cgroup = _Cgroup.make(f"rfteval-{os.getpid()}-{_Sandbox.counter}", memory, s.processes)
+            if self.cgroup is None and not s.unsafe:
+                self.stop()
+                raise SandboxUnavailable("could not create the sandbox's cgroup; pass --unsafe-python-graders "
+                                         "to run python graders without it")
+            if self.cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing starts outside
+                procs = self.cgroup.procs
+                script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; exec "$@"'
+                command = ["/bin/sh", "-c", script, "sh", str(len(procs)), *procs, *command]
+        try:
+            with open(os.path.join(self.dir, ".startup"), "wb") as err:
+                self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                             bufsize=0, cwd=workdir if not sandboxed else self.dir, env=env,
+                                             pass_fds=pass_fds, start_new_session=True)
+        finally:
+            if read_fd >= 0:
+                os.close(read_fd)
+        try:
+            ready = json.loads(self.receive(STARTUP_TIMEOUT_S)[:4096])
+            if not ready.get("ready"):
+                raise ValueError("no ready message")
+        except (_Failure, ValueError) as exc:
+            detail = self.startup_log or str(exc)
+            self.stop()
+            raise _StartError(f"the grader sandbox did not start: {detail.strip()[-2000:]}") from None
+        self.pid = int(ready["pid"])
+        text = ("bubblewrap: user, PID, mount, network and IPC namespaces, seccomp, read-only packages, private /tmp"
+                + (", cgroup memory and process limits" if self.cgroup else ", RLIMIT_AS and RLIMIT_NPROC limits")
+                if sandboxed else f"unsafe: no sandbox ({found.refused})")
+        with s.lock:
+            s.isolation = text
+
+    @property
+    def startup_log(self) -> str | None:
+        if not self.dir:
+            return None
+        try:
+            with open(os.path.join(self.dir, ".startup"), "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - STDOUT_CAP))
+                return fh.read().decode("utf-8", "replace") or None
+        except OSError:
+            return None
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for pipe in (proc.stdin, proc.stdout):
+                try:
+                    if pipe is not None:
+                        pipe.close()
+                except OSError:
+                    pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # bwrap, hence its PID namespace: everything in the sandbox
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+        self.sources.clear()
+        self.pid = None
+        self.buffer = bytearray()
+
+    def send(self, payload: bytes) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        fd = self.proc.stdin.fileno()
+        written = os.writev(fd, [HEADER.pack(len(payload)), payload])
+        if written < HEADER.size + len(payload):
+            view = memoryview(HEADER.pack(len(payload)) + payload)[written:]
+            while view:
+                view = view[os.write(fd, view):]
+
+    def receive(self, silence_s: float) -> bytes:
+        """One frame; _Failure when the supervisor ends, garbles, or says nothing for `silence_s` (it sends a
+        heartbeat every second while a unit runs, so silence means it was stopped or is stuck)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        buf = self.buffer
+        last = time.monotonic()
+        while True:
+            if len(buf) >= HEADER.size:
+                need = HEADER.unpack_from(buf)[0]
+                if need > MAX_REPLY_BYTES:
+                    raise _Failure(PYTHON_SERVER, "the grader sandbox sent an oversized reply")
+                if len(buf) >= HEADER.size + need:
+                    frame = bytes(buf[HEADER.size:HEADER.size + need])
+                    del buf[:HEADER.size + need]
+                    return frame
+            ready = select.select([fd], [], [], max(0.0, last + silence_s - time.monotonic()))[0]
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    try:
+                        code = self.proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        code = None
+                    raise _Failure(PYTHON_RUNTIME, f"the grader's sandbox ended ({exit_description(code)}) while "
+                                                   "grading this sample")
+                buf += chunk
+                last = time.monotonic()
+                continue
+            raise _Failure(PYTHON_TIMEOUT, f"the grader's sandbox stopped answering for {silence_s:g} s while grading "
+                                           "this sample; it was killed")
+
+    def request(self, key: str, source: str, units: list[tuple[bytes, list[Any]]]) -> bytes:
+        sent_source = None if key in self.sources else source
+        self.sources.add(key)
+        return marshal.dumps(("grade", key, sent_source, units))
+
+
 def exit_description(returncode: int | None) -> str:
     if returncode is None:
         return "stopped answering"
@@ -171,450 +650,65 @@ def exit_description(returncode: int | None) -> str:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        hint = " (the system may be out of memory)" if -returncode == signal.SIGKILL else ""
-        return f"was killed by {name}{hint}"
-    return f"exited with code {returncode}"
+        return f"killed by {name}"
+    return f"exit code {returncode}"
 
 
-def decode_reply(data: bytes, start: int, n: int) -> tuple[list[GradeResult], bool]:
-    """One part of the worker's JSON reply: results for samples start.. and whether the batch is done.
-
-    Anything malformed is a protocol error: the worker runs untrusted code and is not believed blindly.
-    """
-    try:
-        try:
-            obj = _decode_json(data)
-        except ValueError:  # what msgspec refuses and json takes (a lone surrogate, escaped)
-            obj = json.loads(data)
-        scores = obj["scores"]
-        done = obj["done"]
-        if obj["start"] != start or not isinstance(scores, list) or start + len(scores) > n:
-            raise ValueError("results out of order")
-        if done is True and start + len(scores) != n:
-            raise ValueError("wrong number of results")
-        if not all(type(s) is float for s in scores) or not all(map(math.isfinite, scores)):
-            raise ValueError("bad score")
-        results = list(map(GradeResult, scores))
-        for key, (etype, message) in obj["errors"].items():
-            etype = etype if etype in ERROR_TYPES or etype == RESEND else PYTHON_RUNTIME
-            results[int(key) - start] = GradeResult.failed(etype, str(message))
-        for key, text in obj["stdout"].items():
-            results[int(key) - start].stdout = str(text)[: STDOUT_CAP + 100]
-        return results, done is True
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, OverflowError) as exc:
-        raise _Failure(None, PYTHON_SERVER, f"unreadable reply from the grader process ({exc})") from None
 
 
-class _Failure(Exception):
-    """The worker died, hung or garbled its reply; `index` is the call it was in (or LOADING, or None)."""
-
-    def __init__(self, index: int | None, type: str, message: str, stdout: str | None = None):
-        super().__init__(message)
-        self.index = index
-        self.error = GradeError(type, message)
-        self.stdout = stdout
-        self.done: list[GradeResult] = []  # results the worker sent before it failed
-
-
-class _StartError(Exception):
-    pass
-
-
-@dataclass
-class _Settings:
-    """What workers need from their pool (not the pool itself, so an unclosed pool can still be collected)."""
-
-    timeout_s: float
-    memory_mb: int | None
-    env: dict[str, str]
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    isolation: str | None = None
-
-    def note_isolation(self, text: str) -> None:
-        with self.lock:
-            if self.isolation is None or (text.startswith("not isolated") and text != self.isolation):
-                self.isolation = text  # the weakest any worker reported
-
-
-class _Worker:
-    """One worker process and the state shared with it; used by one pool thread at a time."""
-
-    def __init__(self, settings: _Settings):
-        self.settings = settings
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.dir: str | None = None
-        self.progress: mmap.mmap | None = None
-        self.progress_fd = -1
-        self.sources: set[str] = set()
-        self.items: OrderedDict[int, tuple[int, Any, int]] = OrderedDict()  # id(item) -> (slot, item, bytes)
-        self.free_slots: list[int] = []
-        self.next_slot = 0
-        self.item_bytes = 0
-        self.pid: int | None = None
-        self.buffer = bytearray()
-        self.generation = 0  # bumped whenever the worker's state (sources, items) is lost
-        self.request_pipe_bytes = 0  # the request pipe's capacity, as the kernel reports it
-
-    # -- life cycle
-
-    def start(self) -> None:
-        pool = self.settings
-        self.dir = tempfile.mkdtemp(prefix="rfteval-grader-")
-        if hasattr(os, "memfd_create"):
-            self.progress_fd = os.memfd_create("rfteval-progress")
-        else:  # pragma: no cover - not Linux
-            self.progress_fd = os.open(os.path.join(self.dir, ".progress"), os.O_RDWR | os.O_CREAT, 0o600)
-        os.ftruncate(self.progress_fd, PROGRESS.size)
-        self.progress = mmap.mmap(self.progress_fd, PROGRESS.size)
-        PROGRESS.pack_into(self.progress, 0, 0, IDLE)
-        config = {
-            "timeout_s": pool.timeout_s, "memory_mb": pool.memory_mb, "stdout_cap": STDOUT_CAP,
-            "progress_fd": self.progress_fd, "parent_pid": os.getpid(), "output_path": self.output_path,
-        }
-        with open(os.path.join(self.dir, ".startup"), "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT), json.dumps(config)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, bufsize=0, cwd=self.dir,
-                env=pool.env, pass_fds=(self.progress_fd,), start_new_session=True,
-            )
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:  # a whole batch in one write instead of 64 KB at a time
-                fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)  # type: ignore[union-attr]
-            except OSError:
-                pass
-        try:
-            self.request_pipe_bytes = fcntl.fcntl(self.proc.stdin.fileno(), getattr(fcntl, "F_GETPIPE_SZ", 1032))  # type: ignore[union-attr]
-        except OSError:
-            self.request_pipe_bytes = 0
-        try:
-            ready = json.loads(self.receive(STARTUP_TIMEOUT_S, watch=False))
-            if not ready.get("ready"):
-                raise ValueError("no ready message")
-        except (_Failure, ValueError) as exc:
-            detail = self.startup_log or str(exc)
-            self.stop()
-            raise _StartError(f"the grader process did not start: {detail.strip()[-2000:]}") from None
-        self.pid = int(ready["pid"])
-        pool.note_isolation(str(ready["isolation"]))
-
-    @property
-    def startup_log(self) -> str | None:
-        return self.tail(os.path.join(self.dir, ".startup")) if self.dir else None
-
-    @property
-    def output_path(self) -> str:
-        assert self.dir is not None
-        return os.path.join(self.dir, ".output")
-
-    def stop(self, graceful: bool = False) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            if proc.stdin is not None:
-                try:
-                    proc.stdin.close()  # end of requests: an idle worker exits on its own
-                except OSError:
-                    pass
-            if graceful:
-                try:
-                    proc.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything the grader started
-            except (ProcessLookupError, PermissionError):
-                pass
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self.progress is not None:
-            self.progress.close()
-            self.progress = None
-        if self.progress_fd >= 0:
-            os.close(self.progress_fd)
-            self.progress_fd = -1
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-        self.sources.clear()
-        self.items.clear()
-        self.free_slots.clear()
-        self.next_slot = self.item_bytes = 0
-        self.pid = None
-        self.buffer = bytearray()
-        self.generation += 1
-
-    # -- one batch
-
-    def send_request(self, key: str, source: str, pairs: Sequence[Pair], message: bytes | None = None,
-                     whole: bool = False) -> None:
-        """Start the worker if needed and send it a batch (`message`: encoded earlier for this generation)."""
-        if self.proc is None:
-            self.start()
-        if message is None:
-            message = self.encode(key, source, pairs, whole)
-        if self.buffer:  # bytes nobody asked for: the grader wrote to the reply pipe
-            self.stop()
-            raise _Failure(None, PYTHON_SERVER, "the grader process wrote outside its replies")
-        try:
-            self.send(message)
-        except OSError:
-            raise self.died() from None
-
-    def collect(self, n: int, on_last: Callable[[], None] | None = None) -> list[GradeResult]:
-        """The results of the batch in flight. `on_last` runs as soon as the last part has arrived, before it
-        is decoded: the caller sends the next batch there, so the worker never waits for this process.
-        Raises _Failure (worker stopped, results so far attached) when it died, hung or garbled."""
-        results: list[GradeResult] = []
-        done = False
-        try:
-            while not done:
-                frame = self.receive(None, watch=True)
-                if frame[:1] == b"D" and on_last is not None:
-                    on_last()
-                part, done = decode_reply(frame[1:], len(results), n)
-                results += part
-        except _Failure as failure:
-            self.stop()
-            failure.done = results
-            if failure.index is not None and failure.index >= 0 and failure.index < len(results):
-                failure.index = None  # a call the worker reported as finished cannot be the culprit
-            raise
-        return results
-
-    def encode(self, key: str, source: str, pairs: Sequence[Pair], whole: bool = False) -> bytes:
-        """The request: each distinct item once, then by cache slot while it stays cached; samples every time,
-        as compact_sample() puts them (or all whole). Written for speed: it is most of this process's share
-        of the work."""
-        dumps = marshal.dumps
-        pack = encode_whole if whole else compact_sample
-        samples = [pack(sample) for sample, _ in pairs]
-        refs: list[int] = []
-        new: list[tuple[int, bytes]] = []
-        inline: dict[int, int] = {}
-        used: set[int] = set()
-        cache = self.items
-        last_ident, last_ref = -1, 0
-        for _, item in pairs:
-            ident = id(item)
-            if ident == last_ident:  # samples of one item often come together
-                refs.append(last_ref)
-                continue
-            entry = cache.get(ident)
-            if entry is not None:
-                cache.move_to_end(ident)
-                used.add(ident)
-                ref = entry[0]
-            elif ident in inline:
-                ref = inline[ident]
-            else:
-                blob = encode(item)
-                slot = self.allocate(len(blob), used)
-                if slot is None:
-                    new.append((-1, blob))
-                    ref = inline[ident] = -len(new)
-                else:
-                    cache[ident] = (slot, item, len(blob))  # holding `item` keeps its id unique
-                    self.item_bytes += len(blob)
-                    used.add(ident)
-                    new.append((slot, blob))
-                    ref = slot
-            refs.append(ref)
-            last_ident, last_ref = ident, ref
-        sent_source = None if key in self.sources else source
-        self.sources.add(key)
-        return dumps(("grade", key, sent_source, new, refs, samples))
-
-    def allocate(self, size: int, used: set[int]) -> int | None:
-        """A cache slot for an item of `size` bytes, evicting the least recently used items not in this batch."""
-        if size > ITEM_CACHE_BYTES // 4:
-            return None
-        while self.items and (len(self.items) >= ITEM_CACHE_ITEMS or self.item_bytes + size > ITEM_CACHE_BYTES):
-            oldest = next(iter(self.items))
-            if oldest in used:
-                return None
-            slot, _, nbytes = self.items.pop(oldest)
-            self.item_bytes -= nbytes
-            self.free_slots.append(slot)
-        if self.free_slots:
-            return self.free_slots.pop()
-        self.next_slot += 1
-        return self.next_slot - 1
-
-    def fits_ahead(self, payload: bytes) -> bool:
-        """Whether a request can go into the pipe while the worker still grades the one before: the worker
-        reads a whole request before grading it, so at most two are ever in the pipe, and if each fits in half
-        of it the write never blocks (a blocked write could wait on a worker that waits on us to read)."""
-        return HEADER.size + len(payload) <= self.request_pipe_bytes // 2
-
-    def send(self, payload: bytes) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        fd = self.proc.stdin.fileno()
-        written = os.writev(fd, [HEADER.pack(len(payload)), payload])  # no copy of the payload
-        if written < HEADER.size + len(payload):
-            view = memoryview(HEADER.pack(len(payload)) + payload)[written:]
-            while view:
-                view = view[os.write(fd, view):]
-
-    def read_progress(self) -> tuple[int, int]:
-        assert self.progress is not None
-        return PROGRESS.unpack_from(self.progress, 0)
-
-    def receive(self, deadline_s: float | None, watch: bool) -> bytes:
-        """One reply. With `watch`, kill the worker when one call outlives the limit plus grace."""
-        assert self.proc is not None and self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        poller = select.poll()
-        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
-        limit = self.settings.timeout_s + grace_s(self.settings.timeout_s)
-        tick_ms = max(20, min(250, int(limit * 1000 / 8)))
-        start = time.monotonic()
-        seen, _ = self.read_progress()
-        changed = start
-        buf = self.buffer  # a read may have taken the start of the next part of a reply, too
-        while True:
-            if len(buf) >= HEADER.size:
-                need = HEADER.unpack_from(buf)[0]
-                if need > MAX_REPLY_BYTES:
-                    self.stop()
-                    raise _Failure(None, PYTHON_SERVER, "the grader process sent an oversized reply")
-                if len(buf) >= HEADER.size + need:
-                    frame = bytes(buf[HEADER.size:HEADER.size + need])
-                    del buf[:HEADER.size + need]
-                    return frame
-            if poller.poll(tick_ms):
-                chunk = os.read(fd, 1 << 20)
-                if not chunk:
-                    raise self.died()
-                buf += chunk
-                continue
-            now = time.monotonic()
-            if deadline_s is not None and now - start > deadline_s:
-                log = self.startup_log
-                self.stop()
-                raise _Failure(None, PYTHON_SERVER, f"no answer within {deadline_s:.0f} s {log or ''}".strip())
-            if not watch:
-                continue
-            seq, index = self.read_progress()
-            if seq != seen:
-                seen, changed = seq, now
-            elif index != IDLE and now - changed > limit:
-                raise self.kill_stuck(index)
-
-    def kill_stuck(self, index: int) -> _Failure:
-        timeout = self.settings.timeout_s
-        what = "loading the grader source" if index == LOADING else "grade()"
-        output = self.call_output()
-        self.stop()
-        message = (f"{what} ran over the {timeout:g} s time limit and did not stop (alarm blocked or stuck "
-                   f"outside Python); its process was killed and restarted")
-        return _Failure(index, PYTHON_TIMEOUT, message, output)
-
-    def died(self) -> _Failure:
-        """The worker closed its pipe: find out how it ended and which call it was in."""
-        assert self.proc is not None
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        returncode = self.proc.returncode
-        _, index = self.read_progress()
-        output = self.call_output()
-        if self.pid is None:  # still starting: what it printed before its output was captured
-            output = self.startup_log or output
-        self.stop()
-        where = {LOADING: "while loading the grader source", IDLE: "between calls"}.get(index, "during grade()")
-        return _Failure(index if index != IDLE else None, PYTHON_RUNTIME,
-                        f"the grader process {exit_description(returncode)} {where}", output)
-
-    def call_output(self) -> str | None:
-        """What the call in progress printed, read from the capture file after the worker died or was killed:
-        its prints (the text region, up to the first NUL) and the end of what reached fds 1 and 2 (say, a
-        segfault's traceback)."""
-        try:
-            with open(self.output_path, "rb") as fh:
-                prints = fh.read(STDOUT_CAP).split(b"\0", 1)[0]
-                size = os.fstat(fh.fileno()).st_size
-                keep = STDOUT_CAP // 2 if prints else STDOUT_CAP
-                fh.seek(max(STDOUT_CAP, size - keep))
-                fds = fh.read(keep)
-                if size == STDOUT_CAP + 1 and fds == FD_SENTINEL:  # the worker's marker: fds wrote nothing
-                    fds = b""
-        except OSError:
-            return None
-        data = prints[: STDOUT_CAP - len(fds)] + fds
-        return data.decode("utf-8", "replace") or None
-
-    @staticmethod
-    def tail(path: str) -> str | None:
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - STDOUT_CAP))
-                data = fh.read()
-        except OSError:
-            return None
-        return data.decode("utf-8", "replace") or None
-
-
-def _stop_all(workers: list[_Worker], lock: threading.Lock) -> None:
+def _stop_all(sandboxes: list[_Sandbox], lock: threading.Lock) -> None:
     with lock:
-        todo = list(workers)
-        workers.clear()
-    for w in todo:
-        w.stop(graceful=True)
-
-
-def _send_ahead(worker: _Worker, task: _Task) -> None:
-    """Send a batch encoded ahead, unless the worker it was encoded for is gone (then it is encoded and sent
-    again when its turn comes)."""
-    if worker.generation == task.generation and worker.proc is not None and task.message is not None:
-        try:
-            worker.send(task.message)
-            task.sent = True
-        except OSError:
-            pass
+        todo = list(sandboxes)
+        sandboxes.clear()
+    for box in todo:
+        box.stop()
 
 
 @dataclass(eq=False)
 class _Task:
-    """One batch for one worker thread; `pairs` None is a request to start a worker (isolation probe)."""
+    """One batch of whole units for one pool thread; `units` None is a request to start a sandbox (a probe)."""
 
     key: str
     source: str
-    pairs: list[Pair] | None
+    pairs: list[Pair]
+    units: list[list[int]] | None  # indices into pairs, one list per unit
+    whole: bool = False
     future: Future[list[GradeResult]] = field(default_factory=Future)
-    message: bytes | None = None  # encoded ahead, valid for `generation` of the worker that encoded it
-    whole: bool = False  # send every sample whole (a second try for samples the worker could not rebuild)
-    generation: int = -1
-    sent: bool = False
+
+
+def group_units(pairs: Sequence[Pair], keys: Sequence[Hashable] | None) -> list[list[int]]:
+    """Indices of `pairs` by grading unit, units in order of first appearance: with no keys every pair is its own
+    unit; with keys, pairs of one key and one item object share a unit."""
+    if keys is None:
+        return [[i] for i in range(len(pairs))]
+    groups: dict[tuple[Hashable, int], list[int]] = {}
+    for i, ((_, item), key) in enumerate(zip(pairs, keys)):
+        groups.setdefault((key, id(item)), []).append(i)
+    return list(groups.values())
 
 
 class WorkerPool:
-    """Thread-safe: grade() may be called from many threads at once; each call's batches spread over workers.
+    """Thread-safe: grade() may be called from many threads at once; each call's units spread over sandboxes.
 
-    One pool thread per worker feeds it batches; while a batch runs, the thread encodes its next one and
-    sends it the moment the last results arrive, so a worker does not wait on this process. A call's samples
-    are graded with each item's samples together (by_item), results back in the caller's order. Workers start
-    lazily and live until close().
+    One pool thread per sandbox feeds it batches of whole units. Sandboxes start lazily and live until close();
+    the grader processes inside them live for one unit each.
     """
 
     def __init__(self, workers: int | None = None, timeout_s: float = 120.0, memory_mb: int = 2048,
-                 batch_size: int = 256):
+                 batch_size: int = 256, *, unsafe: bool | None = None, disk_mb: int = 1024, processes: int = 128):
         self.workers = workers or os.cpu_count() or 1
         if self.workers < 1 or batch_size < 1 or timeout_s <= 0:
             raise ValueError("workers, batch_size and timeout_s must be positive")
         self.timeout_s = float(timeout_s)
         self.memory_mb = memory_mb
         self.batch_size = batch_size
-        self._settings = _Settings(self.timeout_s, memory_mb, worker_env())
+        self.unsafe = POLICY.unsafe if unsafe is None else unsafe
+        self._settings = _Settings(self.timeout_s, memory_mb, self.unsafe, disk_mb, processes)
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
-        self._idle = 0  # threads waiting for a batch: while any is, nobody takes a second one ahead
-        self._all: list[_Worker] = []
+        self._all: list[_Sandbox] = []
         self._keys: dict[str, str] = {}
-        self._broken: dict[str, GradeError] = {}
         self._closed = False
         self._finalizer = weakref.finalize(self, _stop_all, self._all, self._lock)
 
@@ -622,56 +716,66 @@ class WorkerPool:
 
     @property
     def isolation(self) -> str:
-        """What cuts the network off from grader code, as the workers found it ("network namespace", or
-        "not isolated: <reason>"). Starts a worker when none has started yet."""
+        """What holds grader code here: "bubblewrap: ..." or "unsafe: ..."; raises SandboxUnavailable when
+        neither may run. Starts a sandbox when none has started yet."""
         if self._settings.isolation is None:
             try:
-                self._submit(_Task("", "", None)).result()
+                self._submit(_Task("", "", [], None)).result()
             except _StartError as exc:
-                return f"not isolated: {exc}"
-        return self._settings.isolation or "not isolated: unknown"
+                return f"not started: {exc}"
+        return self._settings.isolation or "not started"
 
-    def grade(self, source: str, pairs: Sequence[Pair]) -> list[GradeResult]:
-        """One result per (sample, item), in order. Never raises for what the grader does."""
+    def grade(self, source: str, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
+        """One result per (sample, item), in order. Never raises for what the grader does; raises
+        SandboxUnavailable when the sandbox cannot be built here and the pool is not unsafe.
+        `units`: one key per pair (see grading_units); pairs with equal keys may share a process."""
         pairs = list(pairs)
         if not pairs:
             return []
+        if not self.unsafe and host().refused is not None:
+            raise SandboxUnavailable(f"{host().refused}; pass --unsafe-python-graders to run python graders "
+                                     "without the sandbox")
         key = self._key(source)
-        broken = self._broken.get(key)
-        if broken is not None:
-            return [GradeResult.failed(broken.type, broken.message) for _ in pairs]
-        results = self._grade(key, source, pairs, whole=False)
+        if units is None:
+            units = declared_units(len(pairs))
+        results = self._grade(key, source, pairs, group_units(pairs, units), whole=False)
         again = [i for i, r in enumerate(results) if r.error is not None and r.error.type == RESEND]
-        if again:  # sent as text, not rebuilt in the worker (a limit set differently there): send them whole
-            redone = self._grade(key, source, [pairs[i] for i in again], whole=True)
+        if again:  # sent as text, not rebuilt in the child (a limit set differently there): send them whole
+            subset = [pairs[i] for i in again]
+            redone = self._grade(key, source, subset, [[i] for i in range(len(subset))], whole=True)
             for i, result in zip(again, redone):
                 if result.error is not None and result.error.type == RESEND:  # never for a whole sample
                     result = GradeResult.failed(PYTHON_SERVER, "the grader process refused the sample, sent whole")
                 results[i] = result
         return results
 
-    def _grade(self, key: str, source: str, pairs: list[Pair], whole: bool) -> list[GradeResult]:
-        order = by_item(pairs)
-        if order is not None:
-            pairs = [pairs[i] for i in order]
+    def _grade(self, key: str, source: str, pairs: list[Pair], units: list[list[int]],
+               whole: bool) -> list[GradeResult]:
         size = max(1, min(self.batch_size, -(-len(pairs) // self.workers)))
-        futures = [self._submit(_Task(key, source, pairs[i:i + size], whole=whole))
-                   for i in range(0, len(pairs), size)]
-        results: list[GradeResult] = []
+        tasks: list[_Task] = []
+        batch: list[list[int]] = []
+        count = 0
+        for unit in units:
+            if batch and count + len(unit) > size:
+                tasks.append(_Task(key, source, pairs, batch, whole))
+                batch, count = [], 0
+            batch.append(unit)
+            count += len(unit)
+        if batch:
+            tasks.append(_Task(key, source, pairs, batch, whole))
+        futures = [self._submit(task) for task in tasks]
+        results: list[GradeResult] = [None] * len(pairs)  # type: ignore[list-item]
         try:
-            for future in futures:
-                results.extend(future.result())
+            for task, future in zip(tasks, futures):
+                flat = [i for unit in task.units or [] for i in unit]
+                for i, result in zip(flat, future.result()):
+                    results[i] = result
         except CancelledError:
             raise RuntimeError("the python worker pool was closed while grading") from None
-        if order is not None:  # back in the caller's order
-            ordered: list[GradeResult] = [None] * len(results)  # type: ignore[list-item]
-            for i, result in zip(order, results):
-                ordered[i] = result
-            results = ordered
         return results
 
     def close(self) -> None:
-        """Finish the batches being graded, cancel the rest, stop every worker."""
+        """Finish the batches being graded, cancel the rest, stop every sandbox."""
         with self._lock:
             if self._closed:
                 return
@@ -690,7 +794,7 @@ class WorkerPool:
             thread.join()
         self._finalizer()
 
-    def __enter__(self) -> WorkerPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -698,9 +802,9 @@ class WorkerPool:
 
     @property
     def pids(self) -> list[int]:
-        """Process ids of the running workers (for diagnostics and tests)."""
+        """Host process ids of the running sandboxes (bubblewrap or the supervisor; for diagnostics and tests)."""
         with self._lock:
-            return [w.pid for w in self._all if w.pid is not None]
+            return [box.proc.pid for box in self._all if box.proc is not None]
 
     # -- internals
 
@@ -725,111 +829,75 @@ class WorkerPool:
         return key
 
     def _serve(self) -> None:
-        """A pool thread: owns one worker, grades the batches it takes until told to stop."""
-        worker = _Worker(self._settings)
+        """A pool thread: owns one sandbox, grades the batches it takes until told to stop."""
+        box = _Sandbox(self._settings)
         with self._lock:
-            self._all.append(worker)
-        carried: _Task | None = None
+            self._all.append(box)
         while True:
-            task = carried
-            carried = None
+            task = self._queue.get()
             if task is None:
-                with self._lock:
-                    self._idle += 1
-                task = self._queue.get()
-                with self._lock:
-                    self._idle -= 1
-                if task is None:
-                    return
-                if not task.future.set_running_or_notify_cancel():
-                    continue
+                return
+            if not task.future.set_running_or_notify_cancel():
+                continue
             try:
-                if task.pairs is None:
-                    if worker.proc is None:
-                        worker.start()
+                if task.units is None:
+                    if box.proc is None:
+                        box.start()
                     task.future.set_result([])
                     continue
-                results, carried = self._run_task(worker, task)
-                task.future.set_result(results)
+                task.future.set_result(self._run_task(box, task))
             except BaseException as exc:  # noqa: BLE001  (a bug here must reach the caller, not kill the thread)
                 task.future.set_exception(exc)
 
-    def _take_ahead(self) -> _Task | None:
-        """The next batch for this thread to encode while its worker is busy, unless another thread is idle."""
-        with self._lock:
-            if self._idle or self._closed:
-                return None
-        try:
-            task = self._queue.get_nowait()
-        except queue.Empty:
-            return None
-        if task is None or task.pairs is None:
-            self._queue.put(task)  # a stop signal or a probe: for whoever is free
-            return None
-        return task if task.future.set_running_or_notify_cancel() else None
-
-    def _run_task(self, worker: _Worker, task: _Task) -> tuple[list[GradeResult], _Task | None]:
-        """Grade one batch on this thread's worker; a death or hang costs only the sample that caused it.
-
-        Returns the results and the next batch, taken ahead (and maybe already sent), if any.
-        """
-        pairs = task.pairs
-        assert pairs is not None
-        broken = self._broken.get(task.key)
-        if broken is not None:  # its source hung or killed a worker while loading: do not try again
-            return [GradeResult.failed(broken.type, broken.message) for _ in pairs], None
-        results: list[GradeResult | None] = [None] * len(pairs)
-        todo = list(range(len(pairs)))
-        unexplained = 0
-        ahead: _Task | None = None
-        first = True
-        while todo:
-            batch = [pairs[i] for i in todo]
+    def _run_task(self, box: _Sandbox, task: _Task) -> list[GradeResult]:
+        """Grade one batch of units; a supervisor that dies, hangs or garbles costs only the sample it was on
+        (the first without a result), and the rest go to a fresh sandbox. Results in the batch's flat order."""
+        assert task.units is not None
+        pack = encode_whole if task.whole else compact_sample
+        flat = [i for unit in task.units for i in unit]
+        encoded_items: dict[int, bytes] = {}
+        units: list[tuple[int, bytes, list[Any]]] = []  # (flat start, item, samples)
+        pos = 0
+        for unit in task.units:
+            item = task.pairs[unit[0]][1]
+            blob = encoded_items.get(id(item))
+            if blob is None:
+                blob = encoded_items[id(item)] = encode(item)
+            units.append((pos, blob, [pack(task.pairs[i][0]) for i in unit]))
+            pos += len(unit)
+        results: list[GradeResult] = []
+        silence = self.timeout_s + 2 * grace_s(self.timeout_s) + 5.0
+        failures = 0
+        while len(results) < len(flat):
+            done = len(results)
+            remaining = []
+            for start, blob, samples in units:
+                end = start + len(samples)
+                if end > done:
+                    remaining.append((blob, samples[max(0, done - start):]))
             try:
-                if not (first and task.sent and task.generation == worker.generation):
-                    message = task.message if first and task.generation == worker.generation else None
-                    worker.send_request(task.key, task.source, batch, message, task.whole)
-                task.message = None
-                first = False
-                on_last = None
-                if ahead is None:
-                    ahead = self._take_ahead()
-                    if ahead is not None and ahead.pairs is not None:
-                        ahead.generation = worker.generation
-                        ahead.message = worker.encode(ahead.key, ahead.source, ahead.pairs, ahead.whole)
-                        if worker.fits_ahead(ahead.message):  # queued now: the worker goes on without us
-                            _send_ahead(worker, ahead)
-                        else:  # when this batch's last results are in
-                            on_last = functools.partial(_send_ahead, worker, ahead)
-
-                done = worker.collect(len(batch), on_last)
+                if box.proc is None:
+                    box.start()
+                box.send(box.request(task.key, task.source, remaining))
+                finished = False
+                while not finished:
+                    part, finished = decode_reply(box.receive(silence), len(results), len(flat))
+                    results += part
+                    if part:
+                        failures = 0
             except _StartError as exc:
-                for i in todo:
-                    results[i] = GradeResult.failed(PYTHON_SERVER, str(exc))
+                results += [GradeResult.failed(PYTHON_SERVER, str(exc)) for _ in range(len(flat) - len(results))]
                 break
             except _Failure as failure:
-                for i, result in zip(todo, failure.done):
-                    results[i] = result
-                if failure.index is not None and failure.index >= 0:
-                    failure.index -= len(failure.done)
-                todo = todo[len(failure.done):]
-                if failure.index == LOADING:
-                    self._broken[task.key] = failure.error
-                    for i in todo:
-                        results[i] = GradeResult.failed(failure.error.type, failure.error.message)
-                    break
-                if failure.index is None or not 0 <= failure.index < len(todo):
-                    unexplained += 1
-                    if unexplained >= 2:
-                        for i in todo:
-                            results[i] = GradeResult.failed(failure.error.type, failure.error.message)
-                        break
-                    continue
-                culprit = todo.pop(failure.index)
-                results[culprit] = GradeResult.failed(failure.error.type, failure.error.message,
-                                                      stdout=failure.stdout)
-                continue
-            for i, result in zip(todo, done):
-                results[i] = result
-            break
-        return results, ahead  # type: ignore[return-value]
+                output = None
+                box.stop()
+                results.append(GradeResult.failed(failure.error.type, failure.error.message, stdout=output))
+                failures += 1
+                if failures >= MAX_ZERO_PROGRESS:
+                    results += [GradeResult.failed(failure.error.type, failure.error.message)
+                                for _ in range(len(flat) - len(results))]
+            except OSError:  # the request pipe broke: the supervisor is gone
+                box.stop()
+                results.append(GradeResult.failed(PYTHON_RUNTIME, "the grader's sandbox ended while grading this sample"))
+                failures += 1
+        return results
