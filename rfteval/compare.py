@@ -28,19 +28,32 @@ HARDEST = "hardest"
 MISSING = "(missing)"
 NOT_IN_DATASET = "(not in dataset)"
 GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
+NAN = float("nan")
 
 
 # ---------------------------------------------------------------------------------------------- options
 
 
+GATE_MODES = ("evidence", "strict")
+ERROR_POLICIES = ("exclude", "zero")
+
+
 @dataclass(frozen=True)
 class Gate:
-    """The CI gate; None / False leaves a check off."""
+    """The CI gate; None / False leaves a check off.
+
+    mode "evidence" (the default) fails only on evidence: a drop whose interval lies below 0 and whose size
+    passes the threshold, a candidate whose whole interval lies under --fail-under. Noise alone then fails
+    about 2.5% of runs per check. mode "strict" asks for proof of no regression instead (non-inferiority): the
+    interval's lower bound must clear each threshold, which fails on noise whenever the eval is too small.
+    """
 
     fail_under: float | None = None
     max_drop: float | None = None
     require_improvement: bool = False
     max_item_drop: float | None = None
+    mode: str = "evidence"
+    max_error_rate: float = 0.05
 
     @property
     def active(self) -> bool:
@@ -54,10 +67,14 @@ class CompareOptions:
     level: float = 0.95
     ci_method: str = "t"  # or "bootstrap"
     seed: int = 0
-    exclude_errors: bool = False
+    exclude_errors: bool = False  # leave every error record out (overrides `errors`)
     strict: bool = False
     by: tuple[str, ...] = ()
     gate: Gate = field(default_factory=Gate)
+    # "exclude": generation failures (the endpoint never answered) are left out of the means and counted;
+    # grading errors and refusals score 0 (OpenAI's rule). "zero": every error record scores 0.
+    errors: str = "exclude"
+    score_range: tuple[float, float] | None = None  # None: [0, 1] when every score lies in it, else unbounded
 
 
 # ---------------------------------------------------------------------------------------------- sides
@@ -140,8 +157,17 @@ def _normalise(frame: pd.DataFrame, label: str, path: str) -> Side:
     if not pd.api.types.is_string_dtype(frame["item_id"]):
         frame["item_id"] = frame["item_id"].astype(str)
     frame["is_error"] = frame["error_type"].notna() | frame["error_stage"].notna() | frame["error_present"]
+    frame["is_generation_failure"] = is_generation_failure(frame["error_stage"], frame["error_type"])
     frame["score"] = np.where(frame["is_error"], 0.0, frame["score"].to_numpy(dtype=np.float64))
     return Side(label, path, frame, before - len(frame))
+
+
+def is_generation_failure(stage: pd.Series, type_: pd.Series) -> pd.Series:
+    """Records whose model never answered (the endpoint failed after every retry): not an answer, so not a 0.
+
+    A refusal is an answer (the model chose not to), so it scores 0 like a grading error.
+    """
+    return (stage == "generate") & (type_ != "refusal")
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -380,6 +406,9 @@ class CompareResult:
     notes: list[str] = field(default_factory=list)
     baseline_scores: np.ndarray | None = None  # raw record scores, for distribution plots
     candidate_scores: np.ndarray | None = None
+    baseline_records: pd.DataFrame | None = None  # item_id and score of the records used, for per-item tests
+    candidate_records: pd.DataFrame | None = None
+    bounds: tuple[float, float] | None = None  # the score range intervals were cut to
 
     def to_json(self) -> dict[str, Any]:
         """The documented `--format json` shape (extra keys allowed, none removed)."""
@@ -388,7 +417,9 @@ class CompareResult:
             "baseline": self.baseline, "candidate": self.candidate, "delta": self.delta, "items": [],
             "slices": self.slices, "sub_scores": self.sub_scores, "unpaired": self.unpaired, "gate": self.gate,
             "options": {"tie": o.tie, "level": o.level, "ci_method": o.ci_method, "seed": o.seed,
-                        "exclude_errors": o.exclude_errors, "strict": o.strict, "by": list(o.by)},
+                        "exclude_errors": o.exclude_errors, "strict": o.strict, "by": list(o.by),
+                        "errors": o.errors, "gate": o.gate.mode, "max_error_rate": o.gate.max_error_rate,
+                        "score_range": list(self.bounds) if self.bounds else None},
             "notes": self.notes,
         })
         out["items"] = self.items_json()
@@ -438,13 +469,22 @@ def _clean(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------- pairing
 
 
-def _side_stats(side: Side, exclude_errors: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
+    """The records that enter the means under the error policy (error records already score 0)."""
+    if o.exclude_errors:
+        return frame[~frame["is_error"]]
+    if o.errors == "exclude":
+        return frame[~frame["is_generation_failure"]]
+    return frame
+
+
+def _side_stats(side: Side, o: CompareOptions) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(records used, per-item stats with error counts and the first error message)."""
     import numpy as np
 
     f = side.frame
     errors = f[f["is_error"]]
-    used = f[~f["is_error"]] if exclude_errors else f
+    used = used_records(f, o)
     st = stats.item_stats(used[["item_id", "score"]]).set_index("item_id")
     counts = errors.groupby("item_id").size()
     st["errors"] = counts.reindex(st.index, fill_value=0).to_numpy(dtype=np.int64) if len(counts) else 0
@@ -455,33 +495,103 @@ def _side_stats(side: Side, exclude_errors: bool) -> tuple[pd.DataFrame, pd.Data
     return used, st
 
 
-def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOptions) -> dict[str, Any]:
+def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOptions,
+             bounds: tuple[float, float] | None) -> dict[str, Any]:
     s = stats.side_summary(means, o.level, o.ci_method, o.seed)
-    return {"label": side.label, "mean": s["mean"], "ci95": s["ci95"], "items": s["items"],
-            "records": int(len(side.frame)), "errors": int(side.frame["is_error"].sum()), "se": s["se"],
+    f = side.frame
+    records = int(len(f))
+    generation = int(f["is_generation_failure"].sum())
+    return {"label": side.label, "mean": s["mean"], "ci95": list(stats.clip_interval(*s["ci95"], bounds)),
+            "items": s["items"], "records": records, "errors": int(f["is_error"].sum()), "se": s["se"],
             "sd": s["sd"], "records_used": int(len(used)), "duplicates_dropped": side.duplicates,
-            "path": side.path}
+            "path": side.path, "generation_errors": generation,
+            "generation_error_share": generation / records if records else 0.0,
+            "scored_zero_errors": int((f["is_error"] & ~f["is_generation_failure"]).sum())}
 
 
-def paired_row(base: np.ndarray, cand: np.ndarray, o: CompareOptions, **extra: Any) -> dict[str, Any]:
+def infer_bounds(o: CompareOptions, *scores: np.ndarray) -> tuple[float, float] | None:
+    """The score range intervals are cut to: --score-range, else [0, 1] when every score lies in it."""
+    import numpy as np
+
+    if o.score_range is not None:
+        return o.score_range
+    if all(x.size == 0 or (np.nanmin(x) >= 0.0 and np.nanmax(x) <= 1.0) for x in scores):
+        return 0.0, 1.0
+    return None
+
+
+def _delta_bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
+
+
+def paired_row(base: np.ndarray, cand: np.ndarray, o: CompareOptions, bounds: tuple[float, float] | None = None,
+               **extra: Any) -> dict[str, Any]:
     """Both sides' means with intervals, and the paired delta, for one set of items (a slice, a sub-score)."""
     b = stats.side_summary(base, o.level, o.ci_method, o.seed)
     c = stats.side_summary(cand, o.level, o.ci_method, o.seed)
+    delta = stats.paired_delta(base, cand, o.tie, o.level, o.seed, o.ci_method)
+    delta["ci95"] = list(stats.clip_interval(*delta["ci95"], _delta_bounds(bounds)))
+    delta["p_adjusted"] = delta["p_value"]
     return {**extra, "items": int(len(base)),
-            "baseline": {"mean": b["mean"], "ci95": b["ci95"], "se": b["se"]},
-            "candidate": {"mean": c["mean"], "ci95": c["ci95"], "se": c["se"]},
-            "delta": stats.paired_delta(base, cand, o.tie, o.level, o.seed, o.ci_method)}
+            "baseline": {"mean": b["mean"], "ci95": list(stats.clip_interval(*b["ci95"], bounds)), "se": b["se"]},
+            "candidate": {"mean": c["mean"], "ci95": list(stats.clip_interval(*c["ci95"], bounds)), "se": c["se"]},
+            "delta": delta}
 
 
-def hardest_mask(base_means: np.ndarray) -> tuple[np.ndarray, float]:
-    """Bottom quartile by baseline mean: the ceil(n/4) lowest, plus every item tied with the cutoff value."""
+HARDEST_FRACTION = 0.25
+
+
+def half_means(used: pd.DataFrame, item_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per item (in `item_ids` order), the mean of its alternate epochs: positions 1, 3, ... and 2, 4, ...
+
+    Epochs are taken in epoch order (record order where epochs are missing); an item with one epoch has no
+    second half (NaN).
+    """
+    import numpy as np
+    import pandas as pd
+
+    f = used[["item_id", "epoch", "score"]].sort_values(["item_id", "epoch"], kind="stable", na_position="last")
+    pos = f.groupby("item_id", sort=False).cumcount().to_numpy()
+    halves = f.assign(half=pos % 2).groupby(["item_id", "half"], sort=False)["score"].mean().unstack()
+    halves = halves.reindex(columns=[0, 1]).reindex(pd.Index(item_ids))
+    return halves[0].to_numpy(dtype=np.float64), halves[1].to_numpy(dtype=np.float64)
+
+
+def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: np.ndarray, o: CompareOptions,
+                  bounds: tuple[float, float] | None) -> dict[str, Any]:
+    """The bottom quartile by baseline mean, measured without selection bias (stats.crossfit_lowest_delta).
+
+    Items whose baseline has one epoch cannot be split; when no item can, the slice is shown as descriptive:
+    chosen and measured on the same data, so without interval or p-value, and never coloured.
+    """
     import numpy as np
 
-    n = base_means.size
-    if n == 0:
-        return np.zeros(0, dtype=bool), float("nan")
-    cutoff = float(np.sort(base_means)[math.ceil(n / 4) - 1])
-    return base_means <= cutoff + GATE_EPS, cutoff
+    a, b = half_means(used_b, items)
+    split = np.isfinite(a) & np.isfinite(b)
+    if split.sum() >= 2:
+        d = stats.crossfit_lowest_delta(a[split], b[split], cm[split], HARDEST_FRACTION, o.level, o.seed)
+        d["ci95"] = list(stats.clip_interval(*d["ci95"], _delta_bounds(bounds)))
+        d["p_adjusted"] = d["p_value"]
+        left = int((~split).sum())
+        rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured on "
+                f"the other half, both ways, averaged ({d['selected']} items chosen"
+                + (f"; {left} single-epoch item(s) left out" if left else "") + ")")
+        row = {"items": d["selected"], "baseline": {"mean": d.pop("baseline_mean"), "ci95": [NAN, NAN], "se": NAN},
+               "candidate": {"mean": d.pop("candidate_mean"), "ci95": [NAN, NAN], "se": NAN}, "delta": d}
+        return {"field": None, "value": None, "cutoff": None, "rule": rule, "method": "cross-fit", **row}
+    mask = stats.select_lowest(bm, HARDEST_FRACTION, o.seed)
+    cutoff = float(bm[mask].max()) if mask.any() else NAN
+    row = paired_row(bm[mask], cm[mask], o, bounds)
+    delta = row["delta"]
+    for key in ("se", "p_value", "p_adjusted", "mde", "se_unpaired"):
+        delta[key] = NAN
+    delta["ci95"] = [NAN, NAN]
+    delta["descriptive"] = True
+    delta["p_method"] = "none (descriptive)"
+    row["baseline"]["ci95"] = row["candidate"]["ci95"] = [NAN, NAN]
+    rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline mean "
+            f"(<= {cutoff:.4g}); one epoch per item leaves no independent half to measure on, so no interval")
+    return {"field": None, "value": None, "cutoff": cutoff, "rule": rule, "method": "descriptive", **row}
 
 
 def field_value(data: dict[str, Any], name: str) -> str:
@@ -509,15 +619,25 @@ def dataset_fields(dataset: str | Path, names: Sequence[str]) -> dict[str, dict[
     return {name: {it.id: field_value(it.data, name) for it in ds.items} for name in names}
 
 
+def adjust_family(rows: Sequence[dict[str, Any]]) -> None:
+    """Holm-adjust the p-values of rows that answer one question together (the slices of one --by, sub-scores)."""
+    adjusted = stats.holm([r["delta"]["p_value"] for r in rows])
+    for row, p in zip(rows, adjusted.tolist()):
+        row["delta"]["p_adjusted"] = p
+
+
 def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
                   fields: dict[str, dict[str, str]] | None = None) -> CompareResult:
     """The whole comparison of two sides already loaded: statistics, slices, sub-scores and the gate."""
     import numpy as np
+    import pandas as pd
 
     o = options or CompareOptions()
+    if o.errors not in ERROR_POLICIES:
+        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {o.errors!r}", field="--errors")
     notes: list[str] = []
-    used_b, st_b = _side_stats(base, o.exclude_errors)
-    used_c, st_c = _side_stats(cand, o.exclude_errors)
+    used_b, st_b = _side_stats(base, o)
+    used_c, st_c = _side_stats(cand, o)
     only_b = sorted(st_b.index.difference(st_c.index).tolist())
     only_c = sorted(st_c.index.difference(st_b.index).tolist())
     if o.strict and (only_b or only_c):
@@ -531,50 +651,62 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     if only_b or only_c:
         notes.append(f"{len(only_b)} item(s) only in the baseline and {len(only_c)} only in the candidate "
                      "were left out")
+    bounds = infer_bounds(o, used_b["score"].to_numpy(), used_c["score"].to_numpy())
     bm = joined["mean_b"].to_numpy()
     cm = joined["mean_c"].to_numpy()
     d = cm - bm
-    lo, hi = stats.per_item_delta_interval(d, joined["sd_b"].to_numpy(), joined["n_b"].to_numpy(),
-                                           joined["sd_c"].to_numpy(), joined["n_c"].to_numpy(), o.level)
-    import pandas as pd
-
+    n_b, n_c = joined["n_b"].to_numpy(), joined["n_c"].to_numpy()
+    lo, hi = stats.per_item_delta_interval(d, joined["sd_b"].to_numpy(), n_b, joined["sd_c"].to_numpy(), n_c, o.level)
+    few = (n_b < MIN_EPOCHS_FOR_ITEM_INTERVAL) | (n_c < MIN_EPOCHS_FOR_ITEM_INTERVAL)
+    lo, hi = np.where(few, np.nan, lo), np.where(few, np.nan, hi)
     items = pd.DataFrame({
         "item_id": joined.index.to_numpy(), "baseline": bm, "candidate": cm, "delta": d, "delta_lo": lo,
         "delta_hi": hi, "baseline_sd": joined["sd_b"].to_numpy(), "candidate_sd": joined["sd_c"].to_numpy(),
-        "baseline_n": joined["n_b"].to_numpy(), "candidate_n": joined["n_c"].to_numpy(),
+        "baseline_n": n_b, "candidate_n": n_c,
         "baseline_errors": joined["errors_b"].to_numpy(), "candidate_errors": joined["errors_c"].to_numpy(),
         "baseline_error": joined["first_error_b"].to_numpy(), "candidate_error": joined["first_error_c"].to_numpy(),
     })
-    baseline = _summary(base, used_b, bm, o)
-    candidate = _summary(cand, used_c, cm, o)
+    baseline = _summary(base, used_b, bm, o, bounds)
+    candidate = _summary(cand, used_c, cm, o, bounds)
     baseline["items_unpaired"], candidate["items_unpaired"] = len(only_b), len(only_c)
     delta = stats.paired_delta(bm, cm, o.tie, o.level, o.seed, o.ci_method)
+    delta["ci95"] = list(stats.clip_interval(*delta["ci95"], _delta_bounds(bounds)))
+    delta["p_adjusted"] = delta["p_value"]
+    if len(d) < MIN_ITEMS_FOR_INTERVAL:
+        notes.append(f"only {len(d)} paired item(s): too few for a reliable interval (5 or more are needed, "
+                     "and 6 or more before a permutation test can reach p < 0.05)")
 
     slices: dict[str, dict[str, Any]] = {}
-    mask, cutoff = hardest_mask(bm)
-    slices[HARDEST] = paired_row(bm[mask], cm[mask], o, field=None, value=None, cutoff=cutoff,
-                                 rule=f"bottom quartile by baseline mean (<= {cutoff:.4g}, ties at the cutoff "
-                                      "included)")
+    slices[HARDEST] = hardest_slice(used_b, joined.index.to_numpy(), bm, cm, o, bounds)
     for name in o.by:
         values = fields.get(name, {}) if fields else {}
         if fields is not None and not any(i in values for i in items["item_id"]):
             raise InputError("none of the compared items is in the dataset (does it belong to these records?)",
                              field=f"--by {name}")
         col = np.array([values.get(i, NOT_IN_DATASET) for i in items["item_id"]], dtype=object)
+        family = []
         for value in sorted(set(col.tolist())):
             sel = col == value
-            slices[f"{name}={value}"] = paired_row(bm[sel], cm[sel], o, field=name, value=value)
-    sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes)
+            slices[f"{name}={value}"] = row = paired_row(bm[sel], cm[sel], o, bounds, field=name, value=value)
+            family.append(row)
+        adjust_family(family)
+    sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, bounds)
+    adjust_family(list(sub_scores.values()))
     items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
     result = CompareResult(baseline, candidate, delta, items, slices, sub_scores,
                            {"baseline_only": only_b, "candidate_only": only_c}, {}, o, notes,
-                           used_b["score"].to_numpy(), used_c["score"].to_numpy())
+                           used_b["score"].to_numpy(), used_c["score"].to_numpy(),
+                           used_b[["item_id", "score"]], used_c[["item_id", "score"]], bounds)
     result.gate = evaluate_gate(result, o.gate)
     return result
 
 
+MIN_ITEMS_FOR_INTERVAL = 5
+MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike) is not one to show
+
+
 def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame, o: CompareOptions,
-                notes: list[str]) -> dict[str, dict[str, Any]]:
+                notes: list[str], bounds: tuple[float, float] | None) -> dict[str, dict[str, Any]]:
     """Each multi-grader sub-score compared like the score: error records count 0 unless excluded."""
     import numpy as np
 
@@ -593,43 +725,174 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
             per_side.append(stats.item_stats(frame).set_index("item_id")["mean"])
         j = per_side[0].to_frame("b").join(per_side[1].to_frame("c"), how="inner").join(paired, how="inner")
         if len(j):
-            out[key] = paired_row(j["b"].to_numpy(), j["c"].to_numpy(), o)
+            out[key] = paired_row(j["b"].to_numpy(), j["c"].to_numpy(), o, bounds)
     return out
 
 
 # ---------------------------------------------------------------------------------------------- gate
 
 
+def _power_t(level: float, n: int) -> tuple[float, float]:
+    """(t_{1−α/2}, t_{power}) on n − 1 degrees of freedom: the two quantiles an MDE is made of."""
+    if n < 2:
+        return NAN, NAN
+    return stats.t_ppf(0.5 + level / 2, float(n - 1)), stats.t_ppf(stats.POWER, float(n - 1))
+
+
+def _num(x: float | None) -> float:
+    return NAN if x is None else float(x)
+
+
+def _drop_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
+    """--max-drop: evidence mode fails on a drop the test sees (verdict "worse") that is larger than X."""
+    d, x, level = result.delta, float(gate.max_drop or 0.0), result.options.level
+    mean, (lo, hi) = _num(d["mean"]), (_num(v) for v in d["ci95"])
+    t_hi, t_pow = _power_t(level, d["n"])
+    se = _num(d["se"])
+    word = stats.direction(d, level)
+    if gate.mode == "strict":
+        ok = math.isfinite(lo) and lo >= -x - GATE_EPS
+        detail = (f"delta interval lower bound {lo:+.4f} {'>=' if ok else '<'} -{x:g} (non-inferiority)"
+                  if math.isfinite(lo) else "delta interval undefined (fewer than 2 paired items): cannot show "
+                  "non-inferiority")
+        sees = t_hi * se
+        warning = (f"the interval's half-width {sees:.3f} exceeds the margin {x:g}: even an unchanged model fails "
+                   "this strict gate about half the time; add items or epochs" if math.isfinite(sees) and sees > x
+                   else None)
+        return {"name": "max-drop", "passed": ok, "detail": detail, "mde": _num(d["mde"]), "warning": warning}
+    ok = not (word == "worse" and mean < -x - GATE_EPS)
+    if ok:
+        detail = (f"delta {mean:+.4f} [{lo:+.4f}, {hi:+.4f}]: no drop larger than {x:g} shown"
+                  if math.isfinite(lo) else f"delta {mean:+.4f}: no drop shown ({word})")
+    else:
+        detail = f"delta {mean:+.4f} [{lo:+.4f}, {hi:+.4f}] lies below 0 and below -{x:g}"
+    detectable = max(_num(d["mde"]), x + t_pow * se) if math.isfinite(se) else NAN
+    warning = None
+    if math.isfinite(detectable) and x < _num(d["mde"]):
+        warning = (f"this eval cannot reliably see a drop of {x:g}; it sees drops >= {detectable:.2f} "
+                   "(80% power): add items or epochs")
+    return {"name": "max-drop", "passed": ok, "detail": detail, "mde": detectable, "warning": warning}
+
+
+def _fail_under_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
+    c, x, level = result.candidate, float(gate.fail_under or 0.0), result.options.level
+    mean, (lo, hi) = _num(c["mean"]), (_num(v) for v in c["ci95"])
+    t_hi, t_pow = _power_t(level, c["items"])
+    resolution = (t_hi + t_pow) * _num(c["se"])
+    if gate.mode == "strict":
+        bound, word = lo, "lower"
+        ok = math.isfinite(lo) and lo >= x - GATE_EPS
+    else:
+        bound, word = (hi if math.isfinite(hi) else mean), "upper"
+        ok = bound >= x - GATE_EPS
+    detail = (f"candidate mean {mean:.4f}, interval {word} bound {bound:.4f} {'>=' if ok else '<'} {x:g}"
+              if math.isfinite(bound) else f"candidate interval undefined (fewer than 2 items): cannot show >= {x:g}")
+    return {"name": "fail-under", "passed": ok, "detail": detail, "mde": resolution, "warning": None}
+
+
+def _improvement_check(result: CompareResult) -> dict[str, Any]:
+    d, level = result.delta, result.options.level
+    lo, hi = (_num(v) for v in d["ci95"])
+    word = stats.direction(d, level)
+    ok = word == "better"
+    if word == "too few items to tell":
+        detail = (f"too few items to tell: with {d['n']} paired items the permutation test cannot reach "
+                  f"p < {1 - level:.2g}")
+    elif math.isfinite(lo):
+        detail = (f"delta interval [{lo:+.4f}, {hi:+.4f}], p {d['p_value']:.3g}: "
+                  + ("an improvement" if ok else "no improvement shown"))
+    else:
+        detail = "delta interval undefined (fewer than 2 paired items)"
+    return {"name": "require-improvement", "passed": ok, "detail": detail, "mde": _num(d["mde"]), "warning": None}
+
+
+def item_drop_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
+    """--max-item-drop: an item fails when it dropped by more than X *and* its drop is significant after Holm.
+
+    Each item is tested on its own epochs (stats.epoch_drop_p_values); the family is every paired item, so
+    that picking the items to test on their observed drop cannot inflate the error rate. Items not past X are
+    given p = 1 rather than tested, which can only make Holm stricter for the others.
+    """
+    import numpy as np
+
+    x, alpha = float(gate.max_item_drop or 0.0), 1.0 - result.options.level
+    items = result.items
+    m = len(items)
+    floors = np.array([stats.epoch_split_floor(int(b), int(c))
+                       for b, c in zip(items["baseline_n"], items["candidate_n"])]) if m else np.zeros(0)
+    big = (items["delta"] < -x - GATE_EPS).to_numpy()
+    flagged: list[str] = []
+    p = np.ones(m)
+    reachable = bool(m) and floors.min() <= alpha / m  # Holm's first step asks p ≤ α/m of the smallest p
+    if reachable and big.any() and result.baseline_records is not None and result.candidate_records is not None:
+        ids = items["item_id"].to_numpy()[big]
+        eb = _epochs_by_item(result.baseline_records, ids)
+        ec = _epochs_by_item(result.candidate_records, ids)
+        p[big] = stats.epoch_drop_p_values(eb, ec, result.options.seed)
+    adjusted = np.minimum(1.0, stats.holm(p) if m else p)
+    hit = big & (adjusted < alpha)
+    flagged = items["item_id"][hit].tolist()
+    warning = None
+    if m and not reachable:
+        kb, kc = int(items["baseline_n"].max()), int(items["candidate_n"].max())
+        warning = (f"{kb}+{kc} epochs per item cannot show any single item's drop among {m} items (smallest "
+                   f"possible p {floors.min():.3g} > {alpha:g}/{m}): --max-item-drop cannot fail; "
+                   "add epochs to use it")
+    ok = not flagged
+    if ok:
+        past = int(big.sum())
+        detail = (f"no item dropped by more than {x:g} with significance (Holm across {m} items)" if not past else
+                  f"{past} item(s) dropped by more than {x:g}, none significant after Holm across {m} items")
+    else:
+        shown = ", ".join(f"{i} ({dd:+.3f}, p_adj {pa:.3g})" for i, dd, pa in
+                          zip(flagged[:5], items["delta"][hit].tolist()[:5], adjusted[hit].tolist()[:5]))
+        more = f" and {len(flagged) - 5} more" if len(flagged) > 5 else ""
+        detail = f"{len(flagged)} item(s) dropped by more than {x:g}, significant after Holm: {shown}{more}"
+    return {"name": "max-item-drop", "passed": ok, "detail": detail, "mde": NAN, "warning": warning,
+            "flagged": flagged, "p_adjusted": {i: pa for i, pa in zip(items["item_id"][big].tolist(),
+                                                                      adjusted[big].tolist())}}
+
+
+def _epochs_by_item(records: pd.DataFrame, ids: np.ndarray) -> list[np.ndarray]:
+    import numpy as np
+
+    sub = records[records["item_id"].isin(set(ids.tolist()))]
+    groups = {k: v.to_numpy(dtype=np.float64) for k, v in sub.groupby("item_id", sort=False)["score"]}
+    return [groups.get(i, np.zeros(0)) for i in ids]
+
+
+def _error_rate_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
+    shares = [(side["label"], side.get("generation_error_share", 0.0)) for side in (result.baseline, result.candidate)]
+    over = [(label, share) for label, share in shares if share > gate.max_error_rate + GATE_EPS]
+    ok = not over
+    detail = ("generation errors within " + f"{gate.max_error_rate:g} on both sides" if ok else
+              "; ".join(f"{label}: {share:.1%} of records failed to generate (> {gate.max_error_rate:g})"
+                        for label, share in over) + ": a broken run is not a verdict")
+    return {"name": "error-rate", "passed": ok, "detail": detail, "mde": NAN, "warning": None}
+
+
 def evaluate_gate(result: CompareResult, gate: Gate) -> dict[str, Any]:
-    """Each active check, and one line per failure. Equal to a threshold passes."""
+    """Each active check with its power, one line per failure, one per warning. Equal to a threshold passes."""
+    if gate.mode not in GATE_MODES:
+        raise InputError(f"must be one of {', '.join(GATE_MODES)}, got {gate.mode!r}", field="--gate")
     checks: list[dict[str, Any]] = []
-
-    def check(name: str, ok: bool, detail: str) -> None:
-        checks.append({"name": name, "passed": ok, "detail": detail})
-
-    cand_mean, delta = result.candidate["mean"], result.delta
     if gate.fail_under is not None:
-        ok = cand_mean >= gate.fail_under - GATE_EPS
-        check("fail-under", ok, f"candidate mean {cand_mean:.4f} {'>=' if ok else '<'} {gate.fail_under:g}")
+        checks.append(_fail_under_check(result, gate))
     if gate.max_drop is not None:
-        ok = delta["mean"] >= -gate.max_drop - GATE_EPS
-        check("max-drop", ok, f"delta {delta['mean']:+.4f} {'>=' if ok else '<'} -{gate.max_drop:g}")
+        checks.append(_drop_check(result, gate))
     if gate.require_improvement:
-        lo, hi = delta["ci95"]
-        ok = math.isfinite(lo) and lo > 0
-        detail = (f"delta interval [{lo:+.4f}, {hi:+.4f}] {'lies above' if ok else 'does not lie above'} 0"
-                  if math.isfinite(lo) else "delta interval undefined (fewer than 2 paired items)")
-        check("require-improvement", ok, detail)
+        checks.append(_improvement_check(result))
+    flagged: list[str] = []
     if gate.max_item_drop is not None:
-        items = result.items
-        dropped = items[items["delta"] < -gate.max_item_drop - GATE_EPS]
-        ok = dropped.empty
-        worst = ", ".join(f"{r.item_id} ({r.delta:+.3f})" for r in dropped.head(5).itertuples())
-        more = f" and {len(dropped) - 5} more" if len(dropped) > 5 else ""
-        check("max-item-drop", ok, f"no item dropped by more than {gate.max_item_drop:g}" if ok else
-              f"{len(dropped)} item(s) dropped by more than {gate.max_item_drop:g}: {worst}{more}")
+        item = item_drop_check(result, gate)
+        flagged = item["flagged"]
+        checks.append(item)
+    if checks:
+        checks.append(_error_rate_check(result, gate))
     failures = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
-    return {"passed": not failures, "failures": failures, "checks": checks}
+    warnings = [f"{c['name']}: {c['warning']}" for c in checks if c.get("warning")]
+    return {"passed": not failures, "failures": failures, "checks": checks, "warnings": warnings,
+            "mode": gate.mode, "flagged_items": flagged}
 
 
 # ---------------------------------------------------------------------------------------------- entry

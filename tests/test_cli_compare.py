@@ -67,7 +67,8 @@ def test_json_exact_shape(pair):
     assert first["baseline"] == pytest.approx(1.0) and first["candidate"] == pytest.approx(2 / 3)
     assert first["delta"] == pytest.approx(-1 / 3)
     assert set(j["slices"]) == {"hardest"} and set(j["sub_scores"]) == {"acc", "fmt"}
-    assert j["gate"] == {"passed": True, "failures": [], "checks": []}
+    assert j["gate"] == {"passed": True, "failures": [], "checks": [], "warnings": [], "mode": "evidence",
+                         "flagged_items": []}
 
 
 def test_p_value_hand_check():
@@ -77,14 +78,24 @@ def test_p_value_hand_check():
     assert hits == 8
 
 
+@pytest.fixture
+def regression(tmp_path):
+    """12 items x 8 epochs: q0 collapses, every other item loses 2 of 8 epochs."""
+    base = {f"q{i}": [1.0] * 8 for i in range(12)}
+    tuned = {f"q{i}": [1.0] * 6 + [0.0, 0.0] for i in range(12)} | {"q0": [0.0] * 8}
+    return (str(write_side(tmp_path / "rb.jsonl", "base", base)),
+            str(write_side(tmp_path / "rt.jsonl", "tuned", tuned)))
+
+
 @pytest.mark.parametrize("flags, code, failure", [
     (["--fail-under", "0.7"], 0, None),
-    (["--fail-under", "0.8"], 1, "fail-under: candidate mean 0.7500 < 0.8"),
+    (["--fail-under", "0.8"], 0, None),  # 0.75 over 4 items: no evidence that the model is below 0.8
+    (["--fail-under", "0.8", "--gate", "strict"], 1, "fail-under: candidate mean 0.7500, interval lower bound"),
     (["--max-drop", "0.1"], 0, None),
-    (["--require-improvement"], 1, "require-improvement: delta interval"),
+    (["--require-improvement"], 1, "require-improvement: too few items to tell"),
     (["--max-item-drop", "0.5"], 0, None),
-    (["--max-item-drop", "0.3"], 1, "max-item-drop: 1 item(s) dropped by more than 0.3: b (-0.333)"),
-    (["--fail-under", "0.8", "--max-item-drop", "0.3"], 1, "fail-under"),
+    (["--max-item-drop", "0.3"], 0, None),  # b drops 1/3, but 3+3 epochs can never show it: a warning, not a failure
+    (["--fail-under", "0.8", "--max-item-drop", "0.3", "--gate", "strict"], 1, "fail-under"),
 ])
 def test_gate_exit_codes(pair, flags, code, failure):
     res = run(*pair, "--format", "json", *flags)
@@ -94,25 +105,58 @@ def test_gate_exit_codes(pair, flags, code, failure):
     if failure:
         assert any(f.startswith(failure) for f in gate["failures"])
         assert all(f"rfteval: gate failed: {f}" in res.stderr for f in gate["failures"])
+    assert all(f"rfteval: warning: {w}" in res.stderr for w in gate["warnings"])
     table = run(*pair, *flags)
     assert table.exit_code == code
     assert ("gate FAILED" in table.stdout) is (code == 1)
     assert ("gate passed" in table.stdout) is (code == 0)
 
 
-def test_max_drop_fails_on_a_regression(pair):
-    res = run(pair[1], pair[0], "--max-drop", "0.1", "--format", "json")  # swapped: candidate is worse
-    assert res.exit_code == 1
-    assert json.loads(res.stdout)["gate"]["failures"] == ["max-drop: delta -0.2500 < -0.1"]
+def test_an_item_drop_that_epochs_cannot_show_is_a_warning(pair):
+    res = run(*pair, "--max-item-drop", "0.3", "--format", "json")
+    assert res.exit_code == 0
+    assert "rfteval: warning: max-item-drop: 3+3 epochs per item cannot show any single item's drop" in res.stderr
 
 
-def test_reports_written(pair, tmp_path):
+def test_max_drop_fails_on_a_regression(regression):
+    res = run(*regression, "--max-drop", "0.1", "--format", "json")
+    assert res.exit_code == 1, res.output
+    (failure,) = json.loads(res.stdout)["gate"]["failures"]
+    assert failure.startswith("max-drop: delta -0.3125 [") and failure.endswith("lies below 0 and below -0.1")
+    swapped = run(regression[1], regression[0], "--max-drop", "0.1", "--format", "json")
+    assert swapped.exit_code == 0
+
+
+def test_reports_written(regression, tmp_path):
     md, xml, html = tmp_path / "out" / "c.md", tmp_path / "out" / "c.xml", tmp_path / "out" / "c.html"
-    res = run(*pair, "--markdown", str(md), "--junit", str(xml), "--html", str(html), "--max-item-drop", "0.3")
-    assert res.exit_code == 1
-    assert "max-item-drop: 1 item(s) dropped" in md.read_text()
-    assert 'failures="2"' in xml.read_text()  # the item b and the gate check
+    res = run(*regression, "--markdown", str(md), "--junit", str(xml), "--html", str(html), "--max-item-drop", "0.3")
+    assert res.exit_code == 1, res.output
+    assert "max-item-drop: 1 item(s) dropped by more than 0.3, significant after Holm: q0" in md.read_text()
+    assert 'failures="2"' in xml.read_text()  # the item q0 (not the 11 items that dropped 0.25) and the gate check
     assert '<svg id="scatter"' in html.read_text()
+
+
+def test_error_policy_and_gate_mode_flags(tmp_path):
+    err = {"stage": "generate", "type": "server_error", "message": "HTTP 500"}
+    recs = []
+    for i in range(10):
+        for e in range(2):
+            r = make_record(run_id="t", model_label="tuned", model="m", item_id=f"q{i}", epoch=e, output_text="o",
+                            error=err if e == 0 and i < 2 else None)
+            r["score"] = None if e == 0 and i < 2 else 1.0
+            recs.append(r)
+    write_jsonl(recs, tmp_path / "t.jsonl")
+    write_side(tmp_path / "b.jsonl", "base", {f"q{i}": [1.0, 1.0] for i in range(10)})
+    b, t = str(tmp_path / "b.jsonl"), str(tmp_path / "t.jsonl")
+    j = json.loads(run(b, t, "--format", "json").stdout)
+    assert j["candidate"]["mean"] == 1.0 and j["candidate"]["generation_errors"] == 2
+    z = json.loads(run(b, t, "--format", "json", "--errors", "zero").stdout)
+    assert z["candidate"]["mean"] == pytest.approx(0.9) and z["options"]["errors"] == "zero"
+    gated = run(b, t, "--max-drop", "0.1")
+    assert gated.exit_code == 1 and "error-rate: tuned: 10.0% of records failed to generate" in gated.stdout
+    assert run(b, t, "--max-drop", "0.1", "--max-error-rate", "0.1").exit_code == 0
+    table = run(b, t)
+    assert "2 generation error(s) left out" in table.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -121,6 +165,10 @@ def test_reports_written(pair, tmp_path):
     (["--max-drop", "-1"], "--max-drop: must be >= 0"),
     (["--by", "difficulty"], "--by: --by needs --dataset"),
     (["--label", "a", "--label", "b", "--label", "c"], "--label: give --label once"),
+    (["--gate", "lenient"], "--gate: must be evidence or strict"),
+    (["--errors", "ignore"], "--errors: must be exclude or zero"),
+    (["--score-range", "1,0"], "--score-range: LO must be below HI"),
+    (["--score-range", "x"], "--score-range: must be two numbers LO,HI"),
 ])
 def test_bad_flags_exit_2_one_line(pair, args, message, tmp_path):
     md = tmp_path / "never.md"
@@ -181,7 +229,8 @@ def test_help_shows_a_ci_example():
     assert "CI example" in res.stdout
     assert 'cat compare.md >> "$GITHUB_STEP_SUMMARY"' in res.stdout
     for flag in ("--fail-under", "--max-drop", "--require-improvement", "--max-item-drop", "--markdown", "--junit",
-                 "--html", "--strict", "--exclude-errors", "--tie", "--top", "--by"):
+                 "--html", "--strict", "--exclude-errors", "--tie", "--top", "--by", "--gate", "--errors",
+                 "--max-error-rate", "--score-range"):
         assert flag in res.stdout
 
 
@@ -189,13 +238,14 @@ def test_real_subprocess(pair, tmp_path):
     exe = Path(sys.executable).parent / "rfteval"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
     md = tmp_path / "summary.md"
-    proc = subprocess.run(cmd + ["compare", *pair, "--format", "json", "--fail-under", "0.9", "--markdown", str(md)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd + ["compare", *pair, "--format", "json", "--fail-under", "0.9", "--gate", "strict",
+                                 "--markdown", str(md)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     j = json.loads(proc.stdout)
-    assert j["gate"]["failures"] == ["fail-under: candidate mean 0.7500 < 0.9"]
-    assert proc.stderr.strip() == "rfteval: gate failed: fail-under: candidate mean 0.7500 < 0.9"
-    assert "fail-under: candidate mean 0.7500 < 0.9" in md.read_text()
+    (failure,) = j["gate"]["failures"]
+    assert failure.startswith("fail-under: candidate mean 0.7500, interval lower bound ") and failure.endswith(" < 0.9")
+    assert proc.stderr.strip() == f"rfteval: gate failed: {failure}"
+    assert failure in md.read_text()
     ok = subprocess.run(cmd + ["compare", *pair], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "overall" in ok.stdout and ok.stderr == ""
 

@@ -17,11 +17,11 @@ from rfteval.compare import (
     compare_sides,
     evaluate_gate,
     field_value,
-    hardest_mask,
     load_side,
     read_record_frame,
     side_from_records,
 )
+from rfteval import stats
 from rfteval.errors import InputError
 from rfteval.records import make_record, read_records, write_jsonl, write_parquet
 
@@ -129,9 +129,45 @@ def test_item_with_only_errors_unpaired_when_excluded(tmp_path):
     write_jsonl(side_records("b", {"x": [1.0], "y": [0.0]}), b)
     err = {"stage": "generate", "type": "timeout", "message": "t"}
     write_jsonl([rec("t", "x", 0, None, error=err), rec("t", "y", 0, 1.0)], t)
-    assert compare_paths(b, t).delta["n"] == 2
+    assert compare_paths(b, t, options=CompareOptions(errors="zero")).delta["n"] == 2
     ex = compare_paths(b, t, options=CompareOptions(exclude_errors=True))
     assert ex.delta["n"] == 1 and ex.unpaired["baseline_only"] == ["x"]
+
+
+def test_one_error_policy_generation_failures_left_out_grading_errors_and_refusals_zero(tmp_path):
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    write_jsonl(side_records("b", {i: [1.0, 1.0] for i in "wxyz"}), b)
+    gen = {"stage": "generate", "type": "server_error", "message": "HTTP 500 after 5 tries"}
+    refusal = {"stage": "generate", "type": "refusal", "message": "I can't help with that"}
+    grade = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError"}
+    write_jsonl([rec("t", "w", 0, None, error=gen), rec("t", "w", 1, 1.0),
+                 rec("t", "x", 0, None, error=refusal), rec("t", "x", 1, 1.0),
+                 rec("t", "y", 0, None, error=grade), rec("t", "y", 1, 1.0),
+                 rec("t", "z", 0, 1.0), rec("t", "z", 1, 1.0)], t)
+    r = compare_paths(b, t)  # default: the endpoint's failure is not the model's 0
+    means = r.items.set_index("item_id")["candidate"]
+    assert means["w"] == 1.0 and means["x"] == 0.5 and means["y"] == 0.5 and means["z"] == 1.0
+    assert r.candidate["generation_errors"] == 1 and r.candidate["scored_zero_errors"] == 2
+    assert r.candidate["generation_error_share"] == pytest.approx(1 / 8)
+    z = compare_paths(b, t, options=CompareOptions(errors="zero"))
+    assert z.items.set_index("item_id")["candidate"]["w"] == 0.5
+    with pytest.raises(InputError, match="--errors"):
+        compare_paths(b, t, options=CompareOptions(errors="nope"))
+
+
+def test_gate_fails_on_a_broken_run_whatever_the_scores(tmp_path):
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    write_jsonl(side_records("b", {f"q{i}": [0.5, 0.5] for i in range(20)}), b)
+    gen = {"stage": "generate", "type": "connection", "message": "cannot reach"}
+    write_jsonl([rec("t", f"q{i}", e, 0.5) if i >= 2 else rec("t", f"q{i}", e, None, error=gen)
+                 for i in range(20) for e in range(2)], t)
+    r = compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.05)))
+    assert not r.gate["passed"]
+    assert r.gate["failures"] == ["error-rate: t: 10.0% of records failed to generate (> 0.05): a broken run is "
+                                  "not a verdict"]
+    ok = compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.05, max_error_rate=0.2)))
+    assert ok.gate["passed"]
+    assert compare_paths(b, t).gate["passed"]  # no gate asked for: nothing fails
 
 
 def test_duplicate_cells_keep_the_last_record(tmp_path):
@@ -253,19 +289,43 @@ def test_side_from_records_matches_files(pair):
 # ---------------------------------------------------------------------------------------------- slices
 
 
-def test_hardest_is_bottom_quartile_with_ties_included():
-    mask, cutoff = hardest_mask(np.array([0.9, 0.1, 0.5, 0.3, 0.2, 0.7, 0.8, 0.6]))
-    assert cutoff == 0.2 and mask.tolist() == [False, True, False, False, True, False, False, False]
-    mask, cutoff = hardest_mask(np.array([0.0, 0.0, 0.0, 1.0, 1.0]))  # ceil(5/4)=2 lowest, plus ties
-    assert cutoff == 0.0 and mask.sum() == 3
+def test_select_lowest_breaks_ties_at_random_never_taking_most_of_the_data():
+    mask = stats.select_lowest(np.array([0.9, 0.1, 0.5, 0.3, 0.2, 0.7, 0.8, 0.6]), 0.25, seed=0)
+    assert mask.tolist() == [False, True, False, False, True, False, False, False]
+    binary = np.array([0.0] * 278 + [1.0] * 222)
+    picks = [stats.select_lowest(binary, 0.25, seed) for seed in range(3)]
+    assert all(m.sum() == 125 and not binary[m].any() for m in picks)  # a quarter, all at the floor
+    assert not np.array_equal(picks[0], picks[1])  # which tied items: chosen at random, seeded
 
 
-def test_hardest_slice_in_result(pair):
+def test_hardest_slice_is_cross_fitted_on_halves_of_the_baseline_epochs(pair):
     r = compare_paths(*pair)
     h = r.slices["hardest"]
-    assert h["items"] == 1 and h["cutoff"] == 0.0  # c is the only item at the bottom
-    assert h["baseline"]["mean"] == 0.0 and h["candidate"]["mean"] == pytest.approx(1 / 3)
-    assert "ties at the cutoff included" in h["rule"]
+    assert h["method"] == "cross-fit" and "chosen on half of each item's baseline epochs" in h["rule"]
+    assert {"mean", "ci95"} <= set(h["delta"]) and h["delta"]["p_method"] == "t, cross-fitted halves"
+    # by hand: halves A = epochs 0, 2 and B = epoch 1; 4 items, so one chosen per half
+    a = {k: (v[0] + v[2]) / 2 for k, v in BASE.items()}
+    b = {k: v[1] for k, v in BASE.items()}
+    c = item_means(TUNED)
+    ids = sorted(BASE)
+    sel_a = stats.select_lowest(np.array([a[i] for i in ids]), 0.25, 0)
+    sel_b = stats.select_lowest(np.array([b[i] for i in ids]), 0.25, 1)
+    ia, ib = ids[int(np.flatnonzero(sel_a)[0])], ids[int(np.flatnonzero(sel_b)[0])]
+    expected = 0.5 * ((c[ia] - b[ia]) + (c[ib] - a[ib]))
+    assert h["delta"]["mean"] == pytest.approx(expected)
+
+
+def test_hardest_slice_with_one_epoch_is_descriptive_only(tmp_path):
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    write_jsonl(side_records("b", {f"q{i}": [i / 10] for i in range(8)}), b)
+    write_jsonl(side_records("t", {f"q{i}": [0.5] for i in range(8)}), t)
+    r = compare_paths(b, t)
+    h = r.slices["hardest"]
+    assert h["method"] == "descriptive" and h["rule"].startswith("selected on the same data, descriptive")
+    assert h["items"] == 2 and h["delta"]["mean"] == pytest.approx(0.5 - 0.05)
+    assert h["delta"]["descriptive"] and all(math.isnan(x) for x in h["delta"]["ci95"])
+    assert math.isnan(h["delta"]["p_value"]) and stats.direction(h["delta"]) == "descriptive"
+    assert r.to_json()["slices"]["hardest"]["delta"]["ci95"] == [None, None]
 
 
 def test_field_value_lookup():
@@ -318,17 +378,19 @@ def test_sub_scores_compared_one_row_each(tmp_path):
 
 @pytest.mark.parametrize("gate, passed, name", [
     (Gate(fail_under=0.5), True, "fail-under"),
-    (Gate(fail_under=0.9), False, "fail-under"),
+    (Gate(fail_under=0.9), True, "fail-under"),  # 0.75 over 4 items: its interval reaches 1, no evidence below 0.9
+    (Gate(fail_under=0.9, mode="strict"), False, "fail-under"),  # nor proof of being above it
     (Gate(max_drop=0.0), True, "max-drop"),
-    (Gate(require_improvement=True), False, "require-improvement"),
+    (Gate(max_drop=0.0, mode="strict"), False, "max-drop"),
+    (Gate(require_improvement=True), False, "require-improvement"),  # 4 items: too few to tell
     (Gate(max_item_drop=0.5), True, "max-item-drop"),
-    (Gate(max_item_drop=0.2), False, "max-item-drop"),
+    (Gate(max_item_drop=0.2), True, "max-item-drop"),  # b drops 1/3, but 3+3 epochs cannot show it
 ])
 def test_each_gate_flag(pair, gate, passed, name):
     r = compare_paths(*pair, options=CompareOptions(gate=gate))
     # candidate mean 0.75, delta +0.25 with a wide interval over 4 items, item b drops by 1/3
     assert r.gate["passed"] is passed
-    assert [c["name"] for c in r.gate["checks"]] == [name]
+    assert [c["name"] for c in r.gate["checks"]] == [name, "error-rate"]
     assert len(r.gate["failures"]) == (0 if passed else 1)
     if not passed:
         assert r.gate["failures"][0].startswith(name + ": ")
@@ -336,14 +398,19 @@ def test_each_gate_flag(pair, gate, passed, name):
 
 def test_gate_thresholds_and_messages(pair):
     r = compare_paths(*pair)
-    assert r.gate == {"passed": True, "failures": [], "checks": []}
-    g = evaluate_gate(r, Gate(fail_under=0.75, max_drop=0.0, max_item_drop=1 / 3))  # equal passes
+    assert r.gate == {"passed": True, "failures": [], "checks": [], "warnings": [], "mode": "evidence",
+                      "flagged_items": []}
+    g = evaluate_gate(r, Gate(fail_under=1.0, max_drop=0.0, max_item_drop=1 / 3))  # equal passes
     assert g["passed"], g
-    g = evaluate_gate(r, Gate(fail_under=0.76, max_item_drop=0.3, max_drop=0.3))
-    assert g["failures"] == ["fail-under: candidate mean 0.7500 < 0.76",
-                             "max-item-drop: 1 item(s) dropped by more than 0.3: b (-0.333)"]
-    r.delta["mean"] = -0.4
-    assert evaluate_gate(r, Gate(max_drop=0.3))["failures"] == ["max-drop: delta -0.4000 < -0.3"]
+    g = evaluate_gate(r, Gate(fail_under=0.76, max_item_drop=0.3, max_drop=0.3, mode="strict"))
+    assert g["failures"][0].startswith("fail-under: candidate mean 0.7500, interval lower bound ")
+    assert g["failures"][0].endswith(" < 0.76")
+    assert g["failures"][1].startswith("max-drop: delta interval lower bound ")
+    assert any("cannot show any single item's drop among 4 items" in w for w in g["warnings"])
+    r.delta.update(mean=-0.4, ci95=[-0.6, -0.2], p_value=0.001, p_adjusted=0.001, n=40, p_method="sign-flip")
+    assert evaluate_gate(r, Gate(max_drop=0.3))["failures"] == [
+        "max-drop: delta -0.4000 [-0.6000, -0.2000] lies below 0 and below -0.3"]
+    assert evaluate_gate(r, Gate(max_drop=0.5))["passed"]  # a real drop, but not past the threshold
 
 
 def test_require_improvement_passes_on_a_clear_gain(tmp_path):
@@ -352,17 +419,60 @@ def test_require_improvement_passes_on_a_clear_gain(tmp_path):
     write_jsonl(side_records("t", {f"q{i}": [0.6 + i / 100, 0.7 - i / 200] for i in range(20)}), t)
     r = compare_paths(b, t, options=CompareOptions(gate=Gate(require_improvement=True)))
     assert r.gate["passed"] and r.delta["ci95"][0] > 0
-    assert "lies above 0" in r.gate["checks"][0]["detail"]
+    assert "an improvement" in r.gate["checks"][0]["detail"]
+
+
+def test_too_few_items_to_tell_even_when_the_interval_excludes_zero(tmp_path):
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    write_jsonl(side_records("b", {f"q{i}": [0.2, 0.2] for i in range(5)}), b)
+    write_jsonl(side_records("t", {f"q{i}": [0.8 + i / 100, 0.8] for i in range(5)}), t)
+    r = compare_paths(b, t, options=CompareOptions(gate=Gate(require_improvement=True)))
+    assert r.delta["ci95"][0] > 0 and r.delta["p_value"] == pytest.approx(0.0625)
+    assert stats.direction(r.delta) == "too few items to tell"
+    assert not r.gate["passed"] and "too few items to tell" in r.gate["failures"][0]
+    assert not any("too few for a reliable interval" in n for n in r.notes)
+    write_jsonl(side_records("t", {f"q{i}": [0.8 + i / 100, 0.8] for i in range(4)}), t)
+    four = compare_paths(b, t)
+    assert any("only 4 paired item(s): too few for a reliable interval" in n for n in four.notes)
+
+
+def test_max_item_drop_flags_only_significant_drops_after_holm(tmp_path):
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    base = {f"q{i}": [1.0] * 10 for i in range(10)}
+    tuned = dict(base, q0=[0.0] * 10, q1=[1.0] * 6 + [0.0] * 4)  # q0 collapses; q1 drops 0.4 on 10 epochs
+    write_jsonl(side_records("b", base), b)
+    write_jsonl(side_records("t", tuned), t)
+    r = compare_paths(b, t, options=CompareOptions(gate=Gate(max_item_drop=0.3)))
+    assert r.gate["flagged_items"] == ["q0"] and not r.gate["passed"]
+    check = r.gate["checks"][0]
+    assert check["p_adjusted"]["q0"] < 0.05 <= check["p_adjusted"]["q1"]
+    assert r.gate["warnings"] == []
+
+
+def test_gate_warns_when_the_threshold_is_below_what_the_eval_can_see(tmp_path):
+    rng = np.random.default_rng(3)
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    p = rng.beta(2, 2, 20)
+    write_jsonl(side_records("b", {f"q{i}": (rng.random(3) < p[i]).astype(float).tolist() for i in range(20)}), b)
+    write_jsonl(side_records("t", {f"q{i}": (rng.random(3) < p[i]).astype(float).tolist() for i in range(20)}), t)
+    r = compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.02)))
+    check = r.gate["checks"][0]
+    assert check["mde"] > 0.1
+    assert r.gate["warnings"] == [f"max-drop: this eval cannot reliably see a drop of 0.02; it sees drops >= "
+                                  f"{check['mde']:.2f} (80% power): add items or epochs"]
 
 
 def test_json_shape(pair):
-    j = compare_paths(*pair, options=CompareOptions(gate=Gate(fail_under=0.9))).to_json()
+    j = compare_paths(*pair, options=CompareOptions(gate=Gate(fail_under=0.9, mode="strict"))).to_json()
     for side in ("baseline", "candidate"):
         assert {"label", "mean", "ci95", "items", "records", "errors"} <= set(j[side])
         assert len(j[side]["ci95"]) == 2
     assert {"mean", "ci95", "p_value", "mde", "wins", "ties", "losses"} <= set(j["delta"])
     assert set(j["items"][0]) >= {"item_id", "baseline", "candidate", "delta"}
-    assert j["gate"]["passed"] is False and j["gate"]["failures"] == ["fail-under: candidate mean 0.7500 < 0.9"]
+    assert j["gate"]["passed"] is False and j["gate"]["failures"][0].startswith("fail-under: candidate mean 0.7500")
+    assert j["options"]["gate"] == "strict" and j["options"]["errors"] == "exclude"
+    assert j["options"]["score_range"] == [0.0, 1.0]
+    assert {"p_adjusted"} <= set(j["delta"])
     assert isinstance(j["slices"], dict) and "hardest" in j["slices"]
     json.dumps(j, allow_nan=False)  # strict JSON: no NaN anywhere
 

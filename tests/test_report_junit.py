@@ -28,10 +28,12 @@ def write_side(path: Path, label: str, scores: dict[str, list[float | None]], er
 
 @pytest.fixture
 def junit_file(tmp_path):
-    b = write_side(tmp_path / "b.jsonl", "base", {"keep": [1, 1], "drop": [1, 1], "small": [1, 1], "err": [1, 1],
-                                                  "gone": [1, 1]})
-    t = write_side(tmp_path / "t.jsonl", "tuned", {"keep": [1, 1], "drop": [0, 0], "small": [1, 0.8],
-                                                   "err": [1, None], "new": [1, 1]}, errors={("err", 1)})
+    # 8 epochs a side: enough for one item's collapse to be significant after Holm (1 + 8 + 8 epochs cannot fail)
+    ones = [1.0] * 8
+    b = write_side(tmp_path / "b.jsonl", "base", {"keep": ones, "drop": ones, "small": ones, "err": ones,
+                                                  "gone": ones})
+    t = write_side(tmp_path / "t.jsonl", "tuned", {"keep": ones, "drop": [0.0] * 8, "small": ones[:7] + [0.8],
+                                                   "err": ones[:7] + [None], "new": ones}, errors={("err", 7)})
     result = compare_paths(b, t, options=CompareOptions(gate=Gate(max_item_drop=0.5, fail_under=0.5)))
     out = tmp_path / "junit.xml"
     write_junit(result, out)
@@ -53,20 +55,20 @@ def test_parsed_with_junitparser(junit_file):
                        "gone": "Skipped", "new": "Skipped"}
     assert (items.tests, items.failures, items.errors, items.skipped) == (6, 1, 1, 2)
     err_case = next(c for c in items if c.name == "err")
-    assert "1 of 2 tuned record(s) errored" in err_case.result[0].message
+    assert "1 of 8 tuned record(s) errored" in err_case.result[0].message
     assert err_case.result[0].type == "grade/python_error"
     drop_case = next(c for c in items if c.name == "drop")
-    assert "dropped by 1.000" in drop_case.result[0].message
+    assert "dropped by 1.000" in drop_case.result[0].message and "significant after Holm" in drop_case.result[0].message
     gate = suites[GATE_SUITE]
     gate_outcome = {c.name: bool(c.result) for c in gate}
-    assert gate_outcome == {"fail-under": False, "max-item-drop": True}  # True: has a failure
+    assert gate_outcome == {"fail-under": False, "max-item-drop": True, "error-rate": False}  # True: has a failure
 
 
 def test_structure_with_elementtree(junit_file):
     path, result = junit_file
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"
-    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("8", "2", "1", "2")
+    assert (root.get("tests"), root.get("failures"), root.get("errors"), root.get("skipped")) == ("9", "2", "1", "2")
     for suite in root.findall("testsuite"):
         assert {"name", "tests", "failures", "errors", "skipped", "time", "timestamp"} <= set(suite.attrib)
         cases = suite.findall("testcase")
@@ -82,8 +84,8 @@ def test_structure_with_elementtree(junit_file):
 
 
 def test_no_failures_without_max_item_drop(tmp_path):
-    b = write_side(tmp_path / "b.jsonl", "b", {"x": [1.0], "y": [1.0]})
-    t = write_side(tmp_path / "t.jsonl", "t", {"x": [0.0], "y": [1.0]})
+    b = write_side(tmp_path / "b.jsonl", "b", {"x": [1.0] * 10, "y": [1.0] * 10})
+    t = write_side(tmp_path / "t.jsonl", "t", {"x": [0.0] * 10, "y": [1.0] * 10})
     root = ET.fromstring(render_junit(compare_paths(b, t)))
     assert root.get("failures") == "0" and root.get("tests") == "2"
     assert [s.get("name") for s in root.findall("testsuite")] == [ITEMS_SUITE]  # no gate flags, no gate suite
@@ -92,12 +94,12 @@ def test_no_failures_without_max_item_drop(tmp_path):
 
 
 def test_special_characters_round_trip(tmp_path):
-    b = write_side(tmp_path / "b.jsonl", "base<&>", {'q"1\'<&>': [1.0], "plain": [1.0]})
-    t = write_side(tmp_path / "t.jsonl", "tuned & co", {'q"1\'<&>': [0.0], "plain": [1.0]})
+    b = write_side(tmp_path / "b.jsonl", "base<&>", {'q"1\'<&>': [1.0] * 10, "plain": [1.0] * 10})
+    t = write_side(tmp_path / "t.jsonl", "tuned & co", {'q"1\'<&>': [0.0] * 10, "plain": [1.0] * 10})
     root = ET.fromstring(render_junit(compare_paths(b, t), max_item_drop=0.5))
     names = [c.get("name") for c in root.iter("testcase")]
     assert names == ['q"1\'<&>', "plain"]
     failure = root.find(".//failure")
     assert failure.text == "base<&> 1.000 -> tuned & co 0.000"
-    assert root.find(".//system-out").text.startswith("base<&>: 1.000 over 1 epoch(s)")
+    assert root.find(".//system-out").text.startswith("base<&>: 1.000 over 10 epoch(s)")
     assert root.get("name") == "rfteval compare base<&> -> tuned & co"

@@ -26,15 +26,17 @@ def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
 def result(tmp_path):
     b = write_side(tmp_path / "b.jsonl", "base", {"a|1": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d_x": [1, 0, 1]})
     t = write_side(tmp_path / "t.jsonl", "tuned", {"a|1": [1, 1, 1], "b": [1, 1, 0], "c": [0, 1, 0], "d_x": [1, 1, 1]})
-    return compare_paths(b, t, options=CompareOptions(gate=Gate(fail_under=0.9, max_item_drop=0.2)))
+    return compare_paths(b, t, options=CompareOptions(gate=Gate(fail_under=0.9, max_drop=0.0, max_item_drop=0.2,
+                                                                mode="strict")))
 
 
 def test_summary_table_rows_and_numbers(result):
     md = render_markdown(result)
     assert md.startswith("## rfteval compare: base → tuned")
-    assert "| | items | base | tuned | delta | 95% CI | p | W/T/L |" in md
+    assert "| | items | base | tuned | delta | 95% CI | p adj. | W/T/L |" in md
     assert "| overall | 4 | 0.500 | 0.750 | +0.250 |" in md
-    assert "| hardest | 1 | 0.000 | 0.333 | +0.333 |" in md
+    h = result.slices["hardest"]
+    assert f"| hardest | {h['items']} | {h['baseline']['mean']:.3f} | {h['candidate']['mean']:.3f} |" in md
     lo, hi = result.delta["ci95"]
     assert f"[{lo:+.3f}, {hi:+.3f}]" in md
     assert "3/0/1" in md
@@ -46,13 +48,14 @@ def test_gate_failures_verbatim(result):
     for line in result.gate["failures"]:
         assert f"- ❌ `{line}`" in md
     assert len(result.gate["failures"]) == 2
+    assert result.gate["warnings"] and all(f"- ⚠️ `{w}`" in md for w in result.gate["warnings"])
 
 
 def test_gate_passed_line(tmp_path):
     b = write_side(tmp_path / "b.jsonl", "base", {"a": [0.5], "b": [0.5]})
     t = write_side(tmp_path / "t.jsonl", "tuned", {"a": [0.6], "b": [0.7]})
     md = render_markdown(compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.01))))
-    assert "**Gate: passed** (max-drop)" in md and "FAILED" not in md
+    assert "**Gate: passed** (max-drop, error-rate)" in md and "FAILED" not in md
     md = render_markdown(compare_paths(b, t))
     assert "Gate" not in md  # no gate flags, no gate line
 

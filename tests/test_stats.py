@@ -13,6 +13,7 @@ from rfteval import stats
 T_2_975 = 4.302652729911275  # Student t quantiles from published tables (and scipy)
 T_10_975 = 2.2281388519649385
 T_30_995 = 2.749995653567353
+T_2_80, T_4_975, T_4_80 = 1.0606601717798212, 2.7764451051977987, 0.9409645772358
 Z_975, Z_80 = 1.959963984540054, 0.8416212335729143
 
 
@@ -65,7 +66,7 @@ def test_paired_delta_by_hand():
     assert r["se"] == pytest.approx(se)
     assert r["ci95"] == pytest.approx([0.1 - T_2_975 * se, 0.1 + T_2_975 * se])
     assert r["p_value"] == pytest.approx(0.5) and r["p_method"] == "exact"
-    assert r["mde"] == pytest.approx((Z_975 + Z_80) * 0.1 / math.sqrt(3))
+    assert r["mde"] == pytest.approx((T_2_975 + T_2_80) * 0.1 / math.sqrt(3))
     assert (r["wins"], r["ties"], r["losses"], r["n"]) == (2, 1, 0, 3)
     b, c = np.array([0.2, 0.5, 0.9]), np.array([0.4, 0.5, 1.0])
     assert r["correlation"] == pytest.approx(np.corrcoef(b, c)[0, 1])
@@ -179,9 +180,69 @@ def test_bootstrap_interval_is_close_to_t_for_many_items():
 
 
 def test_mde_rule_of_thumb():
-    # statistics.md: sd(d) = 0.30 and n = 200 give about 0.059
-    assert stats.mde(0.30, 200) == pytest.approx(2.8016 * 0.30 / math.sqrt(200), rel=1e-3)
+    # statistics.md: sd(d) = 0.30 and n = 200 give about 0.059 (normal quantiles; t on 199 df is a hair wider)
+    assert stats.mde(0.30, 200) == pytest.approx(2.8016 * 0.30 / math.sqrt(200), rel=0.01)
     assert stats.mde(0.30, 200) == pytest.approx(0.059, abs=0.001)
+
+
+def test_mde_uses_t_quantiles_at_small_n():
+    # 5 items: (t_.975 + t_.8 on 4 df) / (z_.975 + z_.8) = 1.33, the understatement the normal shortcut made
+    assert stats.mde(1.0, 5) == pytest.approx((T_4_975 + T_4_80) / math.sqrt(5))
+    assert stats.mde(1.0, 5) / ((Z_975 + Z_80) / math.sqrt(5)) == pytest.approx(1.33, abs=0.01)
+    assert stats.mde(1.0, 12) / ((Z_975 + Z_80) / math.sqrt(12)) == pytest.approx(1.10, abs=0.01)
+
+
+def test_win_tie_loss_tolerance_has_float_slack():
+    # 0.4 - 0.3 = 0.10000000000000003 and 0.3 - 0.2 = 0.09999999999999998: both are ties at --tie 0.1
+    assert stats.win_tie_loss([0.4 - 0.3, 0.3 - 0.2, -(0.4 - 0.3), 0.11, -0.11], tie=0.1) == (1, 3, 1)
+
+
+def test_correlation_of_a_constant_side_is_undefined():
+    const = np.full(10, 0.1)
+    assert math.isnan(stats.correlation(const, np.linspace(0, 1, 10)))
+    assert math.isnan(stats.paired_delta(const, np.linspace(0, 1, 10))["correlation"])
+    assert stats.correlation(np.arange(5.0), np.arange(5.0) * 2) == pytest.approx(1.0)
+
+
+def test_holm_by_hand():
+    adj = stats.holm([0.01, 0.04, 0.03, float("nan"), 0.005])
+    # sorted 0.005, 0.01, 0.03, 0.04 (m = 4): 0.02, 0.03, 0.06, 0.06 (monotone)
+    assert adj[[4, 0, 2, 1]] == pytest.approx([0.02, 0.03, 0.06, 0.06]) and math.isnan(adj[3])
+    assert stats.holm([0.5, 0.9]).tolist() == [1.0, 1.0]
+
+
+def test_direction_needs_the_test_and_the_interval_to_agree():
+    row = {"n": 30, "p_method": "sign-flip", "p_value": 0.01, "ci95": [0.02, 0.2]}
+    assert stats.direction(row) == "better"
+    assert stats.direction({**row, "p_adjusted": 0.2}) == "no clear difference"  # Holm wins over the raw p
+    assert stats.direction({**row, "ci95": [-0.2, -0.02]}) == "worse"
+    assert stats.direction({**row, "n": 5, "p_method": "exact"}) == "too few items to tell"
+    assert stats.direction({**row, "n": 6, "p_method": "exact"}) == "better"
+    assert stats.p_floor(5, "exact") == 0.0625 and stats.p_floor(6, "exact") == 0.03125
+
+
+def test_clip_interval_to_the_range():
+    assert stats.clip_interval(-0.1, 1.2, (0.0, 1.0)) == (0.0, 1.0)
+    assert stats.clip_interval(0.2, 0.4, None) == (0.2, 0.4)
+
+
+def test_epoch_drop_p_values_exact_by_hand():
+    # base [1, 1, 1], cand [0, 0, 0]: only 1 of the C(6, 3) = 20 relabellings is as low: p = 0.05
+    p = stats.epoch_drop_p_values([np.ones(3), np.ones(3), np.array([1.0, 0.0])],
+                                  [np.zeros(3), np.ones(3), np.array([0.0, 1.0])])
+    assert p[0] == pytest.approx(1 / 20) and p[1] == pytest.approx(1.0) and p[2] == pytest.approx(5 / 6)
+    assert stats.epoch_split_floor(3, 3) == pytest.approx(0.05)
+    big = stats.epoch_drop_p_values([np.ones(15)], [np.zeros(15)])  # C(30, 15) > EXACT_MAX_SPLITS: Monte-Carlo
+    assert big[0] == pytest.approx(1 / (1 + stats.EPOCH_RESAMPLES))
+
+
+def test_epoch_drop_p_values_are_calibrated_under_the_null():
+    rng = np.random.default_rng(5)
+    base = [rng.random(6) for _ in range(3000)]
+    cand = [rng.random(6) for _ in range(3000)]
+    p = stats.epoch_drop_p_values(base, cand)
+    assert np.mean(p <= 0.05) == pytest.approx(0.05, abs=0.012)
+    assert np.mean(p <= 0.2) == pytest.approx(0.2, abs=0.025)
 
 
 def test_variance_split():

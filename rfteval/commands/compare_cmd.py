@@ -26,13 +26,27 @@ Two models of one run directory:
   rfteval compare runs/exp1 runs/exp1 -l base -l tuned --dataset data.jsonl --by difficulty
 
 \b
-Records pair by item_id; each item's epochs are averaged first, then items. Error records score 0
-(OpenAI's rule) and are counted; --exclude-errors leaves them out instead."""
+Records pair by item_id; each item's epochs are averaged first, then items. A generation error (the
+endpoint never answered) is left out and counted; grading errors and refusals score 0 (OpenAI's rule).
+Gates fail on evidence of a drop, not on noise (--gate strict asks for proof of no drop instead), and
+every gate fails when either side's generation errors pass --max-error-rate."""
 
 
 def _check(value: float | None, name: str, minimum: float = 0.0) -> None:
     if value is not None and not value >= minimum:
         raise InputError(f"must be >= {minimum:g}, got {value:g}", field=name)
+
+
+def _parse_range(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(f"must be two numbers LO,HI, got {text!r}", field="--score-range") from None
+    if not lo < hi:
+        raise InputError(f"LO must be below HI, got {text!r}", field="--score-range")
+    return lo, hi
 
 
 def _write(path: Path, writer: object) -> None:
@@ -55,8 +69,13 @@ def compare(
     by: list[str] = typer.Option([], "--by", metavar="FIELD", help="Slice by a dataset field: top-level, else metadata.FIELD; "
                                  "dots walk into objects (metadata.topic). Repeatable."),
     strict: bool = typer.Option(False, "--strict", help="Items on one side only are an error (exit 2)."),
-    exclude_errors: bool = typer.Option(False, "--exclude-errors", help="Leave error records out instead of "
-                                        "scoring them 0."),
+    errors: str = typer.Option("exclude", "--errors", metavar="exclude|zero", help="exclude: generation errors "
+                               "are left out of the means (grading errors and refusals score 0); zero: every error "
+                               "record scores 0."),
+    exclude_errors: bool = typer.Option(False, "--exclude-errors", help="Leave every error record out, grading "
+                                        "errors too."),
+    score_range: Optional[str] = typer.Option(None, "--score-range", metavar="LO,HI", help="The grader's range; "
+                                              "intervals never pass it. Default: 0,1 when every score lies in it."),
     tie: float = typer.Option(1e-9, "--tie", metavar="X", help="Per-item |delta| up to this counts as a tie."),
     ci: str = typer.Option("t", "--ci", metavar="t|bootstrap", help="Interval method: t or bootstrap (10,000 resamples of items)."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the permutation test and the bootstrap."),
@@ -66,16 +85,23 @@ def compare(
                                             "PR comment)."),
     junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML: one test case per item."),
     html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML report with plots."),
-    fail_under: Optional[float] = typer.Option(None, "--fail-under", metavar="X", help="Gate: fail when the candidate mean "
-                                               "is below X."),
-    max_drop: Optional[float] = typer.Option(None, "--max-drop", metavar="X", help="Gate: fail when the delta mean is below -X."),
-    require_improvement: bool = typer.Option(False, "--require-improvement", help="Gate: fail unless the delta's "
-                                             "interval lies above 0."),
-    max_item_drop: Optional[float] = typer.Option(None, "--max-item-drop", metavar="X", help="Gate: fail when any item drops "
-                                                  "by more than X (also the JUnit failure threshold)."),
+    fail_under: Optional[float] = typer.Option(None, "--fail-under", metavar="X", help="Gate: fail when the candidate's "
+                                               "whole interval lies below X (strict: when any of it does)."),
+    max_drop: Optional[float] = typer.Option(None, "--max-drop", metavar="X", help="Gate: fail on a drop shown by the test "
+                                             "(interval below 0) whose mean passes -X (strict: when the interval's "
+                                             "lower bound passes -X)."),
+    require_improvement: bool = typer.Option(False, "--require-improvement", help="Gate: fail unless the candidate is "
+                                             "shown better (interval above 0 and p < 0.05)."),
+    max_item_drop: Optional[float] = typer.Option(None, "--max-item-drop", metavar="X", help="Gate: fail when an item drops "
+                                                  "by more than X and that drop is significant over its epochs after "
+                                                  "Holm across items (the JUnit failures)."),
+    gate: str = typer.Option("evidence", "--gate", metavar="evidence|strict", help="evidence: fail on evidence of a "
+                             "regression; strict: pass only on proof of none (non-inferiority)."),
+    max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
+                                         "share of generation errors is above X."),
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate."""
-    from rfteval.compare import CompareOptions, Gate, compare_paths
+    from rfteval.compare import ERROR_POLICIES, GATE_MODES, CompareOptions, Gate, compare_paths
 
     if fmt not in ("table", "json"):
         raise InputError(f"must be table or json, got {fmt!r}", field="--format")
@@ -85,8 +111,14 @@ def compare(
     _check(top, "--top")
     _check(max_drop, "--max-drop")
     _check(max_item_drop, "--max-item-drop")
+    _check(max_error_rate, "--max-error-rate")
+    if gate not in GATE_MODES:
+        raise InputError(f"must be evidence or strict, got {gate!r}", field="--gate")
+    if errors not in ERROR_POLICIES:
+        raise InputError(f"must be exclude or zero, got {errors!r}", field="--errors")
     options = CompareOptions(tie=tie, ci_method=ci, seed=seed, exclude_errors=exclude_errors, strict=strict,
-                             by=tuple(by), gate=Gate(fail_under, max_drop, require_improvement, max_item_drop))
+                             by=tuple(by), errors=errors, score_range=_parse_range(score_range),
+                             gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate))
     result = compare_paths(baseline, candidate, label, options, dataset)
 
     if markdown is not None:
@@ -113,6 +145,8 @@ def compare(
                 print(f"rfteval: {len(ids)} item(s) only in the {role}, left out", file=sys.stderr)
         for line in result.gate["failures"]:
             print(f"rfteval: gate failed: {line}", file=sys.stderr)
+        for line in result.gate.get("warnings", []):
+            print(f"rfteval: warning: {line}", file=sys.stderr)
     else:
         from rich.console import Console
 

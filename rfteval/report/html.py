@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.report.terminal import fmt, fmt_ci, fmt_p, summary_rows, verdict, wtl
+from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
     import numpy as np
@@ -225,12 +225,12 @@ def _summary_html(result: CompareResult) -> str:
     rows = []
     for name, row in summary_rows(result):
         d = row["delta"]
-        cls = {"better": "better", "worse": "worse"}.get(verdict(d), "")
+        cls = {"better": "better", "worse": "worse"}.get(verdict(d), "")  # descriptive rows are never coloured
         rows.append(f"<tr><td>{escape(name)}</td><td>{row['items']}</td><td>{fmt(row['baseline']['mean'])}</td>"
                     f"<td>{fmt(row['candidate']['mean'])}</td><td class=\"{cls}\">{fmt(d['mean'], sign=True)}</td>"
-                    f"<td>{fmt_ci(d['ci95'])}</td><td>{fmt_p(d['p_value'])}</td><td>{wtl(d)}</td></tr>")
+                    f"<td>{fmt_ci(d['ci95'])}</td><td>{fmt_p(shown_p(d))}</td><td>{wtl(d)}</td></tr>")
     return (f'<table id="summary"><thead><tr><th></th><th>items</th><th>{b}</th><th>{c}</th><th>delta</th>'
-            f"<th>{level}% CI</th><th>p</th><th>W/T/L</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+            f"<th>{level}% CI</th><th>p adj.</th><th>W/T/L</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 def _items_html(result: CompareResult, top: int) -> str:
@@ -238,10 +238,10 @@ def _items_html(result: CompareResult, top: int) -> str:
     b, c = escape(result.baseline["label"]), escape(result.candidate["label"])
     rows = "".join(
         f"<tr><td>{escape(str(r.item_id))}</td><td>{fmt(r.baseline)}</td><td>{fmt(r.candidate)}</td>"
-        f"<td>{fmt(r.delta, sign=True)}</td><td>{fmt_ci((r.delta_lo, r.delta_hi))}</td>"
+        f"<td>{fmt(r.delta, sign=True)}</td><td>{r.baseline_n}/{r.candidate_n}</td>"
         f"<td>{r.baseline_errors}/{r.candidate_errors}</td></tr>" for r in items.itertuples(index=False))
     return (f'<table id="items"><thead><tr><th>item</th><th>{b}</th><th>{c}</th><th>delta</th>'
-            f"<th>interval (epochs)</th><th>errors b/c</th></tr></thead><tbody>{rows}</tbody></table>")
+            f"<th>epochs b/c</th><th>errors b/c</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
 def page_html(title: str, body: str) -> str:
@@ -277,10 +277,11 @@ def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[s
         else:
             lines = "".join(f"<li>{escape(line)}</li>" for line in gate["failures"])
             gate_html = f'<div class="gate fail" id="gate">Gate FAILED<ul>{lines}</ul></div>'
+        if gate.get("warnings"):
+            gate_html += "<ul>" + "".join(f"<li>warning: {escape(w)}</li>" for w in gate["warnings"]) + "</ul>"
     facts = []
     for role, side in (("baseline", b), ("candidate", c)):
-        errs = (f"{side['errors']} error record(s) {'left out' if result.options.exclude_errors else 'scored 0'}"
-                if side["errors"] else "no errors")
+        errs = errors_text(side, result.options)
         facts.append(f"{role} <b>{escape(side['label'])}</b>: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)}, "
                      f"{side['items']} items, {side['records']} records, {errs}")
     facts.append(f"delta {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, p {fmt_p(d['p_value'])} "

@@ -62,16 +62,22 @@ def _formatted(values: Any, sign: bool = False) -> list[str]:
 
 
 def item_cases(result: CompareResult, max_item_drop: float | None) -> list[_Case]:
-    from rfteval.compare import GATE_EPS
-
+    """One case per item; only the items the gate flagged fail (a drop past X that is significant after Holm)."""
     cases = []
+    if max_item_drop is None:
+        flagged: set[str] = set()
+    elif max_item_drop == result.options.gate.max_item_drop:
+        flagged = set(result.gate.get("flagged_items", []))
+    else:  # another threshold than the gate's: the same test, at that threshold
+        from rfteval.compare import Gate, item_drop_check
+
+        flagged = set(item_drop_check(result, Gate(max_item_drop=max_item_drop))["flagged"])
     b, c = _text(result.baseline["label"]), _text(result.candidate["label"])
     it = result.items
     cols = zip(it["item_id"].tolist(), it["delta"].tolist(), _formatted(it["baseline"]), _formatted(it["candidate"]),
                _formatted(it["delta"], True), _formatted(it["delta_lo"], True), _formatted(it["delta_hi"], True),
                it["baseline_n"].tolist(), it["candidate_n"].tolist(), it["baseline_errors"].tolist(),
                it["candidate_errors"].tolist(), it["candidate_error"].tolist())
-    threshold = None if max_item_drop is None else -max_item_drop - GATE_EPS
     for item_id, delta, fb, fc, fd, flo, fhi, nb, nc, eb, ec, first_error in cols:
         outcome, body = "", ""
         if ec:
@@ -79,9 +85,9 @@ def item_cases(result: CompareResult, max_item_drop: float | None) -> list[_Case
             msg = f"{ec} of {nc} {result.candidate['label']} record(s) errored: {first_error}"[:1000]
             body = (f"<error message={_attr(msg)} type={_attr(str(first_error).split(':')[0])}>"
                     f"{_text(first_error)}</error>")
-        elif threshold is not None and delta < threshold:
+        elif item_id in flagged:
             outcome = "failure"
-            msg = f"dropped by {-delta:.3f} (more than --max-item-drop {max_item_drop:g})"
+            msg = f"dropped by {-delta:.3f} (more than --max-item-drop {max_item_drop:g}, significant after Holm)"
             body = f'<failure message={_attr(msg)} type="item-drop">{b} {fb} -&gt; {c} {fc}</failure>'
         interval = f"[{flo}, {fhi}]" if flo != "n/a" and fhi != "n/a" else "n/a"
         out = (f"{b}: {fb} over {nb} epoch(s), {eb} error(s)\n{c}: {fc} over {nc} epoch(s), {ec} error(s)\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.report.terminal import fmt, fmt_ci, fmt_p, summary_rows, verdict, wtl
+from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
     from rfteval.compare import CompareResult
@@ -42,25 +42,26 @@ def render_markdown(result: CompareResult, top: int = 10) -> str:
             out.append("**Gate: FAILED**")
             out.append("")
             out += [f"- ❌ {code(line)}" for line in gate["failures"]]
+        out += [f"- ⚠️ {code(line)}" for line in gate.get("warnings", [])]
         out.append("")
     d = result.delta
     out.append(f"Delta **{fmt(d['mean'], sign=True)}** {fmt_ci(d['ci95'])} ({level}% CI), p {fmt_p(d['p_value'])}: "
                f"{verdict(d)}. Won/tied/lost on {wtl(d)} of {d['n']} items.")
     out.append("")
-    out.append(f"| | items | {cell(b['label'])} | {cell(c['label'])} | delta | {level}% CI | p | W/T/L |")
+    out.append(f"| | items | {cell(b['label'])} | {cell(c['label'])} | delta | {level}% CI | p adj. | W/T/L |")
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, row in summary_rows(result):
         dd = row["delta"]
         out.append(f"| {cell(name)} | {row['items']} | {fmt(row['baseline']['mean'])} | "
                    f"{fmt(row['candidate']['mean'])} | {fmt(dd['mean'], sign=True)} | {fmt_ci(dd['ci95'])} | "
-                   f"{fmt_p(dd['p_value'])} | {wtl(dd)} |")
+                   f"{fmt_p(shown_p(dd))} | {wtl(dd)} |")
     out.append("")
     for role, side in (("baseline", b), ("candidate", c)):
-        errs = (f"{side['errors']} error record(s) {'left out' if result.options.exclude_errors else 'scored 0'}"
-                if side["errors"] else "no errors")
+        errs = errors_text(side, result.options)
         out.append(f"- {role} {cell(side['label'])}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)}, "
                    f"{side['items']} items, {side['records']} records, {errs}")
-    out.append(f"- p-value: {d['p_method']}; minimum detectable effect at 80% power {fmt(d['mde'])}; "
+    out.append(f"- p-value: {d['p_method']} (slices of one field and sub-scores: Holm-adjusted); "
+               f"minimum detectable effect at 80% power {fmt(d['mde'])}; "
                f"paired SE {fmt(d['se'])} (unpaired would be {fmt(d['se_unpaired'])})")
     if "hardest" in result.slices:
         out.append(f"- hardest: {cell(result.slices['hardest']['rule'])}")

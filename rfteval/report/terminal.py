@@ -40,13 +40,33 @@ def wtl(delta: dict[str, Any]) -> str:
 
 
 def verdict(delta: dict[str, Any]) -> str:
-    """'better', 'worse' or 'no clear difference', from whether the interval excludes 0."""
-    lo, hi = delta["ci95"]
-    if lo is not None and math.isfinite(lo) and lo > 0:
-        return "better"
-    if hi is not None and math.isfinite(hi) and hi < 0:
-        return "worse"
-    return "no clear difference"
+    """The row's word, from the same rule the gate uses (rfteval.stats.direction)."""
+    from rfteval.stats import direction
+
+    return direction(delta, float(delta.get("level", 0.95)))
+
+
+def shown_p(delta: dict[str, Any]) -> float | None:
+    """The p-value the verdict follows: Holm-adjusted within its family of slices or sub-scores."""
+    p = delta.get("p_adjusted")
+    return delta.get("p_value") if p is None else p
+
+
+def errors_text(side: dict[str, Any], options: Any) -> str:
+    """How a side's error records entered its mean, under the error policy in force."""
+    total = side.get("errors", 0)
+    if not total:
+        return "no errors"
+    if options.exclude_errors:
+        return f"{total} error record(s) left out"
+    generation = side.get("generation_errors", 0)
+    zero = total - generation if options.errors == "exclude" else total
+    parts = []
+    if options.errors == "exclude" and generation:
+        parts.append(f"{generation} generation error(s) left out")
+    if zero:
+        parts.append(f"{zero} error record(s) scored 0")
+    return ", ".join(parts)
 
 
 def summary_rows(result: CompareResult) -> list[tuple[str, dict[str, Any]]]:
@@ -76,26 +96,25 @@ def summary_table(result: CompareResult, title: str | None = None) -> Table:
     table.add_column(f"{c} (candidate)" if same else c, justify="right")
     table.add_column("delta", justify="right")
     table.add_column(f"{int(result.options.level * 100)}% CI", justify="right", no_wrap=True)
-    table.add_column("p", justify="right")
+    table.add_column("p adj.", justify="right")
     table.add_column("W/T/L", justify="right")
     for name, row in summary_rows(result):
         d = row["delta"]
         style = {"better": "green", "worse": "red"}.get(verdict(d), "")
         table.add_row(Text(name), str(row["items"]), fmt(row["baseline"]["mean"]), fmt(row["candidate"]["mean"]),
                       f"[{style}]{fmt(d['mean'], sign=True)}[/]" if style else fmt(d["mean"], sign=True),
-                      fmt_ci(d["ci95"]), fmt_p(d["p_value"]), wtl(d))
+                      fmt_ci(d["ci95"]), fmt_p(shown_p(d)), wtl(d))
     return table
 
 
 def side_lines(result: CompareResult) -> list[str]:
     lines = []
     for role, side in (("baseline", result.baseline), ("candidate", result.candidate)):
-        errs = f", {side['errors']} error record(s) {'left out' if result.options.exclude_errors else 'scored 0'}" \
-            if side["errors"] else ", no errors"
+        errs = ", " + errors_text(side, result.options)
         lines.append(f"{role} {side['label']}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)} over "
                      f"{side['items']} items, {side['records']} records{errs}")
     d = result.delta
-    lines.append(f"delta: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, p {fmt_p(d['p_value'])} "
+    lines.append(f"delta: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, {verdict(d)}, p {fmt_p(d['p_value'])} "
                  f"({d['p_method']}), MDE at 80% power {fmt(d['mde'])}, item correlation {fmt(d['correlation'], 2)}"
                  f", paired SE {fmt(d['se'])} vs unpaired {fmt(d['se_unpaired'])}")
     return lines
@@ -113,13 +132,13 @@ def items_table(result: CompareResult, top: int = 10) -> Table:
                   title_justify="left", box=box.SIMPLE_HEAD)
     for name, justify in (("item", "left"), (escape(result.baseline["label"]), "right"),
                           (escape(result.candidate["label"]), "right"), ("delta", "right"),
-                          (f"{int(result.options.level * 100)}% CI (epochs)", "right"), ("errors b/c", "right")):
+                          ("epochs b/c", "right"), ("errors b/c", "right")):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in items.head(top).itertuples(index=False):
         style = "red" if r.delta < -result.options.tie else ("green" if r.delta > result.options.tie else "")
         delta = fmt(r.delta, sign=True)
         table.add_row(Text(str(r.item_id)), fmt(r.baseline), fmt(r.candidate), f"[{style}]{delta}[/]" if style else delta,
-                      fmt_ci((r.delta_lo, r.delta_hi)), f"{r.baseline_errors}/{r.candidate_errors}")
+                      f"{r.baseline_n}/{r.candidate_n}", f"{r.baseline_errors}/{r.candidate_errors}")
     return table
 
 
@@ -130,9 +149,12 @@ def gate_text(result: CompareResult) -> list[Text]:
     gate = result.gate
     if not gate.get("checks"):
         return []
+    warnings = [Text.assemble(("  ! ", "yellow"), line) for line in gate.get("warnings", [])]
     if gate["passed"]:
-        return [Text.assemble(("gate passed", "green"), f" ({', '.join(c['name'] for c in gate['checks'])})")]
-    return [Text("gate FAILED", style="bold red")] + [Text.assemble(("  x ", "red"), line) for line in gate["failures"]]
+        names = ", ".join(c["name"] for c in gate["checks"])
+        return [Text.assemble(("gate passed", "green"), f" ({names}; {gate.get('mode', 'evidence')} mode)")] + warnings
+    failures = [Text.assemble(("  x ", "red"), line) for line in gate["failures"]]
+    return [Text("gate FAILED", style="bold red"), *failures, *warnings]
 
 
 def render_compare(result: CompareResult, top: int = 10) -> list[RenderableType]:
