@@ -10,6 +10,7 @@ from typing import Any
 from rfteval.dataset import Dataset
 from rfteval.graders.base import GradeOptions, GraderConfig
 from rfteval.graders.engine import GradingEngine
+from rfteval.graders.sandbox import grading_units
 from rfteval.outputs import Output
 from rfteval.records import apply_grade, make_record, now_iso
 from rfteval.sample import make_sample
@@ -48,7 +49,8 @@ def grade_outputs(
     with GradingEngine(config, options, judge=judge) as engine:
         for batch in _batches(outputs, batch_size):
             pairs = [(make_sample(o.output_text, o.output_tools), items[o.item_id].data) for o in batch]
-            results = engine.grade_batch(pairs)
+            with grading_units([(o.model, o.item_id) for o in batch]):  # a python grader's unit: model, item
+                results = engine.grade_batch(pairs)
             for out, (sample, _), result in zip(batch, pairs, results):
                 rec = make_record(
                     run_id=run_id, model_label=out.model, model=out.model, item_id=out.item_id, epoch=out.epoch,

@@ -296,7 +296,10 @@ class _Pipeline:
         pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]), j.item.data)
                  for j, e, _ in batch]
         try:
-            results = await asyncio.to_thread(self.engine.grade_batch, pairs)
+            from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
+
+            results = await asyncio.to_thread(call_in_units, [(j.run.label, j.item.id) for j, _, _ in batch],
+                                              self.engine.grade_batch, pairs)
             if len(results) != len(pairs):
                 raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
         except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run

@@ -20,6 +20,23 @@ JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="
 JUDGE_API = typer.Option("chat", "--judge-api", help="chat or responses.")
 JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
 JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+UNSAFE_PYTHON_GRADERS = typer.Option(
+    False, "--unsafe-python-graders",
+    help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
+         "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
+
+
+def python_sandbox(config: Any, unsafe: bool, *key_envs: str | None) -> None:
+    """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
+    cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
+    from rfteval.errors import InputError
+    from rfteval.graders.sandbox import configure, sandbox_problem, uses_python
+
+    configure(unsafe=unsafe, never_pass=key_envs)
+    if uses_python(config):
+        problem = sandbox_problem()
+        if problem is not None:
+            raise InputError(problem, field="--unsafe-python-graders")
 
 
 def make_judge(config: Any, base_url: str | None, api_key_env: str, api: str, model: str | None,

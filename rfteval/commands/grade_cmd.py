@@ -9,7 +9,8 @@ import typer
 
 from rfteval.cli import app
 from rfteval.commands.common import (
-    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, OutputFormat, make_judge,
+    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, OutputFormat,
+    make_judge, python_sandbox,
 )
 
 
@@ -30,6 +31,7 @@ def grade(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
     from rich.console import Console
@@ -47,6 +49,7 @@ def grade(
     if data.skipped:
         err.print(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
     config = load_grader(grader)
+    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
     outs = list(iter_outputs(outputs, known_items={it.id for it in data}))
     options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from rfteval.cli import app
+from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, python_sandbox
 from rfteval.status import ExitStatus
 
 _RUN_HELP = """Generate N epochs per model, grade every output, summarise; resumable.
@@ -69,6 +70,7 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
     checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console
 
@@ -86,6 +88,10 @@ def run_command(
         judge_concurrency=judge_concurrency, group_models=group_models,
     )
     run_spec = build_spec(spec, overrides)
+    from rfteval.graders import load_grader
+
+    python_sandbox(load_grader(run_spec.grader), unsafe_python_graders, run_spec.endpoint.api_key_env,
+                   run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
     err = Console(stderr=True)
     out_dir = run_spec.out_dir
     if not quiet:

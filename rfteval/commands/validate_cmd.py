@@ -8,7 +8,8 @@ import typer
 
 from rfteval.cli import validate_app
 from rfteval.commands.common import (
-    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, make_judge,
+    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, make_judge,
+    python_sandbox,
 )
 from rfteval.status import ExitStatus
 
@@ -49,6 +50,7 @@ def validate_grader(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
@@ -68,6 +70,7 @@ def validate_grader(
         return
     from rfteval.dataset import load_dataset
 
+    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     options = GradeOptions(python_timeout_s=grader_timeout)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
     try:

@@ -114,7 +114,7 @@ class PythonGrader:
     def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
         if not pairs:
             return []
-        results = self._ctx.python_pool().grade(self.config.source, pairs)
+        results = self._ctx.python_pool().grade(self.config.source, pairs)  # units: sandbox.grading_units
         threshold = self.config.pass_threshold
         if threshold is not None:
             for result in results:

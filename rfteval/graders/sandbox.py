@@ -91,7 +91,17 @@ class Policy:
     never_pass: set[str] = field(default_factory=set)
 
 
-POLICY = Policy()
+POLICY = Policy(unsafe=os.environ.get("RFTEVAL_UNSAFE_PYTHON_GRADERS") == "1")
+
+
+def uses_python(config: Any) -> bool:
+    """Whether a grader config runs python source anywhere (itself, or a sub-grader of a multi)."""
+    if getattr(config, "type", None) == "python":
+        return True
+    subs = getattr(config, "graders", None)
+    if isinstance(subs, Mapping):
+        return any(uses_python(sub) for sub in subs.values())
+    return isinstance(subs, Sequence) and not isinstance(subs, str) and any(uses_python(sub) for sub in subs)
 
 
 def configure(unsafe: bool | None = None, never_pass: Iterable[str | None] = ()) -> None:
@@ -110,6 +120,12 @@ def grading_units(keys: Sequence[Hashable]) -> Iterator[None]:
         yield
     finally:
         _UNITS.reset(token)
+
+
+def call_in_units(keys: Sequence[Hashable], fn: Any, *args: Any) -> Any:
+    """fn(*args) with `keys` declared as grading units (for asyncio.to_thread and other callers of a function)."""
+    with grading_units(keys):
+        return fn(*args)
 
 
 def declared_units(n: int) -> list[Hashable] | None:
