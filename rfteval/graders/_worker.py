@@ -544,6 +544,7 @@ class Supervisor:
         self.grace_s = float(config["grace_s"])
         self.cap = int(config["stdout_cap"])
         self.workdir = config["workdir"]
+        self.outdir = config.get("outdir") or self.workdir  # apart from /tmp: a full disk still shows the output
         self.pid_namespace = bool(config.get("pid_namespace"))
         self.codes: dict[str, Any] = {}
         self.broken: dict[str, Err] = {}
@@ -559,9 +560,9 @@ class Supervisor:
         self.pending += results
         self.flush(False)
 
-    def flush(self, done: bool, heartbeat: bool = False) -> None:
+    def flush(self, done: bool, heartbeat: bool = False, force: bool = False) -> None:
         now = time.monotonic()
-        if done or (self.pending and now - self.sent_at > FLUSH_S) or (heartbeat and now - self.sent_at > HEARTBEAT_S):
+        if done or force or (self.pending and now - self.sent_at > FLUSH_S) or (heartbeat and now - self.sent_at > HEARTBEAT_S):
             try:
                 body = self.encode([done, self.pending])
             except (TypeError, ValueError):
@@ -611,6 +612,8 @@ class Supervisor:
     def run_unit(self, code: Any, key: str, item_blob: bytes, samples: list[Any], start: int) -> int:
         """Fork a child for samples[start:], forward its results; returns where the next child must start
         (len(samples) when the unit is done). A child that dies, hangs or garbles costs the sample it was in."""
+        if self.pending:  # what earlier units earned is safe in rfteval before this one's code runs
+            self.flush(False, force=True)
         size = COUNT.size + (len(samples) - start + 1) * (self.cap + RECORD_SLACK + RECORD.size)
         region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
         out_fd = self.output_file()
@@ -732,11 +735,11 @@ class Supervisor:
     # -- processes and files of a unit
 
     def output_file(self) -> int:
-        """A fresh unnamed file for the child's fds 1 and 2 (in the unit's tmpfs, so its size counts there)."""
+        """A fresh unnamed file for the child's fds 1 and 2 (in a tmpfs of the sandbox, so its size is bounded)."""
         try:
-            return os.open(self.workdir, os.O_TMPFILE | os.O_RDWR, 0o600)
+            return os.open(self.outdir, os.O_TMPFILE | os.O_RDWR, 0o600)
         except (OSError, AttributeError):
-            path = os.path.join(self.workdir, f".rfteval-output-{os.getpid()}")
+            path = os.path.join(self.outdir, f".rfteval-output-{os.getpid()}")
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             os.unlink(path)
             return fd

@@ -527,6 +527,7 @@ class _Sandbox:
         os.makedirs(workdir, exist_ok=True)
         config = {"timeout_s": s.timeout_s, "grace_s": grace_s(s.timeout_s), "memory_mb": s.memory_mb,
                   "stdout_cap": STDOUT_CAP, "workdir": workdir, "pid_namespace": sandboxed,
+                  "outdir": "/dev/shm" if sandboxed else workdir,
                   "file_bytes": s.disk_mb << 20, "nproc": None if found.cgroup else s.processes}
         env = worker_env()
         if not sandboxed:
@@ -542,7 +543,8 @@ class _Sandbox:
             command = [found.bwrap or "bwrap", *bwrap_args(s.disk_mb << 20, read_fd), "--", *command]
         if found.cgroup:
             _Sandbox.counter += 1
-            memory = (s.memory_mb << 20) + TEMPLATE_BYTES if s.memory_mb else None
+            # the unit's memory, its /tmp (tmpfs pages are memory) and the template's own
+            memory = (s.memory_mb << 20) + (s.disk_mb << 20) + TEMPLATE_BYTES if s.memory_mb else None
             self.cgroup = _Cgroup.make(f"rfteval-{os.getpid()}-{_Sandbox.counter}", memory, s.processes)
             if self.cgroup is None and not s.unsafe:
                 self.stop()

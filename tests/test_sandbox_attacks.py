@@ -1,0 +1,440 @@
+"""Issue 11's attacks on the python grader sandbox, as grader code and as a model output the grader runs.
+
+Each attack is bounded in time and memory, touches only loopback and files it made, and kills nothing but what
+it started. They need the sandbox (bubblewrap); where the host refuses it they skip, saying why. A subset runs
+again as an unprivileged user (setpriv) where this machine allows it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_TIMEOUT
+from rfteval.graders.sandbox import WorkerPool, configure, decode_reply, host, worker_env
+
+pytestmark = pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}")
+
+TIMEOUT_S = 3.0
+SECRET = "sk-test-attack-canary-0123456789"
+
+# A unit-test-style grader: it runs the model's output as code (as code-task graders do), then scores it.
+RUNS_OUTPUT = '''
+def grade(sample, item):
+    scope = {}
+    exec(sample["output_text"], scope)
+    return float(item["v"])
+'''
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WorkerPool]:
+    with WorkerPool(workers=2, timeout_s=TIMEOUT_S, memory_mb=256) as p:
+        yield p
+
+
+def honest(n: int) -> list[tuple[dict, dict]]:
+    return [({"output_text": "x = 1"}, {"id": f"h{k}", "v": (k + 1) / 100}) for k in range(n)]
+
+
+def attack(pool: WorkerPool, payload: str, n_honest: int = 4) -> tuple[object, list[object]]:
+    """The payload as one model output among honest ones; returns its result and the honest results."""
+    pairs = honest(n_honest)
+    pairs.insert(1, ({"output_text": payload}, {"id": "evil", "v": 0.5}))
+    results = pool.grade(RUNS_OUTPUT, pairs)
+    evil = results.pop(1)
+    assert [r.score for r in results] == [(k + 1) / 100 for k in range(n_honest)], results
+    assert all(r.error is None for r in results), results
+    return evil, results
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def test_api_keys_under_any_name_never_reach_the_grader(monkeypatch: pytest.MonkeyPatch, pool: WorkerPool) -> None:
+    for name in ("OPENAI_API_KEY", "MY_PROVIDER_CRED", "DATABASE_URL", "OPENAI_BASE_URL"):
+        monkeypatch.setenv(name, SECRET)
+    configure(never_pass=["MY_PROVIDER_CRED"])
+    payload = (
+        "import os, glob\n"
+        "seen = [v for v in os.environ.values() if 'canary' in v]\n"
+        "for path in glob.glob('/proc/*/environ') + ['/proc/1/environ', f'/proc/{os.getppid()}/environ']:\n"
+        "    try:\n"
+        "        seen.append(open(path, 'rb').read().decode('latin-1'))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "for path in glob.glob('/proc/*/mem'):\n"
+        "    try:\n"
+        "        open(path, 'rb').read(1)\n"
+        "        seen.append('mem:' + path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print('|'.join(seen))\n"
+    )
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S) as fresh:  # started after the variables were set
+        (result,) = fresh.grade(RUNS_OUTPUT, [({"output_text": payload}, {"v": 1.0})])
+    assert result.error is None
+    assert "canary" not in (result.stdout or "") and "mem:" not in (result.stdout or "")
+    assert "MY_PROVIDER_CRED" not in worker_env()
+
+
+def test_ptrace_setns_unshare_and_pidfd_getfd_are_refused(pool: WorkerPool) -> None:
+    payload = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "out = []\n"
+        "for name, call in [('ptrace', lambda: libc.ptrace(16, os.getppid(), 0, 0)),\n"
+        "                   ('unshare', lambda: libc.unshare(0x40000000)),\n"
+        "                   ('setns', lambda: libc.setns(0, 0)),\n"
+        "                   ('pidfd_getfd', lambda: libc.syscall(438, 0, 0, 0)),\n"
+        "                   ('process_vm_readv', lambda: libc.syscall(310, os.getppid(), 0, 0, 0, 0, 0)),\n"
+        "                   ('keyctl', lambda: libc.syscall(250, 0, 0, 0, 0, 0))]:\n"
+        "    out.append(f'{name}={call()}:{ctypes.get_errno()}')\n"
+        "print(' '.join(out))\n"
+    )
+    evil, _ = attack(pool, payload)
+    assert evil.error is None
+    for part in evil.stdout.split():
+        assert part.split("=")[1].startswith("-1:1"), evil.stdout  # EPERM, from the seccomp filter
+
+
+def test_rfteval_is_invisible_and_cannot_be_signalled(pool: WorkerPool) -> None:
+    payload = (
+        "import os, signal\n"
+        f"target = {os.getpid()}\n"
+        "pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "hits = []\n"
+        "for pid in [target, os.getppid()] + pids:\n"
+        "    if pid == os.getpid():\n"
+        "        continue\n"
+        "    for sig in (signal.SIGSTOP, signal.SIGTERM, signal.SIGKILL):\n"
+        "        try:\n"
+        "            os.kill(pid, sig)\n"
+        "            hits.append(pid)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "print(pids, hits)\n"
+    )
+    evil, _ = attack(pool, payload)
+    assert os.getpid() > 3  # it can only have hit processes inside its own sandbox
+    assert open(f"/proc/{os.getpid()}/stat").read().split()[2] != "T"  # rfteval is not stopped
+    assert evil.score in (0.0, 0.5)
+
+
+# ---------------------------------------------------------------- other samples' scores
+
+
+@pytest.mark.parametrize("payload", [
+    # patch what frames replies in this process (only this unit's process has it)
+    "import sys\nw = sys.modules['__main__']\nw.Child.commit = lambda *a, **k: None\n",
+    # forge a reply frame on every fd it can find, then exit
+    "import os, struct\n"
+    "frame = b'[true, [[1.0, null, null, null]]]'\n"
+    "for fd in range(0, 64):\n"
+    "    try:\n"
+    "        os.write(fd, struct.pack('<Q', len(frame)) + frame)\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "os._exit(0)\n",
+    # edit the pending results through the frames of the caller
+    "import sys\nf = sys._getframe()\n"
+    "while f is not None:\n"
+    "    for k, v in list(f.f_locals.items()):\n"
+    "        if isinstance(v, list):\n"
+    "            v[:] = [1.0] * len(v)\n"
+    "    f = f.f_back\n",
+    # a leftover thread that hogs the CPU with a catastrophic regex, for whoever comes next
+    "import re, threading\n"
+    "threading.Thread(target=lambda: re.match(r'(a+)+$', 'a' * 40 + 'b'), daemon=True).start()\n",
+    # survivors: setsid double fork, a new session, that would rewrite results later
+    "import os, subprocess, sys\n"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], start_new_session=True)\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        import time\n"
+    "        time.sleep(30)\n"
+    "    os._exit(0)\n",
+    # kill whatever else it can see: siblings, the supervisor
+    "import os, signal\n"
+    "for p in os.listdir('/proc'):\n"
+    "    if p.isdigit() and int(p) != os.getpid():\n"
+    "        try:\n"
+    "            os.kill(int(p), signal.SIGKILL)\n"
+    "        except OSError:\n"
+    "            pass\n",
+    # stop its supervisor: the sandbox is timed from rfteval
+    "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+    # block the alarm and sleep past the limit
+    "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(60)\n",
+], ids=["patch-reply-code", "forge-frames", "getframe-scores", "regex-thread", "survivors", "kill-siblings",
+        "stop-supervisor", "block-alarm"])
+def test_a_hostile_output_costs_at_most_its_own_score(pool: WorkerPool, payload: str) -> None:
+    started = time.monotonic()
+    attack(pool, payload)
+    assert time.monotonic() - started < 4 * TIMEOUT_S + 30
+
+
+def test_monkeypatching_a_shared_library_does_not_reach_another_sub_grader(pool: WorkerPool) -> None:
+    patcher = ("import rapidfuzz.fuzz\nrapidfuzz.fuzz.ratio = lambda *a, **k: 100.0\n"
+               "def grade(sample, item):\n    return 0.0\n")
+    team = ("from rapidfuzz import fuzz\n"
+            "def grade(sample, item):\n    return fuzz.ratio(sample['output_text'], item['ref']) / 100\n")
+    pairs = [({"output_text": "abc"}, {"ref": "xyz"})] * 3
+    pool.grade(patcher, pairs)
+    assert [r.score for r in pool.grade(team, pairs)] == [0.0, 0.0, 0.0]
+
+
+def test_an_item_changed_by_one_call_is_fresh_for_the_next(pool: WorkerPool) -> None:
+    source = ("class Yes(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n"
+              "def grade(sample, item):\n"
+              "    ok = float(sample['output_text'] == item['ref'])\n"
+              "    item['ref'] = Yes('anything')\n"
+              "    return ok\n")
+    item = {"ref": "right"}
+    results = pool.grade(source, [({"output_text": t}, item) for t in ["wrong", "right", "wrong"]],
+                         units=["m"] * 3)  # one unit: the same process, yet every call gets the item as sent
+    assert [r.score for r in results] == [0.0, 1.0, 0.0]
+
+
+def test_base_and_tuned_samples_of_one_item_never_share_a_process(pool: WorkerPool) -> None:
+    source = ("import os\nSEEN = []\n"
+              "def grade(sample, item):\n"
+              "    SEEN.append(sample['output_text'])\n"
+              "    return float(len(set(SEEN)) == 1)\n")
+    item = {"id": "q1"}
+    pairs = [({"output_text": m}, item) for m in ["base", "tuned", "base", "tuned"]]
+    results = pool.grade(source, pairs, units=["base", "tuned", "base", "tuned"])
+    assert [r.score for r in results] == [1.0] * 4
+
+
+# ---------------------------------------------------------------- the host, the run directory, the venv
+
+
+def test_files_outside_the_unit_are_out_of_reach(pool: WorkerPool, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "grades.jsonl").write_text("{}\n")
+    venv_site = next(p for p in sys.path if p.endswith("site-packages"))
+    payload = (
+        "import os\nres = []\n"
+        f"for path in [{str(run_dir / 'grades.jsonl')!r}, {os.path.join(venv_site, 'evil.pth')!r},\n"
+        "             '/root/.bashrc', '/root/x', '/etc/evil', '/usr/evil', '/evil']:\n"
+        "    try:\n"
+        "        open(path, 'a').write('import os; os.system(\"echo pwned\")\\n')\n"
+        "        res.append('wrote ' + path)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "open('/tmp/unit-file', 'w').write('left behind')\n"
+        "print(res)\n"
+    )
+    evil, _ = attack(pool, payload)
+    assert evil.stdout == "[]\n"
+    assert (run_dir / "grades.jsonl").read_text() == "{}\n"
+    assert not os.path.exists(os.path.join(venv_site, "evil.pth"))
+    (after,) = pool.grade("import os\ndef grade(s, i):\n    return float(os.path.exists('/tmp/unit-file'))\n",
+                          [({}, {})])
+    assert after.score == 0.0  # the next unit's /tmp is clean
+
+
+def test_a_unix_socket_on_the_filesystem_is_unreachable(pool: WorkerPool, tmp_path: Path) -> None:
+    path = str(tmp_path / "agent.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(1)
+    try:
+        payload = (f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\n")
+        evil, _ = attack(pool, payload)
+        assert evil.error is not None and ("FileNotFoundError" in evil.error.message
+                                           or "ConnectionRefused" in evil.error.message)
+    finally:
+        server.close()
+
+
+def test_loopback_tcp_of_the_host_is_unreachable(pool: WorkerPool) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        port = listener.getsockname()[1]
+        evil, _ = attack(pool, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n")
+        assert evil.error is not None
+    finally:
+        listener.close()
+
+
+# ---------------------------------------------------------------- limits
+
+
+def test_a_fork_bomb_is_contained(pool: WorkerPool) -> None:
+    payload = ("import os\nn = 0\n"
+               "try:\n"
+               "    for _ in range(5000):\n"
+               "        if os.fork() == 0:\n"
+               "            import time\n"
+               "            time.sleep(30)\n"
+               "            os._exit(0)\n"
+               "        n += 1\n"
+               "except OSError:\n"
+               "    pass\n"
+               "print(n)\n")
+    evil, _ = attack(pool, payload)
+    assert evil.stdout is not None and int(evil.stdout.split()[0]) < 200
+
+
+def test_memory_held_by_children_is_limited(pool: WorkerPool) -> None:
+    payload = ("import os, time\n"
+               "kids = []\n"
+               "for _ in range(16):\n"
+               "    pid = os.fork()\n"
+               "    if pid == 0:\n"
+               "        try:\n"
+               "            b = bytearray(200 * 1024 * 1024)\n"
+               "            for k in range(0, len(b), 4096):\n"
+               "                b[k] = 1\n"
+               "        except MemoryError:\n"
+               "            os._exit(1)\n"
+               "        time.sleep(30)\n"
+               "        os._exit(0)\n"
+               "    kids.append(pid)\n"
+               "time.sleep(3.0)\n"
+               "alive = sum(1 for k in kids if os.waitpid(k, os.WNOHANG) == (0, 0))\n"
+               "print(alive)\n")
+    evil, _ = attack(pool, payload)
+    if evil.error is None:
+        # 16 x 200 MB would be 3.2 GB; the cgroup holds the unit to 256 MB + its 1 GB /tmp + the template's room
+        # (1.8 GB; a child dies once the whole unit is past it, whatever each process's own limit)
+        assert int(evil.stdout.split()[0]) < 16, evil.stdout
+
+
+def test_memfd_is_refused(pool: WorkerPool) -> None:
+    evil, _ = attack(pool, "import os\nos.memfd_create('x')\n")
+    assert evil.error is not None and "PermissionError" in evil.error.message
+
+
+def test_disk_is_limited(pool: WorkerPool) -> None:
+    payload = ("import os\nn = 0\nchunk = b'x' * (1 << 20)\n"
+               "try:\n"
+               "    with open('/tmp/big', 'wb') as fh:\n"
+               "        for _ in range(1100):\n"
+               "            fh.write(chunk)\n"
+               "            n += 1\n"
+               "except OSError as exc:\n"
+               "    print('stopped', n, type(exc).__name__)\n")
+    evil, _ = attack(pool, payload)
+    assert evil.stdout is not None and evil.stdout.startswith("stopped"), evil
+
+
+def test_memory_error_is_this_samples(pool: WorkerPool) -> None:
+    evil, _ = attack(pool, "b = bytearray(2 * 1024 ** 3)\n")
+    assert evil.error is not None and evil.error.type == PYTHON_MEMORY and "256 MB" in evil.error.message
+
+
+def test_a_timeout_is_the_samples_own(pool: WorkerPool) -> None:
+    evil, _ = attack(pool, "while True:\n    pass\n")
+    assert evil.error.type == PYTHON_TIMEOUT
+
+
+# ---------------------------------------------------------------- what comes back
+
+
+def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
+    from rfteval.graders.sandbox import _Failure
+
+    for data in (b"[" * 200_000, b"[true, [" + b"[" * 200_000, b"\xff" * 1000):
+        with pytest.raises(_Failure):
+            decode_reply(data, 0, 1)
+
+
+def test_huge_error_text_and_output_are_capped(pool: WorkerPool) -> None:
+    evil, _ = attack(pool, "import os\nos.write(1, b'y' * 50_000_000)\nraise ValueError('e' * 50_000_000)\n")
+    assert evil.error is not None and len(evil.error.message) <= 8000
+    assert evil.stdout is None or len(evil.stdout) <= 64 * 1024 + 100
+
+
+def test_memory_limit_message_names_the_limit() -> None:
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S, memory_mb=200) as small:
+        (low,) = small.grade("def grade(s, i):\n    return float(len(bytearray(300 * 1024 * 1024)))\n", [({}, {})])
+    assert low.error is not None and low.error.type == PYTHON_MEMORY and "200 MB" in low.error.message
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Path) -> None:
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return 1.0\n"}))
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "q"}],
+                                "reference_answer": "x"}) + "\n")
+    env = {k: v for k, v in os.environ.items() if k != "RFTEVAL_UNSAFE_PYTHON_GRADERS"}
+    env["PATH"] = str(tmp_path)  # no bwrap on it
+    base = [sys.executable, "-c", "from rfteval.cli import main; main()", "validate", "grader", str(grader), "--dataset", str(data)]
+    refused = subprocess.run(base, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bubblewrap" in lines[0] and "--unsafe-python-graders" in lines[0]
+    allowed = subprocess.run([*base, "--unsafe-python-graders"], env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+# ---------------------------------------------------------------- as an unprivileged user
+
+
+def _can_run_as_nobody() -> str | None:
+    if os.getuid() != 0:
+        return None  # already unprivileged: the tests above were the non-root run
+    if shutil.which("setpriv") is None:
+        return "setpriv is not installed"
+    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            "import rfteval.graders.sandbox as s; print(s.host().refused)"],
+                           capture_output=True, text=True, timeout=60, check=False, cwd="/")
+    if probe.returncode != 0:
+        return f"the interpreter or rfteval is not readable by nobody here ({probe.stderr.strip()[-200:]})"
+    if probe.stdout.strip() != "None":
+        return f"the sandbox is refused to nobody here: {probe.stdout.strip()}"
+    return None
+
+
+NOBODY_SCRIPT = r'''
+import os, socket, sys
+from rfteval.graders.sandbox import WorkerPool
+RUNS = "def grade(sample, item):\n    exec(sample['output_text'], {})\n    return float(item['v'])\n"
+attacks = {
+    "environ": "import glob\nfor p in glob.glob('/proc/*/environ'):\n    assert b'canary' not in open(p,'rb').read()\n",
+    "kill": "import os, signal\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n        try:\n            os.kill(int(p), signal.SIGKILL)\n        except OSError:\n            pass\n",
+    "fork": "import os\nfor _ in range(3000):\n    if os.fork() == 0:\n        import time\n        time.sleep(20)\n        os._exit(0)\n",
+    "disk": "open('/tmp/big','wb').write(b'x' * (1100 << 20))\n",
+}
+with WorkerPool(workers=1, timeout_s=3.0, memory_mb=256) as pool:
+    for name, payload in attacks.items():
+        pairs = [({"output_text": "x = 1"}, {"v": 0.25}), ({"output_text": payload}, {"v": 0.5}),
+                 ({"output_text": "x = 1"}, {"v": 0.75})]
+        r = pool.grade(RUNS, pairs)
+        assert [r[0].score, r[2].score] == [0.25, 0.75] and r[0].error is None and r[2].error is None, (name, r)
+    print(pool.isolation)
+print("ok")
+'''
+
+
+def test_a_subset_holds_as_an_unprivileged_user() -> None:
+    reason = _can_run_as_nobody()
+    if reason is not None:
+        pytest.skip(f"cannot run as an unprivileged user here: {reason}")
+    if os.getuid() != 0:
+        return
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SECRET_TOKEN": "canary"}
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                           NOBODY_SCRIPT], capture_output=True, text=True, timeout=240, env=env, check=False, cwd="/")
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+    assert "RLIMIT" in proc.stdout  # no cgroup for nobody: the per-process limits hold instead
