@@ -3,8 +3,9 @@
 (a) 20,000 ChipStack samples graded with the published source (../shared/seed-graders/chipstack.py) through the
     worker pool, against calling its grade() in a plain loop in this process. Synthetic, deterministic data
     (random.Random(0)): 1,000 items of 8-40 {name, value} pairs, 20 samples each that drop, change or add pairs,
-    in epoch-major order as a runner produces them. Pool times are for a started pool (start-up is paid once per
-    worker, not per sample) and, separately, from cold. Target: the pool is not slower than the loop.
+    in epoch-major order as a runner produces them; one model, so each item's 20 samples are one grading unit
+    (one sandboxed process). Pool times are for a started pool and, separately, from cold. Target (issue 11):
+    the sandbox takes at most 3x the loop's time; for Runloop it is not slower than the loop.
     The prebuilt pairs are ~1M objects: they are frozen out of the cyclic collector once built (gc.freeze, as a
     long-running process does with its start-up state), else a full collection over them (~150 ms) lands in
     whichever run allocates lasting objects next: the pool's results, never the loop's bare floats.
@@ -163,7 +164,7 @@ def through_pool(source: str, pairs: list[Pair]) -> dict[str, Any]:
     try:
         pool.grade(source, warmup * pool.workers)
         t1, self0 = time.perf_counter(), cpu(resource.RUSAGE_SELF)
-        results = pool.grade(source, pairs)
+        results = pool.grade(source, pairs, units=[item.get("id") for _, item in pairs])  # (model, item) units
         t2, self1 = time.perf_counter(), cpu(resource.RUSAGE_SELF)
     finally:
         pool.close()  # reaps the workers: their CPU time is counted from here
@@ -329,9 +330,11 @@ def main() -> dict[str, Any]:
           f"{c['pool_main_cpu_s']:.3f} + workers {c['pool_workers_cpu_s']:.3f} (includes their start-up)")
     print(f"parallel efficiency of this machine: {figures['parallel_efficiency']:.2f} of 2.00 "
           "(two CPU-bound processes at once vs one)")
-    verdict = "ok" if c["speedup_warm"] >= 1.0 else "SLOWER"
-    print(f"pool vs in-process loop (ChipStack, started pool): {c['speedup_warm']:.2f}x best vs best, "
-          f"{c['speedup_paired']:.2f}x median of the {REPEATS} side-by-side runs  [{verdict}]")
+    verdict = "ok" if 1 / c["speedup_warm"] <= 3.0 else "OVER 3x"
+    print(f"sandbox vs in-process loop (ChipStack, started pool): {1 / c['speedup_warm']:.2f}x the loop's time best "
+          f"vs best, {1 / c['speedup_paired']:.2f}x median of the {REPEATS} side-by-side runs  [{verdict}; target <= 3x]")
+    verdict = "ok" if r["speedup_warm"] >= 1.0 else "SLOWER"
+    print(f"sandbox vs in-process loop (Runloop): {1 / r['speedup_warm']:.2f}x the loop's time  [{verdict}; target <= 1x]")
     return figures
 
 
