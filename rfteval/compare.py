@@ -133,7 +133,7 @@ def load_side(path: str | Path, label: str | None = None) -> Side:
     if frame.empty:
         raise InputError("no records", file)
     name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
-    return _normalise(frame.reset_index(drop=True), name, str(file))
+    return normalise_frame(frame.reset_index(drop=True), name, str(file))
 
 
 def side_from_records(records: pd.DataFrame | Sequence[dict[str, Any]], label: str, path: str = "") -> Side:
@@ -141,10 +141,11 @@ def side_from_records(records: pd.DataFrame | Sequence[dict[str, Any]], label: s
     import pandas as pd
 
     rows = records.to_dict("records") if isinstance(records, pd.DataFrame) else list(records)
-    return _normalise(_frame_from_dicts(rows, Path(path or label), validate=False), label, path)
+    return normalise_frame(_frame_from_dicts(rows, Path(path or label), validate=False), label, path)
 
 
-def _normalise(frame: pd.DataFrame, label: str, path: str) -> Side:
+def normalise_frame(frame: pd.DataFrame, label: str, path: str) -> Side:
+    """Duplicate cells dropped (the later record wins), ids as text, error flags set, error records scored 0."""
     import numpy as np
     import pandas as pd
 
