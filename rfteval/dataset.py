@@ -110,6 +110,22 @@ def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
     return None
 
 
+CONTENT_ID_HEX = 12  # 48 bits: a collision needs ~16 million distinct lines (birthday bound)
+
+
+def content_id(row: dict[str, Any]) -> str:
+    """The id of a line without `id`: a short hash of its canonical JSON (keys sorted, no spaces, UTF-8).
+
+    OpenAI's RFT format has no id field, and a line number moves whenever a line is inserted, removed or a blank
+    line added, which would silently pair the wrong items across runs. The content hash stays put; it changes
+    only when the line's content does (and then it is another item).
+    """
+    import hashlib
+
+    canonical = json.dumps(row, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:CONTENT_ID_HEX]
+
+
 def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[InputError] | None = None,
                check_duplicates: bool = True) -> Iterator[Item]:
     """Stream items. Raises the first InputError unless skip_invalid, which appends it to `skipped`.
@@ -119,11 +135,18 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
     """
     path = Path(path)
     seen: dict[str, int] = {}
+    repeats: dict[str, int] = {}  # content ids seen so far, for identical lines
     for lineno, row in iter_jsonl(path):
         err = row if isinstance(row, InputError) else validate_row(row, path, lineno)
         item_id = None
         if err is None:
-            item_id = str(row["id"]) if row.get("id") is not None else str(lineno)
+            if row.get("id") is not None:
+                item_id = str(row["id"])
+            else:  # identical lines (an upsampled item) are numbered in file order: abc123, abc123-2, ...
+                item_id = content_id(row)
+                count = repeats[item_id] = repeats.get(item_id, 0) + 1
+                if count > 1:
+                    item_id = f"{item_id}-{count}"
             if check_duplicates and item_id in seen:
                 err = InputError(f"duplicate id {item_id!r} (first on line {seen[item_id]})", path, lineno, "id")
         if err is not None:

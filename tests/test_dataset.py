@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.dataset import check_dataset, iter_items, load_dataset
+from rfteval.dataset import check_dataset, content_id, iter_items, load_dataset
 from rfteval.errors import InputError, InputErrors
 
 MSG = [{"role": "user", "content": "hi"}]
@@ -22,12 +22,32 @@ def line(**kw) -> str:
     return json.dumps({"messages": MSG, **kw})
 
 
-def test_ids_from_field_or_line_number(tmp_path):
+def test_ids_from_field_or_content(tmp_path):
     p = write(tmp_path, [line(id="a"), "", line(reference_answer="x"), line(id=7)])
     ds = load_dataset(p)
-    assert [it.id for it in ds] == ["a", "3", "7"]
+    hashed = content_id({"messages": MSG, "reference_answer": "x"})
+    assert [it.id for it in ds] == ["a", hashed, "7"]
+    assert len(hashed) == 12 and int(hashed, 16) >= 0
     assert [it.line for it in ds] == [1, 3, 4]
     assert ds.items[1].data["reference_answer"] == "x"
+
+
+def test_content_ids_do_not_move_when_lines_are_inserted(tmp_path):
+    rows = [line(reference_answer=str(i)) for i in range(5)]
+    before = [it.id for it in load_dataset(write(tmp_path, rows, "a.jsonl"))]
+    shifted = [line(reference_answer="new first"), "", "", *rows]
+    after = [it.id for it in load_dataset(write(tmp_path, shifted, "b.jsonl"))]
+    assert after[1:] == before  # a new first item and blank lines move no id
+    key_order = json.dumps({"reference_answer": "0", "messages": MSG})  # the same content, keys reordered
+    assert load_dataset(write(tmp_path, [key_order], "c.jsonl")).items[0].id == before[0]
+
+
+def test_identical_lines_are_numbered_in_file_order(tmp_path):
+    same = line(reference_answer="dup")
+    ids = [it.id for it in load_dataset(write(tmp_path, [same, line(reference_answer="other"), same, same]))]
+    assert ids[2] == ids[0] + "-2" and ids[3] == ids[0] + "-3" and ids[1] != ids[0]
+    streamed = [it.id for it in iter_items(write(tmp_path, [same, same], "s.jsonl"), check_duplicates=False)]
+    assert streamed == [ids[0], ids[0] + "-2"]
 
 
 def test_bom_and_crlf_accepted(tmp_path):
