@@ -168,7 +168,9 @@ def is_generation_failure(stage: pd.Series, type_: pd.Series) -> pd.Series:
 
     A refusal is an answer (the model chose not to), so it scores 0 like a grading error.
     """
-    return (stage == "generate") & (type_ != "refusal")
+    from rfteval.records import REFUSAL
+
+    return (stage == "generate") & (type_ != REFUSAL)  # records.is_generation_failure, column-wise
 
 
 # ---------------------------------------------------------------------------------------------- reading

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rfteval import zero_signal
+from rfteval.records import REFUSAL
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +27,6 @@ VERDICTS = ("ready", "risky", "not_ready")
 LOCAL_GRADER_TYPES = frozenset({"string_check", "text_similarity", "python"})
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
 ERROR_POLICIES = ("exclude", "zero")  # what a generation error counts as: left out, or reward 0
-REFUSAL = "refusal"  # the provider's error kind for a model refusal (rfteval.providers.base.ErrorKind)
 
 
 @dataclass(frozen=True)

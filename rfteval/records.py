@@ -33,6 +33,18 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+REFUSAL = "refusal"  # the provider's error type for a model that refused (rfteval.providers.base)
+
+
+def is_generation_failure(error: Any) -> bool:
+    """The one error policy: a record whose model never answered (the endpoint failed after every retry).
+
+    It is not an answer, so it is left out of means (and counted); a refusal is an answer, and a grading error is
+    OpenAI's reward 0, so both score 0. compare, readiness and summary.json all follow this.
+    """
+    return isinstance(error, dict) and error.get("stage") == "generate" and error.get("type") != REFUSAL
+
+
 def error_dict(stage: str, type: str, message: str) -> dict[str, str]:
     return {"stage": stage, "type": type, "message": message}
 

@@ -433,7 +433,7 @@ def write_results(
 
     `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly.
     """
-    from rfteval.records import arrow_schema, to_arrow
+    from rfteval.records import arrow_schema, is_generation_failure, to_arrow
 
     totals = {label: LabelTotals() for label in labels}
     tmp_paths = {label: out_dir / f"{label}.jsonl.tmp" for label in labels}
@@ -473,7 +473,8 @@ def write_results(
             add_judge_calls(t.judge_calls, rec.get("grade_details"))
             if rec["error"]:
                 t.errors[f"{rec['error']['stage']}:{rec['error']['type']}"] += 1
-            current[cell.label] = (cur[0], cur[1] + rec["score"], cur[2] + 1)
+            if not is_generation_failure(rec["error"]):  # the one error policy (rfteval.records)
+                current[cell.label] = (cur[0], cur[1] + rec["score"], cur[2] + 1)
             files[cell.label].write(dumps_record(rec) + "\n")
             if writer is not None:
                 batch.append(rec)

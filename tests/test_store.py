@@ -172,12 +172,25 @@ def test_write_results_streams_records_in_dataset_order(tmp_path: Path) -> None:
     b, t = totals["base"], totals["tuned"]
     assert (b.cells, b.records, t.cells, t.records) == (5, 4, 4, 4)
     assert len(b.item_means) == 3 and list(b.item_means[:2]) == [0.5, 1.0] and math.isnan(b.item_means[2])
-    assert list(t.item_means) == [1.0, 0.25]
+    assert list(t.item_means) == [1.0, 0.5]  # the generation error is not an answer: left out (records policy)
     assert dict(b.errors) == {"grade:python_grader_runtime_error": 1} and dict(t.errors) == {"generate:timeout": 1}
     assert (b.input_tokens, b.output_tokens, b.reasoning_tokens) == (12, 20, 4)
     table = pq.read_table(tmp_path / "results.parquet")
     assert table.num_rows == 8 and sorted(set(table.column("model_label").to_pylist())) == ["base", "tuned"]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_write_results_scores_a_refusal_zero_but_leaves_a_failed_generation_out(tmp_path: Path) -> None:
+    with RunStore(tmp_path) as store:
+        store.put_response(ok("k1", item="1", epoch=1, session=store.session))
+        store.put_grade(grade_entry("k1", "g", GradeResult(1.0)))
+        store.put_response(failed("k2", "refusal", "1", 2))
+        store.put_response(failed("k3", "server", "1", 3))
+        reader = store.reader()
+        cells = [Cell("base", "m", "1", e, f"k{e}") for e in (1, 2, 3)]
+        totals = write_results(tmp_path, cells, reader, "g", store.run_id, ["base"], session=store.session)
+        reader.close()
+    assert list(totals["base"].item_means) == [0.5]  # (1 + 0) / 2: the refusal counts, the server error does not
 
 
 def test_write_results_leaves_no_half_written_file(tmp_path: Path) -> None:
