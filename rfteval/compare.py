@@ -289,7 +289,7 @@ def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict
             raise InputError("must be a non-empty string or an integer", path, line, "item_id")
         epoch = row.get("epoch")
         if not validate and isinstance(epoch, numbers.Real) and not isinstance(epoch, bool):
-            epoch = None if math.isnan(epoch) else int(epoch)
+            epoch = None if math.isnan(epoch) else int(float(epoch))
         if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral)):
             raise InputError("must be an integer", path, line, "epoch")
         error = row.get("error")
@@ -504,7 +504,7 @@ def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOption
     f = side.frame
     records = int(len(f))
     generation = int(f["is_generation_failure"].sum())
-    return {"label": side.label, "mean": s["mean"], "ci95": list(stats.clip_interval(*s["ci95"], bounds)),
+    return {"label": side.label, "mean": s["mean"], "ci95": _clip(s["ci95"], bounds),
             "items": s["items"], "records": records, "errors": int(f["is_error"].sum()), "se": s["se"],
             "sd": s["sd"], "records_used": int(len(used)), "duplicates_dropped": side.duplicates,
             "path": side.path, "generation_errors": generation,
@@ -523,6 +523,11 @@ def infer_bounds(o: CompareOptions, *scores: np.ndarray) -> tuple[float, float] 
     return None
 
 
+def _clip(ci: Sequence[float], bounds: tuple[float, float] | None) -> list[float]:
+    lo, hi = stats.clip_interval(float(ci[0]), float(ci[1]), bounds)
+    return [lo, hi]
+
+
 def _delta_bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
     return None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
 
@@ -533,11 +538,11 @@ def paired_row(base: np.ndarray, cand: np.ndarray, o: CompareOptions, bounds: tu
     b = stats.side_summary(base, o.level, o.ci_method, o.seed)
     c = stats.side_summary(cand, o.level, o.ci_method, o.seed)
     delta = stats.paired_delta(base, cand, o.tie, o.level, o.seed, o.ci_method)
-    delta["ci95"] = list(stats.clip_interval(*delta["ci95"], _delta_bounds(bounds)))
+    delta["ci95"] = _clip(delta["ci95"], _delta_bounds(bounds))
     delta["p_adjusted"] = delta["p_value"]
     return {**extra, "items": int(len(base)),
-            "baseline": {"mean": b["mean"], "ci95": list(stats.clip_interval(*b["ci95"], bounds)), "se": b["se"]},
-            "candidate": {"mean": c["mean"], "ci95": list(stats.clip_interval(*c["ci95"], bounds)), "se": c["se"]},
+            "baseline": {"mean": b["mean"], "ci95": _clip(b["ci95"], bounds), "se": b["se"]},
+            "candidate": {"mean": c["mean"], "ci95": _clip(c["ci95"], bounds), "se": c["se"]},
             "delta": delta}
 
 
@@ -573,7 +578,7 @@ def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: n
     split = np.isfinite(a) & np.isfinite(b)
     if split.sum() >= 2:
         d = stats.crossfit_lowest_delta(a[split], b[split], cm[split], HARDEST_FRACTION, o.level, o.seed)
-        d["ci95"] = list(stats.clip_interval(*d["ci95"], _delta_bounds(bounds)))
+        d["ci95"] = _clip(d["ci95"], _delta_bounds(bounds))
         d["p_adjusted"] = d["p_value"]
         left = int((~split).sum())
         rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured on "
@@ -673,7 +678,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     candidate = _summary(cand, used_c, cm, o, bounds)
     baseline["items_unpaired"], candidate["items_unpaired"] = len(only_b), len(only_c)
     delta = stats.paired_delta(bm, cm, o.tie, o.level, o.seed, o.ci_method)
-    delta["ci95"] = list(stats.clip_interval(*delta["ci95"], _delta_bounds(bounds)))
+    delta["ci95"] = _clip(delta["ci95"], _delta_bounds(bounds))
     delta["p_adjusted"] = delta["p_value"]
     if len(d) < MIN_ITEMS_FOR_INTERVAL:
         notes.append(f"only {len(d)} paired item(s): too few for a reliable interval (5 or more are needed, "

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rfteval.errors import InputError, InputErrors
 
@@ -138,8 +138,8 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
     repeats: dict[str, int] = {}  # content ids seen so far, for identical lines
     for lineno, row in iter_jsonl(path):
         err = row if isinstance(row, InputError) else validate_row(row, path, lineno)
-        item_id = None
-        if err is None:
+        item_id = ""
+        if err is None and isinstance(row, dict):
             if row.get("id") is not None:
                 item_id = str(row["id"])
             else:  # identical lines (an upsampled item) are numbered in file order: abc123, abc123-2, ...
@@ -157,7 +157,7 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
             continue
         if check_duplicates:
             seen[item_id] = lineno
-        yield Item(item_id, lineno, row)
+        yield Item(item_id, lineno, cast("dict[str, Any]", row))  # validate_row passed: an object
 
 
 def check_dataset(path: str | Path) -> tuple[int, list[InputError]]:

@@ -298,9 +298,8 @@ def sign_flip_p_value(d: Sequence[float] | np.ndarray, seed: int = 0, resamples:
     if x.size <= EXACT_MAX_ITEMS:
         sums = sign_flip_all(x)
         return float(np.mean(np.abs(sums) >= observed - tol)), "exact"
-    sums = sign_flip_sums_grouped(x, resamples, seed)
-    if sums is None:
-        sums = sign_flip_sums(x, resamples, seed)
+    grouped = sign_flip_sums_grouped(x, resamples, seed)
+    sums = grouped if grouped is not None else sign_flip_sums(x, resamples, seed)
     hits = int(np.count_nonzero(np.abs(sums) >= observed - tol))
     return (1 + hits) / (1 + resamples), f"sign-flip, {resamples} resamples"
 
