@@ -107,7 +107,6 @@ def test_missing_path_names_the_path(text, path, reason):
     ("item.a", ("item", ("a",))),
     ("sample.output_tools[0].function.name", ("sample", ("output_tools", 0, "function", "name"))),
     ('item["a b"][2]', ("item", ("a b", 2))),
-    ("item", ("item", ())),
 ])
 def test_parse_path(path, expected):
     assert parse_path(path) == expected
@@ -121,6 +120,8 @@ def test_parse_path(path, expected):
     "{{ item.x[a] }}",             # unquoted non-numeric index
     "{{ item..x }}",
     "{{ item.a b }}",
+    "{{ item }}",                  # a bare namespace: OpenAI refuses it
+    "{{ sample }}",
 ])
 def test_malformed_templates_rejected(text):
     with pytest.raises(ValueError):

@@ -33,6 +33,8 @@ def parse_path(path: str) -> tuple[str, tuple[str | int, ...]]:
         pos = m.end()
     if not keys or keys[0] not in NAMESPACES:
         raise ValueError(f"template path {path!r} must start with item. or sample.")
+    if len(keys) == 1:  # OpenAI refuses a bare namespace: a template names one variable
+        raise ValueError(f"template {{{{ {path} }}}} names no variable: write {path}.FIELD")
     return str(keys[0]), tuple(keys[1:])
 
 

@@ -1,0 +1,101 @@
+"""Static checks of a grader against a dataset, before any money is spent.
+
+A template naming a field that no item has (`{{ item.answer }}` where the items hold `reference_answer`) would
+otherwise validate, then grade every record as an `invalid_variable_error` scoring 0: a silently failed run.
+These checks read every template of a grader config (any string field holding `{{ }}`, sub-graders included)
+and resolve each `item.*` path on every item, and each `sample.*` path against the fields a sample has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from rfteval.errors import InputError
+from rfteval.graders.template import TemplateError, compile_template, lookup, parse_path
+
+# What OpenAI's sample namespace holds (graders guide, "Templating"). `output_json` is there only when the job
+# sets a response_format; `choices` and `output_audio` are what the API would send and rfteval fills when it can.
+SAMPLE_FIELDS = ("output_text", "output_json", "output_tools", "choices", "output_audio")
+NOT_TEMPLATES = frozenset({"source", "calculate_output"})  # python code and the multi formula are not templates
+
+
+def template_strings(config: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """(field path, template text) for every templated string in a grader config, sub-graders included."""
+    data = config.model_dump() if hasattr(config, "model_dump") else config
+    yield from _walk(data, where)
+
+
+def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        if "{{" in value:
+            yield where, value
+    elif isinstance(value, dict):
+        for key, sub in value.items():
+            if key in NOT_TEMPLATES:
+                continue
+            yield from _walk(sub, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for i, sub in enumerate(value):
+            yield from _walk(sub, f"{where}[{i}]")
+
+
+def template_paths(config: Any) -> list[tuple[str, str, str, tuple[str | int, ...]]]:
+    """(field, path text, namespace, keys) of every placeholder in the config, in order."""
+    out = []
+    for field, text in template_strings(config):
+        for path in compile_template(text).paths:
+            namespace, keys = parse_path(path)
+            out.append((field, path, namespace, keys))
+    return out
+
+
+def check_sample_paths(config: Any, source: Any = None, has_response_format: bool = True) -> list[InputError]:
+    """Every `sample.*` path must start with a field a sample has; `output_json` needs a response_format."""
+    errors = []
+    for field, path, namespace, keys in template_paths(config):
+        if namespace != "sample":
+            continue
+        if not keys:
+            errors.append(InputError(f"{{{{ {path} }}}} names the whole sample; name a field "
+                                     f"({', '.join(SAMPLE_FIELDS)})", source, field=field))
+        elif keys[0] not in SAMPLE_FIELDS:
+            errors.append(InputError(f"{{{{ {path} }}}}: a sample has no field {keys[0]!r} (it has "
+                                     f"{', '.join(SAMPLE_FIELDS)})", source, field=field))
+        elif keys[0] == "output_json" and not has_response_format:
+            errors.append(InputError(f"{{{{ {path} }}}}: OpenAI fills output_json only when the job sets a "
+                                     "response_format; without one this is an invalid_variable_error on every "
+                                     "sample", source, field=field))
+    return errors
+
+
+def check_item_paths(config: Any, items: Iterable[Any], dataset: Any = None, limit: int = 50) -> list[InputError]:
+    """Every `item.*` path resolved on every item: one error per failing (item, path), `FILE:LINE: field: why`.
+
+    Stops after `limit` errors (the count of the rest is in the last message), so a dataset where every item
+    lacks the field gives a readable list, not thousands of lines.
+    """
+    paths = [(field, path, keys) for field, path, namespace, keys in template_paths(config) if namespace == "item"]
+    errors: list[InputError] = []
+    more = 0
+    for item in items:
+        data = item.data if hasattr(item, "data") else item
+        line = getattr(item, "line", None)
+        for field, path, keys in paths:
+            if not keys:
+                problem = "names the whole item; name a field"
+            else:
+                try:
+                    lookup(data, path, keys)
+                    continue
+                except TemplateError as exc:
+                    problem = str(exc).split(": ", 1)[-1]
+            if len(errors) < limit:
+                errors.append(InputError(f"{{{{ {path} }}}} (grader {field}): {problem}", dataset, line,
+                                         f"item {getattr(item, 'id', '?')}"))
+            else:
+                more += 1
+    if more:
+        last = errors[-1]
+        errors[-1] = InputError(f"{last.message} (and {more} more)", last.file, last.line, last.field)
+    return errors

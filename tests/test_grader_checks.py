@@ -1,0 +1,64 @@
+"""rfteval.graders.checks: templates resolved against the dataset and the sample's fields before spending."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rfteval.dataset import load_dataset
+from rfteval.errors import InputError
+from rfteval.graders.checks import check_item_paths, check_sample_paths, template_paths
+from rfteval.graders.loader import parse_config
+
+MULTI = {
+    "type": "multi", "name": "m", "calculate_output": "a + b",
+    "graders": {
+        "a": {"type": "string_check", "name": "a", "input": "{{ sample.output_json.label }}",
+              "reference": "{{ item.answer }}", "operation": "eq"},
+        "b": {"type": "python", "name": "b", "source": "def grade(sample, item):\n    return '{{ item.nope }}' and 1"},
+    },
+}
+
+
+def write_items(tmp_path, rows):
+    p = tmp_path / "d.jsonl"
+    p.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": "q"}], **r}) for r in rows) + "\n")
+    return load_dataset(p)
+
+
+def test_template_paths_walk_sub_graders_and_skip_code():
+    paths = [(field, path) for field, path, _, _ in template_paths(parse_config(MULTI))]
+    assert paths == [("graders.a.input", "sample.output_json.label"), ("graders.a.reference", "item.answer")]
+
+
+def test_every_item_is_checked_and_named_by_file_line_and_id(tmp_path):
+    ds = write_items(tmp_path, [{"id": "x", "answer": "A"}, {"id": "y", "reference_answer": "B"},
+                                {"id": "z", "answer": {"deep": 1}}])
+    errors = check_item_paths(parse_config(MULTI), ds.items, ds.path)
+    assert [str(e) for e in errors] == [f"{ds.path}:2: item y: {{{{ item.answer }}}} (grader graders.a.reference): "
+                                        "no key 'answer'"]
+
+
+def test_the_list_is_capped(tmp_path):
+    ds = write_items(tmp_path, [{"id": str(i)} for i in range(8)])
+    errors = check_item_paths(parse_config(MULTI), ds.items, ds.path, limit=3)
+    assert len(errors) == 3 and errors[-1].message.endswith("(and 5 more)")
+
+
+def test_sample_paths_must_name_a_sample_field():
+    bad = dict(MULTI["graders"]["a"], input="{{ sample.output }}")
+    (error,) = check_sample_paths(parse_config(bad), "g.json")
+    assert "a sample has no field 'output'" in str(error) and error.field == "input"
+    assert check_sample_paths(parse_config(MULTI["graders"]["a"])) == []
+
+
+def test_output_json_without_a_response_format_is_named():
+    (error,) = check_sample_paths(parse_config(MULTI["graders"]["a"]), has_response_format=False)
+    assert "only when the job sets a response_format" in error.message
+
+
+@pytest.mark.parametrize("template", ["{{ item }}", "{{sample}}"])
+def test_a_bare_namespace_is_refused_at_load(template):
+    with pytest.raises(InputError, match="names no variable"):
+        parse_config(dict(MULTI["graders"]["a"], reference=template))
