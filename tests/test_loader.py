@@ -76,3 +76,34 @@ def test_response_format_from_a_job(tmp_path):
 
 def test_neq_is_an_alias_of_ne(tmp_path):
     assert load_grader(dump(tmp_path, {**SC, "operation": "neq"})).operation == "ne"
+
+
+# ---------------------------------------------------------------------------------------------- OpenAI's own examples
+
+
+def test_openai_examples_without_a_name_load_with_a_note(tmp_path):
+    """The graders guide's python example, its combined grader and the RFT guide's job request omit `name`."""
+    from rfteval.graders.base import load_notes
+    from rfteval.graders.loader import load_grader
+
+    python = {"type": "python", "source": "def grade(sample, item) -> float:\n    return 1.0"}
+    combined = {"type": "multi", "calculate_output": "0.5 * name + 0.5 * email", "graders": {
+        "name": {"type": "text_similarity", "input": "{{sample.output_json.name}}", "reference": "{{item.name}}",
+                 "evaluation_metric": "fuzzy_match", "pass_threshold": 0.9},
+        "email": {"type": "string_check", "input": "{{sample.output_json.email}}", "reference": "{{item.email}}",
+                  "operation": "eq"}}}
+    job = {"training_file": "file-abc", "model": "o4-mini-2025-04-16",
+           "method": {"type": "reinforcement", "reinforcement": {"grader": python}}}
+    for obj, name in ((python, "python"), (combined, "multi"), (job, "python")):
+        path = tmp_path / "g.json"
+        path.write_text(json.dumps(obj))
+        config = load_grader(path)
+        assert config.name == name
+        assert any("no name given" in note for note in load_notes(config))
+    path.write_text(json.dumps(combined))
+    config = load_grader(path)
+    assert config.graders["email"].name == "email"  # a sub-grader is named after its key
+    assert sorted(n.split(":")[0] for n in load_notes(config))[:2] == ["graders.email", "graders.name"]
+    named = dict(python, name="mine")
+    path.write_text(json.dumps(named))
+    assert load_notes(load_grader(path)) == []

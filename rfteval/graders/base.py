@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
 Pair = tuple[dict[str, Any], dict[str, Any]]  # (sample, item)
 
@@ -66,11 +66,40 @@ def checked_score(value: Any) -> float | GradeError:
 
 
 class GraderConfig(BaseModel):
-    """Base of every grader config: OpenAI's fields, with unknown keys refused so typos surface."""
+    """Base of every grader config: OpenAI's fields, with unknown keys refused so typos surface.
+
+    `name` is required by OpenAI's schema, yet OpenAI's own examples (the graders guide's python and combined
+    examples, the RFT guide's job request, the RFT cookbook's multi grader) omit it. Those load here: the name
+    defaults to the multi key for a sub-grader, else to the type, and `load_notes` says so in one line.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     type: str
     name: str
+    _notes: list[str] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and "name" not in data and isinstance(data.get("type"), str):
+            prefix = str((info.context or {}).get("prefix") or "")
+            head, sep, key = prefix.rpartition("graders.")
+            name = key if sep and key and "." not in key else data["type"]
+            data = {**data, "name": name}
+            notes = (info.context or {}).get("notes")
+            if isinstance(notes, list):
+                where = f"{prefix}: " if prefix else ""
+                notes.append(f"{where}no name given (OpenAI's examples omit it, its API schema asks for one); "
+                             f"using {name!r}")
+        return data
+
+
+def load_notes(config: GraderConfig) -> list[str]:
+    """The one-line notes loading made about a config (defaults it filled in), sub-graders included."""
+    notes = list(config._notes)
+    for sub in (getattr(config, "graders", None) or {}).values():
+        notes += [n for n in load_notes(sub) if n not in notes]
+    return notes
 
 
 class Grader(Protocol):
