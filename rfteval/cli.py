@@ -68,6 +68,7 @@ def main() -> None:
 # Registration: each module adds its commands to `app` / `validate_app` on import.
 from rfteval.commands import (  # noqa: E402,F401
     compare_cmd,
+    export_reward_cmd,
     grade_cmd,
     graders_cmd,
     readiness_cmd,

@@ -81,8 +81,32 @@ def read_json_file(path: str | Path) -> tuple[Any, str]:
         raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, exc.lineno) from None
 
 
+# `--grader FILE.py:FUNCTION`: a TRL-style reward function as a grader (graders/reward_function.py)
+_REWARD_REF = re.compile(r"^(?P<file>.+\.py):(?P<function>[A-Za-z_][A-Za-z0-9_]*)$", re.DOTALL)
+
+
+def reward_function_ref(path: str | Path) -> tuple[Path, str] | None:
+    """(file, function) when `path` names a reward function as FILE.py:FUNCTION, else None."""
+    match = _REWARD_REF.match(str(path))
+    return (Path(match["file"]), match["function"]) if match else None
+
+
+def load_reward_function(file: Path, function: str) -> GraderConfig:
+    """The `reward_function` grader config for FUNCTION in FILE.py (the file's text travels in the config)."""
+    text = read_input_text(file, "a Python file")
+    obj = {"type": "reward_function", "name": function, "source": text, "function": function, "path": str(file)}
+    return parse_config(obj, file, "")
+
+
 def load_grader(path: str | Path) -> GraderConfig:
-    """A grader config from a file holding a grader, {"grader": ...} or a fine-tuning job."""
+    """A grader config from a file holding a grader, {"grader": ...} or a fine-tuning job; or, given as
+    FILE.py:FUNCTION, a TRL-style reward function used as a grader."""
+    ref = reward_function_ref(path)
+    if ref is not None:
+        return load_reward_function(*ref)
+    if str(path).endswith(".py"):
+        raise InputError("a reward function is named as FILE.py:FUNCTION (the function in the file to grade with)",
+                         path)
     obj, text = read_json_file(path)
     grader, prefix = unwrap_grader(obj)
     return parse_config(grader, path, prefix.rstrip("."), text)
@@ -90,6 +114,8 @@ def load_grader(path: str | Path) -> GraderConfig:
 
 def load_response_format(path: str | Path) -> dict[str, Any] | None:
     """The job's method.reinforcement.response_format when the grader file is a fine-tuning job."""
+    if reward_function_ref(path) is not None:
+        return None
     obj, _ = read_json_file(path)
     if isinstance(obj, dict):
         rl = (obj.get("method") or {}).get("reinforcement") if isinstance(obj.get("method"), dict) else None

@@ -5,6 +5,7 @@ from rfteval.graders import (  # noqa: F401
     label_model,
     multi,
     python,
+    reward_function,
     score_model,
     string_check,
     text_similarity,
