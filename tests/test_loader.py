@@ -107,3 +107,15 @@ def test_openai_examples_without_a_name_load_with_a_note(tmp_path):
     named = dict(python, name="mine")
     path.write_text(json.dumps(named))
     assert load_notes(load_grader(path)) == []
+
+
+@pytest.mark.parametrize("field, value", [("range", ["0", "1"]), ("range", [False, True])])
+def test_numbers_given_as_strings_or_booleans_are_refused(field, value):
+    from rfteval.errors import InputError
+    from rfteval.graders.loader import parse_config
+
+    grader = {"type": "score_model", "name": "judge", "model": "gpt-4.1-mini-2025-04-14",
+              "input": [{"role": "user", "content": "Score {{ sample.output_text }}"}], field: value}
+    with pytest.raises(InputError, match=field):
+        parse_config(grader)
+    assert list(parse_config({**grader, field: [0, 10]}).range) == [0.0, 10.0]  # JSON integers are numbers

@@ -289,3 +289,22 @@ def test_validate_grader_accepts_the_examples(tmp_path):
         res = CliRunner().invoke(app, ["validate", "grader", str(dump(tmp_path, obj))])
         assert res.exit_code == 0, res.output
         assert obj["calculate_output"] in res.output
+
+
+def test_multi_key_must_be_an_ascii_variable_name():
+    from rfteval.errors import InputError
+    from rfteval.graders.loader import parse_config
+
+    sub = {"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "x",
+           "operation": "eq"}
+    with pytest.raises(InputError, match="must be an identifier"):
+        parse_config({"type": "multi", "name": "m", "graders": {"café": sub}, "calculate_output": "café"})
+
+
+def test_multi_graders_may_be_one_grader_object_as_in_the_api_reference():
+    from rfteval.graders.loader import parse_config
+
+    sub = {"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}", "reference": "x",
+           "operation": "eq"}
+    config = parse_config({"type": "multi", "name": "m", "graders": sub, "calculate_output": "exact"})
+    assert list(config.graders) == ["exact"] and config.graders["exact"].operation == "eq"

@@ -237,3 +237,29 @@ def test_accordance_rubric_through_the_scripted_local_judge():
     assert [r.score for r in results] == [1.0, 0.4, 0.0]
     assert "scripted stand-in, not a model" in results[0].details["steps"][-1]["description"]
     assert results[1].details["steps"][0]["conclusion"].startswith("4/4 pts")
+
+
+@pytest.mark.parametrize("patch, field", [
+    ({"sampling_params": {"reasoning_effort": "extreme"}}, "reasoning_effort"),
+    ({"sampling_params": {"temperature": "0.2"}}, "temperature"),
+    ({"input": [{"role": "user", "content": [{"type": "input_video", "url": "x"}]}]}, "content"),
+])
+def test_fields_outside_openais_schema_are_refused(patch, field):
+    from rfteval.errors import InputError
+    from rfteval.graders.loader import parse_config
+
+    grader = {"type": "score_model", "name": "j", "model": "gpt-4.1-mini-2025-04-14",
+              "input": [{"role": "user", "content": "Score {{ sample.output_text }}"}], **patch}
+    with pytest.raises(InputError, match=field):
+        parse_config(grader)
+
+
+def test_openais_content_parts_and_efforts_are_accepted():
+    from rfteval.graders.loader import parse_config
+
+    parts = [{"type": "input_text", "text": "Score {{ sample.output_text }}"},
+             {"type": "input_image", "image_url": "{{ item.img }}"}]
+    config = parse_config({"type": "score_model", "name": "j", "model": "m", "input": [{"role": "user",
+                                                                                       "content": parts}],
+                           "sampling_params": {"reasoning_effort": "minimal"}})
+    assert config.sampling_params.reasoning_effort == "minimal"

@@ -73,7 +73,8 @@ class GraderConfig(BaseModel):
     defaults to the multi key for a sub-grader, else to the type, and `load_notes` says so in one line.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "0" is not a number and true is not 1 (OpenAI refuses both); JSON numbers still fill float fields
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     type: str
     name: str
     _notes: list[str] = PrivateAttr(default_factory=list)

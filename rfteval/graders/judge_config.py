@@ -11,6 +11,12 @@ from rfteval.graders.base import MODEL_SERVER, BuildContext, GradeResult, Pair
 from rfteval.graders.template import check_template
 
 
+# The content parts a model grader's input takes (openai-python: types/graders/score_model_grader_param.py).
+CONTENT_PART_TYPES = ("input_text", "output_text", "input_image", "input_audio")
+# OpenAI's ReasoningEffort (openai-python: types/shared/reasoning_effort.py).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
 class InputMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     role: Literal["user", "assistant", "system", "developer"]
@@ -20,6 +26,11 @@ class InputMessage(BaseModel):
     @field_validator("content")
     @classmethod
     def _templates_parse(cls, value: Any) -> Any:
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, dict) and part.get("type") not in CONTENT_PART_TYPES:
+                raise ValueError(f"a content part's type must be one of {', '.join(CONTENT_PART_TYPES)}, got "
+                                 f"{part.get('type')!r}")
+
         def walk(v: Any) -> None:
             if isinstance(v, str):
                 check_template(v)
@@ -37,10 +48,10 @@ class InputMessage(BaseModel):
 class SamplingParams(BaseModel):
     """The grader's sampling params; both spellings of the token limit exist in OpenAI's material."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     max_completions_tokens: int | None = None
     max_completion_tokens: int | None = None
-    reasoning_effort: str | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
     seed: int | None = None
     temperature: float | None = None
     top_p: float | None = None

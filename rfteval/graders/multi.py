@@ -7,6 +7,7 @@ score that is really a failure would hide it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -19,6 +20,9 @@ from rfteval.graders.base import (
 from rfteval.graders.loader import line_of
 from rfteval.graders.formula import Formula, FormulaError, FormulaEvalError, compile_formula
 
+
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what the formula parser takes as a name (ASCII only)
 
 
 def _context(info: ValidationInfo) -> tuple[Any, str, str | None]:
@@ -42,6 +46,9 @@ class MultiConfig(GraderConfig):
         from rfteval.graders.loader import parse_config
 
         source, prefix, text = _context(info)
+        if isinstance(value, dict) and isinstance(value.get("type"), str):
+            # the API reference's shape: one grader object, which the formula names by its `name`
+            value = {str(value.get("name") or value["type"]): value}
         if not isinstance(value, dict):
             raise ValueError("graders must be an object mapping a variable name to a grader")
         if not value:
@@ -49,7 +56,7 @@ class MultiConfig(GraderConfig):
         out: dict[str, GraderConfig] = {}
         for key, sub in value.items():
             where = _sub_prefix(prefix, str(key))
-            if not isinstance(key, str) or not key.isidentifier():
+            if not isinstance(key, str) or not _VARIABLE.fullmatch(key):
                 raise InputError(f"grader key {key!r} must be an identifier (letters, digits, _), as the formula "
                                  "uses it as a variable", source, line_of(text, where), where)
             if isinstance(sub, GraderConfig):  # built in code, already validated
