@@ -3,11 +3,20 @@
 It speaks POST /v1/chat/completions, POST /v1/responses and GET /v1/models on 127.0.0.1 only. Replies are
 scripted: queued `Reply` objects first, then the responder (default: deterministic `echo:{model}:{last user text}`).
 Run as a process: `python tests/fake_openai.py --port 0 --delay-ms 100` prints its base_url on the first line.
+
+It also speaks the Files and Batches APIs (upload, content, create, retrieve, list, cancel), with statuses that move
+one step per retrieve (validating, in_progress, finalizing, then completed / expired / failed as `batch_plans`
+script them), output and error files in OpenAI's line format (unordered), `batch_expired` lines for an expired
+batch, and hooks that run just before a create is answered (a test SIGKILLs its client there). `max_concurrent`
+caps the requests in flight: above it the server answers 429 with Retry-After and x-ratelimit-* headers, as a
+rate-limited account does; `GET /v1/_stats` reports what it served.
 """
 
 from __future__ import annotations
 
 import argparse
+import email.parser
+import email.policy
 import itertools
 import json
 import re
@@ -269,6 +278,8 @@ class FakeOpenAI:
         *,
         models: Iterable[str] | None = None,
         api_key: str | None = None,
+        max_concurrent: int | None = None,
+        retry_after_ms: float | None = None,
     ):
         self.responder: Responder = responder or echo_responder
         self.delay_s = delay_s
@@ -283,6 +294,21 @@ class FakeOpenAI:
         self._thread: threading.Thread | None = None
         self._conns: set[socket.socket] = set()
         self.base_url = ""
+        # rate limits: at most `max_concurrent` generation requests in flight; above it, 429
+        self.max_concurrent = max_concurrent
+        self.retry_after_ms = retry_after_ms  # default: the answer delay (about when a slot frees up)
+        self.stats = {"served": 0, "rate_limited": 0, "in_flight": 0, "max_in_flight": 0, "flex_unavailable": 0}
+        self.flex_unavailable = 0  # the next N requests with service_tier "flex" get 429 "Resource unavailable"
+        # Files and Batches
+        self.files: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, dict[str, Any]] = {}  # in creation order
+        self.batch_plans: deque[dict[str, Any]] = deque()  # per created batch, in order: see _finish_batch
+        self.batch_responder: Responder | None = None  # answers batch lines (default: `responder`)
+        self.max_batch_lines = 50_000
+        self.batch_creates = 0
+        self.file_uploads = 0
+        self.on_file_uploaded: Callable[[dict[str, Any]], None] | None = None  # runs before the upload is answered
+        self.on_batch_created: Callable[[dict[str, Any]], None] | None = None  # runs before the create is answered
 
     # lifecycle
     def start(self, port: int = 0) -> FakeOpenAI:
@@ -353,6 +379,203 @@ class FakeOpenAI:
         with self._lock:
             return next(self._ids)
 
+    # ---- rate limits
+    def _enter(self) -> tuple[bool, dict[str, str]]:
+        """Admit one generation request, or refuse it (429) above the cap; the x-ratelimit-* headers to send."""
+        with self._lock:
+            cap = self.max_concurrent
+            if cap is not None and self.stats["in_flight"] >= cap:
+                self.stats["rate_limited"] += 1
+                return False, self._limit_headers(0)
+            self.stats["in_flight"] += 1
+            self.stats["max_in_flight"] = max(self.stats["max_in_flight"], self.stats["in_flight"])
+            return True, ({} if cap is None else self._limit_headers(cap - self.stats["in_flight"]))
+
+    def _leave(self, served: bool) -> None:
+        with self._lock:
+            self.stats["in_flight"] -= 1
+            self.stats["served"] += served
+
+    def _limit_headers(self, remaining: int) -> dict[str, str]:
+        wait_ms = self.retry_after_ms if self.retry_after_ms is not None else max(self.delay_s * 1000, 10.0)
+        return {"x-ratelimit-limit-requests": str(self.max_concurrent),
+                "x-ratelimit-remaining-requests": str(max(remaining, 0)),
+                "x-ratelimit-reset-requests": f"{wait_ms:g}ms",
+                **({} if remaining > 0 else {"retry-after-ms": f"{wait_ms:g}",
+                                              "Retry-After": str(max(1, int(wait_ms / 1000 + 0.999)))})}
+
+    def _take_flex_unavailable(self, body: dict[str, Any]) -> bool:
+        with self._lock:
+            if body.get("service_tier") == "flex" and self.flex_unavailable > 0:
+                self.flex_unavailable -= 1
+                self.stats["flex_unavailable"] += 1
+                return True
+            return False
+
+    # ---- Files and Batches
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}-fake{self._next_id()}"
+
+    def add_file(self, data: bytes, purpose: str, filename: str) -> dict[str, Any]:
+        obj = {"id": self._new_id("file"), "object": "file", "bytes": len(data), "created_at": int(time.time()),
+               "filename": filename, "purpose": purpose, "status": "processed", "status_details": None}
+        with self._lock:
+            self.files[obj["id"]] = {"meta": obj, "data": data}
+        return obj
+
+    def create_batch(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            plan = self.batch_plans.popleft() if self.batch_plans else {}
+            self.batch_creates += 1
+        batch = {"id": self._new_id("batch"), "object": "batch", "endpoint": body.get("endpoint"), "errors": None,
+                 "input_file_id": body.get("input_file_id"), "completion_window": body.get("completion_window", "24h"),
+                 "status": "validating", "output_file_id": None, "error_file_id": None,
+                 "created_at": int(time.time()), "in_progress_at": None, "expires_at": int(time.time()) + 86400,
+                 "finalizing_at": None, "completed_at": None, "failed_at": None, "expired_at": None,
+                 "cancelling_at": None, "cancelled_at": None,
+                 "request_counts": {"total": 0, "completed": 0, "failed": 0},
+                 "metadata": body.get("metadata") or None}
+        with self._lock:
+            self.batches[batch["id"]] = {"obj": batch, "plan": plan, "lines": None, "polls": 0}
+        return batch
+
+    def retrieve_batch(self, batch_id: str) -> dict[str, Any] | None:
+        """The batch after one more step of its life: each retrieve moves a live batch on by one status."""
+        with self._lock:
+            entry = self.batches.get(batch_id)
+        if entry is None:
+            return None
+        b = entry["obj"]
+        entry["polls"] += 1
+        if entry["polls"] % max(1, int(entry["plan"].get("polls_per_step", 1))):
+            return json.loads(json.dumps(b))
+        now = int(time.time())
+        if b["status"] == "validating":
+            problem = self._validate_batch(entry)
+            if problem is not None:
+                b.update(status="failed", failed_at=now,
+                         errors={"object": "list", "data": [{"code": problem[0], "message": problem[1],
+                                                             "param": None, "line": problem[2]}]})
+            elif entry["plan"].get("outcome") == "failed":
+                b.update(status="failed", failed_at=now, errors={"object": "list", "data": [
+                    {"code": "server_error", "message": entry["plan"].get("message", "The batch failed."),
+                     "param": None, "line": None}]})
+            else:
+                b.update(status="in_progress", in_progress_at=now)
+                b["request_counts"]["total"] = len(entry["lines"])
+        elif b["status"] == "in_progress":
+            b.update(status="finalizing", finalizing_at=now)
+            b["request_counts"]["completed"] = len(entry["lines"]) // 2
+        elif b["status"] == "finalizing":
+            self._finish_batch(entry, cancelled=False)
+        elif b["status"] == "cancelling":
+            self._finish_batch(entry, cancelled=True)
+        return json.loads(json.dumps(b))
+
+    def cancel_batch(self, batch_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self.batches.get(batch_id)
+        if entry is None:
+            return None
+        b = entry["obj"]
+        if b["status"] in ("validating", "in_progress", "finalizing"):
+            if entry["lines"] is None:
+                self._validate_batch(entry)
+            b.update(status="cancelling", cancelling_at=int(time.time()))
+        return json.loads(json.dumps(b))
+
+    def list_batches(self, limit: int, after: str | None) -> dict[str, Any]:
+        with self._lock:
+            objs = [e["obj"] for e in reversed(self.batches.values())]  # newest first, as OpenAI lists them
+        if after is not None:
+            ids = [o["id"] for o in objs]
+            objs = objs[ids.index(after) + 1:] if after in ids else []
+        page = objs[:limit]
+        return {"object": "list", "data": json.loads(json.dumps(page)), "first_id": page[0]["id"] if page else None,
+                "last_id": page[-1]["id"] if page else None, "has_more": len(objs) > limit}
+
+    def _validate_batch(self, entry: dict[str, Any]) -> tuple[str, str, int | None] | None:
+        """Parse the input file as OpenAI does; the first problem fails the whole batch."""
+        b = entry["obj"]
+        entry["lines"] = []
+        with self._lock:
+            f = self.files.get(b["input_file_id"])
+        if f is None:
+            return "invalid_file", f"No such file: {b['input_file_id']}", None
+        models: set[str] = set()
+        seen: set[str] = set()
+        for n, raw in enumerate(f["data"].splitlines(), 1):
+            if not raw.strip():
+                continue
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                return "invalid_json_line", "This line is not parseable as valid JSON.", n
+            cid = line.get("custom_id")
+            if not isinstance(cid, str) or cid in seen:
+                return "duplicate_custom_id", "The custom_id for this request is a duplicate or missing.", n
+            seen.add(cid)
+            if line.get("url") != b["endpoint"] or line.get("method") != "POST":
+                return "invalid_url", f"The URL provided for this request does not match the batch endpoint {b['endpoint']}.", n
+            models.add(str((line.get("body") or {}).get("model")))
+            entry["lines"].append(line)
+        if len(models) > 1:
+            return "model_mismatch", "Requests in a batch must all use the same model.", None
+        if not entry["lines"]:
+            return "empty_file", "The input file has no requests.", None
+        if len(entry["lines"]) > self.max_batch_lines:
+            return "too_many_requests", f"A batch holds at most {self.max_batch_lines} requests.", None
+        return None
+
+    def _finish_batch(self, entry: dict[str, Any], cancelled: bool) -> None:
+        """Answer every line; the plan decides the end: {"outcome": "completed" (default) | "expired" | "failed",
+        "complete": N (expired: lines answered before the window closed), "drop_files": true (completed with
+        neither an output nor an error file)}."""
+        b, plan = entry["obj"], entry["plan"]
+        now = int(time.time())
+        lines = entry["lines"] or []
+        answer_n = len(lines)
+        if plan.get("outcome") == "expired":
+            answer_n = int(plan.get("complete", len(lines) // 2))
+        if cancelled:
+            answer_n = int(plan.get("complete", 0))
+        out, err = [], []
+        responder = self.batch_responder or self.responder
+        for i, line in enumerate(lines):
+            rid = self._next_id()
+            if i >= answer_n:
+                code = "batch_cancelled" if cancelled else "batch_expired"
+                err.append({"id": f"batch_req_fake{rid}", "custom_id": line["custom_id"], "response": None,
+                            "error": {"code": code, "message": "This request could not be executed before the "
+                                      "completion window expired." if not cancelled else "The batch was cancelled."}})
+                continue
+            body = line.get("body") or {}
+            api = "responses" if line["url"].endswith("/responses") else "chat"
+            req = Request(path=line["url"], body=body, headers={}, model=str(body.get("model", "")), api=api)
+            reply = responder(req)
+            reply = Reply(text=reply) if isinstance(reply, str) else reply
+            if reply.status >= 400:
+                err.append({"id": f"batch_req_fake{rid}", "custom_id": line["custom_id"],
+                            "response": {"status_code": reply.status, "request_id": f"req_fake{rid}",
+                                         "body": error_body(reply.status, req.model, reply.text)}, "error": None})
+            else:
+                make = chat_body if api == "chat" else responses_body
+                out.append({"id": f"batch_req_fake{rid}", "custom_id": line["custom_id"],
+                            "response": {"status_code": 200, "request_id": f"req_fake{rid}",
+                                         "body": make(req, reply, rid)}, "error": None})
+        out.reverse()  # unordered, as the Batch API says: a client must match on custom_id
+        if out and not plan.get("drop_files"):
+            b["output_file_id"] = self.add_file(_jsonl(out), "batch_output", "batch_output.jsonl")["id"]
+        if err and not plan.get("drop_files"):
+            b["error_file_id"] = self.add_file(_jsonl(err), "batch_output", "batch_errors.jsonl")["id"]
+        b["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(err)}
+        if cancelled:
+            b.update(status="cancelled", cancelled_at=now)
+        elif plan.get("outcome") == "expired":
+            b.update(status="expired", expired_at=now)
+        else:
+            b.update(status="completed", completed_at=now)
+
 
 class _Handler(BaseHTTPRequestHandler):
     owner: FakeOpenAI
@@ -384,7 +607,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if not headers or "Content-Type" not in headers:
+            self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.send_header("x-request-id", f"req_fake{self.owner._next_id()}")
         for k, v in (headers or {}).items():
@@ -396,10 +620,45 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(obj).encode(), headers)
 
+    def _authorized(self) -> bool:
+        auth = self.headers.get("Authorization", "")
+        if self.owner.api_key is not None and auth != f"Bearer {self.owner.api_key}":
+            self._send_json(401, error_body(401, "", auth=auth))
+            return False
+        return True
+
+    def _query(self) -> dict[str, str]:
+        from urllib.parse import parse_qsl
+
+        return dict(parse_qsl(self.path.partition("?")[2]))
+
     def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
         models = self.owner.models if self.owner.models is not None else list(DEFAULT_MODELS)
-        if path == "/v1/models":
+        owner = self.owner
+        if path == "/v1/_stats":
+            with owner._lock:
+                stats = dict(owner.stats, batch_creates=owner.batch_creates, file_uploads=owner.file_uploads)
+            self._send_json(200, stats)
+            return
+        if path.startswith(("/v1/files", "/v1/batches")) and not self._authorized():
+            return
+        if path == "/v1/batches":
+            q = self._query()
+            self._send_json(200, owner.list_batches(int(q.get("limit", 20)), q.get("after")))
+        elif path.startswith("/v1/batches/"):
+            found = owner.retrieve_batch(path.removeprefix("/v1/batches/"))
+            self._send_json(200, found) if found else self._send_json(404, _not_found("batch", path))
+        elif path.startswith("/v1/files/") and path.endswith("/content"):
+            f = owner.files.get(path.removeprefix("/v1/files/").removesuffix("/content"))
+            if f is None:
+                self._send_json(404, _not_found("file", path))
+            else:
+                self._send(200, f["data"], {"Content-Type": "application/octet-stream"})
+        elif path.startswith("/v1/files/"):
+            f = owner.files.get(path.removeprefix("/v1/files/"))
+            self._send_json(200, f["meta"]) if f else self._send_json(404, _not_found("file", path))
+        elif path == "/v1/models":
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in models]
             self._send_json(200, {"object": "list", "data": data})
         elif path.startswith("/v1/models/") and path.removeprefix("/v1/models/") in models:
@@ -409,11 +668,47 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(404, _invalid_url("GET", self.path))
 
+    def _post_batch_api(self, path: str, raw: bytes) -> None:
+        owner = self.owner
+        if not self._authorized():
+            return
+        if path == "/v1/files":
+            fields = _multipart(self.headers.get("Content-Type", ""), raw)
+            filename, data = fields.get("file", (None, b""))
+            purpose = fields.get("purpose", (None, b""))[1].decode()
+            obj = owner.add_file(data, purpose, filename or "upload.jsonl")
+            with owner._lock:
+                owner.file_uploads += 1
+            if owner.on_file_uploaded is not None:
+                owner.on_file_uploaded(obj)
+            self._send_json(200, obj)
+        elif path == "/v1/batches":
+            try:
+                body = json.loads(raw or b"{}")
+            except ValueError:
+                self._send_json(400, error_body(400, "", "We could not parse the JSON body of your request."))
+                return
+            if body.get("input_file_id") not in owner.files:
+                self._send_json(400, error_body(400, "", f"Invalid input_file_id: {body.get('input_file_id')}"))
+                return
+            batch = owner.create_batch(body)
+            if owner.on_batch_created is not None:
+                owner.on_batch_created(batch)
+            self._send_json(200, batch)
+        elif path.startswith("/v1/batches/") and path.endswith("/cancel"):
+            found = owner.cancel_batch(path.removeprefix("/v1/batches/").removesuffix("/cancel"))
+            self._send_json(200, found) if found else self._send_json(404, _not_found("batch", path))
+        else:
+            self._send_json(404, _invalid_url("POST", self.path))
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         path = self.path.split("?")[0].rstrip("/")
         api = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}.get(path)
+        if api is None and path.startswith(("/v1/files", "/v1/batches")):
+            self._post_batch_api(path, raw)
+            return
         if api is None:
             self._send_json(404, _invalid_url("POST", self.path))
             return
@@ -428,11 +723,28 @@ class _Handler(BaseHTTPRequestHandler):
         model = str(body.get("model", ""))
         req = Request(path=path, body=body, headers=headers, model=model, api=api)
         owner = self.owner
+        admitted, limit_headers = owner._enter()
+        if not admitted:
+            self._send_json(429, error_body(429, model), limit_headers)
+            return
+        try:
+            self._generate(req, body, model, headers, limit_headers)
+        finally:
+            owner._leave(served=True)
+
+    def _generate(self, req: Request, body: dict[str, Any], model: str, headers: dict[str, str],
+                  limit_headers: dict[str, str]) -> None:
+        owner = self.owner
         try:
             reply = owner._record(req)
         except Exception as exc:  # a broken test responder: answer 500 rather than hang the client
             self._send_json(500, error_body(500, model, f"fake-openai responder failed: {exc!r}"))
             return
+        if owner._take_flex_unavailable(body):
+            self._send_json(429, {"error": {"message": "Resource unavailable. Please try again later.",
+                                            "type": "server_error", "param": None, "code": "resource_unavailable"}})
+            return
+        reply_headers = {**limit_headers, **reply.headers}
         delay = owner.delay_s + reply.delay_s
         if delay > 0 and owner._stopping.wait(delay):
             self.close_connection = True
@@ -443,14 +755,35 @@ class _Handler(BaseHTTPRequestHandler):
         elif owner.models is not None and model not in owner.models:
             self._send_json(404, error_body(404, model))
         elif reply.raw_body is not None:
-            self._send(reply.status, reply.raw_body, reply.headers)
+            self._send(reply.status, reply.raw_body, reply_headers)
         elif reply.status >= 400:
-            self._send_json(reply.status, error_body(reply.status, model, reply.text, auth), reply.headers)
+            self._send_json(reply.status, error_body(reply.status, model, reply.text, auth), reply_headers)
         elif body.get("stream"):
             self._send_json(400, error_body(400, model, "fake-openai does not stream; send stream=false."))
         else:
-            make = chat_body if api == "chat" else responses_body
-            self._send_json(reply.status, make(req, reply, owner._next_id()), reply.headers)
+            make = chat_body if req.api == "chat" else responses_body
+            self._send_json(reply.status, make(req, reply, owner._next_id()), reply_headers)
+
+
+def _jsonl(rows: list[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in rows)
+
+
+def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, bytes]]:
+    """multipart/form-data fields → {name: (filename, data)} (the stdlib email parser reads MIME)."""
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode() + b"\r\nMIME-Version: 1.0\r\n\r\n" + raw)
+    fields: dict[str, tuple[str | None, bytes]] = {}
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        data = part.get_payload(decode=True) or b""
+        fields[str(name)] = (part.get_filename(), data)
+    return fields
+
+
+def _not_found(kind: str, path: str) -> dict[str, Any]:
+    return {"error": {"message": f"No such {kind}: {path.rsplit('/', 1)[-1]}", "type": "invalid_request_error",
+                      "param": None, "code": None}}
 
 
 def _invalid_url(method: str, path: str) -> dict[str, Any]:
@@ -498,10 +831,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="sleep before every answer")
     parser.add_argument("--script", help="JSON file of scripted replies")
     parser.add_argument("--models", help="comma-separated known models; others get 404 model_not_found")
+    parser.add_argument("--max-concurrent", type=int, help="answer 429 (with rate-limit headers) above this")
     args = parser.parse_args(argv)
     queued, responder = load_script(args.script) if args.script else ([], echo_responder)
     models = [m for m in args.models.split(",") if m] if args.models else None
-    fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models)
+    fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models, max_concurrent=args.max_concurrent)
     fake.queue(*queued)
     fake.start(args.port)
     print(fake.base_url, flush=True)
