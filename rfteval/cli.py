@@ -67,6 +67,7 @@ def main() -> None:
 
 # Registration: each module adds its commands to `app` / `validate_app` on import.
 from rfteval.commands import (  # noqa: E402,F401
+    batches_cmd,
     compare_cmd,
     export_reward_cmd,
     grade_cmd,

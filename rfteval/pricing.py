@@ -1,9 +1,13 @@
 """What a run's tokens cost: a small default price table that a spec's [pricing] table overrides.
 
-Prices are USD per million tokens (standard tier, no batch or cached-input discount), as listed on
-OpenAI's pricing page when this table was written; they change, so a spec can set its own. Reasoning
-tokens are part of `output_tokens` in OpenAI's usage and are billed as output. A model with no price
-gets no cost (shown as "—"), never a guessed one.
+Prices are USD per million tokens (standard tier, no cached-input discount), as listed on OpenAI's
+pricing page when this table was written; they change, so a spec can set its own. Reasoning tokens are
+part of `output_tokens` in OpenAI's usage and are billed as output. A model with no price gets no cost
+(shown as "—"), never a guessed one.
+
+The batch column: what the Batch API (and flex processing, billed at batch rates) charges. OpenAI's batch
+price is half the standard one for the models here, so an entry without its own batch prices gets half;
+an override may give `batch_input` / `batch_output`.
 """
 
 from __future__ import annotations
@@ -11,7 +15,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# model (or model prefix) → (input, output) USD per 1M tokens.
+BATCH_DISCOUNT = 0.5
+# Response tiers billed at batch prices: the Batch API, flex processing, and imported Batch API output.
+DISCOUNTED_TIERS = frozenset({"batch", "flex", "import"})
+Price = tuple[float, float, float, float]  # input, output, batch input, batch output; USD per 1M tokens
+
+# model (or model prefix) → (input, output) USD per 1M tokens; batch prices default to half.
 DEFAULT_PRICES: dict[str, tuple[float, float]] = {
     "gpt-4o": (2.50, 10.00),
     "gpt-4o-mini": (0.15, 0.60),
@@ -32,18 +41,26 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def price_table(overrides: Mapping[str, Any] | None = None) -> dict[str, tuple[float, float]]:
-    """The default table with a spec's [pricing] entries ({"input", "output"} or PriceSpec) on top."""
-    table = dict(DEFAULT_PRICES)
+def _with_batch(inp: float, out: float, batch_in: Any = None, batch_out: Any = None) -> Price:
+    return (inp, out, float(batch_in) if batch_in is not None else inp * BATCH_DISCOUNT,
+            float(batch_out) if batch_out is not None else out * BATCH_DISCOUNT)
+
+
+def price_table(overrides: Mapping[str, Any] | None = None) -> dict[str, Price]:
+    """The default table with a spec's [pricing] entries ({"input", "output", "batch_input"?, "batch_output"?}
+    or PriceSpec) on top; every entry gets its batch column."""
+    table = {model: _with_batch(*p) for model, p in DEFAULT_PRICES.items()}
     for model, price in (overrides or {}).items():
         if isinstance(price, Mapping):
-            table[model] = (float(price["input"]), float(price["output"]))
+            table[model] = _with_batch(float(price["input"]), float(price["output"]), price.get("batch_input"),
+                                       price.get("batch_output"))
         else:
-            table[model] = (float(price.input), float(price.output))
+            table[model] = _with_batch(float(price.input), float(price.output), getattr(price, "batch_input", None),
+                                       getattr(price, "batch_output", None))
     return table
 
 
-def find_price(model: str, table: Mapping[str, tuple[float, float]]) -> tuple[float, float] | None:
+def find_price(model: str, table: Mapping[str, tuple[float, ...]]) -> tuple[float, ...] | None:
     """Exact name first, else the longest key that prefixes the name at a '-' or ':' boundary."""
     if model in table:
         return table[model]
@@ -54,9 +71,14 @@ def find_price(model: str, table: Mapping[str, tuple[float, float]]) -> tuple[fl
     return table[best] if best is not None else None
 
 
-def cost_usd(model: str, input_tokens: int, output_tokens: int,
-             table: Mapping[str, tuple[float, float]]) -> float | None:
+def cost_usd(model: str, input_tokens: int, output_tokens: int, table: Mapping[str, tuple[float, ...]],
+             batch: bool = False) -> float | None:
+    """USD for these tokens; `batch`: at the batch column's prices (half the standard ones unless set)."""
     price = find_price(model, table)
     if price is None:
         return None
-    return (input_tokens * price[0] + output_tokens * price[1]) / 1_000_000
+    if batch:
+        p_in, p_out = (price[2], price[3]) if len(price) >= 4 else (price[0] * BATCH_DISCOUNT, price[1] * BATCH_DISCOUNT)
+    else:
+        p_in, p_out = price[0], price[1]
+    return (input_tokens * p_in + output_tokens * p_out) / 1_000_000

@@ -28,6 +28,9 @@ class RetryPolicy:
     max_backoff_s: float = 60.0
     max_retry_after_s: float = 300.0  # a server asking for longer is capped, not obeyed blindly
     retryable: frozenset[str] = field(default=RETRYABLE)
+    # flex's 429 "resource unavailable" is a capacity shortage that lasts minutes, not a rate limit that resets
+    # in seconds: its waits are this many times longer, and never under half their cap (no near-zero jitter)
+    unavailable_factor: float = 10.0
 
     def should_retry(self, exc: BaseException, retries_done: int) -> bool:
         if retries_done >= self.max_retries:
@@ -41,7 +44,11 @@ class RetryPolicy:
 
     def delay(self, retry: int, exc: BaseException, rng: random.Random | None = None) -> float:
         """The wait before retry number `retry`: the jittered backoff, but never less than Retry-After."""
-        wait = self.backoff(retry, rng)
+        if getattr(exc, "unavailable", False):
+            cap = min(self.max_backoff_s, self.base_s * self.unavailable_factor * (2 ** (retry - 1)))
+            wait = (rng or random).uniform(cap / 2, cap)
+        else:
+            wait = self.backoff(retry, rng)
         retry_after = getattr(exc, "retry_after", None)
         if retry_after is not None and retry_after > 0:
             wait = max(wait, min(float(retry_after), self.max_retry_after_s))

@@ -45,6 +45,19 @@ class RunOptions:
     checkpoint_s: float = 60.0  # rewrite the result files this often while running (0: only at the end)
     write_parquet: bool = True
     handle_signals: bool = True
+    # concurrency: adaptive (AIMD up to spec.concurrency) unless fixed
+    fixed_concurrency: bool = False
+    start_concurrency: int | None = None  # default: a quarter of the ceiling, at least 4
+    service_tier: str | None = None  # auto | default | flex | priority, sent with every request
+    transport: str | None = None  # the openai SDK's HTTP transport: aiohttp (default when installed) | httpx
+    # the Batch API (rfteval/batch.py)
+    batch: bool = False
+    batch_tail: str = "batch"  # "sync": cells re-queued after a first window go synchronously
+    batch_poll_s: float = 30.0
+    batch_max_lines: int = 50_000
+    batch_max_bytes: int = 190 * 1024 * 1024
+    export_requests: Path | None = None  # write the request lines, send nothing
+    import_responses: Path | None = None  # read Batch API output lines into the store, then grade
 
 
 class RunMonitor:
@@ -55,6 +68,15 @@ class RunMonitor:
     def advance(self, label: str, error: str | None = None, cached: bool = False) -> None: ...
 
     def retry(self, label: str, kind: str) -> None: ...
+
+    def concurrency(self, label: str, limit: int) -> None:
+        """The adaptive limit of a model's endpoint changed."""
+
+    def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None:
+        """A batch changed status or request counts."""
+
+    def message(self, text: str) -> None:
+        """One line worth telling the user while the run goes on (a failed batch, an adopted one)."""
 
     def stop(self) -> None: ...
 
@@ -73,6 +95,8 @@ class RunResult:
     summary: dict[str, Any]
     totals: dict[str, LabelTotals]
     interrupted: bool = False
+    batches_open: int = 0  # batches still running at the provider (after Ctrl-C): re-run to collect them
+    exported: dict[str, int] | None = None  # --export-requests: file → lines written
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -120,6 +144,18 @@ class _Context:
         for job in self.jobs():
             yield Cell(job.run.label, job.run.model, job.item.id, job.epoch, job.key)
 
+    def batch_jobs(self) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+        """(key, CellInfo, request body) for each cell of a model behind an OpenAI-compatible endpoint."""
+        from rfteval.batch import CellInfo
+
+        for job in self.jobs():
+            provider = self.providers[job.run.label]
+            if not batchable(provider):
+                continue
+            info = CellInfo(job.run.label, job.run.model, job.item.id, job.epoch, getattr(provider, "api", "chat"),
+                            bool(job.run.sampling.response_format))
+            yield job.key, info, provider.request_body(job.request)
+
 
 def stream_items(dataset: str | Path) -> Iterator[Item]:
     """The items of a dataset, one at a time (ids are checked once, by count_items)."""
@@ -147,10 +183,21 @@ def count_items(dataset: str | Path) -> int:
     return len(hashes)
 
 
-def build_providers(runs: list[ModelRun]) -> dict[str, Provider]:
+def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dict[str, Provider]:
     from rfteval.providers import make_provider
 
-    return {run.label: make_provider(run.provider, **run.settings) for run in runs}
+    extra: dict[str, Any] = {}
+    if opts is not None and opts.service_tier is not None:
+        extra["service_tier"] = opts.service_tier
+    if opts is not None and opts.transport is not None:
+        extra["transport"] = opts.transport
+    return {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
+            for run in runs}
+
+
+def batchable(provider: Any) -> bool:
+    """Providers with a Files/Batches client (OpenAI-compatible endpoints); replay answers locally."""
+    return hasattr(provider, "client") and hasattr(provider, "endpoint_path")
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -168,6 +215,16 @@ class _Pipeline:
         self.policy = RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
                                   max_backoff_s=opts.backoff_max_s)
         self.n_workers = spec.concurrency
+        from rfteval.concurrency import AdaptiveLimiter
+
+        self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
+                                                    fixed=opts.fixed_concurrency) for run in ctx.runs}
+        # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
+        # those the batch phase hands back (--batch-tail sync)
+        self.no_sync = {run.label for run in ctx.runs
+                        if (opts.batch or opts.import_responses is not None) and batchable(ctx.providers[run.label])}
+        self.sync_keys: set[str] = set()
+        self.batch_phase: Any = None
         self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
         self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
             maxsize=opts.grade_batch_size * 4)
@@ -180,6 +237,9 @@ class _Pipeline:
         self.groups: dict[tuple[str, ...], list[tuple[_Job, dict[str, Any], bool, bool]]] = {}
 
     async def run(self) -> None:
+        if self.batch_phase is not None:
+            outcome = await self.batch_phase.run()
+            self.sync_keys = outcome.sync_keys
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._produce())
             workers = [tg.create_task(self._work()) for _ in range(self.n_workers)]
@@ -206,10 +266,13 @@ class _Pipeline:
         label = job.run.label
         entry = self.store.get_response(job.key)
         cached = is_reusable_response(entry)
+        if not cached and label in self.no_sync and job.key not in self.sync_keys:
+            return  # left to a batch (or an import): missing until it comes back, never sent here
         if not cached:
             entry = await self._generate(job)
             self.store.put_response(entry)  # stored (and flushed) before it is graded
         assert entry is not None
+        cached = cached and entry.get("session") != self.store.session  # a batch result of this run is fresh
         grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry["error"] else None
         if self.group_mode:
             await self._group_add(job, entry, cached, grade)
@@ -252,14 +315,30 @@ class _Pipeline:
         attempts = 0
         started = 0.0
 
+        limiter = self.limiters[run.label]
+
         async def attempt() -> Any:
             nonlocal attempts, started
             attempts += 1
+            token = await limiter.acquire()
             started = time.perf_counter()
-            return await provider.generate(job.request, self.ctx.spec.timeout)
+            try:
+                gen = await provider.generate(job.request, self.ctx.spec.timeout)
+            except ProviderError as exc:
+                limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
+                raise
+            except BaseException:
+                limiter.release(token, "other")
+                raise
+            before = limiter.current
+            limiter.release(token, "ok", gen.rate)
+            if limiter.current != before:
+                self.monitor.concurrency(run.label, limiter.current)
+            return gen
 
         def on_retry(n: int, exc: BaseException, wait: float) -> None:
             self.monitor.retry(run.label, getattr(exc, "kind", "error"))
+            self.monitor.concurrency(run.label, limiter.current)
 
         common = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
                       session=self.store.session)
@@ -349,17 +428,36 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     grader_hash = config_hash(grader.model_dump(mode="json"))
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)
-    providers = providers if providers is not None else build_providers(runs)
+    providers = providers if providers is not None else build_providers(runs, opts)
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
     labels = [r.label for r in runs]
     out_dir = spec.out_dir
     interrupted = False
     export_lock = threading.Lock()
+    if (opts.batch or opts.export_requests or opts.import_responses) and not any(
+            batchable(p) for p in providers.values()):
+        raise InputError("no model behind an OpenAI-compatible endpoint: nothing to batch, export or import",
+                         field="--batch" if opts.batch else "--export-requests" if opts.export_requests
+                         else "--import-responses")
     store = RunStore(out_dir, fresh=opts.fresh)
     engine = None
     own_judge = judge is None
+    batch_phase = None
     try:
         write_text_atomic(out_dir / RESOLVED_SPEC, to_toml(spec))
+        if opts.export_requests is not None:
+            from rfteval.batch import export_requests
+
+            written = export_requests(Path(opts.export_requests), ctx.batch_jobs(), store)
+            _close_providers(providers)
+            return RunResult(out_dir, {"cells": n_items * spec.epochs * len(runs)}, {}, exported=written)
+        if opts.import_responses is not None:
+            from rfteval.batch import import_responses
+
+            counts = import_responses(Path(opts.import_responses), ctx.batch_jobs(), store)
+            monitor.message(f"imported {opts.import_responses}: {counts['stored']} responses stored, "
+                            f"{counts['errors']} errors, {counts['failed']} failed lines, {counts['already']} already "
+                            f"stored, {counts['unknown']} not cells of this run")
         if own_judge:
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
@@ -376,6 +474,17 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         prices = price_table(spec.pricing)
         monitor.start({label: n_items * spec.epochs for label in labels})
         pipeline = _Pipeline(ctx, store, engine, stored_under, monitor, opts, export, judge=judge)
+        if opts.batch:
+            from rfteval.batch import BatchPhase
+            from rfteval.retry import RetryPolicy
+
+            batch_phase = pipeline.batch_phase = BatchPhase(
+                store=store, run_id=store.run_id, jobs=ctx.batch_jobs,
+                providers={label: p for label, p in providers.items() if batchable(p)}, monitor=monitor,
+                policy=RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
+                                   max_backoff_s=opts.backoff_max_s),
+                poll_s=opts.batch_poll_s, max_lines=opts.batch_max_lines, max_bytes=opts.batch_max_bytes,
+                tail=opts.batch_tail, say=monitor.message)
         try:
             interrupted = _run_loop(pipeline, opts.handle_signals, providers)
         finally:
@@ -393,9 +502,20 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 reader.close()
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
                                     not interrupted, prices)
+            summary["concurrency"] = {label: lim.summary() for label, lim in pipeline.limiters.items()}
+            open_batches = 0
+            if batch_phase is not None:
+                chunks = list(batch_phase.journal.chunks.values())
+                open_batches = sum(1 for c in chunks if c.live and (c.batch_id or c.file_id))
+                summary["batches"] = {"chunks": len(chunks), "open": open_batches,
+                                      "stored_this_invocation": batch_phase.outcome.stored,
+                                      "failed_chunks": batch_phase.outcome.failed_chunks,
+                                      "messages": batch_phase.outcome.messages}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
-        return RunResult(out_dir, summary, totals, interrupted)
+        return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches)
     finally:
+        if batch_phase is not None:
+            batch_phase.close()
         if engine is not None:
             engine.close()
         if own_judge and judge is not None:
@@ -508,6 +628,17 @@ def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Pr
     return asyncio.run(main())
 
 
+def _close_providers(providers: dict[str, Provider]) -> None:
+    async def close() -> None:
+        for provider in providers.values():
+            try:
+                await provider.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+    asyncio.run(close())
+
+
 def _first(group: BaseExceptionGroup) -> BaseException:
     exc: BaseException = group
     while isinstance(exc, BaseExceptionGroup):
@@ -561,7 +692,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
             "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
             "error_rate": t.error_count / t.cells if t.cells else 0.0,
             "tokens": {"input": t.input_tokens, "output": t.output_tokens, "reasoning": t.reasoning_tokens},
-            "cost_usd": cost_usd(run.model, t.input_tokens, t.output_tokens, prices),
+            "cost_usd": _model_cost(run.model, t, prices),
         }
     labels = [r.label for r in runs]
     base = baseline_label(labels)
@@ -590,6 +721,17 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "max_error_rate": spec.max_error_rate, "finished_at": now_iso(),
         **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
     })
+
+
+def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:
+    """Standard prices for synchronous tokens, the batch column for Batch API / flex / imported ones."""
+    from rfteval.pricing import cost_usd
+
+    sync = cost_usd(model, t.input_tokens - t.discounted_input_tokens, t.output_tokens - t.discounted_output_tokens,
+                    prices)
+    if sync is None:
+        return None
+    return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
 
 
 def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, tuple[float, float]]

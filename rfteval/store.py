@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rfteval.errors import InputError
+from rfteval.pricing import DISCOUNTED_TIERS
 from rfteval.records import dumps_record, make_record, now_iso
 
 STORE = "store"
@@ -162,7 +163,18 @@ class RunStore:
     def _wipe(self) -> None:
         """--fresh: remove what this run directory's run wrote, and nothing else (not other runs' records)."""
         old_run = self._read_run_id()
-        for name in (RESPONSES, GRADES, INDEX, INDEX + "-wal", INDEX + "-shm"):
+        from rfteval.batch import CHUNK_DIR, JOURNAL, read_journal
+
+        live = [c for c in read_journal(self.dir) if c.live and not c.cancel_requested and c.file_id]
+        if live:  # their ids would be forgotten while they still cost money
+            self._lock_fh.close()
+            raise InputError(f"{len(live)} batch(es) of this run are still open at the provider; re-run without "
+                             f"--fresh to collect them, or cancel them first (rfteval batches {self.dir} --cancel)",
+                             self.dir, field="--fresh")
+        if (self.store_dir / CHUNK_DIR).is_dir():
+            for path in (self.store_dir / CHUNK_DIR).iterdir():
+                path.unlink()
+        for name in (RESPONSES, GRADES, INDEX, INDEX + "-wal", INDEX + "-shm", JOURNAL):
             (self.store_dir / name).unlink(missing_ok=True)
         for name in (RUN_FILE, RESULTS, SUMMARY, RESOLVED_SPEC):
             (self.dir / name).unlink(missing_ok=True)
@@ -326,6 +338,9 @@ def response_entry(
         entry.update({"output_text": None, "output_tools": None, "output_json": None, "choices": None,
                       "usage": None, "finish_reason": None, "error": {"type": error[0], "message": error[1]}})
     entry.update({"latency_s": latency_s, "attempts": attempts, "session": session, "at": now_iso()})
+    tier = getattr(generation, "tier", None)
+    if tier is not None:
+        entry["tier"] = tier  # "flex" (and batch results) bill at batch prices
     return entry
 
 
@@ -392,6 +407,9 @@ class LabelTotals:
     output_tokens: int = 0
     reasoning_tokens: int = 0
     cached: int = 0
+    # of the tokens above, those billed at batch prices (Batch API, flex, imported batch output)
+    discounted_input_tokens: int = 0
+    discounted_output_tokens: int = 0
     item_means: array = field(default_factory=lambda: array("d"))  # per item in dataset order; NaN: no record yet
     judge_calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # call → (judge model, usage)
 
@@ -470,6 +488,9 @@ def write_results(
             t.records += 1
             t.cached += cached
             _add_usage(t, rec.get("usage"))
+            if response.get("tier") in DISCOUNTED_TIERS and rec.get("usage"):
+                t.discounted_input_tokens += int(rec["usage"].get("input_tokens") or 0)
+                t.discounted_output_tokens += int(rec["usage"].get("output_tokens") or 0)
             add_judge_calls(t.judge_calls, rec.get("grade_details"))
             if rec["error"]:
                 t.errors[f"{rec['error']['stage']}:{rec['error']['type']}"] += 1

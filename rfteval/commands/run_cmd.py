@@ -68,8 +68,27 @@ def run_command(
     fresh: bool = typer.Option(False, "--fresh", help="Discard what --out holds and start over."),
     per_item: bool = typer.Option(False, "--per-item", help="Also print each item's mean per model."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    fixed: bool = typer.Option(False, "--fixed", help="Keep --concurrency fixed instead of adapting it to the "
+                               "endpoint's rate limits (429s, Retry-After, x-ratelimit-* headers)."),
+    service_tier: Optional[str] = typer.Option(None, "--service-tier", metavar="auto|default|flex|priority",
+                                               help="Sent with every request; flex bills at batch prices, and its "
+                                                    "429 'resource unavailable' is retried with longer waits."),
+    batch: bool = typer.Option(False, "--batch", help="Send cells without a stored response through the Batch "
+                               "API (half price, up to 24 h); re-run the same command to resume or collect."),
+    batch_tail: str = typer.Option("batch", "--batch-tail", metavar="batch|sync",
+                                   help="Cells that come back failed or batch_expired: another batch, or sync "
+                                        "requests at once [default: batch]."),
+    export_requests: Optional[Path] = typer.Option(None, "--export-requests", metavar="FILE.jsonl",
+                                                   help="Write the Batch API request lines of cells without a "
+                                                        "response (vllm run-batch, Ray Data) and send nothing."),
+    import_responses: Optional[Path] = typer.Option(None, "--import-responses", metavar="FILE.jsonl",
+                                                    help="Read Batch API output lines (OpenAI's, vllm run-batch's) "
+                                                         "into the run, then grade; sends nothing."),
     retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
     checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
+    batch_poll_s: float = typer.Option(30.0, "--batch-poll-interval", hidden=True),
+    batch_max_lines: int = typer.Option(50_000, "--batch-max-lines", hidden=True),
+    transport: Optional[str] = typer.Option(None, "--http-transport", hidden=True),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console
@@ -88,7 +107,17 @@ def run_command(
         judge_concurrency=judge_concurrency, group_models=group_models,
     )
     run_spec = build_spec(spec, overrides)
+    from rfteval.errors import InputError
     from rfteval.graders import load_grader
+
+    if service_tier is not None and service_tier not in ("auto", "default", "flex", "priority"):
+        raise InputError(f"expected auto, default, flex or priority, got {service_tier!r}", field="--service-tier")
+    if batch_tail not in ("batch", "sync"):
+        raise InputError(f"expected batch or sync, got {batch_tail!r}", field="--batch-tail")
+    modes = [flag for flag, on in (("--batch", batch), ("--export-requests", export_requests is not None),
+                                   ("--import-responses", import_responses is not None)) if on]
+    if len(modes) > 1:
+        raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
 
     python_sandbox(load_grader(run_spec.grader), unsafe_python_graders, run_spec.endpoint.api_key_env,
                    run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
@@ -96,19 +125,34 @@ def run_command(
     out_dir = run_spec.out_dir
     if not quiet:
         err.print(f"rfteval: {run_spec.run_name} -> {out_dir}", highlight=False)
-    monitor = RunMonitor() if quiet else RichMonitor(err)
+    monitor = _QuietMonitor() if quiet else RichMonitor(err)
     try:
-        result = run_eval(run_spec, monitor, RunOptions(fresh=fresh, backoff_base_s=retry_base,
-                                                        checkpoint_s=checkpoint_s))
+        result = run_eval(run_spec, monitor, RunOptions(
+            fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
+            service_tier=service_tier, transport=transport, batch=batch, batch_tail=batch_tail,
+            batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
+            import_responses=import_responses))
     except FatalRunError as exc:
         typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None
     s = result.summary
+    if result.exported is not None:
+        for path, n in result.exported.items():
+            typer.echo(f"wrote {n} request lines to {path}")
+        typer.echo("send them with any Batch API engine (vllm run-batch -i FILE -o OUT.jsonl, Ray Data, OpenAI's "
+                   "Batch API), then: the same command with --import-responses OUT.jsonl")
+        raise typer.Exit(ExitStatus.SUCCESS)
     if result.interrupted:
         done = sum(t.records for t in result.totals.values())
         typer.echo(f"rfteval: interrupted after {done} of {s['cells']} cells; every stored response is kept. "
                    f"Resume with the same command (same --out {out_dir}); --fresh starts over.", err=True)
+        if result.batches_open:
+            typer.echo(f"rfteval: {result.batches_open} batch(es) keep running at the provider (rfteval batches "
+                       f"{out_dir}); re-running the same command collects them, paid once.", err=True)
         raise typer.Exit(ExitStatus.INTERRUPTED)
+    if s.get("batches", {}).get("open"):
+        typer.echo(f"rfteval: {s['batches']['open']} batch(es) still open; re-run the same command to collect them",
+                   err=True)
     console = Console()
     if not console.is_terminal:
         console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
@@ -122,6 +166,22 @@ def run_command(
                    f"--max-error-rate {s['max_error_rate']:.1%}; re-running the same command re-sends the failed "
                    "requests", err=True)
     raise typer.Exit(result.exit_code)
+
+
+def _quiet_monitor_class() -> type:
+    from rfteval.runner import RunMonitor
+
+    class QuietMonitor(RunMonitor):
+        """No progress bars; the one-line messages (a failed batch, an adopted one) still reach stderr."""
+
+        def message(self, text: str) -> None:
+            typer.echo(f"rfteval: {text}", err=True)
+
+    return QuietMonitor
+
+
+def _QuietMonitor() -> object:  # noqa: N802 - built lazily so `rfteval --help` imports no runner
+    return _quiet_monitor_class()()
 
 
 def _s(path: Path | None) -> str | None:

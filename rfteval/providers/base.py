@@ -22,11 +22,18 @@ FATAL: frozenset[str] = frozenset({"auth", "not_found"})
 
 
 class ProviderError(Exception):
-    def __init__(self, kind: ErrorKind, message: str, status: int | None = None, retry_after: float | None = None):
+    """`rate` holds the x-ratelimit-* figures the answer carried (see RateInfo); `unavailable` marks flex
+    processing's 429 "resource unavailable": capacity, not the account's rate, so it waits longer and does not
+    cut concurrency."""
+
+    def __init__(self, kind: ErrorKind, message: str, status: int | None = None, retry_after: float | None = None,
+                 rate: RateInfo | None = None, unavailable: bool = False):
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
+        self.rate = rate
+        self.unavailable = unavailable
 
     @property
     def retryable(self) -> bool:
@@ -35,6 +42,33 @@ class ProviderError(Exception):
     @property
     def fatal(self) -> bool:
         return self.kind in FATAL
+
+
+@dataclass(frozen=True)
+class RateInfo:
+    """What an answer's x-ratelimit-* headers say (None: not sent); resets in seconds."""
+
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests_s: float | None = None
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens_s: float | None = None
+
+    def low(self, share: float) -> bool:
+        """True when requests or tokens left are under `share` of the limit: slow down before a 429."""
+        for left, limit in ((self.remaining_requests, self.limit_requests),
+                            (self.remaining_tokens, self.limit_tokens)):
+            if left is not None and limit and left < share * limit:
+                return True
+        return False
+
+    def exhausted_wait(self) -> float | None:
+        """Seconds until the exhausted budget (0 left) resets, if any is exhausted."""
+        waits = [reset for left, reset in ((self.remaining_requests, self.reset_requests_s),
+                                           (self.remaining_tokens, self.reset_tokens_s))
+                 if left == 0 and reset is not None]
+        return max(waits) if waits else None
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,8 @@ class Generation:
     finish_reason: str | None = None
     cached: bool = False
     call_id: str | None = None  # judge answers: the judge-cache key of the call that produced it
+    rate: RateInfo | None = None  # the answer's rate-limit headers, for adaptive concurrency
+    tier: str | None = None  # the service tier that served it ("flex" bills at batch prices)
 
 
 class Provider(Protocol):

@@ -7,23 +7,42 @@ import copy
 import email.utils
 import json
 import os
+import re
 import time
 from typing import Any, Literal
 
 from rfteval.errors import InputError
-from rfteval.providers.base import ErrorKind, Generation, GenerationRequest, ProviderError
+from rfteval.providers.base import ErrorKind, Generation, GenerationRequest, ProviderError, RateInfo
 from rfteval.sample import parse_output_json
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, the test server) accept any key
+SERVICE_TIERS = ("auto", "default", "flex", "priority")
+TRANSPORTS = ("aiohttp", "httpx")
 
 
 def _is_openai_url(base_url: str) -> bool:
     return "api.openai.com" in base_url
 
 
+def default_transport() -> str:
+    """aiohttp when the SDK's aiohttp extra is installed: it costs less CPU per request than the default httpx2
+    transport, whose connection-pool bookkeeping grows with concurrency (bench/README.md has the figures)."""
+    try:
+        import aiohttp  # noqa: F401
+    except ImportError:
+        return "httpx"
+    return "aiohttp"
+
+
 class OpenAIProvider:
-    """One endpoint. The SDK never retries (`max_retries=0`): the runner retries, and counts each retry."""
+    """One endpoint. The SDK never retries (`max_retries=0`): the runner retries, and counts each retry.
+
+    Answers are read raw (`with_raw_response`) and parsed from JSON here, not through the SDK's pydantic models:
+    rfteval needs a few fields, and building and dumping the models was most of the client's CPU per request.
+    The raw answer also carries the rate-limit headers that adaptive concurrency steers by.
+    `service_tier` goes with every request but not into the cache key: flex and default sample the same model.
+    """
 
     def __init__(
         self,
@@ -31,9 +50,20 @@ class OpenAIProvider:
         api_key_env: str = "OPENAI_API_KEY",
         api: Literal["chat", "responses"] = "chat",
         extra_headers: dict[str, str] | None = None,
+        service_tier: str | None = None,
+        transport: str | None = None,
     ):
         if api not in ("chat", "responses"):
             raise InputError(f"unknown api {api!r}; expected 'chat' or 'responses'", field="api")
+        if service_tier is not None and service_tier not in SERVICE_TIERS:
+            raise InputError(f"unknown service tier {service_tier!r}; expected one of {', '.join(SERVICE_TIERS)}",
+                             field="--service-tier")
+        transport = transport or default_transport()
+        if transport not in TRANSPORTS:
+            raise InputError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}",
+                             field="transport")
+        self.service_tier = service_tier
+        self.transport = transport
         self.base_url = (base_url or OPENAI_BASE_URL).rstrip("/")
         self.api = api
         self.api_key_env = api_key_env
@@ -51,9 +81,27 @@ class OpenAIProvider:
         import openai  # heavy: imported only when a provider is built
 
         self._openai = openai
+        http_client = None
+        if transport == "aiohttp":
+            import httpx2
+
+            # as many connections as the SDK's default pool (1,000), not aiohttp's 100
+            http_client = openai.DefaultAioHttpClient(
+                limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=1000))
         self._client = openai.AsyncOpenAI(
-            api_key=key, base_url=self.base_url, max_retries=0, default_headers=self._extra_headers or None
+            api_key=key, base_url=self.base_url, max_retries=0, default_headers=self._extra_headers or None,
+            http_client=http_client,
         )
+        self._create = (self._client.chat.completions.with_raw_response.create if api == "chat"
+                        else self._client.responses.with_raw_response.create)
+
+    @property
+    def client(self) -> Any:
+        """The SDK client (the batch path uses its Files and Batches resources)."""
+        return self._client
+
+    def endpoint_path(self) -> str:
+        return "/v1/chat/completions" if self.api == "chat" else "/v1/responses"
 
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self.base_url!r}, api={self.api!r}, api_key_env={self.api_key_env!r})"
@@ -69,23 +117,26 @@ class OpenAIProvider:
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
         body = self.request_body(request)
+        if self.service_tier is not None:
+            body["service_tier"] = self.service_tier
         try:
             async with asyncio.timeout(timeout_s):
-                if self.api == "chat":
-                    resp = await self._client.chat.completions.create(**body, timeout=timeout_s)
-                else:
-                    resp = await self._client.responses.create(**body, timeout=timeout_s)
+                raw = await self._create(**body, timeout=timeout_s)
+                content = raw.http_response.content
         except Exception as exc:
             err = self._classify(exc, timeout_s)
             if err is None:
                 raise  # not an endpoint failure but a bug: let it show
             raise err from None
-        try:
-            data = resp.model_dump(mode="json", exclude_none=False, warnings=False)
-        except AttributeError:  # the SDK handed back text: the body was not JSON
-            raise ProviderError("malformed", f"response body is not JSON: {str(resp)[:200]!r}") from None
+        data = _loads(content)
+        if not isinstance(data, dict):
+            raise ProviderError("malformed", f"response body is not a JSON object: {content[:200]!r}")
         parse = parse_chat if self.api == "chat" else parse_responses
-        return parse(data, structured=bool(request.sampling.response_format))
+        gen = parse(data, structured=bool(request.sampling.response_format))
+        gen.rate = rate_info(raw.headers)
+        tier = data.get("service_tier")
+        gen.tier = tier if isinstance(tier, str) else None
+        return gen
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -96,9 +147,13 @@ class OpenAIProvider:
             text = text.replace(secret, "***")
         return text
 
+    def classify(self, exc: Exception, timeout_s: float = 600.0) -> ProviderError | None:
+        """An SDK exception as a ProviderError (None: not an endpoint failure, a bug)."""
+        return self._classify(exc, timeout_s)
+
     def _classify(self, exc: Exception, timeout_s: float) -> ProviderError | None:
         oa = self._openai
-        if isinstance(exc, (TimeoutError, oa.APITimeoutError)):
+        if isinstance(exc, (TimeoutError, oa.APITimeoutError)) and not _refused(exc):
             return ProviderError("timeout", f"no answer within {timeout_s:g}s")
         if isinstance(exc, oa.APIConnectionError):
             cause = exc.__cause__ or exc.__context__
@@ -108,12 +163,81 @@ class OpenAIProvider:
             status = exc.status_code
             message = self._scrub(f"HTTP {status}: {_error_message(exc)}")
             kind = status_kind(status)
-            retry_after = parse_retry_after(exc.response.headers, time.time()) if kind in ("rate_limit", "server") else None
-            return ProviderError(kind, message, status=status, retry_after=retry_after)
+            headers = exc.response.headers
+            retry_after = parse_retry_after(headers, time.time()) if kind in ("rate_limit", "server") else None
+            unavailable = kind == "rate_limit" and _is_unavailable(exc)
+            return ProviderError(kind, message, status=status, retry_after=retry_after, rate=rate_info(headers),
+                                 unavailable=unavailable)
         if isinstance(exc, (oa.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError)):
             # a 2xx whose body the SDK could not parse
             return ProviderError("malformed", self._scrub(f"unparseable response: {type(exc).__name__}: {exc}"[:300]))
         return None
+
+
+def _refused(exc: BaseException) -> bool:
+    """The aiohttp transport reports a refused connection as a connect *timeout*; it is a connection error."""
+    cause = exc.__cause__ or exc.__context__
+    return cause is not None and "Cannot connect to host" in str(cause)
+
+
+def _loads(content: bytes) -> Any:
+    """JSON of an answer body; msgspec is several times faster than json and both give plain dicts."""
+    import msgspec
+
+    try:
+        return msgspec.json.decode(content)
+    except msgspec.DecodeError:
+        try:
+            return json.loads(content)
+        except (ValueError, UnicodeDecodeError):
+            raise ProviderError("malformed", f"response body is not JSON: {content[:200]!r}") from None
+
+
+def _is_unavailable(exc: Any) -> bool:
+    """Flex processing's 429 when capacity is short ("Resource unavailable"), as opposed to a rate limit."""
+    body = exc.body if isinstance(getattr(exc, "body", None), dict) else {}
+    err = body.get("error", body) if isinstance(body, dict) else {}
+    text = f"{err.get('code') or ''} {err.get('message') or ''}".lower() if isinstance(err, dict) else ""
+    return "resource_unavailable" in text or "resource unavailable" in text
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+def parse_duration(text: str | None) -> float | None:
+    """`x-ratelimit-reset-*` durations ("1s", "6m0s", "200ms", "1h2m3.5s") in seconds; None when absent or bad."""
+    if not text:
+        return None
+    text = text.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def rate_info(headers: Any) -> RateInfo | None:
+    """The x-ratelimit-* headers of an answer, or None when it sent none (most local servers)."""
+    get = headers.get
+    if get("x-ratelimit-remaining-requests") is None and get("x-ratelimit-remaining-tokens") is None:
+        return None
+    return RateInfo(limit_requests=_int(get("x-ratelimit-limit-requests")),
+                    remaining_requests=_int(get("x-ratelimit-remaining-requests")),
+                    reset_requests_s=parse_duration(get("x-ratelimit-reset-requests")),
+                    limit_tokens=_int(get("x-ratelimit-limit-tokens")),
+                    remaining_tokens=_int(get("x-ratelimit-remaining-tokens")),
+                    reset_tokens_s=parse_duration(get("x-ratelimit-reset-tokens")))
 
 
 def status_kind(status: int) -> ErrorKind:

@@ -71,12 +71,14 @@ class RichMonitor(RunMonitor):
         self.progress = Progress(
             TextColumn("{task.description:>10}"), BarColumn(bar_width=30), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
-            TextColumn("errors {task.fields[errors]}  retries {task.fields[retries]}  cached {task.fields[cached]}"),
+            TextColumn("errors {task.fields[errors]}  retries {task.fields[retries]}  cached {task.fields[cached]}"
+                       "{task.fields[limit]}"),
             console=self.console, refresh_per_second=4, transient=False,
         )
         for label, total in totals.items():
             self._counts[label] = {"done": 0, "errors": 0, "retries": 0, "cached": 0}
-            self._tasks[label] = self.progress.add_task(label, total=total, rate="", errors=0, retries=0, cached=0)
+            self._tasks[label] = self.progress.add_task(label, total=total, rate="", errors=0, retries=0, cached=0,
+                                                        limit="")
         self._t0 = time.monotonic()
         self.progress.start()
 
@@ -90,6 +92,23 @@ class RichMonitor(RunMonitor):
     def retry(self, label: str, kind: str) -> None:
         self._counts[label]["retries"] += 1
         self._maybe_push()
+
+    def concurrency(self, label: str, limit: int) -> None:
+        """The adaptive concurrency limit, shown at the end of the model's line."""
+        if self.progress is not None and label in self._tasks:
+            self.progress.update(self._tasks[label], limit=f"  limit {limit}")
+
+    def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None:
+        done = counts.get("completed", 0) + counts.get("failed", 0)
+        total = counts.get("total") or 0
+        failed = f", {counts['failed']} failed" if counts.get("failed") else ""
+        self.message(f"batch {chunk}: {status}" + (f" ({done}/{total}{failed})" if total else ""))
+
+    def message(self, text: str) -> None:
+        if self.progress is not None:
+            self.progress.console.print(text, highlight=False, markup=False)
+        else:
+            self.console.print(text, highlight=False, markup=False)
 
     def _maybe_push(self, force: bool = False) -> None:
         now = time.monotonic()
