@@ -101,3 +101,14 @@ def test_unknown_operation_rejected_at_load(tmp_path, operation):
     with pytest.raises(InputError) as exc:
         load_grader(p)
     assert str(exc.value).startswith(f"{p}:6: operation: ")
+
+
+def test_neq_is_read_as_ne_with_a_note():
+    from rfteval.graders.base import load_notes
+    from rfteval.graders.loader import parse_config
+
+    config = parse_config({"type": "string_check", "name": "n", "input": "{{ sample.output_text }}",
+                           "reference": "x", "operation": "neq"})
+    assert config.operation == "ne"
+    assert load_notes(config) == ["operation 'neq' read as 'ne' (the graders guide writes neq; the API lists ne: "
+                                  "upload ne)"]

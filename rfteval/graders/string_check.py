@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, ValidationInfo
 
 from rfteval.graders.base import INVALID_VARIABLE, BuildContext, GradeResult, GraderConfig, SampleGrader, register
 from rfteval.graders.template import TemplateError, check_template, compile_template
@@ -12,8 +12,14 @@ from rfteval.graders.template import TemplateError, check_template, compile_temp
 TemplateStr = Annotated[str, AfterValidator(check_template)]
 
 
-def _alias_neq(value: Any) -> Any:
-    return "ne" if value == "neq" else value  # the guide's prose says `neq`; the API enum is `ne`
+def _alias_neq(value: Any, info: ValidationInfo) -> Any:
+    """The graders guide's prose says `neq`; the API's enum is `ne`: take both, and say so once."""
+    if value != "neq":
+        return value
+    notes = (info.context or {}).get("notes")
+    if isinstance(notes, list):
+        notes.append("operation 'neq' read as 'ne' (the graders guide writes neq; the API lists ne: upload ne)")
+    return "ne"
 
 
 class StringCheckConfig(GraderConfig):
