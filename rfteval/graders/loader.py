@@ -48,8 +48,12 @@ def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", t
         known = ", ".join(sorted(REGISTRY))
         raise fail(f"unknown grader type {gtype!r} (known: {known})", _format_loc(prefix, ("type",)))
     model = REGISTRY[gtype].config
+    notes: list[str] = []
     try:
-        return model.model_validate(obj, context={"source": source, "prefix": prefix, "text": text})
+        context = {"source": source, "prefix": prefix, "text": text, "notes": notes}
+        config = model.model_validate(obj, context=context)
+        config._notes.extend(notes)  # the defaults filled in (base.load_notes)
+        return config
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = err["loc"]
@@ -61,7 +65,7 @@ def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", t
 def unwrap_grader(obj: Any) -> tuple[Any, str]:
     """The grader object inside the shapes people paste: bare, {"grader"}, or a fine-tuning job."""
     if isinstance(obj, dict):
-        if "type" in obj and "name" in obj:
+        if "type" in obj:  # a bare grader (`name` may be missing: OpenAI's own examples leave it out)
             return obj, ""
         if "grader" in obj and isinstance(obj["grader"], dict):
             return obj["grader"], "grader."
