@@ -83,7 +83,7 @@ def test_grade_bad_dataset_and_grader(files):
     assert res.exit_code == 2 and "items.jsonl:1: messages: must be a non-empty list" in res.output
     grader.write_text('{"type": "string_check"}')
     res = runner.invoke(app, ["validate", "grader", str(grader)])
-    assert res.exit_code == 2 and "grader.json" in res.output and "name: Field required" in res.output
+    assert res.exit_code == 2 and "grader.json" in res.output and "input: Field required" in res.output
 
 
 def test_validate_grader_reference_check(files):
@@ -120,3 +120,43 @@ def test_real_subprocess(files, tmp_path):
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip().endswith("none.jsonl: no such file")
     assert "Traceback" not in bad.stderr
+
+
+def test_grade_refuses_to_write_over_an_input(files):
+    ds, grader, outs, _ = files
+    before = outs.read_text()
+    for target in (outs, ds, grader):
+        res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(target)])
+        assert res.exit_code == 2 and "is also an input of this command" in res.output
+    assert outs.read_text() == before
+
+
+def test_grade_output_path_problems_are_one_line_with_nothing_left_behind(files, tmp_path):
+    ds, grader, outs, _ = files
+    for target, message in ((tmp_path, "is a directory"), (outs / "x.jsonl", "it is a file, not a directory")):
+        res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(target)])
+        assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1
+        assert "Traceback" not in res.output
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_template_no_item_can_fill_stops_before_grading(files):
+    ds, grader, outs, _ = files
+    grader.write_text(json.dumps(dict(SC, reference="{{ item.answer }}")))
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs)])
+    assert res.exit_code == 2
+    assert f"{ds}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer' (and 3 more problems)" \
+        in res.output
+
+
+def test_grade_exits_3_when_records_fail_to_grade(files, tmp_path):
+    ds, grader, outs, _ = files
+    grader.write_text(json.dumps({"type": "python", "name": "boom", "source": "def grade(sample, item):\n"
+                                  "    return 1 / 0"}))
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out",
+                              str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 3 and "8 of 8 records failed to grade" in res.output
+    assert (tmp_path / "r.jsonl").exists()  # the records are kept, the failure is the exit code
+    ok = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out",
+                             str(tmp_path / "r.jsonl"), "--max-error-rate", "1"])
+    assert ok.exit_code == 0 and f"wrote {tmp_path / 'r.jsonl'}" in ok.output

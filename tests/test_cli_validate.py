@@ -86,3 +86,24 @@ def test_validate_grader_repeat_needs_outputs(tmp_path):
     grader, dataset, _ = _judge_files(tmp_path)
     res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--repeat", "3"])
     assert res.exit_code == 2 and "--repeat" in res.output
+
+
+def test_validate_grader_dataset_names_every_failing_item(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from rfteval.cli import app
+
+    ds = tmp_path / "items.jsonl"
+    rows = [{"id": "a", "answer": "1"}, {"id": "b", "reference_answer": "2"}, {"id": "c"}]
+    ds.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": "q"}], **r}) for r in rows) + "\n")
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"type": "string_check", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.answer }}", "operation": "eq"}))
+    res = CliRunner().invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
+    assert res.exit_code == 2
+    assert "note: no name given" in res.stdout
+    assert res.stderr.splitlines() == [
+        f"rfteval: {ds}:2: item b: {{{{ item.answer }}}} (grader reference): no key 'answer'",
+        f"rfteval: {ds}:3: item c: {{{{ item.answer }}}} (grader reference): no key 'answer'"]

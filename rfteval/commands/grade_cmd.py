@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -12,6 +13,10 @@ from rfteval.commands.common import (
     JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, OutputFormat,
     make_judge, python_sandbox,
 )
+from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 @app.command("grade")
@@ -25,6 +30,8 @@ def grade(
     grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
     grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
     items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
+    max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X",
+                                         help="Exit 3 when more than this share of records failed to grade."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", help="table or json."),
     judge_base_url: str | None = JUDGE_BASE_URL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
@@ -37,7 +44,12 @@ def grade(
     from rich.console import Console
 
     from rfteval.dataset import load_dataset
+    from rfteval.errors import InputErrors
     from rfteval.graders import GradeOptions, load_grader
+    from rfteval.graders.base import load_notes
+    from rfteval.graders.checks import preflight
+    from rfteval.graders.loader import has_response_format
+    from rfteval.outfile import check_output, write_output
     from rfteval.grading import default_records_path, grade_outputs
     from rfteval.outputs import iter_outputs
     from rfteval.records import write_jsonl
@@ -45,10 +57,16 @@ def grade(
     from rfteval.summary import records_frame, summarize_models
 
     err = Console(stderr=True)
+    path = check_output(out or default_records_path(outputs), inputs=[dataset, grader, outputs], flag="--out")
     data = load_dataset(dataset, skip_invalid=skip_invalid)
     if data.skipped:
         err.print(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
     config = load_grader(grader)
+    for note in load_notes(config):
+        err.print(f"note: {note}", markup=False, highlight=False)
+    problems = preflight(config, data, grader, has_response_format(grader))
+    if problems:
+        raise InputErrors(problems)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
     outs = list(iter_outputs(outputs, known_items={it.id for it in data}))
@@ -59,16 +77,35 @@ def grade(
     finally:
         if judge is not None:
             judge.close()
-    path = out or default_records_path(outputs)
-    write_jsonl(records, path)
+    write_output(path, lambda tmp: write_jsonl(records, tmp), inputs=[dataset, grader, outputs], flag="--out")
+    errors = sum(1 for r in records if r.get("error"))
     summaries = summarize_models(records_frame(records)) if records else []
     if fmt is OutputFormat.json:
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {
             "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
-        typer.echo(json.dumps({"records_file": str(path), "models": payload}, default=float))
+        typer.echo(json.dumps({"records_file": str(path), "models": payload}, default=_json_number, allow_nan=False))
+        _exit_when_incomplete(errors, len(records), max_error_rate, err)
         return
     console = Console()
     for s in summaries:
         render_items(console, s, limit=items_limit)
     render_models(console, summaries, title=f"Grader {config.name!r} ({config.type})")
-    console.print(f"records: {path}")
+    console.print(f"wrote {path}", markup=False, highlight=False)
+    _exit_when_incomplete(errors, len(records), max_error_rate, err)
+
+
+def _json_number(value: object) -> object:
+    """numpy scalars as Python numbers; NaN and infinity as null (strict JSON parsers refuse NaN)."""
+    import math
+
+    number = float(value)  # type: ignore[arg-type]
+    return number if math.isfinite(number) else None
+
+
+def _exit_when_incomplete(errors: int, records: int, max_error_rate: float, err: Console) -> None:
+    """Exit 3, as `run` does, when more records failed to grade than allowed: a broken grade never passes."""
+    if records and errors / records > max_error_rate:
+        err.print(f"rfteval: {errors} of {records} records failed to grade ({errors / records:.1%} > "
+                  f"--max-error-rate {max_error_rate:g})", markup=False, highlight=False)
+        raise typer.Exit(ExitStatus.INCOMPLETE)
+

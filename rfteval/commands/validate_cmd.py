@@ -59,9 +59,13 @@ def validate_grader(
     from rfteval.graders import GradeOptions, load_grader
     from rfteval.reference import describe_grader, reference_check
 
+    from rfteval.graders.base import load_notes
+
     config = load_grader(path)
     for line in describe_grader(config):
         typer.echo(line)
+    for note in load_notes(config):
+        typer.echo(f"note: {note}")
     if (repeat is None) != (outputs is None):
         raise InputError("--repeat and --outputs go together (and need --dataset)", field="--repeat")
     if dataset is None:
@@ -69,7 +73,15 @@ def validate_grader(
             raise InputError("--repeat needs --dataset", field="--dataset")
         return
     from rfteval.dataset import load_dataset
+    from rfteval.graders.checks import preflight
+    from rfteval.graders.loader import has_response_format
 
+    data = load_dataset(dataset)
+    problems = preflight(config, data, path, has_response_format(path))
+    if problems:  # every failing item, named, before any grading (or judge call) is spent
+        for problem in problems:
+            typer.echo(f"rfteval: {problem}", err=True)
+        raise typer.Exit(ExitStatus.BAD_INPUT)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     options = GradeOptions(python_timeout_s=grader_timeout)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
@@ -78,7 +90,10 @@ def validate_grader(
             from rfteval.commands.readiness_cmd import load_reference_template
 
             template = load_reference_template(reference_template) if reference_template is not None else None
-            typer.echo(reference_check(load_dataset(dataset), config, options, template, judge)["text"])
+            if judge is not None:
+                typer.echo(f"the references go to the judge model: about {len(data)} judge call(s), billed to "
+                           f"the key in ${judge_api_key_env}")
+            typer.echo(reference_check(data, config, options, template, judge)["text"])
             return
         from rfteval.judge_stability import render_report, run_stability
 

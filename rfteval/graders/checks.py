@@ -99,3 +99,11 @@ def check_item_paths(config: Any, items: Iterable[Any], dataset: Any = None, lim
         last = errors[-1]
         errors[-1] = InputError(f"{last.message} (and {more} more)", last.file, last.line, last.field)
     return errors
+
+
+def preflight(config: Any, dataset: Any, grader_source: Any = None, has_response_format: bool = True,
+              limit: int = 50) -> list[InputError]:
+    """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
+    model call: what `validate grader --dataset`, `grade` and `run` check first."""
+    return (check_sample_paths(config, grader_source, has_response_format)
+            + check_item_paths(config, dataset.items, dataset.path, limit))

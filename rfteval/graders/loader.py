@@ -126,3 +126,17 @@ def load_response_format(path: str | Path) -> dict[str, Any] | None:
         if isinstance(rl, dict) and isinstance(rl.get("response_format"), dict):
             return rl["response_format"]
     return None
+
+
+def has_response_format(path: str | Path) -> bool:
+    """Whether samples graded with this grader file get an output_json, as OpenAI fills it.
+
+    A fine-tuning job fills `sample.output_json` only when it sets `response_format`; a bare grader file says
+    nothing about the job, so its samples are taken to have one (the run's --response-format decides).
+    """
+    if reward_function_ref(path) is not None:
+        return True
+    obj, _ = read_json_file(path)
+    if isinstance(obj, dict) and isinstance(obj.get("method"), dict):
+        return load_response_format(path) is not None
+    return True
