@@ -21,10 +21,17 @@ class Output:
     line: int = 0
 
 
-def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_model: str = "outputs") -> Iterator[Output]:
-    """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "output_tools"?}`; errors name file:line."""
+def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_model: str = "outputs",
+                 unknown: list[Output] | None = None) -> Iterator[Output]:
+    """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "output_tools"?}`; errors name file:line.
+
+    A line without `epoch` is the next epoch of its (model, item) in file order: repeated lines of one item are
+    epochs 1, 2, 3, as a hand-written outputs file means them. With `unknown` given, an output whose item is not in
+    `known_items` (its dataset line was skipped as invalid) is set aside there instead of being an error.
+    """
     path = Path(path)
     seen: dict[tuple[str, str, int], int] = {}
+    counts: dict[tuple[str, str], int] = {}
     for lineno, row in iter_jsonl(path):
         if isinstance(row, InputError):
             raise row
@@ -34,17 +41,19 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
         if item_id is None or isinstance(item_id, (bool, dict, list)):
             raise InputError("missing or not a string", path, lineno, "item_id")
         item_id = str(item_id)
-        if known_items is not None and item_id not in known_items:
+        set_aside = known_items is not None and item_id not in known_items
+        if set_aside and unknown is None:
             raise InputError(f"no item {item_id!r} in the dataset", path, lineno, "item_id")
         text = row.get("output_text")
         if not isinstance(text, str):
             raise InputError("missing or not a string", path, lineno, "output_text")
-        epoch = row.get("epoch", 1)
-        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
-            raise InputError("must be an integer >= 1", path, lineno, "epoch")
         model = row.get("model", default_model)
         if not isinstance(model, str) or not model:
             raise InputError("must be a non-empty string", path, lineno, "model")
+        n = counts[(model, item_id)] = counts.get((model, item_id), 0) + 1
+        epoch = row.get("epoch", n)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+            raise InputError("must be an integer >= 1", path, lineno, "epoch")
         tools = row.get("output_tools") or []
         if not isinstance(tools, list):
             raise InputError("must be a list of tool calls", path, lineno, "output_tools")
@@ -52,4 +61,8 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
         if key in seen:
             raise InputError(f"duplicate (model, item_id, epoch) {key} (first on line {seen[key]})", path, lineno)
         seen[key] = lineno
-        yield Output(item_id, epoch, model, text, tools, lineno)
+        output = Output(item_id, epoch, model, text, tools, lineno)
+        if set_aside and unknown is not None:
+            unknown.append(output)
+            continue
+        yield output

@@ -63,7 +63,8 @@ def test_grade_table_output(files, tmp_path):
     ('{"item_id": "q9", "output_text": "x"}', "outputs.jsonl:1: item_id: no item 'q9' in the dataset"),
     ('{"item_id": "q1"}', "outputs.jsonl:1: output_text: missing or not a string"),
     ('{"item_id": "q1", "output_text": "x", "epoch": 0}', "outputs.jsonl:1: epoch: must be an integer >= 1"),
-    ('{"item_id": "q1", "output_text": "x"}\n{"item_id": "q1", "output_text": "y"}', "outputs.jsonl:2: duplicate"),
+    ('{"item_id": "q1", "output_text": "x"}\n{"item_id": "q1", "output_text": "y", "epoch": 1}',
+     "outputs.jsonl:2: duplicate"),
     ("not json", "outputs.jsonl:1: invalid JSON"),
 ])
 def test_grade_bad_outputs_one_line_exit_2_no_file(files, tmp_path, bad, expected):
@@ -160,3 +161,25 @@ def test_grade_exits_3_when_records_fail_to_grade(files, tmp_path):
     ok = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out",
                              str(tmp_path / "r.jsonl"), "--max-error-rate", "1"])
     assert ok.exit_code == 0 and f"wrote {tmp_path / 'r.jsonl'}" in ok.output
+
+
+def test_repeated_lines_without_epoch_are_epochs_in_file_order(tmp_path):
+    from rfteval.outputs import iter_outputs
+
+    outs = tmp_path / "o.jsonl"
+    outs.write_text("\n".join(json.dumps({"item_id": i, "output_text": t}) for i, t in
+                              (("a", "1"), ("b", "x"), ("a", "2"), ("a", "3"))) + "\n")
+    assert [(o.item_id, o.epoch, o.output_text) for o in iter_outputs(outs)] == [
+        ("a", 1, "1"), ("b", 1, "x"), ("a", 2, "2"), ("a", 3, "3")]
+
+
+def test_skip_invalid_also_skips_the_outputs_of_skipped_items(files, tmp_path):
+    ds, grader, outs, _ = files
+    lines = ds.read_text().splitlines()
+    lines[1] = json.dumps({"id": "q1", "messages": []})  # invalid: q1 is skipped
+    ds.write_text("\n".join(lines) + "\n")
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--skip-invalid",
+                              "--out", str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert "skipped 2 output(s) of items not in the dataset" in res.output
+    assert {r["item_id"] for r in read_records(tmp_path / "r.jsonl").to_dict("records")} == {"q0", "q2", "q3"}

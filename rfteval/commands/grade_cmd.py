@@ -26,7 +26,8 @@ def grade(
     outputs: Path = typer.Option(..., "--outputs", "-o",
                                  help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?} per line.'),
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines with a warning."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
+                                      "items that are then missing, with a warning."),
     grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
     grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
     items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
@@ -51,7 +52,7 @@ def grade(
     from rfteval.graders.loader import has_response_format
     from rfteval.outfile import check_output, write_output
     from rfteval.grading import default_records_path, grade_outputs
-    from rfteval.outputs import iter_outputs
+    from rfteval.outputs import Output, iter_outputs
     from rfteval.records import write_jsonl
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.summary import records_frame, summarize_models
@@ -69,7 +70,11 @@ def grade(
         raise InputErrors(problems)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
-    outs = list(iter_outputs(outputs, known_items={it.id for it in data}))
+    set_aside: list[Output] = []
+    outs = list(iter_outputs(outputs, known_items={it.id for it in data}, unknown=set_aside if skip_invalid else None))
+    if set_aside:
+        err.print(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
+                  f"{outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})", markup=False, highlight=False)
     options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
     try:
