@@ -433,7 +433,7 @@ def export_module(config: GraderConfig, target: str, source: str, out: str | Pat
            f"trainer runs.\n\n{usage}\n")
     text = _EXPORT_HEAD.format(
         doc=_doc(doc), factory=factory,
-        config=json.dumps(config.model_dump(mode="json"), indent=2),  # ASCII only: every character survives
+        config=json.dumps(config.model_dump(mode="json", exclude_unset=True), indent=2),  # as written; ASCII only
         options=json.dumps(options),
     ) + tail
     compile(text, "<export>", "exec")  # a JSON text never holds three quotes in a row nor ends in a backslash
