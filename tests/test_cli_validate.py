@@ -107,3 +107,25 @@ def test_validate_grader_dataset_names_every_failing_item(tmp_path):
     assert res.stderr.splitlines() == [
         f"rfteval: {ds}:2: item b: {{{{ item.answer }}}} (grader reference): no key 'answer'",
         f"rfteval: {ds}:3: item c: {{{{ item.answer }}}} (grader reference): no key 'answer'"]
+
+
+def test_a_python_grader_as_a_py_file_and_its_json_form(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from rfteval.cli import app
+    from rfteval.graders.loader import load_grader
+
+    source = 'def grade(sample, item) -> float:\n    return 1.0 if "\\\\" not in sample["output_text"] else 0.0\n'
+    py = tmp_path / "my_grader.py"
+    py.write_text(source)
+    config = load_grader(py)
+    assert (config.type, config.name, config.source) == ("python", "my_grader", source)
+    res = CliRunner().invoke(app, ["validate", "grader", str(py), "--emit-json"])
+    assert res.exit_code == 0
+    assert json.loads(res.stdout) == {"type": "python", "name": "my_grader", "source": source}
+    bad = tmp_path / "bad.py"
+    bad.write_text("def score(sample, item):\n    return 1\n")
+    res = CliRunner().invoke(app, ["validate", "grader", str(bad)])
+    assert res.exit_code == 2 and "grade" in res.stderr

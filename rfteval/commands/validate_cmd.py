@@ -33,7 +33,8 @@ def validate_dataset(path: Path = typer.Argument(..., help="Dataset JSONL.")) ->
 
 @validate_app.command("grader")
 def validate_grader(
-    path: Path = typer.Argument(..., help="Grader JSON: a grader, {\"grader\": ...} or a fine-tuning job."),
+    path: Path = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a fine-tuning job), a python "
+                                "grader as FILE.py, or a reward function as FILE.py:FUNCTION."),
     dataset: Path | None = typer.Option(None, "--dataset", "-d",
                                         help="Also grade each item's reference answer as if it were the output."),
     reference_template: str | None = typer.Option(
@@ -51,6 +52,8 @@ def validate_grader(
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+    emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
+                                   "upload; a .py grader wrapped with its source) and nothing else."),
 ) -> None:
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
@@ -62,6 +65,11 @@ def validate_grader(
     from rfteval.graders.base import load_notes
 
     config = load_grader(path)
+    if emit_json:
+        import json
+
+        typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
+        return
     for line in describe_grader(config):
         typer.echo(line)
     for note in load_notes(config):

@@ -102,15 +102,23 @@ def load_reward_function(file: Path, function: str) -> GraderConfig:
     return parse_config(obj, file, "")
 
 
+def python_grader_file(path: str | Path) -> GraderConfig:
+    """A python grader written as a plain .py file defining grade(sample, item): wrapped into OpenAI's JSON form
+    (`validate grader FILE.py --emit-json` prints it for upload), named after the file, so nobody escapes Python
+    into a JSON string by hand."""
+    path = Path(path)
+    text = read_input_text(path, "a Python file")
+    return parse_config({"type": "python", "name": path.stem, "source": text}, path, "")
+
+
 def load_grader(path: str | Path) -> GraderConfig:
-    """A grader config from a file holding a grader, {"grader": ...} or a fine-tuning job; or, given as
-    FILE.py:FUNCTION, a TRL-style reward function used as a grader."""
+    """A grader config from a file holding a grader, {"grader": ...} or a fine-tuning job; a python grader as a
+    .py file defining grade(sample, item); or, given as FILE.py:FUNCTION, a TRL-style reward function."""
     ref = reward_function_ref(path)
     if ref is not None:
         return load_reward_function(*ref)
     if str(path).endswith(".py"):
-        raise InputError("a reward function is named as FILE.py:FUNCTION (the function in the file to grade with)",
-                         path)
+        return python_grader_file(path)
     obj, text = read_json_file(path)
     grader, prefix = unwrap_grader(obj)
     return parse_config(grader, path, prefix.rstrip("."), text)
@@ -118,7 +126,7 @@ def load_grader(path: str | Path) -> GraderConfig:
 
 def load_response_format(path: str | Path) -> dict[str, Any] | None:
     """The job's method.reinforcement.response_format when the grader file is a fine-tuning job."""
-    if reward_function_ref(path) is not None:
+    if reward_function_ref(path) is not None or str(path).endswith(".py"):
         return None
     obj, _ = read_json_file(path)
     if isinstance(obj, dict):
@@ -134,7 +142,7 @@ def has_response_format(path: str | Path) -> bool:
     A fine-tuning job fills `sample.output_json` only when it sets `response_format`; a bare grader file says
     nothing about the job, so its samples are taken to have one (the run's --response-format decides).
     """
-    if reward_function_ref(path) is not None:
+    if reward_function_ref(path) is not None or str(path).endswith(".py"):
         return True
     obj, _ = read_json_file(path)
     if isinstance(obj, dict) and isinstance(obj.get("method"), dict):
