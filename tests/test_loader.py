@@ -119,3 +119,21 @@ def test_numbers_given_as_strings_or_booleans_are_refused(field, value):
     with pytest.raises(InputError, match=field):
         parse_config(grader)
     assert list(parse_config({**grader, field: [0, 10]}).range) == [0.0, 10.0]  # JSON integers are numbers
+
+
+def test_label_model_is_refused_as_a_fine_tuning_jobs_grader_but_not_inside_multi(tmp_path):
+    from rfteval.errors import InputError
+    from rfteval.graders.loader import load_grader
+
+    label = {"type": "label_model", "name": "l", "model": "m", "labels": ["a", "b"], "passing_labels": ["a"],
+             "input": [{"role": "user", "content": "{{ sample.output_text }}"}]}
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({"model": "m", "method": {"type": "reinforcement", "reinforcement": {"grader": label}}}))
+    with pytest.raises(InputError, match="put it inside a multi grader") as exc:
+        load_grader(path)
+    assert exc.value.field == "method.reinforcement.grader.type"
+    multi = {"type": "multi", "name": "m", "graders": {"l": label}, "calculate_output": "l"}
+    path.write_text(json.dumps({"model": "m", "method": {"type": "reinforcement", "reinforcement": {"grader": multi}}}))
+    assert load_grader(path).type == "multi"
+    path.write_text(json.dumps(label))  # a bare grader file may be a label_model (evals, validate, grade)
+    assert load_grader(path).type == "label_model"

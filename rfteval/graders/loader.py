@@ -62,6 +62,9 @@ def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", t
         raise fail(err["msg"], _format_loc(prefix, loc)) from None
 
 
+JOB_REFUSES = ("label_model",)  # RFT's grader union has no label_model at the top (it is allowed inside multi)
+
+
 def unwrap_grader(obj: Any) -> tuple[Any, str]:
     """The grader object inside the shapes people paste: bare, {"grader"}, or a fine-tuning job."""
     if isinstance(obj, dict):
@@ -121,6 +124,11 @@ def load_grader(path: str | Path) -> GraderConfig:
         return python_grader_file(path)
     obj, text = read_json_file(path)
     grader, prefix = unwrap_grader(obj)
+    if prefix == "method.reinforcement.grader." and isinstance(grader, dict) and grader.get("type") in JOB_REFUSES:
+        field = f"{prefix}type"
+        raise InputError(f"a fine-tuning job's grader cannot be {grader['type']} (RFT takes string_check, "
+                         f"text_similarity, python, score_model and multi); put it inside a multi grader",
+                         path, line_of(text, "type"), field)
     return parse_config(grader, path, prefix.rstrip("."), text)
 
 
