@@ -11,7 +11,8 @@ and inspect_ai's adaptive connections are:
 - after a cut, and whenever an answer says a budget is exhausted, no new request starts until `Retry-After`
   or `x-ratelimit-reset-*` has passed (asking earlier only earns another 429);
 - when `x-ratelimit-remaining-*` falls under 10% of the limit it stops growing before the first 429 (as
-  promptfoo does), and 5xx answers pause growth without cutting;
+  promptfoo does) until a whole round of requests sent after that signal comes back without it; 5xx answers
+  pause growth without cutting;
 - it never goes above the ceiling nor below 1. `fixed=True` keeps it at the ceiling.
 
 `history` records each change as (seconds since start, limit), for summary.json.
@@ -48,6 +49,7 @@ class AdaptiveLimiter:
         self.max_wait_s = max_wait_s
         self.t0 = clock()
         self.last_cut = -1.0  # time of the last cut; requests started before it belong to that episode
+        self.last_low = -1.0  # time an answer last said a budget was nearly spent
         self.resume_at = 0.0  # no new request before this (Retry-After, x-ratelimit-reset-*)
         self.rate_limited = 0
         self.episodes = 0
@@ -119,7 +121,10 @@ class AdaptiveLimiter:
             return  # an answer to a request sent before the cut says nothing about the new limit
         if rate is not None and rate.low(LOW_REMAINING):
             self.ssthresh = min(self.ssthresh, self.limit)
+            self.last_low = now
             return
+        if token < self.last_low:
+            return  # sent before the budget was seen running low: no growth until a round passes without it
         if self.limit < self.ssthresh:
             self._set(min(self.ceiling, self.limit + 1), now)
         else:

@@ -190,6 +190,7 @@ def chat_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
         "created": int(time.time()),
         "model": req.model,
         "system_fingerprint": "fp_fake",
+        "service_tier": "flex" if req.body.get("service_tier") == "flex" else "default",
         "choices": choices,
         "usage": {
             "prompt_tokens": usage["input_tokens"],

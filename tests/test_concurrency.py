@@ -1,0 +1,200 @@
+"""Adaptive concurrency: the AIMD limiter alone (a fake clock), then a run against a rate-limited test server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI
+
+from rfteval.concurrency import AdaptiveLimiter
+from rfteval.providers.base import RateInfo
+from rfteval.runner import RunOptions, run_eval
+from rfteval.spec import build_spec, flag_overrides
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def acquire(lim: AdaptiveLimiter) -> float:
+    return asyncio.run(lim.acquire())
+
+
+def test_starts_below_the_ceiling_and_never_goes_above_it() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(64, clock=clock)
+    assert lim.current == 16
+    for _ in range(500):
+        token = acquire(lim)
+        clock.t += 0.01
+        lim.release(token, "ok")
+    assert lim.current == 64  # grew to the ceiling and stopped there
+    assert max(v for _, v in lim.history) == 64
+
+
+def test_a_429_episode_cuts_once_by_a_fifth() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(64, 20, clock=clock)
+    tokens = [acquire(lim) for _ in range(10)]  # ten requests in flight, all sent before the 429s
+    clock.t += 0.1
+    for token in tokens:
+        lim.release(token, "rate_limit")
+    assert lim.current == 16  # 20 x 0.8, once: the other nine 429s belong to the same episode
+    assert lim.rate_limited == 10 and lim.episodes == 1
+    clock.t += 0.1
+    token = acquire(lim)  # sent after the cut: its 429 is a new episode
+    clock.t += 0.1
+    lim.release(token, "rate_limit")
+    assert lim.current == 12 and lim.episodes == 2
+
+
+def test_after_a_cut_growth_is_additive() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(64, 20, clock=clock)
+    t = acquire(lim)
+    clock.t += 0.1
+    lim.release(t, "rate_limit")
+    assert lim.current == 16
+    for _ in range(16):  # one round of successes at 16 adds about one
+        clock.t += 0.01
+        t = acquire(lim)
+        lim.release(t, "ok")
+    assert lim.current == 16 or lim.current == 17
+    assert lim.limit < 17.1
+
+
+def test_retry_after_pauses_new_requests() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(8, 4, clock=clock)
+    t = acquire(lim)
+    lim.release(t, "rate_limit", retry_after=2.0)
+    assert lim.resume_at == pytest.approx(clock.t + 2.0)
+
+    async def blocked() -> bool:
+        task = asyncio.ensure_future(lim.acquire())
+        await asyncio.sleep(0.05)
+        done = task.done()
+        task.cancel()
+        return done
+
+    assert asyncio.run(blocked()) is False  # waits out Retry-After
+
+
+def test_an_exhausted_budget_waits_for_its_reset() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(8, 4, clock=clock)
+    t = acquire(lim)
+    lim.release(t, "rate_limit", rate=RateInfo(limit_requests=100, remaining_requests=0, reset_requests_s=6.0))
+    assert lim.resume_at == pytest.approx(clock.t + 6.0)
+
+
+def test_low_remaining_stops_growth_before_any_429() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(64, 10, clock=clock)
+    low = RateInfo(limit_requests=100, remaining_requests=5, reset_requests_s=1.0)
+    for _ in range(50):
+        t = acquire(lim)
+        clock.t += 0.01
+        lim.release(t, "ok", rate=low)
+    assert lim.current == 10 and lim.rate_limited == 0
+
+
+def test_server_errors_pause_growth_without_cutting() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(64, 10, clock=clock)
+    t = acquire(lim)
+    lim.release(t, "server")
+    assert lim.current == 10 and lim.ssthresh == 10
+
+
+def test_flex_unavailable_waits_but_keeps_the_limit() -> None:
+    clock = Clock()
+    lim = AdaptiveLimiter(64, 10, clock=clock)
+    t = acquire(lim)
+    lim.release(t, "rate_limit", retry_after=1.0, unavailable=True)
+    assert lim.current == 10 and lim.episodes == 0 and lim.resume_at > clock.t
+
+
+def test_fixed_never_moves() -> None:
+    lim = AdaptiveLimiter(32, 4, fixed=True)
+    assert lim.current == 32
+    for _ in range(5):
+        lim.release(acquire(lim), "rate_limit", retry_after=1.0)
+    assert lim.current == 32 and lim.resume_at == 0.0
+
+
+# ---------------------------------------------------------------- against the rate-limited test server
+
+
+N_REQUESTS = 2000
+CAP = 16
+
+
+def _files(tmp: Path, n: int) -> tuple[Path, Path]:
+    ds = tmp / "items.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
+                                      "reference_answer": "x"}) + "\n" for i in range(n)))
+    grader = tmp / "grader.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.reference_answer }}", "operation": "like"}))
+    return ds, grader
+
+
+def test_2000_requests_at_concurrency_64_against_a_cap_of_16(tmp_path: Path) -> None:
+    """The issue's target, 429 share part: at most 10% of the requests sent are answered 429. (The throughput
+    part, >= 80% of what the cap allows, is timing: it is measured in bench/bench_ratelimit.py, not asserted.)"""
+    ds, grader = _files(tmp_path, N_REQUESTS)
+    with FakeOpenAI(delay_s=0.03, max_concurrent=CAP) as fake:
+        spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(ds), grader=str(grader),
+                                               epochs=1, base_url=fake.base_url, concurrency=64,
+                                               out=str(tmp_path / "run")))
+        result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.05, checkpoint_s=0))
+        stats = dict(fake.stats)
+    assert result.summary["records" if "records" in result.summary else "cells"] == N_REQUESTS
+    assert result.summary["errors"] == 0 and result.summary["missing"] == 0
+    sent = stats["served"] + stats["rate_limited"]
+    assert stats["served"] == N_REQUESTS
+    assert stats["rate_limited"] / sent <= 0.10, stats
+    conc = result.summary["concurrency"]["base"]
+    assert conc["mode"] == "adaptive" and conc["max"] == 64
+    assert conc["rate_limited"] == stats["rate_limited"]
+    assert all(1 <= v <= 64 for _, v in conc["history"])
+    assert conc["start"] < 64
+
+
+def test_fixed_concurrency_hammers_the_cap(tmp_path: Path) -> None:
+    """The contrast: --fixed keeps 64 in flight against a cap of 16, and most requests sent are 429s."""
+    ds, grader = _files(tmp_path, 200)
+    with FakeOpenAI(delay_s=0.03, max_concurrent=CAP, retry_after_ms=5) as fake:
+        spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(ds), grader=str(grader),
+                                               epochs=1, base_url=fake.base_url, concurrency=64, max_retries=100,
+                                               out=str(tmp_path / "run")))
+        result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.005, backoff_max_s=0.02,
+                                                   checkpoint_s=0, fixed_concurrency=True))
+        stats = dict(fake.stats)
+    assert result.summary["errors"] == 0
+    assert result.summary["concurrency"]["base"]["mode"] == "fixed"
+    assert stats["rate_limited"] / (stats["served"] + stats["rate_limited"]) > 0.10
+
+
+def test_flex_resource_unavailable_is_retried_longer(tmp_path: Path) -> None:
+    ds, grader = _files(tmp_path, 3)
+    with FakeOpenAI() as fake:
+        fake.flex_unavailable = 2
+        spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(ds), grader=str(grader),
+                                               epochs=1, base_url=fake.base_url, out=str(tmp_path / "run")))
+        result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.001, checkpoint_s=0,
+                                                   service_tier="flex"))
+        bodies = [r.body for r in fake.requests_for("chat")]
+    assert result.summary["errors"] == 0 and fake.stats["flex_unavailable"] == 2
+    assert all(b.get("service_tier") == "flex" for b in bodies)
+    assert result.summary["concurrency"]["base"]["episodes"] == 0  # capacity, not our rate: no cut
+    store = (tmp_path / "run" / "store" / "responses.jsonl").read_text().splitlines()
+    assert {json.loads(line).get("tier") for line in store} == {"flex"}  # billed at batch prices
