@@ -36,8 +36,12 @@ def grade_outputs(
     batch_size: int = 2048,
     on_progress: Callable[[int], None] | None = None,
     judge: Any = None,
+    parse_json: bool = True,
 ) -> list[dict[str, Any]]:
-    """One graded record per output, in input order. Grading errors are recorded, never raised."""
+    """One graded record per output, in input order. Grading errors are recorded, never raised.
+
+    `parse_json=False` leaves every sample's output_json empty, as OpenAI does for a job without response_format.
+    """
     from rfteval.graders.group_judge import needs_groups
 
     items = dataset.by_id()
@@ -48,7 +52,9 @@ def grade_outputs(
     records: list[dict[str, Any]] = []
     with GradingEngine(config, options, judge=judge) as engine:
         for batch in _batches(outputs, batch_size):
-            pairs = [(make_sample(o.output_text, o.output_tools), items[o.item_id].data) for o in batch]
+            pairs = [(make_sample(o.output_text, o.output_tools) if parse_json else
+                      make_sample(o.output_text, o.output_tools, output_json=None), items[o.item_id].data)
+                     for o in batch]
             with grading_units([(o.model, o.item_id) for o in batch]):  # a python grader's unit: model, item
                 results = engine.grade_batch(pairs)
             for out, (sample, _), result in zip(batch, pairs, results):

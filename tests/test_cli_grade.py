@@ -183,3 +183,25 @@ def test_skip_invalid_also_skips_the_outputs_of_skipped_items(files, tmp_path):
     assert res.exit_code == 0, res.output
     assert "skipped 2 output(s) of items not in the dataset" in res.output
     assert {r["item_id"] for r in read_records(tmp_path / "r.jsonl").to_dict("records")} == {"q0", "q2", "q3"}
+
+
+def test_a_job_without_response_format_grades_output_json_as_openai_would(files, tmp_path):
+    ds, _, outs, _ = files
+    outs.write_text(json.dumps({"item_id": "q1", "output_text": '{"answer": "1"}'}) + "\n")
+    reads = {"type": "string_check", "name": "j", "input": "{{ sample.output_json.answer }}",
+             "reference": "{{ item.reference_answer }}", "operation": "eq"}
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"model": "m", "method": {"type": "reinforcement", "reinforcement": {"grader": reads}}}))
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(job), "-o", str(outs), "--out",
+                              str(tmp_path / "r.jsonl"), "--max-error-rate", "1"])
+    assert res.exit_code == 0, res.output
+    assert "this fine-tuning job sets no response_format" in res.output
+    (rec,) = read_records(tmp_path / "r.jsonl").to_dict("records")
+    assert rec["error"]["type"] == "invalid_variable_error" and rec["score"] == 0
+    with_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
+    job.write_text(json.dumps({"model": "m", "method": {"type": "reinforcement", "reinforcement": {
+        "grader": reads, "response_format": with_format}}}))
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(job), "-o", str(outs), "--out",
+                              str(tmp_path / "r.jsonl")])
+    assert res.exit_code == 0 and "response_format" not in res.output
+    assert read_records(tmp_path / "r.jsonl").to_dict("records")[0]["score"] == 1.0

@@ -8,7 +8,7 @@ import pytest
 
 from rfteval.dataset import load_dataset
 from rfteval.errors import InputError
-from rfteval.graders.checks import check_item_paths, check_sample_paths, template_paths
+from rfteval.graders.checks import check_item_paths, check_sample_paths, output_json_warning, template_paths
 from rfteval.graders.loader import parse_config
 
 MULTI = {
@@ -53,9 +53,14 @@ def test_sample_paths_must_name_a_sample_field():
     assert check_sample_paths(parse_config(MULTI["graders"]["a"])) == []
 
 
-def test_output_json_without_a_response_format_is_named():
-    (error,) = check_sample_paths(parse_config(MULTI["graders"]["a"]), has_response_format=False)
-    assert "only when the job sets a response_format" in error.message
+def test_output_json_without_a_response_format_is_a_warning():
+    reads = parse_config(MULTI["graders"]["a"])
+    assert "sets no response_format" in output_json_warning(reads, has_response_format=False)
+    assert output_json_warning(reads, has_response_format=True) is None
+    python = parse_config({"type": "python", "name": "p", "source": "def grade(s, i):\n    return s['output_json']['x']"})
+    assert output_json_warning(python, False) is not None
+    plain = parse_config({"type": "python", "name": "p", "source": "def grade(s, i):\n    return 1"})
+    assert output_json_warning(plain, False) is None
 
 
 @pytest.mark.parametrize("template", ["{{ item }}", "{{sample}}"])

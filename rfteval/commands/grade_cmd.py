@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,9 +13,6 @@ from rfteval.commands.common import (
     make_judge, python_sandbox,
 )
 from rfteval.status import ExitStatus
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 
 @app.command("grade")
@@ -48,7 +44,7 @@ def grade(
     from rfteval.errors import InputErrors
     from rfteval.graders import GradeOptions, load_grader
     from rfteval.graders.base import load_notes
-    from rfteval.graders.checks import preflight
+    from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.loader import has_response_format
     from rfteval.outfile import check_output, write_output
     from rfteval.grading import default_records_path, grade_outputs
@@ -57,28 +53,30 @@ def grade(
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.summary import records_frame, summarize_models
 
-    err = Console(stderr=True)
     path = check_output(out or default_records_path(outputs), inputs=[dataset, grader, outputs], flag="--out")
     data = load_dataset(dataset, skip_invalid=skip_invalid)
     if data.skipped:
-        err.print(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
+        typer.echo(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})", err=True)
     config = load_grader(grader)
     for note in load_notes(config):
-        err.print(f"note: {note}", markup=False, highlight=False)
-    problems = preflight(config, data, grader, has_response_format(grader))
+        typer.echo(f"note: {note}", err=True)
+    problems = preflight(config, data, grader)
     if problems:
         raise InputErrors(problems)
+    parse_json = has_response_format(grader)
+    if (warning := output_json_warning(config, parse_json)) is not None:
+        typer.echo(f"warning: {warning}", err=True)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
     set_aside: list[Output] = []
     outs = list(iter_outputs(outputs, known_items={it.id for it in data}, unknown=set_aside if skip_invalid else None))
     if set_aside:
-        err.print(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
-                  f"{outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})", markup=False, highlight=False)
+        typer.echo(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
+                  f"{outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})", err=True)
     options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
     try:
-        records = grade_outputs(data, config, outs, options, judge=judge)
+        records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json)
     finally:
         if judge is not None:
             judge.close()
@@ -89,14 +87,14 @@ def grade(
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {
             "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
         typer.echo(json.dumps({"records_file": str(path), "models": payload}, default=_json_number, allow_nan=False))
-        _exit_when_incomplete(errors, len(records), max_error_rate, err)
+        _exit_when_incomplete(errors, len(records), max_error_rate)
         return
     console = Console()
     for s in summaries:
         render_items(console, s, limit=items_limit)
     render_models(console, summaries, title=f"Grader {config.name!r} ({config.type})")
-    console.print(f"wrote {path}", markup=False, highlight=False)
-    _exit_when_incomplete(errors, len(records), max_error_rate, err)
+    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
+    _exit_when_incomplete(errors, len(records), max_error_rate)
 
 
 def _json_number(value: object) -> object:
@@ -107,10 +105,10 @@ def _json_number(value: object) -> object:
     return number if math.isfinite(number) else None
 
 
-def _exit_when_incomplete(errors: int, records: int, max_error_rate: float, err: Console) -> None:
+def _exit_when_incomplete(errors: int, records: int, max_error_rate: float) -> None:
     """Exit 3, as `run` does, when more records failed to grade than allowed: a broken grade never passes."""
     if records and errors / records > max_error_rate:
-        err.print(f"rfteval: {errors} of {records} records failed to grade ({errors / records:.1%} > "
-                  f"--max-error-rate {max_error_rate:g})", markup=False, highlight=False)
+        typer.echo(f"rfteval: {errors} of {records} records failed to grade ({errors / records:.1%} > "
+                  f"--max-error-rate {max_error_rate:g})", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
 

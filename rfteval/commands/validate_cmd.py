@@ -81,11 +81,13 @@ def validate_grader(
             raise InputError("--repeat needs --dataset", field="--dataset")
         return
     from rfteval.dataset import load_dataset
-    from rfteval.graders.checks import preflight
+    from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.loader import has_response_format
 
     data = load_dataset(dataset)
-    problems = preflight(config, data, path, has_response_format(path))
+    if (warning := output_json_warning(config, has_response_format(path))) is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    problems = preflight(config, data, path)
     if problems:  # every failing item, named, before any grading (or judge call) is spent
         for problem in problems:
             typer.echo(f"rfteval: {problem}", err=True)

@@ -50,8 +50,8 @@ def template_paths(config: Any) -> list[tuple[str, str, str, tuple[str | int, ..
     return out
 
 
-def check_sample_paths(config: Any, source: Any = None, has_response_format: bool = True) -> list[InputError]:
-    """Every `sample.*` path must start with a field a sample has; `output_json` needs a response_format."""
+def check_sample_paths(config: Any, source: Any = None) -> list[InputError]:
+    """Every `sample.*` path must start with a field a sample has."""
     errors = []
     for field, path, namespace, keys in template_paths(config):
         if namespace != "sample":
@@ -62,11 +62,29 @@ def check_sample_paths(config: Any, source: Any = None, has_response_format: boo
         elif keys[0] not in SAMPLE_FIELDS:
             errors.append(InputError(f"{{{{ {path} }}}}: a sample has no field {keys[0]!r} (it has "
                                      f"{', '.join(SAMPLE_FIELDS)})", source, field=field))
-        elif keys[0] == "output_json" and not has_response_format:
-            errors.append(InputError(f"{{{{ {path} }}}}: OpenAI fills output_json only when the job sets a "
-                                     "response_format; without one this is an invalid_variable_error on every "
-                                     "sample", source, field=field))
     return errors
+
+
+def reads_output_json(config: Any) -> bool:
+    """Whether the grader reads `sample.output_json`: a template path, or python source that names it."""
+    if any(ns == "sample" and keys[:1] == ("output_json",) for _, _, ns, keys in template_paths(config)):
+        return True
+    return any("output_json" in str(getattr(c, "source", "") or "") for c in _configs(config))
+
+
+def _configs(config: Any) -> Iterator[Any]:
+    yield config
+    for sub in (getattr(config, "graders", None) or {}).values():
+        yield from _configs(sub)
+
+
+def output_json_warning(config: Any, has_response_format: bool) -> str | None:
+    """The one-line warning when a job without response_format has a grader reading output_json: OpenAI fills
+    output_json only when the job sets one, so rfteval grades it as OpenAI would, with output_json null."""
+    if has_response_format or not reads_output_json(config):
+        return None
+    return ("the grader reads sample.output_json, but this fine-tuning job sets no response_format: OpenAI then "
+            "leaves output_json empty, and so does rfteval (every such read fails as it would when uploaded)")
 
 
 def check_item_paths(config: Any, items: Iterable[Any], dataset: Any = None, limit: int = 50) -> list[InputError]:
@@ -101,9 +119,7 @@ def check_item_paths(config: Any, items: Iterable[Any], dataset: Any = None, lim
     return errors
 
 
-def preflight(config: Any, dataset: Any, grader_source: Any = None, has_response_format: bool = True,
-              limit: int = 50) -> list[InputError]:
+def preflight(config: Any, dataset: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
     """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
     model call: what `validate grader --dataset`, `grade` and `run` check first."""
-    return (check_sample_paths(config, grader_source, has_response_format)
-            + check_item_paths(config, dataset.items, dataset.path, limit))
+    return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit)
