@@ -106,7 +106,7 @@ class JudgeCache:
 
 def _entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
     if isinstance(answer, ProviderError):
-        return {"key": key, "model": model, "refusal": str(answer)}
+        return {"key": key, "model": model, "refusal": str(answer), "usage": answer.usage}
     return {
         "key": key, "model": model, "output_text": answer.output_text, "usage": answer.usage,
         "finish_reason": answer.finish_reason,
@@ -115,7 +115,9 @@ def _entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
 
 def _from_entry(entry: dict[str, Any]) -> JudgeAnswer:
     if "refusal" in entry:
-        return ProviderError("refusal", str(entry["refusal"]))
+        refusal = ProviderError("refusal", str(entry["refusal"]), usage=dict(entry.get("usage") or {}))
+        refusal.call_id, refusal.cached, refusal.sent = entry.get("key"), True, True
+        return refusal
     return Generation(
         output_text=entry.get("output_text") or "", usage=dict(entry.get("usage") or {}),
         finish_reason=entry.get("finish_reason"), cached=True, call_id=entry.get("key"),
@@ -267,6 +269,8 @@ class Judge:
             answer = await self._call(request)
             if isinstance(answer, Generation):
                 answer = dataclasses.replace(answer, call_id=key)
+            elif answer.sent:
+                answer.call_id = key  # a call went out (refused or failed): it is counted on the record
             if isinstance(answer, Generation) or answer.kind == "refusal":
                 self._cache.put(_entry(key, request.model, answer))  # a refusal is an answer too: not paid twice
             future.set_result(answer)
@@ -285,10 +289,10 @@ class Judge:
 
     async def _call(self, request: GenerationRequest) -> JudgeAnswer:
         if self.fatal_error is not None:
-            return self.fatal_error
+            return _not_sent(self.fatal_error)
         async with self._sem:
             if self.fatal_error is not None:
-                return self.fatal_error
+                return _not_sent(self.fatal_error)
             self._bump("calls")
             self._count(request.model, "calls")
             try:
@@ -300,16 +304,29 @@ class Judge:
                     self.fatal_error, self.fatal_model = exc, request.model
                 self._bump("errors")
                 self._count(request.model, "errors")
+                self._count_usage(request.model, exc.usage)  # a refusal was answered: its tokens were billed
+                exc.sent = True
                 return exc
             except Exception as exc:  # a client bug must not crash grading: it becomes this cell's error
                 self._bump("errors")
                 self._count(request.model, "errors")
-                return ProviderError("server", f"{type(exc).__name__}: {exc}"[:300])
-        for k in _USAGE_KEYS:
-            value = gen.usage.get(k) if gen.usage else None
-            if isinstance(value, int):
-                self._count(request.model, k, value)
+                failed = ProviderError("server", f"{type(exc).__name__}: {exc}"[:300])
+                failed.sent = True
+                return failed
+        self._count_usage(request.model, gen.usage)
         return gen
+
+    def _count_usage(self, model: str, usage: dict[str, Any] | None) -> None:
+        for k in _USAGE_KEYS:
+            value = usage.get(k) if usage else None
+            if isinstance(value, int):
+                self._count(model, k, value)
+
+
+def _not_sent(error: ProviderError) -> ProviderError:
+    """The judge's fatal error (a refused key, an unknown model) for a request it did not send: a copy that is not
+    `sent`, so the one call that failed is counted once and the unsent ones not at all."""
+    return ProviderError(error.kind, str(error), error.status)
 
 
 # ---- shared by the model graders ---------------------------------------------------------------------------------
@@ -413,10 +430,15 @@ def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, 
 
 
 def error_result(answer: ProviderError, model: str) -> GradeResult:
-    """A judge call that ended in an error: a refusal, or the server's failure after retries."""
+    """A judge call that ended in an error: a refusal, or the server's failure after retries. A call that was sent
+    is on the record like an answered one (model, tokens, call id), so `judge` and `judge_results` count it."""
+    details = None
+    if answer.call_id is not None:
+        details = {"judge_model": model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
+                   "judge_call": answer.call_id[:16]}
     if answer.kind == "refusal":
-        return GradeResult.failed(MODEL_REFUSAL, f"judge {model} refused: {answer}"[:500])
-    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500])
+        return GradeResult.failed(MODEL_REFUSAL, f"judge {model} refused: {answer}"[:500], details=details)
+    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500], details=details)
 
 
 def effective_model(judge: Any, model: str) -> str:

@@ -242,3 +242,20 @@ def test_chat_content_maps_grader_parts():
                           {"type": "input_image", "image_url": "http://x/i.png", "detail": "low"}])
     assert parts == [{"type": "text", "text": "look"},
                      {"type": "image_url", "image_url": {"url": "http://x/i.png", "detail": "low"}}]
+
+
+def test_every_sent_call_carries_its_id_and_tokens_even_refused_or_failed(fake_openai):
+    from rfteval.judge import error_result
+
+    fake_openai.responder = lambda r: Reply(refusal="no", usage={"input_tokens": 5, "output_tokens": 2,
+                                                                 "reasoning_tokens": 0})
+    with make_judge(fake_openai) as judge:
+        (refusal,) = judge.complete([req("x")])
+        assert judge.usage()["judge-m"]["input_tokens"] == 5
+    grade = error_result(refusal, "judge-m")
+    assert grade.error.type == "model_grader_refusal_error"
+    assert grade.details["judge_usage"]["output_tokens"] == 2 and grade.details["judge_call"]
+    fake_openai.responder = lambda r: Reply.error(500)
+    with make_judge(fake_openai, retry_policy=RetryPolicy(max_retries=0, base_s=0.001)) as judge:
+        (failed,) = judge.complete([req("y")])
+    assert failed.sent and error_result(failed, "judge-m").details["judge_call"]

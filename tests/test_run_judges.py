@@ -192,6 +192,42 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     assert set(json.loads((out / "summary.json").read_text())["judge_results"]) == {"other-judge"}
 
 
+def test_refused_and_failed_judge_calls_are_on_their_records_and_counted(tmp_path: Path,
+                                                                          fake_openai: FakeOpenAI) -> None:
+    """Issue 12: a refused group counted nothing and its tokens were dropped (88 of 90 calls with 2 refusals)."""
+    base = model_or_score_responder()
+
+    def respond(req: Request) -> Reply:
+        if judge_format(req) is not None and "question 1," in req.last_user_text():
+            return Reply(refusal="I can't judge that.", usage={"input_tokens": 11, "output_tokens": 3,
+                                                               "reasoning_tokens": 0})
+        return base(req)
+
+    fake_openai.responder = respond
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SCORE_GRADER))
+    out = tmp_path / "run"
+    args = ["--dataset", str(write_dataset(tmp_path)), "--grader", str(grader), "--model", "base=fake-base",
+            "--model", "tuned=fake-tuned", "--epochs", "2", "--base-url", fake_openai.base_url, "--out", str(out),
+            "--max-error-rate", "1"]
+    res = invoke(args, {"OPENAI_API_KEY": "sk-run-key-0001"})
+    assert res.exit_code == 0, res.output
+    refused = [r for label in ("base", "tuned") for r in load(out, label) if r["item_id"] == "q1"]
+    assert len(refused) == 4
+    for rec in refused:
+        assert rec["error"]["type"] == "model_grader_refusal_error" and rec["score"] == 0
+        d = rec["grade_details"]
+        assert d["judge_model"] == "judge-model" and d["judge_usage"]["output_tokens"] == 3 and d["judge_call"]
+    summary = json.loads((out / "summary.json").read_text())
+    answered, refusals = 12 - 4, 4
+    usage = summary["judge"]["judge-model"]
+    assert (usage["calls"], usage["errors"]) == (12, refusals)
+    assert (usage["input_tokens"], usage["output_tokens"]) == (12 * 11, answered * 7 + refusals * 3)
+    results = summary["judge_results"]["judge-model"]
+    assert (results["calls"], results["input_tokens"], results["output_tokens"]) == (
+        12, 12 * 11, answered * 7 + refusals * 3)
+
+
 # ---- where the judge is: [judge] in a spec, --judge-* flags, the run's endpoint ------------------------------------
 
 

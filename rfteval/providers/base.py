@@ -27,13 +27,17 @@ class ProviderError(Exception):
     cut concurrency."""
 
     def __init__(self, kind: ErrorKind, message: str, status: int | None = None, retry_after: float | None = None,
-                 rate: RateInfo | None = None, unavailable: bool = False):
+                 rate: RateInfo | None = None, unavailable: bool = False, usage: dict[str, Any] | None = None):
         super().__init__(message)
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
         self.rate = rate
         self.unavailable = unavailable
+        self.usage = usage  # what a call that was answered (a refusal) still cost: its tokens are counted
+        self.sent = False  # a request went out and this is how it ended (the judge counts such calls)
+        self.call_id: str | None = None  # set by the judge for a call it sent, so it is counted once
+        self.cached = False
 
     @property
     def retryable(self) -> bool:
