@@ -431,44 +431,46 @@ def encode_record(record: list[Any]) -> bytes:
 ENCODE: Callable[[Any], bytes] = json.dumps  # type: ignore[assignment]  (msgspec's, once imported)
 
 
-def child_main(config: dict[str, Any], code: Any, key: str, item_blob: bytes, samples: list[Any], start: int,
-               region: mmap.mmap, out_fd: int, vsize: int) -> None:
+def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: Any, key: str, item_blob: bytes,
+               samples: list[Any], start: int, null_fd: int, out_fd: int) -> None:
     """In the forked child, before any grader code: its own session, fds 0-2 only (the supervisor's pipes are
-    closed), limits for this process and what it starts, then the unit. Never returns."""
+    closed), limits for this process and what it starts, then the unit. Never returns.
+
+    Everything else a child needs was made ready in the supervisor before the fork (the Child object, the limits
+    as numbers, signal dispositions, faulthandler on fd 2): each page a child writes that it shares with the
+    template is copied on its first write, and that copying, not the work itself, is most of a unit's set-up."""
     try:
         os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
+        os.dup2(null_fd, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
         os.closerange(3, 1 << 20)  # the requests, the replies, the output file's own fd: none is the grader's
-        set_child_limits(config, vsize)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        import faulthandler
-
-        faulthandler.enable(file=open(2, "w", closefd=False))  # noqa: SIM115  (a segfault's traceback → output)
-        Child(region, float(config["timeout_s"]), int(config["stdout_cap"])).run(code, key, item_blob, samples, start)
+        setrlimit = resource.setrlimit
+        for which, value in limits:
+            setrlimit(which, value)
+        child.run(code, key, item_blob, samples, start)
     except BaseException:  # noqa: BLE001, S110  (a failure here shows as a missing result; the supervisor reports it)
         pass
     os._exit(0)
 
 
-def set_child_limits(config: dict[str, Any], vsize: int) -> None:
+def child_limits(config: dict[str, Any], vsize: int) -> list[tuple[int, tuple[int, int]]]:
     """Per-process limits of the unit (the cgroup, when rfteval has one, limits the whole unit's memory and
-    processes on top): address space beyond what the template maps, file size, process count, no core files."""
+    processes on top): address space beyond what the template maps, file size, process count, no core files.
+    Computed once per source in the supervisor; a child only applies them."""
+    limits: list[tuple[int, tuple[int, int]]] = []
     memory_mb = config.get("memory_mb")
     if memory_mb:
         want = vsize + int(memory_mb) * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (want, want))
+        limits.append((resource.RLIMIT_AS, (want, want)))
     fsize = config.get("file_bytes")
     if fsize:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        limits.append((resource.RLIMIT_FSIZE, (int(fsize), int(fsize))))  # SIGXFSZ is ignored: EFBIG instead
     nproc = config.get("nproc")
     if nproc:
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        limits.append((resource.RLIMIT_NPROC, (int(nproc), int(nproc))))
+    limits.append((resource.RLIMIT_CORE, (0, 0)))
+    return limits
 
 
 # ---------------------------------------------------------------- the supervisor
@@ -505,6 +507,33 @@ def preimport(names: list[str]) -> None:
             continue
         try:
             importlib.import_module(name)
+        except BaseException:  # noqa: BLE001, S110
+            pass
+
+
+def warm_up() -> None:
+    """Do, once in the template, the first-use work of packages a grader imported (trusted code of ours, never the
+    grader's): pydantic imports most of itself and builds its schema machinery when the first model class is
+    defined, which a grader defining models would otherwise pay in every unit's child. Failures are ignored."""
+    if "pydantic" in sys.modules and "rfteval_warm_pydantic" not in sys.modules:
+        sys.modules["rfteval_warm_pydantic"] = types.ModuleType("rfteval_warm_pydantic")
+        try:
+            from typing import Optional
+
+            import pydantic
+
+            class Part(pydantic.BaseModel):
+                name: str = pydantic.Field(description="a name", examples=["x"])
+                value: Optional[float] = None  # noqa: UP045  (the spelling graders use)
+
+            class Whole(pydantic.BaseModel):
+                parts: list[Part] = pydantic.Field(default_factory=list)
+                tags: Optional[list[str]] = pydantic.Field(default=None, description="tags")  # noqa: UP045
+                extra: dict[str, Any] = {}
+                flag: bool = False
+                count: int = 0
+
+            Whole.model_validate({"parts": [{"name": "a", "value": 1}], "tags": ["t"]}).model_dump()
         except BaseException:  # noqa: BLE001, S110
             pass
 
@@ -548,7 +577,8 @@ class Supervisor:
         self.pid_namespace = bool(config.get("pid_namespace"))
         self.codes: dict[str, Any] = {}
         self.broken: dict[str, Err] = {}
-        self.vsize: dict[str, int] = {}
+        self.limits: dict[str, list[tuple[int, tuple[int, int]]]] = {}
+        self.null_fd = os.open(os.devnull, os.O_RDONLY)  # a child's stdin
         self.decode_record = msgspec.json.Decoder(tuple[int, float, str | None, str | None, str | None]).decode
         self.encode = msgspec.json.encode
         self.pending: list[list[Any]] = []
@@ -588,9 +618,10 @@ class Supervisor:
 
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show lines
         preimport(imported_modules(source))
+        warm_up()
         gc.collect()
         gc.freeze()  # a child's collections then never touch (and copy) the template's objects
-        self.vsize[key] = vm_size()
+        self.limits[key] = child_limits(self.config, vm_size())
         self.codes[key] = code
         return code
 
@@ -617,9 +648,10 @@ class Supervisor:
         size = COUNT.size + (len(samples) - start + 1) * (self.cap + RECORD_SLACK + RECORD.size)
         region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
         out_fd = self.output_file()
+        child = Child(region, self.timeout_s, self.cap)
         pid = os.fork()
         if pid == 0:
-            child_main(self.config, code, key, item_blob, samples, start, region, out_fd, self.vsize.get(key, 0))
+            child_main(child, self.limits[key], code, key, item_blob, samples, start, self.null_fd, out_fd)
         pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
         status: int | None = None
         read = 0  # records taken from the region
@@ -850,6 +882,14 @@ def setup(config: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
     sys.stdin = open(os.devnull)  # noqa: SIM115
     for name in THREAD_ENV:
         os.environ[name] = "1"
+    # what every child needs, set once here and inherited: default SIGINT, SIGXFSZ ignored (a write past the file
+    # size limit fails with EFBIG), and faulthandler writing a crash's traceback to fd 2 (the unit's output)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    import faulthandler
+
+    faulthandler.enable(file=2)
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     prctl(PR_SET_DUMPABLE, 0)
     subreaper = bool(config.get("pid_namespace")) and prctl(PR_SET_CHILD_SUBREAPER, 1)
