@@ -205,3 +205,20 @@ def test_a_job_without_response_format_grades_output_json_as_openai_would(files,
                               str(tmp_path / "r.jsonl")])
     assert res.exit_code == 0 and "response_format" not in res.output
     assert read_records(tmp_path / "r.jsonl").to_dict("records")[0]["score"] == 1.0
+
+
+def test_graders_lists_each_ready_made_config_once_with_a_path_that_exists(tmp_path, monkeypatch):
+    import shutil
+
+    from rfteval.commands.graders_cmd import ready_made_files
+
+    repo = Path(__file__).resolve().parents[1]
+    clone = tmp_path / "clone"
+    shutil.copytree(repo / "graders", clone / "graders")
+    monkeypatch.chdir(clone)  # another checkout of the same graders: listed once, from here
+    files = ready_made_files()
+    names = [p.name for p, _ in files]
+    assert len(names) == len(set(names)) == len(list((repo / "graders").glob("*.json")))
+    assert all(Path(shown).exists() for _, shown in files) and all(not Path(s).is_absolute() for _, s in files)
+    monkeypatch.chdir(tmp_path)  # outside any checkout: absolute paths that exist
+    assert all(Path(shown).is_absolute() and Path(shown).exists() for _, shown in ready_made_files())

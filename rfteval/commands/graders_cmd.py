@@ -4,18 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
 from rfteval.cli import app
 
 
 def ready_made_dirs() -> list[Path]:
-    """graders/ of the source tree, and of the working directory when it differs."""
+    """graders/ of the working directory, then of the source tree when it differs (an editable install)."""
     here = Path(__file__).resolve().parents[2] / "graders"
-    dirs = [here]
     cwd = Path.cwd() / "graders"
-    if cwd.resolve() != here:
-        dirs.append(cwd)
-    return [d for d in dirs if d.is_dir()]
+    dirs = [cwd] if cwd.is_dir() else []
+    if here.is_dir() and (not dirs or cwd.resolve() != here):
+        dirs.append(here)
+    return dirs
+
+
+def ready_made_files() -> list[tuple[Path, str]]:
+    """Each ready-made grader once (the same file in two checkouts is one), as a path usable from here."""
+    seen: set[tuple[str, bytes]] = set()
+    out = []
+    for folder in ready_made_dirs():
+        for path in sorted(folder.glob("*.json")):
+            try:
+                key = (path.name, path.read_bytes())
+            except OSError:
+                continue
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                shown = str(path.resolve().relative_to(Path.cwd().resolve()))
+            except ValueError:
+                shown = str(path.resolve())
+            out.append((path, shown))
+    return out
 
 
 @app.command("graders")
@@ -39,11 +59,10 @@ def graders() -> None:
     ready = Table(title="Ready-made graders", title_justify="left")
     for col in ("file", "type", "name"):
         ready.add_column(col)
-    for folder in ready_made_dirs():
-        for path in sorted(folder.glob("*.json")):
-            try:
-                obj = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            ready.add_row(str(path.relative_to(folder.parent)), str(obj.get("type", "?")), str(obj.get("name", "?")))
+    for path, shown in ready_made_files():
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        ready.add_row(shown, str(obj.get("type", "?")), str(obj.get("name", "?")))
     console.print(ready)
