@@ -533,19 +533,21 @@ def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
     checks: list[Check] = []
     add = checks.append
     span = f"[{report.score_min:g}, {report.score_max:g}]"
+    # the model assessed is usually the base, but a single-model run has no "base": name the label
+    model = "the base" if report.label == "base" else f"{report.label}'s" if report.label else "the model's"
 
     pos = report.position
     at_edge = abs(report.mean - report.score_min) < 1e-9 or abs(report.mean - report.score_max) < 1e-9
     where = "minimum" if pos < 0.5 else "maximum"
     if at_edge:
         add(Check("base_mean", "not_ready", pos, "at the minimum or maximum",
-                  f"the base mean {report.mean:.3g} is the grader's {where}: no variance for RFT to learn from"))
+                  f"{model} mean {report.mean:.3g} is the grader's {where}: no variance for RFT to learn from"))
     elif pos < t.min_position or pos > t.max_position:
         add(Check("base_mean", "risky", pos, f"< {t.min_position:g} or > {t.max_position:g} of {span}",
-                  f"the base mean sits at {_fmt(pos)} of the grader's range, near its {where}"))
+                  f"{model} mean sits at {_fmt(pos)} of the grader's range, near its {where}"))
     else:
         add(Check("base_mean", "ok", pos, f"within {t.min_position:g}..{t.max_position:g} of {span}",
-                  f"the base mean sits at {_fmt(pos)} of the grader's range"))
+                  f"{model} mean sits at {_fmt(pos)} of the grader's range"))
 
     if report.samples_min < 2:
         add(Check("samples_per_item", "risky", report.samples_min, ">= 2",
@@ -579,9 +581,9 @@ def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
                   f"(chance {_fmt(lab.chance)})"))
     if lab is not None and lab.constant_answer_score is not None and math.isfinite(lab.constant_answer_score):
         status = "risky" if lab.constant_answer_score >= report.mean else "ok"
-        add(Check("constant_answer", status, lab.constant_answer_score, ">= the base mean risky",
+        add(Check("constant_answer", status, lab.constant_answer_score, ">= the model's mean risky",
                   f"always answering {lab.majority_label!r} scores {lab.constant_answer_score:.3g} "
-                  f"({lab.constant_answer_method}); the base model scores {report.mean:.3g}"))
+                  f"({lab.constant_answer_method}); {model} mean is {report.mean:.3g}"))
     if lab is not None and lab.answer_majority_share is not None:
         status = "risky" if lab.answer_majority_share >= t.prediction_skew_risky else "ok"
         add(Check("answer_skew", status, lab.answer_majority_share, f">= {t.prediction_skew_risky:g} risky",
