@@ -73,12 +73,14 @@ def bodies(dataset: Path) -> list[dict[str, Any]]:
     return out
 
 
-def bare_loop(base_url: str, requests: list[dict[str, Any]]) -> dict[str, float]:
-    """The floor: AsyncOpenAI and a semaphore, nothing stored, nothing graded."""
+def bare_loop(base_url: str, requests: list[dict[str, Any]], transport: str = "httpx") -> dict[str, float]:
+    """The floor: AsyncOpenAI and a semaphore, nothing stored, nothing graded; the SDK's default transport
+    (httpx2) or its aiohttp one (`openai[aiohttp]`, DefaultAioHttpClient)."""
     import openai
 
     async def main() -> None:
-        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0)
+        http = openai.DefaultAioHttpClient() if transport == "aiohttp" else None
+        client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, http_client=http)
         sem = asyncio.Semaphore(CONCURRENCY)
 
         async def one(body: dict[str, Any]) -> str:
@@ -108,15 +110,23 @@ def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path) -> dict[s
     return {"wall_s": elapsed, "cpu_s": time.process_time() - cpu}
 
 
-def cli_run(base_url: str, dataset: Path, grader: Path, out: Path) -> float:
-    """The same run as a user types it: process start-up, imports and the final tables included."""
+def cli_run(base_url: str, dataset: Path, grader: Path, out: Path, transport: str | None = None) -> dict[str, float]:
+    """The same run as a user types it: process start-up, imports, grading, result files and the final tables
+    included; CPU is the child's own (user + system), read with wait4."""
     exe = Path(sys.executable).parent / "rfteval"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    extra = ["--http-transport", transport] if transport else []
     start = time.perf_counter()
-    subprocess.run([*cmd, "run", "--dataset", str(dataset), "--grader", str(grader), "--model", "base=fake-base",
-                    "--epochs", str(EPOCHS), "--base-url", base_url, "--concurrency", str(CONCURRENCY),
-                    "--out", str(out), "--fresh", "--quiet"], check=True, capture_output=True)
-    return time.perf_counter() - start
+    proc = subprocess.Popen([*cmd, "run", "--dataset", str(dataset), "--grader", str(grader), "--model",
+                             "base=fake-base", "--epochs", str(EPOCHS), "--base-url", base_url, "--concurrency",
+                             str(CONCURRENCY), "--out", str(out), "--fresh", "--quiet", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"rfteval run failed: {proc.stderr.read().decode() if proc.stderr else ''}")
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}
 
 
 # ---------------------------------------------------------------- memory (child process)

@@ -38,9 +38,11 @@ def default_transport() -> str:
 class OpenAIProvider:
     """One endpoint. The SDK never retries (`max_retries=0`): the runner retries, and counts each retry.
 
-    Answers are read raw (`with_raw_response`) and parsed from JSON here, not through the SDK's pydantic models:
-    rfteval needs a few fields, and building and dumping the models was most of the client's CPU per request.
-    The raw answer also carries the rate-limit headers that adaptive concurrency steers by.
+    Requests go through the SDK client's own `post` (its auth, base URL, connection pool and error classes) with
+    the body already encoded, and answers come back raw and are parsed here: the typed `create()` runs every
+    request through the SDK's TypedDict transform and every answer through its pydantic models, which together
+    were most of the client's CPU per request, and rfteval needs a few fields. The raw answer also carries the
+    rate-limit headers that adaptive concurrency steers by.
     `service_tier` goes with every request but not into the cache key: flex and default sample the same model.
     """
 
@@ -92,8 +94,10 @@ class OpenAIProvider:
             api_key=key, base_url=self.base_url, max_retries=0, default_headers=self._extra_headers or None,
             http_client=http_client,
         )
-        self._create = (self._client.chat.completions.with_raw_response.create if api == "chat"
-                        else self._client.responses.with_raw_response.create)
+        import httpx2
+
+        self._raw_response = httpx2.Response
+        self._path = "/chat/completions" if api == "chat" else "/responses"
 
     @property
     def client(self) -> Any:
@@ -121,8 +125,9 @@ class OpenAIProvider:
             body["service_tier"] = self.service_tier
         try:
             async with asyncio.timeout(timeout_s):
-                raw = await self._create(**body, timeout=timeout_s)
-                content = raw.http_response.content
+                raw = await self._client.post(self._path, cast_to=self._raw_response, content=_dumps(body),
+                                              options={"timeout": timeout_s, "headers": _JSON})
+                content = raw.content
         except Exception as exc:
             err = self._classify(exc, timeout_s)
             if err is None:
@@ -178,6 +183,19 @@ def _refused(exc: BaseException) -> bool:
     """The aiohttp transport reports a refused connection as a connect *timeout*; it is a connection error."""
     cause = exc.__cause__ or exc.__context__
     return cause is not None and "Cannot connect to host" in str(cause)
+
+
+_JSON = {"Content-Type": "application/json"}
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    """The request body as JSON bytes (msgspec, json for what it refuses)."""
+    import msgspec
+
+    try:
+        return msgspec.json.encode(body)
+    except (TypeError, msgspec.EncodeError):
+        return json.dumps(body, ensure_ascii=False, default=str).encode()
 
 
 def _loads(content: bytes) -> Any:
@@ -433,7 +451,7 @@ def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
     if not isinstance(message, dict):
         raise ProviderError("malformed", "choices[0] has no message")
     if message.get("refusal"):
-        raise ProviderError("refusal", str(message["refusal"]))
+        raise ProviderError("refusal", str(message["refusal"]), usage=_chat_usage(data))
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise ProviderError("malformed", "choices[0].message.content is not text")
@@ -443,20 +461,28 @@ def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
         tools.append(
             {"id": call.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
         )
-    usage = data.get("usage") or {}
-    details = usage.get("completion_tokens_details") or {}
     return Generation(
         output_text=text,
         output_tools=tools,
         output_json=_output_json(text, structured),
         choices=[_compact(c) for c in choices],
-        usage={
-            "input_tokens": usage.get("prompt_tokens"),
-            "output_tokens": usage.get("completion_tokens"),
-            "reasoning_tokens": details.get("reasoning_tokens"),
-        },
+        usage=_chat_usage(data),
         finish_reason=choices[0].get("finish_reason"),
     )
+
+
+def _chat_usage(data: dict[str, Any]) -> dict[str, Any]:
+    usage = data.get("usage") or {}
+    details = usage.get("completion_tokens_details") or {}
+    return {"input_tokens": usage.get("prompt_tokens"), "output_tokens": usage.get("completion_tokens"),
+            "reasoning_tokens": details.get("reasoning_tokens")}
+
+
+def _responses_usage(data: dict[str, Any]) -> dict[str, Any]:
+    usage = data.get("usage") or {}
+    details = usage.get("output_tokens_details") or {}
+    return {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens"),
+            "reasoning_tokens": details.get("reasoning_tokens")}
 
 
 def _compact(obj: Any) -> Any:
@@ -482,7 +508,7 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
                 if part.get("type") == "output_text":
                     texts.append(part.get("text") or "")
                 elif part.get("type") == "refusal":
-                    raise ProviderError("refusal", str(part.get("refusal") or "refused"))
+                    raise ProviderError("refusal", str(part.get("refusal") or "refused"), usage=_responses_usage(data))
         elif item.get("type") == "function_call":
             tools.append(
                 {
@@ -495,8 +521,6 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         err = data.get("error") or {}
         raise ProviderError("server", f"response failed: {err.get('message') if isinstance(err, dict) else err}")
     text = "".join(texts)
-    usage = data.get("usage") or {}
-    details = usage.get("output_tokens_details") or {}
     incomplete = data.get("incomplete_details") or {}
     if data.get("status") == "incomplete":
         finish = "length" if incomplete.get("reason") == "max_output_tokens" else "content_filter"
@@ -507,10 +531,6 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         output_tools=tools,
         output_json=_output_json(text, structured),
         choices=None,
-        usage={
-            "input_tokens": usage.get("input_tokens"),
-            "output_tokens": usage.get("output_tokens"),
-            "reasoning_tokens": details.get("reasoning_tokens"),
-        },
+        usage=_responses_usage(data),
         finish_reason=finish,
     )
