@@ -374,8 +374,8 @@ def test_empirical_bayes_when_k_below_g_and_no_plug_in_note():
 
 
 def test_a_single_model_run_is_not_called_the_base():
-    checks = {c.name: c.detail for c in assess(records(KNOWN, label="gpt-oss"), group_size=4).checks}
+    checks = {c.name: c.message for c in assess(records(KNOWN, label="gpt-oss"), group_size=4).checks}
     assert checks["base_mean"].startswith("gpt-oss's mean sits at")
     assert "the base" not in " ".join(checks.values())
-    base = {c.name: c.detail for c in assess(records(KNOWN), group_size=4).checks}
+    base = {c.name: c.message for c in assess(records(KNOWN), group_size=4).checks}
     assert base["base_mean"].startswith("the base mean sits at")
