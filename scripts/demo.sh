@@ -10,7 +10,7 @@
 #
 # Against a real endpoint the ChipStack run is:
 #   rfteval run --dataset datasets/chipstack/items.jsonl --grader graders/chipstack.json \
-#     --model base=o4-mini-2025-04-16 --model tuned=ft:o4-mini-2025-04-16:acme::abc123 --epochs 3 \
+#     --base-url http://127.0.0.1:8000/v1 --model base=Qwen/Qwen3-8B --model tuned=acme/qwen3-8b-rft --epochs 3 \
 #     --response-format datasets/chipstack/schema.json --out runs/chipstack
 # Usage: scripts/demo.sh [VENV_BIN_DIR]   (make passes .venv/bin)
 set -euo pipefail

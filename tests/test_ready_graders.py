@@ -95,7 +95,7 @@ def test_milo_and_accordance_follow_openai_shapes() -> None:
     for key in milo["graders"]:
         assert key in milo["calculate_output"]
     judge = load_grader(GRADERS / "accordance.json")
-    assert judge.model == "o4-mini-2025-04-16" and list(judge.range) == [0.0, 1.0]
+    assert judge.model == "gpt-4.1-2025-04-14" and list(judge.range) == [0.0, 1.0]
     prompt = " ".join(m.content for m in judge.input if isinstance(m.content, str))
     for path in ("item.rubric", "item.reference_answer", "item.question", "sample.output_text"):
         assert path in prompt
