@@ -176,7 +176,7 @@ def test_validate_grader_with_a_reward_function(files):
 @pytest.mark.parametrize("ref, message", [
     ("{rewards}:nope", "defines no top-level function nope"),
     ("{rewards}:no_kwargs", "must take **kwargs"),
-    ("{rewards}", "FILE.py:FUNCTION"),
+    ("{rewards}", "grade(sample, item)"),  # a bare .py is a python grader's source: this file is not one
     ("{dir}/missing.py:f", "no such file"),
 ])
 def test_bad_references_are_one_line_exit_2(files, ref, message):
