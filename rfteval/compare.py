@@ -12,10 +12,11 @@ import numbers
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rfteval import stats
+from rfteval import passk, stats
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -75,6 +76,11 @@ class CompareOptions:
     # grading errors and refusals score 0 (OpenAI's rule). "zero": every error record scores 0.
     errors: str = "exclude"
     score_range: tuple[float, float] | None = None  # None: [0, 1] when every score lies in it, else unbounded
+    # What is compared per item: "mean" (the mean score over its epochs), "pass@K" or "pass^K" (rfteval.passk).
+    metric: str = "mean"
+    # A sample passes when its record's `passed` says so, else when its score reaches this; None: the grader's
+    # maximum (found through the run directory's spec.resolved.toml), else --score-range's top, else 1.0.
+    pass_threshold: float | None = None
 
 
 # ---------------------------------------------------------------------------------------------- sides
@@ -88,6 +94,7 @@ class Side:
     path: str
     frame: pd.DataFrame
     duplicates: int = 0
+    grader: str | None = None  # the grader file of the run that wrote the records (spec.resolved.toml), if known
 
 
 def _resolve(path: Path, label: str | None) -> tuple[Path, bool]:
@@ -133,7 +140,9 @@ def load_side(path: str | Path, label: str | None = None) -> Side:
     if frame.empty:
         raise InputError("no records", file)
     name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
-    return normalise_frame(frame.reset_index(drop=True), name, str(file))
+    side = normalise_frame(frame.reset_index(drop=True), name, str(file))
+    side.grader = run_grader_path(file.parent)
+    return side
 
 
 def side_from_records(records: pd.DataFrame | Sequence[dict[str, Any]], label: str, path: str = "") -> Side:
@@ -175,7 +184,7 @@ def is_generation_failure(stage: pd.Series, type_: pd.Series) -> pd.Series:
 
 # ---------------------------------------------------------------------------------------------- reading
 
-_NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores")
+_NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores", "passed")
 # Inside a JSON string every quote is escaped, so `"sub_scores"` followed by a colon is always a key. A nested
 # one (say in grade_details) makes the count differ from the row count, and the slow reader takes over.
 _SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
@@ -212,6 +221,8 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
         "item_id": col("item_id", pa.string()).to_pandas(),
         "epoch": pc.cast(col("epoch", pa.int64()), pa.float64()).to_numpy(zero_copy_only=False),  # null -> NaN
         "score": col("score", pa.float64()).to_numpy(zero_copy_only=False),
+        # the grader's own verdict: 1.0 / 0.0, NaN where it gave none
+        "passed": pc.cast(col("passed", pa.bool_()), pa.float64()).to_numpy(zero_copy_only=False),
     }
     err_fields = {f.name for f in err.type} if err is not None else set()
     for key in ("stage", "type", "message"):
@@ -239,7 +250,7 @@ def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
     if data.startswith(b"\xef\xbb\xbf") or b"\r" in data[:4096]:
         return None
     schema = pa.schema([("model_label", pa.string()), ("item_id", pa.string()), ("epoch", pa.int64()),
-                        ("score", pa.float64()),
+                        ("score", pa.float64()), ("passed", pa.bool_()),
                         ("error", pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())]))])
     opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
@@ -280,7 +291,7 @@ def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict
     import pandas as pd
 
     out: dict[str, list[Any]] = {k: [] for k in ("model_label", "item_id", "epoch", "score", "error_stage",
-                                                 "error_type", "error_message", "error_present")}
+                                                 "error_type", "error_message", "error_present", "passed")}
     subs: list[dict[str, Any] | None] = []
     for pos, entry in enumerate(rows):
         line, row = entry if isinstance(entry, tuple) else (pos + 1, entry)
@@ -321,6 +332,8 @@ def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict
         for key in ("stage", "type", "message"):
             out[f"error_{key}"].append(str(error.get(key)) if error and error.get(key) is not None else None)
         out["error_present"].append(error is not None)
+        passed = row.get("passed")
+        out["passed"].append(float(passed) if isinstance(passed, bool) else float("nan"))  # other values: no verdict
         subs.append(sub or None)
     frame = pd.DataFrame(out)
     keys = sorted({k for s in subs if s for k in s})
@@ -412,6 +425,8 @@ class CompareResult:
     baseline_records: pd.DataFrame | None = None  # item_id and score of the records used, for per-item tests
     candidate_records: pd.DataFrame | None = None
     bounds: tuple[float, float] | None = None  # the score range intervals were cut to
+    metric: str = "mean"  # what each item's value is: its mean score, or its pass@k / pass^k estimate
+    pass_k: dict[str, Any] | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
 
     def to_json(self) -> dict[str, Any]:
         """The documented `--format json` shape (extra keys allowed, none removed)."""
@@ -422,8 +437,10 @@ class CompareResult:
             "options": {"tie": o.tie, "level": o.level, "ci_method": o.ci_method, "seed": o.seed,
                         "exclude_errors": o.exclude_errors, "strict": o.strict, "by": list(o.by),
                         "errors": o.errors, "gate": o.gate.mode, "max_error_rate": o.gate.max_error_rate,
-                        "score_range": list(self.bounds) if self.bounds else None},
+                        "score_range": list(self.bounds) if self.bounds else None,
+                        "metric": self.metric, "pass_threshold": o.pass_threshold},
             "notes": self.notes,
+            **({"pass_k": self.pass_k} if self.pass_k is not None else {}),
         })
         out["items"] = self.items_json()
         return out
@@ -481,14 +498,191 @@ def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
     return frame
 
 
-def _side_stats(side: Side, o: CompareOptions) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(records used, per-item stats with error counts and the first error message)."""
+# ---------------------------------------------------------------------------------------------- passing
+
+
+def run_grader_path(directory: Path) -> str | None:
+    """The grader file named by a run directory's spec.resolved.toml, when the records live in one."""
+    import tomllib
+
+    from rfteval.store import RESOLVED_SPEC
+
+    spec = directory / RESOLVED_SPEC
+    try:
+        grader = tomllib.loads(spec.read_text(encoding="utf-8")).get("grader")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return grader if isinstance(grader, str) and grader else None
+
+
+@lru_cache(maxsize=32)
+def grader_maximum(grader: str) -> tuple[float, str] | None:
+    """The top of a grader's range (rfteval.readiness.grader_score_range) and where that comes from; None when the
+    file no longer loads (moved, edited into something invalid): the caller then falls back."""
+    from rfteval.graders.loader import load_grader
+    from rfteval.readiness import grader_score_range
+
+    try:
+        config = load_grader(grader)
+    except (InputError, OSError, ValueError):
+        return None
+    _, high, source = grader_score_range(config)
+    return float(high), f"the grader's maximum ({source}; {Path(grader).name})"
+
+
+def resolve_threshold(side: Side, o: CompareOptions) -> tuple[float, str] | None:
+    """The score a sample must reach to pass when its record has no `passed` verdict, and why that value.
+
+    --pass-threshold, else --score-range's top, else the maximum of the grader that wrote the records, else 1.0
+    for scores in [0, 1]. None when none of these applies (scores above 1 and nothing known about the grader):
+    "reaches 1.0" would then be an arbitrary rule.
+    """
+    import numpy as np
+
+    if o.pass_threshold is not None:
+        return float(o.pass_threshold), "--pass-threshold"
+    if o.score_range is not None:
+        return float(o.score_range[1]), "the top of --score-range"
+    if side.grader is not None:
+        found = grader_maximum(side.grader)
+        if found is not None:
+            return found
+    scores = side.frame["score"].to_numpy(dtype=np.float64)
+    if scores.size and np.nanmax(scores) > 1.0:
+        return None
+    return 1.0, "1.0 (no grader information with the records)"
+
+
+def pass_indicator(used: pd.DataFrame, threshold: float) -> np.ndarray:
+    """Per record, whether it passed: the grader's `passed` verdict, else score ≥ threshold (rfteval.passk.passes).
+
+    Error records left in by the error policy (grading errors, refusals; every error under --errors zero) fail,
+    as they score 0: OpenAI's rule, the same as for the mean.
+    """
+    import numpy as np
+
+    passed = used["passed"].to_numpy(dtype=np.float64) if "passed" in used else None
+    ok = passk.passes(used["score"].to_numpy(dtype=np.float64), passed, threshold)
+    return ok & ~used["is_error"].to_numpy(dtype=bool)
+
+
+def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -> tuple[float, float] | None:
+    """Both sides' pass thresholds; None (or, when `required`, bad input) when either cannot be set."""
+    tb, tc = resolve_threshold(base, o), resolve_threshold(cand, o)
+    if tb is None or tc is None:
+        if required:
+            side = base if tb is None else cand
+            raise InputError("scores above 1 and no grader maximum known: give --pass-threshold X (or "
+                             "--score-range LO,HI)", side.path or side.label, field="--metric")
+        return None
+    return tb[0], tc[0]
+
+
+def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, Any]:
+    out = {}
+    for role, side in (("baseline", base), ("candidate", cand)):
+        found = resolve_threshold(side, o)
+        out[role] = {"threshold": found[0], "source": found[1]} if found else None
+    return out
+
+
+def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[float, float],
+                 metric: passk.Metric) -> tuple[dict[str, Any] | None, str | None]:
+    """pass@1 and pass@N of the paired items compared (N: the epochs both sides have), and the sharpening flag.
+
+    RL fine-tuning often concentrates probability on answers the base model could already sample: pass@1 rises
+    while pass@N, which credits an item when any of N samples passes, does not (Yue et al. 2025, "Does
+    Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base Model?"). The note is
+    raised only when both comparisons say so through stats.direction: pass@1 shown better (p < α and the
+    interval above 0), pass@N not shown better. "Not shown better" is an absence of evidence, and the note says
+    exactly that. No Holm across the two: the note makes no claim that either test alone would not.
+    Returns (None, None) below 2 epochs a side.
+    """
+    import numpy as np
+
+    _, st_b = _side_stats(base, o, thresholds[0])
+    _, st_c = _side_stats(cand, o, thresholds[1])
+    j = st_b[["mean", "n"]].join(st_c[["mean", "n"]], how="inner", lsuffix="_b", rsuffix="_c")
+    if j.empty:
+        return None, None
+    n_b, n_c = j["n_b"].to_numpy(), j["n_c"].to_numpy()
+    top = int(min(n_b.max(), n_c.max()))
+    if top < 2:
+        return None, None
+    c_b = np.rint(j["mean_b"].to_numpy() * n_b).astype(np.int64)
+    c_c = np.rint(j["mean_c"].to_numpy() * n_c).astype(np.int64)
+    rows: dict[str, dict[str, Any]] = {}
+    for name, k in (("pass_at_1", 1), ("pass_at_n", top)):
+        vb, vc = passk.per_item(n_b, c_b, k), passk.per_item(n_c, c_c, k)
+        ok = np.isfinite(vb) & np.isfinite(vc)
+        row = paired_row(vb[ok], vc[ok], o, (0.0, 1.0), k=k)
+        row["verdict"] = stats.direction(row["delta"], o.level)
+        rows[name] = row
+    one, top_row = rows["pass_at_1"], rows["pass_at_n"]
+    sharpening = one["verdict"] == "better" and top_row["verdict"] != "better"
+    out = {"n": top, **rows, "sharpening": sharpening, "thresholds": _threshold_info(base, cand, o),
+           "metric": metric.name}
+    note = None
+    if sharpening:
+        d1, dn = one["delta"], top_row["delta"]
+        note = (f"pass@1 rose but pass@{top} did not (sharpening, not new capability): pass@1 "
+                f"{d1['mean']:+.3f} [{d1['ci95'][0]:+.3f}, {d1['ci95'][1]:+.3f}] shown better; pass@{top} "
+                f"{dn['mean']:+.3f} [{dn['ci95'][0]:+.3f}, {dn['ci95'][1]:+.3f}] not shown better "
+                f"({top_row['verdict']})")
+    return out, note
+
+
+def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: Any) -> tuple[dict[str, dict[str, Any]],
+                                                                                  dict[str, Any]]:
+    """Per label of a run directory, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
+
+    For summary.json: read back from DIR/<label>.jsonl, under compare's default error policy (a generation error
+    is left out, a grading error or refusal fails), so `compare --metric pass@K` reproduces these numbers. A
+    sample passes by its record's `passed`, else when it reaches the grader's maximum. A label whose records
+    cannot be read yet (no records) is left out.
+    """
+    from rfteval.readiness import grader_score_range
+
+    _, high, source = grader_score_range(grader)
+    o = CompareOptions()
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        try:
+            side = load_side(Path(out_dir) / f"{label}.jsonl")
+        except InputError:
+            continue
+        _, st = _side_stats(side, o, float(high))
+        n = st["n"].to_numpy()
+        c = (st["mean"].to_numpy() * n).round().astype("int64")
+        out[label] = {key: {str(k): v for k, v in passk.curve(n, c, kind).items()}
+                      for key, kind in (("pass_at_k", "pass@"), ("pass_all_k", "pass^"))}
+    return out, {"threshold": float(high), "source": f"the record's passed, else score >= the grader's maximum "
+                                                     f"({source})"}
+
+
+def _side_stats(side: Side, o: CompareOptions, threshold: float | None = None,
+                metric: passk.Metric = passk.MEAN) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records used, per-item stats with error counts and the first error message).
+
+    With a threshold the records' scores become pass indicators (1 pass, 0 fail: pass_indicator) before
+    anything else, so the per-item mean is the item's pass rate, the halves of the hardest slice are pass rates
+    and the per-item drop test runs on passes. A pass metric then replaces each item's mean with its pass@k or
+    pass^k estimate from (n, c), NaN when the item has fewer than k samples.
+    """
     import numpy as np
 
     f = side.frame
     errors = f[f["is_error"]]
     used = used_records(f, o)
+    if threshold is not None:
+        used = used.assign(score=pass_indicator(used, threshold).astype(np.float64))
     st = stats.item_stats(used[["item_id", "score"]]).set_index("item_id")
+    if metric.is_pass:
+        n = st["n"].to_numpy()
+        c = np.rint(st["mean"].to_numpy() * n).astype(np.int64)
+        st["mean"] = metric.per_item(n, c)
+        if metric.k > 1:  # the spread of one item's pass indicators says nothing about its pass@k's error
+            st["sd"] = np.nan
     counts = errors.groupby("item_id").size()
     st["errors"] = counts.reindex(st.index, fill_value=0).to_numpy(dtype=np.int64) if len(counts) else 0
     first = errors.drop_duplicates("item_id").set_index("item_id")
@@ -565,25 +759,63 @@ def half_means(used: pd.DataFrame, item_ids: np.ndarray) -> tuple[np.ndarray, np
     return halves[0].to_numpy(dtype=np.float64), halves[1].to_numpy(dtype=np.float64)
 
 
+def half_counts(used: pd.DataFrame, item_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per item (in `item_ids` order): (n_a, c_a, n_b, c_b), the samples and passes of the two alternate-epoch
+    halves half_means splits into, from records whose score is a pass indicator."""
+    import numpy as np
+    import pandas as pd
+
+    f = used[["item_id", "epoch", "score"]].sort_values(["item_id", "epoch"], kind="stable", na_position="last")
+    pos = f.groupby("item_id", sort=False).cumcount().to_numpy()
+    g = f.assign(half=pos % 2).groupby(["item_id", "half"], sort=False)["score"].agg(["size", "sum"])
+    n = g["size"].unstack().reindex(columns=[0, 1]).reindex(pd.Index(item_ids)).fillna(0)
+    c = g["sum"].unstack().reindex(columns=[0, 1]).reindex(pd.Index(item_ids)).fillna(0)
+    return (n[0].to_numpy(np.int64), np.rint(c[0].to_numpy()).astype(np.int64),
+            n[1].to_numpy(np.int64), np.rint(c[1].to_numpy()).astype(np.int64))
+
+
 def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: np.ndarray, o: CompareOptions,
-                  bounds: tuple[float, float] | None) -> dict[str, Any]:
+                  bounds: tuple[float, float] | None, metric: passk.Metric = passk.MEAN) -> dict[str, Any]:
     """The bottom quartile by baseline mean, measured without selection bias (stats.crossfit_lowest_delta).
 
     Items whose baseline has one epoch cannot be split; when no item can, the slice is shown as descriptive:
     chosen and measured on the same data, so without interval or p-value, and never coloured.
+
+    Under a pass metric the records' scores are pass indicators, so each half's mean is its pass rate. pass@1
+    and pass^1 are that rate: the slice is the usual cross-fit on it. For k > 1 the items are still chosen on one
+    half's pass rate (pass@k = 1 − (1 − p)^k and pass^k = p^k both rise with the pass rate p, so "lowest
+    pass rate" and "lowest pass@k" name the same items in expectation), and the baseline is measured by the
+    unbiased pass@k / pass^k estimator on the other half, which needs at least k samples in that half. Choice
+    and measurement stay independent, so the estimate stays unbiased. With fewer than k samples per half (3
+    epochs and pass@2 or pass@3) no independent measurement exists and the slice is descriptive.
     """
     import numpy as np
 
-    a, b = half_means(used_b, items)
-    split = np.isfinite(a) & np.isfinite(b)
+    measure_a = measure_b = None
+    if metric.is_pass and metric.k > 1:
+        n_a, c_a, n_b, c_b = half_counts(used_b, items)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            a, b = c_a / n_a, c_b / n_b
+        measure_a, measure_b = metric.per_item(n_a, c_a), metric.per_item(n_b, c_b)
+        split = np.isfinite(measure_a) & np.isfinite(measure_b)
+    else:
+        a, b = half_means(used_b, items)
+        split = np.isfinite(a) & np.isfinite(b)
     if split.sum() >= 2:
-        d = stats.crossfit_lowest_delta(a[split], b[split], cm[split], HARDEST_FRACTION, o.level, o.seed)
+        d = stats.crossfit_lowest_delta(a[split], b[split], cm[split], HARDEST_FRACTION, o.level, o.seed,
+                                        None if measure_a is None else measure_a[split],
+                                        None if measure_b is None else measure_b[split])
         d["ci95"] = _clip(d["ci95"], _delta_bounds(bounds))
         d["p_adjusted"] = d["p_value"]
         left = int((~split).sum())
-        rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured on "
-                f"the other half, both ways, averaged ({d['selected']} items chosen"
-                + (f"; {left} single-epoch item(s) left out" if left else "") + ")")
+        if metric.is_pass:
+            rule = (f"bottom quartile by baseline pass rate, chosen on half of each item's baseline epochs, its "
+                    f"{metric.name} measured on the other half, both ways, averaged ({d['selected']} items chosen"
+                    + (f"; {left} item(s) with fewer than {2 * metric.k} epochs left out" if left else "") + ")")
+        else:
+            rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured "
+                    f"on the other half, both ways, averaged ({d['selected']} items chosen"
+                    + (f"; {left} single-epoch item(s) left out" if left else "") + ")")
         row = {"items": d["selected"], "baseline": {"mean": d.pop("baseline_mean"), "ci95": [NAN, NAN], "se": NAN},
                "candidate": {"mean": d.pop("candidate_mean"), "ci95": [NAN, NAN], "se": NAN}, "delta": d}
         return {"field": None, "value": None, "cutoff": None, "rule": rule, "method": "cross-fit", **row}
@@ -597,8 +829,13 @@ def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: n
     delta["descriptive"] = True
     delta["p_method"] = "none (descriptive)"
     row["baseline"]["ci95"] = row["candidate"]["ci95"] = [NAN, NAN]
-    rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline mean "
-            f"(<= {cutoff:.4g}); one epoch per item leaves no independent half to measure on, so no interval")
+    if metric.is_pass and metric.k > 1:
+        rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline "
+                f"{metric.name} (<= {cutoff:.4g}); {metric.name} needs {metric.k} samples in each half of an item's "
+                f"baseline epochs ({2 * metric.k} epochs) to be measured apart from the choice, so no interval")
+    else:
+        rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline mean "
+                f"(<= {cutoff:.4g}); one epoch per item leaves no independent half to measure on, so no interval")
     return {"field": None, "value": None, "cutoff": cutoff, "rule": rule, "method": "descriptive", **row}
 
 
@@ -636,16 +873,27 @@ def adjust_family(rows: Sequence[dict[str, Any]]) -> None:
 
 def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
                   fields: dict[str, dict[str, str]] | None = None) -> CompareResult:
-    """The whole comparison of two sides already loaded: statistics, slices, sub-scores and the gate."""
+    """The whole comparison of two sides already loaded: statistics, slices, sub-scores and the gate.
+
+    Under --metric pass@K / pass^K every item's value is its pass@K / pass^K estimate instead of its mean score,
+    and everything downstream (intervals, p, verdict, slices, the gate) runs on it unchanged; the per-item drop
+    test runs on the items' pass indicators (pass@K and pass^K both rise with the pass rate, so a drop in one is
+    a drop in the other). Items with fewer than K usable samples on either side are left out, with a note.
+    """
     import numpy as np
     import pandas as pd
 
     o = options or CompareOptions()
     if o.errors not in ERROR_POLICIES:
         raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {o.errors!r}", field="--errors")
+    metric = passk.parse_metric(o.metric)
+    if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
+        raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
     notes: list[str] = []
-    used_b, st_b = _side_stats(base, o)
-    used_c, st_c = _side_stats(cand, o)
+    thresholds = side_thresholds(base, cand, o, required=metric.is_pass)
+    th_b, th_c = thresholds if metric.is_pass and thresholds else (None, None)
+    used_b, st_b = _side_stats(base, o, th_b, metric)
+    used_c, st_c = _side_stats(cand, o, th_c, metric)
     only_b = sorted(st_b.index.difference(st_c.index).tolist())
     only_c = sorted(st_c.index.difference(st_b.index).tolist())
     if o.strict and (only_b or only_c):
@@ -659,7 +907,17 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     if only_b or only_c:
         notes.append(f"{len(only_b)} item(s) only in the baseline and {len(only_c)} only in the candidate "
                      "were left out")
-    bounds = infer_bounds(o, used_b["score"].to_numpy(), used_c["score"].to_numpy())
+    if metric.is_pass:
+        short = ~(np.isfinite(joined["mean_b"].to_numpy()) & np.isfinite(joined["mean_c"].to_numpy()))
+        if short.all():
+            top = int(min(joined["n_b"].max(), joined["n_c"].max()))
+            raise InputError(f"{metric.name} needs {metric.k} samples per item; these records have at most {top} "
+                             "usable per item on one side", cand.path or cand.label, field="--metric")
+        if short.any():
+            notes.append(f"{int(short.sum())} item(s) with fewer than {metric.k} usable samples on a side were "
+                         f"left out of {metric.name}")
+            joined = joined[~short]
+    bounds = (0.0, 1.0) if metric.is_pass else infer_bounds(o, used_b["score"].to_numpy(), used_c["score"].to_numpy())
     bm = joined["mean_b"].to_numpy()
     cm = joined["mean_c"].to_numpy()
     d = cm - bm
@@ -685,7 +943,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
                      "and 6 or more before a permutation test can reach p < 0.05)")
 
     slices: dict[str, dict[str, Any]] = {}
-    slices[HARDEST] = hardest_slice(used_b, joined.index.to_numpy(), bm, cm, o, bounds)
+    slices[HARDEST] = hardest_slice(used_b, joined.index.to_numpy(), bm, cm, o, bounds, metric)
     for name in o.by:
         values = fields.get(name, {}) if fields else {}
         if fields is not None and not any(i in values for i in items["item_id"]):
@@ -698,13 +956,23 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
             slices[f"{name}={value}"] = row = paired_row(bm[sel], cm[sel], o, bounds, field=name, value=value)
             family.append(row)
         adjust_family(family)
-    sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, bounds)
+    if metric.is_pass:
+        sub_scores: dict[str, dict[str, Any]] = {}
+        if any(c.startswith(SUB) for c in used_b.columns):
+            notes.append(f"sub-scores are compared as means, not under {metric.name}: left out here")
+    else:
+        sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, bounds)
     adjust_family(list(sub_scores.values()))
+    pass_k = None
+    if thresholds is not None:
+        pass_k, note = pass_k_check(base, cand, o, thresholds, metric)
+        if note:
+            notes.append(note)
     items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
     result = CompareResult(baseline, candidate, delta, items, slices, sub_scores,
                            {"baseline_only": only_b, "candidate_only": only_c}, {}, o, notes,
                            used_b["score"].to_numpy(), used_c["score"].to_numpy(),
-                           used_b[["item_id", "score"]], used_c[["item_id", "score"]], bounds)
+                           used_b[["item_id", "score"]], used_c[["item_id", "score"]], bounds, metric.name, pass_k)
     result.gate = evaluate_gate(result, o.gate)
     return result
 

@@ -579,14 +579,17 @@ def select_lowest(values: np.ndarray, fraction: float, seed: int) -> np.ndarray:
 
 
 def crossfit_lowest_delta(base_a: np.ndarray, base_b: np.ndarray, cand: np.ndarray, fraction: float = 0.25,
-                          level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+                          level: float = 0.95, seed: int = 0, measure_a: np.ndarray | None = None,
+                          measure_b: np.ndarray | None = None) -> dict[str, Any]:
     """The paired delta on the items hardest for the baseline, chosen on data independent of the measurement.
 
     Choosing the bottom quartile by baseline mean and then measuring those same means reports regression to
     the mean as improvement. Instead each item's baseline epochs are split in two halves A and B: the items
     lowest on A are measured on B (candidate mean − B mean), those lowest on B are measured on A, and the two
     estimates are averaged (cross-fitting). Each half's estimate is unbiased, because the half that selects is
-    independent of the half that measures. The interval treats the per-item contributions
+    independent of the half that measures. `measure_a`/`measure_b`, when given, are what is measured on each
+    half instead of the selecting values themselves (a pass metric selects on each half's pass rate and measures
+    that half's pass@k estimate); by default a half is measured by the same values it selects with. The interval treats the per-item contributions
     v_i = ½[1(i∈S_A)(c_i − B_i)·n/|S_A| + 1(i∈S_B)(c_i − A_i)·n/|S_B|] as independent (the estimate is their
     mean), with a t quantile on (selected items − 1) degrees of freedom, since only those carry signal; its
     coverage is checked by simulation.
@@ -597,6 +600,10 @@ def crossfit_lowest_delta(base_a: np.ndarray, base_b: np.ndarray, cand: np.ndarr
     n = c.size
     sel_a = select_lowest(a, fraction, seed)
     sel_b = select_lowest(b, fraction, seed + 1)
+    if measure_a is not None:
+        a = np.asarray(measure_a, dtype=np.float64)
+    if measure_b is not None:
+        b = np.asarray(measure_b, dtype=np.float64)
     ka, kb = int(sel_a.sum()), int(sel_b.sum())
     v = np.zeros(n)
     if ka:

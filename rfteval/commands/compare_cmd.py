@@ -99,9 +99,16 @@ def compare(
                              "regression; strict: pass only on proof of none (non-inferiority)."),
     max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
                                          "share of generation errors is above X."),
+    metric: str = typer.Option("mean", "--metric", metavar="mean|pass@K|pass^K", help="What each item contributes: "
+                               "its mean score, or its unbiased pass@K (any of K samples passes) or pass^K (all K "
+                               "pass) estimate from its epochs. Intervals, p, slices and gates all follow it."),
+    pass_threshold: Optional[float] = typer.Option(None, "--pass-threshold", metavar="X", help="A sample passes when "
+                                                   "its record's `passed` says so, else when its score reaches X "
+                                                   "[default: the grader's maximum; 1.0 without grader info]."),
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate."""
     from rfteval.compare import ERROR_POLICIES, GATE_MODES, CompareOptions, Gate, compare_paths
+    from rfteval.passk import parse_metric
 
     if fmt not in ("table", "json"):
         raise InputError(f"must be table or json, got {fmt!r}", field="--format")
@@ -116,9 +123,11 @@ def compare(
         raise InputError(f"must be evidence or strict, got {gate!r}", field="--gate")
     if errors not in ERROR_POLICIES:
         raise InputError(f"must be exclude or zero, got {errors!r}", field="--errors")
+    parse_metric(metric)
     options = CompareOptions(tie=tie, ci_method=ci, seed=seed, exclude_errors=exclude_errors, strict=strict,
                              by=tuple(by), errors=errors, score_range=_parse_range(score_range),
-                             gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate))
+                             gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate),
+                             metric=metric, pass_threshold=pass_threshold)
     result = compare_paths(baseline, candidate, label, options, dataset)
 
     if markdown is not None:

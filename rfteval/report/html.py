@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, shown_p, summary_rows, verdict, wtl
+from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, metric_suffix, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
     import numpy as np
@@ -267,7 +267,7 @@ def write_page(path: str | Path, title: str, body: str) -> None:
 def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[str, str]] = ()) -> str:
     """The compare report; `sections` are (heading, HTML fragment) pairs added after the plots (readiness)."""
     b, c, d = result.baseline, result.candidate, result.delta
-    title = f"rfteval compare: {b['label']} → {c['label']}"
+    title = f"rfteval compare: {b['label']} → {c['label']}{metric_suffix(result)}"
     gate = result.gate
     gate_html = ""
     if gate.get("checks"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, shown_p, summary_rows, verdict, wtl
+from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, metric_suffix, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
     from rfteval.compare import CompareResult
@@ -33,7 +33,7 @@ def code(text: str) -> str:
 def render_markdown(result: CompareResult, top: int = 10) -> str:
     b, c = result.baseline, result.candidate
     level = int(result.options.level * 100)
-    out = [f"## rfteval compare: {cell(b['label'])} → {cell(c['label'])}", ""]
+    out = [f"## rfteval compare: {cell(b['label'])} → {cell(c['label'])}{cell(metric_suffix(result))}", ""]
     gate = result.gate
     if gate.get("checks"):
         if gate["passed"]:

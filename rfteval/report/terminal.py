@@ -69,6 +69,12 @@ def errors_text(side: dict[str, Any], options: Any) -> str:
     return ", ".join(parts)
 
 
+def metric_suffix(result: CompareResult) -> str:
+    """' (pass@3)' when the comparison is not on mean scores, else ''."""
+    metric = getattr(result, "metric", "mean")
+    return "" if metric == "mean" else f" ({metric})"
+
+
 def summary_rows(result: CompareResult) -> list[tuple[str, dict[str, Any]]]:
     """(row name, paired row) for overall, the hardest slice, each --by slice and each sub-score."""
     overall = {"items": result.delta["n"], "baseline": result.baseline, "candidate": result.candidate,
@@ -89,7 +95,8 @@ def summary_table(result: CompareResult, title: str | None = None) -> Table:
 
     b, c = escape(result.baseline["label"]), escape(result.candidate["label"])
     same = b == c
-    table = Table(title=title or f"{b} -> {c}", title_justify="left", box=box.SIMPLE_HEAD)
+    table = Table(title=title or f"{b} -> {c}{escape(metric_suffix(result))}", title_justify="left",
+                  box=box.SIMPLE_HEAD)
     table.add_column("", overflow="fold")
     table.add_column("items", justify="right")
     table.add_column(f"{b} (baseline)" if same else b, justify="right")
@@ -109,9 +116,10 @@ def summary_table(result: CompareResult, title: str | None = None) -> Table:
 
 def side_lines(result: CompareResult) -> list[str]:
     lines = []
+    what = "" if result.metric == "mean" else f"{result.metric} "
     for role, side in (("baseline", result.baseline), ("candidate", result.candidate)):
         errs = ", " + errors_text(side, result.options)
-        lines.append(f"{role} {side['label']}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)} over "
+        lines.append(f"{role} {side['label']}: {what}{fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)} over "
                      f"{side['items']} items, {side['records']} records{errs}")
     d = result.delta
     lines.append(f"delta: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, {verdict(d)}, p {fmt_p(d['p_value'])} "
