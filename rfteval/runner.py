@@ -669,6 +669,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
                   grader_hash: str, run_id: str, n_items: int, complete: bool,
                   prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """Per model: mean of per-item means with its interval, counts, tokens, cost; paired deltas vs the baseline."""
+    from rfteval.compare import run_pass_curves
     from rfteval.pricing import cost_usd
     from rfteval.records import now_iso
     from rfteval.stats import paired_delta, side_summary
@@ -695,6 +696,9 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
             "cost_usd": _model_cost(run.model, t, prices),
         }
     labels = [r.label for r in runs]
+    curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
+    for label, curve in curves.items():
+        models[label].update(curve)
     base = baseline_label(labels)
     deltas: dict[str, Any] = {}
     for label in labels:
@@ -718,7 +722,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},
         "baseline": base, "models": models, "deltas": deltas,
         "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
-        "max_error_rate": spec.max_error_rate, "finished_at": now_iso(),
+        "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
         **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
     })
 

@@ -135,16 +135,22 @@ def models_table(summary: dict[str, Any]) -> Table:
 
     title = f"{summary['name']}: {summary['items']} items x {summary['epochs']} epochs, grader {summary['grader']['name']}"
     table = Table(title=title, title_justify="left")
-    for name, justify in (("model", "left"), ("mean", "right"), ("95% CI", "right"), ("items", "right"),
+    top = int(summary.get("epochs") or 1)
+    ks = ["1"] if top < 2 else ["1", str(top)]  # pass@1 and pass@N (unbiased, from the epochs: rfteval.passk)
+    for name, justify in (("model", "left"), ("mean", "right"), ("95% CI", "right"),
+                          ("pass@" + "/@".join(ks), "right"), ("items", "right"),
                           ("records", "right"), ("errors", "left"), ("tokens in/out (reasoning)", "right"),
                           ("cost", "right")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        # the model names wrap last: a narrow terminal folds the tokens header first
+        table.add_column(name, justify=justify, no_wrap=name == "model")  # type: ignore[arg-type]
     for label, m in summary["models"].items():
         tok = m["tokens"]
         tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})" \
             if any(tok.values()) else "—"  # no usage reported (replayed outputs)
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
-        table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"]), str(m["items"]), records,
+        curve = m.get("pass_at_k") or {}
+        pass_k = "/".join(fmt(curve.get(k)) for k in ks)
+        table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"]), pass_k, str(m["items"]), records,
                       fmt_errors(m["errors"]["by_type"]), tokens, fmt_cost(m["cost_usd"]))
     return table
 
