@@ -259,7 +259,7 @@ def test_grade_command_with_a_multi_grader(tmp_path):
         (3, '{"name": "John Smith"}')]) + "\n")
     out = tmp_path / "records.jsonl"
     res = CliRunner().invoke(app, ["grade", "-d", str(ds), "-g", str(dump(tmp_path, NAME_EMAIL)), "-o", str(outs),
-                                   "--out", str(out), "--format", "json"])
+                                   "--out", str(out), "--format", "json", "--max-error-rate", "1"])  # one error: on purpose
     assert res.exit_code == 0, res.output
     records = {r["epoch"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert records[1]["score"] == 1.0 and records[1]["sub_scores"] == {"name": 1.0, "email": 1.0}

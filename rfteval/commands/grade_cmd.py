@@ -86,7 +86,7 @@ def grade(
     if fmt is OutputFormat.json:
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {
             "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
-        typer.echo(json.dumps({"records_file": str(path), "models": payload}, default=_json_number, allow_nan=False))
+        typer.echo(json.dumps(_strict({"records_file": str(path), "models": payload}), allow_nan=False))
         _exit_when_incomplete(errors, len(records), max_error_rate)
         return
     console = Console()
@@ -97,12 +97,19 @@ def grade(
     _exit_when_incomplete(errors, len(records), max_error_rate)
 
 
-def _json_number(value: object) -> object:
-    """numpy scalars as Python numbers; NaN and infinity as null (strict JSON parsers refuse NaN)."""
+def _strict(value: object) -> object:
+    """JSON-safe: NaN and infinity become null (strict JSON parsers refuse NaN), numpy scalars plain numbers."""
     import math
 
-    number = float(value)  # type: ignore[arg-type]
-    return number if math.isfinite(number) else None
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()  # type: ignore[union-attr]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _exit_when_incomplete(errors: int, records: int, max_error_rate: float) -> None:
