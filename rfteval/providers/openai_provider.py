@@ -120,7 +120,7 @@ class OpenAIProvider:
         return chat_body(request) if self.api == "chat" else responses_body(request)
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
-        body = self.request_body(request)
+        body = chat_body(request, copy_messages=False) if self.api == "chat" else responses_body(request)
         if self.service_tier is not None:
             body["service_tier"] = self.service_tier
         try:
@@ -323,9 +323,11 @@ def _json_schema(rf: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def chat_body(request: GenerationRequest) -> dict[str, Any]:
+def chat_body(request: GenerationRequest, copy_messages: bool = True) -> dict[str, Any]:
+    """`copy_messages=False` when the body is encoded at once and never kept (the request path): no deep copy."""
     s = request.sampling
-    body: dict[str, Any] = {"model": request.model, "messages": copy.deepcopy(request.messages)}
+    messages = copy.deepcopy(request.messages) if copy_messages else request.messages
+    body: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.tools:
         body["tools"] = [_chat_tool(t) for t in request.tools]
     if s.response_format:
