@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from rfteval.cli import app
+from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, python_sandbox
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
@@ -187,6 +188,7 @@ def readiness(
     errors: str = typer.Option("exclude", "--errors", help="Generation errors: exclude (left out of every signal, "
                                                            "counted) or zero (reward 0). Grading errors and model "
                                                            "refusals score 0 either way."),
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console
 
@@ -207,6 +209,8 @@ def readiness(
         from rfteval.graders.loader import load_grader
 
         config = load_grader(grader)
+        if regrade:  # the grader runs only to re-grade
+            python_sandbox(config, unsafe_python_graders)
     if dataset is not None:
         from rfteval.readiness import items_map
 
@@ -288,6 +292,7 @@ def probe_grader(
     seed: int = typer.Option(0, "--seed", help="Seed of the random-text probes."),
     python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
     html: Path | None = typer.Option(None, "--html", help="Also write the probe table as one self-contained HTML page."),
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console
 
@@ -298,6 +303,7 @@ def probe_grader(
 
     _check_format(fmt)
     config = load_grader(grader)
+    python_sandbox(config, unsafe_python_graders)
     items = load_dataset(dataset).items[:limit]
     template = load_reference_template(reference_template) if reference_template is not None else None
     report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
