@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_TIMEOUT
+from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
 from rfteval.graders.sandbox import WorkerPool, configure, decode_reply, host, worker_env
 
 pytestmark = pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}")
@@ -367,6 +367,37 @@ def test_memory_limit_message_names_the_limit() -> None:
     assert low.error is not None and low.error.type == PYTHON_MEMORY and "200 MB" in low.error.message
 
 
+OOM_VICTIM = """
+import os, time
+
+def grade(sample, item):
+    kids = []
+    for _ in range(10):  # each under its own address-space limit; together past the unit's cgroup
+        pid = os.fork()
+        if pid == 0:
+            b = bytearray(80 * 1024 * 1024)
+            for k in range(0, len(b), 4096):
+                b[k] = 1
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+    with open("/proc/self/oom_score_adj", "w") as fh:  # this process, not a helper, is the one the kernel picks
+        fh.write("1000")
+    time.sleep(2.5)
+    return 1.0
+"""
+
+
+def test_an_oom_kill_is_a_memory_error_naming_the_limit() -> None:
+    if not host().cgroup:
+        pytest.skip("no cgroup here: memory is limited per process (RLIMIT_AS), which raises MemoryError instead")
+    # the cgroup holds 100 MB + a 16 MB /tmp + the template's room: ten helpers of 80 MB are past it
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S, memory_mb=100, disk_mb=16) as small:
+        (killed, after) = small.grade(OOM_VICTIM, [({}, {}), ({}, {})], units=["a", "b"])
+    assert killed.error is not None and killed.error.type == PYTHON_MEMORY, killed
+    assert "100 MB" in killed.error.message and "SIGKILL" not in killed.error.message, killed.error.message
+
+
 # ---------------------------------------------------------------- the command line
 
 
@@ -378,7 +409,8 @@ def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Pa
                                 "reference_answer": "x"}) + "\n")
     env = {k: v for k, v in os.environ.items() if k != "RFTEVAL_UNSAFE_PYTHON_GRADERS"}
     env["PATH"] = str(tmp_path)  # no bwrap on it
-    base = [sys.executable, "-c", "from rfteval.cli import main; main()", "validate", "grader", str(grader), "--dataset", str(data)]
+    base = [sys.executable, "-c", "from rfteval.cli import main; main()", "validate", "grader", str(grader),
+            "--dataset", str(data)]
     refused = subprocess.run(base, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 2, refused.stderr
     lines = refused.stderr.strip().splitlines()
@@ -412,8 +444,10 @@ from rfteval.graders.sandbox import WorkerPool
 RUNS = "def grade(sample, item):\n    exec(sample['output_text'], {})\n    return float(item['v'])\n"
 attacks = {
     "environ": "import glob\nfor p in glob.glob('/proc/*/environ'):\n    assert b'canary' not in open(p,'rb').read()\n",
-    "kill": "import os, signal\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n        try:\n            os.kill(int(p), signal.SIGKILL)\n        except OSError:\n            pass\n",
-    "fork": "import os\nfor _ in range(3000):\n    if os.fork() == 0:\n        import time\n        time.sleep(20)\n        os._exit(0)\n",
+    "kill": ("import os, signal\nfor p in os.listdir('/proc'):\n    if p.isdigit() and int(p) != os.getpid():\n"
+             "        try:\n            os.kill(int(p), signal.SIGKILL)\n        except OSError:\n            pass\n"),
+    "fork": ("import os\nfor _ in range(3000):\n    if os.fork() == 0:\n        import time\n"
+             "        time.sleep(20)\n        os._exit(0)\n"),
     "disk": "open('/tmp/big','wb').write(b'x' * (1100 << 20))\n",
 }
 with WorkerPool(workers=1, timeout_s=3.0, memory_mb=256) as pool:

@@ -313,6 +313,22 @@ class _Cgroup:
             return None
         return cls(made) if made else None
 
+    def oom_kills(self) -> int:
+        """How many processes the kernel's OOM killer has killed in this cgroup so far (memory.oom_control on v1,
+        memory.events on v2; 0 where neither says)."""
+        total = 0
+        for d in self.dirs:
+            for name in ("memory.events", "memory.oom_control"):
+                try:
+                    text = Path(d, name).read_text()
+                except OSError:
+                    continue
+                for line in text.splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill" and value.strip().isdigit():
+                        total += int(value)
+        return total
+
     def remove(self) -> None:
         for path in reversed(self.dirs):
             for _ in range(50):
@@ -452,7 +468,8 @@ def _probe_host() -> Host:
     if not sys.platform.startswith("linux"):
         return Host(None, False, f"the python grader sandbox needs Linux (this is {sys.platform})")
     if bwrap is None:
-        return Host(None, cgroup, "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`, or `make sandbox`")
+        return Host(None, cgroup,
+                    "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`, or `make sandbox`")
     try:
         program = _seccomp_program()
     except Exception as exc:  # noqa: BLE001
@@ -515,6 +532,7 @@ class _Sandbox:
         self.pid: int | None = None
         self.sources: set[str] = set()
         self.buffer = bytearray()
+        self.oom_seen = 0  # the cgroup's OOM kills already accounted for
 
     def start(self) -> None:
         s = self.settings
@@ -552,7 +570,8 @@ class _Sandbox:
                                          "to run python graders without it")
             if self.cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing starts outside
                 procs = self.cgroup.procs
-                script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; exec "$@"'
+                script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; '
+                          'exec "$@"')
                 command = ["/bin/sh", "-c", script, "sh", str(len(procs)), *procs, *command]
         try:
             with open(os.path.join(self.dir, ".startup"), "wb") as err:
@@ -571,6 +590,7 @@ class _Sandbox:
             self.stop()
             raise _StartError(f"the grader sandbox did not start: {detail.strip()[-2000:]}") from None
         self.pid = int(ready["pid"])
+        self.oom_seen = self.cgroup.oom_kills() if self.cgroup is not None else 0
         text = ("bubblewrap: user, PID, mount, network and IPC namespaces, seccomp, read-only packages, private /tmp"
                 + (", cgroup memory and process limits" if self.cgroup else ", RLIMIT_AS and RLIMIT_NPROC limits")
                 if sandboxed else f"unsafe: no sandbox ({found.refused})")
@@ -654,6 +674,23 @@ class _Sandbox:
             raise _Failure(PYTHON_TIMEOUT, f"the grader's sandbox stopped answering for {silence_s:g} s while grading "
                                            "this sample; it was killed")
 
+    def memory_killed(self, result: GradeResult) -> GradeResult:
+        """A sample whose process died of SIGKILL, as a memory error naming the limit when the cgroup's OOM killer
+        did it (the supervisor inside cannot tell that kill from any other). Checked only for such results."""
+        error = result.error
+        if (error is None or self.cgroup is None or error.type not in (PYTHON_RUNTIME, PYTHON_SERVER)
+                or "SIGKILL" not in error.message):
+            return result
+        kills = self.cgroup.oom_kills()
+        if kills <= self.oom_seen:
+            return result
+        self.oom_seen = kills
+        what = "loading the grader source" if "loading the grader source" in error.message else "grade()"
+        limit = f"{self.settings.memory_mb} MB" if self.settings.memory_mb else "the sandbox's memory"
+        return GradeResult.failed(PYTHON_MEMORY, f"{what} ran out of memory (limit {limit} for the unit and every "
+                                                 "process it started): the kernel's OOM killer ended it",
+                                  stdout=result.stdout)
+
     def request(self, key: str, source: str, units: list[tuple[bytes, list[Any]]]) -> bytes:
         sent_source = None if key in self.sources else source
         self.sources.add(key)
@@ -700,7 +737,7 @@ def group_units(pairs: Sequence[Pair], keys: Sequence[Hashable] | None) -> list[
     if keys is None:
         return [[i] for i in range(len(pairs))]
     groups: dict[tuple[Hashable, int], list[int]] = {}
-    for i, ((_, item), key) in enumerate(zip(pairs, keys)):
+    for i, ((_, item), key) in enumerate(zip(pairs, keys, strict=True)):
         groups.setdefault((key, id(item)), []).append(i)
     return list(groups.values())
 
@@ -761,7 +798,7 @@ class WorkerPool:
         if again:  # sent as text, not rebuilt in the child (a limit set differently there): send them whole
             subset = [pairs[i] for i in again]
             redone = self._grade(key, source, subset, [[i] for i in range(len(subset))], whole=True)
-            for i, result in zip(again, redone):
+            for i, result in zip(again, redone, strict=True):
                 if result.error is not None and result.error.type == RESEND:  # never for a whole sample
                     result = GradeResult.failed(PYTHON_SERVER, "the grader process refused the sample, sent whole")
                 results[i] = result
@@ -784,9 +821,9 @@ class WorkerPool:
         futures = [self._submit(task) for task in tasks]
         results: list[GradeResult] = [None] * len(pairs)  # type: ignore[list-item]
         try:
-            for task, future in zip(tasks, futures):
+            for task, future in zip(tasks, futures, strict=True):
                 flat = [i for unit in task.units or [] for i in unit]
-                for i, result in zip(flat, future.result()):
+                for i, result in zip(flat, future.result(), strict=True):
                     results[i] = result
         except CancelledError:
             raise RuntimeError("the python worker pool was closed while grading") from None
@@ -900,22 +937,23 @@ class WorkerPool:
                 finished = False
                 while not finished:
                     part, finished = decode_reply(box.receive(silence), len(results), len(flat))
-                    results += part
+                    results += [box.memory_killed(r) if r.error is not None else r for r in part]
                     if part:
                         failures = 0
             except _StartError as exc:
                 results += [GradeResult.failed(PYTHON_SERVER, str(exc)) for _ in range(len(flat) - len(results))]
                 break
             except _Failure as failure:
-                output = None
+                failed = box.memory_killed(GradeResult.failed(failure.error.type, failure.error.message))
                 box.stop()
-                results.append(GradeResult.failed(failure.error.type, failure.error.message, stdout=output))
+                results.append(failed)
                 failures += 1
                 if failures >= MAX_ZERO_PROGRESS:
                     results += [GradeResult.failed(failure.error.type, failure.error.message)
                                 for _ in range(len(flat) - len(results))]
             except OSError:  # the request pipe broke: the supervisor is gone
                 box.stop()
-                results.append(GradeResult.failed(PYTHON_RUNTIME, "the grader's sandbox ended while grading this sample"))
+                results.append(GradeResult.failed(PYTHON_RUNTIME,
+                                                  "the grader's sandbox ended while grading this sample"))
                 failures += 1
         return results
