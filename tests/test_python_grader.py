@@ -238,7 +238,7 @@ def test_published_sources_run_unchanged_and_agree_in_process(name: str, make_pa
     with GradingEngine(config(source), GradeOptions(python_workers=2)) as engine:
         results = engine.grade_batch(pairs)
     assert capsys.readouterr().out == ""  # the graders' prints never reach the terminal
-    for want, got in zip(expected, results):
+    for want, got in zip(expected, results, strict=True):
         if want is None:
             assert got.error is not None and got.score == 0.0
         else:
@@ -308,7 +308,8 @@ def test_worker_future_flags_do_not_leak_into_graders():
     """The worker module uses `from __future__ import annotations`; an uploaded grader must not inherit it."""
     from rfteval.graders import GradeOptions, GradingEngine, parse_config
 
-    source = "def grade(sample: dict, item: dict) -> float:\n    return 1.0 if grade.__annotations__['sample'] is dict else 0.0\n"
+    source = ("def grade(sample: dict, item: dict) -> float:\n"
+              "    return 1.0 if grade.__annotations__['sample'] is dict else 0.0\n")
     config = parse_config({"type": "python", "name": "ann", "source": source})
     with GradingEngine(config, GradeOptions(python_workers=1)) as engine:
         result = engine.grade({"output_text": ""}, {})

@@ -592,7 +592,8 @@ class Supervisor:
 
     def flush(self, done: bool, heartbeat: bool = False, force: bool = False) -> None:
         now = time.monotonic()
-        if done or force or (self.pending and now - self.sent_at > FLUSH_S) or (heartbeat and now - self.sent_at > HEARTBEAT_S):
+        due = (self.pending and now - self.sent_at > FLUSH_S) or (heartbeat and now - self.sent_at > HEARTBEAT_S)
+        if done or force or due:
             try:
                 body = self.encode([done, self.pending])
             except (TypeError, ValueError):

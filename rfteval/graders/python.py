@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import field_validator
 from pydantic_core import PydanticCustomError
 
-from rfteval.graders.base import BuildContext, GradeResult, GraderConfig, Pair, register
+from rfteval.graders.base import BuildContext, GraderConfig, GradeResult, Pair, register
 
 MAX_SOURCE_BYTES = 256 * 1024  # OpenAI's limit: "source < 256 kB"
 
@@ -60,7 +60,7 @@ def signature_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
         return f"grade takes {required} required arguments; it must take exactly two: grade(sample, item)"
     if len(positional) < 2 and args.vararg is None:
         return f"grade takes {len(positional)} positional argument(s); it must take two: grade(sample, item)"
-    missing_kw = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    missing_kw = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
     if missing_kw:
         return f"grade has required keyword-only argument(s) {', '.join(missing_kw)}; it must take (sample, item)"
     return None
