@@ -433,3 +433,61 @@ def test_package_import_stays_light() -> None:
     code = "import sys, rfteval.providers; print('openai' in sys.modules, 'rfteval.providers.openai_provider' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# ---- issue 15: transports, rate-limit headers, service tier --------------------------------------------------------
+
+
+@pytest.mark.parametrize("text,seconds", [("1s", 1.0), ("6m0s", 360.0), ("200ms", 0.2), ("1h2m3.5s", 3723.5),
+                                          ("0.5", 0.5), ("", None), (None, None), ("soon", None), ("5x", None)])
+def test_parse_duration(text: str | None, seconds: float | None) -> None:
+    from rfteval.providers.openai_provider import parse_duration
+
+    assert parse_duration(text) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_both_transports_answer_alike_and_carry_rate_headers(fake_openai: FakeOpenAI, transport: str) -> None:
+    fake_openai.queue(Reply(text="hi", headers={"x-ratelimit-limit-requests": "500",
+                                                "x-ratelimit-remaining-requests": "20",
+                                                "x-ratelimit-reset-requests": "6m0s",
+                                                "x-ratelimit-limit-tokens": "10000",
+                                                "x-ratelimit-remaining-tokens": "9000"}))
+    p = provider(fake_openai, transport=transport)
+    assert p.transport == transport
+    gen = generate(p, req())
+    assert gen.output_text == "hi" and gen.rate is not None
+    assert (gen.rate.limit_requests, gen.rate.remaining_requests, gen.rate.reset_requests_s) == (500, 20, 360.0)
+    assert gen.rate.low(0.1) is True and gen.rate.low(0.01) is False
+    # a server that sends no x-ratelimit-* headers
+    assert generate(provider(fake_openai, transport=transport), req()).rate is None
+
+
+def test_429_carries_its_rate_headers_and_retry_after(fake_openai: FakeOpenAI) -> None:
+    fake_openai.queue(Reply.error(429, headers={"retry-after-ms": "250", "x-ratelimit-remaining-requests": "0",
+                                                "x-ratelimit-limit-requests": "60",
+                                                "x-ratelimit-reset-requests": "2s"}))
+    err = error_of(provider(fake_openai), req())
+    assert err.kind == "rate_limit" and err.retry_after == pytest.approx(0.25) and not err.unavailable
+    assert err.rate is not None and err.rate.exhausted_wait() == pytest.approx(2.0)
+
+
+def test_service_tier_is_sent_but_not_part_of_the_cache_key(fake_openai: FakeOpenAI) -> None:
+    flex = provider(fake_openai, service_tier="flex")
+    plain = provider(fake_openai)
+    assert flex.request_body(req()) == plain.request_body(req()) and flex.identity() == plain.identity()
+    gen = generate(flex, req())
+    assert fake_openai.requests[-1].body["service_tier"] == "flex" and gen.tier == "flex"
+
+
+def test_flex_resource_unavailable_is_its_own_429(fake_openai: FakeOpenAI) -> None:
+    fake_openai.flex_unavailable = 1
+    err = error_of(provider(fake_openai, service_tier="flex"), req())
+    assert err.kind == "rate_limit" and err.unavailable
+
+
+def test_bad_service_tier_and_transport_are_input_errors() -> None:
+    with pytest.raises(InputError, match="service tier"):
+        OpenAIProvider("http://127.0.0.1:9/v1", api_key_env=KEY_ENV, service_tier="cheap")
+    with pytest.raises(InputError, match="transport"):
+        OpenAIProvider("http://127.0.0.1:9/v1", api_key_env=KEY_ENV, transport="curl")

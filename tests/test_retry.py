@@ -95,3 +95,15 @@ def test_custom_retryable_set():
 def test_real_sleep_is_used_by_default():
     fn = Flaky(ProviderError("server", "x", 500))
     assert asyncio.run(call_with_retries(fn, RetryPolicy(base_s=0.001))) == "ok"
+
+
+def test_flex_unavailable_waits_longer_and_never_near_zero():
+    policy = RetryPolicy(base_s=0.5, max_backoff_s=60.0)
+    rng = random.Random(1)
+    plain = ProviderError("rate_limit", "busy")
+    unavailable = ProviderError("rate_limit", "Resource unavailable", unavailable=True)
+    for retry in (1, 2, 3):
+        waits = [policy.delay(retry, unavailable, rng) for _ in range(200)]
+        cap = min(60.0, 0.5 * 10 * 2 ** (retry - 1))
+        assert min(waits) >= cap / 2 and max(waits) <= cap
+        assert max(policy.delay(retry, plain, rng) for _ in range(200)) <= 0.5 * 2 ** (retry - 1)
