@@ -418,3 +418,10 @@ def test_result_lines_match_on_custom_id_and_classify() -> None:
         "error": {"message": "nope"}}}}, "s")
     assert what == "error" and entry["error"]["type"] == "bad_request"
     assert [n for n, _ in parse_result_lines(b'{"custom_id": "a", "response": null}\n\nnot json\n')] == [1]
+
+
+def test_chunks_stay_under_the_byte_limit(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    result = run_lib(files, fake_openai, batch_max_lines=1000, batch_max_bytes=600)
+    assert result.summary["missing"] == 0
+    sizes = [f["meta"]["bytes"] for f in fake_openai.files.values() if f["meta"]["purpose"] == "batch"]
+    assert len(sizes) > 2 and max(sizes) <= 600
