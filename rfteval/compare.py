@@ -473,6 +473,11 @@ def _column(series: pd.Series) -> list[Any]:
     return series.tolist()
 
 
+def json_safe(value: Any) -> Any:
+    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers (for results built on this one)."""
+    return _clean(value)
+
+
 def _clean(value: Any) -> Any:
     """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
     if isinstance(value, dict):
@@ -586,6 +591,10 @@ def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, Any]
     return out
 
 
+def _num3(x: float | None, sign: str = "") -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:{sign}.3f}"
+
+
 def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[float, float],
                  metric: passk.Metric) -> tuple[dict[str, Any] | None, str | None]:
     """pass@1 and pass@N of the paired items compared (N: the epochs both sides have), and the sharpening flag.
@@ -624,11 +633,14 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
            "metric": metric.name}
     note = None
     if sharpening:
-        d1, dn = one["delta"], top_row["delta"]
-        note = (f"pass@1 rose but pass@{top} did not (sharpening, not new capability): pass@1 "
-                f"{d1['mean']:+.3f} [{d1['ci95'][0]:+.3f}, {d1['ci95'][1]:+.3f}] shown better; pass@{top} "
-                f"{dn['mean']:+.3f} [{dn['ci95'][0]:+.3f}, {dn['ci95'][1]:+.3f}] not shown better "
-                f"({top_row['verdict']})")
+        def span(row: dict[str, Any]) -> str:
+            d = row["delta"]
+            return (f"{_num3(row['baseline']['mean'])} -> {_num3(row['candidate']['mean'])}, delta "
+                    f"{_num3(d['mean'], '+')} [{_num3(d['ci95'][0], '+')}, {_num3(d['ci95'][1], '+')}]")
+
+        note = (f"pass@1 rose but pass@{top} did not (sharpening, not new capability): pass@1 {span(one)}, shown "
+                f"better; pass@{top} {span(top_row)}, not shown better ({top_row['verdict']}; near the ceiling "
+                "this can also mean no room to rise)")
     return out, note
 
 

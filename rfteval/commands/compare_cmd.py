@@ -1,11 +1,11 @@
-"""`rfteval compare BASELINE CANDIDATE`: paired statistics, reports and the CI gate."""
+"""`rfteval compare BASELINE CANDIDATE`, or `rfteval compare RUNDIR` (a series): paired statistics, reports, gate."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
@@ -13,12 +13,19 @@ from rfteval.cli import app
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
+if TYPE_CHECKING:
+    from rfteval.compare import CompareOptions
+
 EPILOG = """\b
 CI example (exit 0 pass, 1 gate failed, 2 bad input):
   rfteval compare runs/main/tuned.jsonl runs/pr/tuned.jsonl \\
       --max-drop 0.02 --max-item-drop 0.5 \\
       --markdown compare.md --junit compare.xml --html compare.html
   cat compare.md >> "$GITHUB_STEP_SUMMARY"
+
+\b
+A checkpoint series (base against every other model of a run, Holm across them):
+  rfteval compare runs/exp1 --baseline base --max-drop 0.02 --html series.html
 
 \b
 Two models of one run directory:
@@ -61,8 +68,10 @@ def _write(path: Path, writer: object) -> None:
 def compare(
     baseline: Path = typer.Argument(..., help="Baseline records: a JSONL or Parquet record file, or a run directory.",
                                     show_default=False, metavar="BASELINE"),
-    candidate: Path = typer.Argument(..., help="Candidate records, same forms as BASELINE.", show_default=False,
-                                     metavar="CANDIDATE"),
+    candidate: Optional[Path] = typer.Argument(None, help="Candidate records, same forms as BASELINE. Left out: "
+                                               "BASELINE is a run directory and every model in it is compared with "
+                                               "its baseline (a checkpoint series).", show_default=False,
+                                               metavar="[CANDIDATE]"),
     label: list[str] = typer.Option([], "--label", "-l", metavar="LABEL", help="Model label: once for both sides, or twice "
                                     "(baseline, then candidate). Picks DIR/<label>.jsonl or filters model_label."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="FILE", help="The dataset JSONL, for --by fields."),
@@ -105,6 +114,11 @@ def compare(
     pass_threshold: Optional[float] = typer.Option(None, "--pass-threshold", metavar="X", help="A sample passes when "
                                                    "its record's `passed` says so, else when its score reaches X "
                                                    "[default: the grader's maximum; 1.0 without grader info]."),
+    series_baseline: Optional[str] = typer.Option(None, "--baseline", metavar="LABEL", help="Series (one RUNDIR): the "
+                                                  "model the others are compared with [default: base, else the "
+                                                  "first in the spec]."),
+    series_candidate: list[str] = typer.Option([], "--candidate", metavar="LABEL", help="Series: gate only this "
+                                               "candidate (repeatable) [default: every candidate]."),
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate."""
     from rfteval.compare import ERROR_POLICIES, GATE_MODES, CompareOptions, Gate, compare_paths
@@ -128,6 +142,16 @@ def compare(
                              by=tuple(by), errors=errors, score_range=_parse_range(score_range),
                              gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate),
                              metric=metric, pass_threshold=pass_threshold)
+    if candidate is None:
+        if label:
+            raise InputError("a series (one RUNDIR) takes --baseline and --candidate, not --label", field="--label")
+        if junit is not None:
+            raise InputError("JUnit is per item of one comparison: compare two labels for it", field="--junit")
+        _series(baseline, options, series_baseline, series_candidate, dataset, fmt, markdown, html)
+        return
+    if series_baseline is not None or series_candidate:
+        raise InputError("--baseline and --candidate are for a series: give one RUNDIR and no CANDIDATE",
+                         field="--baseline" if series_baseline is not None else "--candidate")
     result = compare_paths(baseline, candidate, label, options, dataset)
 
     if markdown is not None:
@@ -166,6 +190,43 @@ def compare(
             console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
         print_compare(result, console, top)
     if not result.gate["passed"]:
+        raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+def _series(run_dir: Path, options: CompareOptions, baseline: Optional[str], gated: list[str], dataset: Optional[Path],
+            fmt: str, markdown: Optional[Path], html: Optional[Path]) -> None:
+    """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.series)."""
+    from rfteval.compare import dataset_fields
+    from rfteval.series import compare_series
+
+    if options.by and dataset is None:
+        raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
+    fields = dataset_fields(dataset, options.by) if dataset is not None and options.by else None
+    series = compare_series(run_dir, options, baseline, gated, fields)
+    if markdown is not None:
+        from rfteval.report.markdown import write_series_markdown
+
+        _write(markdown, lambda p: write_series_markdown(series, p))
+    if html is not None:
+        from rfteval.report.html import write_series_html
+
+        _write(html, lambda p: write_series_html(series, p))
+    if fmt == "json":
+        typer.echo(json.dumps(series.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
+        for line in series.gate["failures"]:
+            print(f"rfteval: gate failed: {line}", file=sys.stderr)
+        for line in series.gate.get("warnings", []):
+            print(f"rfteval: warning: {line}", file=sys.stderr)
+    else:
+        from rich.console import Console
+
+        from rfteval.report.terminal import print_series
+
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=120)
+        print_series(series, console)
+    if not series.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from rfteval.compare import CompareResult
+    from rfteval.series import SeriesResult
 
 MAX_FOREST = 300
 SCATTER_GRID = 100
@@ -319,4 +320,165 @@ def write_html(result: CompareResult, path: str | Path, top: int = 50,
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render_html(result, top, sections), encoding="utf-8")
+    tmp.replace(path)
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint series
+
+
+def _x_labels(ax: Axes, labels: Sequence[str]) -> str:
+    """Category names under the x axis, slanted when there are many."""
+    yb = ax.y(ax.y0)
+    slant = len(labels) > 6 or max((len(s) for s in labels), default=0) > 10
+    parts = []
+    for i, label in enumerate(labels):
+        x = ax.x(i)
+        text = escape(label[:24])
+        if slant:
+            parts.append(f'<text x="{_n(x)}" y="{_n(yb + 14)}" text-anchor="end" '
+                         f'transform="rotate(-30 {_n(x)} {_n(yb + 14)})">{text}</text>')
+        else:
+            parts.append(f'<text x="{_n(x)}" y="{_n(yb + 16)}" text-anchor="middle">{text}</text>')
+    return "".join(parts)
+
+
+def _points_with_intervals(ax: Axes, rows: Sequence[tuple[float, float, float, str]], color: str, cls: str,
+                           line: bool = True) -> str:
+    """(mean, lo, hi, tooltip) per position 0, 1, ...: a polyline through the means and a bar per interval."""
+    parts = []
+    pts = [(ax.x(i), ax.y(m)) for i, (m, _, _, _) in enumerate(rows) if math.isfinite(m)]
+    if line and len(pts) > 1:
+        path = " ".join(f"{_n(x)},{_n(y)}" for x, y in pts)
+        parts.append(f'<polyline class="{cls}-line" points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+    for i, (m, lo, hi, tip) in enumerate(rows):
+        x = ax.x(i)
+        if math.isfinite(lo) and math.isfinite(hi):
+            parts.append(f'<line class="{cls}-interval" x1="{_n(x)}" x2="{_n(x)}" y1="{_n(ax.y(lo))}" '
+                         f'y2="{_n(ax.y(hi))}" stroke="{color}" stroke-width="2" stroke-opacity="0.55"/>'
+                         f'<line x1="{_n(x - 5)}" x2="{_n(x + 5)}" y1="{_n(ax.y(lo))}" y2="{_n(ax.y(lo))}" '
+                         f'stroke="{color}" stroke-opacity="0.55"/><line x1="{_n(x - 5)}" x2="{_n(x + 5)}" '
+                         f'y1="{_n(ax.y(hi))}" y2="{_n(ax.y(hi))}" stroke="{color}" stroke-opacity="0.55"/>')
+        if math.isfinite(m):
+            parts.append(f'<circle class="{cls}" cx="{_n(x)}" cy="{_n(ax.y(m))}" r="4" fill="{color}">'
+                         f"<title>{escape(tip)}</title></circle>")
+    return "".join(parts)
+
+
+def _finite_span(values: Sequence[float], pad: float, floor: tuple[float, float]) -> tuple[float, float]:
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    lo, hi = min(vals + [floor[0]]), max(vals + [floor[1]])
+    span = (hi - lo) or 1.0
+    return lo - pad * span, hi + pad * span
+
+
+def series_svg(series: SeriesResult) -> str:
+    """The series as a line: the baseline then each candidate, mean with its interval."""
+    b = series.baseline
+    rows = [(b["mean"], *b["ci95"], f"{b['label']} (baseline): {fmt(b['mean'])} {fmt_ci(b['ci95'], sign=False)}")]
+    for c in series.candidates:
+        s = c.result.candidate
+        rows.append((s["mean"], *s["ci95"], f"{c.label}: {fmt(s['mean'])} {fmt_ci(s['ci95'], sign=False)}"))
+    rows = [(_f(m), _f(lo), _f(hi), t) for m, lo, hi, t in rows]
+    lo, hi = _finite_span([v for r in rows for v in r[:3]], 0.05, (rows[0][0], rows[0][0]))
+    if series.candidates and series.candidates[0].result.bounds is not None:
+        blo, bhi = series.candidates[0].result.bounds
+        lo, hi = max(lo, blo), min(hi, bhi)
+    ax = Axes(-0.5, len(rows) - 0.5, lo, hi, w=max(420, 90 * len(rows)), h=340)
+    metric = "mean score" if series.metric == "mean" else series.metric
+    parts = [ax.frame("", metric, xticks=False), _x_labels(ax, [b["label"]] + [c.label for c in series.candidates])]
+    parts.append(f'<line class="baseline-level" x1="{ax.pad}" x2="{_n(ax.x(ax.x1))}" y1="{_n(ax.y(rows[0][0]))}" '
+                 f'y2="{_n(ax.y(rows[0][0]))}" stroke="{BASE_COLOR}" stroke-dasharray="4 3"/>'
+                 if math.isfinite(rows[0][0]) else "")
+    parts.append(_points_with_intervals(ax, rows, CAND_COLOR, "series"))
+    return _svg("series", ax, "".join(parts), "the series: mean with interval per model")
+
+
+def series_delta_svg(series: SeriesResult) -> str:
+    """Each candidate's paired delta with its interval; the held-out estimate of the best one beside it."""
+    rows, held = [], None
+    for c in series.candidates:
+        d = c.result.delta
+        rows.append((_f(d["mean"]), _f(d["ci95"][0]), _f(d["ci95"][1]),
+                     f"{c.label}: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, p adj. {fmt_p(c.p_adjusted)}"))
+    best = series.best or {}
+    if best.get("held_out"):
+        h = best["held_out"]
+        held = ([c.label for c in series.candidates].index(h["label"]),
+                (_f(h["delta"]["mean"]), _f(h["delta"]["ci95"][0]), _f(h["delta"]["ci95"][1])))
+    values = [v for r in rows for v in r[:3]] + (list(held[1]) if held else [])
+    lo, hi = _finite_span(values, 0.08, (0.0, 0.0))
+    ax = Axes(-0.5, len(rows) - 0.5, lo, hi, w=max(420, 90 * len(rows) + 60), h=340)
+    parts = [ax.frame("", "delta (candidate - baseline)", xticks=False),
+             _x_labels(ax, [c.label for c in series.candidates]),
+             f'<line class="zero" x1="{ax.pad}" x2="{_n(ax.x(ax.x1))}" y1="{_n(ax.y(0))}" y2="{_n(ax.y(0))}" '
+             'stroke="#444"/>',
+             _points_with_intervals(ax, rows, CAND_COLOR, "delta")]
+    if held:
+        i, (m, h_lo, h_hi) = held
+        x = ax.x(i) + 14
+        if math.isfinite(h_lo) and math.isfinite(h_hi):
+            parts.append(f'<line class="held-out-interval" x1="{_n(x)}" x2="{_n(x)}" y1="{_n(ax.y(h_lo))}" '
+                         f'y2="{_n(ax.y(h_hi))}" stroke="{BASE_COLOR}" stroke-width="2" stroke-dasharray="3 2"/>')
+        if math.isfinite(m):
+            parts.append(f'<rect class="held-out" x="{_n(x - 4)}" y="{_n(ax.y(m) - 4)}" width="8" height="8" '
+                         f'fill="{BASE_COLOR}"><title>held out: {fmt(m, sign=True)} {fmt_ci((h_lo, h_hi))}'
+                         '</title></rect>')
+    return _svg("series-delta", ax, "".join(parts), "paired delta per candidate")
+
+
+def _f(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def render_series_html(series: SeriesResult) -> str:
+    from rfteval.report.terminal import series_lines
+    from rfteval.series import verdict as series_verdict
+
+    o = series.options
+    level = int(o.level * 100)
+    b = series.baseline
+    metric = "" if series.metric == "mean" else f" ({series.metric})"
+    title = f"rfteval compare: series against {b['label']}{metric}"
+    gate = series.gate
+    gate_html = ""
+    if any(c.gated and c.result.gate.get("checks") for c in series.candidates):
+        if gate["passed"]:
+            gate_html = '<div class="gate pass" id="gate">Gate passed</div>'
+        else:
+            lines = "".join(f"<li>{escape(line)}</li>" for line in gate["failures"])
+            gate_html = f'<div class="gate fail" id="gate">Gate FAILED<ul>{lines}</ul></div>'
+        if gate.get("warnings"):
+            gate_html += "<ul>" + "".join(f"<li>warning: {escape(w)}</li>" for w in gate["warnings"]) + "</ul>"
+    rows = [f"<tr><td>{escape(b['label'])} (baseline)</td><td>{b['items']}</td><td>{fmt(b['mean'])}</td>"
+            f"<td>{fmt_ci(b['ci95'], sign=False)}</td><td></td><td></td><td></td><td></td><td></td></tr>"]
+    for c in series.candidates:
+        r, d = c.result, c.result.delta
+        word = series_verdict(c, o.level)
+        cls = {"better": "better", "worse": "worse"}.get(word, "")
+        rows.append(f"<tr><td>{escape(c.label)}</td><td>{d['n']}</td><td>{fmt(r.candidate['mean'])}</td>"
+                    f"<td>{fmt_ci(r.candidate['ci95'], sign=False)}</td><td class=\"{cls}\">"
+                    f"{fmt(d['mean'], sign=True)}</td><td>{fmt_ci(d['ci95'])}</td><td>{fmt_p(c.p_adjusted)}</td>"
+                    f"<td>{wtl(d)}</td><td class=\"{cls}\">{escape(word)}</td></tr>")
+    table = (f'<table id="series-table"><thead><tr><th>model</th><th>items</th><th>mean</th><th>{level}% CI</th>'
+             f"<th>delta</th><th>delta {level}% CI</th><th>p adj.</th><th>W/T/L</th><th>verdict</th></tr></thead>"
+             f"<tbody>{''.join(rows)}</tbody></table>")
+    facts = "".join(f"<li>{escape(line)}</li>" for line in series_lines(series))
+    return page_html(title, f"""<div class="muted">{escape(series.run_dir)}</div>
+{gate_html}
+<h2>Summary</h2>
+{table}
+<ul id="facts">{facts}</ul>
+<h2>Plots</h2>
+<figure>{series_svg(series)}<figcaption>Each model's {escape(series.metric)} with its {level}% interval, in the
+run's order; the dashed line is the baseline.</figcaption></figure>
+<figure>{series_delta_svg(series)}<figcaption>Each candidate's paired delta with its {level}% interval (not adjusted
+for the choice among candidates). The grey square beside the best candidate, when shown, is its delta on items
+held out from choosing it.</figcaption></figure>""")
+
+
+def write_series_html(series: SeriesResult, path: str | Path) -> None:
+    """Atomic: the file is whole or absent."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_series_html(series), encoding="utf-8")
     tmp.replace(path)

@@ -9,6 +9,7 @@ from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, metric_suff
 
 if TYPE_CHECKING:
     from rfteval.compare import CompareResult
+    from rfteval.series import SeriesResult
 
 
 def cell(text: object) -> str:
@@ -88,4 +89,45 @@ def write_markdown(result: CompareResult, path: str | Path, top: int = 10) -> No
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render_markdown(result, top), encoding="utf-8")
+    tmp.replace(path)
+
+
+def render_series_markdown(series: SeriesResult) -> str:
+    """A checkpoint series: the baseline, one row per candidate (Holm across them), the best, the gate."""
+    from rfteval.report.terminal import series_lines
+    from rfteval.series import verdict as series_verdict
+
+    o = series.options
+    level = int(o.level * 100)
+    b = series.baseline
+    metric = "" if series.metric == "mean" else f" ({series.metric})"
+    out = [f"## rfteval compare: series against {cell(b['label'])}{cell(metric)}", ""]
+    gate = series.gate
+    if any(c.gated and c.result.gate.get("checks") for c in series.candidates):
+        out.append("**Gate: passed**" if gate["passed"] else "**Gate: FAILED**")
+        out.append("")
+        out += [f"- ❌ {code(line)}" for line in gate["failures"]]
+        out += [f"- ⚠️ {code(line)}" for line in gate.get("warnings", [])]
+        out.append("")
+    out.append(f"| model | items | mean | {level}% CI | delta | delta {level}% CI | p adj. | W/T/L | verdict |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    out.append(f"| {cell(b['label'])} (baseline) | {b['items']} | {fmt(b['mean'])} | {fmt_ci(b['ci95'], sign=False)} "
+               "| | | | | |")
+    best = (series.best or {}).get("label") if len(series.candidates) > 1 else None
+    for c in series.candidates:
+        r, d = c.result, c.result.delta
+        mark = " \\*" if c.label == best else ""
+        out.append(f"| {cell(c.label)}{mark} | {d['n']} | {fmt(r.candidate['mean'])} | "
+                   f"{fmt_ci(r.candidate['ci95'], sign=False)} | {fmt(d['mean'], sign=True)} | {fmt_ci(d['ci95'])} | "
+                   f"{fmt_p(c.p_adjusted)} | {wtl(d)} | {series_verdict(c, o.level)} |")
+    out.append("")
+    out += [f"- {cell(line)}" for line in series_lines(series)]
+    out.append("")
+    return "\n".join(out)
+
+
+def write_series_markdown(series: SeriesResult, path: str | Path) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(render_series_markdown(series), encoding="utf-8")
     tmp.replace(path)

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from rfteval.compare import CompareResult
+    from rfteval.series import SeriesResult
 
 
 def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
@@ -190,4 +191,92 @@ def print_compare(result: CompareResult, console: Console | None = None, top: in
 
     console = console or Console()
     for part in render_compare(result, top):
+        console.print(part)
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint series
+
+
+def series_table(series: SeriesResult) -> Table:
+    """The baseline, then each candidate: mean and interval, paired delta and interval, Holm p, verdict, gate."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from rfteval.series import verdict as series_verdict
+
+    o = series.options
+    level = int(o.level * 100)
+    b = series.baseline
+    metric = "" if series.metric == "mean" else f" ({series.metric})"
+    table = Table(title=f"series: {b['label']} (baseline) -> {len(series.candidates)} candidate(s){metric}",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    gated = any(c.gated and c.result.gate.get("checks") for c in series.candidates)
+    widest = min(24, 2 + max(len(c.label) for c in series.candidates))
+    for name in ("model", "items", "mean", f"{level}% CI", "delta", f"delta {level}% CI", "p adj.", "W/T/L",
+                 "verdict", *(("gate",) if gated else ())):
+        table.add_column(name, justify="left" if name in ("model", "verdict", "gate") else "right",
+                         no_wrap=name != "model", overflow="fold",
+                         min_width=widest if name == "model" else None)
+    table.add_row(Text(b["label"]), str(b["items"]), fmt(b["mean"]), fmt_ci(b["ci95"], sign=False),
+                  "", "", "", "", "baseline", *(("",) if gated else ()))
+    best = (series.best or {}).get("label")
+    for c in series.candidates:
+        r, d = c.result, c.result.delta
+        word = series_verdict(c, o.level)
+        style = {"better": "green", "worse": "red"}.get(word, "")
+        gate = "—" if not c.gated or not r.gate.get("checks") else ("pass" if r.gate["passed"] else "FAIL")
+        name = c.label + (" *" if c.label == best and len(series.candidates) > 1 else "")
+        table.add_row(Text(name), str(d["n"]), fmt(r.candidate["mean"]), fmt_ci(r.candidate["ci95"], sign=False),
+                      f"[{style}]{fmt(d['mean'], sign=True)}[/]" if style else fmt(d["mean"], sign=True),
+                      fmt_ci(d["ci95"]), fmt_p(c.p_adjusted), wtl(d), word,
+                      *((Text(gate, style="red" if gate == "FAIL" else ""),) if gated else ()))
+    return table
+
+
+def series_lines(series: SeriesResult) -> list[str]:
+    """The best candidate (and its held-out delta), each candidate's own notes, the series' notes."""
+    lines = ["p adj.: Holm across the candidates" + (" (* the largest delta)" if len(series.candidates) > 1 else "")]
+    best = series.best
+    if best and best.get("held_out"):
+        h = best["held_out"]
+        d = h["delta"]
+        same = "the same candidate" if h["label"] == best["label"] else f"{h['label']}, not {best['label']}"
+        lines.append(f"held out: chosen on {h['choose_items']} random items, the best is {same}; on the other "
+                     f"{h['measure_items']} items its delta is {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, "
+                     f"p {fmt_p(d['p_value'])}")
+    elif best and len(series.candidates) > 1:
+        from rfteval.series import HELD_OUT_MIN_ITEMS
+
+        lines.append(f"held out: not estimated ({best.get('shared_items', 0)} shared items; "
+                     f"{HELD_OUT_MIN_ITEMS} are needed to choose on half and measure on the other)")
+    for c in series.candidates:
+        lines += [f"{c.label}: {n}" for n in c.result.notes]
+    lines += [f"note: {n}" for n in series.notes]
+    return lines
+
+
+def series_gate_text(series: SeriesResult) -> list[Text]:
+    from rich.text import Text
+
+    gate = series.gate
+    if not any(c.gated and c.result.gate.get("checks") for c in series.candidates):
+        return []
+    warnings = [Text.assemble(("  ! ", "yellow"), line) for line in gate.get("warnings", [])]
+    gated = ", ".join(c.label for c in series.candidates if c.gated)
+    if gate["passed"]:
+        return [Text.assemble(("gate passed", "green"), f" ({gated}; {gate.get('mode', 'evidence')} mode)")] + warnings
+    failures = [Text.assemble(("  x ", "red"), line) for line in gate["failures"]]
+    return [Text("gate FAILED", style="bold red"), *failures, *warnings]
+
+
+def print_series(series: SeriesResult, console: Console | None = None) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = console or Console()
+    console.print(series_table(series))
+    for line in series_lines(series):
+        console.print(Text(line))
+    for part in series_gate_text(series):
         console.print(part)
