@@ -141,8 +141,10 @@ def models_table(summary: dict[str, Any]) -> Table:
                           ("pass@" + "/@".join(ks), "right"), ("items", "right"),
                           ("records", "right"), ("errors", "left"), ("tokens in/out (reasoning)", "right"),
                           ("cost", "right")):
-        # the model names wrap last: a narrow terminal folds the tokens header first
-        table.add_column(name, justify=justify, no_wrap=name == "model")  # type: ignore[arg-type]
+        # numbers never wrap, nor model names up to 30 characters: a narrow terminal folds the tokens header first
+        short_names = max(len(f"{label} ({m['model']})") for label, m in summary["models"].items()) <= 30
+        wraps = ("errors", "tokens in/out (reasoning)") + (() if short_names else ("model",))
+        table.add_column(name, justify=justify, no_wrap=name not in wraps, overflow="fold")  # type: ignore[arg-type]
     for label, m in summary["models"].items():
         tok = m["tokens"]
         tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})" \
