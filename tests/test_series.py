@@ -180,3 +180,23 @@ def test_holm_keeps_the_family_wise_error_across_equal_candidates():
         s = series_from_sides(base, cands)
         any_claim += any(stats.direction(c.result.delta) in ("better", "worse") for c in s.candidates)
     assert any_claim / reps <= 0.07
+
+
+def test_run_with_several_candidates_prints_the_series(tmp_path):
+    ds = tmp_path / "items.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
+                                      "reference_answer": "yes"}) + "\n" for i in range(6)))
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "yes", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.reference_answer }}", "operation": "eq"}))
+    flags = []
+    for label, rate in (("base", 0.3), ("step-1", 0.5), ("step-2", 0.8)):
+        rng = np.random.default_rng(len(label))
+        rec = tmp_path / f"{label}.rec.jsonl"
+        rec.write_text("".join(json.dumps({"item_id": f"q{i}", "epoch": e, "output_text": "yes" if rng.random() < rate
+                                           else "no"}) + "\n" for i in range(6) for e in (1, 2)))
+        flags += ["--model", f"{label}=replay:{rec}"]
+    res = runner.invoke(app, ["run", "--dataset", str(ds), "--grader", str(grader), *flags, "--epochs", "2",
+                              "--out", str(tmp_path / "run"), "-q", "--no-readiness"])
+    assert res.exit_code == 0, res.output
+    assert "series: base (baseline) -> 2 candidate(s)" in res.output and "Holm across the candidates" in res.output

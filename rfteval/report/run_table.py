@@ -203,6 +203,12 @@ def compare_renderables(result: RunResult, top: int = 0) -> list[Any]:
 
     out: list[Any] = []
     base = result.summary["baseline"]
+    if len(result.summary["deltas"]) > 1:  # a series: one table, Holm across the candidates (rfteval.series)
+        from rfteval.report.terminal import series_lines, series_table
+        from rfteval.series import compare_series
+
+        series = compare_series(result.out_dir, baseline=base)
+        return [series_table(series), *(Text(line) for line in series_lines(series))]
     for label in result.summary["deltas"]:
         cmp = compare_paths(result.out_dir / f"{base}.jsonl", result.out_dir / f"{label}.jsonl")
         out.append(summary_table(cmp))
