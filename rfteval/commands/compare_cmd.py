@@ -71,7 +71,7 @@ def compare(
     candidate: Optional[Path] = typer.Argument(None, help="Candidate records, same forms as BASELINE. Left out: "
                                                "BASELINE is a run directory and every model in it is compared with "
                                                "its baseline (a checkpoint series).", show_default=False,
-                                               metavar="[CANDIDATE]"),
+                                               metavar="CANDIDATE"),
     label: list[str] = typer.Option([], "--label", "-l", metavar="LABEL", help="Model label: once for both sides, or twice "
                                     "(baseline, then candidate). Picks DIR/<label>.jsonl or filters model_label."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="FILE", help="The dataset JSONL, for --by fields."),
@@ -120,7 +120,8 @@ def compare(
     series_candidate: list[str] = typer.Option([], "--candidate", metavar="LABEL", help="Series: gate only this "
                                                "candidate (repeatable) [default: every candidate]."),
 ) -> None:
-    """Paired comparison of two models on the same items, with intervals, slices and a CI gate."""
+    """Paired comparison of two models on the same items, with intervals, slices and a CI gate; with one run
+    directory, of its baseline against every other model in it (a checkpoint series)."""
     from rfteval.compare import ERROR_POLICIES, GATE_MODES, CompareOptions, Gate, compare_paths
     from rfteval.passk import parse_metric
 

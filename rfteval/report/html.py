@@ -117,8 +117,9 @@ def scatter_svg(result: CompareResult) -> str:
     sy = np.bincount(inverse, weights=cm) / counts
     first = np.full(len(uniq), -1)
     first[inverse[::-1]] = np.arange(len(inverse))[::-1]
-    parts = [ax.frame(f"{result.baseline['label']} (baseline) per-item mean",
-                      f"{result.candidate['label']} (candidate) per-item mean"),
+    what = "mean" if result.metric == "mean" else result.metric
+    parts = [ax.frame(f"{result.baseline['label']} (baseline) per-item {what}",
+                      f"{result.candidate['label']} (candidate) per-item {what}"),
              f'<line class="diagonal" x1="{_n(ax.x(lo))}" y1="{_n(ax.y(lo))}" x2="{_n(ax.x(hi))}" '
              f'y2="{_n(ax.y(hi))}" stroke="#999" stroke-dasharray="4 3"/>']
     tie = max(result.options.tie, 1e-12)
@@ -187,7 +188,8 @@ def histogram_svg(result: CompareResult, bins: int = 10) -> str:
     hc, _ = np.histogram(cm, edges)
     top = max(int(hb.max(initial=0)), int(hc.max(initial=0)), 1)
     ax = Axes(lo, hi, 0, top * 1.1, w=560, h=360)
-    parts = [ax.frame("per-item mean score", "items", integer_y=True)]
+    parts = [ax.frame("per-item mean score" if result.metric == "mean" else f"per-item {result.metric}", "items",
+                      integer_y=True)]
     width = (ax.x(edges[1]) - ax.x(edges[0])) * 0.42
     for k in range(bins):
         x = ax.x(edges[k]) + (ax.x(edges[k + 1]) - ax.x(edges[k])) * 0.08
