@@ -173,15 +173,12 @@ def load_pairs(dataset_path: str | Path, outputs_path: str | Path) -> tuple[list
     return pairs, keys
 
 
-MODEL_GRADER_TYPES = frozenset({"score_model", "label_model", "group_judge"})
-
-
 def model_grader_types(config: GraderConfig) -> set[str]:
-    """The model-grader types in a config (a multi's sub-graders included)."""
-    found = {config.type} & MODEL_GRADER_TYPES
-    for sub in (getattr(config, "graders", None) or {}).values():
-        found |= model_grader_types(sub)
-    return found
+    """The model-grader types in a config (a multi's sub-graders included): each type says whether it calls a
+    judge (`GraderConfig.calls_judge`)."""
+    from rfteval.graders.base import judge_types
+
+    return judge_types(config)
 
 
 def run_stability(

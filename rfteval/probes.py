@@ -197,13 +197,10 @@ def python_label_constants(source: str) -> list[str]:
 
 
 def grader_labels(config: Any) -> list[str]:
-    """Every label a grader knows of: label constants in python sources (sub-graders too)."""
-    gtype = getattr(config, "type", None)
-    if gtype == "multi":
-        return _distinct(x for g in (getattr(config, "graders", {}) or {}).values() for x in grader_labels(g))
-    if gtype == "python":
-        return python_label_constants(getattr(config, "source", ""))
-    return []
+    """Every label a grader knows of: label constants in the python sources it runs (sub-graders too)."""
+    from rfteval.graders.base import walk
+
+    return _distinct(x for c in walk(config) if c.runs_python for x in python_label_constants(getattr(c, "source", "")))
 
 
 def _from_python(source: str, first: Mapping[str, Any]) -> tuple[Any, str]:

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from rfteval.dataset import Dataset
 
 VERDICTS = ("ready", "risky", "not_ready")
-LOCAL_GRADER_TYPES = frozenset({"string_check", "text_similarity", "python"})
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
 ERROR_POLICIES = ("exclude", "zero")  # what a generation error counts as: left out, or reward 0
 
@@ -242,31 +241,17 @@ def grpo_advantages(records_df: pd.DataFrame, errors: str = "exclude") -> pd.Ser
 
 
 def grader_score_range(config: Any) -> tuple[float, float, str]:
-    """The grader's minimum and maximum, and where that comes from (declared, by definition, or assumed)."""
-    gtype = getattr(config, "type", None)
-    if gtype == "score_model":
-        low, high = config.range
-        return float(low), float(high), "score_model range"
-    if gtype in ("string_check", "label_model"):
-        return 0.0, 1.0, f"{gtype} scores 0 or 1"
-    if gtype == "text_similarity":
-        return 0.0, 1.0, "text_similarity metrics lie in [0, 1]"
-    if gtype == "python":
-        return 0.0, 1.0, "assumed [0, 1]: OpenAI does not document a python grader's range"
-    if gtype == "multi":
-        return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
-    if config is not None:
-        return 0.0, 1.0, f"assumed [0, 1] for a {gtype} grader"
-    return 0.0, 1.0, "assumed [0, 1]: no grader given"
+    """The grader's minimum and maximum, and where that comes from (each grader type says: `score_range`)."""
+    if config is None:
+        return 0.0, 1.0, "assumed [0, 1]: no grader given"
+    return config.score_range()
 
 
 def is_local_grader(config: Any) -> bool:
     """A grader that runs without a judge model (cheap to run again)."""
-    gtype = getattr(config, "type", None)
-    if gtype == "multi":
-        subs = getattr(config, "graders", {}) or {}
-        return all(is_local_grader(g) for g in subs.values())
-    return gtype in LOCAL_GRADER_TYPES
+    from rfteval.graders.base import runs_locally
+
+    return config is not None and runs_locally(config)
 
 
 # ---------------------------------------------------------------- zero signal

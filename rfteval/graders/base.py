@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
@@ -79,6 +79,20 @@ class GraderConfig(BaseModel):
     name: str
     _notes: list[str] = PrivateAttr(default_factory=list)
 
+    # What the type is, for the modules that must know it (readiness, probes, the judge, the sandbox, the
+    # runner): each type says so here instead of every caller testing `type ==`.
+    calls_judge: ClassVar[bool] = False  # a model grader: needs a judge endpoint, costs money to run again
+    runs_python: ClassVar[bool] = False  # runs code in the python sandbox
+    grades_groups: ClassVar[bool] = False  # must be handed all of an item's samples at once
+
+    def sub_graders(self) -> list[GraderConfig]:
+        """The graders inside this one (a multi's), in order."""
+        return []
+
+    def score_range(self) -> tuple[float, float, str]:
+        """The lowest and highest score, and where that comes from (declared, by definition, or assumed)."""
+        return 0.0, 1.0, f"assumed [0, 1] for a {self.type} grader"
+
     @model_validator(mode="before")
     @classmethod
     def _default_name(cls, data: Any, info: ValidationInfo) -> Any:
@@ -95,10 +109,37 @@ class GraderConfig(BaseModel):
         return data
 
 
+def walk(config: GraderConfig) -> Iterator[GraderConfig]:
+    """The config and every grader inside it, depth first."""
+    yield config
+    for sub in config.sub_graders():
+        yield from walk(sub)
+
+
+def judge_types(config: GraderConfig) -> set[str]:
+    """The model-grader types in a config (a multi's sub-graders included): what needs a judge."""
+    return {c.type for c in walk(config) if c.calls_judge}
+
+
+def runs_locally(config: GraderConfig) -> bool:
+    """Grades without a judge model (cheap to run again)."""
+    return not judge_types(config)
+
+
+def uses_python(config: GraderConfig) -> bool:
+    """Runs python code anywhere (itself, or a sub-grader): needs the sandbox."""
+    return any(c.runs_python for c in walk(config))
+
+
+def needs_groups(config: GraderConfig) -> bool:
+    """Must be handed whole item groups: it is, or contains, a grader that ranks an item's samples together."""
+    return any(c.grades_groups for c in walk(config))
+
+
 def load_notes(config: GraderConfig) -> list[str]:
     """The one-line notes loading made about a config (defaults it filled in), sub-graders included."""
     notes = list(config._notes)
-    for sub in (getattr(config, "graders", None) or {}).values():
+    for sub in config.sub_graders():
         notes += [n for n in load_notes(sub) if n not in notes]
     return notes
 

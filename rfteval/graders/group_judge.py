@@ -70,6 +70,9 @@ class GroupJudgeConfig(GraderConfig):
     seed: int | None = None
     pass_threshold: float | None = None
 
+    calls_judge = True
+    grades_groups = True
+
     @field_validator("input")
     @classmethod
     def _template_ok(cls, value: str | None) -> str | None:
@@ -273,10 +276,10 @@ def grade_pairs(config: GroupJudgeConfig, pairs: Sequence[Pair], judge: Any) -> 
 
 
 def needs_groups(config: GraderConfig) -> bool:
-    """Whether a grader config must be handed whole item groups: it is, or (in a multi) contains, a group_judge."""
-    if config.type == "group_judge":
-        return True
-    return any(needs_groups(sub) for sub in (getattr(config, "graders", None) or {}).values())
+    """Whether a grader config must be handed whole item groups (rfteval.graders.base.needs_groups)."""
+    from rfteval.graders.base import needs_groups as contains_group_grader
+
+    return contains_group_grader(config)
 
 
 class GroupJudgeGrader:

@@ -35,6 +35,11 @@ class LabelModelConfig(GraderConfig):
             raise ValueError(f"passing_labels {extra} are not in labels")
         return self
 
+    calls_judge = True
+
+    def score_range(self) -> tuple[float, float, str]:
+        return 0.0, 1.0, "label_model scores 0 or 1"
+
 
 def response_format(labels: Sequence[str]) -> dict[str, Any]:
     schema = {

@@ -39,6 +39,12 @@ class MultiConfig(GraderConfig):
     graders: dict[str, SerializeAsAny[GraderConfig]]
     calculate_output: str
 
+    def sub_graders(self) -> list[GraderConfig]:
+        return list(self.graders.values())
+
+    def score_range(self) -> tuple[float, float, str]:
+        return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+
     @field_validator("graders", mode="before")
     @classmethod
     def _parse_graders(cls, value: Any, info: ValidationInfo) -> Any:

@@ -103,6 +103,11 @@ class PythonConfig(GraderConfig):
     def _source(cls, value: str) -> str:
         return check_source(value)
 
+    runs_python = True
+
+    def score_range(self) -> tuple[float, float, str]:
+        return 0.0, 1.0, "assumed [0, 1]: OpenAI does not document a python grader's range"
+
 
 class PythonGrader:
     """Sends whole batches to the context's worker pool; the pool starts on the first batch, not at build."""

@@ -123,6 +123,8 @@ class RewardFunctionConfig(GraderConfig):
         check_reward_source(self.source, self.function)
         return self
 
+    runs_python = True
+
 
 def _imports(source: str) -> list[str]:
     """Absolute module names the reward file imports anywhere: named in the generated source so that the sandbox

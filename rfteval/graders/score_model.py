@@ -39,6 +39,12 @@ class ScoreModelConfig(GraderConfig):
     sampling_params: SamplingParams | None = None
     pass_threshold: float | None = None
 
+    calls_judge = True
+
+    def score_range(self) -> tuple[float, float, str]:
+        low, high = self.range
+        return float(low), float(high), "score_model range"
+
     @field_validator("range")
     @classmethod
     def _range_ok(cls, value: list[float]) -> list[float]:

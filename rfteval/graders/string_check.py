@@ -29,6 +29,9 @@ class StringCheckConfig(GraderConfig):
     operation: Annotated[Literal["eq", "ne", "like", "ilike"], BeforeValidator(_alias_neq)]
     pass_threshold: float | None = None  # accepted (Evals shape); string_check passes on 1 regardless
 
+    def score_range(self) -> tuple[float, float, str]:
+        return 0.0, 1.0, "string_check scores 0 or 1"
+
 
 def compare(operation: str, text: str, reference: str) -> bool:
     """Exact, case-sensitive except ilike; no trimming or Unicode normalisation (none is documented)."""

@@ -32,6 +32,9 @@ class TextSimilarityConfig(GraderConfig):
     evaluation_metric: MetricName
     pass_threshold: float | None = None  # required by Evals, absent from RFT; only sets `passed`
 
+    def score_range(self) -> tuple[float, float, str]:
+        return 0.0, 1.0, "text_similarity metrics lie in [0, 1]"
+
 
 class TextSimilarity(SampleGrader):
     def __init__(self, config: TextSimilarityConfig):

@@ -1,0 +1,40 @@
+"""Each grader type describes itself (range, judge, python, groups): callers ask the config, never `type ==`."""
+
+from __future__ import annotations
+
+import pytest
+
+from rfteval.graders.base import REGISTRY, judge_types, needs_groups, runs_locally, uses_python, walk
+from rfteval.graders.loader import parse_config
+from rfteval.readiness import grader_score_range
+
+SC = {"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "x", "operation": "eq"}
+PY = {"type": "python", "name": "p", "source": "def grade(sample, item):\n    return 1.0"}
+SCORE = {"type": "score_model", "name": "j", "model": "m", "range": [0, 10],
+         "input": [{"role": "user", "content": "{{ sample.output_text }}"}]}
+GROUP = {"type": "group_judge", "name": "g", "model": "m"}
+
+
+def test_every_registered_type_answers_for_itself():
+    import rfteval.graders.registry  # noqa: F401
+
+    for name, entry in REGISTRY.items():
+        for attr in ("calls_judge", "runs_python", "grades_groups"):
+            assert isinstance(getattr(entry.config, attr), bool), (name, attr)
+        assert callable(entry.config.score_range) and callable(entry.config.sub_graders)
+
+
+@pytest.mark.parametrize("grader, judges, python, groups, range_", [
+    (SC, set(), False, False, (0.0, 1.0)),
+    (PY, set(), True, False, (0.0, 1.0)),
+    (SCORE, {"score_model"}, False, False, (0.0, 10.0)),
+    (GROUP, {"group_judge"}, False, True, (0.0, 1.0)),
+    ({"type": "multi", "name": "m", "graders": {"a": SC, "b": PY, "c": SCORE}, "calculate_output": "a + b + c"},
+     {"score_model"}, True, False, (0.0, 1.0)),
+])
+def test_what_a_config_needs_is_asked_of_it(grader, judges, python, groups, range_):
+    config = parse_config(grader)
+    assert judge_types(config) == judges and runs_locally(config) is (not judges)
+    assert uses_python(config) is python and needs_groups(config) is groups
+    assert grader_score_range(config)[:2] == range_
+    assert [c.name for c in walk(config)][0] == config.name
