@@ -25,7 +25,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, GradeResult, Pair
+from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, GradeResult
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
 from rfteval.retry import OnRetry, RetryPolicy, call_with_retries
 
@@ -186,16 +186,6 @@ class Judge:
         if not requests:
             return []
         return self._run(self._complete_all(list(requests), current_repeat()))
-
-    def score_batch(self, config: Any, pairs: Sequence[Pair]) -> list[GradeResult]:
-        from rfteval.graders.score_model import grade_pairs
-
-        return grade_pairs(config, pairs, self)
-
-    def label_batch(self, config: Any, pairs: Sequence[Pair]) -> list[GradeResult]:
-        from rfteval.graders.label_model import grade_pairs
-
-        return grade_pairs(config, pairs, self)
 
     def usage(self) -> dict[str, dict[str, int]]:
         """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""

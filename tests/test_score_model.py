@@ -200,10 +200,12 @@ def test_works_as_a_multi_sub_grader_next_to_label_model(fake_openai):
     assert len(fake_openai.requests) == 2
 
 
-def test_judge_score_batch_keeps_the_old_contract(fake_openai):
+def test_grade_pairs_with_a_judge_client(fake_openai):
+    from rfteval.graders.score_model import grade_pairs
+
     fake_openai.responder = answer_responder
     with Judge(OpenAIProvider(fake_openai.base_url), retry_policy=FAST) as judge:
-        (result,) = judge.score_batch(parse_config(CONFIG), [(make_sample("0.3"), {"reference_answer": "x"})])
+        (result,) = grade_pairs(parse_config(CONFIG), [(make_sample("0.3"), {"reference_answer": "x"})], judge)
     assert result.score == 0.3 and re.search("Reference: x", fake_openai.requests[0].last_user_text())
 
 
