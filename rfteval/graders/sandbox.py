@@ -731,6 +731,13 @@ class _Task:
     future: Future[list[GradeResult]] = field(default_factory=Future)
 
 
+def default_workers() -> int:
+    """One sandbox more than there are cores: a sandbox's core idles while its supervisor waits for rfteval's next
+    batch and between a child's exit and the next fork, and the spare one fills those gaps. Units in different
+    sandboxes share nothing (separate namespaces, supervisors and cgroups), so this costs memory, not isolation."""
+    return (os.cpu_count() or 1) + 1
+
+
 def group_units(pairs: Sequence[Pair], keys: Sequence[Hashable] | None) -> list[list[int]]:
     """Indices of `pairs` by grading unit, units in order of first appearance: with no keys every pair is its own
     unit; with keys, pairs of one key and one item object share a unit."""
@@ -751,7 +758,7 @@ class WorkerPool:
 
     def __init__(self, workers: int | None = None, timeout_s: float = 120.0, memory_mb: int = 2048,
                  batch_size: int = 256, *, unsafe: bool | None = None, disk_mb: int = 1024, processes: int = 128):
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = workers or default_workers()
         if self.workers < 1 or batch_size < 1 or timeout_s <= 0:
             raise ValueError("workers, batch_size and timeout_s must be positive")
         self.timeout_s = float(timeout_s)
