@@ -6,7 +6,8 @@ batch's requests there and waits. Every answer is appended to a JSONL cache keye
 the full request body, which holds the judged output: re-grading the same output costs nothing. Identical
 requests in flight at once are sent once.
 
-Also here: what the three model graders share (message shapes, sampling, lenient JSON reading, error mapping).
+What the model graders share on top of it (message shapes, sampling, lenient JSON reading, error mapping) is in
+rfteval/graders/judged.py: this module is the client only, and imports no grader.
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ import copy
 import dataclasses
 import hashlib
 import json
-import math
-import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, GradeResult
-from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
+from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.retry import OnRetry, RetryPolicy, call_with_retries
 
 JudgeAnswer = Generation | ProviderError
@@ -317,140 +315,3 @@ def _not_sent(error: ProviderError) -> ProviderError:
     """The judge's fatal error (a refused key, an unknown model) for a request it did not send: a copy that is not
     `sent`, so the one call that failed is counted once and the unsent ones not at all."""
     return ProviderError(error.kind, str(error), error.status)
-
-
-# ---- shared by the model graders ---------------------------------------------------------------------------------
-
-STEPS_SCHEMA: dict[str, Any] = {
-    "type": "array",
-    "items": {
-        "type": "object",
-        "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
-        "required": ["description", "conclusion"],
-        "additionalProperties": False,
-    },
-}
-
-
-def _chat_part(part: Any) -> dict[str, Any]:
-    """OpenAI grader content parts (input_text, input_image, ...) → Chat Completions parts."""
-    if isinstance(part, str):
-        return {"type": "text", "text": part}
-    if not isinstance(part, dict):
-        return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
-    kind = part.get("type")
-    if kind in ("input_text", "output_text", "text"):
-        return {"type": "text", "text": str(part.get("text", ""))}
-    if kind == "input_image":
-        image: dict[str, Any] = {"url": part.get("image_url")}
-        if part.get("detail"):
-            image["detail"] = part["detail"]
-        return {"type": "image_url", "image_url": image}
-    return copy.deepcopy(part)
-
-
-def chat_content(content: Any) -> Any:
-    """A message's content in chat form; an all-text part list becomes one string (local servers prefer it)."""
-    if isinstance(content, str):
-        return content
-    parts = [_chat_part(p) for p in (content if isinstance(content, list) else [content])]
-    if all(p.get("type") == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
-    return parts
-
-
-def judge_messages(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rendered grader input messages → chat messages (the `type: "message"` tag dropped)."""
-    return [{"role": m["role"], "content": chat_content(m.get("content"))} for m in rendered]
-
-
-def judge_sampling(params: Any, response_format: dict[str, Any]) -> Sampling:
-    """The grader's sampling_params (max_completions_tokens → max tokens) with the forced structured output."""
-    if params is None:
-        return Sampling(response_format=response_format)
-    return Sampling(
-        temperature=params.temperature, top_p=params.top_p, seed=params.seed,
-        reasoning_effort=params.reasoning_effort, max_output_tokens=params.max_tokens, response_format=response_format,
-    )
-
-
-_FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.S)
-
-
-def parse_json_answer(text: str) -> Any:
-    """The judge's JSON answer; lenient (code fences, prose around one object) for servers without strict mode."""
-    t = (text or "").strip()
-    candidates = [t]
-    m = _FENCE.match(t)
-    if m:
-        candidates.append(m.group(1))
-    start, end = t.find("{"), t.rfind("}")
-    if 0 <= start < end:
-        candidates.append(t[start : end + 1])
-    for c in candidates:
-        try:
-            return json.loads(c)
-        except ValueError:
-            continue
-    return None
-
-
-def finite_number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def clean_steps(steps: Any) -> list[dict[str, str]]:
-    """The judge's reasoning steps as a list of {description, conclusion}; anything else dropped."""
-    out: list[dict[str, str]] = []
-    if isinstance(steps, list):
-        for s in steps:
-            if isinstance(s, dict):
-                out.append({"description": str(s.get("description", "")), "conclusion": str(s.get("conclusion", ""))})
-    return out
-
-
-def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, Any]:
-    """What every model grade records about the judge call; `judge_call` tells one call from another (a group
-    judge's call grades many samples, equal requests share one), so summaries count each call once."""
-    return {"judge_model": request.model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
-            "judge_call": answer.call_id[:16] if answer.call_id else None}
-
-
-def error_result(answer: ProviderError, model: str) -> GradeResult:
-    """A judge call that ended in an error: a refusal, or the server's failure after retries. A call that was sent
-    is on the record like an answered one (model, tokens, call id), so `judge` and `judge_results` count it."""
-    details = None
-    if answer.call_id is not None:
-        details = {"judge_model": model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
-                   "judge_call": answer.call_id[:16]}
-    if answer.kind == "refusal":
-        return GradeResult.failed(MODEL_REFUSAL, f"judge {model} refused: {answer}"[:500], details=details)
-    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500], details=details)
-
-
-def effective_model(judge: Any, model: str) -> str:
-    """The judge model actually asked: the judge's override (e.g. a local stand-in) or the grader's own."""
-    return getattr(judge, "model_override", None) or model
-
-
-def grade_with_judge(
-    judge: Any,
-    requests: list[GenerationRequest | GradeResult],
-    parse: Callable[[GenerationRequest, Generation], GradeResult],
-) -> list[GradeResult]:
-    """Send the requests (entries already failed, e.g. a template error, are passed through) and parse answers."""
-    todo = [r for r in requests if isinstance(r, GenerationRequest)]
-    answers = iter(judge.complete(todo) if todo else [])
-    out: list[GradeResult] = []
-    for r in requests:
-        if isinstance(r, GradeResult):
-            out.append(r)
-            continue
-        answer = next(answers)
-        model = effective_model(judge, r.model)
-        req = dataclasses.replace(r, model=model)
-        out.append(error_result(answer, model) if isinstance(answer, ProviderError) else parse(req, answer))
-    return out

@@ -9,7 +9,8 @@ import time
 import pytest
 from fake_openai import FakeOpenAI, Reply
 
-from rfteval.judge import Judge, cache_key, chat_content, judge_repeat, parse_json_answer
+from rfteval.graders.judged import chat_content, parse_json_answer
+from rfteval.judge import Judge, cache_key, judge_repeat
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
 from rfteval.providers.openai_provider import OpenAIProvider
 from rfteval.retry import RetryPolicy
@@ -245,7 +246,7 @@ def test_chat_content_maps_grader_parts():
 
 
 def test_every_sent_call_carries_its_id_and_tokens_even_refused_or_failed(fake_openai):
-    from rfteval.judge import error_result
+    from rfteval.graders.judged import error_result
 
     fake_openai.responder = lambda r: Reply(refusal="no", usage={"input_tokens": 5, "output_tokens": 2,
                                                                  "reasoning_tokens": 0})

@@ -23,14 +23,27 @@ from typing import Any, Literal
 from pydantic import field_validator
 
 from rfteval.graders.base import (
-    INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, BuildContext, GradeResult, GraderConfig, Pair, register,
+    INVALID_VARIABLE,
+    MODEL_PARSE,
+    MODEL_SERVER,
+    BuildContext,
+    GraderConfig,
+    GradeResult,
+    Pair,
+    register,
 )
-from rfteval.graders.judge_config import SamplingParams
-from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
-from rfteval.judge import (
-    answer_details, current_repeat, effective_model, error_result, finite_number, judge_messages, judge_sampling,
+from rfteval.graders.judged import (
+    SamplingParams,
+    answer_details,
+    effective_model,
+    error_result,
+    finite_number,
+    judge_messages,
+    judge_sampling,
     parse_json_answer,
 )
+from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
+from rfteval.judge import current_repeat
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 
 DEFAULT_RUBRIC = (

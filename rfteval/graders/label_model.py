@@ -12,11 +12,22 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from rfteval.graders.base import (
-    MODEL_PARSE, BuildContext, GradeResult, GraderConfig, Pair, register,
+    MODEL_PARSE,
+    BuildContext,
+    GraderConfig,
+    GradeResult,
+    Pair,
+    register,
 )
-from rfteval.graders.judge_config import InputMessage, JudgedGrader, judge_request
-from rfteval.judge import (
-    STEPS_SCHEMA, answer_details, clean_steps, grade_with_judge, parse_json_answer,
+from rfteval.graders.judged import (
+    STEPS_SCHEMA,
+    InputMessage,
+    JudgedGrader,
+    answer_details,
+    clean_steps,
+    grade_with_judge,
+    judge_request,
+    parse_json_answer,
 )
 from rfteval.providers.base import Generation, GenerationRequest
 

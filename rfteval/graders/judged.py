@@ -1,0 +1,240 @@
+"""What the model graders (score_model, label_model, group_judge) share: input messages, sampling params, the
+judged grader, how a judge request is built and how its answer is read. The client that sends the requests is
+rfteval.judge."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, BuildContext, GradeResult, Pair
+from rfteval.graders.template import check_template
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
+
+# The content parts a model grader's input takes (openai-python: types/graders/score_model_grader_param.py).
+CONTENT_PART_TYPES = ("input_text", "output_text", "input_image", "input_audio")
+# OpenAI's ReasoningEffort (openai-python: types/shared/reasoning_effort.py).
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+
+
+class InputMessage(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | dict[str, Any] | list[Any]
+    type: Literal["message"] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _templates_parse(cls, value: Any) -> Any:
+        for part in value if isinstance(value, list) else [value]:
+            if isinstance(part, dict) and part.get("type") not in CONTENT_PART_TYPES:
+                raise ValueError(f"a content part's type must be one of {', '.join(CONTENT_PART_TYPES)}, got "
+                                 f"{part.get('type')!r}")
+
+        def walk(v: Any) -> None:
+            if isinstance(v, str):
+                check_template(v)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x)
+            elif isinstance(v, dict):
+                for x in v.values():
+                    walk(x)
+
+        walk(value)
+        return value
+
+
+class SamplingParams(BaseModel):
+    """The grader's sampling params; both spellings of the token limit exist in OpenAI's material."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    max_completions_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"] | None = None
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.max_completions_tokens or self.max_completion_tokens
+
+
+class JudgedGrader:
+    """A grader whose scores come from the judge client (`ctx.judge`); with none configured, every sample is a
+    clear error rather than a silent 0."""
+
+    grade_pairs: Callable[[Any, Sequence[Pair], Any], list[GradeResult]]
+
+    def __init__(self, config: Any, ctx: BuildContext):
+        self.config = config
+        self.ctx = ctx
+
+    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+        if self.ctx.judge is None:
+            msg = f"{self.config.type} needs a judge endpoint; none is configured for this command"
+            return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]
+        return type(self).grade_pairs(self.config, pairs, self.ctx.judge)
+
+
+def judge_request(config: Any, sample: dict[str, Any], item: dict[str, Any], sampling_params: Any,
+                  response_format: dict[str, Any]) -> Any:
+    """The judge request for one (sample, item): the config's input messages rendered, or the
+    invalid_variable_error its templates raise (no call is made for it)."""
+    from rfteval.graders.base import INVALID_VARIABLE
+    from rfteval.graders.template import TemplateError, render_deep
+    from rfteval.providers.base import GenerationRequest
+
+    raw = [m.model_dump(exclude_none=True) for m in config.input]
+    try:
+        rendered = render_deep(raw, item, sample)
+    except TemplateError as exc:
+        return GradeResult.failed(INVALID_VARIABLE, str(exc))
+    return GenerationRequest(model=config.model, messages=judge_messages(rendered),
+                             sampling=judge_sampling(sampling_params, response_format),
+                             item_id=str(item.get("id", "")))
+
+
+# ---- requests and answers ----------------------------------------------------------------------------------------
+
+STEPS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
+        "required": ["description", "conclusion"],
+        "additionalProperties": False,
+    },
+}
+
+
+def _chat_part(part: Any) -> dict[str, Any]:
+    """OpenAI grader content parts (input_text, input_image, ...) → Chat Completions parts."""
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    if not isinstance(part, dict):
+        return {"type": "text", "text": json.dumps(part, ensure_ascii=False)}
+    kind = part.get("type")
+    if kind in ("input_text", "output_text", "text"):
+        return {"type": "text", "text": str(part.get("text", ""))}
+    if kind == "input_image":
+        image: dict[str, Any] = {"url": part.get("image_url")}
+        if part.get("detail"):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    return copy.deepcopy(part)
+
+
+def chat_content(content: Any) -> Any:
+    """A message's content in chat form; an all-text part list becomes one string (local servers prefer it)."""
+    if isinstance(content, str):
+        return content
+    parts = [_chat_part(p) for p in (content if isinstance(content, list) else [content])]
+    if all(p.get("type") == "text" for p in parts):
+        return "".join(p["text"] for p in parts)
+    return parts
+
+
+def judge_messages(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rendered grader input messages → chat messages (the `type: "message"` tag dropped)."""
+    return [{"role": m["role"], "content": chat_content(m.get("content"))} for m in rendered]
+
+
+def judge_sampling(params: Any, response_format: dict[str, Any]) -> Sampling:
+    """The grader's sampling_params (max_completions_tokens → max tokens) with the forced structured output."""
+    if params is None:
+        return Sampling(response_format=response_format)
+    return Sampling(
+        temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+        reasoning_effort=params.reasoning_effort, max_output_tokens=params.max_tokens, response_format=response_format,
+    )
+
+
+_FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.S)
+
+
+def parse_json_answer(text: str) -> Any:
+    """The judge's JSON answer; lenient (code fences, prose around one object) for servers without strict mode."""
+    t = (text or "").strip()
+    candidates = [t]
+    m = _FENCE.match(t)
+    if m:
+        candidates.append(m.group(1))
+    start, end = t.find("{"), t.rfind("}")
+    if 0 <= start < end:
+        candidates.append(t[start : end + 1])
+    for c in candidates:
+        try:
+            return json.loads(c)
+        except ValueError:
+            continue
+    return None
+
+
+def finite_number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def clean_steps(steps: Any) -> list[dict[str, str]]:
+    """The judge's reasoning steps as a list of {description, conclusion}; anything else dropped."""
+    out: list[dict[str, str]] = []
+    if isinstance(steps, list):
+        for s in steps:
+            if isinstance(s, dict):
+                out.append({"description": str(s.get("description", "")), "conclusion": str(s.get("conclusion", ""))})
+    return out
+
+
+def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, Any]:
+    """What every model grade records about the judge call; `judge_call` tells one call from another (a group
+    judge's call grades many samples, equal requests share one), so summaries count each call once."""
+    return {"judge_model": request.model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
+            "judge_call": answer.call_id[:16] if answer.call_id else None}
+
+
+def error_result(answer: ProviderError, model: str) -> GradeResult:
+    """A judge call that ended in an error: a refusal, or the server's failure after retries. A call that was sent
+    is on the record like an answered one (model, tokens, call id), so `judge` and `judge_results` count it."""
+    details = None
+    if answer.call_id is not None:
+        details = {"judge_model": model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
+                   "judge_call": answer.call_id[:16]}
+    if answer.kind == "refusal":
+        return GradeResult.failed(MODEL_REFUSAL, f"judge {model} refused: {answer}"[:500], details=details)
+    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500], details=details)
+
+
+def effective_model(judge: Any, model: str) -> str:
+    """The judge model actually asked: the judge's override (e.g. a local stand-in) or the grader's own."""
+    return getattr(judge, "model_override", None) or model
+
+
+def grade_with_judge(
+    judge: Any,
+    requests: list[GenerationRequest | GradeResult],
+    parse: Callable[[GenerationRequest, Generation], GradeResult],
+) -> list[GradeResult]:
+    """Send the requests (entries already failed, e.g. a template error, are passed through) and parse answers."""
+    todo = [r for r in requests if isinstance(r, GenerationRequest)]
+    answers = iter(judge.complete(todo) if todo else [])
+    out: list[GradeResult] = []
+    for r in requests:
+        if isinstance(r, GradeResult):
+            out.append(r)
+            continue
+        answer = next(answers)
+        model = effective_model(judge, r.model)
+        req = dataclasses.replace(r, model=model)
+        out.append(error_result(answer, model) if isinstance(answer, ProviderError) else parse(req, answer))
+    return out
