@@ -418,6 +418,13 @@ def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Pa
     allowed = subprocess.run([*base, "--unsafe-python-graders"], env=env, capture_output=True, text=True,
                              timeout=120, check=False)
     assert allowed.returncode == 0, allowed.stderr
+    probe = [sys.executable, "-c", "from rfteval.cli import main; main()", "probe-grader", str(grader),
+             "--dataset", str(data)]
+    refused = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2 and "--unsafe-python-graders" in refused.stderr, refused.stderr
+    allowed = subprocess.run([*probe, "--unsafe-python-graders"], env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert allowed.returncode in (0, 1), allowed.stderr  # graded (1 would be a flagged probe, not a refusal)
 
 
 # ---------------------------------------------------------------- as an unprivileged user
