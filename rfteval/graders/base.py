@@ -180,17 +180,16 @@ class BuildContext:
 
     options: GradeOptions = field(default_factory=GradeOptions)
     judge: Any = None  # set by the runner for model graders (score_model, label_model, group_judge)
+    # Makes the python sandbox pool on first use (rfteval.graders.engine passes one): this module stays below
+    # the sandbox, which imports the result types from here.
+    pool_factory: Callable[[GradeOptions], Any] | None = None
     _pool: Any = None
 
     def python_pool(self) -> Any:
         if self._pool is None:
-            from rfteval.graders.sandbox import WorkerPool
-
-            o = self.options
-            self._pool = WorkerPool(
-                workers=o.python_workers, timeout_s=o.python_timeout_s, memory_mb=o.python_memory_mb,
-                batch_size=o.python_batch_size,
-            )
+            if self.pool_factory is None:
+                raise RuntimeError("this BuildContext has no python pool factory (use rfteval.graders.GradingEngine)")
+            self._pool = self.pool_factory(self.options)
         return self._pool
 
     def close(self) -> None:

@@ -9,9 +9,16 @@ from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, GradeResu
 
 
 def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
-    import rfteval.graders.registry  # noqa: F401
-
+    """The grader for a config (every built-in type registered itself when rfteval.graders was imported)."""
     return REGISTRY[config.type].build(config, ctx)
+
+
+def python_pool(options: GradeOptions) -> Any:
+    """The python sandbox's pool for these options, started on the first grade."""
+    from rfteval.graders.sandbox import WorkerPool
+
+    return WorkerPool(workers=options.python_workers, timeout_s=options.python_timeout_s,
+                      memory_mb=options.python_memory_mb, batch_size=options.python_batch_size)
 
 
 class GradingEngine:
@@ -19,7 +26,7 @@ class GradingEngine:
 
     def __init__(self, config: GraderConfig, options: GradeOptions | None = None, judge: Any = None):
         self.config = config
-        self.ctx = BuildContext(options or GradeOptions(), judge)
+        self.ctx = BuildContext(options or GradeOptions(), judge, pool_factory=python_pool)
         self.grader = build_grader(config, self.ctx)
 
     def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:

@@ -36,8 +36,6 @@ def _format_loc(prefix: str, loc: tuple[Any, ...]) -> str:
 
 def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", text: str | None = None) -> GraderConfig:
     """Validate one grader object (any registered type); raise InputError naming the bad field."""
-    import rfteval.graders.registry  # noqa: F401  (registers every type)
-
     def fail(message: str, field: str) -> InputError:
         return InputError(message, source, line_of(text, field), field or None)
 

@@ -1,15 +1,6 @@
-"""Importing this module registers every grader type (one module per type)."""
+"""The grader types: every built-in type registers itself when rfteval.graders is imported (its __init__)."""
 
-from rfteval.graders import (  # noqa: F401
-    group_judge,
-    label_model,
-    multi,
-    python,
-    reward_function,
-    score_model,
-    string_check,
-    text_similarity,
-)
+import rfteval.graders  # noqa: F401
 from rfteval.graders.base import REGISTRY
 
 __all__ = ["REGISTRY"]
