@@ -425,3 +425,11 @@ def test_chunks_stay_under_the_byte_limit(files: dict[str, Path], fake_openai: F
     assert result.summary["missing"] == 0
     sizes = [f["meta"]["bytes"] for f in fake_openai.files.values() if f["meta"]["purpose"] == "batch"]
     assert len(sizes) > 2 and max(sizes) <= 600
+
+
+def test_batches_on_a_directory_without_batches(tmp_path: Path) -> None:
+    not_run = CliRunner().invoke(app, ["batches", str(tmp_path)])
+    assert not_run.exit_code == 2 and "not a run directory" in not_run.stderr
+    (tmp_path / "store").mkdir()
+    empty = CliRunner().invoke(app, ["batches", str(tmp_path)])
+    assert empty.exit_code == 0 and "no batches" in empty.stdout

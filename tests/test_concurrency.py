@@ -198,3 +198,21 @@ def test_flex_resource_unavailable_is_retried_longer(tmp_path: Path) -> None:
     assert result.summary["concurrency"]["base"]["episodes"] == 0  # capacity, not our rate: no cut
     store = (tmp_path / "run" / "store" / "responses.jsonl").read_text().splitlines()
     assert {json.loads(line).get("tier") for line in store} == {"flex"}  # billed at batch prices
+
+
+def test_progress_line_shows_the_limit_and_batch_status() -> None:
+    import io
+
+    from rich.console import Console
+
+    from rfteval.report.run_table import RichMonitor
+
+    buf = io.StringIO()
+    monitor = RichMonitor(Console(file=buf, width=160, force_terminal=False))
+    monitor.start({"base": 10})
+    monitor.concurrency("base", 12)
+    monitor.batch("base-0001", "base", "in_progress", {"total": 10, "completed": 4, "failed": 1})
+    monitor.advance("base")
+    monitor.stop()
+    out = buf.getvalue()
+    assert "limit 12" in out and "batch base-0001: in_progress (5/10, 1 failed)" in out
