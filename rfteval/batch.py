@@ -77,6 +77,7 @@ class Chunk:
     done: bool = False
     result: dict[str, Any] = field(default_factory=dict)
     cancel_requested: bool = False
+    phase: str = "generate"  # or "judge": --batch-judge's calls, filed in the judge cache
 
     @property
     def live(self) -> bool:
@@ -105,7 +106,8 @@ class Journal:
         kind, cid = e.get("event"), e.get("chunk")
         if kind == "planned":
             self.chunks[cid] = Chunk(cid, e["label"], e["model"], e["endpoint"], list(e["keys"]), e["sha256"],
-                                     e["path"], int(e["lines"]), int(e["bytes"]), float(e.get("at") or 0))
+                                     e["path"], int(e["lines"]), int(e["bytes"]), float(e.get("at") or 0),
+                                     phase=str(e.get("phase") or "generate"))
             return
         chunk = self.chunks.get(cid)
         if chunk is None:
@@ -123,8 +125,8 @@ class Journal:
             chunk.status = e.get("status") or chunk.status
             chunk.result = {k: v for k, v in e.items() if k not in ("event", "chunk", "at")}
 
-    def live(self) -> list[Chunk]:
-        return [c for c in self.chunks.values() if c.live]
+    def live(self, phase: str | None = None) -> list[Chunk]:
+        return [c for c in self.chunks.values() if c.live and (phase is None or c.phase == phase)]
 
     def close(self) -> None:
         self.log.close()
@@ -262,8 +264,13 @@ class BatchPhase:
     def __init__(self, *, store: Any, run_id: str, jobs: Callable[[], Iterable[tuple[str, CellInfo, dict[str, Any]]]],
                  providers: dict[str, Any], monitor: Any, policy: Any, poll_s: float = 30.0,
                  max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, tail: str = "batch", max_rounds: int = 3,
-                 say: Callable[[str], None] | None = None):
+                 say: Callable[[str], None] | None = None, phase: str = "generate",
+                 have: Callable[[str], bool] | None = None,
+                 ingest: Callable[[str, CellInfo, dict[str, Any]], str] | None = None):
+        """`phase`, `have` and `ingest` let the judge phase reuse all of this: `have(key)` says a result is
+        already filed, `ingest(key, cell, line)` files one result line and says "stored", "error", "requeue"."""
         self.store, self.run_id, self.jobs_fn, self.providers = store, run_id, jobs, providers
+        self.phase, self._have_fn, self._ingest_fn = phase, have, ingest
         self.monitor, self.policy, self.poll_s = monitor, policy, poll_s
         self.max_lines, self.max_bytes, self.tail, self.max_rounds = max_lines, max_bytes, tail, max_rounds
         self.say = say or (lambda msg: None)
@@ -280,10 +287,10 @@ class BatchPhase:
         from rfteval.store import is_reusable_response
 
         for key, info, _ in self.jobs_fn():
-            if not is_reusable_response(self.store.get_response(key)):
+            if not self._have(key):
                 self.cells[key] = info
         await self._recover()
-        in_live = {k for c in self.journal.live() for k in c.keys}
+        in_live = {k for c in self.journal.live(self.phase) for k in c.keys}
         todo = [k for k in self.cells if k not in in_live]
         for round_no in range(self.max_rounds + 1):
             if todo:
@@ -294,7 +301,7 @@ class BatchPhase:
                 else:
                     await self._submit(set(todo))
             await self._poll_until_done()
-            todo = [k for k in self.outcome.requeued if not is_reusable_response(self.store.get_response(k))]
+            todo = [k for k in self.outcome.requeued if not self._have(k)]
             self.outcome.requeued = []
             if not todo:
                 break
@@ -306,7 +313,7 @@ class BatchPhase:
 
     # ---- after a crash: finish what the journal started
     async def _recover(self) -> None:
-        orphans = [c for c in self.journal.live() if c.batch_id is None]
+        orphans = [c for c in self.journal.live(self.phase) if c.batch_id is None]
         if not orphans:
             return
         found = await self._find_batches({c.chunk_id for c in orphans if c.file_id is not None},
@@ -371,16 +378,17 @@ class BatchPhase:
                 await self._send(self._plan(w))
 
     def _next_chunk_id(self, label: str) -> str:
-        n = sum(1 for c in self.journal.chunks.values() if c.label == label) + 1
-        while f"{label}-{n:04d}" in self.journal.chunks:
+        stem = label if self.phase == "generate" else f"{self.phase}:{label}"  # ':' is in no model label
+        n = sum(1 for c in self.journal.chunks.values() if c.label == label and c.phase == self.phase) + 1
+        while f"{stem}-{n:04d}" in self.journal.chunks:
             n += 1
-        return f"{label}-{n:04d}"
+        return f"{stem}-{n:04d}"
 
     def _plan(self, w: _ChunkWriter) -> Chunk:
         w.close()
         self.journal.append({"event": "planned", "chunk": w.chunk_id, "label": w.info.label, "model": w.info.model,
                              "endpoint": ENDPOINTS[w.info.api], "keys": w.keys, "sha256": w.sha.hexdigest(),
-                             "path": str(w.path), "lines": w.lines, "bytes": w.bytes})
+                             "path": str(w.path), "lines": w.lines, "bytes": w.bytes, "phase": self.phase})
         return self.journal.chunks[w.chunk_id]
 
     async def _send(self, chunk: Chunk) -> None:
@@ -390,7 +398,7 @@ class BatchPhase:
         if chunk.file_id is None:
             data = Path(chunk.path).read_bytes()
             fobj = await self._call(provider, lambda: client.files.create(
-                file=(f"{chunk.chunk_id}.jsonl", data), purpose="batch"))
+                file=(f"{chunk.chunk_id.replace(':', '_')}.jsonl", data), purpose="batch"))
             self.journal.append({"event": "uploaded", "chunk": chunk.chunk_id, "file_id": fobj.id})
         assert chunk.file_id is not None
         meta = {META_RUN: self.run_id, META_CHUNK: chunk.chunk_id, "rfteval_sha256": chunk.sha256[:16]}
@@ -403,12 +411,12 @@ class BatchPhase:
     async def _poll_until_done(self) -> None:
         delay = min(self.poll_s, 1.0)
         while True:
-            live = [c for c in self.journal.live() if c.batch_id is not None]
+            live = [c for c in self.journal.live(self.phase) if c.batch_id is not None]
             if not live:
                 return
             for chunk in live:
                 await self._poll(chunk)
-            if not any(c.batch_id is not None for c in self.journal.live()):
+            if not any(c.batch_id is not None for c in self.journal.live(self.phase)):
                 return
             await asyncio.sleep(delay)
             delay = min(self.poll_s, delay * 2)  # quick at first, then every poll_s
@@ -482,12 +490,21 @@ class BatchPhase:
                              "errors": errors, "requeued": requeued})
         self._drop_input(chunk)
 
+    def _have(self, key: str) -> bool:
+        from rfteval.store import is_reusable_response
+
+        if self._have_fn is not None:
+            return self._have_fn(key)
+        return is_reusable_response(self.store.get_response(key))
+
     def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
         from rfteval.store import is_reusable_response
 
         cell = self.cells.get(key)
         if cell is None:  # a key from another spec version of this run: nothing to file it under
             return "unknown", None
+        if self._ingest_fn is not None:
+            return self._ingest_fn(key, cell, line), None
         what, entry = entry_from_result(key, cell, line, self.store.session)
         if entry is not None and not is_reusable_response(self.store.get_response(key)):
             self.store.put_response(entry)
@@ -520,7 +537,7 @@ class _ChunkWriter:
 
     def __init__(self, chunk_id: str, info: CellInfo, directory: Path):
         self.chunk_id, self.info = chunk_id, info
-        self.path = directory / f"{chunk_id}.jsonl"
+        self.path = directory / f"{chunk_id.replace(':', '_')}.jsonl"
         self.fh = open(self.path, "wb")
         self.sha = hashlib.sha256()
         self.keys: list[str] = []

@@ -52,6 +52,7 @@ class RunOptions:
     transport: str | None = None  # the openai SDK's HTTP transport: aiohttp (default when installed) | httpx
     # the Batch API (rfteval/batch.py)
     batch: bool = False
+    batch_judge: bool = False  # model graders' judge calls as a second batch phase (rfteval/batch_judge.py)
     batch_tail: str = "batch"  # "sync": cells re-queued after a first window go synchronously
     batch_poll_s: float = 30.0
     batch_max_lines: int = 50_000
@@ -225,6 +226,7 @@ class _Pipeline:
                         if (opts.batch or opts.import_responses is not None) and batchable(ctx.providers[run.label])}
         self.sync_keys: set[str] = set()
         self.batch_phase: Any = None
+        self.judge_batch: Any = None
         self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
         self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
             maxsize=opts.grade_batch_size * 4)
@@ -242,6 +244,8 @@ class _Pipeline:
         if self.batch_phase is not None:
             outcome = await self.batch_phase.run()
             self.sync_keys = outcome.sync_keys
+        if self.judge_batch is not None:
+            await self.judge_batch.run()
         async with asyncio.TaskGroup() as tg:
             tg.create_task(self._produce())
             workers = [tg.create_task(self._work()) for _ in range(self.n_workers)]
@@ -481,13 +485,18 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             from rfteval.batch import BatchPhase
             from rfteval.retry import RetryPolicy
 
+            common = dict(store=store, run_id=store.run_id, monitor=monitor,
+                          policy=RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
+                                             max_backoff_s=opts.backoff_max_s),
+                          poll_s=opts.batch_poll_s, max_lines=opts.batch_max_lines, max_bytes=opts.batch_max_bytes,
+                          tail=opts.batch_tail, say=monitor.message)
             batch_phase = pipeline.batch_phase = BatchPhase(
-                store=store, run_id=store.run_id, jobs=ctx.batch_jobs,
-                providers={label: p for label, p in providers.items() if batchable(p)}, monitor=monitor,
-                policy=RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
-                                   max_backoff_s=opts.backoff_max_s),
-                poll_s=opts.batch_poll_s, max_lines=opts.batch_max_lines, max_bytes=opts.batch_max_bytes,
-                tail=opts.batch_tail, say=monitor.message)
+                jobs=ctx.batch_jobs, providers={label: p for label, p in providers.items() if batchable(p)},
+                **common)
+            if opts.batch_judge and judge is not None:
+                from rfteval.batch_judge import JudgeBatch
+
+                pipeline.judge_batch = JudgeBatch(pipeline, judge, common)
         try:
             interrupted = _run_loop(pipeline, opts.handle_signals, providers)
         finally:

@@ -433,3 +433,35 @@ def test_batches_on_a_directory_without_batches(tmp_path: Path) -> None:
     (tmp_path / "store").mkdir()
     empty = CliRunner().invoke(app, ["batches", str(tmp_path)])
     assert empty.exit_code == 0 and "no batches" in empty.stdout
+
+
+def test_batch_judge_sends_the_judge_calls_as_a_second_batch_phase(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    from test_run_judges import SCORE_GRADER, expected_score, model_or_score_responder, write_dataset
+
+    fake_openai.responder = model_or_score_responder()
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SCORE_GRADER))
+    out = tmp_path / "run"
+    args = ["run", "--dataset", str(write_dataset(tmp_path)), "--grader", str(grader), "--model", "base=fake-base",
+            "--model", "tuned=fake-tuned", "--epochs", "2", "--base-url", fake_openai.base_url, "--out", str(out),
+            "-q", "--no-readiness", "--batch", "--batch-judge", "--batch-poll-interval", "0.02"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert fake_openai.requests_for() == []  # neither the models nor the judge were called synchronously
+    inputs = input_files(fake_openai)
+    judge_files = [lines for lines in inputs if lines[0]["body"]["model"] == "judge-model"]
+    assert len(judge_files) == 1 and len(judge_files[0]) == 12
+    for label in ("base", "tuned"):
+        for rec in records(out, label):
+            assert rec["error"] is None and rec["score"] == expected_score(rec["output_text"])
+    s = json.loads((out / "summary.json").read_text())
+    assert s["judge"]["judge-model"]["calls"] == 0 and s["judge"]["judge-model"]["cache_hits"] == 12
+    assert s["judge_results"]["judge-model"]["calls"] == 12
+    assert any(e.get("phase") == "judge" for e in events(out) if e["event"] == "planned")
+    creates = fake_openai.batch_creates
+    assert CliRunner().invoke(app, args).exit_code == 0 and fake_openai.batch_creates == creates  # nothing twice
+
+
+def test_batch_judge_needs_batch(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch-judge"))
+    assert proc.exit_code == 2 and "--batch-judge: needs --batch" in proc.stderr

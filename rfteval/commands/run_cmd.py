@@ -75,6 +75,8 @@ def run_command(
                                                     "429 'resource unavailable' is retried with longer waits."),
     batch: bool = typer.Option(False, "--batch", help="Send cells without a stored response through the Batch "
                                "API (half price, up to 24 h); re-run the same command to resume or collect."),
+    batch_judge: bool = typer.Option(False, "--batch-judge", help="With --batch: model graders' judge calls go "
+                                     "out as a second batch phase (filed in the judge cache), then grading runs."),
     batch_tail: str = typer.Option("batch", "--batch-tail", metavar="batch|sync",
                                    help="Cells that come back failed or batch_expired: another batch, or sync "
                                         "requests at once [default: batch]."),
@@ -116,6 +118,8 @@ def run_command(
         raise InputError(f"expected batch or sync, got {batch_tail!r}", field="--batch-tail")
     modes = [flag for flag, on in (("--batch", batch), ("--export-requests", export_requests is not None),
                                    ("--import-responses", import_responses is not None)) if on]
+    if batch_judge and not batch:
+        raise InputError("needs --batch (the judge phase follows the generation batches)", field="--batch-judge")
     if len(modes) > 1:
         raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
 
@@ -129,7 +133,7 @@ def run_command(
     try:
         result = run_eval(run_spec, monitor, RunOptions(
             fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
-            service_tier=service_tier, transport=transport, batch=batch, batch_tail=batch_tail,
+            service_tier=service_tier, transport=transport, batch=batch, batch_judge=batch_judge, batch_tail=batch_tail,
             batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
             import_responses=import_responses))
     except FatalRunError as exc:
