@@ -529,7 +529,7 @@ def grader_maximum(grader: str) -> tuple[float, str] | None:
 
     try:
         config = load_grader(grader)
-    except (InputError, OSError, ValueError):
+    except Exception:  # noqa: BLE001 - a best-effort look-up: any grader that no longer loads means "unknown"
         return None
     _, high, source = grader_score_range(config)
     return float(high), f"the grader's maximum ({source}; {Path(grader).name})"
@@ -648,19 +648,35 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: Any) -> tuple[
                                                                                   dict[str, Any]]:
     """Per label of a run directory, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
 
-    For summary.json: read back from DIR/<label>.jsonl, under compare's default error policy (a generation error
+    For summary.json: read back from DIR/results.parquet (its few needed columns; DIR/<label>.jsonl without it),
+    under compare's default error policy (a generation error
     is left out, a grading error or refusal fails), so `compare --metric pass@K` reproduces these numbers. A
     sample passes by its record's `passed`, else when it reaches the grader's maximum. A label whose records
     cannot be read yet (no records) is left out.
     """
     from rfteval.readiness import grader_score_range
 
+    from rfteval.store import RESULTS
+
     _, high, source = grader_score_range(grader)
     o = CompareOptions()
     out: dict[str, dict[str, Any]] = {}
+    parquet = Path(out_dir) / RESULTS
+    frame = None
+    if parquet.is_file():  # five columns of one file, not every output text of every model again
+        try:
+            frame = read_record_frame(parquet)
+        except InputError:
+            frame = None
     for label in labels:
         try:
-            side = load_side(Path(out_dir) / f"{label}.jsonl")
+            if frame is not None:
+                rows = frame[frame["model_label"] == label].reset_index(drop=True)
+                if rows.empty:
+                    continue
+                side = normalise_frame(rows, label, str(parquet))
+            else:
+                side = load_side(Path(out_dir) / f"{label}.jsonl")
         except InputError:
             continue
         _, st = _side_stats(side, o, float(high))

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from rfteval import passk, stats
 from rfteval.cli import app
-from rfteval.compare import CompareOptions, compare_paths, compare_sides, side_from_records
+from rfteval.compare import CompareOptions, compare_paths, compare_sides, run_pass_curves, side_from_records
 from rfteval.errors import InputError
 from rfteval.records import make_record, write_jsonl
 from rfteval.simulation import side_from_matrix
@@ -353,3 +353,10 @@ def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
     # compare --metric reproduces summary.json
     r = compare_paths(out, out, ["base", "tuned"], CompareOptions(metric="pass@2"))
     assert r.baseline["mean"] == pytest.approx(base["pass_at_k"]["2"])
+    # read from results.parquet, or from the JSONL files without it: the same curves
+    from rfteval.graders.loader import load_grader
+
+    with_parquet, _ = run_pass_curves(out, ["base", "tuned"], load_grader(grader))
+    (out / "results.parquet").unlink()
+    without, rule = run_pass_curves(out, ["base", "tuned", "absent"], load_grader(grader))
+    assert with_parquet == without and set(without) == {"base", "tuned"} and rule["threshold"] == 1.0
