@@ -8,6 +8,7 @@ that best candidate's delta re-estimated on items that played no part in picking
 
 from __future__ import annotations
 
+import math
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -162,7 +163,9 @@ def best_candidate(candidates: Sequence[Candidate], o: CompareOptions) -> dict[s
 
     if not candidates:
         return None
-    best = max(candidates, key=lambda c: (c.result.delta["mean"], -candidates.index(c)))
+    # the largest delta; on a tie the earlier checkpoint (NaN, from no paired item, never wins)
+    order = [(d if d == d else -math.inf, -i) for i, d in enumerate(c.result.delta["mean"] for c in candidates)]
+    best = candidates[max(range(len(candidates)), key=order.__getitem__)]
     d = best.result.delta
     out: dict[str, Any] = {"label": best.label, "delta": d["mean"], "ci95": d["ci95"], "p_adjusted": best.p_adjusted}
     if len(candidates) < 2:
