@@ -445,6 +445,14 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         raise InputError("no model behind an OpenAI-compatible endpoint: nothing to batch, export or import",
                          field="--batch" if opts.batch else "--export-requests" if opts.export_requests
                          else "--import-responses")
+    if not (opts.batch or opts.fresh or opts.export_requests or opts.import_responses):
+        from rfteval.batch import read_journal
+
+        open_chunks = [c for c in read_journal(out_dir) if c.live and c.file_id and not c.cancel_requested]
+        if open_chunks:  # sending their cells synchronously would pay for them twice
+            raise InputError(f"{len(open_chunks)} batch(es) of this run are still open at the provider; re-run with "
+                             f"--batch to collect them, or cancel them first (rfteval batches {out_dir} --cancel)",
+                             out_dir, field="--batch")
     store = RunStore(out_dir, fresh=opts.fresh)
     engine = None
     own_judge = judge is None

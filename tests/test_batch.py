@@ -170,6 +170,7 @@ def test_failed_lines_429_and_5xx_are_requeued_400_is_the_cells_error(files: dic
 def test_a_failed_batch_is_one_clear_line(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"outcome": "failed", "message": "Enqueued token limit reached."})
     proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch"))
+    assert proc.exit_code == 3
     lines = [x for x in proc.stderr.splitlines() if "failed" in x]
     assert len(lines) == 1, proc.stderr
     assert "base-0001" in lines[0] and "Enqueued token limit reached" in lines[0] and "not sent" in lines[0]
@@ -298,6 +299,9 @@ def test_ctrl_c_leaves_batches_running_then_the_same_command_collects(files: dic
     assert proc.returncode == 130, stderr
     assert "2 batch(es) keep running" in stderr and "rfteval batches" in stderr
     assert all(e["obj"]["status"] == "validating" for e in fake_openai.batches.values())  # not cancelled
+    sync = CliRunner().invoke(app, [a for a in cli_args(files, fake_openai) if a != "--batch"])
+    assert sync.exit_code == 2 and "still open" in sync.stderr and "--batch" in sync.stderr  # no paying twice
+    assert fake_openai.requests_for("chat") == []
 
     listing = CliRunner().invoke(app, ["batches", str(out)])
     assert listing.exit_code == 0 and "base-0001" in listing.stdout and "2 open" in listing.stdout
@@ -331,7 +335,7 @@ def test_batches_cancel(files: dict[str, Path], fake_openai: FakeOpenAI) -> None
     for entry in fake_openai.batches.values():
         entry["plan"]["polls_per_step"] = 1
     again = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch"))  # collects the cancelled ones
-    assert again.exit_code == 0, again.output
+    assert again.exit_code == 3 and "20 of 20 cells have no response yet" in again.stderr, again.output
     assert fake_openai.batch_creates == 2
     assert all(c.status == "cancelled" and c.done for c in read_journal(out))
 
@@ -365,8 +369,8 @@ def test_export_then_import(files: dict[str, Path], fake_openai: FakeOpenAI, tmp
     results = tmp_path / "results.jsonl"
     fake_engine(per_model["base"], results, drop=lambda i: i == 0)
     proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--import-responses", str(results)))
-    assert proc.exit_code == 0, proc.output
-    assert "9 responses stored" in proc.stderr
+    assert proc.exit_code == 3, proc.output  # graded what came back; the rest is missing, and it says so
+    assert "9 responses stored" in proc.stderr and "11 of 20 cells have no response yet" in proc.stderr
     s = json.loads((files["out"] / "summary.json").read_text())
     assert s["models"]["base"]["records"] == 9 and s["models"]["tuned"]["records"] == 0
     assert fake_openai.requests == []

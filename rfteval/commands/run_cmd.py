@@ -169,6 +169,11 @@ def run_command(
         typer.echo(f"rfteval: {s['errors']} of {s['cells']} cells ({s['error_rate']:.1%}) ended in error, above "
                    f"--max-error-rate {s['max_error_rate']:.1%}; re-running the same command re-sends the failed "
                    "requests", err=True)
+    elif s.get("missing") and (batch or import_responses is not None):
+        how = ("re-running the same command submits them again" if batch else
+               "import the rest, or run without --import-responses to send them")
+        typer.echo(f"rfteval: {s['missing']} of {s['cells']} cells have no response yet; {how}", err=True)
+        raise typer.Exit(ExitStatus.INCOMPLETE)
     raise typer.Exit(result.exit_code)
 
 
