@@ -30,6 +30,10 @@ MISSING = "(missing)"
 NOT_IN_DATASET = "(not in dataset)"
 GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
 NAN = float("nan")
+# File names of a run directory, as rfteval.store writes them. Not imported from there: store sits in the runner's
+# import graph, which imports this module (tests/test_passk.py checks the names agree).
+RESOLVED_SPEC = "spec.resolved.toml"
+RESULTS = "results.parquet"
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -510,8 +514,6 @@ def run_grader_path(directory: Path) -> str | None:
     """The grader file named by a run directory's spec.resolved.toml, when the records live in one."""
     import tomllib
 
-    from rfteval.store import RESOLVED_SPEC
-
     spec = directory / RESOLVED_SPEC
     try:
         grader = tomllib.loads(spec.read_text(encoding="utf-8")).get("grader")
@@ -655,8 +657,6 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: Any) -> tuple[
     cannot be read yet (no records) is left out.
     """
     from rfteval.readiness import grader_score_range
-
-    from rfteval.store import RESULTS
 
     _, high, source = grader_score_range(grader)
     o = CompareOptions()

@@ -360,3 +360,9 @@ def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
     (out / "results.parquet").unlink()
     without, rule = run_pass_curves(out, ["base", "tuned", "absent"], load_grader(grader))
     assert with_parquet == without and set(without) == {"base", "tuned"} and rule["threshold"] == 1.0
+
+
+def test_run_directory_names_agree_with_the_store():
+    from rfteval import compare, store
+
+    assert (compare.RESOLVED_SPEC, compare.RESULTS) == (store.RESOLVED_SPEC, store.RESULTS)
