@@ -32,9 +32,8 @@ from typing import Any
 
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, ProviderError
+from rfteval.store import CHUNK_DIR, JOURNAL
 
-JOURNAL = "batches.jsonl"
-CHUNK_DIR = "batch"
 MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
 LIVE = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
@@ -649,7 +648,7 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
     """
     import fcntl
 
-    from rfteval.runner import batchable, build_providers
+    from rfteval.providers import batchable, build_providers
     from rfteval.spec import build_spec, resolve_models
 
     run_dir = Path(run_dir)
@@ -695,3 +694,12 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
     if not chunks:
         lines.append("no open batch to cancel")
     return lines
+
+
+def refuse_fresh_while_open(run_dir: Path) -> None:
+    """--fresh would forget the ids of batches still open at the provider while they still cost money: refuse."""
+    live = [c for c in read_journal(Path(run_dir)) if c.live and not c.cancel_requested and c.file_id]
+    if live:
+        raise InputError(f"{len(live)} batch(es) of this run are still open at the provider; re-run without "
+                         f"--fresh to collect them, or cancel them first (rfteval batches {run_dir} --cancel)",
+                         run_dir, field="--fresh")

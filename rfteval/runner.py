@@ -23,6 +23,7 @@ from typing import Any
 from rfteval.dataset import Item, iter_items
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
+from rfteval.providers import batchable
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
 from rfteval.sample import make_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
@@ -185,20 +186,10 @@ def count_items(dataset: str | Path) -> int:
 
 
 def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dict[str, Provider]:
-    from rfteval.providers import make_provider
+    """The providers of a run, with its service tier and transport."""
+    from rfteval.providers import build_providers as build
 
-    extra: dict[str, Any] = {}
-    if opts is not None and opts.service_tier is not None:
-        extra["service_tier"] = opts.service_tier
-    if opts is not None and opts.transport is not None:
-        extra["transport"] = opts.transport
-    return {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
-            for run in runs}
-
-
-def batchable(provider: Any) -> bool:
-    """Providers with a Files/Batches client (OpenAI-compatible endpoints); replay answers locally."""
-    return hasattr(provider, "client") and hasattr(provider, "endpoint_path")
+    return build(runs, opts.service_tier if opts else None, opts.transport if opts else None)
 
 
 # ---------------------------------------------------------------- the pipeline
@@ -453,7 +444,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             raise InputError(f"{len(open_chunks)} batch(es) of this run are still open at the provider; re-run with "
                              f"--batch to collect them, or cancel them first (rfteval batches {out_dir} --cancel)",
                              out_dir, field="--batch")
-    store = RunStore(out_dir, fresh=opts.fresh)
+    from rfteval.batch import refuse_fresh_while_open
+
+    store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
     engine = None
     own_judge = judge is None
     batch_phase = None

@@ -18,7 +18,7 @@ import time
 import uuid
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,8 @@ RUN_FILE = "run.json"
 RESULTS = "results.parquet"
 SUMMARY = "summary.json"
 RESOLVED_SPEC = "spec.resolved.toml"
+JOURNAL = "batches.jsonl"  # in store/: the Batch API journal (rfteval.batch writes and reads it)
+CHUNK_DIR = "batch"  # in store/: batch input files until they are collected
 # Failures that are a property of the response itself: stored as final, never re-sent on resume.
 FINAL_GENERATION_ERRORS = frozenset({"refusal"})
 # Grading failures of the grading machinery rather than of the output: re-graded on resume.
@@ -130,7 +132,10 @@ def _is_final(entry: dict[str, Any]) -> int:
 class RunStore:
     """The store of one run directory, held by one process at a time (a lock file says which)."""
 
-    def __init__(self, out_dir: str | Path, fresh: bool = False, commit_every: int = 256, commit_s: float = 1.0):
+    def __init__(self, out_dir: str | Path, fresh: bool = False, commit_every: int = 256, commit_s: float = 1.0,
+                 before_wipe: Callable[[Path], None] | None = None):
+        """`before_wipe(run dir)` runs under the lock before --fresh removes anything, and may refuse (InputError):
+        rfteval.batch refuses while batches of the run are open at the provider."""
         self.dir = Path(out_dir)
         if self.dir.exists() and not self.dir.is_dir():
             raise InputError("exists and is not a directory", self.dir, field="--out")
@@ -143,6 +148,12 @@ class RunStore:
             self._lock_fh.close()
             raise InputError("another rfteval run is using this run directory", self.dir, field="--out") from None
         if fresh:
+            if before_wipe is not None:
+                try:
+                    before_wipe(self.dir)
+                except BaseException:
+                    self._lock_fh.close()
+                    raise
             self._wipe()
         self.run_id = self._run_id()
         self.session = uuid.uuid4().hex[:12]  # this invocation: a response from another one is `cached`
@@ -163,14 +174,6 @@ class RunStore:
     def _wipe(self) -> None:
         """--fresh: remove what this run directory's run wrote, and nothing else (not other runs' records)."""
         old_run = self._read_run_id()
-        from rfteval.batch import CHUNK_DIR, JOURNAL, read_journal
-
-        live = [c for c in read_journal(self.dir) if c.live and not c.cancel_requested and c.file_id]
-        if live:  # their ids would be forgotten while they still cost money
-            self._lock_fh.close()
-            raise InputError(f"{len(live)} batch(es) of this run are still open at the provider; re-run without "
-                             f"--fresh to collect them, or cancel them first (rfteval batches {self.dir} --cancel)",
-                             self.dir, field="--fresh")
         if (self.store_dir / CHUNK_DIR).is_dir():
             for path in (self.store_dir / CHUNK_DIR).iterdir():
                 path.unlink()

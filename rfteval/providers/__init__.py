@@ -8,7 +8,8 @@ from typing import Any
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
 
-__all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "make_provider"]
+__all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
+           "build_providers", "make_provider"]
 
 KINDS = ("openai", "replay")
 
@@ -34,3 +35,19 @@ def make_provider(kind: str, **settings: Any) -> Provider:
         allowed = ", ".join(p for p in params if p != "self")
         raise InputError(f"unknown setting(s) {', '.join(unknown)} for provider {kind!r}; allowed: {allowed}", field="provider")
     return cls(**settings)
+
+
+def build_providers(runs: Any, service_tier: str | None = None, transport: str | None = None) -> dict[str, Provider]:
+    """One provider per model run (rfteval.spec.ModelRun), by label; tier and transport go to OpenAI endpoints."""
+    extra: dict[str, Any] = {}
+    if service_tier is not None:
+        extra["service_tier"] = service_tier
+    if transport is not None:
+        extra["transport"] = transport
+    return {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
+            for run in runs}
+
+
+def batchable(provider: Any) -> bool:
+    """Providers with a Files/Batches client (OpenAI-compatible endpoints); replay answers locally."""
+    return hasattr(provider, "client") and hasattr(provider, "endpoint_path")
