@@ -65,17 +65,29 @@ def main() -> None:
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-# Registration: each module adds its commands to `app` / `validate_app` on import.
-from rfteval.commands import (  # noqa: E402,F401
-    batches_cmd,
-    compare_cmd,
-    export_reward_cmd,
-    grade_cmd,
-    graders_cmd,
-    readiness_cmd,
-    run_cmd,
-    validate_cmd,
-)
+TOUR = ("run", "compare", "readiness", "probe-grader", "grade", "validate", "graders", "batches", "export-reward")
+
+
+def _attach_commands() -> None:
+    """Attach every command (rfteval.commands.common.COMMANDS) to the app, listed in the README's order (TOUR)."""
+    from rfteval.commands import (  # noqa: F401  (importing a command module lists its commands)
+        batches_cmd,
+        compare_cmd,
+        export_reward_cmd,
+        grade_cmd,
+        graders_cmd,
+        readiness_cmd,
+        run_cmd,
+        validate_cmd,
+    )
+    from rfteval.commands.common import COMMANDS
+
+    order = {name: i for i, name in enumerate(TOUR)}
+    for group, name, function, options in sorted(COMMANDS, key=lambda c: order.get(c[1], len(order))):
+        (validate_app if group == "validate" else app).command(name, **options)(function)
+
+
+_attach_commands()
 
 if __name__ == "__main__":  # python -m rfteval.cli
     main()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 from rfteval.status import ExitStatus
 
 _HELP = """List the Batch API batches of a run directory (`rfteval run --batch`), from DIR/store/batches.jsonl:
@@ -14,7 +14,7 @@ chunk, model, batch id, status and request counts as last seen. --cancel cancels
 (what already finished is still collected by the next `rfteval run`)."""
 
 
-@app.command("batches", help=_HELP, no_args_is_help=True)
+@command("batches", help=_HELP, no_args_is_help=True)
 def batches_command(
     run_dir: Path = typer.Argument(..., metavar="DIR", help="A run directory (--out of rfteval run)."),
     cancel: bool = typer.Option(False, "--cancel", help="Cancel every open batch of this run at the provider."),

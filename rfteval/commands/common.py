@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
+
+
+# Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli attaches
+# them, so command modules export plain functions and never import the app (no import cycle).
+COMMANDS: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = []
+
+
+def command(name: str, group: str = "", **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as the command `rfteval [group] name`, with Typer's command options."""
+
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        COMMANDS.append((group, name, function, options))
+        return function
+
+    return mark
 
 
 class OutputFormat(str, Enum):

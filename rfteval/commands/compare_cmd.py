@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
@@ -64,7 +64,7 @@ def _write(path: Path, writer: object) -> None:
         raise InputError(f"cannot write ({exc.strerror})", path) from None
 
 
-@app.command("compare", epilog=EPILOG, no_args_is_help=True)
+@command("compare", epilog=EPILOG, no_args_is_help=True)
 def compare(
     baseline: Path = typer.Argument(..., help="Baseline records: a JSONL or Parquet record file, or a run directory.",
                                     show_default=False, metavar="BASELINE"),

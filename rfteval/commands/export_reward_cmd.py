@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 from rfteval.commands.common import JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL
 
 
@@ -33,7 +33,7 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-@app.command("export-reward")
+@command("export-reward")
 def export_reward(
     grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
     target: Target = typer.Option(..., "--target", help="trl (a reward function) or verl (compute_score)."),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 from rfteval.commands.common import (
     JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, OutputFormat,
     make_judge, python_sandbox,
@@ -15,7 +15,7 @@ from rfteval.commands.common import (
 from rfteval.status import ExitStatus
 
 
-@app.command("grade")
+@command("grade")
 def grade(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),

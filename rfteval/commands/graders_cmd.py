@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 
 
 def ready_made_dirs() -> list[Path]:
@@ -38,7 +38,7 @@ def ready_made_files() -> list[tuple[Path, str]]:
     return out
 
 
-@app.command("graders")
+@command("graders")
 def graders() -> None:
     """List the grader types and the ready-made grader configs."""
     import json

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, python_sandbox
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
@@ -159,7 +159,7 @@ def _options(python_workers: int | None) -> Any:
     return GradeOptions(python_workers=python_workers)
 
 
-@app.command("readiness", help="Will RFT learn from this dataset and grader? Signals and a verdict from a base run "
+@command("readiness", help="Will RFT learn from this dataset and grader? Signals and a verdict from a base run "
                                "with N >= 2 epochs (a run directory or a record file).")
 def readiness(
     run: Path = typer.Argument(..., help="Run directory (DIR/<label>.jsonl, DIR/results.parquet) or a record file."),
@@ -276,7 +276,7 @@ def load_reference_template(value: str) -> Any:
     return template
 
 
-@app.command("probe-grader", help="Run canned adversarial outputs through a grader for every item: cheats should "
+@command("probe-grader", help="Run canned adversarial outputs through a grader for every item: cheats should "
                                   "score the floor, the reference the maximum.")
 def probe_grader(
     grader: Path = typer.Argument(..., help="Grader JSON (OpenAI's format)."),

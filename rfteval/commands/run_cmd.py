@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from rfteval.cli import app
+from rfteval.commands.common import command
 from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, python_sandbox
 from rfteval.status import ExitStatus
 
@@ -21,7 +21,7 @@ Exit codes: 0 done, 2 bad input or a refused endpoint (401, unknown model), 3 to
 """
 
 
-@app.command("run", help=_RUN_HELP, no_args_is_help=True)
+@command("run", help=_RUN_HELP, no_args_is_help=True)
 def run_command(
     spec: Optional[Path] = typer.Argument(None, metavar="SPEC.toml", help="Eval spec (TOML). Optional: flags alone are enough."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="FILE", help="RFT dataset (JSONL)."),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from rfteval.cli import validate_app
+from rfteval.commands.common import command
 from rfteval.commands.common import (
     JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, make_judge,
     python_sandbox,
@@ -14,7 +14,7 @@ from rfteval.commands.common import (
 from rfteval.status import ExitStatus
 
 
-@validate_app.command("dataset")
+@command("dataset", group="validate")
 def validate_dataset(path: Path = typer.Argument(..., help="Dataset JSONL.")) -> None:
     """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one."""
     from rfteval.dataset import check_dataset
@@ -31,7 +31,7 @@ def validate_dataset(path: Path = typer.Argument(..., help="Dataset JSONL.")) ->
     typer.echo(f"{path}: {count} items, no problems")
 
 
-@validate_app.command("grader")
+@command("grader", group="validate")
 def validate_grader(
     path: Path = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a fine-tuning job), a python "
                                 "grader as FILE.py, or a reward function as FILE.py:FUNCTION."),
@@ -116,7 +116,7 @@ def validate_grader(
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
-@validate_app.command("spec")
+@command("spec", group="validate")
 def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) -> None:
     """Check an eval spec and everything it names (dataset, grader, response format) without calling a model."""
     from rfteval.dataset import check_dataset
