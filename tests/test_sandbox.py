@@ -733,3 +733,26 @@ def test_an_items_samples_of_one_model_share_one_process() -> None:
         assert len(pool.pids) == 2
     pids = {n: {r.score for k, r in enumerate(results) if k % 4 == n} for n in range(4)}
     assert all(len(p) == 1 for p in pids.values()), pids
+
+
+def test_the_template_does_pydantics_first_model_work_and_a_units_models_still_validate(pool1: WorkerPool) -> None:
+    _worker.preimport(["pydantic"])
+    _worker.warm_up()
+    assert "pydantic" in _worker.WARMED
+    source = ("from typing import List, Optional\n"
+              "from pydantic import BaseModel, Field\n"
+              "class Answer(BaseModel):\n"
+              "    names: List[str] = Field(description='names')\n"
+              "    note: Optional[str] = None\n"
+              "def grade(sample, item):\n"
+              "    return float(len(Answer(**sample).names))\n")
+    good, bad = pool1.grade(source, [({"names": ["a", "b"]}, {}), ({"names": 3}, {})])
+    assert good.error is None and good.score == 2.0
+    assert bad.error is not None and "ValidationError" in bad.error.message
+
+
+def test_one_sandbox_more_than_cores_by_default() -> None:
+    from rfteval.graders.sandbox import default_workers
+
+    with WorkerPool() as pool:
+        assert pool.workers == default_workers() == (os.cpu_count() or 1) + 1

@@ -511,12 +511,15 @@ def preimport(names: list[str]) -> None:
             pass
 
 
+WARMED: set[str] = set()  # the packages warm_up has done
+
+
 def warm_up() -> None:
     """Do, once in the template, the first-use work of packages a grader imported (trusted code of ours, never the
     grader's): pydantic imports most of itself and builds its schema machinery when the first model class is
     defined, which a grader defining models would otherwise pay in every unit's child. Failures are ignored."""
-    if "pydantic" in sys.modules and "rfteval_warm_pydantic" not in sys.modules:
-        sys.modules["rfteval_warm_pydantic"] = types.ModuleType("rfteval_warm_pydantic")
+    if "pydantic" in sys.modules and "pydantic" not in WARMED:
+        WARMED.add("pydantic")
         try:
             from typing import Optional
 
