@@ -940,6 +940,8 @@ class WorkerPool:
             try:
                 if box.proc is None:
                     box.start()
+                elif box.cgroup is not None:  # OOM kills of earlier batches are theirs (a helper's, say)
+                    box.oom_seen = box.cgroup.oom_kills()
                 box.send(box.request(task.key, task.source, remaining))
                 finished = False
                 while not finished:
