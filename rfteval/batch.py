@@ -32,7 +32,7 @@ from typing import Any
 
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, ProviderError
-from rfteval.store import CHUNK_DIR, JOURNAL
+from rfteval.rundir import CHUNK_DIR, JOURNAL
 
 MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
@@ -283,7 +283,6 @@ class BatchPhase:
 
     # ---- the whole phase
     async def run(self) -> BatchOutcome:
-        from rfteval.store import is_reusable_response
 
         for key, info, _ in self.jobs_fn():
             if not self._have(key):

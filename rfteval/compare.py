@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rfteval import passk, stats
+from rfteval import passk, rundir, stats
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -32,8 +32,7 @@ GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
 NAN = float("nan")
 # File names of a run directory, as rfteval.store writes them. Not imported from there: store sits in the runner's
 # import graph, which imports this module (tests/test_passk.py checks the names agree).
-RESOLVED_SPEC = "spec.resolved.toml"
-RESULTS = "results.parquet"
+
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -101,36 +100,10 @@ class Side:
     grader: str | None = None  # the grader file of the run that wrote the records (spec.resolved.toml), if known
 
 
-def _resolve(path: Path, label: str | None) -> tuple[Path, bool]:
-    """The record file for a side, and whether it was chosen by label (DIR/<label>.jsonl)."""
-    if not path.exists():
-        raise InputError("no such file or directory", path)
-    if path.is_file():
-        return path, False
-    if label is not None:
-        candidate = path / f"{label}.jsonl"
-        if candidate.is_file():
-            return candidate, True
-        if (path / "results.parquet").is_file():
-            return path / "results.parquet", False
-        found = sorted(p.stem for p in path.glob("*.jsonl"))
-        raise InputError(f"no records for label {label!r} (labels here: {', '.join(found) or 'none'})", path,
-                         field="--label")
-    jsonl = sorted(path.glob("*.jsonl"))
-    if len(jsonl) == 1:
-        return jsonl[0], False
-    if not jsonl and (path / "results.parquet").is_file():
-        return path / "results.parquet", False
-    if not jsonl:
-        raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
-    names = ", ".join(p.stem for p in jsonl)
-    raise InputError(f"holds several models ({names}); name one with --label", path, field="--label")
-
-
 def load_side(path: str | Path, label: str | None = None) -> Side:
     """A side from a record file (JSONL or Parquet) or a run directory, filtered to `label` when given."""
     path = Path(path)
-    file, by_label = _resolve(path, label)
+    file, by_label = rundir.record_file(path, label)
     frame = read_record_frame(file)
     labels = frame["model_label"].dropna().unique().tolist() if "model_label" in frame else []
     if label is not None and labels and not by_label:
@@ -145,7 +118,7 @@ def load_side(path: str | Path, label: str | None = None) -> Side:
         raise InputError("no records", file)
     name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
     side = normalise_frame(frame.reset_index(drop=True), name, str(file))
-    side.grader = run_grader_path(file.parent)
+    side.grader = rundir.grader_path(file.parent)
     return side
 
 
@@ -510,18 +483,6 @@ def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- passing
 
 
-def run_grader_path(directory: Path) -> str | None:
-    """The grader file named by a run directory's spec.resolved.toml, when the records live in one."""
-    import tomllib
-
-    spec = directory / RESOLVED_SPEC
-    try:
-        grader = tomllib.loads(spec.read_text(encoding="utf-8")).get("grader")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return None
-    return grader if isinstance(grader, str) and grader else None
-
-
 @lru_cache(maxsize=32)
 def grader_maximum(grader: str) -> tuple[float, str] | None:
     """The top of a grader's range (rfteval.readiness.grader_score_range) and where that comes from; None when the
@@ -661,7 +622,7 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: Any) -> tuple[
     _, high, source = grader_score_range(grader)
     o = CompareOptions()
     out: dict[str, dict[str, Any]] = {}
-    parquet = Path(out_dir) / RESULTS
+    parquet = Path(out_dir) / rundir.RESULTS
     frame = None
     if parquet.is_file():  # five columns of one file, not every output text of every model again
         try:

@@ -781,3 +781,67 @@ def _group(ids: Sequence[str], scores: Sequence[float]) -> dict[str, list[float]
     for iid, s in zip(ids, scores):
         out.setdefault(iid, []).append(s)
     return out
+
+
+# ---------------------------------------------------------------- advantages into record files
+
+
+def write_advantages(files: list[Path], label: str | None, errors: str = "exclude") -> list[Path]:
+    """Write GRPO advantages of one label into its record files, each replaced atomically (`errors`: the policy for
+    generation errors, as in `readiness.effective_scores`)."""
+    written = []
+    for path in files:
+        if path.suffix == ".parquet":
+            _write_parquet_advantages(path, label, errors)
+        else:
+            _write_jsonl_advantages(path, label, errors)
+        written.append(path)
+    return written
+
+
+def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
+    import pandas as pd
+
+    if label is None or "model_label" not in df:
+        return pd.Series(True, index=df.index)
+    return df["model_label"].astype(str) == label
+
+
+def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
+    import pandas as pd
+
+    from rfteval.readiness import grpo_advantages
+    from rfteval.records import iter_jsonl_records, write_jsonl
+
+    records = list(iter_jsonl_records(path))
+    df = pd.DataFrame.from_records(records)
+    mine = _label_rows(df, label)
+    adv = grpo_advantages(df[mine], errors)
+    for pos, (idx, is_mine) in enumerate(mine.items()):
+        if is_mine:
+            value = float(adv.loc[idx])
+            records[pos]["advantage"] = value if math.isfinite(value) else None
+    write_jsonl(records, path)
+
+
+def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rfteval.readiness import grpo_advantages
+
+    table = pq.read_table(path)
+    df = table.to_pandas()
+    mine = _label_rows(df, label)
+    adv = grpo_advantages(df[mine], errors)
+    old = df["advantage"].tolist() if "advantage" in df else [None] * len(df)
+    values = []
+    for (idx, is_mine), before in zip(mine.items(), old):
+        v = float(adv.loc[idx]) if is_mine else before
+        values.append(v if v is not None and math.isfinite(v) else None)
+    column = pa.array(values, pa.float64())
+    i = table.schema.get_field_index("advantage")
+    table = table.set_column(i, "advantage", column) if i >= 0 else table.append_column("advantage", column)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)

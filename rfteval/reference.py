@@ -6,9 +6,12 @@ python source, or given as a template), so `validate grader` and `probe-grader` 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from rfteval.dataset import Dataset
+from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig
 
 
@@ -49,3 +52,34 @@ def describe_grader(config: GraderConfig) -> list[str]:
             lines.append(f"  {key}: {sub.type} {sub.name!r}")
         lines.append(f"  calculate_output: {getattr(config, 'calculate_output', '')}")
     return lines
+
+
+def load_reference_template(value: str) -> Any:
+    """A JSON template from a file, or inline JSON, or a bare text template containing {{item.…}}."""
+    from rfteval.graders.template import parse_path
+    from rfteval.probes import template_paths
+
+    path = Path(value)
+    source: Path | None = None
+    if path.is_file():
+        source = path
+        text = path.read_text(encoding="utf-8-sig")
+    else:
+        text = value
+    try:
+        template = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if source is None and "{{" in text:
+            template = text
+        else:
+            raise InputError(f"not a JSON template ({exc.msg})", source, exc.lineno if source else None,
+                             None if source else "--reference-template") from None
+    for p in template_paths(template):
+        try:
+            ns, _ = parse_path(p)
+        except ValueError as exc:
+            raise InputError(str(exc), source, field="--reference-template") from None
+        if ns != "item":
+            raise InputError(f"{{{{ {p} }}}}: a reference template reads item.… only", source,
+                             field="--reference-template")
+    return template

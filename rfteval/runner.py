@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rfteval import rundir
 from rfteval.dataset import Item, iter_items
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
@@ -688,17 +689,11 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def baseline_label(labels: list[str]) -> str:
-    """The model the others are compared against: the one labelled `base`, else the first."""
-    return "base" if "base" in labels else labels[0]
-
-
 def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: Any,
                   grader_hash: str, run_id: str, n_items: int, complete: bool,
                   prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """Per model: mean of per-item means with its interval, counts, tokens, cost; paired deltas vs the baseline."""
     from rfteval.compare import run_pass_curves
-    from rfteval.pricing import cost_usd
     from rfteval.records import now_iso
     from rfteval.stats import paired_delta, side_summary
 
@@ -727,7 +722,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
     for label, curve in curves.items():
         models[label].update(curve)
-    base = baseline_label(labels)
+    base = rundir.baseline_label(labels)
     deltas: dict[str, Any] = {}
     for label in labels:
         if label == base:

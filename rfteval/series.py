@@ -9,13 +9,12 @@ that best candidate's delta re-estimated on items that played no part in picking
 from __future__ import annotations
 
 import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rfteval import stats
+from rfteval import rundir, stats
 from rfteval.compare import (
     CompareOptions, CompareResult, Gate, Side, compare_sides, evaluate_gate, json_safe, load_sides,
 )
@@ -25,37 +24,9 @@ if TYPE_CHECKING:
     import numpy as np
 
 HELD_OUT_MIN_ITEMS = 20  # below this a half holds under 10 items: its interval would say little
-NOT_RECORDS = frozenset({"judge_cache"})  # JSONL files of a run directory that are not a model's records
 
 
 # ---------------------------------------------------------------------------------------------- labels
-
-
-def run_labels(run_dir: Path) -> list[str]:
-    """The model labels of a run directory in the spec's order (spec.resolved.toml, else summary.json), keeping
-    those with a DIR/<label>.jsonl; without either file, the record files' names, sorted."""
-    import json
-
-    from rfteval.store import RESOLVED_SPEC, SUMMARY
-
-    order: list[str] = []
-    try:
-        models = tomllib.loads((run_dir / RESOLVED_SPEC).read_text(encoding="utf-8")).get("models")
-        if isinstance(models, dict):
-            order = [str(k) for k in models]
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        pass
-    if not order:
-        try:
-            models = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8")).get("models")
-            if isinstance(models, dict):
-                order = [str(k) for k in models]
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
-            pass
-    present = {p.stem for p in run_dir.glob("*.jsonl")} - NOT_RECORDS
-    if order:
-        return [label for label in order if label in present]
-    return sorted(present)
 
 
 def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
@@ -65,7 +36,7 @@ def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
             raise InputError(f"no model {baseline!r} in this run (models: {', '.join(labels) or 'none'})",
                              field="--baseline")
         return baseline
-    return "base" if "base" in labels else labels[0]
+    return rundir.baseline_label(list(labels))
 
 
 # ---------------------------------------------------------------------------------------------- result
@@ -202,7 +173,7 @@ def compare_series(run_dir: str | Path, options: CompareOptions | None = None, b
     path = Path(run_dir)
     if not path.is_dir():
         raise InputError("a checkpoint series needs a run directory (one record file per model)", path)
-    labels = run_labels(path)
+    labels = rundir.run_labels(path)
     if len(labels) < 2:
         raise InputError(f"a series needs 2 or more models, found {len(labels)} ({', '.join(labels) or 'none'})",
                          path)

@@ -26,17 +26,19 @@ from typing import Any
 from rfteval.errors import InputError
 from rfteval.pricing import DISCOUNTED_TIERS
 from rfteval.records import dumps_record, make_record, now_iso
+from rfteval.rundir import (  # noqa: F401  (the run directory's names; re-exported for the store's readers)
+    CHUNK_DIR,
+    GRADES,
+    INDEX,
+    JOURNAL,
+    RESOLVED_SPEC,
+    RESPONSES,
+    RESULTS,
+    RUN_FILE,
+    STORE,
+    SUMMARY,
+)
 
-STORE = "store"
-RESPONSES = "responses.jsonl"
-GRADES = "grades.jsonl"
-INDEX = "index.sqlite"
-RUN_FILE = "run.json"
-RESULTS = "results.parquet"
-SUMMARY = "summary.json"
-RESOLVED_SPEC = "spec.resolved.toml"
-JOURNAL = "batches.jsonl"  # in store/: the Batch API journal (rfteval.batch writes and reads it)
-CHUNK_DIR = "batch"  # in store/: batch input files until they are collected
 # Failures that are a property of the response itself: stored as final, never re-sent on resume.
 FINAL_GENERATION_ERRORS = frozenset({"refusal"})
 # Grading failures of the grading machinery rather than of the output: re-graded on resume.

@@ -362,7 +362,8 @@ def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
     assert with_parquet == without and set(without) == {"base", "tuned"} and rule["threshold"] == 1.0
 
 
-def test_run_directory_names_agree_with_the_store():
-    from rfteval import compare, store
+def test_run_directory_names_have_one_home():
+    from rfteval import rundir, store
 
-    assert (compare.RESOLVED_SPEC, compare.RESULTS) == (store.RESOLVED_SPEC, store.RESULTS)
+    assert (store.RESOLVED_SPEC, store.RESULTS, store.JOURNAL) == (rundir.RESOLVED_SPEC, rundir.RESULTS,
+                                                                    rundir.JOURNAL)

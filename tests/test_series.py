@@ -16,7 +16,8 @@ from rfteval.cli import app
 from rfteval.compare import CompareOptions, Gate
 from rfteval.errors import InputError
 from rfteval.records import make_record, write_jsonl
-from rfteval.series import compare_series, held_out_best, run_labels, series_from_sides
+from rfteval.rundir import run_labels
+from rfteval.series import compare_series, held_out_best, series_from_sides
 from rfteval.simulation import side_from_matrix
 
 runner = CliRunner()

@@ -3,154 +3,22 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
-from rfteval.commands.common import command
-from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, python_sandbox
+from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
-if TYPE_CHECKING:
-    import pandas as pd
-
 FORMATS = ("text", "json")
-SPEC_FILE = "spec.resolved.toml"
-PARQUET_FILE = "results.parquet"
 
 
 def _check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", field="--format")
     return fmt
-
-
-def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
-    from rfteval.readiness import pick_label
-
-    try:
-        return pick_label(df, label)
-    except ValueError as exc:
-        raise InputError(f"{exc} (use --label)", source, field="--label") from None
-
-
-def locate_records(run: Path, label: str | None) -> tuple[pd.DataFrame, str | None, list[Path], Path]:
-    """The records of one label, its label, the files holding them, and the directory to look for a spec in."""
-    from rfteval.records import read_records
-
-    if not run.exists():
-        raise InputError("no such file or directory", run)
-    if run.is_file():
-        df = read_records(run)
-        return df, _pick(df, label, run), [run], run.parent
-    parquet = run / PARQUET_FILE
-    jsonl = sorted(p for p in run.glob("*.jsonl"))
-    if label is None:
-        if (run / "base.jsonl").exists():
-            label = "base"
-        elif len(jsonl) == 1:
-            label = jsonl[0].stem
-    if label is not None and (run / f"{label}.jsonl").exists():
-        path = run / f"{label}.jsonl"
-        df = read_records(path)
-        files = [path] + ([parquet] if parquet.exists() else [])
-        return df, _pick(df, label, path), files, run
-    if parquet.exists():
-        df = read_records(parquet)
-        return df, _pick(df, label, parquet), [parquet], run
-    if label is not None:
-        raise InputError(f"no records for label {label!r} (no {label}.jsonl, no {PARQUET_FILE})", run, field="--label")
-    labels = ", ".join(p.stem for p in jsonl) or "none"
-    raise InputError(f"cannot tell which records to assess (record files: {labels}); use --label", run)
-
-
-def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:
-    """The dataset and grader named by DIR/spec.resolved.toml (top-level `dataset` and `grader`), if any."""
-    import tomllib
-
-    spec = directory / SPEC_FILE
-    if not spec.is_file():
-        return None, None
-    try:
-        data = tomllib.loads(spec.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"invalid TOML ({exc})", spec) from None
-
-    def resolve(key: str) -> Path | None:
-        value = data.get(key)
-        if not isinstance(value, str) or not value:
-            return None
-        p = Path(value).expanduser()
-        for cand in (p, directory / p, spec.parent / p):
-            if cand.exists():
-                return cand
-        return None
-
-    return resolve("dataset"), resolve("grader")
-
-
-def write_advantages(files: list[Path], label: str | None, errors: str = "exclude") -> list[Path]:
-    """Write GRPO advantages of one label into its record files, each replaced atomically (`errors`: the policy for
-    generation errors, as in `readiness.effective_scores`)."""
-    written = []
-    for path in files:
-        if path.suffix == ".parquet":
-            _write_parquet_advantages(path, label, errors)
-        else:
-            _write_jsonl_advantages(path, label, errors)
-        written.append(path)
-    return written
-
-
-def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
-    import pandas as pd
-
-    if label is None or "model_label" not in df:
-        return pd.Series(True, index=df.index)
-    return df["model_label"].astype(str) == label
-
-
-def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
-    import pandas as pd
-
-    from rfteval.readiness import grpo_advantages
-    from rfteval.records import iter_jsonl_records, write_jsonl
-
-    records = list(iter_jsonl_records(path))
-    df = pd.DataFrame.from_records(records)
-    mine = _label_rows(df, label)
-    adv = grpo_advantages(df[mine], errors)
-    for pos, (idx, is_mine) in enumerate(mine.items()):
-        if is_mine:
-            value = float(adv.loc[idx])
-            records[pos]["advantage"] = value if math.isfinite(value) else None
-    write_jsonl(records, path)
-
-
-def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from rfteval.readiness import grpo_advantages
-
-    table = pq.read_table(path)
-    df = table.to_pandas()
-    mine = _label_rows(df, label)
-    adv = grpo_advantages(df[mine], errors)
-    old = df["advantage"].tolist() if "advantage" in df else [None] * len(df)
-    values = []
-    for (idx, is_mine), before in zip(mine.items(), old):
-        v = float(adv.loc[idx]) if is_mine else before
-        values.append(v if v is not None and math.isfinite(v) else None)
-    column = pa.array(values, pa.float64())
-    i = table.schema.get_field_index("advantage")
-    table = table.set_column(i, "advantage", column) if i >= 0 else table.append_column("advantage", column)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
 
 
 def _options(python_workers: int | None) -> Any:
@@ -192,18 +60,19 @@ def readiness(
 ) -> None:
     from rich.console import Console
 
-    from rfteval.readiness import ERROR_POLICIES, Thresholds, assess
+    from rfteval import rundir
+    from rfteval.readiness import ERROR_POLICIES, Thresholds, assess, write_advantages
     from rfteval.report.readiness_render import render_readiness
 
     _check_format(fmt)
     if errors not in ERROR_POLICIES:
         raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
-    df, chosen, files, directory = locate_records(run, label)
-    spec_dataset, spec_grader = spec_paths(directory) if (grader is None or dataset is None) else (None, None)
+    df, chosen, files, directory = rundir.locate_records(run, label)
+    spec_dataset, spec_grader = rundir.spec_paths(directory) if (grader is None or dataset is None) else (None, None)
     grader = grader or spec_grader
     dataset = dataset or spec_dataset
     if regrade and (grader is None or dataset is None):
-        raise InputError(f"needs --grader and --dataset (or a {SPEC_FILE} naming them)", field="--regrade")
+        raise InputError(f"needs --grader and --dataset (or a {rundir.RESOLVED_SPEC} naming them)", field="--regrade")
     config = items = None
     if grader is not None:
         from rfteval.graders.loader import load_grader
@@ -245,37 +114,6 @@ def readiness(
         typer.echo(f"advantages written: {path}", err=True)
 
 
-def load_reference_template(value: str) -> Any:
-    """A JSON template from a file, or inline JSON, or a bare text template containing {{item.…}}."""
-    from rfteval.graders.template import parse_path
-    from rfteval.probes import template_paths
-
-    path = Path(value)
-    source: Path | None = None
-    if path.is_file():
-        source = path
-        text = path.read_text(encoding="utf-8-sig")
-    else:
-        text = value
-    try:
-        template = json.loads(text)
-    except json.JSONDecodeError as exc:
-        if source is None and "{{" in text:
-            template = text
-        else:
-            raise InputError(f"not a JSON template ({exc.msg})", source, exc.lineno if source else None,
-                             None if source else "--reference-template") from None
-    for p in template_paths(template):
-        try:
-            ns, _ = parse_path(p)
-        except ValueError as exc:
-            raise InputError(str(exc), source, field="--reference-template") from None
-        if ns != "item":
-            raise InputError(f"{{{{ {p} }}}}: a reference template reads item.… only", source,
-                             field="--reference-template")
-    return template
-
-
 @command("probe-grader", help="Run canned adversarial outputs through a grader for every item: cheats should "
                                   "score the floor, the reference the maximum.")
 def probe_grader(
@@ -299,6 +137,7 @@ def probe_grader(
     from rfteval.dataset import load_dataset
     from rfteval.graders.loader import load_grader
     from rfteval.probes import run_probes
+    from rfteval.reference import load_reference_template
     from rfteval.report.readiness_render import render_probes
 
     _check_format(fmt)

@@ -96,7 +96,7 @@ def run_command(
     from rich.console import Console
 
     from rfteval.report.run_table import RichMonitor, print_run
-    from rfteval.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+    from rfteval.runner import FatalRunError, RunOptions, run_eval
     from rfteval.spec import build_spec, flag_overrides
 
     overrides = flag_overrides(
@@ -203,7 +203,7 @@ def _print_readiness(result: object, run_spec: object, console: object) -> None:
     from rfteval.readiness import assess
     from rfteval.records import read_records
     from rfteval.report.readiness_render import render_summary
-    from rfteval.runner import baseline_label
+    from rfteval.rundir import baseline_label
 
     label = baseline_label(list(result.totals))  # type: ignore[attr-defined]
     path = result.out_dir / f"{label}.jsonl"  # type: ignore[attr-defined]

@@ -97,7 +97,7 @@ def validate_grader(
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
     try:
         if repeat is None:
-            from rfteval.commands.readiness_cmd import load_reference_template
+            from rfteval.reference import load_reference_template
 
             template = load_reference_template(reference_template) if reference_template is not None else None
             if judge is not None:
