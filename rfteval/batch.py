@@ -343,7 +343,8 @@ class BatchPhase:
             seen_clients.add(id(client))
             after: str | None = None
             for _ in range(100):  # 10,000 batches at most
-                page = await self._call(provider, lambda: client.batches.list(limit=100, **({"after": after} if after else {})))
+                page_args = {"limit": 100, **({"after": after} if after else {})}
+                page = await self._call(provider, lambda c=client, a=page_args: c.batches.list(**a))
                 data = [b.model_dump(mode="json") for b in page.data]
                 for b in data:
                     meta = b.get("metadata") or {}
@@ -451,7 +452,7 @@ class BatchPhase:
         for file_id in (b.output_file_id, b.error_file_id):
             if not file_id:
                 continue
-            content = await self._call(provider, lambda: client.files.content(file_id))
+            content = await self._call(provider, lambda c=client, f=file_id: c.files.content(f))
             for _, line in parse_result_lines(content.content):
                 key = line["custom_id"]
                 if key not in wanted or key in seen:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rfteval.graders.base import GradeResult, GraderConfig, Pair
+from rfteval.graders.base import GraderConfig, GradeResult, Pair
 from rfteval.judge import judge_repeat
 
 DEFAULT_THRESHOLD = 0.1  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged

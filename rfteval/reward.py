@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rfteval.errors import InputError
-from rfteval.graders.base import GradeOptions, GradeResult, GraderConfig
+from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.graders.sandbox import configure, grading_units

@@ -30,8 +30,18 @@ from rfteval.sample import make_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.status import ExitStatus
 from rfteval.store import (
-    RESOLVED_SPEC, SUMMARY, Cell, LabelTotals, RunStore, grade_entry, is_reusable_grade, is_reusable_response,
-    response_entry, write_json_atomic, write_results, write_text_atomic,
+    RESOLVED_SPEC,
+    SUMMARY,
+    Cell,
+    LabelTotals,
+    RunStore,
+    grade_entry,
+    is_reusable_grade,
+    is_reusable_response,
+    response_entry,
+    write_json_atomic,
+    write_results,
+    write_text_atomic,
 )
 
 
@@ -297,8 +307,8 @@ class _Pipeline:
         for j, e, c, _ in group:
             if e["error"]:
                 self.monitor.advance(j.run.label, error=e["error"]["type"], cached=c)
-        if all(r for j, e, c, r in group if not e["error"]):
-            for j, e, c in ok:
+        if all(r for _, e, _, r in group if not e["error"]):
+            for j, _, c in ok:
                 g = self.store.get_grade(j.key, self.grader_hash)
                 self.monitor.advance(j.run.label, error=((g or {}).get("error") or {}).get("type"), cached=c)
             return
@@ -693,11 +703,11 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
                   grader_hash: str, run_id: str, n_items: int, complete: bool,
                   prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """Per model: mean of per-item means with its interval, counts, tokens, cost; paired deltas vs the baseline."""
+    import numpy as np
+
     from rfteval.compare import run_pass_curves
     from rfteval.records import now_iso
     from rfteval.stats import paired_delta, side_summary
-
-    import numpy as np
 
     def means_of(label: str) -> np.ndarray:
         return np.frombuffer(totals[label].item_means, dtype=np.float64)

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from rfteval import rundir, stats
 from rfteval.compare import (
-    CompareOptions, CompareResult, Gate, Side, compare_sides, evaluate_gate, json_safe, load_sides,
+    CompareOptions,
+    CompareResult,
+    Gate,
+    Side,
+    compare_sides,
+    evaluate_gate,
+    json_safe,
+    load_sides,
 )
 from rfteval.errors import InputError
 

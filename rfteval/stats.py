@@ -285,7 +285,8 @@ def sign_flip_p_value(d: Sequence[float] | np.ndarray, seed: int = 0, resamples:
 
     Exact (all 2**n patterns) for n ≤ 16; otherwise Monte-Carlo with (1 + hits) / (1 + resamples), which
     counts the observed pattern and so is never 0. Draws are grouped by distinct |d| when there are few
-    (sign_flip_sums_grouped), else drawn per item (sign_flip_sums): the same distribution either way. Sums within a relative 1e-9 of |observed| count as hits,
+    (sign_flip_sums_grouped), else drawn per item (sign_flip_sums): the same distribution either way. Sums within a
+    relative 1e-9 of |observed| count as hits,
     so float rounding never turns a tie into a miss.
     """
     import numpy as np
@@ -589,7 +590,8 @@ def crossfit_lowest_delta(base_a: np.ndarray, base_b: np.ndarray, cand: np.ndarr
     estimates are averaged (cross-fitting). Each half's estimate is unbiased, because the half that selects is
     independent of the half that measures. `measure_a`/`measure_b`, when given, are what is measured on each
     half instead of the selecting values themselves (a pass metric selects on each half's pass rate and measures
-    that half's pass@k estimate); by default a half is measured by the same values it selects with. The interval treats the per-item contributions
+    that half's pass@k estimate); by default a half is measured by the same values it selects with. The interval
+    treats the per-item contributions
     v_i = ½[1(i∈S_A)(c_i − B_i)·n/|S_A| + 1(i∈S_B)(c_i − A_i)·n/|S_B|] as independent (the estimate is their
     mean), with a t quantile on (selected items − 1) degrees of freedom, since only those carry signal; its
     coverage is checked by simulation.

@@ -130,7 +130,8 @@ def harvey_answer(item: Item, rng: random.Random, rate: float) -> Any:
 def split_sentences(text: str) -> list[str]:
     out, start = [], 0
     for i, ch in enumerate(text):
-        if ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " ") and not text[max(0, i - 3) : i + 1].endswith(("v.", "Inc.", "Co.", "Ct.", "No.")):
+        abbreviation = text[max(0, i - 3) : i + 1].endswith(("v.", "Inc.", "Co.", "Ct.", "No."))
+        if ch in ".!?" and (i + 1 == len(text) or text[i + 1] == " ") and not abbreviation:
             out.append(text[start : i + 1].strip())
             start = i + 1
     tail = text[start:].strip()

@@ -139,7 +139,7 @@ def test_write_advantages_jsonl_and_parquet(run_dir: Path):
     assert (run_dir / "tuned.jsonl").read_bytes() == before_tuned
     df = read_records(run_dir / "results.parquet")
     base = df[df["model_label"] == "base"]
-    for iid, rows in base.groupby("item_id"):
+    for _, rows in base.groupby("item_id"):
         assert rows["advantage"].tolist() == pytest.approx(expected_advantages(rows["score"].tolist()))
     assert df[df["model_label"] == "tuned"]["advantage"].isna().all()
     assert not list(run_dir.glob("*.tmp"))

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rfteval import stats
 from rfteval.compare import (
     CompareOptions,
     Gate,
@@ -21,7 +22,6 @@ from rfteval.compare import (
     read_record_frame,
     side_from_records,
 )
-from rfteval import stats
 from rfteval.errors import InputError
 from rfteval.records import make_record, read_records, write_jsonl, write_parquet
 

@@ -76,7 +76,8 @@ def test_reasoning_tokens_count_in_output(fake_openai: FakeOpenAI) -> None:
 def test_responses_echo_usage_and_shapes(fake_openai: FakeOpenAI) -> None:
     resp = client(fake_openai).responses.create(
         model="fake-tuned",
-        input=[{"role": "developer", "content": "rules"}, {"role": "user", "content": [{"type": "input_text", "text": "hi you"}]}],
+        input=[{"role": "developer", "content": "rules"},
+               {"role": "user", "content": [{"type": "input_text", "text": "hi you"}]}],
         reasoning={"effort": "low"},
     )
     assert resp.output_text == "echo:fake-tuned:hi you"

@@ -207,7 +207,7 @@ def test_grpo_advantages_sample_std_per_group():
     both = pd.concat([df, tuned], ignore_index=True)
     adv = grpo_advantages(both)
     assert adv.index.equals(both.index)
-    for (label, iid), rows in both.groupby(["model_label", "item_id"]):
+    for _, rows in both.groupby(["model_label", "item_id"]):
         s = rows["score"].to_numpy(float)
         sd = np.std(s, ddof=1)
         want = np.zeros_like(s) if sd == 0 else (s - s.mean()) / sd

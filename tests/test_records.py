@@ -5,7 +5,14 @@ import pytest
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeError, GradeResult
 from rfteval.records import (
-    CORE_FIELDS, apply_grade, dumps_record, error_dict, make_record, read_records, write_jsonl, write_parquet,
+    CORE_FIELDS,
+    apply_grade,
+    dumps_record,
+    error_dict,
+    make_record,
+    read_records,
+    write_jsonl,
+    write_parquet,
 )
 
 

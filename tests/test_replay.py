@@ -86,7 +86,8 @@ def test_identity_has_path_and_content_hash(tmp_path: Path) -> None:
 def test_record_file_from_a_run_replays_and_skips_failed_cells(tmp_path: Path) -> None:
     rows = [
         {"run_id": "r1", "model_label": "base", "model": "m", "item_id": "a", "epoch": 1, "output_text": "ok",
-         "output_json": None, "score": 1.0, "error": None, "usage": {"input_tokens": 1, "output_tokens": 1, "reasoning_tokens": None}},
+         "output_json": None, "score": 1.0, "error": None,
+         "usage": {"input_tokens": 1, "output_tokens": 1, "reasoning_tokens": None}},
         {"run_id": "r1", "model_label": "base", "model": "m", "item_id": "a", "epoch": 2, "output_text": None,
          "score": None, "error": {"stage": "generate", "type": "timeout", "message": "x"}},
     ]

@@ -373,7 +373,6 @@ def test_with_trls_own_reward_plumbing():
     trl = pytest.importorskip("trl", reason="trl (and torch) are not installed here: too large for CI; the "
                                             "convention is reproduced from TRL's source in the tests above")
     import torch
-
     from trl import GRPOTrainer
 
     class Accelerator:

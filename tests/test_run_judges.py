@@ -243,7 +243,7 @@ def test_judge_section_flags_win_and_the_run_endpoint_is_the_default(tmp_path: P
     grader.write_text(json.dumps({"type": "label_model", "name": "ok", "model": "grader-model",
                                   "input": [{"role": "user", "content": "{{ sample.output_text }}"}],
                                   "labels": ["good", "bad"], "passing_labels": ["good"]}))
-    dataset = write_dataset(tmp_path)
+    write_dataset(tmp_path)
     env = {"OPENAI_API_KEY": "sk-models-key-1", "RFTEVAL_JUDGE_KEY": "sk-judge-key-22"}
     with FakeOpenAI(label_responder, api_key="sk-judge-key-22") as judge_a, \
             FakeOpenAI(label_responder, api_key="sk-judge-key-22") as judge_b:

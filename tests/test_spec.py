@@ -10,7 +10,12 @@ import pytest
 
 from rfteval.errors import InputError
 from rfteval.spec import (
-    build_spec, flag_overrides, normalize_response_format, parse_model_flag, resolve_models, to_toml,
+    build_spec,
+    flag_overrides,
+    normalize_response_format,
+    parse_model_flag,
+    resolve_models,
+    to_toml,
 )
 
 SPEC = """\

@@ -12,8 +12,16 @@ from rfteval.errors import InputError
 from rfteval.graders.base import GradeError, GradeResult
 from rfteval.providers.base import Generation
 from rfteval.store import (
-    Cell, RunStore, add_judge_calls, build_record, cell_key, grade_entry, is_reusable_grade, is_reusable_response,
-    response_entry, write_results,
+    Cell,
+    RunStore,
+    add_judge_calls,
+    build_record,
+    cell_key,
+    grade_entry,
+    is_reusable_grade,
+    is_reusable_response,
+    response_entry,
+    write_results,
 )
 
 IDENT = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "api": "chat"}

@@ -5,7 +5,12 @@ import pytest
 from rfteval.errors import InputError
 from rfteval.graders import load_grader
 from rfteval.graders.template import (
-    TemplateError, check_template, compile_template, parse_path, render_deep, to_text,
+    TemplateError,
+    check_template,
+    compile_template,
+    parse_path,
+    render_deep,
+    to_text,
 )
 
 ITEM = {

@@ -9,7 +9,6 @@ from typing import Any
 
 import typer
 
-
 # Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli attaches
 # them, so command modules export plain functions and never import the app (no import cycle).
 COMMANDS: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -68,13 +68,13 @@ def _write(path: Path, writer: object) -> None:
 def compare(
     baseline: Path = typer.Argument(..., help="Baseline records: a JSONL or Parquet record file, or a run directory.",
                                     show_default=False, metavar="BASELINE"),
-    candidate: Optional[Path] = typer.Argument(None, help="Candidate records, same forms as BASELINE. Left out: "
+    candidate: Path | None = typer.Argument(None, help="Candidate records, same forms as BASELINE. Left out: "
                                                "BASELINE is a run directory and every model in it is compared with "
                                                "its baseline (a checkpoint series).", show_default=False,
                                                metavar="CANDIDATE"),
     label: list[str] = typer.Option([], "--label", "-l", metavar="LABEL", help="Model label: once for both sides, or twice "
                                     "(baseline, then candidate). Picks DIR/<label>.jsonl or filters model_label."),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="FILE", help="The dataset JSONL, for --by fields."),
+    dataset: Path | None = typer.Option(None, "--dataset", metavar="FILE", help="The dataset JSONL, for --by fields."),
     by: list[str] = typer.Option([], "--by", metavar="FIELD", help="Slice by a dataset field: top-level, else metadata.FIELD; "
                                  "dots walk into objects (metadata.topic). Repeatable."),
     strict: bool = typer.Option(False, "--strict", help="Items on one side only are an error (exit 2)."),
@@ -83,25 +83,26 @@ def compare(
                                "record scores 0."),
     exclude_errors: bool = typer.Option(False, "--exclude-errors", help="Leave every error record out, grading "
                                         "errors too."),
-    score_range: Optional[str] = typer.Option(None, "--score-range", metavar="LO,HI", help="The grader's range; "
+    score_range: str | None = typer.Option(None, "--score-range", metavar="LO,HI", help="The grader's range; "
                                               "intervals never pass it. Default: 0,1 when every score lies in it."),
     tie: float = typer.Option(1e-9, "--tie", metavar="X", help="Per-item |delta| up to this counts as a tie."),
-    ci: str = typer.Option("t", "--ci", metavar="t|bootstrap", help="Interval method: t or bootstrap (10,000 resamples of items)."),
+    ci: str = typer.Option("t", "--ci", metavar="t|bootstrap",
+                           help="Interval method: t or bootstrap (10,000 resamples of items)."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the permutation test and the bootstrap."),
     top: int = typer.Option(10, "--top", metavar="N", help="Items shown per table, lowest delta first."),
     fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (rich) or json on stdout."),
-    markdown: Optional[Path] = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary (CI job summary, "
+    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary (CI job summary, "
                                             "PR comment)."),
-    junit: Optional[Path] = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML: one test case per item."),
-    html: Optional[Path] = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML report with plots."),
-    fail_under: Optional[float] = typer.Option(None, "--fail-under", metavar="X", help="Gate: fail when the candidate's "
+    junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML: one test case per item."),
+    html: Path | None = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML report with plots."),
+    fail_under: float | None = typer.Option(None, "--fail-under", metavar="X", help="Gate: fail when the candidate's "
                                                "whole interval lies below X (strict: when any of it does)."),
-    max_drop: Optional[float] = typer.Option(None, "--max-drop", metavar="X", help="Gate: fail on a drop shown by the test "
+    max_drop: float | None = typer.Option(None, "--max-drop", metavar="X", help="Gate: fail on a drop shown by the test "
                                              "(interval below 0) whose mean passes -X (strict: when the interval's "
                                              "lower bound passes -X)."),
     require_improvement: bool = typer.Option(False, "--require-improvement", help="Gate: fail unless the candidate is "
                                              "shown better (interval above 0 and p < 0.05)."),
-    max_item_drop: Optional[float] = typer.Option(None, "--max-item-drop", metavar="X", help="Gate: fail when an item drops "
+    max_item_drop: float | None = typer.Option(None, "--max-item-drop", metavar="X", help="Gate: fail when an item drops "
                                                   "by more than X and that drop is significant over its epochs after "
                                                   "Holm across items (the JUnit failures)."),
     gate: str = typer.Option("evidence", "--gate", metavar="evidence|strict", help="evidence: fail on evidence of a "
@@ -111,10 +112,10 @@ def compare(
     metric: str = typer.Option("mean", "--metric", metavar="mean|pass@K|pass^K", help="What each item contributes: "
                                "its mean score, or its unbiased pass@K (any of K samples passes) or pass^K (all K "
                                "pass) estimate from its epochs. Intervals, p, slices and gates all follow it."),
-    pass_threshold: Optional[float] = typer.Option(None, "--pass-threshold", metavar="X", help="A sample passes when "
+    pass_threshold: float | None = typer.Option(None, "--pass-threshold", metavar="X", help="A sample passes when "
                                                    "its record's `passed` says so, else when its score reaches X "
                                                    "[default: the grader's maximum; 1.0 without grader info]."),
-    series_baseline: Optional[str] = typer.Option(None, "--baseline", metavar="LABEL", help="Series (one RUNDIR): the "
+    series_baseline: str | None = typer.Option(None, "--baseline", metavar="LABEL", help="Series (one RUNDIR): the "
                                                   "model the others are compared with [default: base, else the "
                                                   "first in the spec]."),
     series_candidate: list[str] = typer.Option([], "--candidate", metavar="LABEL", help="Series: gate only this "
@@ -194,8 +195,8 @@ def compare(
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
-def _series(run_dir: Path, options: CompareOptions, baseline: Optional[str], gated: list[str], dataset: Optional[Path],
-            fmt: str, markdown: Optional[Path], html: Optional[Path]) -> None:
+def _series(run_dir: Path, options: CompareOptions, baseline: str | None, gated: list[str], dataset: Path | None,
+            fmt: str, markdown: Path | None, html: Path | None) -> None:
     """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.series)."""
     from rfteval.compare import dataset_fields
     from rfteval.series import compare_series
@@ -234,7 +235,7 @@ def _series(run_dir: Path, options: CompareOptions, baseline: Optional[str], gat
 READINESS_MAX_RECORDS = 50_000
 
 
-def _readiness_sections(result: object, dataset: Optional[Path]) -> list[tuple[str, str]]:
+def _readiness_sections(result: object, dataset: Path | None) -> list[tuple[str, str]]:
     """The baseline's RFT-readiness section of the HTML report, when its records have 2+ epochs per item."""
     from html import escape
 

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import typer
 
-from rfteval.commands.common import command
-from rfteval.commands.common import JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL
+from rfteval.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    command,
+)
 
 
 class Target(str, Enum):

@@ -7,10 +7,17 @@ from pathlib import Path
 
 import typer
 
-from rfteval.commands.common import command
 from rfteval.commands.common import (
-    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, OutputFormat,
-    make_judge, python_sandbox,
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    UNSAFE_PYTHON_GRADERS,
+    OutputFormat,
+    command,
+    make_judge,
+    python_sandbox,
 )
 from rfteval.status import ExitStatus
 
@@ -46,8 +53,8 @@ def grade(
     from rfteval.graders.base import load_notes
     from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.loader import has_response_format
-    from rfteval.outfile import check_output, write_output
     from rfteval.grading import default_records_path, grade_outputs
+    from rfteval.outfile import check_output, write_output
     from rfteval.outputs import Output, iter_outputs
     from rfteval.records import write_jsonl
     from rfteval.report.grade_table import render_items, render_models

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from rfteval.commands.common import command
-from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, python_sandbox
+from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox
 from rfteval.status import ExitStatus
 
 _RUN_HELP = """Generate N epochs per model, grade every output, summarise; resumable.
@@ -23,45 +21,46 @@ Exit codes: 0 done, 2 bad input or a refused endpoint (401, unknown model), 3 to
 
 @command("run", help=_RUN_HELP, no_args_is_help=True)
 def run_command(
-    spec: Optional[Path] = typer.Argument(None, metavar="SPEC.toml", help="Eval spec (TOML). Optional: flags alone are enough."),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", metavar="FILE", help="RFT dataset (JSONL)."),
-    grader: Optional[Path] = typer.Option(None, "--grader", metavar="FILE", help="Grader config (OpenAI format, JSON)."),
-    model: Optional[list[str]] = typer.Option(None, "--model", metavar="LABEL=MODEL", help="LABEL=MODEL or LABEL=replay:FILE.jsonl; "
+    spec: Path | None = typer.Argument(None, metavar="SPEC.toml", help="Eval spec (TOML). Optional: flags alone are enough."),
+    dataset: Path | None = typer.Option(None, "--dataset", metavar="FILE", help="RFT dataset (JSONL)."),
+    grader: Path | None = typer.Option(None, "--grader", metavar="FILE", help="Grader config (OpenAI format, JSON)."),
+    model: list[str] | None = typer.Option(None, "--model", metavar="LABEL=MODEL", help="LABEL=MODEL or LABEL=replay:FILE.jsonl; "
                                               "repeat it. The label names the output file."),
-    epochs: Optional[int] = typer.Option(None, "--epochs", metavar="N", help="Generations per item and model [default: 3]."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint [default: OpenAI]."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", metavar="VAR",
+    epochs: int | None = typer.Option(None, "--epochs", metavar="N", help="Generations per item and model [default: 3]."),
+    base_url: str | None = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint [default: OpenAI]."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", metavar="VAR",
                                               help="Name of the env var holding the API key [default: OPENAI_API_KEY]."),
-    api: Optional[str] = typer.Option(None, "--api", metavar="chat|responses", help="chat or responses [default: chat]."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", metavar="N", help="Requests in flight [default: 32]."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", metavar="N",
+    api: str | None = typer.Option(None, "--api", metavar="chat|responses", help="chat or responses [default: chat]."),
+    concurrency: int | None = typer.Option(None, "--concurrency", metavar="N", help="Requests in flight [default: 32]."),
+    max_retries: int | None = typer.Option(None, "--max-retries", metavar="N",
                                               help="Retries on 429/5xx/timeouts per request [default: 10]."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Seconds per request [default: 600]."),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Run directory [default: runs/NAME]."),
-    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="Run name [default: the dataset's file name, or its folder's for items.jsonl]."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", metavar="X"),
-    top_p: Optional[float] = typer.Option(None, "--top-p", metavar="X"),
-    seed: Optional[int] = typer.Option(None, "--seed", metavar="N"),
-    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort", metavar="LEVEL", help="minimal, low, medium, high."),
-    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", metavar="N"),
-    response_format: Optional[Path] = typer.Option(None, "--response-format", metavar="FILE",
+    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="Seconds per request [default: 600]."),
+    out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Run directory [default: runs/NAME]."),
+    name: str | None = typer.Option(None, "--name", metavar="NAME",
+                                    help="Run name [default: the dataset's file name, or its folder's for items.jsonl]."),
+    temperature: float | None = typer.Option(None, "--temperature", metavar="X"),
+    top_p: float | None = typer.Option(None, "--top-p", metavar="X"),
+    seed: int | None = typer.Option(None, "--seed", metavar="N"),
+    reasoning_effort: str | None = typer.Option(None, "--reasoning-effort", metavar="LEVEL", help="minimal, low, medium, high."),
+    max_output_tokens: int | None = typer.Option(None, "--max-output-tokens", metavar="N"),
+    response_format: Path | None = typer.Option(None, "--response-format", metavar="FILE",
                                                    help="JSON schema file: structured outputs."),
-    max_error_rate: Optional[float] = typer.Option(None, "--max-error-rate", metavar="X",
+    max_error_rate: float | None = typer.Option(None, "--max-error-rate", metavar="X",
                                                    help="Exit 3 above this share of cells in error [default: 0.05]."),
-    grader_timeout: Optional[float] = typer.Option(None, "--grader-timeout", metavar="SECONDS",
+    grader_timeout: float | None = typer.Option(None, "--grader-timeout", metavar="SECONDS",
                                                    help="Seconds per python grader call [default: 120]."),
-    grader_memory: Optional[int] = typer.Option(None, "--grader-memory", metavar="MB",
+    grader_memory: int | None = typer.Option(None, "--grader-memory", metavar="MB",
                                                 help="MB per python grader worker [default: 2048]."),
-    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", metavar="URL",
+    judge_base_url: str | None = typer.Option(None, "--judge-base-url", metavar="URL",
                                                  help="Judge endpoint for model graders [default: the run's]."),
-    judge_api_key_env: Optional[str] = typer.Option(None, "--judge-api-key-env", metavar="VAR",
+    judge_api_key_env: str | None = typer.Option(None, "--judge-api-key-env", metavar="VAR",
                                                     help="Env var holding the judge's key [default: the run's]."),
-    judge_api: Optional[str] = typer.Option(None, "--judge-api", metavar="chat|responses"),
-    judge_model: Optional[str] = typer.Option(None, "--judge-model", metavar="MODEL",
+    judge_api: str | None = typer.Option(None, "--judge-api", metavar="chat|responses"),
+    judge_model: str | None = typer.Option(None, "--judge-model", metavar="MODEL",
                                               help="Judge model instead of the grader's `model`."),
-    judge_concurrency: Optional[int] = typer.Option(None, "--judge-concurrency", metavar="N",
+    judge_concurrency: int | None = typer.Option(None, "--judge-concurrency", metavar="N",
                                                     help="Judge requests in flight [default: 16]."),
-    group_models: Optional[bool] = typer.Option(None, "--group-models/--no-group-models",
+    group_models: bool | None = typer.Option(None, "--group-models/--no-group-models",
                                                 help="A group judge ranks every model's samples of an item together."),
     readiness: bool = typer.Option(True, "--readiness/--no-readiness",
                                    help="Print an RFT-readiness verdict for models with 2+ epochs."),
@@ -70,7 +69,7 @@ def run_command(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
     fixed: bool = typer.Option(False, "--fixed", help="Keep --concurrency fixed instead of adapting it to the "
                                "endpoint's rate limits (429s, Retry-After, x-ratelimit-* headers)."),
-    service_tier: Optional[str] = typer.Option(None, "--service-tier", metavar="auto|default|flex|priority",
+    service_tier: str | None = typer.Option(None, "--service-tier", metavar="auto|default|flex|priority",
                                                help="Sent with every request; flex bills at batch prices, and its "
                                                     "429 'resource unavailable' is retried with longer waits."),
     batch: bool = typer.Option(False, "--batch", help="Send cells without a stored response through the Batch "
@@ -80,17 +79,17 @@ def run_command(
     batch_tail: str = typer.Option("batch", "--batch-tail", metavar="batch|sync",
                                    help="Cells that come back failed or batch_expired: another batch, or sync "
                                         "requests at once [default: batch]."),
-    export_requests: Optional[Path] = typer.Option(None, "--export-requests", metavar="FILE.jsonl",
+    export_requests: Path | None = typer.Option(None, "--export-requests", metavar="FILE.jsonl",
                                                    help="Write the Batch API request lines of cells without a "
                                                         "response (vllm run-batch, Ray Data) and send nothing."),
-    import_responses: Optional[Path] = typer.Option(None, "--import-responses", metavar="FILE.jsonl",
+    import_responses: Path | None = typer.Option(None, "--import-responses", metavar="FILE.jsonl",
                                                     help="Read Batch API output lines (OpenAI's, vllm run-batch's) "
                                                          "into the run, then grade; sends nothing."),
     retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
     checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
     batch_poll_s: float = typer.Option(30.0, "--batch-poll-interval", hidden=True),
     batch_max_lines: int = typer.Option(50_000, "--batch-max-lines", hidden=True),
-    transport: Optional[str] = typer.Option(None, "--http-transport", hidden=True),
+    transport: str | None = typer.Option(None, "--http-transport", hidden=True),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console

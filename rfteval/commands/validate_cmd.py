@@ -6,9 +6,15 @@ from pathlib import Path
 
 import typer
 
-from rfteval.commands.common import command
 from rfteval.commands.common import (
-    JUDGE_API, JUDGE_API_KEY_ENV, JUDGE_BASE_URL, JUDGE_CONCURRENCY, JUDGE_MODEL, UNSAFE_PYTHON_GRADERS, make_judge,
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    UNSAFE_PYTHON_GRADERS,
+    command,
+    make_judge,
     python_sandbox,
 )
 from rfteval.status import ExitStatus
@@ -60,9 +66,8 @@ def validate_grader(
     flagged)."""
     from rfteval.errors import InputError
     from rfteval.graders import GradeOptions, load_grader
-    from rfteval.reference import describe_grader, reference_check
-
     from rfteval.graders.base import load_notes
+    from rfteval.reference import describe_grader, reference_check
 
     config = load_grader(path)
     if emit_json:

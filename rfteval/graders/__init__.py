@@ -3,7 +3,6 @@
 Importing the package registers every built-in grader type: a new type is one module plus one line below.
 """
 
-from rfteval.graders.base import REGISTRY, GradeError, GradeOptions, GradeResult
 from rfteval.graders import (  # noqa: F401  (each module registers its type)
     group_judge,
     label_model,
@@ -14,6 +13,7 @@ from rfteval.graders import (  # noqa: F401  (each module registers its type)
     string_check,
     text_similarity,
 )
+from rfteval.graders.base import REGISTRY, GradeError, GradeOptions, GradeResult
 from rfteval.graders.engine import GradingEngine, build_grader
 from rfteval.graders.loader import load_grader, parse_config
 

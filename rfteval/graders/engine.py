@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, GradeResult, Grader, GraderConfig, Pair
+from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, GraderConfig, GradeResult, Pair
 
 
 def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:

@@ -45,7 +45,8 @@ _HINTS = {
     "%": "% is not an operator in calculate_output",
     "<": "comparisons are not supported", ">": "comparisons are not supported", "=": "comparisons are not supported",
     "!": "comparisons are not supported", ":": "only arithmetic on grader keys is supported",
-    ".": "attribute access is not supported", "[": "brackets (indexing, lists) are not supported", "]": "brackets (indexing, lists) are not supported",
+    ".": "attribute access is not supported", "[": "brackets (indexing, lists) are not supported",
+    "]": "brackets (indexing, lists) are not supported",
     "'": "strings are not supported", '"': "strings are not supported",
     "{": "braces are not supported (calculate_output uses grader keys, not templates)",
 }

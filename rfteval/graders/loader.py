@@ -18,7 +18,7 @@ def line_of(text: str | None, field: str) -> int | None:
     if not text or not field:
         return None
     key = re.split(r"[.\[\]]", field.rstrip("]"))[-1] or field
-    hits = [m.start() for m in re.finditer(r'"%s"\s*:' % re.escape(key), text)]
+    hits = [m.start() for m in re.finditer(rf'"{re.escape(key)}"\s*:', text)]
     if len(hits) != 1:
         return None
     return text.count("\n", 0, hits[0]) + 1

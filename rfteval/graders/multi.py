@@ -15,12 +15,18 @@ from pydantic import SerializeAsAny, ValidationInfo, field_validator
 
 from rfteval.errors import InputError
 from rfteval.graders.base import (
-    FORMULA_EVAL, OTHER, BuildContext, GradeError, GradeResult, Grader, GraderConfig, Pair, register,
+    FORMULA_EVAL,
+    OTHER,
+    BuildContext,
+    GradeError,
+    Grader,
+    GraderConfig,
+    GradeResult,
+    Pair,
+    register,
 )
-from rfteval.graders.loader import line_of
 from rfteval.graders.formula import Formula, FormulaError, FormulaEvalError, compile_formula
-
-
+from rfteval.graders.loader import line_of
 
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what the formula parser takes as a name (ASCII only)
 

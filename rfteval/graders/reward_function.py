@@ -31,7 +31,7 @@ from typing import Any, Literal
 from pydantic import field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from rfteval.graders.base import BuildContext, GradeResult, GraderConfig, Pair, register
+from rfteval.graders.base import BuildContext, GraderConfig, GradeResult, Pair, register
 
 MAX_SOURCE_BYTES = 256 * 1024  # the python grader's limit, applied to the reward file too
 CALL_KEY = "rfteval_reward_call"  # the item key that carries a unit's completions into the sandbox (popped there)

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ValidationInfo
 
-from rfteval.graders.base import INVALID_VARIABLE, BuildContext, GradeResult, GraderConfig, SampleGrader, register
+from rfteval.graders.base import INVALID_VARIABLE, BuildContext, GraderConfig, GradeResult, SampleGrader, register
 from rfteval.graders.template import TemplateError, check_template, compile_template
 
 TemplateStr = Annotated[str, AfterValidator(check_template)]

@@ -10,7 +10,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator
 
-from rfteval.graders.base import INVALID_VARIABLE, OTHER, BuildContext, GradeResult, GraderConfig, SampleGrader, register
+from rfteval.graders.base import (
+    INVALID_VARIABLE,
+    OTHER,
+    BuildContext,
+    GraderConfig,
+    GradeResult,
+    SampleGrader,
+    register,
+)
 from rfteval.graders.template import TemplateError, check_template, compile_template
 
 TemplateStr = Annotated[str, AfterValidator(check_template)]

@@ -7,9 +7,8 @@ and the per-item plot shows at most MAX_FOREST items, evenly spaced by rank.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import math
+from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING

@@ -8,9 +8,10 @@ side only are skipped. Suite `rfteval.compare.gate`: one test case per active ga
 from __future__ import annotations
 
 import re
+from datetime import UTC
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 from typing import TYPE_CHECKING, Any
+from xml.sax.saxutils import escape, quoteattr
 
 from rfteval.report.terminal import fmt_ci
 
@@ -149,10 +150,10 @@ def render_junit(result: CompareResult, max_item_drop: float | None = None, time
 
 def write_junit(result: CompareResult, path: str | Path, max_item_drop: float | None = None) -> None:
     """Atomic: the file is whole or absent."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
     tmp.write_bytes(render_junit(result, max_item_drop, timestamp=stamp))
     tmp.replace(path)
