@@ -21,6 +21,7 @@ Results are matched on `custom_id`, which is the cell's cache key, and stored ex
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import os
@@ -103,6 +104,8 @@ class Journal:
 
     def _apply(self, e: dict[str, Any]) -> None:
         kind, cid = e.get("event"), e.get("chunk")
+        if not isinstance(cid, str):  # a torn or foreign line: nothing to apply
+            return
         if kind == "planned":
             self.chunks[cid] = Chunk(cid, e["label"], e["model"], e["endpoint"], list(e["keys"]), e["sha256"],
                                      e["path"], int(e["lines"]), int(e["bytes"]), float(e.get("at") or 0),
@@ -166,7 +169,7 @@ def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: s
     from rfteval.providers.openai_provider import parse_chat, parse_responses, status_kind
     from rfteval.store import response_entry
 
-    common = dict(key=key, label=cell.label, model=cell.model, item_id=cell.item_id, epoch=cell.epoch,
+    common: dict[str, Any] = dict(key=key, label=cell.label, model=cell.model, item_id=cell.item_id, epoch=cell.epoch,
                   session=session)
     err = line.get("error")
     resp = line.get("response")
@@ -344,7 +347,7 @@ class BatchPhase:
             after: str | None = None
             for _ in range(100):  # 10,000 batches at most
                 page_args = {"limit": 100, **({"after": after} if after else {})}
-                page = await self._call(provider, lambda c=client, a=page_args: c.batches.list(**a))
+                page = await self._call(provider, functools.partial(client.batches.list, **page_args))
                 data = [b.model_dump(mode="json") for b in page.data]
                 for b in data:
                     meta = b.get("metadata") or {}
@@ -452,7 +455,7 @@ class BatchPhase:
         for file_id in (b.output_file_id, b.error_file_id):
             if not file_id:
                 continue
-            content = await self._call(provider, lambda c=client, f=file_id: c.files.content(f))
+            content = await self._call(provider, functools.partial(client.files.content, file_id))
             for _, line in parse_result_lines(content.content):
                 key = line["custom_id"]
                 if key not in wanted or key in seen:
@@ -668,7 +671,7 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
 
     async def main() -> None:
         for chunk in chunks:
-            provider = providers.get(chunk.label)
+            provider: Any = providers.get(chunk.label)  # an OpenAI-compatible one: batchable() above
             if provider is None:
                 lines.append(f"{chunk.chunk_id}: model {chunk.label} is no longer in the spec; not cancelled")
                 continue

@@ -3,27 +3,29 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
+if TYPE_CHECKING:
+    from typer._click.core import Context  # typer carries its own click: the Context its methods take
+
 
 class _Group(TyperGroup):
     """Turns bad input anywhere below a command into one line on stderr and exit 2."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except InputError as exc:
-            click.echo(f"rfteval: {exc}", err=True)
+            typer.echo(f"rfteval: {exc}", err=True)
             raise typer.Exit(ExitStatus.BAD_INPUT) from None
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: Context) -> list[str]:
         return list(self.commands)  # the order they were added: the order of the tour in the README
 
 

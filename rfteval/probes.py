@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from rfteval.graders.template import TemplateError, lookup, parse_path, to_text
 from rfteval.readiness import grader_score_range
@@ -192,7 +192,7 @@ def python_label_constants(source: str) -> list[str]:
                 and _LABEL_NAME.search(node.targets[0].id) and isinstance(node.value, (ast.Tuple, ast.List, ast.Set))
                 and len(node.value.elts) >= 2
                 and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
-            out += [e.value for e in node.value.elts]
+            out += [e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
     return _distinct(out)
 
 
@@ -505,9 +505,14 @@ def wrong_answer(template: Any, ref: Any, others: Sequence[Mapping[str, Any]]) -
 
 
 def _item_pairs(items: Any) -> list[tuple[str, dict[str, Any]]]:
+    pairs: list[tuple[str, dict[str, Any]]] = []
     if isinstance(items, Mapping):
-        return [(str(k), getattr(v, "data", v)) for k, v in items.items()]
-    return [(it.id, it.data) if hasattr(it, "data") else (str(it[0]), it[1]) for it in items]
+        for k, v in items.items():
+            pairs.append((str(k), cast("dict[str, Any]", getattr(v, "data", v))))
+        return pairs
+    for it in items:
+        pairs.append((it.id, it.data) if hasattr(it, "data") else (str(it[0]), it[1]))
+    return pairs
 
 
 def run_probes(

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rfteval import zero_signal
 from rfteval.records import REFUSAL
@@ -438,9 +438,10 @@ def label_skew(
             label, top = counts.most_common(1)[0]
             by_label: dict[str, list[float]] = {}
             for iid, mean in item_means.items():
-                if refs.get(iid) is not None:
-                    by_label.setdefault(refs[iid], []).append(mean)
-            skew.reference_counts = dict(counts.most_common())
+                ref = refs.get(iid)
+                if ref is not None:
+                    by_label.setdefault(ref, []).append(mean)
+            skew.reference_counts = {str(k): n for k, n in counts.most_common()}
             skew.majority_label, skew.majority_share = label, top / len(values)
             skew.chance = 1 / len(counts)
             skew.per_label_mean = {k: sum(v) / len(v) for k, v in sorted(by_label.items())}
@@ -454,7 +455,7 @@ def label_skew(
         found = True
         counts = Counter(answers)
         label, top = counts.most_common(1)[0]
-        skew.answer_counts = dict(counts.most_common(20))
+        skew.answer_counts = {str(k): n for k, n in counts.most_common(20)}
         skew.answer_majority_label, skew.answer_majority_share = label, top / len(answers)
     return skew if found else None
 
@@ -622,8 +623,11 @@ def items_map(dataset: Dataset | str | Path | Mapping[str, Any] | None) -> dict[
         from rfteval.dataset import load_dataset
 
         dataset = load_dataset(dataset)
+    out: dict[str, dict[str, Any]] = {}
     if isinstance(dataset, Mapping):
-        return {str(k): getattr(v, "data", v) for k, v in dataset.items()}
+        for k, v in dataset.items():
+            out[str(k)] = cast("dict[str, Any]", getattr(v, "data", v))
+        return out
     return {it.id: it.data for it in dataset}
 
 

@@ -24,6 +24,7 @@ from rfteval import rundir
 from rfteval.dataset import Item, iter_items
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
+from rfteval.pricing import Price
 from rfteval.providers import batchable
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
 from rfteval.sample import make_sample
@@ -348,7 +349,7 @@ class _Pipeline:
             self.monitor.retry(run.label, getattr(exc, "kind", "error"))
             self.monitor.concurrency(run.label, limiter.current)
 
-        common = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
+        common: dict[str, Any] = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
                       session=self.store.session)
         try:
             gen = await call_with_retries(attempt, self.policy, on_retry)
@@ -497,7 +498,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             from rfteval.batch import BatchPhase
             from rfteval.retry import RetryPolicy
 
-            common = dict(store=store, run_id=store.run_id, monitor=monitor,
+            common: dict[str, Any] = dict(store=store, run_id=store.run_id, monitor=monitor,
                           policy=RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
                                              max_backoff_s=opts.backoff_max_s),
                           poll_s=opts.batch_poll_s, max_lines=opts.batch_max_lines, max_bytes=opts.batch_max_bytes,
@@ -594,7 +595,7 @@ def judge_fatal(judge: Any) -> FatalRunError | None:
     return FatalRunError("judge", model, error)
 
 
-def add_judge_usage(summary: dict[str, Any], judge: Any, prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
+def add_judge_usage(summary: dict[str, Any], judge: Any, prices: dict[str, Price]) -> dict[str, Any]:
     """Judge tokens and cost, per judge model, apart from the models' own."""
     if judge is None or not hasattr(judge, "usage"):
         return summary
@@ -701,7 +702,7 @@ def _clean(value: Any) -> Any:
 
 def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: Any,
                   grader_hash: str, run_id: str, n_items: int, complete: bool,
-                  prices: dict[str, tuple[float, float]]) -> dict[str, Any]:
+                  prices: dict[str, Price]) -> dict[str, Any]:
     """Per model: mean of per-item means with its interval, counts, tokens, cost; paired deltas vs the baseline."""
     import numpy as np
 
@@ -771,7 +772,7 @@ def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | N
     return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
 
 
-def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, tuple[float, float]]
+def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, Price]
                  ) -> dict[str, dict[str, Any]]:
     """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
     invocation made them (summary["judge"] counts this invocation's calls only)."""

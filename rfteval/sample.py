@@ -11,7 +11,7 @@ import msgspec
 Sample = dict[str, Any]
 
 # json.loads's own C scanner without its Python wrapper (two regex matches and three calls per text)
-_scan = json.scanner.make_scanner(json.JSONDecoder())
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: the C scanner's type
 # msgspec's decoder: ~1.7x the scanner on model outputs (this parse is most of what a cheap python grader's worker
 # does besides grade()). Where it succeeds it agrees with json.loads value for value (integers of any size, floats
 # correctly rounded, duplicate keys: the last wins at the first's place); what it refuses and json.loads takes
@@ -44,7 +44,7 @@ def parse_output_json(output_text: str) -> Any:
     return value if end == len(text) else None
 
 
-class ParsedSample(dict):  # type: ignore[type-arg]
+class ParsedSample(dict[str, Any]):
     """A sample whose output_json make_sample parsed from its own text. `_origin` keeps (text, parse) so the
     python pool can tell, by identity, that output_json is still that parse and send the text alone."""
 

@@ -28,7 +28,7 @@ JUDGE_KEYS = ("base_url", "api_key_env", "api", "model", "concurrency")
 REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
-FLAG_NAMES = {
+FLAG_NAMES: dict[tuple[str, ...], str] = {
     ("name",): "--name", ("dataset",): "--dataset", ("grader",): "--grader", ("epochs",): "--epochs",
     ("out",): "--out", ("concurrency",): "--concurrency", ("max_retries",): "--max-retries",
     ("timeout",): "--timeout", ("max_error_rate",): "--max-error-rate", ("grader_timeout",): "--grader-timeout",
@@ -321,8 +321,8 @@ def build_spec(
         loc = tuple(err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if _from_flags(overrides, loc) or spec_path is None:
-            flag = FLAG_NAMES.get(loc, "--model" if loc[:1] == ("models",) else None)
-            field = flag or ".".join(map(str, loc))
+            flag_name = FLAG_NAMES.get(tuple(map(str, loc))) or ("--model" if loc[:1] == ("models",) else None)
+            field = flag_name or ".".join(map(str, loc))
             raise InputError(msg, field=field) from None
         dotted = ".".join(map(str, loc))
         raise InputError(msg, spec_path, _line_of_key(text, loc), dotted) from None
@@ -358,7 +358,7 @@ def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[s
     if obj.get("type") == "json_schema" and isinstance(obj.get("json_schema"), dict):
         obj = obj["json_schema"]
     if "schema" in obj and isinstance(obj["schema"], dict):
-        out = {"name": str(obj.get("name") or "response"), "schema": obj["schema"]}
+        out: dict[str, Any] = {"name": str(obj.get("name") or "response"), "schema": obj["schema"]}
         out["strict"] = bool(obj.get("strict", True))
         return out
     if "type" in obj or "properties" in obj or "$schema" in obj:
@@ -403,7 +403,7 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
             "api_key_env": m.api_key_env or spec.endpoint.api_key_env,
             "api": m.api or spec.endpoint.api,
         }
-        runs.append(ModelRun(label, m.model, "openai", settings, sampling))
+        runs.append(ModelRun(label, model, "openai", settings, sampling))
     return runs
 
 

@@ -340,8 +340,9 @@ def response_entry(
             "finish_reason": generation.finish_reason, "error": None,
         })
     else:
+        kind, message = error if error is not None else ("other", "no generation and no error was given")
         entry.update({"output_text": None, "output_tools": None, "output_json": None, "choices": None,
-                      "usage": None, "finish_reason": None, "error": {"type": error[0], "message": error[1]}})
+                      "usage": None, "finish_reason": None, "error": {"type": kind, "message": message}})
     entry.update({"latency_s": latency_s, "attempts": attempts, "session": session, "at": now_iso()})
     tier = getattr(generation, "tier", None)
     if tier is not None:

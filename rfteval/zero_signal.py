@@ -267,7 +267,7 @@ def estimate(level_counts: Sequence[Mapping[float, int]], group_size: int,
         raise ValueError("every item needs at least one sample")
     small = ks < g
     out = ZeroSignalEstimate(g, UNBIASED, levels, [0.0] * len(ks), [{} for _ in ks])
-    for row in np.flatnonzero(~small):
+    for row in np.flatnonzero(~small).tolist():
         parts = {levels[i]: math.comb(int(n), g) / math.comb(int(ks[row]), g)
                  for i, n in enumerate(matrix[row, :len(levels)]) if n >= g}
         out.parts[row], out.per_item[row] = parts, sum(parts.values())
@@ -279,7 +279,7 @@ def estimate(level_counts: Sequence[Mapping[float, int]], group_size: int,
     rows = np.flatnonzero(small)
     if width == 1:
         family = ONE_LEVEL if levels else NO_TIES
-        for row in rows:
+        for row in rows.tolist():
             out.parts[row] = {levels[0]: 1.0} if levels else {}
             out.per_item[row] = 1.0 if levels else 0.0
     else:
@@ -294,10 +294,10 @@ def estimate(level_counts: Sequence[Mapping[float, int]], group_size: int,
         if not converged:
             out.notes.append("the empirical-Bayes prior fit did not converge; the estimate is approximate")
         keep = sorted({0, len(levels) - 1, width - 1})
-        for row, (share, parts) in zip(rows, _posterior_parts(alpha, matrix[rows], g, keep)):
+        for row, (share, by_index) in zip(rows.tolist(), _posterior_parts(alpha, matrix[rows], g, keep)):
             if diffuse:
-                share -= parts.pop(width - 1, 0.0)
-            out.parts[row] = {levels[i]: p for i, p in parts.items()}
+                share -= by_index.pop(width - 1, 0.0)
+            out.parts[row] = {levels[i]: p for i, p in by_index.items()}
             out.per_item[row] = share
     out.method = family if not out.n_unbiased else f"{UNBIASED} + {family}"
     return out

@@ -113,7 +113,7 @@ def _strict(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [_strict(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()  # type: ignore[union-attr]
+        value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value

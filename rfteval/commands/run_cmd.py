@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox
 from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rfteval.runner import RunMonitor, RunResult
+    from rfteval.spec import RunSpec
 
 _RUN_HELP = """Generate N epochs per model, grade every output, summarise; resumable.
 
@@ -128,7 +135,7 @@ def run_command(
     out_dir = run_spec.out_dir
     if not quiet:
         err.print(f"rfteval: {run_spec.run_name} -> {out_dir}", highlight=False)
-    monitor = _QuietMonitor() if quiet else RichMonitor(err)
+    monitor: RunMonitor = _QuietMonitor() if quiet else RichMonitor(err)
     try:
         result = run_eval(run_spec, monitor, RunOptions(
             fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
@@ -188,7 +195,7 @@ def _quiet_monitor_class() -> type:
     return QuietMonitor
 
 
-def _QuietMonitor() -> object:  # noqa: N802 - built lazily so `rfteval --help` imports no runner
+def _QuietMonitor() -> RunMonitor:  # noqa: N802 - built lazily so `rfteval --help` imports no runner
     return _quiet_monitor_class()()
 
 
@@ -196,7 +203,7 @@ def _s(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _print_readiness(result: object, run_spec: object, console: object) -> None:
+def _print_readiness(result: RunResult, run_spec: RunSpec, console: Console) -> None:
     """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
     from rfteval.graders import load_grader
     from rfteval.readiness import assess
@@ -204,13 +211,13 @@ def _print_readiness(result: object, run_spec: object, console: object) -> None:
     from rfteval.report.readiness_render import render_summary
     from rfteval.rundir import baseline_label
 
-    label = baseline_label(list(result.totals))  # type: ignore[attr-defined]
-    path = result.out_dir / f"{label}.jsonl"  # type: ignore[attr-defined]
+    label = baseline_label(list(result.totals))
+    path = result.out_dir / f"{label}.jsonl"
     try:
-        report = assess(read_records(path), load_grader(run_spec.grader),  # type: ignore[attr-defined]
-                        dataset=run_spec.dataset, label=label)  # type: ignore[attr-defined]
+        report = assess(read_records(path), load_grader(run_spec.grader),
+                        dataset=run_spec.dataset, label=label)
     except ValueError as exc:  # nothing graded yet: no verdict, not a failure
-        console.print(f"readiness: not assessed ({exc})")  # type: ignore[attr-defined]
+        console.print(f"readiness: not assessed ({exc})")
         return
     render_summary(report, console)
-    console.print(f"(details: rfteval readiness {result.out_dir} --label {label})")  # type: ignore[attr-defined]
+    console.print(f"(details: rfteval readiness {result.out_dir} --label {label})")

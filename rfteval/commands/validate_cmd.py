@@ -112,6 +112,7 @@ def validate_grader(
             return
         from rfteval.judge_stability import render_report, run_stability
 
+        assert outputs is not None  # checked above: --repeat and --outputs go together
         report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
     finally:
         if judge is not None:

@@ -80,7 +80,7 @@ def meteor(text: str, reference: str) -> float:
     hyp, ref = word_tokens(text), word_tokens(reference)
     if not hyp or not ref:
         return _empty_rule(text, reference)
-    score = single_meteor_score(ref, hyp, stemmer=_stemmer(), wordnet=_NoWordNet(),  # type: ignore[arg-type]
+    score = single_meteor_score(ref, hyp, stemmer=_stemmer(), wordnet=_NoWordNet(),
                                 alpha=0.9, beta=3.0, gamma=0.5)
     return _clamp(score)
 

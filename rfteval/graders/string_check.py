@@ -47,6 +47,8 @@ def compare(operation: str, text: str, reference: str) -> bool:
 
 
 class StringCheck(SampleGrader):
+    config: StringCheckConfig
+
     def __init__(self, config: StringCheckConfig):
         self.config = config
         self._input = compile_template(config.input)

@@ -45,6 +45,8 @@ class TextSimilarityConfig(GraderConfig):
 
 
 class TextSimilarity(SampleGrader):
+    config: TextSimilarityConfig
+
     def __init__(self, config: TextSimilarityConfig):
         from rfteval.graders.metrics import METRICS
 

@@ -29,7 +29,7 @@ def _provider_class(kind: str) -> type:
 def make_provider(kind: str, **settings: Any) -> Provider:
     """Build a provider; settings it does not take are an InputError naming them (a spec typo, not a crash)."""
     cls = _provider_class(kind)
-    params = inspect.signature(cls.__init__).parameters
+    params = inspect.signature(cls).parameters
     unknown = sorted(set(settings) - set(params) - {"self"})
     if unknown:
         allowed = ", ".join(p for p in params if p != "self")
