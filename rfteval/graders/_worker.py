@@ -266,7 +266,9 @@ def rebuild(sent: str | tuple[str, bytes | None, bool]) -> dict[str, Any]:
     """The sample the pool sent as (text, tools, whether output_json is the text's parse), built by the same
     make_sample the pool's process built it with. Raises when the parse fails here though it succeeded there
     (a limit set differently, say): the pool then sends the sample whole."""
-    if type(sent) is str:
+    text: str
+    tools_blob: bytes | None
+    if isinstance(sent, str):
         text, tools_blob, parse = sent, None, True
     else:
         text, tools_blob, parse = sent
@@ -428,7 +430,11 @@ def encode_record(record: list[Any]) -> bytes:
         return json.dumps(record).encode()
 
 
-ENCODE: Callable[[Any], bytes] = json.dumps  # type: ignore[assignment]  (msgspec's, once imported)
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+ENCODE: Callable[[Any], bytes] = _json_bytes  # msgspec's encoder once it is imported
 
 
 def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: Any, key: str, item_blob: bytes,

@@ -95,13 +95,10 @@ POLICY = Policy(unsafe=os.environ.get("RFTEVAL_UNSAFE_PYTHON_GRADERS") == "1")
 
 
 def uses_python(config: Any) -> bool:
-    """Whether a grader config runs python source anywhere (itself, or a sub-grader of a multi)."""
-    if getattr(config, "type", None) == "python":
-        return True
-    subs = getattr(config, "graders", None)
-    if isinstance(subs, Mapping):
-        return any(uses_python(sub) for sub in subs.values())
-    return isinstance(subs, Sequence) and not isinstance(subs, str) and any(uses_python(sub) for sub in subs)
+    """Whether a grader config runs code in the sandbox anywhere (each type says: GraderConfig.runs_python)."""
+    from rfteval.graders.base import uses_python as runs_code
+
+    return runs_code(config)
 
 
 def configure(unsafe: bool | None = None, never_pass: Iterable[str | None] = ()) -> None:
