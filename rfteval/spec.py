@@ -118,6 +118,8 @@ class PriceSpec(_Strict):
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    batch_input: float | None = Field(None, ge=0)  # the Batch API's (and flex's) prices; default half
+    batch_output: float | None = Field(None, ge=0)
 
 
 class RunSpec(_Strict):
