@@ -45,7 +45,6 @@ PROBES: tuple[ProbeSpec, ...] = (
     ProbeSpec("reference_reordered", "max_usually", "the reference with lists and keys reordered"),
     ProbeSpec("reference_reformatted", "max_usually", "the reference re-serialised (indented JSON / padded text)"),
 )
-SPECS = {p.name: p for p in PROBES}
 
 REFUSAL = "I'm sorry, but I can't help with that request."
 REASONING = "Let's solve this step by step."

@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
     from rfteval.dataset import Dataset
 
-VERDICTS = ("ready", "risky", "not_ready")
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
 ERROR_POLICIES = ("exclude", "zero")  # what a generation error counts as: left out, or reward 0
 

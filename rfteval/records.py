@@ -25,8 +25,6 @@ CORE_FIELDS = (
     "run_id", "model_label", "model", "item_id", "epoch", "output_text", "output_json", "score", "sub_scores",
     "error", "usage", "latency_s", "cached", "finished_at",
 )
-EXTRA_FIELDS = ("passed", "output_tools", "grader_stdout", "grade_details", "advantage")
-STAGES = ("generate", "grade")
 
 
 def now_iso() -> str:

@@ -413,16 +413,6 @@ def per_item_delta_interval(d: np.ndarray, sd_b: np.ndarray, n_b: np.ndarray, sd
     return d - q * se, d + q * se
 
 
-def variance_split(item_sd: np.ndarray, item_n: np.ndarray, item_means: np.ndarray) -> dict[str, float]:
-    """Whether to raise K or n: the within-item noise term mean(σ̂_i²/K_i) against the total Var(item means)."""
-    import numpy as np
-
-    ok = np.isfinite(item_sd)
-    within = float(np.mean(item_sd[ok] ** 2 / item_n[ok])) if ok.any() else NAN
-    total = float(np.var(item_means, ddof=1)) if item_means.size > 1 else NAN
-    return {"within_over_k": within, "total": total,
-            "between": total - within if math.isfinite(total) and math.isfinite(within) else NAN}
-
 
 # ---------------------------------------------------------------------------------------------- decisions
 

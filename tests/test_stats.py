@@ -245,15 +245,6 @@ def test_epoch_drop_p_values_are_calibrated_under_the_null():
     assert np.mean(p <= 0.2) == pytest.approx(0.2, abs=0.025)
 
 
-def test_variance_split():
-    sd = np.array([0.5, 0.5, np.nan])
-    n = np.array([2, 2, 1])
-    means = np.array([0.2, 0.4, 0.9])
-    v = stats.variance_split(sd, n, means)
-    assert v["within_over_k"] == pytest.approx(0.125)
-    assert v["total"] == pytest.approx(np.var(means, ddof=1))
-
-
 # ---------------------------------------------------------------------------------------------- simulation
 
 REPLICATES = 4000

@@ -156,9 +156,7 @@ def plain(value: Any) -> Any:
         return [plain(v) for v in value]
     if isinstance(value, str):  # subclasses (str enums too): their plain content
         return str.__str__(value)
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
+    if isinstance(value, int):  # int subclasses (IntEnum); bool cannot be subclassed, so it was handled above
         return int.__int__(value)
     if isinstance(value, float):
         return float.__float__(value)
