@@ -1,7 +1,7 @@
 """pass@k and pass^k from the N samples already drawn per item: unbiased estimators, the metric names.
 
 Per item with n graded samples of which c pass (Chen et al. 2021, "Evaluating Large Language Models Trained
-on Code", eq. 1; shared/reference-2026-12.md):
+on Code", eq. 1):
 
     pass@k = 1 − C(n − c, k) / C(n, k)      P(at least one of k samples drawn without replacement passes)
     pass^k = C(c, k) / C(n, k)              P(all k of them pass)

@@ -1,6 +1,6 @@
 """RFT readiness: will reinforcement fine-tuning learn from this dataset and grader, judged from a base run.
 
-Signals follow ../shared/statistics.md §3 (OpenAI's RFT guide, GRPO/DAPO, Bae et al.). Everything here is a
+Signals follow docs/statistics.md §3 (OpenAI's RFT guide, GRPO/DAPO, Bae et al.). Everything here is a
 pure function of the records except `regrade` and `constant_answer_score`, which run the grader.
 """
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from rfteval.graders.base import GradeResult
 
-# The fields of ../shared/design.md, in order; extra fields follow them.
+# The record's fields, in order (README "The run directory"); extra fields follow them.
 CORE_FIELDS = (
     "run_id", "model_label", "model", "item_id", "epoch", "output_text", "output_json", "score", "sub_scores",
     "error", "usage", "latency_s", "cached", "finished_at",

@@ -1,6 +1,6 @@
 """Honest statistics for repeated samples: per-item means first, then intervals over items, paired deltas.
 
-Pure functions over numpy/pandas (see ../shared/statistics.md). Every standard error is computed from
+Pure functions over numpy/pandas (see docs/statistics.md). Every standard error is computed from
 per-item means, never from raw records: the epochs of one item are a cluster, and treating them as
 independent would shrink the error bars by about sqrt(K).
 """
