@@ -165,7 +165,7 @@ _NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores", "p
 # Inside a JSON string every quote is escaped, so `"sub_scores"` followed by a colon is always a key. A nested
 # one (say in grade_details) makes the count differ from the row count, and the slow reader takes over.
 _SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
-_SUB_RE_COMPACT = re.compile(rb'"sub_scores":(\{[^{}]*\}|null)')  # as rfteval writes it: 20% faster
+_SUB_RE_COMPACT = re.compile(rb'"sub_scores":(\{[^{}]*\}|null)')  # as rfteval writes it: tried first, the faster match
 _HAS_SUB_RE = re.compile(rb'"sub_scores"\s*:\s*\{')
 
 
