@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test demo bench browser sandbox clean
+.PHONY: setup test test-fast lint demo bench browser sandbox clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,15 @@ sandbox:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null) \
 	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
+
+# What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
+lint: $(STAMP)
+	$(BIN)/python -m ruff check rfteval tests bench scripts
+	$(BIN)/python -m mypy rfteval
+
+# The quick loop while editing: everything but the tests marked slow (subprocesses, kills, Chromium, simulations).
+test-fast: $(STAMP) sandbox
+	$(BIN)/python -m pytest -q -m "not slow"
 
 test: $(STAMP) browser sandbox
 	$(BIN)/python -m pytest -q

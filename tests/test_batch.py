@@ -237,6 +237,7 @@ def _kill_at(server: FakeOpenAI, hook: str, out: Path, files: dict[str, Path], *
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
+@pytest.mark.slow
 def test_sigkill_after_a_batch_is_created_before_it_is_recorded(files: dict[str, Path],
                                                                 fake_openai: FakeOpenAI) -> None:
     out = files["out"]
@@ -256,6 +257,7 @@ def test_sigkill_after_a_batch_is_created_before_it_is_recorded(files: dict[str,
     assert all(m["rfteval_run"] == metas[0]["rfteval_run"] for m in metas)
 
 
+@pytest.mark.slow
 def test_sigkill_after_upload_before_it_is_recorded(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     out = files["out"]
     _kill_at(fake_openai, "on_file_uploaded", out, files)
@@ -283,6 +285,7 @@ def test_a_torn_journal_line_is_cut(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- Ctrl-C, listing, cancelling
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_batches_running_then_the_same_command_collects(files: dict[str, Path],
                                                                       fake_openai: FakeOpenAI) -> None:
     out = files["out"]
@@ -314,6 +317,7 @@ def test_ctrl_c_leaves_batches_running_then_the_same_command_collects(files: dic
     assert json.loads((out / "summary.json").read_text())["missing"] == 0
 
 
+@pytest.mark.slow
 def test_batches_cancel(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     out = files["out"]
     fake_openai.batch_plans.extend([{"polls_per_step": 10**6}, {"polls_per_step": 10**6}])

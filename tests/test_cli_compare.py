@@ -234,6 +234,7 @@ def test_help_shows_a_ci_example():
         assert flag in res.stdout
 
 
+@pytest.mark.slow
 def test_real_subprocess(pair, tmp_path):
     exe = Path(sys.executable).parent / "rfteval"
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]

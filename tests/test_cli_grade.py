@@ -110,6 +110,7 @@ def test_graders_lists_types():
         assert name in res.output
 
 
+@pytest.mark.slow
 def test_real_subprocess(files, tmp_path):
     ds, grader, outs, expected = files
     out = tmp_path / "r.jsonl"

@@ -223,6 +223,7 @@ def test_probe_grader_json_and_reference_template(run_dir: Path):
         assert res.exit_code == 2 and "--reference-template" in res.output, (bad, res.output)
 
 
+@pytest.mark.slow
 def test_real_process(run_dir: Path):
     exe = Path(sys.executable).with_name("rfteval")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "rfteval"]

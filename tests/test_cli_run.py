@@ -147,6 +147,7 @@ def test_retries_on_429_500_and_malformed_bodies(files: dict[str, Path], fake_op
     assert "retries" in res.stderr
 
 
+@pytest.mark.slow
 def test_a_hang_past_the_timeout_is_an_error_and_exit_3(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     def respond(req: Request) -> Reply:
         if req.model == "fake-tuned" and req.last_user_text() == "question 2":
@@ -235,6 +236,7 @@ def test_bad_input_is_one_line_and_no_result_file(files: dict[str, Path], fake_o
     assert res.exit_code == 2 and "LABEL=MODEL" in res.stderr
 
 
+@pytest.mark.slow
 def test_real_process(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     env = {**os.environ, "NO_COLOR": "1"}
     proc = subprocess.run([*RFTEVAL, *flags(files, fake_openai)], capture_output=True, text=True, env=env,

@@ -147,6 +147,7 @@ def _files(tmp: Path, n: int) -> tuple[Path, Path]:
     return ds, grader
 
 
+@pytest.mark.slow
 def test_2000_requests_at_concurrency_64_against_a_cap_of_16(tmp_path: Path) -> None:
     """The issue's target, 429 share part: at most 10% of the requests sent are answered 429. (The throughput
     part, >= 80% of what the cap allows, is timing: it is measured in bench/bench_ratelimit.py, not asserted.)"""

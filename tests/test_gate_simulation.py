@@ -14,6 +14,9 @@ from rfteval.simulation import Population, gate_failure_rate, hardest_slice_null
 
 README_RECIPE = Gate(max_drop=0.02, max_item_drop=0.5)
 
+pytestmark = pytest.mark.slow  # attacks and simulations: seconds each
+
+
 
 @pytest.mark.parametrize("n", [20, 200])
 def test_the_readme_recipe_does_not_fail_on_identical_models(n):

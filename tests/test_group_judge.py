@@ -258,6 +258,7 @@ def test_support_dataset_shape():
     assert cfg.type == "group_judge"
 
 
+@pytest.mark.slow
 def test_local_judge_ranks_the_support_recordings_through_a_real_subprocess():
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts/local_judge.py"), "--port", "0"],
                             stdout=subprocess.PIPE, text=True)

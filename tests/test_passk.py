@@ -137,6 +137,7 @@ def draw_pair(rng: np.random.Generator, base_p: np.ndarray, cand_p: np.ndarray, 
     return side_from_matrix("base", base), side_from_matrix("candidate", cand)
 
 
+@pytest.mark.slow
 def test_pass_metric_comparison_of_identical_models_rarely_claims_a_difference():
     rng = np.random.default_rng(3)
     claims = 0
@@ -147,6 +148,7 @@ def test_pass_metric_comparison_of_identical_models_rarely_claims_a_difference()
     assert claims / 200 <= 0.07
 
 
+@pytest.mark.slow
 def test_the_hardest_slice_under_pass_at_2_is_unbiased_on_identical_models():
     # 4 epochs: halves of 2 let pass@2 be measured on the half that did not choose
     rng = np.random.default_rng(5)
@@ -171,6 +173,7 @@ def sharpened(rng: np.random.Generator, items: int) -> tuple[np.ndarray, np.ndar
     return base, cand
 
 
+@pytest.mark.slow
 def test_sharpening_is_flagged_when_pass_at_1_rises_and_pass_at_n_does_not():
     rng = np.random.default_rng(8)
     flagged = 0
@@ -182,6 +185,7 @@ def test_sharpening_is_flagged_when_pass_at_1_rises_and_pass_at_n_does_not():
     assert flagged / 40 >= 0.9
 
 
+@pytest.mark.slow
 def test_a_real_gain_is_not_called_sharpening():
     rng = np.random.default_rng(9)
     flagged = 0

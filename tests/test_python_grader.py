@@ -282,6 +282,7 @@ def test_cli_validate_accepts_a_good_source(grader_files: dict[str, Path]) -> No
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.slow
 def test_cli_grade_runs_a_python_grader_in_a_real_process(grader_files: dict[str, Path]) -> None:
     tmp = grader_files["dir"]
     dataset = tmp / "data.jsonl"

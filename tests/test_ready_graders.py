@@ -340,6 +340,7 @@ def test_validate_grader_reference_check_cli(case: str) -> None:
     assert f"at the maximum (1): {n}/{n} = 100.0%" in result.output
 
 
+@pytest.mark.slow
 def test_grade_recordings_subprocess(tmp_path: Path, engine: Callable[[str], GradingEngine]) -> None:
     out = tmp_path / "base.records.jsonl"
     done = subprocess.run(

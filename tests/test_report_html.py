@@ -108,6 +108,7 @@ def _png_info(path: Path) -> tuple[int, int, int]:
     return width, height, len(set(zlib.decompress(idat)))
 
 
+@pytest.mark.slow
 def test_opens_in_headless_chromium(tmp_path):
     browser = _chromium()
     if browser is None:

@@ -486,6 +486,7 @@ def test_group_models_rerun_and_fresh(tmp_path: Path, fake_openai: FakeOpenAI) -
     check_group_records(out, judge_requests(fake_openai)[8:], 3)
 
 
+@pytest.mark.slow
 def test_group_judge_resumes_after_a_kill(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     """A real process killed while the judge holds its second group; the resume judges only what is left."""
     gate = threading.Event()
@@ -593,6 +594,7 @@ def test_accordance_recordings_are_current_and_illustrative() -> None:
     assert "illustrative" in (ROOT / "datasets/accordance/README.md").read_text().lower()
 
 
+@pytest.mark.slow
 def test_accordance_example_through_run_with_the_scripted_judge(tmp_path: Path) -> None:
     server = local_judge_module().serve(0)
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -67,6 +67,7 @@ def check_cells(out: Path) -> None:
         assert all(r["error"] is None and r["score"] == float(label == "tuned") for r in recs)
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_resume(files: dict[str, Path]) -> None:
     with FakeOpenAI(delay_s=0.1) as server:
         proc = start_and_wait(files, server, at_least=CELLS // 3)
@@ -89,6 +90,7 @@ def test_sigkill_mid_run_then_resume(files: dict[str, Path]) -> None:
     assert summary["complete"] and summary["cells"] == CELLS
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_cleanly_says_how_to_resume(files: dict[str, Path]) -> None:
     with FakeOpenAI(delay_s=0.1) as server:
         proc = start_and_wait(files, server, at_least=CELLS // 4)

@@ -124,6 +124,7 @@ def batch_around(kind: str) -> list[tuple[dict, dict]]:
     ("bool", PYTHON_RUNTIME, "not a number"),
     ("raise", PYTHON_RUNTIME, "ValueError: bad reference i3"),
 ])
+@pytest.mark.slow
 def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, words: str) -> None:
     results = pool1.grade(MISBEHAVING, batch_around(kind))
     bad = results[3]
@@ -143,6 +144,7 @@ def test_printing_a_lot_is_not_an_error_and_costs_no_one_else(pool1: WorkerPool)
     assert [r.stdout for n, r in enumerate(results) if n != 3] == [None] * 6
 
 
+@pytest.mark.slow
 def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: WorkerPool) -> None:
     """Batches are sent ahead while others run: a crash must not lose or shuffle a neighbour's result."""
     kinds = {37: "os_exit", 300: "raise", 301: "segfault", 777: "abc", 1500: "os_exit", 1999: "killed"}
@@ -255,6 +257,7 @@ def test_a_reply_msgspec_cannot_write_goes_as_escaped_json(pool1: WorkerPool) ->
     assert odd.error.type == PYTHON_RUNTIME and "odd\ud800repr" in odd.error.message
 
 
+@pytest.mark.slow
 def test_what_a_dying_or_stuck_call_printed_is_kept(pool1: WorkerPool) -> None:
     source = (
         "import os, signal\n"
@@ -294,8 +297,11 @@ def test_every_unit_gets_a_fresh_process_and_never_the_rfteval_process(pool2: Wo
     pids = [int(r.score) for r in results]
     assert all(r.error is None for r in results)
     assert os.getpid() not in pids and not set(pids) & set(pool2.pids)  # never rfteval, never the supervisor
+    # each sandbox has its own PID namespace, so two sandboxes can hand out the same pid: a token drawn when the
+    # source is loaded tells processes apart instead (a fresh process per unit loads the source afresh)
+    token = "import random\nTOKEN = random.random()\ndef grade(sample, item):\n    return TOKEN\n"
     items = [{"id": n} for n in range(4)]
-    declared = pool2.grade(source, [({}, items[k % 4]) for k in range(20)], units=[k % 4 for k in range(20)])
+    declared = pool2.grade(token, [({}, items[k % 4]) for k in range(20)], units=[k % 4 for k in range(20)])
     by_unit = {n: {r.score for k, r in enumerate(declared) if k % 4 == n} for n in range(4)}
     assert all(len(p) == 1 for p in by_unit.values()) and len({p.pop() for p in by_unit.values()}) == 4
 
@@ -369,6 +375,7 @@ def test_missing_module_names_it_and_the_extra(pool1: WorkerPool) -> None:
             assert repr(name) in r.error.message and "pip install 'rfteval[graders]'" in r.error.message
 
 
+@pytest.mark.slow
 def test_source_that_hangs_while_loading_fails_every_sample_once() -> None:
     source = "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\nwhile True:\n    pass\n"
     with WorkerPool(workers=1, timeout_s=1.0) as pool:

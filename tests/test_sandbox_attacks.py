@@ -22,7 +22,8 @@ import pytest
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
 from rfteval.graders.sandbox import WorkerPool, configure, decode_reply, host, worker_env
 
-pytestmark = pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}")
+pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
+              pytest.mark.slow]  # each attack runs real processes: seconds
 
 TIMEOUT_S = 3.0
 SECRET = "sk-test-attack-canary-0123456789"

@@ -150,6 +150,7 @@ def test_bad_input_is_one_line(run, tmp_path):
 # ---------------------------------------------------------------------------------------------- simulation
 
 
+@pytest.mark.slow
 def test_the_best_of_five_equal_candidates_is_overstated_and_the_held_out_estimate_is_not():
     # 5 candidates equal to the baseline, 40 items: the full-data best has a positive delta on average; the
     # held-out delta averages 0 and its interval covers 0 about 95% of the time
@@ -170,6 +171,7 @@ def test_the_best_of_five_equal_candidates_is_overstated_and_the_held_out_estima
     assert 0.93 <= covered / reps <= 0.97
 
 
+@pytest.mark.slow
 def test_holm_keeps_the_family_wise_error_across_equal_candidates():
     rng = np.random.default_rng(4)
     any_claim = 0
