@@ -850,7 +850,11 @@ def dataset_fields(dataset: str | Path, names: Sequence[str]) -> dict[str, dict[
     from rfteval.dataset import load_dataset
 
     ds = load_dataset(dataset)
-    return {name: {it.id: field_value(it.data, name) for it in ds.items} for name in names}
+    fields = {name: {it.id: field_value(it.data, name) for it in ds.items} for name in names}
+    for name, values in fields.items():
+        if values and all(v == MISSING for v in values.values()):  # a typo would make one silent "(missing)" slice
+            raise InputError(f"no item of {ds.path} has this field (top-level, or under metadata)", field=f"--by {name}")
+    return fields
 
 
 def adjust_family(rows: Sequence[dict[str, Any]]) -> None:
@@ -1175,7 +1179,11 @@ def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[
         raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
     fields = dataset_fields(dataset, o.by) if dataset is not None and o.by else None
     base, cand = load_sides((baseline, label_b), (candidate, label_c))
-    return compare_sides(base, cand, o, fields)
+    result = compare_sides(base, cand, o, fields)
+    if Path(base.path).resolve() == Path(cand.path).resolve() and base.label == cand.label:
+        result.notes.append("both sides are the same records: every delta is 0 by construction (give two files, "
+                            "or --label twice)")
+    return result
 
 
 def load_sides(*sides: tuple[str | Path, str | None]) -> list[Side]:

@@ -95,6 +95,9 @@ class RunMonitor:
     def stop(self) -> None: ...
 
 
+UNREACHABLE_AFTER = 3  # connection failures to an endpoint that has never answered, before the run stops
+
+
 class FatalRunError(Exception):
     """An endpoint refused the whole run (401/403, unknown model): stop at once, say which model and why."""
 
@@ -223,6 +226,9 @@ class _Pipeline:
 
         self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
                                                     fixed=opts.fixed_concurrency) for run in ctx.runs}
+        # Fail fast on an endpoint that is not there: connection failures before its first answer
+        self.answered: set[str] = set()
+        self.unreached: dict[str, int] = {}
         # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
         # those the batch phase hands back (--batch-tail sync)
         self.no_sync = {run.label for run in ctx.runs
@@ -335,10 +341,15 @@ class _Pipeline:
                 gen = await provider.generate(job.request, self.ctx.spec.timeout)
             except ProviderError as exc:
                 limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
+                if exc.kind == "connection" and run.label not in self.answered:
+                    self.unreached[run.label] = self.unreached.get(run.label, 0) + 1
+                    if self.unreached[run.label] >= UNREACHABLE_AFTER:  # never answered: not worth minutes of retries
+                        raise FatalRunError(run.label, run.model, exc) from None
                 raise
             except BaseException:
                 limiter.release(token, "other")
                 raise
+            self.answered.add(run.label)
             before = limiter.current
             limiter.release(token, "ok", gen.rate)
             if limiter.current != before:
@@ -358,6 +369,8 @@ class _Pipeline:
                 raise FatalRunError(run.label, run.model, exc) from None
             return response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
                                   latency_s=round(time.perf_counter() - started, 4))
+        except FatalRunError:
+            raise
         except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
             return response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
                                   attempts=attempts)
@@ -438,6 +451,11 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)
     providers = providers if providers is not None else build_providers(runs, opts)
+    for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
+        recorded = getattr(providers.get(run.label), "max_epoch", None)
+        if isinstance(recorded, int) and 0 < recorded < spec.epochs:
+            raise InputError(f"model {run.label} replays {recorded} recorded epoch(s); --epochs is {spec.epochs}",
+                             run.settings.get("path"), field="--epochs")
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
     labels = [r.label for r in runs]
     out_dir = spec.out_dir

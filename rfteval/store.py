@@ -142,7 +142,13 @@ class RunStore:
         if self.dir.exists() and not self.dir.is_dir():
             raise InputError("exists and is not a directory", self.dir, field="--out")
         self.store_dir = self.dir / STORE
-        self.store_dir.mkdir(parents=True, exist_ok=True)
+        for parent in self.dir.parents:
+            if parent.exists() and not parent.is_dir():
+                raise InputError(f"cannot make a run directory under {parent}: it is a file", self.dir, field="--out")
+        try:
+            self.store_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InputError(f"cannot make the run directory ({exc.strerror})", self.dir, field="--out") from None
         self._lock_fh = open(self.store_dir / "lock", "a+")
         try:
             fcntl.flock(self._lock_fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -245,7 +245,7 @@ def test_real_subprocess(pair, tmp_path):
     j = json.loads(proc.stdout)
     (failure,) = j["gate"]["failures"]
     assert failure.startswith("fail-under: candidate mean 0.7500, interval lower bound ") and failure.endswith(" < 0.9")
-    assert proc.stderr.strip() == f"rfteval: gate failed: {failure}"
+    assert proc.stderr.splitlines() == [f"wrote {md}", f"rfteval: gate failed: {failure}"]
     assert failure in md.read_text()
     ok = subprocess.run(cmd + ["compare", *pair], capture_output=True, text=True, timeout=120)
     assert ok.returncode == 0 and "overall" in ok.stdout and ok.stderr == ""
@@ -259,3 +259,34 @@ def test_bootstrap_intervals(pair):
     assert b["delta"]["ci95"] != t["delta"]["ci95"]
     lo, hi = b["delta"]["ci95"]
     assert min(i["delta"] for i in b["items"]) <= lo <= b["delta"]["mean"] <= hi <= max(i["delta"] for i in b["items"])
+
+
+def test_a_report_path_that_is_an_input_is_refused_before_any_work(pair, tmp_path):
+    before = open(pair[0]).read()
+    res = run(*pair, "--markdown", pair[0])
+    assert res.exit_code == 2 and "is also an input of this command" in res.stderr
+    assert open(pair[0]).read() == before
+    run_dir = tmp_path / "rundir"
+    run_dir.mkdir()
+    (run_dir / "base.jsonl").write_text(before)
+    (run_dir / "tuned.jsonl").write_text(open(pair[1]).read())
+    res = run(str(run_dir), str(run_dir), "-l", "base", "-l", "tuned", "--html", str(run_dir / "tuned.jsonl"))
+    assert res.exit_code == 2 and "is also an input" in res.stderr
+    res = run(*pair, "--html", str(tmp_path))
+    assert res.exit_code == 2 and "is a directory" in res.stderr and "Traceback" not in res.output
+    ok = run(*pair, "--markdown", str(tmp_path / "out" / "c.md"))
+    assert ok.exit_code == 0 and f"wrote {tmp_path / 'out' / 'c.md'}" in ok.stderr
+
+
+def test_the_same_file_on_both_sides_is_said(pair):
+    res = run(pair[0], pair[0], "--format", "json")
+    assert res.exit_code == 0
+    assert any("both sides are the same records" in n for n in json.loads(res.stdout)["notes"])
+
+
+def test_by_a_field_no_item_has_is_bad_input(pair, tmp_path):
+    ds = tmp_path / "data.jsonl"
+    ds.write_text("\n".join(json.dumps({"id": i, "messages": [{"role": "user", "content": "q"}],
+                                        "difficulty": "hard"}) for i in "abcd"))
+    res = run(*pair, "--dataset", str(ds), "--by", "difficulti")
+    assert res.exit_code == 2 and "--by difficulti: no item of" in res.stderr

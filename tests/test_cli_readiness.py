@@ -256,3 +256,16 @@ def test_html_fragments_are_self_contained(run_dir: Path):
     assert "fill_all" in frag and 'class="flag"' in frag
     evil = assess(read_records(run_dir / "base.jsonl").assign(model_label="<b>x</b>"), group_size=4)
     assert "<b>x</b>" not in readiness_html(evil) and "&lt;b&gt;" in readiness_html(evil)
+
+
+def test_html_path_problems_are_one_line_before_any_work(run_dir: Path, tmp_path: Path):
+    from typer.testing import CliRunner
+
+    from rfteval.cli import app
+
+    res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(tmp_path)])
+    assert res.exit_code == 2 and "is a directory" in res.stderr and "Traceback" not in res.output
+    target = run_dir / "base.jsonl"
+    before = target.read_text()
+    res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(target)])
+    assert res.exit_code == 2 and "is also an input" in res.stderr and target.read_text() == before

@@ -245,3 +245,31 @@ def test_real_process(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     assert "base -> tuned" in proc.stdout and "+1.000" in proc.stdout
     assert len(load(files["out"], "tuned")) == N_ITEMS * EPOCHS
     assert len(fake_openai.requests) == 2 * N_ITEMS * EPOCHS
+
+
+def test_an_endpoint_that_is_not_there_stops_the_run_in_one_line(files: dict[str, Path]) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port on 127.0.0.1 that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    res = runner.invoke(app, ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]),
+                              "--model", "base=m", "--epochs", "1", "--base-url", url, "--out", str(files["out"]),
+                              "--retry-base-delay", "0.01", "-q", "--no-readiness"],
+                        env={"OPENAI_API_KEY": "sk-test-0000"})
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.stderr.splitlines() if ln.startswith("rfteval: model base")]
+    assert f"cannot reach {url}" in line and "run stopped" in line
+
+
+def test_replaying_more_epochs_than_recorded_is_refused_up_front(files: dict[str, Path]) -> None:
+    rec = files["dir"] / "rec.jsonl"
+    rec.write_text("".join(json.dumps({"item_id": f"q{i}", "epoch": e, "output_text": "tuned"}) + "\n"
+                           for i in range(N_ITEMS) for e in (1, 2, 3)))
+    args = ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]), "--model",
+            f"base=replay:{rec}", "--out", str(files["out"]), "-q", "--no-readiness"]
+    res = runner.invoke(app, [*args, "--epochs", "5"])
+    assert res.exit_code == 2 and "replays 3 recorded epoch(s); --epochs is 5" in res.stderr
+    assert not (files["out"] / "base.jsonl").exists()
+    assert runner.invoke(app, [*args, "--epochs", "3"]).exit_code == 0

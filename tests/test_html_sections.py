@@ -52,7 +52,7 @@ def test_readiness_and_probe_pages(tmp_path):
     res = runner.invoke(app, ["readiness", str(base), "--html", str(page), "--format", "json"])
     assert res.exit_code == 0, res.output
     text = page.read_text()
-    assert text.startswith("<!DOCTYPE html>") and "<svg" in text and json.loads(res.output)["verdict"] in text
+    assert text.startswith("<!DOCTYPE html>") and "<svg" in text and json.loads(res.stdout)["verdict"] in text
     probes = tmp_path / "probes.html"
     res = runner.invoke(app, ["probe-grader", str(ROOT / "graders" / "safetykit.json"), "--dataset",
                               str(ROOT / "datasets" / "safetykit" / "items.jsonl"), "--limit", "2",

@@ -229,3 +229,9 @@ def test_judge_calls_behind_grades_are_counted_once_however_nested() -> None:
     add_judge_calls(calls, None)
     add_judge_calls(calls, {"steps": [{"description": "x"}]})
     assert sorted(usage["input_tokens"] for _, usage in calls.values()) == [5, 5, 10, 20]
+
+
+def test_a_run_directory_under_a_file_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(InputError, match="it is a file"):
+        RunStore(tmp_path / "f" / "sub")

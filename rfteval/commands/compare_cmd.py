@@ -56,12 +56,23 @@ def _parse_range(text: str | None) -> tuple[float, float] | None:
     return lo, hi
 
 
-def _write(path: Path, writer: object) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        writer(path)  # type: ignore[operator]
-    except OSError as exc:
-        raise InputError(f"cannot write ({exc.strerror})", path) from None
+def _inputs(*paths: Path | None) -> list[Path]:
+    """Every file this compare reads: the given paths, and a run directory's record files."""
+    out: list[Path] = []
+    for path in paths:
+        if path is None:
+            continue
+        out.append(path)
+        if path.is_dir():
+            out += [*path.glob("*.jsonl"), *path.glob("*.parquet")]
+    return out
+
+
+def _write(path: Path, writer: object, flag: str, inputs: list[Path]) -> None:
+    from rfteval.outfile import write_output
+
+    write_output(path, writer, inputs, flag)  # type: ignore[arg-type]
+    typer.echo(f"wrote {path}", err=True)
 
 
 @command("compare", epilog=EPILOG, no_args_is_help=True)
@@ -140,6 +151,12 @@ def compare(
     if errors not in ERROR_POLICIES:
         raise InputError(f"must be exclude or zero, got {errors!r}", field="--errors")
     parse_metric(metric)
+    from rfteval.outfile import check_output
+
+    inputs = _inputs(baseline, candidate, dataset)
+    for flag, path in (("--markdown", markdown), ("--junit", junit), ("--html", html)):
+        if path is not None:  # before any work: a bad path is one line, and an input is never overwritten
+            check_output(path, inputs, flag)
     options = CompareOptions(tie=tie, ci_method=ci, seed=seed, exclude_errors=exclude_errors, strict=strict,
                              by=tuple(by), errors=errors, score_range=_parse_range(score_range),
                              gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate),
@@ -149,7 +166,7 @@ def compare(
             raise InputError("a series (one RUNDIR) takes --baseline and --candidate, not --label", field="--label")
         if junit is not None:
             raise InputError("JUnit is per item of one comparison: compare two labels for it", field="--junit")
-        _series(baseline, options, series_baseline, series_candidate, dataset, fmt, markdown, html)
+        _series(baseline, options, series_baseline, series_candidate, dataset, fmt, markdown, html, inputs)
         return
     if series_baseline is not None or series_candidate:
         raise InputError("--baseline and --candidate are for a series: give one RUNDIR and no CANDIDATE",
@@ -159,16 +176,16 @@ def compare(
     if markdown is not None:
         from rfteval.report.markdown import write_markdown
 
-        _write(markdown, lambda p: write_markdown(result, p, top))
+        _write(markdown, lambda p: write_markdown(result, p, top), "--markdown", inputs)
     if junit is not None:
         from rfteval.report.junit import write_junit
 
-        _write(junit, lambda p: write_junit(result, p))
+        _write(junit, lambda p: write_junit(result, p), "--junit", inputs)
     if html is not None:
         from rfteval.report.html import write_html
 
         sections = _readiness_sections(result, dataset)
-        _write(html, lambda p: write_html(result, p, max(top, 50), sections))
+        _write(html, lambda p: write_html(result, p, max(top, 50), sections), "--html", inputs)
 
     if fmt == "json":
         # indented for people; past 1,000 items compact (json's C encoder only runs without indent)
@@ -196,7 +213,7 @@ def compare(
 
 
 def _series(run_dir: Path, options: CompareOptions, baseline: str | None, gated: list[str], dataset: Path | None,
-            fmt: str, markdown: Path | None, html: Path | None) -> None:
+            fmt: str, markdown: Path | None, html: Path | None, inputs: list[Path]) -> None:
     """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.series)."""
     from rfteval.compare import dataset_fields
     from rfteval.series import compare_series
@@ -208,11 +225,11 @@ def _series(run_dir: Path, options: CompareOptions, baseline: str | None, gated:
     if markdown is not None:
         from rfteval.report.markdown import write_series_markdown
 
-        _write(markdown, lambda p: write_series_markdown(series, p))
+        _write(markdown, lambda p: write_series_markdown(series, p), "--markdown", inputs)
     if html is not None:
         from rfteval.report.html import write_series_html
 
-        _write(html, lambda p: write_series_html(series, p))
+        _write(html, lambda p: write_series_html(series, p), "--html", inputs)
     if fmt == "json":
         typer.echo(json.dumps(series.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
         for line in series.gate["failures"]:

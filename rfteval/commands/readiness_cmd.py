@@ -10,6 +10,7 @@ import typer
 
 from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox
 from rfteval.errors import InputError
+from rfteval.outfile import check_output, write_output
 from rfteval.status import ExitStatus
 
 FORMATS = ("text", "json")
@@ -67,6 +68,8 @@ def readiness(
     _check_format(fmt)
     if errors not in ERROR_POLICIES:
         raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
+    if html is not None:  # before any work: one line for a bad path, and never over an input
+        check_output(html, [run, *(run.glob("*.jsonl") if run.is_dir() else []), grader, dataset], "--html")
     df, chosen, files, directory = rundir.locate_records(run, label)
     spec_dataset, spec_grader = rundir.spec_paths(directory) if (grader is None or dataset is None) else (None, None)
     grader = grader or spec_grader
@@ -105,7 +108,9 @@ def readiness(
         from rfteval.report.html import write_page
         from rfteval.report.readiness_render import readiness_html
 
-        write_page(html, f"rfteval readiness: {run}", readiness_html(report))
+        write_output(html, lambda p: write_page(p, f"rfteval readiness: {run}", readiness_html(report)),
+                     [run, grader, dataset], "--html")
+        typer.echo(f"wrote {html}", err=True)
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
@@ -141,6 +146,8 @@ def probe_grader(
     from rfteval.report.readiness_render import render_probes
 
     _check_format(fmt)
+    if html is not None:
+        check_output(html, [grader, dataset], "--html")
     config = load_grader(grader)
     python_sandbox(config, unsafe_python_graders)
     items = load_dataset(dataset).items[:limit]
@@ -151,7 +158,9 @@ def probe_grader(
         from rfteval.report.html import write_page
         from rfteval.report.readiness_render import probes_html
 
-        write_page(html, f"rfteval probe-grader: {grader}", probes_html(report))
+        write_output(html, lambda p: write_page(p, f"rfteval probe-grader: {grader}", probes_html(report)),
+                     [grader, dataset], "--html")
+        typer.echo(f"wrote {html}", err=True)
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:

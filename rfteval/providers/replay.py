@@ -33,6 +33,11 @@ class ReplayProvider:
     def __len__(self) -> int:
         return len(self._recordings)
 
+    @property
+    def max_epoch(self) -> int:
+        """The highest epoch recorded for any item: a run asking for more would only record missing cells."""
+        return max((epoch for _, _, epoch in self._recordings), default=0)
+
     def identity(self) -> dict[str, Any]:
         return {"provider": "replay", "path": str(self.path.resolve()), "sha256": self._sha256}
 

@@ -13,7 +13,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.report.terminal import errors_text, fmt, fmt_ci, fmt_p, metric_suffix, shown_p, summary_rows, verdict, wtl
+from rfteval.report.format import fmt, fmt_ci, fmt_p
+from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
     import numpy as np

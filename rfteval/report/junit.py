@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
-from rfteval.report.terminal import fmt_ci
+from rfteval.report.format import fmt_ci
 
 if TYPE_CHECKING:
     from rfteval.compare import CompareResult

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens
 from rfteval.runner import RunMonitor
 
 if TYPE_CHECKING:
@@ -14,32 +14,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from rfteval.runner import RunResult
-
-
-def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def fmt_ci(ci: list[float | None] | None, sign: bool = False) -> str:
-    if not ci or ci[0] is None or ci[1] is None:
-        return "n/a"
-    return f"[{fmt(ci[0], 3, sign)}, {fmt(ci[1], 3, sign)}]"
-
-
-def fmt_tokens(n: int) -> str:
-    if n >= 10_000_000:
-        return f"{n / 1e6:.0f}M"
-    if n >= 100_000:
-        return f"{n / 1e3:.0f}k"
-    return f"{n:,}"
-
-
-def fmt_cost(usd: float | None) -> str:
-    if usd is None:
-        return "—"
-    return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
 
 
 def fmt_errors(by_type: dict[str, int]) -> str:
@@ -152,7 +126,7 @@ def models_table(summary: dict[str, Any]) -> Table:
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
         curve = m.get("pass_at_k") or {}
         pass_k = "/".join(fmt(curve.get(k)) for k in ks)
-        table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"]), pass_k, str(m["items"]), records,
+        table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"], sign=False), pass_k, str(m["items"]), records,
                       fmt_errors(m["errors"]["by_type"]), tokens, fmt_cost(m["cost_usd"]))
     return table
 

@@ -5,8 +5,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
+
+from rfteval.report.format import fmt, fmt_ci, fmt_p
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -15,25 +16,6 @@ if TYPE_CHECKING:
 
     from rfteval.compare import CompareResult
     from rfteval.series import SeriesResult
-
-
-def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def fmt_ci(ci: list[float] | tuple[float, float], digits: int = 3, sign: bool = True) -> str:
-    lo, hi = ci
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return "n/a"
-    return f"[{fmt(lo, digits, sign)}, {fmt(hi, digits, sign)}]"
-
-
-def fmt_p(p: float | None) -> str:
-    if p is None or not math.isfinite(p):
-        return "n/a"
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def wtl(delta: dict[str, Any]) -> str:
