@@ -65,3 +65,19 @@ def make_judge(config: Any, base_url: str | None, api_key_env: str, api: str, mo
 
     return Judge.from_settings(base_url, api_key_env, api, cache_path=cache_path, concurrency=concurrency,
                                model_override=model)
+
+
+PIPED_WIDTH = 120  # logs and CI: wide enough that the tables do not wrap
+
+
+def stdout_console() -> Any:
+    """The console for a command's tables: the terminal's width, or when piped COLUMNS if set, else 120."""
+    import os
+
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        return console
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)

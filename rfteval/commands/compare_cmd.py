@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rfteval.commands.common import command
+from rfteval.commands.common import command, stdout_console
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
@@ -200,14 +200,10 @@ def compare(
         for line in result.gate.get("warnings", []):
             print(f"rfteval: warning: {line}", file=sys.stderr)
     else:
-        from rich.console import Console
 
         from rfteval.report.terminal import print_compare
 
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
-        print_compare(result, console, top)
+        print_compare(result, stdout_console(), top)
     if not result.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
@@ -237,14 +233,10 @@ def _series(run_dir: Path, options: CompareOptions, baseline: str | None, gated:
         for line in series.gate.get("warnings", []):
             print(f"rfteval: warning: {line}", file=sys.stderr)
     else:
-        from rich.console import Console
 
         from rfteval.report.terminal import print_series
 
-        console = Console()
-        if not console.is_terminal:
-            console = Console(width=120)
-        print_series(series, console)
+        print_series(series, stdout_console())
     if not series.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox
+from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox, stdout_console
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -163,9 +163,7 @@ def run_command(
     if s.get("batches", {}).get("open"):
         typer.echo(f"rfteval: {s['batches']['open']} batch(es) still open; re-run the same command to collect them",
                    err=True)
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=120)  # logs and CI: wide enough that the tables do not wrap
+    console = stdout_console()
     print_run(result, console, per_item=per_item)
     if readiness and run_spec.epochs >= 2:
         _print_readiness(result, run_spec, console)

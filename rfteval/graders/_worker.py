@@ -25,8 +25,8 @@ import mmap
 import os
 import resource
 import select
-import shutil
 import signal
+import stat
 import struct
 import sys
 import time
@@ -847,17 +847,26 @@ class Supervisor:
                     break
         for directory in (self.workdir, "/dev/shm") if self.pid_namespace else (self.workdir,):
             try:
-                entries = list(os.scandir(directory))
+                clear_directory(directory, os.stat(directory).st_dev)
             except OSError:
                 continue
-            for entry in entries:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
-                except OSError:
-                    pass
+
+
+def clear_directory(path: str, device: int) -> None:
+    """Remove what a unit left in `path`, staying on its filesystem: a read-only bind inside it (the interpreter
+    or a checkout that lives under /tmp, as a CI clone may) is another device and is neither walked nor touched."""
+    for entry in os.scandir(path):
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                if info.st_dev != device:
+                    continue
+                clear_directory(entry.path, device)
+                os.rmdir(entry.path)  # refused while it still holds a bind: the directories above it stay
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
 
 
 # ---------------------------------------------------------------- start-up

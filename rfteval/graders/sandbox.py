@@ -425,12 +425,17 @@ def bwrap_args(tmp_bytes: int, seccomp_fd: int) -> list[str]:
     for path in ETC_FILES:
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
+    under_tmp = []  # an interpreter or checkout under /tmp (a CI clone, say): bound after the private /tmp is made
     for path in _ro_paths():
-        if not any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS if not os.path.islink(d)):
+        if any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS if not os.path.islink(d)):
+            continue
+        if path == SANDBOX_TMP or path.startswith(SANDBOX_TMP.rstrip("/") + "/"):
+            under_tmp += ["--ro-bind", path, path]
+        else:
             args += ["--ro-bind", path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
-             "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP, "--remount-ro", "/",
-             "--chdir", SANDBOX_TMP, "--seccomp", str(seccomp_fd)]
+             "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP, *under_tmp,
+             "--remount-ro", "/", "--chdir", SANDBOX_TMP, "--seccomp", str(seccomp_fd)]
     return args
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def fmt(x: float | None, digits: int = 3, sign: bool = False) -> str:
@@ -41,3 +45,14 @@ def fmt_cost(usd: float | None) -> str:
     if usd is None:
         return "—"
     return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
+
+
+def table(title: str | None = None, **options: Any) -> Table:
+    """Every terminal table in one style: a rule under the header, no outer edge, one space between columns, so a
+    report reads the same whichever command printed it and fits 80 columns where its content can."""
+    from rich import box
+    from rich.table import Table
+
+    style: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True,
+                             "title_justify": "left"}
+    return Table(title=title, **{**style, **options})

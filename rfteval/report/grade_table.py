@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+
+from rfteval.report.format import table as house_table
 
 
 def _fmt(x: float) -> str:
@@ -13,7 +14,7 @@ def _fmt(x: float) -> str:
 
 
 def render_models(console: Console, summaries: list[dict[str, Any]], title: str = "Scores") -> None:
-    table = Table(title=title, title_justify="left")
+    table = house_table(title)
     for col in ("model", "mean", "95% interval", "items", "records", "errors"):
         table.add_column(col, justify="left" if col == "model" else "right")
     for s in summaries:
@@ -28,7 +29,7 @@ def render_models(console: Console, summaries: list[dict[str, Any]], title: str 
 
 def render_items(console: Console, summary: dict[str, Any], limit: int = 50) -> None:
     per_item = summary["per_item"]
-    table = Table(title=f"Per item: {summary['label']}", title_justify="left")
+    table = house_table(f"Per item: {summary['label']}")
     for col in ("item", "epochs", "mean", "sd"):
         table.add_column(col, justify="left" if col == "item" else "right")
     for row in per_item.head(limit).itertuples(index=False):

@@ -102,7 +102,7 @@ def text_histogram(counts: list[int], low: float, high: float, width: int = 30) 
 
 def render_readiness(report: ReadinessReport, console: Console) -> None:
     """The full report: summary, histograms, labels, determinism and every check with its threshold."""
-    from rich.table import Table
+    from rfteval.report.format import table as house_table
 
     ez = report.expected_zero_signal
     render_summary(report, console)
@@ -145,7 +145,7 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
         for ch in det.changed[:10]:
             console.print(f"    item {_esc(ch['item_id'])} epoch {ch.get('epoch')}: {num(ch['stored'])} → "
                           f"{num(ch['regraded'])}", highlight=False)
-    table = Table(title="Checks", title_justify="left", show_edge=False, pad_edge=False)
+    table = house_table("Checks")
     for col in ("check", "status", "value", "threshold (heuristic)", "why"):
         table.add_column(col, overflow="fold")
     for c in report.checks:
@@ -159,13 +159,13 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
 
 def render_probes(report: ProbeReport, console: Console) -> None:
     """One row per probe: what it scored, errors, and the items where it was flagged."""
-    from rich.table import Table
+    from rfteval.report.format import table as house_table
 
     console.print(f"Grader probes: {_esc(report.grader_name)} ({_esc(report.grader_type)}), {report.n_items} items; "
                   f"floor {report.score_min:g}, maximum {report.score_max:g}, a cheat is flagged above "
                   f"{report.score_min + report.margin * (report.score_max - report.score_min):g}", highlight=False)
     console.print(f"reference → output: {_esc(report.template_source)}", style="dim", highlight=False)
-    table = Table(show_edge=False, pad_edge=False)
+    table = house_table()
     for col in ("probe", "expect", "status", "mean", "max", "errors", "flagged items"):
         table.add_column(col, overflow="fold")
     for p in report.probes:

@@ -7,6 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens
+from rfteval.report.format import table as house_table
 from rfteval.runner import RunMonitor
 
 if TYPE_CHECKING:
@@ -105,20 +106,22 @@ class RichMonitor(RunMonitor):
 
 def models_table(summary: dict[str, Any]) -> Table:
     """Per model: mean of per-item means with its interval, counts, errors by kind, tokens, cost."""
-    from rich.table import Table
 
     title = f"{summary['name']}: {summary['items']} items x {summary['epochs']} epochs, grader {summary['grader']['name']}"
-    table = Table(title=title, title_justify="left")
+    table = house_table(title)
     top = int(summary.get("epochs") or 1)
     ks = ["1"] if top < 2 else ["1", str(top)]  # pass@1 and pass@N (unbiased, from the epochs: rfteval.passk)
-    for name, justify in (("model", "left"), ("mean", "right"), ("95% CI", "right"),
-                          ("pass@" + "/@".join(ks), "right"), ("items", "right"),
-                          ("records", "right"), ("errors", "left"), ("tokens in/out (reasoning)", "right"),
-                          ("cost", "right")):
-        # numbers never wrap, nor model names up to 30 characters: a narrow terminal folds the tokens header first
-        short_names = max(len(f"{label} ({m['model']})") for label, m in summary["models"].items()) <= 30
-        wraps = ("errors", "tokens in/out (reasoning)") + (() if short_names else ("model",))
-        table.add_column(name, justify=justify, no_wrap=name not in wraps, overflow="fold")  # type: ignore[arg-type]
+    # columns with nothing to say (no usage reported, no price known: replayed or self-hosted) are left out, so
+    # the table fits 80 columns
+    has_tokens = any(any(m["tokens"].values()) for m in summary["models"].values())
+    has_cost = any(m.get("cost_usd") is not None for m in summary["models"].values())
+    columns = ["model", "mean", "95% CI", "pass@" + "/@".join(ks), "items", "records", "errors"]
+    columns += ["tokens in/out (reasoning)"] if has_tokens else []
+    columns += ["cost"] if has_cost else []
+    for name in columns:  # the model's name folds first when the terminal is narrow: never a number
+        table.add_column(name, justify="left" if name in ("model", "errors") else "right",
+                         no_wrap=name not in ("model", "errors", "tokens in/out (reasoning)"), overflow="fold",
+                         ratio=1 if name == "model" else None)
     for label, m in summary["models"].items():
         tok = m["tokens"]
         tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})" \
@@ -126,18 +129,20 @@ def models_table(summary: dict[str, Any]) -> Table:
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
         curve = m.get("pass_at_k") or {}
         pass_k = "/".join(fmt(curve.get(k)) for k in ks)
-        table.add_row(f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"], sign=False), pass_k, str(m["items"]), records,
-                      fmt_errors(m["errors"]["by_type"]), tokens, fmt_cost(m["cost_usd"]))
+        cells = [f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"], sign=False), pass_k, str(m["items"]),
+                 records, fmt_errors(m["errors"]["by_type"])]
+        cells += [tokens] if has_tokens else []
+        cells += [fmt_cost(m["cost_usd"])] if has_cost else []
+        table.add_row(*cells)
     return table
 
 
 def deltas_table(summary: dict[str, Any]) -> Table | None:
     """Each model against the baseline, paired over items (used when the compare renderer is unavailable)."""
-    from rich.table import Table
 
     if not summary["deltas"]:
         return None
-    table = Table(title="paired over items (candidate - baseline)", title_justify="left")
+    table = house_table("paired over items (candidate - baseline)")
     for name in ("comparison", "items", "delta", "95% CI", "p", "W/T/L", "MDE"):
         table.add_column(name, justify="left" if name == "comparison" else "right")
     for d in summary["deltas"].values():
@@ -149,11 +154,10 @@ def deltas_table(summary: dict[str, Any]) -> Table | None:
 
 def per_item_table(result: RunResult) -> Table:
     """Each item's mean over its epochs, per model, in dataset order (the way ChipStack reported it)."""
-    from rich.table import Table
 
     labels = list(result.totals)
     base = result.summary["baseline"]
-    table = Table(title=f"per item: mean over {result.summary['epochs']} epochs", title_justify="left")
+    table = house_table(f"per item: mean over {result.summary['epochs']} epochs")
     table.add_column("item")
     for label in labels:
         table.add_column(label, justify="right")

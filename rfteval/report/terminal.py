@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rfteval.report.format import fmt, fmt_ci, fmt_p
+from rfteval.report.format import table as house_table
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -71,24 +72,21 @@ def summary_rows(result: CompareResult) -> list[tuple[str, dict[str, Any]]]:
 
 def summary_table(result: CompareResult, title: str | None = None) -> Table:
     """Baseline and candidate means, delta, its interval, p and win/tie/loss: one row per overall/slice/sub-score."""
-    from rich import box
     from rich.markup import escape
-    from rich.table import Table
     from rich.text import Text
 
     b, c = escape(result.baseline["label"]), escape(result.candidate["label"])
     same = b == c
-    table = Table(title=title or f"{b} -> {c}{escape(metric_suffix(result))}", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-    table.add_column("", overflow="fold")
-    table.add_column("items", justify="right")
-    table.add_column(f"{b} (baseline)" if same else b, justify="right")
-    table.add_column(f"{c} (candidate)" if same else c, justify="right")
-    table.add_column("delta", justify="right")
-    table.add_column(f"{int(result.options.level * 100)}% CI", justify="right", no_wrap=True)
-    table.add_column("p adj.", justify="right")
-    table.add_column("W/T/L", justify="right")
-    for name, row in summary_rows(result):
+    rows = summary_rows(result)
+    # Readable at 80 columns: no cell wraps (a slice name is cut with an ellipsis past 32 characters, never split
+    # mid-word), and the edges carry no padding.
+    table = house_table(title or f"{b} -> {c}{escape(metric_suffix(result))}")
+    longest = max((len(name) for name, _ in rows), default=8)
+    table.add_column("", no_wrap=True, overflow="ellipsis", min_width=min(longest, 32), max_width=32)
+    for header in ("items", f"{b} (baseline)" if same else b, f"{c} (candidate)" if same else c, "delta",
+                   f"{int(result.options.level * 100)}% CI", "p adj.", "W/T/L"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for name, row in rows:
         d = row["delta"]
         style = {"better": "green", "worse": "red"}.get(verdict(d), "")
         table.add_row(Text(name), str(row["items"]), fmt(row["baseline"]["mean"]), fmt(row["candidate"]["mean"]),
@@ -113,14 +111,11 @@ def side_lines(result: CompareResult) -> list[str]:
 
 def items_table(result: CompareResult, top: int = 10) -> Table:
     """The `top` items with the lowest delta (largest drops first)."""
-    from rich import box
     from rich.markup import escape
-    from rich.table import Table
     from rich.text import Text
 
     items = result.items
-    table = Table(title=f"per item, lowest delta first ({min(top, len(items))} of {len(items)})",
-                  title_justify="left", box=box.SIMPLE_HEAD)
+    table = house_table(f"per item, lowest delta first ({min(top, len(items))} of {len(items)})")
     for name, justify in (("item", "left"), (escape(result.baseline["label"]), "right"),
                           (escape(result.candidate["label"]), "right"), ("delta", "right"),
                           ("epochs b/c", "right"), ("errors b/c", "right")):
@@ -181,8 +176,6 @@ def print_compare(result: CompareResult, console: Console | None = None, top: in
 
 def series_table(series: SeriesResult) -> Table:
     """The baseline, then each candidate: mean and interval, paired delta and interval, Holm p, verdict, gate."""
-    from rich import box
-    from rich.table import Table
     from rich.text import Text
 
     from rfteval.series import verdict as series_verdict
@@ -191,8 +184,7 @@ def series_table(series: SeriesResult) -> Table:
     level = int(o.level * 100)
     b = series.baseline
     metric = "" if series.metric == "mean" else f" ({series.metric})"
-    table = Table(title=f"series: {b['label']} (baseline) -> {len(series.candidates)} candidate(s){metric}",
-                  title_justify="left", box=box.SIMPLE_HEAD)
+    table = house_table(f"series: {b['label']} (baseline) -> {len(series.candidates)} candidate(s){metric}")
     gated = any(c.gated and c.result.gate.get("checks") for c in series.candidates)
     widest = min(24, 2 + max(len(c.label) for c in series.candidates))
     for name in ("model", "items", "mean", f"{level}% CI", "delta", f"delta {level}% CI", "p adj.", "W/T/L",
