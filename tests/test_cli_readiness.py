@@ -269,3 +269,14 @@ def test_html_path_problems_are_one_line_before_any_work(run_dir: Path, tmp_path
     before = target.read_text()
     res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(target)])
     assert res.exit_code == 2 and "is also an input" in res.stderr and target.read_text() == before
+
+
+def test_one_format_vocabulary(run_dir: Path):
+    from typer.testing import CliRunner
+
+    from rfteval.cli import app
+
+    for fmt in ("table", "text"):
+        assert CliRunner().invoke(app, ["readiness", str(run_dir), "--format", fmt]).exit_code == 0
+    res = CliRunner().invoke(app, ["readiness", str(run_dir), "--format", "yaml"])
+    assert res.exit_code == 2 and "--format: must be table or json" in res.stderr

@@ -273,3 +273,14 @@ def test_replaying_more_epochs_than_recorded_is_refused_up_front(files: dict[str
     assert res.exit_code == 2 and "replays 3 recorded epoch(s); --epochs is 5" in res.stderr
     assert not (files["out"] / "base.jsonl").exists()
     assert runner.invoke(app, [*args, "--epochs", "3"]).exit_code == 0
+
+
+def test_a_template_no_item_can_fill_stops_the_run_before_any_request(files: dict[str, Path]) -> None:
+    files["grader"].write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
+                                           "reference": "{{ item.answer }}", "operation": "eq"}))
+    res = runner.invoke(app, ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]),
+                              "--model", "base=m", "--base-url", "http://127.0.0.1:9/v1", "--out", str(files["out"]),
+                              "-q"])
+    assert res.exit_code == 2
+    assert f"{files['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer'" in res.stderr
+    assert not files["out"].exists()

@@ -27,6 +27,18 @@ def command(name: str, group: str = "", **options: Any) -> Callable[[Callable[..
 class OutputFormat(str, Enum):
     table = "table"
     json = "json"
+    text = "text"  # an alias of table, as readiness and probe-grader once spelled it
+
+
+def output_format(value: str) -> str:
+    """One --format vocabulary for every command: table or json (text is read as table)."""
+    from rfteval.errors import InputError
+
+    if value == "text":
+        return "table"
+    if value not in ("table", "json"):
+        raise InputError(f"must be table or json, got {value!r}", field="--format")
+    return value
 
 
 # The judge endpoint flags (score_model, label_model, group_judge); `rfteval run` also reads them from [judge].

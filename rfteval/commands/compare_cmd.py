@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rfteval.commands.common import command, stdout_console
+from rfteval.commands.common import command, output_format, stdout_console
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
@@ -101,7 +101,8 @@ def compare(
                            help="Interval method: t or bootstrap (10,000 resamples of items)."),
     seed: int = typer.Option(0, "--seed", metavar="N", help="Seed of the permutation test and the bootstrap."),
     top: int = typer.Option(10, "--top", metavar="N", help="Items shown per table, lowest delta first."),
-    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (rich) or json on stdout."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json on "
+                            "stdout."),
     markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary (CI job summary, "
                                             "PR comment)."),
     junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML: one test case per item."),
@@ -137,8 +138,7 @@ def compare(
     from rfteval.compare import ERROR_POLICIES, GATE_MODES, CompareOptions, Gate, compare_paths
     from rfteval.passk import parse_metric
 
-    if fmt not in ("table", "json"):
-        raise InputError(f"must be table or json, got {fmt!r}", field="--format")
+    fmt = output_format(fmt)
     if ci not in ("t", "bootstrap"):
         raise InputError(f"must be t or bootstrap, got {ci!r}", field="--ci")
     _check(tie, "--tie")

@@ -13,13 +13,11 @@ from rfteval.errors import InputError
 from rfteval.outfile import check_output, write_output
 from rfteval.status import ExitStatus
 
-FORMATS = ("text", "json")
-
 
 def _check_format(fmt: str) -> str:
-    if fmt not in FORMATS:
-        raise InputError(f"must be one of {', '.join(FORMATS)}, got {fmt!r}", field="--format")
-    return fmt
+    from rfteval.commands.common import output_format
+
+    return output_format(fmt)
 
 
 def _options(python_workers: int | None) -> Any:
@@ -39,7 +37,7 @@ def readiness(
     regrade: int = typer.Option(0, "--regrade", min=0, help="Re-grade N stored outputs to check determinism."),
     grader: Path | None = typer.Option(None, "--grader", help="Grader JSON [default: from DIR/spec.resolved.toml]."),
     dataset: Path | None = typer.Option(None, "--dataset", help="Dataset JSONL [default: from the spec]."),
-    fmt: str = typer.Option("text", "--format", help="text or json."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
     seed: int = typer.Option(0, "--seed", help="Seed for choosing outputs to re-grade."),
     python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
     zero_signal_not_ready: float = typer.Option(0.6, help="Expected zero-signal share above which: not ready."),
@@ -65,7 +63,7 @@ def readiness(
     from rfteval.readiness import ERROR_POLICIES, Thresholds, assess, write_advantages
     from rfteval.report.readiness_render import render_readiness
 
-    _check_format(fmt)
+    fmt = _check_format(fmt)
     if errors not in ERROR_POLICIES:
         raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
     if html is not None:  # before any work: one line for a bad path, and never over an input
@@ -125,7 +123,7 @@ def probe_grader(
     grader: Path = typer.Argument(..., help="Grader JSON (OpenAI's format)."),
     dataset: Path = typer.Option(..., "--dataset", help="Dataset JSONL."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 when any probe is flagged."),
-    fmt: str = typer.Option("text", "--format", help="text or json."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
     reference_template: str | None = typer.Option(
         None, "--reference-template", help="How a reference becomes an output: a JSON template file or inline JSON "
                                            "with {{item.…}} placeholders [default: inferred from the grader]."),
@@ -145,7 +143,7 @@ def probe_grader(
     from rfteval.reference import load_reference_template
     from rfteval.report.readiness_render import render_probes
 
-    _check_format(fmt)
+    fmt = _check_format(fmt)
     if html is not None:
         check_output(html, [grader, dataset], "--html")
     config = load_grader(grader)

@@ -115,8 +115,9 @@ def run_command(
         judge_concurrency=judge_concurrency, group_models=group_models,
     )
     run_spec = build_spec(spec, overrides)
-    from rfteval.errors import InputError
+    from rfteval.errors import InputError, InputErrors
     from rfteval.graders import load_grader
+    from rfteval.graders.checks import preflight_stream
 
     if service_tier is not None and service_tier not in ("auto", "default", "flex", "priority"):
         raise InputError(f"expected auto, default, flex or priority, got {service_tier!r}", field="--service-tier")
@@ -129,7 +130,11 @@ def run_command(
     if len(modes) > 1:
         raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
 
-    python_sandbox(load_grader(run_spec.grader), unsafe_python_graders, run_spec.endpoint.api_key_env,
+    config = load_grader(run_spec.grader)
+    problems = preflight_stream(config, run_spec.dataset, run_spec.grader)
+    if problems:  # a template no item can fill would grade every record as an error: say so before spending
+        raise InputErrors(problems)
+    python_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
                    run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
     err = Console(stderr=True)
     out_dir = run_spec.out_dir

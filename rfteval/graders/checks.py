@@ -123,3 +123,11 @@ def preflight(config: Any, dataset: Any, grader_source: Any = None, limit: int =
     """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
     model call: what `validate grader --dataset`, `grade` and `run` check first."""
     return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit)
+
+
+def preflight_stream(config: Any, dataset_path: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
+    """preflight over a dataset file read one item at a time (a run's dataset may be large)."""
+    from rfteval.dataset import iter_items
+
+    items = iter_items(dataset_path, skip_invalid=True, check_duplicates=False)
+    return check_sample_paths(config, grader_source) + check_item_paths(config, items, dataset_path, limit)
