@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from rfteval import passk, rundir, stats
 from rfteval.errors import InputError
+from rfteval.records import json_safe  # noqa: F401  (series and reports take it from here too)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -408,7 +409,7 @@ class CompareResult:
     def to_json(self) -> dict[str, Any]:
         """The documented `--format json` shape (extra keys allowed, none removed)."""
         o = self.options
-        out = _clean({
+        out = json_safe({
             "baseline": self.baseline, "candidate": self.candidate, "delta": self.delta, "items": [],
             "slices": self.slices, "sub_scores": self.sub_scores, "unpaired": self.unpaired, "gate": self.gate,
             "options": {"tie": o.tie, "level": o.level, "ci_method": o.ci_method, "seed": o.seed,
@@ -448,24 +449,6 @@ def _column(series: pd.Series) -> list[Any]:
             out = [v if math.isfinite(v) else None for v in out]
         return out
     return series.tolist()
-
-
-def json_safe(value: Any) -> Any:
-    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers (for results built on this one)."""
-    return _clean(value)
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 # ---------------------------------------------------------------------------------------------- pairing

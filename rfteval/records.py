@@ -183,3 +183,17 @@ def read_records(path: str | Path) -> pd.DataFrame:
         except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
             raise InputError(f"not a readable Parquet file ({exc})", path) from None
     return pd.DataFrame.from_records(list(iter_jsonl_records(path)))
+
+
+def json_safe(value: Any) -> Any:
+    """A value strict JSON takes: NaN and infinity become null (strict parsers refuse NaN), numpy scalars plain
+    numbers, tuples lists, keys strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

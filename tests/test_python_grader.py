@@ -92,9 +92,10 @@ def test_the_last_definition_wins() -> None:
 
 def test_too_large() -> None:
     body = "def grade(sample, item):\n    return 1.0\n"
-    filler = "#" * (MAX_SOURCE_BYTES - len(body)) + "\n"
-    assert "256 kB" in problem(filler + body)
-    config(filler[:-2] + "\n" + body)  # exactly at the limit is fine
+    filler = "#" * (MAX_SOURCE_BYTES - len(body) - 1) + "\n"
+    assert len((filler + body).encode()) == MAX_SOURCE_BYTES
+    assert "256 kB" in problem(filler + body)  # OpenAI: "less than 256kB": exactly 256 KiB is too large
+    config(filler[:-2] + "\n" + body)  # one byte under the limit is fine
 
 
 def test_unknown_fields_are_refused() -> None:

@@ -57,7 +57,7 @@ def grade(
     from rfteval.grading import default_records_path, grade_outputs
     from rfteval.outfile import check_output, write_output
     from rfteval.outputs import Output, iter_outputs
-    from rfteval.records import write_jsonl
+    from rfteval.records import json_safe, write_jsonl
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.summary import records_frame, summarize_models
 
@@ -94,7 +94,7 @@ def grade(
     if fmt is OutputFormat.json:
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {
             "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
-        typer.echo(json.dumps(_strict({"records_file": str(path), "models": payload}), allow_nan=False))
+        typer.echo(json.dumps(json_safe({"records_file": str(path), "models": payload}), allow_nan=False))
         _exit_when_incomplete(errors, len(records), max_error_rate)
         return
     console = Console()
@@ -103,21 +103,6 @@ def grade(
     render_models(console, summaries, title=f"Grader {config.name!r} ({config.type})")
     console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
     _exit_when_incomplete(errors, len(records), max_error_rate)
-
-
-def _strict(value: object) -> object:
-    """JSON-safe: NaN and infinity become null (strict JSON parsers refuse NaN), numpy scalars plain numbers."""
-    import math
-
-    if isinstance(value, dict):
-        return {str(k): _strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_strict(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def _exit_when_incomplete(errors: int, records: int, max_error_rate: float) -> None:

@@ -69,8 +69,8 @@ def signature_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
 def check_source(source: str) -> str:
     """The source unchanged, or a validation error: too large, not Python, or no usable grade()."""
     size = len(source.encode("utf-8", "surrogatepass"))
-    if size > MAX_SOURCE_BYTES:
-        raise _error(f"source is {size / 1024:.0f} kB; OpenAI's limit is 256 kB")
+    if size >= MAX_SOURCE_BYTES:  # OpenAI: "less than 256kB", so exactly 256 KiB is already too large
+        raise _error(f"source is {size / 1024:.0f} kB; OpenAI's limit is under 256 kB")
     try:
         tree = ast.parse(source, "<grader>")
     except SyntaxError as exc:

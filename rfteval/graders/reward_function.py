@@ -75,7 +75,7 @@ def check_reward_source(source: str, function: str) -> None:
     """Raise a validation error unless `source` is Python of at most 256 kB binding `function` at top level, and,
     when it is a def, one TRL could call (keywords only, every dataset column among them: it needs **kwargs)."""
     size = len(source.encode("utf-8", "surrogatepass"))
-    if size > MAX_SOURCE_BYTES:
+    if size >= MAX_SOURCE_BYTES:
         raise _error(f"the reward file is {size / 1024:.0f} kB; the limit (OpenAI's, for python graders) is 256 kB")
     try:
         tree = ast.parse(source, "<reward>")
