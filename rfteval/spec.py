@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rfteval.errors import InputError, read_input_text
+from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.providers.base import Sampling
 
 REPLAY_PREFIX = "replay:"
@@ -25,7 +26,6 @@ LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
 GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
 JUDGE_KEYS = ("base_url", "api_key_env", "api", "model", "concurrency")
-REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {

@@ -49,3 +49,10 @@ def test_every_option_is_documented(name, cmd):
 def test_readme_starts_with_the_two_commands():
     head = README[:1500]
     assert head.index("make demo") < head.index("make test")
+
+
+@pytest.mark.parametrize("name, cmd", COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_every_option_has_help(name, cmd):
+    bare = [p.opts[0] for p in cmd.params if getattr(p, "param_type_name", "") == "option"
+            and not getattr(p, "hidden", False) and not (p.help or "").strip()]
+    assert not bare, f"`rfteval {name}`: no help text for {bare}"
