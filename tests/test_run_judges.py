@@ -628,3 +628,16 @@ def test_local_judge_reads_amounts_whole() -> None:
     assert lj.score_point("(1 pt) Used for 2 of the 5 years.", "in 2025")[0] == 0.0
     assert lj.score_point("(1 pt) Meets the 45-day and 180-day deadlines.", "within 45 days and 180 days")[0] == 1.0
     assert lj.score_point("(1 pt) Reported on Form 8949/Schedule D.", "on Form 8949 and Schedule D")[0] == 1.0
+
+
+def test_probe_grader_takes_the_judge_flags_and_a_refused_judge_is_one_line(tmp_path: Path) -> None:
+    secret = "sk-wrong-judge-SECRET-4321"
+    with FakeOpenAI(api_key="sk-the-right-key-000") as server:
+        res = runner.invoke(app, ["probe-grader", str(ROOT / "graders" / "accordance.json"), "--dataset",
+                                  str(ROOT / "datasets" / "accordance" / "items.jsonl"), "--limit", "1",
+                                  "--judge-base-url", server.base_url, "--judge-api-key-env", "RFTEVAL_JUDGE_KEY",
+                                  "--judge-concurrency", "1"], env={"RFTEVAL_JUDGE_KEY": secret})
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "the judge" in lines[0] and "refused" in lines[0] and "no probe was judged" in lines[0]
+    assert secret not in res.output

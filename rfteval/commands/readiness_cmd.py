@@ -8,7 +8,17 @@ from typing import Any
 
 import typer
 
-from rfteval.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox
+from rfteval.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    UNSAFE_PYTHON_GRADERS,
+    command,
+    make_judge,
+    python_sandbox,
+)
 from rfteval.errors import InputError
 from rfteval.outfile import check_output, write_output
 from rfteval.status import ExitStatus
@@ -133,6 +143,11 @@ def probe_grader(
     seed: int = typer.Option(0, "--seed", help="Seed of the random-text probes."),
     python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
     html: Path | None = typer.Option(None, "--html", help="Also write the probe table as one self-contained HTML page."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console
@@ -147,11 +162,19 @@ def probe_grader(
     if html is not None:
         check_output(html, [grader, dataset], "--html")
     config = load_grader(grader)
-    python_sandbox(config, unsafe_python_graders)
+    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     items = load_dataset(dataset).items[:limit]
     template = load_reference_template(reference_template) if reference_template is not None else None
-    report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
-                        options=_options(python_workers))
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    try:
+        report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
+                            options=_options(python_workers), judge=judge)
+        if judge is not None and judge.fatal_error is not None:  # every probe would read as the floor: "ok"
+            raise InputError(f"the judge ({judge.fatal_model}) refused: {judge.fatal_error}; no probe was judged",
+                             field="--judge-api-key-env")
+    finally:
+        if judge is not None:
+            judge.close()
     if html is not None:
         from rfteval.report.html import write_page
         from rfteval.report.readiness_render import probes_html
