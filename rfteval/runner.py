@@ -81,7 +81,7 @@ class RunMonitor:
 
     def advance(self, label: str, error: str | None = None, cached: bool = False) -> None: ...
 
-    def retry(self, label: str, kind: str) -> None: ...
+    def retry(self, label: str, kind: str, reason: str = "") -> None: ...
 
     def concurrency(self, label: str, limit: int) -> None:
         """The adaptive limit of a model's endpoint changed."""
@@ -357,7 +357,7 @@ class _Pipeline:
             return gen
 
         def on_retry(n: int, exc: BaseException, wait: float) -> None:
-            self.monitor.retry(run.label, getattr(exc, "kind", "error"))
+            self.monitor.retry(run.label, getattr(exc, "kind", "error"), str(exc)[:160])
             self.monitor.concurrency(run.label, limiter.current)
 
         common: dict[str, Any] = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,

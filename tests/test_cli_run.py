@@ -284,3 +284,21 @@ def test_a_template_no_item_can_fill_stops_the_run_before_any_request(files: dic
     assert res.exit_code == 2
     assert f"{files['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer'" in res.stderr
     assert not files["out"].exists()
+
+
+def test_piped_retries_say_why_once_per_kind(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    calls = collections.Counter()
+    lock = threading.Lock()
+
+    def flaky(req: Request) -> Reply:
+        with lock:
+            calls[(req.model, req.last_user_text())] += 1
+            first = calls[(req.model, req.last_user_text())] == 1
+        return Reply.error(503) if first else Reply(text="tuned")
+
+    fake_openai.responder = flaky
+    res = runner.invoke(app, flags(files, fake_openai, "--no-readiness"))
+    assert res.exit_code == 0, res.output
+    said = [ln for ln in res.stderr.splitlines() if "retrying after" in ln]
+    assert len(said) == 2 and {ln.split(":")[1].strip() for ln in said} == {"base", "tuned"}  # once per model
+    assert all("server" in ln for ln in said)

@@ -78,7 +78,7 @@ class Counting(RunMonitor):
         self.errors[label] = self.errors.get(label, 0) + (error is not None)
         self.cached += cached
 
-    def retry(self, label: str, kind: str) -> None:
+    def retry(self, label: str, kind: str, reason: str = "") -> None:
         self.retries[label] = self.retries.get(label, 0) + 1
 
 

@@ -199,8 +199,16 @@ def _quiet_monitor_class() -> type:
     class QuietMonitor(RunMonitor):
         """No progress bars; the one-line messages (a failed batch, an adopted one) still reach stderr."""
 
+        def __init__(self) -> None:
+            self.said: set[tuple[str, str]] = set()
+
         def message(self, text: str) -> None:
             typer.echo(f"rfteval: {text}", err=True)
+
+        def retry(self, label: str, kind: str, reason: str = "") -> None:
+            if (label, kind) not in self.said:  # once per kind of failure: a stalled run says why
+                self.said.add((label, kind))
+                self.message(f"{label}: retrying after {kind}" + (f": {reason}" if reason else ""))
 
     return QuietMonitor
 

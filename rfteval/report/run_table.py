@@ -38,6 +38,7 @@ class RichMonitor(RunMonitor):
         self._counts: dict[str, dict[str, int]] = {}
         self._tasks: dict[str, Any] = {}
         self._last = 0.0
+        self._said: set[tuple[str, str]] = set()
         self.progress: Any = None
 
     def start(self, totals: dict[str, int]) -> None:
@@ -47,13 +48,13 @@ class RichMonitor(RunMonitor):
             TextColumn("{task.description:>10}"), BarColumn(bar_width=30), MofNCompleteColumn(),
             TextColumn("{task.fields[rate]}"), TimeRemainingColumn(),
             TextColumn("errors {task.fields[errors]}  retries {task.fields[retries]}  cached {task.fields[cached]}"
-                       "{task.fields[limit]}"),
+                       "{task.fields[limit]}{task.fields[last]}"),
             console=self.console, refresh_per_second=4, transient=False,
         )
         for label, total in totals.items():
             self._counts[label] = {"done": 0, "errors": 0, "retries": 0, "cached": 0}
             self._tasks[label] = self.progress.add_task(label, total=total, rate="", errors=0, retries=0, cached=0,
-                                                        limit="")
+                                                        limit="", last="")
         self._t0 = time.monotonic()
         self.progress.start()
 
@@ -64,8 +65,15 @@ class RichMonitor(RunMonitor):
         c["cached"] += cached
         self._maybe_push()
 
-    def retry(self, label: str, kind: str) -> None:
+    def retry(self, label: str, kind: str, reason: str = "") -> None:
+        """Counted on the model's line, with the last reason; piped (a log, CI), each kind of failure is said once
+        in a line of its own, so a stalled run says why while it still retries."""
         self._counts[label]["retries"] += 1
+        if self.progress is not None and label in self._tasks:
+            self.progress.update(self._tasks[label], last=f"  last: {kind}" + (f" ({reason[:60]})" if reason else ""))
+        if not self.console.is_terminal and (label, kind) not in self._said:
+            self._said.add((label, kind))
+            self.message(f"rfteval: {label}: retrying after {kind}" + (f": {reason}" if reason else ""))
         self._maybe_push()
 
     def concurrency(self, label: str, limit: int) -> None:
