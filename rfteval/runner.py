@@ -477,6 +477,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     from rfteval.batch import refuse_fresh_while_open
 
     store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
+    restore_signals = False
     engine = None
     own_judge = judge is None
     batch_phase = None
@@ -532,6 +533,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             interrupted = _run_loop(pipeline, opts.handle_signals, providers)
         finally:
             monitor.stop()
+        if interrupted:
+            restore_signals = True
         store.commit()
         fatal = judge_fatal(judge)
         if fatal is not None:  # a 401 or unknown judge model: as fatal as the models' own
@@ -557,6 +560,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches)
     finally:
+        if restore_signals:  # the shutdown after Ctrl-C is written: Ctrl-C is Ctrl-C again
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if batch_phase is not None:
             batch_phase.close()
         if engine is not None:
@@ -635,10 +641,10 @@ def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Pr
 
         def on_signal() -> None:
             nonlocal stopped
+            if stopped:  # a second Ctrl-C (timeout -s INT, CI runners) while shutting down: the first one is enough
+                return
             stopped = True
             task.cancel()
-            for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C is Python's own
-                loop.remove_signal_handler(sig)
 
         installed = []
         if handle_signals and threading.current_thread() is threading.main_thread():
@@ -661,6 +667,8 @@ def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Pr
         finally:
             for sig in installed:
                 loop.remove_signal_handler(sig)
+                if stopped:  # until the records, summary and resume line are written (run_eval restores it)
+                    signal.signal(sig, signal.SIG_IGN)
             for provider in providers.values():
                 try:
                     await provider.aclose()

@@ -108,6 +108,24 @@ def test_ctrl_c_stops_cleanly_says_how_to_resume(files: dict[str, Path]) -> None
     check_cells(files["out"])
 
 
+@pytest.mark.slow
+def test_two_ctrl_c_in_quick_succession_still_write_everything(files: dict[str, Path]) -> None:
+    """What `timeout -s INT` and many CI runners do: the second signal must not cut the shutdown short."""
+    import time
+
+    with FakeOpenAI(delay_s=0.1) as server:
+        proc = start_and_wait(files, server, at_least=CELLS // 4)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert "Resume with the same command" in err and "Traceback" not in err
+        partial = json.loads((files["out"] / "summary.json").read_text())
+        assert partial["complete"] is False
+        assert (files["out"] / "base.jsonl").exists() and (files["out"] / "tuned.jsonl").exists()
+
+
 def test_changed_grader_regrades_without_requests(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     res = CliRunner().invoke(app, args(files, fake_openai))
     assert res.exit_code == 0, res.output
