@@ -18,7 +18,7 @@ _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type] 
 # refuses and json.loads takes (NaN and Infinity, 1e400, lone surrogates) goes to the scanner. tests/test_sample.py
 # holds it to that.
 _fast = msgspec.json.Decoder().decode
-_KEYS = ("output_text", "output_json", "output_tools", "choices")
+_KEYS = ("output_text", "output_json", "output_tools", "choices", "output_audio")
 _CHOICE_KEYS = ("index", "finish_reason", "message")
 _MESSAGE_KEYS = ("role", "content")
 _TOOL_MESSAGE_KEYS = ("role", "content", "tool_calls")
@@ -59,7 +59,11 @@ def make_sample(
     choices: list[dict[str, Any]] | None = None,
     output_json: Any = ...,
 ) -> Sample:
-    """Build the grader-facing sample; `choices` defaults to one Chat Completions choice."""
+    """Build the grader-facing sample; `choices` defaults to one Chat Completions choice.
+
+    `output_audio` is always there, as in OpenAI's sample dict, and None: rfteval samples text and tool
+    calls only, and a grader that reads `sample["output_audio"]` should see what a text-only job gives it,
+    not a KeyError."""
     text = output_text or ""
     tools = output_tools or []
     parsed_here = output_json is ...
@@ -71,10 +75,12 @@ def make_sample(
             message["tool_calls"] = tools
         choices = [{"index": 0, "finish_reason": "tool_calls" if tools else "stop", "message": message}]
     if parsed_here and output_json is not None:
-        sample = ParsedSample(output_text=text, output_json=output_json, output_tools=tools, choices=choices)
+        sample = ParsedSample(output_text=text, output_json=output_json, output_tools=tools, choices=choices,
+                              output_audio=None)
         sample._origin = (text, output_json)
         return sample
-    return {"output_text": text, "output_json": output_json, "output_tools": tools, "choices": choices}
+    return {"output_text": text, "output_json": output_json, "output_tools": tools, "choices": choices,
+            "output_audio": None}
 
 
 def rebuild_args(sample: Any) -> tuple[str, list[Any] | None, bool] | None:
@@ -91,8 +97,8 @@ def rebuild_args(sample: Any) -> tuple[str, list[Any] | None, bool] | None:
         return None
     if tuple(sample) != _KEYS:
         return None
-    text, output_json, tools, choices = sample.values()
-    if type(text) is not str or type(tools) is not list or type(choices) is not list or len(choices) != 1:
+    text, output_json, tools, choices, audio = sample.values()
+    if audio is not None or type(text) is not str or type(tools) is not list or type(choices) is not list or len(choices) != 1:
         return None
     if output_json is None:
         parse = False

@@ -156,6 +156,8 @@ def test_grader_sees_the_sample_openai_builds(engine_options: GradeOptions) -> N
         "    assert sample['output_json'] == {'a': [1, 2]}\n"
         "    assert sample['choices'][0]['message']['content'] == sample['output_text']\n"
         "    assert sample['output_tools'] == []\n"
+        "    assert list(sample) == ['output_text', 'output_json', 'output_tools', 'choices', 'output_audio']\n"
+        "    assert sample['output_audio'] is None  # OpenAI's dict has the key; a text model gives no audio\n"
         "    assert item['reference_answer'] == {'a': [1, 2]} and item['messages'][0]['role'] == 'user'\n"
         "    return 1.0\n"
     )

@@ -97,6 +97,8 @@ def test_make_sample_shapes_a_chat_completion() -> None:
     with_tools = make_sample("", tools)
     assert with_tools["output_json"] is None and with_tools["choices"][0]["finish_reason"] == "tool_calls"
     assert with_tools["choices"][0]["message"]["tool_calls"] is tools
+    assert list(sample) == ["output_text", "output_json", "output_tools", "choices", "output_audio"]
+    assert sample["output_audio"] is None and with_tools["output_audio"] is None
 
 
 def test_rebuild_args_sees_replaced_fields() -> None:
@@ -108,3 +110,6 @@ def test_rebuild_args_sees_replaced_fields() -> None:
     assert rebuild_args(plain) == ("hello", None, False)
     plain["choices"][0]["message"]["content"] = "edited"
     assert rebuild_args(plain) is None
+    audio = make_sample("hello")
+    audio["output_audio"] = {"data": "", "transcript": "hello"}  # not what make_sample builds: travels whole
+    assert rebuild_args(audio) is None
