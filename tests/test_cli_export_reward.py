@@ -148,9 +148,9 @@ def test_the_module_runs_in_a_fresh_interpreter(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--target", "trl", "--out", "{rewards}"], "is the grader input"),
+    (["--target", "trl", "--out", "{rewards}"], "is also an input of this command"),
     (["--target", "trl", "--out", "{dir}/reward.txt"], "must name a Python file"),
-    (["--target", "trl", "--out", "{dir}/nowhere/r.py"], "no such directory"),
+    (["--target", "trl", "--out", "{rewards}/r.py"], "it is a file, not a directory"),
     (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "are for --target verl"),
     (["--target", "sklearn", "--out", "{dir}/r.py"], "sklearn"),
 ])
@@ -163,6 +163,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert res.exit_code == 2, res.output
     assert message in res.output and "Traceback" not in res.output
     assert rewards.read_text() == before
+
+
+def test_missing_directories_are_made_and_no_temp_file_is_left(tmp_path):
+    out = tmp_path / "new" / "dir" / "reward.py"
+    res = export(str(GRADER), "trl", out)
+    assert res.exit_code == 0, res.output
+    assert f"wrote {out}" in res.output and out.is_file()
+    assert [p.name for p in out.parent.iterdir()] == ["reward.py"]
 
 
 def test_bad_grader_is_one_line_exit_2(tmp_path):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from enum import Enum
 from pathlib import Path
 
@@ -22,21 +20,6 @@ from rfteval.commands.common import (
 class Target(str, Enum):
     trl = "trl"
     verl = "verl"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file in the same directory, then rename: a reader never sees half a module."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @command("export-reward")
@@ -60,18 +43,14 @@ def export_reward(
     (custom_reward_function.path=FILE.py, name=compute_score). It imports rfteval when first called."""
     from rfteval.errors import InputError
     from rfteval.graders.loader import reward_function_ref
+    from rfteval.outfile import check_output, write_output
     from rfteval.reward import export_module, grader_config
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)
     if out.suffix != ".py":
         raise InputError("must name a Python file (FILE.py): TRL imports it, verl loads it by path", field="--out")
-    if out.exists() and source.exists() and out.resolve() == source.resolve():
-        raise InputError(f"{out} is the grader input; write the module elsewhere", field="--out")
-    if out.is_dir():
-        raise InputError("is a directory; expected the module's file name", out, field="--out")
-    if not out.parent.is_dir():
-        raise InputError(f"no such directory: {out.parent}", field="--out")
+    check_output(out, [source], flag="--out")
     config = grader_config(grader)
     options: dict[str, object] = {}
     defaults = {"grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None,
@@ -89,5 +68,5 @@ def export_reward(
     elif reference_field != "reference_answer" or ground_truth_json:
         raise InputError("--reference-field and --ground-truth-json are for --target verl", field="--target")
     text = export_module(config, target.value, str(grader), out, options)
-    write_atomic(out, text)
+    write_output(out, lambda tmp: tmp.write_text(text, encoding="utf-8"), [source], flag="--out")
     typer.echo(f"wrote {out}")
