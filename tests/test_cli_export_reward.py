@@ -42,7 +42,7 @@ def load_like_verl(path: Path) -> ModuleType:
 def graded() -> dict[tuple[str, int], float]:
     """`rfteval grade` on ChipStack's base recording (the reference scores)."""
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"export-reward-{os.getpid()}.records.jsonl"
-    res = runner.invoke(app, ["grade", "-d", str(DATASET), "-g", str(GRADER), "-o", str(RECORDING), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "-d", str(DATASET), "-g", str(GRADER), "--outputs", str(RECORDING), "--out", str(out)])
     assert res.exit_code == 0, res.output
     try:
         return {(r.item_id, int(r.epoch)): float(r.score) for r in read_records(out).itertuples()}

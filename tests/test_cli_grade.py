@@ -38,7 +38,7 @@ def files(tmp_path: Path):
 def test_grade_writes_records_and_prints_means(files, tmp_path):
     ds, grader, outs, expected = files
     out = tmp_path / "records.jsonl"
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(out),
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out", str(out),
                               "--format", "json"])
     assert res.exit_code == 0, res.output
     payload = json.loads(res.output)
@@ -53,7 +53,7 @@ def test_grade_writes_records_and_prints_means(files, tmp_path):
 
 def test_grade_table_output(files, tmp_path):
     ds, grader, outs, _ = files
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs),
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs),
                               "--out", str(tmp_path / "r.jsonl")])
     assert res.exit_code == 0, res.output
     assert "Per item: outputs" in res.output and "95% interval" in res.output
@@ -71,7 +71,7 @@ def test_grade_bad_outputs_one_line_exit_2_no_file(files, tmp_path, bad, expecte
     ds, grader, outs, _ = files
     outs.write_text(bad + "\n")
     out = tmp_path / "r.jsonl"
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(out)])
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out", str(out)])
     assert res.exit_code == 2
     assert expected in res.output and res.output.count("\n") == 1 and "Traceback" not in res.output
     assert not out.exists()
@@ -80,7 +80,7 @@ def test_grade_bad_outputs_one_line_exit_2_no_file(files, tmp_path, bad, expecte
 def test_grade_bad_dataset_and_grader(files):
     ds, grader, outs, _ = files
     ds.write_text('{"messages": []}\n')
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs)])
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs)])
     assert res.exit_code == 2 and "items.jsonl:1: messages: must be a non-empty list" in res.output
     grader.write_text('{"type": "string_check"}')
     res = runner.invoke(app, ["validate", "grader", str(grader)])
@@ -114,7 +114,7 @@ def test_graders_lists_types():
 def test_real_subprocess(files, tmp_path):
     ds, grader, outs, expected = files
     out = tmp_path / "r.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "rfteval", "grade", "-d", str(ds), "-g", str(grader), "-o",
+    proc = subprocess.run([sys.executable, "-m", "rfteval", "grade", "-d", str(ds), "-g", str(grader), "--outputs",
                            str(outs), "--out", str(out), "--format", "json"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["models"][0]["mean"] == pytest.approx(sum(expected.values()) / 4)
@@ -128,7 +128,7 @@ def test_grade_refuses_to_write_over_an_input(files):
     ds, grader, outs, _ = files
     before = outs.read_text()
     for target in (outs, ds, grader):
-        res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(target)])
+        res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out", str(target)])
         assert res.exit_code == 2 and "is also an input of this command" in res.output
     assert outs.read_text() == before
 
@@ -136,7 +136,7 @@ def test_grade_refuses_to_write_over_an_input(files):
 def test_grade_output_path_problems_are_one_line_with_nothing_left_behind(files, tmp_path):
     ds, grader, outs, _ = files
     for target, message in ((tmp_path, "is a directory"), (outs / "x.jsonl", "it is a file, not a directory")):
-        res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(target)])
+        res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out", str(target)])
         assert res.exit_code == 2 and message in res.output and res.output.count("\n") == 1
         assert "Traceback" not in res.output
     assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob(".*.tmp"))
@@ -145,7 +145,7 @@ def test_grade_output_path_problems_are_one_line_with_nothing_left_behind(files,
 def test_a_template_no_item_can_fill_stops_before_grading(files):
     ds, grader, outs, _ = files
     grader.write_text(json.dumps(dict(SC, reference="{{ item.answer }}")))
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs)])
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs)])
     assert res.exit_code == 2
     assert f"{ds}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer' (and 3 more problems)" \
         in res.output
@@ -155,11 +155,11 @@ def test_grade_exits_3_when_records_fail_to_grade(files, tmp_path):
     ds, grader, outs, _ = files
     grader.write_text(json.dumps({"type": "python", "name": "boom", "source": "def grade(sample, item):\n"
                                   "    return 1 / 0"}))
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out",
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out",
                               str(tmp_path / "r.jsonl")])
     assert res.exit_code == 3 and "8 of 8 records failed to grade" in res.output
     assert (tmp_path / "r.jsonl").exists()  # the records are kept, the failure is the exit code
-    ok = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out",
+    ok = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out",
                              str(tmp_path / "r.jsonl"), "--max-error-rate", "1"])
     assert ok.exit_code == 0 and f"wrote {tmp_path / 'r.jsonl'}" in ok.output
 
@@ -179,7 +179,7 @@ def test_skip_invalid_also_skips_the_outputs_of_skipped_items(files, tmp_path):
     lines = ds.read_text().splitlines()
     lines[1] = json.dumps({"id": "q1", "messages": []})  # invalid: q1 is skipped
     ds.write_text("\n".join(lines) + "\n")
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--skip-invalid",
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--skip-invalid",
                               "--out", str(tmp_path / "r.jsonl")])
     assert res.exit_code == 0, res.output
     assert "skipped 2 output(s) of items not in the dataset" in res.output
@@ -193,7 +193,7 @@ def test_a_job_without_response_format_grades_output_json_as_openai_would(files,
              "reference": "{{ item.reference_answer }}", "operation": "eq"}
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"model": "m", "method": {"type": "reinforcement", "reinforcement": {"grader": reads}}}))
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(job), "-o", str(outs), "--out",
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(job), "--outputs", str(outs), "--out",
                               str(tmp_path / "r.jsonl"), "--max-error-rate", "1"])
     assert res.exit_code == 0, res.output
     assert "this fine-tuning job sets no response_format" in res.output
@@ -202,7 +202,7 @@ def test_a_job_without_response_format_grades_output_json_as_openai_would(files,
     with_format = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}
     job.write_text(json.dumps({"model": "m", "method": {"type": "reinforcement", "reinforcement": {
         "grader": reads, "response_format": with_format}}}))
-    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(job), "-o", str(outs), "--out",
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(job), "--outputs", str(outs), "--out",
                               str(tmp_path / "r.jsonl")])
     assert res.exit_code == 0 and "response_format" not in res.output
     assert read_records(tmp_path / "r.jsonl").to_dict("records")[0]["score"] == 1.0
@@ -223,3 +223,9 @@ def test_graders_lists_each_ready_made_config_once_with_a_path_that_exists(tmp_p
     assert all(Path(shown).exists() for _, shown in files) and all(not Path(s).is_absolute() for _, s in files)
     monkeypatch.chdir(tmp_path)  # outside any checkout: absolute paths that exist
     assert all(Path(shown).is_absolute() and Path(shown).exists() for _, shown in ready_made_files())
+
+
+def test_outputs_has_no_short_flag_beside_out(tmp_path: Path) -> None:
+    # -o would read as "output" beside --out; --outputs is an input, spelled out so the two are never swapped
+    res = runner.invoke(app, ["grade", "-d", "x.jsonl", "-g", "g.json", "-o", "outs.jsonl"])
+    assert res.exit_code == 2 and "No such option: -o" in res.output

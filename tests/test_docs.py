@@ -56,3 +56,15 @@ def test_every_option_has_help(name, cmd):
     bare = [p.opts[0] for p in cmd.params if getattr(p, "param_type_name", "") == "option"
             and not getattr(p, "hidden", False) and not (p.help or "").strip()]
     assert not bare, f"`rfteval {name}`: no help text for {bare}"
+
+
+# What an option's value is, in one vocabulary: a word in capitals (FILE, DIR, N, X, SECONDS, URL, ...), possibly
+# with a shape (FILE.jsonl, LO,HI, LABEL=MODEL), or the choices themselves (table|json). Never Typer's <path>.
+METAVAR = re.compile(r"[A-Z]+(\.jsonl|,[A-Z]+|=[A-Z]+)?|[a-z]+(\|[a-z@^K]+)+")
+
+
+@pytest.mark.parametrize("name, cmd", COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_metavars_are_uniform(name, cmd):
+    odd = [(p.opts[0], p.metavar) for p in cmd.params if getattr(p, "param_type_name", "") == "option"
+           and not p.is_flag and not getattr(p, "hidden", False) and not METAVAR.fullmatch(p.metavar or "")]
+    assert not odd, f"`rfteval {name}`: options without a metavar from the vocabulary: {odd}"

@@ -98,7 +98,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
 def grade(files: dict[str, Path], function: str, *extra: str) -> Any:
     out = files["dir"] / f"{function}.records.jsonl"
     res = runner.invoke(app, ["grade", "-d", str(files["dataset"]), "-g", f"{files['rewards']}:{function}",
-                              "-o", str(files["outputs"]), "--out", str(out), *extra])
+                              "--outputs", str(files["outputs"]), "--out", str(out), *extra])
     assert res.exit_code == 0, res.output
     return read_records(out)
 
@@ -182,7 +182,7 @@ def test_validate_grader_with_a_reward_function(files):
 def test_bad_references_are_one_line_exit_2(files, ref, message):
     ref = ref.format(rewards=files["rewards"], dir=files["dir"])
     for args in (["validate", "grader", ref],
-                 ["grade", "-d", str(files["dataset"]), "-g", ref, "-o", str(files["outputs"])]):
+                 ["grade", "-d", str(files["dataset"]), "-g", ref, "--outputs", str(files["outputs"])]):
         res = runner.invoke(app, args)
         assert res.exit_code == 2, res.output
         assert message in res.output and "Traceback" not in res.output

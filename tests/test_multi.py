@@ -258,7 +258,7 @@ def test_grade_command_with_a_multi_grader(tmp_path):
         (2, '{"name": "John Smith", "email": "nope"}'),
         (3, '{"name": "John Smith"}')]) + "\n")
     out = tmp_path / "records.jsonl"
-    res = CliRunner().invoke(app, ["grade", "-d", str(ds), "-g", str(dump(tmp_path, NAME_EMAIL)), "-o", str(outs),
+    res = CliRunner().invoke(app, ["grade", "-d", str(ds), "-g", str(dump(tmp_path, NAME_EMAIL)), "--outputs", str(outs),
                                    "--out", str(out), "--format", "json", "--max-error-rate", "1"])  # one error: on purpose
     assert res.exit_code == 0, res.output
     records = {r["epoch"]: r for r in map(json.loads, out.read_text().splitlines())}

@@ -345,7 +345,7 @@ def test_grade_recordings_subprocess(tmp_path: Path, engine: Callable[[str], Gra
     out = tmp_path / "base.records.jsonl"
     done = subprocess.run(
         [sys.executable, "-m", "rfteval", "grade", "-d", "datasets/milo/items.jsonl", "-g", "graders/milo.json",
-         "-o", "datasets/milo/recordings/base.jsonl", "--out", str(out), "--format", "json"],
+         "--outputs", "datasets/milo/recordings/base.jsonl", "--out", str(out), "--format", "json"],
         capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     (model,) = json.loads(done.stdout)["models"]

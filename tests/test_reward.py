@@ -128,7 +128,7 @@ def grade_cli(tmp_path: Path, dataset: Path, grader: str, outs: list[dict[str, A
     path = tmp_path / "outputs.jsonl"
     path.write_text("".join(json.dumps(o) + "\n" for o in outs))
     records = tmp_path / "records.jsonl"
-    res = runner.invoke(app, ["grade", "-d", str(dataset), "-g", grader, "-o", str(path), "--out", str(records)])
+    res = runner.invoke(app, ["grade", "-d", str(dataset), "-g", grader, "--outputs", str(path), "--out", str(records)])
     assert res.exit_code in (0, 3), res.output  # 3: more grading errors than allowed, records written all the same
     df = read_records(records)
     return {(r.model_label, r.item_id, int(r.epoch)): float(r.score) for r in df.itertuples()}

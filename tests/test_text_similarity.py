@@ -135,7 +135,7 @@ def test_grade_command_with_text_similarity(tmp_path):
     outs = tmp_path / "outputs.jsonl"
     outs.write_text('{"item_id": "q0", "output_text": "sitting"}\n{"item_id": "q1", "output_text": "abc"}\n')
     out = tmp_path / "records.jsonl"
-    res = CliRunner().invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "-o", str(outs), "--out", str(out),
+    res = CliRunner().invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out", str(out),
                                    "--format", "json"])
     assert res.exit_code == 0, res.output
     per_item = {r["item_id"]: r["mean"] for r in json.loads(res.output)["models"][0]["per_item"]}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
+import typer.models
 
 # Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli attaches
 # them, so command modules export plain functions and never import the app (no import cycle).
@@ -18,10 +21,55 @@ def command(name: str, group: str = "", **options: Any) -> Callable[[Callable[..
     """Mark a function as the command `rfteval [group] name`, with Typer's command options."""
 
     def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        fill_metavars(function)
         COMMANDS.append((group, name, function, options))
         return function
 
     return mark
+
+
+# One metavar vocabulary in every --help: what the value is, not the Python type Typer would print (<path>,
+# <float>). An option that names its own metavar keeps it.
+_STR_METAVARS = (("template", "JSON"), ("url", "URL"), ("env", "VAR"), ("model", "MODEL"), ("label", "LABEL"), ("field", "FIELD"))
+
+
+def _metavar(param: str, annotation: Any) -> str | None:
+    kinds = set(typing.get_args(annotation)) - {type(None)} or {annotation}
+    kind = typing.get_origin(annotation)
+    if kind is list:
+        kinds = set(typing.get_args(annotation))
+    if len(kinds) != 1:
+        return None
+    (kind,) = kinds
+    if kind is bool:
+        return None
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "|".join(str(m.value) for m in kind)
+    if kind is Path:
+        return "DIR" if param.endswith("dir") else "FILE"
+    if kind in (int, float) and param.endswith("timeout"):
+        return "SECONDS"
+    if kind is int and param.endswith("memory"):
+        return "MB"
+    if kind is int:
+        return "N"
+    if kind is float:
+        return "X"
+    if kind is str:
+        return next((meta for word, meta in _STR_METAVARS if param.endswith(word)), "NAME")
+    return None
+
+
+def fill_metavars(function: Callable[..., Any]) -> None:
+    """Give every option of `function` without a metavar one from the shared vocabulary (FILE, DIR, N, X, ...)."""
+    try:
+        hints = typing.get_type_hints(function)
+    except (NameError, TypeError):  # an annotation only a type checker resolves: leave Typer's default
+        return
+    for param in inspect.signature(function).parameters.values():
+        info = param.default
+        if isinstance(info, typer.models.OptionInfo) and info.metavar is None and param.name in hints:
+            info.metavar = _metavar(param.name, hints[param.name])
 
 
 class OutputFormat(str, Enum):
@@ -44,7 +92,7 @@ def output_format(value: str) -> str:
 # The judge endpoint flags (score_model, label_model, group_judge); `rfteval run` also reads them from [judge].
 JUDGE_BASE_URL = typer.Option(None, "--judge-base-url", help="Judge endpoint (OpenAI-compatible); default OpenAI's.")
 JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="Env var holding the judge's key.")
-JUDGE_API = typer.Option("chat", "--judge-api", help="chat or responses.")
+JUDGE_API = typer.Option("chat", "--judge-api", metavar="chat|responses", help="chat or responses.")
 JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
 JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
 UNSAFE_PYTHON_GRADERS = typer.Option(

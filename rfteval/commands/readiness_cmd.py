@@ -62,9 +62,9 @@ def readiness(
     max_grade_errors: float = typer.Option(0.2, help="Grader error share above which: risky."),
     max_generate_errors: float = typer.Option(0.2, help="Generation error share above which: risky."),
     html: Path | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
-    errors: str = typer.Option("exclude", "--errors", help="Generation errors: exclude (left out of every signal, "
-                                                           "counted) or zero (reward 0). Grading errors and model "
-                                                           "refusals score 0 either way."),
+    errors: str = typer.Option("exclude", "--errors", metavar="exclude|zero",
+                                help="Generation errors: exclude (left out of every signal, counted) or zero (reward 0). "
+                                     "Grading errors and model refusals score 0 either way."),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console

@@ -48,7 +48,7 @@ def validate_grader(
         help='How a reference becomes an output: a JSON template (inline or a file), e.g. '
              '\'{"predicted": "{{item.reference_answer}}"}\'; inferred from the grader when absent.'),
     grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    outputs: Path | None = typer.Option(None, "--outputs", "-o",
+    outputs: Path | None = typer.Option(None, "--outputs",
                                         help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
     repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
     threshold: float = typer.Option(0.1, "--threshold", help="Flag a judge whose score sd (0..1 scale) exceeds this."),
