@@ -36,7 +36,7 @@ class _Recorder:
         self.fatal_error = None
 
     def complete(self, requests: list[GenerationRequest]) -> list[Any]:
-        from rfteval.judge import _from_entry, cache_key, current_repeat
+        from rfteval.judge import answer_from_entry, cache_key, current_repeat
 
         out: list[Any] = []
         for r in requests:
@@ -48,9 +48,9 @@ class _Recorder:
                 out.append(exc)
                 continue
             key = cache_key(self.identity, body, current_repeat())
-            entry = self.judge._cache.get(key)
+            entry = self.judge.cache.get(key)
             if entry is not None:
-                out.append(_from_entry(entry))
+                out.append(answer_from_entry(entry))
                 continue
             self.requests.setdefault(key, (r.model, body))
             out.append(ProviderError("server", DEFERRED))
@@ -99,7 +99,7 @@ class JudgeBatch:
                 yield key, CellInfo(labels[model], model, "", 0, api, False), body
 
         self.phase = BatchPhase(jobs=jobs, providers=_SameProvider(self.judge.provider), phase="judge",
-                                have=lambda key: self.judge._cache.get(key) is not None, ingest=self._file,
+                                have=lambda key: self.judge.cache.get(key) is not None, ingest=self._file,
                                 **self.phase_kwargs)
         try:
             await self.phase.run()
@@ -108,15 +108,15 @@ class JudgeBatch:
 
     def _file(self, key: str, cell: CellInfo, line: dict[str, Any]) -> str:
         """One judge answer into the judge cache, exactly as the judge files a synchronous one."""
-        from rfteval.judge import _entry
+        from rfteval.judge import cache_entry
 
         what, entry = entry_from_result(key, cell, line, session="")
         if what == "stored" and entry is not None:
             gen = Generation(output_text=entry["output_text"] or "", usage=dict(entry.get("usage") or {}),
                              finish_reason=entry.get("finish_reason"))
-            self.judge._cache.put(_entry(key, cell.model, gen))
+            self.judge.cache.put(cache_entry(key, cell.model, gen))
         elif what == "error" and entry is not None and entry["error"]["type"] == "refusal":
-            self.judge._cache.put(_entry(key, cell.model, ProviderError("refusal", entry["error"]["message"])))
+            self.judge.cache.put(cache_entry(key, cell.model, ProviderError("refusal", entry["error"]["message"])))
         return what
 
     def _dry_pass(self, store: Any) -> dict[str, tuple[str, dict[str, Any]]]:

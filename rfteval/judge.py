@@ -102,7 +102,9 @@ class JudgeCache:
             self._fh = None
 
 
-def _entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
+def cache_entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
+    """One judge_cache.jsonl line. Public because --batch-judge files batch answers in the same shape, so a
+    synchronous re-run reads them as if it had made the calls."""
     if isinstance(answer, ProviderError):
         return {"key": key, "model": model, "refusal": str(answer), "usage": answer.usage}
     return {
@@ -111,7 +113,8 @@ def _entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
     }
 
 
-def _from_entry(entry: dict[str, Any]) -> JudgeAnswer:
+def answer_from_entry(entry: dict[str, Any]) -> JudgeAnswer:
+    """The answer a cache line stands for, marked cached: a refusal stays a refusal, with its tokens."""
     if "refusal" in entry:
         refusal = ProviderError("refusal", str(entry["refusal"]), usage=dict(entry.get("usage") or {}))
         refusal.call_id, refusal.cached, refusal.sent = entry.get("key"), True, True
@@ -195,6 +198,12 @@ class Judge:
         with self._lock:
             return dict(self._stats)
 
+    @property
+    def cache(self) -> JudgeCache:
+        """The answers by request key: batch_judge fills it from a Batch API output file and reads it to skip
+        calls already answered, so a batch and a synchronous run share one cache and pay for nothing twice."""
+        return self._cache
+
     def close(self) -> None:
         if self._closed:
             return
@@ -246,7 +255,7 @@ class Judge:
         if entry is not None:
             self._bump("cache_hits")
             self._count(request.model, "cache_hits")
-            return _from_entry(entry)
+            return answer_from_entry(entry)
         pending = self._inflight.get(key)
         if pending is not None:
             self._bump("shared")
@@ -260,7 +269,7 @@ class Judge:
             elif answer.sent:
                 answer.call_id = key  # a call went out (refused or failed): it is counted on the record
             if isinstance(answer, Generation) or answer.kind == "refusal":
-                self._cache.put(_entry(key, request.model, answer))  # a refusal is an answer too: not paid twice
+                self._cache.put(cache_entry(key, request.model, answer))  # a refusal is an answer too: not paid twice
             future.set_result(answer)
             return answer
         except BaseException as exc:
