@@ -560,11 +560,8 @@ class _ChunkWriter:
 
 
 def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 # ---------------------------------------------------------------- export and import (vLLM run-batch, Ray Data)

@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from cli_run_files import RFTEVAL, write_run_files
 from fake_openai import FakeOpenAI, Reply
 from typer.testing import CliRunner
 
@@ -21,19 +21,11 @@ N_ITEMS = 12
 EPOCHS = 2
 CELLS = 2 * N_ITEMS * EPOCHS
 CONCURRENCY = 4
-BIN = Path(sys.executable).parent / "rfteval"
-RFTEVAL = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
 
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
-    ds = tmp_path / "items.jsonl"
-    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
-                                      "reference_answer": "fake-tuned"}) + "\n" for i in range(N_ITEMS)))
-    grader = tmp_path / "grader.json"
-    grader.write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
-                                  "reference": "{{ item.reference_answer }}", "operation": "like"}))
-    return {"dataset": ds, "grader": grader, "out": tmp_path / "run"}
+    return write_run_files(tmp_path, N_ITEMS)
 
 
 def args(files: dict[str, Path], server: FakeOpenAI) -> list[str]:

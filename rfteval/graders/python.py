@@ -7,7 +7,7 @@ positional arguments); the source itself only ever runs in a worker process (see
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic import field_validator
@@ -22,29 +22,30 @@ def _error(message: str) -> PydanticCustomError:
     return PydanticCustomError("python_source", message)
 
 
-def _grade_defs(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Top-level statements that bind `grade`, looking into if/try/with blocks but not into defs or classes."""
+def top_level_bindings(body: list[ast.stmt], name: str) -> list[ast.stmt]:
+    """Top-level statements that bind `name`, looking into if/try/with blocks but not into defs or classes: the
+    python grader's `grade` and a reward file's function (graders/reward_function.py) are found alike."""
     found: list[ast.stmt] = []
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name == "grade":
+            if node.name == name:
                 found.append(node)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(n, ast.Name) and n.id == "grade" for t in targets for n in ast.walk(t)):
+            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
                 found.append(node)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((alias.asname or alias.name.split(".")[0]) == "grade" for alias in node.names):
+            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):
                 found.append(node)
         elif isinstance(node, (ast.If, ast.For, ast.While)):
-            found += _grade_defs(node.body) + _grade_defs(node.orelse)
+            found += top_level_bindings(node.body, name) + top_level_bindings(node.orelse, name)
         elif isinstance(node, (ast.With, ast.AsyncWith)):
-            found += _grade_defs(node.body)
+            found += top_level_bindings(node.body, name)
         elif isinstance(node, ast.Try):
-            found += _grade_defs(node.body)
+            found += top_level_bindings(node.body, name)
             for handler in node.handlers:
-                found += _grade_defs(handler.body)
-            found += _grade_defs(node.orelse) + _grade_defs(node.finalbody)
+                found += top_level_bindings(handler.body, name)
+            found += top_level_bindings(node.orelse, name) + top_level_bindings(node.finalbody, name)
     return found
 
 
@@ -66,20 +67,25 @@ def signature_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
     return None
 
 
-def check_source(source: str) -> str:
-    """The source unchanged, or a validation error: too large, not Python, or no usable grade()."""
+def parse_source(source: str, error: Callable[[str], Exception]) -> ast.Module:
+    """The source's syntax tree, or `error(reason)` raised: too large for OpenAI, or not Python."""
     size = len(source.encode("utf-8", "surrogatepass"))
     if size >= MAX_SOURCE_BYTES:  # OpenAI: "less than 256kB", so exactly 256 KiB is already too large
-        raise _error(f"source is {size / 1024:.0f} kB; OpenAI's limit is under 256 kB")
+        raise error(f"source is {size / 1024:.0f} kB; OpenAI's limit is under 256 kB")
     try:
-        tree = ast.parse(source, "<grader>")
+        return ast.parse(source, "<source>")
     except SyntaxError as exc:
         line = (exc.text or "").strip()
         shown = f": {line[:120]!r}" if line else ""
-        raise _error(f"SyntaxError at source line {exc.lineno}: {exc.msg}{shown}") from None
+        raise error(f"SyntaxError at source line {exc.lineno}: {exc.msg}{shown}") from None
     except ValueError as exc:  # e.g. a NUL byte
-        raise _error(f"source is not valid Python: {exc}") from None
-    defs = _grade_defs(tree.body)
+        raise error(f"source is not valid Python: {exc}") from None
+
+
+def check_source(source: str) -> str:
+    """The source unchanged, or a validation error: too large, not Python, or no usable grade()."""
+    tree = parse_source(source, _error)
+    defs = top_level_bindings(tree.body, "grade")
     if not defs:
         raise _error("source must define a top-level function grade(sample, item)")
     last = defs[-1]

@@ -32,8 +32,8 @@ from pydantic import field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from rfteval.graders.base import BuildContext, GraderConfig, GradeResult, Pair, register
+from rfteval.graders.python import parse_source, top_level_bindings
 
-MAX_SOURCE_BYTES = 256 * 1024  # the python grader's limit, applied to the reward file too
 CALL_KEY = "rfteval_reward_call"  # the item key that carries a unit's completions into the sandbox (popped there)
 # What TRL's GRPOTrainer._calculate_rewards leaves out of the keyword columns (the prompt is `prompts`).
 NOT_COLUMNS = ("prompt", "completion", "completion_ids")
@@ -45,47 +45,11 @@ def _error(message: str) -> PydanticCustomError:
     return PydanticCustomError("reward_function", message)
 
 
-def _bindings(body: list[ast.stmt], name: str) -> list[ast.stmt]:
-    """Top-level statements that bind `name` (looking into if/try/with blocks, not into defs or classes)."""
-    found: list[ast.stmt] = []
-    for node in body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name == name:
-                found.append(node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
-                found.append(node)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):
-                found.append(node)
-        elif isinstance(node, (ast.If, ast.For, ast.While)):
-            found += _bindings(node.body, name) + _bindings(node.orelse, name)
-        elif isinstance(node, (ast.With, ast.AsyncWith)):
-            found += _bindings(node.body, name)
-        elif isinstance(node, ast.Try):
-            found += _bindings(node.body, name)
-            for handler in node.handlers:
-                found += _bindings(handler.body, name)
-            found += _bindings(node.orelse, name) + _bindings(node.finalbody, name)
-    return found
-
-
 def check_reward_source(source: str, function: str) -> None:
     """Raise a validation error unless `source` is Python of at most 256 kB binding `function` at top level, and,
     when it is a def, one TRL could call (keywords only, every dataset column among them: it needs **kwargs)."""
-    size = len(source.encode("utf-8", "surrogatepass"))
-    if size >= MAX_SOURCE_BYTES:
-        raise _error(f"the reward file is {size / 1024:.0f} kB; the limit (OpenAI's, for python graders) is 256 kB")
-    try:
-        tree = ast.parse(source, "<reward>")
-    except SyntaxError as exc:
-        line = (exc.text or "").strip()
-        shown = f": {line[:120]!r}" if line else ""
-        raise _error(f"SyntaxError at line {exc.lineno}: {exc.msg}{shown}") from None
-    except ValueError as exc:
-        raise _error(f"not valid Python: {exc}") from None
-    defs = _bindings(tree.body, function)
+    tree = parse_source(source, _error)
+    defs = top_level_bindings(tree.body, function)
     if not defs:
         raise _error(f"the reward file defines no top-level function {function}")
     last = defs[-1]

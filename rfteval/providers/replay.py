@@ -72,11 +72,8 @@ class ReplayProvider:
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def check_recording(obj: Any, path: Path, lineno: int) -> dict[str, Any] | None:
