@@ -17,14 +17,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rfteval.records import Record
 
 TARGET_S = 5.0
 TARGET_MB = 1024.0
 
 
 def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int,
-              continuous: bool = False) -> list[dict[str, Any]]:
+              continuous: bool = False) -> list[Record]:
     """Pass/fail scores (per-item deltas on a 1/K grid), or continuous ones (every delta distinct)."""
     from rfteval.records import make_record
 
@@ -39,13 +42,13 @@ def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int,
                             usage={"input_tokens": 120, "output_tokens": 40, "reasoning_tokens": None},
                             latency_s=0.5)
             if rng.random() < 0.01:
-                r["error"] = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError"}
-                r["score"] = 0.0
+                r.error = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError"}
+                r.score = 0.0
             else:
                 ok = round(min(1.0, max(0.0, rng.gauss(p, 0.15))), 4) if continuous else float(rng.random() < p)
-                r["score"] = ok
-                r["sub_scores"] = {"correct": ok, "format": float(rng.random() < 0.95)}
-                r["passed"] = ok >= 0.5
+                r.score = ok
+                r.sub_scores = {"correct": ok, "format": float(rng.random() < 0.95)}
+                r.passed = ok >= 0.5
             out.append(r)
     return out
 

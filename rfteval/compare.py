@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+    from rfteval.records import Record
+
 SUB = "sub:"  # prefix of per-record sub-score columns in a side's frame
 HARDEST = "hardest"
 MISSING = "(missing)"
@@ -123,11 +125,14 @@ def load_side(path: str | Path, label: str | None = None) -> Side:
     return side
 
 
-def side_from_records(records: pd.DataFrame | Sequence[dict[str, Any]], label: str, path: str = "") -> Side:
-    """A side from records in memory (dicts, or a frame from rfteval.records.read_records)."""
+def side_from_records(records: pd.DataFrame | Sequence[Record], label: str, path: str = "") -> Side:
+    """A side from records in memory (`Record`s, or a frame from rfteval.records.read_records)."""
     import pandas as pd
 
-    rows = records.to_dict("records") if isinstance(records, pd.DataFrame) else list(records)
+    from rfteval.records import records_frame
+
+    frame = records if isinstance(records, pd.DataFrame) else records_frame(records)
+    rows = frame.to_dict("records")
     return normalise_frame(_frame_from_dicts(rows, Path(path or label), validate=False), label, path)
 
 

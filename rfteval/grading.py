@@ -12,7 +12,7 @@ from rfteval.graders.base import GradeOptions, GraderConfig
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.sandbox import grading_units
 from rfteval.outputs import Output
-from rfteval.records import apply_grade, make_record, now_iso
+from rfteval.records import Record, apply_grade, make_record, now_iso
 from rfteval.sample import make_sample
 
 
@@ -37,7 +37,7 @@ def grade_outputs(
     on_progress: Callable[[int], None] | None = None,
     judge: Any = None,
     parse_json: bool = True,
-) -> list[dict[str, Any]]:
+) -> list[Record]:
     """One graded record per output, in input order. Grading errors are recorded, never raised.
 
     `parse_json=False` leaves every sample's output_json empty, as OpenAI does for a job without response_format.
@@ -49,7 +49,7 @@ def grade_outputs(
         outputs = sorted(outputs, key=lambda o: o.item_id)
         batch_size = max(len(outputs), 1)
     run_id = run_id or "grade-" + hashlib.sha1(now_iso().encode()).hexdigest()[:10]
-    records: list[dict[str, Any]] = []
+    records: list[Record] = []
     with GradingEngine(config, options, judge=judge) as engine:
         for batch in _batches(outputs, batch_size):
             pairs = [(make_sample(o.output_text, o.output_tools) if parse_json else

@@ -7,10 +7,12 @@ half-written result, and never an overwritten input.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from rfteval.errors import InputError
 
@@ -44,32 +46,56 @@ def check_output(path: str | Path, inputs: Iterable[str | Path | None] = (), fla
 
 def write_output(path: str | Path, write: Callable[[Path], object], inputs: Iterable[str | Path | None] = (),
                  flag: str | None = None) -> Path:
-    """Call `write(tmp)` on a temporary file beside `path`, then rename it into place (atomic on one filesystem).
+    """A command's output file: checked first (check_output), then written whole (replace_atomically).
 
-    Any failure removes the temporary file; an OSError becomes one InputError naming the path.
+    An OSError becomes one InputError naming the path.
     """
     path = check_output(path, inputs, flag)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        return replace_atomically(path, write)
     except OSError as exc:
         raise InputError(f"cannot write ({exc.strerror})", path, field=flag) from None
+
+
+def replace_atomically(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Call `write(tmp)` on a temporary file beside `path`, then rename it into place (atomic on one filesystem).
+
+    The one place rfteval writes a file whole or not at all: any failure removes the temporary file, and a reader
+    never sees half of it. The file gets the usual mode (0644 less the umask), not mkstemp's 0600.
+    """
+    path = Path(path)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp = Path(name)
     try:
         write(tmp)
-        os.chmod(tmp, 0o644 & ~_umask())
+        os.chmod(tmp, 0o666 & ~_UMASK)
         tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise InputError(f"cannot write ({exc.strerror})", path, field=flag) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return path
 
 
-def _umask() -> int:
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    return replace_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    return replace_atomically(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> Path:
+    """Indented JSON, as summary.json and run.json are: for people as much as for programs."""
+    return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _read_umask() -> int:
+    """The process's umask, read once: os.umask can only be read by setting it, which races other threads."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rfteval import zero_signal
+from rfteval.outfile import replace_atomically
 from rfteval.records import REFUSAL
 
 if TYPE_CHECKING:
@@ -811,19 +812,17 @@ def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
 
 
 def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
-    import pandas as pd
-
     from rfteval.readiness import grpo_advantages
-    from rfteval.records import iter_jsonl_records, write_jsonl
+    from rfteval.records import decode_records, records_frame, write_jsonl
 
-    records = list(iter_jsonl_records(path))
-    df = pd.DataFrame.from_records(records)
+    records = list(decode_records(path))
+    df = records_frame(records)
     mine = _label_rows(df, label)
     adv = grpo_advantages(df[mine], errors)
     for pos, (idx, is_mine) in enumerate(mine.items()):
         if is_mine:
             value = float(adv.loc[idx])
-            records[pos]["advantage"] = value if math.isfinite(value) else None
+            records[pos].advantage = value if math.isfinite(value) else None
     write_jsonl(records, path)
 
 
@@ -845,6 +844,4 @@ def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> Non
     column = pa.array(values, pa.float64())
     i = table.schema.get_field_index("advantage")
     table = table.set_column(i, "advantage", column) if i >= 0 else table.append_column("advantage", column)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    replace_atomically(path, lambda tmp: pq.write_table(table, tmp))

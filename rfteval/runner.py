@@ -24,26 +24,16 @@ from rfteval import rundir
 from rfteval.dataset import Item, iter_items
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
+from rfteval.outfile import write_json_atomic, write_text_atomic
 from rfteval.pricing import Price
 from rfteval.providers import batchable
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.results import Cell, LabelTotals, write_results
+from rfteval.rundir import RESOLVED_SPEC, SUMMARY
 from rfteval.sample import make_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.status import ExitStatus
-from rfteval.store import (
-    RESOLVED_SPEC,
-    SUMMARY,
-    Cell,
-    LabelTotals,
-    RunStore,
-    grade_entry,
-    is_reusable_grade,
-    is_reusable_response,
-    response_entry,
-    write_json_atomic,
-    write_results,
-    write_text_atomic,
-)
+from rfteval.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
 
 
 @dataclass

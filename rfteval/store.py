@@ -1,32 +1,28 @@
-"""The run directory: response cache, grades, resume, and the result files built from them.
+"""The run's store: the response and grade logs, their index, and what resume may reuse.
 
 DIR/store/responses.jsonl and DIR/store/grades.jsonl are append-only and flushed after every line: they are
 the truth, and what a resumed run reads. DIR/store/index.sqlite is derived from them (a key → entry index, so
 memory stays flat with dataset size) and is rebuilt or caught up from the logs whenever it lags behind them.
-DIR/<label>.jsonl, DIR/results.parquet and DIR/summary.json are rewritten atomically from the store.
+The result files are rebuilt from the store by rfteval.results.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import itertools
 import json
 import os
 import sqlite3
 import time
 import uuid
-from array import array
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rfteval.errors import InputError
-from rfteval.pricing import DISCOUNTED_TIERS
-from rfteval.records import dumps_record, make_record, now_iso
-from rfteval.rundir import (  # noqa: F401  (the run directory's names; re-exported for the store's readers)
+from rfteval.outfile import write_text_atomic
+from rfteval.records import now_iso
+from rfteval.rundir import (
     CHUNK_DIR,
     GRADES,
     INDEX,
@@ -206,9 +202,7 @@ class RunStore:
         if existing is not None:
             return existing
         run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"run_id": run_id, "created_at": now_iso()}) + "\n")
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps({"run_id": run_id, "created_at": now_iso()}) + "\n")
         return run_id
 
     def _catch_up(self) -> None:
@@ -363,187 +357,3 @@ def grade_entry(key: str, grader: str, result: Any) -> dict[str, Any]:
         "error": {"type": err.type, "message": err.message} if err else None, "passed": result.passed,
         "stdout": result.stdout or None, "details": result.details, "at": now_iso(),
     }
-
-
-def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int, response: dict[str, Any] | None,
-                 grade: dict[str, Any] | None, cached: bool = False) -> dict[str, Any] | None:
-    """The record of one cell from its stored response and grade; None when the cell has no response yet."""
-    if response is None:
-        return None
-    gen_err = response.get("error")
-    rec = make_record(
-        run_id=run_id, model_label=label, model=model, item_id=item_id, epoch=epoch,
-        output_text=response.get("output_text"), output_json=response.get("output_json"),
-        output_tools=response.get("output_tools"), usage=response.get("usage"), latency_s=response.get("latency_s"),
-        cached=cached, error={"stage": "generate", **gen_err} if gen_err else None,
-    )
-    if gen_err:
-        rec["score"] = 0.0  # OpenAI's rule for a failure; the error stays on the record and is counted
-        rec["finished_at"] = response.get("at") or rec["finished_at"]
-        return rec
-    if grade is None:
-        return None  # generated, not graded yet: not a result
-    rec["score"] = float(grade["score"])
-    rec["sub_scores"] = grade.get("sub_scores")
-    rec["passed"] = grade.get("passed")
-    rec["grader_stdout"] = grade.get("stdout")
-    rec["grade_details"] = grade.get("details")
-    err = grade.get("error")
-    rec["error"] = {"stage": "grade", **err} if err else None
-    rec["finished_at"] = grade.get("at") or rec["finished_at"]
-    return rec
-
-
-# ---------------------------------------------------------------- result files
-
-
-@dataclass
-class Cell:
-    """One (model, item, epoch) of the run, in dataset order, with its cache key."""
-
-    label: str
-    model: str
-    item_id: str
-    epoch: int
-    key: str
-
-
-@dataclass
-class LabelTotals:
-    """What summary.json needs about one model, accumulated while the records stream past."""
-
-    cells: int = 0
-    records: int = 0
-    errors: Counter = field(default_factory=Counter)  # "stage:type" → count
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cached: int = 0
-    # of the tokens above, those billed at batch prices (Batch API, flex, imported batch output)
-    discounted_input_tokens: int = 0
-    discounted_output_tokens: int = 0
-    item_means: array = field(default_factory=lambda: array("d"))  # per item in dataset order; NaN: no record yet
-    judge_calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # call → (judge model, usage)
-
-    @property
-    def error_count(self) -> int:
-        return sum(self.errors.values())
-
-
-def _add_usage(t: LabelTotals, usage: dict[str, Any] | None) -> None:
-    if usage:
-        t.input_tokens += int(usage.get("input_tokens") or 0)
-        t.output_tokens += int(usage.get("output_tokens") or 0)
-        t.reasoning_tokens += int(usage.get("reasoning_tokens") or 0)
-
-
-_UNNAMED_CALLS = itertools.count()
-
-
-def add_judge_calls(calls: dict[str, tuple[str, dict[str, Any]]], details: Any) -> None:
-    """The judge calls behind a record's grade (multi graders nest theirs), each once: by `judge_call`, or,
-    for grades stored before it was recorded, one per grade."""
-    if isinstance(details, dict):
-        if "judge_model" in details and isinstance(details.get("judge_usage"), dict):
-            call = details.get("judge_call") or f"grade-{next(_UNNAMED_CALLS)}"
-            calls.setdefault(str(call), (str(details["judge_model"]), details["judge_usage"]))
-        for value in details.values():
-            if isinstance(value, (dict, list)):
-                add_judge_calls(calls, value)
-    elif isinstance(details, list):
-        for value in details:
-            add_judge_calls(calls, value)
-
-
-def write_results(
-    out_dir: Path, cells: Iterable[Cell], reader: Any, grader: str, run_id: str, labels: list[str],
-    session: str | None = None, parquet: bool = True, batch_rows: int = 2048,
-) -> dict[str, LabelTotals]:
-    """Rewrite DIR/<label>.jsonl and DIR/results.parquet from the store, streaming; return the totals.
-
-    `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly.
-    """
-    from rfteval.records import arrow_schema, is_generation_failure, to_arrow
-
-    totals = {label: LabelTotals() for label in labels}
-    tmp_paths = {label: out_dir / f"{label}.jsonl.tmp" for label in labels}
-    files = {label: open(path, "w", encoding="utf-8") for label, path in tmp_paths.items()}
-    writer = None
-    pq_tmp = out_dir / (RESULTS + ".tmp")
-    if parquet:
-        import pyarrow.parquet as pq
-
-        writer = pq.ParquetWriter(pq_tmp, arrow_schema())
-    batch: list[dict[str, Any]] = []
-    current: dict[str, tuple[str, float, int]] = {}  # label → (item_id, score sum, count)
-
-    def close_item(label: str) -> None:
-        _, total, n = current.pop(label)
-        totals[label].item_means.append(total / n if n else float("nan"))
-
-    try:
-        for cell in cells:
-            t = totals[cell.label]
-            cur = current.get(cell.label)
-            if cur is not None and cur[0] != cell.item_id:
-                close_item(cell.label)
-                cur = None
-            if cur is None:
-                current[cell.label] = cur = (cell.item_id, 0.0, 0)
-            t.cells += 1
-            response = reader.get_response(cell.key)
-            grade = reader.get_grade(cell.key, grader) if response and not response.get("error") else None
-            cached = bool(response and session and response.get("session") != session)
-            rec = build_record(run_id, cell.label, cell.model, cell.item_id, cell.epoch, response, grade, cached)
-            if rec is None:
-                continue
-            t.records += 1
-            t.cached += cached
-            _add_usage(t, rec.get("usage"))
-            if response.get("tier") in DISCOUNTED_TIERS and rec.get("usage"):
-                t.discounted_input_tokens += int(rec["usage"].get("input_tokens") or 0)
-                t.discounted_output_tokens += int(rec["usage"].get("output_tokens") or 0)
-            add_judge_calls(t.judge_calls, rec.get("grade_details"))
-            if rec["error"]:
-                t.errors[f"{rec['error']['stage']}:{rec['error']['type']}"] += 1
-            if not is_generation_failure(rec["error"]):  # the one error policy (rfteval.records)
-                current[cell.label] = (cur[0], cur[1] + rec["score"], cur[2] + 1)
-            files[cell.label].write(dumps_record(rec) + "\n")
-            if writer is not None:
-                batch.append(rec)
-                if len(batch) >= batch_rows:
-                    writer.write_table(to_arrow(batch))
-                    batch.clear()
-        for label in list(current):
-            close_item(label)
-        if writer is not None and batch:
-            writer.write_table(to_arrow(batch))
-    except BaseException:
-        for fh in files.values():
-            fh.close()
-        for path in tmp_paths.values():
-            path.unlink(missing_ok=True)
-        if writer is not None:
-            writer.close()
-            pq_tmp.unlink(missing_ok=True)
-        raise
-    for fh in files.values():
-        fh.close()
-    for label, path in tmp_paths.items():
-        path.replace(out_dir / f"{label}.jsonl")
-    if writer is not None:
-        writer.close()
-        pq_tmp.replace(out_dir / RESULTS)
-    return totals
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

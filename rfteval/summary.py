@@ -7,17 +7,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+    from rfteval.records import Record
 
-def records_frame(records: list[dict[str, Any]]) -> pd.DataFrame:
+
+def records_frame(records: list[Record]) -> pd.DataFrame:
     """The columns summaries need; error records score 0 (OpenAI's rule) and are counted."""
     import pandas as pd
 
     return pd.DataFrame({
-        "model_label": [r["model_label"] for r in records],
-        "item_id": [str(r["item_id"]) for r in records],
-        "epoch": [r["epoch"] for r in records],
-        "score": [0.0 if r.get("error") else (r["score"] or 0.0) for r in records],
-        "error": [(r["error"] or {}).get("type") if r.get("error") else None for r in records],
+        "model_label": [r.model_label for r in records],
+        "item_id": [r.item_id for r in records],
+        "epoch": [r.epoch for r in records],
+        "score": [0.0 if r.error else (r.score or 0.0) for r in records],
+        "error": [r.error["type"] if r.error else None for r in records],
     })
 
 

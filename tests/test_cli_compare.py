@@ -23,8 +23,8 @@ def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
     for item, ss in scores.items():
         for e, s in enumerate(ss):
             r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
-            r["score"] = s
-            r["sub_scores"] = {"acc": s, "fmt": 1.0}
+            r.score = s
+            r.sub_scores = {"acc": s, "fmt": 1.0}
             recs.append(r)
     write_jsonl(recs, path)
     return path
@@ -143,7 +143,7 @@ def test_error_policy_and_gate_mode_flags(tmp_path):
         for e in range(2):
             r = make_record(run_id="t", model_label="tuned", model="m", item_id=f"q{i}", epoch=e, output_text="o",
                             error=err if e == 0 and i < 2 else None)
-            r["score"] = None if e == 0 and i < 2 else 1.0
+            r.score = None if e == 0 and i < 2 else 1.0
             recs.append(r)
     write_jsonl(recs, tmp_path / "t.jsonl")
     write_side(tmp_path / "b.jsonl", "base", {f"q{i}": [1.0, 1.0] for i in range(10)})

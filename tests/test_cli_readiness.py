@@ -148,8 +148,8 @@ def test_write_advantages_jsonl_and_parquet(run_dir: Path):
 def test_readiness_errors_flag(tmp_path: Path):
     recs = build_records("base", ANSWERS)
     for rec in recs[:2]:  # q0's first two epochs: an endpoint failure and a model refusal
-        rec["error"] = {"stage": "generate", "type": "timeout" if rec["epoch"] == 0 else "refusal", "message": "x"}
-        rec["score"], rec["output_text"] = 0.0, None
+        rec.error = {"stage": "generate", "type": "timeout" if rec.epoch == 0 else "refusal", "message": "x"}
+        rec.score, rec.output_text = 0.0, None
     write_jsonl(recs, tmp_path / "base.jsonl")
     default = json.loads(invoke("readiness", tmp_path / "base.jsonl", "--format", "json", "--group-size", "2").output)
     assert default["errors"]["policy"] == "exclude" and default["errors"]["excluded"] == 1

@@ -23,20 +23,21 @@ from rfteval.compare import (
     side_from_records,
 )
 from rfteval.errors import InputError
-from rfteval.records import make_record, read_records, write_jsonl, write_parquet
+from rfteval.records import Record, make_record, read_records, write_jsonl, write_parquet
 
 
 def rec(label: str, item: str, epoch: int, score: float | None, *, error: dict[str, str] | None = None,
-        sub: dict[str, float] | None = None, **extra: Any) -> dict[str, Any]:
+        sub: dict[str, float] | None = None, **extra: Any) -> Record:
     r = make_record(run_id="t", model_label=label, model=f"m-{label}", item_id=item, epoch=epoch, output_text="out",
                     error=error)
-    r["score"] = score
-    r["sub_scores"] = sub
-    r.update(extra)
+    r.score = score
+    r.sub_scores = sub
+    for name, value in extra.items():
+        setattr(r, name, value)
     return r
 
 
-def side_records(label: str, scores: dict[str, list[float]], **kw: Any) -> list[dict[str, Any]]:
+def side_records(label: str, scores: dict[str, list[float]], **kw: Any) -> list[Record]:
     return [rec(label, item, e, s, **kw) for item, ss in scores.items() for e, s in enumerate(ss)]
 
 
@@ -186,7 +187,7 @@ def test_fast_and_slow_readers_agree(tmp_path):
     rows = [rec("m", f"i{i}", e, (i * 7 + e) % 3 / 2, sub={"acc": float(e % 2), "fmt": 1.0} if i % 4 else None,
                 output_json=[{"a": i}] if i % 2 else {"k": "v"}, grade_details={"why": [1, "x", None]})
             for i in range(30) for e in range(2)]
-    rows[5]["error"] = {"stage": "grade", "type": "t", "message": "m", "extra": {"nested": True}}
+    rows[5].error = {"stage": "grade", "type": "t", "message": "m", "extra": {"nested": True}}
     path = tmp_path / "r.jsonl"
     write_jsonl(rows, path)
     from rfteval import compare as cmp
@@ -198,7 +199,7 @@ def test_fast_and_slow_readers_agree(tmp_path):
     fast_rows = fast[cols].astype(object).where(fast[cols].notna(), None).to_dict("records")
     slow_rows = slow[cols].astype(object).where(slow[cols].notna(), None).to_dict("records")
     assert fast_rows == slow_rows
-    assert fast["sub:acc"].notna().sum() == sum(1 for r in rows if r["sub_scores"])
+    assert fast["sub:acc"].notna().sum() == sum(1 for r in rows if r.sub_scores)
 
 
 def test_integer_ids_and_nested_sub_scores_fall_back(tmp_path):

@@ -20,7 +20,7 @@ def records(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
         for epoch, score in enumerate(per_epoch, 1):
             rec = make_record(run_id="r", model_label=label, model=label, item_id=item_id, epoch=epoch,
                               output_text="x")
-            rec["score"] = score
+            rec.score = score
             rows.append(rec)
     write_jsonl(rows, path)
     return path

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from rfteval.errors import InputError
-from rfteval.outfile import check_output, write_output
+from rfteval.outfile import check_output, replace_atomically, write_json_atomic, write_output
 
 
 def test_writes_whole_files_and_creates_parents(tmp_path):
@@ -41,3 +44,21 @@ def test_a_failed_write_leaves_nothing(tmp_path):
     with pytest.raises(RuntimeError):
         write_output(tmp_path / "r.json", boom)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_library_writes_replace_whole_files_with_the_usual_mode(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text("old")
+
+    def crash(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        replace_atomically(path, crash)
+    assert path.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]
+    write_json_atomic(path, {"mean": 0.5})
+    assert json.loads(path.read_text()) == {"mean": 0.5}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask

@@ -208,8 +208,9 @@ def records(label: str, scores: dict[str, list[float]], **extra) -> list[dict]:
     for item, ss in scores.items():
         for e, s in enumerate(ss):
             r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e + 1, output_text="o")
-            r["score"] = s
-            r.update(extra)
+            r.score = s
+            for name, value in extra.items():
+                setattr(r, name, value)
             out.append(r)
     return out
 
@@ -241,8 +242,8 @@ def test_error_policy_under_a_pass_metric(tmp_path):
         return {"stage": stage, "type": type_, "message": "x"}
 
     base = records("base", {"a": [1, 1, 1], "b": [1, 1, 1]})
-    base[0]["error"], base[0]["score"] = err("generate", "timeout"), None  # left out: a, 2 samples
-    base[3]["error"], base[3]["score"] = err("grade", "python_grader_runtime_error"), 0.0  # b: fails
+    base[0].error, base[0].score = err("generate", "timeout"), None  # left out: a, 2 samples
+    base[3].error, base[3].score = err("grade", "python_grader_runtime_error"), 0.0  # b: fails
     cand = records("tuned", {"a": [1, 1, 1], "b": [1, 1, 1]})
     r = compare_sides(side_from_records(base, "base"), side_from_records(cand, "tuned"),
                       CompareOptions(metric="pass^2"))

@@ -23,7 +23,7 @@ from rfteval.readiness import (
     pick_label,
     scored_mask,
 )
-from rfteval.records import apply_grade, make_record
+from rfteval.records import apply_grade, make_record, records_frame
 
 
 def records(pattern: dict[str, list[float]], label: str = "base", answers: dict[str, list[str]] | None = None,
@@ -43,7 +43,7 @@ def records(pattern: dict[str, list[float]], label: str = "base", answers: dict[
             else:
                 rec = apply_grade(rec, GradeResult(float(s)))
             rows.append(rec)
-    return pd.DataFrame.from_records(rows)
+    return records_frame(rows)
 
 
 KNOWN = {"floor": [0, 0, 0, 0], "ceiling": [1, 1, 1, 1], "half": [0, 1, 0, 1], "three": [1, 1, 0, 1]}

@@ -1,4 +1,6 @@
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -6,11 +8,17 @@ from rfteval.errors import InputError
 from rfteval.graders.base import GradeError, GradeResult
 from rfteval.records import (
     CORE_FIELDS,
+    FIELDS,
+    JSON_TEXT_FIELDS,
+    Record,
     apply_grade,
+    arrow_schema,
+    decode_records,
     dumps_record,
     error_dict,
     make_record,
     read_records,
+    records_frame,
     write_jsonl,
     write_parquet,
 )
@@ -25,20 +33,66 @@ def rec(**kw):
 def test_record_has_the_contract_fields_in_order():
     line = json.loads(dumps_record(rec()))
     assert list(line)[: len(CORE_FIELDS)] == list(CORE_FIELDS)
+    assert list(line) == list(FIELDS)
+
+
+def test_the_readme_lists_the_record_fields_in_their_order():
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("A record (one JSON line) holds ")[1].split("\n\n")[0]
+    named = re.findall(r"[a-z_]+", " ".join(paragraph.split("`")[1::2]))  # the names inside backticks
+    assert [n for n in named if n in FIELDS] == list(FIELDS)
+
+
+def test_the_arrow_schema_is_the_record_in_the_same_order_and_types():
+    schema = arrow_schema()
+    assert tuple(schema.names) == FIELDS == Record.__struct_fields__
+    assert str(schema.field("epoch").type) == "int64" and str(schema.field("score").type) == "double"
+    assert str(schema.field("sub_scores").type) == "map<string, double>"
+    assert [f.name for f in schema.field("error").type] == ["stage", "type", "message"]
+    assert [f.name for f in schema.field("usage").type] == ["input_tokens", "output_tokens", "reasoning_tokens"]
+    assert JSON_TEXT_FIELDS == ("output_json", "output_tools", "grade_details")
+    assert all(str(schema.field(name).type) == "string" for name in JSON_TEXT_FIELDS)
+
+
+def test_a_non_finite_score_and_numpy_values_are_strict_json():
+    import numpy as np
+
+    r = apply_grade(rec(), GradeResult(0.5, details={"x": np.float64(0.25), "n": np.int64(3), "nan": float("nan")}))
+    r.score = float("nan")
+    line = json.loads(dumps_record(r))
+    assert line["score"] is None and line["grade_details"] == {"x": 0.25, "n": 3, "nan": None}
+
+
+def test_decode_records_round_trips_and_names_the_bad_field(tmp_path):
+    rows = [apply_grade(rec(item_id=str(i)), GradeResult(i / 4, sub_scores={"a": 1.0})) for i in range(3)]
+    write_jsonl(rows, tmp_path / "r.jsonl")
+    assert list(decode_records(tmp_path / "r.jsonl")) == rows
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(dumps_record(rows[0]) + "\n" + dumps_record(rows[1]).replace('"epoch":1', '"epoch":"one"') + "\n")
+    with pytest.raises(InputError, match=r"bad.jsonl:2: epoch: Expected `int`, got `str`"):
+        list(decode_records(bad))
+
+
+def test_records_frame_is_what_read_records_gives(tmp_path):
+    rows = [apply_grade(rec(item_id=str(i)), GradeResult(i / 4)) for i in range(3)]
+    write_jsonl(rows, tmp_path / "r.jsonl")
+    mem, disk = records_frame(rows), read_records(tmp_path / "r.jsonl")
+    assert list(mem.columns) == list(disk.columns) == list(FIELDS)
+    assert mem["score"].tolist() == disk["score"].tolist() and mem["item_id"].tolist() == disk["item_id"].tolist()
 
 
 def test_apply_grade_success_and_error():
     r = apply_grade(rec(), GradeResult(0.5, sub_scores={"a": 1.0}, passed=False, stdout="hi"))
-    assert (r["score"], r["sub_scores"], r["error"], r["grader_stdout"]) == (0.5, {"a": 1.0}, None, "hi")
+    assert (r.score, r.sub_scores, r.error, r.grader_stdout) == (0.5, {"a": 1.0}, None, "hi")
     r = apply_grade(rec(), GradeResult(0.0, error=GradeError("python_grader_runtime_error", "boom")))
-    assert r["error"] == {"stage": "grade", "type": "python_grader_runtime_error", "message": "boom"}
-    assert r["score"] == 0.0
+    assert r.error == {"stage": "grade", "type": "python_grader_runtime_error", "message": "boom"}
+    assert r.score == 0.0
 
 
 def test_generation_error_is_kept_and_scores_zero():
     r = rec(output_text=None, error=error_dict("generate", "server", "500"))
     r = apply_grade(r, GradeResult(1.0))
-    assert r["error"]["stage"] == "generate" and r["score"] == 0.0
+    assert r.error is not None and r.error["stage"] == "generate" and r.score == 0.0
 
 
 def test_jsonl_and_parquet_round_trip(tmp_path):
@@ -49,7 +103,7 @@ def test_jsonl_and_parquet_round_trip(tmp_path):
     write_parquet(rows, tmp_path / "r.parquet")
     a = read_records(tmp_path / "r.jsonl")
     b = read_records(tmp_path / "r.parquet")
-    assert list(a["score"]) == list(b["score"]) == [r["score"] for r in rows]
+    assert list(a["score"]) == list(b["score"]) == [r.score for r in rows]
     assert list(a["item_id"]) == list(b["item_id"]) == ["0", "0", "1", "1", "2", "2"]
     assert b["error"][1]["type"] == "t" and b["error"][0] is None
     assert json.loads(b["output_json"][0]) == {"a": 1}

@@ -23,7 +23,7 @@ def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
     for item, ss in scores.items():
         for e, s in enumerate(ss):
             r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
-            r["score"] = s
+            r.score = s
             recs.append(r)
     write_jsonl(recs, path)
     return path

@@ -20,7 +20,7 @@ def write_side(path: Path, label: str, scores: dict[str, list[float | None]], er
         for e, s in enumerate(ss):
             r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o",
                             error=ERR if (item, e) in errors else None)
-            r["score"] = s
+            r.score = s
             recs.append(r)
     write_jsonl(recs, path)
     return path

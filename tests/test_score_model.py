@@ -165,7 +165,7 @@ def test_cache_hit_on_rerun_and_steps_on_the_record(fake_openai, tmp_path):
     assert again[0].details["judge_cached"] is True and first[0].details["judge_cached"] is False
     rec = apply_grade(make_record(run_id="r", model_label="base", model="m", item_id="i1", epoch=1,
                                   output_text="0.5"), again[0])
-    assert rec["grade_details"]["steps"][0]["conclusion"] == "value 0.5"
+    assert rec.grade_details["steps"][0]["conclusion"] == "value 0.5"
 
 
 def test_changed_output_is_a_new_call(fake_openai, tmp_path):

@@ -29,7 +29,7 @@ def write_label(run: Path, label: str, scores: np.ndarray) -> None:
         for e, s in enumerate(row):
             r = make_record(run_id="t", model_label=label, model=f"m-{label}", item_id=f"q{i:02d}", epoch=e + 1,
                             output_text="o")
-            r["score"] = float(s)
+            r.score = float(s)
             recs.append(r)
     write_jsonl(recs, run / f"{label}.jsonl")
 

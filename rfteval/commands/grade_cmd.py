@@ -89,7 +89,7 @@ def grade(
         if judge is not None:
             judge.close()
     write_output(path, lambda tmp: write_jsonl(records, tmp), inputs=[dataset, grader, outputs], flag="--out")
-    errors = sum(1 for r in records if r.get("error"))
+    errors = sum(1 for r in records if r.error)
     summaries = summarize_models(records_frame(records)) if records else []
     if fmt is OutputFormat.json:
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {

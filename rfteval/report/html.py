@@ -13,6 +13,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rfteval.outfile import write_text_atomic
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
@@ -261,10 +262,7 @@ def page_html(title: str, body: str) -> str:
 
 def write_page(path: str | Path, title: str, body: str) -> None:
     """Atomic: the file is whole or absent."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(page_html(title, body), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, page_html(title, body))
 
 
 def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[str, str]] = ()) -> str:
@@ -319,10 +317,7 @@ interval, the dashed line its mean.{f' Showing {MAX_FOREST} of {n_items} items, 
 def write_html(result: CompareResult, path: str | Path, top: int = 50,
                sections: Sequence[tuple[str, str]] = ()) -> None:
     """Atomic: the file is whole or absent."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_html(result, top, sections), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, render_html(result, top, sections))
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint series
@@ -480,7 +475,4 @@ held out from choosing it.</figcaption></figure>""")
 
 def write_series_html(series: SeriesResult, path: str | Path) -> None:
     """Atomic: the file is whole or absent."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_series_html(series), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, render_series_html(series))

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
+from rfteval.outfile import write_bytes_atomic
 from rfteval.report.format import fmt_ci
 
 if TYPE_CHECKING:
@@ -152,8 +153,5 @@ def write_junit(result: CompareResult, path: str | Path, max_item_drop: float | 
     """Atomic: the file is whole or absent."""
     from datetime import datetime
 
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
-    tmp.write_bytes(render_junit(result, max_item_drop, timestamp=stamp))
-    tmp.replace(path)
+    write_bytes_atomic(path, render_junit(result, max_item_drop, timestamp=stamp))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rfteval.outfile import write_text_atomic
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
@@ -87,10 +88,7 @@ def render_markdown(result: CompareResult, top: int = 10) -> str:
 
 def write_markdown(result: CompareResult, path: str | Path, top: int = 10) -> None:
     """Atomic: the file is whole or absent."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_markdown(result, top), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, render_markdown(result, top))
 
 
 def render_series_markdown(series: SeriesResult) -> str:
@@ -128,7 +126,4 @@ def render_series_markdown(series: SeriesResult) -> str:
 
 
 def write_series_markdown(series: SeriesResult, path: str | Path) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_series_markdown(series), encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, render_series_markdown(series))
