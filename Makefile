@@ -38,12 +38,16 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check rfteval tests bench scripts
 	$(BIN)/python -m mypy rfteval
 
-# The quick loop while editing: everything but the tests marked slow (subprocesses, kills, Chromium, simulations).
+# pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
+# rewrite them all again, so the tests allow it (the cache lives in tests/__pycache__, ignored by git).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
+
+# The quick loop while editing: everything but the tests marked slow (what slow means: tests/README.md).
 test-fast: $(STAMP) sandbox
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -q -m "not slow"
 
 test: $(STAMP) browser sandbox
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -q
 
 demo: $(STAMP) sandbox
 	@bash scripts/demo.sh $(BIN)

@@ -323,7 +323,7 @@ class FakeOpenAI:
         self.port = self._server.server_address[1]
         self.base_url = f"http://{HOST}:{self.port}/v1"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-openai", daemon=True
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.005}, name="fake-openai", daemon=True
         )
         self._thread.start()
         return self

@@ -77,6 +77,7 @@ def input_files(server: FakeOpenAI) -> list[list[dict[str, Any]]]:
 # ---------------------------------------------------------------- the happy path
 
 
+@pytest.mark.slow
 def test_batch_results_equal_a_synchronous_run(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path) -> None:
     result = run_lib(files, fake_openai)
     assert result.summary["cells"] == CELLS and result.summary["missing"] == 0 and result.summary["errors"] == 0
@@ -121,6 +122,7 @@ def test_responses_endpoint(files: dict[str, Path], fake_openai: FakeOpenAI) -> 
 # ---------------------------------------------------------------- lines that fail, batches that fail
 
 
+@pytest.mark.slow
 def test_expired_lines_are_requeued_into_a_new_batch(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"outcome": "expired", "complete": 1})
     result = run_lib(files, fake_openai, batch_max_lines=100)
@@ -130,6 +132,7 @@ def test_expired_lines_are_requeued_into_a_new_batch(files: dict[str, Path], fak
     assert any("expired" in m for m in result.messages)
 
 
+@pytest.mark.slow
 def test_batch_tail_sync_sends_the_remainder_synchronously(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"outcome": "expired", "complete": 7})
     result = run_lib(files, fake_openai, batch_max_lines=100, batch_tail="sync")
@@ -138,6 +141,7 @@ def test_batch_tail_sync_sends_the_remainder_synchronously(files: dict[str, Path
     assert len(fake_openai.requests_for("chat")) == N_ITEMS * EPOCHS - 7
 
 
+@pytest.mark.slow
 def test_failed_lines_429_and_5xx_are_requeued_400_is_the_cells_error(files: dict[str, Path],
                                                                      fake_openai: FakeOpenAI) -> None:
     seen: dict[str, int] = {}
@@ -159,6 +163,7 @@ def test_failed_lines_429_and_5xx_are_requeued_400_is_the_cells_error(files: dic
     assert result.summary["errors"] == EPOCHS
 
 
+@pytest.mark.slow
 def test_a_failed_batch_is_one_clear_line(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"outcome": "failed", "message": "Enqueued token limit reached."})
     proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch"))
@@ -175,6 +180,7 @@ def test_a_failed_batch_is_one_clear_line(files: dict[str, Path], fake_openai: F
     assert json.loads((files["out"] / "summary.json").read_text())["missing"] == 0
 
 
+@pytest.mark.slow
 def test_completed_with_no_output_file(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_responder = lambda req: Reply.error(400, "model refuses this shape")
     result = run_lib(files, fake_openai, batch_max_lines=100)
@@ -183,6 +189,7 @@ def test_completed_with_no_output_file(files: dict[str, Path], fake_openai: Fake
     assert result.summary["errors"] == CELLS
 
 
+@pytest.mark.slow
 def test_completed_with_neither_file_is_requeued(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"drop_files": True})
     result = run_lib(files, fake_openai, batch_max_lines=100)
@@ -353,6 +360,7 @@ def fake_engine(requests: Path, out: Path, drop: Callable[[int], bool] = lambda 
     out.write_text("".join(json.dumps(x) + "\n" for x in reversed(lines)))
 
 
+@pytest.mark.slow
 def test_export_then_import(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path) -> None:
     req = tmp_path / "requests.jsonl"
     proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--export-requests", str(req)))
@@ -384,6 +392,7 @@ def test_export_then_import(files: dict[str, Path], fake_openai: FakeOpenAI, tmp
     ('{"custom_id": "k", "response": {"status_code": 200, "body": "text"}}', "response.body"),
     ('{"custom_id": "k"}', "response"),
 ])
+@pytest.mark.slow
 def test_a_bad_import_line_is_one_line_and_exit_2(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path,
                                                   line: str, field: str | None) -> None:
     results = tmp_path / "results.jsonl"
@@ -420,6 +429,7 @@ def test_result_lines_match_on_custom_id_and_classify() -> None:
     assert [n for n, _ in parse_result_lines(b'{"custom_id": "a", "response": null}\n\nnot json\n')] == [1]
 
 
+@pytest.mark.slow
 def test_chunks_stay_under_the_byte_limit(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     result = run_lib(files, fake_openai, batch_max_lines=1000, batch_max_bytes=600)
     assert result.summary["missing"] == 0
@@ -435,6 +445,7 @@ def test_batches_on_a_directory_without_batches(tmp_path: Path) -> None:
     assert empty.exit_code == 0 and "no batches" in empty.stdout
 
 
+@pytest.mark.slow
 def test_batch_judge_sends_the_judge_calls_as_a_second_batch_phase(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     from test_run_judges import SCORE_GRADER, expected_score, model_or_score_responder, write_dataset
 

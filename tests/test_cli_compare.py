@@ -51,6 +51,7 @@ def test_table_output(pair):
     assert "gate" not in out.lower()
 
 
+@pytest.mark.slow
 def test_json_exact_shape(pair):
     res = run(*pair, "--format", "json")
     assert res.exit_code == 0
@@ -97,6 +98,7 @@ def regression(tmp_path):
     (["--max-item-drop", "0.3"], 0, None),  # b drops 1/3, but 3+3 epochs can never show it: a warning, not a failure
     (["--fail-under", "0.8", "--max-item-drop", "0.3", "--gate", "strict"], 1, "fail-under"),
 ])
+@pytest.mark.slow
 def test_gate_exit_codes(pair, flags, code, failure):
     res = run(*pair, "--format", "json", *flags)
     assert res.exit_code == code, res.output
@@ -118,6 +120,7 @@ def test_an_item_drop_that_epochs_cannot_show_is_a_warning(pair):
     assert "rfteval: warning: max-item-drop: 3+3 epochs per item cannot show any single item's drop" in res.stderr
 
 
+@pytest.mark.slow
 def test_max_drop_fails_on_a_regression(regression):
     res = run(*regression, "--max-drop", "0.1", "--format", "json")
     assert res.exit_code == 1, res.output
@@ -127,6 +130,7 @@ def test_max_drop_fails_on_a_regression(regression):
     assert swapped.exit_code == 0
 
 
+@pytest.mark.slow
 def test_reports_written(regression, tmp_path):
     md, xml, html = tmp_path / "out" / "c.md", tmp_path / "out" / "c.xml", tmp_path / "out" / "c.html"
     res = run(*regression, "--markdown", str(md), "--junit", str(xml), "--html", str(html), "--max-item-drop", "0.3")
@@ -136,6 +140,7 @@ def test_reports_written(regression, tmp_path):
     assert '<svg id="scatter"' in html.read_text()
 
 
+@pytest.mark.slow
 def test_error_policy_and_gate_mode_flags(tmp_path):
     err = {"stage": "generate", "type": "server_error", "message": "HTTP 500"}
     recs = []
@@ -191,6 +196,7 @@ def test_bad_record_file_exit_2_names_line(pair, tmp_path):
     assert res.exit_code == 2 and "no such file or directory" in res.stderr
 
 
+@pytest.mark.slow
 def test_strict_and_unpaired(tmp_path, pair):
     extra = write_side(tmp_path / "more.jsonl", "tuned", {**TUNED, "e": [1.0]})
     res = run(pair[0], str(extra), "--format", "json")
@@ -203,6 +209,7 @@ def test_strict_and_unpaired(tmp_path, pair):
     assert strict.exit_code == 2 and "only in the candidate" in strict.stderr
 
 
+@pytest.mark.slow
 def test_run_directory_with_labels(tmp_path):
     write_side(tmp_path / "base.jsonl", "base", BASE)
     write_side(tmp_path / "tuned.jsonl", "tuned", TUNED)
@@ -251,6 +258,7 @@ def test_real_subprocess(pair, tmp_path):
     assert ok.returncode == 0 and "overall" in ok.stdout and ok.stderr == ""
 
 
+@pytest.mark.slow
 def test_bootstrap_intervals(pair):
     t = json.loads(run(*pair, "--format", "json").stdout)
     b = json.loads(run(*pair, "--format", "json", "--ci", "bootstrap", "--seed", "3").stdout)
@@ -261,6 +269,7 @@ def test_bootstrap_intervals(pair):
     assert min(i["delta"] for i in b["items"]) <= lo <= b["delta"]["mean"] <= hi <= max(i["delta"] for i in b["items"])
 
 
+@pytest.mark.slow
 def test_a_report_path_that_is_an_input_is_refused_before_any_work(pair, tmp_path):
     before = open(pair[0]).read()
     res = run(*pair, "--markdown", pair[0])

@@ -59,6 +59,7 @@ def outputs() -> list[dict[str, Any]]:
     return [json.loads(line) for line in RECORDING.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_trl_module_is_importable_and_scores_as_grade(tmp_path, monkeypatch):
     out = tmp_path / "chipstack_reward.py"
     res = export(str(GRADER), "trl", out)
@@ -85,6 +86,7 @@ def test_trl_module_is_importable_and_scores_as_grade(tmp_path, monkeypatch):
         sys.modules.pop("chipstack_reward", None)
 
 
+@pytest.mark.slow
 def test_verl_module_loads_by_path_and_scores_as_grade(tmp_path):
     out = tmp_path / "chipstack_verl.py"
     res = export(str(GRADER), "verl", out)
@@ -121,6 +123,7 @@ def test_verl_options_travel_in_the_module(tmp_path):
         module.close()
 
 
+@pytest.mark.slow
 def test_a_reward_function_exports_too(tmp_path):
     rewards = tmp_path / "rewards.py"
     rewards.write_text("def exact(completions, answer, **kwargs):\n"
@@ -135,6 +138,7 @@ def test_a_reward_function_exports_too(tmp_path):
         module.close()
 
 
+@pytest.mark.slow
 def test_the_module_runs_in_a_fresh_interpreter(tmp_path):
     """Imported by a separate process (as a training script is), it imports rfteval itself and exits cleanly."""
     out = tmp_path / "fresh_reward.py"

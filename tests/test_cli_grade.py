@@ -151,6 +151,7 @@ def test_a_template_no_item_can_fill_stops_before_grading(files):
         in res.output
 
 
+@pytest.mark.slow
 def test_grade_exits_3_when_records_fail_to_grade(files, tmp_path):
     ds, grader, outs, _ = files
     grader.write_text(json.dumps({"type": "python", "name": "boom", "source": "def grade(sample, item):\n"

@@ -91,6 +91,7 @@ def test_flag_form_runs_every_cell_once(files: dict[str, Path], fake_openai: Fak
     assert len(load(out, "base")) == N_ITEMS * EPOCHS and all(r["cached"] for r in load(out, "base"))
 
 
+@pytest.mark.slow
 def test_spec_file_sampling_and_both_apis(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     d = files["dir"]
     (d / "schema.json").write_text(json.dumps({"type": "object", "properties": {"a": {"type": "string"}},
@@ -136,6 +137,7 @@ temperature = 0.2
     assert 'api_key_env = "RFTEVAL_TEST_NO_SUCH_KEY"' in resolved and 'api = "responses"' in resolved
 
 
+@pytest.mark.slow
 def test_retries_on_429_500_and_malformed_bodies(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(Reply.error(429, "slow down", headers={"Retry-After": "0"}), Reply.error(500, "oops"),
                       Reply(raw_body=b'{"id": "x", "choices": [{"message": '))
@@ -171,6 +173,7 @@ def test_a_hang_past_the_timeout_is_an_error_and_exit_3(files: dict[str, Path], 
     assert res.exit_code == 0, res.output
 
 
+@pytest.mark.slow
 def test_401_stops_the_run_with_one_line(files: dict[str, Path], tmp_path: Path) -> None:
     with FakeOpenAI(api_key="sk-the-right-key-000") as server:
         res = runner.invoke(app, flags(files, server, "--api-key-env", "RFTEVAL_TEST_KEY"),
@@ -182,6 +185,7 @@ def test_401_stops_the_run_with_one_line(files: dict[str, Path], tmp_path: Path)
         assert len(server.requests) <= 8  # what was in flight at most (--concurrency 8)
 
 
+@pytest.mark.slow
 def test_unknown_model_stops_the_run(files: dict[str, Path]) -> None:
     with FakeOpenAI(models=["fake-base"]) as server:
         res = runner.invoke(app, flags(files, server))
@@ -189,6 +193,7 @@ def test_unknown_model_stops_the_run(files: dict[str, Path]) -> None:
         assert "model tuned (fake-tuned): not_found" in res.stderr
 
 
+@pytest.mark.slow
 def test_the_api_key_is_in_no_file(files: dict[str, Path]) -> None:
     secret = "sk-test-SECRET-abcdef123456"
     with FakeOpenAI(api_key=secret) as server:
@@ -204,6 +209,7 @@ def test_the_api_key_is_in_no_file(files: dict[str, Path]) -> None:
     assert secret not in res.output
 
 
+@pytest.mark.slow
 def test_replay_models_need_no_endpoint(files: dict[str, Path], tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     rec.mkdir()
@@ -286,6 +292,7 @@ def test_a_template_no_item_can_fill_stops_the_run_before_any_request(files: dic
     assert not files["out"].exists()
 
 
+@pytest.mark.slow
 def test_piped_retries_say_why_once_per_kind(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     calls = collections.Counter()
     lock = threading.Lock()

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli import app
@@ -61,6 +62,7 @@ def _judge_files(tmp_path: Path) -> tuple[Path, Path, Path]:
     return grader, dataset, outputs
 
 
+@pytest.mark.slow
 def test_validate_grader_repeat_flags_a_random_judge(tmp_path, fake_openai, monkeypatch):
     """Through the CLI and the real openai client: a judge answering at random is flagged (exit 1), a
     consistent one is not (exit 0); every repeat is a real call."""

@@ -170,6 +170,7 @@ def test_2000_requests_at_concurrency_64_against_a_cap_of_16(tmp_path: Path) -> 
     assert conc["start"] < 64
 
 
+@pytest.mark.slow
 def test_fixed_concurrency_hammers_the_cap(tmp_path: Path) -> None:
     """The contrast: --fixed keeps 64 in flight against a cap of 16, and most requests sent are 429s."""
     ds, grader = _files(tmp_path, 200)
@@ -185,6 +186,7 @@ def test_fixed_concurrency_hammers_the_cap(tmp_path: Path) -> None:
     assert stats["rate_limited"] / (stats["served"] + stats["rate_limited"]) > 0.10
 
 
+@pytest.mark.slow
 def test_flex_resource_unavailable_is_retried_longer(tmp_path: Path) -> None:
     ds, grader = _files(tmp_path, 3)
     with FakeOpenAI() as fake:

@@ -216,6 +216,7 @@ def test_request_user_text_for_responses_items() -> None:
     assert req.user_texts() == ["a", "b"] and req.user_text() == "a\nb" and req.last_user_text() == "b"
 
 
+@pytest.mark.slow
 def test_runs_as_a_process_with_a_script(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"queue": ["scripted one"], "by_prompt": {"ping": {"text": "pong"}}}))

@@ -110,11 +110,13 @@ def test_grade_with_a_reward_function(files):
     assert df["error"].isna().all()
 
 
+@pytest.mark.slow
 def test_called_once_per_item_with_all_its_samples(files):
     df = grade(files, "group_size")
     assert set(df["score"]) == {0.3}  # three epochs per item, one call per item
 
 
+@pytest.mark.slow
 def test_conversational_shape_columns_and_tool_calls(files):
     outs = files["dir"] / "tools.jsonl"
     call = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Paris"}'}}
@@ -125,6 +127,7 @@ def test_conversational_shape_columns_and_tool_calls(files):
     assert {r.item_id: r.score for r in df.itertuples()} == {"q1": 1.01, "q2": 0.02}
 
 
+@pytest.mark.slow
 def test_booleans_none_async_and_errors(files):
     config = load_grader(f"{files['rewards']}:flags")
     item = {"id": "a", "messages": [{"role": "user", "content": "?"}]}
@@ -143,12 +146,14 @@ def test_booleans_none_async_and_errors(files):
         assert check(results), (function, results)
 
 
+@pytest.mark.slow
 def test_traceback_names_the_reward_file(files):
     with GradingEngine(load_grader(f"{files['rewards']}:broken")) as engine:
         (result,) = engine.grade_batch([(make_sample("x"), {"id": "a"})])
     assert "rewards.py" in result.error.message and "raise RuntimeError" in result.error.message
 
 
+@pytest.mark.slow
 def test_same_scores_as_calling_the_function_directly(files):
     """The sandboxed grader and the function called in this process agree (the function's own contract)."""
     spec = importlib.util.spec_from_file_location("rewards_direct", files["rewards"])
@@ -162,6 +167,7 @@ def test_same_scores_as_calling_the_function_directly(files):
         assert list(rows["score"]) == direct
 
 
+@pytest.mark.slow
 def test_validate_grader_with_a_reward_function(files):
     ref = f"{files['rewards']}:exact"
     res = runner.invoke(app, ["validate", "grader", ref])
@@ -201,6 +207,7 @@ def test_loader_config_and_no_response_format(files):
         load_grader(f"{bad}:f")
 
 
+@pytest.mark.slow
 def test_run_with_a_reward_function(files):
     """`rfteval run` takes FILE.py:FUNCTION too (replayed outputs stand in for a model)."""
     replay = files["dir"] / "replay.jsonl"

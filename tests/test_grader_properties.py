@@ -50,7 +50,7 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [sorted(CASES)[0], *(pytest.param(c, marks=pytest.mark.slow) for c in sorted(CASES)[1:])])
 def test_range_perfect_and_order(engines, case):
     answers, references, as_output, as_reference = CASES[case]
     engine = engines[case]

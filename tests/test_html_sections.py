@@ -5,6 +5,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli import app
@@ -46,6 +47,7 @@ def test_compare_html_without_epochs_has_no_readiness(tmp_path):
     assert "RFT readiness" not in out.read_text()
 
 
+@pytest.mark.slow
 def test_readiness_and_probe_pages(tmp_path):
     base = records(tmp_path / "base.jsonl", "base", {"a": [0, 1, 1], "b": [0, 0, 0]})
     page = tmp_path / "readiness.html"

@@ -55,6 +55,7 @@ def test_cache_makes_a_rerun_free(fake_openai, tmp_path):
     assert len(lines) == 2 and all(json.loads(line)["key"] for line in lines)
 
 
+@pytest.mark.slow
 def test_identical_requests_in_flight_are_sent_once(fake_openai):
     fake_openai.delay_s = 0.2
     with make_judge(fake_openai) as judge:
@@ -64,6 +65,7 @@ def test_identical_requests_in_flight_are_sent_once(fake_openai):
     assert {g.output_text for g in out} == {"echo:judge-m:same"}
 
 
+@pytest.mark.slow
 def test_concurrency_limit_is_respected():
     active = 0
     peak = 0

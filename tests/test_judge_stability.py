@@ -49,6 +49,7 @@ def report(server, responder, config=SCORE, repeat=4, pairs=PAIRS, keys=KEYS, **
         return stability_report(engine, pairs, repeat=repeat, keys=keys, **kw)
 
 
+@pytest.mark.slow
 def test_consistent_judge_is_stable(fake_openai, tmp_path):
     rep = report(fake_openai, consistent, cache_path=tmp_path / "c.jsonl")
     o = rep["overall"]
@@ -80,11 +81,13 @@ def test_random_judge_is_flagged_with_flips(fake_openai):
     assert "FLAGGED" in text and "it3" in text
 
 
+@pytest.mark.slow
 def test_threshold_decides_the_flag(fake_openai):
     rep = report(fake_openai, make_random(), threshold=0.9)
     assert rep["overall"]["flagged"] is False and "stable" in render_report(rep)
 
 
+@pytest.mark.slow
 def test_errors_are_counted_not_scored(fake_openai):
     def half_broken(request):
         if "answer 0-" in request.last_user_text():

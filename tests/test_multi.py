@@ -270,6 +270,7 @@ def test_grade_command_with_a_multi_grader(tmp_path):
     assert model["errors"] == 1
 
 
+@pytest.mark.slow
 def test_validate_grader_subprocess_reports_the_nested_field(tmp_path):
     bad = json.loads(json.dumps(NAME_EMAIL))
     bad["graders"]["email"]["operation"] = "equals"

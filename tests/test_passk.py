@@ -302,6 +302,7 @@ def test_hardest_slice_under_pass_metrics():
 
 
 def test_cli_metric_json_and_bad_values(pair):
+@pytest.mark.slow
     res = runner.invoke(app, ["compare", *map(str, pair), "--metric", "pass@3", "--format", "json"])
     assert res.exit_code == 0, res.output
     j = json.loads(res.stdout)
@@ -317,6 +318,7 @@ def test_cli_metric_json_and_bad_values(pair):
 
 
 def test_gate_runs_on_the_metric(pair):
+@pytest.mark.slow
     # the candidate's mean is 0.75, its pass@3 is 1 on every item: a strict floor of 0.95 fails one, not the other
     gate = ["--fail-under", "0.95", "--gate", "strict"]
     res = runner.invoke(app, ["compare", *map(str, pair), *gate])
@@ -329,6 +331,7 @@ def test_gate_runs_on_the_metric(pair):
 
 
 def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
+@pytest.mark.slow
     ds = tmp_path / "items.jsonl"
     ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
                                       "reference_answer": "yes"}) + "\n" for i in range(4)))

@@ -203,6 +203,7 @@ def test_chipstack_resists_every_cheat_including_over_applying():
     assert by_name(report, "empty").error_types == {"python_grader_runtime_error": len(CHIP_ITEMS)}
 
 
+@pytest.mark.slow
 def test_harvey_gives_credit_for_citing_everything():
     report = run_probes(python_config("harvey", seed("harvey")), HARVEY_ITEMS, options=OPTIONS)
     st = statuses(report)
@@ -214,6 +215,7 @@ def test_harvey_gives_credit_for_citing_everything():
     assert by_name(report, "wrong_answer").status == "flag"  # another item's passage still earns fuzzy credit
 
 
+@pytest.mark.slow
 def test_runloop_pays_half_for_the_right_format():
     report = run_probes(python_config("runloop", seed("runloop")), RUNLOOP_ITEMS, options=OPTIONS)
     st = statuses(report)
@@ -233,6 +235,7 @@ def test_runloop_pays_half_for_the_right_format():
     assert by_name(skipped, "reference").status == "skipped" and "reference probes skipped" in skipped.notes[0]
 
 
+@pytest.mark.slow
 def test_ready_made_chipstack_grader_on_its_dataset():
     grader, data = ROOT / "graders" / "chipstack.json", ROOT / "datasets" / "chipstack" / "items.jsonl"
     if not grader.exists() or not data.exists():
@@ -265,6 +268,7 @@ def test_exact_grader_holds_but_is_brittle_to_whitespace():
     assert not report.flagged and [p.name for p in report.warnings] == ["reference_reformatted"]
 
 
+@pytest.mark.slow
 def test_margin_moves_the_flag_line():
     report = run_probes(python_config("harvey", seed("harvey")), HARVEY_ITEMS, options=OPTIONS, margin=0.9,
                         only=["fill_all"])

@@ -318,6 +318,7 @@ def test_key_echoed_in_an_error_message_is_scrubbed(fake_openai: FakeOpenAI) -> 
     assert SECRET not in str(err) and "bad key *** in request" in str(err)
 
 
+@pytest.mark.slow
 def test_hang_past_timeout(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(Reply(delay_s=60))
     err = error_of(provider(fake_openai), req(), timeout_s=0.3)
@@ -397,6 +398,7 @@ def test_bad_api_name() -> None:
         OpenAIProvider("http://127.0.0.1:9/v1", api="completions")  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_concurrent_requests_share_one_client(fake_openai: FakeOpenAI) -> None:
     p = provider(fake_openai)
 

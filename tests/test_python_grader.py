@@ -137,11 +137,13 @@ def test_scores_and_pass_threshold(engine_options: GradeOptions) -> None:
     assert results[2].error.type == PYTHON_RUNTIME and "ZeroDivisionError" in results[2].error.message
 
 
+@pytest.mark.slow
 def test_without_threshold_passed_is_not_set(engine_options: GradeOptions) -> None:
     with GradingEngine(config("def grade(s, i):\n    return 1.0\n"), engine_options) as engine:
         assert engine.grade(make_sample("x"), {}).passed is None
 
 
+@pytest.mark.slow
 def test_timeout_comes_from_the_options() -> None:
     source = "import time\ndef grade(sample, item):\n    time.sleep(item['s'])\n    return 1.0\n"
     with GradingEngine(config(source), GradeOptions(python_timeout_s=0.5, python_workers=1)) as engine:
@@ -150,6 +152,7 @@ def test_timeout_comes_from_the_options() -> None:
     assert fast.error is None and fast.score == 1.0
 
 
+@pytest.mark.slow
 def test_grader_sees_the_sample_openai_builds(engine_options: GradeOptions) -> None:
     source = (
         "def grade(sample, item):\n"
@@ -167,6 +170,7 @@ def test_grader_sees_the_sample_openai_builds(engine_options: GradeOptions) -> N
     assert result.error is None and result.score == 1.0
 
 
+@pytest.mark.slow
 def test_a_grader_that_changes_its_item_does_not_change_the_next_call(engine_options: GradeOptions) -> None:
     source = (
         "def grade(sample, item):\n"
@@ -226,6 +230,7 @@ def runloop_pairs() -> list[tuple[dict, dict]]:
 @pytest.mark.parametrize("name, make_pairs", [
     ("chipstack", chipstack_pairs), ("harvey", harvey_pairs), ("runloop", runloop_pairs),
 ])
+@pytest.mark.slow
 def test_published_sources_run_unchanged_and_agree_in_process(name: str, make_pairs: Any,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     source = (SEEDS / f"{name}.py").read_text()
@@ -250,6 +255,7 @@ def test_published_sources_run_unchanged_and_agree_in_process(name: str, make_pa
 
 
 @needs_seeds
+@pytest.mark.slow
 def test_runloop_prints_are_kept_per_sample() -> None:
     with GradingEngine(config((SEEDS / "runloop.py").read_text()), GradeOptions(python_workers=1)) as engine:
         good, *_, nothing = engine.grade_batch(runloop_pairs())
@@ -308,6 +314,7 @@ def test_cli_grade_runs_a_python_grader_in_a_real_process(grader_files: dict[str
     assert [r["grader_stdout"] for r in records] == ["graded q0\n", "graded q1\n", "graded q2\n"]
 
 
+@pytest.mark.slow
 def test_worker_future_flags_do_not_leak_into_graders():
     """The worker module uses `from __future__ import annotations`; an uploaded grader must not inherit it."""
     from rfteval.graders import GradeOptions, GradingEngine, parse_config

@@ -108,6 +108,7 @@ def test_unbiased_estimator_matches_simulation(probs, k, g):
     assert est.mean() == pytest.approx(exact, abs=4 * se + 1e-4)
 
 
+@pytest.mark.slow
 def test_plug_in_is_resampling_of_the_empirical_distribution_and_pessimistic():
     """K < G: the plug-in equals drawing G with replacement from the item's scores; on average it overestimates."""
     rng = np.random.default_rng(3)

@@ -110,6 +110,7 @@ def test_sync_check_is_clean() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
 def test_sync_detects_and_fixes_a_stale_json(tmp_path: Path) -> None:
     root = tmp_path / "graders"
     shutil.copytree(GRADERS, root)
@@ -134,13 +135,14 @@ def test_grader_sources_use_only_the_openai_grader_image() -> None:
 
 # ------------------------------------------------------------------ references score the maximum
 
-@pytest.mark.parametrize("case", CODE_CASES)
+@pytest.mark.parametrize("case", [CODE_CASES[0], *(pytest.param(c, marks=pytest.mark.slow) for c in CODE_CASES[1:])])
 def test_reference_answers_score_the_maximum(case: str, engine: Callable[[str], GradingEngine]) -> None:
     data = items(case)
     results = engine(case).grade_batch([(make_sample(answer_text(case, it)), it) for it in data])
     assert [(r.score, r.error) for r in results] == [(1.0, None)] * len(data)
 
 
+@pytest.mark.slow
 def test_milo_reference_gives_every_sub_score(engine: Callable[[str], GradingEngine]) -> None:
     item = items("milo")[3]
     result = engine("milo").grade(make_sample(answer_text("milo", item)), item)
@@ -164,6 +166,7 @@ def test_chipstack_wrong_answers(engine: Callable[[str], GradingEngine]) -> None
     assert score(engine, "chipstack", "cs-001", "Here you go: " + json.dumps({"predicted": ref})) == 0.0
 
 
+@pytest.mark.slow
 def test_runloop_wrong_answers(engine: Callable[[str], GradingEngine]) -> None:
     ref = by_id("runloop")["rl-001"]["reference_output"]
     assert score(engine, "runloop", "rl-001", ref.replace("<plan>", "")) == 0.0  # a tag missing
@@ -177,6 +180,7 @@ def test_runloop_wrong_answers(engine: Callable[[str], GradingEngine]) -> None:
     assert score(engine, "runloop", "rl-001", elsewhere) == pytest.approx(0.5)  # checks look under src/payments/ only
 
 
+@pytest.mark.slow
 def test_harvey_wrong_answers(engine: Callable[[str], GradingEngine]) -> None:
     passages = by_id("harvey")["hv-010"]["reference_answer"]["passages"]
     assert len(passages) == 2
@@ -191,6 +195,7 @@ def test_harvey_wrong_answers(engine: Callable[[str], GradingEngine]) -> None:
         assert own.grade(make_sample('{"passages": ["abce"]}'), one).score == pytest.approx(0.75)
 
 
+@pytest.mark.slow
 def test_ambience_partial_credit(engine: Callable[[str], GradingEngine]) -> None:
     assert by_id("ambience")["am-004"]["reference_answer"]["codes"] == ["E11.65", "Z79.4", "E66.9", "Z68.34"]
     # exact: Z79.4, E669 (dots and case normalised); same category: e11.9 ~ E11.65, Z68.35 ~ Z68.34; wrong: I10.
@@ -205,6 +210,7 @@ def test_ambience_partial_credit(engine: Callable[[str], GradingEngine]) -> None
     assert score(engine, "ambience", "am-004", {"codes": []}) == 0.0
 
 
+@pytest.mark.slow
 def test_safetykit_label_sets(engine: Callable[[str], GradingEngine]) -> None:
     assert by_id("safetykit")["sk-004"]["reference_answer"]["labels"] == ["illegal_goods", "fraud"]
     assert score(engine, "safetykit", "sk-004", {"labels": ["Illegal goods"]}) == pytest.approx(2 / 3)  # P 1, R 1/2
@@ -214,6 +220,7 @@ def test_safetykit_label_sets(engine: Callable[[str], GradingEngine]) -> None:
     assert score(engine, "safetykit", "sk-006", {"labels": ["self_harm"]}) == 0.0  # a recovery story is not a violation
 
 
+@pytest.mark.slow
 def test_milo_sub_scores(engine: Callable[[str], GradingEngine]) -> None:
     item = by_id("milo")["mi-004"]
     conference, deadline = item["reference_answer"]["events"]
@@ -317,6 +324,7 @@ def test_recordings_are_up_to_date() -> None:
 
 
 @pytest.mark.parametrize("case", RECORDED)
+@pytest.mark.slow
 def test_recordings_show_a_trainable_task_and_a_better_tuned_model(case: str, engine: Callable[[str], GradingEngine]) -> None:
     base, tuned = recorded_scores(engine, case, "base"), recorded_scores(engine, case, "tuned")
     base_all = [s for v in base.values() for s in v]
@@ -331,6 +339,7 @@ def test_recordings_show_a_trainable_task_and_a_better_tuned_model(case: str, en
 # ------------------------------------------------------------------ through the command line
 
 @pytest.mark.parametrize("case", CODE_CASES)
+@pytest.mark.slow
 def test_validate_grader_reference_check_cli(case: str) -> None:
     """rfteval's own reference check finds, unaided, how each item's reference stands for an output."""
     result = CliRunner().invoke(app, ["validate", "grader", str(GRADERS / f"{case}.json"),

@@ -155,7 +155,7 @@ def rewards() -> Iterator[Callable[[str, str], Any]]:
         reward.close()
 
 
-@pytest.mark.parametrize("case", LOCAL_CASES)
+@pytest.mark.parametrize("case", [LOCAL_CASES[0], *(pytest.param(c, marks=pytest.mark.slow) for c in LOCAL_CASES[1:])])
 def test_trl_scores_equal_rfteval_grade_for_every_local_ready_made_grader(case, tmp_path, rewards):
     outs = outputs(case)
     expected = grade_cli(tmp_path, DATASETS / case / "items.jsonl", str(GRADERS / f"{case}.json"), outs)
@@ -174,6 +174,7 @@ def test_trl_scores_equal_rfteval_grade_for_every_local_ready_made_grader(case, 
 
 
 @pytest.mark.parametrize("case", LOCAL_CASES)
+@pytest.mark.slow
 def test_verl_scores_equal_rfteval_grade_for_every_local_ready_made_grader(case, tmp_path, rewards):
     outs = outputs(case)
     expected = grade_cli(tmp_path, DATASETS / case / "items.jsonl", str(GRADERS / f"{case}.json"), outs)
@@ -188,6 +189,7 @@ def test_verl_scores_equal_rfteval_grade_for_every_local_ready_made_grader(case,
             expected[o["model"], o["item_id"], o["epoch"]], o
 
 
+@pytest.mark.slow
 def test_verl_reward_loop_calls_from_an_executor_concurrently(rewards):
     """verl's reward loop (verl/experimental/reward_loop/reward_manager/naive.py) runs a sync compute_score in the
     event loop's default executor: many threads at once, one engine."""
@@ -206,6 +208,7 @@ def test_verl_reward_loop_calls_from_an_executor_concurrently(rewards):
     assert scores == [1.0 if i % 2 else 0.0 for i in range(4 * len(its))]
 
 
+@pytest.mark.slow
 def test_verl_ground_truth_as_json_text_and_reference_field(tmp_path):
     grader = {"type": "python", "name": "g", "source": "def grade(sample, item):\n"
               "    return float(sample['output_json'] == item['answer'] and item['level'] == 3)\n"}
@@ -264,6 +267,7 @@ def test_conversational_completion_grades_the_last_assistant_message_and_its_too
     assert [expected["outputs", "w1", i] for i in (1, 2, 3)] == [0.75, 0.25, 0.0]
 
 
+@pytest.mark.slow
 def test_standard_format_and_extra_columns_reach_the_item():
     grader = {"type": "python", "name": "cols", "source": (
         "def grade(sample, item):\n"
@@ -277,6 +281,7 @@ def test_standard_format_and_extra_columns_reach_the_item():
     assert [r[0] for r in got] == [0.52, 0.02, 1.0, 1.0]
 
 
+@pytest.mark.slow
 def test_a_grading_error_scores_zero_and_is_logged_once_per_type(caplog):
     grader = {"type": "python", "name": "picky", "source": (
         "def grade(sample, item):\n"
@@ -318,6 +323,7 @@ def test_grader_in_every_form_load_grader_takes(tmp_path):
         for_trl(sc, no_such_option=1)
 
 
+@pytest.mark.slow
 def test_trl_extras_are_not_columns_and_odd_keywords_are_ignored(caplog):
     grader = {"type": "python", "name": "keys", "source": "def grade(sample, item):\n    return float(len(item))\n"}
     with for_trl(grader) as reward:
@@ -352,6 +358,7 @@ def test_model_grader_with_a_local_judge(fake_openai):
     assert {r.body["model"] for r in fake_openai.requests} == {"local-judge"}
 
 
+@pytest.mark.slow
 def test_pickles_as_config_and_options_and_closes(tmp_path):
     grader = {"type": "python", "name": "one", "source": "def grade(sample, item):\n    return 1.0\n"}
     reward = for_verl(grader, reference_field="ref", grader_timeout=30)
@@ -368,6 +375,7 @@ def test_pickles_as_config_and_options_and_closes(tmp_path):
 # ------------------------------------------------------------------ TRL's own plumbing, when installed
 
 
+@pytest.mark.slow
 def test_with_trls_own_reward_plumbing():
     """Runs GRPOTrainer._calculate_rewards itself on a stand-in trainer (no model is loaded)."""
     trl = pytest.importorskip("trl", reason="trl (and torch) are not installed here: too large for CI; the "

@@ -108,6 +108,7 @@ def expected_score(answer: str) -> float:
 # ---- score_model ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.responder = model_or_score_responder()
     grader = tmp_path / "grader.json"
@@ -192,6 +193,7 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
     assert set(json.loads((out / "summary.json").read_text())["judge_results"]) == {"other-judge"}
 
 
+@pytest.mark.slow
 def test_refused_and_failed_judge_calls_are_on_their_records_and_counted(tmp_path: Path,
                                                                           fake_openai: FakeOpenAI) -> None:
     """Issue 12: a refused group counted nothing and its tokens were dropped (88 of 90 calls with 2 refusals)."""
@@ -237,6 +239,7 @@ def label_responder(req: Request) -> Reply:
     return Reply(text=json.dumps({"steps": [], "label": "good"}))
 
 
+@pytest.mark.slow
 def test_judge_section_flags_win_and_the_run_endpoint_is_the_default(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.responder = label_responder
     grader = tmp_path / "grader.json"
@@ -419,6 +422,7 @@ def check_group_records(out: Path, requests: list[Request], group_size: int) -> 
             assert d["shuffle_seed"] == int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
 
 
+@pytest.mark.slow
 def test_group_judge_one_call_per_item_and_model(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.responder = group_responder
     files = group_files(tmp_path)
@@ -452,6 +456,7 @@ def test_group_judge_one_call_per_item_and_model(tmp_path: Path, fake_openai: Fa
     check_group_records(out, new, 6)
 
 
+@pytest.mark.slow
 def test_group_models_rerun_and_fresh(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     fake_openai.responder = group_responder
     files = group_files(tmp_path)

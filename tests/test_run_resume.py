@@ -133,6 +133,7 @@ def test_changed_grader_regrades_without_requests(files: dict[str, Path], fake_o
     assert second["grader"]["hash"] != first["grader"]["hash"]
 
 
+@pytest.mark.slow
 def test_failed_cells_are_resent_on_resume_and_fresh_starts_over(files: dict[str, Path],
                                                                    fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(*[Reply.error(503, "down")] * 3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,6 +41,7 @@ json_values = st.recursive(
 noise = st.sampled_from(["", " ", "\n\t", "\u00a0", "\ufeff", "x", "}", "]", ",", "{", "[", "\r\n", "\x1c", "1"])
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(value=json_values, before=noise, after=noise, cut=st.integers(0, 3), indent=st.sampled_from([None, 2]))
 def test_parse_output_json_is_json_loads_on_the_stripped_text(value: object, before: str, after: str, cut: int,
@@ -53,6 +55,7 @@ def test_parse_output_json_is_json_loads_on_the_stripped_text(value: object, bef
 literals = st.from_regex(r"-?(0|[1-9][0-9]{0,40}|0[0-9]{1,3})(\.[0-9]{0,40})?([eE][+-]?[0-9]{1,4})?", fullmatch=True)
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(literal=literals)
 def test_every_number_literal_parses_as_json_loads_parses_it(literal: str) -> None:
@@ -60,6 +63,7 @@ def test_every_number_literal_parses_as_json_loads_parses_it(literal: str) -> No
         assert same(parse_output_json(text), reference_parse(text)), text
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(keys=st.lists(st.sampled_from(["a", "b", "c", "\u00e9"]), min_size=1, max_size=6),
        values=st.lists(st.integers(-3, 3), min_size=6, max_size=6))

@@ -136,6 +136,7 @@ def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, word
     assert [r.score for r in good] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
 
 
+@pytest.mark.slow
 def test_printing_a_lot_is_not_an_error_and_costs_no_one_else(pool1: WorkerPool) -> None:
     results = pool1.grade(MISBEHAVING, batch_around("print_a_lot"))
     assert [r.error for r in results] == [None] * 7
@@ -158,6 +159,7 @@ def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: Wor
             assert result.error is None and result.score == n / 2000, n
 
 
+@pytest.mark.slow
 def test_a_batch_after_a_crash_is_graded_by_a_fresh_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[int] = []
     send = _Sandbox.send
@@ -186,6 +188,7 @@ def test_a_crash_reports_what_the_process_printed(pool1: WorkerPool) -> None:
     assert "Segmentation fault" in (result.stdout or "")  # faulthandler's dump, from the capture file
 
 
+@pytest.mark.slow
 def test_output_is_captured_per_sample_and_capped(pool1: WorkerPool) -> None:
     source = (
         "import os, sys\n"
@@ -246,6 +249,7 @@ def test_fd_level_output_is_capped_and_kept_when_the_call_dies(pool1: WorkerPool
     assert after.error is None and after.stdout is None
 
 
+@pytest.mark.slow
 def test_a_reply_msgspec_cannot_write_goes_as_escaped_json(pool1: WorkerPool) -> None:
     source = ("class Odd:\n"
               "    def __repr__(self):\n"
@@ -340,12 +344,14 @@ def test_network_is_cut(pool2: WorkerPool) -> None:
         listener.close()
 
 
+@pytest.mark.slow
 def test_isolation_is_reported() -> None:
     with WorkerPool(workers=1, unsafe=True) as pool:
         text = pool.isolation
     assert text.startswith(("bubblewrap: user, PID, mount, network and IPC namespaces", "unsafe: no sandbox ("))
 
 
+@pytest.mark.slow
 def test_calls_from_two_threads_at_once(pool2: WorkerPool) -> None:
     double = "def grade(sample, item):\n    return item['v'] * 2\n"
     square = "def grade(sample, item):\n    return item['v'] ** 2\n"
@@ -388,6 +394,7 @@ def test_source_that_hangs_while_loading_fails_every_sample_once() -> None:
         assert ok[0].score == 0.25  # the pool itself is fine
 
 
+@pytest.mark.slow
 def test_secrets_and_threads_in_the_worker_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
     monkeypatch.setenv("RFTEVAL_HARMLESS", "yes")
@@ -406,6 +413,7 @@ def test_secrets_and_threads_in_the_worker_environment(monkeypatch: pytest.Monke
     assert "OPENAI_API_KEY" not in worker_env() and "RFTEVAL_HARMLESS" not in worker_env()  # an allow-list
 
 
+@pytest.mark.slow
 def test_memory_limit_is_configurable() -> None:
     source = "def grade(sample, item):\n    return float(len(bytearray(300 * 1024 * 1024)) > 0)\n"
     with WorkerPool(workers=1, memory_mb=200) as small, WorkerPool(workers=1, memory_mb=1024) as large:
@@ -415,6 +423,7 @@ def test_memory_limit_is_configurable() -> None:
     assert high.error is None and high.score == 1.0
 
 
+@pytest.mark.slow
 def test_closed_pool_refuses_work() -> None:
     pool = WorkerPool(workers=1)
     assert pool.grade("def grade(s, i):\n    return 1\n", [({}, {})])[0].score == 1.0
@@ -652,6 +661,7 @@ def test_copies_of_a_sample_keep_its_text_path() -> None:
         assert twin == sample and compact_sample(twin)[0] == '{"a": [1, 2]}'
 
 
+@pytest.mark.slow
 def test_a_sample_the_worker_cannot_rebuild_is_sent_again_whole() -> None:
     source = ("import sys\n"
               "sys.modules['__main__'].SAMPLE['parse'] = lambda text: None  # the worker's parse now fails\n"
@@ -665,6 +675,7 @@ def test_a_sample_the_worker_cannot_rebuild_is_sent_again_whole() -> None:
     assert results[5].error.type == PYTHON_RUNTIME and "TypeError" in results[5].error.message  # None['a']
 
 
+@pytest.mark.slow
 def test_a_number_over_the_workers_digit_limit_is_sent_whole() -> None:
     import sys
 
@@ -731,6 +742,7 @@ def test_results_come_back_in_the_callers_order_when_items_interleave(pool1: Wor
             assert result.stdout == f"{float(k % 5)} {k}\n"
 
 
+@pytest.mark.slow
 def test_an_items_samples_of_one_model_share_one_process() -> None:
     source = "import os\ndef grade(sample, item):\n    return float(os.getpid())\n"
     items = [{"id": n} for n in range(4)]

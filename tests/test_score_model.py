@@ -209,6 +209,7 @@ def test_grade_pairs_with_a_judge_client(fake_openai):
     assert result.score == 0.3 and re.search("Reference: x", fake_openai.requests[0].last_user_text())
 
 
+@pytest.mark.slow
 def test_accordance_rubric_through_the_scripted_local_judge():
     """The demo's stand-in judge (scripts/local_judge.py, not a model) on the Accordance score_model grader."""
     import sys

@@ -204,6 +204,7 @@ def engines() -> Iterator[Callable[[str, str], GradingEngine]]:
 
 
 @pytest.mark.parametrize("case", CASES)
+@pytest.mark.slow
 def test_published_source_runs_unchanged_in_python_grader(case: str, engines: Callable[[str, str], GradingEngine]) -> None:
     pairs = generated(case)[:120] + [(make_sample(reference_text(case, it)), it) for it in items(case)]
     direct = [published(case)(s, i) for s, i in pairs]
@@ -226,7 +227,7 @@ def reference_text(case: str, item: dict[str, Any]) -> str:
     return json.dumps({"predicted": ref} if case == "chipstack" else ref)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [CASES[0], *(pytest.param(c, marks=pytest.mark.slow) for c in CASES[1:])])
 def test_ready_made_grader_scores_exactly_as_published(case: str, engines: Callable[[str, str], GradingEngine]) -> None:
     pairs = generated(case)
     direct = [published(case)(s, i) for s, i in pairs]
@@ -243,6 +244,7 @@ def test_ready_made_grader_scores_exactly_as_published(case: str, engines: Calla
     assert len(scores) >= 10 and 0.0 in scores and 1.0 in scores  # varied: the samples exercise the whole range
 
 
+@pytest.mark.slow
 def test_where_published_chipstack_raises_ours_scores_the_answer() -> None:
     """The documented difference: a malformed answer is a low score, not a grader error."""
     item = items("chipstack")[0]

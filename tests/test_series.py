@@ -76,6 +76,7 @@ def test_series_json_shape_and_holm(run):
 
 
 def test_baseline_choice(run):
+@pytest.mark.slow
     assert compare_series(run, baseline="ckpt-a").baseline["label"] == "ckpt-a"
     (run / "base.jsonl").rename(run / "zeta.jsonl")  # no `base`: the first in the spec's order that has records
     assert compare_series(run).baseline["label"] == "ckpt-b"
@@ -84,6 +85,7 @@ def test_baseline_choice(run):
 
 
 def test_gates_apply_to_every_candidate_or_to_the_named_one(run):
+@pytest.mark.slow
     res = runner.invoke(app, ["compare", str(run), "--max-drop", "0.05"])
     assert res.exit_code == 1 and "ckpt-b: max-drop" in res.output, res.output
     res = runner.invoke(app, ["compare", str(run), "--max-drop", "0.05", "--candidate", "ckpt-c"])
@@ -101,11 +103,13 @@ def test_gates_apply_to_every_candidate_or_to_the_named_one(run):
 
 
 def test_metric_applies_to_the_series(run):
+@pytest.mark.slow
     s = compare_series(run, CompareOptions(metric="pass@3"))
     assert s.metric == "pass@3" and all(c.result.metric == "pass@3" for c in s.candidates)
 
 
 def test_table_markdown_and_html(run, tmp_path):
+@pytest.mark.slow
     md, html = tmp_path / "s.md", tmp_path / "s.html"
     res = runner.invoke(app, ["compare", str(run), "--markdown", str(md), "--html", str(html)])
     assert res.exit_code == 0, res.output
@@ -117,6 +121,7 @@ def test_table_markdown_and_html(run, tmp_path):
 
 
 def test_few_items_no_held_out(tmp_path):
+@pytest.mark.slow
     d = tmp_path / "run"
     d.mkdir()
     rng = np.random.default_rng(1)
@@ -186,6 +191,7 @@ def test_holm_keeps_the_family_wise_error_across_equal_candidates():
 
 
 def test_run_with_several_candidates_prints_the_series(tmp_path):
+@pytest.mark.slow
     ds = tmp_path / "items.jsonl"
     ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
                                       "reference_answer": "yes"}) + "\n" for i in range(6)))

@@ -106,6 +106,7 @@ def test_exact_p_hand_enumeration():
     assert stats.sign_flip_p_value(d)[0] == pytest.approx(hits / 16)
 
 
+@pytest.mark.slow
 def test_monte_carlo_p_matches_exact_enumeration():
     rng = np.random.default_rng(5)
     d = rng.normal(0.08, 0.3, 18)  # above the exact limit of 16: Monte-Carlo
@@ -116,6 +117,7 @@ def test_monte_carlo_p_matches_exact_enumeration():
     assert abs(p_mc - p_exact) < 4 * math.sqrt(p_exact * (1 - p_exact) / 10_000) + 1e-4
 
 
+@pytest.mark.slow
 def test_monte_carlo_p_floor_and_determinism():
     d = np.full(40, 0.1)  # every item improved: the observed pattern is the most extreme of 2**40
     p, _ = stats.sign_flip_p_value(d)
@@ -146,6 +148,7 @@ def test_sign_flip_sums_distribution():
     assert table[0, 1] == pytest.approx(x[0] - x[1:8].sum())
 
 
+@pytest.mark.slow
 def test_p_value_is_calibrated_under_the_null():
     rng = np.random.default_rng(11)
     d = rng.normal(0, 1, (1000, 12))  # symmetric differences: no true effect
@@ -323,6 +326,7 @@ def test_grouped_draws_match_per_item_draws():
     assert np.array_equal(stats.sign_flip_sums_grouped(np.zeros(50), 10), np.zeros(10))
 
 
+@pytest.mark.slow
 def test_grouped_p_value_matches_exact_enumeration():
     d = np.array([1, 1, 1, 2, 2, -1, 1, 1, 2, -2, 1, 1, 1, 2, 1, 1, -1, 1], dtype=float) / 3  # 18 items
     p_mc, method = stats.sign_flip_p_value(d, seed=2)
