@@ -493,3 +493,14 @@ def test_bad_service_tier_and_transport_are_input_errors() -> None:
         OpenAIProvider("http://127.0.0.1:9/v1", api_key_env=KEY_ENV, service_tier="cheap")
     with pytest.raises(InputError, match="transport"):
         OpenAIProvider("http://127.0.0.1:9/v1", api_key_env=KEY_ENV, transport="curl")
+
+
+def test_every_client_shares_one_verifying_tls_context() -> None:
+    """Building a TLS context loads the CA bundle: once per process, not once per client; and it still verifies."""
+    import ssl
+
+    from rfteval.providers.openai_provider import shared_tls_context
+
+    ctx = shared_tls_context()
+    assert ctx is shared_tls_context()
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
+import functools
 import json
 import os
 import re
+import ssl
 import time
 from typing import Any, Literal
 
@@ -33,6 +35,15 @@ def default_transport() -> str:
     except ImportError:
         return "httpx"
     return "aiohttp"
+
+
+@functools.cache
+def shared_tls_context() -> ssl.SSLContext:
+    """One TLS context for every client this process makes. Building one loads the CA bundle, which costs more
+    than the rest of a client; a run makes a client per model and one for the judge, and a test suite hundreds."""
+    import httpx2
+
+    return httpx2.create_ssl_context()
 
 
 class OpenAIProvider:
@@ -83,13 +94,15 @@ class OpenAIProvider:
         import openai  # heavy: imported only when a provider is built
 
         self._openai = openai
-        http_client = None
         if transport == "aiohttp":
             import httpx2
 
             # as many connections as the SDK's default pool (1,000), not aiohttp's 100
-            http_client = openai.DefaultAioHttpClient(
-                limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=1000))
+            http_client: Any = openai.DefaultAioHttpClient(
+                limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=1000),
+                verify=shared_tls_context())
+        else:  # the SDK's own defaults (pool, timeouts, redirects), with the process's one TLS context
+            http_client = openai.DefaultAsyncHttpxClient(verify=shared_tls_context())
         self._client = openai.AsyncOpenAI(
             api_key=key, base_url=self.base_url, max_retries=0, default_headers=self._extra_headers or None,
             http_client=http_client,
