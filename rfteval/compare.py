@@ -1,71 +1,44 @@
-"""Paired comparison of two models' records: load each side, pair items, slice, and apply the CI gate.
+"""Paired comparison of two models' records: pair items, compare means, slices and sub-scores, then the gate.
 
-Library first: `compare_paths` is what `rfteval compare` calls; `compare_sides` takes records already in
-memory (the run command's base → tuned table). Reports render a `CompareResult`; nothing here prints.
+Library first: `compare_paths` is what `rfteval compare` calls; `compare_sides` takes sides already loaded
+(rfteval.sides). The gate's checks live in rfteval.gate. Reports render a `CompareResult`; nothing here prints.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import numbers
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from rfteval import passk, rundir, stats
 from rfteval.errors import InputError
-from rfteval.records import json_safe  # noqa: F401  (series and reports take it from here too)
+from rfteval.gate import Gate, GateVerdict, evaluate_gate, no_gate
+from rfteval.records import json_safe
+from rfteval.sides import SUB, Side, load_side, load_sides, normalise_frame, read_record_frame
+from rfteval.stats import PairedDelta
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
-    import pyarrow as pa
 
-    from rfteval.records import Record
+    from rfteval.graders.base import GraderConfig
 
-SUB = "sub:"  # prefix of per-record sub-score columns in a side's frame
+
 HARDEST = "hardest"
 MISSING = "(missing)"
 NOT_IN_DATASET = "(not in dataset)"
-GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
 NAN = float("nan")
-# File names of a run directory, as rfteval.store writes them. Not imported from there: store sits in the runner's
-# import graph, which imports this module (tests/test_passk.py checks the names agree).
-
 
 
 # ---------------------------------------------------------------------------------------------- options
 
 
-GATE_MODES = ("evidence", "strict")
 ERROR_POLICIES = ("exclude", "zero")
 
-
-@dataclass(frozen=True)
-class Gate:
-    """The CI gate; None / False leaves a check off.
-
-    mode "evidence" (the default) fails only on evidence: a drop whose interval lies below 0 and whose size
-    passes the threshold, a candidate whose whole interval lies under --fail-under. Noise alone then fails
-    about 2.5% of runs per check. mode "strict" asks for proof of no regression instead (non-inferiority): the
-    interval's lower bound must clear each threshold, which fails on noise whenever the eval is too small.
-    """
-
-    fail_under: float | None = None
-    max_drop: float | None = None
-    require_improvement: bool = False
-    max_item_drop: float | None = None
-    mode: str = "evidence"
-    max_error_rate: float = 0.05
-
-    @property
-    def active(self) -> bool:
-        return (self.fail_under is not None or self.max_drop is not None or self.require_improvement
-                or self.max_item_drop is not None)
 
 
 @dataclass(frozen=True)
@@ -89,318 +62,61 @@ class CompareOptions:
     pass_threshold: float | None = None
 
 
-# ---------------------------------------------------------------------------------------------- sides
+# ---------------------------------------------------------------------------------------------- result
 
 
-@dataclass
-class Side:
-    """One model's records, normalised: item_id, epoch, score, error_* and sub:<key> columns."""
+class SideReport(TypedDict):
+    """One side of a comparison: its mean over the paired items, and what went into it."""
 
     label: str
+    mean: float
+    ci95: list[float]
+    items: int
+    records: int
+    errors: int
+    se: float
+    sd: float
+    records_used: int
+    duplicates_dropped: int
     path: str
-    frame: pd.DataFrame
-    duplicates: int = 0
-    grader: str | None = None  # the grader file of the run that wrote the records (spec.resolved.toml), if known
+    generation_errors: int
+    generation_error_share: float
+    scored_zero_errors: int
+    items_unpaired: NotRequired[int]
 
 
-def load_side(path: str | Path, label: str | None = None) -> Side:
-    """A side from a record file (JSONL or Parquet) or a run directory, filtered to `label` when given."""
-    path = Path(path)
-    file, by_label = rundir.record_file(path, label)
-    frame = read_record_frame(file)
-    labels = frame["model_label"].dropna().unique().tolist() if "model_label" in frame else []
-    if label is not None and labels and not by_label:
-        frame = frame[frame["model_label"] == label]
-        if frame.empty:
-            raise InputError(f"no records with model_label {label!r} (labels here: {', '.join(map(str, labels))})",
-                             file, field="--label")
-    elif label is None and len(labels) > 1:
-        raise InputError(f"holds several models ({', '.join(map(str, labels))}); name one with --label", file,
-                         field="model_label")
-    if frame.empty:
-        raise InputError("no records", file)
-    name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
-    side = normalise_frame(frame.reset_index(drop=True), name, str(file))
-    side.grader = rundir.grader_path(file.parent)
-    return side
+class MeanInterval(TypedDict):
+    mean: float
+    ci95: list[float]
+    se: float
 
 
-def side_from_records(records: pd.DataFrame | Sequence[Record], label: str, path: str = "") -> Side:
-    """A side from records in memory (`Record`s, or a frame from rfteval.records.read_records)."""
-    import pandas as pd
+class PairRow(TypedDict):
+    """Both sides and their paired delta over one set of items: a slice, a sub-score, pass@1 or pass@N."""
 
-    from rfteval.records import records_frame
-
-    frame = records if isinstance(records, pd.DataFrame) else records_frame(records)
-    rows = frame.to_dict("records")
-    return normalise_frame(_frame_from_dicts(rows, Path(path or label), validate=False), label, path)
-
-
-def normalise_frame(frame: pd.DataFrame, label: str, path: str) -> Side:
-    """Duplicate cells dropped (the later record wins), ids as text, error flags set, error records scored 0."""
-    import numpy as np
-    import pandas as pd
-
-    before = len(frame)
-    has_epoch = frame["epoch"].notna()
-    dup = frame.duplicated(subset=["item_id", "epoch"], keep="last") & has_epoch
-    if dup.any():  # an append-only store may hold a cell twice: the later record supersedes
-        frame = frame[~dup.to_numpy()].reset_index(drop=True)
-    frame = frame.copy()
-    if not pd.api.types.is_string_dtype(frame["item_id"]):
-        frame["item_id"] = frame["item_id"].astype(str)
-    frame["is_error"] = frame["error_type"].notna() | frame["error_stage"].notna() | frame["error_present"]
-    frame["is_generation_failure"] = is_generation_failure(frame["error_stage"], frame["error_type"])
-    frame["score"] = np.where(frame["is_error"], 0.0, frame["score"].to_numpy(dtype=np.float64))
-    return Side(label, path, frame, before - len(frame))
-
-
-def is_generation_failure(stage: pd.Series, type_: pd.Series) -> pd.Series:
-    """Records whose model never answered (the endpoint failed after every retry): not an answer, so not a 0.
-
-    A refusal is an answer (the model chose not to), so it scores 0 like a grading error.
-    """
-    from rfteval.records import REFUSAL
-
-    return (stage == "generate") & (type_ != REFUSAL)  # records.is_generation_failure, column-wise
-
-
-# ---------------------------------------------------------------------------------------------- reading
-
-_NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores", "passed")
-# Inside a JSON string every quote is escaped, so `"sub_scores"` followed by a colon is always a key. A nested
-# one (say in grade_details) makes the count differ from the row count, and the slow reader takes over.
-_SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
-_SUB_RE_COMPACT = re.compile(rb'"sub_scores":(\{[^{}]*\}|null)')  # as rfteval writes it: tried first, the faster match
-_HAS_SUB_RE = re.compile(rb'"sub_scores"\s*:\s*\{')
-
-
-def read_record_frame(path: Path) -> pd.DataFrame:
-    """The columns compare needs from a record file: model_label, item_id, epoch, score, error_*, sub:<key>.
-
-    JSONL goes through pyarrow's JSON reader with an explicit schema (other fields, whatever their shape,
-    are ignored); sub-scores are found with a regex and parsed by the same reader. Anything unexpected
-    (integer ids, a missing field, invalid JSON) falls back to a line-by-line reader that names the line.
-    """
-    if path.suffix == ".parquet":
-        return _read_parquet(path)
-    fast = _read_jsonl_fast(path)
-    return fast if fast is not None else _read_jsonl_slow(path)
-
-
-def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
-    import pandas as pd
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    def col(name: str, typ: pa.DataType) -> pa.ChunkedArray:
-        if name in table.column_names:
-            return table.column(name)
-        return pa.chunked_array([pa.nulls(table.num_rows, typ)])
-
-    err = table.column("error").combine_chunks() if "error" in table.column_names else None
-    data: dict[str, Any] = {
-        "model_label": col("model_label", pa.string()).to_pandas(),
-        "item_id": col("item_id", pa.string()).to_pandas(),
-        "epoch": pc.cast(col("epoch", pa.int64()), pa.float64()).to_numpy(zero_copy_only=False),  # null -> NaN
-        "score": col("score", pa.float64()).to_numpy(zero_copy_only=False),
-        # the grader's own verdict: 1.0 / 0.0, NaN where it gave none
-        "passed": pc.cast(col("passed", pa.bool_()), pa.float64()).to_numpy(zero_copy_only=False),
-    }
-    err_fields = {f.name for f in err.type} if err is not None else set()
-    for key in ("stage", "type", "message"):
-        data[f"error_{key}"] = (pc.struct_field(err, key).to_pandas() if key in err_fields
-                                else pd.Series([None] * table.num_rows, dtype=object))
-    data["error_present"] = err.is_valid().to_numpy(zero_copy_only=False) if err is not None else False
-    frame = pd.DataFrame(data)
-    if subs is not None and subs.num_rows:
-        s = subs.column("s").combine_chunks()
-        if pa.types.is_struct(s.type):
-            for i in range(s.type.num_fields):
-                name = s.type.field(i).name
-                frame[SUB + name] = pc.struct_field(s, name).cast(pa.float64()).to_numpy(zero_copy_only=False)
-    return frame
-
-
-def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read ({exc.strerror})", path) from None
-    if data.startswith(b"\xef\xbb\xbf") or b"\r" in data[:4096]:
-        return None
-    schema = pa.schema([("model_label", pa.string()), ("item_id", pa.string()), ("epoch", pa.int64()),
-                        ("score", pa.float64()), ("passed", pa.bool_()),
-                        ("error", pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())]))])
-    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    try:
-        table = pj.read_json(pa.BufferReader(pa.py_buffer(data)), parse_options=opts,
-                             read_options=pj.ReadOptions(block_size=8 << 20))
-        subs = None
-        if b'"sub_scores"' in data:
-            found = _SUB_RE_COMPACT.findall(data)
-            if len(found) != table.num_rows:
-                found = _SUB_RE.findall(data)
-            if len(found) != table.num_rows:
-                return None  # a line without the key, a nested key or a value of the wrong shape
-            if _HAS_SUB_RE.search(data):
-                subs = pj.read_json(pa.BufferReader(pa.py_buffer(b'{"s":' + b'}\n{"s":'.join(found) + b"}")),
-                                    read_options=pj.ReadOptions(block_size=8 << 20))
-        del data
-        if table.num_rows == 0:
-            return None
-        frame = _arrow_frame(table, subs)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None  # e.g. integer ids or a text sub-score: the line-by-line reader handles or names it
-    if (frame["item_id"].isna().any() or (frame["item_id"] == "").any()
-            or (frame["score"].isna() & ~frame["error_present"]).any()):
-        return None  # let the line-by-line reader name the bad line
-    return frame
-
-
-def _check_number(value: Any, path: Path, line: int, name: str, *, allow_null: bool) -> float | None:
-    if value is None and allow_null:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        raise InputError(f"must be a finite number, got {json.dumps(value)[:40]}", path, line, name)
-    return float(value)
-
-
-def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict[str, Any]], path: Path,
-                      validate: bool = True) -> pd.DataFrame:
-    import pandas as pd
-
-    out: dict[str, list[Any]] = {k: [] for k in ("model_label", "item_id", "epoch", "score", "error_stage",
-                                                 "error_type", "error_message", "error_present", "passed")}
-    subs: list[dict[str, Any] | None] = []
-    for pos, entry in enumerate(rows):
-        line, row = entry if isinstance(entry, tuple) else (pos + 1, entry)
-        item_id = row.get("item_id")
-        if isinstance(item_id, bool) or not isinstance(item_id, (str, numbers.Integral)) or str(item_id) == "":
-            raise InputError("must be a non-empty string or an integer", path, line, "item_id")
-        epoch = row.get("epoch")
-        if not validate and isinstance(epoch, numbers.Real) and not isinstance(epoch, bool):
-            epoch = None if math.isnan(epoch) else int(float(epoch))
-        if epoch is not None and (isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral)):
-            raise InputError("must be an integer", path, line, "epoch")
-        error = row.get("error")
-        if isinstance(error, float) and math.isnan(error):  # pandas' missing value
-            error = None
-        if error is not None and not isinstance(error, dict):
-            raise InputError("must be null or an object {stage, type, message}", path, line, "error")
-        score = row.get("score")
-        if isinstance(score, float) and math.isnan(score) and not validate:
-            score = None
-        if score is None and error is None:
-            raise InputError("null without an error: the record was never graded", path, line, "score")
-        score = _check_number(score, path, line, "score", allow_null=error is not None)
-        sub = row.get("sub_scores")
-        if sub is not None and not isinstance(sub, dict):
-            if isinstance(sub, list) and not validate:  # a Parquet map read by pandas: a list of pairs
-                sub = dict(sub)
-            elif not (isinstance(sub, float) and math.isnan(sub)):
-                raise InputError("must be null or an object {name: number}", path, line, "sub_scores")
-            else:
-                sub = None
-        if sub:
-            sub = {str(k): _check_number(v, path, line, f"sub_scores.{k}", allow_null=True) for k, v in sub.items()}
-        label = row.get("model_label")
-        out["model_label"].append(label if isinstance(label, str) else None)
-        out["item_id"].append(str(item_id))
-        out["epoch"].append(float(epoch) if epoch is not None else float("nan"))
-        out["score"].append(score if score is not None else float("nan"))
-        for key in ("stage", "type", "message"):
-            out[f"error_{key}"].append(str(error.get(key)) if error and error.get(key) is not None else None)
-        out["error_present"].append(error is not None)
-        passed = row.get("passed")
-        out["passed"].append(float(passed) if isinstance(passed, bool) else float("nan"))  # other values: no verdict
-        subs.append(sub or None)
-    frame = pd.DataFrame(out)
-    keys = sorted({k for s in subs if s for k in s})
-    for key in keys:
-        frame[SUB + key] = [float("nan") if not s or s.get(key) is None else s[key] for s in subs]
-    return frame
-
-
-def _read_jsonl_slow(path: Path) -> pd.DataFrame:
-    from rfteval.dataset import iter_jsonl
-
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for line, row in iter_jsonl(path):
-        if isinstance(row, InputError):
-            raise row
-        if not isinstance(row, dict):
-            raise InputError("expected a JSON object (a record)", path, line)
-        for key in ("item_id", "score"):
-            if key not in row:
-                raise InputError("missing; not a record file?", path, line, key)
-        rows.append((line, row))
-    if not rows:
-        raise InputError("no records", path)
-    return _frame_from_dicts(rows, path)
-
-
-def _read_parquet(path: Path) -> pd.DataFrame:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    try:
-        names = pq.read_schema(path).names
-        table = pq.read_table(path, columns=[c for c in _NEEDED if c in names])
-    except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
-        raise InputError(f"not a readable Parquet file ({exc})", path) from None
-    for key in ("item_id", "score"):
-        if key not in table.column_names:
-            raise InputError("missing column; not a record file?", path, field=key)
-    subs = None
-    if "sub_scores" in table.column_names:
-        m = table.column("sub_scores").combine_chunks()
-        if pa.types.is_map(m.type) and m.null_count < len(m):
-            keys = pc.unique(m.keys).to_pylist()
-            import numpy as np
-
-            offsets = m.offsets.to_numpy()
-            parents = np.repeat(np.arange(len(m)), np.diff(offsets))
-            flat_keys = m.keys.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
-            flat_vals = m.items.cast(pa.float64()).to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
-
-            fields = {}
-            for key in keys:
-                col = np.full(len(m), np.nan)
-                sel = flat_keys == key
-                col[parents[sel]] = flat_vals[sel]
-                fields[key] = pa.array(col, mask=np.isnan(col))
-            subs = pa.table({"s": pa.StructArray.from_arrays(list(fields.values()), list(fields.keys()))})
-    try:
-        table = table.set_column(table.column_names.index("item_id"), "item_id",
-                                 table.column("item_id").cast(pa.string()))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise InputError(f"item_id column is not text ({exc})", path, field="item_id") from None
-    frame = _arrow_frame(table, subs)
-    bad = frame.index[frame["item_id"].isna() | (frame["score"].isna() & ~frame["error_present"])]
-    if len(bad):
-        field_name = "item_id" if frame["item_id"].isna().iloc[bad[0]] else "score"
-        raise InputError(f"null in row {bad[0] + 1} ({len(bad)} bad rows)", path, field=field_name)
-    return frame
-
-
-# ---------------------------------------------------------------------------------------------- result
+    items: int
+    baseline: MeanInterval
+    candidate: MeanInterval
+    delta: PairedDelta
+    field: NotRequired[str | None]  # a slice: the dataset field and value it holds, or None for "hardest"
+    value: NotRequired[str | None]
+    cutoff: NotRequired[float | None]
+    rule: NotRequired[str]
+    method: NotRequired[str]  # the hardest slice: "cross-fit" or "descriptive"
+    k: NotRequired[int]  # pass@k rows
+    verdict: NotRequired[str]
 
 
 @dataclass
 class CompareResult:
-    baseline: dict[str, Any]
-    candidate: dict[str, Any]
-    delta: dict[str, Any]
+    baseline: SideReport
+    candidate: SideReport
+    delta: PairedDelta
     items: pd.DataFrame  # one row per paired item, sorted by delta (largest drop first)
-    slices: dict[str, dict[str, Any]]
-    sub_scores: dict[str, dict[str, Any]]
+    slices: dict[str, PairRow]
+    sub_scores: dict[str, PairRow]
     unpaired: dict[str, list[str]]
-    gate: dict[str, Any]
+    gate: GateVerdict
     options: CompareOptions
     notes: list[str] = field(default_factory=list)
     baseline_scores: np.ndarray | None = None  # raw record scores, for distribution plots
@@ -429,7 +145,7 @@ class CompareResult:
         return out
 
     def items_json(self) -> list[dict[str, Any]]:
-        """Per-item rows, built column-wise (10^5 items in a fraction of a second)."""
+        """Per-item rows, built column by column rather than row by row: a large comparison stays fast."""
         it = self.items
         cols = {name: _column(it[src]) for name, src in (
             ("item_id", "item_id"), ("baseline", "baseline"), ("candidate", "candidate"), ("delta", "delta"),
@@ -571,11 +287,11 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
         return None, None
     c_b = np.rint(j["mean_b"].to_numpy() * n_b).astype(np.int64)
     c_c = np.rint(j["mean_c"].to_numpy() * n_c).astype(np.int64)
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, PairRow] = {}
     for name, k in (("pass_at_1", 1), ("pass_at_n", top)):
         vb, vc = passk.per_item(n_b, c_b, k), passk.per_item(n_c, c_c, k)
         ok = np.isfinite(vb) & np.isfinite(vc)
-        row = paired_row(vb[ok], vc[ok], o, (0.0, 1.0), k=k)
+        row: PairRow = {"k": k, **paired_row(vb[ok], vc[ok], o, (0.0, 1.0))}
         row["verdict"] = stats.direction(row["delta"], o.level)
         rows[name] = row
     one, top_row = rows["pass_at_1"], rows["pass_at_n"]
@@ -584,7 +300,7 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
            "metric": metric.name}
     note = None
     if sharpening:
-        def span(row: dict[str, Any]) -> str:
+        def span(row: PairRow) -> str:
             d = row["delta"]
             return (f"{_num3(row['baseline']['mean'])} -> {_num3(row['candidate']['mean'])}, delta "
                     f"{_num3(d['mean'], '+')} [{_num3(d['ci95'][0], '+')}, {_num3(d['ci95'][1], '+')}]")
@@ -595,7 +311,7 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
     return out, note
 
 
-def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: Any) -> tuple[dict[str, dict[str, Any]],
+def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: GraderConfig) -> tuple[dict[str, dict[str, Any]],
                                                                                   dict[str, Any]]:
     """Per label of a run directory, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
 
@@ -670,7 +386,7 @@ def _side_stats(side: Side, o: CompareOptions, threshold: float | None = None,
 
 
 def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOptions,
-             bounds: tuple[float, float] | None) -> dict[str, Any]:
+             bounds: tuple[float, float] | None) -> SideReport:
     s = stats.side_summary(means, o.level, o.ci_method, o.seed)
     f = side.frame
     records = int(len(f))
@@ -703,15 +419,15 @@ def _delta_bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | N
     return None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
 
 
-def paired_row(base: np.ndarray, cand: np.ndarray, o: CompareOptions, bounds: tuple[float, float] | None = None,
-               **extra: Any) -> dict[str, Any]:
+def paired_row(base: np.ndarray, cand: np.ndarray, o: CompareOptions,
+               bounds: tuple[float, float] | None = None) -> PairRow:
     """Both sides' means with intervals, and the paired delta, for one set of items (a slice, a sub-score)."""
     b = stats.side_summary(base, o.level, o.ci_method, o.seed)
     c = stats.side_summary(cand, o.level, o.ci_method, o.seed)
     delta = stats.paired_delta(base, cand, o.tie, o.level, o.seed, o.ci_method)
     delta["ci95"] = _clip(delta["ci95"], _delta_bounds(bounds))
     delta["p_adjusted"] = delta["p_value"]
-    return {**extra, "items": int(len(base)),
+    return {"items": int(len(base)),
             "baseline": {"mean": b["mean"], "ci95": _clip(b["ci95"], bounds), "se": b["se"]},
             "candidate": {"mean": c["mean"], "ci95": _clip(c["ci95"], bounds), "se": c["se"]},
             "delta": delta}
@@ -752,7 +468,7 @@ def half_counts(used: pd.DataFrame, item_ids: np.ndarray) -> tuple[np.ndarray, n
 
 
 def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: np.ndarray, o: CompareOptions,
-                  bounds: tuple[float, float] | None, metric: passk.Metric = passk.MEAN) -> dict[str, Any]:
+                  bounds: tuple[float, float] | None, metric: passk.Metric = passk.MEAN) -> PairRow:
     """The bottom quartile by baseline mean, measured without selection bias (stats.crossfit_lowest_delta).
 
     Items whose baseline has one epoch cannot be split; when no item can, the slice is shown as descriptive:
@@ -793,15 +509,15 @@ def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: n
             rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured "
                     f"on the other half, both ways, averaged ({d['selected']} items chosen"
                     + (f"; {left} single-epoch item(s) left out" if left else "") + ")")
-        row = {"items": d["selected"], "baseline": {"mean": d.pop("baseline_mean"), "ci95": [NAN, NAN], "se": NAN},
-               "candidate": {"mean": d.pop("candidate_mean"), "ci95": [NAN, NAN], "se": NAN}, "delta": d}
-        return {"field": None, "value": None, "cutoff": None, "rule": rule, "method": "cross-fit", **row}
+        base_mean, cand_mean = d.pop("baseline_mean", NAN), d.pop("candidate_mean", NAN)
+        return {"field": None, "value": None, "cutoff": None, "rule": rule, "method": "cross-fit",
+                "items": d.get("selected", 0), "baseline": {"mean": base_mean, "ci95": [NAN, NAN], "se": NAN},
+                "candidate": {"mean": cand_mean, "ci95": [NAN, NAN], "se": NAN}, "delta": d}
     mask = stats.select_lowest(bm, HARDEST_FRACTION, o.seed)
     cutoff = float(bm[mask].max()) if mask.any() else NAN
     row = paired_row(bm[mask], cm[mask], o, bounds)
     delta = row["delta"]
-    for key in ("se", "p_value", "p_adjusted", "mde", "se_unpaired"):
-        delta[key] = NAN
+    delta["se"] = delta["p_value"] = delta["p_adjusted"] = delta["mde"] = delta["se_unpaired"] = NAN
     delta["ci95"] = [NAN, NAN]
     delta["descriptive"] = True
     delta["p_method"] = "none (descriptive)"
@@ -845,7 +561,7 @@ def dataset_fields(dataset: str | Path, names: Sequence[str]) -> dict[str, dict[
     return fields
 
 
-def adjust_family(rows: Sequence[dict[str, Any]]) -> None:
+def adjust_family(rows: Sequence[PairRow]) -> None:
     """Holm-adjust the p-values of rows that answer one question together (the slices of one --by, sub-scores)."""
     adjusted = stats.holm([r["delta"]["p_value"] for r in rows])
     for row, p in zip(rows, adjusted.tolist()):
@@ -923,7 +639,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         notes.append(f"only {len(d)} paired item(s): too few for a reliable interval (5 or more are needed, "
                      "and 6 or more before a permutation test can reach p < 0.05)")
 
-    slices: dict[str, dict[str, Any]] = {}
+    slices: dict[str, PairRow] = {}
     slices[HARDEST] = hardest_slice(used_b, joined.index.to_numpy(), bm, cm, o, bounds, metric)
     for name in o.by:
         values = fields.get(name, {}) if fields else {}
@@ -934,11 +650,12 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         family = []
         for value in sorted(set(col.tolist())):
             sel = col == value
-            slices[f"{name}={value}"] = row = paired_row(bm[sel], cm[sel], o, bounds, field=name, value=value)
+            row: PairRow = {"field": name, "value": value, **paired_row(bm[sel], cm[sel], o, bounds)}
+            slices[f"{name}={value}"] = row
             family.append(row)
         adjust_family(family)
     if metric.is_pass:
-        sub_scores: dict[str, dict[str, Any]] = {}
+        sub_scores: dict[str, PairRow] = {}
         if any(c.startswith(SUB) for c in used_b.columns):
             notes.append(f"sub-scores are compared as means, not under {metric.name}: left out here")
     else:
@@ -951,7 +668,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
             notes.append(note)
     items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
     result = CompareResult(baseline, candidate, delta, items, slices, sub_scores,
-                           {"baseline_only": only_b, "candidate_only": only_c}, {}, o, notes,
+                           {"baseline_only": only_b, "candidate_only": only_c}, no_gate(o.gate), o, notes,
                            used_b["score"].to_numpy(), used_c["score"].to_numpy(),
                            used_b[["item_id", "score"]], used_c[["item_id", "score"]], bounds, metric.name, pass_k)
     result.gate = evaluate_gate(result, o.gate)
@@ -963,7 +680,7 @@ MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike
 
 
 def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame, o: CompareOptions,
-                notes: list[str], bounds: tuple[float, float] | None) -> dict[str, dict[str, Any]]:
+                notes: list[str], bounds: tuple[float, float] | None) -> dict[str, PairRow]:
     """Each multi-grader sub-score compared like the score: error records count 0 unless excluded."""
     import numpy as np
 
@@ -971,7 +688,7 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
     keys_c = {c[len(SUB):] for c in used_c.columns if c.startswith(SUB)}
     if keys_b ^ keys_c:
         notes.append(f"sub-scores on one side only, not compared: {', '.join(sorted(keys_b ^ keys_c))}")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PairRow] = {}
     for key in sorted(keys_b & keys_c):
         per_side = []
         for used in (used_b, used_c):
@@ -984,172 +701,6 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
         if len(j):
             out[key] = paired_row(j["b"].to_numpy(), j["c"].to_numpy(), o, bounds)
     return out
-
-
-# ---------------------------------------------------------------------------------------------- gate
-
-
-def _power_t(level: float, n: int) -> tuple[float, float]:
-    """(t_{1−α/2}, t_{power}) on n − 1 degrees of freedom: the two quantiles an MDE is made of."""
-    if n < 2:
-        return NAN, NAN
-    return stats.t_ppf(0.5 + level / 2, float(n - 1)), stats.t_ppf(stats.POWER, float(n - 1))
-
-
-def _num(x: float | None) -> float:
-    return NAN if x is None else float(x)
-
-
-def _drop_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
-    """--max-drop: evidence mode fails on a drop the test sees (verdict "worse") that is larger than X."""
-    d, x, level = result.delta, float(gate.max_drop or 0.0), result.options.level
-    mean, (lo, hi) = _num(d["mean"]), (_num(v) for v in d["ci95"])
-    t_hi, t_pow = _power_t(level, d["n"])
-    se = _num(d["se"])
-    word = stats.direction(d, level)
-    if gate.mode == "strict":
-        ok = math.isfinite(lo) and lo >= -x - GATE_EPS
-        detail = (f"delta interval lower bound {lo:+.4f} {'>=' if ok else '<'} -{x:g} (non-inferiority)"
-                  if math.isfinite(lo) else "delta interval undefined (fewer than 2 paired items): cannot show "
-                  "non-inferiority")
-        sees = t_hi * se
-        warning = (f"the interval's half-width {sees:.3f} exceeds the margin {x:g}: even an unchanged model fails "
-                   "this strict gate about half the time; add items or epochs" if math.isfinite(sees) and sees > x
-                   else None)
-        return {"name": "max-drop", "passed": ok, "detail": detail, "mde": _num(d["mde"]), "warning": warning}
-    ok = not (word == "worse" and mean < -x - GATE_EPS)
-    if ok:
-        detail = (f"delta {mean:+.4f} [{lo:+.4f}, {hi:+.4f}]: no drop larger than {x:g} shown"
-                  if math.isfinite(lo) else f"delta {mean:+.4f}: no drop shown ({word})")
-    else:
-        detail = f"delta {mean:+.4f} [{lo:+.4f}, {hi:+.4f}] lies below 0 and below -{x:g}"
-    detectable = max(_num(d["mde"]), x + t_pow * se) if math.isfinite(se) else NAN
-    warning = None
-    if math.isfinite(detectable) and x < _num(d["mde"]):
-        warning = (f"this eval cannot reliably see a drop of {x:g}; it sees drops >= {detectable:.2f} "
-                   "(80% power): add items or epochs")
-    return {"name": "max-drop", "passed": ok, "detail": detail, "mde": detectable, "warning": warning}
-
-
-def _fail_under_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
-    c, x, level = result.candidate, float(gate.fail_under or 0.0), result.options.level
-    mean, (lo, hi) = _num(c["mean"]), (_num(v) for v in c["ci95"])
-    t_hi, t_pow = _power_t(level, c["items"])
-    resolution = (t_hi + t_pow) * _num(c["se"])
-    if gate.mode == "strict":
-        bound, word = lo, "lower"
-        ok = math.isfinite(lo) and lo >= x - GATE_EPS
-    else:
-        bound, word = (hi if math.isfinite(hi) else mean), "upper"
-        ok = bound >= x - GATE_EPS
-    detail = (f"candidate mean {mean:.4f}, interval {word} bound {bound:.4f} {'>=' if ok else '<'} {x:g}"
-              if math.isfinite(bound) else f"candidate interval undefined (fewer than 2 items): cannot show >= {x:g}")
-    return {"name": "fail-under", "passed": ok, "detail": detail, "mde": resolution, "warning": None}
-
-
-def _improvement_check(result: CompareResult) -> dict[str, Any]:
-    d, level = result.delta, result.options.level
-    lo, hi = (_num(v) for v in d["ci95"])
-    word = stats.direction(d, level)
-    ok = word == "better"
-    if word == "too few items to tell":
-        detail = (f"too few items to tell: with {d['n']} paired items the permutation test cannot reach "
-                  f"p < {1 - level:.2g}")
-    elif math.isfinite(lo):
-        detail = (f"delta interval [{lo:+.4f}, {hi:+.4f}], p {d['p_value']:.3g}: "
-                  + ("an improvement" if ok else "no improvement shown"))
-    else:
-        detail = "delta interval undefined (fewer than 2 paired items)"
-    return {"name": "require-improvement", "passed": ok, "detail": detail, "mde": _num(d["mde"]), "warning": None}
-
-
-def item_drop_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
-    """--max-item-drop: an item fails when it dropped by more than X *and* its drop is significant after Holm.
-
-    Each item is tested on its own epochs (stats.epoch_drop_p_values); the family is every paired item, so
-    that picking the items to test on their observed drop cannot inflate the error rate. Items not past X are
-    given p = 1 rather than tested, which can only make Holm stricter for the others.
-    """
-    import numpy as np
-
-    x, alpha = float(gate.max_item_drop or 0.0), 1.0 - result.options.level
-    items = result.items
-    m = len(items)
-    floors = np.array([stats.epoch_split_floor(int(b), int(c))
-                       for b, c in zip(items["baseline_n"], items["candidate_n"])]) if m else np.zeros(0)
-    big = (items["delta"] < -x - GATE_EPS).to_numpy()
-    flagged: list[str] = []
-    p = np.ones(m)
-    reachable = bool(m) and floors.min() <= alpha / m  # Holm's first step asks p ≤ α/m of the smallest p
-    if reachable and big.any() and result.baseline_records is not None and result.candidate_records is not None:
-        ids = items["item_id"].to_numpy()[big]
-        eb = _epochs_by_item(result.baseline_records, ids)
-        ec = _epochs_by_item(result.candidate_records, ids)
-        p[big] = stats.epoch_drop_p_values(eb, ec, result.options.seed)
-    adjusted = np.minimum(1.0, stats.holm(p) if m else p)
-    hit = big & (adjusted < alpha)
-    flagged = items["item_id"][hit].tolist()
-    warning = None
-    if m and not reachable:
-        kb, kc = int(items["baseline_n"].max()), int(items["candidate_n"].max())
-        warning = (f"{kb}+{kc} epochs per item cannot show any single item's drop among {m} items (smallest "
-                   f"possible p {floors.min():.3g} > {alpha:g}/{m}): --max-item-drop cannot fail; "
-                   "add epochs to use it")
-    ok = not flagged
-    if ok:
-        past = int(big.sum())
-        detail = (f"no item dropped by more than {x:g} with significance (Holm across {m} items)" if not past else
-                  f"{past} item(s) dropped by more than {x:g}, none significant after Holm across {m} items")
-    else:
-        shown = ", ".join(f"{i} ({dd:+.3f}, p_adj {pa:.3g})" for i, dd, pa in
-                          zip(flagged[:5], items["delta"][hit].tolist()[:5], adjusted[hit].tolist()[:5]))
-        more = f" and {len(flagged) - 5} more" if len(flagged) > 5 else ""
-        detail = f"{len(flagged)} item(s) dropped by more than {x:g}, significant after Holm: {shown}{more}"
-    return {"name": "max-item-drop", "passed": ok, "detail": detail, "mde": NAN, "warning": warning,
-            "flagged": flagged, "p_adjusted": {i: pa for i, pa in zip(items["item_id"][big].tolist(),
-                                                                      adjusted[big].tolist())}}
-
-
-def _epochs_by_item(records: pd.DataFrame, ids: np.ndarray) -> list[np.ndarray]:
-    import numpy as np
-
-    sub = records[records["item_id"].isin(set(ids.tolist()))]
-    groups = {k: v.to_numpy(dtype=np.float64) for k, v in sub.groupby("item_id", sort=False)["score"]}
-    return [groups.get(i, np.zeros(0)) for i in ids]
-
-
-def _error_rate_check(result: CompareResult, gate: Gate) -> dict[str, Any]:
-    shares = [(side["label"], side.get("generation_error_share", 0.0)) for side in (result.baseline, result.candidate)]
-    over = [(label, share) for label, share in shares if share > gate.max_error_rate + GATE_EPS]
-    ok = not over
-    detail = ("generation errors within " + f"{gate.max_error_rate:g} on both sides" if ok else
-              "; ".join(f"{label}: {share:.1%} of records failed to generate (> {gate.max_error_rate:g})"
-                        for label, share in over) + ": a broken run is not a verdict")
-    return {"name": "error-rate", "passed": ok, "detail": detail, "mde": NAN, "warning": None}
-
-
-def evaluate_gate(result: CompareResult, gate: Gate) -> dict[str, Any]:
-    """Each active check with its power, one line per failure, one per warning. Equal to a threshold passes."""
-    if gate.mode not in GATE_MODES:
-        raise InputError(f"must be one of {', '.join(GATE_MODES)}, got {gate.mode!r}", field="--gate")
-    checks: list[dict[str, Any]] = []
-    if gate.fail_under is not None:
-        checks.append(_fail_under_check(result, gate))
-    if gate.max_drop is not None:
-        checks.append(_drop_check(result, gate))
-    if gate.require_improvement:
-        checks.append(_improvement_check(result))
-    flagged: list[str] = []
-    if gate.max_item_drop is not None:
-        item = item_drop_check(result, gate)
-        flagged = item["flagged"]
-        checks.append(item)
-    if checks:
-        checks.append(_error_rate_check(result, gate))
-    failures = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
-    warnings = [f"{c['name']}: {c['warning']}" for c in checks if c.get("warning")]
-    return {"passed": not failures, "failures": failures, "checks": checks, "warnings": warnings,
-            "mode": gate.mode, "flagged_items": flagged}
 
 
 # ---------------------------------------------------------------------------------------------- entry
@@ -1174,11 +725,3 @@ def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[
     return result
 
 
-def load_sides(*sides: tuple[str | Path, str | None]) -> list[Side]:
-    """Several sides read on threads: one side's single-threaded steps (regex, pandas) overlap the other's
-    multi-threaded JSON parse. The first side's error wins, as if they were read in order."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=len(sides)) as pool:
-        futures = [pool.submit(load_side, path, label) for path, label in sides]
-        return [f.result() for f in futures]

@@ -15,17 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rfteval import rundir, stats
-from rfteval.compare import (
-    CompareOptions,
-    CompareResult,
-    Gate,
-    Side,
-    compare_sides,
-    evaluate_gate,
-    json_safe,
-    load_sides,
-)
+from rfteval.compare import CompareOptions, CompareResult, compare_sides
 from rfteval.errors import InputError
+from rfteval.gate import Gate, evaluate_gate
+from rfteval.records import json_safe
+from rfteval.sides import Side, load_sides
 
 if TYPE_CHECKING:
     import numpy as np

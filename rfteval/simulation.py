@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rfteval import stats
-from rfteval.compare import CompareOptions, Gate, Side, compare_sides, normalise_frame
+from rfteval.compare import CompareOptions, compare_sides
+from rfteval.gate import Gate
+from rfteval.sides import Side, normalise_frame
 
 if TYPE_CHECKING:
     import numpy as np

@@ -8,9 +8,9 @@ independent would shrink the error bars by about sqrt(K).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -198,8 +198,45 @@ def bootstrap_interval(values: Sequence[float] | np.ndarray, level: float = 0.95
     return float(lo), float(hi)
 
 
+class SideSummary(TypedDict):
+    """One model's score over items: the mean of per-item means, its SE and interval."""
+
+    mean: float
+    se: float
+    sd: float
+    ci95: list[float]
+    items: int
+    level: float
+    method: str  # of the interval: "t" or "bootstrap"
+
+
+class PairedDelta(TypedDict):
+    """Candidate minus baseline over paired items (paired_delta; crossfit_lowest_delta adds its own keys)."""
+
+    mean: float
+    se: float
+    sd: float
+    ci95: list[float]
+    p_value: float
+    p_method: str
+    mde: float  # the smallest true delta found with 80% power
+    wins: int
+    ties: int
+    losses: int
+    n: int
+    correlation: float
+    se_unpaired: float
+    level: float
+    method: str
+    p_adjusted: NotRequired[float]  # Holm-adjusted within its family (slices of one --by, sub-scores)
+    descriptive: NotRequired[bool]  # chosen and measured on the same data: no test, no interval
+    selected: NotRequired[int]  # cross-fitted hardest slice: the items chosen on either half
+    baseline_mean: NotRequired[float]
+    candidate_mean: NotRequired[float]
+
+
 def side_summary(item_means: Sequence[float] | np.ndarray, level: float = 0.95, method: str = "t",
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0) -> SideSummary:
     """One model's score: the mean of per-item means, its SE over items and an interval (t, or bootstrap)."""
     x = _arr(item_means)
     mean, se, lo, hi = t_interval(x, level)
@@ -366,7 +403,7 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def paired_delta(base_means: Sequence[float] | np.ndarray, cand_means: Sequence[float] | np.ndarray,
                  tie: float = 1e-9, level: float = 0.95, seed: int = 0, method: str = "t",
-                 resamples: int = RESAMPLES) -> dict[str, Any]:
+                 resamples: int = RESAMPLES) -> PairedDelta:
     """Candidate minus baseline over items aligned by position: the paired comparison of two models.
 
     Keys: mean, se, sd, ci95, p_value (sign-flip permutation), p_method, mde (80% power), wins, ties,
@@ -450,7 +487,7 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def direction(delta: dict[str, Any], level: float = 0.95) -> str:
+def direction(delta: Mapping[str, Any], level: float = 0.95) -> str:
     """The verdict of one paired row: 'better', 'worse', 'no clear difference' or 'too few items to tell'.
 
     One rule for the word, the colour and the gate: a direction is claimed only when the test's p-value (Holm
@@ -571,7 +608,7 @@ def select_lowest(values: np.ndarray, fraction: float, seed: int) -> np.ndarray:
 
 def crossfit_lowest_delta(base_a: np.ndarray, base_b: np.ndarray, cand: np.ndarray, fraction: float = 0.25,
                           level: float = 0.95, seed: int = 0, measure_a: np.ndarray | None = None,
-                          measure_b: np.ndarray | None = None) -> dict[str, Any]:
+                          measure_b: np.ndarray | None = None) -> PairedDelta:
     """The paired delta on the items hardest for the baseline, chosen on data independent of the measurement.
 
     Choosing the bottom quartile by baseline mean and then measuring those same means reports regression to

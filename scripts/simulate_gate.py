@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from rfteval.compare import Gate
+from rfteval.gate import Gate
 from rfteval.simulation import Population, gate_failure_rate, hardest_slice_null, random_slices_null
 
 

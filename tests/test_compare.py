@@ -1,60 +1,25 @@
-"""rfteval.compare: loading sides, pairing, errors, slices, sub-scores and the gate."""
+"""rfteval.compare: pairing, error policies, slices and sub-scores (the sides: test_sides; the gate: test_gate)."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
+from record_sides import BASE, TUNED, item_means, rec, side_records, write_pair
 
 from rfteval import stats
-from rfteval.compare import (
-    CompareOptions,
-    Gate,
-    compare_paths,
-    compare_sides,
-    evaluate_gate,
-    field_value,
-    load_side,
-    read_record_frame,
-    side_from_records,
-)
+from rfteval.compare import CompareOptions, compare_paths, field_value
 from rfteval.errors import InputError
-from rfteval.records import Record, make_record, read_records, write_jsonl, write_parquet
-
-
-def rec(label: str, item: str, epoch: int, score: float | None, *, error: dict[str, str] | None = None,
-        sub: dict[str, float] | None = None, **extra: Any) -> Record:
-    r = make_record(run_id="t", model_label=label, model=f"m-{label}", item_id=item, epoch=epoch, output_text="out",
-                    error=error)
-    r.score = score
-    r.sub_scores = sub
-    for name, value in extra.items():
-        setattr(r, name, value)
-    return r
-
-
-def side_records(label: str, scores: dict[str, list[float]], **kw: Any) -> list[Record]:
-    return [rec(label, item, e, s, **kw) for item, ss in scores.items() for e, s in enumerate(ss)]
-
-
-BASE = {"a": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d": [1, 0, 1]}
-TUNED = {"a": [1, 1, 1], "b": [1, 1, 0], "c": [0, 1, 0], "d": [1, 1, 1]}
+from rfteval.gate import Gate
+from rfteval.records import write_jsonl, write_parquet
 
 
 @pytest.fixture
 def pair(tmp_path: Path) -> tuple[Path, Path]:
-    b, t = tmp_path / "base.jsonl", tmp_path / "tuned.jsonl"
-    write_jsonl(side_records("base", BASE), b)
-    write_jsonl(side_records("tuned", TUNED), t)
-    return b, t
-
-
-def item_means(scores: dict[str, list[float]]) -> dict[str, float]:
-    return {k: sum(v) / len(v) for k, v in scores.items()}
+    return write_pair(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------- basics
@@ -156,83 +121,6 @@ def test_one_error_policy_generation_failures_left_out_grading_errors_and_refusa
         compare_paths(b, t, options=CompareOptions(errors="nope"))
 
 
-def test_gate_fails_on_a_broken_run_whatever_the_scores(tmp_path):
-    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
-    write_jsonl(side_records("b", {f"q{i}": [0.5, 0.5] for i in range(20)}), b)
-    gen = {"stage": "generate", "type": "connection", "message": "cannot reach"}
-    write_jsonl([rec("t", f"q{i}", e, 0.5) if i >= 2 else rec("t", f"q{i}", e, None, error=gen)
-                 for i in range(20) for e in range(2)], t)
-    r = compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.05)))
-    assert not r.gate["passed"]
-    assert r.gate["failures"] == ["error-rate: t: 10.0% of records failed to generate (> 0.05): a broken run is "
-                                  "not a verdict"]
-    ok = compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.05, max_error_rate=0.2)))
-    assert ok.gate["passed"]
-    assert compare_paths(b, t).gate["passed"]  # no gate asked for: nothing fails
-
-
-def test_duplicate_cells_keep_the_last_record(tmp_path):
-    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
-    write_jsonl([rec("b", "x", 0, 0.0), rec("b", "x", 0, 1.0), rec("b", "y", 0, 0.5)], b)
-    write_jsonl(side_records("t", {"x": [1.0], "y": [0.5]}), t)
-    r = compare_paths(b, t)
-    assert r.baseline["duplicates_dropped"] == 1 and r.baseline["records"] == 2
-    assert r.items.set_index("item_id").loc["x", "baseline"] == 1.0
-
-
-# ---------------------------------------------------------------------------------------------- reading
-
-
-def test_fast_and_slow_readers_agree(tmp_path):
-    rows = [rec("m", f"i{i}", e, (i * 7 + e) % 3 / 2, sub={"acc": float(e % 2), "fmt": 1.0} if i % 4 else None,
-                output_json=[{"a": i}] if i % 2 else {"k": "v"}, grade_details={"why": [1, "x", None]})
-            for i in range(30) for e in range(2)]
-    rows[5].error = {"stage": "grade", "type": "t", "message": "m", "extra": {"nested": True}}
-    path = tmp_path / "r.jsonl"
-    write_jsonl(rows, path)
-    from rfteval import compare as cmp
-
-    fast = cmp._read_jsonl_fast(path)
-    slow = cmp._read_jsonl_slow(path)
-    assert fast is not None
-    cols = ["item_id", "epoch", "score", "error_type", "error_message", "error_present", "sub:acc", "sub:fmt"]
-    fast_rows = fast[cols].astype(object).where(fast[cols].notna(), None).to_dict("records")
-    slow_rows = slow[cols].astype(object).where(slow[cols].notna(), None).to_dict("records")
-    assert fast_rows == slow_rows
-    assert fast["sub:acc"].notna().sum() == sum(1 for r in rows if r.sub_scores)
-
-
-def test_integer_ids_and_nested_sub_scores_fall_back(tmp_path):
-    path = tmp_path / "r.jsonl"
-    lines = [{"item_id": 1, "epoch": 0, "score": 1, "sub_scores": {"a": 1}},
-             {"item_id": 2, "epoch": 0, "score": 0.5, "sub_scores": None,
-              "grade_details": {"sub_scores": {"z": 9}}}]
-    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
-    frame = read_record_frame(path)
-    assert frame["item_id"].tolist() == ["1", "2"]
-    assert frame["sub:a"].tolist()[0] == 1.0 and math.isnan(frame["sub:a"].tolist()[1])
-    assert "sub:z" not in frame  # a nested key in grade_details is not a sub-score
-
-
-@pytest.mark.parametrize("line, field, message", [
-    ('{"item_id": "a", "score": null}', "score", "never graded"),
-    ('{"item_id": "a", "score": "high"}', "score", "finite number"),
-    ('{"item_id": "a", "score": NaN}', "score", "finite number"),
-    ('{"item_id": "", "score": 1}', "item_id", "non-empty"),
-    ('{"score": 1}', "item_id", "missing"),
-    ('{"item_id": "a", "score": 1, "error": "oops"}', "error", "must be null or an object"),
-    ('{"item_id": "a", "score": 1, "sub_scores": [1]}', "sub_scores", "must be null"),
-    ('{"item_id": "a", "score": 1, "epoch": "one"}', "epoch", "integer"),
-    ('{"item_id": "a", "score": 1', None, "invalid JSON"),
-])
-def test_bad_records_name_file_line_and_field(tmp_path, line, field, message):
-    path = tmp_path / "bad.jsonl"
-    path.write_text('{"item_id": "ok", "epoch": 0, "score": 1.0}\n\n' + line + "\n")
-    with pytest.raises(InputError, match=message) as exc:
-        read_record_frame(path)
-    assert exc.value.line == 3 and exc.value.field == field and Path(exc.value.file) == path
-
-
 def test_parquet_and_jsonl_give_the_same_comparison(tmp_path, pair):
     recs = side_records("base", BASE, sub={"k": 0.5}) + side_records("tuned", TUNED, sub={"k": 1.0})
     write_parquet(recs, tmp_path / "results.parquet")
@@ -243,48 +131,6 @@ def test_parquet_and_jsonl_give_the_same_comparison(tmp_path, pair):
     for key in ("delta", "items", "slices", "sub_scores"):
         assert a[key] == b[key]
     assert a["sub_scores"]["k"]["delta"]["mean"] == pytest.approx(0.5)
-
-
-def test_run_directory_and_labels(tmp_path):
-    write_jsonl(side_records("base", BASE), tmp_path / "base.jsonl")
-    write_jsonl(side_records("tuned", TUNED), tmp_path / "tuned.jsonl")
-    r = compare_paths(tmp_path, tmp_path, ["base", "tuned"])
-    assert r.baseline["path"].endswith("base.jsonl") and r.candidate["label"] == "tuned"
-    with pytest.raises(InputError, match="several models") as exc:
-        compare_paths(tmp_path, tmp_path)
-    assert exc.value.field == "--label"
-    with pytest.raises(InputError, match="no records for label 'nope'"):
-        compare_paths(tmp_path, tmp_path, ["nope", "tuned"])
-    with pytest.raises(InputError, match="once"):
-        compare_paths(tmp_path, tmp_path, ["a", "b", "c"])
-    single = tmp_path / "single"
-    single.mkdir()
-    write_jsonl(side_records("tuned", TUNED), single / "tuned.jsonl")
-    assert load_side(single).label == "tuned"  # one model: no label needed
-
-
-def test_mixed_labels_in_one_file_need_a_label(tmp_path):
-    path = tmp_path / "all.jsonl"
-    write_jsonl(side_records("base", BASE) + side_records("tuned", TUNED), path)
-    with pytest.raises(InputError, match=r"several models \(base, tuned\)"):
-        load_side(path)
-    assert len(load_side(path, "tuned").frame) == 12
-    with pytest.raises(InputError, match="no records with model_label 'x'"):
-        load_side(path, "x")
-
-
-def test_missing_path(tmp_path):
-    with pytest.raises(InputError, match="no such file"):
-        load_side(tmp_path / "nope.jsonl")
-
-
-def test_side_from_records_matches_files(pair):
-    b, t = pair
-    via_files = compare_paths(b, t).to_json()
-    via_memory = compare_sides(side_from_records(read_records(b), "base"),
-                               side_from_records(side_records("tuned", TUNED), "tuned")).to_json()
-    for key in ("delta", "items", "slices"):
-        assert via_files[key] == via_memory[key]
 
 
 # ---------------------------------------------------------------------------------------------- slices
@@ -374,95 +220,6 @@ def test_sub_scores_compared_one_row_each(tmp_path):
     assert any("new" in n for n in r.notes)
 
 
-# ---------------------------------------------------------------------------------------------- gate
-
-
-@pytest.mark.parametrize("gate, passed, name", [
-    (Gate(fail_under=0.5), True, "fail-under"),
-    (Gate(fail_under=0.9), True, "fail-under"),  # 0.75 over 4 items: its interval reaches 1, no evidence below 0.9
-    (Gate(fail_under=0.9, mode="strict"), False, "fail-under"),  # nor proof of being above it
-    (Gate(max_drop=0.0), True, "max-drop"),
-    (Gate(max_drop=0.0, mode="strict"), False, "max-drop"),
-    (Gate(require_improvement=True), False, "require-improvement"),  # 4 items: too few to tell
-    (Gate(max_item_drop=0.5), True, "max-item-drop"),
-    (Gate(max_item_drop=0.2), True, "max-item-drop"),  # b drops 1/3, but 3+3 epochs cannot show it
-])
-def test_each_gate_flag(pair, gate, passed, name):
-    r = compare_paths(*pair, options=CompareOptions(gate=gate))
-    # candidate mean 0.75, delta +0.25 with a wide interval over 4 items, item b drops by 1/3
-    assert r.gate["passed"] is passed
-    assert [c["name"] for c in r.gate["checks"]] == [name, "error-rate"]
-    assert len(r.gate["failures"]) == (0 if passed else 1)
-    if not passed:
-        assert r.gate["failures"][0].startswith(name + ": ")
-
-
-def test_gate_thresholds_and_messages(pair):
-    r = compare_paths(*pair)
-    assert r.gate == {"passed": True, "failures": [], "checks": [], "warnings": [], "mode": "evidence",
-                      "flagged_items": []}
-    g = evaluate_gate(r, Gate(fail_under=1.0, max_drop=0.0, max_item_drop=1 / 3))  # equal passes
-    assert g["passed"], g
-    g = evaluate_gate(r, Gate(fail_under=0.76, max_item_drop=0.3, max_drop=0.3, mode="strict"))
-    assert g["failures"][0].startswith("fail-under: candidate mean 0.7500, interval lower bound ")
-    assert g["failures"][0].endswith(" < 0.76")
-    assert g["failures"][1].startswith("max-drop: delta interval lower bound ")
-    assert any("cannot show any single item's drop among 4 items" in w for w in g["warnings"])
-    r.delta.update(mean=-0.4, ci95=[-0.6, -0.2], p_value=0.001, p_adjusted=0.001, n=40, p_method="sign-flip")
-    assert evaluate_gate(r, Gate(max_drop=0.3))["failures"] == [
-        "max-drop: delta -0.4000 [-0.6000, -0.2000] lies below 0 and below -0.3"]
-    assert evaluate_gate(r, Gate(max_drop=0.5))["passed"]  # a real drop, but not past the threshold
-
-
-def test_require_improvement_passes_on_a_clear_gain(tmp_path):
-    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
-    write_jsonl(side_records("b", {f"q{i}": [0.2 + i / 100, 0.3] for i in range(20)}), b)
-    write_jsonl(side_records("t", {f"q{i}": [0.6 + i / 100, 0.7 - i / 200] for i in range(20)}), t)
-    r = compare_paths(b, t, options=CompareOptions(gate=Gate(require_improvement=True)))
-    assert r.gate["passed"] and r.delta["ci95"][0] > 0
-    assert "an improvement" in r.gate["checks"][0]["detail"]
-
-
-def test_too_few_items_to_tell_even_when_the_interval_excludes_zero(tmp_path):
-    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
-    write_jsonl(side_records("b", {f"q{i}": [0.2, 0.2] for i in range(5)}), b)
-    write_jsonl(side_records("t", {f"q{i}": [0.8 + i / 100, 0.8] for i in range(5)}), t)
-    r = compare_paths(b, t, options=CompareOptions(gate=Gate(require_improvement=True)))
-    assert r.delta["ci95"][0] > 0 and r.delta["p_value"] == pytest.approx(0.0625)
-    assert stats.direction(r.delta) == "too few items to tell"
-    assert not r.gate["passed"] and "too few items to tell" in r.gate["failures"][0]
-    assert not any("too few for a reliable interval" in n for n in r.notes)
-    write_jsonl(side_records("t", {f"q{i}": [0.8 + i / 100, 0.8] for i in range(4)}), t)
-    four = compare_paths(b, t)
-    assert any("only 4 paired item(s): too few for a reliable interval" in n for n in four.notes)
-
-
-def test_max_item_drop_flags_only_significant_drops_after_holm(tmp_path):
-    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
-    base = {f"q{i}": [1.0] * 10 for i in range(10)}
-    tuned = dict(base, q0=[0.0] * 10, q1=[1.0] * 6 + [0.0] * 4)  # q0 collapses; q1 drops 0.4 on 10 epochs
-    write_jsonl(side_records("b", base), b)
-    write_jsonl(side_records("t", tuned), t)
-    r = compare_paths(b, t, options=CompareOptions(gate=Gate(max_item_drop=0.3)))
-    assert r.gate["flagged_items"] == ["q0"] and not r.gate["passed"]
-    check = r.gate["checks"][0]
-    assert check["p_adjusted"]["q0"] < 0.05 <= check["p_adjusted"]["q1"]
-    assert r.gate["warnings"] == []
-
-
-def test_gate_warns_when_the_threshold_is_below_what_the_eval_can_see(tmp_path):
-    rng = np.random.default_rng(3)
-    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
-    p = rng.beta(2, 2, 20)
-    write_jsonl(side_records("b", {f"q{i}": (rng.random(3) < p[i]).astype(float).tolist() for i in range(20)}), b)
-    write_jsonl(side_records("t", {f"q{i}": (rng.random(3) < p[i]).astype(float).tolist() for i in range(20)}), t)
-    r = compare_paths(b, t, options=CompareOptions(gate=Gate(max_drop=0.02)))
-    check = r.gate["checks"][0]
-    assert check["mde"] > 0.1
-    assert r.gate["warnings"] == [f"max-drop: this eval cannot reliably see a drop of 0.02; it sees drops >= "
-                                  f"{check['mde']:.2f} (80% power): add items or epochs"]
-
-
 def test_json_shape(pair):
     j = compare_paths(*pair, options=CompareOptions(gate=Gate(fail_under=0.9, mode="strict"))).to_json()
     for side in ("baseline", "candidate"):
@@ -478,10 +235,3 @@ def test_json_shape(pair):
     json.dumps(j, allow_nan=False)  # strict JSON: no NaN anywhere
 
 
-def test_text_sub_score_is_named(tmp_path):
-    path = tmp_path / "r.jsonl"
-    path.write_text('{"item_id": "a", "score": 1, "sub_scores": {"k": 0.5}}\n'
-                    '{"item_id": "b", "score": 1, "sub_scores": {"k": "high"}}\n')
-    with pytest.raises(InputError, match="finite number") as exc:
-        read_record_frame(path)
-    assert exc.value.line == 2 and exc.value.field == "sub_scores.k"

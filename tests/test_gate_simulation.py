@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rfteval.compare import Gate
+from rfteval.gate import Gate
 from rfteval.simulation import Population, gate_failure_rate, hardest_slice_null, random_slices_null, side_from_matrix
 
 README_RECIPE = Gate(max_drop=0.02, max_item_drop=0.5)

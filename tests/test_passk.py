@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 from rfteval import passk, stats
 from rfteval.cli import app
-from rfteval.compare import CompareOptions, compare_paths, compare_sides, run_pass_curves, side_from_records
+from rfteval.compare import CompareOptions, compare_paths, compare_sides, run_pass_curves
 from rfteval.errors import InputError
 from rfteval.records import make_record, write_jsonl
+from rfteval.sides import side_from_records
 from rfteval.simulation import side_from_matrix
 
 runner = CliRunner()
@@ -301,8 +302,8 @@ def test_hardest_slice_under_pass_metrics():
     assert h["method"] == "cross-fit" and "pass^2 measured on the other half" in h["rule"]
 
 
-def test_cli_metric_json_and_bad_values(pair):
 @pytest.mark.slow
+def test_cli_metric_json_and_bad_values(pair):
     res = runner.invoke(app, ["compare", *map(str, pair), "--metric", "pass@3", "--format", "json"])
     assert res.exit_code == 0, res.output
     j = json.loads(res.stdout)
@@ -317,8 +318,8 @@ def test_cli_metric_json_and_bad_values(pair):
     assert res.exit_code == 0 and "base -> tuned (pass@2)" in res.stdout
 
 
-def test_gate_runs_on_the_metric(pair):
 @pytest.mark.slow
+def test_gate_runs_on_the_metric(pair):
     # the candidate's mean is 0.75, its pass@3 is 1 on every item: a strict floor of 0.95 fails one, not the other
     gate = ["--fail-under", "0.95", "--gate", "strict"]
     res = runner.invoke(app, ["compare", *map(str, pair), *gate])
@@ -330,8 +331,8 @@ def test_gate_runs_on_the_metric(pair):
 # ---------------------------------------------------------------------------------------------- summary.json
 
 
-def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
 @pytest.mark.slow
+def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
     ds = tmp_path / "items.jsonl"
     ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
                                       "reference_answer": "yes"}) + "\n" for i in range(4)))

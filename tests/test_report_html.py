@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare import CompareOptions, Gate, compare_paths
+from rfteval.compare import CompareOptions, compare_paths
+from rfteval.gate import Gate
 from rfteval.records import make_record, write_jsonl
 from rfteval.report.html import MAX_FOREST, render_html, ticks, write_html
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare import CompareOptions, Gate, compare_paths
+from rfteval.compare import CompareOptions, compare_paths
+from rfteval.gate import Gate
 from rfteval.records import make_record, write_jsonl
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit, write_junit
 

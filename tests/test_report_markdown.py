@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare import CompareOptions, Gate, compare_paths
+from rfteval.compare import CompareOptions, compare_paths
+from rfteval.gate import Gate
 from rfteval.records import make_record, write_jsonl
 from rfteval.report.markdown import cell, code, render_markdown, write_markdown
 

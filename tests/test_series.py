@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from rfteval import stats
 from rfteval.cli import app
-from rfteval.compare import CompareOptions, Gate
+from rfteval.compare import CompareOptions
 from rfteval.errors import InputError
+from rfteval.gate import Gate
 from rfteval.records import make_record, write_jsonl
 from rfteval.rundir import run_labels
 from rfteval.series import compare_series, held_out_best, series_from_sides
@@ -75,8 +76,8 @@ def test_series_json_shape_and_holm(run):
     assert j["options"]["metric"] == "mean" and j["options"]["gated"] == ["ckpt-b", "ckpt-a", "ckpt-c"]
 
 
-def test_baseline_choice(run):
 @pytest.mark.slow
+def test_baseline_choice(run):
     assert compare_series(run, baseline="ckpt-a").baseline["label"] == "ckpt-a"
     (run / "base.jsonl").rename(run / "zeta.jsonl")  # no `base`: the first in the spec's order that has records
     assert compare_series(run).baseline["label"] == "ckpt-b"
@@ -84,8 +85,8 @@ def test_baseline_choice(run):
         compare_series(run, baseline="nope")
 
 
-def test_gates_apply_to_every_candidate_or_to_the_named_one(run):
 @pytest.mark.slow
+def test_gates_apply_to_every_candidate_or_to_the_named_one(run):
     res = runner.invoke(app, ["compare", str(run), "--max-drop", "0.05"])
     assert res.exit_code == 1 and "ckpt-b: max-drop" in res.output, res.output
     res = runner.invoke(app, ["compare", str(run), "--max-drop", "0.05", "--candidate", "ckpt-c"])
@@ -102,14 +103,14 @@ def test_gates_apply_to_every_candidate_or_to_the_named_one(run):
     assert c.p_adjusted >= c.result.delta["p_value"]
 
 
-def test_metric_applies_to_the_series(run):
 @pytest.mark.slow
+def test_metric_applies_to_the_series(run):
     s = compare_series(run, CompareOptions(metric="pass@3"))
     assert s.metric == "pass@3" and all(c.result.metric == "pass@3" for c in s.candidates)
 
 
-def test_table_markdown_and_html(run, tmp_path):
 @pytest.mark.slow
+def test_table_markdown_and_html(run, tmp_path):
     md, html = tmp_path / "s.md", tmp_path / "s.html"
     res = runner.invoke(app, ["compare", str(run), "--markdown", str(md), "--html", str(html)])
     assert res.exit_code == 0, res.output
@@ -120,8 +121,8 @@ def test_table_markdown_and_html(run, tmp_path):
     assert 'id="series"' in page and 'id="series-delta"' in page and "<polyline" in page and "<script" not in page
 
 
-def test_few_items_no_held_out(tmp_path):
 @pytest.mark.slow
+def test_few_items_no_held_out(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     rng = np.random.default_rng(1)
@@ -190,8 +191,8 @@ def test_holm_keeps_the_family_wise_error_across_equal_candidates():
     assert any_claim / reps <= 0.07
 
 
-def test_run_with_several_candidates_prints_the_series(tmp_path):
 @pytest.mark.slow
+def test_run_with_several_candidates_prints_the_series(tmp_path):
     ds = tmp_path / "items.jsonl"
     ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
                                       "reference_answer": "yes"}) + "\n" for i in range(6)))

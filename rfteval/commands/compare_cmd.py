@@ -135,7 +135,8 @@ def compare(
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate; with one run
     directory, of its baseline against every other model in it (a checkpoint series)."""
-    from rfteval.compare import ERROR_POLICIES, GATE_MODES, CompareOptions, Gate, compare_paths
+    from rfteval.compare import ERROR_POLICIES, CompareOptions, compare_paths
+    from rfteval.gate import GATE_MODES, Gate
     from rfteval.passk import parse_metric
 
     fmt = output_format(fmt)

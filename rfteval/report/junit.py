@@ -71,7 +71,7 @@ def item_cases(result: CompareResult, max_item_drop: float | None) -> list[_Case
     elif max_item_drop == result.options.gate.max_item_drop:
         flagged = set(result.gate.get("flagged_items", []))
     else:  # another threshold than the gate's: the same test, at that threshold
-        from rfteval.compare import Gate, item_drop_check
+        from rfteval.gate import Gate, item_drop_check
 
         flagged = set(item_drop_check(result, Gate(max_item_drop=max_item_drop))["flagged"])
     b, c = _text(result.baseline["label"]), _text(result.candidate["label"])

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rfteval.report.format import fmt, fmt_ci, fmt_p
@@ -15,28 +16,28 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from rfteval.compare import CompareResult
+    from rfteval.compare import CompareOptions, CompareResult, PairRow
     from rfteval.series import SeriesResult
 
 
-def wtl(delta: dict[str, Any]) -> str:
+def wtl(delta: Mapping[str, Any]) -> str:
     return f"{delta['wins']}/{delta['ties']}/{delta['losses']}"
 
 
-def verdict(delta: dict[str, Any]) -> str:
+def verdict(delta: Mapping[str, Any]) -> str:
     """The row's word, from the same rule the gate uses (rfteval.stats.direction)."""
     from rfteval.stats import direction
 
     return direction(delta, float(delta.get("level", 0.95)))
 
 
-def shown_p(delta: dict[str, Any]) -> float | None:
+def shown_p(delta: Mapping[str, Any]) -> float | None:
     """The p-value the verdict follows: Holm-adjusted within its family of slices or sub-scores."""
     p = delta.get("p_adjusted")
     return delta.get("p_value") if p is None else p
 
 
-def errors_text(side: dict[str, Any], options: Any) -> str:
+def errors_text(side: Mapping[str, Any], options: CompareOptions) -> str:
     """How a side's error records entered its mean, under the error policy in force."""
     total = side.get("errors", 0)
     if not total:
@@ -59,11 +60,11 @@ def metric_suffix(result: CompareResult) -> str:
     return "" if metric == "mean" else f" ({metric})"
 
 
-def summary_rows(result: CompareResult) -> list[tuple[str, dict[str, Any]]]:
+def summary_rows(result: CompareResult) -> list[tuple[str, PairRow]]:
     """(row name, paired row) for overall, the hardest slice, each --by slice and each sub-score."""
-    overall = {"items": result.delta["n"], "baseline": result.baseline, "candidate": result.candidate,
-               "delta": result.delta}
-    rows: list[tuple[str, dict[str, Any]]] = [("overall", overall)]
+    overall: PairRow = {"items": result.delta["n"], "baseline": result.baseline, "candidate": result.candidate,
+                        "delta": result.delta}
+    rows: list[tuple[str, PairRow]] = [("overall", overall)]
     for name, row in result.slices.items():
         rows.append((name, row))
     rows += [(f"sub:{key}", row) for key, row in result.sub_scores.items()]
