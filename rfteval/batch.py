@@ -29,11 +29,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, ProviderError
 from rfteval.rundir import CHUNK_DIR, JOURNAL
+
+if TYPE_CHECKING:
+    from rfteval.providers.openai_provider import OpenAIProvider
+    from rfteval.store import RunStore
 
 MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
@@ -263,7 +267,7 @@ class BatchPhase:
     provider whose SDK client reaches that endpoint.
     """
 
-    def __init__(self, *, store: Any, run_id: str, jobs: Callable[[], Iterable[tuple[str, CellInfo, dict[str, Any]]]],
+    def __init__(self, *, store: RunStore, run_id: str, jobs: Callable[[], Iterable[tuple[str, CellInfo, dict[str, Any]]]],
                  providers: dict[str, Any], monitor: Any, policy: Any, poll_s: float = 30.0,
                  max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, tail: str = "batch", max_rounds: int = 3,
                  say: Callable[[str], None] | None = None, phase: str = "generate",
@@ -518,7 +522,7 @@ class BatchPhase:
         except OSError:
             pass
 
-    async def _call(self, provider: Any, fn: Callable[[], Any]) -> Any:
+    async def _call(self, provider: OpenAIProvider, fn: Callable[[], Any]) -> Any:
         """A Files/Batches call with the run's retries; a 401/404 stops the run as it does for generation."""
         from rfteval.retry import call_with_retries
 
@@ -567,7 +571,7 @@ def _sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------- export and import (vLLM run-batch, Ray Data)
 
 
-def export_requests(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: Any) -> dict[str, int]:
+def export_requests(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: RunStore) -> dict[str, int]:
     """Write the Batch API input lines of every cell without a stored response; one file per model when the run
     has several (a batch engine serves one model per file). Returns lines per written file."""
     from rfteval.store import is_reusable_response
@@ -609,7 +613,7 @@ def export_requests(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, An
     return written
 
 
-def import_responses(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: Any
+def import_responses(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: RunStore
                      ) -> dict[str, int]:
     """Read Batch API output lines (OpenAI's, `vllm run-batch`'s) into the store; a bad line is one InputError
     naming the file and line, checked before anything is stored."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rfteval.dataset import Dataset
 from rfteval.graders.base import GradeOptions, GraderConfig
@@ -14,6 +14,9 @@ from rfteval.graders.sandbox import grading_units
 from rfteval.outputs import Output
 from rfteval.records import Record, apply_grade, make_record, now_iso
 from rfteval.sample import make_sample
+
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
 
 
 def _batches(outputs: Iterable[Output], size: int) -> Iterator[list[Output]]:
@@ -35,7 +38,7 @@ def grade_outputs(
     run_id: str | None = None,
     batch_size: int = 2048,
     on_progress: Callable[[int], None] | None = None,
-    judge: Any = None,
+    judge: JudgeClient | None = None,
     parse_json: bool = True,
 ) -> list[Record]:
     """One graded record per output, in input order. Grading errors are recorded, never raised.

@@ -22,12 +22,20 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.retry import OnRetry, RetryPolicy, call_with_retries
 
 JudgeAnswer = Generation | ProviderError
+
+
+class JudgeClient(Protocol):
+    """What a model grader asks of a judge: a `Judge`, or batch_judge's stand-in that records requests instead."""
+
+    model_override: str | None
+
+    def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]: ...
 
 # ---- repeats (the stability check) -------------------------------------------------------------------------------
 

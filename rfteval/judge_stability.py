@@ -12,10 +12,15 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rfteval.graders.base import GraderConfig, GradeResult, Pair
 from rfteval.judge import judge_repeat
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GradeOptions
+    from rfteval.graders.engine import GradingEngine
+    from rfteval.judge import JudgeClient
 
 DEFAULT_THRESHOLD = 0.1  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
 
@@ -49,7 +54,7 @@ def spread(scores: Sequence[float]) -> tuple[float, float]:
 
 
 def stability_report(
-    engine: Any,
+    engine: GradingEngine,
     pairs: Sequence[Pair],
     repeat: int = 3,
     threshold: float = DEFAULT_THRESHOLD,
@@ -185,10 +190,10 @@ def run_stability(
     grader_path: str | Path,
     dataset_path: str | Path,
     outputs_path: str | Path,
-    judge: Any,
+    judge: JudgeClient,
     repeat: int = 3,
     threshold: float = DEFAULT_THRESHOLD,
-    options: Any = None,
+    options: GradeOptions | None = None,
 ) -> dict[str, Any]:
     """`rfteval validate grader G --dataset D --outputs O --repeat K`, as a library call; InputError on bad input."""
     from rfteval.errors import InputError

@@ -14,11 +14,16 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
+from rfteval.graders.base import walk
 from rfteval.graders.template import TemplateError, lookup, parse_path, to_text
 from rfteval.readiness import grader_score_range
 from rfteval.sample import make_sample
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GradeOptions, GraderConfig
+    from rfteval.judge import JudgeClient
 
 
 @dataclass(frozen=True)
@@ -195,11 +200,9 @@ def python_label_constants(source: str) -> list[str]:
     return _distinct(out)
 
 
-def grader_labels(config: Any) -> list[str]:
+def grader_labels(config: GraderConfig) -> list[str]:
     """Every label a grader knows of: label constants in the python sources it runs (sub-graders too)."""
-    from rfteval.graders.base import walk
-
-    return _distinct(x for c in walk(config) if c.runs_python for x in python_label_constants(getattr(c, "source", "")))
+    return _distinct(x for c in walk(config) for x in python_label_constants(c.python_source() or ""))
 
 
 def _from_python(source: str, first: Mapping[str, Any]) -> tuple[Any, str]:
@@ -247,42 +250,41 @@ def _lookup_keys(root: Any, keys: Sequence[str]) -> Any:
     return root
 
 
-def _message_paths(config: Any) -> list[str]:
-    return template_paths([m.model_dump() if hasattr(m, "model_dump") else m for m in getattr(config, "input", [])])
 
 
-def infer_reference_template(config: Any, items: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
+def infer_reference_template(config: GraderConfig, items: Sequence[Mapping[str, Any]]) -> tuple[Any, str]:
     """A JSON template ({{item.…}} placeholders) that turns an item's reference into the output the grader wants,
     and how it was found; (None, why) when it cannot be told."""
     first = items[0] if items else {}
-    gtype = getattr(config, "type", None)
-    if gtype == "python":
-        return _from_python(getattr(config, "source", ""), first)
-    graders = list((getattr(config, "graders", {}) or {}).values()) if gtype == "multi" else [config]
+    source = config.python_source()
+    if source is not None:
+        return _from_python(source, first)
     text_ref: str | None = None
     json_refs: dict[tuple[str, ...], str] = {}
     how = "inferred from the grader's templates"
-    for g in graders:
-        t = getattr(g, "type", None)
-        if t in ("string_check", "text_similarity"):
-            m = _SINGLE.fullmatch(g.input)
+    for g in walk(config):
+        templates = g.compared_templates()
+        source = g.python_source()
+        if templates is not None:
+            answer, reference = templates
+            m = _SINGLE.fullmatch(answer)
             if not m:
                 continue
             _, keys = parse_path(m.group(1)) if m.group(1).startswith(("sample", "item")) else ("", ())
             if m.group(1).startswith("sample.output_text") and text_ref is None:
-                text_ref = g.reference
+                text_ref = reference
             elif keys and keys[0] == "output_json" and len(keys) > 1:
-                json_refs[tuple(str(k) for k in keys[1:])] = g.reference
-        elif t == "python":
-            tpl, why = _from_python(g.source, first)
+                json_refs[tuple(str(k) for k in keys[1:])] = reference
+        elif source is not None:
+            tpl, why = _from_python(source, first)
             how = why if tpl is not None else how
             if isinstance(tpl, dict):
                 for k, v in tpl.items():
                     json_refs.setdefault((k,), v)
             elif isinstance(tpl, str) and text_ref is None:
                 text_ref = tpl
-        elif t in ("score_model", "label_model") and "reference_answer" in first:
-            paths = _message_paths(g)
+        elif g.judge_prompt() and "reference_answer" in first:
+            paths = template_paths(g.judge_prompt())
             if any(p.startswith("sample.output_json") for p in paths) and isinstance(first["reference_answer"],
                                                                                         (dict, list)):
                 return "{{item.reference_answer}}", "inferred from the judge prompt"
@@ -515,8 +517,8 @@ def _item_pairs(items: Any) -> list[tuple[str, dict[str, Any]]]:
 
 
 def run_probes(
-    config: Any, items: Any, *, reference_template: Any = None, margin: float = 0.25, seed: int = 0,
-    options: Any = None, judge: Any = None, grader: Any = None, only: Sequence[str] | None = None,
+    config: GraderConfig, items: Any, *, reference_template: Any = None, margin: float = 0.25, seed: int = 0,
+    options: GradeOptions | None = None, judge: JudgeClient | None = None, grader: Any = None, only: Sequence[str] | None = None,
 ) -> ProbeReport:
     """Grade every probe on every item. A cheat scoring above floor + margin × range, or the reference scoring
     below the maximum, is flagged with its items. `grader` (anything with grade_batch) overrides building one."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rfteval import zero_signal
+from rfteval.graders.base import walk
 from rfteval.outfile import replace_atomically
 from rfteval.records import REFUSAL
 
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rfteval.dataset import Dataset
+    from rfteval.graders.base import GradeOptions, GraderConfig
+    from rfteval.graders.engine import GradingEngine
+    from rfteval.judge import JudgeClient
+
 
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
 ERROR_POLICIES = ("exclude", "zero")  # what a generation error counts as: left out, or reward 0
@@ -240,14 +245,14 @@ def grpo_advantages(records_df: pd.DataFrame, errors: str = "exclude") -> pd.Ser
 # ---------------------------------------------------------------- the grader's range
 
 
-def grader_score_range(config: Any) -> tuple[float, float, str]:
+def grader_score_range(config: GraderConfig | None) -> tuple[float, float, str]:
     """The grader's minimum and maximum, and where that comes from (each grader type says: `score_range`)."""
     if config is None:
         return 0.0, 1.0, "assumed [0, 1]: no grader given"
     return config.score_range()
 
 
-def is_local_grader(config: Any) -> bool:
+def is_local_grader(config: GraderConfig | None) -> bool:
     """A grader that runs without a judge model (cheap to run again)."""
     from rfteval.graders.base import runs_locally
 
@@ -358,14 +363,12 @@ def _single_path(template: str, namespace: str) -> str | None:
     return m.group(1) if m else None
 
 
-def label_paths(config: Any) -> tuple[str, str]:
+def label_paths(config: GraderConfig | None) -> tuple[str, str]:
     """Where answers and references are read: the first string_check/text_similarity pair, else the defaults."""
-    candidates = [config]
-    if getattr(config, "type", None) == "multi":
-        candidates = list((getattr(config, "graders", {}) or {}).values())
-    for g in candidates:
-        if getattr(g, "type", None) in ("string_check", "text_similarity"):
-            answer, ref = _single_path(g.input, "sample"), _single_path(g.reference, "item")
+    for g in walk(config) if config is not None else ():
+        templates = g.compared_templates()
+        if templates is not None:
+            answer, ref = _single_path(templates[0], "sample"), _single_path(templates[1], "item")
             if answer and ref:
                 return answer, ref
     return "sample.output_text", "item.reference_answer"
@@ -422,7 +425,7 @@ def sample_from_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def label_skew(
-    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]] | None, config: Any,
+    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]] | None, config: GraderConfig | None,
     item_means: Mapping[str, float],
 ) -> LabelSkew | None:
     """Majority-label share, chance, per-label mean score, and how often the model gives one answer."""
@@ -473,7 +476,7 @@ def constant_answer_sample(answer_path: str, label: str) -> dict[str, Any]:
     return make_sample(label)
 
 
-def constant_answer_score(engine: Any, items: Mapping[str, dict[str, Any]], answer_path: str, label: str) -> float:
+def constant_answer_score(engine: GradingEngine, items: Mapping[str, dict[str, Any]], answer_path: str, label: str) -> float:
     """The mean score the grader gives the same answer on every item (each item once)."""
     pairs = [(constant_answer_sample(answer_path, label), data) for data in items.values()]
     results = engine.grade_batch(pairs)
@@ -484,7 +487,7 @@ def constant_answer_score(engine: Any, items: Mapping[str, dict[str, Any]], answ
 
 
 def regrade(
-    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]], engine: Any, n: int, seed: int = 0,
+    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]], engine: GradingEngine, n: int, seed: int = 0,
     tol: float = 1e-9,
 ) -> Determinism:
     """Grade n stored outputs again and compare with the stored scores (statistics.md §3.3(f))."""
@@ -670,9 +673,11 @@ def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: st
 
 
 def assess(
-    records_df: pd.DataFrame, grader_config: Any = None, dataset: Any = None, thresholds: Thresholds = Thresholds(),
-    *, group_size: int = 8, label: str | None = None, regrade_n: int = 0, seed: int = 0, options: Any = None,
-    judge: Any = None, engine: Any = None, probes: Any = None, bins: int = 10, errors: str = "exclude",
+    records_df: pd.DataFrame, grader_config: GraderConfig | None = None,
+    dataset: Dataset | str | Path | Mapping[str, Any] | None = None,
+    thresholds: Thresholds = Thresholds(), *, group_size: int = 8, label: str | None = None, regrade_n: int = 0,
+    seed: int = 0, options: GradeOptions | None = None, judge: JudgeClient | None = None,
+    engine: GradingEngine | None = None, probes: Any = None, bins: int = 10, errors: str = "exclude",
 ) -> ReadinessReport:
     """Readiness of one model's N-epoch records (the base model's, before training).
 
@@ -758,15 +763,15 @@ def assess(
         if items and can_grade:
             lab = report.labels
             need = (lab is not None and lab.majority_label is not None) or regrade_n > 0
-            if need and engine is None:
+            if need and engine is None and grader_config is not None:
                 from rfteval.graders.base import GradeOptions
                 from rfteval.graders.engine import GradingEngine
 
                 engine = own_engine = GradingEngine(grader_config, options or GradeOptions(), judge=judge)
-            if lab is not None and lab.majority_label is not None:
+            if engine is not None and lab is not None and lab.majority_label is not None:
                 lab.constant_answer_score = constant_answer_score(engine, items, lab.answer_path, lab.majority_label)
                 lab.constant_answer_method = "graded"
-            if regrade_n > 0:
+            if engine is not None and regrade_n > 0:
                 report.determinism = regrade(records, items, engine, regrade_n, seed)
         elif regrade_n > 0:
             report.notes.append("determinism not checked: it needs the grader, the dataset, and a judge endpoint "

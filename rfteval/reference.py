@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rfteval.dataset import Dataset
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig
 
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
+
 
 def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOptions | None = None,
-                    template: Any = None, judge: Any = None) -> dict[str, Any]:
+                    template: Any = None, judge: JudgeClient | None = None) -> dict[str, Any]:
     """The reference probe over every item: how many score the maximum, and which do not."""
     from rfteval.probes import run_probes
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rfteval.errors import InputError
 from rfteval.outfile import write_text_atomic
@@ -34,6 +34,10 @@ from rfteval.rundir import (
     STORE,
     SUMMARY,
 )
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GradeResult
+    from rfteval.providers.base import Generation
 
 # Failures that are a property of the response itself: stored as final, never re-sent on resume.
 FINAL_GENERATION_ERRORS = frozenset({"refusal"})
@@ -328,7 +332,7 @@ def _records_run_id(path: Path) -> str | None:
 
 
 def response_entry(
-    *, key: str, label: str, model: str, item_id: str, epoch: int, generation: Any = None,
+    *, key: str, label: str, model: str, item_id: str, epoch: int, generation: Generation | None = None,
     error: tuple[str, str] | None = None, latency_s: float | None = None, attempts: int = 1, session: str = "",
 ) -> dict[str, Any]:
     """One line of responses.jsonl: a Generation, or the error that ended the cell."""
@@ -350,7 +354,7 @@ def response_entry(
     return entry
 
 
-def grade_entry(key: str, grader: str, result: Any) -> dict[str, Any]:
+def grade_entry(key: str, grader: str, result: GradeResult) -> dict[str, Any]:
     err = result.error
     return {
         "key": key, "grader": grader, "score": float(result.score), "sub_scores": result.sub_scores,

@@ -21,7 +21,8 @@ def test_every_registered_type_answers_for_itself():
     for name, entry in REGISTRY.items():
         for attr in ("calls_judge", "runs_python", "grades_groups"):
             assert isinstance(getattr(entry.config, attr), bool), (name, attr)
-        assert callable(entry.config.score_range) and callable(entry.config.sub_graders)
+        assert all(callable(getattr(entry.config, m)) for m in (
+            "score_range", "sub_graders", "compared_templates", "python_source", "judge_prompt"))
 
 
 @pytest.mark.parametrize("grader, judges, python, groups, range_", [
@@ -38,3 +39,13 @@ def test_what_a_config_needs_is_asked_of_it(grader, judges, python, groups, rang
     assert uses_python(config) is python and needs_groups(config) is groups
     assert grader_score_range(config)[:2] == range_
     assert [c.name for c in walk(config)][0] == config.name
+
+
+def test_what_probes_and_label_checks_read_is_asked_of_each_type():
+    sc, py, score = parse_config(SC), parse_config(PY), parse_config(SCORE)
+    assert sc.compared_templates() == ("{{ sample.output_text }}", "x") and sc.python_source() is None
+    assert py.python_source() == PY["source"] and py.compared_templates() is None and py.judge_prompt() == []
+    assert score.judge_prompt()[0]["content"] == "{{ sample.output_text }}" and score.compared_templates() is None
+    multi = parse_config({"type": "multi", "name": "m", "graders": {"a": SC, "b": PY}, "calculate_output": "a + b"})
+    assert multi.compared_templates() is None and multi.python_source() is None  # its sub-graders answer (walk)
+    assert [c.compared_templates() for c in walk(multi)][1] == sc.compared_templates()

@@ -7,10 +7,13 @@ import typing
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 import typer.models
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GraderConfig
 
 # Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli attaches
 # them, so command modules export plain functions and never import the app (no import cycle).
@@ -101,11 +104,12 @@ UNSAFE_PYTHON_GRADERS = typer.Option(
          "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
 
 
-def python_sandbox(config: Any, unsafe: bool, *key_envs: str | None) -> None:
+def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
     """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
     cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
     from rfteval.errors import InputError
-    from rfteval.graders.sandbox import configure, sandbox_problem, uses_python
+    from rfteval.graders.base import uses_python
+    from rfteval.graders.sandbox import configure, sandbox_problem
 
     configure(unsafe=unsafe, never_pass=key_envs)
     if uses_python(config):
@@ -114,7 +118,7 @@ def python_sandbox(config: Any, unsafe: bool, *key_envs: str | None) -> None:
             raise InputError(problem, field="--unsafe-python-graders")
 
 
-def make_judge(config: Any, base_url: str | None, api_key_env: str, api: str, model: str | None,
+def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
                concurrency: int, cache_path: Path | None = None) -> Any:
     """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
     from rfteval.judge_stability import model_grader_types

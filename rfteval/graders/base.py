@@ -93,6 +93,20 @@ class GraderConfig(BaseModel):
         """The lowest and highest score, and where that comes from (declared, by definition, or assumed)."""
         return 0.0, 1.0, f"assumed [0, 1] for a {self.type} grader"
 
+    def compared_templates(self) -> tuple[str, str] | None:
+        """(answer template, reference template) when this grader itself compares an answer with a reference:
+        where readiness reads labels and probes find the reference. None for the others."""
+        return None
+
+    def python_source(self) -> str | None:
+        """The code, when this grader's score comes from python source: probes read the reference from it."""
+        return None
+
+    def judge_prompt(self) -> list[dict[str, Any]]:
+        """The messages a judge model is given (score_model, label_model), as JSON: probes read from them which
+        fields of the sample the judge sees. Empty for graders without such a prompt."""
+        return []
+
     @model_validator(mode="before")
     @classmethod
     def _default_name(cls, data: Any, info: ValidationInfo) -> Any:

@@ -9,10 +9,14 @@ and resolve each `item.*` path on every item, and each `sample.*` path against t
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rfteval.errors import InputError
 from rfteval.graders.template import TemplateError, compile_template, lookup, parse_path
+
+if TYPE_CHECKING:
+    from rfteval.dataset import Dataset
+    from rfteval.graders.base import GraderConfig
 
 # What OpenAI's sample namespace holds (graders guide, "Templating"). `output_json` is there only when the job
 # sets a response_format; `choices` and `output_audio` are what the API would send and rfteval fills when it can.
@@ -20,7 +24,7 @@ SAMPLE_FIELDS = ("output_text", "output_json", "output_tools", "choices", "outpu
 NOT_TEMPLATES = frozenset({"source", "calculate_output"})  # python code and the multi formula are not templates
 
 
-def template_strings(config: Any, where: str = "") -> Iterator[tuple[str, str]]:
+def template_strings(config: GraderConfig, where: str = "") -> Iterator[tuple[str, str]]:
     """(field path, template text) for every templated string in a grader config, sub-graders included."""
     data = config.model_dump() if hasattr(config, "model_dump") else config
     yield from _walk(data, where)
@@ -40,7 +44,7 @@ def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _walk(sub, f"{where}[{i}]")
 
 
-def template_paths(config: Any) -> list[tuple[str, str, str, tuple[str | int, ...]]]:
+def template_paths(config: GraderConfig) -> list[tuple[str, str, str, tuple[str | int, ...]]]:
     """(field, path text, namespace, keys) of every placeholder in the config, in order."""
     out = []
     for field, text in template_strings(config):
@@ -50,7 +54,7 @@ def template_paths(config: Any) -> list[tuple[str, str, str, tuple[str | int, ..
     return out
 
 
-def check_sample_paths(config: Any, source: Any = None) -> list[InputError]:
+def check_sample_paths(config: GraderConfig, source: Any = None) -> list[InputError]:
     """Every `sample.*` path must start with a field a sample has."""
     errors = []
     for field, path, namespace, keys in template_paths(config):
@@ -65,20 +69,20 @@ def check_sample_paths(config: Any, source: Any = None) -> list[InputError]:
     return errors
 
 
-def reads_output_json(config: Any) -> bool:
+def reads_output_json(config: GraderConfig) -> bool:
     """Whether the grader reads `sample.output_json`: a template path, or python source that names it."""
     if any(ns == "sample" and keys[:1] == ("output_json",) for _, _, ns, keys in template_paths(config)):
         return True
     return any("output_json" in str(getattr(c, "source", "") or "") for c in _configs(config))
 
 
-def _configs(config: Any) -> Iterator[Any]:
+def _configs(config: GraderConfig) -> Iterator[Any]:
     yield config
     for sub in (getattr(config, "graders", None) or {}).values():
         yield from _configs(sub)
 
 
-def output_json_warning(config: Any, has_response_format: bool) -> str | None:
+def output_json_warning(config: GraderConfig, has_response_format: bool) -> str | None:
     """The one-line warning when a job without response_format has a grader reading output_json: OpenAI fills
     output_json only when the job sets one, so rfteval grades it as OpenAI would, with output_json null."""
     if has_response_format or not reads_output_json(config):
@@ -87,7 +91,7 @@ def output_json_warning(config: Any, has_response_format: bool) -> str | None:
             "leaves output_json empty, and so does rfteval (every such read fails as it would when uploaded)")
 
 
-def check_item_paths(config: Any, items: Iterable[Any], dataset: Any = None, limit: int = 50) -> list[InputError]:
+def check_item_paths(config: GraderConfig, items: Iterable[Any], dataset: Any = None, limit: int = 50) -> list[InputError]:
     """Every `item.*` path resolved on every item: one error per failing (item, path), `FILE:LINE: field: why`.
 
     Stops after `limit` errors (the count of the rest is in the last message), so a dataset where every item
@@ -119,13 +123,13 @@ def check_item_paths(config: Any, items: Iterable[Any], dataset: Any = None, lim
     return errors
 
 
-def preflight(config: Any, dataset: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
+def preflight(config: GraderConfig, dataset: Dataset, grader_source: Any = None, limit: int = 50) -> list[InputError]:
     """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
     model call: what `validate grader --dataset`, `grade` and `run` check first."""
     return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit)
 
 
-def preflight_stream(config: Any, dataset_path: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
+def preflight_stream(config: GraderConfig, dataset_path: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
     """preflight over a dataset file read one item at a time (a run's dataset may be large)."""
     from rfteval.dataset import iter_items
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, GraderConfig, GradeResult, Pair
+
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
 
 
 def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
@@ -24,7 +27,7 @@ def python_pool(options: GradeOptions) -> Any:
 class GradingEngine:
     """A grader ready to run, owning its resources (the python worker pool); use as a context manager."""
 
-    def __init__(self, config: GraderConfig, options: GradeOptions | None = None, judge: Any = None):
+    def __init__(self, config: GraderConfig, options: GradeOptions | None = None, judge: JudgeClient | None = None):
         self.config = config
         self.ctx = BuildContext(options or GradeOptions(), judge, pool_factory=python_pool)
         self.grader = build_grader(config, self.ctx)

@@ -18,7 +18,7 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import field_validator
 
@@ -45,6 +45,9 @@ from rfteval.graders.judged import (
 from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
 from rfteval.judge import current_repeat
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
 
 DEFAULT_RUBRIC = (
     "Judge how well each sample follows the instructions in the conversation's own system and developer "
@@ -266,11 +269,11 @@ def group_results(config: GroupJudgeConfig, plan: GroupPlan, answer: Generation)
     return [r for r in results if r is not None]
 
 
-def grade_pairs(config: GroupJudgeConfig, pairs: Sequence[Pair], judge: Any) -> list[GradeResult]:
+def grade_pairs(config: GroupJudgeConfig, pairs: Sequence[Pair], judge: JudgeClient) -> list[GradeResult]:
     repeat = current_repeat()
     plans = [plan_group(config, key, idx, pairs, repeat) for key, idx in group_pairs(pairs).items()]
     todo = [p for p in plans if p.request is not None]
-    answers = iter(judge.complete([p.request for p in todo]) if todo else [])
+    answers = iter(judge.complete([p.request for p in todo if p.request is not None]) if todo else [])
     model = effective_model(judge, config.model)
     out: list[GradeResult | None] = [None] * len(pairs)
     for plan in plans:

@@ -10,13 +10,16 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, BuildContext, GradeResult, Pair
 from rfteval.graders.template import check_template
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
+
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
 
 # The content parts a model grader's input takes (openai-python: types/graders/score_model_grader_param.py).
 CONTENT_PART_TYPES = ("input_text", "output_text", "input_image", "input_audio")
@@ -215,13 +218,13 @@ def error_result(answer: ProviderError, model: str) -> GradeResult:
     return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500], details=details)
 
 
-def effective_model(judge: Any, model: str) -> str:
+def effective_model(judge: JudgeClient, model: str) -> str:
     """The judge model actually asked: the judge's override (e.g. a local stand-in) or the grader's own."""
     return getattr(judge, "model_override", None) or model
 
 
 def grade_with_judge(
-    judge: Any,
+    judge: JudgeClient,
     requests: list[GenerationRequest | GradeResult],
     parse: Callable[[GenerationRequest, Generation], GradeResult],
 ) -> list[GradeResult]:

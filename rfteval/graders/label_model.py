@@ -7,7 +7,7 @@ outside `labels` (a server without strict mode) is a counted `model_grader_parse
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -31,6 +31,9 @@ from rfteval.graders.judged import (
 )
 from rfteval.providers.base import Generation, GenerationRequest
 
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
+
 
 class LabelModelConfig(GraderConfig):
     type: Literal["label_model"]
@@ -47,6 +50,9 @@ class LabelModelConfig(GraderConfig):
         return self
 
     calls_judge = True
+
+    def judge_prompt(self) -> list[dict[str, Any]]:
+        return [m.model_dump() for m in self.input]
 
     def score_range(self) -> tuple[float, float, str]:
         return 0.0, 1.0, "label_model scores 0 or 1"
@@ -85,7 +91,7 @@ def parse_answer(config: LabelModelConfig, request: GenerationRequest, answer: G
     return GradeResult(1.0 if passed else 0.0, passed=passed, details=details)
 
 
-def grade_pairs(config: LabelModelConfig, pairs: Sequence[Pair], judge: Any) -> list[GradeResult]:
+def grade_pairs(config: LabelModelConfig, pairs: Sequence[Pair], judge: JudgeClient) -> list[GradeResult]:
     requests = [build_request(config, sample, item) for sample, item in pairs]
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 

@@ -114,6 +114,9 @@ class PythonConfig(GraderConfig):
     def score_range(self) -> tuple[float, float, str]:
         return 0.0, 1.0, "assumed [0, 1]: OpenAI does not document a python grader's range"
 
+    def python_source(self) -> str:
+        return self.source
+
 
 class PythonGrader:
     """Sends whole batches to the context's worker pool; the pool starts on the first batch, not at build."""

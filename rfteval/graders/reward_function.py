@@ -89,6 +89,9 @@ class RewardFunctionConfig(GraderConfig):
 
     runs_python = True
 
+    def python_source(self) -> str:
+        return self.source
+
 
 def _imports(source: str) -> list[str]:
     """Absolute module names the reward file imports anywhere: named in the generated source so that the sandbox

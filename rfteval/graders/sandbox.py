@@ -40,7 +40,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 
@@ -54,6 +54,9 @@ from rfteval.graders.base import (
     Pair,
 )
 from rfteval.sample import ParsedSample, rebuild_args
+
+if TYPE_CHECKING:
+    pass
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STDOUT_CAP = 64 * 1024
@@ -92,13 +95,6 @@ class Policy:
 
 
 POLICY = Policy(unsafe=os.environ.get("RFTEVAL_UNSAFE_PYTHON_GRADERS") == "1")
-
-
-def uses_python(config: Any) -> bool:
-    """Whether a grader config runs code in the sandbox anywhere (each type says: GraderConfig.runs_python)."""
-    from rfteval.graders.base import uses_python as runs_code
-
-    return runs_code(config)
 
 
 def configure(unsafe: bool | None = None, never_pass: Iterable[str | None] = ()) -> None:

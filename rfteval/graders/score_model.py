@@ -8,7 +8,7 @@ counted `model_grader_parse_error`, with the raw answer kept so a person can see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
@@ -34,6 +34,9 @@ from rfteval.graders.judged import (
 )
 from rfteval.providers.base import Generation, GenerationRequest
 
+if TYPE_CHECKING:
+    from rfteval.judge import JudgeClient
+
 # Steps come first in the schema so that a judge reasons before it commits to a number.
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -53,6 +56,9 @@ class ScoreModelConfig(GraderConfig):
     pass_threshold: float | None = None
 
     calls_judge = True
+
+    def judge_prompt(self) -> list[dict[str, Any]]:
+        return [m.model_dump() for m in self.input]
 
     def score_range(self) -> tuple[float, float, str]:
         low, high = self.range
@@ -96,7 +102,7 @@ def parse_answer(config: ScoreModelConfig, request: GenerationRequest, answer: G
     return GradeResult(score, passed=passed, details=details)
 
 
-def grade_pairs(config: ScoreModelConfig, pairs: Sequence[Pair], judge: Any) -> list[GradeResult]:
+def grade_pairs(config: ScoreModelConfig, pairs: Sequence[Pair], judge: JudgeClient) -> list[GradeResult]:
     requests = [build_request(config, sample, item) for sample, item in pairs]
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 

@@ -32,6 +32,9 @@ class StringCheckConfig(GraderConfig):
     def score_range(self) -> tuple[float, float, str]:
         return 0.0, 1.0, "string_check scores 0 or 1"
 
+    def compared_templates(self) -> tuple[str, str]:
+        return self.input, self.reference
+
 
 def compare(operation: str, text: str, reference: str) -> bool:
     """Exact, case-sensitive except ilike; no trimming or Unicode normalisation (none is documented)."""

@@ -43,6 +43,9 @@ class TextSimilarityConfig(GraderConfig):
     def score_range(self) -> tuple[float, float, str]:
         return 0.0, 1.0, "text_similarity metrics lie in [0, 1]"
 
+    def compared_templates(self) -> tuple[str, str]:
+        return self.input, self.reference
+
 
 class TextSimilarity(SampleGrader):
     config: TextSimilarityConfig

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
+
+if TYPE_CHECKING:
+    from rfteval.providers.base import Provider
+    from rfteval.spec import ModelRun
 
 __all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
            "build_providers", "make_provider"]
@@ -37,7 +42,8 @@ def make_provider(kind: str, **settings: Any) -> Provider:
     return cls(**settings)
 
 
-def build_providers(runs: Any, service_tier: str | None = None, transport: str | None = None) -> dict[str, Provider]:
+def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
+                    transport: str | None = None) -> dict[str, Provider]:
     """One provider per model run (rfteval.spec.ModelRun), by label; tier and transport go to OpenAI endpoints."""
     extra: dict[str, Any] = {}
     if service_tier is not None:
@@ -48,6 +54,6 @@ def build_providers(runs: Any, service_tier: str | None = None, transport: str |
             for run in runs}
 
 
-def batchable(provider: Any) -> bool:
+def batchable(provider: Provider) -> bool:
     """Providers with a Files/Batches client (OpenAI-compatible endpoints); replay answers locally."""
     return hasattr(provider, "client") and hasattr(provider, "endpoint_path")
