@@ -7,6 +7,7 @@ summary.json, spec.resolved.toml, store/...), so the commands and the library ag
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ BASELINE = "base"  # the label the others are compared against, when there is on
 NOT_RECORDS = frozenset({"judge_cache"})  # JSONL files of a run directory that are not a model's records
 
 
-def baseline_label(labels: list[str]) -> str:
+def baseline_label(labels: Sequence[str]) -> str:
     """The model the others are compared against: the one labelled `base`, else the first."""
     return BASELINE if BASELINE in labels else labels[0]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import signal
 import threading
 import time
@@ -18,9 +17,8 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rfteval import rundir
 from rfteval.dataset import Item, iter_items
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
@@ -34,6 +32,13 @@ from rfteval.sample import make_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.status import ExitStatus
 from rfteval.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
+from rfteval.summary import RunComparison, build_summary, compare_run
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GraderConfig
+    from rfteval.graders.engine import GradingEngine
+    from rfteval.judge import Judge
+    from rfteval.store import StoreReader
 
 
 @dataclass
@@ -104,6 +109,7 @@ class RunResult:
     interrupted: bool = False
     batches_open: int = 0  # batches still running at the provider (after Ctrl-C): re-run to collect them
     exported: dict[str, int] | None = None  # --export-requests: file → lines written
+    comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -201,8 +207,8 @@ def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dic
 
 
 class _Pipeline:
-    def __init__(self, ctx: _Context, store: RunStore, engine: Any, grader_hash: str, monitor: RunMonitor,
-                 opts: RunOptions, export: Any, judge: Any = None):
+    def __init__(self, ctx: _Context, store: RunStore, engine: GradingEngine, grader_hash: str, monitor: RunMonitor,
+                 opts: RunOptions, export: Any, judge: Judge | None = None):
         from rfteval.retry import RetryPolicy
 
         self.ctx, self.store, self.engine, self.grader_hash = ctx, store, engine, grader_hash
@@ -423,7 +429,7 @@ class _Pipeline:
 
 
 def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
-             providers: dict[str, Provider] | None = None, judge: Any = None) -> RunResult:
+             providers: dict[str, Provider] | None = None, judge: Judge | None = None) -> RunResult:
     """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
 
     `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
@@ -491,11 +497,12 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
 
-        def export(reader: Any) -> dict[str, LabelTotals]:
+        def export(reader: StoreReader) -> dict[str, LabelTotals]:
             with export_lock:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet)
-                summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices)
+                summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
+                                        compare_run(out_dir, labels))
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
                 return totals
 
@@ -536,8 +543,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                        session=store.session, parquet=opts.write_parquet)
             finally:
                 reader.close()
+            comparison = compare_run(out_dir, labels)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted, prices)
+                                    not interrupted, prices, comparison)
             summary["concurrency"] = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
@@ -548,7 +556,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": batch_phase.outcome.messages}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
-        return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches)
+        return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison)
     finally:
         if restore_signals:  # the shutdown after Ctrl-C is written: Ctrl-C is Ctrl-C again
             signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -565,7 +573,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 JUDGE_CACHE = "judge_cache.jsonl"
 
 
-def grades_key(grader: Any, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:
+def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:
     """The key stored grades are filed under: the grader config's hash, and for model graders what else decides
     the grade. The judge (endpoint, API, --judge-model): another judge is another grader. For a group judge also
     the grouping (epochs, and the models ranked together with --group-models), since its scores are relative to
@@ -582,7 +590,7 @@ def grades_key(grader: Any, grader_hash: str, spec: RunSpec, labels: list[str]) 
     return config_hash({"grader": grader_hash, **extra})
 
 
-def build_judge(spec: RunSpec, grader: Any, out_dir: Path, fresh: bool = False) -> Any:
+def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Any:
     """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
     Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
     from rfteval.judge_stability import model_grader_types
@@ -600,7 +608,7 @@ def build_judge(spec: RunSpec, grader: Any, out_dir: Path, fresh: bool = False) 
                                timeout_s=spec.timeout, model_override=spec.judge.model)
 
 
-def judge_fatal(judge: Any) -> FatalRunError | None:
+def judge_fatal(judge: Judge | None) -> FatalRunError | None:
     """The run-stopping error of a judge that was refused (401/403) or does not know its model, if any."""
     error = getattr(judge, "fatal_error", None)
     if error is None:
@@ -609,7 +617,7 @@ def judge_fatal(judge: Any) -> FatalRunError | None:
     return FatalRunError("judge", model, error)
 
 
-def add_judge_usage(summary: dict[str, Any], judge: Any, prices: dict[str, Price]) -> dict[str, Any]:
+def add_judge_usage(summary: dict[str, Any], judge: Judge | None, prices: dict[str, Price]) -> dict[str, Any]:
     """Judge tokens and cost, per judge model, apart from the models' own."""
     if judge is None or not hasattr(judge, "usage"):
         return summary
@@ -700,106 +708,3 @@ def _first(group: BaseExceptionGroup) -> BaseException:
     while isinstance(exc, BaseExceptionGroup):
         exc = exc.exceptions[0]
     return exc
-
-
-# ---------------------------------------------------------------- summary.json
-
-
-def _clean(value: Any) -> Any:
-    """NaN and inf become null: summary.json stays strict JSON."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
-def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: Any,
-                  grader_hash: str, run_id: str, n_items: int, complete: bool,
-                  prices: dict[str, Price]) -> dict[str, Any]:
-    """Per model: mean of per-item means with its interval, counts, tokens, cost; paired deltas vs the baseline."""
-    import numpy as np
-
-    from rfteval.compare import run_pass_curves
-    from rfteval.records import now_iso
-    from rfteval.stats import paired_delta, side_summary
-
-    def means_of(label: str) -> np.ndarray:
-        return np.frombuffer(totals[label].item_means, dtype=np.float64)
-
-    models: dict[str, Any] = {}
-    for run in runs:
-        t = totals[run.label]
-        means = means_of(run.label)
-        means = means[~np.isnan(means)]
-        side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
-        models[run.label] = {
-            "model": run.model, "provider": run.provider,
-            "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
-            "mean": side["mean"], "se": side["se"], "ci95": side["ci95"], "items": side["items"],
-            "records": t.records, "cells": t.cells, "cached": t.cached,
-            "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
-            "error_rate": t.error_count / t.cells if t.cells else 0.0,
-            "tokens": {"input": t.input_tokens, "output": t.output_tokens, "reasoning": t.reasoning_tokens},
-            "cost_usd": _model_cost(run.model, t, prices),
-        }
-    labels = [r.label for r in runs]
-    curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
-    for label, curve in curves.items():
-        models[label].update(curve)
-    base = rundir.baseline_label(labels)
-    deltas: dict[str, Any] = {}
-    for label in labels:
-        if label == base:
-            continue
-        b, c = means_of(base), means_of(label)
-        both = ~(np.isnan(b) | np.isnan(c))
-        if not both.any():
-            continue
-        d = paired_delta(b[both], c[both])
-        deltas[label] = {"baseline": base, "candidate": label, **d}
-    judge_calls: dict[str, tuple[str, dict[str, Any]]] = {}
-    for t in totals.values():  # a group judge's call may grade samples of several models: once in all
-        judge_calls.update(t.judge_calls)
-    cells = sum(t.cells for t in totals.values())
-    errors = sum(t.error_count for t in totals.values())
-    missing = sum(t.cells - t.records for t in totals.values())
-    return _clean({
-        "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
-        "dataset": spec.dataset, "items": n_items, "epochs": spec.epochs,
-        "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},
-        "baseline": base, "models": models, "deltas": deltas,
-        "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
-        "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
-        **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
-    })
-
-
-def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:
-    """Standard prices for synchronous tokens, the batch column for Batch API / flex / imported ones."""
-    from rfteval.pricing import cost_usd
-
-    sync = cost_usd(model, t.input_tokens - t.discounted_input_tokens, t.output_tokens - t.discounted_output_tokens,
-                    prices)
-    if sync is None:
-        return None
-    return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
-
-
-def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, Price]
-                 ) -> dict[str, dict[str, Any]]:
-    """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
-    invocation made them (summary["judge"] counts this invocation's calls only)."""
-    from rfteval.pricing import cost_usd
-
-    out: dict[str, dict[str, Any]] = {}
-    for model, usage in calls.values():
-        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0})
-        row["calls"] += 1
-        for key in ("input_tokens", "output_tokens", "reasoning_tokens"):
-            row[key] += int(usage.get(key) or 0)
-    for model, row in out.items():
-        row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
-    return out

@@ -1,13 +1,28 @@
-"""Per-model summaries of graded records: per-item means first, then their mean (statistics.md §2.9)."""
+"""Summaries: of `rfteval grade`'s records per model, and of a run (summary.json, with the run's one comparison).
+
+Per-item means come first, then their mean (docs/statistics.md §2.9), in both."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from rfteval import rundir
+from rfteval.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas as pd
 
+    from rfteval.compare import CompareResult
+    from rfteval.graders.base import GraderConfig
+    from rfteval.pricing import Price
     from rfteval.records import Record
+    from rfteval.results import LabelTotals
+    from rfteval.series import SeriesResult
+    from rfteval.spec import ModelRun, RunSpec
 
 
 def records_frame(records: list[Record]) -> pd.DataFrame:
@@ -38,4 +53,124 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str,
             "errors_by_type": {str(k): int(v) for k, v in errors.value_counts().items()},
             "per_item": per_item,
         })
+    return out
+
+
+# ---------------------------------------------------------------- a run: summary.json
+
+
+@dataclass
+class RunComparison:
+    """The run's baseline against each other model, computed once from the records just written: summary.json's
+    deltas and the tables `rfteval run` prints both come from here. With two or more candidates it is a series
+    (rfteval.series), Holm-adjusted across them, as `rfteval compare RUNDIR` reports it."""
+
+    baseline: str
+    results: dict[str, CompareResult]
+    series: SeriesResult | None = None
+
+
+def compare_run(out_dir: Path, labels: Sequence[str]) -> RunComparison | None:
+    """The comparison of a run directory's models against its baseline; None until two models have records."""
+    from rfteval.compare import compare_sides
+    from rfteval.series import series_from_sides
+    from rfteval.sides import load_side
+
+    if len(labels) < 2:
+        return None
+    base = rundir.baseline_label(labels)
+    sides = {}
+    for label in labels:
+        try:
+            sides[label] = load_side(out_dir / f"{label}.jsonl", label)
+        except InputError:  # no records yet (a checkpoint early in the run, or a model that never answered)
+            continue
+    cands = [sides[label] for label in labels if label != base and label in sides]
+    if base not in sides or not cands:
+        return None
+    try:
+        if len(cands) > 1:
+            series = series_from_sides(sides[base], cands, run_dir=str(out_dir))
+            return RunComparison(base, {c.label: c.result for c in series.candidates}, series)
+        return RunComparison(base, {cands[0].label: compare_sides(sides[base], cands[0])})
+    except InputError:  # nothing pairs yet (no item has records on both sides)
+        return None
+
+
+def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: GraderConfig,
+                  grader_hash: str, run_id: str, n_items: int, complete: bool, prices: dict[str, Price],
+                  comparison: RunComparison | None) -> dict[str, Any]:
+    """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost; per other
+    model, its paired delta against the baseline (from `comparison`, the run's one comparison)."""
+    import numpy as np
+
+    from rfteval.compare import run_pass_curves
+    from rfteval.records import json_safe, now_iso
+    from rfteval.stats import side_summary
+
+    models: dict[str, Any] = {}
+    for run in runs:
+        t = totals[run.label]
+        means = np.frombuffer(t.item_means, dtype=np.float64)
+        means = means[~np.isnan(means)]
+        side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
+        models[run.label] = {
+            "model": run.model, "provider": run.provider,
+            "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
+            "mean": side["mean"], "se": side["se"], "ci95": side["ci95"], "items": side["items"],
+            "records": t.records, "cells": t.cells, "cached": t.cached,
+            "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
+            "error_rate": t.error_count / t.cells if t.cells else 0.0,
+            "tokens": {"input": t.input_tokens, "output": t.output_tokens, "reasoning": t.reasoning_tokens},
+            "cost_usd": _model_cost(run.model, t, prices),
+        }
+    labels = [r.label for r in runs]
+    curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
+    for label, curve in curves.items():
+        models[label].update(curve)
+    base = rundir.baseline_label(labels)
+    deltas = {label: {"baseline": base, "candidate": label, **result.delta}
+              for label, result in (comparison.results.items() if comparison else ())}
+    judge_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    for t in totals.values():  # a group judge's call may grade samples of several models: once in all
+        judge_calls.update(t.judge_calls)
+    cells = sum(t.cells for t in totals.values())
+    errors = sum(t.error_count for t in totals.values())
+    missing = sum(t.cells - t.records for t in totals.values())
+    return cast("dict[str, Any]", json_safe({
+        "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
+        "dataset": spec.dataset, "items": n_items, "epochs": spec.epochs,
+        "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},
+        "baseline": base, "models": models, "deltas": deltas,
+        "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
+        "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
+        **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
+    }))
+
+
+def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:
+    """Standard prices for synchronous tokens, the batch column for Batch API / flex / imported ones."""
+    from rfteval.pricing import cost_usd
+
+    sync = cost_usd(model, t.input_tokens - t.discounted_input_tokens, t.output_tokens - t.discounted_output_tokens,
+                    prices)
+    if sync is None:
+        return None
+    return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
+
+
+def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, Price]
+                 ) -> dict[str, dict[str, Any]]:
+    """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
+    invocation made them (summary["judge"] counts this invocation's calls only)."""
+    from rfteval.pricing import cost_usd
+
+    out: dict[str, dict[str, Any]] = {}
+    for model, usage in calls.values():
+        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0})
+        row["calls"] += 1
+        for key in ("input_tokens", "output_tokens", "reasoning_tokens"):
+            row[key] += int(usage.get(key) or 0)
+    for model, row in out.items():
+        row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
     return out

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
+from rfteval.compare import compare_paths
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 from rfteval.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+from rfteval.series import compare_series
 from rfteval.spec import RunSpec, build_spec, flag_overrides
 from rfteval.status import ExitStatus
 
@@ -282,6 +284,20 @@ def test_three_models_compare_against_base(workdir: Path) -> None:
     result = run(make_spec(workdir, ("a", "base", "c")), providers)
     assert result.summary["baseline"] == "base"
     assert sorted(result.summary["deltas"]) == ["a", "c"]
+    # a series: the deltas are `compare RUNDIR`'s, Holm-adjusted across the candidates, and the table shows them
+    series = compare_series(workdir / "run", baseline="base")
+    for c in series.candidates:
+        assert result.summary["deltas"][c.label]["p_adjusted"] == pytest.approx(c.p_adjusted)
+        assert result.summary["deltas"][c.label]["ci95"] == pytest.approx(c.result.delta["ci95"])
+    assert result.comparison is not None and result.comparison.series is not None
+
+
+def test_the_runs_delta_is_computed_once_and_is_what_compare_reports(workdir: Path) -> None:
+    result = run(make_spec(workdir), {"base": FakeProvider(base_answer), "tuned": FakeProvider(tuned_answer)})
+    expected = compare_paths(workdir / "run" / "base.jsonl", workdir / "run" / "tuned.jsonl").to_json()["delta"]
+    on_disk = json.loads((workdir / "run" / "summary.json").read_text())["deltas"]["tuned"]
+    assert {k: on_disk[k] for k in expected} == expected  # every number, interval cut to the range included
+    assert result.comparison is not None and result.comparison.results["tuned"].delta["mean"] == expected["mean"]
 
 
 def test_duplicate_ids_are_found_before_any_request(workdir: Path) -> None:

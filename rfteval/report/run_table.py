@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from rfteval.runner import RunResult
+    from rfteval.summary import RunComparison
 
 
 def fmt_errors(by_type: dict[str, int]) -> str:
@@ -145,21 +146,6 @@ def models_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def deltas_table(summary: dict[str, Any]) -> Table | None:
-    """Each model against the baseline, paired over items (used when the compare renderer is unavailable)."""
-
-    if not summary["deltas"]:
-        return None
-    table = house_table("paired over items (candidate - baseline)")
-    for name in ("comparison", "items", "delta", "95% CI", "p", "W/T/L", "MDE"):
-        table.add_column(name, justify="left" if name == "comparison" else "right")
-    for d in summary["deltas"].values():
-        table.add_row(f"{d['baseline']} -> {d['candidate']}", str(d["n"]), fmt(d["mean"], sign=True),
-                      fmt_ci(d["ci95"], sign=True), fmt(d.get("p_value")), f"{d['wins']}/{d['ties']}/{d['losses']}",
-                      fmt(d.get("mde")))
-    return table
-
-
 def per_item_table(result: RunResult) -> Table:
     """Each item's mean over its epochs, per model, in dataset order (the way ChipStack reported it)."""
 
@@ -180,31 +166,21 @@ def per_item_table(result: RunResult) -> Table:
     return table
 
 
-def compare_renderables(result: RunResult, top: int = 0) -> list[Any]:
-    """The base -> tuned comparison as `rfteval compare` prints it, from the records just written."""
+def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
+    """The run's comparison as `rfteval compare` prints it: the one summary.json's deltas come from."""
     from rich.text import Text
 
-    from rfteval.compare import compare_paths
-    from rfteval.report.terminal import items_table, side_lines, summary_table
+    from rfteval.report.terminal import items_table, series_lines, series_table, side_lines, summary_table
 
+    if comparison.series is not None:  # a series: one table, Holm across the candidates (rfteval.series)
+        return [series_table(comparison.series), *(Text(line) for line in series_lines(comparison.series))]
     out: list[Any] = []
-    base = result.summary["baseline"]
-    if len(result.summary["deltas"]) > 1:  # a series: one table, Holm across the candidates (rfteval.series)
-        from rfteval.report.terminal import series_lines, series_table
-        from rfteval.series import compare_series
-
-        series = compare_series(result.out_dir, baseline=base)
-        return [series_table(series), *(Text(line) for line in series_lines(series))]
-    for label in result.summary["deltas"]:
-        cmp = compare_paths(result.out_dir / f"{base}.jsonl", result.out_dir / f"{label}.jsonl")
+    for cmp in comparison.results.values():
         out.append(summary_table(cmp))
         out += [Text(line) for line in side_lines(cmp)]
         if top:
             out.append(items_table(cmp, top))
     return out
-
-
-COMPARE_MAX_RECORDS = 200_000  # above this, the delta table comes from summary.json (no records in memory)
 
 
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
@@ -224,17 +200,8 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
         console.print(f"judge {model} behind these results: {u['calls']} calls, tokens in/out {u['input_tokens']}/"
                       f"{u['output_tokens']} (reasoning {u['reasoning_tokens']}){cost} (all invocations)",
                       highlight=False)
-    if result.summary["deltas"]:
-        parts: list[Any] = []
-        if result.summary["cells"] <= COMPARE_MAX_RECORDS:
-            try:
-                parts = compare_renderables(result)
-            except Exception:  # noqa: BLE001 - the compare renderer is optional here; summary.json has the deltas
-                parts = []
-        if not parts:
-            table = deltas_table(result.summary)
-            parts = [table] if table is not None else []
-        for part in parts:
+    if result.comparison is not None:
+        for part in compare_renderables(result.comparison):
             console.print(part)
     if per_item:
         console.print(per_item_table(result))
