@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rfteval.batch import BatchPhase, CellInfo, entry_from_result
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+
+if TYPE_CHECKING:
+    from rfteval.judge import Judge, JudgeAnswer
+    from rfteval.store import RunStore
 
 DEFERRED = "deferred to a judge batch"
 
@@ -27,7 +31,7 @@ DEFERRED = "deferred to a judge batch"
 class _Recorder:
     """The Judge's stand-in during the dry pass (what graders call: `complete`, `model_override`)."""
 
-    def __init__(self, judge: Any):
+    def __init__(self, judge: Judge):
         self.judge = judge
         self.model_override = getattr(judge, "model_override", None)
         self.provider = judge.provider
@@ -35,10 +39,10 @@ class _Recorder:
         self.requests: dict[str, tuple[str, dict[str, Any]]] = {}  # judge cache key → (model, body)
         self.fatal_error = None
 
-    def complete(self, requests: list[GenerationRequest]) -> list[Any]:
+    def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]:
         from rfteval.judge import answer_from_entry, cache_key, current_repeat
 
-        out: list[Any] = []
+        out: list[JudgeAnswer] = []
         for r in requests:
             if self.model_override:
                 r = dataclasses.replace(r, model=self.model_override)
@@ -77,19 +81,25 @@ class _SameProvider(dict):
 class JudgeBatch:
     """The judge phase of one run: dry grading pass, then batches filed in the judge cache."""
 
-    def __init__(self, pipeline: Any, judge: Any, phase_kwargs: dict[str, Any]):
+    def __init__(self, pipeline: Any, judge: Judge, phase_kwargs: dict[str, Any]):
         self.pipeline, self.judge, self.phase_kwargs = pipeline, judge, phase_kwargs
         self.requests: dict[str, tuple[str, dict[str, Any]]] = {}
         self.phase: BatchPhase | None = None
+        self.dry_failures = 0  # cells whose dry grading raised: their judge calls will go synchronously
+        self.dry_error: str | None = None
 
     async def run(self) -> None:
-        if self.judge is None or not hasattr(self.judge, "_cache") or not hasattr(self.judge.provider, "client"):
+        if self.judge is None or not hasattr(self.judge.provider, "client"):
             return
         reader = self.pipeline.store.reader()  # its own connection: the dry pass runs in a worker thread
         try:
             self.requests = await asyncio.to_thread(self._dry_pass, reader)
         finally:
             reader.close()
+        say = self.phase_kwargs.get("say")
+        if self.dry_failures and say is not None:
+            say(f"--batch-judge: the dry pass could not grade {self.dry_failures} cell(s) ({self.dry_error}); "
+                "their judge calls go synchronously, at the synchronous price")
         models = sorted({model for model, _ in self.requests.values()})
         labels = {m: f"m{i + 1}" for i, m in enumerate(models)}  # a short per-model label names its chunks
         api = getattr(self.judge.provider, "api", "chat")
@@ -119,7 +129,7 @@ class JudgeBatch:
             self.judge.cache.put(cache_entry(key, cell.model, ProviderError("refusal", entry["error"]["message"])))
         return what
 
-    def _dry_pass(self, store: Any) -> dict[str, tuple[str, dict[str, Any]]]:
+    def _dry_pass(self, store: RunStore) -> dict[str, tuple[str, dict[str, Any]]]:
         """Grade every cell that needs a grade with the recorder; return the judge requests it could not answer."""
         from rfteval.graders.engine import GradingEngine
         from rfteval.graders.sandbox import call_in_units
@@ -138,8 +148,9 @@ class JudgeBatch:
                           j.item.data) for j, e in cells]
                 try:
                     call_in_units([(j.run.label, j.item.id) for j, _ in cells], engine.grade_batch, pairs)
-                except Exception:  # noqa: BLE001 - a dry pass that fails only batches less; grading reports it
-                    pass
+                except Exception as exc:  # noqa: BLE001 - these cells batch nothing; the grading pass reports them
+                    self.dry_failures += len(cells)
+                    self.dry_error = self.dry_error or f"{type(exc).__name__}: {exc}"[:200]
 
             for job in p.ctx.jobs():
                 entry = store.get_response(job.key)

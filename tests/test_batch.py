@@ -473,6 +473,36 @@ def test_batch_judge_sends_the_judge_calls_as_a_second_batch_phase(tmp_path: Pat
     assert CliRunner().invoke(app, args).exit_code == 0 and fake_openai.batch_creates == creates  # nothing twice
 
 
+def test_a_dry_pass_that_fails_says_so_and_its_judge_calls_go_synchronously(
+        tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_run_judges import SCORE_GRADER, expected_score, model_or_score_responder, write_dataset
+
+    from rfteval.batch_judge import _Recorder
+    from rfteval.graders.engine import GradingEngine
+
+    real = GradingEngine.grade_batch
+
+    def broken_when_dry(self: GradingEngine, pairs: Any) -> Any:
+        if isinstance(self.ctx.judge, _Recorder):
+            raise RuntimeError("the grader broke in the dry pass")
+        return real(self, pairs)
+
+    monkeypatch.setattr(GradingEngine, "grade_batch", broken_when_dry)
+    fake_openai.responder = model_or_score_responder()
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SCORE_GRADER))
+    out = tmp_path / "run"
+    args = ["run", "--dataset", str(write_dataset(tmp_path)), "--grader", str(grader), "--model", "base=fake-base",
+            "--epochs", "2", "--base-url", fake_openai.base_url, "--out", str(out), "--no-readiness", "--batch",
+            "--batch-judge", "--batch-poll-interval", "0.02"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert ("--batch-judge: the dry pass could not grade 6 cell(s) (RuntimeError: the grader broke in the dry "
+            "pass); their judge calls go synchronously") in " ".join(res.output.split())
+    assert len([r for r in fake_openai.requests_for() if r.model == "judge-model"]) == 6  # synchronous, graded right
+    assert all(rec["score"] == expected_score(rec["output_text"]) for rec in records(out, "base"))
+
+
 def test_batch_judge_needs_batch(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch-judge"))
     assert proc.exit_code == 2 and "--batch-judge: needs --batch" in proc.stderr
