@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rfteval import zero_signal
+from rfteval.errors import InputError
 from rfteval.graders.base import walk
 from rfteval.outfile import replace_atomically
 from rfteval.records import REFUSAL
@@ -169,7 +170,7 @@ def _error_type(value: Any) -> str | None:
 
 def _check_policy(errors: str) -> str:
     if errors not in ERROR_POLICIES:
-        raise ValueError(f"errors must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}")
+        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
     return errors
 
 
@@ -641,13 +642,13 @@ def pick_label(records_df: pd.DataFrame, label: str | None) -> str | None:
     labels = [str(x) for x in records_df["model_label"].dropna().unique()]
     if label is not None:
         if label not in labels:
-            raise ValueError(f"no records for label {label!r} (labels: {', '.join(sorted(labels))})")
+            raise InputError(f"no records for label {label!r} (labels: {', '.join(sorted(labels))})", field="--label")
         return label
     if len(labels) <= 1:
         return labels[0] if labels else None
     if "base" in labels:
         return "base"
-    raise ValueError(f"records hold several labels ({', '.join(sorted(labels))}); choose one")
+    raise InputError(f"records hold several labels ({', '.join(sorted(labels))}); choose one", field="--label")
 
 
 def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: str) -> dict[str, Any]:
@@ -687,7 +688,7 @@ def assess(
     0); grading errors and model refusals score 0 under both (`effective_scores`).
     """
     if group_size < 2:
-        raise ValueError("group size must be at least 2")
+        raise InputError("must be at least 2", field="--group-size")
     _check_policy(errors)
     chosen = pick_label(records_df, label)
     df = records_df
@@ -699,7 +700,7 @@ def assess(
     mask = rewards.notna()
     scored = df[mask].assign(score=rewards[mask])
     if scored.empty:
-        raise ValueError("no graded records to assess")
+        raise InputError("no graded records to assess")
     ids = scored["item_id"].astype(str).tolist()
     scores = scored["score"].astype(float).tolist()
     grade_err = (kinds[mask] == "grade").tolist()

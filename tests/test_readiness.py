@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
 from rfteval.graders.loader import parse_config
 from rfteval.readiness import (
@@ -287,10 +288,10 @@ def test_pick_label():
     both = pd.concat([records(KNOWN), records(KNOWN, label="tuned")], ignore_index=True)
     assert pick_label(both, None) == "base"
     assert pick_label(both, "tuned") == "tuned"
-    with pytest.raises(ValueError, match="no records for label"):
+    with pytest.raises(InputError, match="--label: no records for label"):
         pick_label(both, "nope")
     two = pd.concat([records(KNOWN, label="x"), records(KNOWN, label="y")], ignore_index=True)
-    with pytest.raises(ValueError, match="several labels"):
+    with pytest.raises(InputError, match="several labels"):
         pick_label(two, None)
     rep = assess(both, label="tuned", group_size=2)
     assert rep.label == "tuned" and rep.n_records == 16
@@ -341,7 +342,7 @@ def test_error_policy_refusals_zero_generation_errors_excluded_or_zero():
     adv = grpo_advantages(df)
     assert math.isnan(adv.iloc[0]) and adv.iloc[1] < 0
     assert not math.isnan(grpo_advantages(df, errors="zero").iloc[0])
-    with pytest.raises(ValueError, match="errors must be one of"):
+    with pytest.raises(InputError, match="--errors: must be one of"):
         assess(df, errors="drop")
 
 

@@ -264,8 +264,9 @@ def _readiness_sections(result: object, dataset: Path | None) -> list[tuple[str,
         if "model_label" in df and df["model_label"].nunique() > 1:
             df = df[df["model_label"] == side["label"]]
         report = assess(df, dataset=dataset)
-    except (InputError, ValueError, KeyError):
-        return []
+    except InputError as exc:  # an optional section: the comparison stands without it, and says why
+        return [(f"RFT readiness of the baseline ({side['label']})",
+                 f"<p>Not assessed: {escape(str(exc))}.</p>")]
     if report.samples_min < 2:
         return []
     return [(f"RFT readiness of the baseline ({side['label']})", readiness_html(report))]

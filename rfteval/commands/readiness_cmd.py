@@ -109,8 +109,10 @@ def readiness(
     try:
         report = assess(df, config, items, thresholds, group_size=group_size, label=chosen, regrade_n=regrade,
                         seed=seed, options=_options(python_workers), errors=errors)
-    except ValueError as exc:
-        raise InputError(str(exc), files[0]) from None
+    except InputError as exc:  # name the records file when the library could not
+        if exc.file is None and not (exc.field or "").startswith("--"):
+            exc.file = files[0]
+        raise
     written = write_advantages(files, chosen, errors) if write_adv else []
     if html is not None:
         from rfteval.report.html import write_page

@@ -223,6 +223,7 @@ def _s(path: Path | None) -> str | None:
 
 def _print_readiness(result: RunResult, run_spec: RunSpec, console: Console) -> None:
     """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
+    from rfteval.errors import InputError
     from rfteval.graders import load_grader
     from rfteval.readiness import assess
     from rfteval.records import read_records
@@ -234,8 +235,8 @@ def _print_readiness(result: RunResult, run_spec: RunSpec, console: Console) -> 
     try:
         report = assess(read_records(path), load_grader(run_spec.grader),
                         dataset=run_spec.dataset, label=label)
-    except ValueError as exc:  # nothing graded yet: no verdict, not a failure
-        console.print(f"readiness: not assessed ({exc})")
+    except InputError as exc:  # nothing graded yet: no verdict, not a failure
+        console.print(f"readiness: not assessed ({exc.message})")
         return
     render_summary(report, console)
     console.print(f"(details: rfteval readiness {result.out_dir} --label {label})")
