@@ -25,6 +25,7 @@ from rfteval.graders.base import (
 from rfteval.graders.sandbox import (
     RESEND,
     STDOUT_CAP,
+    Resend,
     WorkerPool,
     _Failure,
     _Sandbox,
@@ -520,6 +521,13 @@ def test_a_reply_in_parts() -> None:
     assert (done1, done2) == (False, True)
     assert first[0].score == 0.5 and first[0].stdout == "hi"
     assert second[0].error == GradeError(PYTHON_RUNTIME, "boom")  # unknown types are not believed
+
+
+def test_a_request_to_resend_is_not_a_result() -> None:
+    """The child's 'send this sample again whole' is a Resend, never a GradeResult with an error type."""
+    (outcome, result), _ = decode_reply(json.dumps([True, [[0.0, RESEND, "limit", None], [1.0, None, None, None]]])
+                                        .encode(), 0, 2)
+    assert outcome == Resend("limit") and not isinstance(result, Resend) and result.score == 1.0
 
 
 def test_reply_text_is_capped() -> None:

@@ -64,7 +64,7 @@ MESSAGE_CAP = 8000  # characters of an error message, as in _worker.py
 STARTUP_TIMEOUT_S = 60.0
 MAX_REPLY_BYTES = 64 << 20  # one frame from a supervisor: a batch's results, outputs capped
 HEADER = struct.Struct("<Q")
-RESEND = "rfteval_resend_whole"  # as in _worker.py: a compact sample the child could not rebuild
+RESEND = "rfteval_resend_whole"  # the wire's word for Resend (as in _worker.py)
 ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER})
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
@@ -220,7 +220,18 @@ def source_key(source: str) -> str:
 
 
 
-def decode_reply(data: bytes, start: int, n: int) -> tuple[list[GradeResult], bool]:
+@dataclass(frozen=True)
+class Resend:
+    """Not a result but a request: the child could not rebuild a sample sent compact (a limit set differently
+    there), so the pool sends that sample again whole. It never leaves the pool."""
+
+    reason: str
+
+
+Outcome = GradeResult | Resend
+
+
+def decode_reply(data: bytes, start: int, n: int) -> tuple[list[Outcome], bool]:
     """One frame from a supervisor: results for samples start.. and whether the request is done.
 
     The supervisor shares a sandbox with grader code and is not believed blindly: anything malformed (any
@@ -232,10 +243,13 @@ def decode_reply(data: bytes, start: int, n: int) -> tuple[list[GradeResult], bo
             done, rows = _reply_from_json(data)
         if start + len(rows) > n or (done and start + len(rows) != n):
             raise ValueError("wrong number of results")
-        results: list[GradeResult] = []
+        results: list[Outcome] = []
         for score, etype, message, stdout in rows:
+            if etype == RESEND:
+                results.append(Resend((message or "")[:MESSAGE_CAP]))
+                continue
             if etype is not None:
-                kind = etype if etype in ERROR_TYPES or etype == RESEND else PYTHON_RUNTIME
+                kind = etype if etype in ERROR_TYPES else PYTHON_RUNTIME
                 result = GradeResult.failed(kind, (message or "")[:MESSAGE_CAP])
             elif not math.isfinite(score):
                 raise ValueError("bad score")
@@ -724,7 +738,7 @@ class _Task:
     pairs: list[Pair]
     units: list[list[int]] | None  # indices into pairs, one list per unit
     whole: bool = False
-    future: Future[list[GradeResult]] = field(default_factory=Future)
+    future: Future[list[Outcome]] = field(default_factory=Future)
 
 
 def default_workers() -> int:
@@ -797,18 +811,18 @@ class WorkerPool:
         if units is None:
             units = declared_units(len(pairs))
         results = self._grade(key, source, pairs, group_units(pairs, units), whole=False)
-        again = [i for i, r in enumerate(results) if r.error is not None and r.error.type == RESEND]
-        if again:  # sent as text, not rebuilt in the child (a limit set differently there): send them whole
+        again = [i for i, r in enumerate(results) if isinstance(r, Resend)]
+        if again:
             subset = [pairs[i] for i in again]
             redone = self._grade(key, source, subset, [[i] for i in range(len(subset))], whole=True)
             for i, result in zip(again, redone, strict=True):
-                if result.error is not None and result.error.type == RESEND:  # never for a whole sample
-                    result = GradeResult.failed(PYTHON_SERVER, "the grader process refused the sample, sent whole")
                 results[i] = result
-        return results
+        return [r if isinstance(r, GradeResult)  # a child asks again only for compact samples: never here
+                else GradeResult.failed(PYTHON_SERVER, "the grader process refused the sample, sent whole")
+                for r in results]
 
     def _grade(self, key: str, source: str, pairs: list[Pair], units: list[list[int]],
-               whole: bool) -> list[GradeResult]:
+               whole: bool) -> list[Outcome]:
         size = max(1, min(self.batch_size, -(-len(pairs) // self.workers)))
         tasks: list[_Task] = []
         batch: list[list[int]] = []
@@ -822,7 +836,7 @@ class WorkerPool:
         if batch:
             tasks.append(_Task(key, source, pairs, batch, whole))
         futures = [self._submit(task) for task in tasks]
-        results: list[GradeResult] = [None] * len(pairs)  # type: ignore[list-item]
+        results: list[Outcome] = [None] * len(pairs)  # type: ignore[list-item]
         try:
             for task, future in zip(tasks, futures, strict=True):
                 flat = [i for unit in task.units or [] for i in unit]
@@ -866,7 +880,7 @@ class WorkerPool:
 
     # -- internals
 
-    def _submit(self, task: _Task) -> Future[list[GradeResult]]:
+    def _submit(self, task: _Task) -> Future[list[Outcome]]:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the python worker pool is closed")
@@ -907,7 +921,7 @@ class WorkerPool:
             except BaseException as exc:  # noqa: BLE001  (a bug here must reach the caller, not kill the thread)
                 task.future.set_exception(exc)
 
-    def _run_task(self, box: _Sandbox, task: _Task) -> list[GradeResult]:
+    def _run_task(self, box: _Sandbox, task: _Task) -> list[Outcome]:
         """Grade one batch of units; a supervisor that dies, hangs or garbles costs only the sample it was on
         (the first without a result), and the rest go to a fresh sandbox. Results in the batch's flat order."""
         assert task.units is not None
@@ -923,7 +937,7 @@ class WorkerPool:
                 blob = encoded_items[id(item)] = encode(item)
             units.append((pos, blob, [pack(task.pairs[i][0]) for i in unit]))
             pos += len(unit)
-        results: list[GradeResult] = []
+        results: list[Outcome] = []
         silence = self.timeout_s + 2 * grace_s(self.timeout_s) + 5.0
         failures = 0
         while len(results) < len(flat):
@@ -942,7 +956,8 @@ class WorkerPool:
                 finished = False
                 while not finished:
                     part, finished = decode_reply(box.receive(silence), len(results), len(flat))
-                    results += [box.memory_killed(r) if r.error is not None else r for r in part]
+                    results += [box.memory_killed(r) if isinstance(r, GradeResult) and r.error is not None else r
+                                for r in part]
                     if part:
                         failures = 0
             except _StartError as exc:
