@@ -107,6 +107,17 @@ class PairRow(TypedDict):
     verdict: NotRequired[str]
 
 
+class PassKCheck(TypedDict):
+    """pass@1 and pass@N compared (N: the epochs both sides have), and whether that is sharpening."""
+
+    n: int
+    pass_at_1: PairRow
+    pass_at_n: PairRow
+    sharpening: bool  # pass@1 shown better, pass@N not
+    thresholds: dict[str, dict[str, Any] | None]  # per side: the pass threshold and where it came from
+    metric: str
+
+
 @dataclass
 class CompareResult:
     baseline: SideReport
@@ -125,7 +136,7 @@ class CompareResult:
     candidate_records: pd.DataFrame | None = None
     bounds: tuple[float, float] | None = None  # the score range intervals were cut to
     metric: str = "mean"  # what each item's value is: its mean score, or its pass@k / pass^k estimate
-    pass_k: dict[str, Any] | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
+    pass_k: PassKCheck | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
 
     def to_json(self) -> dict[str, Any]:
         """The documented `--format json` shape (extra keys allowed, none removed)."""
@@ -250,8 +261,8 @@ def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -
     return tb[0], tc[0]
 
 
-def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, Any]:
-    out = {}
+def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, dict[str, Any] | None]:
+    out: dict[str, dict[str, Any] | None] = {}
     for role, side in (("baseline", base), ("candidate", cand)):
         found = resolve_threshold(side, o)
         out[role] = {"threshold": found[0], "source": found[1]} if found else None
@@ -263,7 +274,7 @@ def _num3(x: float | None, sign: str = "") -> str:
 
 
 def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[float, float],
-                 metric: passk.Metric) -> tuple[dict[str, Any] | None, str | None]:
+                 metric: passk.Metric) -> tuple[PassKCheck | None, str | None]:
     """pass@1 and pass@N of the paired items compared (N: the epochs both sides have), and the sharpening flag.
 
     RL fine-tuning often concentrates probability on answers the base model could already sample: pass@1 rises
@@ -296,8 +307,8 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
         rows[name] = row
     one, top_row = rows["pass_at_1"], rows["pass_at_n"]
     sharpening = one["verdict"] == "better" and top_row["verdict"] != "better"
-    out = {"n": top, **rows, "sharpening": sharpening, "thresholds": _threshold_info(base, cand, o),
-           "metric": metric.name}
+    out: PassKCheck = {"n": top, "pass_at_1": one, "pass_at_n": top_row, "sharpening": sharpening,
+                       "thresholds": _threshold_info(base, cand, o), "metric": metric.name}
     note = None
     if sharpening:
         def span(row: PairRow) -> str:
