@@ -12,12 +12,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from rfteval import rundir, stats
 from rfteval.compare import CompareOptions, CompareResult, compare_sides
 from rfteval.errors import InputError
-from rfteval.gate import Gate, evaluate_gate
+from rfteval.gate import Gate, GateVerdict, evaluate_gate
 from rfteval.records import json_safe
 from rfteval.sides import Side, load_sides
 
@@ -43,6 +43,54 @@ def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
 # ---------------------------------------------------------------------------------------------- result
 
 
+class SeriesBaseline(TypedDict):
+    label: str
+    mean: float
+    ci95: list[float]
+    items: int
+    records: int
+    errors: int
+    path: str
+
+
+class HeldOutDelta(TypedDict):
+    mean: float
+    se: float
+    ci95: list[float]
+    p_value: float
+    p_method: str
+    n: int
+
+
+class HeldOutBest(TypedDict):
+    """The best candidate chosen on half the items, its delta measured on the other half (held_out_best)."""
+
+    label: str
+    choose_items: int
+    measure_items: int
+    delta: HeldOutDelta
+
+
+class BestCandidate(TypedDict):
+    label: str
+    delta: float
+    ci95: list[float]
+    p_adjusted: float
+    note: NotRequired[str]  # with 2+ candidates: picking the best overstates it
+    shared_items: NotRequired[int]
+    held_out: NotRequired[HeldOutBest]  # from HELD_OUT_MIN_ITEMS shared items on
+
+
+class SeriesGate(TypedDict):
+    """The series' gate: each gated candidate's GateVerdict, and the failures and warnings of all, labelled."""
+
+    passed: bool
+    failures: list[str]
+    warnings: list[str]
+    mode: str
+    candidates: dict[str, GateVerdict]
+
+
 @dataclass
 class Candidate:
     label: str
@@ -54,10 +102,10 @@ class Candidate:
 @dataclass
 class SeriesResult:
     run_dir: str
-    baseline: dict[str, Any]
+    baseline: SeriesBaseline
     candidates: list[Candidate]
-    best: dict[str, Any] | None
-    gate: dict[str, Any]
+    best: BestCandidate | None
+    gate: SeriesGate
     options: CompareOptions
     notes: list[str] = field(default_factory=list)
 
@@ -102,7 +150,7 @@ def candidate_json(c: Candidate, level: float) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- best candidate
 
 
-def held_out_best(labels: Sequence[str], deltas: np.ndarray, level: float = 0.95, seed: int = 0) -> dict[str, Any]:
+def held_out_best(labels: Sequence[str], deltas: np.ndarray, level: float = 0.95, seed: int = 0) -> HeldOutBest:
     """The best candidate chosen on a random half of the items, its delta measured on the other half.
 
     `deltas` is (candidates, items): each candidate's per-item delta on the items every candidate shares. The
@@ -128,7 +176,7 @@ def held_out_best(labels: Sequence[str], deltas: np.ndarray, level: float = 0.95
                       "p_method": p_method, "n": int(d.size)}}
 
 
-def best_candidate(candidates: Sequence[Candidate], o: CompareOptions) -> dict[str, Any] | None:
+def best_candidate(candidates: Sequence[Candidate], o: CompareOptions) -> BestCandidate | None:
     """The candidate with the largest paired delta, the note that this overstates it, and with ≥ 20 shared
     items its delta re-estimated on held-out items (held_out_best)."""
     import numpy as np
@@ -139,7 +187,7 @@ def best_candidate(candidates: Sequence[Candidate], o: CompareOptions) -> dict[s
     order = [(d if d == d else -math.inf, -i) for i, d in enumerate(c.result.delta["mean"] for c in candidates)]
     best = candidates[max(range(len(candidates)), key=order.__getitem__)]
     d = best.result.delta
-    out: dict[str, Any] = {"label": best.label, "delta": d["mean"], "ci95": d["ci95"], "p_adjusted": best.p_adjusted}
+    out: BestCandidate = {"label": best.label, "delta": d["mean"], "ci95": d["ci95"], "p_adjusted": best.p_adjusted}
     if len(candidates) < 2:
         return out
     out["note"] = (f"{best.label} has the largest delta of {len(candidates)} candidates: picking the best of many "
@@ -217,11 +265,13 @@ def series_from_sides(base: Side, cands: Sequence[Side], options: CompareOptions
     if best and best.get("note"):
         notes.append(best["note"])
     first = results[0]
-    baseline_json = {k: first.baseline[k] for k in ("label", "mean", "ci95", "items", "records", "errors", "path")}
+    b = first.baseline
+    baseline_json: SeriesBaseline = {"label": b["label"], "mean": b["mean"], "ci95": b["ci95"], "items": b["items"],
+                                     "records": b["records"], "errors": b["errors"], "path": b["path"]}
     return SeriesResult(run_dir, baseline_json, candidates, best, gate, o, notes)
 
 
-def _series_gate(candidates: Sequence[Candidate], gate: Gate) -> dict[str, Any]:
+def _series_gate(candidates: Sequence[Candidate], gate: Gate) -> SeriesGate:
     """Each gated candidate's gate (rfteval.compare.evaluate_gate) on its p-value Holm-adjusted across the gated
     candidates; failures are prefixed with the candidate's label."""
     gated = [c for c in candidates if c.gated]
@@ -230,7 +280,7 @@ def _series_gate(candidates: Sequence[Candidate], gate: Gate) -> dict[str, Any]:
     adjusted = stats.holm([c.result.delta["p_value"] for c in gated]).tolist()
     failures: list[str] = []
     warnings: list[str] = []
-    per: dict[str, Any] = {}
+    per: dict[str, GateVerdict] = {}
     for c, p in zip(gated, adjusted):
         c.result.delta["p_adjusted"] = p  # the gate's family: the gated candidates
         c.result.gate = {**evaluate_gate(c.result, gate), "p_adjusted": p}

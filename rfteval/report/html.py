@@ -371,11 +371,12 @@ def _finite_span(values: Sequence[float], pad: float, floor: tuple[float, float]
 def series_svg(series: SeriesResult) -> str:
     """The series as a line: the baseline then each candidate, mean with its interval."""
     b = series.baseline
-    rows = [(b["mean"], *b["ci95"], f"{b['label']} (baseline): {fmt(b['mean'])} {fmt_ci(b['ci95'], sign=False)}")]
+    rows = [(_f(b["mean"]), _f(b["ci95"][0]), _f(b["ci95"][1]),
+             f"{b['label']} (baseline): {fmt(b['mean'])} {fmt_ci(b['ci95'], sign=False)}")]
     for c in series.candidates:
         s = c.result.candidate
-        rows.append((s["mean"], *s["ci95"], f"{c.label}: {fmt(s['mean'])} {fmt_ci(s['ci95'], sign=False)}"))
-    rows = [(_f(m), _f(lo), _f(hi), t) for m, lo, hi, t in rows]
+        rows.append((_f(s["mean"]), _f(s["ci95"][0]), _f(s["ci95"][1]),
+                     f"{c.label}: {fmt(s['mean'])} {fmt_ci(s['ci95'], sign=False)}"))
     lo, hi = _finite_span([v for r in rows for v in r[:3]], 0.05, (rows[0][0], rows[0][0]))
     if series.candidates and series.candidates[0].result.bounds is not None:
         blo, bhi = series.candidates[0].result.bounds
@@ -397,9 +398,8 @@ def series_delta_svg(series: SeriesResult) -> str:
         d = c.result.delta
         rows.append((_f(d["mean"]), _f(d["ci95"][0]), _f(d["ci95"][1]),
                      f"{c.label}: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, p adj. {fmt_p(c.p_adjusted)}"))
-    best = series.best or {}
-    if best.get("held_out"):
-        h = best["held_out"]
+    if series.best is not None and "held_out" in series.best:
+        h = series.best["held_out"]
         held = ([c.label for c in series.candidates].index(h["label"]),
                 (_f(h["delta"]["mean"]), _f(h["delta"]["ci95"][0]), _f(h["delta"]["ci95"][1])))
     values = [v for r in rows for v in r[:3]] + (list(held[1]) if held else [])

@@ -112,7 +112,7 @@ def render_series_markdown(series: SeriesResult) -> str:
     out.append("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     out.append(f"| {cell(b['label'])} (baseline) | {b['items']} | {fmt(b['mean'])} | {fmt_ci(b['ci95'], sign=False)} "
                "| | | | | |")
-    best = (series.best or {}).get("label") if len(series.candidates) > 1 else None
+    best = series.best["label"] if series.best and len(series.candidates) > 1 else None
     for c in series.candidates:
         r, d = c.result, c.result.delta
         mark = " \\*" if c.label == best else ""

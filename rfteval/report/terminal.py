@@ -195,7 +195,7 @@ def series_table(series: SeriesResult) -> Table:
                          min_width=widest if name == "model" else None)
     table.add_row(Text(b["label"]), str(b["items"]), fmt(b["mean"]), fmt_ci(b["ci95"], sign=False),
                   "", "", "", "", "baseline", *(("",) if gated else ()))
-    best = (series.best or {}).get("label")
+    best = series.best["label"] if series.best else None
     for c in series.candidates:
         r, d = c.result, c.result.delta
         word = series_verdict(c, o.level)
