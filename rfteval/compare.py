@@ -65,8 +65,8 @@ class CompareOptions:
 # ---------------------------------------------------------------------------------------------- result
 
 
-class SideReport(TypedDict):
-    """One side of a comparison: its mean over the paired items, and what went into it."""
+class SideBrief(TypedDict):
+    """A side in brief, as a series shows its baseline: its mean over the paired items, and its counts."""
 
     label: str
     mean: float
@@ -74,11 +74,16 @@ class SideReport(TypedDict):
     items: int
     records: int
     errors: int
+    path: str
+
+
+class SideReport(SideBrief):
+    """One side of a comparison: its mean over the paired items, and what went into it."""
+
     se: float
     sd: float
     records_used: int
     duplicates_dropped: int
-    path: str
     generation_errors: int
     generation_error_share: float
     scored_zero_errors: int

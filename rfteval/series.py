@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from rfteval import rundir, stats
-from rfteval.compare import CompareOptions, CompareResult, compare_sides
+from rfteval.compare import CompareOptions, CompareResult, SideBrief, compare_sides
 from rfteval.errors import InputError
 from rfteval.gate import Gate, GateVerdict, evaluate_gate
 from rfteval.records import json_safe
@@ -41,16 +41,6 @@ def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- result
-
-
-class SeriesBaseline(TypedDict):
-    label: str
-    mean: float
-    ci95: list[float]
-    items: int
-    records: int
-    errors: int
-    path: str
 
 
 class HeldOutDelta(TypedDict):
@@ -102,7 +92,7 @@ class Candidate:
 @dataclass
 class SeriesResult:
     run_dir: str
-    baseline: SeriesBaseline
+    baseline: SideBrief
     candidates: list[Candidate]
     best: BestCandidate | None
     gate: SeriesGate
@@ -266,7 +256,7 @@ def series_from_sides(base: Side, cands: Sequence[Side], options: CompareOptions
         notes.append(best["note"])
     first = results[0]
     b = first.baseline
-    baseline_json: SeriesBaseline = {"label": b["label"], "mean": b["mean"], "ci95": b["ci95"], "items": b["items"],
+    baseline_json: SideBrief = {"label": b["label"], "mean": b["mean"], "ci95": b["ci95"], "items": b["items"],
                                      "records": b["records"], "errors": b["errors"], "path": b["path"]}
     return SeriesResult(run_dir, baseline_json, candidates, best, gate, o, notes)
 
