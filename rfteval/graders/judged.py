@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, BuildContext, GradeResult, Pair
+from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, BuildContext, GraderConfig, GradeResult, Pair
 from rfteval.graders.template import check_template
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
 
@@ -69,6 +69,18 @@ class SamplingParams(BaseModel):
     @property
     def max_tokens(self) -> int | None:
         return self.max_completions_tokens or self.max_completion_tokens
+
+
+class JudgePromptConfig(GraderConfig):
+    """What score_model and label_model share: a judge model and the messages it is given."""
+
+    model: str
+    input: list[InputMessage] = Field(min_length=1)
+
+    calls_judge = True
+
+    def judge_prompt(self) -> list[dict[str, Any]]:
+        return [m.model_dump() for m in self.input]
 
 
 class JudgedGrader:

@@ -14,15 +14,14 @@ from pydantic import Field, model_validator
 from rfteval.graders.base import (
     MODEL_PARSE,
     BuildContext,
-    GraderConfig,
     GradeResult,
     Pair,
     register,
 )
 from rfteval.graders.judged import (
     STEPS_SCHEMA,
-    InputMessage,
     JudgedGrader,
+    JudgePromptConfig,
     answer_details,
     clean_steps,
     grade_with_judge,
@@ -35,10 +34,8 @@ if TYPE_CHECKING:
     from rfteval.judge import JudgeClient
 
 
-class LabelModelConfig(GraderConfig):
+class LabelModelConfig(JudgePromptConfig):
     type: Literal["label_model"]
-    model: str
-    input: list[InputMessage] = Field(min_length=1)
     labels: list[str] = Field(min_length=1)
     passing_labels: list[str] = Field(min_length=1)
 
@@ -48,11 +45,6 @@ class LabelModelConfig(GraderConfig):
         if extra:
             raise ValueError(f"passing_labels {extra} are not in labels")
         return self
-
-    calls_judge = True
-
-    def judge_prompt(self) -> list[dict[str, Any]]:
-        return [m.model_dump() for m in self.input]
 
     def score_range(self) -> tuple[float, float, str]:
         return 0.0, 1.0, "label_model scores 0 or 1"

@@ -15,15 +15,14 @@ from pydantic import Field, field_validator
 from rfteval.graders.base import (
     MODEL_PARSE,
     BuildContext,
-    GraderConfig,
     GradeResult,
     Pair,
     register,
 )
 from rfteval.graders.judged import (
     STEPS_SCHEMA,
-    InputMessage,
     JudgedGrader,
+    JudgePromptConfig,
     SamplingParams,
     answer_details,
     clean_steps,
@@ -47,18 +46,11 @@ SCHEMA: dict[str, Any] = {
 RESPONSE_FORMAT: dict[str, Any] = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
 
 
-class ScoreModelConfig(GraderConfig):
+class ScoreModelConfig(JudgePromptConfig):
     type: Literal["score_model"]
-    model: str
-    input: list[InputMessage] = Field(min_length=1)
     range: list[float] = Field(default_factory=lambda: [0.0, 1.0])
     sampling_params: SamplingParams | None = None
     pass_threshold: float | None = None
-
-    calls_judge = True
-
-    def judge_prompt(self) -> list[dict[str, Any]]:
-        return [m.model_dump() for m in self.input]
 
     def score_range(self) -> tuple[float, float, str]:
         low, high = self.range
