@@ -13,12 +13,14 @@ BIN = Path(sys.executable).parent / "rfteval"
 RFTEVAL = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
 
 
-def write_run_files(tmp_path: Path, n_items: int) -> dict[str, Path]:
-    """`n_items` items whose reference is what the fake server's "tuned" model says, and a grader looking for it."""
+def write_run_files(tmp_path: Path, n_items: int, reference: str = "fake-tuned", operation: str = "like",
+                    name: str = "g") -> dict[str, Path]:
+    """`n_items` items q0, q1, ... whose reference is `reference` (by default what the fake server's "tuned"
+    model says), and a string_check grader comparing the output with it (`like`: contains, `eq`: equals)."""
     ds = tmp_path / "items.jsonl"
     ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
-                                      "reference_answer": "fake-tuned"}) + "\n" for i in range(n_items)))
+                                      "reference_answer": reference}) + "\n" for i in range(n_items)))
     grader = tmp_path / "grader.json"
-    grader.write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
-                                  "reference": "{{ item.reference_answer }}", "operation": "like"}))
+    grader.write_text(json.dumps({"type": "string_check", "name": name, "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.reference_answer }}", "operation": operation}))
     return {"dataset": ds, "grader": grader, "out": tmp_path / "run"}

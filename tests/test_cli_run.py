@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI, Reply, Request
 from typer.testing import CliRunner
 
@@ -26,13 +27,7 @@ RFTEVAL = [sys.executable, "-m", "rfteval.cli"] if not (Path(sys.executable).par
 
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
-    ds = tmp_path / "items.jsonl"
-    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
-                                      "reference_answer": "tuned"}) + "\n" for i in range(N_ITEMS)))
-    grader = tmp_path / "grader.json"
-    grader.write_text(json.dumps({"type": "string_check", "name": "says-tuned", "input": "{{ sample.output_text }}",
-                                  "reference": "{{ item.reference_answer }}", "operation": "like"}))
-    return {"dataset": ds, "grader": grader, "out": tmp_path / "run", "dir": tmp_path}
+    return {**write_run_files(tmp_path, N_ITEMS, reference="tuned", name="says-tuned"), "dir": tmp_path}
 
 
 def counting_responder() -> Any:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI
 
 from rfteval.concurrency import AdaptiveLimiter
@@ -138,13 +139,8 @@ CAP = 16
 
 
 def _files(tmp: Path, n: int) -> tuple[Path, Path]:
-    ds = tmp / "items.jsonl"
-    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}],
-                                      "reference_answer": "x"}) + "\n" for i in range(n)))
-    grader = tmp / "grader.json"
-    grader.write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
-                                  "reference": "{{ item.reference_answer }}", "operation": "like"}))
-    return ds, grader
+    files = write_run_files(tmp, n, reference="x")
+    return files["dataset"], files["grader"]
 
 
 @pytest.mark.slow

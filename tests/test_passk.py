@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run_files import write_run_files
 from typer.testing import CliRunner
 
 from rfteval import passk, stats
@@ -333,12 +334,8 @@ def test_gate_runs_on_the_metric(pair):
 
 @pytest.mark.slow
 def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
-    ds = tmp_path / "items.jsonl"
-    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
-                                      "reference_answer": "yes"}) + "\n" for i in range(4)))
-    grader = tmp_path / "grader.json"
-    grader.write_text(json.dumps({"type": "string_check", "name": "yes", "input": "{{ sample.output_text }}",
-                                  "reference": "{{ item.reference_answer }}", "operation": "eq"}))
+    files = write_run_files(tmp_path, 4, reference="yes", operation="eq", name="yes")
+    ds, grader = files["dataset"], files["grader"]
     answers = {"base": {"q0": "yyn", "q1": "nnn", "q2": "yyy", "q3": "nny"},
                "tuned": {"q0": "yyy", "q1": "nny", "q2": "yyy", "q3": "yyy"}}
     flags = []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_run_files import write_run_files
 from typer.testing import CliRunner
 
 from rfteval import stats
@@ -193,12 +194,8 @@ def test_holm_keeps_the_family_wise_error_across_equal_candidates():
 
 @pytest.mark.slow
 def test_run_with_several_candidates_prints_the_series(tmp_path):
-    ds = tmp_path / "items.jsonl"
-    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}"}],
-                                      "reference_answer": "yes"}) + "\n" for i in range(6)))
-    grader = tmp_path / "grader.json"
-    grader.write_text(json.dumps({"type": "string_check", "name": "yes", "input": "{{ sample.output_text }}",
-                                  "reference": "{{ item.reference_answer }}", "operation": "eq"}))
+    files = write_run_files(tmp_path, 6, reference="yes", operation="eq", name="yes")
+    ds, grader = files["dataset"], files["grader"]
     flags = []
     for label, rate in (("base", 0.3), ("step-1", 0.5), ("step-2", 0.8)):
         rng = np.random.default_rng(len(label))
