@@ -7,6 +7,7 @@ record files as DataFrames (compare, readiness) or, when a file is rewritten, de
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -215,6 +216,7 @@ def _arrow_type(info: msgspec.inspect.Type) -> pa.DataType:
     raise TypeError(f"no Arrow type for {info!r}")  # a new Record field needs a mapping here
 
 
+@functools.cache
 def _record_fields() -> tuple[msgspec.inspect.Field, ...]:
     info = msgspec.inspect.type_info(Record)
     assert isinstance(info, msgspec.inspect.StructType)
@@ -230,8 +232,10 @@ JSON_TEXT_FIELDS = tuple(
 )
 
 
+@functools.cache
 def arrow_schema() -> pa.Schema:
-    """The Parquet schema of a record, derived from `Record`: same fields, same order."""
+    """The Parquet schema of a record, derived from `Record`: same fields, same order (built once: the result
+    files ask for it with every batch of rows they write)."""
     import pyarrow as pa
 
     return pa.schema([(f.name, _arrow_type(f.type)) for f in _record_fields()])
