@@ -163,3 +163,15 @@ def entry_sample(entry: dict[str, Any], *, mode: str = DEFAULT_MODE,
     a = answer_of(entry.get("output_text"), entry.get("output_json"), entry.get("choices"), entry.get("reasoning"),
                   entry.get("finish_reason"), mode=mode, tags=tags)
     return make_sample(a.output_text, entry.get("output_tools"), a.choices, a.output_json)
+
+
+TRUNCATION_HINT = "raise --max-output-tokens (the limit counts reasoning tokens)"
+
+
+def truncation_line(label: str, n: int, share: float) -> str | None:
+    """What the run table and compare say of a model whose samples ran out of tokens while reasoning (None: none
+    did)."""
+    if not n:
+        return None
+    return (f"{label}: {n} sample(s) ({share:.1%}) ran out of tokens while reasoning and were graded as empty "
+            f"answers; {TRUNCATION_HINT}")

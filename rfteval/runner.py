@@ -26,9 +26,9 @@ from rfteval.outfile import write_json_atomic, write_text_atomic
 from rfteval.pricing import Price
 from rfteval.providers import batchable
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
 from rfteval.results import Cell, LabelTotals, write_results
 from rfteval.rundir import RESOLVED_SPEC, SUMMARY
-from rfteval.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.status import ExitStatus
 from rfteval.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry

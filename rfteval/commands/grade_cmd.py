@@ -55,7 +55,7 @@ def grade(
     from rich.console import Console
 
     from rfteval.dataset import load_dataset
-    from rfteval.errors import InputErrors
+    from rfteval.errors import InputError, InputErrors
     from rfteval.graders import GradeOptions, load_grader
     from rfteval.graders.base import load_notes
     from rfteval.graders.checks import output_json_warning, preflight
@@ -63,12 +63,10 @@ def grade(
     from rfteval.grading import default_records_path, grade_outputs
     from rfteval.outfile import check_output, write_output
     from rfteval.outputs import Output, iter_outputs
+    from rfteval.reasoning import REASONING_MODES, parse_tags
     from rfteval.records import json_safe, write_jsonl
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.summary import records_frame, summarize_models
-
-    from rfteval.errors import InputError
-    from rfteval.reasoning import REASONING_MODES, parse_tags
 
     if reasoning not in REASONING_MODES:
         raise InputError(f"expected strip or keep, got {reasoning!r}", field="--reasoning")
