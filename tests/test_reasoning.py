@@ -322,3 +322,115 @@ def test_grade_reads_think_blocks_in_outputs_files(tmp_path: Path):
     assert res.exit_code == 2 and "--reasoning" in res.output
     res = runner.invoke(app, [*args, "--think-tags", "<think>"])
     assert res.exit_code == 2 and "--think-tags" in res.output
+
+
+# ---------------------------------------------------------------- shown: tables, compare, series
+
+
+def _side(label: str, cut: int, n_items: int = 6, epochs: int = 2) -> Any:
+    from rfteval.records import make_record
+    from rfteval.sides import side_from_records
+
+    recs = []
+    for i in range(n_items):
+        for e in range(1, epochs + 1):
+            rec = make_record(run_id="r", model_label=label, model=label, item_id=f"q{i}", epoch=e, output_text="x",
+                              truncated_in_reasoning=(i * epochs + e - 1) < cut)
+            rec.score = float((i + e) % 2)
+            recs.append(rec)
+    return side_from_records(recs, label)
+
+
+def test_compare_counts_cut_off_samples_per_side_and_renders_them():
+    from rfteval.compare import compare_sides
+    from rfteval.report.markdown import render_markdown
+    from rfteval.report.terminal import series_lines, side_lines
+    from rfteval.series import series_from_sides
+
+    result = compare_sides(_side("base", 3), _side("tuned", 0))
+    assert result.baseline["truncated_in_reasoning"] == 3 and result.baseline["truncated_in_reasoning_share"] == 0.25
+    assert result.candidate["truncated_in_reasoning"] == 0
+    lines = [line for line in side_lines(result) if "ran out of tokens" in line]
+    assert lines == ["base: 3 sample(s) (25.0%) ran out of tokens while reasoning and were graded as empty answers; "
+                     "raise --max-output-tokens (the limit counts reasoning tokens)"]
+    assert "base: 3 sample(s) (25.0%) ran out of tokens" in render_markdown(result)
+    assert "ran out of tokens" not in render_markdown(compare_sides(_side("base", 0), _side("tuned", 0)))
+    series = series_from_sides(_side("base", 0), [_side("a", 1), _side("b", 2)])
+    cut = [line for line in series_lines(series) if "ran out of tokens" in line]
+    assert [line.split(":")[0] for line in cut] == ["a", "b"]
+
+
+def test_the_models_table_shows_the_cut_off_share_only_when_some_were():
+    from rich.console import Console
+
+    from rfteval.report.run_table import models_table, truncation_lines
+
+    def model(n: int, reasoning: int | None) -> dict[str, Any]:
+        return {"model": "m", "mean": 0.5, "ci95": [0.4, 0.6], "items": 4, "records": 8, "cells": 8,
+                "errors": {"by_type": {}}, "tokens": {"input": 100, "output": 50, "reasoning": reasoning},
+                "cost_usd": None, "truncated_in_reasoning": {"n": n, "share": n / 8}}
+
+    def shown(summary: dict[str, Any]) -> str:
+        console = Console(width=200, record=True)
+        console.print(models_table(summary))
+        return console.export_text()
+
+    summary = {"name": "t", "items": 4, "epochs": 2, "grader": {"name": "g"},
+               "models": {"base": model(2, None), "tuned": model(0, 7)}}
+    text = shown(summary)
+    assert "cut off thinking" in text and "2 (25%)" in text
+    assert "100/50 (—)" in text and "100/50 (7)" in text  # reasoning tokens never reported: not "(0)"
+    assert truncation_lines(summary) == ["base: 2 sample(s) (25.0%) ran out of tokens while reasoning and were "
+                                         "graded as empty answers; raise --max-output-tokens (the limit counts "
+                                         "reasoning tokens)"]
+    summary["models"] = {"base": model(0, 0), "tuned": model(0, 0)}
+    assert "cut off thinking" not in shown(summary) and truncation_lines(summary) == []
+
+
+def test_records_from_the_store_split_under_the_mode_they_were_graded_with():
+    from rfteval.results import build_record
+
+    response = {"output_text": "<think>t</think> A", "output_json": None, "output_tools": None, "usage": None,
+                "finish_reason": "stop", "error": None, "reasoning": None}
+    grade = {"score": 1.0}
+    rec = build_record("r", "m", "m", "q", 1, response, grade)
+    assert rec is not None and (rec.output_text, rec.reasoning_text, rec.truncated_in_reasoning) == ("A", "t", False)
+    rec = build_record("r", "m", "m", "q", 1, response, grade, reasoning="keep")
+    assert rec is not None and (rec.output_text, rec.reasoning_text) == ("<think>t</think> A", "t")
+    cut = {**response, "output_text": "<think>t", "finish_reason": "length"}
+    rec = build_record("r", "m", "m", "q", 1, cut, grade)
+    assert rec is not None and rec.truncated_in_reasoning and rec.output_text == ""
+    failed = {**response, "output_text": None, "error": {"type": "timeout", "message": "m"}}
+    rec = build_record("r", "m", "m", "q", 1, failed, None)
+    assert rec is not None and rec.reasoning_text is None and not rec.truncated_in_reasoning
+
+
+def test_the_store_keeps_what_the_server_sent():
+    from rfteval.providers.base import Generation
+    from rfteval.store import response_entry
+
+    common: dict[str, Any] = dict(key="k", label="m", model="m", item_id="q", epoch=1)
+    entry = response_entry(**common, generation=Generation(output_text="\n\nParis", reasoning="thought"))
+    assert entry["output_text"] == "\n\nParis" and entry["reasoning"] == "thought"
+    assert "reasoning" not in response_entry(**common, generation=Generation(output_text="Paris"))
+
+
+def test_a_spec_setting_other_than_the_default_files_grades_apart():
+    from rfteval.graders.loader import load_grader
+    from rfteval.runner import grades_key
+    from rfteval.spec import build_spec
+
+    def key(tmp: Path, **over: Any) -> str:
+        files = write_run_files(tmp, 1)
+        spec = build_spec(None, {"dataset": str(files["dataset"]), "grader": str(files["grader"]),
+                                 "models": {"m": {"model": "x"}}, **over})
+        return grades_key(load_grader(spec.grader), "h", spec, ["m"])
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        default, keep = key(Path(tmp)), key(Path(tmp), reasoning="keep")
+        tags = key(Path(tmp), think_tags=["<r>,</r>"])
+        explicit = key(Path(tmp), reasoning="strip", think_tags=["<think>,</think>"])
+    assert default == explicit == "h"  # the default keeps the plain key: earlier runs' grades still count
+    assert len({default, keep, tags}) == 3

@@ -232,6 +232,13 @@ def series_lines(series: SeriesResult) -> list[str]:
                      f"{HELD_OUT_MIN_ITEMS} are needed to choose on half and measure on the other)")
     for c in series.candidates:
         lines += [f"{c.label}: {n}" for n in c.result.notes]
+    sides = [series.candidates[0].result.baseline] + [c.result.candidate for c in series.candidates] \
+        if series.candidates else []
+    for side in sides:  # each model once: the baseline is every candidate's other side
+        cut = truncation_line(side["label"], side.get("truncated_in_reasoning", 0),
+                              side.get("truncated_in_reasoning_share", 0.0))
+        if cut:
+            lines.append(cut)
     lines += [f"note: {n}" for n in series.notes]
     return lines
 
