@@ -86,6 +86,10 @@ def split_reasoning(content: str | None, reasoning_field: str | None = None, *, 
     server that parsed the reasoning out does not leave a block behind). "keep" grades the raw content; the
     reasoning is still reported. A response cut off by the output limit while still thinking (an unterminated
     block, or a reasoning field with no content) is `truncated_in_reasoning`, its answer empty.
+
+    Only an answer that had thinking taken from it (or sent beside it) is stripped of surrounding whitespace, as
+    the text after `</think>` starts with newlines OpenAI's output_text would not have; content with no reasoning
+    is graded exactly as sent, as it always was (its stored grades stay valid).
     """
     check_mode(mode)
     raw = content or ""
@@ -95,9 +99,11 @@ def split_reasoning(content: str | None, reasoning_field: str | None = None, *, 
         return Split(raw if mode == "keep" else answer, reasoning_field, length and not answer)
     block = _leading_block(raw, tags)
     if block is None:
-        answer = raw.strip()
+        if reasoning_field is None:  # no reasoning at all: the content exactly as before, whitespace included
+            return Split(raw, None, False)
         # "" from the server: it reasoned but showed none of it (the Responses API without a summary)
-        return Split(raw if mode == "keep" else answer, None, reasoning_field is not None and length and not answer)
+        answer = raw.strip()
+        return Split(raw if mode == "keep" else answer, None, length and not answer)
     reasoning, answer, closed = block
     answer = answer.strip()
     # an empty block (Qwen3 with thinking switched off sends one) is no reasoning

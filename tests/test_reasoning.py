@@ -42,7 +42,7 @@ def test_the_contract_api():
 
 @pytest.mark.parametrize("content, answer, reasoning", [
     ("Paris", "Paris", None),
-    ("  Paris \n", "Paris", None),  # the answer has no surrounding whitespace, as OpenAI's output_text
+    ("  Paris \n", "  Paris \n", None),  # no reasoning: the content exactly as sent, as before
     ("<think>hmm</think>Paris", "Paris", "hmm"),
     ("\n  <think>\nhmm\n</think>\n\nParis\n", "Paris", "hmm"),  # leading whitespace before the block
     ("<think>\n\n</think>\n\nParis", "Paris", None),  # an empty block (thinking switched off) is no reasoning
@@ -68,6 +68,12 @@ def test_keep_grades_the_content_as_sent_and_still_reports_the_reasoning(content
     assert keep.answer == content
     assert keep.reasoning == split_reasoning(content).reasoning
     assert answer_text(content, mode="keep") == content
+
+
+def test_an_answer_freed_of_its_thinking_loses_surrounding_whitespace_only():
+    assert split_reasoning("<think>t</think>\n\n  A\n\nB  \n").answer == "A\n\nB"
+    assert split_reasoning("\n\nA ", "t").answer == "A"
+    assert split_reasoning("\n\nA ", "").answer == "A"  # reasoning shown as nothing is still reasoning
 
 
 def test_a_reasoning_field_leaves_the_content_as_the_answer():
