@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from rfteval.sample import Sample, make_sample, parse_output_json
 
@@ -54,7 +54,7 @@ def _leading_block(content: str, tags: Sequence[tuple[str, str]]) -> tuple[str, 
     reasoning. Without an opening tag, text up to a lone close tag is reasoning whose block the chat template
     opened in the prompt; a close tag that follows an opening tag of its own pair later in the text is not lone.
     """
-    head = content.lstrip()
+    head = content.lstrip() if content[:1].isspace() else content  # no copy of every plain answer
     for open_tag, close_tag in tags:
         if head.startswith(open_tag):
             rest = head[len(open_tag):]
@@ -135,9 +135,9 @@ def choices_with_answer(choices: list[dict[str, Any]] | None, answer: str,
     return [first, *choices[1:]]
 
 
-@dataclass(frozen=True)
-class Answer:
-    """What graders and the record see of one stored response under one reasoning mode."""
+class Answer(NamedTuple):
+    """What graders and the record see of one stored response under one reasoning mode (a tuple: built for every
+    sample graded and every record written)."""
 
     output_text: str
     output_json: Any
@@ -152,8 +152,10 @@ def answer_of(output_text: str | None, output_json: Any = None, choices: list[di
     """A stored response (content as sent, its parse, choices, the reasoning field) as graders see it: output_json
     is the stored parse when the answer is the content unchanged, else the answer's own parse (the thinking in front
     of a JSON answer made the content itself unparseable)."""
-    split = split_reasoning(output_text, reasoning_field, mode=mode, tags=tags, finish_reason=finish_reason)
     raw = output_text or ""
+    if reasoning_field is None and not any(o in raw or c in raw for o, c in tags):  # most outputs: no reasoning
+        return Answer(raw, output_json, choices, None, False)
+    split = split_reasoning(output_text, reasoning_field, mode=mode, tags=tags, finish_reason=finish_reason)
     if split.answer == raw:
         if reasoning_field is not None and mode == "strip":
             choices = choices_with_answer(choices, raw, mode)  # without the reasoning fields
