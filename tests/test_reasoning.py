@@ -440,3 +440,19 @@ def test_a_spec_setting_other_than_the_default_files_grades_apart():
         explicit = key(Path(tmp), reasoning="strip", think_tags=["<think>,</think>"])
     assert default == explicit == "h"  # the default keeps the plain key: earlier runs' grades still count
     assert len({default, keep, tags}) == 3
+
+
+def test_readiness_notes_samples_cut_off_while_thinking():
+    import pandas as pd
+
+    from rfteval.readiness import assess
+
+    rows = [{"model_label": "base", "item_id": f"q{i}", "epoch": e, "score": float((i + e) % 2), "error": None,
+             "output_text": "x", "truncated_in_reasoning": i == 0 and e == 1} for i in range(4) for e in (1, 2)]
+    notes = assess(pd.DataFrame(rows)).notes
+    assert [n for n in notes if "ran out of tokens" in n] == [
+        "base: 1 sample(s) (12.5%) ran out of tokens while reasoning and were graded as empty answers; raise "
+        "--max-output-tokens (the limit counts reasoning tokens)"]
+    for row in rows:
+        row["truncated_in_reasoning"] = False
+    assert not [n for n in assess(pd.DataFrame(rows)).notes if "ran out of tokens" in n]
