@@ -26,9 +26,9 @@ from rfteval.outfile import write_json_atomic, write_text_atomic
 from rfteval.pricing import Price
 from rfteval.providers import batchable
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
 from rfteval.results import Cell, LabelTotals, write_results
 from rfteval.rundir import RESOLVED_SPEC, SUMMARY
-from rfteval.sample import make_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.status import ExitStatus
 from rfteval.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
@@ -390,8 +390,8 @@ class _Pipeline:
 
     async def _grade_batch(self, batch: list[tuple[_Job, dict[str, Any], bool]]) -> None:
         """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
-        pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]), j.item.data)
-                 for j, e, _ in batch]
+        spec = self.ctx.spec
+        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
 
@@ -500,7 +500,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         def export(reader: StoreReader) -> dict[str, LabelTotals]:
             with export_lock:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
-                                       session=store.session, parquet=opts.write_parquet)
+                                       session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
+                                       tags=spec.reasoning_tags)
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
                                         compare_run(out_dir, labels))
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
@@ -540,7 +541,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             reader = store.reader()
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
-                                       session=store.session, parquet=opts.write_parquet)
+                                       session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
+                                       tags=spec.reasoning_tags)
             finally:
                 reader.close()
             comparison = compare_run(out_dir, labels)
@@ -581,13 +583,18 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     from rfteval.graders.group_judge import needs_groups
     from rfteval.judge_stability import model_grader_types
 
+    # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
+    # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
+    answers: dict[str, Any] = {}
+    if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
+        answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
     if not model_grader_types(grader):
-        return grader_hash
+        return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     js = spec.judge_settings()
     extra: dict[str, Any] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
     if needs_groups(grader):
         extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
-    return config_hash({"grader": grader_hash, **extra})
+    return config_hash({"grader": grader_hash, **extra, **answers})
 
 
 def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Any:

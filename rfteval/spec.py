@@ -37,6 +37,7 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
     **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
     ("group_models",): "--group-models",
+    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags",
 }
 
 
@@ -140,6 +141,23 @@ class RunSpec(_Strict):
     pricing: dict[str, PriceSpec] = Field(default_factory=dict)
     judge: JudgeSpec = Field(default_factory=JudgeSpec)
     group_models: bool = False  # a group judge ranks every model's samples of an item together
+    # reasoning models: graders see the answer apart from the thinking ("strip"), or the content as sent ("keep")
+    reasoning: Literal["strip", "keep"] = "strip"
+    think_tags: list[str] | None = None  # "OPEN,CLOSE" tag pairs; none given: <think>,</think>
+
+    @field_validator("think_tags")
+    @classmethod
+    def _tags(cls, value: list[str] | None) -> list[str] | None:
+        from rfteval.reasoning import parse_tags
+
+        parse_tags(value)  # ValueError: the key or flag is named by build_spec
+        return value
+
+    @property
+    def reasoning_tags(self) -> tuple[tuple[str, str], ...]:
+        from rfteval.reasoning import parse_tags
+
+        return parse_tags(self.think_tags)
 
     @field_validator("models")
     @classmethod

@@ -121,8 +121,11 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
             "records": t.records, "cells": t.cells, "cached": t.cached,
             "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
             "error_rate": t.error_count / t.cells if t.cells else 0.0,
-            "tokens": {"input": t.input_tokens, "output": t.output_tokens, "reasoning": t.reasoning_tokens},
+            # reasoning tokens: None when no record's usage reported any (a server that never says is not 0)
+            "tokens": {"input": t.input_tokens, "output": t.output_tokens,
+                       "reasoning": t.reasoning_tokens if t.reasoning_reported else None},
             "cost_usd": _model_cost(run.model, t, prices),
+            "truncated_in_reasoning": truncation(t.truncated_in_reasoning, t.answers),
         }
     labels = [r.label for r in runs]
     curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
@@ -146,6 +149,11 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
         **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
     }))
+
+
+def truncation(n: int, samples: int) -> dict[str, Any]:
+    """How many of a model's samples (answers, not failed generations) the output limit cut off while thinking."""
+    return {"n": int(n), "share": n / samples if samples else 0.0}
 
 
 def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:

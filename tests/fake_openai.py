@@ -49,6 +49,12 @@ class Reply:
     raw_body: bytes | None = None  # sent as is, with Content-Type application/json (malformed bodies)
     usage: dict[str, int] | None = None  # {"input_tokens","output_tokens","reasoning_tokens"}; default: counted
     finish_reason: str | None = None  # chat vocabulary; default "tool_calls" with tools else "stop"
+    # reasoning models: the thinking sent apart (chat message fields; Responses: a reasoning item's summary), or as
+    # a leading think block in the content (`think`: "<think>THINK</think>\n\n" before `text`)
+    reasoning_content: str | None = None  # SGLang, llama.cpp, DeepSeek, older vLLM
+    reasoning: str | None = None  # newer vLLM, OpenRouter
+    think: str | None = None
+    reports_reasoning_tokens: bool = True  # False: usage without reasoning_tokens, as most local servers answer
 
     @classmethod
     def error(cls, status: int, message: str | None = None, **kw: Any) -> Reply:
@@ -180,9 +186,13 @@ def chat_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
     finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
     choices = []
     for index in range(int(n)):
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": reply.refusal}
+        message: dict[str, Any] = {"role": "assistant", "content": _content(reply), "refusal": reply.refusal}
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
+        if reply.reasoning_content is not None:
+            message["reasoning_content"] = reply.reasoning_content
+        if reply.reasoning is not None:
+            message["reasoning"] = reply.reasoning
         choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
     return {
         "id": f"chatcmpl-fake{rid}",
@@ -197,19 +207,29 @@ def chat_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
             "completion_tokens": usage["output_tokens"] * int(n),
             "total_tokens": usage["input_tokens"] + usage["output_tokens"] * int(n),
             "prompt_tokens_details": {"cached_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": usage["reasoning_tokens"] * int(n)},
+            **({"completion_tokens_details": {"reasoning_tokens": usage["reasoning_tokens"] * int(n)}}
+               if reply.reports_reasoning_tokens else {}),
         },
     }
+
+
+def _content(reply: Reply) -> str | None:
+    """The content as a server without a reasoning parser sends it: the think block first."""
+    if reply.think is None:
+        return reply.text
+    return f"<think>{reply.think}</think>\n\n{reply.text or ''}"
 
 
 def responses_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
     usage = compute_usage(req.body, "responses", reply)
     output: list[dict[str, Any]] = []
-    if usage["reasoning_tokens"]:
-        output.append({"type": "reasoning", "id": f"rs_fake{rid}", "summary": []})
+    shown = reply.reasoning if reply.reasoning is not None else reply.reasoning_content
+    if usage["reasoning_tokens"] or shown is not None:
+        summary = [{"type": "summary_text", "text": shown}] if shown else []
+        output.append({"type": "reasoning", "id": f"rs_fake{rid}", "summary": summary})
     content: list[dict[str, Any]] = []
-    if reply.text is not None:
-        content.append({"type": "output_text", "text": reply.text, "annotations": []})
+    if _content(reply) is not None:
+        content.append({"type": "output_text", "text": _content(reply), "annotations": []})
     if reply.refusal is not None:
         content.append({"type": "refusal", "refusal": reply.refusal})
     if content:

@@ -76,6 +76,12 @@ def run_command(
                                                     help="Judge requests in flight [default: 16]."),
     group_models: bool | None = typer.Option(None, "--group-models/--no-group-models",
                                                 help="A group judge ranks every model's samples of an item together."),
+    reasoning: str | None = typer.Option(None, "--reasoning", metavar="strip|keep",
+                                         help="Reasoning models: graders see the answer apart from the thinking "
+                                              "(strip), or the content as sent (keep) [default: strip]."),
+    think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
+                                                help="Think-block tags in the content [default: <think>,</think>]; "
+                                                     "repeat it for more pairs."),
     readiness: bool = typer.Option(True, "--readiness/--no-readiness",
                                    help="Print an RFT-readiness verdict for models with 2+ epochs."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard what --out holds and start over."),
@@ -119,7 +125,8 @@ def run_command(
         max_output_tokens=max_output_tokens, response_format=_s(response_format), max_error_rate=max_error_rate,
         grader_timeout=grader_timeout, grader_memory=grader_memory, judge_base_url=judge_base_url,
         judge_api_key_env=judge_api_key_env, judge_api=judge_api, judge_model=judge_model,
-        judge_concurrency=judge_concurrency, group_models=group_models,
+        judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning,
+        think_tags=think_tags or None,
     )
     run_spec = build_spec(spec, overrides)
     from rfteval.errors import InputError, InputErrors

@@ -109,6 +109,11 @@ class Generation:
     call_id: str | None = None  # judge answers: the judge-cache key of the call that produced it
     rate: RateInfo | None = None  # the answer's rate-limit headers, for adaptive concurrency
     tier: str | None = None  # the service tier that served it ("flex" bills at batch prices)
+    # The thinking a reasoning model's server sent apart from the content (reasoning_content / reasoning, the
+    # Responses API's reasoning summaries): None when it sent none, "" for reasoning it did not show. output_text
+    # stays the content as sent; rfteval.reasoning splits the answer out at grading time, so --reasoning can change
+    # on a resumed run without re-sending anything.
+    reasoning: str | None = None
 
 
 class Provider(Protocol):

@@ -483,7 +483,15 @@ def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
         choices=[_compact(c) for c in choices],
         usage=_chat_usage(data),
         finish_reason=choices[0].get("finish_reason"),
+        reasoning=_chat_reasoning(message),
     )
+
+
+def _chat_reasoning(message: dict[str, Any]) -> str | None:
+    """The thinking a server sent beside the content: `reasoning_content` (SGLang, llama.cpp, DeepSeek, older
+    vLLM) or `reasoning` (newer vLLM, OpenRouter); None when neither is text."""
+    texts = [v for v in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(v, str)]
+    return next((t for t in texts if t), texts[0] if texts else None)
 
 
 def _chat_usage(data: dict[str, Any]) -> dict[str, Any]:
@@ -515,10 +523,13 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         raise ProviderError("malformed", "response has no output")
     texts: list[str] = []
     tools: list[dict[str, Any]] = []
+    reasoning: list[str] | None = None
     for item in output:
         if not isinstance(item, dict):
             continue
-        if item.get("type") == "message":
+        if item.get("type") == "reasoning":
+            reasoning = (reasoning or []) + _reasoning_texts(item)
+        elif item.get("type") == "message":
             for part in item.get("content") or []:
                 if part.get("type") == "output_text":
                     texts.append(part.get("text") or "")
@@ -548,4 +559,16 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         choices=None,
         usage=_responses_usage(data),
         finish_reason=finish,
+        reasoning=None if reasoning is None else "\n\n".join(reasoning),
     )
+
+
+def _reasoning_texts(item: dict[str, Any]) -> list[str]:
+    """A reasoning item's text: its summaries (OpenAI shows only those, and only when asked), else its
+    reasoning_text parts (open-weight models served with a Responses API show the thinking itself)."""
+    texts = [part.get("text") or "" for part in item.get("summary") or []
+             if isinstance(part, dict) and part.get("type") == "summary_text"]
+    if not texts:
+        texts = [part.get("text") or "" for part in item.get("content") or []
+                 if isinstance(part, dict) and part.get("type") == "reasoning_text"]
+    return [t for t in texts if t]
