@@ -288,6 +288,7 @@ class FakeOpenAI:
         # when set, other models get 404, and GET /v1/models lists these; when None, any model is served and
         # GET /v1/models answers 404 (a server that lists nothing: rfteval's model check then says nothing)
         self.models = list(models) if models is not None else None
+        self.listed: list[str] | None = None  # when set, what GET /v1/models lists (a gateway that routes others)
         # What a self-hosted server may lack or refuse (llama.cpp's, vLLM's): no Files/Batches routes, no
         # /v1/responses route (both 404 "Invalid URL"), request keys answered with 400 "Unsupported parameter"
         # (e.g. {"max_tokens"}), response format types refused with 400 (e.g. {"json_schema"})
@@ -645,15 +646,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
-        models = self.owner.models if self.owner.models is not None else list(DEFAULT_MODELS)
         owner = self.owner
+        models = owner.listed if owner.listed is not None else (
+            owner.models if owner.models is not None else list(DEFAULT_MODELS))
         if path == "/v1/_stats":
             with owner._lock:
                 stats = dict(owner.stats, batch_creates=owner.batch_creates, file_uploads=owner.file_uploads)
             self._send_json(200, stats)
             return
         if (owner.no_batches and path.startswith(("/v1/files", "/v1/batches"))) or (
-                owner.models is None and path == "/v1/models"):
+                owner.models is None and owner.listed is None and path == "/v1/models"):
             self._send_json(404, _invalid_url("GET", self.path))
             return
         if path.startswith(("/v1/files", "/v1/batches")) and not self._authorized():
