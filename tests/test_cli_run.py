@@ -333,6 +333,7 @@ def test_a_mistyped_model_is_one_line_listing_what_the_server_serves(files: dict
     assert not files["out"].exists()  # nothing half-written
 
 
+@pytest.mark.slow
 def test_skip_model_check_runs_names_the_server_does_not_list(files: dict[str, Path]) -> None:
     with FakeOpenAI() as fake:
         fake.models = ["fake-base", "fake-tuned"]
@@ -350,6 +351,7 @@ def test_skip_model_check_runs_names_the_server_does_not_list(files: dict[str, P
         assert len(fake.requests) == 2 * N_ITEMS * EPOCHS
 
 
+@pytest.mark.slow
 def test_an_unknown_judge_model_stops_the_run_before_it_starts(files: dict[str, Path]) -> None:
     judge_grader = files["dir"] / "judge.json"
     judge_grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-mdl", "input": [
@@ -387,6 +389,7 @@ def test_api_responses_without_a_responses_api_says_use_chat(files: dict[str, Pa
     assert not files["out"].exists()
 
 
+@pytest.mark.slow
 def test_a_judge_on_responses_without_the_api_says_use_chat(files: dict[str, Path]) -> None:
     judge_grader = files["dir"] / "judge.json"
     judge_grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge", "input": [
@@ -400,6 +403,7 @@ def test_a_judge_on_responses_without_the_api_says_use_chat(files: dict[str, Pat
     assert "use --judge-api chat" in res.output
 
 
+@pytest.mark.slow
 def test_each_epoch_is_sent_its_own_seed(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     res = runner.invoke(app, flags(files, fake_openai, "-q", "--seed", "7"))
     assert res.exit_code == 0, res.output
@@ -412,6 +416,7 @@ def test_each_epoch_is_sent_its_own_seed(files: dict[str, Path], fake_openai: Fa
     assert res.exit_code == 0 and all("seed" not in r.body for r in fake_openai.requests)
 
 
+@pytest.mark.slow
 def test_a_json_object_response_format_fills_output_json(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fmt = files["dir"] / "json_mode.json"
     fmt.write_text(json.dumps({"type": "json_object", "schema": {"type": "object"}}))

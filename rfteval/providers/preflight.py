@@ -47,6 +47,13 @@ def _served(names: list[str]) -> str:
     return shown + (f" and {len(names) - SHOWN_MODELS} more" if len(names) > SHOWN_MODELS else "")
 
 
+def no_batch_api(route: str) -> InputError:
+    """The one line for an endpoint without the Files and Batches API (`route`: "GET /v1/batches: HTTP 404")."""
+    return InputError(f"the endpoint has no Files and Batches API ({route}); write the requests with "
+                      "--export-requests FILE.jsonl, run them with `vllm run-batch -i FILE.jsonl -o OUT.jsonl`, "
+                      "then --import-responses OUT.jsonl", field="--batch")
+
+
 def preflight(checks: Sequence[Check], check_models: bool = True) -> None:
     """Raise one InputError for the first thing the servers cannot do; nothing for what they do not say."""
     listed: dict[tuple[Any, ...], list[str] | None] = {}
@@ -71,10 +78,9 @@ def preflight(checks: Sequence[Check], check_models: bool = True) -> None:
             key = (*where, "batch")
             if key not in probed:
                 probed[key] = provider.missing_api("batch")
-            if probed[key] is not None:
-                raise InputError(f"the endpoint has no Files and Batches API ({probed[key]}); write the requests "
-                                 "with --export-requests FILE.jsonl, run them with `vllm run-batch -i FILE.jsonl -o "
-                                 "OUT.jsonl`, then --import-responses OUT.jsonl", field="--batch")
+            route = probed[key]
+            if route is not None:
+                raise no_batch_api(route)
         if check.responses_field is not None:
             key = (*where, "responses")
             if key not in probed:
