@@ -85,3 +85,20 @@ def test_providers_that_cannot_be_asked_are_skipped() -> None:
         pass
 
     preflight([Check(Replay(), [("replay:x.jsonl", "--model a")], batch=True)])
+
+
+def test_judge_models_of_a_grader_and_the_override() -> None:
+    from rfteval.graders import parse_config
+    from rfteval.providers.preflight import judge_check, judge_models
+
+    judge = {"type": "score_model", "name": "j", "model": "judge-a", "input": [{"role": "user", "content": "x"}]}
+    multi = parse_config({"type": "multi", "name": "m", "calculate_output": "a + b", "graders": {
+        "a": judge, "b": {**judge, "model": "judge-b"}}})
+    assert judge_models(multi) == ["judge-a", "judge-b"]
+    assert judge_models(multi, "local-judge") == ["local-judge"]
+    string = parse_config({"type": "string_check", "name": "s", "input": "a", "reference": "a", "operation": "eq"})
+    assert judge_models(string, "local-judge") == []  # no model grader: no judge to check
+    check = judge_check(Stub(["judge-a"], api="responses"), ["judge-b"], overridden=True)
+    assert check.models == [("judge-b", "--judge-model")] and check.responses_field == "--judge-api"
+    with pytest.raises(InputError, match="--judge-model: unknown model 'judge-b'"):
+        preflight([check])

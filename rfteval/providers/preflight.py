@@ -98,8 +98,6 @@ def run_checks(spec: RunSpec, runs: Sequence[ModelRun], providers: dict[str, Any
     The judge is asked through the run's judge when one was handed in (`judge.provider`), else through a
     model's provider on the same endpoint, else through a provider built for the purpose (httpx transport: it
     is not kept, and that transport leaves nothing to close)."""
-    from rfteval.graders.base import walk
-
     checks: list[Check] = []
     for run in runs:
         provider = providers.get(run.label)
@@ -108,17 +106,14 @@ def run_checks(spec: RunSpec, runs: Sequence[ModelRun], providers: dict[str, Any
         responses = "--api" if getattr(provider, "api", None) == "responses" else None
         checks.append(Check(provider, [(run.model, f"--model {run.label}")], batch=batch and hasattr(provider, "client"),
                             responses_field=responses))
-    judge_models = sorted({m for c in walk(grader) if c.calls_judge and isinstance(m := getattr(c, "model", None), str)})
-    if not judge_models:
+    models = judge_models(grader, spec.judge.model)
+    if not models:
         return checks
-    if spec.judge.model:
-        judge_models = [spec.judge.model]
-    js = spec.judge_settings()
-    flag = "--judge-model" if spec.judge.model else "grader model"
     jprovider = getattr(judge, "provider", None) if judge is not None else None
     if judge is None:
         from rfteval.providers.openai_provider import OPENAI_BASE_URL
 
+        js = spec.judge_settings()
         want = ((js["base_url"] or OPENAI_BASE_URL).rstrip("/"), js["api_key_env"], js["api"])
         same = [p for p in providers.values()
                 if (getattr(p, "base_url", None), getattr(p, "api_key_env", None), getattr(p, "api", None)) == want]
@@ -128,8 +123,22 @@ def run_checks(spec: RunSpec, runs: Sequence[ModelRun], providers: dict[str, Any
             from rfteval.providers.openai_provider import OpenAIProvider
 
             jprovider = OpenAIProvider(js["base_url"], js["api_key_env"], js["api"], transport="httpx")
-    if jprovider is None:
-        return checks
-    checks.append(Check(jprovider, [(m, flag) for m in judge_models],
-                        responses_field="--judge-api" if getattr(jprovider, "api", None) == "responses" else None))
+    if jprovider is not None:
+        checks.append(judge_check(jprovider, models, overridden=bool(spec.judge.model)))
     return checks
+
+
+def judge_models(grader: GraderConfig, override: str | None = None) -> list[str]:
+    """The judge models a grader asks for (a multi's sub-graders included); the override replaces them all."""
+    from rfteval.graders.base import walk
+
+    models = sorted({m for c in walk(grader) if c.calls_judge and isinstance(m := getattr(c, "model", None), str)})
+    return [override] if models and override else models
+
+
+def judge_check(provider: Any, models: list[str], overridden: bool = False) -> Check:
+    """The check of a judge's provider; `rfteval grade` and the other judge users can hand it to preflight()
+    (`Judge.provider`, `judge_models(config, judge.model_override)`)."""
+    flag = "--judge-model" if overridden else "grader model"
+    return Check(provider, [(m, flag) for m in models],
+                 responses_field="--judge-api" if getattr(provider, "api", None) == "responses" else None)
