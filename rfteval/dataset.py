@@ -97,9 +97,12 @@ TOOL_CHOICES = ("auto", "required", "none")
 
 
 def _named_tool(choice: Any) -> bool:
-    """A forced function, in chat's shape {"type": "function", "function": {"name"}} or Responses' {"type", "name"}."""
-    if not isinstance(choice, dict) or choice.get("type") != "function":
+    """An object choice: a forced function, in chat's shape {"type": "function", "function": {"name"}} or
+    Responses' {"type": "function", "name"}; other typed objects (OpenAI's allowed_tools, custom) pass as given."""
+    if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
         return False
+    if choice["type"] != "function":
+        return True
     fn = choice.get("function")
     name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
     return isinstance(name, str) and bool(name)
@@ -123,8 +126,8 @@ def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
         return InputError("must be a list of function tools", path, lineno, "tools")
     choice = row.get("tool_choice")
     if choice is not None and not (choice in TOOL_CHOICES or _named_tool(choice)):
-        return InputError(f"must be one of {', '.join(TOOL_CHOICES)} or {{\"type\": \"function\", \"function\": "
-                          "{\"name\": ...}}", path, lineno, "tool_choice")
+        return InputError(f"must be one of {', '.join(TOOL_CHOICES)} or an object such as {{\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}", path, lineno, "tool_choice")
     rid = row.get("id")
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == ""):
         return InputError("must be a non-empty string or an integer", path, lineno, "id")

@@ -121,7 +121,7 @@ def test_streams_without_reading_everything(tmp_path):
 
 
 @pytest.mark.parametrize("choice", ["auto", "required", "none", {"type": "function", "function": {"name": "f"}},
-                                    {"type": "function", "name": "f"}])
+                                    {"type": "function", "name": "f"}, {"type": "allowed_tools", "mode": "auto", "tools": []}])
 def test_an_items_tool_choice_is_its_own(tmp_path, choice):
     (item,) = load_dataset(write(tmp_path, [line(tools=[], tool_choice=choice)])).items
     assert item.tool_choice == choice

@@ -180,6 +180,7 @@ def test_an_ignored_limit_is_reported_once_per_model(fake_openai: FakeOpenAI) ->
                      req(sampling=Sampling(max_output_tokens=100))])
     assert len(said) == 2 and "fake-base" in said[0] and "fake-tuned" in said[1]
     assert "the server ignored the output limit" in said[0] and "87" in said[0] and "32" in said[0]
+    assert "sent as max_completion_tokens and max_tokens" in said[0]
 
 
 def test_an_honoured_limit_says_nothing(fake_openai: FakeOpenAI) -> None:
@@ -300,6 +301,8 @@ def _wrapped(inner: BaseException) -> Exception:
     (ConnectionResetError(104, "Connection reset by peer"), "connection reset"),
     (ssl.SSLCertVerificationError(1, "certificate verify failed"), "TLS error"),
     (OSError("[Errno -3] Temporary failure in name resolution"), "DNS lookup failed"),
+    (TimeoutError(110, "Connection timed out"), "connect timed out"),
+    (OSError(113, "No route to host"), "host unreachable"),
 ])
 def test_connection_failure_walks_the_cause_chain(inner: BaseException, name: str) -> None:
     assert connection_failure(_wrapped(inner)).startswith(name)

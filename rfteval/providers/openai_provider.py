@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
+import errno
 import functools
 import json
 import logging
@@ -208,8 +209,10 @@ class OpenAIProvider:
         if limit is None or not isinstance(used, int) or used <= limit or request.model in self._limit_warned:
             return
         self._limit_warned.add(request.model)
+        keys = ([k for k in LIMIT_KEYS if k in self.request_body(request) and k not in self.dropped_keys]
+                if self.api == "chat" else ["max_output_tokens"])
         self.warn(f"model {request.model}: the server ignored the output limit ({used} output tokens under a "
-                  f"limit of {limit}; sent as {', '.join(k for k in LIMIT_KEYS if k not in self.dropped_keys)})")
+                  f"limit of {limit}, sent as {' and '.join(keys)})")
 
     def warn(self, text: str) -> None:
         """One line for the user: through the run's monitor when there is one, else the `rfteval` logger."""
@@ -336,6 +339,8 @@ _TEXT_FAILURES = (
     (re.compile(r"reset by peer|errno 104|connection reset", re.I), "reset"),
     (re.compile(r"disconnected|closed the connection|without sending|incomplete|peer closed", re.I), "closed"),
 )
+_ERRNOS = {errno.ETIMEDOUT: "connect timed out", errno.ENETUNREACH: "network unreachable",
+           errno.EHOSTUNREACH: "host unreachable"}
 _NAMES = {"TLS": "TLS error", "DNS": "DNS lookup failed", "refused": "connection refused",
           "reset": "connection reset", "closed": "the server closed the connection without an answer"}
 
@@ -354,6 +359,8 @@ def connection_failure(exc: BaseException) -> str:
             return _NAMES["refused"]
         if isinstance(e, ConnectionResetError):
             return _NAMES["reset"]
+        if isinstance(e, OSError) and e.errno in _ERRNOS:
+            return _ERRNOS[e.errno]
     for e in chain:
         for pattern, kind in _TEXT_FAILURES:
             if pattern.search(f"{type(e).__name__} {e}"):
