@@ -149,8 +149,10 @@ class _Context:
                 provider = self.providers[run.label]
                 ident = self.identities[run.label]
                 for epoch in range(1, self.spec.epochs + 1):
-                    req = GenerationRequest(model=run.model, messages=item.messages, sampling=run.sampling,
-                                            tools=item.tools, item_id=item.id, epoch=epoch)
+                    # each epoch its own seed (Sampling.for_epoch): epochs are independent samples
+                    req = GenerationRequest(model=run.model, messages=item.messages,
+                                            sampling=run.sampling.for_epoch(epoch), tools=item.tools,
+                                            tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
                     yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
 
     def cells(self) -> Iterator[Cell]:
@@ -166,7 +168,7 @@ class _Context:
             if not batchable(provider):
                 continue
             info = CellInfo(job.run.label, job.run.model, job.item.id, job.epoch, getattr(provider, "api", "chat"),
-                            bool(job.run.sampling.response_format))
+                            job.run.sampling.asks_for_json)
             yield job.key, info, provider.request_body(job.request)
 
 
@@ -446,12 +448,28 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     grader_hash = config_hash(grader.model_dump(mode="json"))
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)
+    own_providers = providers is None  # preflight
     providers = providers if providers is not None else build_providers(runs, opts)
     for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
         recorded = getattr(providers.get(run.label), "max_epoch", None)
         if isinstance(recorded, int) and 0 < recorded < spec.epochs:
             raise InputError(f"model {run.label} replays {recorded} recorded epoch(s); --epochs is {spec.epochs}",
                              run.settings.get("path"), field="--epochs")
+    # ---- preflight (rfteval/providers/preflight.py): model names, Batch and Responses APIs, before anything is
+    # written or sent; and the providers' one-line warnings go to the monitor
+    if opts.export_requests is None and opts.import_responses is None:
+        from rfteval.providers.preflight import preflight, run_checks
+
+        try:
+            preflight(run_checks(spec, runs, providers, grader, judge, opts.batch), not spec.skip_model_check)
+        except InputError:
+            if own_providers:
+                _close_providers(providers)
+            raise
+    for p in providers.values():
+        if hasattr(p, "on_warning"):
+            p.on_warning = monitor.message
+    # ---- end of preflight
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
     labels = [r.label for r in runs]
     out_dir = spec.out_dir

@@ -567,6 +567,11 @@ def test_unknown_judge_model_is_exit_2(tmp_path: Path) -> None:
     files = group_files(tmp_path)
     with FakeOpenAI(group_responder, models=["some-other-model"]) as server:
         res = invoke(group_args(files, server, tmp_path / "run", "--judge-model", "no-such-judge"))
+        assert res.exit_code == 2  # the model check, before anything is sent
+        assert "--judge-model: unknown model 'no-such-judge'" in res.stderr and "some-other-model" in res.stderr
+        # past the check: the judge's own 404 mid-run is as fatal
+        res = invoke(group_args(files, server, tmp_path / "run", "--judge-model", "no-such-judge",
+                                "--skip-model-check"))
     assert res.exit_code == 2
     assert "no-such-judge" in res.stderr and "not_found" in res.stderr
 
