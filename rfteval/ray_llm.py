@@ -152,11 +152,13 @@ def sampling_params(body: dict[str, Any], engine: str, default_max_tokens: int |
         structured = {"json": schema} if schema is not None else {"json_object": True} if json_mode else None
         return {"temperature": temperature, "top_p": top_p, "max_tokens": limit, "seed": seed, "stop": stop_list,
                 "structured_outputs": structured}
-    # SGLang: its own names (max_new_tokens, json_schema; sampling_seed needs --enable-deterministic-inference
-    # on the server and is passed through for the engines that read it).
-    return {"temperature": temperature, "top_p": top_p, "max_new_tokens": limit, "stop": stop_list,
-            "json_schema": schema if schema is not None else ('{"type": "object"}' if json_mode else None),
-            "sampling_seed": seed}
+    # SGLang: its own names (max_new_tokens, json_schema). Its seed (`sampling_seed`) is recent and an older
+    # SGLang refuses the unknown key, so it goes only where a seed was asked for (then in every row of a run).
+    params = {"temperature": temperature, "top_p": top_p, "max_new_tokens": limit, "stop": stop_list,
+              "json_schema": schema if schema is not None else ('{"type": "object"}' if json_mode else None)}
+    if seed is not None:
+        params["sampling_seed"] = seed
+    return params
 
 
 def preprocess_row(row: dict[str, Any], engine: str, default_max_tokens: int | None) -> dict[str, Any]:

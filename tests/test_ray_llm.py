@@ -77,6 +77,7 @@ def test_sampling_params_for_sglang_use_its_names() -> None:
              response_format={"type": "json_schema", "json_schema": {"name": "r", "schema": schema}})
     assert sampling_params(b, "sglang", None) == {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 9, "stop": None,
                                                   "json_schema": json.dumps(schema), "sampling_seed": 3}
+    assert "sampling_seed" not in sampling_params(body(), "sglang", None)  # an older SGLang refuses the key
     with pytest.raises(InputError, match="--engine"):
         sampling_params(b, "tgi", None)
 
