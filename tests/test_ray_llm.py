@@ -202,6 +202,12 @@ def test_merge_refuses_duplicates_and_missing_custom_ids(tmp_path: Path) -> None
     with pytest.raises(InputError, match=r"res\.shard-01-of-02\.jsonl:1: custom_id: duplicate"):
         merge_outputs([outs[0], outs[1], outs[0]], merged)
     assert not merged.exists()
+    # a line for a request that was never asked (another export's output mixed in)
+    stray = tmp_path / "stray.jsonl"
+    stray.write_text(json.dumps(output_line("other", body(), engine_answer({"body": body()}), None, None)) + "\n")
+    with pytest.raises(InputError, match=r"stray\.jsonl:1: custom_id: 'other' is in none of the request files"):
+        merge_outputs([*outs, stray], merged, [req])
+    assert not merged.exists()
     # a shard that lost a line, against the requests
     outs[1].write_text("".join(outs[1].read_text().splitlines(keepends=True)[1:]))
     with pytest.raises(InputError, match="1 of 10 requests have no output line"):
@@ -310,14 +316,22 @@ def standin_processor(ds: Any) -> Any:
 
 @pytest.mark.slow
 def test_ray_data_end_to_end(local_ray: Any, exported: tuple[dict[str, Path], dict[str, Path]],
-                             fake_openai: FakeOpenAI, tmp_path: Path) -> None:
+                             fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
     from rfteval.ray_llm import generate
 
     files, per_model = exported
     results = {label: tmp_path / f"res.{label}.jsonl" for label in per_model}
-    for label, req in per_model.items():
-        report = generate([req], results[label], standin_processor)
-        assert report.written == N_ITEMS * EPOCHS and report.errors == 0 and report.missing == []
+    report = generate([per_model["tuned"]], results["tuned"], standin_processor)
+    assert report.written == N_ITEMS * EPOCHS and report.errors == 0 and report.missing == []
+    # the script's generate, with the stand-in where build_processor's engine would be
+    monkeypatch.setattr(ray_generate, "build_processor", lambda opts: standin_processor)
+    both = ["-i", str(per_model["base"]), "-i", str(per_model["tuned"])]
+    assert ray_generate.main(["generate", *both, "-o", str(tmp_path / "x.jsonl"), "--model", "hf/model"]) == 2
+    assert "one engine serves one model" in capsys.readouterr().err and not (tmp_path / "x.jsonl").exists()
+    argv = ["generate", "-i", str(per_model["base"]), "-o", str(results["base"]), "--model", "hf/model"]
+    assert ray_generate.main(argv) == 0
+    assert f"wrote {results['base']}: {N_ITEMS * EPOCHS} lines (0 errors)" in capsys.readouterr().out
     first = json.loads(results["base"].read_text().splitlines()[0])
     assert first["response"]["body"]["model"] == "hf/model" and first["response"]["body"]["usage"]["total_tokens"] > 0
     for label in ("base", "tuned"):
