@@ -213,10 +213,28 @@ def output_line(custom_id: str, body: dict[str, Any], engine_row: dict[str, Any]
 
 
 def postprocess_row(row: dict[str, Any], default_max_tokens: int | None, model: str | None) -> dict[str, Any]:
-    """Ray Data's postprocess: the engine's row → `{"line": output line as JSON}` (one column, one string)."""
+    """Ray Data's postprocess: the engine's row → `{"line": output line as JSON}` (one string) and the request."""
     line = json.loads(row[REQUEST_COLUMN])
     out = output_line(line["custom_id"], line["body"], row, default_max_tokens, model)
-    return {"line": json.dumps(out, ensure_ascii=False, separators=(",", ":"))}
+    return {"line": json.dumps(out, ensure_ascii=False, separators=(",", ":")), REQUEST_COLUMN: row[REQUEST_COLUMN]}
+
+
+def result_line(row: dict[str, Any], default_max_tokens: int | None, model: str | None) -> dict[str, Any] | None:
+    """The output line of one row of the processor's result, or None when the row cannot say which request it
+    answers (that request is then missing, and sent again by the next export).
+
+    Ray's processor sends a row whose engine call failed (`should_continue_on_error`) past the postprocess,
+    as the engine stage left it: no `line`, but the request column and `__inference_error__`."""
+    text = row.get("line")
+    if isinstance(text, str) and text:
+        obj: dict[str, Any] = json.loads(text)
+        return obj
+    raw = row.get(REQUEST_COLUMN)
+    if not isinstance(raw, str):
+        return None
+    req = json.loads(raw)
+    error = str(row.get("__inference_error__") or "") or "the engine returned no answer for this row"
+    return output_line(req["custom_id"], req["body"], {"__inference_error__": error}, default_max_tokens, model)
 
 
 # ---------------------------------------------------------------- the Ray Data pipeline
@@ -269,11 +287,13 @@ class GenerateReport:
     first_error: str = ""
 
 
-def generate(inputs: list[Path], output: Path, processor: Processor) -> GenerateReport:
+def generate(inputs: list[Path], output: Path, processor: Processor, default_max_tokens: int | None = 4096,
+             served_model: str | None = None) -> GenerateReport:
     """Run the requests of `inputs` through `processor` on the Ray cluster this process is connected to, and
     write the output lines to `output` (whole or not at all: a temporary file renamed at the end).
 
-    Lines come back in any order (import matches on custom_id). A request whose row never came back is listed
+    `default_max_tokens` and `served_model` are the processor's own (EngineOptions), for the lines written
+    here for rows that failed in the engine. Lines come back in any order (import matches on custom_id). A request whose row never came back is listed
     in `missing` and not written: the next `--export-requests` sends it again.
     """
     import ray.data
@@ -290,16 +310,16 @@ def generate(inputs: list[Path], output: Path, processor: Processor) -> Generate
     tmp = output.with_name(f".{output.name}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
-            for row in processor(ds).select_columns(["line"]).iter_rows():
-                obj = json.loads(row["line"])
-                cid = obj["custom_id"]
-                if cid not in wanted or cid in seen:  # a replica's retried batch: keep the first answer
+            for row in processor(ds).iter_rows():
+                obj = result_line(row, default_max_tokens, served_model)
+                cid = obj["custom_id"] if obj is not None else None
+                if obj is None or cid not in wanted or cid in seen:  # a replica's retried batch: the first answer
                     continue
                 seen.add(cid)
                 if obj["response"]["status_code"] != 200:
                     errors += 1
                     first_error = first_error or str(obj["response"]["body"]["error"]["message"])
-                fh.write(row["line"] + "\n")
+                fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(output)

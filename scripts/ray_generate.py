@@ -46,7 +46,7 @@ def cmd_generate(a: argparse.Namespace) -> int:
                          concurrency=a.concurrency, batch_size=a.batch_size,
                          default_max_tokens=a.max_tokens_default or None, served_model=a.served_model)
     ray.init(address=a.address, include_dashboard=False, ignore_reinit_error=True)
-    report = generate(inputs, Path(a.output), build_processor(opts))
+    report = generate(inputs, Path(a.output), build_processor(opts), opts.default_max_tokens, opts.served_model)
     if report.ignored_keys:
         keys = ", ".join(f"{k} ({n} lines)" for k, n in sorted(report.ignored_keys.items()))
         print(f"not honoured by the engine path and left out: {keys}", file=sys.stderr)

@@ -9,6 +9,7 @@ this module's real preprocess and postprocess. The engine processors themselves 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Iterator
@@ -124,6 +125,20 @@ def test_engine_errors_refused_requests_are_stored_others_resent() -> None:
     died = output_line("k", body(), {"__inference_error__": "RuntimeError: CUDA out of memory"}, None, None)
     assert died["response"]["status_code"] == 500
     assert entry_from_result("k", CELL, died, "s")[0] == "requeue"  # the next export sends it again
+
+
+def test_a_row_that_skipped_postprocess_still_becomes_its_error_line() -> None:
+    from rfteval.ray_llm import result_line
+
+    line = request_line("k7")
+    failed = {REQUEST_COLUMN: line, "prompt": "hi", "__inference_error__": "RuntimeError: replica died"}
+    out = result_line(failed, None, None)
+    assert out is not None and out["custom_id"] == "k7" and out["response"]["status_code"] == 500
+    assert "replica died" in out["response"]["body"]["error"]["message"]
+    ok = postprocess_row({REQUEST_COLUMN: line, "generated_text": "x", "num_input_tokens": 1,
+                          "num_generated_tokens": 1, "__inference_error__": ""}, None, None)
+    assert result_line(ok, None, None) == json.loads(ok["line"])
+    assert result_line({"prompt": "hi", "__inference_error__": "boom"}, None, None) is None  # no request: missing
 
 
 # ---------------------------------------------------------------- reading request files
@@ -290,28 +305,41 @@ def local_ray() -> Iterator[Any]:
         ray.shutdown()
 
 
-def standin_stage(batch: dict[str, Any]) -> dict[str, Any]:
+FAILING_ITEM = "question 5"  # the stand-in engine's replica "dies" on this one when asked to fail
+
+
+def standin_stage(batch: dict[str, Any], fail: bool = False) -> dict[str, Any]:
     """vLLM's engine stage, as far as its columns go: it reads messages + sampling_params, keeps every other
-    column, and adds generated_text, the token counts and __inference_error__."""
+    column, and adds generated_text, the token counts and __inference_error__ (set, and nothing else, for a row
+    that failed, as with should_continue_on_error)."""
     import numpy as np
 
     answers = []
     for i in range(len(batch[REQUEST_COLUMN])):
         sp = batch["sampling_params"][i]
         assert sp["seed"] is not None and sp["max_tokens"] == 4096  # --seed went through, the default limit too
-        messages = list(batch["messages"][i])
-        answers.append(engine_answer({"body": {"messages": [dict(m) for m in messages]}}))
+        messages = [dict(m) for m in batch["messages"][i]]
+        if fail and messages[-1]["content"] == FAILING_ITEM:
+            answers.append({"generated_text": "", "num_input_tokens": 0, "num_generated_tokens": 0,
+                            "__inference_error__": "RuntimeError: engine replica died"})
+        else:
+            answers.append(engine_answer({"body": {"messages": messages}}))
     out = {k: v for k, v in batch.items() if k not in ("messages", "sampling_params")}
     for key in ("generated_text", "num_input_tokens", "num_generated_tokens", "__inference_error__"):
         out[key] = np.array([a[key] for a in answers])
     return out
 
 
-def standin_processor(ds: Any) -> Any:
+def standin_postprocess(row: dict[str, Any]) -> dict[str, Any]:
+    """Ray's wrap_postprocess: a row whose engine call failed skips the user's postprocess, as it is."""
+    return row if row["__inference_error__"] else postprocess_row(row, 4096, "hf/model")
+
+
+def standin_processor(ds: Any, fail: bool = False) -> Any:
     """build_processor's pipeline with the stand-in in the engine's place: the real preprocess and postprocess."""
     return (ds.map(lambda row: preprocess_row(row, "vllm", 4096))
-            .map_batches(standin_stage, batch_size=4)
-            .map(lambda row: postprocess_row(row, 4096, "hf/model")))
+            .map_batches(functools.partial(standin_stage, fail=fail), batch_size=4)
+            .map(standin_postprocess))
 
 
 @pytest.mark.slow
@@ -322,19 +350,33 @@ def test_ray_data_end_to_end(local_ray: Any, exported: tuple[dict[str, Path], di
 
     files, per_model = exported
     results = {label: tmp_path / f"res.{label}.jsonl" for label in per_model}
-    report = generate([per_model["tuned"]], results["tuned"], standin_processor)
+    report = generate([per_model["tuned"]], results["tuned"], standin_processor, served_model="hf/model")
     assert report.written == N_ITEMS * EPOCHS and report.errors == 0 and report.missing == []
-    # the script's generate, with the stand-in where build_processor's engine would be
-    monkeypatch.setattr(ray_generate, "build_processor", lambda opts: standin_processor)
+    first = json.loads(results["tuned"].read_text().splitlines()[0])
+    assert first["response"]["body"]["model"] == "hf/model" and first["response"]["body"]["usage"]["total_tokens"] > 0
+    proc = CliRunner().invoke(app, run_args(files, fake_openai, "--import-responses", str(results["tuned"])))
+    assert proc.exit_code == 3, proc.output  # base is still missing
+    # the script's generate, with the stand-in where build_processor's engine would be; one item fails
+    monkeypatch.setattr(ray_generate, "build_processor", lambda opts: functools.partial(standin_processor, fail=True))
     both = ["-i", str(per_model["base"]), "-i", str(per_model["tuned"])]
     assert ray_generate.main(["generate", *both, "-o", str(tmp_path / "x.jsonl"), "--model", "hf/model"]) == 2
     assert "one engine serves one model" in capsys.readouterr().err and not (tmp_path / "x.jsonl").exists()
     argv = ["generate", "-i", str(per_model["base"]), "-o", str(results["base"]), "--model", "hf/model"]
     assert ray_generate.main(argv) == 0
-    assert f"wrote {results['base']}: {N_ITEMS * EPOCHS} lines (0 errors)" in capsys.readouterr().out
-    first = json.loads(results["base"].read_text().splitlines()[0])
-    assert first["response"]["body"]["model"] == "hf/model" and first["response"]["body"]["usage"]["total_tokens"] > 0
-    for label in ("base", "tuned"):
-        proc = CliRunner().invoke(app, run_args(files, fake_openai, "--import-responses", str(results[label])))
-        assert proc.exit_code == (0 if label == "tuned" else 3), proc.output
+    out = capsys.readouterr().out
+    assert f"wrote {results['base']}: {N_ITEMS * EPOCHS} lines ({EPOCHS} errors)" in out and "replica died" in out
+    proc = CliRunner().invoke(app, run_args(files, fake_openai, "--import-responses", str(results["base"])))
+    assert proc.exit_code == 3 and f"{EPOCHS} of {2 * N_ITEMS * EPOCHS} cells have no response yet" in proc.stderr, \
+        proc.output
+    # the next export holds exactly the failed cells; generated again (the replica is back), imported: complete
+    again = tmp_path / "again.jsonl"
+    proc = CliRunner().invoke(app, run_args(files, fake_openai, "--export-requests", str(again)))
+    assert proc.exit_code == 0, proc.output
+    assert [json.loads(x)["body"]["messages"][-1]["content"] for x in again.read_text().splitlines()] == [
+        FAILING_ITEM] * EPOCHS
+    monkeypatch.setattr(ray_generate, "build_processor", lambda opts: standin_processor)
+    assert ray_generate.main(["generate", "-i", str(again), "-o", str(tmp_path / "again.out.jsonl"),
+                              "--model", "hf/model"]) == 0
+    proc = CliRunner().invoke(app, run_args(files, fake_openai, "--import-responses", str(tmp_path / "again.out.jsonl")))
+    assert proc.exit_code == 0, proc.output
     assert_graded(files, fake_openai)
