@@ -293,8 +293,9 @@ def generate(inputs: list[Path], output: Path, processor: Processor, default_max
     write the output lines to `output` (whole or not at all: a temporary file renamed at the end).
 
     `default_max_tokens` and `served_model` are the processor's own (EngineOptions), for the lines written
-    here for rows that failed in the engine. Lines come back in any order (import matches on custom_id). A request whose row never came back is listed
-    in `missing` and not written: the next `--export-requests` sends it again.
+    here for rows that failed in the engine. Lines come back in any order (import matches on custom_id). A
+    request whose row never came back is listed in `missing` and not written: the next `--export-requests`
+    sends it again.
     """
     import ray.data
 
