@@ -256,8 +256,9 @@ class EngineOptions:
 Processor = Callable[[Any], Any]  # a ray.data Dataset → Dataset, as ray.data.llm's Processor is
 
 
-def build_processor(opts: EngineOptions) -> Processor:
-    """`ray.data.llm.build_processor` over vLLM or SGLang with this module's pre/postprocess (needs a GPU node)."""
+def processor_config(opts: EngineOptions) -> Any:
+    """The engine processor's config: `vLLMEngineProcessorConfig` or `SGLangEngineProcessorConfig`. Failed rows
+    are kept (`should_continue_on_error`): one bad request must not fail the whole dataset."""
     from ray.data import llm as rllm
 
     common: dict[str, Any] = dict(model_source=opts.model, engine_kwargs=dict(opts.engine_kwargs),
@@ -270,9 +271,16 @@ def build_processor(opts: EngineOptions) -> Processor:
         config = rllm.SGLangEngineProcessorConfig(**common)
     else:
         raise InputError(f"{opts.engine!r}: one of {', '.join(ENGINES)}", field="--engine")
+    return config
+
+
+def build_processor(opts: EngineOptions) -> Processor:
+    """`ray.data.llm.build_processor` over vLLM or SGLang with this module's pre/postprocess (needs a GPU node)."""
+    from ray.data import llm as rllm
+
     engine, limit, served = opts.engine, opts.default_max_tokens, opts.served_model
     return rllm.build_processor(
-        config,
+        processor_config(opts),
         preprocess=lambda row: preprocess_row(row, engine, limit),
         postprocess=lambda row: postprocess_row(row, limit, served),
     )

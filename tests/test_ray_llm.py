@@ -308,6 +308,20 @@ def local_ray() -> Iterator[Any]:
 FAILING_ITEM = "question 5"  # the stand-in engine's replica "dies" on this one when asked to fail
 
 
+@pytest.mark.slow  # importing ray.data.llm
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_the_engine_configs_take_the_options(engine: str) -> None:
+    """The installed Ray accepts the config's names (the processor itself needs the engine: untested here)."""
+    pytest.importorskip("ray.data.llm", reason="ray[data] is not installed; `make ray` installs it")
+    from rfteval.ray_llm import EngineOptions, processor_config
+
+    config = processor_config(EngineOptions(model="org/model", engine=engine, engine_kwargs={"tensor_parallel_size": 2},
+                                            concurrency=3, batch_size=16))
+    assert type(config).__name__ == ("vLLMEngineProcessorConfig" if engine == "vllm" else "SGLangEngineProcessorConfig")
+    assert (config.model_source, config.concurrency, config.batch_size) == ("org/model", 3, 16)
+    assert config.engine_kwargs["tensor_parallel_size"] == 2 and config.should_continue_on_error
+
+
 def standin_stage(batch: dict[str, Any], fail: bool = False) -> dict[str, Any]:
     """vLLM's engine stage, as far as its columns go: it reads messages + sampling_params, keeps every other
     column, and adds generated_text, the token counts and __inference_error__ (set, and nothing else, for a row
