@@ -4,7 +4,8 @@ for several `vllm run-batch` nodes and merging their outputs, and both paths end
 
 No GPU, vLLM or SGLang here: the Ray tests run Ray Data on a one-CPU local cluster with a STAND-IN engine stage
 (a map_batches function answering as vLLM's stage does: generated_text, token counts, __inference_error__) between
-this module's real preprocess and postprocess. The engine processors themselves (build_processor) are untested.
+this module's real preprocess and postprocess. The engine processors themselves (build_processor) are untested;
+only their configs are built, to check that the installed Ray takes the options.
 """
 
 from __future__ import annotations
