@@ -70,20 +70,27 @@ def read_requests(paths: Iterable[Path]) -> RequestFile:
         path = Path(path)
         if not path.is_file():
             raise InputError("no such file", path)
-        with open(path, encoding="utf-8") as fh:
-            for n, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                req = _request(raw.rstrip("\n"), path, n)
-                if req.custom_id in seen:
-                    p, m = seen[req.custom_id]
-                    raise InputError(f"duplicate {req.custom_id!r}, first at {p}:{m}", path, n, "custom_id")
-                seen[req.custom_id] = (path, n)
-                for key in req.body:
-                    if key not in SAMPLING_KEYS:
-                        out.ignored_keys[key] = out.ignored_keys.get(key, 0) + 1
-                out.requests.append(req)
+        # split on newlines only: a request written with ensure_ascii=False may hold U+2028 inside a string
+        for n, raw in enumerate(_text(path).split("\n"), 1):
+            if not raw.strip():
+                continue
+            req = _request(raw.rstrip("\r"), path, n)
+            if req.custom_id in seen:
+                p, m = seen[req.custom_id]
+                raise InputError(f"duplicate {req.custom_id!r}, first at {p}:{m}", path, n, "custom_id")
+            seen[req.custom_id] = (path, n)
+            for key in req.body:
+                if key not in SAMPLING_KEYS:
+                    out.ignored_keys[key] = out.ignored_keys.get(key, 0) + 1
+            out.requests.append(req)
     return out
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text ({exc.reason})", path) from None
 
 
 def _request(raw: str, path: Path, n: int) -> Request:
@@ -251,6 +258,9 @@ class EngineOptions:
     batch_size: int = 64
     default_max_tokens: int | None = 4096
     served_model: str | None = None  # the `model` written in the bodies; default: the request's own
+    # to the chat template, e.g. {"enable_thinking": false} for Qwen3: a reasoning model's thinking otherwise
+    # arrives inside the answer, as from a server without a reasoning parser
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 Processor = Callable[[Any], Any]  # a ray.data Dataset → Dataset, as ray.data.llm's Processor is
@@ -283,6 +293,7 @@ def build_processor(opts: EngineOptions) -> Processor:
         processor_config(opts),
         preprocess=lambda row: preprocess_row(row, engine, limit),
         postprocess=lambda row: postprocess_row(row, limit, served),
+        builder_kwargs={"chat_template_kwargs": dict(opts.chat_template_kwargs)} if opts.chat_template_kwargs else None,
     )
 
 
@@ -382,7 +393,7 @@ def _output_lines(path: Path) -> Iterator[tuple[int, str, str]]:
     """(line number, custom_id, raw line) of a Batch API output file, each line checked as import checks it."""
     if not path.is_file():
         raise InputError("no such file", path)
-    raw_lines = path.read_text(encoding="utf-8").splitlines()
+    raw_lines = _text(path).splitlines()
     for n, obj in parse_result_lines("\n".join(raw_lines), path, strict=True):
         yield n, obj["custom_id"], raw_lines[n - 1]
 

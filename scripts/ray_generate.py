@@ -24,13 +24,13 @@ from rfteval.errors import InputError
 from rfteval.ray_llm import ENGINES, EngineOptions, build_processor, generate, merge_outputs, read_requests, shard_requests
 
 
-def _engine_kwargs(text: str) -> dict[str, Any]:
+def _json_object(text: str, option: str, example: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise InputError(f"not JSON: {exc}", field="--engine-kwargs") from None
+        raise InputError(f"not JSON: {exc}", field=option) from None
     if not isinstance(value, dict):
-        raise InputError("must be a JSON object, e.g. '{\"tensor_parallel_size\": 2}'", field="--engine-kwargs")
+        raise InputError(f"must be a JSON object, e.g. '{example}'", field=option)
     return value
 
 
@@ -42,9 +42,12 @@ def cmd_generate(a: argparse.Namespace) -> int:
     if len(models) > 1:
         raise InputError(f"requests for {len(models)} models ({', '.join(models)}): one engine serves one model, "
                          "run once per exported file", field="--input")
-    opts = EngineOptions(model=a.model, engine=a.engine, engine_kwargs=_engine_kwargs(a.engine_kwargs),
+    opts = EngineOptions(model=a.model, engine=a.engine,
+                         engine_kwargs=_json_object(a.engine_kwargs, "--engine-kwargs", '{"tensor_parallel_size": 2}'),
                          concurrency=a.concurrency, batch_size=a.batch_size,
-                         default_max_tokens=a.max_tokens_default or None, served_model=a.served_model)
+                         default_max_tokens=a.max_tokens_default or None, served_model=a.served_model,
+                         chat_template_kwargs=_json_object(a.chat_template_kwargs, "--chat-template-kwargs",
+                                                           '{"enable_thinking": false}') or None)
     ray.init(address=a.address, include_dashboard=False, ignore_reinit_error=True)
     report = generate(inputs, Path(a.output), build_processor(opts), opts.default_max_tokens, opts.served_model)
     if report.ignored_keys:
@@ -81,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--model", required=True, help="what the engine loads: a Hugging Face id or a local path")
     g.add_argument("--engine", choices=ENGINES, default="vllm")
     g.add_argument("--engine-kwargs", default="{}", help="JSON object for the engine, e.g. tensor_parallel_size")
+    g.add_argument("--chat-template-kwargs", default="{}",
+                   help="JSON object for the chat template, e.g. enable_thinking for Qwen3")
     g.add_argument("--concurrency", type=int, default=1, help="engine replicas (each with its own GPUs)")
     g.add_argument("--batch-size", type=int, default=64, help="rows per batch sent to a replica")
     g.add_argument("--max-tokens-default", type=int, default=4096,

@@ -160,6 +160,17 @@ def test_a_bad_request_line_names_file_line_and_field(tmp_path: Path, raw: str, 
     assert str(exc.value).startswith(f"{path}:2: " + (f"{field}: " if field else ""))
 
 
+def test_a_request_file_that_is_not_utf8_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "req.jsonl"
+    path.write_bytes(b"\xff\xfe" + request_line("a").encode() + b"\n")
+    with pytest.raises(InputError, match=r"req\.jsonl: not UTF-8 text"):
+        read_requests([path])
+    # a U+2028 inside a string is not a line break
+    path.write_text(request_line("b", body(messages=[{"role": "user", "content": "x\u2028y"}]))
+                    .replace("\\u2028", "\u2028") + "\n", encoding="utf-8")
+    assert read_requests([path]).requests[0].body["messages"][0]["content"] == "x\u2028y"
+
+
 def test_body_keys_the_engine_cannot_honour_are_counted(tmp_path: Path) -> None:
     path = tmp_path / "req.jsonl"
     path.write_text(request_line("a", body(tools=[], reasoning_effort="low")) + "\n"
