@@ -324,7 +324,7 @@ FAILING_ITEM = "question 5"  # the stand-in engine's replica "dies" on this one 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_engine_configs_take_the_options(engine: str) -> None:
     """The installed Ray accepts the config's names (the processor itself needs the engine: untested here)."""
-    pytest.importorskip("ray.data.llm", reason="ray[data] is not installed; `make ray` installs it")
+    pytest.importorskip("ray.data.llm", reason="ray[data] is not installed; `make ray` installs it", exc_type=ImportError)
     from rfteval.ray_llm import EngineOptions, processor_config
 
     config = processor_config(EngineOptions(model="org/model", engine=engine, engine_kwargs={"tensor_parallel_size": 2},
