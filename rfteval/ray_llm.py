@@ -137,7 +137,8 @@ def _schema_text(rf: dict[str, Any]) -> str | None:
 def sampling_params(body: dict[str, Any], engine: str, default_max_tokens: int | None) -> dict[str, Any]:
     """A request body's sampling → the engine's per-row `sampling_params`.
 
-    Every row carries the same keys (None where unset) because Ray Data stores the column as one Arrow struct:
+    Every row carries the same keys (None where unset; SGLang's seed aside, see below) because Ray Data stores
+    the column as one Arrow struct:
     rows with different key sets would be unified with nulls anyway, and the engines accept None for exactly
     these keys. Unset temperature/top_p become OpenAI's defaults (1.0), not the engine's, so a sample means the
     same as it would from the API.
