@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox clean
+.PHONY: setup test test-fast lint demo bench browser sandbox ray clean
 
 setup: $(STAMP)
 
@@ -33,6 +33,12 @@ sandbox:
 	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
 
+# The Ray Data tests (tests/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
+# missing; when it cannot be installed, those tests say so and skip.
+ray: $(STAMP)
+	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >/dev/null 2>&1 \
+	  || echo "make: could not install ray[data]; the Ray Data tests will be skipped"
+
 # What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
 lint: $(STAMP)
 	$(BIN)/python -m ruff check rfteval tests bench scripts
@@ -46,7 +52,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox
+test: $(STAMP) browser sandbox ray
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox
