@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rfteval.graders.base import GraderConfig
-    from rfteval.judge import JudgeClient
 
 KEY = ["model_label", "item_id", "epoch"]
 TEXT_WIDTH = 160  # an output's text in the per-item table: enough to see why, short enough to scan
@@ -163,7 +162,7 @@ def default_judge_cache(a_path: str | Path) -> Path:
     return (p if p.is_dir() else p.parent) / "judge_cache.jsonl"
 
 
-def regrade_side(a: GradedSide, spec: Regrade, judge: JudgeClient | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+def regrade_side(a: GradedSide, spec: Regrade, judge: Any = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
     """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached."""
     from rfteval.dataset import load_dataset
     from rfteval.graders import GradeOptions

@@ -119,6 +119,15 @@ def _interval(estimate: float, boot: np.ndarray, clusters: int, level: float = 0
     return [float(lo), float(hi)]
 
 
+def _edge(estimate: float, n: int, level: float) -> list[float] | None:
+    """A proportion of exactly 0 or 1 (every resample agrees, so the bootstrap has no spread): the exact binomial
+    (Clopper–Pearson) bound over its n samples instead, e.g. recall 1 of 30 passes gives [0.884, 1]."""
+    if n < 1 or estimate not in (0.0, 1.0):
+        return None
+    bound = ((1 - level) / 2) ** (1 / n)
+    return [bound, 1.0] if estimate == 1.0 else [0.0, 1 - bound]
+
+
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
     """Pearson correlation; NaN when either side is constant (the range is tested, exactly) or n < 3."""
     import numpy as np
@@ -230,8 +239,10 @@ def pass_agreement(a_pass: Sequence[bool] | np.ndarray, b_pass: Sequence[bool] |
         boot = cells[_resample_index(k, resamples, seed)].sum(axis=1)
         ci_k = _interval(kappa, _kappa_from_cells(boot), k, level, (-1.0, 1.0))
         bp, br = ratios(boot)
-        ci_p = _interval(float(precision), bp, k, level, (0.0, 1.0), logit=True)
-        ci_r = _interval(float(recall), br, k, level, (0.0, 1.0), logit=True)
+        ci_p = _edge(float(precision), table["both"] + table["b_only"], level) or _interval(
+            float(precision), bp, k, level, (0.0, 1.0), logit=True)
+        ci_r = _edge(float(recall), table["both"] + table["a_only"], level) or _interval(
+            float(recall), br, k, level, (0.0, 1.0), logit=True)
     n = int(x.size)
     return {"table": table, "kappa": {"value": kappa, "ci95": ci_k},
             "agreement": float(np.mean(x == y)) if n else NAN,
