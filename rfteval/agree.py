@@ -201,8 +201,8 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Any = None) -> tuple[Grade
 
         write_output(spec.out, lambda tmp: write_jsonl(records, tmp), inputs=[a.path, dataset, spec.grader],
                      flag="--out")
-    side = graded_side(records_frame(records), "B", f"--regrade {spec.grader}")
-    side.grader = str(spec.grader)
+    side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
+    side.grader = f"{spec.grader}, judge {spec.judge_model}" if spec.judge_model else str(spec.grader)
     return side, usage
 
 
@@ -417,7 +417,7 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
                          {"passed": True, "failures": [], "warnings": [], "checks": []},
                          merged[[*KEY, "score_a", "score_b"]])
-    result.gate = evaluate_agree_gate(result, o.gate)
+    result.gate = evaluate_agree_gate(result, o.gate, o.level)
     return result
 
 
@@ -488,7 +488,7 @@ def verdict_answer(candidate: str, word_a: str, word_b: str) -> str:
 # ---------------------------------------------------------------------------------------------- the gate
 
 
-def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate) -> AgreeGateVerdict:
+def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate, level: float = 0.95) -> AgreeGateVerdict:
     """Evidence mode, as compare's gate: a check fails only when the interval lies wholly past its threshold."""
     checks: list[GateCheck] = []
     if gate.min_kappa is not None:
@@ -496,7 +496,7 @@ def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate) -> AgreeGateVerdic
     if gate.max_bias is not None:
         checks.append(_bias_check(result, gate.max_bias))
     if gate.require_same_verdict:
-        checks.append(_verdict_check(result))
+        checks.append(_verdict_check(result, level))
     return {"passed": all(c["passed"] for c in checks), "checks": checks,
             "failures": [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]],
             "warnings": [f"{c['name']}: {c['warning']}" for c in checks if c["warning"]]}
@@ -532,25 +532,29 @@ def _bias_check(result: AgreeResult, x: float) -> GateCheck:
     return {"name": "max-bias", "passed": ok, "detail": detail, "warning": warning}
 
 
-def _verdict_check(result: AgreeResult) -> GateCheck:
-    """Fails when the two graders' deltas are shown to differ, or their verdicts point opposite ways."""
+def _verdict_check(result: AgreeResult, level: float) -> GateCheck:
+    """Fails when the verdicts differ and the data show it: opposite directions, or one grader sees a change the
+    other does not *and* the two deltas are shown to differ. The same verdict passes, even when the size of the
+    change differs (that is a warning); a differing verdict the data cannot tell from noise passes with a warning.
+    """
     if not result.verdict:
         raise InputError("needs two or more model labels in the records (base and tuned) to compare verdicts",
                          result.a.path, field="--require-same-verdict")
     bad, notes = [], []
     for v in result.verdict:
-        shown = stats.direction(v["difference"], 0.95) in ("better", "worse")
+        shown = stats.direction(v["difference"], level) in ("better", "worse")
         opposite = {v["word_a"], v["word_b"]} == {"better", "worse"}
         lo, hi = v["difference"]["ci95"]
-        if shown or opposite:
-            bad.append(f"{v['candidate']}: {v['answer']}; B's delta − A's {v['difference']['mean']:+.4f} "
-                       f"[{lo:+.4f}, {hi:+.4f}]")
+        gap = f"B's delta − A's {v['difference']['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        if opposite or (not v["same"] and shown):
+            bad.append(f"{v['candidate']}: {v['answer']}; {gap}")
         elif not v["same"]:
-            notes.append(f"{v['candidate']}: {v['answer']}, though the deltas' difference "
-                         f"{v['difference']['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}] is not shown")
-    ok = not bad
+            notes.append(f"{v['candidate']}: {v['answer']}, but the two deltas are not shown to differ ({gap}): "
+                         "add items")
+        elif shown:
+            notes.append(f"{v['candidate']}: same verdict, but the size differs: {gap}")
     detail = "; ".join(bad) if bad else "; ".join(f"{v['candidate']}: {v['answer']}" for v in result.verdict)
-    return {"name": "require-same-verdict", "passed": ok, "detail": detail,
+    return {"name": "require-same-verdict", "passed": not bad, "detail": detail,
             "warning": "; ".join(notes) if notes else None}
 
 
