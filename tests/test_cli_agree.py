@@ -61,6 +61,7 @@ def test_identical_grades_agree_under_every_gate(tmp_path):
     assert out["gate"]["passed"] and len(out["gate"]["checks"]) == 3
 
 
+@pytest.mark.slow
 def test_a_shown_bias_fails_the_gate(tmp_path):
     a = _records(tmp_path / "a.jsonl", _rows())
     b = _records(tmp_path / "b.jsonl", _rows(shift=0.1))
@@ -74,6 +75,7 @@ def test_a_shown_bias_fails_the_gate(tmp_path):
     assert code == 0
 
 
+@pytest.mark.slow
 def test_a_lost_gain_fails_require_same_verdict(tmp_path):
     a = _records(tmp_path / "a.jsonl", _rows())
     b = _records(tmp_path / "b.jsonl", _rows(gain=0.0))
@@ -84,6 +86,7 @@ def test_a_lost_gain_fails_require_same_verdict(tmp_path):
     assert v["answer"].startswith("the gain under A is not seen under B")
 
 
+@pytest.mark.slow
 def test_unmatched_samples_are_counted_and_named(tmp_path):
     rows = _rows()
     a = _records(tmp_path / "a.jsonl", rows)
@@ -94,6 +97,7 @@ def test_unmatched_samples_are_counted_and_named(tmp_path):
     assert out["n_samples"] == 30
 
 
+@pytest.mark.slow
 def test_pass_threshold_for_graders_without_a_verdict(tmp_path):
     rows = [{k: v for k, v in r.items() if k != "passed"} for r in _rows()]
     a = _records(tmp_path / "a.jsonl", rows)
@@ -106,6 +110,7 @@ def test_pass_threshold_for_graders_without_a_verdict(tmp_path):
     assert res.exit_code == 2 and "--pass-threshold" in res.stderr
 
 
+@pytest.mark.slow
 def test_label_graders_get_a_confusion_matrix(tmp_path):
     labels = ["good", "fair", "bad"]
     rows_a, rows_b = [], []
@@ -130,6 +135,7 @@ def test_label_graders_get_a_confusion_matrix(tmp_path):
     ("both", "not both"),
     ("verdict-one-label", "--require-same-verdict"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path, case, expected):
     a = _records(tmp_path / "a.jsonl", _rows())
     good = tmp_path / "grader.json"
@@ -230,6 +236,7 @@ def test_regrade_judge_errors_are_counted_not_fatal(tmp_path, fake_openai):
 # ---------------------------------------------------------------------------------------------- reports
 
 
+@pytest.mark.slow
 def test_terminal_fits_80_columns(tmp_path):
     a = _records(tmp_path / "a.jsonl", _rows())
     b = _records(tmp_path / "b.jsonl", _rows(shift=0.05))
@@ -272,3 +279,80 @@ def test_html_report_has_both_plots_and_renders(tmp_path):
     assert run.returncode == 0 and shot.exists(), run.stderr[-2000:]
     width, height, distinct = _png_info(shot)
     assert (width, height) == WINDOW and shot.stat().st_size > 30_000 and distinct > 50
+
+
+# ---------------------------------------------------------------------------------------------- bundled examples
+
+LEGAL = ROOT / "datasets" / "legal-review"
+MATH = ROOT / "datasets" / "math"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", ["make_legal_review_recordings.py", "make_math_recordings.py"])
+def test_bundled_recordings_are_up_to_date(script):
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--check"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def lenient_judge():
+    """scripts/lenient_judge.py in this process, on a free 127.0.0.1 port: the README's biased stand-in."""
+    import importlib.util
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        spec = importlib.util.spec_from_file_location("lenient_judge", ROOT / "scripts" / "lenient_judge.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        import local_judge
+
+        server = local_judge.serve(0)
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+        server.shutdown()
+        local_judge.answer_score = module._plain_score  # leave the plain local judge as it was
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+@pytest.mark.slow
+def test_readme_legal_review_example_finds_the_known_bias(tmp_path, lenient_judge):
+    """The README's walk-through: the lenient stand-in's documented +0.15 (cut at 1) is found, and the gate fails."""
+    args = [str(LEGAL / "recordings" / "o3-mini-grades.jsonl"), "--regrade", str(ROOT / "graders/legal-review.json"),
+            "--dataset", str(LEGAL / "items.jsonl"), "--judge-base-url", lenient_judge, "--judge-model",
+            "lenient-judge", "--judge-cache", str(tmp_path / "cache.jsonl"), "--pass-threshold", "0.7",
+            "--max-bias", "0.05", "--require-same-verdict", "--html", str(tmp_path / "agree.html")]
+    code, out = _json(args)
+    assert code == 1
+    names = {c["name"]: c["passed"] for c in out["gate"]["checks"]}
+    assert names == {"max-bias": False, "require-same-verdict": True}
+    a = [json.loads(line) for line in (LEGAL / "recordings" / "o3-mini-grades.jsonl").read_text().splitlines()]
+    assert out["n_samples"] == len(a) == 72
+    # B − A can only be the leniency minus A's noise, cut at 1: between 0 and 0.15 + noise, and clearly positive
+    assert 0.05 < out["bias"]["mean"] < 0.2 and out["bias"]["ci95"][0] > 0.05
+    assert out["pass"]["table"]["a_only"] == 0 and out["pass"]["recall"] == 1.0  # lenient: never fails an A pass
+    assert out["verdict"][0]["word_a"] == out["verdict"][0]["word_b"] == "better"
+    assert out["judge"]["lenient-judge"]["input_tokens"] > 0
+    assert (tmp_path / "agree.html").read_text().count("<svg") == 2
+
+
+@pytest.mark.slow
+def test_math_rule_against_judge_is_precise_but_misses_rewritten_answers():
+    code, out = _json([str(MATH / "recordings" / "judge-grades.jsonl"), str(MATH / "recordings" / "rule-grades.jsonl"),
+                       "--pass-threshold", "1", "--top", "30"])
+    p = out["pass"]
+    assert p["precision"] > p["recall"]
+    assert p["table"]["a_only"] > p["table"]["b_only"] > 0
+    missed = [r["output"] for r in out["items"] if r["a_score"] > r["b_score"]]
+    assert any("x = 3" in t or "\\%" in t or "\\text" in t for t in missed)
+
+
+@pytest.mark.slow
+def test_math_rule_grader_in_the_sandbox_gives_the_recorded_rule_grades():
+    code, out = _json([str(MATH / "recordings" / "rule-grades.jsonl"), "--regrade", str(ROOT / "graders/math.json"),
+                       "--dataset", str(MATH / "items.jsonl"), "--pass-threshold", "1"])
+    assert out["mae"] == 0.0 and out["pass"]["kappa"]["value"] == 1.0
