@@ -136,3 +136,25 @@ def test_kappa_precision_recall_intervals_cover_the_truth() -> None:
     for key in truth:
         assert abs(np.mean(est[key]) - truth[key]) < 0.02, (key, np.mean(est[key]), truth[key])
         assert 0.93 <= hits[key] / REPLICATES <= 0.97, (key, hits[key] / REPLICATES)
+
+
+@pytest.mark.slow
+def test_label_kappa_interval_covers_the_truth() -> None:
+    """Three labels, each item with its own label distribution (Dirichlet(2, 2, 2), so the marginal is uniform); B
+    keeps A's label with probability 1 − f, else picks one of the other two. Truth: kappa = (1 − f − 1/3) / (2/3)."""
+    rng = np.random.default_rng(21)
+    f, labels = 0.2, np.array(["good", "fair", "bad"])
+    truth = (1 - f - 1 / 3) / (2 / 3)
+    items = np.repeat(np.arange(N_ITEMS).astype(str), K)
+    hits, est = 0, []
+    for r in range(REPLICATES // 2):
+        p = rng.dirichlet([2.0, 2.0, 2.0], N_ITEMS)
+        cum = np.repeat(p.cumsum(axis=1), K, axis=0)
+        a = np.minimum((rng.random(N_ITEMS * K)[:, None] > cum).sum(axis=1), 2)  # a draw from each item's p
+        other = (a + rng.integers(1, 3, a.size)) % 3
+        b = np.where(rng.random(a.size) < f, other, a)
+        got = agreement.label_agreement(labels[a].tolist(), labels[b].tolist(), items, seed=r, resamples=500)
+        hits += _covers(got["kappa"]["ci95"], truth)
+        est.append(got["kappa"]["value"])
+    assert abs(np.mean(est) - truth) < 0.02
+    assert 0.93 <= hits / (REPLICATES // 2) <= 0.97, hits / (REPLICATES // 2)
