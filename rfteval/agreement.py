@@ -81,10 +81,26 @@ def _codes(items: Sequence[str] | np.ndarray) -> tuple[np.ndarray, int]:
     return codes, len(uniques)
 
 
-def _resample_index(n_items: int, resamples: int, seed: int) -> np.ndarray:
+BOOT_CHUNK_VALUES = 4_000_000  # gathered values per bootstrap chunk: memory stays bounded at 10^5 items
+
+
+def _boot_sums(per_item: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Sums over items of `per_item` (items, ...) under `resamples` item-bootstrap resamples: (resamples, ...).
+
+    Drawn in chunks of at most BOOT_CHUNK_VALUES gathered values from one seeded generator, so the result
+    depends on the seed only and memory does not grow with resamples × items.
+    """
     import numpy as np
 
-    return np.random.default_rng(seed).integers(0, n_items, (resamples, n_items))
+    k = per_item.shape[0]
+    width = int(np.prod(per_item.shape[1:])) if per_item.ndim > 1 else 1
+    rng = np.random.default_rng(seed)
+    out = np.empty((resamples, *per_item.shape[1:]))
+    chunk = max(1, BOOT_CHUNK_VALUES // max(1, k * width))
+    for start in range(0, resamples, chunk):
+        r = min(chunk, resamples - start)
+        out[start:start + r] = per_item[rng.integers(0, k, (r, k))].sum(axis=1)
+    return out
 
 
 def _interval(estimate: float, boot: np.ndarray, clusters: int, level: float = 0.95,
@@ -169,8 +185,7 @@ def score_agreement(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.nda
     mean = float(item_d.mean()) if k else NAN
     ci = [NAN, NAN]
     if k >= 2:
-        idx = _resample_index(k, resamples, seed)
-        ci = _interval(mean, item_d[idx].mean(axis=1), k, level)
+        ci = _interval(mean, _boot_sums(item_d, resamples, seed) / k, k, level)
     sd = float(d.std(ddof=1)) if d.size > 1 else NAN
     sd_items = float(item_d.std(ddof=1)) if k > 1 else NAN
     return {
@@ -236,7 +251,7 @@ def pass_agreement(a_pass: Sequence[bool] | np.ndarray, b_pass: Sequence[bool] |
     kappa = float(_kappa_from_cells(total))
     ci_k = ci_p = ci_r = [NAN, NAN]
     if k >= 2:
-        boot = cells[_resample_index(k, resamples, seed)].sum(axis=1)
+        boot = _boot_sums(cells, resamples, seed)
         ci_k = _interval(kappa, _kappa_from_cells(boot), k, level, (-1.0, 1.0))
         bp, br = ratios(boot)
         ci_p = _edge(float(precision), table["both"] + table["b_only"], level) or _interval(
@@ -267,7 +282,7 @@ def label_agreement(a_labels: Sequence[str], b_labels: Sequence[str], items: Seq
     kappa = float(_kappa_from_cells(total))
     ci = [NAN, NAN]
     if k >= 2:
-        boot = _kappa_from_cells(cells[_resample_index(k, resamples, seed)].sum(axis=1))
+        boot = _kappa_from_cells(_boot_sums(cells, resamples, seed))
         ci = _interval(kappa, boot, k, level, (-1.0, 1.0))
     return {"labels": names, "confusion": total.astype(np.int64).tolist(), "kappa": {"value": kappa, "ci95": ci}}
 
