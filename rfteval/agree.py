@@ -108,14 +108,26 @@ def graded_side(frame: pd.DataFrame, name: str, path: str) -> GradedSide:
         "epoch": epoch.fillna(1).astype(np.int64).to_numpy(),
         "score": np.where(has_error, 0.0, score),  # a grading error scores 0 (OpenAI's rule), as everywhere
         "passed": [float(p) if isinstance(p, (bool, np.bool_)) else NAN for p in passed],
-        "label": [d.get("label") if isinstance(d, dict) and isinstance(d.get("label"), str) else None
-                  for d in details],
+        "label": [_label(d) for d in details],
         "output_text": frame["output_text"].to_numpy() if "output_text" in frame else [None] * n,
         "is_error": has_error,
     })
     keep = graded & ~gen_fail
     out = out[keep].drop_duplicates(subset=KEY, keep="last").reset_index(drop=True)  # a later record supersedes
     return GradedSide(name, path, out, generation_failures=int(gen_fail.sum()))
+
+
+def _label(details: Any) -> str | None:
+    """A label grader's label from grade_details: a dict in JSONL, JSON text in Parquet."""
+    if isinstance(details, str) and details.startswith("{"):
+        import json
+
+        try:
+            details = json.loads(details)
+        except ValueError:
+            return None
+    label = details.get("label") if isinstance(details, dict) else None
+    return label if isinstance(label, str) else None
 
 
 # ---------------------------------------------------------------------------------------------- --regrade
@@ -347,12 +359,16 @@ def _unmatched(a: pd.DataFrame, b: pd.DataFrame, merged: pd.DataFrame, limit: in
 
 
 def _pass_column(side: GradedSide, threshold: float | None) -> Any:
-    """Per sample: the grader's own `passed` verdict, else score ≥ --pass-threshold; None when neither exists."""
+    """Per sample: the grader's own `passed` verdict, else score ≥ --pass-threshold; None when neither exists.
+
+    A grading error fails (it scores 0, OpenAI's rule), so it needs no verdict of its own.
+    """
     import numpy as np
 
     passed = side.frame["passed"].to_numpy(dtype=np.float64)
-    if np.isfinite(passed).all():
-        return passed > 0.5
+    error = side.frame["is_error"].to_numpy(dtype=bool)
+    if (np.isfinite(passed) | error).all():
+        return (passed > 0.5) & ~error
     if threshold is None:
         return None
     score = side.frame["score"].to_numpy(dtype=np.float64)
@@ -432,7 +448,7 @@ def _items(merged: pd.DataFrame, top: int) -> tuple[list[ItemRow], list[tuple[st
         ["absdiff", "spread"], ascending=False, kind="stable")
     worst = m.loc[g["ad"].idxmax()].set_index("item_id")
     rows: list[ItemRow] = []
-    for item_id, r in per.head(max(top, 0)).iterrows():
+    for item_id, r in per[per["spread"] > 1e-12].head(max(top, 0)).iterrows():  # items they agree on are not listed
         w = worst.loc[item_id]
         rows.append({"item_id": str(item_id), "n": int(r["n"]), "a_mean": float(r["a_mean"]),
                      "b_mean": float(r["b_mean"]), "diff": float(r["diff"]), "model_label": str(w["model_label"]),

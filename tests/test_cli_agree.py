@@ -356,3 +356,22 @@ def test_math_rule_grader_in_the_sandbox_gives_the_recorded_rule_grades():
     code, out = _json([str(MATH / "recordings" / "rule-grades.jsonl"), "--regrade", str(ROOT / "graders/math.json"),
                        "--dataset", str(MATH / "items.jsonl"), "--pass-threshold", "1"])
     assert out["mae"] == 0.0 and out["pass"]["kappa"]["value"] == 1.0
+
+
+@pytest.mark.slow
+def test_parquet_sides_and_grading_errors(tmp_path):
+    """A results.parquet side reads like JSONL (labels from grade_details' JSON text); a grading error fails."""
+    from rfteval.records import Record, write_parquet
+
+    rows = []
+    for i in range(6):
+        label = ["good", "bad"][i % 2]
+        rows.append(Record(run_id="r", model_label="m", model="m", item_id=f"q{i}", epoch=1, output_text="x",
+                           score=float(label == "good"), passed=label == "good", grade_details={"label": label}))
+    rows[5].error, rows[5].passed, rows[5].score = {"stage": "grade", "type": "x", "message": "y"}, None, None
+    rows[5].grade_details = None
+    write_parquet(rows, tmp_path / "a.parquet")
+    code, out = _json([str(tmp_path / "a.parquet"), str(tmp_path / "a.parquet")])
+    assert out["pass"]["kappa"]["value"] == 1.0 and out["pass"]["table"]["neither"] == 3
+    assert out["labels"] is None  # the error record has no label: no label table rather than a wrong one
+    assert out["items"] == []  # identical grades: no item is listed as disputed
