@@ -157,6 +157,22 @@ class Regrade:
     out: str | Path | None = None  # B's records, written when given
 
 
+SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
+
+
+def regrade_grader_path(value: str | Path, a_path: str | Path) -> Path:
+    """The grader file --regrade names: the path given, or for `same` the grader A's run directory was graded with."""
+    if str(value) != SAME:
+        return Path(value)
+    a = Path(a_path)
+    source = a if a.is_dir() else a.parent
+    grader = rundir.spec_paths(source)[1] if (source / rundir.RESOLVED_SPEC).is_file() else None
+    if grader is None:
+        raise InputError("--regrade same needs A to be a run directory whose spec.resolved.toml names its grader; "
+                         "give the grader file instead", a, field="--regrade")
+    return grader
+
+
 def load_regrade_grader(path: str | Path) -> GraderConfig:
     from rfteval.graders import load_grader
 

@@ -375,3 +375,20 @@ def test_parquet_sides_and_grading_errors(tmp_path):
     assert out["pass"]["kappa"]["value"] == 1.0 and out["pass"]["table"]["neither"] == 3
     assert out["labels"] is None  # the error record has no label: no label table rather than a wrong one
     assert out["items"] == []  # identical grades: no item is listed as disputed
+
+
+@pytest.mark.slow
+def test_regrade_same_swaps_only_the_judge_of_a_run_directory(tmp_path, fake_openai):
+    fake_openai.responder = _judge
+    ds, a, grader = _regrade_files(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [json.loads(line) for line in a.read_text().splitlines()]
+    for label in ("base", "tuned"):
+        _records(run / f"{label}.jsonl", [r for r in rows if r["model_label"] == label])
+    (run / "spec.resolved.toml").write_text(f'dataset = "{ds}"\ngrader = "{grader}"\n[models.base]\n[models.tuned]\n')
+    code, out = _json([str(run), "--regrade", "same", "--judge-base-url", fake_openai.base_url, "--judge-model", "j2"])
+    assert code == 0 and out["n_samples"] == 24 and out["b"]["grader"].endswith("judge j2")
+    assert (run / "judge_cache.jsonl").is_file()  # the default cache: the run directory's own
+    res = runner.invoke(app, ["agree", str(a), "--regrade", "same"])
+    assert res.exit_code == 2 and "--regrade same needs A to be a run directory" in res.stderr

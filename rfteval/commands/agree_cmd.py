@@ -27,7 +27,7 @@ EPILOG = """\b
 Recorded grades of an old judge against a new one's (exit 0 pass, 1 gate failed, 2 bad input):
   rfteval agree runs/old runs/new --min-kappa 0.6 --max-bias 0.05 --require-same-verdict
 Re-grade A's outputs with a new judge (answers cached in A's directory, judge usage shown):
-  rfteval agree runs/old --regrade graders/legal-review.json --judge-model gpt-5-mini
+  rfteval agree runs/old --regrade same --judge-model gpt-5-mini
 
 \b
 Samples pair on model label, item id and epoch. Intervals resample whole items. Gates fail only when the
@@ -40,8 +40,8 @@ def agree(
     b: Path | None = typer.Argument(None, metavar="B", help="The other grades (records or a run directory); "
                                     "omit with --regrade."),
     regrade: Path | None = typer.Option(None, "--regrade", metavar="GRADER",
-                                        help="Make B by grading A's outputs with this grader file (A's own grader "
-                                             "with --judge-model swaps only the judge)."),
+                                        help="Make B by grading A's outputs with this grader file; `same`: A's own "
+                                             "grader (its run directory's), to swap only the judge with --judge-model."),
     dataset: Path | None = typer.Option(None, "--dataset", "-d", help="Dataset JSONL for --regrade (default: the "
                                         "one A's run directory names)."),
     judge_cache: Path | None = typer.Option(None, "--judge-cache", help="Judge answer cache for --regrade "
@@ -70,7 +70,7 @@ def agree(
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
-    from rfteval.agree import AgreeGate, AgreeOptions, Regrade, agree_paths, load_regrade_grader
+    from rfteval.agree import AgreeGate, AgreeOptions, Regrade, agree_paths, load_regrade_grader, regrade_grader_path
     from rfteval.outfile import check_output, write_output
     from rfteval.report.agree_render import render_terminal, write_html
 
@@ -82,6 +82,8 @@ def agree(
         raise InputError(f"must be >= 0, got {max_bias:g}", field="--max-bias")
     if top < 0:
         raise InputError(f"must be >= 0, got {top}", field="--top")
+    if regrade is not None:
+        regrade = regrade_grader_path(regrade, a)
     inputs = [p for p in (a, b, regrade, dataset) if p is not None]
     for flag, path in (("--html", html), ("--out", out)):
         if path is not None:
