@@ -9,7 +9,6 @@ the threshold is crossed, never because the interval is too wide to prove it is 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -609,7 +608,3 @@ def agree_paths(a: str | Path, b: str | Path | None, options: AgreeOptions | Non
     result = agree_frames(side_a, side_b, options)
     result.usage = usage
     return result
-
-
-def label_list(values: Sequence[str]) -> str:
-    return ", ".join(values)

@@ -264,7 +264,3 @@ and the limits within which 95% of samples' differences fall.</figcaption></figu
 
 def write_html(result: AgreeResult, path: str | Path) -> None:
     write_page(path, "rfteval agree: does B grade like A?", render_html(result))
-
-
-def json_payload(result: AgreeResult) -> dict[str, Any]:
-    return result.to_json()
