@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens, table
 from rfteval.report.html import SCATTER_GRID, Axes, _n, _svg, score_range, write_page
