@@ -762,7 +762,7 @@ class Supervisor:
         if failure is None:
             where = "while loading the grader source" if expected == LOADED else "during grade()"
             failure = (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} {where}")
-        if failure[0] != PYTHON_TIMEOUT and kills > self.oom_seen:
+        if kills > self.oom_seen:  # a process of the unit was OOM-killed: that, not what followed, is the cause
             failure = (PYTHON_MEMORY, self.oom_message("loading the grader source" if expected == LOADED
                                                        else "grade()"))
         self.oom_seen = kills
@@ -784,7 +784,7 @@ class Supervisor:
             return results
         self.oom_seen = kills
         message = self.oom_message("grade()")
-        return [row if row[1] in (PYTHON_TIMEOUT, PYTHON_MEMORY) else [0.0, PYTHON_MEMORY, message, row[3]]
+        return [row if row[1] == PYTHON_MEMORY else [0.0, PYTHON_MEMORY, message, row[3]]
                 for row in results]
 
     @staticmethod

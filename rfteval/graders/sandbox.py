@@ -74,11 +74,12 @@ ENV_ALLOWED_PREFIXES = ("LC_",)
 SANDBOX_TMP = "/tmp"
 SHM_BYTES = 64 << 20
 TEMPLATE_BYTES = 512 << 20  # the cgroup's room for the supervisor while it imports a source's packages
+TMP_MARGIN = 64 << 20  # under a cgroup, /tmp is this much smaller than --grader-memory less /dev/shm
 CHILD_SLACK = 32 << 20  # beyond the template and --grader-memory: a child's page tables and copied template pages
 HEARTBEAT_S = 1.0  # the supervisor's beat (as in _worker.py): a frame at least this often, at most twice this apart
 SILENCE_S = 6.0  # a few missed beats: a sandbox silent this long was stopped or is stuck, whatever the grader's limit
 CGROUP_ROOT_ENV = "RFTEVAL_CGROUP_ROOT"  # tests only: where cgroups are mounted (a path that is not writable, say)
-SYSCTL_ROOT_ENV = "RFTEVAL_SYSCTL_ROOT"  # tests only: what stands for /proc/sys when a refusal is explained
+HOST_FACTS_ENV = "RFTEVAL_HOST_FACTS_ROOT"  # tests only: what stands for / when a refusal is explained (sysctls)
 UNSAFE_HINT = ("or pass --unsafe-python-graders, which gives up the namespaces, seccomp and filesystem isolation "
                "(grader code sees this machine's files and network, and its processes can outlive a unit)")
 MAX_ZERO_PROGRESS = 8  # supervisor failures in a row with no result in between before a batch gives up
@@ -501,6 +502,16 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", 
 OOM_FILE = "/.rfteval-oom"  # inside the sandbox: the cgroup's OOM-kill count, bound read-only
 
 
+def tmp_bytes(settings: _Settings, cgroup: bool) -> int:
+    """The size of the sandbox's /tmp: --disk, and under a cgroup (where its pages count against --grader-memory)
+    at most --grader-memory less /dev/shm and TMP_MARGIN, so that filling /tmp is a full disk (ENOSPC), not an
+    OOM kill of whatever process the kernel picks."""
+    size = settings.disk_mb << 20
+    if cgroup and settings.memory_mb:
+        size = min(size, max(16 << 20, (settings.memory_mb << 20) - SHM_BYTES - TMP_MARGIN))
+    return size
+
+
 def bwrap_args(tmp_bytes: int, seccomp_fd: int, oom_file: str | None = None) -> list[str]:
     """bubblewrap's arguments: every namespace, no capabilities, a read-only root of system directories, the
     interpreter and packages; a size-limited /tmp and /dev/shm; a fresh /proc of the sandbox's own processes;
@@ -598,18 +609,18 @@ class HostFacts:
 
 
 def host_facts() -> HostFacts:
-    root = os.environ.get(SYSCTL_ROOT_ENV) or "/proc/sys"
+    root = os.environ.get(HOST_FACTS_ENV) or "/"
 
     def sysctl(name: str) -> str | None:
         try:
-            return Path(root, *name.split(".")).read_text().strip()
+            return Path(root, "proc", "sys", *name.split(".")).read_text().strip()
         except OSError:
             return None
 
     return HostFacts(apparmor_restricts_userns=sysctl("kernel.apparmor_restrict_unprivileged_userns") == "1",
                      userns_clone_off=sysctl("kernel.unprivileged_userns_clone") == "0",
                      no_user_namespaces=sysctl("user.max_user_namespaces") == "0",
-                     container=os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"))
+                     container=any(os.path.exists(os.path.join(root, p)) for p in (".dockerenv", "run/.containerenv")))
 
 
 DOCKER_REMEDY = ("run the container with `--security-opt seccomp=unconfined --security-opt apparmor=unconfined` "
@@ -746,7 +757,8 @@ class _Sandbox:
             os.write(write_fd, _seccomp_program())
             os.close(write_fd)
             pass_fds = (read_fd,)
-            command = [found.bwrap or "bwrap", *bwrap_args(s.disk_mb << 20, read_fd, oom_host), "--", *command]
+            command = [found.bwrap or "bwrap", *bwrap_args(tmp_bytes(s, self.cgroup is not None), read_fd, oom_host),
+                       "--", *command]
         if self.cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing starts outside
             procs = self.cgroup.procs
             script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; '
@@ -855,11 +867,11 @@ class _Sandbox:
                                            "was killed")
 
     def memory_killed(self, result: GradeResult) -> GradeResult:
-        """A sample whose process died of SIGKILL, as a memory error naming the limit when the cgroup's OOM killer
-        did it (the supervisor inside cannot tell that kill from any other). Checked only for such results."""
+        """The sample a supervisor died on, as a memory error naming the limit when the cgroup's OOM killer has
+        killed since the last kill accounted for: the kernel may pick the supervisor itself when /tmp pages and
+        many small processes fill the unit's limit. (A child's OOM kill the supervisor charges itself.)"""
         error = result.error
-        if (error is None or self.cgroup is None or error.type not in (PYTHON_RUNTIME, PYTHON_SERVER)
-                or "SIGKILL" not in error.message):
+        if error is None or self.cgroup is None or error.type not in (PYTHON_RUNTIME, PYTHON_SERVER):
             return result
         kills = self.cgroup.oom_kills()
         if kills <= self.oom_seen:
@@ -1146,8 +1158,10 @@ class WorkerPool:
                 finished = False
                 while not finished:
                     part, finished = decode_reply(box.receive(SILENCE_S), len(results), len(flat))
-                    results += [box.memory_killed(r) if isinstance(r, GradeResult) and r.error is not None else r
-                                for r in part]
+                    results += part
+                    if box.cgroup is not None and any(isinstance(r, GradeResult) and r.error is not None
+                                                      and r.error.type == PYTHON_MEMORY for r in part):
+                        box.oom_seen = box.cgroup.oom_kills()  # the supervisor charged those kills already
                     if part:
                         failures = 0
             except _StartError as exc:
