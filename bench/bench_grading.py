@@ -31,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SEEDS = ROOT.parent / "shared" / "seed-graders"
+# the published sources live beside the checkout (../shared); a worktree one level further down finds them too
+SEEDS = next((p for p in (Path(os.environ.get("RFTEVAL_SEED_GRADERS", ROOT / "missing")),
+                          ROOT.parent / "shared" / "seed-graders", ROOT.parent.parent / "shared" / "seed-graders")
+              if p.is_dir()), ROOT.parent / "shared" / "seed-graders")
 sys.path.insert(0, str(ROOT))
 
 CHIPSTACK_ITEMS, CHIPSTACK_EPOCHS = 1000, 20  # 20,000 samples

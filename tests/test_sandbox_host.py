@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,33 @@ def test_the_cli_refuses_in_one_line_naming_the_cause(cause: str, tmp_path: Path
     assert len(lines) == 1 and "--unsafe-python-graders" in lines[0] and "gives up" in lines[0], lines
     for word in words:
         assert word in lines[0], (word, lines[0])
+
+
+def ci_job() -> dict[str, Any]:
+    import yaml
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "sandbox.md").read_text()
+    section = text.split("## CI hosts", 1)[1]
+    return yaml.safe_load(section.split("```yaml\n", 1)[1].split("```", 1)[0])
+
+
+def test_the_ci_hosts_job_parses_and_sets_up_the_sandbox() -> None:
+    job = ci_job()["jobs"]["gate"]
+    assert job["runs-on"] == "ubuntu-24.04"
+    runs = {step.get("name", ""): step.get("run", "") for step in job["steps"]}
+    assert any("apt-get install" in r and "bubblewrap" in r for r in runs.values())
+    profile_step = next(r for r in runs.values() if "apparmor_parser" in r)
+    printf = profile_step.split("| sudo tee")[0]  # the profile the step writes, as the runner's shell makes it
+    made = subprocess.run(["sh", "-c", printf], capture_output=True, text=True, timeout=10, check=True).stdout
+    assert made.splitlines() == ["abi <abi/4.0>,", "include <tunables/global>",
+                                 "profile bwrap /usr/bin/bwrap flags=(unconfined) {", "  userns,", "}"]
+
+
+@pytest.mark.slow
+def test_the_ci_jobs_sandbox_check_says_what_this_host_gives() -> None:
+    check = next(s["run"] for s in ci_job()["jobs"]["gate"]["steps"] if "sandbox holds" in s.get("name", ""))
+    code = check.split('python -c "', 1)[1].rsplit('"', 1)[0]
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    refused = sandbox.host().refused
+    assert proc.returncode == (0 if refused is None else 1), proc.stderr
+    assert proc.stdout.strip() == (refused or "sandbox ok")
