@@ -593,6 +593,12 @@ class Supervisor:
         self.pending: list[list[Any]] = []
         self.sent_at = time.monotonic()
         self.oom_file: str | None = config.get("oom_file")  # the cgroup's OOM-kill count, bound in read-only
+        self.oom_fd = -1  # kept open: one pread per look (a child closes it with every fd above 2)
+        if self.oom_file is not None:
+            try:
+                self.oom_fd = os.open(self.oom_file, os.O_RDONLY)
+            except OSError:
+                self.oom_file = None
         self.oom_seen = self.oom_kills()
         import threading
 
@@ -646,17 +652,19 @@ class Supervisor:
     def oom_kills(self) -> int:
         """How many processes of this sandbox the kernel's OOM killer has ended (the cgroup's own count); 0 where
         there is no cgroup. Read after a unit's results, so a kill is charged to the unit it happened in."""
-        if self.oom_file is None:
+        if self.oom_fd < 0:
             return 0
         try:
-            with open(self.oom_file) as fh:
-                for line in fh:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
-        except (OSError, ValueError):
-            pass
-        return 0
+            text = os.pread(self.oom_fd, 4096, 0)  # a cgroup file is regenerated from offset 0 on every read
+        except OSError:
+            return 0
+        at = text.find(b"oom_kill ")
+        if at < 0:
+            return 0
+        try:
+            return int(text[at + 9:].split(b"\n", 1)[0])
+        except ValueError:
+            return 0
 
     # -- a source
 
