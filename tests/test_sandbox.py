@@ -9,7 +9,6 @@ import math
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -807,15 +806,6 @@ def frames(fd: int) -> list[bytes]:
         out.append(data[8:8 + n])
         data = data[8 + n:]
     return out
-
-
-@pytest.mark.slow
-def test_the_supervisor_beats_while_it_imports(tmp_path: Any) -> None:
-    sup, fd = supervisor(tmp_path)
-    with sup.beating():
-        time.sleep(1.3)  # a slow import: nothing else is sent meanwhile
-    beats = frames(fd)
-    assert len(beats) >= 2 and all(json.loads(b) == [False, []] for b in beats), beats
 
 
 def test_clearing_a_units_files_beats_as_it_goes(tmp_path: Any) -> None:

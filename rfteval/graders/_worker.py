@@ -600,9 +600,6 @@ class Supervisor:
             except OSError:
                 self.oom_file = None
         self.oom_seen = self.oom_kills()
-        import threading
-
-        self.send_lock = threading.Lock()  # the main thread and a heartbeat thread (during imports) both send
 
     # -- replies to rfteval
 
@@ -618,36 +615,9 @@ class Supervisor:
                 body = self.encode([done, self.pending])
             except (TypeError, ValueError):
                 body = json.dumps([done, self.pending]).encode()
-            with self.send_lock:
-                send(self.reply_fd, body)
+            send(self.reply_fd, body)
             self.pending = []
             self.sent_at = now
-
-    def beating(self) -> Any:
-        """A context in which a thread sends heartbeats: for the supervisor's own long work, a source's imports
-        (a heavy package can take seconds), where it sends nothing else. Joined before any child is forked."""
-        import contextlib
-        import threading
-
-        @contextlib.contextmanager
-        def beats() -> Any:
-            stop = threading.Event()
-
-            def run() -> None:
-                while not stop.wait(HEARTBEAT_S / 2):
-                    with self.send_lock:
-                        send(self.reply_fd, b"[false,[]]")
-                    self.sent_at = time.monotonic()
-
-            thread = threading.Thread(target=run, daemon=True)
-            thread.start()
-            try:
-                yield
-            finally:
-                stop.set()
-                thread.join()
-
-        return beats()
 
     def oom_kills(self) -> int:
         """How many processes of this sandbox the kernel's OOM killer has ended (the cgroup's own count); 0 where
@@ -683,10 +653,9 @@ class Supervisor:
         import linecache
 
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show lines
-        with self.beating():
-            preimport(imported_modules(source))
-            warm_up()
-            gc.collect()
+        preimport(imported_modules(source))  # silent: rfteval allows a "prepare" request PREPARE_TIMEOUT_S
+        warm_up()
+        gc.collect()
         gc.freeze()  # a child's collections then never touch (and copy) the template's objects
         self.limits[key] = child_limits(self.config, vm_size())
         self.codes[key] = code
@@ -937,7 +906,8 @@ class Supervisor:
 
     def beat(self) -> None:
         """A heartbeat if one is due: clean-up can take a while (a unit may leave 100,000 files in /tmp), and
-        rfteval kills a sandbox that is silent for a few beats."""
+        rfteval kills a sandbox that is silent for a few beats. (No thread beats for us: with the threading
+        module in the template, every child would run its after-fork hook: more faults a unit, bench/README.md.)"""
         if time.monotonic() - self.sent_at > HEARTBEAT_S:
             self.flush(False, heartbeat=True)
 

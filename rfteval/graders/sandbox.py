@@ -78,6 +78,7 @@ TMP_MARGIN = 64 << 20  # under a cgroup, /tmp is this much smaller than --grader
 CHILD_SLACK = 32 << 20  # beyond the template and --grader-memory: a child's page tables and copied template pages
 HEARTBEAT_S = 1.0  # the supervisor's beat (as in _worker.py): a frame at least this often, at most twice this apart
 SILENCE_S = 6.0  # a few missed beats: a sandbox silent this long was stopped or is stuck, whatever the grader's limit
+PREPARE_TIMEOUT_S = 60.0  # a new source's imports, before any grader code runs: nothing there can stop the supervisor
 CGROUP_ROOT_ENV = "RFTEVAL_CGROUP_ROOT"  # tests only: where cgroups are mounted (a path that is not writable, say)
 HOST_FACTS_ENV = "RFTEVAL_HOST_FACTS_ROOT"  # tests only: what stands for / when a refusal is explained (sysctls)
 UNSAFE_HINT = ("or pass --unsafe-python-graders, which gives up the namespaces, seccomp and filesystem isolation "
@@ -896,7 +897,7 @@ class _Sandbox:
         self.sources.add(key)
         finished = False
         while not finished:
-            _, finished = decode_reply(self.receive(SILENCE_S), 0, 0)
+            _, finished = decode_reply(self.receive(PREPARE_TIMEOUT_S), 0, 0)
         if self.cgroup is not None and memory:
             try:
                 self.memory_limit = self.cgroup.fit(memory, CHILD_SLACK)
