@@ -663,7 +663,7 @@ def no_cgroup_reason() -> str:
     """Root with no cgroup it may create: RLIMIT_NPROC does not bind root, so a unit's processes are unbounded."""
     base = cgroup_root()
     return (f"no writable cgroup under {base} (memory and pids controllers), and as root the unit's process "
-            "count cannot be limited otherwise (RLIMIT_NPROC does not bind root): run rfteval as a normal user, "
+            "count cannot be limited otherwise (RLIMIT_NPROC does not bind root): run rfteval as a normal user "
             "(RLIMIT_NPROC binds then; in Docker `--user 1000`), or give root a writable, delegated cgroup "
             "(`systemd-run --scope -p Delegate=yes rfteval ...`)")
 
