@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -139,5 +140,13 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
                f"out {spec.out_dir}")
     for run in runs:
         where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
-        rf = " (structured outputs)" if run.sampling.response_format else ""
-        typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{rf}")
+        typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{_format_label(run.sampling.response_format)}")
+
+
+def _format_label(response_format: dict[str, Any] | None) -> str:
+    """What the response format asks the server for, in the words servers' docs use: JSON mode (json_object, which
+    llama.cpp and Ollama have where they lack structured outputs) is not structured outputs, and text asks nothing."""
+    kind = (response_format or {}).get("type")
+    if response_format is None or kind == "text":
+        return ""
+    return " (JSON mode)" if kind == "json_object" else " (structured outputs)"
