@@ -13,7 +13,9 @@ from rfteval.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
+    check_judge,
     command,
     make_judge,
     python_sandbox,
@@ -58,6 +60,7 @@ def validate_grader(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
                                    "upload; a .py grader wrapped with its source) and nothing else."),
@@ -101,6 +104,7 @@ def validate_grader(
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     options = GradeOptions(python_timeout_s=grader_timeout)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
     try:
         if repeat is None:
             from rfteval.reference import load_reference_template
