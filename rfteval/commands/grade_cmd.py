@@ -29,7 +29,8 @@ def grade(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
     outputs: Path = typer.Option(..., "--outputs",
-                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?} per line.'),
+                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?, "output_tools"?, '
+                                      '"finish_reason"?, "reasoning_content"? | "reasoning"?} per line.'),
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
                                       "items that are then missing, with a warning."),
