@@ -48,7 +48,8 @@ def grade_outputs(
 
     `parse_json=False` leaves every sample's output_json empty, as OpenAI does for a job without response_format.
     `reasoning` / `tags`: outputs of reasoning models may hold their thinking in a leading think block; graders see
-    the answer ("strip", as in `rfteval run`) or the text as written ("keep"), and records keep the thinking apart.
+    the answer ("strip", as in `rfteval run`) or the text as written ("keep"), and records keep the thinking apart;
+    an output's own reasoning field and finish_reason are read as a run reads the server's (truncated_in_reasoning).
     """
     from rfteval.graders.group_judge import needs_groups
 
@@ -60,7 +61,8 @@ def grade_outputs(
     records: list[Record] = []
     with GradingEngine(config, options, judge=judge) as engine:
         for batch in _batches(outputs, batch_size):
-            splits = [split_reasoning(o.output_text, mode=reasoning, tags=tags) for o in batch]
+            splits = [split_reasoning(o.output_text, o.reasoning, mode=reasoning, tags=tags,
+                                      finish_reason=o.finish_reason) for o in batch]
             pairs = [(make_sample(sp.answer, o.output_tools) if parse_json else
                       make_sample(sp.answer, o.output_tools, output_json=None), items[o.item_id].data)
                      for o, sp in zip(batch, splits)]
@@ -70,7 +72,7 @@ def grade_outputs(
                 rec = make_record(
                     run_id=run_id, model_label=out.model, model=out.model, item_id=out.item_id, epoch=out.epoch,
                     output_text=sp.answer, output_json=sample["output_json"], output_tools=out.output_tools,
-                    reasoning_text=sp.reasoning,
+                    reasoning_text=sp.reasoning, truncated_in_reasoning=sp.truncated_in_reasoning,
                 )
                 records.append(apply_grade(rec, result))
             if on_progress:

@@ -512,6 +512,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                             f"stored, {counts['unknown']} not cells of this run")
         if own_judge:
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
+        judge_provider: Any = getattr(judge, "provider", None)
+        if hasattr(judge_provider, "on_warning"):  # its ignored-limit warning, as the models' (preflight above)
+            judge_provider.on_warning = monitor.message
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
 

@@ -35,6 +35,7 @@ def records_frame(records: list[Record]) -> pd.DataFrame:
         "epoch": [r.epoch for r in records],
         "score": [0.0 if r.error else (r.score or 0.0) for r in records],
         "error": [r.error["type"] if r.error else None for r in records],
+        "truncated_in_reasoning": [r.truncated_in_reasoning for r in records],
     })
 
 
@@ -51,6 +52,9 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str,
             "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
             "items": int(len(per_item)), "records": int(len(df)), "errors": int(len(errors)),
             "errors_by_type": {str(k): int(v) for k, v in errors.value_counts().items()},
+            # outputs cut off while thinking, as summary.json counts a run's (every output here is an answer)
+            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].sum()) if "truncated_in_reasoning"
+                                                 in df else 0, len(df)),
             "per_item": per_item,
         })
     return out

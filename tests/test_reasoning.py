@@ -19,6 +19,7 @@ from rfteval.providers.openai_provider import parse_chat, parse_responses
 from rfteval.reasoning import (
     DEFAULT_TAGS,
     REASONING_MODES,
+    TRUNCATION_HINT,
     Split,
     answer_of,
     answer_text,
@@ -328,6 +329,45 @@ def test_grade_reads_think_blocks_in_outputs_files(tmp_path: Path):
     assert res.exit_code == 2 and "--reasoning" in res.output
     res = runner.invoke(app, [*args, "--think-tags", "<think>"])
     assert res.exit_code == 2 and "--think-tags" in res.output
+
+
+@pytest.mark.slow
+def test_grade_reads_the_reasoning_fields_and_finish_reason_of_outputs_files(tmp_path: Path):
+    """An outputs line carries what the server sent: the thinking apart (reasoning_content or reasoning) and
+    finish_reason. A sample the limit stopped while thinking is marked and counted, as a run counts it."""
+    files = write_run_files(tmp_path, 4, reference="Paris", operation="eq")
+    lines = [
+        {"item_id": "q0", "output_text": "", "reasoning_content": "France's capital is", "finish_reason": "length"},
+        {"item_id": "q1", "output_text": "Paris", "reasoning": "France, so Paris", "finish_reason": "stop"},
+        {"item_id": "q2", "output_text": "<think>Let me list the cities of", "finish_reason": "length"},
+        {"item_id": "q3", "output_text": "<think>Easy.</think>\n\nParis", "finish_reason": "stop"},
+    ]
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = tmp_path / "graded.jsonl"
+    args = ["grade", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]), "--outputs", str(outputs),
+            "--out", str(out)]
+    res = runner.invoke(app, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["truncated_in_reasoning"] for r in recs] == [True, False, True, False]
+    assert [r["score"] for r in recs] == [0.0, 1.0, 0.0, 1.0]
+    assert [r["reasoning_text"] for r in recs] == ["France's capital is", "France, so Paris",
+                                                   "Let me list the cities of", "Easy."]
+    assert json.loads(res.output)["models"][0]["truncated_in_reasoning"] == {"n": 2, "share": 0.5}
+    table = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "cut off thinking" in table.output and "2 (50%)" in table.output
+    assert ("outputs: 2 sample(s) (50.0%) ran out of tokens while reasoning and were graded as empty answers; "
+            f"{TRUNCATION_HINT}") in table.output
+    # a limit reached after the answer began is not a cut-off thought; no finish_reason, nothing is inferred
+    outputs.write_text(json.dumps({"item_id": "q0", "output_text": "Par", "reasoning": "r", "finish_reason": "length"})
+                       + "\n" + json.dumps({"item_id": "q1", "output_text": "<think>no end"}) + "\n")
+    res = runner.invoke(app, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert [json.loads(x)["truncated_in_reasoning"] for x in out.read_text().splitlines()] == [False, False]
+    table = runner.invoke(app, args)
+    assert "cut off thinking" not in table.output and "ran out of tokens" not in table.output
 
 
 # ---------------------------------------------------------------- shown: tables, compare, series

@@ -13,8 +13,10 @@ from rfteval.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     OutputFormat,
+    check_judge,
     command,
     make_judge,
     python_sandbox,
@@ -27,7 +29,8 @@ def grade(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
     outputs: Path = typer.Option(..., "--outputs",
-                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?} per line.'),
+                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?, "output_tools"?, '
+                                      '"finish_reason"?, "reasoning_content"? | "reasoning"?} per line.'),
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
                                       "items that are then missing, with a warning."),
@@ -49,6 +52,7 @@ def grade(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
@@ -96,6 +100,7 @@ def grade(
                   f"{outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})", err=True)
     options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
     try:
         records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json, reasoning=reasoning,
                                 tags=tags)
