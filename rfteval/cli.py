@@ -75,6 +75,7 @@ def _attach_commands() -> None:
     from rfteval.commands import (  # noqa: F401  (importing a command module lists its commands)
         batches_cmd,
         compare_cmd,
+        export_dataset_cmd,
         export_reward_cmd,
         grade_cmd,
         graders_cmd,

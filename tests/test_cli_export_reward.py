@@ -155,7 +155,8 @@ def test_the_module_runs_in_a_fresh_interpreter(tmp_path):
     (["--target", "trl", "--out", "{rewards}"], "is also an input of this command"),
     (["--target", "trl", "--out", "{dir}/reward.txt"], "must name a Python file"),
     (["--target", "trl", "--out", "{rewards}/r.py"], "it is a file, not a directory"),
-    (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "are for --target verl"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "is for --target verl or openrlhf"),
+    (["--target", "openrlhf", "--out", "{dir}/r.py", "--ground-truth-json"], "--ground-truth-json for verl"),
     (["--target", "sklearn", "--out", "{dir}/r.py"], "sklearn"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
