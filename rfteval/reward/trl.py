@@ -59,7 +59,7 @@ class TRLReward(Reward):
         return self.score(self.grade(pairs, units))
 
 
-async def _trl_async(reward: TRLReward, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+async def rfteval_async_reward(reward: TRLReward, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
                      completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
     """TRL awaits an `async def` reward (inspect.iscoroutinefunction): the grading runs in a thread so the trainer's
     event loop keeps serving its other rewards and rollouts."""
@@ -80,8 +80,8 @@ def for_trl(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: An
 
 def for_trl_async(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: Any) -> Any:
     """The same reward as an `async def` TRL awaits: a functools.partial of a module-level coroutine function, so
-    `inspect.iscoroutinefunction` is True and it pickles (AsyncGRPOTrainer ships rewards to another process)."""
+    `inspect.iscoroutinefunction` is True and it pickles (AsyncGRPOTrainer ships rewards to another process).
+    TRL logs a partial under the wrapped function's name, rfteval_async_reward; `export-reward --target trl`'s
+    reward_async carries the grader's name instead."""
     reward = for_trl(grader, **options)
-    fn = functools.partial(_trl_async, reward)
-    fn.__name__ = reward.__name__  # type: ignore[attr-defined]  # TRL logs a reward under its __name__
-    return fn
+    return functools.partial(rfteval_async_reward, reward)
