@@ -10,9 +10,9 @@ import logging
 from typing import Any
 
 import pytest
+from trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json, items
 
 from rfteval.reward import for_trl
-from trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json, items
 
 datasets = pytest.importorskip("datasets", reason="HF datasets is not installed (make setup installs it: the dev extra)")
 

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json
 
 from rfteval.reward import for_trl, for_trl_async
-from trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model and tokenizer are built here
 trl = pytest.importorskip("trl", reason="trl is not installed: `make trainers` installs it (with torch 2.13 CPU); "
