@@ -135,8 +135,9 @@ def _row(target: str, line: dict[str, Any], fields: dict[str, Any], meta: str, d
          reference_field: str) -> dict[str, Any]:
     if target == "trl":
         return {"prompt": line["messages"], **fields, META: meta}
-    if target == "verifiers":
-        return {"prompt": line["messages"], "answer": _text(line.get(reference_field)), "info": {**fields, META: meta}}
+    if target == "verifiers":  # verifiers' messages know system, user, assistant, tool: OpenAI's developer is system
+        prompt = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in line["messages"]]
+        return {"prompt": prompt, "answer": _text(line.get(reference_field)), "info": {**fields, META: meta}}
     return {"data_source": data_source, "prompt": line["messages"], "ability": "rfteval",
             "reward_model": {"style": "rule", "ground_truth": _text(line.get(reference_field))},
             "extra_info": {**fields, META: meta}}
