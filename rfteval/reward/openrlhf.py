@@ -66,7 +66,8 @@ class OpenRLHFReward(Reward):
         items = [self.item(label) for label in (labels if labels is not None else [None] * n)]
         keys = [json.dumps(it, sort_keys=True, default=str) for it in items]
         units = [keys.index(k) for k in keys]
-        pairs = [(make_sample_for(response_of(q, p, self.end_tokens), self.options), it) for q, p, it in zip(queries, prompts, items)]
+        pairs = [(make_sample_for(response_of(q, p, self.end_tokens), self.options), it)
+                 for q, p, it in zip(queries, prompts, items)]
         results = self.grade(pairs, units)
         values = [math.nan if v is None else v for v in self.score(results)]
         errors = [1.0 if r.error is not None else 0.0 for r in results]
