@@ -35,7 +35,7 @@ CASES = [LOCAL_CASES[0], *(pytest.param(c, marks=pytest.mark.slow) for c in LOCA
 @pytest.mark.parametrize("case", CASES)
 def test_export_dataset_then_load_dataset_json_scores_as_grade(case, tmp_path):
     outs, expected = expected_scores(tmp_path, case)
-    ds = hf_json(export(case, "trl", tmp_path / "trl"))
+    ds = hf_json(export(case, "trl", tmp_path / "trl"), tmp_path)
     with for_trl(GRADERS / f"{case}.json") as reward:
         got = rewards_through(reward, ds, outs, lambda row: row["id"])
     assert got == expected
@@ -46,7 +46,7 @@ def test_export_dataset_then_load_dataset_json_scores_as_grade(case, tmp_path):
 def test_raw_jsonl_through_load_dataset_json_with_items_scores_as_grade(case, tmp_path):
     outs, expected = expected_scores(tmp_path, case)
     path = DATASETS / case / "items.jsonl"
-    ds = hf_json(path).rename_column("messages", "prompt")
+    ds = hf_json(path, tmp_path).rename_column("messages", "prompt")
     with for_trl(GRADERS / f"{case}.json", items=str(path)) as reward:
         got = rewards_through(reward, ds, outs, lambda row: row["id"])
     assert got == expected
@@ -56,7 +56,7 @@ def test_raw_jsonl_through_load_dataset_json_with_items_scores_as_grade(case, tm
 def test_milo_without_items_is_warned_about_naming_the_column(tmp_path, caplog):
     """Arrow turns Milo's "today": "2025-03-14" into a timestamp: the loader changed the item, and it says so."""
     path = DATASETS / "milo" / "items.jsonl"
-    ds = hf_json(path).rename_column("messages", "prompt")
+    ds = hf_json(path, tmp_path).rename_column("messages", "prompt")
     import datetime
 
     assert isinstance(ds[0]["today"], datetime.datetime)  # what the loader does (the issue's first finding)
@@ -85,7 +85,7 @@ def test_exported_rows_keep_every_field_exactly(tmp_path):
     """The loader-changed fields are JSON text in the file and the original line comes back from the row."""
     from rfteval.reward import META, decode_exported
 
-    ds = hf_json(export("milo", "trl", tmp_path / "trl"))
+    ds = hf_json(export("milo", "trl", tmp_path / "trl"), tmp_path)
     meta = json.loads(ds[0][META])
     assert "today" in meta["json"] and isinstance(ds[0]["today"], str)
     originals = {it["id"]: it for it in items("milo")}

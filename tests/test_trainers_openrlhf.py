@@ -47,7 +47,7 @@ def test_openrlhf_loader_and_executor_score_as_rfteval_grade(case, tmp_path):
     res = runner.invoke(app, ["export-reward", str(GRADERS / f"{case}.json"), "--target", "openrlhf", "--out",
                               str(module)])
     assert res.exit_code == 0, res.output
-    ds = hf_json(export(case, "openrlhf", tmp_path / "orl"))
+    ds = hf_json(export(case, "openrlhf", tmp_path / "orl"), tmp_path)
     tok = chat_template_tokenizer()
     by_id = {}
     for row in ds:

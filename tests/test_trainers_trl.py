@@ -74,11 +74,11 @@ def f32(values: list[float]) -> list[float]:
 def test_grpo_trainer_rewards_equal_rfteval_grade(case, source, tmp_path, make_trainer):
     outs, expected = expected_scores(tmp_path, case)
     if source == "export-dataset":
-        ds = hf_json(export(case, "trl", tmp_path / "trl"))
+        ds = hf_json(export(case, "trl", tmp_path / "trl"), tmp_path)
         reward = for_trl(GRADERS / f"{case}.json")
     else:
         path = DATASETS / case / "items.jsonl"
-        ds = hf_json(path).rename_column("messages", "prompt")
+        ds = hf_json(path, tmp_path).rename_column("messages", "prompt")
         reward = for_trl(GRADERS / f"{case}.json", items=str(path))
     with reward:
         trainer = make_trainer([reward], ds)
@@ -107,7 +107,7 @@ def test_the_async_form_is_awaited_by_trl_itself(tmp_path, make_trainer):
     """TRL detects async rewards with is_async_callable and runs them on its own event loop."""
     from trl.trainer.utils import is_async_callable
 
-    ds = hf_json(export("chipstack", "trl", tmp_path / "trl"))
+    ds = hf_json(export("chipstack", "trl", tmp_path / "trl"), tmp_path)
     reward = for_trl_async(GRADERS / "chipstack.json")
     assert is_async_callable(reward)
     trainer = make_trainer([reward], ds)

@@ -41,7 +41,7 @@ def test_task_score_equals_rfteval_grade(case, tmp_path):
         pass
 
     outs, expected = expected_scores(tmp_path, case)
-    ds = hf_json(export(case, "verifiers", tmp_path / "vf"))
+    ds = hf_json(export(case, "verifiers", tmp_path / "vf"), tmp_path)
     by_id = {row["info"]["id"]: row for row in ds}
     config = TaskConfig(rewards={"rfteval": RewardFunctionConfig(fn=plug(tmp_path, case))})
 
@@ -65,7 +65,7 @@ def test_rubric_names_through_verifiers_keyword_injection(tmp_path):
     from verifiers.v1.utils.decorators import invoke_all
 
     outs, expected = expected_scores(tmp_path, "chipstack")
-    ds = hf_json(export("chipstack", "verifiers", tmp_path / "vf"))
+    ds = hf_json(export("chipstack", "verifiers", tmp_path / "vf"), tmp_path)
     by_id = {row["info"]["id"]: row for row in ds}
     sync = for_verifiers(GRADERS / "chipstack.json", asynchronous=False)
     reward = for_verifiers(GRADERS / "chipstack.json")

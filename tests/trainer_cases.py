@@ -75,9 +75,9 @@ def export(case: str, target: str, out: Path) -> Path:
     return out / ("train.parquet" if target == "verl" else "train.jsonl")
 
 
-def hf_json(path: Path) -> Any:
-    """The dataset as every TRL example loads it: datasets.load_dataset("json") (Arrow's JSON reader)."""
+def hf_json(path: Path, tmp_path: Path) -> Any:
+    """The dataset as every TRL example loads it: datasets.load_dataset("json") (Arrow's JSON reader), its cache
+    under the test's folder (never beside the bundled datasets)."""
     import datasets
 
-    return datasets.load_dataset("json", data_files=str(path), split="train",
-                                 cache_dir=str(path.parent / ".hf-cache"))
+    return datasets.load_dataset("json", data_files=str(path), split="train", cache_dir=str(tmp_path / ".hf-cache"))
