@@ -152,10 +152,11 @@ def plain_data(value: Any, column: str | None = None, notes: Coercions | None = 
     return value
 
 
-def decode_exported(row: Mapping[str, Any]) -> dict[str, Any] | None:
+def decode_exported(row: Mapping[str, Any], prompt: Any = None) -> dict[str, Any] | None:
     """The original line of a row written by `rfteval export-dataset` (it has the META column), else None: the
-    fields it stored as JSON text parsed back (a null there: the line had no such key), the fields it added and
-    keys the trainer added removed."""
+    line's own keys in its order, those stored as JSON text parsed back, the one the prompt column holds taken from
+    `prompt` (TRL hands the prompt over apart from the columns); keys a reader padded, the id export-dataset added
+    and keys a trainer added are left out."""
     meta = row.get(META)
     if not isinstance(meta, str):
         return None
@@ -163,21 +164,17 @@ def decode_exported(row: Mapping[str, Any]) -> dict[str, Any] | None:
         info = json.loads(meta)
     except ValueError:
         return None
-    if not isinstance(info, dict):
+    if not isinstance(info, dict) or not isinstance(info.get("fields"), list):
         return None
-    out: dict[str, Any] = {}
     as_json = set(info.get("json", ()))
-    added = set(info.get("added", ()))
-    fields = info.get("fields")  # the line's own keys: any other (a trainer's, verl's agent loop's) is left out
-    for key, value in row.items():
-        if key == META or key in added or (fields is not None and key not in fields):
-            continue
-        if key in as_json:
-            if value is None:
-                continue
-            out[key] = json.loads(value)
+    out: dict[str, Any] = {}
+    for key in info["fields"]:
+        if key == info.get("prompt"):
+            out[key] = plain_data(prompt)
+        elif key in as_json:
+            out[key] = json.loads(row[key])
         else:
-            out[key] = plain_data(value)
+            out[key] = plain_data(row.get(key))
     return out
 
 
@@ -362,7 +359,7 @@ class Reward:
                                  "the id column in the dataset (rfteval export-dataset writes it)",
                                  field=self.options.id_field)
             return self.table.get(rid)
-        exported = decode_exported(fields)
+        exported = decode_exported(fields, prompt)
         if exported is not None:
             return exported
         item: dict[str, Any] = {}

@@ -3,9 +3,10 @@
 A trainer reads its dataset through Arrow (TRL and verifiers: `datasets.load_dataset("json")`; verl: parquet;
 OpenRLHF: JSONL), and Arrow changes values: date-like strings become timestamps, keys other rows have are filled
 with null, numbers are widened to one type per column. So each field is tried through the same reader first; a
-field that does not come back exactly is written as JSON text instead, and the META column says which (and which
-field was added: the id of a line that had none, rfteval's content hash). The reward adapters read META and
-rebuild the original line exactly, so training rewards equal `rfteval grade`'s scores."""
+field that does not come back exactly is written as JSON text instead, and each row's META column names the line's
+own keys in order and which are JSON text (a line without an id gets one, rfteval's content hash, which is not one
+of its keys). The reward adapters read META and rebuild the original line exactly, so training rewards equal
+`rfteval grade`'s scores."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _through_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None
 
     try:
         return paj.read_json(io.BytesIO(_jsonl_bytes(rows))).to_pylist()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):  # a value Arrow cannot hold as it is
         return None
 
 
@@ -63,7 +64,7 @@ def _through_parquet(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | N
         buf = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(list(rows)), buf)
         return pq.read_table(io.BytesIO(buf.getvalue())).to_pylist()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):  # a value Arrow cannot hold as it is
         return None
 
 
@@ -120,15 +121,24 @@ def build_rows(lines: Sequence[dict[str, Any]], ids: Sequence[str], target: str,
         # column, so the item's messages come from it when it reads back exactly, else from a JSON-text column.
         names = [n for n in names if n != "messages" or n in _changed_fields(full, through)]
     as_json = _changed_fields([{k: v for k, v in line.items() if k in names} for line in full], through)
+    prompt_field = "messages" if target == "trl" and "messages" not in names else None
     for _ in range(2):
-        meta = json.dumps({"json": sorted(as_json), "added": ["id"] if added else [], "fields": names})
-        rows = [_row(target, line, _encode(line, names, as_json), meta, data_source, reference_field)
-                for line in full]
+        rows = [_row(target, line, _encode(line, names, as_json), _meta(original, as_json, prompt_field), data_source,
+                     reference_field) for line, original in zip(full, lines)]
         back = through(rows)
         if back is not None and all(_canonical(r) == _canonical(b) for r, b in zip(rows, back)):
             return rows, as_json, added
         as_json = set(names) - {"id"}  # fields exact alone but not together: keep them all as text
     raise RuntimeError("the rows do not read back exactly even with every field as JSON text")
+
+
+def _meta(line: dict[str, Any], as_json: set[str], prompt_field: str | None) -> str:
+    """The META column of one row: the line's own keys in its order (so a key the reader padded, or the id added,
+    is left out, and the order is the line's), which are JSON text, and which one the prompt column holds."""
+    meta: dict[str, Any] = {"fields": list(line), "json": sorted(as_json & set(line))}
+    if prompt_field:
+        meta["prompt"] = prompt_field
+    return json.dumps(meta, ensure_ascii=False)
 
 
 def _row(target: str, line: dict[str, Any], fields: dict[str, Any], meta: str, data_source: str,
