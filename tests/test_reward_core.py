@@ -39,7 +39,7 @@ def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
     with for_verifiers(SC, asynchronous=False) as vf:
         assert vf(completion=[{"role": "assistant", "content": "answer"}], answer="x", info={}) == 1.0
     with for_openrlhf(SC) as orl:
-        assert orl(["p answer"], ["p "], ["x"])["rewards"].tolist() == [1.0]
+        assert list(orl(["p answer"], ["p "], ["x"])["rewards"]) == [1.0]  # a tensor with torch, else a list
     assert seen == ["answer"] * 6
 
 

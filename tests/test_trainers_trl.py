@@ -138,3 +138,19 @@ def test_a_reward_is_named_for_trls_logs(make_trainer):
 def test_not_skipped_when_installed() -> None:
     """The skip above names why; here trl is importable, so it must be the version the Makefile installs."""
     assert trl.__version__ == "1.16.0", Path(trl.__file__)
+
+
+def test_the_recreation_in_test_reward_matches_trls_own_code(tmp_path, make_trainer):
+    """test_reward.py re-creates _calculate_rewards so its tests run without torch: checked here against TRL's."""
+    from test_reward import trl_calculate_rewards
+
+    ds = hf_json(export("chipstack", "trl", tmp_path / "trl"), tmp_path)
+    outs, _ = expected_scores(tmp_path, "chipstack")
+    by_id = {row["id"]: row for row in ds}
+    rows = [by_id[o["item_id"]] for o in outs[:8]]
+    completions = [[{"role": "assistant", "content": o["output_text"]}] for o in outs[:8]]
+    with for_trl(GRADERS / "chipstack.json") as reward:
+        trainer = make_trainer([reward], ds)
+        real = trainer._calculate_rewards(rows, [r["prompt"] for r in rows], completions, [[4]] * 8).tolist()
+        mine = trl_calculate_rewards([reward], rows, [r["prompt"] for r in rows], completions, [[4]] * 8)
+    assert f32([r[0] for r in mine]) == [r[0] for r in real]

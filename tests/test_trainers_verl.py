@@ -182,3 +182,24 @@ def test_export_reward_through_verls_own_loader_by_pkg_path(name, tmp_path, monk
             assert [g["reward_score"] for g in _reward_loop(fn, data, tok)] == expected
     finally:
         sys.modules["chipstack_verl_reward"].close()
+
+
+def test_the_recreations_in_the_other_tests_match_verls_own_code(tmp_path):
+    """test_reward.py re-creates the naive manager's call and test_cli_export_reward.py verl's module loader, so
+    they run without verl: checked here against verl's."""
+    from test_cli_export_reward import load_like_verl
+    from test_reward import verl_naive_call
+    from verl.utils.import_utils import load_extern_object
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    outs, expected = expected_scores(tmp_path, "chipstack")
+    data, tok = verl_batch(export("chipstack", "verl", tmp_path / "verl"), outs[:8])
+    with for_verl(GRADERS / "chipstack.json") as compute_score:
+        real = last_token_rewards(NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data))
+        rows = [{"data_source": data.non_tensor_batch["data_source"][i], "reward_model": data.non_tensor_batch[
+            "reward_model"][i], "extra_info": copy.deepcopy(data.non_tensor_batch["extra_info"][i])} for i in range(8)]
+        mine = [verl_naive_call(compute_score, row, o["output_text"]) for row, o in zip(rows, outs[:8])]
+    assert f32(mine) == real == f32(expected[:8])
+    module = tmp_path / "m.py"
+    module.write_text("def compute_score(*a, **k):\n    return 0.5\n")
+    assert load_like_verl(module).compute_score() == load_extern_object(str(module), "compute_score")() == 0.5
