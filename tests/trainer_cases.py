@@ -4,6 +4,7 @@ each trainer's dataset as that trainer's own loader reads it (HF datasets, parqu
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ RECORDED = ("chipstack", "harvey", "milo")
 ANSWER_KEY = {"chipstack": "predicted", "harvey": "passages", "ambience": "codes", "safetykit": "labels",
               "milo": "events"}
 runner = CliRunner()
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # HF datasets reads local files only: nothing from the hub
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def items(case: str) -> list[dict[str, Any]]:
