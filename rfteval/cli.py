@@ -76,6 +76,7 @@ def _attach_commands() -> None:
         agree_cmd,
         batches_cmd,
         compare_cmd,
+        export_dataset_cmd,
         export_reward_cmd,
         grade_cmd,
         graders_cmd,
