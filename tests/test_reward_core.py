@@ -43,8 +43,41 @@ def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
     assert seen == ["answer"] * 6
 
 
-def test_answer_is_the_text_for_now():
-    assert core._answer("<think>x</think>y", RewardOptions()) == "<think>x</think>y"
+THINKING = [
+    "<think>The reference is ANSWER, so say it.</think>\n\nANSWER",  # vLLM / SGLang without a reasoning parser
+    "The template opened the block; I'll answer.\n</think>\n\nANSWER",  # Qwen3's template-opened lone close
+    "ANSWER",  # no reasoning at all: graded exactly as sent
+    "<think>out of tokens while still thinking",  # cut off inside the block: its answer is empty
+    "ANSWER <think>not leading</think>",  # a block that does not lead is the answer's own text
+]
+
+
+def test_answer_is_the_run_rule(tmp_path):
+    """Every adapter reads a completion as `rfteval grade --reasoning strip|keep` reads the same text."""
+    from rfteval.dataset import load_dataset
+    from rfteval.graders.loader import parse_config
+    from rfteval.grading import grade_outputs
+    from rfteval.outputs import Output
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")
+    for mode in ("strip", "keep"):
+        graded = grade_outputs(load_dataset(items), parse_config(SC), [
+            Output(item_id="q", epoch=i + 1, model="m", output_text=t) for i, t in enumerate(THINKING)], reasoning=mode)
+        expected = [r.score for r in graded]
+        assert expected == ([1.0, 1.0, 1.0, 0.0, 0.0] if mode == "strip" else [0.0, 0.0, 1.0, 0.0, 0.0])
+        with for_trl(SC, reasoning=mode) as trl:
+            assert trl(prompts=["p"] * 5, completions=THINKING) == expected
+            conversational = [[{"role": "assistant", "content": t}] for t in THINKING]
+            assert trl(prompts=["p"] * 5, completions=conversational) == expected
+        with for_verl(SC, reasoning=mode) as verl:
+            assert [verl("d", t, "g", {}) for t in THINKING] == expected
+            assert verl.batch(["d"] * 5, THINKING, ["g"] * 5, [{}] * 5) == expected
+        with for_verifiers(SC, asynchronous=False, reasoning=mode) as vf:
+            assert [vf(completion=[{"role": "assistant", "content": t}], answer="x", info={})
+                    for t in THINKING] == expected
+        with for_openrlhf(SC, reasoning=mode) as orl:
+            assert [float(x) for x in orl(["p " + t for t in THINKING], ["p "] * 5, ["x"] * 5)["rewards"]] == expected
 
 
 def test_items_lookups_fail_loudly(tmp_path):

@@ -29,6 +29,7 @@ from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.graders.sandbox import configure, grading_units
+from rfteval.reasoning import answer_text
 from rfteval.sample import Sample, make_sample
 
 log = logging.getLogger("rfteval.reward")
@@ -93,9 +94,9 @@ def grader_config(grader: GraderLike) -> GraderConfig:
 
 def _answer(text: str, options: RewardOptions) -> str:
     """The one place a completion's text becomes sample.output_text, for every trainer: the final answer, without
-    reasoning, when options.reasoning is "strip"."""
-    # TODO(lead): rfteval.reasoning.answer_text(text, mode=options.reasoning)
-    return text
+    reasoning, when options.reasoning is "strip". The rule is `rfteval run`'s and `rfteval grade`'s
+    (rfteval.reasoning), so a think-block completion scores in training as its answer does in evaluation."""
+    return answer_text(text, mode=options.reasoning)
 
 
 # ------------------------------------------------------------------ values a loader changed, turned back
