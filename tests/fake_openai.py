@@ -9,7 +9,10 @@ one step per retrieve (validating, in_progress, finalizing, then completed / exp
 script them), output and error files in OpenAI's line format (unordered), `batch_expired` lines for an expired
 batch, and hooks that run just before a create is answered (a test SIGKILLs its client there). `max_concurrent`
 caps the requests in flight: above it the server answers 429 with Retry-After and x-ratelimit-* headers, as a
-rate-limited account does; `GET /v1/_stats` reports what it served.
+rate-limited account does; `slots` instead makes requests wait their turn, as a self-hosted server with few
+slots does (llama.cpp's `--parallel`): at most that many are worked on (their delay) at once, the others queue.
+`restart()` stops the server and starts it again on the same port (a server killed and restarted mid-run).
+`GET /v1/_stats` reports what it served.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HOST = "127.0.0.1"
+# llama.cpp's server (llama-cpp-python) answering a json_schema response format: a 500 whose body is a pydantic
+# validation error, the same for every request
+VALIDATION_500 = ("1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
+                  "'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]")
 DEFAULT_MODELS = ("fake-base", "fake-tuned")
 REASONING_TOKENS = {"minimal": 4, "low": 8, "medium": 32, "high": 128}
 
@@ -281,6 +288,7 @@ class FakeOpenAI:
         api_key: str | None = None,
         max_concurrent: int | None = None,
         retry_after_ms: float | None = None,
+        slots: int | None = None,
     ):
         self.responder: Responder = responder or echo_responder
         self.delay_s = delay_s
@@ -299,6 +307,8 @@ class FakeOpenAI:
         self.max_concurrent = max_concurrent
         self.retry_after_ms = retry_after_ms  # default: the answer delay (about when a slot frees up)
         self.stats = {"served": 0, "rate_limited": 0, "in_flight": 0, "max_in_flight": 0, "flex_unavailable": 0}
+        self.slots = slots
+        self._slots = threading.Semaphore(slots) if slots is not None else None
         self.flex_unavailable = 0  # the next N requests with service_tier "flex" get 429 "Resource unavailable"
         # Files and Batches
         self.files: dict[str, dict[str, Any]] = {}
@@ -344,6 +354,12 @@ class FakeOpenAI:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = None
+
+    def restart(self) -> FakeOpenAI:
+        """Stop, then serve again on the same port; what was received and scripted is kept."""
+        port = self.port
+        self.stop()
+        return self.start(port)
 
     def __enter__(self) -> FakeOpenAI:
         return self.start()
@@ -747,9 +763,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reply_headers = {**limit_headers, **reply.headers}
         delay = owner.delay_s + reply.delay_s
-        if delay > 0 and owner._stopping.wait(delay):
-            self.close_connection = True
-            return  # stopping: drop the connection without an answer
+        slots = owner._slots
+        if slots is not None:  # wait for a free slot, then hold it while "working" (the delay)
+            while not slots.acquire(timeout=0.02):
+                if owner._stopping.is_set():
+                    self.close_connection = True
+                    return
+        try:
+            if delay > 0 and owner._stopping.wait(delay):
+                self.close_connection = True
+                return  # stopping: drop the connection without an answer
+        finally:
+            if slots is not None:
+                slots.release()
         auth = headers.get("authorization", "")
         if owner.api_key is not None and auth != f"Bearer {owner.api_key}":
             self._send_json(401, error_body(401, model, auth=auth))
