@@ -99,6 +99,9 @@ def run_command(
     import_responses: Path | None = typer.Option(None, "--import-responses", metavar="FILE.jsonl",
                                                     help="Read Batch API output lines (OpenAI's, vllm run-batch's) "
                                                          "into the run, then grade; sends nothing."),
+    models_in_turn: bool = typer.Option(False, "--models-in-turn", help="All of one model's cells, then the next "
+                                        "model's, for servers that hold one model at a time (llama.cpp's aliases); "
+                                        "default: interleaved."),
     retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
     checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
     batch_poll_s: float = typer.Option(30.0, "--batch-poll-interval", hidden=True),
@@ -153,7 +156,7 @@ def run_command(
             fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
             service_tier=service_tier, transport=transport, batch=batch, batch_judge=batch_judge, batch_tail=batch_tail,
             batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
-            import_responses=import_responses))
+            import_responses=import_responses, models_in_turn=models_in_turn))
     except FatalRunError as exc:
         typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None
@@ -172,6 +175,11 @@ def run_command(
             typer.echo(f"rfteval: {result.batches_open} batch(es) keep running at the provider (rfteval batches "
                        f"{out_dir}); re-running the same command collects them, paid once.", err=True)
         raise typer.Exit(ExitStatus.INTERRUPTED)
+    if result.stopped is not None:
+        done = sum(t.records for t in result.totals.values())
+        typer.echo(f"rfteval: {result.stopped}; run stopped after {done} of {s['cells']} cells, every stored "
+                   f"response is kept. Re-run the same command to resume (same --out {out_dir}).", err=True)
+        raise typer.Exit(ExitStatus.INCOMPLETE)
     if s.get("batches", {}).get("open"):
         typer.echo(f"rfteval: {s['batches']['open']} batch(es) still open; re-run the same command to collect them",
                    err=True)
