@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -414,7 +414,9 @@ class _Pipeline:
             return gen
 
         def on_retry(n: int, exc: BaseException, wait: float) -> None:
-            self.monitor.retry(run.label, getattr(exc, "kind", "error"), str(exc)[:160])
+            from rfteval.retry import one_line
+
+            self.monitor.retry(run.label, getattr(exc, "kind", "error"), one_line(str(exc), 160))
             self.monitor.concurrency(run.label, limiter.current)
 
         common: dict[str, Any] = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
@@ -550,6 +552,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
     store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
     restore_signals = False
+    unhook_judge: Callable[[], None] | None = None
     engine = None
     own_judge = judge is None
     batch_phase = None
@@ -570,6 +573,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                             f"stored, {counts['unknown']} not cells of this run")
         if own_judge:
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
+        unhook_judge = report_judge_retries(judge, monitor)
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
 
@@ -635,6 +639,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
                          stopped=None if pipeline.gone is None else str(pipeline.gone))
     finally:
+        if unhook_judge is not None:
+            unhook_judge()
         if restore_signals:  # the shutdown after Ctrl-C is written: Ctrl-C is Ctrl-C again
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -683,6 +689,28 @@ def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool 
     return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], cache_path=cache,
                                concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
                                timeout_s=spec.timeout, model_override=spec.judge.model)
+
+
+def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[], None] | None:
+    """Count the judge's retries on the progress display (as "judge"), besides any on_retry the judge has; the
+    returned function puts the judge's own back (a judge passed in outlives this run)."""
+    if judge is None or not hasattr(judge, "on_retry"):
+        return None
+    from rfteval.retry import one_line
+
+    before = judge.on_retry
+
+    def on_retry(n: int, exc: BaseException, wait: float) -> None:
+        if before is not None:
+            before(n, exc, wait)
+        monitor.retry("judge", getattr(exc, "kind", "error"), one_line(str(exc), 160))
+
+    judge.on_retry = on_retry
+
+    def unhook() -> None:
+        judge.on_retry = before
+
+    return unhook
 
 
 def judge_fatal(judge: Judge | None) -> FatalRunError | None:

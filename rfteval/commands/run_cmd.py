@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -92,7 +92,7 @@ def run_command(
                                      "out as a second batch phase (filed in the judge cache), then grading runs."),
     batch_tail: str = typer.Option("batch", "--batch-tail", metavar="batch|sync",
                                    help="Cells that come back failed or batch_expired: another batch, or sync "
-                                        "requests at once [default: batch]."),
+                                        "requests at once."),
     export_requests: Path | None = typer.Option(None, "--export-requests", metavar="FILE.jsonl",
                                                    help="Write the Batch API request lines of cells without a "
                                                         "response (vllm run-batch, Ray Data) and send nothing."),
@@ -191,14 +191,27 @@ def run_command(
                "summary.json)")
     if result.exit_code == ExitStatus.INCOMPLETE:
         typer.echo(f"rfteval: {s['errors']} of {s['cells']} cells ({s['error_rate']:.1%}) ended in error, above "
-                   f"--max-error-rate {s['max_error_rate']:.1%}; re-running the same command re-sends the failed "
-                   "requests", err=True)
+                   f"--max-error-rate {s['max_error_rate']:.1%}; {rerun_hint(s)}", err=True)
     elif s.get("missing") and (batch or import_responses is not None):
         how = ("re-running the same command submits them again" if batch else
                "import the rest, or run without --import-responses to send them")
         typer.echo(f"rfteval: {s['missing']} of {s['cells']} cells have no response yet; {how}", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
     raise typer.Exit(result.exit_code)
+
+
+def rerun_hint(summary: dict[str, Any]) -> str:
+    """What re-running does about the errors: failed requests are sent again; grading errors send nothing (a
+    grader's server errors are re-graded, its verdicts on outputs stay until the grader changes)."""
+    by_type: dict[str, int] = {}
+    for m in summary.get("models", {}).values():
+        for kind, n in m.get("errors", {}).get("by_type", {}).items():
+            by_type[kind] = by_type.get(kind, 0) + n
+    failed = sum(n for kind, n in by_type.items() if not kind.startswith("grade:"))
+    if failed:
+        return f"re-running the same command re-sends the {failed} failed request{'s' if failed > 1 else ''}"
+    return ("every error is a grading error: re-running the same command sends no request and re-grades from the "
+            "stored responses (a grader fixed in place, or a grader's server errors)")
 
 
 def _quiet_monitor_class() -> type:
@@ -214,6 +227,9 @@ def _quiet_monitor_class() -> type:
             typer.echo(f"rfteval: {text}", err=True)
 
         def retry(self, label: str, kind: str, reason: str = "") -> None:
+            from rfteval.retry import one_line
+
+            reason = one_line(reason, 160)
             if (label, kind) not in self.said:  # once per kind of failure: a stalled run says why
                 self.said.add((label, kind))
                 self.message(f"{label}: retrying after {kind}" + (f": {reason}" if reason else ""))

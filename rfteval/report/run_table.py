@@ -68,10 +68,22 @@ class RichMonitor(RunMonitor):
 
     def retry(self, label: str, kind: str, reason: str = "") -> None:
         """Counted on the model's line, with the last reason; piped (a log, CI), each kind of failure is said once
-        in a line of its own, so a stalled run says why while it still retries."""
-        self._counts[label]["retries"] += 1
+        in a line of its own, so a stalled run says why while it still retries. The judge's retries (model
+        graders; any thread) get a line of their own, "judge", made at its first retry. A server's message may
+        span lines (a stack, a validation error): only its first line is shown, so the bar stays one line."""
+        from rfteval.retry import one_line
+
+        reason = one_line(reason, 160)
+        with self._lock:
+            if label not in self._counts:
+                self._counts[label] = {"done": 0, "errors": 0, "retries": 0, "cached": 0}
+                if self.progress is not None:
+                    self._tasks[label] = self.progress.add_task(label, total=None, rate="", errors=0, retries=0,
+                                                                cached=0, limit="", last="")
+            self._counts[label]["retries"] += 1
         if self.progress is not None and label in self._tasks:
-            self.progress.update(self._tasks[label], last=f"  last: {kind}" + (f" ({reason[:60]})" if reason else ""))
+            self.progress.update(self._tasks[label], last=f"  last: {kind}" + (f" ({one_line(reason, 60)})"
+                                                                                 if reason else ""))
         if not self.console.is_terminal and (label, kind) not in self._said:
             self._said.add((label, kind))
             self.message(f"rfteval: {label}: retrying after {kind}" + (f": {reason}" if reason else ""))
@@ -101,6 +113,8 @@ class RichMonitor(RunMonitor):
         self._last = now
         with self._lock:
             for label, c in self._counts.items():
+                if label not in self._tasks:
+                    continue
                 fresh = c["done"] - c["cached"]
                 elapsed = max(now - self._t0, 1e-9)
                 rate = f"{fresh / elapsed:.1f}/s" if fresh else ""
