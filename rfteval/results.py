@@ -71,7 +71,7 @@ class LabelTotals:
     errors: Counter = field(default_factory=Counter)  # "stage:type" → count
     input_tokens: int = 0
     output_tokens: int = 0
-    reasoning_tokens: int = 0
+    reasoning_tokens: int | None = None  # None: the endpoint never reported any (most self-hosted servers)
     cached: int = 0
     # of the tokens above, those billed at batch prices (Batch API, flex, imported batch output)
     discounted_input_tokens: int = 0
@@ -88,7 +88,8 @@ def _add_usage(t: LabelTotals, usage: Mapping[str, Any] | None) -> None:
     if usage:
         t.input_tokens += int(usage.get("input_tokens") or 0)
         t.output_tokens += int(usage.get("output_tokens") or 0)
-        t.reasoning_tokens += int(usage.get("reasoning_tokens") or 0)
+        if usage.get("reasoning_tokens") is not None:
+            t.reasoning_tokens = (t.reasoning_tokens or 0) + int(usage["reasoning_tokens"])
 
 
 _UNNAMED_CALLS = itertools.count()

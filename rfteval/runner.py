@@ -728,8 +728,9 @@ def add_judge_usage(summary: dict[str, Any], judge: Judge | None, prices: dict[s
         return summary
     from rfteval.pricing import cost_usd
 
-    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens", 0), u.get("output_tokens", 0),
-                                                        prices)} for model, u in judge.usage().items()}
+    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
+                                                        u.get("output_tokens") or 0, prices)}
+                        for model, u in judge.usage().items()}
     return summary
 
 

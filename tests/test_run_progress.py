@@ -123,3 +123,38 @@ def test_run_help_says_each_default_once() -> None:
     assert res.exit_code == 0
     assert res.output.count("[default: batch]") == 1
     assert "--models-in-turn" in res.output
+
+
+# ---------------------------------------------------------------- reasoning tokens: reported or not
+
+
+def test_reasoning_tokens_a_server_never_reports_show_as_nothing_not_zero() -> None:
+    from rich.console import Console
+
+    from rfteval.report.run_table import _reasoning, models_table
+    from rfteval.results import LabelTotals, _add_usage
+    from rfteval.summary import judge_totals
+
+    never, reported = LabelTotals(), LabelTotals()
+    for _ in range(3):
+        _add_usage(never, {"input_tokens": 10, "output_tokens": 5, "reasoning_tokens": None})
+        _add_usage(reported, {"input_tokens": 10, "output_tokens": 5, "reasoning_tokens": 0})
+    assert never.reasoning_tokens is None and reported.reasoning_tokens == 0  # a reported 0 is a 0
+    _add_usage(reported, {"input_tokens": 1, "output_tokens": 9, "reasoning_tokens": 7})
+    assert reported.reasoning_tokens == 7
+
+    def summary(reasoning: int | None) -> dict[str, Any]:
+        model = {"model": "m", "mean": 0.5, "ci95": [0.4, 0.6], "items": 3, "records": 3, "cells": 3,
+                 "errors": {"total": 0, "by_type": {}}, "tokens": {"input": 30, "output": 15, "reasoning": reasoning}}
+        return {"name": "n", "items": 3, "epochs": 1, "grader": {"name": "g"}, "models": {"base": model}}
+
+    def shown(reasoning: int | None) -> str:
+        console = Console(width=160, record=True, force_terminal=False)
+        console.print(models_table(summary(reasoning)))
+        return console.export_text()
+
+    assert "(0)" not in shown(None) and "(reasoning)" not in shown(None) and "30/15" in shown(None)
+    assert "30/15 (7)" in shown(7) and "(reasoning)" in shown(7)
+    assert _reasoning({"reasoning_tokens": None}) == "" and _reasoning({"reasoning_tokens": 3}) == " (reasoning 3)"
+    calls = {"c1": ("judge", {"input_tokens": 4, "output_tokens": 2, "reasoning_tokens": None})}
+    assert judge_totals(calls, {})["judge"]["reasoning_tokens"] is None

@@ -139,15 +139,18 @@ def models_table(summary: dict[str, Any]) -> Table:
     has_tokens = any(any(m["tokens"].values()) for m in summary["models"].values())
     has_cost = any(m.get("cost_usd") is not None for m in summary["models"].values())
     columns = ["model", "mean", "95% CI", "pass@" + "/@".join(ks), "items", "records", "errors"]
-    columns += ["tokens in/out (reasoning)"] if has_tokens else []
+    has_reasoning = any(m["tokens"].get("reasoning") is not None for m in summary["models"].values())
+    token_column = "tokens in/out (reasoning)" if has_reasoning else "tokens in/out"
+    columns += [token_column] if has_tokens else []
     columns += ["cost"] if has_cost else []
     for name in columns:  # the model's name folds first when the terminal is narrow: never a number
         table.add_column(name, justify="left" if name in ("model", "errors") else "right",
-                         no_wrap=name not in ("model", "errors", "tokens in/out (reasoning)"), overflow="fold",
+                         no_wrap=name not in ("model", "errors", token_column), overflow="fold",
                          ratio=1 if name == "model" else None)
     for label, m in summary["models"].items():
         tok = m["tokens"]
-        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})" \
+        reasoning = f" ({fmt_tokens(tok['reasoning'])})" if tok.get("reasoning") is not None else ""
+        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])}{reasoning}" \
             if any(tok.values()) else "—"  # no usage reported (replayed outputs)
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
         curve = m.get("pass_at_k") or {}
@@ -197,13 +200,19 @@ def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
     return out
 
 
+def _reasoning(usage: dict[str, Any]) -> str:
+    """' (reasoning N)' when the endpoint reported reasoning tokens, else nothing (not a made-up 0)."""
+    n = usage.get("reasoning_tokens")
+    return f" (reasoning {n})" if n is not None else ""
+
+
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
     console.print(models_table(result.summary))
     for model, u in (result.summary.get("judge") or {}).items():
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "
                       f"{u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
-                      f"{u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)}){cost} "
+                      f"{u.get('output_tokens', 0)}{_reasoning(u)}{cost} "
                       "(this invocation)", highlight=False)
     invocation = result.summary.get("judge") or {}
     for model, u in (result.summary.get("judge_results") or {}).items():
@@ -212,7 +221,7 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
             continue  # every call behind the results was made now: the line above says it all
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model} behind these results: {u['calls']} calls, tokens in/out {u['input_tokens']}/"
-                      f"{u['output_tokens']} (reasoning {u['reasoning_tokens']}){cost} (all invocations)",
+                      f"{u['output_tokens']}{_reasoning(u)}{cost} (all invocations)",
                       highlight=False)
     if result.comparison is not None:
         for part in compare_renderables(result.comparison):
