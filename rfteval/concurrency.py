@@ -20,8 +20,9 @@ what it cannot run, so more requests in flight only add queueing to each one's l
 measures each window of answers (about two rounds): throughput (answers/s, between the window's first and last
 answer) and mean latency of the requests sent in it. When a window at a higher limit shows latency risen with the
 limit while throughput did not follow, the server is saturated: the limit steps back to the previous window's,
-then probes down one step per window for as long as throughput holds (within THROUGHPUT_KEPT of the best seen),
-and settles on the last limit that kept it, about the server's slot count. Against an endpoint whose throughput
+then probes down one step per window until throughput clearly drops (under THROUGHPUT_KEPT of the server's, the
+median of the windows probed), and settles one above the lowest limit that kept SETTLE_SHARE of it: the server's
+slot count, and one request waiting there to cover the client's own gaps. Against an endpoint whose throughput
 grows with concurrency (any large API) the rule never fires.
 
 `history` records each change as (seconds since start, limit), for summary.json.
@@ -30,7 +31,7 @@ grows with concurrency (any large API) the rule never fires.
 from __future__ import annotations
 
 import asyncio
-import math
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,8 @@ WINDOW_MIN = 16  # answers per measurement window, at least (and two rounds of t
 SATURATED_GAIN = 0.3  # throughput rose less than this share of the limit's rise ...
 LATENCY_RISE = 0.5  # ... while latency rose more than this share of it: saturated
 THROUGHPUT_KEPT = 0.85  # probing down goes on while throughput stays above this share of the server's
+SETTLE_SHARE = 0.95  # ... and settles on the lowest cap that kept this share, plus HEADROOM
+HEADROOM = 1  # one request queued at the server covers the client's gap between an answer and the next request
 PROBE_STEP = 0.75
 BINDING = 0.9  # a window whose mean in flight is under this share of the limit measured demand, not the server
 
@@ -113,9 +116,7 @@ class AdaptiveLimiter:
         self._previous: tuple[float, float, float] | None = None
         self.cap: int | None = None  # set once throughput stopped following the limit
         self.probing = False
-        self._best_throughput = 0.0
-        self._good_cap = self._above_good = 0
-        self._kept = 0
+        self._probed: list[tuple[int, float]] = []  # (cap, answers/s) of the windows the current probe kept
         self._windows = 0
         self._probed_ceiling = False
         self.saturations = 0
@@ -252,38 +253,42 @@ class AdaptiveLimiter:
 
     def _start_probe(self, best: float, cap: int, now: float) -> None:
         self.probing = True
-        self._best_throughput, self._kept = best, 1
-        self._good_cap = self._above_good = int(self.limit)
+        self._probed = [(int(self.limit), best)]
         self._cap_at(cap, now)
 
     def _step_down(self, cap: int) -> int:
         return max(self.floor, min(cap - 1, int(cap * PROBE_STEP)))
 
     def _probe(self, in_flight: float, throughput: float, now: float) -> None:
-        """One window at the cap: lower it while throughput holds; settle on the last cap that held it."""
+        """One window at the cap: lower it while throughput holds (a clear drop ends the probe), then settle."""
         assert self.cap is not None
-        if in_flight < BINDING * self.cap or throughput < THROUGHPUT_KEPT * self._best_throughput:
-            # throughput fell (one step too far), or fewer requests wanted out than the cap allows (it measured
-            # the demand, not the server): the last cap that kept the server busy stays
-            self.probing = False
-            good = max(self._good_cap, self.cap)
-            # a cap passes with throughput down to THROUGHPUT_KEPT of the server's, so the slots may number up to
-            # good / THROUGHPUT_KEPT: settle there (never above the cap measured before it) rather than under them
-            good = max(good, min(self._above_good, math.ceil(good / THROUGHPUT_KEPT)))
-            if good >= self.ceiling:
-                self.cap = None
-                self._set(float(good), now)
-            else:
-                self._cap_at(good, now)
+        if in_flight < BINDING * self.cap:
+            # fewer requests wanted out than the cap allows: it measured the demand, not the server
+            self._settle(now)
             return
-        # the server's throughput: the mean of the windows that kept it (a max would keep the luckiest window's)
-        self._kept += 1
-        self._best_throughput += (throughput - self._best_throughput) / self._kept
-        self._above_good, self._good_cap = self._good_cap, self.cap
+        server = statistics.median(t for _, t in self._probed)  # the server's rate: robust to one lucky window
+        if throughput < THROUGHPUT_KEPT * server:
+            self._settle(now)
+            return
+        self._probed.append((self.cap, throughput))
         if self.cap <= self.floor:
-            self.probing = False
+            self._settle(now)
             return
         self._cap_at(self._step_down(self.cap), now)
+
+    def _settle(self, now: float) -> None:
+        """The lowest cap probed whose throughput was within SETTLE_SHARE of the server's, plus HEADROOM: a cap
+        that lost a little throughput passed the probe (which only stops at a clear drop) but would cost it all
+        run long, and a real client leaves gaps between an answer and its next request (storing, grading, a
+        loaded machine) that one request waiting at the server covers."""
+        self.probing = False
+        server = statistics.median(t for _, t in self._probed)
+        settled = min(cap for cap, t in self._probed if t >= SETTLE_SHARE * server) + HEADROOM
+        if settled >= self.ceiling:
+            self.cap = None
+            self._set(float(settled), now)
+        else:
+            self._cap_at(settled, now)
 
     def _cap_at(self, cap: int, now: float) -> None:
         self.cap = cap

@@ -269,6 +269,37 @@ def responses_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
 # ---- the server -------------------------------------------------------------------------------------------------
 
 
+class FifoSlots:
+    """`n` slots taken in arrival order, as a server's request queue serves them (a Semaphore lets a newcomer
+    take a slot that frees up ahead of those already waiting, starving some requests for seconds)."""
+
+    def __init__(self, n: int):
+        self._cond = threading.Condition()
+        self._free = n
+        self._line: deque[object] = deque()
+
+    def acquire(self, stopping: threading.Event) -> bool:
+        """Wait for this request's turn and a free slot; False when the server is stopping."""
+        me = object()
+        with self._cond:
+            self._line.append(me)
+            while not (self._free > 0 and self._line[0] is me):
+                if stopping.is_set():
+                    self._line.remove(me)
+                    self._cond.notify_all()
+                    return False
+                self._cond.wait(0.05)
+            self._line.popleft()
+            self._free -= 1
+            self._cond.notify_all()  # the next in line may find a slot free too
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # socketserver's default of 5 drops connections when a runner opens many at once
     daemon_threads = True
@@ -308,7 +339,7 @@ class FakeOpenAI:
         self.retry_after_ms = retry_after_ms  # default: the answer delay (about when a slot frees up)
         self.stats = {"served": 0, "rate_limited": 0, "in_flight": 0, "max_in_flight": 0, "flex_unavailable": 0}
         self.slots = slots
-        self._slots = threading.Semaphore(slots) if slots is not None else None
+        self._slots = FifoSlots(slots) if slots is not None else None
         self.flex_unavailable = 0  # the next N requests with service_tier "flex" get 429 "Resource unavailable"
         # Files and Batches
         self.files: dict[str, dict[str, Any]] = {}
@@ -764,11 +795,9 @@ class _Handler(BaseHTTPRequestHandler):
         reply_headers = {**limit_headers, **reply.headers}
         delay = owner.delay_s + reply.delay_s
         slots = owner._slots
-        if slots is not None:  # wait for a free slot, then hold it while "working" (the delay)
-            while not slots.acquire(timeout=0.02):
-                if owner._stopping.is_set():
-                    self.close_connection = True
-                    return
+        if slots is not None and not slots.acquire(owner._stopping):  # wait in line for a slot, hold it while working
+            self.close_connection = True
+            return
         try:
             if delay > 0 and owner._stopping.wait(delay):
                 self.close_connection = True
@@ -859,10 +888,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", help="JSON file of scripted replies")
     parser.add_argument("--models", help="comma-separated known models; others get 404 model_not_found")
     parser.add_argument("--max-concurrent", type=int, help="answer 429 (with rate-limit headers) above this")
+    parser.add_argument("--slots", type=int, help="work on at most this many requests at once; the others queue")
     args = parser.parse_args(argv)
     queued, responder = load_script(args.script) if args.script else ([], echo_responder)
     models = [m for m in args.models.split(",") if m] if args.models else None
-    fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models, max_concurrent=args.max_concurrent)
+    fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models, max_concurrent=args.max_concurrent,
+                      slots=args.slots)
     fake.queue(*queued)
     fake.start(args.port)
     print(fake.base_url, flush=True)

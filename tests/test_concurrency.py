@@ -264,7 +264,7 @@ def simulate(slots: int, ceiling: int, n: int = 1500, service_s: float = 1.0, ji
 def test_a_server_with_few_slots_gets_about_that_many_requests(slots: int, jitter: float) -> None:
     lim, throughput, latencies = simulate(slots, ceiling=32, jitter=jitter, seed=slots)
     assert lim.cap is not None and not lim.probing
-    assert slots <= lim.current <= slots + 1  # settled near the slot count, not at the ceiling of 32
+    assert slots < lim.current <= slots + 2  # the slots and one waiting (HEADROOM), not the ceiling of 32
     assert throughput >= 0.95 * slots  # the bare maximum: every slot busy all along
     settled = latencies[len(latencies) // 2:]
     assert sum(settled) / len(settled) < 2.2  # service time 1 s: little queueing left (32/slots s at the ceiling)
@@ -285,5 +285,5 @@ def test_an_endpoint_whose_throughput_follows_the_limit_is_never_capped() -> Non
 
 def test_a_server_with_more_slots_than_the_start_settles_near_them() -> None:
     lim, throughput, _ = simulate(24, ceiling=64, n=6000, jitter=0.2)
-    assert lim.cap is not None and 20 <= lim.current <= 32
+    assert lim.cap is not None and 24 <= lim.current <= 32
     assert throughput >= 0.9 * 24

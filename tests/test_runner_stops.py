@@ -184,7 +184,7 @@ def test_interleaved_is_the_default(files: dict[str, Path], fake_openai: FakeOpe
 
 @pytest.mark.slow
 def test_a_server_with_two_slots_gets_about_two_requests(tmp_path: Path) -> None:
-    files = write_run_files(tmp_path, 150)
+    files = write_run_files(tmp_path, 250)  # the probe from 32 down takes ~300 answers: then ~200 settled
     with FakeOpenAI(delay_s=0.02, slots=2) as server:
         res = runner.invoke(app, ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]),
                                   "--model", "base=fake-base", "--epochs", "2", "--base-url", server.base_url,
@@ -192,4 +192,5 @@ def test_a_server_with_two_slots_gets_about_two_requests(tmp_path: Path) -> None
                                   "--checkpoint-interval", "0"])
     assert res.exit_code == 0, res.output
     conc = json.loads((files["out"] / "summary.json").read_text())["concurrency"]["base"]
-    assert conc["latency_cap"] is not None and 2 <= conc["final"] <= 4, conc
+    # the slots and one waiting, give or take the noise of a shared machine; without the rule it ends at 32
+    assert conc["latency_cap"] is not None and 2 < conc["final"] <= 8, conc["history"]
