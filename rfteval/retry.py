@@ -95,7 +95,11 @@ _OPTION_OF_KEY: tuple[tuple[str, str], ...] = (
     ("max_completion_tokens", "--max-output-tokens"), ("max_output_tokens", "--max-output-tokens"),
     ("max_tokens", "--max-output-tokens"), ("reasoning_effort", "--reasoning-effort"), ("seed", "--seed"),
     ("temperature", "--temperature"), ("top_p", "--top-p"), ("service_tier", "--service-tier"),
+    ("text.format", "--response-format"), ("reasoning.effort", "--reasoning-effort"),  # the Responses API's names
 )
+# keys a message may name that travel inside another request key
+_SENT_AS = {"json_schema": "response_format", "json_object": "response_format", "tool_choice": "tools",
+            "text.format": "text", "reasoning.effort": "reasoning"}
 _VALIDATION_HEADER = re.compile(r"^\d+ validation errors? for ", re.IGNORECASE)
 
 
@@ -119,9 +123,10 @@ def option_of(message: str, body: dict[str, object] | None = None) -> str:
     named = [(text.find(key), key, option) for key, option in _OPTION_OF_KEY
              if re.search(rf"(?<![a-z_]){re.escape(key)}(?![a-z_])", text)]
     if body is not None:
-        sent = [n for n in named if n[1] in body or n[1] in ("json_schema", "json_object")
-                and "response_format" in body or n[1] == "tool_choice" and "tools" in body]
-        named = sent or named
+        def sent(key: str) -> bool:
+            return key in body or key in _SENT_AS and _SENT_AS[key] in body
+
+        named = [n for n in named if sent(n[1])] or named
     return min(named)[2] if named else "the request"
 
 

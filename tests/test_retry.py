@@ -135,6 +135,8 @@ def test_one_line_keeps_the_first_line_and_the_fields_a_validation_header_hides(
     ("top_p out of range", {"top_p": 3}, "--top-p"),
     ("invalid service_tier", {}, "--service-tier"),
     ("the model is busy", {"seed": 1}, "the request"),
+    ("Unsupported parameter: 'text.format' is not supported", {"text": {}}, "--response-format"),
+    ("reasoning.effort: unknown value 'max'", {"reasoning": {"effort": "max"}}, "--reasoning-effort"),
     ("seeds are great; temperature must be at most 2", {"temperature": 3}, "--temperature"),  # a word, not the key
 ])
 def test_the_option_behind_a_refused_key(message: str, body: dict | None, option: str) -> None:
