@@ -219,6 +219,7 @@ def test_run_directory_with_labels(tmp_path):
     assert res.exit_code == 2 and "name one with --label" in res.stderr
 
 
+@pytest.mark.slow
 def test_one_run_directory_with_a_label_per_side(tmp_path):
     """`compare runs/a -l base -l tuned`: one path, both labels (the README's form) pairs that directory's two."""
     write_side(tmp_path / "base.jsonl", "base", BASE)
