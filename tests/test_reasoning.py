@@ -425,7 +425,7 @@ def test_the_models_table_shows_the_cut_off_share_only_when_some_were():
                "models": {"base": model(2, None), "tuned": model(0, 7)}}
     text = shown(summary)
     assert "cut off thinking" in text and "2 (25%)" in text
-    assert "100/50 (—)" in text and "100/50 (7)" in text  # reasoning tokens never reported: not "(0)"
+    assert "100/50 (7)" in text and "(0)" not in text and "(—)" not in text  # never reported: nothing shown
     assert truncation_lines(summary) == ["base: 2 sample(s) (25.0%) ran out of tokens while reasoning and were "
                                          "graded as empty answers; raise --max-output-tokens (the limit counts "
                                          "reasoning tokens)"]

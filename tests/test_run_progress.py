@@ -139,7 +139,8 @@ def test_reasoning_tokens_a_server_never_reports_show_as_nothing_not_zero() -> N
     for _ in range(3):
         _add_usage(never, {"input_tokens": 10, "output_tokens": 5, "reasoning_tokens": None})
         _add_usage(reported, {"input_tokens": 10, "output_tokens": 5, "reasoning_tokens": 0})
-    assert never.reasoning_tokens is None and reported.reasoning_tokens == 0  # a reported 0 is a 0
+    assert never.reasoning_reported == 0 and reported.reasoning_reported == 3  # a reported 0 is a 0
+    assert reported.reasoning_tokens == 0
     _add_usage(reported, {"input_tokens": 1, "output_tokens": 9, "reasoning_tokens": 7})
     assert reported.reasoning_tokens == 7
 

@@ -151,7 +151,7 @@ def test_restart_serves_again_on_the_same_port(fake_openai: FakeOpenAI) -> None:
     url = fake_openai.base_url
     fake_openai.restart()
     assert fake_openai.base_url == url
-    with urllib.request.urlopen(url + "/models", timeout=5) as resp:
+    with urllib.request.urlopen(url + "/_stats", timeout=5) as resp:
         assert resp.status == 200
 
 
