@@ -23,6 +23,8 @@ from cli_run_files import RFTEVAL
 from real_server import RealServer, unavailable
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
+if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
+    pytest.skip(REASON, allow_module_level=True)
 
 SECRET = "sk-realserver-test-0123456789abcdef"  # never sent anywhere but 127.0.0.1; must reach no file or output
 
@@ -30,9 +32,6 @@ SECRET = "sk-realserver-test-0123456789abcdef"  # never sent anywhere but 127.0.
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
     """One server for the session (two aliases of one model); tests that kill a server start their own."""
-    reason = unavailable()
-    if reason:
-        pytest.skip(reason)
     server = RealServer(workdir=tmp_path_factory.mktemp("llama")).start()
     try:
         yield server
