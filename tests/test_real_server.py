@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from cli_run_files import RFTEVAL
-from real_server import RealServer, unavailable
+from real_server import TOOLS_ALIAS, RealServer, unavailable
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
@@ -240,8 +240,9 @@ def test_a_refused_json_schema_stops_the_run_within_seconds(llama: RealServer, t
 
 
 def test_tools_come_back_as_tool_calls(llama: RealServer, tmp_path: Path) -> None:
-    """[4, provider] an item's `tools` go with `tool_choice` ("auto" when the item sets none): llama.cpp's
-    function-calling format ignores tools without it. The answers come back as tool calls (output_tools)."""
+    """[4, provider] an item's `tools` go with `tool_choice` ("auto" when the item sets none): llama-cpp-python's
+    function-calling format (the server's `smol-tools` name) ignores tools without it. The answers come back as
+    tool calls (output_tools)."""
     tool = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
     cities = ["Paris", "Tokyo", "Lima", "Oslo", "Cairo", "Quito"]
@@ -250,7 +251,8 @@ def test_tools_come_back_as_tool_calls(llama: RealServer, tmp_path: Path) -> Non
         {"role": "user", "content": f"What is the weather in {c} right now?"}]} for i, c in enumerate(cities)]
     out = tmp_path / "run"
     res = rfteval(*run_args(llama, write_items(tmp_path / "items.jsonl", items), string_check(tmp_path / "g.json"),
-                            out, "--concurrency", "2", max_tokens=32), "--max-error-rate", "1")
+                            out, "--concurrency", "2", models=(f"base={TOOLS_ALIAS}",), max_tokens=32),
+                  "--max-error-rate", "1")
     assert res.returncode == 0, output_of(res)
     recs = records(out, "base")
     assert len(recs) == len(cities) and all(r["error"] is None for r in recs)
