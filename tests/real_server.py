@@ -94,6 +94,7 @@ class RealServer:
             raise RuntimeError(unavailable() or "no GGUF")
         self.port = port or free_port()
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="rfteval-llama-"))
+        self.workdir.mkdir(parents=True, exist_ok=True)
         self.config = self.workdir / "llama-server.json"
         # Two names for one model, as a base and a tuned checkpoint would be, in SmolLM2's own format (ChatML), and a
         # third in llama-cpp-python's function-calling format, the one that turns `tools` with a `tool_choice` into
