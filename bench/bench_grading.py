@@ -5,7 +5,7 @@
     (random.Random(0)): 1,000 items of 8-40 {name, value} pairs, 20 samples each that drop, change or add pairs,
     in epoch-major order as a runner produces them; one model, so each item's 20 samples are one grading unit
     (one sandboxed process). Pool times are for a started pool and, separately, from cold. Target (issue 11):
-    the sandbox takes at most 3x the loop's time; for Runloop it is not slower than the loop.
+    the sandbox takes at most 3x the loop's time; for Runloop at most 1.5x (issue 21; issue 11 asked for 1x).
     The prebuilt pairs are ~1M objects: they are frozen out of the cyclic collector once built (gc.freeze, as a
     long-running process does with its start-up state), else a full collection over them (~150 ms) lands in
     whichever run allocates lasting objects next: the pool's results, never the loop's bare floats.
@@ -31,13 +31,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SEEDS = ROOT.parent / "shared" / "seed-graders"
+# the published sources live beside the checkout (../shared); a worktree one level further down finds them too
+SEEDS = next((p for p in (Path(os.environ.get("RFTEVAL_SEED_GRADERS", ROOT / "missing")),
+                          ROOT.parent / "shared" / "seed-graders", ROOT.parent.parent / "shared" / "seed-graders")
+              if p.is_dir()), ROOT.parent / "shared" / "seed-graders")
 sys.path.insert(0, str(ROOT))
 
 CHIPSTACK_ITEMS, CHIPSTACK_EPOCHS = 1000, 20  # 20,000 samples
 TEXT_SAMPLES = 20_000
 RUNLOOP_ITEMS, RUNLOOP_EPOCHS = 250, 20  # 5,000 samples
 REPEATS = 7
+RUNLOOP_TARGET = 1.5  # the sandbox's time over the in-process loop's, at most (issue 21)
 RUNLOOP_REPEATS = 5
 
 Pair = tuple[dict[str, Any], dict[str, Any]]
@@ -366,10 +370,10 @@ def main() -> dict[str, Any]:
     if all(o is not None for o in r["others_cpu_s"]):
         print(f"  CPU seconds other processes took during each loop+pool run: "
               f"{', '.join(f'{o:.2f}' for o in r['others_cpu_s'])}")
-    verdict = "ok" if r["speedup_warm"] >= 1.0 else "SLOWER"
+    verdict = "ok" if 1 / r["speedup_warm"] <= RUNLOOP_TARGET else f"OVER {RUNLOOP_TARGET:g}x"
     print(f"sandbox vs in-process loop (Runloop, started pool): {1 / r['speedup_warm']:.2f}x the loop's time best vs "
           f"best, {1 / r['speedup_paired']:.2f}x median of the {RUNLOOP_REPEATS} side-by-side runs  "
-          f"[{verdict}; target <= 1x]")
+          f"[{verdict}; target <= {RUNLOOP_TARGET:g}x]")
     return figures
 
 

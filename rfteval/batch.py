@@ -403,13 +403,14 @@ class BatchPhase:
         client = provider.client
         if chunk.file_id is None:
             data = Path(chunk.path).read_bytes()
-            fobj = await self._call(provider, lambda: client.files.create(
-                file=(f"{chunk.chunk_id.replace(':', '_')}.jsonl", data), purpose="batch"))
+            fobj = await self._no_api_is_input_error(chunk, "POST /files", self._call(
+                provider, lambda: client.files.create(file=(f"{chunk.chunk_id.replace(':', '_')}.jsonl", data),
+                                                      purpose="batch")))
             self.journal.append({"event": "uploaded", "chunk": chunk.chunk_id, "file_id": fobj.id})
         assert chunk.file_id is not None
         meta = {META_RUN: self.run_id, META_CHUNK: chunk.chunk_id, "rfteval_sha256": chunk.sha256[:16]}
-        b = await self._call(provider, lambda: client.batches.create(
-            input_file_id=chunk.file_id, endpoint=chunk.endpoint, completion_window="24h", metadata=meta))
+        b = await self._no_api_is_input_error(chunk, "POST /batches", self._call(provider, lambda: client.batches.create(
+            input_file_id=chunk.file_id, endpoint=chunk.endpoint, completion_window="24h", metadata=meta)))
         self.journal.append({"event": "created", "chunk": chunk.chunk_id, "batch_id": b.id, "status": b.status})
         self.monitor.batch(chunk.chunk_id, chunk.label, b.status, {"total": chunk.lines})
 
@@ -521,6 +522,20 @@ class BatchPhase:
             Path(chunk.path).unlink(missing_ok=True)
         except OSError:
             pass
+
+    async def _no_api_is_input_error(self, chunk: Chunk, route: str, call: Any) -> Any:
+        """Behind the preflight (which a slow /batches can pass): a 404/405 from the Files or Batches route is an
+        endpoint without the API, one line and exit 2, and the chunk is abandoned rather than left planned."""
+        try:
+            return await call
+        except ProviderError as exc:
+            if exc.status not in (404, 405):
+                raise
+            self.journal.append({"event": "abandoned", "chunk": chunk.chunk_id, "status": "abandoned",
+                                 "reason": f"the endpoint has no Files and Batches API ({route}: HTTP {exc.status})"})
+            from rfteval.providers.preflight import no_batch_api
+
+            raise no_batch_api(f"{route}: HTTP {exc.status}") from None
 
     async def _call(self, provider: OpenAIProvider, fn: Callable[[], Any]) -> Any:
         """A Files/Batches call with the run's retries; a 401/404 stops the run as it does for generation."""

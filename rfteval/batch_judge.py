@@ -133,7 +133,7 @@ class JudgeBatch:
         """Grade every cell that needs a grade with the recorder; return the judge requests it could not answer."""
         from rfteval.graders.engine import GradingEngine
         from rfteval.graders.sandbox import call_in_units
-        from rfteval.sample import make_sample
+        from rfteval.reasoning import entry_sample
         from rfteval.store import is_reusable_grade
 
         p = self.pipeline
@@ -144,8 +144,9 @@ class JudgeBatch:
             batch: list[tuple[Any, dict[str, Any]]] = []
 
             def grade(cells: list[tuple[Any, dict[str, Any]]]) -> None:
-                pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]),
-                          j.item.data) for j, e in cells]
+                spec = p.ctx.spec
+                pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
+                         for j, e in cells]
                 try:
                     call_in_units([(j.run.label, j.item.id) for j, _ in cells], engine.grade_batch, pairs)
                 except Exception as exc:  # noqa: BLE001 - these cells batch nothing; the grading pass reports them

@@ -73,8 +73,10 @@ TOUR = ("run", "compare", "readiness", "probe-grader", "grade", "validate", "gra
 def _attach_commands() -> None:
     """Attach every command (rfteval.commands.common.COMMANDS) to the app, listed in the README's order (TOUR)."""
     from rfteval.commands import (  # noqa: F401  (importing a command module lists its commands)
+        agree_cmd,
         batches_cmd,
         compare_cmd,
+        export_dataset_cmd,
         export_reward_cmd,
         grade_cmd,
         graders_cmd,

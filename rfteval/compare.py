@@ -87,6 +87,8 @@ class SideReport(SideBrief):
     generation_errors: int
     generation_error_share: float
     scored_zero_errors: int
+    truncated_in_reasoning: int  # answers cut off by the output limit while still thinking (rfteval.reasoning)
+    truncated_in_reasoning_share: float  # of the answers (records that are not failed generations)
     items_unpaired: NotRequired[int]
 
 
@@ -407,12 +409,16 @@ def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOption
     f = side.frame
     records = int(len(f))
     generation = int(f["is_generation_failure"].sum())
+    truncated = int((f["truncated_in_reasoning"] & ~f["is_generation_failure"]).sum()) \
+        if "truncated_in_reasoning" in f else 0
     return {"label": side.label, "mean": s["mean"], "ci95": _clip(s["ci95"], bounds),
             "items": s["items"], "records": records, "errors": int(f["is_error"].sum()), "se": s["se"],
             "sd": s["sd"], "records_used": int(len(used)), "duplicates_dropped": side.duplicates,
             "path": side.path, "generation_errors": generation,
             "generation_error_share": generation / records if records else 0.0,
-            "scored_zero_errors": int((f["is_error"] & ~f["is_generation_failure"]).sum())}
+            "scored_zero_errors": int((f["is_error"] & ~f["is_generation_failure"]).sum()),
+            "truncated_in_reasoning": truncated,
+            "truncated_in_reasoning_share": truncated / (records - generation) if records > generation else 0.0}
 
 
 def infer_bounds(o: CompareOptions, *scores: np.ndarray) -> tuple[float, float] | None:

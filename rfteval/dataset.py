@@ -29,6 +29,11 @@ class Item:
     def tools(self) -> list[dict[str, Any]] | None:
         return self.data.get("tools")
 
+    @property
+    def tool_choice(self) -> Any:
+        """The item's own tool_choice ("auto", "required", "none" or a named function), as `tools` is its own."""
+        return self.data.get("tool_choice")
+
 
 @dataclass
 class Dataset:
@@ -88,6 +93,21 @@ def _check_message(msg: Any, index: int, path: Path, lineno: int) -> InputError 
     return None
 
 
+TOOL_CHOICES = ("auto", "required", "none")
+
+
+def _named_tool(choice: Any) -> bool:
+    """An object choice: a forced function, in chat's shape {"type": "function", "function": {"name"}} or
+    Responses' {"type": "function", "name"}; other typed objects (OpenAI's allowed_tools, custom) pass as given."""
+    if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
+        return False
+    if choice["type"] != "function":
+        return True
+    fn = choice.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else choice.get("name")
+    return isinstance(name, str) and bool(name)
+
+
 def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
     """The first problem with one parsed line, or None."""
     if not isinstance(row, dict):
@@ -104,6 +124,10 @@ def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
     tools = row.get("tools")
     if tools is not None and not isinstance(tools, list):
         return InputError("must be a list of function tools", path, lineno, "tools")
+    choice = row.get("tool_choice")
+    if choice is not None and not (choice in TOOL_CHOICES or _named_tool(choice)):
+        return InputError(f"must be one of {', '.join(TOOL_CHOICES)} or an object such as {{\"type\": \"function\", "
+                          "\"function\": {\"name\": ...}}", path, lineno, "tool_choice")
     rid = row.get("id")
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == ""):
         return InputError("must be a non-empty string or an integer", path, lineno, "id")

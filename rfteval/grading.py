@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ from rfteval.graders.base import GradeOptions, GraderConfig
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.sandbox import grading_units
 from rfteval.outputs import Output
+from rfteval.reasoning import DEFAULT_MODE, DEFAULT_TAGS, split_reasoning
 from rfteval.records import Record, apply_grade, make_record, now_iso
 from rfteval.sample import make_sample
 
@@ -40,10 +41,15 @@ def grade_outputs(
     on_progress: Callable[[int], None] | None = None,
     judge: JudgeClient | None = None,
     parse_json: bool = True,
+    reasoning: str = DEFAULT_MODE,
+    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS,
 ) -> list[Record]:
     """One graded record per output, in input order. Grading errors are recorded, never raised.
 
     `parse_json=False` leaves every sample's output_json empty, as OpenAI does for a job without response_format.
+    `reasoning` / `tags`: outputs of reasoning models may hold their thinking in a leading think block; graders see
+    the answer ("strip", as in `rfteval run`) or the text as written ("keep"), and records keep the thinking apart;
+    an output's own reasoning field and finish_reason are read as a run reads the server's (truncated_in_reasoning).
     """
     from rfteval.graders.group_judge import needs_groups
 
@@ -55,15 +61,18 @@ def grade_outputs(
     records: list[Record] = []
     with GradingEngine(config, options, judge=judge) as engine:
         for batch in _batches(outputs, batch_size):
-            pairs = [(make_sample(o.output_text, o.output_tools) if parse_json else
-                      make_sample(o.output_text, o.output_tools, output_json=None), items[o.item_id].data)
-                     for o in batch]
+            splits = [split_reasoning(o.output_text, o.reasoning, mode=reasoning, tags=tags,
+                                      finish_reason=o.finish_reason) for o in batch]
+            pairs = [(make_sample(sp.answer, o.output_tools) if parse_json else
+                      make_sample(sp.answer, o.output_tools, output_json=None), items[o.item_id].data)
+                     for o, sp in zip(batch, splits)]
             with grading_units([(o.model, o.item_id) for o in batch]):  # a python grader's unit: model, item
                 results = engine.grade_batch(pairs)
-            for out, (sample, _), result in zip(batch, pairs, results):
+            for out, sp, (sample, _), result in zip(batch, splits, pairs, results):
                 rec = make_record(
                     run_id=run_id, model_label=out.model, model=out.model, item_id=out.item_id, epoch=out.epoch,
-                    output_text=out.output_text, output_json=sample["output_json"], output_tools=out.output_tools,
+                    output_text=sp.answer, output_json=sample["output_json"], output_tools=out.output_tools,
+                    reasoning_text=sp.reasoning, truncated_in_reasoning=sp.truncated_in_reasoning,
                 )
                 records.append(apply_grade(rec, result))
             if on_progress:

@@ -750,6 +750,12 @@ def assess(
                             f"expected zero-signal share is an {exp['method'].split(' + ')[-1]} estimate, pooling "
                             "the items (docs/readiness.md)")
     report.notes.extend(exp.get("notes", []))
+    if "truncated_in_reasoning" in df:  # samples cut off while thinking score as empty answers: not the task
+        from rfteval.reasoning import truncation_line
+
+        cut = int(df["truncated_in_reasoning"].eq(True).sum())  # null in records written before the field
+        if (line := truncation_line(chosen or "this model", cut, cut / n_records if n_records else 0.0)):
+            report.notes.append(line)
 
     items = items_map(dataset)
     answered = scored[~kinds[mask].isin(["generate", "refusal"])]  # rows with an output to read or grade again

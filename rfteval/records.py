@@ -74,6 +74,8 @@ class Record(msgspec.Struct, kw_only=True):
     grader_stdout: str | None = None
     grade_details: Any = None
     advantage: float | None = None  # a GRPO advantage, written by `readiness --write-advantages`
+    reasoning_text: str | None = None  # a reasoning model's thinking, apart from output_text (rfteval.reasoning)
+    truncated_in_reasoning: bool = False  # the output limit stopped it while still thinking: graded as no answer
 
 
 FIELDS: tuple[str, ...] = Record.__struct_fields__
@@ -100,6 +102,7 @@ def make_record(
     *, run_id: str, model_label: str, model: str, item_id: str, epoch: int, output_text: str | None,
     output_json: Any = None, output_tools: list[Any] | None = None, usage: Usage | dict[str, Any] | None = None,
     latency_s: float | None = None, cached: bool = False, error: RecordError | None = None,
+    reasoning_text: str | None = None, truncated_in_reasoning: bool = False,
 ) -> Record:
     """A record before grading: score None until a grade is applied."""
     return Record(
@@ -107,6 +110,7 @@ def make_record(
         output_text=output_text, output_json=output_json, error=error,
         usage=usage or no_usage(),  # type: ignore[arg-type]  # a provider's usage dict has these keys
         latency_s=latency_s, cached=cached, output_tools=output_tools or None,
+        reasoning_text=reasoning_text, truncated_in_reasoning=truncated_in_reasoning,
     )
 
 

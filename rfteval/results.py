@@ -9,12 +9,13 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rfteval.pricing import DISCOUNTED_TIERS
+from rfteval.reasoning import DEFAULT_MODE, DEFAULT_TAGS, answer_of
 from rfteval.records import Record, dumps_record, error_dict, is_generation_failure, make_record
 from rfteval.rundir import RESULTS
 
@@ -23,16 +24,28 @@ if TYPE_CHECKING:
 
 
 def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int, response: dict[str, Any] | None,
-                 grade: dict[str, Any] | None, cached: bool = False) -> Record | None:
-    """The record of one cell from its stored response and grade; None when the cell has no response yet."""
+                 grade: dict[str, Any] | None, cached: bool = False, reasoning: str = DEFAULT_MODE,
+                 tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Record | None:
+    """The record of one cell from its stored response and grade; None when the cell has no response yet.
+
+    The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
+    (rfteval.reasoning), the thinking goes to reasoning_text."""
     if response is None:
         return None
     gen_err = response.get("error")
+    text, output_json = response.get("output_text"), response.get("output_json")
+    thinking, truncated = None, False
+    if not gen_err:
+        answer = answer_of(text, output_json, None, response.get("reasoning"), response.get("finish_reason"),
+                           mode=reasoning, tags=tags)
+        text, output_json = answer.output_text, answer.output_json
+        thinking, truncated = answer.reasoning, answer.truncated_in_reasoning
     rec = make_record(
         run_id=run_id, model_label=label, model=model, item_id=item_id, epoch=epoch,
-        output_text=response.get("output_text"), output_json=response.get("output_json"),
+        output_text=text, output_json=output_json,
         output_tools=response.get("output_tools"), usage=response.get("usage"), latency_s=response.get("latency_s"),
         cached=cached, error=error_dict("generate", gen_err["type"], gen_err["message"]) if gen_err else None,
+        reasoning_text=thinking, truncated_in_reasoning=truncated,
     )
     if gen_err:
         rec.score = 0.0  # OpenAI's rule for a failure; the error stays on the record and is counted
@@ -72,6 +85,10 @@ class LabelTotals:
     input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    reasoning_reported: int = 0  # records whose usage said how many reasoning tokens (0 reported is reported)
+    answers: int = 0  # records that are an answer (not a failed generation): the samples below are shares of it
+    with_reasoning: int = 0  # answers that came with thinking (reasoning_text)
+    truncated_in_reasoning: int = 0  # answers the output limit cut off while still thinking
     cached: int = 0
     # of the tokens above, those billed at batch prices (Batch API, flex, imported batch output)
     discounted_input_tokens: int = 0
@@ -88,7 +105,10 @@ def _add_usage(t: LabelTotals, usage: Mapping[str, Any] | None) -> None:
     if usage:
         t.input_tokens += int(usage.get("input_tokens") or 0)
         t.output_tokens += int(usage.get("output_tokens") or 0)
-        t.reasoning_tokens += int(usage.get("reasoning_tokens") or 0)
+        reasoning = usage.get("reasoning_tokens")
+        if reasoning is not None:
+            t.reasoning_tokens += int(reasoning)
+            t.reasoning_reported += 1
 
 
 _UNNAMED_CALLS = itertools.count()
@@ -111,11 +131,13 @@ def add_judge_calls(calls: dict[str, tuple[str, dict[str, Any]]], details: Any) 
 
 def write_results(
     out_dir: Path, cells: Iterable[Cell], reader: StoreReader, grader: str, run_id: str, labels: list[str],
-    session: str | None = None, parquet: bool = True, batch_rows: int = 2048,
+    session: str | None = None, parquet: bool = True, batch_rows: int = 2048, reasoning: str = DEFAULT_MODE,
+    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS,
 ) -> dict[str, LabelTotals]:
     """Rewrite DIR/<label>.jsonl and DIR/results.parquet from the store, streaming; return the totals.
 
-    `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly.
+    `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly. `reasoning`
+    and `tags` split answers from thinking as the grades were made (rfteval.reasoning).
     """
     from rfteval.records import arrow_schema, to_arrow
 
@@ -148,10 +170,15 @@ def write_results(
             response = reader.get_response(cell.key)
             grade = reader.get_grade(cell.key, grader) if response and not response.get("error") else None
             cached = bool(response and session and response.get("session") != session)
-            rec = build_record(run_id, cell.label, cell.model, cell.item_id, cell.epoch, response, grade, cached)
+            rec = build_record(run_id, cell.label, cell.model, cell.item_id, cell.epoch, response, grade, cached,
+                               reasoning, tags)
             if rec is None or response is None:
                 continue
             t.records += 1
+            if not is_generation_failure(rec.error):
+                t.answers += 1
+                t.with_reasoning += rec.reasoning_text is not None
+                t.truncated_in_reasoning += rec.truncated_in_reasoning
             t.cached += cached
             _add_usage(t, rec.usage)
             if response.get("tier") in DISCOUNTED_TIERS and rec.usage:

@@ -26,9 +26,9 @@ from rfteval.outfile import write_json_atomic, write_text_atomic
 from rfteval.pricing import Price
 from rfteval.providers import batchable
 from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
 from rfteval.results import Cell, LabelTotals, write_results
 from rfteval.rundir import RESOLVED_SPEC, SUMMARY
-from rfteval.sample import make_sample
 from rfteval.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.status import ExitStatus
 from rfteval.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
@@ -149,8 +149,10 @@ class _Context:
                 provider = self.providers[run.label]
                 ident = self.identities[run.label]
                 for epoch in range(1, self.spec.epochs + 1):
-                    req = GenerationRequest(model=run.model, messages=item.messages, sampling=run.sampling,
-                                            tools=item.tools, item_id=item.id, epoch=epoch)
+                    # each epoch its own seed (Sampling.for_epoch): epochs are independent samples
+                    req = GenerationRequest(model=run.model, messages=item.messages,
+                                            sampling=run.sampling.for_epoch(epoch), tools=item.tools,
+                                            tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
                     yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
 
     def cells(self) -> Iterator[Cell]:
@@ -166,7 +168,7 @@ class _Context:
             if not batchable(provider):
                 continue
             info = CellInfo(job.run.label, job.run.model, job.item.id, job.epoch, getattr(provider, "api", "chat"),
-                            bool(job.run.sampling.response_format))
+                            job.run.sampling.asks_for_json)
             yield job.key, info, provider.request_body(job.request)
 
 
@@ -390,8 +392,8 @@ class _Pipeline:
 
     async def _grade_batch(self, batch: list[tuple[_Job, dict[str, Any], bool]]) -> None:
         """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
-        pairs = [(make_sample(e["output_text"], e["output_tools"], e["choices"], e["output_json"]), j.item.data)
-                 for j, e, _ in batch]
+        spec = self.ctx.spec
+        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
 
@@ -446,12 +448,28 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     grader_hash = config_hash(grader.model_dump(mode="json"))
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)
+    own_providers = providers is None  # preflight
     providers = providers if providers is not None else build_providers(runs, opts)
     for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
         recorded = getattr(providers.get(run.label), "max_epoch", None)
         if isinstance(recorded, int) and 0 < recorded < spec.epochs:
             raise InputError(f"model {run.label} replays {recorded} recorded epoch(s); --epochs is {spec.epochs}",
                              run.settings.get("path"), field="--epochs")
+    # ---- preflight (rfteval/providers/preflight.py): model names, Batch and Responses APIs, before anything is
+    # written or sent; and the providers' one-line warnings go to the monitor
+    if opts.export_requests is None and opts.import_responses is None:
+        from rfteval.providers.preflight import preflight, run_checks
+
+        try:
+            preflight(run_checks(spec, runs, providers, grader, judge, opts.batch), not spec.skip_model_check)
+        except InputError:
+            if own_providers:
+                _close_providers(providers)
+            raise
+    for p in providers.values():
+        if hasattr(p, "on_warning"):
+            p.on_warning = monitor.message
+    # ---- end of preflight
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
     labels = [r.label for r in runs]
     out_dir = spec.out_dir
@@ -494,13 +512,17 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                             f"stored, {counts['unknown']} not cells of this run")
         if own_judge:
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
+        judge_provider: Any = getattr(judge, "provider", None)
+        if hasattr(judge_provider, "on_warning"):  # its ignored-limit warning, as the models' (preflight above)
+            judge_provider.on_warning = monitor.message
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
 
         def export(reader: StoreReader) -> dict[str, LabelTotals]:
             with export_lock:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
-                                       session=store.session, parquet=opts.write_parquet)
+                                       session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
+                                       tags=spec.reasoning_tags)
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
                                         compare_run(out_dir, labels))
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
@@ -540,7 +562,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             reader = store.reader()
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
-                                       session=store.session, parquet=opts.write_parquet)
+                                       session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
+                                       tags=spec.reasoning_tags)
             finally:
                 reader.close()
             comparison = compare_run(out_dir, labels)
@@ -581,13 +604,18 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     from rfteval.graders.group_judge import needs_groups
     from rfteval.judge_stability import model_grader_types
 
+    # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
+    # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
+    answers: dict[str, Any] = {}
+    if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
+        answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
     if not model_grader_types(grader):
-        return grader_hash
+        return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     js = spec.judge_settings()
     extra: dict[str, Any] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
     if needs_groups(grader):
         extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
-    return config_hash({"grader": grader_hash, **extra})
+    return config_hash({"grader": grader_hash, **extra, **answers})
 
 
 def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Any:

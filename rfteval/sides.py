@@ -103,7 +103,7 @@ def is_generation_failure(stage: pd.Series, type_: pd.Series) -> pd.Series:
 
 # ---------------------------------------------------------------------------------------------- reading
 
-_NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores", "passed")
+_NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores", "passed", "truncated_in_reasoning")
 # Inside a JSON string every quote is escaped, so `"sub_scores"` followed by a colon is always a key. A nested
 # one (say in grade_details) makes the count differ from the row count, and the slow reader takes over.
 _SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
@@ -142,6 +142,9 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
         "score": col("score", pa.float64()).to_numpy(zero_copy_only=False),
         # the grader's own verdict: 1.0 / 0.0, NaN where it gave none
         "passed": pc.cast(col("passed", pa.bool_()), pa.float64()).to_numpy(zero_copy_only=False),
+        # cut off while still thinking (rfteval.reasoning); records written before the field: False
+        "truncated_in_reasoning": pc.fill_null(pc.cast(col("truncated_in_reasoning", pa.bool_()), pa.bool_()),
+                                               False).to_numpy(zero_copy_only=False),
     }
     err_fields = {f.name for f in err.type} if err is not None else set()
     for key in ("stage", "type", "message"):
@@ -169,7 +172,7 @@ def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
     if data.startswith(b"\xef\xbb\xbf") or b"\r" in data[:4096]:
         return None
     schema = pa.schema([("model_label", pa.string()), ("item_id", pa.string()), ("epoch", pa.int64()),
-                        ("score", pa.float64()), ("passed", pa.bool_()),
+                        ("score", pa.float64()), ("passed", pa.bool_()), ("truncated_in_reasoning", pa.bool_()),
                         ("error", pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())]))])
     opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
@@ -210,7 +213,8 @@ def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict
     import pandas as pd
 
     out: dict[str, list[Any]] = {k: [] for k in ("model_label", "item_id", "epoch", "score", "error_stage",
-                                                 "error_type", "error_message", "error_present", "passed")}
+                                                 "error_type", "error_message", "error_present", "passed",
+                                                 "truncated_in_reasoning")}
     subs: list[dict[str, Any] | None] = []
     for pos, entry in enumerate(rows):
         line, row = entry if isinstance(entry, tuple) else (pos + 1, entry)
@@ -253,6 +257,7 @@ def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict
         out["error_present"].append(error is not None)
         passed = row.get("passed")
         out["passed"].append(float(passed) if isinstance(passed, bool) else float("nan"))  # other values: no verdict
+        out["truncated_in_reasoning"].append(row.get("truncated_in_reasoning") is True)
         subs.append(sub or None)
     frame = pd.DataFrame(out)
     keys = sorted({k for s in subs if s for k in s})

@@ -36,7 +36,8 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     ("endpoint", "api_key_env"): "--api-key-env", ("endpoint", "api"): "--api",
     **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
     **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
-    ("group_models",): "--group-models",
+    ("group_models",): "--group-models", ("skip_model_check",): "--skip-model-check",
+    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags",
 }
 
 
@@ -71,7 +72,8 @@ class SamplingSpec(_Strict):
     seed: int | None = None
     reasoning_effort: str | None = None
     max_output_tokens: int | None = Field(None, gt=0)
-    response_format: str | None = None  # a JSON schema file → structured outputs
+    # a file: a JSON schema (structured outputs), or {"type": "json_schema" | "json_object" | "text", ...}
+    response_format: str | None = None
 
     @field_validator("reasoning_effort")
     @classmethod
@@ -140,6 +142,26 @@ class RunSpec(_Strict):
     pricing: dict[str, PriceSpec] = Field(default_factory=dict)
     judge: JudgeSpec = Field(default_factory=JudgeSpec)
     group_models: bool = False  # a group judge ranks every model's samples of an item together
+    # reasoning models: graders see the answer apart from the thinking ("strip"), or the content as sent ("keep")
+    reasoning: Literal["strip", "keep"] = "strip"
+    think_tags: list[str] | None = None  # "OPEN,CLOSE" tag pairs; none given: <think>,</think>
+    # do not check the model names against the endpoint's GET /models (gateways route names they do not list);
+    # None (unset) is off, and stays out of spec.resolved.toml
+    skip_model_check: bool | None = None
+
+    @field_validator("think_tags")
+    @classmethod
+    def _tags(cls, value: list[str] | None) -> list[str] | None:
+        from rfteval.reasoning import parse_tags
+
+        parse_tags(value)  # ValueError: the key or flag is named by build_spec
+        return value
+
+    @property
+    def reasoning_tags(self) -> tuple[tuple[str, str], ...]:
+        from rfteval.reasoning import parse_tags
+
+        return parse_tags(self.think_tags)
 
     @field_validator("models")
     @classmethod
@@ -343,10 +365,11 @@ def _from_flags(overrides: dict[str, Any], loc: tuple[Any, ...]) -> bool:
 
 
 def load_response_format_file(path: str | Path) -> dict[str, Any]:
-    """A JSON schema file → Sampling.response_format {"name", "schema", "strict"}.
+    """A response format file → Sampling.response_format (see normalize_response_format).
 
-    Accepts a bare JSON schema, the wrapper {"name", "schema", "strict"?}, or the full
-    {"type": "json_schema", "json_schema": {...}} as the Chat API spells it.
+    Accepts a bare JSON schema, the wrapper {"name", "schema", "strict"?}, the full
+    {"type": "json_schema", "json_schema": {...}} as the Chat API spells it, {"type": "json_object", ...}
+    (JSON mode, sent as given) or {"type": "text"}.
     """
     from rfteval.graders.loader import read_json_file
 
@@ -356,9 +379,22 @@ def load_response_format_file(path: str | Path) -> dict[str, Any]:
     return normalize_response_format(obj, path)
 
 
+PLAIN_FORMATS = ("json_object", "text")
+
+
 def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[str, Any]:
-    if obj.get("type") == "json_schema" and isinstance(obj.get("json_schema"), dict):
+    """A response format as Sampling holds it. `{"type": "json_object", ...}` and `{"type": "text"}` are kept
+    exactly as given, extra keys included (llama.cpp's json_object takes a `schema`; servers without structured
+    outputs often have JSON mode). A json_schema format, in Chat's or Responses' spelling, or a bare JSON schema
+    becomes the wrapper {"name", "schema", "strict"}, the structured outputs request."""
+    kind = obj.get("type")
+    if kind in PLAIN_FORMATS:
+        return dict(obj)
+    if kind == "json_schema" and isinstance(obj.get("json_schema"), dict):
         obj = obj["json_schema"]
+    elif kind == "json_schema" and not isinstance(obj.get("schema"), dict):
+        raise InputError("a json_schema response format needs `json_schema` (Chat) or `schema` (Responses)", source,
+                         field="response_format")
     if "schema" in obj and isinstance(obj["schema"], dict):
         out: dict[str, Any] = {"name": str(obj.get("name") or "response"), "schema": obj["schema"]}
         out["strict"] = bool(obj.get("strict", True))

@@ -647,8 +647,14 @@ def crossfit_lowest_delta(base_a: np.ndarray, base_b: np.ndarray, cand: np.ndarr
     lo, hi = mean - half, mean + half
     base_mean = 0.5 * (float(b[sel_a].mean()) + float(a[sel_b].mean())) if ka and kb else NAN
     cand_mean = 0.5 * (float(c[sel_a].mean()) + float(c[sel_b].mean())) if ka and kb else NAN
-    held_out = np.concatenate([c[sel_a] - b[sel_a], c[sel_b] - a[sel_b]])
-    wins, ties, losses = win_tie_loss(held_out)
+    # W/T/L count items, as every other row does: an item chosen by both halves has two held-out differences,
+    # and its one verdict is their mean (counting both made "4 items" read 6/0/0)
+    held_sum = np.zeros(n)
+    held_sum[sel_a] += c[sel_a] - b[sel_a]
+    held_sum[sel_b] += c[sel_b] - a[sel_b]
+    held_n = sel_a.astype(np.int64) + sel_b.astype(np.int64)
+    chosen = held_n > 0
+    wins, ties, losses = win_tie_loss(held_sum[chosen] / held_n[chosen])
     sd = float(v.std(ddof=1)) if n > 1 else NAN
     p = 2.0 * (1.0 - t_cdf(abs(mean / se), float(df))) if se > 0 else (1.0 if mean == 0 else 0.0)
     return {"mean": mean, "se": se, "sd": sd, "ci95": [lo, hi],

@@ -343,6 +343,8 @@ def response_entry(
             "output_json": generation.output_json, "choices": generation.choices, "usage": generation.usage,
             "finish_reason": generation.finish_reason, "error": None,
         })
+        if generation.reasoning is not None:  # what the server sent apart; output_text stays the content as sent
+            entry["reasoning"] = generation.reasoning
     else:
         kind, message = error if error is not None else ("other", "no generation and no error was given")
         entry.update({"output_text": None, "output_tools": None, "output_json": None, "choices": None,

@@ -35,6 +35,7 @@ def records_frame(records: list[Record]) -> pd.DataFrame:
         "epoch": [r.epoch for r in records],
         "score": [0.0 if r.error else (r.score or 0.0) for r in records],
         "error": [r.error["type"] if r.error else None for r in records],
+        "truncated_in_reasoning": [r.truncated_in_reasoning for r in records],
     })
 
 
@@ -51,6 +52,9 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str,
             "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
             "items": int(len(per_item)), "records": int(len(df)), "errors": int(len(errors)),
             "errors_by_type": {str(k): int(v) for k, v in errors.value_counts().items()},
+            # outputs cut off while thinking, as summary.json counts a run's (every output here is an answer)
+            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].sum()) if "truncated_in_reasoning"
+                                                 in df else 0, len(df)),
             "per_item": per_item,
         })
     return out
@@ -121,8 +125,11 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
             "records": t.records, "cells": t.cells, "cached": t.cached,
             "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
             "error_rate": t.error_count / t.cells if t.cells else 0.0,
-            "tokens": {"input": t.input_tokens, "output": t.output_tokens, "reasoning": t.reasoning_tokens},
+            # reasoning tokens: None when no record's usage reported any (a server that never says is not 0)
+            "tokens": {"input": t.input_tokens, "output": t.output_tokens,
+                       "reasoning": t.reasoning_tokens if t.reasoning_reported else None},
             "cost_usd": _model_cost(run.model, t, prices),
+            "truncated_in_reasoning": truncation(t.truncated_in_reasoning, t.answers),
         }
     labels = [r.label for r in runs]
     curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
@@ -146,6 +153,11 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
         **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
     }))
+
+
+def truncation(n: int, samples: int) -> dict[str, Any]:
+    """How many of a model's samples (answers, not failed generations) the output limit cut off while thinking."""
+    return {"n": int(n), "share": n / samples if samples else 0.0}
 
 
 def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:

@@ -1,6 +1,7 @@
 """A local OpenAI-compatible HTTP server, so tests and benchmarks drive the real `openai` client offline.
 
-It speaks POST /v1/chat/completions, POST /v1/responses and GET /v1/models on 127.0.0.1 only. Replies are
+It speaks POST /v1/chat/completions, POST /v1/responses and GET /v1/models (when `models` is given) on 127.0.0.1
+only; switches make it lack the Batch or Responses API or refuse keys and formats, as self-hosted servers do. Replies are
 scripted: queued `Reply` objects first, then the responder (default: deterministic `echo:{model}:{last user text}`).
 Run as a process: `python tests/fake_openai.py --port 0 --delay-ms 100` prints its base_url on the first line.
 
@@ -49,6 +50,12 @@ class Reply:
     raw_body: bytes | None = None  # sent as is, with Content-Type application/json (malformed bodies)
     usage: dict[str, int] | None = None  # {"input_tokens","output_tokens","reasoning_tokens"}; default: counted
     finish_reason: str | None = None  # chat vocabulary; default "tool_calls" with tools else "stop"
+    # reasoning models: the thinking sent apart (chat message fields; Responses: a reasoning item's summary), or as
+    # a leading think block in the content (`think`: "<think>THINK</think>\n\n" before `text`)
+    reasoning_content: str | None = None  # SGLang, llama.cpp, DeepSeek, older vLLM
+    reasoning: str | None = None  # newer vLLM, OpenRouter
+    think: str | None = None
+    reports_reasoning_tokens: bool = True  # False: usage without reasoning_tokens, as most local servers answer
 
     @classmethod
     def error(cls, status: int, message: str | None = None, **kw: Any) -> Reply:
@@ -180,9 +187,13 @@ def chat_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
     finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
     choices = []
     for index in range(int(n)):
-        message: dict[str, Any] = {"role": "assistant", "content": reply.text, "refusal": reply.refusal}
+        message: dict[str, Any] = {"role": "assistant", "content": _content(reply), "refusal": reply.refusal}
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
+        if reply.reasoning_content is not None:
+            message["reasoning_content"] = reply.reasoning_content
+        if reply.reasoning is not None:
+            message["reasoning"] = reply.reasoning
         choices.append({"index": index, "message": message, "finish_reason": finish, "logprobs": None})
     return {
         "id": f"chatcmpl-fake{rid}",
@@ -197,19 +208,29 @@ def chat_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
             "completion_tokens": usage["output_tokens"] * int(n),
             "total_tokens": usage["input_tokens"] + usage["output_tokens"] * int(n),
             "prompt_tokens_details": {"cached_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": usage["reasoning_tokens"] * int(n)},
+            **({"completion_tokens_details": {"reasoning_tokens": usage["reasoning_tokens"] * int(n)}}
+               if reply.reports_reasoning_tokens else {}),
         },
     }
+
+
+def _content(reply: Reply) -> str | None:
+    """The content as a server without a reasoning parser sends it: the think block first."""
+    if reply.think is None:
+        return reply.text
+    return f"<think>{reply.think}</think>\n\n{reply.text or ''}"
 
 
 def responses_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
     usage = compute_usage(req.body, "responses", reply)
     output: list[dict[str, Any]] = []
-    if usage["reasoning_tokens"]:
-        output.append({"type": "reasoning", "id": f"rs_fake{rid}", "summary": []})
+    shown = reply.reasoning if reply.reasoning is not None else reply.reasoning_content
+    if usage["reasoning_tokens"] or shown is not None:
+        summary = [{"type": "summary_text", "text": shown}] if shown else []
+        output.append({"type": "reasoning", "id": f"rs_fake{rid}", "summary": summary})
     content: list[dict[str, Any]] = []
-    if reply.text is not None:
-        content.append({"type": "output_text", "text": reply.text, "annotations": []})
+    if _content(reply) is not None:
+        content.append({"type": "output_text", "text": _content(reply), "annotations": []})
     if reply.refusal is not None:
         content.append({"type": "refusal", "refusal": reply.refusal})
     if content:
@@ -284,7 +305,17 @@ class FakeOpenAI:
     ):
         self.responder: Responder = responder or echo_responder
         self.delay_s = delay_s
-        self.models = list(models) if models is not None else None  # when set, other models get 404
+        # when set, other models get 404, and GET /v1/models lists these; when None, any model is served and
+        # GET /v1/models answers 404 (a server that lists nothing: rfteval's model check then says nothing)
+        self.models = list(models) if models is not None else None
+        self.listed: list[str] | None = None  # when set, what GET /v1/models lists (a gateway that routes others)
+        # What a self-hosted server may lack or refuse (llama.cpp's, vLLM's): no Files/Batches routes, no
+        # /v1/responses route (both 404 "Invalid URL"), request keys answered with 400 "Unsupported parameter"
+        # (e.g. {"max_tokens"}), response format types refused with 400 (e.g. {"json_schema"})
+        self.no_batches = False
+        self.no_responses = False
+        self.unsupported_keys: set[str] = set()
+        self.refused_formats: set[str] = set()
         self.api_key = api_key  # when set, other bearer tokens get 401
         self.requests: list[Request] = []
         self._queue: deque[Reply] = deque()
@@ -635,12 +666,17 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
-        models = self.owner.models if self.owner.models is not None else list(DEFAULT_MODELS)
         owner = self.owner
+        models = owner.listed if owner.listed is not None else (
+            owner.models if owner.models is not None else list(DEFAULT_MODELS))
         if path == "/v1/_stats":
             with owner._lock:
                 stats = dict(owner.stats, batch_creates=owner.batch_creates, file_uploads=owner.file_uploads)
             self._send_json(200, stats)
+            return
+        if (owner.no_batches and path.startswith(("/v1/files", "/v1/batches"))) or (
+                owner.models is None and owner.listed is None and path == "/v1/models"):
+            self._send_json(404, _invalid_url("GET", self.path))
             return
         if path.startswith(("/v1/files", "/v1/batches")) and not self._authorized():
             return
@@ -707,6 +743,10 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         path = self.path.split("?")[0].rstrip("/")
         api = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}.get(path)
+        if (self.owner.no_batches and path.startswith(("/v1/files", "/v1/batches"))) or (
+                self.owner.no_responses and api == "responses"):
+            self._send_json(404, _invalid_url("POST", self.path))
+            return
         if api is None and path.startswith(("/v1/files", "/v1/batches")):
             self._post_batch_api(path, raw)
             return
@@ -720,6 +760,13 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             self._send_json(400, error_body(400, "", "We could not parse the JSON body of your request."))
             return
+        if "model" not in body:  # as OpenAI does; rfteval's Responses probe relies on it costing nothing
+            self._send_json(400, error_body(400, "", "Missing required parameter: 'model'."))
+            return
+        refused = self._refused(body, api)
+        if refused is not None:
+            self._send_json(400, error_body(400, str(body.get("model")), refused))
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         model = str(body.get("model", ""))
         req = Request(path=path, body=body, headers=headers, model=model, api=api)
@@ -732,6 +779,17 @@ class _Handler(BaseHTTPRequestHandler):
             self._generate(req, body, model, headers, limit_headers)
         finally:
             owner._leave(served=True)
+
+    def _refused(self, body: dict[str, Any], api: str) -> str | None:
+        """The 400 message for a key or response format this server is set to refuse (not recorded)."""
+        owner = self.owner
+        for key in sorted(owner.unsupported_keys):
+            if key in body:
+                return f"Unsupported parameter: '{key}' is not supported by this server."
+        fmt = body.get("response_format") if api == "chat" else (body.get("text") or {}).get("format")
+        if isinstance(fmt, dict) and fmt.get("type") in owner.refused_formats:
+            return f"response_format type {fmt.get('type')!r} is not supported; expected one of text, json_object"
+        return None
 
     def _generate(self, req: Request, body: dict[str, Any], model: str, headers: dict[str, str],
                   limit_headers: dict[str, str]) -> None:
@@ -833,10 +891,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", help="JSON file of scripted replies")
     parser.add_argument("--models", help="comma-separated known models; others get 404 model_not_found")
     parser.add_argument("--max-concurrent", type=int, help="answer 429 (with rate-limit headers) above this")
+    parser.add_argument("--no-batches", action="store_true", help="no Files/Batches API (404 Invalid URL)")
+    parser.add_argument("--no-responses", action="store_true", help="no Responses API (404 Invalid URL)")
     args = parser.parse_args(argv)
     queued, responder = load_script(args.script) if args.script else ([], echo_responder)
     models = [m for m in args.models.split(",") if m] if args.models else None
     fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models, max_concurrent=args.max_concurrent)
+    fake.no_batches, fake.no_responses = args.no_batches, args.no_responses
     fake.queue(*queued)
     fake.start(args.port)
     print(fake.base_url, flush=True)

@@ -506,3 +506,32 @@ def test_a_dry_pass_that_fails_says_so_and_its_judge_calls_go_synchronously(
 def test_batch_judge_needs_batch(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch-judge"))
     assert proc.exit_code == 2 and "--batch-judge: needs --batch" in proc.stderr
+
+
+# ---------------------------------------------------------------- an endpoint without the Batch API
+
+
+def test_no_batch_api_is_found_before_anything_is_written(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    from rfteval.errors import InputError
+
+    fake_openai.no_batches = True
+    with pytest.raises(InputError) as info:
+        run_lib(files, fake_openai)
+    assert info.value.field == "--batch" and "GET /v1/batches: HTTP 404" in info.value.message
+    assert not files["out"].exists() and fake_openai.file_uploads == 0
+
+
+@pytest.mark.slow
+def test_behind_a_preflight_that_saw_nothing_a_404_upload_abandons_its_chunk(
+        files: dict[str, Path], fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rfteval.errors import InputError
+    from rfteval.providers.openai_provider import OpenAIProvider
+
+    monkeypatch.setattr(OpenAIProvider, "missing_api", lambda self, which, timeout_s=3.0: None)  # /batches was slow
+    fake_openai.no_batches = True
+    with pytest.raises(InputError) as info:
+        run_lib(files, fake_openai)
+    assert info.value.field == "--batch" and "POST /files: HTTP 404" in info.value.message
+    assert read_journal(files["out"]) and not any(c.live for c in read_journal(files["out"]))  # nothing planned
+    res = CliRunner().invoke(app, ["batches", str(files["out"])])
+    assert "planned" not in res.output

@@ -155,7 +155,8 @@ def test_the_module_runs_in_a_fresh_interpreter(tmp_path):
     (["--target", "trl", "--out", "{rewards}"], "is also an input of this command"),
     (["--target", "trl", "--out", "{dir}/reward.txt"], "must name a Python file"),
     (["--target", "trl", "--out", "{rewards}/r.py"], "it is a file, not a directory"),
-    (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "are for --target verl"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "is for --target verl or openrlhf"),
+    (["--target", "openrlhf", "--out", "{dir}/r.py", "--ground-truth-json"], "--ground-truth-json for verl"),
     (["--target", "sklearn", "--out", "{dir}/r.py"], "sklearn"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
@@ -184,3 +185,26 @@ def test_bad_grader_is_one_line_exit_2(tmp_path):
     res = export(str(bad), "verl", tmp_path / "out.py")
     assert res.exit_code == 2 and "operation" in res.output and len(res.output.strip().splitlines()) == 1
     assert not (tmp_path / "out.py").exists()
+
+
+@pytest.mark.slow
+def test_trl_module_has_an_async_reward_named_for_the_grader(tmp_path, monkeypatch):
+    import asyncio
+    import inspect
+
+    out = tmp_path / "chip_async_reward.py"
+    res = export(str(GRADER), "trl", out, "--on-error", "zero")
+    assert res.exit_code == 0, res.output
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("chip_async_reward")
+    try:
+        assert inspect.iscoroutinefunction(module.reward_async) and not inspect.iscoroutinefunction(module.reward)
+        assert module.reward_async.__name__ == module.reward.__name__ == "rfteval_chipstack_vip_parameter_f1"
+        assert module.OPTIONS == {"on_error": "zero"}
+        its = items()
+        first = next(iter(its.values()))
+        got = asyncio.run(module.reward_async(prompts=[first["messages"]], completions=["no"],
+                                              reference_answer=[first["reference_answer"]]))
+        assert got == [0.0]
+    finally:
+        module.close()

@@ -230,3 +230,56 @@ def test_outputs_has_no_short_flag_beside_out(tmp_path: Path) -> None:
     # -o would read as "output" beside --out; --outputs is an input, spelled out so the two are never swapped
     res = runner.invoke(app, ["grade", "-d", "x.jsonl", "-g", "g.json", "-o", "outs.jsonl"])
     assert res.exit_code == 2 and "No such option: -o" in res.output
+
+
+# ---- the judge-model check of grade, probe-grader and validate grader (run's is in test_cli_run.py) ----------------
+
+JUDGE_GRADER = {"type": "score_model", "name": "j", "model": "judge-mdl", "range": [0, 1],
+                "input": [{"role": "user", "content": "Score {{ item.id }}: {{ sample.output_text }}"}]}
+
+
+def _judge_command(command: str, files, tmp_path: Path, server) -> list[str]:
+    ds, _, outs, _ = files
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps(JUDGE_GRADER))
+    head = {"grade": ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs),
+                      "--out", str(tmp_path / "judged.jsonl")],
+            "probe-grader": ["probe-grader", str(grader), "--dataset", str(ds), "--limit", "2"],
+            "validate": ["validate", "grader", str(grader), "--dataset", str(ds)]}[command]
+    return [*head, "--judge-base-url", server.base_url, "--judge-api-key-env", "JUDGE_KEY"]
+
+
+def _refused(res) -> str:
+    said = [line for line in res.output.splitlines() if line.startswith("rfteval: ")]
+    assert res.exit_code == 2 and len(said) == 1 and "Traceback" not in res.output, res.output
+    return said[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["grade", "probe-grader", "validate"])
+def test_judge_users_check_the_judge_model_before_spending(command, files, tmp_path, monkeypatch):
+    from fake_openai import FakeOpenAI
+
+    monkeypatch.setenv("JUDGE_KEY", "sk-test")
+    with FakeOpenAI(lambda req: json.dumps({"steps": [], "result": 0.8}), models=["judge-model", "other"]) as fake:
+        args = _judge_command(command, files, tmp_path, fake)
+        line = _refused(runner.invoke(app, args))
+        assert "grader model: unknown model 'judge-mdl'" in line and "serves judge-model, other" in line
+        assert "--skip-model-check" in line
+        line = _refused(runner.invoke(app, [*args, "--judge-model", "judge-modle"]))
+        assert "--judge-model: unknown model 'judge-modle'" in line
+        assert fake.requests == []  # no judge call was paid for
+        assert not (tmp_path / "judged.jsonl").exists()  # nothing half-written
+
+        fake.no_responses = True  # the Responses API is checked with the names skipped too
+        line = _refused(runner.invoke(app, [*args, "--judge-model", "judge-model", "--judge-api", "responses",
+                                            "--skip-model-check"]))
+        assert "--judge-api: the endpoint has no Responses API" in line and "use --judge-api chat" in line
+
+        fake.models, fake.listed = None, ["other"]  # a gateway: routes names it does not list
+        assert "unknown model 'judge-mdl'" in _refused(runner.invoke(app, args))
+        res = runner.invoke(app, [*args, "--skip-model-check"])
+        assert res.exit_code == 0, res.output
+        assert fake.requests and {r.model for r in fake.requests} == {"judge-mdl"}
+        res = runner.invoke(app, [*args, "--judge-model", "other"])  # a listed override passes the check
+        assert res.exit_code == 0, res.output

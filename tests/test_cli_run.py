@@ -183,7 +183,8 @@ def test_401_stops_the_run_with_one_line(files: dict[str, Path], tmp_path: Path)
 @pytest.mark.slow
 def test_unknown_model_stops_the_run(files: dict[str, Path]) -> None:
     with FakeOpenAI(models=["fake-base"]) as server:
-        res = runner.invoke(app, flags(files, server))
+        # past the model check (it is tested below): the server's own 404 mid-run stops the run too
+        res = runner.invoke(app, flags(files, server, "--skip-model-check"))
         assert res.exit_code == 2
         assert "model tuned (fake-tuned): not_found" in res.stderr
 
@@ -304,3 +305,125 @@ def test_piped_retries_say_why_once_per_kind(files: dict[str, Path], fake_openai
     said = [ln for ln in res.stderr.splitlines() if "retrying after" in ln]
     assert len(said) == 2 and {ln.split(":")[1].strip() for ln in said} == {"base", "tuned"}  # once per model
     assert all("server" in ln for ln in said)
+
+
+# ---- knowing the server before spending (rfteval/providers/preflight.py) ---------------------------------------
+
+
+def _run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RFTEVAL, *args], capture_output=True, text=True, timeout=120)
+
+
+def _one_line_exit_2(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_a_mistyped_model_is_one_line_listing_what_the_server_serves(files: dict[str, Path]) -> None:
+    with FakeOpenAI(models=["smol-base", "smol-tuned"]) as fake:
+        args = flags(files, fake)
+        args[args.index("base=fake-base")] = "base=smol-bsae"
+        args[args.index("tuned=fake-tuned")] = "tuned=smol-tuned"
+        line = _one_line_exit_2(_run_cli([*args, "-q"]))
+        assert fake.requests == []  # nothing generated
+    assert "--model base" in line and "'smol-bsae'" in line and "smol-base, smol-tuned" in line
+    assert "--skip-model-check" in line
+    assert not files["out"].exists()  # nothing half-written
+
+
+@pytest.mark.slow
+def test_skip_model_check_runs_names_the_server_does_not_list(files: dict[str, Path]) -> None:
+    with FakeOpenAI() as fake:
+        fake.models = ["fake-base", "fake-tuned"]
+        listed = runner.invoke(app, flags(files, fake, "-q"))
+        assert listed.exit_code == 0, listed.output  # listed names pass the check
+        fake.models = None  # serves any model, lists none: nothing to check against
+        unlisted = runner.invoke(app, flags(files, fake, "-q", "--fresh"))
+        assert unlisted.exit_code == 0, unlisted.output
+        fake.listed = ["other"]  # lists one name and, as a gateway does, routes the others
+        refused = runner.invoke(app, flags(files, fake, "-q", "--fresh"))
+        assert refused.exit_code == 2 and "unknown model 'fake-base'" in refused.output
+        fake.requests.clear()
+        skipped = runner.invoke(app, flags(files, fake, "-q", "--fresh", "--skip-model-check"))
+        assert skipped.exit_code == 0, skipped.output
+        assert len(fake.requests) == 2 * N_ITEMS * EPOCHS
+
+
+@pytest.mark.slow
+def test_an_unknown_judge_model_stops_the_run_before_it_starts(files: dict[str, Path]) -> None:
+    judge_grader = files["dir"] / "judge.json"
+    judge_grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-mdl", "input": [
+        {"role": "user", "content": "Score {{ sample.output_text }}"}]}))
+    with FakeOpenAI(models=["fake-base", "fake-tuned", "judge-model"]) as fake:
+        args = flags(files, fake, "-q")
+        args[args.index(str(files["grader"]))] = str(judge_grader)
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "grader model: unknown model 'judge-mdl'" in res.output, res.output
+        res = runner.invoke(app, [*args, "--judge-model", "judge-modle"])
+        assert res.exit_code == 2 and "--judge-model: unknown model 'judge-modle'" in res.output, res.output
+        assert fake.requests == []
+
+
+@pytest.mark.slow
+def test_batch_without_a_batch_api_is_one_line_and_leaves_no_chunk(files: dict[str, Path]) -> None:
+    with FakeOpenAI() as fake:
+        fake.no_batches = True
+        line = _one_line_exit_2(_run_cli([*flags(files, fake), "-q", "--batch"]))
+        assert fake.requests == [] and fake.file_uploads == 0
+    assert "--batch" in line and "no Files and Batches API (GET /v1/batches: HTTP 404)" in line
+    assert "--export-requests" in line and "vllm run-batch" in line
+    assert not (files["out"] / "store" / "batches.jsonl").exists()
+    listing = _run_cli(["batches", str(files["out"])])
+    assert "planned" not in listing.stdout and "Traceback" not in listing.stdout + listing.stderr
+
+
+@pytest.mark.slow
+def test_api_responses_without_a_responses_api_says_use_chat(files: dict[str, Path]) -> None:
+    with FakeOpenAI() as fake:
+        fake.no_responses = True
+        line = _one_line_exit_2(_run_cli([*flags(files, fake), "-q", "--api", "responses"]))
+        assert fake.requests == []
+    assert line.endswith("--api: the endpoint has no Responses API (POST /v1/responses: HTTP 404); use --api chat")
+    assert not files["out"].exists()
+
+
+@pytest.mark.slow
+def test_a_judge_on_responses_without_the_api_says_use_chat(files: dict[str, Path]) -> None:
+    judge_grader = files["dir"] / "judge.json"
+    judge_grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge", "input": [
+        {"role": "user", "content": "Score {{ sample.output_text }}"}]}))
+    with FakeOpenAI() as fake:
+        fake.no_responses = True
+        args = flags(files, fake, "-q", "--judge-api", "responses")
+        args[args.index(str(files["grader"]))] = str(judge_grader)
+        res = runner.invoke(app, args)
+    assert res.exit_code == 2 and "--judge-api: the endpoint has no Responses API" in res.output, res.output
+    assert "use --judge-api chat" in res.output
+
+
+@pytest.mark.slow
+def test_each_epoch_is_sent_its_own_seed(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    res = runner.invoke(app, flags(files, fake_openai, "-q", "--seed", "7"))
+    assert res.exit_code == 0, res.output
+    seeds = collections.defaultdict(list)
+    for r in fake_openai.requests:
+        seeds[(r.model, r.last_user_text())].append(r.body["seed"])
+    assert len(seeds) == 2 * N_ITEMS and all(sorted(s) == [7, 8, 9] for s in seeds.values())
+    fake_openai.requests.clear()
+    res = runner.invoke(app, flags(files, fake_openai, "-q", "--fresh"))
+    assert res.exit_code == 0 and all("seed" not in r.body for r in fake_openai.requests)
+
+
+@pytest.mark.slow
+def test_a_json_object_response_format_fills_output_json(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
+    fmt = files["dir"] / "json_mode.json"
+    fmt.write_text(json.dumps({"type": "json_object", "schema": {"type": "object"}}))
+    fake_openai.responder = lambda r: Reply(text='{"answer": "fake-tuned\nsays so"}')  # a raw newline, as llama.cpp
+    res = runner.invoke(app, flags(files, fake_openai, "-q", "--response-format", str(fmt)))
+    assert res.exit_code == 0, res.output
+    assert all(r.body["response_format"] == {"type": "json_object", "schema": {"type": "object"}}
+               for r in fake_openai.requests)
+    assert all(r["output_json"] == {"answer": "fake-tuned\nsays so"} for r in load(files["out"], "base"))

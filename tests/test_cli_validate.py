@@ -131,3 +131,23 @@ def test_a_python_grader_as_a_py_file_and_its_json_form(tmp_path):
     bad.write_text("def score(sample, item):\n    return 1\n")
     res = CliRunner().invoke(app, ["validate", "grader", str(bad)])
     assert res.exit_code == 2 and "grade" in res.stderr
+
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+@pytest.mark.parametrize("given, label", [
+    (SCHEMA, " (structured outputs)"),  # a bare schema: the json_schema request
+    ({"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}, " (structured outputs)"),
+    ({"type": "json_object"}, " (JSON mode)"),
+    ({"type": "json_object", "schema": SCHEMA}, " (JSON mode)"),  # llama.cpp's JSON mode with a schema
+    ({"type": "text"}, ""),
+])
+def test_the_response_format_is_named_by_what_it_asks_the_server(tmp_path: Path, given: dict, label: str) -> None:
+    import json
+
+    (tmp_path / "format.json").write_text(json.dumps(given))
+    res = runner.invoke(app, ["validate", "spec", str(spec(tmp_path, f'[sampling]\nresponse_format = "{tmp_path}/format.json"'))])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("  tuned: "))
+    assert line == f"  tuned: o4-mini via openai http://127.0.0.1:9/v1{label}"

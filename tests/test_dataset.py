@@ -68,6 +68,8 @@ def test_bom_and_crlf_accepted(tmp_path):
         (json.dumps({"messages": [{"role": "user"}]}), "d.jsonl:2: messages[0].content: missing"),
         (json.dumps({"messages": [{"role": "user", "content": 3}]}), "d.jsonl:2: messages[0].content: must be"),
         (json.dumps({"messages": MSG, "tools": {}}), "d.jsonl:2: tools: must be a list"),
+        (json.dumps({"messages": MSG, "tool_choice": "always"}), "d.jsonl:2: tool_choice: must be one of auto"),
+        (json.dumps({"messages": MSG, "tool_choice": {"type": "function"}}), "d.jsonl:2: tool_choice: must be"),
         (line(id="a"), "d.jsonl:2: id: duplicate id 'a' (first on line 1)"),
     ],
 )
@@ -116,3 +118,15 @@ def test_streams_without_reading_everything(tmp_path):
     it = iter_items(p)
     first = [next(it) for _ in range(3)]
     assert [x.id for x in first] == ["0", "1", "2"]  # problems later in the file are not reached yet
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "none", {"type": "function", "function": {"name": "f"}},
+                                    {"type": "function", "name": "f"}, {"type": "allowed_tools", "mode": "auto", "tools": []}])
+def test_an_items_tool_choice_is_its_own(tmp_path, choice):
+    (item,) = load_dataset(write(tmp_path, [line(tools=[], tool_choice=choice)])).items
+    assert item.tool_choice == choice
+
+
+def test_no_tool_choice_is_none(tmp_path):
+    (item,) = load_dataset(write(tmp_path, [line()])).items
+    assert item.tool_choice is None

@@ -262,3 +262,16 @@ def test_every_sent_call_carries_its_id_and_tokens_even_refused_or_failed(fake_o
     with make_judge(fake_openai, retry_policy=RetryPolicy(max_retries=0, base_s=0.001)) as judge:
         (failed,) = judge.complete([req("y")])
     assert failed.sent and error_result(failed, "judge-m").details["judge_call"]
+
+
+def test_parse_json_answer_reads_a_reasoning_judge_past_its_thinking():
+    """Braces inside the thinking of a judge served without a reasoning parser must not be taken for the answer."""
+    text = '<think>The rubric says {"result": 0} for a miss, but this one hits.</think>\n{"result": 1}'
+    assert parse_json_answer(text) == {"result": 1}
+    assert parse_json_answer('so {"result": 0} would be wrong</think>{"result": 0.5}') == {"result": 0.5}
+    assert parse_json_answer('<think>still thinking {"result": 0}') is None  # cut off while thinking: no answer
+
+
+def test_parse_json_answer_accepts_raw_newlines_inside_strings():
+    assert parse_json_answer('{"result": 1, "why": "line one\nline two"}'.replace("\\n", "\n")) == {
+        "result": 1, "why": "line one\nline two"}

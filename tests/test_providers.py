@@ -93,9 +93,11 @@ def test_chat_request_shape(fake_openai: FakeOpenAI) -> None:
         "model": "fake-base",
         "messages": MESSAGES,
         "tools": [CHAT_TOOL],
+        "tool_choice": "auto",  # said whenever tools are given: llama.cpp's function calling needs it
         "response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA, "strict": True}},
         "reasoning_effort": "medium",
         "max_completion_tokens": 256,
+        "max_tokens": 256,  # not OpenAI's endpoint: the limit under both names
         "temperature": 0.5,
         "top_p": 0.9,
         "seed": 7,
@@ -127,6 +129,7 @@ def test_responses_request_shape(fake_openai: FakeOpenAI) -> None:
                 "strict": True,
             }
         ],
+        "tool_choice": "auto",
         "text": {"format": {"type": "json_schema", "name": "answer", "schema": SCHEMA, "strict": True}},
         "reasoning": {"effort": "medium"},
         "max_output_tokens": 256,

@@ -24,11 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 GRADERS = REPO / "graders"
 DATASETS = REPO / "datasets"
 CODE_CASES = ("chipstack", "runloop", "harvey", "ambience", "safetykit", "milo")
-ALL_CASES = CODE_CASES + ("accordance",)
+ALL_CASES = CODE_CASES + ("accordance", "legal-review", "math")
 MIN_ITEMS = {"chipstack": 20, "runloop": 20, "harvey": 20, "ambience": 10, "safetykit": 10, "milo": 10,
-             "accordance": 10}
+             "accordance": 10, "legal-review": 12, "math": 24}
 PREFIX = {"chipstack": "cs", "runloop": "rl", "harvey": "hv", "ambience": "am", "safetykit": "sk", "milo": "mi",
-          "accordance": "ac"}
+          "accordance": "ac", "legal-review": "lr", "math": "ma"}
 ANSWER_KEY = {"chipstack": "predicted", "harvey": "passages", "ambience": "codes", "safetykit": "labels",
               "milo": "events"}
 RECORDED = ("chipstack", "harvey", "milo")
@@ -74,14 +74,14 @@ def score(engine: Callable[[str], GradingEngine], case: str, item_id: str, answe
 
 # ------------------------------------------------------------------ graders load and stay in sync
 
-def test_the_seven_ready_made_graders_are_there() -> None:
+def test_the_ready_made_graders_are_there() -> None:
     assert sorted(p.stem for p in GRADERS.glob("*.json")) == sorted(ALL_CASES)
 
 
 @pytest.mark.parametrize("case", ALL_CASES)
 def test_ready_made_grader_loads(case: str) -> None:
     config = load_grader(GRADERS / f"{case}.json")
-    expected_type = {"milo": "multi", "accordance": "score_model"}.get(case, "python")
+    expected_type = {"milo": "multi", "accordance": "score_model", "legal-review": "score_model"}.get(case, "python")
     assert config.type == expected_type
     raw = json.loads((GRADERS / f"{case}.json").read_text(encoding="utf-8"))
     assert set(raw) <= {"type", "name", "source", "image_tag", "graders", "calculate_output", "model", "input",
@@ -126,7 +126,7 @@ def test_sync_detects_and_fixes_a_stale_json(tmp_path: Path) -> None:
 
 
 def test_grader_sources_use_only_the_openai_grader_image() -> None:
-    allowed = {"re", "collections", "rapidfuzz", "ast_grep_py", "json", "math"}
+    allowed = {"re", "collections", "rapidfuzz", "ast_grep_py", "json", "math", "sympy"}
     for src in (GRADERS / "src").glob("*.py"):
         for line in src.read_text(encoding="utf-8").splitlines():
             if line.startswith(("import ", "from ")):

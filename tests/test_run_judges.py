@@ -567,6 +567,11 @@ def test_unknown_judge_model_is_exit_2(tmp_path: Path) -> None:
     files = group_files(tmp_path)
     with FakeOpenAI(group_responder, models=["some-other-model"]) as server:
         res = invoke(group_args(files, server, tmp_path / "run", "--judge-model", "no-such-judge"))
+        assert res.exit_code == 2  # the model check, before anything is sent
+        assert "--judge-model: unknown model 'no-such-judge'" in res.stderr and "some-other-model" in res.stderr
+        # past the check: the judge's own 404 mid-run is as fatal
+        res = invoke(group_args(files, server, tmp_path / "run", "--judge-model", "no-such-judge",
+                                "--skip-model-check"))
     assert res.exit_code == 2
     assert "no-such-judge" in res.stderr and "not_found" in res.stderr
 
@@ -646,3 +651,39 @@ def test_probe_grader_takes_the_judge_flags_and_a_refused_judge_is_one_line(tmp_
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "the judge" in lines[0] and "refused" in lines[0] and "no probe was judged" in lines[0]
     assert secret not in res.output
+
+
+# ---- the judge's warnings ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_judge_past_its_output_limit_is_told_to_the_runs_monitor(tmp_path: Path, fake_openai: FakeOpenAI,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    from rfteval.runner import RunMonitor, RunOptions, run_eval
+    from rfteval.spec import build_spec, flag_overrides
+
+    score = model_or_score_responder()
+
+    def respond(req: Request) -> Reply:  # the judge runs to 87 tokens under its limit of 16, as llama.cpp's did
+        reply = score(req)
+        return Reply(text=reply.text, usage={"output_tokens": 87}) if judge_format(req) is not None else reply
+
+    fake_openai.responder = respond
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({**SCORE_GRADER, "sampling_params": {"max_completions_tokens": 16}}))
+    spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(write_dataset(tmp_path)),
+                                           grader=str(grader), epochs=1, base_url=fake_openai.base_url,
+                                           out=str(tmp_path / "run")))
+    said: list[str] = []
+
+    class Collect(RunMonitor):
+        def message(self, text: str) -> None:
+            said.append(text)
+
+    with caplog.at_level("WARNING", logger="rfteval"):
+        result = run_eval(spec, Collect(), RunOptions(handle_signals=False, checkpoint_s=0))
+    assert result.summary["errors"] == 0
+    limits = [s for s in said if "ignored the output limit" in s]
+    assert len(limits) == 1, said  # once per judge model, though every call ran past it
+    assert "model judge-model" in limits[0] and "87 output tokens under a limit of 16" in limits[0]
+    assert not [r for r in caplog.records if "ignored the output limit" in r.getMessage()]  # not the logger's

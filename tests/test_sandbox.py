@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import math
@@ -164,7 +165,8 @@ def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: Wor
 def test_a_batch_after_a_crash_is_graded_by_a_fresh_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[int] = []
     send = _Sandbox.send
-    monkeypatch.setattr(_Sandbox, "send", lambda self, payload: (sent.append(len(payload)), send(self, payload))[1])
+    monkeypatch.setattr(_Sandbox, "send", lambda self, payload: (
+        sent.append(len(payload)) if marshal.loads(payload)[0] == "grade" else None, send(self, payload))[1])
     kinds = {1: "os_exit", 6: "killed", 9: "raise"}
     pairs = [({"k": kinds.get(n, "ok")}, {"id": f"i{n}", "v": n / 16}) for n in range(16)]
     with WorkerPool(workers=1, timeout_s=TIMEOUT_S, batch_size=4) as pool:
@@ -783,3 +785,53 @@ def test_one_sandbox_more_than_cores_by_default() -> None:
 
     with WorkerPool() as pool:
         assert pool.workers == default_workers() == (os.cpu_count() or 1) + 1
+
+
+def supervisor(tmp_path: Any, **extra: Any) -> tuple[_worker.Supervisor, int]:
+    """A supervisor outside any sandbox, replying on a pipe: (it, the pipe's read end)."""
+    read_fd, write_fd = os.pipe()
+    config = {"timeout_s": 5.0, "grace_s": 1.0, "stdout_cap": 1024, "workdir": str(tmp_path), **extra}
+    return _worker.Supervisor(config, write_fd), read_fd
+
+
+def frames(fd: int) -> list[bytes]:
+    os.set_blocking(fd, False)
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+    out = []
+    while data:
+        (n,) = _worker.HEADER.unpack_from(data)
+        out.append(data[8:8 + n])
+        data = data[8 + n:]
+    return out
+
+
+def test_clearing_a_units_files_beats_as_it_goes(tmp_path: Any) -> None:
+    for k in range(5):
+        (tmp_path / f"f{k}").write_text("x")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "g").write_text("x")
+    calls: list[int] = []
+    _worker.clear_directory(str(tmp_path), os.stat(tmp_path).st_dev, lambda: calls.append(1))
+    assert not list(tmp_path.iterdir()) and len(calls) >= 7
+
+
+def test_an_oom_kill_is_charged_to_the_results_read_after_it(tmp_path: Any) -> None:
+    counter = tmp_path / "memory.oom_control"
+    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+    sup, _ = supervisor(tmp_path, oom_file=str(counter))
+    rows = [[1.0, None, None, "out"], [0.0, PYTHON_TIMEOUT, "slow", None]]
+    assert sup.oom_kills() == 2 and sup.charge_oom([list(r) for r in rows]) == rows  # kills from before: not these
+    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+    charged = sup.charge_oom([list(r) for r in rows])
+    assert [r[1] for r in charged] == [PYTHON_MEMORY, PYTHON_MEMORY] and charged[0][3] == "out"
+    assert sup.charge_oom([list(r) for r in rows]) == rows  # counted once
+    assert supervisor(tmp_path)[0].charge_oom(rows) == rows  # no cgroup: nothing to charge
+
+
+def test_a_source_that_does_not_compile_fails_every_sample_in_every_batch(pool1: WorkerPool) -> None:
+    for _ in range(2):  # the second time the source is known to the sandbox: the request comes without it
+        results = pool1.grade("def grade(s, i)\n    return 1.0\n", [({}, {}), ({}, {})])
+        assert all(r.error is not None and "does not compile" in r.error.message for r in results), results

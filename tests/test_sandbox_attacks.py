@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
-from rfteval.graders.sandbox import WorkerPool, configure, decode_reply, host, worker_env
+from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
 
 pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
               pytest.mark.slow]  # each attack runs real processes: seconds
@@ -311,10 +311,80 @@ def test_memory_held_by_children_is_limited(pool: WorkerPool) -> None:
                "alive = sum(1 for k in kids if os.waitpid(k, os.WNOHANG) == (0, 0))\n"
                "print(alive)\n")
     evil, _ = attack(pool, payload)
-    if evil.error is None:
-        # 16 x 200 MB would be 3.2 GB; the cgroup holds the unit to 256 MB + its 1 GB /tmp + the template's room
-        # (1.8 GB; a child dies once the whole unit is past it, whatever each process's own limit)
+    if evil.error is None:  # without a cgroup: each child is held by its own limit (200 MB fits under 256 MB)
         assert int(evil.stdout.split()[0]) < 16, evil.stdout
+    else:  # 16 x 200 MB would be 3.2 GB; the cgroup holds all the unit's processes to 256 MB together
+        assert evil.error.type == PYTHON_MEMORY and "256 MB" in evil.error.message, evil
+
+
+FOUR_CHILDREN = """
+import os, time
+
+def grade(sample, item):
+    if item["id"] != "hog":
+        return 0.75
+    for _ in range(4):  # each far under its own 256 MB; 480 MB together
+        if os.fork() == 0:
+            b = bytearray(120 * 1024 * 1024)
+            for k in range(0, len(b), 4096):
+                b[k] = 1
+            time.sleep(30)
+            os._exit(0)
+    time.sleep(4)
+    return 1.0
+"""
+
+
+def test_forked_children_together_are_held_to_the_grader_memory() -> None:
+    if not host().cgroup:
+        pytest.skip("no cgroup here: memory is limited per process (RLIMIT_AS), as rfteval says at start")
+    with WorkerPool(workers=1, timeout_s=20, memory_mb=256) as small:
+        hog, honest, after = small.grade(FOUR_CHILDREN, [({}, {"id": "hog"}), ({}, {"id": "a"}), ({}, {"id": "b"})],
+                                         units=["m", "m", "m"])
+        box = small._all[0]
+        assert box.cgroup is not None and box.memory_limit is not None
+        template = box.memory_limit - (256 << 20) - CHILD_SLACK
+    assert hog.error is not None and hog.error.type == PYTHON_MEMORY, hog
+    assert "256 MB" in hog.error.message and "together" in hog.error.message, hog.error.message
+    assert (honest.score, after.score) == (0.75, 0.75) and honest.error is None and after.error is None
+    assert 0 < template < 256 << 20  # the template's share: what it held when the limit was fitted above it
+
+
+TWO_CHILDREN_UNDER = """
+import os
+
+def grade(sample, item):
+    kids = []
+    for _ in range(2):  # 2 x 70 MB, and 50 MB here: under 256 MB together
+        pid = os.fork()
+        if pid == 0:
+            b = bytearray(70 * 1024 * 1024)
+            for k in range(0, len(b), 4096):
+                b[k] = 1
+            os._exit(0 if b[0] == 1 else 1)
+        kids.append(pid)
+    here = bytearray(50 * 1024 * 1024)
+    for k in range(0, len(here), 4096):
+        here[k] = 1
+    return float(all(os.waitpid(pid, 0)[1] == 0 for pid in kids))
+"""
+
+
+def test_a_unit_under_the_grader_memory_in_all_is_not_an_error() -> None:
+    with WorkerPool(workers=1, timeout_s=20, memory_mb=256) as small:
+        (result,) = small.grade(TWO_CHILDREN_UNDER, [({}, {})])
+    assert result.error is None and result.score == 1.0, result
+
+
+def test_a_stopped_supervisor_costs_seconds_at_the_default_timeout() -> None:
+    with WorkerPool(workers=1, memory_mb=256) as default:
+        assert default.timeout_s == 120.0  # --grader-timeout's default: the watchdog must not wait for it
+        default.grade(RUNS_OUTPUT, honest(1))  # started: what is timed below is the attack and the recovery
+        started = time.monotonic()
+        evil, _ = attack(default, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
+        took = time.monotonic() - started
+    assert evil.error is not None and evil.error.type == PYTHON_TIMEOUT and "heartbeat" in evil.error.message, evil
+    assert took < 15, took  # six seconds of silence, then a fresh sandbox for the honest samples after it
 
 
 def test_memfd_is_refused(pool: WorkerPool) -> None:

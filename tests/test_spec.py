@@ -218,3 +218,59 @@ def test_response_format_shapes(given: dict) -> None:
 def test_response_format_not_a_schema(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not a JSON schema"):
         normalize_response_format({"foo": 1}, tmp_path / "x.json")
+
+
+@pytest.mark.parametrize("given", [
+    {"type": "json_object"},
+    {"type": "json_object", "schema": SCHEMA},  # llama.cpp's JSON mode with a schema: kept, extra key and all
+    {"type": "text"},
+])
+def test_json_object_and_text_formats_are_kept_as_given(given: dict) -> None:
+    rf = normalize_response_format(given)
+    assert rf == given and rf is not given
+
+
+def test_responses_spelling_of_json_schema_is_structured_outputs() -> None:
+    rf = normalize_response_format({"type": "json_schema", "name": "answer", "schema": SCHEMA, "strict": False})
+    assert rf == {"name": "answer", "schema": SCHEMA, "strict": False}
+
+
+def test_json_schema_without_a_schema_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="needs `json_schema`"):
+        normalize_response_format({"type": "json_schema"}, tmp_path / "x.json")
+
+
+def test_a_json_object_file_reaches_sampling_as_given(tmp_path: Path) -> None:
+    (tmp_path / "fmt.json").write_text(json.dumps({"type": "json_object", "schema": SCHEMA}))
+    (tmp_path / "g.json").write_text('{"type": "string_check", "name": "g", "input": "a", "reference": "a", '
+                                     '"operation": "eq"}')
+    over = flag_overrides(models=["base=m"], dataset="d.jsonl", grader=str(tmp_path / "g.json"),
+                          response_format=str(tmp_path / "fmt.json"))
+    (run,) = resolve_models(build_spec(None, over))
+    assert run.sampling.response_format == {"type": "json_object", "schema": SCHEMA}
+    assert run.sampling.asks_for_json
+
+
+def test_text_format_does_not_ask_for_json() -> None:
+    from rfteval.providers.base import Sampling
+
+    assert not Sampling(response_format={"type": "text"}).asks_for_json and not Sampling().asks_for_json
+    assert Sampling(response_format={"name": "r", "schema": SCHEMA}).asks_for_json
+
+
+def test_skip_model_check_from_the_flag_or_the_spec(tmp_path: Path) -> None:
+    base = dict(models=["base=m"], dataset="d.jsonl", grader="g.json")
+    assert build_spec(None, flag_overrides(**base)).skip_model_check is None
+    assert build_spec(None, flag_overrides(**base, skip_model_check=True)).skip_model_check is True
+    spec = build_spec(None, flag_overrides(**base, skip_model_check=True))
+    assert "skip_model_check = true" in to_toml(spec)
+    assert "skip_model_check" not in to_toml(build_spec(None, flag_overrides(**base)))
+
+
+def test_each_epoch_gets_its_own_seed() -> None:
+    from rfteval.providers.base import Sampling
+
+    seeded = Sampling(seed=41, temperature=1.0)
+    assert [seeded.for_epoch(e).seed for e in (1, 2, 3)] == [41, 42, 43]
+    assert seeded.for_epoch(1) is seeded and seeded.for_epoch(3).temperature == 1.0
+    assert Sampling().for_epoch(5).seed is None  # no seed unless asked

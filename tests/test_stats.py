@@ -334,3 +334,17 @@ def test_grouped_p_value_matches_exact_enumeration():
     sums = np.abs(stats.sign_flip_all(d))
     p_exact = float(np.mean(sums >= abs(d.sum()) - 1e-9))
     assert abs(p_mc - p_exact) < 4 * math.sqrt(p_exact * (1 - p_exact) / 10_000) + 1e-4
+
+
+def test_crossfit_win_tie_loss_counts_items_not_halves():
+    """An item chosen by both halves is one verdict (the mean of its two held-out differences), so W/T/L sums to
+    the items chosen, as on every other row: the demo's "4 items ... 6/0/0" summed to 6."""
+    rng = np.random.default_rng(3)
+    for seed in range(20):
+        base_a, base_b = rng.random(16), rng.random(16)
+        base_b[:4] = base_a[:4] = 0.0  # the same lowest items on both halves: chosen twice
+        cand = rng.random(16)
+        r = stats.crossfit_lowest_delta(base_a, base_b, cand, 0.25, seed=seed)
+        assert r["wins"] + r["ties"] + r["losses"] == r["selected"]
+    both = stats.crossfit_lowest_delta(np.array([0.0, 1, 1, 1]), np.array([0.0, 1, 1, 1]), np.array([1.0, 0, 0, 0]))
+    assert (both["wins"], both["ties"], both["losses"], both["selected"]) == (1, 0, 0, 1)

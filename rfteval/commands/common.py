@@ -98,6 +98,10 @@ JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="
 JUDGE_API = typer.Option("chat", "--judge-api", metavar="chat|responses", help="chat or responses.")
 JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
 JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+SKIP_JUDGE_MODEL_CHECK = typer.Option(
+    False, "--skip-model-check",
+    help="Do not check the judge model names against the judge endpoint's GET /models (for gateways that route "
+         "names they do not list).")
 UNSAFE_PYTHON_GRADERS = typer.Option(
     False, "--unsafe-python-graders",
     help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
@@ -129,6 +133,26 @@ def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api
 
     return Judge.from_settings(base_url, api_key_env, api, cache_path=cache_path, concurrency=concurrency,
                                model_override=model)
+
+
+def check_judge(judge: Any, config: GraderConfig, skip_model_check: bool) -> None:
+    """Before the first judge call is paid for, as `rfteval run` does (rfteval.providers.preflight): every judge
+    model the grader names (or --judge-model) must be one the judge endpoint lists, and --judge-api responses needs
+    its Responses API. One line, exit 2; the judge is closed then, as nothing else will close it."""
+    if judge is None:
+        return
+    from rfteval.errors import InputError
+    from rfteval.providers.preflight import judge_check, judge_models, preflight
+
+    models = judge_models(config, judge.model_override)
+    if not models:
+        return
+    try:
+        preflight([judge_check(judge.provider, models, overridden=bool(judge.model_override))],
+                  check_models=not skip_model_check)
+    except InputError:
+        judge.close()
+        raise
 
 
 PIPED_WIDTH = 120  # logs and CI: wide enough that the tables do not wrap

@@ -13,8 +13,10 @@ from rfteval.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     OutputFormat,
+    check_judge,
     command,
     make_judge,
     python_sandbox,
@@ -27,7 +29,8 @@ def grade(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
     outputs: Path = typer.Option(..., "--outputs",
-                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?} per line.'),
+                                 help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?, "output_tools"?, '
+                                      '"finish_reason"?, "reasoning_content"? | "reasoning"?} per line.'),
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
                                       "items that are then missing, with a warning."),
@@ -38,18 +41,25 @@ def grade(
                                          help="Exit 3 when more than this share of records failed to grade."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", metavar="table|json",
                                      help="table (text is an alias) or json."),
+    reasoning: str = typer.Option("strip", "--reasoning", metavar="strip|keep",
+                                  help="strip: graders see the answer after a leading think block (the thinking "
+                                       "goes to reasoning_text); keep: the output as written [default: strip]."),
+    think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
+                                                help="Think-block tags in the output [default: <think>,</think>]; "
+                                                     "repeat it for more pairs."),
     judge_base_url: str | None = JUDGE_BASE_URL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
     from rich.console import Console
 
     from rfteval.dataset import load_dataset
-    from rfteval.errors import InputErrors
+    from rfteval.errors import InputError, InputErrors
     from rfteval.graders import GradeOptions, load_grader
     from rfteval.graders.base import load_notes
     from rfteval.graders.checks import output_json_warning, preflight
@@ -57,10 +67,17 @@ def grade(
     from rfteval.grading import default_records_path, grade_outputs
     from rfteval.outfile import check_output, write_output
     from rfteval.outputs import Output, iter_outputs
+    from rfteval.reasoning import REASONING_MODES, parse_tags
     from rfteval.records import json_safe, write_jsonl
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.summary import records_frame, summarize_models
 
+    if reasoning not in REASONING_MODES:
+        raise InputError(f"expected strip or keep, got {reasoning!r}", field="--reasoning")
+    try:
+        tags = parse_tags(think_tags)
+    except ValueError as exc:
+        raise InputError(str(exc), field="--think-tags") from None
     path = check_output(out or default_records_path(outputs), inputs=[dataset, grader, outputs], flag="--out")
     data = load_dataset(dataset, skip_invalid=skip_invalid)
     if data.skipped:
@@ -83,8 +100,10 @@ def grade(
                   f"{outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})", err=True)
     options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
     try:
-        records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json)
+        records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json, reasoning=reasoning,
+                                tags=tags)
     finally:
         if judge is not None:
             judge.close()

@@ -14,7 +14,9 @@ from rfteval.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
+    check_judge,
     command,
     make_judge,
     python_sandbox,
@@ -150,6 +152,7 @@ def probe_grader(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     from rich.console import Console
@@ -168,6 +171,7 @@ def probe_grader(
     items = load_dataset(dataset).items[:limit]
     template = load_reference_template(reference_template) if reference_template is not None else None
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
     try:
         report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
                             options=_options(python_workers), judge=judge)

@@ -50,14 +50,17 @@ def run_command(
     top_p: float | None = typer.Option(None, "--top-p", metavar="X",
                                        help="Nucleus sampling for every model [default: the endpoint's]."),
     seed: int | None = typer.Option(None, "--seed", metavar="N",
-                                    help="Sampling seed sent with each request (each epoch is still its own cell)."),
+                                    help="Sampling seed: epoch E sends N + E - 1, so epochs stay independent "
+                                         "samples [default: no seed sent]."),
     reasoning_effort: str | None = typer.Option(None, "--reasoning-effort", metavar="LEVEL",
                                                 help="none, minimal, low, medium, high, xhigh or max (OpenAI's values; "
                                                      "not every model takes every one)."),
     max_output_tokens: int | None = typer.Option(None, "--max-output-tokens", metavar="N",
                                                  help="Output token limit per request, reasoning included."),
     response_format: Path | None = typer.Option(None, "--response-format", metavar="FILE",
-                                                   help="JSON schema file: structured outputs."),
+                                                   help="JSON schema file (structured outputs), or a file holding "
+                                                        '{"type": "json_object", ...} (JSON mode) or {"type": "text"}, '
+                                                        "sent as given."),
     max_error_rate: float | None = typer.Option(None, "--max-error-rate", metavar="X",
                                                    help="Exit 3 above this share of cells in error [default: 0.05]."),
     grader_timeout: float | None = typer.Option(None, "--grader-timeout", metavar="SECONDS",
@@ -76,6 +79,15 @@ def run_command(
                                                     help="Judge requests in flight [default: 16]."),
     group_models: bool | None = typer.Option(None, "--group-models/--no-group-models",
                                                 help="A group judge ranks every model's samples of an item together."),
+    reasoning: str | None = typer.Option(None, "--reasoning", metavar="strip|keep",
+                                         help="Reasoning models: graders see the answer apart from the thinking "
+                                              "(strip), or the content as sent (keep) [default: strip]."),
+    think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
+                                                help="Think-block tags in the content [default: <think>,</think>]; "
+                                                     "repeat it for more pairs."),
+    skip_model_check: bool = typer.Option(False, "--skip-model-check",
+                                          help="Do not check --model and judge names against the endpoint's GET "
+                                               "/models (for gateways that route names they do not list)."),
     readiness: bool = typer.Option(True, "--readiness/--no-readiness",
                                    help="Print an RFT-readiness verdict for models with 2+ epochs."),
     fresh: bool = typer.Option(False, "--fresh", help="Discard what --out holds and start over."),
@@ -119,7 +131,9 @@ def run_command(
         max_output_tokens=max_output_tokens, response_format=_s(response_format), max_error_rate=max_error_rate,
         grader_timeout=grader_timeout, grader_memory=grader_memory, judge_base_url=judge_base_url,
         judge_api_key_env=judge_api_key_env, judge_api=judge_api, judge_model=judge_model,
-        judge_concurrency=judge_concurrency, group_models=group_models,
+        judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning,
+        think_tags=think_tags or None,
+        skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
     )
     run_spec = build_spec(spec, overrides)
     from rfteval.errors import InputError, InputErrors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -12,7 +13,9 @@ from rfteval.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
+    check_judge,
     command,
     make_judge,
     python_sandbox,
@@ -57,6 +60,7 @@ def validate_grader(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
                                    "upload; a .py grader wrapped with its source) and nothing else."),
@@ -100,6 +104,7 @@ def validate_grader(
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     options = GradeOptions(python_timeout_s=grader_timeout)
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
     try:
         if repeat is None:
             from rfteval.reference import load_reference_template
@@ -139,5 +144,13 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
                f"out {spec.out_dir}")
     for run in runs:
         where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
-        rf = " (structured outputs)" if run.sampling.response_format else ""
-        typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{rf}")
+        typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{_format_label(run.sampling.response_format)}")
+
+
+def _format_label(response_format: dict[str, Any] | None) -> str:
+    """What the response format asks the server for, in the words servers' docs use: JSON mode (json_object, which
+    llama.cpp and Ollama have where they lack structured outputs) is not structured outputs, and text asks nothing."""
+    kind = (response_format or {}).get("type")
+    if response_format is None or kind == "text":
+        return ""
+    return " (JSON mode)" if kind == "json_object" else " (structured outputs)"

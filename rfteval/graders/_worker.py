@@ -51,7 +51,7 @@ TRACEBACK_CHARS = 4000
 MESSAGE_CHARS = 8000  # an error message as forwarded, at most
 RECORD_SLACK = MESSAGE_CHARS * 4 + 4096  # room per record beyond the output cap (UTF-8, JSON escapes)
 FLUSH_S = 0.05  # results go to rfteval at least this often while a request runs
-HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor
+HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor (as in sandbox.py)
 LOADED = -1  # the record index that says the source loaded (or why it did not)
 SIGALRM, ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -592,6 +592,14 @@ class Supervisor:
         self.encode = msgspec.json.encode
         self.pending: list[list[Any]] = []
         self.sent_at = time.monotonic()
+        self.oom_file: str | None = config.get("oom_file")  # the cgroup's OOM-kill count, bound in read-only
+        self.oom_fd = -1  # kept open: one pread per look (a child closes it with every fd above 2)
+        if self.oom_file is not None:
+            try:
+                self.oom_fd = os.open(self.oom_file, os.O_RDONLY)
+            except OSError:
+                self.oom_file = None
+        self.oom_seen = self.oom_kills()
 
     # -- replies to rfteval
 
@@ -611,6 +619,23 @@ class Supervisor:
             self.pending = []
             self.sent_at = now
 
+    def oom_kills(self) -> int:
+        """How many processes of this sandbox the kernel's OOM killer has ended (the cgroup's own count); 0 where
+        there is no cgroup. Read after a unit's results, so a kill is charged to the unit it happened in."""
+        if self.oom_fd < 0:
+            return 0
+        try:
+            text = os.pread(self.oom_fd, 4096, 0)  # a cgroup file is regenerated from offset 0 on every read
+        except OSError:
+            return 0
+        at = text.find(b"oom_kill ")
+        if at < 0:
+            return 0
+        try:
+            return int(text[at + 9:].split(b"\n", 1)[0])
+        except ValueError:
+            return 0
+
     # -- a source
 
     def code_for(self, key: str, source: str | None) -> Any:
@@ -623,11 +648,12 @@ class Supervisor:
         try:
             code = compile(source, filename, "exec", dont_inherit=True)  # no __future__ flags leak from here
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-            return PYTHON_RUNTIME, f"the grader source does not compile: {exc}"[:MESSAGE_CHARS]
+            failed = self.codes[key] = (PYTHON_RUNTIME, f"the grader source does not compile: {exc}"[:MESSAGE_CHARS])
+            return failed  # kept: the grade request after "prepare" comes without the source
         import linecache
 
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show lines
-        preimport(imported_modules(source))
+        preimport(imported_modules(source))  # silent: rfteval allows a "prepare" request PREPARE_TIMEOUT_S
         warm_up()
         gc.collect()
         gc.freeze()  # a child's collections then never touch (and copy) the template's objects
@@ -684,7 +710,7 @@ class Supervisor:
                     results, read, offset, expected, failure = self.take(region, read, offset, count, used,
                                                                          expected, start, len(samples))
                     if results:
-                        self.emit(results)
+                        self.emit(self.charge_oom(results))
                     deadline_from = time.monotonic()
                     if failure is not None:
                         break
@@ -703,7 +729,9 @@ class Supervisor:
                 os.close(pidfd)
             region.close()
         done = start if expected == LOADED else expected
+        kills = self.oom_kills() if self.oom_file is not None else 0
         if done >= len(samples) and failure is None:
+            self.oom_seen = kills  # an orphan's kill after the last result: never charged to the next unit
             os.close(out_fd)
             return done
         output = read_output(out_fd, self.cap)
@@ -711,11 +739,35 @@ class Supervisor:
         if failure is None:
             where = "while loading the grader source" if expected == LOADED else "during grade()"
             failure = (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} {where}")
+        if kills > self.oom_seen:  # a process of the unit was OOM-killed: that, not what followed, is the cause
+            failure = (PYTHON_MEMORY, self.oom_message("loading the grader source" if expected == LOADED
+                                                       else "grade()"))
+        self.oom_seen = kills
         if expected == LOADED:  # the source itself: no sample has run in this child yet
             self.broken[key] = failure
             return start
         self.emit([[0.0, failure[0], failure[1], output]])
         return done + 1
+
+    def charge_oom(self, results: list[list[Any]]) -> list[list[Any]]:
+        """Results just read from a child, as memory errors when the cgroup's OOM killer ended a process since
+        the last results were read: the unit's processes together went past the limit (each one alone may be
+        under its own), and one of these samples did it. Only this unit's samples can be charged: the count is
+        read again before the next unit starts."""
+        if self.oom_file is None:
+            return results
+        kills = self.oom_kills()
+        if kills <= self.oom_seen:
+            return results
+        self.oom_seen = kills
+        message = self.oom_message("grade()")
+        return [row if row[1] == PYTHON_MEMORY else [0.0, PYTHON_MEMORY, message, row[3]]
+                for row in results]
+
+    @staticmethod
+    def oom_message(what: str) -> str:
+        return (f"{what} ran out of memory: the unit's processes together went past its limit of "
+                f"{LIMITS['memory']} and the kernel's OOM killer ended one")
 
     def stuck_message(self, expected: int) -> str:
         what = "loading the grader source" if expected == LOADED else "grade()"
@@ -845,23 +897,32 @@ class Supervisor:
                     os.waitpid(-1, 0)
                 except ChildProcessError:
                     break
+            self.beat()
         for directory in (self.workdir, "/dev/shm") if self.pid_namespace else (self.workdir,):
             try:
-                clear_directory(directory, os.stat(directory).st_dev)
+                clear_directory(directory, os.stat(directory).st_dev, self.beat)
             except OSError:
                 continue
 
+    def beat(self) -> None:
+        """A heartbeat if one is due: clean-up can take a while (a unit may leave 100,000 files in /tmp), and
+        rfteval kills a sandbox that is silent for a few beats. (No thread beats for us: with the threading
+        module in the template, every child would run its after-fork hook: more faults a unit, bench/README.md.)"""
+        if time.monotonic() - self.sent_at > HEARTBEAT_S:
+            self.flush(False, heartbeat=True)
 
-def clear_directory(path: str, device: int) -> None:
+
+def clear_directory(path: str, device: int, beat: Callable[[], None] = lambda: None) -> None:
     """Remove what a unit left in `path`, staying on its filesystem: a read-only bind inside it (the interpreter
     or a checkout that lives under /tmp, as a CI clone may) is another device and is neither walked nor touched."""
     for entry in os.scandir(path):
+        beat()
         try:
             info = entry.stat(follow_symlinks=False)
             if stat.S_ISDIR(info.st_mode):
                 if info.st_dev != device:
                     continue
-                clear_directory(entry.path, device)
+                clear_directory(entry.path, device, beat)
                 os.rmdir(entry.path)  # refused while it still holds a bind: the directories above it stay
             else:
                 os.unlink(entry.path)
@@ -938,6 +999,9 @@ def main(argv: list[str]) -> int:
         request = marshal.loads(message)
         if request[0] == "grade":
             supervisor.grade(request)
+        elif request[0] == "prepare":  # load a source's imports; rfteval then sets the memory limit above them
+            supervisor.code_for(request[1], request[2])
+            supervisor.flush(True)
 
 
 if __name__ == "__main__":

@@ -177,8 +177,15 @@ _FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.S)
 
 
 def parse_json_answer(text: str) -> Any:
-    """The judge's JSON answer; lenient (code fences, prose around one object) for servers without strict mode."""
-    t = (text or "").strip()
+    """The judge's JSON answer; lenient (code fences, prose around one object) for servers without strict mode.
+
+    A reasoning judge served without a reasoning parser (Qwen3, DeepSeek-R1 distills on vLLM or SGLang) thinks in
+    its content: the leading think block is dropped first, since braces inside the thinking would otherwise be
+    taken for the answer. Raw control characters inside strings (llama.cpp's JSON grammar allows them) are
+    accepted as a last resort."""
+    from rfteval.reasoning import answer_text
+
+    t = answer_text(text or "").strip()
     candidates = [t]
     m = _FENCE.match(t)
     if m:
@@ -186,11 +193,12 @@ def parse_json_answer(text: str) -> Any:
     start, end = t.find("{"), t.rfind("}")
     if 0 <= start < end:
         candidates.append(t[start : end + 1])
-    for c in candidates:
-        try:
-            return json.loads(c)
-        except ValueError:
-            continue
+    for strict in (True, False):
+        for c in candidates:
+            try:
+                return json.loads(c, strict=strict)
+            except ValueError:
+                continue
     return None
 
 

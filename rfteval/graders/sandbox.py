@@ -73,7 +73,16 @@ ENV_ALLOWED = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED", "PYTHONIOENCO
 ENV_ALLOWED_PREFIXES = ("LC_",)
 SANDBOX_TMP = "/tmp"
 SHM_BYTES = 64 << 20
-TEMPLATE_BYTES = 512 << 20  # the cgroup's room for the supervisor and its pre-imported packages
+TEMPLATE_BYTES = 512 << 20  # the cgroup's room for the supervisor while it imports a source's packages
+TMP_MARGIN = 64 << 20  # under a cgroup, /tmp is this much smaller than --grader-memory less /dev/shm
+CHILD_SLACK = 32 << 20  # beyond the template and --grader-memory: a child's page tables and copied template pages
+HEARTBEAT_S = 1.0  # the supervisor's beat (as in _worker.py): a frame at least this often, at most twice this apart
+SILENCE_S = 6.0  # a few missed beats: a sandbox silent this long was stopped or is stuck, whatever the grader's limit
+PREPARE_TIMEOUT_S = 60.0  # a new source's imports, before any grader code runs: nothing there can stop the supervisor
+CGROUP_ROOT_ENV = "RFTEVAL_CGROUP_ROOT"  # tests only: where cgroups are mounted (a path that is not writable, say)
+HOST_FACTS_ENV = "RFTEVAL_HOST_FACTS_ROOT"  # tests only: what stands for / when a refusal is explained (sysctls)
+UNSAFE_HINT = ("or pass --unsafe-python-graders, which gives up the namespaces, seccomp and filesystem isolation "
+               "(grader code sees this machine's files and network, and its processes can outlive a unit)")
 MAX_ZERO_PROGRESS = 8  # supervisor failures in a row with no result in between before a batch gives up
 
 _Reply = tuple[bool, list[tuple[float, str | None, str | None, str | None]]]
@@ -293,46 +302,99 @@ class _StartError(Exception):
 
 
 class _Cgroup:
-    """A cgroup for one sandbox (memory and process limits for everything in it), v1 or v2, or none."""
+    """A cgroup for one sandbox (memory and process limits for everything in it), v1 or v2, or none.
 
-    def __init__(self, dirs: list[str]):
+    Its memory limit is the grader memory above what the template holds: set high while the supervisor imports a
+    source's packages, then `fit` to the template's own resident memory + --grader-memory + a child's slack, so
+    everything a unit's processes hold together (their /tmp and /dev/shm pages too) is held to --grader-memory."""
+
+    def __init__(self, dirs: list[str], version: str = "v2"):
         self.dirs = dirs
+        self.version = version
 
     @property
     def procs(self) -> list[str]:
         return [os.path.join(d, "cgroup.procs") for d in self.dirs]
 
+    @property
+    def oom_file(self) -> str | None:
+        """The file whose `oom_kill N` line counts the OOM killer's kills here."""
+        if not self.dirs:
+            return None
+        return os.path.join(self.dirs[0], "memory.oom_control" if self.version == "v1" else "memory.events")
+
     @classmethod
     def make(cls, name: str, memory_bytes: int | None, pids: int) -> _Cgroup | None:
         made: list[str] = []
+        parents = _cgroup_parents()
         try:
             for controller, settings in _cgroup_layout(memory_bytes, pids):
                 path = os.path.join(controller, name)
                 os.mkdir(path)
                 made.append(path)
                 for file, value in settings.items():
+                    if file.startswith("memory.memsw.") and not os.path.exists(os.path.join(path, file)):
+                        continue  # swap accounting off (a kernel option): swap is then not the cgroup's to give
                     with open(os.path.join(path, file), "w") as fh:
                         fh.write(value)
         except OSError:
             cls(made).remove()
             return None
-        return cls(made) if made else None
+        return cls(made, parents[0] if parents else "v2") if made else None
+
+    def _read(self, name: str) -> str:
+        return Path(self.dirs[0], name).read_text()
+
+    def resident(self) -> int:
+        """What the cgroup's processes hold that the kernel cannot simply drop: its usage without the file
+        cache (the packages' files read at import), which reclaim takes back under the limit anyway."""
+        v1 = self.version == "v1"
+        usage = int(self._read("memory.usage_in_bytes" if v1 else "memory.current"))
+        stat = dict(line.split() for line in self._read("memory.stat").splitlines() if line.count(" ") == 1)
+        prefix = "total_" if v1 else ""
+        cache = sum(int(stat.get(f"{prefix}{k}", 0)) for k in ("active_file", "inactive_file"))
+        return max(0, usage - cache)
+
+    def set_memory(self, limit: int) -> None:
+        """The memory limit (and no swap beyond it). v1 wants memsw >= limit at every moment: when one order is
+        refused, the other is right."""
+        if self.version == "v1":
+            files = ["memory.limit_in_bytes"]
+            if os.path.exists(os.path.join(self.dirs[0], "memory.memsw.limit_in_bytes")):
+                files.append("memory.memsw.limit_in_bytes")
+        else:
+            files = ["memory.max"]
+        for order in (files, files[::-1]):
+            try:
+                for name in order:
+                    with open(os.path.join(self.dirs[0], name), "w") as fh:
+                        fh.write(str(limit))
+                return
+            except OSError:
+                continue
+        raise OSError(f"the sandbox's cgroup refused a memory limit of {limit} bytes")
+
+    def fit(self, memory_bytes: int, room: int) -> int:
+        """Set the limit to the template's resident memory + `room`; returns the limit."""
+        limit = self.resident() + memory_bytes + room
+        self.set_memory(limit)
+        return limit
 
     def oom_kills(self) -> int:
         """How many processes the kernel's OOM killer has killed in this cgroup so far (memory.oom_control on v1,
         memory.events on v2; 0 where neither says)."""
-        total = 0
-        for d in self.dirs:
-            for name in ("memory.events", "memory.oom_control"):
-                try:
-                    text = Path(d, name).read_text()
-                except OSError:
-                    continue
-                for line in text.splitlines():
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill" and value.strip().isdigit():
-                        total += int(value)
-        return total
+        path = self.oom_file
+        if path is None:
+            return 0
+        try:
+            text = Path(path).read_text()
+        except OSError:
+            return 0
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+        return 0
 
     def remove(self) -> None:
         for path in reversed(self.dirs):
@@ -344,6 +406,10 @@ class _Cgroup:
                     break
                 except OSError:
                     time.sleep(0.02)  # its last processes are still being torn down
+
+
+def cgroup_root() -> str:
+    return os.environ.get(CGROUP_ROOT_ENV) or "/sys/fs/cgroup"
 
 
 @functools.lru_cache(maxsize=1)
@@ -359,21 +425,33 @@ def _cgroup_parents() -> tuple[str, str, str] | None:
         if len(parts) == 3:
             for controller in parts[1].split(",") if parts[1] else ["unified"]:
                 own[controller] = parts[2]
-    base = "/sys/fs/cgroup"
+    base = cgroup_root()
     if "memory" in own and "pids" in own:
         memory = os.path.join(base, "memory", own["memory"].lstrip("/"))
         pids = os.path.join(base, "pids", own["pids"].lstrip("/"))
-        if os.access(memory, os.W_OK) and os.access(pids, os.W_OK):
+        if _writable_dir(memory) and _writable_dir(pids):
             return "v1", memory, pids
     if "unified" in own:
-        unified = os.path.join(base, own["unified"].lstrip("/"))
-        try:
-            enabled = Path(unified, "cgroup.subtree_control").read_text().split()
-        except OSError:
-            return None
-        if {"memory", "pids"} <= set(enabled) and os.access(unified, os.W_OK):
-            return "v2", unified, ""
+        for unified in (os.path.join(base, own["unified"].lstrip("/")),
+                        os.path.join(base, "unified", own["unified"].lstrip("/"))):
+            try:
+                enabled = Path(unified, "cgroup.subtree_control").read_text().split()
+            except OSError:
+                continue
+            if {"memory", "pids"} <= set(enabled) and _writable_dir(unified):
+                return "v2", unified, ""
     return None
+
+
+def _writable_dir(path: str) -> bool:
+    """A cgroup directory this process may create children in: os.access says yes to root on any directory, so
+    a read-only mount (Docker's default /sys/fs/cgroup) is checked for too."""
+    if not (os.path.isdir(path) and os.access(path, os.W_OK)):
+        return False
+    try:
+        return not os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        return False
 
 
 def _cgroup_layout(memory_bytes: int | None, pids: int) -> list[tuple[str, dict[str, str]]]:
@@ -422,9 +500,23 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", 
              "/etc/mime.types")
 
 
-def bwrap_args(tmp_bytes: int, seccomp_fd: int) -> list[str]:
+OOM_FILE = "/.rfteval-oom"  # inside the sandbox: the cgroup's OOM-kill count, bound read-only
+
+
+def tmp_bytes(settings: _Settings, cgroup: bool) -> int:
+    """The size of the sandbox's /tmp: --disk, and under a cgroup (where its pages count against --grader-memory)
+    at most --grader-memory less /dev/shm and TMP_MARGIN, so that filling /tmp is a full disk (ENOSPC), not an
+    OOM kill of whatever process the kernel picks."""
+    size = settings.disk_mb << 20
+    if cgroup and settings.memory_mb:
+        size = min(size, max(16 << 20, (settings.memory_mb << 20) - SHM_BYTES - TMP_MARGIN))
+    return size
+
+
+def bwrap_args(tmp_bytes: int, seccomp_fd: int, oom_file: str | None = None) -> list[str]:
     """bubblewrap's arguments: every namespace, no capabilities, a read-only root of system directories, the
-    interpreter and packages; a size-limited /tmp and /dev/shm; a fresh /proc of the sandbox's own processes."""
+    interpreter and packages; a size-limited /tmp and /dev/shm; a fresh /proc of the sandbox's own processes;
+    the cgroup's OOM-kill count (read-only: the supervisor charges a kill to the unit it happened in)."""
     args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--disable-userns",
             "--cap-drop", "ALL"]
     for path in SYSTEM_DIRS:
@@ -443,6 +535,8 @@ def bwrap_args(tmp_bytes: int, seccomp_fd: int) -> list[str]:
             under_tmp += ["--ro-bind", path, path]
         else:
             args += ["--ro-bind", path, path]
+    if oom_file is not None:
+        args += ["--ro-bind", oom_file, OOM_FILE]
     args += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
              "--remount-ro", "/dev", "--size", str(tmp_bytes), "--tmpfs", SANDBOX_TMP, *under_tmp,
              "--remount-ro", "/", "--chdir", SANDBOX_TMP, "--seccomp", str(seccomp_fd)]
@@ -473,20 +567,21 @@ def host() -> Host:
 
 
 def _probe_host() -> Host:
-    bwrap = shutil.which("bwrap")
-    cgroup = _cgroup_parents() is not None
+    """Each step the sandbox needs, in order; the first that fails is the one line's reason, with its remedy."""
     if not sys.platform.startswith("linux"):
         return Host(None, False, f"the python grader sandbox needs Linux (this is {sys.platform})")
+    bwrap = shutil.which("bwrap")
+    cgroup = _cgroup_parents() is not None
     if bwrap is None:
-        return Host(None, cgroup,
-                    "bubblewrap (bwrap) is not installed: `apt-get install bubblewrap`, or `make sandbox`")
+        return Host(None, cgroup, "bubblewrap (bwrap) is not installed: install it as root with `apt-get install "
+                                  "bubblewrap` (or `make sandbox`)")
     try:
         program = _seccomp_program()
     except Exception as exc:  # noqa: BLE001
-        return Host(bwrap, cgroup, f"the seccomp filter could not be built: {exc}")
+        return Host(bwrap, cgroup, f"seccomp is unavailable: the filter could not be built ({exc}); install "
+                                   "libseccomp2 as root (`apt-get install libseccomp2`)")
     if os.getuid() == 0 and not cgroup:
-        return Host(bwrap, cgroup, "running as root with no writable cgroup (memory, pids): the unit's process "
-                                   "count cannot be limited (RLIMIT_NPROC does not bind root)")
+        return Host(bwrap, cgroup, no_cgroup_reason())
     read_fd, write_fd = os.pipe()
     os.write(write_fd, program)
     os.close(write_fd)
@@ -499,8 +594,78 @@ def _probe_host() -> Host:
         os.close(read_fd)
     if proc.returncode != 0:
         text = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
-        return Host(bwrap, cgroup, f"bubblewrap refused here: {text[-1] if text else f'exit {proc.returncode}'}")
+        return Host(bwrap, cgroup, refusal_reason(text[-1] if text else f"exit code {proc.returncode}",
+                                                  host_facts()))
     return Host(bwrap, cgroup, None)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What decides which remedy a refusal gets: the sysctls that restrict user namespaces, and a container."""
+
+    apparmor_restricts_userns: bool = False  # Ubuntu 23.10+: kernel.apparmor_restrict_unprivileged_userns=1
+    userns_clone_off: bool = False  # Debian's older kernels: kernel.unprivileged_userns_clone=0
+    no_user_namespaces: bool = False  # user.max_user_namespaces=0 (RHEL-likes' switch)
+    container: bool = False  # Docker (/.dockerenv) or podman (/run/.containerenv)
+
+
+def host_facts() -> HostFacts:
+    root = os.environ.get(HOST_FACTS_ENV) or "/"
+
+    def sysctl(name: str) -> str | None:
+        try:
+            return Path(root, "proc", "sys", *name.split(".")).read_text().strip()
+        except OSError:
+            return None
+
+    return HostFacts(apparmor_restricts_userns=sysctl("kernel.apparmor_restrict_unprivileged_userns") == "1",
+                     userns_clone_off=sysctl("kernel.unprivileged_userns_clone") == "0",
+                     no_user_namespaces=sysctl("user.max_user_namespaces") == "0",
+                     container=any(os.path.exists(os.path.join(root, p)) for p in (".dockerenv", "run/.containerenv")))
+
+
+DOCKER_REMEDY = ("run the container with `--security-opt seccomp=unconfined --security-opt apparmor=unconfined` "
+                 "(Docker's default seccomp and AppArmor profiles refuse new namespaces and mounts)")
+APPARMOR_REMEDY = ("allow them with `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, or load an "
+                   "AppArmor profile that lets /usr/bin/bwrap create them (docs/sandbox.md, \"CI hosts\")")
+
+
+def refusal_reason(message: str, facts: HostFacts) -> str:
+    """One line for bubblewrap's refusal (`message`, its last line of stderr): which step failed and the remedy
+    for this host. A pure function of the message and the host's facts, so each cause is tested on its own."""
+    said = f"(bwrap: {message.removeprefix('bwrap: ').strip()[:300]})"
+    low = message.lower()
+    if "seccomp" in low:
+        return (f"seccomp is unavailable: the kernel refused the sandbox's seccomp filter {said}; run on a kernel "
+                "with CONFIG_SECCOMP_FILTER" + (f", and {DOCKER_REMEDY}" if facts.container else ""))
+    namespace = any(word in low for word in ("namespace", "uid map", "uid_map", "gid map", "setgroups"))
+    if namespace:
+        if facts.apparmor_restricts_userns:
+            return f"user namespaces are refused by AppArmor (Ubuntu 24.04's default) {said}: {APPARMOR_REMEDY}"
+        if facts.userns_clone_off:
+            return (f"user namespaces are refused by the kernel {said}: allow them with "
+                    "`sudo sysctl -w kernel.unprivileged_userns_clone=1`")
+        if facts.no_user_namespaces:
+            return (f"user namespaces are refused by the kernel {said}: allow them with "
+                    "`sudo sysctl -w user.max_user_namespaces=15000`")
+        if facts.container:
+            return f"user namespaces are refused in this container {said}: {DOCKER_REMEDY}"
+        return (f"user namespaces are refused by the kernel or a security module {said}: allow unprivileged user "
+                "namespaces (docs/sandbox.md, \"CI hosts\")")
+    if any(word in low for word in ("mount", "pivot_root", "remount", "make / slave")):
+        where = "in this container" if facts.container else "on this host"
+        remedy = DOCKER_REMEDY if facts.container else "allow mounts in new user namespaces (docs/sandbox.md)"
+        return f"bubblewrap cannot mount the sandbox's filesystem {where} {said}: {remedy}"
+    return f"bubblewrap refused here {said}"
+
+
+def no_cgroup_reason() -> str:
+    """Root with no cgroup it may create: RLIMIT_NPROC does not bind root, so a unit's processes are unbounded."""
+    base = cgroup_root()
+    return (f"no writable cgroup under {base} (memory and pids controllers), and as root the unit's process "
+            "count cannot be limited otherwise (RLIMIT_NPROC does not bind root): run rfteval as a normal user "
+            "(RLIMIT_NPROC binds then; in Docker `--user 1000`), or give root a writable, delegated cgroup "
+            "(`systemd-run --scope -p Delegate=yes rfteval ...`)")
 
 
 def sandbox_problem() -> str | None:
@@ -508,9 +673,19 @@ def sandbox_problem() -> str | None:
     if POLICY.unsafe:
         return None
     refused = host().refused
-    return None if refused is None else f"{refused}; pass --unsafe-python-graders to run python graders without it"
+    return None if refused is None else f"{refused}; {UNSAFE_HINT}"
 
 
+_NOTED: set[str] = set()
+
+
+def note_once(text: str) -> None:
+    """One line on stderr, once per process (logging's last resort prints it when no handler is configured)."""
+    if text not in _NOTED:
+        _NOTED.add(text)
+        import logging
+
+        logging.getLogger("rfteval.sandbox").warning(text)
 
 
 # ---------------------------------------------------------------- one supervisor
@@ -543,6 +718,7 @@ class _Sandbox:
         self.sources: set[str] = set()
         self.buffer = bytearray()
         self.oom_seen = 0  # the cgroup's OOM kills already accounted for
+        self.memory_limit: int | None = None  # the cgroup's limit once fitted (for tests and diagnostics)
 
     def start(self) -> None:
         s = self.settings
@@ -553,10 +729,24 @@ class _Sandbox:
         self.dir = tempfile.mkdtemp(prefix="rfteval-grader-")
         workdir = SANDBOX_TMP if sandboxed else os.path.join(self.dir, "tmp")
         os.makedirs(workdir, exist_ok=True)
+        if found.cgroup:
+            _Sandbox.counter += 1
+            # room for the template's imports until the first source is prepared, when it is fitted (_prepare)
+            memory = (s.memory_mb << 20) + TEMPLATE_BYTES if s.memory_mb else None
+            self.cgroup = _Cgroup.make(f"rfteval-{os.getpid()}-{_Sandbox.counter}", memory, s.processes)
+            if self.cgroup is None and not s.unsafe:
+                self.stop()
+                raise SandboxUnavailable(f"could not create the sandbox's cgroup under {cgroup_root()}; "
+                                         f"{UNSAFE_HINT}")
+        if self.cgroup is None and s.memory_mb:
+            note_once(f"rfteval: no cgroup here, so --grader-memory {s.memory_mb} MB is a limit per process "
+                      "(RLIMIT_AS): a grader that forks can hold more than that in all")
+        oom_host = self.cgroup.oom_file if self.cgroup is not None and s.memory_mb else None
         config = {"timeout_s": s.timeout_s, "grace_s": grace_s(s.timeout_s), "memory_mb": s.memory_mb,
                   "stdout_cap": STDOUT_CAP, "workdir": workdir, "pid_namespace": sandboxed,
                   "outdir": "/dev/shm" if sandboxed else workdir,
-                  "file_bytes": s.disk_mb << 20, "nproc": None if found.cgroup else s.processes}
+                  "file_bytes": s.disk_mb << 20, "nproc": None if found.cgroup else s.processes,
+                  "oom_file": (OOM_FILE if sandboxed else oom_host) if oom_host else None}
         env = worker_env()
         if not sandboxed:
             env.update(HOME=workdir, TMPDIR=workdir)
@@ -568,21 +758,13 @@ class _Sandbox:
             os.write(write_fd, _seccomp_program())
             os.close(write_fd)
             pass_fds = (read_fd,)
-            command = [found.bwrap or "bwrap", *bwrap_args(s.disk_mb << 20, read_fd), "--", *command]
-        if found.cgroup:
-            _Sandbox.counter += 1
-            # the unit's memory, its /tmp (tmpfs pages are memory) and the template's own
-            memory = (s.memory_mb << 20) + (s.disk_mb << 20) + TEMPLATE_BYTES if s.memory_mb else None
-            self.cgroup = _Cgroup.make(f"rfteval-{os.getpid()}-{_Sandbox.counter}", memory, s.processes)
-            if self.cgroup is None and not s.unsafe:
-                self.stop()
-                raise SandboxUnavailable("could not create the sandbox's cgroup; pass --unsafe-python-graders "
-                                         "to run python graders without it")
-            if self.cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing starts outside
-                procs = self.cgroup.procs
-                script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; '
-                          'exec "$@"')
-                command = ["/bin/sh", "-c", script, "sh", str(len(procs)), *procs, *command]
+            command = [found.bwrap or "bwrap", *bwrap_args(tmp_bytes(s, self.cgroup is not None), read_fd, oom_host),
+                       "--", *command]
+        if self.cgroup is not None:  # the shell joins the cgroup, then becomes bwrap: nothing starts outside
+            procs = self.cgroup.procs
+            script = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; '
+                      'exec "$@"')
+            command = ["/bin/sh", "-c", script, "sh", str(len(procs)), *procs, *command]
         try:
             with open(os.path.join(self.dir, ".startup"), "wb") as err:
                 self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
@@ -681,15 +863,16 @@ class _Sandbox:
                 buf += chunk
                 last = time.monotonic()
                 continue
-            raise _Failure(PYTHON_TIMEOUT, f"the grader's sandbox stopped answering for {silence_s:g} s while grading "
-                                           "this sample; it was killed")
+            raise _Failure(PYTHON_TIMEOUT, f"the grader's sandbox sent no heartbeat for {silence_s:g} s (its "
+                                           "supervisor was stopped or is stuck) while grading this sample; it "
+                                           "was killed")
 
     def memory_killed(self, result: GradeResult) -> GradeResult:
-        """A sample whose process died of SIGKILL, as a memory error naming the limit when the cgroup's OOM killer
-        did it (the supervisor inside cannot tell that kill from any other). Checked only for such results."""
+        """The sample a supervisor died on, as a memory error naming the limit when the cgroup's OOM killer has
+        killed since the last kill accounted for: the kernel may pick the supervisor itself when /tmp pages and
+        many small processes fill the unit's limit. (A child's OOM kill the supervisor charges itself.)"""
         error = result.error
-        if (error is None or self.cgroup is None or error.type not in (PYTHON_RUNTIME, PYTHON_SERVER)
-                or "SIGKILL" not in error.message):
+        if error is None or self.cgroup is None or error.type not in (PYTHON_RUNTIME, PYTHON_SERVER):
             return result
         kills = self.cgroup.oom_kills()
         if kills <= self.oom_seen:
@@ -700,6 +883,26 @@ class _Sandbox:
         return GradeResult.failed(PYTHON_MEMORY, f"{what} ran out of memory (limit {limit} for the unit and every "
                                                  "process it started): the kernel's OOM killer ended it",
                                   stdout=result.stdout)
+
+    def prepare(self, key: str, source: str) -> None:
+        """Have the supervisor import what a new source imports, then fit the cgroup's memory limit above the
+        template it made: --grader-memory is then what a unit's processes may hold together, not the template."""
+        memory = (self.settings.memory_mb or 0) << 20
+        if self.cgroup is not None and memory:
+            try:
+                self.cgroup.set_memory(self.cgroup.resident() + memory + TEMPLATE_BYTES)  # room for the imports
+            except (OSError, ValueError):
+                pass  # the limit from before stays: tighter, never looser
+        self.send(marshal.dumps(("prepare", key, source)))
+        self.sources.add(key)
+        finished = False
+        while not finished:
+            _, finished = decode_reply(self.receive(PREPARE_TIMEOUT_S), 0, 0)
+        if self.cgroup is not None and memory:
+            try:
+                self.memory_limit = self.cgroup.fit(memory, CHILD_SLACK)
+            except (OSError, ValueError) as exc:
+                raise _Failure(PYTHON_SERVER, f"the sandbox's memory limit could not be set ({exc})") from None
 
     def request(self, key: str, source: str, units: list[tuple[bytes, list[Any]]]) -> bytes:
         sent_source = None if key in self.sources else source
@@ -805,8 +1008,7 @@ class WorkerPool:
         if not pairs:
             return []
         if not self.unsafe and host().refused is not None:
-            raise SandboxUnavailable(f"{host().refused}; pass --unsafe-python-graders to run python graders "
-                                     "without the sandbox")
+            raise SandboxUnavailable(f"{host().refused}; {UNSAFE_HINT}")
         key = self._key(source)
         if units is None:
             units = declared_units(len(pairs))
@@ -938,7 +1140,6 @@ class WorkerPool:
             units.append((pos, blob, [pack(task.pairs[i][0]) for i in unit]))
             pos += len(unit)
         results: list[Outcome] = []
-        silence = self.timeout_s + 2 * grace_s(self.timeout_s) + 5.0
         failures = 0
         while len(results) < len(flat):
             done = len(results)
@@ -952,12 +1153,16 @@ class WorkerPool:
                     box.start()
                 elif box.cgroup is not None:  # OOM kills of earlier batches are theirs (a helper's, say)
                     box.oom_seen = box.cgroup.oom_kills()
+                if task.key not in box.sources:
+                    box.prepare(task.key, task.source)
                 box.send(box.request(task.key, task.source, remaining))
                 finished = False
                 while not finished:
-                    part, finished = decode_reply(box.receive(silence), len(results), len(flat))
-                    results += [box.memory_killed(r) if isinstance(r, GradeResult) and r.error is not None else r
-                                for r in part]
+                    part, finished = decode_reply(box.receive(SILENCE_S), len(results), len(flat))
+                    results += part
+                    if box.cgroup is not None and any(isinstance(r, GradeResult) and r.error is not None
+                                                      and r.error.type == PYTHON_MEMORY for r in part):
+                        box.oom_seen = box.cgroup.oom_kills()  # the supervisor charged those kills already
                     if part:
                         failures = 0
             except _StartError as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 ErrorKind = Literal[
@@ -84,7 +84,27 @@ class Sampling:
     seed: int | None = None
     reasoning_effort: str | None = None
     max_output_tokens: int | None = None
-    response_format: dict[str, Any] | None = None  # a JSON schema wrapper: {"name", "schema", "strict"?}
+    # a JSON schema wrapper {"name", "schema", "strict"?} (structured outputs), or a format sent as the user gave
+    # it: {"type": "json_object", ...any keys the server takes, e.g. llama.cpp's "schema"} or {"type": "text"}
+    response_format: dict[str, Any] | None = None
+
+    @property
+    def asks_for_json(self) -> bool:
+        """Whether the response format asks for JSON (json_schema or json_object): then sample.output_json is
+        filled, leniently parsed, as OpenAI fills it for a job with a response_format."""
+        return asks_for_json(self.response_format)
+
+    def for_epoch(self, epoch: int) -> Sampling:
+        """The sampling of one epoch: a given seed S becomes S + epoch - 1, so each epoch is its own sample (a
+        server that honours seeds would otherwise return the same output N times) and epoch 1 keeps S itself.
+        No seed given: none is sent, in any epoch."""
+        if self.seed is None or epoch == 1:
+            return self
+        return replace(self, seed=self.seed + epoch - 1)
+
+
+def asks_for_json(response_format: dict[str, Any] | None) -> bool:
+    return bool(response_format) and (response_format or {}).get("type") != "text"
 
 
 @dataclass(frozen=True)
@@ -93,6 +113,7 @@ class GenerationRequest:
     messages: list[dict[str, Any]]
     sampling: Sampling = field(default_factory=Sampling)
     tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None  # the item's own (a dataset field); None: "auto" whenever tools are given
     item_id: str = ""
     epoch: int = 1
 
@@ -109,6 +130,11 @@ class Generation:
     call_id: str | None = None  # judge answers: the judge-cache key of the call that produced it
     rate: RateInfo | None = None  # the answer's rate-limit headers, for adaptive concurrency
     tier: str | None = None  # the service tier that served it ("flex" bills at batch prices)
+    # The thinking a reasoning model's server sent apart from the content (reasoning_content / reasoning, the
+    # Responses API's reasoning summaries): None when it sent none, "" for reasoning it did not show. output_text
+    # stays the content as sent; rfteval.reasoning splits the answer out at grading time, so --reasoning can change
+    # on a resumed run without re-sending anything.
+    reasoning: str | None = None
 
 
 class Provider(Protocol):

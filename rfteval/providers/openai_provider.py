@@ -5,22 +5,37 @@ from __future__ import annotations
 import asyncio
 import copy
 import email.utils
+import errno
 import functools
 import json
+import logging
 import os
 import re
+import socket
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 from rfteval.errors import InputError
-from rfteval.providers.base import ErrorKind, Generation, GenerationRequest, ProviderError, RateInfo
+from rfteval.providers.base import (
+    ErrorKind,
+    Generation,
+    GenerationRequest,
+    ProviderError,
+    RateInfo,
+    asks_for_json,
+)
 from rfteval.sample import parse_output_json
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, the test server) accept any key
 SERVICE_TIERS = ("auto", "default", "flex", "priority")
 TRANSPORTS = ("aiohttp", "httpx")
+# The output limit's two spellings: OpenAI's current one, and the one llama.cpp's server (and older servers) read
+LIMIT_KEYS = ("max_completion_tokens", "max_tokens")
+PROBE_TIMEOUT_S = 3.0  # the preflight's GET /models and API probes: a server that does not answer is skipped
+log = logging.getLogger("rfteval")
 
 
 def _is_openai_url(base_url: str) -> bool:
@@ -111,6 +126,13 @@ class OpenAIProvider:
 
         self._raw_response = httpx2.Response
         self._path = "/chat/completions" if api == "chat" else "/responses"
+        # Endpoints other than OpenAI's get the output limit under both names (llama.cpp's server reads only
+        # max_tokens, vLLM both); a key the server answers 400 "unsupported" to is dropped for the rest of the
+        # run. The cache key (request_body) keeps both, so it does not depend on what the server refused.
+        self._both_limits = not _is_openai_url(self.base_url)
+        self.dropped_keys: set[str] = set()
+        self._limit_warned: set[str] = set()
+        self.on_warning: Callable[[str], None] | None = None  # run_eval points it at the run's monitor
 
     @property
     def client(self) -> Any:
@@ -130,31 +152,128 @@ class OpenAIProvider:
         return ident
 
     def request_body(self, request: GenerationRequest) -> dict[str, Any]:
-        return chat_body(request) if self.api == "chat" else responses_body(request)
+        if self.api == "chat":
+            return chat_body(request, both_limits=self._both_limits)
+        return responses_body(request)
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
-        body = chat_body(request, copy_messages=False) if self.api == "chat" else responses_body(request)
+        if self.api == "chat":
+            body = chat_body(request, copy_messages=False, both_limits=self._both_limits)
+            for key in self.dropped_keys:
+                body.pop(key, None)
+        else:
+            body = responses_body(request)
         if self.service_tier is not None:
             body["service_tier"] = self.service_tier
-        try:
-            async with asyncio.timeout(timeout_s):
-                raw = await self._client.post(self._path, cast_to=self._raw_response, content=_dumps(body),
-                                              options={"timeout": timeout_s, "headers": _JSON})
-                content = raw.content
-        except Exception as exc:
-            err = self._classify(exc, timeout_s)
-            if err is None:
-                raise  # not an endpoint failure but a bug: let it show
-            raise err from None
+        while True:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    raw = await self._client.post(self._path, cast_to=self._raw_response, content=_dumps(body),
+                                                  options={"timeout": timeout_s, "headers": _JSON})
+                    content = raw.content
+                break
+            except Exception as exc:
+                refused = self._refused_limit_key(exc, body)
+                if refused is not None:  # the server does not take this spelling: the other one carries the limit
+                    self.dropped_keys.add(refused)
+                    body.pop(refused)
+                    continue
+                err = self._classify(exc, timeout_s)
+                if err is None:
+                    raise  # not an endpoint failure but a bug: let it show
+                raise err from None
         data = _loads(content)
         if not isinstance(data, dict):
             raise ProviderError("malformed", f"response body is not a JSON object: {content[:200]!r}")
         parse = parse_chat if self.api == "chat" else parse_responses
-        gen = parse(data, structured=bool(request.sampling.response_format))
+        gen = parse(data, structured=asks_for_json(request.sampling.response_format))
         gen.rate = rate_info(raw.headers)
         tier = data.get("service_tier")
         gen.tier = tier if isinstance(tier, str) else None
+        self._check_limit(request, gen)
         return gen
+
+    def _refused_limit_key(self, exc: Exception, body: dict[str, Any]) -> str | None:
+        """The output-limit key a 400/422 names as unsupported, when the body also has the other one."""
+        if not isinstance(exc, self._openai.APIStatusError) or exc.status_code not in (400, 422):
+            return None
+        if not all(k in body for k in LIMIT_KEYS):
+            return None
+        return unsupported_key(f"{_error_message(exc)} {exc.body if not isinstance(exc.body, dict) else ''}",
+                               LIMIT_KEYS)
+
+    def _check_limit(self, request: GenerationRequest, gen: Generation) -> None:
+        """Warn once per model when an answer ran past --max-output-tokens: the server ignored the limit."""
+        limit = request.sampling.max_output_tokens
+        used = gen.usage.get("output_tokens")
+        if limit is None or not isinstance(used, int) or used <= limit or request.model in self._limit_warned:
+            return
+        self._limit_warned.add(request.model)
+        keys = ([k for k in LIMIT_KEYS if k in self.request_body(request) and k not in self.dropped_keys]
+                if self.api == "chat" else ["max_output_tokens"])
+        self.warn(f"model {request.model}: the server ignored the output limit ({used} output tokens under a "
+                  f"limit of {limit}, sent as {' and '.join(keys)})")
+
+    def warn(self, text: str) -> None:
+        """One line for the user: through the run's monitor when there is one, else the `rfteval` logger."""
+        if self.on_warning is not None:
+            self.on_warning(text)
+        else:
+            log.warning("rfteval: %s", text)
+
+    # ---- what the server offers (the preflight, rfteval/providers/preflight.py) -------------------------------
+
+    def _sync_client(self, timeout_s: float) -> Any:
+        """A synchronous client on the same endpoint and key: the preflight runs before the run's event loop,
+        and the async client's connection pool belongs to that loop."""
+        oa = self._openai
+        return oa.OpenAI(api_key=self._client.api_key, base_url=self.base_url, max_retries=0, timeout=timeout_s,
+                         default_headers=self._extra_headers or None,
+                         http_client=oa.DefaultHttpxClient(verify=shared_tls_context(), timeout=timeout_s))
+
+    def _probe(self, method: str, path: str, timeout_s: float) -> tuple[int, Any] | None:
+        """(status, parsed body) of one small request; None when the server does not answer in time."""
+        try:
+            with self._sync_client(timeout_s) as client:
+                if method == "GET":
+                    raw = client.get(path, cast_to=self._raw_response)
+                else:
+                    raw = client.post(path, cast_to=self._raw_response, body={})
+                status, content = raw.status_code, raw.content
+        except self._openai.APIStatusError as exc:
+            status, content = exc.status_code, exc.response.content
+        except Exception:  # unreachable, timed out, TLS: the run's own requests will say so, named
+            return None
+        try:
+            return status, json.loads(content)
+        except (ValueError, UnicodeDecodeError):
+            return status, None
+
+    def list_models(self, timeout_s: float = PROBE_TIMEOUT_S) -> list[str] | None:
+        """The model ids GET /models lists, or None when it does not answer with a list (404, error, timeout)."""
+        got = self._probe("GET", "/models", timeout_s)
+        if got is None or got[0] != 200 or not isinstance(got[1], dict) or not isinstance(got[1].get("data"), list):
+            return None
+        ids = [m.get("id") for m in got[1]["data"] if isinstance(m, dict)]
+        return [i for i in ids if isinstance(i, str)] or None
+
+    def missing_api(self, which: Literal["batch", "responses"], timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
+        """"METHOD PATH: HTTP 404" when the endpoint lacks the Files/Batches or the Responses API, else None
+        (it has it, or did not answer: then the run's own calls say what is wrong).
+
+        Batches: GET /batches?limit=1 lists at most one batch. Responses: POST /responses with an empty body,
+        which a server with the API refuses as a bad request (400) without generating anything; a 404 that
+        is not about a model, or a 405, means no such route."""
+        path = "/batches?limit=1" if which == "batch" else "/responses"
+        method = "GET" if which == "batch" else "POST"
+        got = self._probe(method, path, timeout_s)
+        if got is None or got[0] not in (404, 405):
+            return None
+        if got[0] == 404 and "model" in json.dumps(got[1]).lower() and which == "responses":
+            return None  # a model-not-found answer: the route exists
+        from urllib.parse import urlsplit
+
+        return f"{method} {urlsplit(self.base_url).path.rstrip('/')}{path.split('?')[0]}: HTTP {got[0]}"
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -174,9 +293,7 @@ class OpenAIProvider:
         if isinstance(exc, (TimeoutError, oa.APITimeoutError)) and not _refused(exc):
             return ProviderError("timeout", f"no answer within {timeout_s:g}s")
         if isinstance(exc, oa.APIConnectionError):
-            cause = exc.__cause__ or exc.__context__
-            detail = f": {type(cause).__name__}" if cause is not None else ""
-            return ProviderError("connection", self._scrub(f"cannot reach {self.base_url}{detail}"))
+            return ProviderError("connection", self._scrub(f"cannot reach {self.base_url}: {connection_failure(exc)}"))
         if isinstance(exc, oa.APIStatusError):
             status = exc.status_code
             message = self._scrub(f"HTTP {status}: {_error_message(exc)}")
@@ -192,10 +309,81 @@ class OpenAIProvider:
         return None
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """The exception and its causes, outermost first (aiohttp's connector errors carry theirs as `os_error`)."""
+    out: list[BaseException] = []
+    node: BaseException | None = exc
+    while node is not None and all(node is not seen for seen in out):
+        out.append(node)
+        os_error = getattr(node, "os_error", None)
+        if isinstance(os_error, BaseException) and all(os_error is not seen for seen in out):
+            out.append(os_error)
+        node = node.__cause__ or node.__context__
+    return out
+
+
 def _refused(exc: BaseException) -> bool:
-    """The aiohttp transport reports a refused connection as a connect *timeout*; it is a connection error."""
-    cause = exc.__cause__ or exc.__context__
-    return cause is not None and "Cannot connect to host" in str(cause)
+    """The aiohttp transport reports a failed connect (refused, DNS, TLS) as a connect *timeout*; it is a
+    connection error, and no timeout was waited for."""
+    for e in _chain(exc)[1:]:
+        if "Cannot connect to host" in str(e) or (isinstance(e, OSError) and not isinstance(e, TimeoutError)):
+            return True
+    return False
+
+
+_TEXT_FAILURES = (
+    (re.compile(r"certificate|ssl|tls", re.I), "TLS"),
+    (re.compile(r"name or service not known|nodename nor servname|getaddrinfo|name resolution|"
+                r"no address associated|dns", re.I), "DNS"),
+    (re.compile(r"refused|errno 111|connect call failed", re.I), "refused"),
+    (re.compile(r"reset by peer|errno 104|connection reset", re.I), "reset"),
+    (re.compile(r"disconnected|closed the connection|without sending|incomplete|peer closed", re.I), "closed"),
+)
+_ERRNOS = {errno.ETIMEDOUT: "connect timed out", errno.ENETUNREACH: "network unreachable",
+           errno.EHOSTUNREACH: "host unreachable"}
+_NAMES = {"TLS": "TLS error", "DNS": "DNS lookup failed", "refused": "connection refused",
+          "reset": "connection reset", "closed": "the server closed the connection without an answer"}
+
+
+def connection_failure(exc: BaseException) -> str:
+    """A failed connection named as it is (refused, reset, DNS lookup failure, TLS), from the first cause in the
+    chain that says: the transports wrap the OSError once or twice and name only the wrapper."""
+    chain = _chain(exc)
+    for e in chain:
+        if isinstance(e, ssl.SSLError) or "SSL" in type(e).__name__ or "Certificate" in type(e).__name__:
+            reason = getattr(e, "reason", None) or getattr(e, "verify_message", None)
+            return _NAMES["TLS"] + (f" ({str(reason).lower().replace('_', ' ')})" if reason else "")
+        if isinstance(e, socket.gaierror) or "DNS" in type(e).__name__:
+            return _NAMES["DNS"]
+        if isinstance(e, ConnectionRefusedError):
+            return _NAMES["refused"]
+        if isinstance(e, ConnectionResetError):
+            return _NAMES["reset"]
+        if isinstance(e, OSError) and e.errno in _ERRNOS:
+            return _ERRNOS[e.errno]
+    for e in chain:
+        for pattern, kind in _TEXT_FAILURES:
+            if pattern.search(f"{type(e).__name__} {e}"):
+                return _NAMES[kind]
+    return type(chain[-1]).__name__
+
+
+_UNSUPPORTED = re.compile(r"unsupported|not supported|unknown|unrecogni[sz]ed|extra (inputs?|fields?|keys?)|"
+                          r"not permitted|not allowed|unexpected|additional propert", re.I)
+
+
+def unsupported_key(message: str, keys: tuple[str, ...]) -> str | None:
+    """The key a server's 400 message names as one it does not take ("Unsupported parameter: 'max_tokens' ...
+    Use 'max_completion_tokens' instead" names the refused one first), or None when it names none of `keys` or
+    does not say it is unsupported (a bad value is not an unknown key)."""
+    if not _UNSUPPORTED.search(message):
+        return None
+    found = []
+    for key in keys:
+        m = re.search(rf"(?<![A-Za-z_]){re.escape(key)}(?![A-Za-z_])", message)
+        if m is not None:
+            found.append((m.start(), key))
+    return min(found)[1] if found else None
 
 
 _JSON = {"Content-Type": "application/json"}
@@ -336,23 +524,28 @@ def _json_schema(rf: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def chat_body(request: GenerationRequest, copy_messages: bool = True) -> dict[str, Any]:
-    """`copy_messages=False` when the body is encoded at once and never kept (the request path): no deep copy."""
+def chat_body(request: GenerationRequest, copy_messages: bool = True, both_limits: bool = False) -> dict[str, Any]:
+    """`copy_messages=False` when the body is encoded at once and never kept (the request path): no deep copy.
+    `both_limits`: the output limit goes as `max_tokens` too (endpoints other than OpenAI's)."""
     s = request.sampling
     messages = copy.deepcopy(request.messages) if copy_messages else request.messages
     body: dict[str, Any] = {"model": request.model, "messages": messages}
     if request.tools:
         body["tools"] = [_chat_tool(t) for t in request.tools]
+        # OpenAI's default when tools are given, said explicitly: llama.cpp's function-calling format needs it
+        body["tool_choice"] = chat_tool_choice(request.tool_choice)
     if s.response_format:
         rf = s.response_format
         if rf.get("type") in ("json_object", "text"):
-            body["response_format"] = {"type": rf["type"]}
+            body["response_format"] = copy.deepcopy(rf)  # as the user gave it, extra keys included
         else:
             body["response_format"] = {"type": "json_schema", "json_schema": _json_schema(rf)}
     if s.reasoning_effort is not None:
         body["reasoning_effort"] = s.reasoning_effort
     if s.max_output_tokens is not None:
         body["max_completion_tokens"] = s.max_output_tokens
+        if both_limits:
+            body["max_tokens"] = s.max_output_tokens
     if s.temperature is not None:
         body["temperature"] = s.temperature
     if s.top_p is not None:
@@ -368,9 +561,11 @@ def responses_body(request: GenerationRequest) -> dict[str, Any]:
     body: dict[str, Any] = {"model": request.model, "input": responses_input(request.messages)}
     if request.tools:
         body["tools"] = [responses_tool(t) for t in request.tools]
+        body["tool_choice"] = responses_tool_choice(request.tool_choice)
     if s.response_format:
         rf = s.response_format
-        fmt = {"type": rf["type"]} if rf.get("type") in ("json_object", "text") else {"type": "json_schema", **_json_schema(rf)}
+        fmt = (copy.deepcopy(rf) if rf.get("type") in ("json_object", "text")
+               else {"type": "json_schema", **_json_schema(rf)})
         body["text"] = {"format": fmt}
     if s.reasoning_effort is not None:
         body["reasoning"] = {"effort": s.reasoning_effort}
@@ -382,6 +577,25 @@ def responses_body(request: GenerationRequest) -> dict[str, Any]:
         body["top_p"] = s.top_p
     body["store"] = False  # an eval must not fill the account's stored responses
     return body
+
+
+def chat_tool_choice(choice: Any) -> Any:
+    """An item's tool_choice in chat's shape ("auto" when it has none); a Responses-shaped named function
+    {"type": "function", "name"} is wrapped as {"type": "function", "function": {"name"}}."""
+    if choice is None:
+        return "auto"
+    if isinstance(choice, dict) and choice.get("type") == "function" and "function" not in choice:
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    return copy.deepcopy(choice)
+
+
+def responses_tool_choice(choice: Any) -> Any:
+    """An item's tool_choice in Responses' flat shape ("auto" when it has none)."""
+    if choice is None:
+        return "auto"
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        return {"type": "function", "name": choice["function"].get("name")}
+    return copy.deepcopy(choice)
 
 
 def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
@@ -449,11 +663,14 @@ def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _output_json(text: str, structured: bool) -> Any:
+    """The output's JSON. An output that asked for JSON (`structured`) is also read leniently: any JSON value,
+    and raw control characters inside strings (llama.cpp's JSON grammar lets a raw newline into a string, which
+    strict JSON forbids); the strict exact parse stays for outputs that did not ask for JSON."""
     parsed = parse_output_json(text)
     if parsed is None and structured and text.strip():
         try:
-            return json.loads(text)
-        except ValueError:
+            return json.loads(text, strict=False)
+        except (ValueError, RecursionError):
             return None
     return parsed
 
@@ -483,7 +700,15 @@ def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
         choices=[_compact(c) for c in choices],
         usage=_chat_usage(data),
         finish_reason=choices[0].get("finish_reason"),
+        reasoning=_chat_reasoning(message),
     )
+
+
+def _chat_reasoning(message: dict[str, Any]) -> str | None:
+    """The thinking a server sent beside the content: `reasoning_content` (SGLang, llama.cpp, DeepSeek, older
+    vLLM) or `reasoning` (newer vLLM, OpenRouter); None when neither is text."""
+    texts = [v for v in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(v, str)]
+    return next((t for t in texts if t), texts[0] if texts else None)
 
 
 def _chat_usage(data: dict[str, Any]) -> dict[str, Any]:
@@ -515,10 +740,13 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         raise ProviderError("malformed", "response has no output")
     texts: list[str] = []
     tools: list[dict[str, Any]] = []
+    reasoning: list[str] | None = None
     for item in output:
         if not isinstance(item, dict):
             continue
-        if item.get("type") == "message":
+        if item.get("type") == "reasoning":
+            reasoning = (reasoning or []) + _reasoning_texts(item)
+        elif item.get("type") == "message":
             for part in item.get("content") or []:
                 if part.get("type") == "output_text":
                     texts.append(part.get("text") or "")
@@ -548,4 +776,16 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         choices=None,
         usage=_responses_usage(data),
         finish_reason=finish,
+        reasoning=None if reasoning is None else "\n\n".join(reasoning),
     )
+
+
+def _reasoning_texts(item: dict[str, Any]) -> list[str]:
+    """A reasoning item's text: its summaries (OpenAI shows only those, and only when asked), else its
+    reasoning_text parts (open-weight models served with a Responses API show the thinking itself)."""
+    texts = [part.get("text") or "" for part in item.get("summary") or []
+             if isinstance(part, dict) and part.get("type") == "summary_text"]
+    if not texts:
+        texts = [part.get("text") or "" for part in item.get("content") or []
+                 if isinstance(part, dict) and part.get("type") == "reasoning_text"]
+    return [t for t in texts if t]

@@ -14,17 +14,28 @@ def _fmt(x: float) -> str:
 
 
 def render_models(console: Console, summaries: list[dict[str, Any]], title: str = "Scores") -> None:
+    """The models table; a "cut off thinking" column and the run's hint line only when an output was cut off
+    while reasoning (the run table's rule, rfteval.report.run_table)."""
+    from rfteval.reasoning import truncation_line
+
     table = house_table(title)
-    for col in ("model", "mean", "95% interval", "items", "records", "errors"):
+    cut_off = [s.get("truncated_in_reasoning") or {"n": 0, "share": 0.0} for s in summaries]
+    columns = ["model", "mean", "95% interval", "items", "records", "errors"]
+    columns += ["cut off thinking"] if any(c["n"] for c in cut_off) else []
+    for col in columns:
         table.add_column(col, justify="left" if col == "model" else "right")
-    for s in summaries:
+    for s, cut in zip(summaries, cut_off):
         lo, hi = s["ci95"]
         errors = str(s["errors"])
         if s["errors_by_type"]:
             errors += " (" + ", ".join(f"{k} {v}" for k, v in s["errors_by_type"].items()) + ")"
-        table.add_row(s["label"], _fmt(s["mean"]), f"[{_fmt(lo)}, {_fmt(hi)}]", str(s["items"]), str(s["records"]),
-                      errors)
+        cells = [s["label"], _fmt(s["mean"]), f"[{_fmt(lo)}, {_fmt(hi)}]", str(s["items"]), str(s["records"]), errors]
+        cells += [f"{cut['n']} ({cut['share']:.0%})" if cut["n"] else "0"] if len(columns) > 6 else []
+        table.add_row(*cells)
     console.print(table)
+    for s, cut in zip(summaries, cut_off):
+        if (line := truncation_line(s["label"], cut["n"], cut["share"])) is not None:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def render_items(console: Console, summary: dict[str, Any], limit: int = 50) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.outfile import write_text_atomic
+from rfteval.reasoning import truncation_line
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
@@ -63,6 +64,10 @@ def render_markdown(result: CompareResult, top: int = 10) -> str:
         errs = errors_text(side, result.options)
         out.append(f"- {role} {cell(side['label'])}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)}, "
                    f"{side['items']} items, {side['records']} records, {errs}")
+        cut = truncation_line(side["label"], side.get("truncated_in_reasoning", 0),
+                              side.get("truncated_in_reasoning_share", 0.0))
+        if cut:
+            out.append(f"- {cell(cut)}")
     out.append(f"- p-value: {d['p_method']} (slices of one field and sub-scores: Holm-adjusted); "
                f"minimum detectable effect at 80% power {fmt(d['mde'])}; "
                f"paired SE {fmt(d['se'])} (unpaired would be {fmt(d['se_unpaired'])})")

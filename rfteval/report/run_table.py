@@ -123,17 +123,20 @@ def models_table(summary: dict[str, Any]) -> Table:
     # columns with nothing to say (no usage reported, no price known: replayed or self-hosted) are left out, so
     # the table fits 80 columns
     has_tokens = any(any(m["tokens"].values()) for m in summary["models"].values())
+    has_truncated = any((m.get("truncated_in_reasoning") or {}).get("n") for m in summary["models"].values())
     has_cost = any(m.get("cost_usd") is not None for m in summary["models"].values())
     columns = ["model", "mean", "95% CI", "pass@" + "/@".join(ks), "items", "records", "errors"]
     columns += ["tokens in/out (reasoning)"] if has_tokens else []
     columns += ["cost"] if has_cost else []
+    columns += ["cut off thinking"] if has_truncated else []
     for name in columns:  # the model's name folds first when the terminal is narrow: never a number
         table.add_column(name, justify="left" if name in ("model", "errors") else "right",
                          no_wrap=name not in ("model", "errors", "tokens in/out (reasoning)"), overflow="fold",
                          ratio=1 if name == "model" else None)
     for label, m in summary["models"].items():
         tok = m["tokens"]
-        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({fmt_tokens(tok['reasoning'])})" \
+        reasoning = fmt_tokens(tok["reasoning"]) if tok.get("reasoning") is not None else "—"  # never reported
+        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({reasoning})" \
             if any(tok.values()) else "—"  # no usage reported (replayed outputs)
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
         curve = m.get("pass_at_k") or {}
@@ -142,8 +145,24 @@ def models_table(summary: dict[str, Any]) -> Table:
                  records, fmt_errors(m["errors"]["by_type"])]
         cells += [tokens] if has_tokens else []
         cells += [fmt_cost(m["cost_usd"])] if has_cost else []
+        if has_truncated:
+            cut = m.get("truncated_in_reasoning") or {}
+            cells += [f"{cut['n']} ({cut['share']:.0%})" if cut.get("n") else "0"]
         table.add_row(*cells)
     return table
+
+
+def truncation_lines(summary: dict[str, Any]) -> list[str]:
+    """Per model whose samples ran out of tokens while reasoning: how many, and what to do about it."""
+    from rfteval.reasoning import truncation_line
+
+    lines = []
+    for label, m in summary["models"].items():
+        cut = m.get("truncated_in_reasoning") or {}
+        line = truncation_line(label, int(cut.get("n") or 0), float(cut.get("share") or 0.0))
+        if line:
+            lines.append(line)
+    return lines
 
 
 def per_item_table(result: RunResult) -> Table:
@@ -185,6 +204,8 @@ def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
 
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
     console.print(models_table(result.summary))
+    for line in truncation_lines(result.summary):
+        console.print(line, highlight=False, markup=False)
     for model, u in (result.summary.get("judge") or {}).items():
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "

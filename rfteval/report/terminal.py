@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rfteval.reasoning import truncation_line
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.format import table as house_table
 
@@ -103,6 +104,10 @@ def side_lines(result: CompareResult) -> list[str]:
         errs = ", " + errors_text(side, result.options)
         lines.append(f"{role} {side['label']}: {what}{fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)} over "
                      f"{side['items']} items, {side['records']} records{errs}")
+        cut = truncation_line(side["label"], side.get("truncated_in_reasoning", 0),
+                              side.get("truncated_in_reasoning_share", 0.0))
+        if cut:
+            lines.append(cut)
     d = result.delta
     lines.append(f"delta: {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, {verdict(d)}, p {fmt_p(d['p_value'])} "
                  f"({d['p_method']}), MDE at 80% power {fmt(d['mde'])}, item correlation {fmt(d['correlation'], 2)}"
@@ -227,6 +232,13 @@ def series_lines(series: SeriesResult) -> list[str]:
                      f"{HELD_OUT_MIN_ITEMS} are needed to choose on half and measure on the other)")
     for c in series.candidates:
         lines += [f"{c.label}: {n}" for n in c.result.notes]
+    sides = [series.candidates[0].result.baseline] + [c.result.candidate for c in series.candidates] \
+        if series.candidates else []
+    for side in sides:  # each model once: the baseline is every candidate's other side
+        cut = truncation_line(side["label"], side.get("truncated_in_reasoning", 0),
+                              side.get("truncated_in_reasoning_share", 0.0))
+        if cut:
+            lines.append(cut)
     lines += [f"note: {n}" for n in series.notes]
     return lines
 

@@ -1,0 +1,33 @@
+"""An OpenAI grader as an open trainer's reward: TRL, verl, verifiers and OpenRLHF, each with its own contract,
+all scoring exactly as `rfteval grade` does.
+
+    from rfteval.reward import for_trl, for_verl, for_verifiers, for_openrlhf
+    reward = for_trl("graders/chipstack.json", items="datasets/chipstack/items.jsonl")  # GRPOTrainer(reward_funcs=[reward])
+    compute_score = for_verl("graders/chipstack.json")  # verl: reward.custom_reward_function.path / .name
+
+core.py holds what they share (options, the engine, the exact item, the error rule); one module per trainer holds
+its call; export.py writes `export-reward`'s module and export_dataset.py `export-dataset`'s files.
+"""
+
+from rfteval.reward.core import (
+    META,
+    ItemTable,
+    Reward,
+    RewardOptions,
+    decode_exported,
+    grader_config,
+    openai_tool_calls,
+    plain_data,
+    sample_from_completion,
+)
+from rfteval.reward.export import export_module
+from rfteval.reward.openrlhf import OpenRLHFReward, for_openrlhf
+from rfteval.reward.trl import TRL_EXTRAS, TRLReward, for_trl, for_trl_async
+from rfteval.reward.verifiers import VerifiersReward, for_verifiers
+from rfteval.reward.verl import VERL_ADDED, VerlReward, for_verl
+
+__all__ = [
+    "META", "TRL_EXTRAS", "VERL_ADDED", "ItemTable", "OpenRLHFReward", "Reward", "RewardOptions", "TRLReward",
+    "VerifiersReward", "VerlReward", "decode_exported", "export_module", "for_openrlhf", "for_trl", "for_trl_async",
+    "for_verifiers", "for_verl", "grader_config", "openai_tool_calls", "plain_data", "sample_from_completion",
+]

@@ -1,0 +1,443 @@
+"""What every trainer adapter shares: the options, the grader's engine, the sample built from a completion, the item
+found again exactly whatever the trainer's loader did to it, and the error rule the trainer understands.
+
+A team that leaves OpenAI's fine-tuning keeps its grader; training on it in TRL, verl, verifiers or OpenRLHF must not
+mean re-writing it, or eval and training drift apart. Every adapter runs the grader through the same engine as
+`rfteval grade` (python graders in the same sandbox), so a completion gets the same score in training as in
+evaluation, as long as the grader sees the same item: hence `items=` and the exported datasets' metadata column.
+
+A grading error is never raised (one bad completion never stops a training run): it scores 0 (OpenAI's rule,
+`on_error="zero"`) or None (`on_error="none"`, which TRL leaves out of the group's baseline), and is logged once per
+error type on the `rfteval.reward` logger. Bad setup (an unreadable grader, a model grader with no judge endpoint,
+a sandbox that cannot be built) raises at construction.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rfteval.errors import InputError
+from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
+from rfteval.graders.engine import GradingEngine
+from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
+from rfteval.graders.sandbox import configure, grading_units
+from rfteval.reasoning import answer_text
+from rfteval.sample import Sample, make_sample
+
+log = logging.getLogger("rfteval.reward")
+
+GraderLike = str | Path | Mapping[str, Any] | GraderConfig
+
+# The column `rfteval export-dataset` adds: JSON text saying which fields it stored as JSON text (because the
+# trainer's loader would have changed them) and which it added (the id of a line that had none), so the adapter
+# rebuilds the original line exactly.
+META = "rfteval"
+ON_ERROR = ("zero", "none")
+REASONING = ("strip", "keep")
+
+
+@dataclass(frozen=True)
+class RewardOptions:
+    """The settings `rfteval grade` takes as flags (--judge-*, --grader-timeout, --grader-memory,
+    --unsafe-python-graders), plus how the adapter finds the item and scores an error."""
+
+    judge_base_url: str | None = None
+    judge_api_key_env: str = "OPENAI_API_KEY"
+    judge_api: str = "chat"
+    judge_model: str | None = None
+    judge_concurrency: int = 16
+    grader_timeout: float = 120.0
+    grader_memory: int = 2048
+    python_workers: int | None = None
+    unsafe_python_graders: bool = False
+    name: str | None = None  # the reward's __name__ (TRL logs rewards under it); default rfteval_<grader name>
+    # "zero": an erroring completion scores 0 (OpenAI's rule); "none": None, which TRL leaves out of the group's
+    # baseline. None here means the adapter's default (TRL: "none", the others: "zero").
+    on_error: str | None = None
+    # "strip": the grader sees the final answer, without a leading think block (what OpenAI's output_text is);
+    # "keep": the completion as generated.
+    reasoning: str = "strip"
+    # The original RFT lines (a JSONL path, or the rows): each completion's item is the line whose id is in the
+    # trainer's id column, exactly as `rfteval grade` reads it, whatever the trainer's loader did to the columns.
+    items: str | list[dict[str, Any]] | None = None
+    id_field: str = "id"
+
+    def __post_init__(self) -> None:
+        if self.on_error is not None and self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be 'zero' or 'none', not {self.on_error!r}")
+        if self.reasoning not in REASONING:
+            raise ValueError(f"reasoning must be 'strip' or 'keep', not {self.reasoning!r}")
+        if isinstance(self.items, Path):
+            object.__setattr__(self, "items", str(self.items))
+
+
+def grader_config(grader: GraderLike) -> GraderConfig:
+    """A grader in any form `load_grader` takes (a path, FILE.py:FUNCTION), or a dict as the file would hold it
+    (bare, {"grader": ...} or a fine-tuning job), or a parsed config."""
+    if isinstance(grader, GraderConfig):
+        return grader
+    if isinstance(grader, Mapping):
+        obj, prefix = unwrap_grader(dict(grader))
+        return parse_config(obj, None, prefix.rstrip("."))
+    if isinstance(grader, (str, Path)):
+        return load_grader(grader)
+    raise TypeError(f"grader must be a path, a dict or a grader config, not {type(grader).__name__}")
+
+
+def _answer(text: str, options: RewardOptions) -> str:
+    """The one place a completion's text becomes sample.output_text, for every trainer: the final answer, without
+    reasoning, when options.reasoning is "strip". The rule is `rfteval run`'s and `rfteval grade`'s
+    (rfteval.reasoning), so a think-block completion scores in training as its answer does in evaluation."""
+    return answer_text(text, mode=options.reasoning)
+
+
+# ------------------------------------------------------------------ values a loader changed, turned back
+
+
+class Coercions:
+    """What a loader did to the columns that cannot be undone exactly, noted once per (column, kind) so the
+    warning names the column and says to pass items= (never silent, never a flood)."""
+
+    def __init__(self, owner: str):
+        self.owner = owner
+        self._seen: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def note(self, column: str, kind: str) -> None:
+        with self._lock:
+            if (column, kind) in self._seen:
+                return
+            self._seen.add((column, kind))
+        why = {"timestamp": "holds a timestamp the loader made from a date-like string (Arrow's JSON reader does); "
+                            "it is given to the grader as ISO text, which may not be the line's own text",
+               "null": "holds null, which a loader writes for a key the line did not have (Arrow pads struct "
+                       "keys and columns other rows have); the grader may see a key the line never had"}[kind]
+        log.warning("%s: column %r %s. Pass items=ITEMS.jsonl (or export the dataset with `rfteval export-dataset`) "
+                    "so the item is the original line (logged once per column)", self.owner, column, why)
+
+
+def plain_data(value: Any, column: str | None = None, notes: Coercions | None = None) -> Any:
+    """Column values as JSON-like data: numpy arrays and scalars, Arrow scalars (what parquet- and Arrow-backed
+    datasets hand over, verl's and TRL's among them) become lists and numbers, exactly. What cannot be undone
+    exactly (a timestamp made from a string, null padding) is noted on `notes` under `column`."""
+    if value is None:
+        if notes is not None and column is not None:
+            notes.note(column, "null")
+        return None
+    if isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, Mapping):
+        return {k: plain_data(v, column, notes) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_data(v, column, notes) for v in value]
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        if notes is not None and column is not None:
+            notes.note(column, "timestamp")
+        if isinstance(value, _dt.datetime) and value.tzinfo is None and value.time() == _dt.time():
+            return value.date().isoformat()  # "2025-03-14" came in as midnight of that day: the likeliest text
+        return value.isoformat()
+    as_py = getattr(value, "as_py", None)  # Arrow scalars
+    if callable(as_py):
+        return plain_data(as_py(), column, notes)
+    tolist = getattr(value, "tolist", None)  # numpy arrays and scalars, torch tensors
+    if callable(tolist):
+        return plain_data(tolist(), column, notes)
+    return value
+
+
+def decode_exported(row: Mapping[str, Any], prompt: Any = None) -> dict[str, Any] | None:
+    """The original line of a row written by `rfteval export-dataset` (it has the META column), else None: the
+    line's own keys in its order, those stored as JSON text parsed back, the one the prompt column holds taken from
+    `prompt` (TRL hands the prompt over apart from the columns); keys a reader padded, the id export-dataset added
+    and keys a trainer added are left out."""
+    meta = row.get(META)
+    if not isinstance(meta, str):
+        return None
+    try:
+        info = json.loads(meta)
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or not isinstance(info.get("fields"), list):
+        return None
+    as_json = set(info.get("json", ()))
+    out: dict[str, Any] = {}
+    for key in info["fields"]:
+        if key == info.get("prompt"):
+            out[key] = plain_data(prompt)
+        elif key in as_json:
+            out[key] = json.loads(row[key])
+        else:
+            out[key] = plain_data(row.get(key))
+    return out
+
+
+def _row_ids(rows: Iterable[Mapping[str, Any]], id_field: str) -> Iterable[tuple[str, dict[str, Any]]]:
+    """(id, row) as rfteval reads a dataset: the id field, else the line's content hash (identical lines numbered
+    in order: abc123, abc123-2, ...), so the id `export-dataset` added is the one `rfteval grade` uses."""
+    from rfteval.dataset import content_id
+
+    repeats: dict[str, int] = {}
+    for row in rows:
+        if row.get(id_field) is not None:
+            yield str(row[id_field]), dict(row)
+            continue
+        rid = content_id(dict(row))
+        count = repeats[rid] = repeats.get(rid, 0) + 1
+        yield (rid if count == 1 else f"{rid}-{count}"), dict(row)
+
+
+class ItemTable:
+    """The original lines by id (items=), read once per process."""
+
+    def __init__(self, items: str | list[dict[str, Any]], id_field: str):
+        from rfteval.dataset import iter_jsonl
+
+        self.source = items if isinstance(items, str) else "items="
+        if isinstance(items, str):
+            rows: list[dict[str, Any]] = []
+            for lineno, row in iter_jsonl(Path(items)):
+                if isinstance(row, InputError):
+                    raise row
+                if not isinstance(row, dict):
+                    raise InputError(f"expected a JSON object, got {type(row).__name__}", items, lineno)
+                rows.append(row)
+        else:
+            rows = [dict(r) for r in items]
+        self.by_id = dict(_row_ids(rows, id_field))
+        self.id_field = id_field
+
+    def get(self, rid: Any) -> dict[str, Any]:
+        key = str(plain_data(rid))
+        try:
+            return self.by_id[key]
+        except KeyError:
+            raise InputError(f"no line with {self.id_field} {key!r} in {self.source}: the trainer's dataset is not "
+                             "the one items= names", field=self.id_field) from None
+
+
+# ------------------------------------------------------------------ completions as samples
+
+
+def _content_text(content: Any) -> str:
+    """A message's content as text: a string, or the text parts of a content list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return str(content)
+
+
+def openai_tool_calls(calls: Any) -> list[dict[str, Any]]:
+    """Tool calls in the shape OpenAI graders read (`sample.output_tools`): TRL's parse_response gives arguments
+    as a dict; OpenAI's are a JSON string, written here as vLLM's tool parsers write them (json.dumps,
+    ensure_ascii=False)."""
+    out: list[dict[str, Any]] = []
+    for call in calls or []:
+        if not isinstance(call, Mapping):
+            continue
+        call = dict(plain_data(call))
+        function = call.get("function")
+        if isinstance(function, Mapping):
+            function = dict(function)
+            if not isinstance(function.get("arguments"), str) and function.get("arguments") is not None:
+                function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
+            call["function"] = function
+        call.setdefault("type", "function")
+        out.append(call)
+    return out
+
+
+def make_sample_for(text: str, options: RewardOptions) -> Sample:
+    """The sample for a completion given as text (TRL's standard format, verl's solution_str, OpenRLHF's
+    response)."""
+    return make_sample(_answer(text, options))
+
+
+def sample_from_completion(completion: Any, options: RewardOptions | None = None) -> Sample:
+    """The grader's sample for one completion: a string (TRL's standard format, verl's solution_str), or a list of
+    messages (conversational format) whose last assistant message gives output_text and output_tools."""
+    options = options or RewardOptions()
+    if isinstance(completion, str):
+        return make_sample_for(completion, options)
+    if isinstance(completion, Mapping):
+        completion = [completion]
+    if isinstance(completion, Sequence):
+        assistant = [m for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"]
+        if not assistant:
+            return make_sample("")
+        last = assistant[-1]
+        return make_sample(_answer(_content_text(last.get("content")), options),
+                           openai_tool_calls(last.get("tool_calls")))
+    raise TypeError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
+
+
+# ------------------------------------------------------------------ the grader, ready to score
+
+
+def _close(engine: GradingEngine, judge: Any) -> None:
+    try:
+        engine.close()
+    finally:
+        if judge is not None:
+            judge.close()
+
+
+class Reward:
+    """A grader ready to score completions: its engine (one python pool for the process's life), its judge, the
+    original items when given, and the error rule. Each trainer's adapter is a subclass with that trainer's call."""
+
+    default_on_error = "zero"
+
+    def __init__(self, grader: GraderLike, options: RewardOptions):
+        from rfteval.judge_stability import model_grader_types
+
+        self.config = grader_config(grader)
+        self.options = options
+        self.on_error = options.on_error or self.default_on_error
+        if options.unsafe_python_graders:
+            configure(unsafe=True)  # process-wide, as the CLI flag
+        configure(never_pass=[options.judge_api_key_env])
+        self.table = ItemTable(options.items, options.id_field) if options.items is not None else None
+        judge = None
+        types = model_grader_types(self.config)
+        if types:
+            judge = self._judge(types)
+        grade_options = GradeOptions(python_timeout_s=options.grader_timeout, python_memory_mb=options.grader_memory,
+                                     python_workers=options.python_workers)
+        try:
+            self.engine = GradingEngine(self.config, grade_options, judge=judge)
+        except BaseException:
+            if judge is not None:
+                judge.close()
+            raise
+        self._finalizer = weakref.finalize(self, _close, self.engine, judge)  # also runs at interpreter exit
+        self._lock = threading.Lock()
+        self._logged: set[Any] = set()
+        self.__name__ = options.name or f"rfteval_{self.config.name}"
+        self.coercions = Coercions(self.__name__)
+        self.error_counts: dict[str, int] = {}  # grading errors by type, over the reward's life
+
+    def _judge(self, types: set[str]) -> Any:
+        from rfteval.judge import Judge
+
+        o = self.options
+        try:
+            return Judge.from_settings(o.judge_base_url, o.judge_api_key_env, o.judge_api,
+                                       concurrency=o.judge_concurrency, model_override=o.judge_model)
+        except InputError as exc:
+            raise InputError(
+                f"grader {self.config.name!r} has a {'/'.join(sorted(types))} grader, which needs a judge "
+                f"endpoint: pass judge_base_url= (an OpenAI-compatible server, e.g. vLLM), judge_api_key_env= (the "
+                f"environment variable holding its key) and, to replace the grader's model, judge_model= "
+                f"({exc.message})") from None
+
+    # -- the item
+
+    def find_item(self, fields: Mapping[str, Any], prompt: Any = None) -> dict[str, Any]:
+        """The item for one completion from what the trainer handed over: the items= line by id; else the line an
+        exported dataset carries exactly; else the fields as they came (values a loader invented turned back where
+        exact, warned about once per column where not), with a conversation prompt as `messages`."""
+        if self.table is not None:
+            rid = fields.get(self.options.id_field)
+            if rid is None:
+                raise InputError(f"items= is given but the trainer passed no {self.options.id_field!r} column: keep "
+                                 "the id column in the dataset (rfteval export-dataset writes it)",
+                                 field=self.options.id_field)
+            return self.table.get(rid)
+        exported = decode_exported(fields, prompt)
+        if exported is not None:
+            return exported
+        item: dict[str, Any] = {}
+        plain_prompt = plain_data(prompt)
+        if "messages" not in fields and isinstance(plain_prompt, list) and plain_prompt and all(
+                isinstance(m, Mapping) and "role" in m for m in plain_prompt):
+            item["messages"] = plain_prompt
+        item.update((key, plain_data(value, key, self.coercions)) for key, value in fields.items())
+        return item
+
+    # -- grading and the error rule
+
+    def grade(self, pairs: Sequence[tuple[Sample, dict[str, Any]]], units: Sequence[Any]) -> list[GradeResult]:
+        with grading_units(list(units)):
+            return self.engine.grade_batch(list(pairs))
+
+    def grade_one(self, sample: Sample, item: dict[str, Any]) -> GradeResult:
+        return self.grade([(sample, item)], [0])[0]
+
+    def value(self, result: GradeResult) -> float | None:
+        """The reward for one result: its score, or on a grading error 0 ("zero") or None ("none"), the error
+        counted and its type logged the first time it shows."""
+        if result.error is None:
+            return float(result.score)
+        self._log_error(result)
+        return 0.0 if self.on_error == "zero" else None
+
+    def score(self, results: Sequence[GradeResult]) -> list[float | None]:
+        return [self.value(r) for r in results]
+
+    def details(self, result: GradeResult) -> dict[str, Any]:
+        """A result as a dict a trainer logs beside the score: error type ("" when none) and passed."""
+        return {"score": self.value(result), "error": result.error.type if result.error else "",
+                "passed": bool(result.passed) if result.passed is not None else result.error is None and
+                result.score >= 1.0}
+
+    def _log_error(self, result: GradeResult) -> None:
+        assert result.error is not None
+        with self._lock:
+            self.error_counts[result.error.type] = self.error_counts.get(result.error.type, 0) + 1
+            if result.error.type in self._logged:
+                return
+            self._logged.add(result.error.type)
+        rule = "scored 0" if self.on_error == "zero" else "scored None"
+        log.warning("%s: %s, %s (logged once per error type): %s", self.__name__, result.error.type, rule,
+                    result.error.message[:2000])
+
+    def note_once(self, key: Any, message: str, *args: Any) -> None:
+        with self._lock:
+            if key in self._logged:
+                return
+            self._logged.add(key)
+        log.warning(message, *args)
+
+    # -- life and pickling
+
+    def close(self) -> None:
+        """Stop the python workers and the judge (also done at exit)."""
+        self._finalizer()
+
+    def __enter__(self) -> Reward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its class, config and options (trainers ship reward functions to worker processes, TRL's
+        AsyncGRPOTrainer among them); the copy starts its own engine."""
+        return _rebuild, (type(self), self.config.model_dump(mode="json"), asdict(self.options), self._extra())
+
+    def _extra(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.__name__} ({self.config.type})>"
+
+
+def _rebuild(cls: type[Reward], config: dict[str, Any], options: dict[str, Any], extra: dict[str, Any]) -> Reward:
+    return cls(config, RewardOptions(**options), **extra)

@@ -1,0 +1,180 @@
+"""`rfteval export-dataset`: RFT JSONL in each trainer's own dataset shape, loss-free through the trainer's loader.
+
+A trainer reads its dataset through Arrow (TRL and verifiers: `datasets.load_dataset("json")`; verl: parquet;
+OpenRLHF: JSONL), and Arrow changes values: date-like strings become timestamps, keys other rows have are filled
+with null, numbers are widened to one type per column. So each field is tried through the same reader first; a
+field that does not come back exactly is written as JSON text instead, and each row's META column names the line's
+own keys in order and which are JSON text (a line without an id gets one, rfteval's content hash, which is not one
+of its keys). The reward adapters read META and rebuild the original line exactly, so training rewards equal
+`rfteval grade`'s scores."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rfteval.dataset import iter_items
+from rfteval.reward.core import META
+from rfteval.reward.openrlhf import LABEL_ITEM
+
+TARGETS = ("trl", "verl", "verifiers", "openrlhf")
+FILES = {"trl": "train.jsonl", "verl": "train.parquet", "verifiers": "train.jsonl", "openrlhf": "train.jsonl"}
+_ABSENT: Any = object()
+
+
+@dataclass(frozen=True)
+class ExportedDataset:
+    path: Path
+    rows: int
+    as_json: tuple[str, ...]  # the fields written as JSON text, because the loader would have changed them
+    added_id: bool
+
+
+def _canonical(value: Any) -> str:
+    """Exact comparison: 1 and 1.0 differ, key order counts, a datetime is not its string."""
+    return "<absent>" if value is _ABSENT else json.dumps(value, ensure_ascii=False, default=repr)
+
+
+def _jsonl_bytes(rows: Sequence[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+
+def _through_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The rows as Arrow's JSON reader gives them back (what datasets.load_dataset("json") uses); None when it
+    refuses them (a column of mixed types)."""
+    import pyarrow as pa
+    import pyarrow.json as paj
+
+    try:
+        return paj.read_json(io.BytesIO(_jsonl_bytes(rows))).to_pylist()
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):  # a value Arrow cannot hold as it is
+        return None
+
+
+def _through_parquet(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The rows as a parquet file gives them back (verl's RLHFDataset reads parquet); None when Arrow refuses."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        buf = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist(list(rows)), buf)
+        return pq.read_table(io.BytesIO(buf.getvalue())).to_pylist()
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):  # a value Arrow cannot hold as it is
+        return None
+
+
+def _changed_fields(lines: Sequence[dict[str, Any]], through: Callable[..., list[dict[str, Any]] | None]) -> set[str]:
+    """The fields that do not come back exactly when each is read alone through the trainer's reader."""
+    names: list[str] = []
+    for line in lines:
+        names.extend(k for k in line if k not in names)
+    changed = set()
+    for name in names:
+        col = [{name: line[name]} if name in line else {} for line in lines]
+        back = through(col)
+        if back is None or any(_canonical(line.get(name, _ABSENT)) != _canonical(b.get(name, _ABSENT))
+                               for line, b in zip(lines, back)):
+            changed.add(name)
+    return changed
+
+
+def _encode(line: dict[str, Any], names: Sequence[str], as_json: set[str]) -> dict[str, Any]:
+    """The line's fields, in one order for every row, those in as_json as JSON text (null: the line lacked it)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        if name in as_json:
+            out[name] = json.dumps(line[name], ensure_ascii=False) if name in line else None
+        else:
+            out[name] = line.get(name)
+    return out
+
+
+def _text(value: Any) -> str:
+    """A reference as the text column a trainer expects (verl's ground_truth, verifiers' answer)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def build_rows(lines: Sequence[dict[str, Any]], ids: Sequence[str], target: str, *, data_source: str,
+               reference_field: str = "reference_answer") -> tuple[list[dict[str, Any]], set[str], bool]:
+    """The trainer's rows for the lines, the fields written as JSON text, and whether the id was added."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
+    added = any("id" not in line for line in lines)
+    full = [{**line, "id": line.get("id", rid)} if added else dict(line) for line, rid in zip(lines, ids)]
+    if target == "openrlhf":  # the label carries the line as JSON text: nothing for a reader to change
+        rows = [{"prompt": line["messages"], "label": json.dumps({LABEL_ITEM: line}, ensure_ascii=False),
+                 "id": str(rid)} for line, rid in zip(lines, ids)]
+        return rows, set(), added
+    through = _through_parquet if target == "verl" else _through_json
+    names: list[str] = []
+    for line in full:
+        names.extend(k for k in line if k not in names)
+    if target == "trl":
+        # The prompt column is the messages TRL generates from; TRL hands it to the reward as `prompts`, not as a
+        # column, so the item's messages come from it when it reads back exactly, else from a JSON-text column.
+        names = [n for n in names if n != "messages" or n in _changed_fields(full, through)]
+    as_json = _changed_fields([{k: v for k, v in line.items() if k in names} for line in full], through)
+    prompt_field = "messages" if target == "trl" and "messages" not in names else None
+    for _ in range(2):
+        rows = [_row(target, line, _encode(line, names, as_json), _meta(original, as_json, prompt_field), data_source,
+                     reference_field) for line, original in zip(full, lines)]
+        back = through(rows)
+        if back is not None and all(_canonical(r) == _canonical(b) for r, b in zip(rows, back)):
+            return rows, as_json, added
+        as_json = set(names) - {"id"}  # fields exact alone but not together: keep them all as text
+    raise RuntimeError("the rows do not read back exactly even with every field as JSON text")
+
+
+def _meta(line: dict[str, Any], as_json: set[str], prompt_field: str | None) -> str:
+    """The META column of one row: the line's own keys in its order (so a key the reader padded, or the id added,
+    is left out, and the order is the line's), which are JSON text, and which one the prompt column holds."""
+    meta: dict[str, Any] = {"fields": list(line), "json": sorted(as_json & set(line))}
+    if prompt_field:
+        meta["prompt"] = prompt_field
+    return json.dumps(meta, ensure_ascii=False)
+
+
+def _row(target: str, line: dict[str, Any], fields: dict[str, Any], meta: str, data_source: str,
+         reference_field: str) -> dict[str, Any]:
+    if target == "trl":
+        return {"prompt": line["messages"], **fields, META: meta}
+    if target == "verifiers":  # verifiers' messages know system, user, assistant, tool: OpenAI's developer is system
+        prompt = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in line["messages"]]
+        return {"prompt": prompt, "answer": _text(line.get(reference_field)), "info": {**fields, META: meta}}
+    return {"data_source": data_source, "prompt": line["messages"], "ability": "rfteval",
+            "reward_model": {"style": "rule", "ground_truth": _text(line.get(reference_field))},
+            "extra_info": {**fields, META: meta}}
+
+
+def export_dataset(items: str | Path, target: str, out_dir: str | Path, *, data_source: str | None = None,
+                   reference_field: str = "reference_answer") -> ExportedDataset:
+    """Write the dataset for `target` into out_dir (FILES[target]) and say what was written."""
+    from rfteval.outfile import write_output
+
+    items = Path(items)
+    read = list(iter_items(items))
+    lines = [it.data for it in read]
+    ids = [it.id for it in read]
+    if data_source is None:
+        data_source = f"rfteval/{items.parent.name if items.stem == 'items' else items.stem}"
+    rows, as_json, added = build_rows(lines, ids, target, data_source=data_source, reference_field=reference_field)
+    path = Path(out_dir) / FILES[target]
+
+    def write(tmp: Path) -> None:
+        if target == "verl":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.Table.from_pylist(rows), tmp)
+        else:
+            tmp.write_bytes(_jsonl_bytes(rows))
+
+    write_output(path, write, [items], flag="--out")
+    return ExportedDataset(path, len(rows), tuple(sorted(as_json)), added)

@@ -1,0 +1,87 @@
+"""TRL's reward-function contract (GRPOTrainer, RLOOTrainer, AsyncGRPOTrainer).
+
+`f(prompts=..., completions=..., completion_ids=..., trainer_state=..., **columns)` returns one reward per
+completion; every dataset column but the prompt arrives as a keyword holding one value per completion
+(trl/trainer/grpo_trainer.py, `_calculate_rewards`). None is a reward TRL understands: a row whose rewards are all
+None is left out of the group's baseline and gets advantage 0, so a grading error is None here by default rather
+than a 0 that would push that completion down."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rfteval.graders.base import GraderConfig
+from rfteval.reward.core import Reward, RewardOptions, sample_from_completion
+
+# Keywords TRL's GRPOTrainer._calculate_rewards adds besides the dataset columns.
+TRL_EXTRAS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
+
+
+class TRLReward(Reward):
+    """A prompt's completions share one item (and one python process, as in `rfteval grade`)."""
+
+    default_on_error = "none"
+
+    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+                 completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
+        if completions is None:
+            raise TypeError(f"{self.__name__}() needs completions= (TRL passes prompts=, completions=, "
+                            "completion_ids= and the dataset columns)")
+        n = len(completions)
+        if prompts is not None and len(prompts) != n:
+            raise ValueError(f"{self.__name__}(): {len(prompts)} prompts for {n} completions")
+        columns: dict[str, Sequence[Any]] = {}
+        for key, values in kwargs.items():
+            if key in TRL_EXTRAS:
+                continue
+            if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__") or len(values) != n:
+                self.note_once(("ignored", key), "%s: keyword %r is not a column (one value per completion); not "
+                               "part of the item", self.__name__, key)
+                continue
+            columns[key] = values
+        items: list[dict[str, Any]] = []
+        units: list[int] = []
+        seen: dict[str, int] = {}
+        for i in range(n):
+            item = self.find_item({key: values[i] for key, values in columns.items()},
+                                  prompts[i] if prompts is not None else None)
+            key = json.dumps(item, sort_keys=True, default=str)  # a prompt's completions share one item, one unit
+            if key not in seen:
+                seen[key] = len(items)
+                items.append(item)
+            units.append(seen[key])
+        pairs = [(sample_from_completion(c, self.options), items[u]) for c, u in zip(completions, units)]
+        return self.score(self.grade(pairs, units))
+
+
+async def rfteval_async_reward(reward: TRLReward, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
+                     completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
+    """TRL awaits an `async def` reward (inspect.iscoroutinefunction): the grading runs in a thread so the trainer's
+    event loop keeps serving its other rewards and rollouts."""
+    return await asyncio.to_thread(reward, prompts=prompts, completions=completions, completion_ids=completion_ids,
+                                   **kwargs)
+
+
+def for_trl(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: Any) -> TRLReward:
+    """A TRL reward function (GRPOTrainer, RLOOTrainer, AsyncGRPOTrainer: `reward_funcs=[...]`) scoring with `grader`.
+
+    Options: items= (the original JSONL, or its rows: each completion's item is the line named by the id column),
+    id_field ("id"), on_error ("none": None for an erroring completion, what TRL documents; "zero"), reasoning
+    ("strip" | "keep"), judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency (model graders
+    only), grader_timeout, grader_memory, python_workers, unsafe_python_graders, name. Close it (or use `with`) to
+    stop its python workers early; otherwise they stop at exit. It pickles (as its config and options)."""
+    return TRLReward(grader, RewardOptions(**options))
+
+
+def for_trl_async(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: Any) -> Any:
+    """The same reward as an `async def` TRL awaits: a functools.partial of a module-level coroutine function, so
+    `inspect.iscoroutinefunction` is True and it pickles (AsyncGRPOTrainer ships rewards to another process).
+    TRL logs a partial under the wrapped function's name, rfteval_async_reward; `export-reward --target trl`'s
+    reward_async carries the grader's name instead."""
+    reward = for_trl(grader, **options)
+    return functools.partial(rfteval_async_reward, reward)

@@ -1,0 +1,136 @@
+"""verl's custom reward function, in the three forms its reward managers call.
+
+- `compute_score(data_source, solution_str, ground_truth, extra_info, **reward_kwargs)`: the reward loop's naive
+  and dapo managers (verl/experimental/reward_loop/reward_manager/), the legacy naive one; a float, or a dict
+  with "score" (other keys logged as reward_extra_info) when details=True.
+- the same as an `async def` (the reward loop awaits it; its remote manager refuses async functions).
+- `compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=, **reward_kwargs)` returning a list:
+  the legacy BatchRewardManager (verl/workers/reward_manager/batch.py).
+
+A call the form cannot grade raises TypeError naming what is missing: a silent 0.0 trains on nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rfteval.graders.base import GraderConfig
+from rfteval.reward.core import Reward, RewardOptions, make_sample_for, plain_data
+
+# Keys verl writes into extra_info (the naive managers: num_turns, rollout_reward_scores; the agent loop: raw_prompt,
+# turn_scores, tool_rewards) or passes beside it (reward_router_address, reward_model_tokenizer, the config's
+# reward_kwargs): never the dataset's, so never the grader's item.
+VERL_ADDED = frozenset({"num_turns", "rollout_reward_scores", "raw_prompt", "turn_scores", "tool_rewards",
+                        "reward_router_address", "reward_model_tokenizer", "reward_kwargs"})
+_SINGLE = ("data_source", "solution_str", "ground_truth")
+_PLURAL = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
+_UNSET: Any = object()
+
+
+class VerlReward(Reward):
+    """The item is `extra_info` (verl's keys left out) with `ground_truth` at `reference_field`; or the line an
+    exported dataset carries in extra_info; or, with items=, the line named by extra_info's id."""
+
+    def __init__(self, grader: Any, options: RewardOptions, reference_field: str | None = "reference_answer",
+                 ground_truth_json: bool = False, details: bool = False):
+        super().__init__(grader, options)
+        self.reference_field = reference_field
+        self.ground_truth_json = ground_truth_json
+        self.details_dict = details
+
+    def _extra(self) -> dict[str, Any]:
+        return {"reference_field": self.reference_field, "ground_truth_json": self.ground_truth_json,
+                "details": self.details_dict}
+
+    def item(self, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> dict[str, Any]:
+        fields = {k: v for k, v in dict(extra_info or {}).items() if k not in VERL_ADDED}
+        if self.table is not None or "rfteval" in fields:
+            return self.find_item(fields)
+        item = self.find_item(fields)
+        if self.reference_field:
+            truth = plain_data(ground_truth, self.reference_field, self.coercions)
+            if self.ground_truth_json and isinstance(truth, str):
+                try:
+                    truth = json.loads(truth)
+                except ValueError:
+                    pass  # not JSON: the grader gets the string (and may well score it 0)
+            item[self.reference_field] = truth
+        return item
+
+    def _out(self, result: Any) -> Any:
+        return self.details(result) if self.details_dict else self.value(result)
+
+    def __call__(self, data_source: Any = _UNSET, solution_str: Any = _UNSET, ground_truth: Any = _UNSET,
+                 extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        """verl may call this from several threads at once (its reward loop's executor): the engine is
+        thread-safe. reward_router_address, reward_model_tokenizer and the config's reward_kwargs are ignored."""
+        given = {"data_source": data_source, "solution_str": solution_str, "ground_truth": ground_truth}
+        missing = [k for k in _SINGLE if given[k] is _UNSET]
+        if missing:
+            plural = [k for k in _PLURAL if k in kwargs]
+            hint = (" (this is BatchRewardManager's call: use for_verl(..., batch=True), or the exported module's "
+                    "compute_score_batch)") if plural else ""
+            raise TypeError(f"{self.__name__}() missing {', '.join(missing)}{hint}")
+        if not isinstance(solution_str, str):
+            raise TypeError(f"{self.__name__}(): solution_str must be the decoded response text, not "
+                            f"{type(solution_str).__name__}")
+        result = self.grade_one(make_sample_for(solution_str, self.options), self.item(ground_truth, extra_info))
+        return self._out(result)
+
+    def batch(self, data_sources: Sequence[Any] | None = None, solution_strs: Sequence[str] | None = None,
+              ground_truths: Sequence[Any] | None = None, extra_infos: Sequence[Any] | None = None,
+              **kwargs: Any) -> list[Any]:
+        """BatchRewardManager's call: one score per row, graded together (rows of one prompt share a process)."""
+        missing = [k for k, v in (("solution_strs", solution_strs), ("ground_truths", ground_truths)) if v is None]
+        if missing:
+            raise TypeError(f"{self.__name__}.batch() missing {', '.join(missing)} (BatchRewardManager passes "
+                            "data_sources=, solution_strs=, ground_truths=, extra_infos=)")
+        assert solution_strs is not None and ground_truths is not None
+        n = len(solution_strs)
+        infos = list(extra_infos) if extra_infos is not None else [None] * n
+        if len(ground_truths) != n or len(infos) != n:
+            raise ValueError(f"{self.__name__}.batch(): {n} solution_strs, {len(ground_truths)} ground_truths, "
+                             f"{len(infos)} extra_infos")
+        items = [self.item(g, e) for g, e in zip(ground_truths, infos)]
+        keys = [json.dumps(it, sort_keys=True, default=str) for it in items]
+        units = [keys.index(k) for k in keys]
+        results = self.grade([(make_sample_for(s, self.options), it) for s, it in zip(solution_strs, items)], units)
+        return [self._out(r) for r in results]
+
+
+def _verl_batch(reward: VerlReward, data_sources: Sequence[Any] | None = None,
+                solution_strs: Sequence[str] | None = None, ground_truths: Sequence[Any] | None = None,
+                extra_infos: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+    return reward.batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs)
+
+
+async def _verl_async(reward: VerlReward, data_source: Any = _UNSET, solution_str: Any = _UNSET,
+                      ground_truth: Any = _UNSET, extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    """The reward loop awaits an async compute_score in its event loop: grade in a thread, keep the loop free."""
+    return await asyncio.to_thread(reward, data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+def for_verl(grader: str | Path | Mapping[str, Any] | GraderConfig, reference_field: str | None = "reference_answer",
+             ground_truth_json: bool = False, details: bool = False, batch: bool = False, asynchronous: bool = False,
+             **options: Any) -> Any:
+    """verl's `compute_score` scoring with `grader`.
+
+    The item is `extra_info` (verl's own keys left out) with `ground_truth` at `reference_field` (None: extra_info
+    alone, for datasets that keep the whole item there); `ground_truth_json` parses a JSON-string ground truth
+    first. A dataset from `rfteval export-dataset --target verl` carries the original line, and items= finds it by
+    extra_info's id: either way the item is exact. `details=True` returns {"score", "error", "passed"} (verl logs
+    the other keys). `batch=True`: BatchRewardManager's plural call; `asynchronous=True`: an `async def` for the
+    reward loop. Both are functools.partial objects of module-level functions, so they pickle. Options as for_trl
+    (on_error defaults to "zero": verl's advantage has no "left out")."""
+    if batch and asynchronous:
+        raise ValueError("batch and asynchronous: BatchRewardManager calls a synchronous function")
+    reward = VerlReward(grader, RewardOptions(**options), reference_field, ground_truth_json, details)
+    if not (batch or asynchronous):
+        return reward
+    fn: Any = functools.partial(_verl_batch if batch else _verl_async, reward)
+    fn.__name__ = reward.__name__
+    return fn

@@ -1,0 +1,94 @@
+"""rfteval.reward.core: the options' checks, items= lookups that fail loudly, and the one function every
+completion's text passes through on its way to sample.output_text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import rfteval.reward.core as core
+from rfteval.errors import InputError
+from rfteval.reward import RewardOptions, for_openrlhf, for_trl, for_verifiers, for_verl
+
+SC = {"type": "string_check", "name": "sc", "input": "{{sample.output_text}}", "reference": "ANSWER", "operation": "eq"}
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="on_error"):
+        RewardOptions(on_error="skip")
+    with pytest.raises(ValueError, match="reasoning"):
+        RewardOptions(reasoning="drop")
+    assert RewardOptions(reasoning="keep").reasoning == "keep"
+
+
+def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
+    """_answer is the one place the lead wires rfteval.reasoning in: every adapter's text must pass through it."""
+    seen: list[str] = []
+
+    def answer(text: str, options: RewardOptions) -> str:
+        seen.append(text)
+        return text.upper()
+
+    monkeypatch.setattr(core, "_answer", answer)
+    with for_trl(SC) as trl:
+        assert trl(prompts=["p", "p"], completions=["answer", [{"role": "assistant", "content": "answer"}]]) == [1.0, 1.0]
+    with for_verl(SC) as verl:
+        assert verl("d", "answer", "g", {}) == 1.0
+        assert verl.batch(["d"], ["answer"], ["g"], [{}]) == [1.0]
+    with for_verifiers(SC, asynchronous=False) as vf:
+        assert vf(completion=[{"role": "assistant", "content": "answer"}], answer="x", info={}) == 1.0
+    with for_openrlhf(SC) as orl:
+        assert list(orl(["p answer"], ["p "], ["x"])["rewards"]) == [1.0]  # a tensor with torch, else a list
+    assert seen == ["answer"] * 6
+
+
+THINKING = [
+    "<think>The reference is ANSWER, so say it.</think>\n\nANSWER",  # vLLM / SGLang without a reasoning parser
+    "The template opened the block; I'll answer.\n</think>\n\nANSWER",  # Qwen3's template-opened lone close
+    "ANSWER",  # no reasoning at all: graded exactly as sent
+    "<think>out of tokens while still thinking",  # cut off inside the block: its answer is empty
+    "ANSWER <think>not leading</think>",  # a block that does not lead is the answer's own text
+]
+
+
+def test_answer_is_the_run_rule(tmp_path):
+    """Every adapter reads a completion as `rfteval grade --reasoning strip|keep` reads the same text."""
+    from rfteval.dataset import load_dataset
+    from rfteval.graders.loader import parse_config
+    from rfteval.grading import grade_outputs
+    from rfteval.outputs import Output
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")
+    for mode in ("strip", "keep"):
+        graded = grade_outputs(load_dataset(items), parse_config(SC), [
+            Output(item_id="q", epoch=i + 1, model="m", output_text=t) for i, t in enumerate(THINKING)], reasoning=mode)
+        expected = [r.score for r in graded]
+        assert expected == ([1.0, 1.0, 1.0, 0.0, 0.0] if mode == "strip" else [0.0, 0.0, 1.0, 0.0, 0.0])
+        with for_trl(SC, reasoning=mode) as trl:
+            assert trl(prompts=["p"] * 5, completions=THINKING) == expected
+            conversational = [[{"role": "assistant", "content": t}] for t in THINKING]
+            assert trl(prompts=["p"] * 5, completions=conversational) == expected
+        with for_verl(SC, reasoning=mode) as verl:
+            assert [verl("d", t, "g", {}) for t in THINKING] == expected
+            assert verl.batch(["d"] * 5, THINKING, ["g"] * 5, [{}] * 5) == expected
+        with for_verifiers(SC, asynchronous=False, reasoning=mode) as vf:
+            assert [vf(completion=[{"role": "assistant", "content": t}], answer="x", info={})
+                    for t in THINKING] == expected
+        with for_openrlhf(SC, reasoning=mode) as orl:
+            assert [float(x) for x in orl(["p " + t for t in THINKING], ["p "] * 5, ["x"] * 5)["rewards"]] == expected
+
+
+def test_items_lookups_fail_loudly(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps({"id": 7, "messages": [{"role": "user", "content": "q"}]}) + "\n")
+    with for_trl(SC, items=str(path)) as reward:
+        assert reward(prompts=["p"], completions=["ANSWER"], id=[7]) == [1.0]  # ids compare as text, as in rfteval
+        with pytest.raises(InputError, match="no line with id '8'"):
+            reward(prompts=["p"], completions=["ANSWER"], id=[8])
+        with pytest.raises(InputError, match="no 'id' column"):
+            reward(prompts=["p"], completions=["ANSWER"], other=[1])
+    path.write_text("{not json\n")
+    with pytest.raises(InputError, match="invalid JSON"):
+        for_trl(SC, items=str(path))

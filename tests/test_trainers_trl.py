@@ -1,0 +1,156 @@
+"""TRL 1.16's own GRPOTrainer (a two-layer Llama built from a config and a word-level tokenizer built here: no hub
+download) calls rfteval's reward in `_calculate_rewards`, its real reward path: every reward equals `rfteval
+grade`'s score after TRL's float32 rounding, for every bundled dataset loaded the way TRL's examples load it."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json
+
+from rfteval.reward import for_trl, for_trl_async
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model and tokenizer are built here
+trl = pytest.importorskip("trl", reason="trl is not installed: `make trainers` installs it (with torch 2.13 CPU); "
+                                        "it could not be installed here")
+torch = pytest.importorskip("torch", reason="torch is not installed: `make trainers` installs the CPU build")
+pytestmark = pytest.mark.slow
+
+
+def tiny_model_and_tokenizer() -> tuple[Any, Any]:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, "a": 3, "b": 4}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    config = LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0,
+                         eos_token_id=1, bos_token_id=1)
+    return LlamaForCausalLM(config), tokenizer
+
+
+@pytest.fixture(scope="module")
+def make_trainer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    from trl import GRPOConfig, GRPOTrainer
+
+    model, tokenizer = tiny_model_and_tokenizer()
+    out = tmp_path_factory.mktemp("grpo")
+    made: list[Any] = []
+
+    def make(reward_funcs: list[Any], dataset: Any) -> Any:
+        args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=2, num_generations=2, report_to=[],
+                          use_cpu=True, max_completion_length=4, save_strategy="no")
+        trainer = GRPOTrainer(model=model, reward_funcs=reward_funcs, args=args, train_dataset=dataset,
+                              processing_class=tokenizer)
+        made.append(trainer)
+        return trainer
+
+    yield make
+
+
+def calculate(trainer: Any, rows: list[dict[str, Any]], texts: list[str]) -> list[list[float]]:
+    """GRPOTrainer._calculate_rewards on a batch: the dataset rows (one per completion, as its RepeatSampler gives
+    them), their prompts and conversational completions."""
+    got = trainer._calculate_rewards(rows, [r["prompt"] for r in rows],
+                                     [[{"role": "assistant", "content": t}] for t in texts], [[4]] * len(rows))
+    return got.tolist()
+
+
+def f32(values: list[float]) -> list[float]:
+    """TRL stores rewards as float32: equal after that rounding."""
+    return torch.tensor(values, dtype=torch.float32).tolist()
+
+
+@pytest.mark.parametrize("source", ["export-dataset", "items="])
+@pytest.mark.parametrize("case", LOCAL_CASES)
+def test_grpo_trainer_rewards_equal_rfteval_grade(case, source, tmp_path, make_trainer):
+    outs, expected = expected_scores(tmp_path, case)
+    if source == "export-dataset":
+        ds = hf_json(export(case, "trl", tmp_path / "trl"), tmp_path)
+        reward = for_trl(GRADERS / f"{case}.json")
+    else:
+        path = DATASETS / case / "items.jsonl"
+        ds = hf_json(path, tmp_path).rename_column("messages", "prompt")
+        reward = for_trl(GRADERS / f"{case}.json", items=str(path))
+    with reward:
+        trainer = make_trainer([reward], ds)
+        by_id = {row["id"]: row for row in ds}
+        got = calculate(trainer, [by_id[o["item_id"]] for o in outs], [o["output_text"] for o in outs])
+    assert [row[0] for row in got] == f32(expected)
+    assert len(set(expected)) > 1
+
+
+def test_an_erroring_completion_is_none_for_trl_nan_in_its_tensor(tmp_path, make_trainer):
+    """on_error="none" (for_trl's default): TRL turns None into NaN and leaves that row out of the baseline."""
+    import datasets
+
+    grader = {"type": "python", "name": "picky", "source":
+              "def grade(sample, item):\n    if sample['output_text'] == 'boom':\n        raise ValueError('no')\n"
+              "    return 1.0\n"}
+    ds = datasets.Dataset.from_list([{"prompt": [{"role": "user", "content": "a"}], "id": "x"}] * 2)
+    with for_trl(grader) as none_reward, for_trl(grader, on_error="zero", name="zero") as zero_reward:
+        trainer = make_trainer([none_reward, zero_reward], ds)
+        got = calculate(trainer, [dict(ds[0]), dict(ds[1])], ["fine", "boom"])
+    assert got[0] == [1.0, 1.0]
+    assert math.isnan(got[1][0]) and got[1][1] == 0.0
+
+
+def test_the_async_form_is_awaited_by_trl_itself(tmp_path, make_trainer):
+    """TRL detects async rewards with is_async_callable and runs them on its own event loop."""
+    from trl.trainer.utils import is_async_callable
+
+    ds = hf_json(export("chipstack", "trl", tmp_path / "trl"), tmp_path)
+    reward = for_trl_async(GRADERS / "chipstack.json")
+    assert is_async_callable(reward)
+    trainer = make_trainer([reward], ds)
+    assert trainer._has_async_funcs
+    # TRL names a functools.partial after the function it wraps (trl.trainer.utils.get_callable_name); the exported
+    # module's reward_async carries the grader's name instead
+    assert trainer.reward_func_names == ["rfteval_async_reward"]
+    outs, expected = expected_scores(tmp_path, "chipstack")
+    by_id = {row["id"]: row for row in ds}
+    got = calculate(trainer, [by_id[o["item_id"]] for o in outs[:12]], [o["output_text"] for o in outs[:12]])
+    assert [row[0] for row in got] == f32(expected[:12])
+    reward.args[0].close()
+
+
+def test_a_reward_is_named_for_trls_logs(make_trainer):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"prompt": "2+2=", "answer": "4"}] * 2)
+    grader = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+              "reference": "{{item.answer}}", "operation": "eq"}
+    with for_trl(grader) as reward:
+        trainer = make_trainer([reward], ds)
+        assert trainer.reward_func_names == ["rfteval_exact"]
+        got = trainer._calculate_rewards([dict(ds[0]), dict(ds[1])], ["2+2=", "2+2="], ["4", "5"], [[1], [1]])
+    assert got[:, 0].tolist() == [1.0, 0.0]
+
+
+def test_not_skipped_when_installed() -> None:
+    """The skip above names why; here trl is importable, so it must be the version the Makefile installs."""
+    assert trl.__version__ == "1.16.0", Path(trl.__file__)
+
+
+def test_the_recreation_in_test_reward_matches_trls_own_code(tmp_path, make_trainer):
+    """test_reward.py re-creates _calculate_rewards so its tests run without torch: checked here against TRL's."""
+    from test_reward import trl_calculate_rewards
+
+    ds = hf_json(export("chipstack", "trl", tmp_path / "trl"), tmp_path)
+    outs, _ = expected_scores(tmp_path, "chipstack")
+    by_id = {row["id"]: row for row in ds}
+    rows = [by_id[o["item_id"]] for o in outs[:8]]
+    completions = [[{"role": "assistant", "content": o["output_text"]}] for o in outs[:8]]
+    with for_trl(GRADERS / "chipstack.json") as reward:
+        trainer = make_trainer([reward], ds)
+        real = trainer._calculate_rewards(rows, [r["prompt"] for r in rows], completions, [[4]] * 8).tolist()
+        mine = trl_calculate_rewards([reward], rows, [r["prompt"] for r in rows], completions, [[4]] * 8)
+    assert f32([r[0] for r in mine]) == [r[0] for r in real]

@@ -1,0 +1,205 @@
+"""verl 0.9.1's own reward managers call rfteval's compute_score: the legacy naive and batch managers
+(verl/workers/reward_manager/) and the reward loop's naive manager (verl/experimental/reward_loop/), on the parquet
+`rfteval export-dataset --target verl` writes, read as verl reads it (datasets' parquet loader, verl's collate_fn),
+the function loaded through verl's own get_custom_reward_fn (`reward.custom_reward_function`, path and pkg://).
+Only the tokenizer is a stand-in: responses are the recorded texts, one token each."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer_cases import GRADERS, LOCAL_CASES, expected_scores, export
+from typer.testing import CliRunner
+
+from rfteval.cli import app
+from rfteval.reward import VERL_ADDED, for_verl
+
+torch = pytest.importorskip("torch", reason="torch is not installed: `make trainers` installs the CPU build")
+verl = pytest.importorskip("verl", reason="verl (or ray, tensordict, which its reward managers import) is not "
+                                          "installed: `make trainers` installs them")
+pytestmark = pytest.mark.slow
+runner = CliRunner()
+
+
+class Tokenizer:
+    """Decodes token k to the k-th text (0: the empty prompt); verl only decodes in its reward managers."""
+
+    def __init__(self, texts: list[str]):
+        self.texts = texts
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str:
+        ids = [int(i) for i in ids]
+        return "".join(self.texts[i - 1] for i in ids if i > 0)
+
+
+def verl_batch(parquet: Path, outs: list[dict[str, Any]], agent_keys: bool = False) -> tuple[Any, Tokenizer]:
+    """A DataProto as verl's trainer hands it to a reward manager: the dataset's rows (read by datasets' parquet
+    loader, as verl's RLHFDataset reads them), one per response, collated by verl's collate_fn."""
+    from verl import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    import datasets
+
+    ds = datasets.load_dataset("parquet", data_files=str(parquet), cache_dir=str(parquet.parent / ".hf"))["train"]
+    by_id = {row["extra_info"]["id"]: row for row in ds}
+    rows = []
+    for o in outs:
+        row = copy.deepcopy({k: v for k, v in by_id[o["item_id"]].items() if k != "prompt"})
+        if agent_keys:  # what verl's agent loop adds to extra_info
+            row["extra_info"].update(raw_prompt=[{"role": "user", "content": "x"}], turn_scores=[0.5], tool_rewards=[1])
+            row["tool_extra_fields"] = {"tools_kwargs": {}}
+        rows.append(row)
+    batch = collate_fn(rows)
+    n = len(outs)
+    tensors = {"prompts": torch.zeros(n, 1, dtype=torch.long),
+               "responses": torch.arange(1, n + 1, dtype=torch.long).unsqueeze(1),
+               "attention_mask": torch.ones(n, 2, dtype=torch.long)}
+    return DataProto.from_dict(tensors=tensors, non_tensors=batch), Tokenizer([o["output_text"] for o in outs])
+
+
+def f32(values: list[float]) -> list[float]:
+    return torch.tensor(values, dtype=torch.float32).tolist()
+
+
+def last_token_rewards(reward_tensor: Any) -> list[float]:
+    return reward_tensor[:, -1].tolist()
+
+
+CASES = [pytest.param(c, id=c) for c in LOCAL_CASES]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_legacy_naive_manager(case, tmp_path):
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    outs, expected = expected_scores(tmp_path, case)
+    data, tok = verl_batch(export(case, "verl", tmp_path / "verl"), outs)
+    with for_verl(GRADERS / f"{case}.json") as compute_score:
+        got = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data)
+    assert last_token_rewards(got) == f32(expected)
+
+
+@pytest.mark.parametrize("case", CASES[:1] + CASES[-1:])
+def test_legacy_batch_manager_gets_one_score_per_row(case, tmp_path):
+    from verl.workers.reward_manager.batch import BatchRewardManager
+
+    outs, expected = expected_scores(tmp_path, case)
+    data, tok = verl_batch(export(case, "verl", tmp_path / "verl"), outs)
+    fn = for_verl(GRADERS / f"{case}.json", batch=True)
+    try:
+        got = BatchRewardManager(tok, num_examine=0, compute_score=fn)(data, return_dict=True)
+    finally:
+        fn.args[0].close()
+    assert last_token_rewards(got["reward_tensor"]) == f32(expected)
+
+
+def test_the_single_form_refuses_the_batch_call(tmp_path):
+    """The issue's second finding: BatchRewardManager with the single form got 0.0 for everything, silently."""
+    from verl.workers.reward_manager.batch import BatchRewardManager
+
+    outs, _ = expected_scores(tmp_path, "chipstack")
+    data, tok = verl_batch(export("chipstack", "verl", tmp_path / "verl"), outs[:4])
+    with for_verl(GRADERS / "chipstack.json") as compute_score:
+        with pytest.raises(TypeError, match="missing data_source, solution_str, ground_truth.*batch=True"):
+            BatchRewardManager(tok, num_examine=0, compute_score=compute_score)(data)
+        with pytest.raises(TypeError, match="missing ground_truth"):
+            compute_score(data_source="d", solution_str="x")
+
+
+def _reward_loop(fn: Any, data: Any, tok: Tokenizer) -> list[dict[str, Any]]:
+    from omegaconf import OmegaConf
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+
+    async def run() -> list[dict[str, Any]]:
+        manager = NaiveRewardManager(OmegaConf.create({}), tok, fn)
+        return list(await asyncio.gather(*(manager.run_single(data[i:i + 1]) for i in range(len(data)))))
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_reward_loop_naive_manager_with_verl_added_keys(form, tmp_path):
+    """The agent loop's keys (raw_prompt, turn_scores, tool_rewards, tool_extra_fields) and the manager's own
+    (num_turns, rollout_reward_scores) never reach the item: a grader that scores the item's keys sees the line's."""
+    case = "milo"
+    outs, expected = expected_scores(tmp_path, case)
+    data, tok = verl_batch(export(case, "verl", tmp_path / "verl"), outs, agent_keys=True)
+    fn = for_verl(GRADERS / f"{case}.json", asynchronous=form == "async", details=True)
+    reward = fn.args[0] if form == "async" else fn
+    assert asyncio.iscoroutinefunction(fn) == (form == "async")
+    try:
+        got = _reward_loop(fn, data, tok)
+    finally:
+        reward.close()
+    assert [g["reward_score"] for g in got] == expected
+    assert {g["reward_extra_info"]["error"] for g in got} == {""}
+
+
+def test_no_verl_key_reaches_the_item(tmp_path):
+    keys = {"type": "python", "name": "keys", "source":
+            "import json\ndef grade(sample, item):\n    return float(sample['output_text'] == json.dumps(sorted(item)))\n"}
+    line = {"id": "a", "messages": [{"role": "user", "content": "q"}], "reference_answer": "r", "extra": 1}
+    want = json.dumps(sorted(line))
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps(line) + "\n")
+    res = runner.invoke(app, ["export-dataset", str(items), "--target", "verl", "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    data, tok = verl_batch(tmp_path / "v" / "train.parquet", [{"item_id": "a", "output_text": want}], agent_keys=True)
+    with for_verl(keys) as compute_score:
+        assert [g["reward_score"] for g in _reward_loop(compute_score, data, tok)] == [1.0]
+        plain = {"x": 1, **{k: 1 for k in VERL_ADDED}}
+        assert compute_score("d", json.dumps(["reference_answer", "x"]), "g", plain, reward_router_address="h") == 1.0
+
+
+@pytest.mark.parametrize("name", ["compute_score", "compute_score_async", "compute_score_batch"])
+def test_export_reward_through_verls_own_loader_by_pkg_path(name, tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    module = tmp_path / "chipstack_verl_reward.py"
+    res = runner.invoke(app, ["export-reward", str(GRADERS / "chipstack.json"), "--target", "verl", "--out", str(module)])
+    assert res.exit_code == 0, res.output
+    assert "reward.custom_reward_function.path" in module.read_text()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": "pkg://chipstack_verl_reward", "name": name, "reward_kwargs": {"unused": 1}}}})
+    fn = get_custom_reward_fn(config)
+    outs, expected = expected_scores(tmp_path, "chipstack")
+    data, tok = verl_batch(export("chipstack", "verl", tmp_path / "verl"), outs)
+    try:
+        if name == "compute_score_batch":
+            from verl.workers.reward_manager.batch import BatchRewardManager
+
+            got = last_token_rewards(BatchRewardManager(tok, num_examine=0, compute_score=fn)(data))
+            assert got == f32(expected)
+        else:
+            assert [g["reward_score"] for g in _reward_loop(fn, data, tok)] == expected
+    finally:
+        sys.modules["chipstack_verl_reward"].close()
+
+
+def test_the_recreations_in_the_other_tests_match_verls_own_code(tmp_path):
+    """test_reward.py re-creates the naive manager's call and test_cli_export_reward.py verl's module loader, so
+    they run without verl: checked here against verl's."""
+    from test_cli_export_reward import load_like_verl
+    from test_reward import verl_naive_call
+    from verl.utils.import_utils import load_extern_object
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    outs, expected = expected_scores(tmp_path, "chipstack")
+    data, tok = verl_batch(export("chipstack", "verl", tmp_path / "verl"), outs[:8])
+    with for_verl(GRADERS / "chipstack.json") as compute_score:
+        real = last_token_rewards(NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data))
+        rows = [{"data_source": data.non_tensor_batch["data_source"][i], "reward_model": data.non_tensor_batch[
+            "reward_model"][i], "extra_info": copy.deepcopy(data.non_tensor_batch["extra_info"][i])} for i in range(8)]
+        mine = [verl_naive_call(compute_score, row, o["output_text"]) for row, o in zip(rows, outs[:8])]
+    assert f32(mine) == real == f32(expected[:8])
+    module = tmp_path / "m.py"
+    module.write_text("def compute_score(*a, **k):\n    return 0.5\n")
+    assert load_like_verl(module).compute_score() == load_extern_object(str(module), "compute_score")() == 0.5
