@@ -172,8 +172,8 @@ def test_two_aliases_three_epochs_compare_readiness_and_a_python_grader(llama: R
 def test_max_output_tokens_is_honoured(llama: RealServer, tmp_path: Path) -> None:
     """[4, provider] `--max-output-tokens 8` holds on a server that reads `max_tokens` (not only
     `max_completion_tokens`): every record's usage.output_tokens <= 8, for prompts that ask for long answers."""
-    items = [{"id": f"story-{i}", "messages": [{"role": "user", "content": f"Tell me a long story about {w}."}]}
-             for i, w in enumerate(["a dragon", "the sea", "a robot", "winter"])]
+    items = [{"id": f"story-{i}", "messages": [{"role": "user", "content": f"Tell me a long story about {w}."}],
+              "reference_answer": w} for i, w in enumerate(["a dragon", "the sea", "a robot", "winter"])]
     out = tmp_path / "run"
     res = rfteval(*run_args(llama, write_items(tmp_path / "items.jsonl", items), string_check(tmp_path / "g.json"),
                             out, "--concurrency", "2", max_tokens=8), "--max-error-rate", "1")
