@@ -264,7 +264,9 @@ def test_tools_come_back_as_tool_calls(llama: RealServer, tmp_path: Path) -> Non
 def test_a_judge_served_by_the_same_server(llama: RealServer, tmp_path: Path) -> None:
     """[1] a score_model grader whose judge is the other alias on the same server grades every sample (no grade
     errors, scores in its range), its calls are counted in summary.json, and its answers keep to the grader's
-    max_completions_tokens (a server reading `max_tokens` otherwise let them run to thousands)."""
+    max_completions_tokens (a server reading `max_tokens` otherwise let them run to thousands). Needs the judge's
+    forced structured output to reach a server that refuses `json_schema` in a form it takes (JSON mode with
+    llama.cpp's `schema` key): today every judge call is refused with HTTP 500, so this fails until that lands."""
     grader = tmp_path / "judge.json"
     grader.write_text(json.dumps({
         "type": "score_model", "name": "judge", "model": "smol-tuned", "range": [0, 1],
