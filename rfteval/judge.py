@@ -164,7 +164,7 @@ class Judge:
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
         self._lock = threading.Lock()
-        self._usage: dict[str, dict[str, int]] = {}
+        self._usage: dict[str, dict[str, int | None]] = {}
         self._stats = {"requests": 0, "calls": 0, "cache_hits": 0, "shared": 0, "retries": 0, "errors": 0}
         self._inflight: dict[str, asyncio.Future[JudgeAnswer]] = {}
         self._loop = asyncio.new_event_loop()
@@ -196,7 +196,7 @@ class Judge:
             return []
         return self._run(self._complete_all(list(requests), current_repeat()))
 
-    def usage(self) -> dict[str, dict[str, int]]:
+    def usage(self) -> dict[str, dict[str, int | None]]:
         """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""
         with self._lock:
             return copy.deepcopy(self._usage)
@@ -239,9 +239,11 @@ class Judge:
 
     def _count(self, model: str, field: str, n: int = 1) -> None:
         with self._lock:
-            empty = {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0)}
+            # reasoning tokens stay None until the endpoint reports some: "never reported" is not zero
+            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0),
+                                            "reasoning_tokens": None}
             row = self._usage.setdefault(model, empty)
-            row[field] += n
+            row[field] = (row[field] or 0) + n
 
     def _bump(self, field: str, n: int = 1) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -81,3 +82,92 @@ async def call_with_retries(
             if on_retry is not None:
                 on_retry(retries, exc, wait)
             await sleep(wait)
+
+
+# ---------------------------------------------------------------- what retrying cannot fix
+
+REJECT_AFTER = 4  # identical refusals, before any success, that stop a model: a handful of requests, not hundreds
+REJECT_5XX = frozenset({500, 501})  # 502/503/504 say "overloaded or restarting": transient by definition
+# A request key named in a server's refusal → the rfteval option that put it in the request (first match wins)
+_OPTION_OF_KEY: tuple[tuple[str, str], ...] = (
+    ("response_format", "--response-format"), ("json_schema", "--response-format"),
+    ("json_object", "--response-format"), ("tool_choice", "the dataset's tools"), ("tools", "the dataset's tools"),
+    ("max_completion_tokens", "--max-output-tokens"), ("max_output_tokens", "--max-output-tokens"),
+    ("max_tokens", "--max-output-tokens"), ("reasoning_effort", "--reasoning-effort"), ("seed", "--seed"),
+    ("temperature", "--temperature"), ("top_p", "--top-p"), ("service_tier", "--service-tier"),
+    ("text.format", "--response-format"), ("reasoning.effort", "--reasoning-effort"),  # the Responses API's names
+)
+# keys a message may name that travel inside another request key
+_SENT_AS = {"json_schema": "response_format", "json_object": "response_format", "tool_choice": "tools",
+            "text.format": "text", "reasoning.effort": "reasoning"}
+_VALIDATION_HEADER = re.compile(r"^\d+ validation errors? for ", re.IGNORECASE)
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    """A server's message as one short line: its first non-empty line (a pydantic "N validation error for X"
+    header names no field, so the lines after it that do are joined on), cut to `limit` characters."""
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    line = lines[0]
+    if _VALIDATION_HEADER.search(line.split(": ", 1)[-1]) and len(lines) > 1:
+        line = ": ".join([line, *lines[1:3]])
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def option_of(message: str, body: dict[str, object] | None = None) -> str:
+    """The option that put the refused key in the request: the first key the message names (preferring keys the
+    request carries), else "the request"."""
+    text = message.lower()
+    named = [(text.find(key), key, option) for key, option in _OPTION_OF_KEY
+             if re.search(rf"(?<![a-z_]){re.escape(key)}(?![a-z_])", text)]
+    if body is not None:
+        def sent(key: str) -> bool:
+            return key in body or key in _SENT_AS and _SENT_AS[key] in body
+
+        named = [n for n in named if sent(n[1])] or named
+    return min(named)[2] if named else "the request"
+
+
+def refusal_line(error: BaseException) -> str | None:
+    """The normalised message when `error` is a refusal that may be the request's shape, else None: a 4xx that is
+    not 408/409/429 (status_kind's bad_request), or a 500/501."""
+    if not isinstance(error, ProviderError):
+        return None
+    if error.kind == "bad_request" or (error.kind == "server" and error.status in REJECT_5XX):
+        return one_line(str(error), 400)
+    return None
+
+
+@dataclass
+class RefusalWatch:
+    """Per endpoint (model): has the server refused the same request shape every time so far?
+
+    Fed every attempt's outcome. Before the first success, REJECT_AFTER refusals with one identical message mean
+    the server will not take what rfteval sends (llama.cpp answers 500 "Input should be 'text' or 'json_object'" to
+    every json_schema response format): retrying each cell would send the same request hundreds of times. After a
+    success, or with messages that differ, refusals are per cell (a prompt too long) and are retried or recorded
+    as today."""
+
+    after: int = REJECT_AFTER
+    settled: bool = False  # a success, or two different refusals: from now on refusals are per cell
+    message: str | None = None
+    count: int = 0
+
+    def ok(self) -> None:
+        self.settled = True
+
+    def failed(self, error: BaseException) -> bool:
+        """Note a failed attempt; True when the model's requests are refused for good."""
+        if self.settled:
+            return False
+        line = refusal_line(error)
+        if line is None:
+            return False
+        if self.message is not None and line != self.message:
+            self.settled = True
+            return False
+        self.message = line
+        self.count += 1
+        return self.count >= self.after

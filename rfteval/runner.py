@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,9 @@ class RunOptions:
     batch_max_bytes: int = 190 * 1024 * 1024
     export_requests: Path | None = None  # write the request lines, send nothing
     import_responses: Path | None = None  # read Batch API output lines into the store, then grade
+    # all of one model's cells before the next model's: a server that holds one model at a time (llama.cpp's
+    # aliases) swaps models once per model instead of for nearly every request
+    models_in_turn: bool = False
 
 
 class RunMonitor:
@@ -91,6 +94,11 @@ class RunMonitor:
 
 
 UNREACHABLE_AFTER = 3  # connection failures to an endpoint that has never answered, before the run stops
+# An endpoint that answered before and now only refuses connections has died (a killed server, a lost tunnel):
+# once this many attempts in a row, spread over at least DEAD_WINDOW_S, failed to connect, the run stops instead
+# of letting every in-flight cell spend its retries (minutes of backoff) on a server that is not there.
+DEAD_AFTER = 3
+DEAD_WINDOW_S = 2.0
 
 
 class FatalRunError(Exception):
@@ -99,6 +107,33 @@ class FatalRunError(Exception):
     def __init__(self, label: str, model: str, error: ProviderError):
         self.label, self.model, self.error = label, model, error
         super().__init__(f"model {label} ({model}): {error.kind}: {error}")
+
+
+class RequestRefused(FatalRunError):
+    """The endpoint refuses every request of a model alike (a request shape it does not take): exit 2."""
+
+    def __init__(self, label: str, model: str, error: ProviderError, option: str, count: int):
+        from rfteval.retry import one_line
+
+        self.option, self.count = option, count
+        super().__init__(label, model, error)
+        fix = "" if option == "the request" else f", caused by {option}"
+        self.args = (f"model {label} ({model}): the server refused {count} requests alike{fix}: "
+                     f"{one_line(str(error))}; a re-run after fixing it resumes",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ServerGone(Exception):
+    """An endpoint that answered before stopped answering (connections refused or reset): the run stops, exit 3."""
+
+    def __init__(self, label: str, model: str, error: ProviderError, failures: int, seconds: float):
+        from rfteval.retry import one_line
+
+        self.label, self.model, self.error = label, model, error
+        super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
+                         f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
 
 
 @dataclass
@@ -110,6 +145,7 @@ class RunResult:
     batches_open: int = 0  # batches still running at the provider (after Ctrl-C): re-run to collect them
     exported: dict[str, int] | None = None  # --export-requests: file → lines written
     comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
+    stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -119,6 +155,8 @@ class RunResult:
     def exit_code(self) -> int:
         if self.interrupted:
             return ExitStatus.INTERRUPTED
+        if self.stopped is not None:
+            return ExitStatus.INCOMPLETE
         if self.summary["error_rate"] > self.summary["max_error_rate"]:
             return ExitStatus.INCOMPLETE
         return ExitStatus.SUCCESS
@@ -140,12 +178,13 @@ class _Context:
     providers: dict[str, Provider]
     identities: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def jobs(self) -> Iterator[_Job]:
-        """Every cell in dataset order: item, then model, then epoch (so a partial run is still paired)."""
+    def jobs(self, runs: list[ModelRun] | None = None) -> Iterator[_Job]:
+        """Every cell (of `runs`, default all) in dataset order: item, then model, then epoch (so a partial run is
+        still paired)."""
         from rfteval.store import cell_key
 
         for item in stream_items(self.spec.dataset):
-            for run in self.runs:
+            for run in runs if runs is not None else self.runs:
                 provider = self.providers[run.label]
                 ident = self.identities[run.label]
                 for epoch in range(1, self.spec.epochs + 1):
@@ -227,6 +266,13 @@ class _Pipeline:
         # Fail fast on an endpoint that is not there: connection failures before its first answer
         self.answered: set[str] = set()
         self.unreached: dict[str, int] = {}
+        # ... or that died: (time of the first, count) of the connection failures since its last answer
+        self.unanswered: dict[str, tuple[float, int]] = {}
+        self.gone: ServerGone | None = None
+        # ... or that refuses what rfteval sends (a response format, tools): the same refusal, no success
+        from rfteval.retry import RefusalWatch
+
+        self.refusals = {run.label: RefusalWatch() for run in ctx.runs}
         # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
         # those the batch phase hands back (--batch-tail sync)
         self.no_sync = {run.label for run in ctx.runs
@@ -266,14 +312,23 @@ class _Pipeline:
                 background.cancel()
 
     async def _produce(self) -> None:
-        for job in self.ctx.jobs():
-            await self.jobs.put(job)
+        if self.opts.models_in_turn:
+            for run in self.ctx.runs:  # a model's last cells (and their retries) end before the next one's start
+                for job in self.ctx.jobs([run]):
+                    await self.jobs.put(job)
+                await self.jobs.join()
+        else:
+            for job in self.ctx.jobs():
+                await self.jobs.put(job)
         for _ in range(self.n_workers):
             await self.jobs.put(None)
 
     async def _work(self) -> None:
         while (job := await self.jobs.get()) is not None:
-            await self._cell(job)
+            try:
+                await self._cell(job)
+            finally:
+                self.jobs.task_done()
 
     async def _cell(self, job: _Job) -> None:
         label = job.run.label
@@ -329,6 +384,7 @@ class _Pipeline:
         started = 0.0
 
         limiter = self.limiters[run.label]
+        refusals = self.refusals[run.label]
 
         async def attempt() -> Any:
             nonlocal attempts, started
@@ -339,15 +395,20 @@ class _Pipeline:
                 gen = await provider.generate(job.request, self.ctx.spec.timeout)
             except ProviderError as exc:
                 limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
-                if exc.kind == "connection" and run.label not in self.answered:
-                    self.unreached[run.label] = self.unreached.get(run.label, 0) + 1
-                    if self.unreached[run.label] >= UNREACHABLE_AFTER:  # never answered: not worth minutes of retries
-                        raise FatalRunError(run.label, run.model, exc) from None
+                if exc.kind == "connection":
+                    self._connection_failed(run, exc)
+                if refusals.failed(exc):
+                    from rfteval.retry import option_of
+
+                    raise RequestRefused(run.label, run.model, exc, option_of(str(exc), provider.request_body(
+                        job.request)), refusals.count) from None
                 raise
             except BaseException:
                 limiter.release(token, "other")
                 raise
             self.answered.add(run.label)
+            self.unanswered.pop(run.label, None)
+            refusals.ok()
             before = limiter.current
             limiter.release(token, "ok", gen.rate)
             if limiter.current != before:
@@ -355,7 +416,9 @@ class _Pipeline:
             return gen
 
         def on_retry(n: int, exc: BaseException, wait: float) -> None:
-            self.monitor.retry(run.label, getattr(exc, "kind", "error"), str(exc)[:160])
+            from rfteval.retry import one_line
+
+            self.monitor.retry(run.label, getattr(exc, "kind", "error"), one_line(str(exc), 160))
             self.monitor.concurrency(run.label, limiter.current)
 
         common: dict[str, Any] = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
@@ -367,13 +430,28 @@ class _Pipeline:
                 raise FatalRunError(run.label, run.model, exc) from None
             return response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
                                   latency_s=round(time.perf_counter() - started, 4))
-        except FatalRunError:
+        except (FatalRunError, ServerGone):
             raise
         except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
             return response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
                                   attempts=attempts)
         return response_entry(**common, generation=gen, attempts=attempts,
                               latency_s=round(time.perf_counter() - started, 4))
+
+    def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
+        """Stop the run when an endpoint cannot be reached: at once (exit 2) when it never answered, and when it
+        answered before but every attempt for a while failed to connect (exit 3: the same command resumes)."""
+        label = run.label
+        if label not in self.answered:
+            self.unreached[label] = self.unreached.get(label, 0) + 1
+            if self.unreached[label] >= UNREACHABLE_AFTER:  # never answered: not worth minutes of retries
+                raise FatalRunError(label, run.model, exc) from None
+            return
+        now = time.monotonic()
+        since, count = self.unanswered.get(label, (now, 0))
+        self.unanswered[label] = (since, count + 1)
+        if count + 1 >= DEAD_AFTER and now - since >= DEAD_WINDOW_S:
+            raise ServerGone(label, run.model, exc, count + 1, now - since)
 
     async def _grade_loop(self) -> None:
         done = False
@@ -492,6 +570,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
     store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
     restore_signals = False
+    unhook_judge: Callable[[], None] | None = None
     engine = None
     own_judge = judge is None
     batch_phase = None
@@ -515,6 +594,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         judge_provider: Any = getattr(judge, "provider", None)
         if hasattr(judge_provider, "on_warning"):  # its ignored-limit warning, as the models' (preflight above)
             judge_provider.on_warning = monitor.message
+        unhook_judge = report_judge_retries(judge, monitor)
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
 
@@ -568,7 +648,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 reader.close()
             comparison = compare_run(out_dir, labels)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted, prices, comparison)
+                                    not interrupted and pipeline.gone is None, prices, comparison)
             summary["concurrency"] = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
@@ -579,8 +659,11 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": batch_phase.outcome.messages}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
-        return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison)
+        return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
+                         stopped=None if pipeline.gone is None else str(pipeline.gone))
     finally:
+        if unhook_judge is not None:
+            unhook_judge()
         if restore_signals:  # the shutdown after Ctrl-C is written: Ctrl-C is Ctrl-C again
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -636,6 +719,28 @@ def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool 
                                timeout_s=spec.timeout, model_override=spec.judge.model)
 
 
+def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[], None] | None:
+    """Count the judge's retries on the progress display (as "judge"), besides any on_retry the judge has; the
+    returned function puts the judge's own back (a judge passed in outlives this run)."""
+    if judge is None or not hasattr(judge, "on_retry"):
+        return None
+    from rfteval.retry import one_line
+
+    before = judge.on_retry
+
+    def on_retry(n: int, exc: BaseException, wait: float) -> None:
+        if before is not None:
+            before(n, exc, wait)
+        monitor.retry("judge", getattr(exc, "kind", "error"), one_line(str(exc), 160))
+
+    judge.on_retry = on_retry
+
+    def unhook() -> None:
+        judge.on_retry = before
+
+    return unhook
+
+
 def judge_fatal(judge: Judge | None) -> FatalRunError | None:
     """The run-stopping error of a judge that was refused (401/403) or does not know its model, if any."""
     error = getattr(judge, "fatal_error", None)
@@ -651,8 +756,9 @@ def add_judge_usage(summary: dict[str, Any], judge: Judge | None, prices: dict[s
         return summary
     from rfteval.pricing import cost_usd
 
-    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens", 0), u.get("output_tokens", 0),
-                                                        prices)} for model, u in judge.usage().items()}
+    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
+                                                        u.get("output_tokens") or 0, prices)}
+                        for model, u in judge.usage().items()}
     return summary
 
 
@@ -689,6 +795,12 @@ def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Pr
             fatal = group.subgroup(FatalRunError)
             if fatal is not None:
                 raise _first(fatal) from None
+            gone = group.subgroup(ServerGone)
+            if gone is not None:  # stored answers stay stored; the result files say what is missing
+                first = _first(gone)
+                assert isinstance(first, ServerGone)
+                pipeline.gone = first
+                return False
             raise _first(group) from None
         finally:
             for sig in installed:

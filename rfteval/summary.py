@@ -179,10 +179,12 @@ def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str,
 
     out: dict[str, dict[str, Any]] = {}
     for model, usage in calls.values():
-        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": 0})
+        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": None})
         row["calls"] += 1
-        for key in ("input_tokens", "output_tokens", "reasoning_tokens"):
+        for key in ("input_tokens", "output_tokens"):
             row[key] += int(usage.get(key) or 0)
+        if usage.get("reasoning_tokens") is not None:  # None: never reported, not zero
+            row["reasoning_tokens"] = (row["reasoning_tokens"] or 0) + int(usage["reasoning_tokens"])
     for model, row in out.items():
         row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
     return out

@@ -10,7 +10,10 @@ one step per retrieve (validating, in_progress, finalizing, then completed / exp
 script them), output and error files in OpenAI's line format (unordered), `batch_expired` lines for an expired
 batch, and hooks that run just before a create is answered (a test SIGKILLs its client there). `max_concurrent`
 caps the requests in flight: above it the server answers 429 with Retry-After and x-ratelimit-* headers, as a
-rate-limited account does; `GET /v1/_stats` reports what it served.
+rate-limited account does; `slots` instead makes requests wait their turn, as a self-hosted server with few
+slots does (llama.cpp's `--parallel`): at most that many are worked on (their delay) at once, the others queue.
+`restart()` stops the server and starts it again on the same port (a server killed and restarted mid-run).
+`GET /v1/_stats` reports what it served.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 HOST = "127.0.0.1"
+# llama.cpp's server (llama-cpp-python) answering a json_schema response format: a 500 whose body is a pydantic
+# validation error, the same for every request
+VALIDATION_500 = ("1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
+                  "'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]")
 DEFAULT_MODELS = ("fake-base", "fake-tuned")
 REASONING_TOKENS = {"minimal": 4, "low": 8, "medium": 32, "high": 128}
 
@@ -283,6 +290,37 @@ def responses_body(req: Request, reply: Reply, rid: int) -> dict[str, Any]:
 # ---- the server -------------------------------------------------------------------------------------------------
 
 
+class FifoSlots:
+    """`n` slots taken in arrival order, as a server's request queue serves them (a Semaphore lets a newcomer
+    take a slot that frees up ahead of those already waiting, starving some requests for seconds)."""
+
+    def __init__(self, n: int):
+        self._cond = threading.Condition()
+        self._free = n
+        self._line: deque[object] = deque()
+
+    def acquire(self, stopping: threading.Event) -> bool:
+        """Wait for this request's turn and a free slot; False when the server is stopping."""
+        me = object()
+        with self._cond:
+            self._line.append(me)
+            while not (self._free > 0 and self._line[0] is me):
+                if stopping.is_set():
+                    self._line.remove(me)
+                    self._cond.notify_all()
+                    return False
+                self._cond.wait(0.05)
+            self._line.popleft()
+            self._free -= 1
+            self._cond.notify_all()  # the next in line may find a slot free too
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+
 class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # socketserver's default of 5 drops connections when a runner opens many at once
     daemon_threads = True
@@ -302,6 +340,7 @@ class FakeOpenAI:
         api_key: str | None = None,
         max_concurrent: int | None = None,
         retry_after_ms: float | None = None,
+        slots: int | None = None,
     ):
         self.responder: Responder = responder or echo_responder
         self.delay_s = delay_s
@@ -330,6 +369,8 @@ class FakeOpenAI:
         self.max_concurrent = max_concurrent
         self.retry_after_ms = retry_after_ms  # default: the answer delay (about when a slot frees up)
         self.stats = {"served": 0, "rate_limited": 0, "in_flight": 0, "max_in_flight": 0, "flex_unavailable": 0}
+        self.slots = slots
+        self._slots = FifoSlots(slots) if slots is not None else None
         self.flex_unavailable = 0  # the next N requests with service_tier "flex" get 429 "Resource unavailable"
         # Files and Batches
         self.files: dict[str, dict[str, Any]] = {}
@@ -375,6 +416,12 @@ class FakeOpenAI:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server = None
+
+    def restart(self) -> FakeOpenAI:
+        """Stop, then serve again on the same port; what was received and scripted is kept."""
+        port = self.port
+        self.stop()
+        return self.start(port)
 
     def __enter__(self) -> FakeOpenAI:
         return self.start()
@@ -805,9 +852,17 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reply_headers = {**limit_headers, **reply.headers}
         delay = owner.delay_s + reply.delay_s
-        if delay > 0 and owner._stopping.wait(delay):
+        slots = owner._slots
+        if slots is not None and not slots.acquire(owner._stopping):  # wait in line for a slot, hold it while working
             self.close_connection = True
-            return  # stopping: drop the connection without an answer
+            return
+        try:
+            if delay > 0 and owner._stopping.wait(delay):
+                self.close_connection = True
+                return  # stopping: drop the connection without an answer
+        finally:
+            if slots is not None:
+                slots.release()
         auth = headers.get("authorization", "")
         if owner.api_key is not None and auth != f"Bearer {owner.api_key}":
             self._send_json(401, error_body(401, model, auth=auth))
@@ -893,10 +948,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-concurrent", type=int, help="answer 429 (with rate-limit headers) above this")
     parser.add_argument("--no-batches", action="store_true", help="no Files/Batches API (404 Invalid URL)")
     parser.add_argument("--no-responses", action="store_true", help="no Responses API (404 Invalid URL)")
+    parser.add_argument("--slots", type=int, help="work on at most this many requests at once; the others queue")
     args = parser.parse_args(argv)
     queued, responder = load_script(args.script) if args.script else ([], echo_responder)
     models = [m for m in args.models.split(",") if m] if args.models else None
-    fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models, max_concurrent=args.max_concurrent)
+    fake = FakeOpenAI(responder, delay_s=args.delay_ms / 1000.0, models=models, max_concurrent=args.max_concurrent,
+                      slots=args.slots)
     fake.no_batches, fake.no_responses = args.no_batches, args.no_responses
     fake.queue(*queued)
     fake.start(args.port)

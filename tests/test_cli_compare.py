@@ -219,6 +219,20 @@ def test_run_directory_with_labels(tmp_path):
     assert res.exit_code == 2 and "name one with --label" in res.stderr
 
 
+@pytest.mark.slow
+def test_one_run_directory_with_a_label_per_side(tmp_path):
+    """`compare runs/a -l base -l tuned`: one path, both labels (the README's form) pairs that directory's two."""
+    write_side(tmp_path / "base.jsonl", "base", BASE)
+    write_side(tmp_path / "tuned.jsonl", "tuned", TUNED)
+    both = run(str(tmp_path), str(tmp_path), "-l", "base", "-l", "tuned", "--format", "json")
+    one = run(str(tmp_path), "-l", "base", "-l", "tuned", "--format", "json")
+    assert one.exit_code == 0, one.output
+    assert json.loads(one.stdout) == json.loads(both.stdout)
+    assert json.loads(one.stdout)["delta"]["mean"] == pytest.approx(0.25)
+    res = run(str(tmp_path), "-l", "base")  # one label and one path is still not a comparison
+    assert res.exit_code == 2 and "--label" in res.stderr
+
+
 def test_by_slices_on_the_command_line(pair, tmp_path):
     ds = tmp_path / "data.jsonl"
     ds.write_text("\n".join(json.dumps({"id": i, "messages": [{"role": "user", "content": "q"}],

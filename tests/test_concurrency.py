@@ -215,3 +215,75 @@ def test_progress_line_shows_the_limit_and_batch_status() -> None:
     monitor.stop()
     out = buf.getvalue()
     assert "limit 12" in out and "batch base-0001: in_progress (5/10, 1 failed)" in out
+
+
+# ---------------------------------------------------------------- a server with few slots (latency, no 429s)
+
+
+def simulate(slots: int, ceiling: int, n: int = 1500, service_s: float = 1.0, jitter: float = 0.0,
+             seed: int = 0, latency_aware: bool = True) -> tuple[AdaptiveLimiter, float, list[float]]:
+    """A queue model of a server with `slots` slots (FIFO, each request `service_s` ± jitter of work) driven by
+    the limiter on a fake clock: (limiter, answers/s over the run, latency of each answer)."""
+    import heapq
+    import itertools
+    import random
+    from collections import deque
+
+    rng = random.Random(seed)
+    clock = Clock()
+    t0 = clock.t
+    lim = AdaptiveLimiter(ceiling, clock=clock, latency_aware=latency_aware)
+    finishing: list[tuple[float, int, float]] = []  # (finish time, order, token)
+    waiting: deque[float] = deque()
+    order = itertools.count()
+    busy = sent = 0
+    latencies: list[float] = []
+
+    def fill() -> None:
+        nonlocal busy, sent
+        while sent < n and (token := lim.try_acquire()) is not None:
+            sent += 1
+            waiting.append(token)
+        while busy < slots and waiting:
+            busy += 1
+            work = service_s * (1 + rng.uniform(-jitter, jitter))
+            heapq.heappush(finishing, (clock.t + work, next(order), waiting.popleft()))
+
+    fill()
+    while finishing:
+        clock.t, _, token = heapq.heappop(finishing)
+        busy -= 1
+        latencies.append(clock.t - token)
+        lim.release(token, "ok")
+        fill()
+    return lim, n / (clock.t - t0), latencies
+
+
+@pytest.mark.parametrize("slots", [1, 2, 4])
+@pytest.mark.parametrize("jitter", [0.0, 0.3])
+def test_a_server_with_few_slots_gets_about_that_many_requests(slots: int, jitter: float) -> None:
+    lim, throughput, latencies = simulate(slots, ceiling=32, jitter=jitter, seed=slots)
+    assert lim.cap is not None and not lim.probing
+    assert slots < lim.current <= slots + 2  # the slots and one waiting (HEADROOM), not the ceiling of 32
+    assert throughput >= 0.95 * slots  # the bare maximum: every slot busy all along
+    settled = latencies[len(latencies) // 2:]
+    assert sum(settled) / len(settled) < 2.2  # service time 1 s: little queueing left (32/slots s at the ceiling)
+
+
+def test_without_the_latency_rule_the_limit_climbs_to_the_ceiling() -> None:
+    """The same server against a limiter that only knows 429s: what the rule is for (the test above can fail)."""
+    lim, throughput, latencies = simulate(1, ceiling=32, latency_aware=False)
+    assert lim.current == 32 and lim.cap is None
+    settled = latencies[len(latencies) // 2:]
+    assert sum(settled) / len(settled) > 20  # mostly queueing
+
+
+def test_an_endpoint_whose_throughput_follows_the_limit_is_never_capped() -> None:
+    lim, throughput, _ = simulate(1000, ceiling=64, n=3000, jitter=0.3)
+    assert lim.cap is None and lim.current == 64 and lim.saturations == 0 and not lim.probing
+
+
+def test_a_server_with_more_slots_than_the_start_settles_near_them() -> None:
+    lim, throughput, _ = simulate(24, ceiling=64, n=6000, jitter=0.2)
+    assert lim.cap is not None and 24 <= lim.current <= 32
+    assert throughput >= 0.9 * 24

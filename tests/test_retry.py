@@ -107,3 +107,60 @@ def test_flex_unavailable_waits_longer_and_never_near_zero():
         cap = min(60.0, 0.5 * 10 * 2 ** (retry - 1))
         assert min(waits) >= cap / 2 and max(waits) <= cap
         assert max(policy.delay(retry, plain, rng) for _ in range(200)) <= 0.5 * 2 ** (retry - 1)
+
+
+# ---------------------------------------------------------------- what retrying cannot fix
+
+
+def test_one_line_keeps_the_first_line_and_the_fields_a_validation_header_hides() -> None:
+    from rfteval.retry import one_line
+
+    assert one_line("HTTP 500: boom\n  at line 3\n  at line 4") == "HTTP 500: boom"
+    text = ("HTTP 500: 1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
+            "'text' or 'json_object' [type=literal_error]\nmore")
+    assert one_line(text, 400) == ("HTTP 500: 1 validation error for CreateChatCompletionRequest: "
+                                   "response_format.type: Input should be 'text' or 'json_object' [type=literal_error]")
+    short = one_line("x" * 300, 50)
+    assert len(short) == 50 and short.endswith("…") and "\n" not in one_line("a\r\nb")
+
+
+@pytest.mark.parametrize(("message", "body", "option"), [
+    ("Input should be 'text' or 'json_object'", {"response_format": {}}, "--response-format"),
+    ("response_format.type: invalid", None, "--response-format"),
+    ("Unrecognized request argument supplied: seed", {"seed": 1}, "--seed"),
+    ("max_tokens must be at most 4096", {"max_completion_tokens": 9000}, "--max-output-tokens"),
+    ("'tool_choice' is only allowed when 'tools' are specified", {"tools": []}, "the dataset's tools"),
+    ("reasoning_effort is not supported with this model", {"reasoning_effort": "low"}, "--reasoning-effort"),
+    ("temperature must be at most 2", {"temperature": 3}, "--temperature"),
+    ("top_p out of range", {"top_p": 3}, "--top-p"),
+    ("invalid service_tier", {}, "--service-tier"),
+    ("the model is busy", {"seed": 1}, "the request"),
+    ("Unsupported parameter: 'text.format' is not supported", {"text": {}}, "--response-format"),
+    ("reasoning.effort: unknown value 'max'", {"reasoning": {"effort": "max"}}, "--reasoning-effort"),
+    ("seeds are great; temperature must be at most 2", {"temperature": 3}, "--temperature"),  # a word, not the key
+])
+def test_the_option_behind_a_refused_key(message: str, body: dict | None, option: str) -> None:
+    from rfteval.retry import option_of
+
+    assert option_of(message, body) == option
+
+
+def test_the_refusal_watch_stops_on_identical_refusals_before_any_success() -> None:
+    from rfteval.retry import REJECT_AFTER, RefusalWatch
+
+    watch = RefusalWatch()
+    validation = ProviderError("server", "HTTP 500: Input should be 'text'", status=500)
+    assert [watch.failed(validation) for _ in range(REJECT_AFTER)] == [False] * (REJECT_AFTER - 1) + [True]
+    watch = RefusalWatch()
+    watch.failed(validation)
+    watch.ok()  # a success: later refusals are the cells' own
+    assert not any(watch.failed(validation) for _ in range(10))
+    watch = RefusalWatch()
+    for i in range(10):  # refusals that differ are not one request shape refused
+        assert not watch.failed(ProviderError("bad_request", f"HTTP 400: context of item {i} too long", status=400))
+    watch = RefusalWatch()
+    transient = [ProviderError("server", "HTTP 503: overloaded", status=503), ProviderError("rate_limit", "HTTP 429"),
+                 ProviderError("timeout", "no answer"), ProviderError("connection", "refused")]
+    assert not any(watch.failed(e) for e in transient * 5)
+    bad = ProviderError("bad_request", "HTTP 400: Unrecognized request argument supplied: seed", status=400)
+    assert [watch.failed(bad) for _ in range(REJECT_AFTER)][-1] is True

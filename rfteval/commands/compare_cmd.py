@@ -29,7 +29,7 @@ A checkpoint series (base against every other model of a run, Holm across them):
 
 \b
 Two models of one run directory:
-  rfteval compare runs/exp1 runs/exp1 --label base --label tuned --require-improvement
+  rfteval compare runs/exp1 --label base --label tuned --require-improvement
   rfteval compare runs/exp1 runs/exp1 -l base -l tuned --dataset data.jsonl --by difficulty
 
 \b
@@ -154,6 +154,8 @@ def compare(
     parse_metric(metric)
     from rfteval.outfile import check_output
 
+    if candidate is None and len(label) == 2:  # `compare runs/a -l base -l tuned`: two models of one run directory
+        candidate = baseline
     inputs = _inputs(baseline, candidate, dataset)
     for flag, path in (("--markdown", markdown), ("--junit", junit), ("--html", html)):
         if path is not None:  # before any work: a bad path is one line, and an input is never overwritten

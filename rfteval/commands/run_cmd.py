@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -104,13 +104,16 @@ def run_command(
                                      "out as a second batch phase (filed in the judge cache), then grading runs."),
     batch_tail: str = typer.Option("batch", "--batch-tail", metavar="batch|sync",
                                    help="Cells that come back failed or batch_expired: another batch, or sync "
-                                        "requests at once [default: batch]."),
+                                        "requests at once."),
     export_requests: Path | None = typer.Option(None, "--export-requests", metavar="FILE.jsonl",
                                                    help="Write the Batch API request lines of cells without a "
                                                         "response (vllm run-batch, Ray Data) and send nothing."),
     import_responses: Path | None = typer.Option(None, "--import-responses", metavar="FILE.jsonl",
                                                     help="Read Batch API output lines (OpenAI's, vllm run-batch's) "
                                                          "into the run, then grade; sends nothing."),
+    models_in_turn: bool = typer.Option(False, "--models-in-turn", help="All of one model's cells, then the next "
+                                        "model's, for servers that hold one model at a time (llama.cpp's aliases); "
+                                        "default: interleaved."),
     retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
     checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
     batch_poll_s: float = typer.Option(30.0, "--batch-poll-interval", hidden=True),
@@ -167,7 +170,7 @@ def run_command(
             fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
             service_tier=service_tier, transport=transport, batch=batch, batch_judge=batch_judge, batch_tail=batch_tail,
             batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
-            import_responses=import_responses))
+            import_responses=import_responses, models_in_turn=models_in_turn))
     except FatalRunError as exc:
         typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None
@@ -186,6 +189,11 @@ def run_command(
             typer.echo(f"rfteval: {result.batches_open} batch(es) keep running at the provider (rfteval batches "
                        f"{out_dir}); re-running the same command collects them, paid once.", err=True)
         raise typer.Exit(ExitStatus.INTERRUPTED)
+    if result.stopped is not None:
+        done = sum(t.records for t in result.totals.values())
+        typer.echo(f"rfteval: {result.stopped}; run stopped after {done} of {s['cells']} cells, every stored "
+                   f"response is kept. Re-run the same command to resume (same --out {out_dir}).", err=True)
+        raise typer.Exit(ExitStatus.INCOMPLETE)
     if s.get("batches", {}).get("open"):
         typer.echo(f"rfteval: {s['batches']['open']} batch(es) still open; re-run the same command to collect them",
                    err=True)
@@ -197,14 +205,27 @@ def run_command(
                "summary.json)")
     if result.exit_code == ExitStatus.INCOMPLETE:
         typer.echo(f"rfteval: {s['errors']} of {s['cells']} cells ({s['error_rate']:.1%}) ended in error, above "
-                   f"--max-error-rate {s['max_error_rate']:.1%}; re-running the same command re-sends the failed "
-                   "requests", err=True)
+                   f"--max-error-rate {s['max_error_rate']:.1%}; {rerun_hint(s)}", err=True)
     elif s.get("missing") and (batch or import_responses is not None):
         how = ("re-running the same command submits them again" if batch else
                "import the rest, or run without --import-responses to send them")
         typer.echo(f"rfteval: {s['missing']} of {s['cells']} cells have no response yet; {how}", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
     raise typer.Exit(result.exit_code)
+
+
+def rerun_hint(summary: dict[str, Any]) -> str:
+    """What re-running does about the errors: failed requests are sent again; grading errors send nothing (a
+    grader's server errors are re-graded, its verdicts on outputs stay until the grader changes)."""
+    by_type: dict[str, int] = {}
+    for m in summary.get("models", {}).values():
+        for kind, n in m.get("errors", {}).get("by_type", {}).items():
+            by_type[kind] = by_type.get(kind, 0) + n
+    failed = sum(n for kind, n in by_type.items() if not kind.startswith("grade:"))
+    if failed:
+        return f"re-running the same command re-sends the {failed} failed request{'s' if failed > 1 else ''}"
+    return ("every error is a grading error: re-running the same command sends no request and re-grades from the "
+            "stored responses (a grader fixed in place, or a grader's server errors)")
 
 
 def _quiet_monitor_class() -> type:
@@ -220,6 +241,9 @@ def _quiet_monitor_class() -> type:
             typer.echo(f"rfteval: {text}", err=True)
 
         def retry(self, label: str, kind: str, reason: str = "") -> None:
+            from rfteval.retry import one_line
+
+            reason = one_line(reason, 160)
             if (label, kind) not in self.said:  # once per kind of failure: a stalled run says why
                 self.said.add((label, kind))
                 self.message(f"{label}: retrying after {kind}" + (f": {reason}" if reason else ""))

@@ -68,10 +68,22 @@ class RichMonitor(RunMonitor):
 
     def retry(self, label: str, kind: str, reason: str = "") -> None:
         """Counted on the model's line, with the last reason; piped (a log, CI), each kind of failure is said once
-        in a line of its own, so a stalled run says why while it still retries."""
-        self._counts[label]["retries"] += 1
+        in a line of its own, so a stalled run says why while it still retries. The judge's retries (model
+        graders; any thread) get a line of their own, "judge", made at its first retry. A server's message may
+        span lines (a stack, a validation error): only its first line is shown, so the bar stays one line."""
+        from rfteval.retry import one_line
+
+        reason = one_line(reason, 160)
+        with self._lock:
+            if label not in self._counts:
+                self._counts[label] = {"done": 0, "errors": 0, "retries": 0, "cached": 0}
+                if self.progress is not None:
+                    self._tasks[label] = self.progress.add_task(label, total=None, rate="", errors=0, retries=0,
+                                                                cached=0, limit="", last="")
+            self._counts[label]["retries"] += 1
         if self.progress is not None and label in self._tasks:
-            self.progress.update(self._tasks[label], last=f"  last: {kind}" + (f" ({reason[:60]})" if reason else ""))
+            self.progress.update(self._tasks[label], last=f"  last: {kind}" + (f" ({one_line(reason, 60)})"
+                                                                                 if reason else ""))
         if not self.console.is_terminal and (label, kind) not in self._said:
             self._said.add((label, kind))
             self.message(f"rfteval: {label}: retrying after {kind}" + (f": {reason}" if reason else ""))
@@ -101,6 +113,8 @@ class RichMonitor(RunMonitor):
         self._last = now
         with self._lock:
             for label, c in self._counts.items():
+                if label not in self._tasks:
+                    continue
                 fresh = c["done"] - c["cached"]
                 elapsed = max(now - self._t0, 1e-9)
                 rate = f"{fresh / elapsed:.1f}/s" if fresh else ""
@@ -126,17 +140,19 @@ def models_table(summary: dict[str, Any]) -> Table:
     has_truncated = any((m.get("truncated_in_reasoning") or {}).get("n") for m in summary["models"].values())
     has_cost = any(m.get("cost_usd") is not None for m in summary["models"].values())
     columns = ["model", "mean", "95% CI", "pass@" + "/@".join(ks), "items", "records", "errors"]
-    columns += ["tokens in/out (reasoning)"] if has_tokens else []
+    has_reasoning = any(m["tokens"].get("reasoning") is not None for m in summary["models"].values())
+    token_column = "tokens in/out (reasoning)" if has_reasoning else "tokens in/out"
+    columns += [token_column] if has_tokens else []
     columns += ["cost"] if has_cost else []
     columns += ["cut off thinking"] if has_truncated else []
     for name in columns:  # the model's name folds first when the terminal is narrow: never a number
         table.add_column(name, justify="left" if name in ("model", "errors") else "right",
-                         no_wrap=name not in ("model", "errors", "tokens in/out (reasoning)"), overflow="fold",
+                         no_wrap=name not in ("model", "errors", token_column), overflow="fold",
                          ratio=1 if name == "model" else None)
     for label, m in summary["models"].items():
         tok = m["tokens"]
-        reasoning = fmt_tokens(tok["reasoning"]) if tok.get("reasoning") is not None else "—"  # never reported
-        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])} ({reasoning})" \
+        reasoning = f" ({fmt_tokens(tok['reasoning'])})" if tok.get("reasoning") is not None else ""
+        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])}{reasoning}" \
             if any(tok.values()) else "—"  # no usage reported (replayed outputs)
         records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
         curve = m.get("pass_at_k") or {}
@@ -202,6 +218,12 @@ def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
     return out
 
 
+def _reasoning(usage: dict[str, Any]) -> str:
+    """' (reasoning N)' when the endpoint reported reasoning tokens, else nothing (not a made-up 0)."""
+    n = usage.get("reasoning_tokens")
+    return f" (reasoning {n})" if n is not None else ""
+
+
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
     console.print(models_table(result.summary))
     for line in truncation_lines(result.summary):
@@ -210,7 +232,7 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "
                       f"{u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
-                      f"{u.get('output_tokens', 0)} (reasoning {u.get('reasoning_tokens', 0)}){cost} "
+                      f"{u.get('output_tokens', 0)}{_reasoning(u)}{cost} "
                       "(this invocation)", highlight=False)
     invocation = result.summary.get("judge") or {}
     for model, u in (result.summary.get("judge_results") or {}).items():
@@ -219,7 +241,7 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
             continue  # every call behind the results was made now: the line above says it all
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model} behind these results: {u['calls']} calls, tokens in/out {u['input_tokens']}/"
-                      f"{u['output_tokens']} (reasoning {u['reasoning_tokens']}){cost} (all invocations)",
+                      f"{u['output_tokens']}{_reasoning(u)}{cost} (all invocations)",
                       highlight=False)
     if result.comparison is not None:
         for part in compare_renderables(result.comparison):
