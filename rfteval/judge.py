@@ -161,6 +161,7 @@ class Judge:
         self.on_retry = on_retry
         self.fatal_error: ProviderError | None = None  # a 401 / unknown judge model: later calls fail at once
         self.fatal_model: str | None = None  # the judge model of the call that was refused
+        self.format_level = 0  # FORMAT_LEVELS: how far the endpoint made the judge step down its output format
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
         self._lock = threading.Lock()
@@ -303,9 +304,7 @@ class Judge:
             self._bump("calls")
             self._count(request.model, "calls")
             try:
-                gen = await call_with_retries(
-                    lambda: self.provider.generate(request, self.timeout_s), self.policy, self._note_retry
-                )
+                gen = await call_with_retries(lambda: self._generate(request), self.policy, self._note_retry)
             except ProviderError as exc:
                 if exc.fatal and self.fatal_error is None:
                     self.fatal_error, self.fatal_model = exc, request.model
@@ -323,11 +322,60 @@ class Judge:
         self._count_usage(request.model, gen.usage)
         return gen
 
+    async def _generate(self, request: GenerationRequest) -> Generation:
+        """One attempt, in the strongest output format the endpoint takes. The judge's format is rfteval's choice,
+        not the user's (a score or a label as JSON), so a server that refuses structured outputs (llama.cpp's
+        server takes only `text` and `json_object`) is asked for JSON mode with the same schema, then for plain
+        text, which the lenient answer parser reads; the step down is remembered for every later call."""
+        while True:
+            level = self.format_level
+            current = with_format_level(request, level)
+            try:
+                return await self.provider.generate(current, self.timeout_s)
+            except ProviderError as exc:
+                if not refuses_format(current, exc) or level >= len(FORMAT_LEVELS) - 1:
+                    raise
+                with self._lock:
+                    if self.format_level == level:  # concurrent calls refused alike step down once
+                        self.format_level += 1
+
     def _count_usage(self, model: str, usage: dict[str, Any] | None) -> None:
         for k in _USAGE_KEYS:
             value = usage.get(k) if usage else None
             if isinstance(value, int):
                 self._count(model, k, value)
+
+
+# A judge's output format, strongest first: structured outputs as the grader asks, JSON mode carrying the same
+# schema (llama.cpp's server constrains to it; others ignore the extra key), then no format at all.
+FORMAT_LEVELS = ("as asked", "json_object", "none")
+_FORMAT_WORDS = ("response_format", "json_schema", "json_object", "text.format")
+
+
+def with_format_level(request: GenerationRequest, level: int) -> GenerationRequest:
+    """The request with its response format stepped down to FORMAT_LEVELS[level] (the same object at level 0,
+    or when it asks for no JSON schema)."""
+    rf = request.sampling.response_format
+    if level == 0 or not rf or rf.get("type") in ("json_object", "text"):
+        return request
+    if FORMAT_LEVELS[level] == "json_object":
+        wrapped = rf.get("json_schema")
+        inner: dict[str, Any] = wrapped if isinstance(wrapped, dict) else rf
+        fmt: dict[str, Any] | None = {"type": "json_object", "schema": inner.get("schema", {})}
+    else:
+        fmt = None
+    return dataclasses.replace(request, sampling=dataclasses.replace(request.sampling, response_format=fmt))
+
+
+def refuses_format(request: GenerationRequest, exc: ProviderError) -> bool:
+    """A 4xx or 500 naming the response format, to a request that asked for one: the endpoint will not take that
+    format (retrying it cannot help)."""
+    if not request.sampling.response_format or exc.kind not in ("bad_request", "server"):
+        return False
+    if exc.status is not None and exc.status >= 502:  # a gateway's transient failure, whatever its text
+        return False
+    text = str(exc).lower()
+    return any(word in text for word in _FORMAT_WORDS)
 
 
 def _not_sent(error: ProviderError) -> ProviderError:

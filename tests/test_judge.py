@@ -275,3 +275,32 @@ def test_parse_json_answer_reads_a_reasoning_judge_past_its_thinking():
 def test_parse_json_answer_accepts_raw_newlines_inside_strings():
     assert parse_json_answer('{"result": 1, "why": "line one\nline two"}'.replace("\\n", "\n")) == {
         "result": 1, "why": "line one\nline two"}
+
+
+def _judge_req(text: str) -> GenerationRequest:
+    schema = {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"]}
+    return GenerationRequest(model="judge-m", messages=[{"role": "user", "content": text}],
+                             sampling=Sampling(response_format={"name": "r", "schema": schema, "strict": True}))
+
+
+@pytest.mark.parametrize("refused, sent", [({"json_schema"}, "json_object"), ({"json_schema", "json_object"}, None)])
+def test_a_judge_steps_down_an_output_format_the_server_refuses(fake_openai, refused, sent):
+    """llama.cpp's server takes only text and json_object: the judge asks for JSON mode with the same schema (then
+    for no format at all), once for the whole run, instead of retrying a refusal for minutes."""
+    fake_openai.refused_formats = refused
+    with make_judge(fake_openai) as judge:
+        first = judge.complete([_judge_req("a"), _judge_req("b")])
+        later = judge.complete([_judge_req("c")])
+        assert judge.stats()["retries"] == 0 and judge.stats()["errors"] == 0
+    assert all(isinstance(g, Generation) for g in first + later)
+    formats = [r.body.get("response_format") for r in fake_openai.requests]
+    assert [f["type"] if f else None for f in formats] == [sent] * 3  # refused requests are not recorded
+    if sent == "json_object":
+        assert formats[0]["schema"]["required"] == ["result"]  # the schema goes along, for servers that use it
+
+
+def test_a_refusal_that_names_no_format_is_not_a_format_step_down(fake_openai):
+    fake_openai.queue(Reply.error(400, "temperature must be at most 2"))
+    with make_judge(fake_openai) as judge:
+        (answer,) = judge.complete([_judge_req("a")])
+        assert isinstance(answer, ProviderError) and judge.format_level == 0
