@@ -25,6 +25,7 @@ import ast
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 # old dotted module -> new dotted module. A package entry (rfteval.commands) carries its submodules along.
@@ -250,29 +251,38 @@ def public_names(path: Path) -> list[str]:
     return sorted({n for n in names if not n.startswith("_") and n not in {"log", "logger", "annotations"}})
 
 
-def lazy_init(doc: str, module: str, names: list[str]) -> str:
-    imports = "".join(f"    from {module} import {n} as {n}\n" for n in names)
-    return f'''"""{doc}
+def wrap(text: str, indent: str = "") -> str:
+    return textwrap.fill(text, width=116, initial_indent=indent, subsequent_indent=indent)
 
-The names of {module} are re-exported here lazily (the README's public path), so importing one submodule of this
-package never loads the others.
+
+def import_block(module: str, names: list[str], indent: str) -> str:
+    inner = textwrap.fill(", ".join(names) + ",", width=116, initial_indent=indent + "    ",
+                          subsequent_indent=indent + "    ")
+    return f"{indent}from {module} import (\n{inner}\n{indent})\n"
+
+
+def lazy_init(doc: str, module: str, names: list[str]) -> str:
+    """A package that re-exports a module's names on first use (PEP 562), typed for mypy under TYPE_CHECKING."""
+    why = wrap(f"The names of {module} are re-exported here, lazily: this is the public path the README shows, "
+               "and importing one submodule of the package must not load the others.")
+    return f'''"""{wrap(doc)}
+
+{why}
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-{imports}
-_PUBLIC = frozenset({names!r})
-__all__ = sorted(_PUBLIC)
+{import_block(module, names, "    ")}
+__all__ = {names!r}
 
 
 def __getattr__(name: str) -> object:
-    if name not in _PUBLIC:
+    if name not in __all__:
         raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-    import importlib
-
     value = getattr(importlib.import_module("{module}"), name)
     globals()[name] = value
     return value
@@ -280,12 +290,10 @@ def __getattr__(name: str) -> object:
 
 
 def alias_init(old: str, new: str, names: list[str]) -> str:
-    imports = "".join(f"    {n} as {n},\n" for n in names)
-    return f'''"""{old}, the public path the README shows: an alias of {new}, where the code lives."""
+    doc = wrap(f"{old}, the public path the README shows: an alias of {new}, where the code lives.")
+    return f'''"""{doc}"""
 
-from {new} import (
-{imports})
-
+{import_block(new, names, "")}
 __all__ = {names!r}
 '''
 
@@ -338,7 +346,7 @@ def main() -> None:
         init = root / as_path(pkg, True) / "__init__.py"
         if init.exists():
             continue
-        doc = PACKAGE_DOCS.get(pkg, pkg)
+        doc = wrap(PACKAGE_DOCS.get(pkg, pkg))
         if pkg in REEXPORT:
             target = REEXPORT[pkg]
             body = lazy_init(doc, target, public_names(root / as_path(target, False)))
