@@ -261,6 +261,12 @@ def import_block(module: str, names: list[str], indent: str) -> str:
     return f"{indent}from {module} import (\n{inner}\n{indent})\n"
 
 
+def all_list(names: list[str]) -> str:
+    inner = textwrap.fill(", ".join(f'"{n}"' for n in names) + ",", width=116, initial_indent="    ",
+                          subsequent_indent="    ")
+    return f"__all__ = [\n{inner}\n]"
+
+
 def lazy_init(doc: str, module: str, names: list[str]) -> str:
     """A package that re-exports a module's names on first use (PEP 562), typed for mypy under TYPE_CHECKING."""
     why = wrap(f"The names of {module} are re-exported here, lazily: this is the public path the README shows, "
@@ -277,7 +283,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
 {import_block(module, names, "    ")}
-__all__ = {names!r}
+{all_list(names)}
 
 
 def __getattr__(name: str) -> object:
@@ -294,7 +300,7 @@ def alias_init(old: str, new: str, names: list[str]) -> str:
     return f'''"""{doc}"""
 
 {import_block(new, names, "")}
-__all__ = {names!r}
+{all_list(names)}
 '''
 
 
