@@ -212,7 +212,6 @@ class Rewriter:
         holders = {f"\x00{i}\x00": s for i, s in enumerate(PRESERVE)}
         for key, value in holders.items():
             text = text.replace(value, key)
-        text = self.from_import.sub(self._split_from_import, text)
 
         def dotted(m: re.Match[str]) -> str:
             # The README's public paths keep working (re-exports, alias packages): the docs keep showing them.
@@ -221,6 +220,8 @@ class Rewriter:
             return self.moves[m.group(1)]
 
         text = self.dotted.sub(dotted, text)
+        # after the dotted rule, which would otherwise rewrite the new `from rfteval.stats import paired`
+        text = self.from_import.sub(self._split_from_import, text)
         text = self.path.sub(lambda m: self.paths[m.group(1)], text)
         for key, value in holders.items():
             text = text.replace(key, value)
