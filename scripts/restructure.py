@@ -21,7 +21,6 @@ old names, applied once, so what it did is what `git diff --stat -M` shows.
 from __future__ import annotations
 
 import argparse
-import ast
 import re
 import subprocess
 import sys
@@ -73,6 +72,8 @@ MOVES: dict[str, str] = {
     "rfteval.results": "rfteval.run.results",
     "rfteval.summary": "rfteval.run.summary",
     "rfteval.concurrency": "rfteval.run.concurrency",
+    # preflight checks a run spec's models and judge before the run: it reads run.spec, so it leaves providers/.
+    "rfteval.providers.preflight": "rfteval.run.preflight",
     "rfteval.batch": "rfteval.run.batch.phase",
     "rfteval.batch_judge": "rfteval.run.batch.judge_phase",
     "rfteval.ray_llm": "rfteval.run.batch.ray_llm",
@@ -236,40 +237,15 @@ def deepen_parents(text: str, delta: int) -> str:
                   lambda m: f"{m.group(1)}{int(m.group(2)) + delta}{m.group(3)}", text)
 
 
-def public_names(path: Path) -> list[str]:
-    """The names a module defines at its top level (not what it imports) that do not start with '_'."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    names: list[str] = []
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(node.name)
-        elif isinstance(node, ast.Assign):
-            names += [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names.append(node.target.id)
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
-            continue
-    return sorted({n for n in names if not n.startswith("_") and n not in {"log", "logger", "annotations"}})
-
-
 def wrap(text: str, indent: str = "") -> str:
     return textwrap.fill(text, width=116, initial_indent=indent, subsequent_indent=indent)
 
 
-def import_block(module: str, names: list[str], indent: str) -> str:
-    inner = textwrap.fill(", ".join(names) + ",", width=116, initial_indent=indent + "    ",
-                          subsequent_indent=indent + "    ")
-    return f"{indent}from {module} import (\n{inner}\n{indent})\n"
+def lazy_init(doc: str, module: str) -> str:
+    """A package that hands out its old module's names on first use (PEP 562), typed for mypy by a star import.
 
-
-def all_list(names: list[str]) -> str:
-    inner = textwrap.fill(", ".join(f'"{n}"' for n in names) + ",", width=116, initial_indent="    ",
-                          subsequent_indent="    ")
-    return f"__all__ = [\n{inner}\n]"
-
-
-def lazy_init(doc: str, module: str, names: list[str]) -> str:
-    """A package that re-exports a module's names on first use (PEP 562), typed for mypy under TYPE_CHECKING."""
+    No list of names: the module may gain or lose names on other branches, and this file must not change then.
+    """
     why = wrap(f"The names of {module} are re-exported here, lazily: this is the public path the README shows, "
                "and importing one submodule of the package must not load the others.")
     return f'''"""{wrap(doc)}
@@ -283,25 +259,24 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-{import_block(module, names, "    ")}
-{all_list(names)}
+    from {module} import *  # noqa: F403
 
 
 def __getattr__(name: str) -> object:
-    if name not in __all__:
+    module = importlib.import_module("{module}")
+    if name.startswith("_") or not hasattr(module, name):
         raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-    value = getattr(importlib.import_module("{module}"), name)
+    value = getattr(module, name)
     globals()[name] = value
     return value
 '''
 
 
-def alias_init(old: str, new: str, names: list[str]) -> str:
+def alias_init(old: str, new: str) -> str:
     doc = wrap(f"{old}, the public path the README shows: an alias of {new}, where the code lives.")
     return f'''"""{doc}"""
 
-{import_block(new, names, "")}
-{all_list(names)}
+from {new} import *  # noqa: F403
 '''
 
 
@@ -356,7 +331,7 @@ def main() -> None:
         doc = wrap(PACKAGE_DOCS.get(pkg, pkg))
         if pkg in REEXPORT:
             target = REEXPORT[pkg]
-            body = lazy_init(doc, target, public_names(root / as_path(target, False)))
+            body = lazy_init(doc, target)
         else:
             body = f'"""{doc}"""\n'
         init.parent.mkdir(parents=True, exist_ok=True)
@@ -367,7 +342,7 @@ def main() -> None:
             continue
         init = root / as_path(old, True) / "__init__.py"
         init.parent.mkdir(parents=True, exist_ok=True)
-        init.write_text(alias_init(old, new, public_names(root / as_path(new, False))), encoding="utf-8")
+        init.write_text(alias_init(old, new), encoding="utf-8")
         git("add", str(init))
 
     # 4. Imports sorted again where a rewrite changed their order (ruff's isort rule, the project's lint).
