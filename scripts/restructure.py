@@ -135,7 +135,8 @@ def module_file(dotted: str, root: Path) -> Path | None:
 
 def preflight(root: Path, force: bool) -> dict[str, str]:
     """The moves that apply to this tree; refuse a second run, a dirty tree and a module with no place."""
-    if (root / "rfteval" / "data").exists() or (root / "rfteval" / "cli").is_dir():
+    # __init__.py, not the directory: a __pycache__ left behind by an earlier run's tests is not a package.
+    if (root / "rfteval" / "data" / "__init__.py").exists() or (root / "rfteval" / "cli" / "__init__.py").exists():
         fail("already restructured (rfteval/data/ or rfteval/cli/ exists); it runs once, on the flat tree")
     if git("status", "--porcelain", "--untracked-files=no").strip() and not force:
         fail("the work tree has uncommitted changes; commit or stash them first (or --force)")
