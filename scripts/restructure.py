@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -284,7 +285,12 @@ from {new} import *  # noqa: F403
 def move(root: Path, old: str, new: str, packages: set[str]) -> None:
     src = root / as_path(old, old in packages)
     dst = root / as_path(new, old in packages)
-    if dst.exists() or (dst.parent == src.with_suffix("") and src.is_file()):
+    if dst.exists():
+        # What an earlier run's tests left at the destination: bytecode caches only, or it is someone's work.
+        if any("__pycache__" not in p.relative_to(dst).parts for p in dst.rglob("*") if p.is_file()):
+            fail(f"{dst.relative_to(root)} exists and holds files; move it away first")
+        shutil.rmtree(dst)
+    if src.is_file() and src.with_suffix("") in dst.parents:
         # rfteval/stats.py -> rfteval/stats/paired.py: the file must leave before its package can arrive.
         tmp = src.with_name(f"_restructure_{src.name}")
         git("mv", str(src), str(tmp))
