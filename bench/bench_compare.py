@@ -1,7 +1,7 @@
 """Benchmark: `rfteval compare` over 100,000 items x 3 epochs per side (target: <= 5 s, <= 1 GB peak).
 
 Writes two realistic record files (output text, free-shaped output_json, usage, two sub-scores, 1% error
-records) with rfteval.records, then times the real CLI in a subprocess and reads its peak RSS.
+records) with rfteval.data.records, then times the real CLI in a subprocess and reads its peak RSS.
 Run: .venv/bin/python bench/bench_compare.py [--items N] [--epochs K] [--continuous] [--keep DIR]
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rfteval.records import Record
+    from rfteval.data.records import Record
 
 TARGET_S = 5.0
 TARGET_MB = 1024.0
@@ -29,7 +29,7 @@ TARGET_MB = 1024.0
 def make_side(label: str, n_items: int, epochs: int, skill: float, seed: int,
               continuous: bool = False) -> list[Record]:
     """Pass/fail scores (per-item deltas on a 1/K grid), or continuous ones (every delta distinct)."""
-    from rfteval.records import make_record
+    from rfteval.data.records import make_record
 
     rng = random.Random(seed)
     out = []
@@ -70,7 +70,7 @@ def run(args: list[str]) -> tuple[float, float, float, int]:
 
 
 def generate(items: int, epochs: int, base: Path, tuned: Path, continuous: bool) -> None:
-    from rfteval.records import write_jsonl
+    from rfteval.data.records import write_jsonl
 
     write_jsonl(make_side("base", items, epochs, 0.0, 1, continuous), base)
     write_jsonl(make_side("tuned", items, epochs, 0.05, 2, continuous), tuned)
@@ -113,7 +113,7 @@ def bench_kind(ns: argparse.Namespace, work: Path, continuous: bool) -> int:
                        check=True)  # its memory is not ours
         print(f"wrote 2 x {ns.items * ns.epochs:,} records ({base.stat().st_size / 2**20:.0f} MB per side) in "
               f"{time.perf_counter() - t0:.1f} s")
-    exe = [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    exe = [sys.executable, "-c", "from rfteval.cli.app import main; main()"]
     load_before = os.getloadavg()[0]
     figures = {}
     cases = {

@@ -51,7 +51,7 @@ Pair = tuple[dict[str, Any], dict[str, Any]]
 
 
 def chipstack_pairs(rng: random.Random) -> list[Pair]:
-    from rfteval.sample import make_sample
+    from rfteval.data.sample import make_sample
 
     def signal() -> dict[str, str]:
         name = f"{rng.choice(['clk', 'rst', 'data', 'addr', 'valid', 'ready'])}_{rng.randrange(64)}"
@@ -98,7 +98,7 @@ STRIPE_CALLS = [
 
 
 def runloop_pairs(rng: random.Random) -> list[Pair]:
-    from rfteval.sample import make_sample
+    from rfteval.data.sample import make_sample
 
     items = []
     for i in range(RUNLOOP_ITEMS):
@@ -224,7 +224,7 @@ def parallel_efficiency() -> float:
 def from_text(run: Callable[[list[Pair]], list[float]]) -> Callable[[list[Pair]], list[float]]:
     """The loop on samples built from the output text inside it, one at a time (make_sample, JSON parse
     included), as a runner grading in-process would; the headline loop gets them pre-built."""
-    from rfteval.sample import make_sample
+    from rfteval.data.sample import make_sample
 
     def wrapped(pairs: list[Pair]) -> list[float]:
         texts = [(s["output_text"], s["output_tools"] or None, item) for s, item in pairs]  # untimed
@@ -383,7 +383,7 @@ def spread(values: list[float]) -> str:
 
 def make_text(sample: dict[str, Any]) -> dict[str, Any]:
     """A short text output for the text graders: the first pairs of the ChipStack answer."""
-    from rfteval.sample import make_sample
+    from rfteval.data.sample import make_sample
 
     return make_sample(json.dumps(sample["output_json"]["predicted"][:6]))
 

@@ -42,8 +42,8 @@ def one(base_url: str, workdir: Path, fixed: bool) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_run import write_dataset, write_grader
 
-    from rfteval.runner import RunMonitor, RunOptions, run_eval
-    from rfteval.spec import build_spec, flag_overrides
+    from rfteval.run.runner import RunMonitor, RunOptions, run_eval
+    from rfteval.run.spec import build_spec, flag_overrides
 
     class Clock(RunMonitor):
         t_start = t_stop = 0.0

@@ -56,7 +56,7 @@ def write_inputs(workdir: Path, n: int = ITEMS, name: str = "items.jsonl") -> tu
 
 
 def spec_for(base_url: str, dataset: Path, grader: Path, out: Path, concurrency: int) -> Any:
-    from rfteval.spec import build_spec, flag_overrides
+    from rfteval.run.spec import build_spec, flag_overrides
 
     return build_spec(None, flag_overrides(models=[f"base={MODEL}"], dataset=str(dataset), grader=str(grader),
                                            epochs=EPOCHS, base_url=base_url, concurrency=concurrency, out=str(out),
@@ -65,7 +65,7 @@ def spec_for(base_url: str, dataset: Path, grader: Path, out: Path, concurrency:
 
 def exported_bodies(base_url: str, dataset: Path, grader: Path, workdir: Path) -> list[dict[str, Any]]:
     """The request bodies rfteval would send, one per (item, epoch): its own --export-requests lines."""
-    from rfteval.runner import RunOptions, run_eval
+    from rfteval.run.runner import RunOptions, run_eval
 
     path = workdir / "requests.jsonl"
     run_eval(spec_for(base_url, dataset, grader, workdir / "export", 4),
@@ -105,7 +105,7 @@ def bare_loop(base_url: str, bodies: list[dict[str, Any]], concurrency: int) -> 
 
 def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path, concurrency: int,
                 cells: int = ITEMS * EPOCHS) -> dict[str, float]:
-    from rfteval.runner import RunOptions, run_eval
+    from rfteval.run.runner import RunOptions, run_eval
 
     start = time.perf_counter()
     result = run_eval(spec_for(base_url, dataset, grader, out, concurrency),
@@ -124,7 +124,7 @@ def main() -> dict[str, Any]:
         return {"skipped": reason}
     import openai  # noqa: F401  (imported before timing, as a long-lived process would have it)
 
-    import rfteval.runner  # noqa: F401
+    import rfteval.run.runner  # noqa: F401
 
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, RealServer(workdir=Path(tmp)) as server:

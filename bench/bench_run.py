@@ -64,7 +64,7 @@ def start_server() -> tuple[subprocess.Popen, str]:
 
 def bodies(dataset: Path) -> list[dict[str, Any]]:
     """The exact bodies rfteval sends (one per item and epoch), built by its own provider code."""
-    from rfteval.dataset import iter_items
+    from rfteval.data.dataset import iter_items
     from rfteval.providers.base import GenerationRequest
     from rfteval.providers.openai_provider import chat_body
 
@@ -101,8 +101,8 @@ def bare_loop(base_url: str, requests: list[dict[str, Any]], transport: str = "h
 
 def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path, transport: str | None = None
                 ) -> dict[str, float]:
-    from rfteval.runner import RunOptions, run_eval
-    from rfteval.spec import build_spec, flag_overrides
+    from rfteval.run.runner import RunOptions, run_eval
+    from rfteval.run.spec import build_spec, flag_overrides
 
     spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(dataset), grader=str(grader),
                                            epochs=EPOCHS, base_url=base_url, concurrency=CONCURRENCY, out=str(out)))
@@ -118,7 +118,7 @@ def cli_run(base_url: str, dataset: Path, grader: Path, out: Path, transport: st
     """The same run as a user types it: process start-up, imports, grading, result files and the final tables
     included; CPU is the child's own (user + system), read with wait4."""
     exe = Path(sys.executable).parent / "rfteval"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli.app import main; main()"]
     extra = ["--http-transport", transport] if transport else []
     start = time.perf_counter()
     proc = subprocess.Popen([*cmd, "run", "--dataset", str(dataset), "--grader", str(grader), "--model",
@@ -150,8 +150,8 @@ def peak_rss_mb() -> float:
 def memory_child(n: int, workdir: Path) -> dict[str, float]:
     """Run n items x 1 epoch with an instant provider; report this process's peak RSS."""
     from rfteval.providers.base import Generation, GenerationRequest
-    from rfteval.runner import RunOptions, run_eval
-    from rfteval.spec import build_spec, flag_overrides
+    from rfteval.run.runner import RunOptions, run_eval
+    from rfteval.run.spec import build_spec, flag_overrides
 
     class Instant:
         def identity(self) -> dict[str, Any]:
@@ -211,8 +211,8 @@ def main() -> dict[str, Any]:
             for transport in TRANSPORTS:
                 bare_loop(base_url, reqs[:200], transport)
             rfteval_run_small = write_dataset(d / "warm.jsonl", 50)
-            from rfteval.runner import RunOptions, run_eval
-            from rfteval.spec import build_spec, flag_overrides
+            from rfteval.run.runner import RunOptions, run_eval
+            from rfteval.run.spec import build_spec, flag_overrides
 
             run_eval(build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(rfteval_run_small),
                                                      grader=str(grader), epochs=1, base_url=base_url,

@@ -1,3 +1,3 @@
-from rfteval.cli import main
+from rfteval.cli.app import main
 
 main()

@@ -62,12 +62,12 @@ def old_judge_grades(items: list[dict[str, Any]], outs: dict[str, list[dict[str,
     sys.path.insert(0, str(ROOT / "scripts"))
     import local_judge
 
-    from rfteval.dataset import load_dataset
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.data.records import dumps_record
     from rfteval.graders import load_grader
-    from rfteval.grading import grade_outputs
-    from rfteval.judge import Judge
-    from rfteval.outputs import Output
-    from rfteval.records import dumps_record
+    from rfteval.graders.grading import grade_outputs
+    from rfteval.providers.judge import Judge
 
     server = local_judge.serve(0)
     base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"

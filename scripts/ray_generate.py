@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from rfteval.errors import InputError
-from rfteval.ray_llm import ENGINES, EngineOptions, build_processor, generate, merge_outputs, read_requests, shard_requests
+from rfteval.run.batch.ray_llm import (
+    ENGINES,
+    EngineOptions,
+    build_processor,
+    generate,
+    merge_outputs,
+    read_requests,
+    shard_requests,
+)
 
 
 def _json_object(text: str, option: str, example: str) -> dict[str, Any]:

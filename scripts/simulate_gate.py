@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-from rfteval.gate import Gate
-from rfteval.simulation import Population, gate_failure_rate, hardest_slice_null, random_slices_null
+from rfteval.compare.gate import Gate
+from rfteval.compare.simulation import Population, gate_failure_rate, hardest_slice_null, random_slices_null
 
 
 def main(replicates: int = 1000) -> None:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 BIN = Path(sys.executable).parent / "rfteval"
-RFTEVAL = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
+RFTEVAL = [str(BIN)] if BIN.exists() else [sys.executable, "-c", "from rfteval.cli.app import main; main()"]
 
 
 def write_run_files(tmp_path: Path, n_items: int, reference: str = "fake-tuned", operation: str = "like",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rfteval.records import Record, make_record, write_jsonl
+from rfteval.data.records import Record, make_record, write_jsonl
 
 
 def rec(label: str, item: str, epoch: int, score: float | None, *, error: dict[str, str] | None = None,

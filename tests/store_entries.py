@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rfteval.providers.base import Generation
-from rfteval.store import response_entry
+from rfteval.run.store import response_entry
 
 
 def ok(key: str, text: str = "out", label: str = "base", item: str = "1", epoch: int = 1, session: str = "s") -> dict:

@@ -1,4 +1,4 @@
-"""rfteval.agreement: exact values on small tables, and coverage on simulated graders with a known truth."""
+"""rfteval.stats.agreement: exact values on small tables, and coverage on simulated graders with a known truth."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from rfteval import agreement
+from rfteval.stats import agreement
 
 # ---------------------------------------------------------------------------------------------- exact values
 

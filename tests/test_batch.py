@@ -18,10 +18,10 @@ from cli_run_files import RFTEVAL, write_run_files
 from fake_openai import FakeOpenAI, Reply, Request, chat_body
 from typer.testing import CliRunner
 
-from rfteval.batch import Journal, entry_from_result, parse_result_lines, read_journal
-from rfteval.cli import app
-from rfteval.runner import RunOptions, run_eval
-from rfteval.spec import build_spec, flag_overrides
+from rfteval.cli.app import app
+from rfteval.run.batch.phase import Journal, entry_from_result, parse_result_lines, read_journal
+from rfteval.run.runner import RunOptions, run_eval
+from rfteval.run.spec import build_spec, flag_overrides
 
 N_ITEMS = 5
 EPOCHS = 2
@@ -50,7 +50,7 @@ def run_lib(files: dict[str, Path], server: FakeOpenAI, out: Path | None = None,
     options.update(opts)
     messages: list[str] = []
 
-    from rfteval.runner import RunMonitor
+    from rfteval.run.runner import RunMonitor
 
     class Collect(RunMonitor):
         def message(self, text: str) -> None:
@@ -412,7 +412,7 @@ def test_modes_cannot_be_combined(files: dict[str, Path], fake_openai: FakeOpenA
 
 
 def test_result_lines_match_on_custom_id_and_classify() -> None:
-    from rfteval.batch import CellInfo
+    from rfteval.run.batch.phase import CellInfo
 
     cell = CellInfo("base", "m", "q1", 1, "chat", False)
     ok = {"custom_id": "k", "response": {"status_code": 200, "body": {
@@ -477,8 +477,8 @@ def test_a_dry_pass_that_fails_says_so_and_its_judge_calls_go_synchronously(
         tmp_path: Path, fake_openai: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_run_judges import SCORE_GRADER, expected_score, model_or_score_responder, write_dataset
 
-    from rfteval.batch_judge import _Recorder
     from rfteval.graders.engine import GradingEngine
+    from rfteval.run.batch.judge_phase import _Recorder
 
     real = GradingEngine.grade_batch
 

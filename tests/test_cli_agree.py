@@ -11,7 +11,7 @@ import pytest
 from fake_openai import Reply
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,7 +361,7 @@ def test_math_rule_grader_in_the_sandbox_gives_the_recorded_rule_grades():
 @pytest.mark.slow
 def test_parquet_sides_and_grading_errors(tmp_path):
     """A results.parquet side reads like JSONL (labels from grade_details' JSON text); a grading error fails."""
-    from rfteval.records import Record, write_parquet
+    from rfteval.data.records import Record, write_parquet
 
     rows = []
     for i in range(6):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.records import make_record, write_jsonl
+from rfteval.cli.app import app
+from rfteval.data.records import make_record, write_jsonl
 
 runner = CliRunner()
 BASE = {"a": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d": [1, 0, 1]}
@@ -258,7 +258,7 @@ def test_help_shows_a_ci_example():
 @pytest.mark.slow
 def test_real_subprocess(pair, tmp_path):
     exe = Path(sys.executable).parent / "rfteval"
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli import main; main()"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from rfteval.cli.app import main; main()"]
     md = tmp_path / "summary.md"
     proc = subprocess.run(cmd + ["compare", *pair, "--format", "json", "--fail-under", "0.9", "--gate", "strict",
                                  "--markdown", str(md)], capture_output=True, text=True, timeout=120)

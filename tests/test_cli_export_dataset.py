@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.dataset import load_dataset
+from rfteval.cli.app import app
+from rfteval.data.dataset import load_dataset
 from rfteval.reward import META, for_openrlhf, for_trl, for_verifiers, for_verl
 from rfteval.reward.export_dataset import _through_json, _through_parquet
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.records import read_records
+from rfteval.cli.app import app
+from rfteval.data.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 GRADER = REPO / "graders" / "chipstack.json"

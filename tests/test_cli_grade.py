@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.records import read_records
+from rfteval.cli.app import app
+from rfteval.data.records import read_records
 
 runner = CliRunner()
 SC = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
@@ -166,7 +166,7 @@ def test_grade_exits_3_when_records_fail_to_grade(files, tmp_path):
 
 
 def test_repeated_lines_without_epoch_are_epochs_in_file_order(tmp_path):
-    from rfteval.outputs import iter_outputs
+    from rfteval.data.outputs import iter_outputs
 
     outs = tmp_path / "o.jsonl"
     outs.write_text("\n".join(json.dumps({"item_id": i, "output_text": t}) for i, t in
@@ -212,7 +212,7 @@ def test_a_job_without_response_format_grades_output_json_as_openai_would(files,
 def test_graders_lists_each_ready_made_config_once_with_a_path_that_exists(tmp_path, monkeypatch):
     import shutil
 
-    from rfteval.commands.graders_cmd import ready_made_files
+    from rfteval.cli.commands.graders_cmd import ready_made_files
 
     repo = Path(__file__).resolve().parents[1]
     clone = tmp_path / "clone"

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
+from rfteval.data.records import apply_grade, iter_jsonl_records, make_record, read_records, write_jsonl, write_parquet
 from rfteval.graders.base import GradeResult
-from rfteval.records import apply_grade, iter_jsonl_records, make_record, read_records, write_jsonl, write_parquet
 
 runner = CliRunner()
 LABELS = ["yes", "no", "yes", "yes", "no", "yes"]
@@ -241,8 +241,8 @@ def test_real_process(run_dir: Path):
 
 def test_html_fragments_are_self_contained(run_dir: Path):
     from rfteval.graders.loader import parse_config
-    from rfteval.probes import run_probes
-    from rfteval.readiness import assess
+    from rfteval.readiness.assess import assess
+    from rfteval.readiness.probes import run_probes
     from rfteval.report.readiness_render import probes_html, readiness_html
 
     rep = assess(read_records(run_dir / "base.jsonl"), group_size=4)
@@ -261,7 +261,7 @@ def test_html_fragments_are_self_contained(run_dir: Path):
 def test_html_path_problems_are_one_line_before_any_work(run_dir: Path, tmp_path: Path):
     from typer.testing import CliRunner
 
-    from rfteval.cli import app
+    from rfteval.cli.app import app
 
     res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(tmp_path)])
     assert res.exit_code == 2 and "is a directory" in res.stderr and "Traceback" not in res.output
@@ -274,7 +274,7 @@ def test_html_path_problems_are_one_line_before_any_work(run_dir: Path, tmp_path
 def test_one_format_vocabulary(run_dir: Path):
     from typer.testing import CliRunner
 
-    from rfteval.cli import app
+    from rfteval.cli.app import app
 
     for fmt in ("table", "text"):
         assert CliRunner().invoke(app, ["readiness", str(run_dir), "--format", fmt]).exit_code == 0

@@ -16,12 +16,12 @@ from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI, Reply, Request
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 runner = CliRunner()
 N_ITEMS = 5
 EPOCHS = 3
-RFTEVAL = [sys.executable, "-m", "rfteval.cli"] if not (Path(sys.executable).parent / "rfteval").exists() \
+RFTEVAL = [sys.executable, "-m", "rfteval.cli.app"] if not (Path(sys.executable).parent / "rfteval").exists() \
     else [str(Path(sys.executable).parent / "rfteval")]
 
 
@@ -307,7 +307,7 @@ def test_piped_retries_say_why_once_per_kind(files: dict[str, Path], fake_openai
     assert all("server" in ln for ln in said)
 
 
-# ---- knowing the server before spending (rfteval/providers/preflight.py) ---------------------------------------
+# ---- knowing the server before spending (rfteval/run/preflight.py) ---------------------------------------
 
 
 def _run_cli(args: list[str]) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -95,7 +95,7 @@ def test_validate_grader_dataset_names_every_failing_item(tmp_path):
 
     from typer.testing import CliRunner
 
-    from rfteval.cli import app
+    from rfteval.cli.app import app
 
     ds = tmp_path / "items.jsonl"
     rows = [{"id": "a", "answer": "1"}, {"id": "b", "reference_answer": "2"}, {"id": "c"}]
@@ -116,7 +116,7 @@ def test_a_python_grader_as_a_py_file_and_its_json_form(tmp_path):
 
     from typer.testing import CliRunner
 
-    from rfteval.cli import app
+    from rfteval.cli.app import app
     from rfteval.graders.loader import load_grader
 
     source = 'def grade(sample, item) -> float:\n    return 1.0 if "\\\\" not in sample["output_text"] else 0.0\n'

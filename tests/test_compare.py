@@ -1,4 +1,4 @@
-"""rfteval.compare: pairing, error policies, slices and sub-scores (the sides: test_sides; the gate: test_gate)."""
+"""rfteval.compare.comparison: pairing, error policies, slices and sub-scores (the sides: test_sides; the gate: test_gate)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from record_sides import BASE, TUNED, item_means, rec, side_records, write_pair
 
-from rfteval import stats
-from rfteval.compare import CompareOptions, compare_paths, field_value
+from rfteval.compare.comparison import CompareOptions, compare_paths, field_value
+from rfteval.compare.gate import Gate
+from rfteval.data.records import write_jsonl, write_parquet
 from rfteval.errors import InputError
-from rfteval.gate import Gate
-from rfteval.records import write_jsonl, write_parquet
+from rfteval.stats import paired as stats
 
 
 @pytest.fixture

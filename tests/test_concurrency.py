@@ -10,10 +10,10 @@ import pytest
 from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI
 
-from rfteval.concurrency import AdaptiveLimiter
 from rfteval.providers.base import RateInfo
-from rfteval.runner import RunOptions, run_eval
-from rfteval.spec import build_spec, flag_overrides
+from rfteval.run.concurrency import AdaptiveLimiter
+from rfteval.run.runner import RunOptions, run_eval
+from rfteval.run.spec import build_spec, flag_overrides
 
 
 class Clock:

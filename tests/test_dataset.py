@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.dataset import check_dataset, content_id, iter_items, load_dataset
+from rfteval.data.dataset import check_dataset, content_id, iter_items, load_dataset
 from rfteval.errors import InputError, InputErrors
 
 MSG = [{"role": "user", "content": "hi"}]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
+from rfteval.data.records import read_records
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, load_grader
 from rfteval.graders.loader import load_response_format
 from rfteval.graders.sandbox import grading_units
-from rfteval.records import read_records
-from rfteval.sample import make_sample
 
 runner = CliRunner()
 

@@ -1,4 +1,4 @@
-"""rfteval.gate: each check, evidence and strict modes, power warnings, and the error-rate check."""
+"""rfteval.compare.gate: each check, evidence and strict modes, power warnings, and the error-rate check."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from record_sides import rec, side_records, write_pair
 
-from rfteval import stats
-from rfteval.compare import CompareOptions, compare_paths
-from rfteval.gate import Gate, evaluate_gate
-from rfteval.records import write_jsonl
+from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.gate import Gate, evaluate_gate
+from rfteval.data.records import write_jsonl
+from rfteval.stats import paired as stats
 
 
 @pytest.fixture

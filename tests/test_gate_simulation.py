@@ -1,7 +1,7 @@
 """The gate's error rates, checked by simulation with a known truth (issue 10's targets).
 
 Each replicate draws item success rates ~ Beta(2, 2) and 3 Bernoulli epochs per item for each side, then runs
-compare_sides and the gate exactly as `rfteval compare` does (rfteval.simulation). Fixed seeds, library calls only.
+compare_sides and the gate exactly as `rfteval compare` does (rfteval.compare.simulation). Fixed seeds, library calls only.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rfteval.gate import Gate
-from rfteval.simulation import Population, gate_failure_rate, hardest_slice_null, random_slices_null, side_from_matrix
+from rfteval.compare.gate import Gate
+from rfteval.compare.simulation import Population, gate_failure_rate, hardest_slice_null, random_slices_null, side_from_matrix
 
 README_RECIPE = Gate(max_drop=0.02, max_item_drop=0.5)
 

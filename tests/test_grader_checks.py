@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rfteval.dataset import load_dataset
+from rfteval.data.dataset import load_dataset
 from rfteval.errors import InputError
 from rfteval.graders.checks import check_item_paths, check_sample_paths, output_json_warning, template_paths
 from rfteval.graders.loader import parse_config

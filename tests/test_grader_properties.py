@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rfteval.data.sample import make_sample
 from rfteval.graders import GradeOptions, GradingEngine, load_grader
-from rfteval.sample import make_sample
 
 GRADERS = Path(__file__).resolve().parents[1] / "graders"
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

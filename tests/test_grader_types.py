@@ -6,7 +6,7 @@ import pytest
 
 from rfteval.graders.base import REGISTRY, judge_types, needs_groups, runs_locally, uses_python, walk
 from rfteval.graders.loader import parse_config
-from rfteval.readiness import grader_score_range
+from rfteval.readiness.assess import grader_score_range
 
 SC = {"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "x", "operation": "eq"}
 PY = {"type": "python", "name": "p", "source": "def grade(sample, item):\n    return 1.0"}

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 import rfteval.graders.group_judge as gj
+from rfteval.data.sample import make_sample
 from rfteval.graders import GradingEngine, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, REGISTRY
-from rfteval.judge import Judge, judge_repeat
+from rfteval.providers.judge import Judge, judge_repeat
 from rfteval.providers.openai_provider import OpenAIProvider
-from rfteval.retry import RetryPolicy
-from rfteval.sample import make_sample
+from rfteval.providers.retry import RetryPolicy
 
 CONFIG = {"type": "group_judge", "name": "rank", "model": "judge-m", "seed": 7}
 SAMPLE_RE = re.compile(r'<sample id="([^"]+)">\n(.*?)\n</sample>', re.S)
@@ -243,7 +243,7 @@ def _support_pairs() -> tuple[list, list[str]]:
 
 
 def test_support_dataset_shape():
-    from rfteval.dataset import load_dataset
+    from rfteval.data.dataset import load_dataset
 
     ds = load_dataset(ROOT / "datasets/support/items.jsonl")
     assert len(ds) >= 10

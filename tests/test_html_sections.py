@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.records import make_record, write_jsonl
+from rfteval.cli.app import app
+from rfteval.data.records import make_record, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -10,10 +10,10 @@ import pytest
 from fake_openai import FakeOpenAI, Reply
 
 from rfteval.graders.judged import chat_content, parse_json_answer
-from rfteval.judge import Judge, cache_key, judge_repeat
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
+from rfteval.providers.judge import Judge, cache_key, judge_repeat
 from rfteval.providers.openai_provider import OpenAIProvider
-from rfteval.retry import RetryPolicy
+from rfteval.providers.retry import RetryPolicy
 
 FAST = RetryPolicy(max_retries=3, base_s=0.001, max_backoff_s=0.01)
 

@@ -10,12 +10,12 @@ import threading
 import pytest
 
 import rfteval.graders.group_judge  # noqa: F401  (registers the type)
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, parse_config
-from rfteval.judge import Judge
-from rfteval.judge_stability import load_pairs, render_report, spread, stability_report
+from rfteval.providers.judge import Judge
 from rfteval.providers.openai_provider import OpenAIProvider
-from rfteval.sample import make_sample
+from rfteval.readiness.judge_stability import load_pairs, render_report, spread, stability_report
 
 SCORE = {"type": "score_model", "name": "judge", "model": "j", "range": [0, 10], "pass_threshold": 5,
          "input": [{"role": "user", "content": "Q {{ item.id }} A {{ sample.output_text }}"}]}
@@ -157,7 +157,7 @@ def test_load_pairs_from_dataset_and_outputs(tmp_path):
 
 
 def test_run_stability_from_files_and_its_input_errors(fake_openai, tmp_path):
-    from rfteval.judge_stability import run_stability
+    from rfteval.readiness.judge_stability import run_stability
 
     ds = tmp_path / "d.jsonl"
     ds.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "Q"}]}) + "\n")

@@ -7,13 +7,13 @@ import json
 import pytest
 from fake_openai import Reply
 
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, parse_config
 from rfteval.graders.base import MODEL_PARSE, MODEL_REFUSAL
-from rfteval.judge import Judge
+from rfteval.providers.judge import Judge
 from rfteval.providers.openai_provider import OpenAIProvider
-from rfteval.retry import RetryPolicy
-from rfteval.sample import make_sample
+from rfteval.providers.retry import RetryPolicy
 
 CONFIG = {
     "type": "label_model", "name": "sentiment", "model": "gpt-4o-2024-08-06",

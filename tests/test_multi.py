@@ -6,13 +6,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, load_grader, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, MODEL_SERVER, OTHER, GradeResult
 from rfteval.graders.formula import compile_formula
 from rfteval.graders.multi import FORMULA_EVAL, MultiConfig, combine
-from rfteval.sample import make_sample
 
 # The graders guide's "combined graders" example, verbatim.
 NAME_EMAIL = {

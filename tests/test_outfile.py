@@ -1,4 +1,4 @@
-"""rfteval.outfile: output paths checked up front, written whole or not at all, never over an input."""
+"""rfteval.data.outfile: output paths checked up front, written whole or not at all, never over an input."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
+from rfteval.data.outfile import check_output, replace_atomically, write_json_atomic, write_output
 from rfteval.errors import InputError
-from rfteval.outfile import check_output, replace_atomically, write_json_atomic, write_output
 
 
 def test_writes_whole_files_and_creates_parents(tmp_path):

@@ -1,4 +1,4 @@
-"""rfteval.outputs: outputs lines for `rfteval grade`, the fields a reasoning model's server sends included."""
+"""rfteval.data.outputs: outputs lines for `rfteval grade`, the fields a reasoning model's server sends included."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from rfteval.data.outputs import iter_outputs
 from rfteval.errors import InputError
-from rfteval.outputs import iter_outputs
 
 
 def _read(tmp_path: Path, *rows: dict) -> list:

@@ -16,13 +16,14 @@ import pytest
 from cli_run_files import write_run_files
 from typer.testing import CliRunner
 
-from rfteval import passk, stats
-from rfteval.cli import app
-from rfteval.compare import CompareOptions, compare_paths, compare_sides, run_pass_curves
+from rfteval.cli.app import app
+from rfteval.compare.comparison import CompareOptions, compare_paths, compare_sides, run_pass_curves
+from rfteval.compare.sides import side_from_records
+from rfteval.compare.simulation import side_from_matrix
+from rfteval.data.records import make_record, write_jsonl
 from rfteval.errors import InputError
-from rfteval.records import make_record, write_jsonl
-from rfteval.sides import side_from_records
-from rfteval.simulation import side_from_matrix
+from rfteval.stats import paired as stats
+from rfteval.stats import passk
 
 runner = CliRunner()
 
@@ -369,7 +370,8 @@ def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
 
 
 def test_run_directory_names_have_one_home():
-    from rfteval import rundir, store
+    from rfteval.data import rundir
+    from rfteval.run import store
 
     assert (store.RESOLVED_SPEC, store.RESULTS, store.JOURNAL) == (rundir.RESOLVED_SPEC, rundir.RESULTS,
                                                                     rundir.JOURNAL)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rfteval.errors import InputError
-from rfteval.providers.preflight import Check, preflight
+from rfteval.run.preflight import Check, preflight
 
 
 class Stub:
@@ -89,7 +89,7 @@ def test_providers_that_cannot_be_asked_are_skipped() -> None:
 
 def test_judge_models_of_a_grader_and_the_override() -> None:
     from rfteval.graders import parse_config
-    from rfteval.providers.preflight import judge_check, judge_models
+    from rfteval.run.preflight import judge_check, judge_models
 
     judge = {"type": "score_model", "name": "j", "model": "judge-a", "input": [{"role": "user", "content": "x"}]}
     multi = parse_config({"type": "multi", "name": "m", "calculate_output": "a + b", "graders": {

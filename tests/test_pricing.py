@@ -1,11 +1,11 @@
-"""rfteval.pricing: the dollar figures in summary.json (exact prices, prefixes, the batch column, overrides)."""
+"""rfteval.providers.pricing: the dollar figures in summary.json (exact prices, prefixes, the batch column, overrides)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rfteval.pricing import cost_usd, find_price, price_table
-from rfteval.spec import PriceSpec
+from rfteval.providers.pricing import cost_usd, find_price, price_table
+from rfteval.run.spec import PriceSpec
 
 
 def test_exact_name_then_the_longest_prefix_at_a_boundary():

@@ -9,7 +9,7 @@ import pytest
 
 from rfteval.graders.base import GradeOptions
 from rfteval.graders.loader import parse_config
-from rfteval.probes import (
+from rfteval.readiness.probes import (
     PROBES,
     fill_all,
     infer_reference_template,
@@ -240,7 +240,7 @@ def test_ready_made_chipstack_grader_on_its_dataset():
     grader, data = ROOT / "graders" / "chipstack.json", ROOT / "datasets" / "chipstack" / "items.jsonl"
     if not grader.exists() or not data.exists():
         pytest.skip("the ready-made ChipStack grader or dataset is absent")
-    from rfteval.dataset import load_dataset
+    from rfteval.data.dataset import load_dataset
     from rfteval.graders.loader import load_grader
 
     report = run_probes(load_grader(grader), load_dataset(data).items, options=OPTIONS)

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradeOptions, GradingEngine, load_grader, parse_config
 from rfteval.graders.base import PYTHON_RUNTIME, PYTHON_TIMEOUT, REGISTRY
 from rfteval.graders.python import MAX_SOURCE_BYTES, PythonConfig, PythonGrader
-from rfteval.sample import make_sample
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 SEEDS = SHARED / "seed-graders"

@@ -1,4 +1,4 @@
-"""rfteval/ray_llm.py and scripts/ray_generate.py: request lines → engine rows → Batch API output lines, sharding
+"""rfteval/run/batch/ray_llm.py and scripts/ray_generate.py: request lines → engine rows → Batch API output lines, sharding
 for several `vllm run-batch` nodes and merging their outputs, and both paths end to end: exported by `rfteval run
 --export-requests`, generated, imported by `--import-responses` into a run that grades.
 
@@ -22,10 +22,10 @@ from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI
 from typer.testing import CliRunner
 
-from rfteval.batch import CellInfo, entry_from_result, parse_result_lines
-from rfteval.cli import app
+from rfteval.cli.app import app
 from rfteval.errors import InputError
-from rfteval.ray_llm import (
+from rfteval.run.batch.phase import CellInfo, entry_from_result, parse_result_lines
+from rfteval.run.batch.ray_llm import (
     REQUEST_COLUMN,
     merge_outputs,
     output_line,
@@ -129,7 +129,7 @@ def test_engine_errors_refused_requests_are_stored_others_resent() -> None:
 
 
 def test_a_row_that_skipped_postprocess_still_becomes_its_error_line() -> None:
-    from rfteval.ray_llm import result_line
+    from rfteval.run.batch.ray_llm import result_line
 
     line = request_line("k7")
     failed = {REQUEST_COLUMN: line, "prompt": "hi", "__inference_error__": "RuntimeError: replica died"}
@@ -325,7 +325,7 @@ FAILING_ITEM = "question 5"  # the stand-in engine's replica "dies" on this one 
 def test_the_engine_configs_take_the_options(engine: str) -> None:
     """The installed Ray accepts the config's names (the processor itself needs the engine: untested here)."""
     pytest.importorskip("ray.data.llm", reason="ray[data] is not installed; `make ray` installs it", exc_type=ImportError)
-    from rfteval.ray_llm import EngineOptions, processor_config
+    from rfteval.run.batch.ray_llm import EngineOptions, processor_config
 
     config = processor_config(EngineOptions(model="org/model", engine=engine, engine_kwargs={"tensor_parallel_size": 2},
                                             concurrency=3, batch_size=16))
@@ -372,7 +372,7 @@ def standin_processor(ds: Any, fail: bool = False) -> Any:
 def test_ray_data_end_to_end(local_ray: Any, exported: tuple[dict[str, Path], dict[str, Path]],
                              fake_openai: FakeOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                              capsys: pytest.CaptureFixture[str]) -> None:
-    from rfteval.ray_llm import generate
+    from rfteval.run.batch.ray_llm import generate
 
     files, per_model = exported
     results = {label: tmp_path / f"res.{label}.jsonl" for label in per_model}

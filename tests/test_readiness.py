@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rfteval.data.records import apply_grade, make_record, records_frame
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
 from rfteval.graders.loader import parse_config
-from rfteval.readiness import (
+from rfteval.readiness.assess import (
     Thresholds,
     assess,
     effective_scores,
@@ -24,7 +25,6 @@ from rfteval.readiness import (
     pick_label,
     scored_mask,
 )
-from rfteval.records import apply_grade, make_record, records_frame
 
 
 def records(pattern: dict[str, list[float]], label: str = "base", answers: dict[str, list[str]] | None = None,

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rfteval import zero_signal as zs
-from rfteval.readiness import assess
+from rfteval.readiness.assess import assess
+from rfteval.stats import zero_signal as zs
 
 N_ITEMS, K, G = 400, 3, 8
 SEEDS = range(20)

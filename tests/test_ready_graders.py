@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.dataset import load_dataset
+from rfteval.cli.app import app
+from rfteval.data.dataset import load_dataset
+from rfteval.data.sample import make_sample
 from rfteval.graders import GradeOptions, GradingEngine, load_grader
-from rfteval.sample import make_sample
 
 REPO = Path(__file__).resolve().parents[1]
 GRADERS = REPO / "graders"
@@ -291,7 +291,7 @@ def test_schema_is_strict_and_fits_the_references(case: str) -> None:
 
 
 def test_spec_loader_accepts_the_schemas() -> None:
-    from rfteval.spec import load_response_format_file
+    from rfteval.run.spec import load_response_format_file
 
     for case in ANSWER_KEY:
         fmt = load_response_format_file(DATASETS / case / "schema.json")

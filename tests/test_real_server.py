@@ -267,7 +267,7 @@ def test_a_judge_served_by_the_same_server(llama: RealServer, tmp_path: Path) ->
     errors, scores in its range), its calls are counted in summary.json, and its answers keep to the grader's
     max_completions_tokens (a server reading `max_tokens` otherwise let them run to thousands). Needs the judge's
     forced structured output to reach a server that refuses `json_schema` in a form it takes (JSON mode with
-    llama.cpp's `schema` key): the judge steps its format down once (rfteval.judge.FORMAT_LEVELS)."""
+    llama.cpp's `schema` key): the judge steps its format down once (rfteval.providers.judge.FORMAT_LEVELS)."""
     grader = tmp_path / "judge.json"
     grader.write_text(json.dumps({
         "type": "score_model", "name": "judge", "model": "smol-tuned", "range": [0, 1],

@@ -1,4 +1,4 @@
-"""rfteval.reasoning: the answer apart from the thinking, on hand-made text and on recorded server shapes, and end to
+"""rfteval.data.reasoning: the answer apart from the thinking, on hand-made text and on recorded server shapes, and end to
 end through `rfteval run` / `rfteval grade` against the fake server."""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI, Reply, Request
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.providers.openai_provider import parse_chat, parse_responses
-from rfteval.reasoning import (
+from rfteval.cli.app import app
+from rfteval.data.reasoning import (
     DEFAULT_TAGS,
     REASONING_MODES,
     TRUNCATION_HINT,
@@ -27,6 +26,7 @@ from rfteval.reasoning import (
     parse_tags,
     split_reasoning,
 )
+from rfteval.providers.openai_provider import parse_chat, parse_responses
 
 DATA = Path(__file__).parent / "data" / "reasoning"
 FIXTURES = sorted(DATA.glob("*.json"))
@@ -374,8 +374,8 @@ def test_grade_reads_the_reasoning_fields_and_finish_reason_of_outputs_files(tmp
 
 
 def _side(label: str, cut: int, n_items: int = 6, epochs: int = 2) -> Any:
-    from rfteval.records import make_record
-    from rfteval.sides import side_from_records
+    from rfteval.compare.sides import side_from_records
+    from rfteval.data.records import make_record
 
     recs = []
     for i in range(n_items):
@@ -388,10 +388,10 @@ def _side(label: str, cut: int, n_items: int = 6, epochs: int = 2) -> Any:
 
 
 def test_compare_counts_cut_off_samples_per_side_and_renders_them():
-    from rfteval.compare import compare_sides
+    from rfteval.compare.comparison import compare_sides
+    from rfteval.compare.series import series_from_sides
     from rfteval.report.markdown import render_markdown
     from rfteval.report.terminal import series_lines, side_lines
-    from rfteval.series import series_from_sides
 
     result = compare_sides(_side("base", 3), _side("tuned", 0))
     assert result.baseline["truncated_in_reasoning"] == 3 and result.baseline["truncated_in_reasoning_share"] == 0.25
@@ -434,7 +434,7 @@ def test_the_models_table_shows_the_cut_off_share_only_when_some_were():
 
 
 def test_records_from_the_store_split_under_the_mode_they_were_graded_with():
-    from rfteval.results import build_record
+    from rfteval.run.results import build_record
 
     response = {"output_text": "<think>t</think> A", "output_json": None, "output_tools": None, "usage": None,
                 "finish_reason": "stop", "error": None, "reasoning": None}
@@ -453,7 +453,7 @@ def test_records_from_the_store_split_under_the_mode_they_were_graded_with():
 
 def test_the_store_keeps_what_the_server_sent():
     from rfteval.providers.base import Generation
-    from rfteval.store import response_entry
+    from rfteval.run.store import response_entry
 
     common: dict[str, Any] = dict(key="k", label="m", model="m", item_id="q", epoch=1)
     entry = response_entry(**common, generation=Generation(output_text="\n\nParis", reasoning="thought"))
@@ -463,8 +463,8 @@ def test_the_store_keeps_what_the_server_sent():
 
 def test_a_spec_setting_other_than_the_default_files_grades_apart():
     from rfteval.graders.loader import load_grader
-    from rfteval.runner import grades_key
-    from rfteval.spec import build_spec
+    from rfteval.run.runner import grades_key
+    from rfteval.run.spec import build_spec
 
     def key(tmp: Path, **over: Any) -> str:
         files = write_run_files(tmp, 1)
@@ -485,7 +485,7 @@ def test_a_spec_setting_other_than_the_default_files_grades_apart():
 def test_readiness_notes_samples_cut_off_while_thinking():
     import pandas as pd
 
-    from rfteval.readiness import assess
+    from rfteval.readiness.assess import assess
 
     rows = [{"model_label": "base", "item_id": f"q{i}", "epoch": e, "score": float((i + e) % 2), "error": None,
              "output_text": "x", "truncated_in_reasoning": i == 0 and e == 1} for i in range(4) for e in (1, 2)]

@@ -4,9 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.errors import InputError
-from rfteval.graders.base import GradeError, GradeResult
-from rfteval.records import (
+from rfteval.data.records import (
     CORE_FIELDS,
     FIELDS,
     JSON_TEXT_FIELDS,
@@ -22,6 +20,8 @@ from rfteval.records import (
     write_jsonl,
     write_parquet,
 )
+from rfteval.errors import InputError
+from rfteval.graders.base import GradeError, GradeResult
 
 
 def rec(**kw):

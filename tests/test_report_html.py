@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare import CompareOptions, compare_paths
-from rfteval.gate import Gate
-from rfteval.records import make_record, write_jsonl
+from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.gate import Gate
+from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.html import MAX_FOREST, render_html, ticks, write_html
 
 WINDOW = (1200, 2400)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare import CompareOptions, compare_paths
-from rfteval.gate import Gate
-from rfteval.records import make_record, write_jsonl
+from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.gate import Gate
+from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit, write_junit
 
 ERR = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError: \x01 bad <char> & more"}

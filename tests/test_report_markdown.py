@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare import CompareOptions, compare_paths
-from rfteval.gate import Gate
-from rfteval.records import make_record, write_jsonl
+from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.gate import Gate
+from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.markdown import cell, code, render_markdown, write_markdown
 
 

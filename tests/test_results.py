@@ -10,8 +10,8 @@ import pytest
 from store_entries import failed, ok
 
 from rfteval.graders.base import GradeError, GradeResult
-from rfteval.results import Cell, add_judge_calls, build_record, write_results
-from rfteval.store import RunStore, grade_entry
+from rfteval.run.results import Cell, add_judge_calls, build_record, write_results
+from rfteval.run.store import RunStore, grade_entry
 
 
 def test_build_record_from_response_and_grade() -> None:

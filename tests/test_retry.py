@@ -8,7 +8,7 @@ import random
 import pytest
 
 from rfteval.providers.base import ProviderError
-from rfteval.retry import RetryPolicy, call_with_retries
+from rfteval.providers.retry import RetryPolicy, call_with_retries
 
 
 class Flaky:
@@ -113,7 +113,7 @@ def test_flex_unavailable_waits_longer_and_never_near_zero():
 
 
 def test_one_line_keeps_the_first_line_and_the_fields_a_validation_header_hides() -> None:
-    from rfteval.retry import one_line
+    from rfteval.providers.retry import one_line
 
     assert one_line("HTTP 500: boom\n  at line 3\n  at line 4") == "HTTP 500: boom"
     text = ("HTTP 500: 1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
@@ -140,13 +140,13 @@ def test_one_line_keeps_the_first_line_and_the_fields_a_validation_header_hides(
     ("seeds are great; temperature must be at most 2", {"temperature": 3}, "--temperature"),  # a word, not the key
 ])
 def test_the_option_behind_a_refused_key(message: str, body: dict | None, option: str) -> None:
-    from rfteval.retry import option_of
+    from rfteval.providers.retry import option_of
 
     assert option_of(message, body) == option
 
 
 def test_the_refusal_watch_stops_on_identical_refusals_before_any_success() -> None:
-    from rfteval.retry import REJECT_AFTER, RefusalWatch
+    from rfteval.providers.retry import REJECT_AFTER, RefusalWatch
 
     watch = RefusalWatch()
     validation = ProviderError("server", "HTTP 500: Input should be 'text'", status=500)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
+from rfteval.data.records import read_records
 from rfteval.errors import InputError
-from rfteval.records import read_records
 from rfteval.reward import for_trl, for_verl, sample_from_completion
 
 REPO = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ def test_options_are_checked():
 
 
 def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
-    """_answer is the one place the lead wires rfteval.reasoning in: every adapter's text must pass through it."""
+    """_answer is the one place the lead wires rfteval.data.reasoning in: every adapter's text must pass through it."""
     seen: list[str] = []
 
     def answer(text: str, options: RewardOptions) -> str:
@@ -54,10 +54,10 @@ THINKING = [
 
 def test_answer_is_the_run_rule(tmp_path):
     """Every adapter reads a completion as `rfteval grade --reasoning strip|keep` reads the same text."""
-    from rfteval.dataset import load_dataset
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.graders.grading import grade_outputs
     from rfteval.graders.loader import parse_config
-    from rfteval.grading import grade_outputs
-    from rfteval.outputs import Output
 
     items = tmp_path / "items.jsonl"
     items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")

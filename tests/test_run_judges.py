@@ -23,7 +23,7 @@ import pytest
 from fake_openai import FakeOpenAI, Reply, Request
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 runner = CliRunner()
 RFTEVAL = [sys.executable, "-m", "rfteval"]
@@ -659,8 +659,8 @@ def test_probe_grader_takes_the_judge_flags_and_a_refused_judge_is_one_line(tmp_
 @pytest.mark.slow
 def test_a_judge_past_its_output_limit_is_told_to_the_runs_monitor(tmp_path: Path, fake_openai: FakeOpenAI,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    from rfteval.runner import RunMonitor, RunOptions, run_eval
-    from rfteval.spec import build_spec, flag_overrides
+    from rfteval.run.runner import RunMonitor, RunOptions, run_eval
+    from rfteval.run.spec import build_spec, flag_overrides
 
     score = model_or_score_responder()
 

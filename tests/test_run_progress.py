@@ -13,7 +13,7 @@ from cli_run_files import write_run_files
 from fake_openai import FakeOpenAI, Reply, Request
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 runner = CliRunner()
 N_ITEMS = 4
@@ -104,7 +104,7 @@ def test_the_exit_3_hint_after_grading_errors_only_sends_nothing(tmp_path: Path,
 
 
 def test_the_rerun_hint_counts_generation_errors_only() -> None:
-    from rfteval.commands.run_cmd import rerun_hint
+    from rfteval.cli.commands.run_cmd import rerun_hint
 
     def summary(**by_type: int) -> dict[str, Any]:
         return {"models": {"base": {"errors": {"by_type": {k.replace("__", ":"): v for k, v in by_type.items()}}}}}
@@ -132,8 +132,8 @@ def test_reasoning_tokens_a_server_never_reports_show_as_nothing_not_zero() -> N
     from rich.console import Console
 
     from rfteval.report.run_table import _reasoning, models_table
-    from rfteval.results import LabelTotals, _add_usage
-    from rfteval.summary import judge_totals
+    from rfteval.run.results import LabelTotals, _add_usage
+    from rfteval.run.summary import judge_totals
 
     never, reported = LabelTotals(), LabelTotals()
     for _ in range(3):

@@ -15,7 +15,7 @@ from cli_run_files import RFTEVAL, write_run_files
 from fake_openai import FakeOpenAI, Reply
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 N_ITEMS = 12
 EPOCHS = 2

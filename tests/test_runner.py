@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from rfteval.compare import compare_paths
+from rfteval.compare.comparison import compare_paths
+from rfteval.compare.series import compare_series
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
-from rfteval.runner import FatalRunError, RunMonitor, RunOptions, run_eval
-from rfteval.series import compare_series
-from rfteval.spec import RunSpec, build_spec, flag_overrides
+from rfteval.run.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+from rfteval.run.spec import RunSpec, build_spec, flag_overrides
 from rfteval.status import ExitStatus
 
 N_ITEMS = 6

@@ -15,7 +15,7 @@ from cli_run_files import write_run_files
 from fake_openai import VALIDATION_500, FakeOpenAI, Reply, Request
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 
 runner = CliRunner()
 N_ITEMS = 8

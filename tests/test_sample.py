@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rfteval.sample import ParsedSample, make_sample, parse_output_json, rebuild_args
+from rfteval.data.sample import ParsedSample, make_sample, parse_output_json, rebuild_args
 
 
 def reference_parse(output_text: str) -> object:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from rfteval.data.sample import make_sample
 from rfteval.graders import _worker
 from rfteval.graders.base import (
     PYTHON_MEMORY,
@@ -38,7 +39,6 @@ from rfteval.graders.sandbox import (
     group_units,
     worker_env,
 )
-from rfteval.sample import make_sample
 
 TIMEOUT_S = 2.0
 

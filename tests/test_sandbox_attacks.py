@@ -481,7 +481,7 @@ def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Pa
                                 "reference_answer": "x"}) + "\n")
     env = {k: v for k, v in os.environ.items() if k != "RFTEVAL_UNSAFE_PYTHON_GRADERS"}
     env["PATH"] = str(tmp_path)  # no bwrap on it
-    base = [sys.executable, "-c", "from rfteval.cli import main; main()", "validate", "grader", str(grader),
+    base = [sys.executable, "-c", "from rfteval.cli.app import main; main()", "validate", "grader", str(grader),
             "--dataset", str(data)]
     refused = subprocess.run(base, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 2, refused.stderr
@@ -490,7 +490,7 @@ def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Pa
     allowed = subprocess.run([*base, "--unsafe-python-graders"], env=env, capture_output=True, text=True,
                              timeout=120, check=False)
     assert allowed.returncode == 0, allowed.stderr
-    probe = [sys.executable, "-c", "from rfteval.cli import main; main()", "probe-grader", str(grader),
+    probe = [sys.executable, "-c", "from rfteval.cli.app import main; main()", "probe-grader", str(grader),
              "--dataset", str(data)]
     refused = subprocess.run(probe, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 2 and "--unsafe-python-graders" in refused.stderr, refused.stderr

@@ -190,7 +190,7 @@ def test_the_cli_refuses_in_one_line_naming_the_cause(cause: str, tmp_path: Path
     else:
         env[CGROUP_ROOT_ENV] = str(tmp_path / "no-cgroups-here")
         words = ["no writable cgroup"]
-    proc = subprocess.run([sys.executable, "-c", "from rfteval.cli import main; main()", "validate", "grader",
+    proc = subprocess.run([sys.executable, "-c", "from rfteval.cli.app import main; main()", "validate", "grader",
                            str(grader), "--dataset", str(data)], env=env, capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 2, proc.stderr

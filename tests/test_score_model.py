@@ -8,13 +8,13 @@ import re
 import pytest
 from fake_openai import Reply
 
+from rfteval.data.records import apply_grade, make_record
+from rfteval.data.sample import make_sample
 from rfteval.graders import GradingEngine, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_REFUSAL, MODEL_SERVER
-from rfteval.judge import Judge
+from rfteval.providers.judge import Judge
 from rfteval.providers.openai_provider import OpenAIProvider
-from rfteval.records import apply_grade, make_record
-from rfteval.retry import RetryPolicy
-from rfteval.sample import make_sample
+from rfteval.providers.retry import RetryPolicy
 
 FAST = RetryPolicy(max_retries=2, base_s=0.001, max_backoff_s=0.01)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
+from rfteval.data.sample import make_sample
 from rfteval.graders import GradeOptions, GradingEngine, load_grader, parse_config
 from rfteval.graders.base import PYTHON_RUNTIME
-from rfteval.sample import make_sample
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared"

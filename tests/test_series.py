@@ -12,15 +12,15 @@ import pytest
 from cli_run_files import write_run_files
 from typer.testing import CliRunner
 
-from rfteval import stats
-from rfteval.cli import app
-from rfteval.compare import CompareOptions
+from rfteval.cli.app import app
+from rfteval.compare.comparison import CompareOptions
+from rfteval.compare.gate import Gate
+from rfteval.compare.series import compare_series, held_out_best, series_from_sides
+from rfteval.compare.simulation import side_from_matrix
+from rfteval.data.records import make_record, write_jsonl
+from rfteval.data.rundir import run_labels
 from rfteval.errors import InputError
-from rfteval.gate import Gate
-from rfteval.records import make_record, write_jsonl
-from rfteval.rundir import run_labels
-from rfteval.series import compare_series, held_out_best, series_from_sides
-from rfteval.simulation import side_from_matrix
+from rfteval.stats import paired as stats
 
 runner = CliRunner()
 

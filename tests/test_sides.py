@@ -1,4 +1,4 @@
-"""rfteval.sides: reading records (JSONL fast and slow, Parquet, run directories) into one normalised side."""
+"""rfteval.compare.sides: reading records (JSONL fast and slow, Parquet, run directories) into one normalised side."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from record_sides import BASE, TUNED, rec, side_records, write_pair
 
-from rfteval.compare import compare_paths, compare_sides
+from rfteval.compare.comparison import compare_paths, compare_sides
+from rfteval.compare.sides import load_side, read_record_frame, side_from_records
+from rfteval.data.records import read_records, write_jsonl
 from rfteval.errors import InputError
-from rfteval.records import read_records, write_jsonl
-from rfteval.sides import load_side, read_record_frame, side_from_records
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def test_fast_and_slow_readers_agree(tmp_path):
     rows[5].error = {"stage": "grade", "type": "t", "message": "m", "extra": {"nested": True}}
     path = tmp_path / "r.jsonl"
     write_jsonl(rows, path)
-    from rfteval import sides
+    from rfteval.compare import sides
 
     fast = sides._read_jsonl_fast(path)
     slow = sides._read_jsonl_slow(path)

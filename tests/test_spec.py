@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.errors import InputError
-from rfteval.spec import (
+from rfteval.run.spec import (
     build_spec,
     flag_overrides,
     normalize_response_format,

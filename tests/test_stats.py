@@ -1,4 +1,4 @@
-"""rfteval.stats: hand-computed small cases, the sign-flip test, and coverage by simulation."""
+"""rfteval.stats.paired: hand-computed small cases, the sign-flip test, and coverage by simulation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rfteval import stats
+from rfteval.stats import paired as stats
 
 T_2_975 = 4.302652729911275  # Student t quantiles from published tables (and scipy)
 T_10_975 = 2.2281388519649385

@@ -4,7 +4,7 @@ import json
 
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 from rfteval.status import ExitStatus
 
 runner = CliRunner()

@@ -10,7 +10,7 @@ from store_entries import failed, ok
 
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
-from rfteval.store import (
+from rfteval.run.store import (
     RunStore,
     cell_key,
     grade_entry,

@@ -2,11 +2,11 @@ import json
 
 import pytest
 
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, load_grader, parse_config
 from rfteval.graders.base import INVALID_VARIABLE
 from rfteval.graders.string_check import compare
-from rfteval.sample import make_sample
 
 
 def grade(operation: str, output: str, reference: str):

@@ -3,12 +3,12 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
+from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, load_grader, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, OTHER, REGISTRY
 from rfteval.graders.text_similarity import TextSimilarityConfig
-from rfteval.sample import make_sample
 
 BASE = {"type": "text_similarity", "name": "sim", "input": "{{sample.output_text}}",
         "reference": "{{item.reference_answer}}", "evaluation_metric": "fuzzy_match"}

@@ -15,7 +15,7 @@ import pytest
 from trainer_cases import GRADERS, LOCAL_CASES, expected_scores, export, hf_json
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 from rfteval.reward import for_openrlhf
 from rfteval.reward.openrlhf import response_of
 

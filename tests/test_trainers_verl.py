@@ -17,7 +17,7 @@ import pytest
 from trainer_cases import GRADERS, LOCAL_CASES, expected_scores, export
 from typer.testing import CliRunner
 
-from rfteval.cli import app
+from rfteval.cli.app import app
 from rfteval.reward import VERL_ADDED, for_verl
 
 torch = pytest.importorskip("torch", reason="torch is not installed: `make trainers` installs the CPU build")

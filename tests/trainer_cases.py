@@ -10,8 +10,8 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from rfteval.cli import app
-from rfteval.records import read_records
+from rfteval.cli.app import app
+from rfteval.data.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 GRADERS = REPO / "graders"

@@ -251,9 +251,9 @@ SAMPLE: dict[str, Callable[..., Any]] = {}
 
 
 def sample_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """rfteval.sample's parse_output_json and make_sample: the pool's process built the samples with them."""
+    """rfteval.data.sample's parse_output_json and make_sample: the pool's process built the samples with them."""
     if not SAMPLE:
-        from rfteval.sample import (  # json and msgspec: cheap at start-up
+        from rfteval.data.sample import (  # json and msgspec: cheap at start-up
             make_sample,
             parse_output_json,
         )
@@ -953,7 +953,7 @@ def setup(config: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     if root not in sys.path:
-        sys.path.append(root)  # last: for rfteval.sample (and rfteval.graders.base, lazily) in a child
+        sys.path.append(root)  # last: for rfteval.data.sample (and rfteval.graders.base, lazily) in a child
     in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
@@ -984,7 +984,7 @@ def main(argv: list[str]) -> int:
     global ENCODE
     config = json.loads(argv[1])
     in_fd, reply_fd, facts = setup(config)
-    sample_functions()  # rfteval.sample: json and msgspec, before any child exists
+    sample_functions()  # rfteval.data.sample: json and msgspec, before any child exists
     import msgspec
 
     ENCODE = msgspec.json.encode  # floats written to round-trip exactly

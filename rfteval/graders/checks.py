@@ -15,7 +15,7 @@ from rfteval.errors import InputError
 from rfteval.graders.template import TemplateError, compile_template, lookup, parse_path
 
 if TYPE_CHECKING:
-    from rfteval.dataset import Dataset
+    from rfteval.data.dataset import Dataset
     from rfteval.graders.base import GraderConfig
 
 # What OpenAI's sample namespace holds (graders guide, "Templating"). `output_json` is there only when the job
@@ -131,7 +131,7 @@ def preflight(config: GraderConfig, dataset: Dataset, grader_source: Any = None,
 
 def preflight_stream(config: GraderConfig, dataset_path: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
     """preflight over a dataset file read one item at a time (a run's dataset may be large)."""
-    from rfteval.dataset import iter_items
+    from rfteval.data.dataset import iter_items
 
     items = iter_items(dataset_path, skip_invalid=True, check_duplicates=False)
     return check_sample_paths(config, grader_source) + check_item_paths(config, items, dataset_path, limit)

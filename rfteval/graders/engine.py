@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, GraderConfig, GradeResult, Pair
 
 if TYPE_CHECKING:
-    from rfteval.judge import JudgeClient
+    from rfteval.providers.judge import JudgeClient
 
 
 def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:

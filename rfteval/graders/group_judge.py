@@ -43,11 +43,11 @@ from rfteval.graders.judged import (
     parse_json_answer,
 )
 from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
-from rfteval.judge import current_repeat
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+from rfteval.providers.judge import current_repeat
 
 if TYPE_CHECKING:
-    from rfteval.judge import JudgeClient
+    from rfteval.providers.judge import JudgeClient
 
 DEFAULT_RUBRIC = (
     "Judge how well each sample follows the instructions in the conversation's own system and developer "

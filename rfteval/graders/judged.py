@@ -1,6 +1,6 @@
 """What the model graders (score_model, label_model, group_judge) share: input messages, sampling params, the
 judged grader, how a judge request is built and how its answer is read. The client that sends the requests is
-rfteval.judge."""
+rfteval.providers.judge."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from rfteval.graders.template import check_template
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
 
 if TYPE_CHECKING:
-    from rfteval.judge import JudgeClient
+    from rfteval.providers.judge import JudgeClient
 
 # The content parts a model grader's input takes (openai-python: types/graders/score_model_grader_param.py).
 CONTENT_PART_TYPES = ("input_text", "output_text", "input_image", "input_audio")
@@ -183,7 +183,7 @@ def parse_json_answer(text: str) -> Any:
     its content: the leading think block is dropped first, since braces inside the thinking would otherwise be
     taken for the answer. Raw control characters inside strings (llama.cpp's JSON grammar allows them) are
     accepted as a last resort."""
-    from rfteval.reasoning import answer_text
+    from rfteval.data.reasoning import answer_text
 
     t = answer_text(text or "").strip()
     candidates = [t]

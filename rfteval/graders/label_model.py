@@ -31,7 +31,7 @@ from rfteval.graders.judged import (
 from rfteval.providers.base import Generation, GenerationRequest
 
 if TYPE_CHECKING:
-    from rfteval.judge import JudgeClient
+    from rfteval.providers.judge import JudgeClient
 
 
 class LabelModelConfig(JudgePromptConfig):

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import msgspec
 
+from rfteval.data.sample import ParsedSample, rebuild_args
 from rfteval.graders.base import (
     PYTHON_MEMORY,
     PYTHON_RUNTIME,
@@ -53,7 +54,6 @@ from rfteval.graders.base import (
     GradeResult,
     Pair,
 )
-from rfteval.sample import ParsedSample, rebuild_args
 
 if TYPE_CHECKING:
     pass

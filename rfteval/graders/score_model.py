@@ -34,7 +34,7 @@ from rfteval.graders.judged import (
 from rfteval.providers.base import Generation, GenerationRequest
 
 if TYPE_CHECKING:
-    from rfteval.judge import JudgeClient
+    from rfteval.providers.judge import JudgeClient
 
 # Steps come first in the schema so that a judge reasons before it commits to a number.
 SCHEMA: dict[str, Any] = {

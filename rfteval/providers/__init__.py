@@ -11,7 +11,7 @@ from rfteval.providers.base import Generation, GenerationRequest, Provider, Prov
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
-    from rfteval.spec import ModelRun
+    from rfteval.run.spec import ModelRun
 
 __all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
            "build_providers", "make_provider"]
@@ -44,7 +44,7 @@ def make_provider(kind: str, **settings: Any) -> Provider:
 
 def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
                     transport: str | None = None) -> dict[str, Provider]:
-    """One provider per model run (rfteval.spec.ModelRun), by label; tier and transport go to OpenAI endpoints."""
+    """One provider per model run (rfteval.run.spec.ModelRun), by label; tier and transport go to OpenAI endpoints."""
     extra: dict[str, Any] = {}
     if service_tier is not None:
         extra["service_tier"] = service_tier

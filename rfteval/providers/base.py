@@ -132,7 +132,7 @@ class Generation:
     tier: str | None = None  # the service tier that served it ("flex" bills at batch prices)
     # The thinking a reasoning model's server sent apart from the content (reasoning_content / reasoning, the
     # Responses API's reasoning summaries): None when it sent none, "" for reasoning it did not show. output_text
-    # stays the content as sent; rfteval.reasoning splits the answer out at grading time, so --reasoning can change
+    # stays the content as sent; rfteval.data.reasoning splits the answer out at grading time, so --reasoning can change
     # on a resumed run without re-sending anything.
     reasoning: str | None = None
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
+from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
 from rfteval.providers.base import (
     ErrorKind,
@@ -26,7 +27,6 @@ from rfteval.providers.base import (
     RateInfo,
     asks_for_json,
 )
-from rfteval.sample import parse_output_json
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, the test server) accept any key
@@ -221,7 +221,7 @@ class OpenAIProvider:
         else:
             log.warning("rfteval: %s", text)
 
-    # ---- what the server offers (the preflight, rfteval/providers/preflight.py) -------------------------------
+    # ---- what the server offers (the preflight, rfteval/run/preflight.py) -------------------------------
 
     def _sync_client(self, timeout_s: float) -> Any:
         """A synchronous client on the same endpoint and key: the preflight runs before the run's event loop,

@@ -6,10 +6,10 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from rfteval.dataset import iter_jsonl
+from rfteval.data.dataset import iter_jsonl
+from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
-from rfteval.sample import parse_output_json
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
 Key = tuple[str | None, str, int]  # (model or None for "any model", item_id, epoch)

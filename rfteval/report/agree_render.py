@@ -16,7 +16,7 @@ from rfteval.report.html import SCATTER_GRID, Axes, _n, _svg, score_range, write
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rfteval.agree import AgreeResult
+    from rfteval.compare.agree import AgreeResult
 
 A_COLOR, B_COLOR, FLAT = "#7a8ca3", "#d9822b", "#888888"
 OUTPUT_WIDTH = 60  # of an output's text in the terminal's per-item table (the JSON keeps more)

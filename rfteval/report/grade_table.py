@@ -16,7 +16,7 @@ def _fmt(x: float) -> str:
 def render_models(console: Console, summaries: list[dict[str, Any]], title: str = "Scores") -> None:
     """The models table; a "cut off thinking" column and the run's hint line only when an output was cut off
     while reasoning (the run table's rule, rfteval.report.run_table)."""
-    from rfteval.reasoning import truncation_line
+    from rfteval.data.reasoning import truncation_line
 
     table = house_table(title)
     cut_off = [s.get("truncated_in_reasoning") or {"n": 0, "share": 0.0} for s in summaries]

@@ -13,15 +13,15 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.outfile import write_text_atomic
+from rfteval.data.outfile import write_text_atomic
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from rfteval.compare import CompareResult
-    from rfteval.series import SeriesResult
+    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.series import SeriesResult
 
 MAX_FOREST = 300
 SCATTER_GRID = 100
@@ -428,8 +428,8 @@ def _f(x: float | None) -> float:
 
 
 def render_series_html(series: SeriesResult) -> str:
+    from rfteval.compare.series import verdict as series_verdict
     from rfteval.report.terminal import series_lines
-    from rfteval.series import verdict as series_verdict
 
     o = series.options
     level = int(o.level * 100)

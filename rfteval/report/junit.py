@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape, quoteattr
 
-from rfteval.outfile import write_bytes_atomic
+from rfteval.data.outfile import write_bytes_atomic
 from rfteval.report.format import fmt_ci
 
 if TYPE_CHECKING:
-    from rfteval.compare import CompareResult
+    from rfteval.compare.comparison import CompareResult
 
 ITEMS_SUITE = "rfteval.compare.items"
 GATE_SUITE = "rfteval.compare.gate"
@@ -71,7 +71,7 @@ def item_cases(result: CompareResult, max_item_drop: float | None) -> list[_Case
     elif max_item_drop == result.options.gate.max_item_drop:
         flagged = set(result.gate.get("flagged_items", []))
     else:  # another threshold than the gate's: the same test, at that threshold
-        from rfteval.gate import Gate, item_drop_check
+        from rfteval.compare.gate import Gate, item_drop_check
 
         flagged = set(item_drop_check(result, Gate(max_item_drop=max_item_drop))["flagged"])
     b, c = _text(result.baseline["label"]), _text(result.candidate["label"])

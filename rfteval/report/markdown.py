@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.outfile import write_text_atomic
-from rfteval.reasoning import truncation_line
+from rfteval.data.outfile import write_text_atomic
+from rfteval.data.reasoning import truncation_line
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
-    from rfteval.compare import CompareResult
-    from rfteval.series import SeriesResult
+    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.series import SeriesResult
 
 
 def cell(text: object) -> str:
@@ -98,8 +98,8 @@ def write_markdown(result: CompareResult, path: str | Path, top: int = 10) -> No
 
 def render_series_markdown(series: SeriesResult) -> str:
     """A checkpoint series: the baseline, one row per candidate (Holm across them), the best, the gate."""
+    from rfteval.compare.series import verdict as series_verdict
     from rfteval.report.terminal import series_lines
-    from rfteval.series import verdict as series_verdict
 
     o = series.options
     level = int(o.level * 100)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rfteval.probes import ProbeReport
-    from rfteval.readiness import ReadinessReport
+    from rfteval.readiness.assess import ReadinessReport
+    from rfteval.readiness.probes import ProbeReport
 
 VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
 VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens
 from rfteval.report.format import table as house_table
-from rfteval.runner import RunMonitor
+from rfteval.run.runner import RunMonitor
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-    from rfteval.runner import RunResult
-    from rfteval.summary import RunComparison
+    from rfteval.run.runner import RunResult
+    from rfteval.run.summary import RunComparison
 
 
 def fmt_errors(by_type: dict[str, int]) -> str:
@@ -71,7 +71,7 @@ class RichMonitor(RunMonitor):
         in a line of its own, so a stalled run says why while it still retries. The judge's retries (model
         graders; any thread) get a line of their own, "judge", made at its first retry. A server's message may
         span lines (a stack, a validation error): only its first line is shown, so the bar stays one line."""
-        from rfteval.retry import one_line
+        from rfteval.providers.retry import one_line
 
         reason = one_line(reason, 160)
         with self._lock:
@@ -133,7 +133,7 @@ def models_table(summary: dict[str, Any]) -> Table:
     title = f"{summary['name']}: {summary['items']} items x {summary['epochs']} epochs, grader {summary['grader']['name']}"
     table = house_table(title)
     top = int(summary.get("epochs") or 1)
-    ks = ["1"] if top < 2 else ["1", str(top)]  # pass@1 and pass@N (unbiased, from the epochs: rfteval.passk)
+    ks = ["1"] if top < 2 else ["1", str(top)]  # pass@1 and pass@N (unbiased, from the epochs: rfteval.stats.passk)
     # columns with nothing to say (no usage reported, no price known: replayed or self-hosted) are left out, so
     # the table fits 80 columns
     has_tokens = any(any(m["tokens"].values()) for m in summary["models"].values())
@@ -170,7 +170,7 @@ def models_table(summary: dict[str, Any]) -> Table:
 
 def truncation_lines(summary: dict[str, Any]) -> list[str]:
     """Per model whose samples ran out of tokens while reasoning: how many, and what to do about it."""
-    from rfteval.reasoning import truncation_line
+    from rfteval.data.reasoning import truncation_line
 
     lines = []
     for label, m in summary["models"].items():
@@ -207,7 +207,7 @@ def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
 
     from rfteval.report.terminal import items_table, series_lines, series_table, side_lines, summary_table
 
-    if comparison.series is not None:  # a series: one table, Holm across the candidates (rfteval.series)
+    if comparison.series is not None:  # a series: one table, Holm across the candidates (rfteval.compare.series)
         return [series_table(comparison.series), *(Text(line) for line in series_lines(comparison.series))]
     out: list[Any] = []
     for cmp in comparison.results.values():

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rfteval.reasoning import truncation_line
+from rfteval.data.reasoning import truncation_line
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.format import table as house_table
 
@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from rfteval.compare import CompareOptions, CompareResult, PairRow
-    from rfteval.series import SeriesResult
+    from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow
+    from rfteval.compare.series import SeriesResult
 
 
 def wtl(delta: Mapping[str, Any]) -> str:
@@ -26,8 +26,8 @@ def wtl(delta: Mapping[str, Any]) -> str:
 
 
 def verdict(delta: Mapping[str, Any]) -> str:
-    """The row's word, from the same rule the gate uses (rfteval.stats.direction)."""
-    from rfteval.stats import direction
+    """The row's word, from the same rule the gate uses (rfteval.stats.paired.direction)."""
+    from rfteval.stats.paired import direction
 
     return direction(delta, float(delta.get("level", 0.95)))
 
@@ -184,7 +184,7 @@ def series_table(series: SeriesResult) -> Table:
     """The baseline, then each candidate: mean and interval, paired delta and interval, Holm p, verdict, gate."""
     from rich.text import Text
 
-    from rfteval.series import verdict as series_verdict
+    from rfteval.compare.series import verdict as series_verdict
 
     o = series.options
     level = int(o.level * 100)
@@ -226,7 +226,7 @@ def series_lines(series: SeriesResult) -> list[str]:
                      f"{h['measure_items']} items its delta is {fmt(d['mean'], sign=True)} {fmt_ci(d['ci95'])}, "
                      f"p {fmt_p(d['p_value'])}")
     elif best and len(series.candidates) > 1:
-        from rfteval.series import HELD_OUT_MIN_ITEMS
+        from rfteval.compare.series import HELD_OUT_MIN_ITEMS
 
         lines.append(f"held out: not estimated ({best.get('shared_items', 0)} shared items; "
                      f"{HELD_OUT_MIN_ITEMS} are needed to choose on half and measure on the other)")

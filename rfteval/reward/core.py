@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from rfteval.data.reasoning import answer_text
+from rfteval.data.sample import Sample, make_sample
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.graders.sandbox import configure, grading_units
-from rfteval.reasoning import answer_text
-from rfteval.sample import Sample, make_sample
 
 log = logging.getLogger("rfteval.reward")
 
@@ -95,7 +95,7 @@ def grader_config(grader: GraderLike) -> GraderConfig:
 def _answer(text: str, options: RewardOptions) -> str:
     """The one place a completion's text becomes sample.output_text, for every trainer: the final answer, without
     reasoning, when options.reasoning is "strip". The rule is `rfteval run`'s and `rfteval grade`'s
-    (rfteval.reasoning), so a think-block completion scores in training as its answer does in evaluation."""
+    (rfteval.data.reasoning), so a think-block completion scores in training as its answer does in evaluation."""
     return answer_text(text, mode=options.reasoning)
 
 
@@ -182,7 +182,7 @@ def decode_exported(row: Mapping[str, Any], prompt: Any = None) -> dict[str, Any
 def _row_ids(rows: Iterable[Mapping[str, Any]], id_field: str) -> Iterable[tuple[str, dict[str, Any]]]:
     """(id, row) as rfteval reads a dataset: the id field, else the line's content hash (identical lines numbered
     in order: abc123, abc123-2, ...), so the id `export-dataset` added is the one `rfteval grade` uses."""
-    from rfteval.dataset import content_id
+    from rfteval.data.dataset import content_id
 
     repeats: dict[str, int] = {}
     for row in rows:
@@ -198,7 +198,7 @@ class ItemTable:
     """The original lines by id (items=), read once per process."""
 
     def __init__(self, items: str | list[dict[str, Any]], id_field: str):
-        from rfteval.dataset import iter_jsonl
+        from rfteval.data.dataset import iter_jsonl
 
         self.source = items if isinstance(items, str) else "items="
         if isinstance(items, str):
@@ -305,7 +305,7 @@ class Reward:
     default_on_error = "zero"
 
     def __init__(self, grader: GraderLike, options: RewardOptions):
-        from rfteval.judge_stability import model_grader_types
+        from rfteval.readiness.judge_stability import model_grader_types
 
         self.config = grader_config(grader)
         self.options = options
@@ -334,7 +334,7 @@ class Reward:
         self.error_counts: dict[str, int] = {}  # grading errors by type, over the reward's life
 
     def _judge(self, types: set[str]) -> Any:
-        from rfteval.judge import Judge
+        from rfteval.providers.judge import Judge
 
         o = self.options
         try:

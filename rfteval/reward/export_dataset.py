@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rfteval.dataset import iter_items
+from rfteval.data.dataset import iter_items
 from rfteval.reward.core import META
 from rfteval.reward.openrlhf import LABEL_ITEM
 
@@ -156,7 +156,7 @@ def _row(target: str, line: dict[str, Any], fields: dict[str, Any], meta: str, d
 def export_dataset(items: str | Path, target: str, out_dir: str | Path, *, data_source: str | None = None,
                    reference_field: str = "reference_answer") -> ExportedDataset:
     """Write the dataset for `target` into out_dir (FILES[target]) and say what was written."""
-    from rfteval.outfile import write_output
+    from rfteval.data.outfile import write_output
 
     items = Path(items)
     read = list(iter_items(items))

@@ -1,0 +1,1 @@
+"""The Typer app (rfteval.cli.app) and one module per command (rfteval.cli.commands)."""

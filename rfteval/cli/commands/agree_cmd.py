@@ -1,0 +1,112 @@
+"""`rfteval agree A B` or `rfteval agree A --regrade GRADER`: does a new judge (or grader) grade like the old one?"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from rfteval.cli.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    UNSAFE_PYTHON_GRADERS,
+    command,
+    output_format,
+    python_sandbox,
+    stdout_console,
+)
+from rfteval.errors import InputError
+from rfteval.status import ExitStatus
+
+EPILOG = """\b
+Recorded grades of an old judge against a new one's (exit 0 pass, 1 gate failed, 2 bad input):
+  rfteval agree runs/old runs/new --min-kappa 0.6 --max-bias 0.05 --require-same-verdict
+Re-grade A's outputs with a new judge (answers cached in A's directory, judge usage shown):
+  rfteval agree runs/old --regrade same --judge-model gpt-5-mini
+
+\b
+Samples pair on model label, item id and epoch. Intervals resample whole items. Gates fail only when the
+data show the threshold is crossed (compare's evidence semantics)."""
+
+
+@command("agree", epilog=EPILOG)
+def agree(
+    a: Path = typer.Argument(..., metavar="A", help="The reference grades: a records file or run directory."),
+    b: Path | None = typer.Argument(None, metavar="B", help="The other grades (records or a run directory); "
+                                    "omit with --regrade."),
+    regrade: Path | None = typer.Option(None, "--regrade", metavar="GRADER",
+                                        help="Make B by grading A's outputs with this grader file; `same`: A's own "
+                                             "grader (its run directory's), to swap only the judge with --judge-model."),
+    dataset: Path | None = typer.Option(None, "--dataset", "-d", help="Dataset JSONL for --regrade (default: the "
+                                        "one A's run directory names)."),
+    judge_cache: Path | None = typer.Option(None, "--judge-cache", help="Judge answer cache for --regrade "
+                                            "(default: judge_cache.jsonl in A's directory)."),
+    out: Path | None = typer.Option(None, "--out", help="Write --regrade's records (B) to this file."),
+    pass_threshold: float | None = typer.Option(None, "--pass-threshold", metavar="X",
+                                                help="A sample passes at score >= X when its grader gives no "
+                                                     "pass verdict (no pass_threshold)."),
+    min_kappa: float | None = typer.Option(None, "--min-kappa", metavar="X",
+                                           help="Gate: fail when kappa's whole interval lies below X."),
+    max_bias: float | None = typer.Option(None, "--max-bias", metavar="X",
+                                          help="Gate: fail when the bias interval lies wholly beyond ±X."),
+    require_same_verdict: bool = typer.Option(False, "--require-same-verdict",
+                                              help="Gate: fail when the graders' base-vs-tuned deltas are shown to "
+                                                   "differ, or point opposite ways."),
+    top: int = typer.Option(10, "--top", help="Items listed where A and B disagree most."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation resampling."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
+    html: Path | None = typer.Option(None, "--html", metavar="FILE",
+                                     help="Write an HTML report with a scatter and a Bland–Altman plot."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+) -> None:
+    """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
+    from rfteval.compare.agree import AgreeGate, AgreeOptions, Regrade, agree_paths, load_regrade_grader, regrade_grader_path
+    from rfteval.data.outfile import check_output, write_output
+    from rfteval.report.agree_render import render_terminal, write_html
+
+    fmt = output_format(fmt)
+    for flag, value in (("--min-kappa", min_kappa), ("--max-bias", max_bias)):
+        if value is not None and not (value == value and abs(value) != float("inf")):
+            raise InputError(f"must be a finite number, got {value}", field=flag)
+    if max_bias is not None and max_bias < 0:
+        raise InputError(f"must be >= 0, got {max_bias:g}", field="--max-bias")
+    if top < 0:
+        raise InputError(f"must be >= 0, got {top}", field="--top")
+    if regrade is not None:
+        regrade = regrade_grader_path(regrade, a)
+    inputs = [p for p in (a, b, regrade, dataset) if p is not None]
+    for flag, path in (("--html", html), ("--out", out)):
+        if path is not None:
+            check_output(path, inputs, flag)
+    spec = None
+    if regrade is not None:
+        python_sandbox(load_regrade_grader(regrade), unsafe_python_graders, judge_api_key_env)
+        spec = Regrade(regrade, dataset, judge_base_url, judge_api_key_env, judge_api, judge_model,
+                       judge_concurrency, judge_cache, out)
+    elif out is not None or dataset is not None or judge_cache is not None:
+        raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
+    options = AgreeOptions(pass_threshold, seed=seed, top=top,
+                           gate=AgreeGate(min_kappa, max_bias, require_same_verdict))
+    result = agree_paths(a, b, options, spec)
+    if html is not None:
+        write_output(html, lambda p: write_html(result, p), inputs, "--html")
+    if fmt == "json":
+        typer.echo(json.dumps(result.to_json(), allow_nan=False))
+    else:
+        render_terminal(stdout_console(), result)
+    for line in result.gate["failures"]:
+        print(f"rfteval: gate failed: {line}", file=sys.stderr)
+    for line in result.gate["warnings"]:
+        print(f"rfteval: gate warning: {line}", file=sys.stderr)
+    if not result.gate["passed"]:
+        raise typer.Exit(ExitStatus.GATE_FAILED)

@@ -1,0 +1,171 @@
+"""Option types and helpers shared by several commands."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+import typer.models
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GraderConfig
+
+# Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli.app attaches
+# them, so command modules export plain functions and never import the app (no import cycle).
+COMMANDS: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = []
+
+
+def command(name: str, group: str = "", **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as the command `rfteval [group] name`, with Typer's command options."""
+
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        fill_metavars(function)
+        COMMANDS.append((group, name, function, options))
+        return function
+
+    return mark
+
+
+# One metavar vocabulary in every --help: what the value is, not the Python type Typer would print (<path>,
+# <float>). An option that names its own metavar keeps it.
+_STR_METAVARS = (("template", "JSON"), ("url", "URL"), ("env", "VAR"), ("model", "MODEL"), ("label", "LABEL"), ("field", "FIELD"))
+
+
+def _metavar(param: str, annotation: Any) -> str | None:
+    kinds = set(typing.get_args(annotation)) - {type(None)} or {annotation}
+    kind = typing.get_origin(annotation)
+    if kind is list:
+        kinds = set(typing.get_args(annotation))
+    if len(kinds) != 1:
+        return None
+    (kind,) = kinds
+    if kind is bool:
+        return None
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "|".join(str(m.value) for m in kind)
+    if kind is Path:
+        return "DIR" if param.endswith("dir") else "FILE"
+    if kind in (int, float) and param.endswith("timeout"):
+        return "SECONDS"
+    if kind is int and param.endswith("memory"):
+        return "MB"
+    if kind is int:
+        return "N"
+    if kind is float:
+        return "X"
+    if kind is str:
+        return next((meta for word, meta in _STR_METAVARS if param.endswith(word)), "NAME")
+    return None
+
+
+def fill_metavars(function: Callable[..., Any]) -> None:
+    """Give every option of `function` without a metavar one from the shared vocabulary (FILE, DIR, N, X, ...)."""
+    try:
+        hints = typing.get_type_hints(function)
+    except (NameError, TypeError):  # an annotation only a type checker resolves: leave Typer's default
+        return
+    for param in inspect.signature(function).parameters.values():
+        info = param.default
+        if isinstance(info, typer.models.OptionInfo) and info.metavar is None and param.name in hints:
+            info.metavar = _metavar(param.name, hints[param.name])
+
+
+class OutputFormat(str, Enum):
+    table = "table"
+    json = "json"
+    text = "text"  # an alias of table, as readiness and probe-grader once spelled it
+
+
+def output_format(value: str) -> str:
+    """One --format vocabulary for every command: table or json (text is read as table)."""
+    from rfteval.errors import InputError
+
+    if value == "text":
+        return "table"
+    if value not in ("table", "json"):
+        raise InputError(f"must be table or json, got {value!r}", field="--format")
+    return value
+
+
+# The judge endpoint flags (score_model, label_model, group_judge); `rfteval run` also reads them from [judge].
+JUDGE_BASE_URL = typer.Option(None, "--judge-base-url", help="Judge endpoint (OpenAI-compatible); default OpenAI's.")
+JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="Env var holding the judge's key.")
+JUDGE_API = typer.Option("chat", "--judge-api", metavar="chat|responses", help="chat or responses.")
+JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
+JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+SKIP_JUDGE_MODEL_CHECK = typer.Option(
+    False, "--skip-model-check",
+    help="Do not check the judge model names against the judge endpoint's GET /models (for gateways that route "
+         "names they do not list).")
+UNSAFE_PYTHON_GRADERS = typer.Option(
+    False, "--unsafe-python-graders",
+    help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
+         "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
+
+
+def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
+    """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
+    cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
+    from rfteval.errors import InputError
+    from rfteval.graders.base import uses_python
+    from rfteval.graders.sandbox import configure, sandbox_problem
+
+    configure(unsafe=unsafe, never_pass=key_envs)
+    if uses_python(config):
+        problem = sandbox_problem()
+        if problem is not None:
+            raise InputError(problem, field="--unsafe-python-graders")
+
+
+def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
+               concurrency: int, cache_path: Path | None = None) -> Any:
+    """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
+    from rfteval.readiness.judge_stability import model_grader_types
+
+    if not model_grader_types(config):
+        return None
+    from rfteval.providers.judge import Judge
+
+    return Judge.from_settings(base_url, api_key_env, api, cache_path=cache_path, concurrency=concurrency,
+                               model_override=model)
+
+
+def check_judge(judge: Any, config: GraderConfig, skip_model_check: bool) -> None:
+    """Before the first judge call is paid for, as `rfteval run` does (rfteval.run.preflight): every judge
+    model the grader names (or --judge-model) must be one the judge endpoint lists, and --judge-api responses needs
+    its Responses API. One line, exit 2; the judge is closed then, as nothing else will close it."""
+    if judge is None:
+        return
+    from rfteval.errors import InputError
+    from rfteval.run.preflight import judge_check, judge_models, preflight
+
+    models = judge_models(config, judge.model_override)
+    if not models:
+        return
+    try:
+        preflight([judge_check(judge.provider, models, overridden=bool(judge.model_override))],
+                  check_models=not skip_model_check)
+    except InputError:
+        judge.close()
+        raise
+
+
+PIPED_WIDTH = 120  # logs and CI: wide enough that the tables do not wrap
+
+
+def stdout_console() -> Any:
+    """The console for a command's tables: the terminal's width, or when piped COLUMNS if set, else 120."""
+    import os
+
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        return console
+    columns = os.environ.get("COLUMNS", "")
+    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)

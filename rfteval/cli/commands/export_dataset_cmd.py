@@ -1,0 +1,38 @@
+"""`rfteval export-dataset`: RFT JSONL in a trainer's dataset shape, every field kept exactly through its loader."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from rfteval.cli.commands.common import command
+
+
+class Target(str, Enum):
+    trl = "trl"
+    verl = "verl"
+    verifiers = "verifiers"
+    openrlhf = "openrlhf"
+
+
+@command("export-dataset")
+def export_dataset(
+    items: Path = typer.Argument(..., help="The RFT dataset (JSONL, OpenAI's format)."),
+    target: Target = typer.Option(..., "--target", help="trl, verl (parquet), verifiers or openrlhf."),
+    out: Path = typer.Option(..., "--out", help="The folder to write (DIR/train.jsonl, or train.parquet for verl)."),
+    reference_field: str = typer.Option("reference_answer", "--reference-field",
+                                        help="verl's reward_model.ground_truth and verifiers' answer: this field."),
+    data_source: str | None = typer.Option(None, "--data-source",
+                                           help="verl's data_source column (default rfteval/<dataset name>)."),
+) -> None:
+    """Write the dataset as the trainer loads it: TRL's prompt column, verl's parquet, verifiers' prompt/answer/info,
+    OpenRLHF's prompt/label JSONL. A field the trainer's loader would change is kept as JSON text, and rfteval's
+    rewards read the original line back exactly."""
+    from rfteval.reward.export_dataset import export_dataset as write
+
+    done = write(items, target.value, out, data_source=data_source, reference_field=reference_field)
+    kept = f"; as JSON text (the loader would change them): {', '.join(done.as_json)}" if done.as_json else ""
+    added = "; id added (rfteval's content hash)" if done.added_id else ""
+    typer.echo(f"wrote {done.path} ({done.rows} rows{kept}{added})")

@@ -1,0 +1,88 @@
+"""`rfteval export-reward`: a grader as a module a TRL script imports, verl loads as its custom reward function and
+OpenRLHF loads with --reward.remote_url."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from rfteval.cli.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    command,
+)
+
+
+class Target(str, Enum):
+    trl = "trl"
+    verl = "verl"
+    openrlhf = "openrlhf"
+
+
+class OnError(str, Enum):
+    zero = "zero"
+    none = "none"
+
+
+@command("export-reward")
+def export_reward(
+    grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
+    target: Target = typer.Option(..., "--target", help="trl (a reward function), verl (compute_score) or openrlhf "
+                                                           "(reward_func)."),
+    out: Path = typer.Option(..., "--out", help="The module to write (FILE.py)."),
+    reference_field: str = typer.Option("reference_answer", "--reference-field",
+                                        help="verl, openrlhf: the item field that receives the ground truth (label)."),
+    ground_truth_json: bool = typer.Option(False, "--ground-truth-json",
+                                           help="verl: parse a ground truth held as JSON text first."),
+    on_error: OnError | None = typer.Option(None, "--on-error",
+                                            help="A grading error scores 0 (zero) or None (none); default: none "
+                                                 "for trl (TRL leaves it out of the baseline), zero otherwise."),
+    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
+) -> None:
+    """Write a module holding the grader inline: TRL imports its `reward` (or `reward_async`), verl loads its
+    `compute_score` (reward.custom_reward_function.path=FILE.py or pkg://MODULE; name=compute_score,
+    compute_score_async or compute_score_batch), OpenRLHF its `reward_func`. It imports rfteval when first called."""
+    from rfteval.data.outfile import check_output, write_output
+    from rfteval.errors import InputError
+    from rfteval.graders.loader import reward_function_ref
+    from rfteval.reward import export_module, grader_config
+
+    ref = reward_function_ref(grader)
+    source = ref[0] if ref is not None else Path(grader)
+    if out.suffix != ".py":
+        raise InputError("must name a Python file (FILE.py): TRL imports it, verl and OpenRLHF load it by path",
+                         field="--out")
+    check_output(out, [source], flag="--out")
+    config = grader_config(grader)
+    options: dict[str, object] = {}
+    defaults = {"grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None,
+                "judge_api_key_env": "OPENAI_API_KEY", "judge_api": "chat", "judge_model": None,
+                "judge_concurrency": 16}
+    given = {"grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
+             "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
+             "judge_concurrency": judge_concurrency}
+    options.update({k: v for k, v in given.items() if v != defaults[k]})  # the module shows only what was chosen
+    if on_error is not None:
+        options["on_error"] = on_error.value
+    if target is not Target.trl and reference_field != "reference_answer":
+        options["reference_field"] = reference_field or None
+    if target is Target.verl and ground_truth_json:
+        options["ground_truth_json"] = True
+    if (target is Target.trl and reference_field != "reference_answer") or (ground_truth_json and target is not
+                                                                             Target.verl):
+        raise InputError("--reference-field is for --target verl or openrlhf, --ground-truth-json for verl",
+                         field="--target")
+    text = export_module(config, target.value, str(grader), out, options)
+    write_output(out, lambda tmp: tmp.write_text(text, encoding="utf-8"), [source], flag="--out")
+    typer.echo(f"wrote {out}")

@@ -1,0 +1,196 @@
+"""`rfteval readiness` and `rfteval probe-grader`: will RFT learn from this dataset and grader?"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from rfteval.cli.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
+    UNSAFE_PYTHON_GRADERS,
+    check_judge,
+    command,
+    make_judge,
+    python_sandbox,
+)
+from rfteval.data.outfile import check_output, write_output
+from rfteval.errors import InputError
+from rfteval.status import ExitStatus
+
+
+def _check_format(fmt: str) -> str:
+    from rfteval.cli.commands.common import output_format
+
+    return output_format(fmt)
+
+
+def _options(python_workers: int | None) -> Any:
+    from rfteval.graders.base import GradeOptions
+
+    return GradeOptions(python_workers=python_workers)
+
+
+@command("readiness", help="Will RFT learn from this dataset and grader? Signals and a verdict from a base run "
+                               "with N >= 2 epochs (a run directory or a record file).")
+def readiness(
+    run: Path = typer.Argument(..., help="Run directory (DIR/<label>.jsonl, DIR/results.parquet) or a record file."),
+    label: str | None = typer.Option(None, "--label", help="Model label to assess [default: base, when present]."),
+    group_size: int = typer.Option(8, "--group-size", min=2, help="Training group size G (samples per prompt)."),
+    write_adv: bool = typer.Option(False, "--write-advantages",
+                                   help="Write GRPO advantages into the record file(s), atomically."),
+    regrade: int = typer.Option(0, "--regrade", min=0, help="Re-grade N stored outputs to check determinism."),
+    grader: Path | None = typer.Option(None, "--grader", help="Grader JSON [default: from DIR/spec.resolved.toml]."),
+    dataset: Path | None = typer.Option(None, "--dataset", help="Dataset JSONL [default: from the spec]."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
+    seed: int = typer.Option(0, "--seed", help="Seed for choosing outputs to re-grade."),
+    python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
+    zero_signal_not_ready: float = typer.Option(0.6, help="Expected zero-signal share above which: not ready."),
+    zero_signal_risky: float = typer.Option(0.4, help="Expected zero-signal share above which: risky."),
+    min_position: float = typer.Option(0.05, help="Base mean below this share of the range: risky."),
+    max_position: float = typer.Option(0.95, help="Base mean above this share of the range: risky."),
+    max_floor_share: float = typer.Option(0.5, help="Share of all-minimum items above which: risky."),
+    max_ceiling_share: float = typer.Option(0.5, help="Share of all-maximum items above which: risky."),
+    label_skew: float = typer.Option(0.7, help="Majority reference label share at or above which: risky."),
+    answer_skew: float = typer.Option(0.8, help="Majority answer share at or above which: risky."),
+    max_flip_rate: float = typer.Option(0.05, help="Re-graded share that changed above which: not ready."),
+    max_grade_errors: float = typer.Option(0.2, help="Grader error share above which: risky."),
+    max_generate_errors: float = typer.Option(0.2, help="Generation error share above which: risky."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
+    errors: str = typer.Option("exclude", "--errors", metavar="exclude|zero",
+                                help="Generation errors: exclude (left out of every signal, counted) or zero (reward 0). "
+                                     "Grading errors and model refusals score 0 either way."),
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+) -> None:
+    from rich.console import Console
+
+    from rfteval.data import rundir
+    from rfteval.readiness.assess import ERROR_POLICIES, Thresholds, assess, write_advantages
+    from rfteval.report.readiness_render import render_readiness
+
+    fmt = _check_format(fmt)
+    if errors not in ERROR_POLICIES:
+        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
+    if html is not None:  # before any work: one line for a bad path, and never over an input
+        check_output(html, [run, *(run.glob("*.jsonl") if run.is_dir() else []), grader, dataset], "--html")
+    df, chosen, files, directory = rundir.locate_records(run, label)
+    spec_dataset, spec_grader = rundir.spec_paths(directory) if (grader is None or dataset is None) else (None, None)
+    grader = grader or spec_grader
+    dataset = dataset or spec_dataset
+    if regrade and (grader is None or dataset is None):
+        raise InputError(f"needs --grader and --dataset (or a {rundir.RESOLVED_SPEC} naming them)", field="--regrade")
+    config = items = None
+    if grader is not None:
+        from rfteval.graders.loader import load_grader
+
+        config = load_grader(grader)
+        if regrade:  # the grader runs only to re-grade
+            python_sandbox(config, unsafe_python_graders)
+    if dataset is not None:
+        from rfteval.readiness.assess import items_map
+
+        items = items_map(dataset)
+    thresholds = Thresholds(
+        zero_signal_not_ready=zero_signal_not_ready, zero_signal_risky=zero_signal_risky, min_position=min_position,
+        max_position=max_position, max_floor_share=max_floor_share, max_ceiling_share=max_ceiling_share,
+        label_skew_risky=label_skew, prediction_skew_risky=answer_skew, max_flip_rate=max_flip_rate,
+        max_grade_error_share=max_grade_errors, max_generate_error_share=max_generate_errors,
+    )
+    if regrade and items is not None:
+        known = set(items)
+        missing = sorted({str(i) for i in df["item_id"]} - known)
+        if missing:
+            raise InputError(f"item {missing[0]!r} of the records is not in the dataset", dataset, field="id")
+    try:
+        report = assess(df, config, items, thresholds, group_size=group_size, label=chosen, regrade_n=regrade,
+                        seed=seed, options=_options(python_workers), errors=errors)
+    except InputError as exc:  # name the records file when the library could not
+        if exc.file is None and not (exc.field or "").startswith("--"):
+            exc.file = files[0]
+        raise
+    written = write_advantages(files, chosen, errors) if write_adv else []
+    if html is not None:
+        from rfteval.report.html import write_page
+        from rfteval.report.readiness_render import readiness_html
+
+        write_output(html, lambda p: write_page(p, f"rfteval readiness: {run}", readiness_html(report)),
+                     [run, grader, dataset], "--html")
+        typer.echo(f"wrote {html}", err=True)
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        render_readiness(report, Console(highlight=False))
+    for path in written:
+        typer.echo(f"advantages written: {path}", err=True)
+
+
+@command("probe-grader", help="Run canned adversarial outputs through a grader for every item: cheats should "
+                                  "score the floor, the reference the maximum.")
+def probe_grader(
+    grader: Path = typer.Argument(..., help="Grader JSON (OpenAI's format)."),
+    dataset: Path = typer.Option(..., "--dataset", help="Dataset JSONL."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 1 when any probe is flagged."),
+    fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
+    reference_template: str | None = typer.Option(
+        None, "--reference-template", help="How a reference becomes an output: a JSON template file or inline JSON "
+                                           "with {{item.…}} placeholders [default: inferred from the grader]."),
+    margin: float = typer.Option(0.25, "--margin", min=0.0, max=1.0,
+                                 help="A cheat is flagged above floor + margin × range (heuristic)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Probe only the first N items."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random-text probes."),
+    python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
+    html: Path | None = typer.Option(None, "--html", help="Also write the probe table as one self-contained HTML page."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+) -> None:
+    from rich.console import Console
+
+    from rfteval.data.dataset import load_dataset
+    from rfteval.graders.loader import load_grader
+    from rfteval.readiness.probes import run_probes
+    from rfteval.readiness.reference import load_reference_template
+    from rfteval.report.readiness_render import render_probes
+
+    fmt = _check_format(fmt)
+    if html is not None:
+        check_output(html, [grader, dataset], "--html")
+    config = load_grader(grader)
+    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
+    items = load_dataset(dataset).items[:limit]
+    template = load_reference_template(reference_template) if reference_template is not None else None
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
+    try:
+        report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
+                            options=_options(python_workers), judge=judge)
+        if judge is not None and judge.fatal_error is not None:  # every probe would read as the floor: "ok"
+            raise InputError(f"the judge ({judge.fatal_model}) refused: {judge.fatal_error}; no probe was judged",
+                             field="--judge-api-key-env")
+    finally:
+        if judge is not None:
+            judge.close()
+    if html is not None:
+        from rfteval.report.html import write_page
+        from rfteval.report.readiness_render import probes_html
+
+        write_output(html, lambda p: write_page(p, f"rfteval probe-grader: {grader}", probes_html(report)),
+                     [grader, dataset], "--html")
+        typer.echo(f"wrote {html}", err=True)
+    if fmt == "json":
+        typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        render_probes(report, Console(highlight=False))
+    if strict and report.flagged:
+        raise typer.Exit(ExitStatus.GATE_FAILED)

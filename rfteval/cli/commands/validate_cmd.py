@@ -1,0 +1,156 @@
+"""`rfteval validate dataset|grader`: check inputs without running any model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from rfteval.cli.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    SKIP_JUDGE_MODEL_CHECK,
+    UNSAFE_PYTHON_GRADERS,
+    check_judge,
+    command,
+    make_judge,
+    python_sandbox,
+)
+from rfteval.status import ExitStatus
+
+
+@command("dataset", group="validate")
+def validate_dataset(path: Path = typer.Argument(..., help="Dataset JSONL.")) -> None:
+    """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one."""
+    from rfteval.data.dataset import check_dataset
+
+    count, errors = check_dataset(path)
+    for e in errors:
+        typer.echo(str(e), err=True)
+    if errors:
+        typer.echo(f"{path}: {count} valid items, {len(errors)} problems", err=True)
+        raise typer.Exit(ExitStatus.BAD_INPUT)
+    if count == 0:
+        typer.echo(f"{path}: the dataset has no items", err=True)
+        raise typer.Exit(ExitStatus.BAD_INPUT)
+    typer.echo(f"{path}: {count} items, no problems")
+
+
+@command("grader", group="validate")
+def validate_grader(
+    path: Path = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a fine-tuning job), a python "
+                                "grader as FILE.py, or a reward function as FILE.py:FUNCTION."),
+    dataset: Path | None = typer.Option(None, "--dataset", "-d",
+                                        help="Also grade each item's reference answer as if it were the output."),
+    reference_template: str | None = typer.Option(
+        None, "--reference-template",
+        help='How a reference becomes an output: a JSON template (inline or a file), e.g. '
+             '\'{"predicted": "{{item.reference_answer}}"}\'; inferred from the grader when absent.'),
+    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    outputs: Path | None = typer.Option(None, "--outputs",
+                                        help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
+    repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
+    threshold: float = typer.Option(0.1, "--threshold", help="Flag a judge whose score sd (0..1 scale) exceeds this."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+    emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
+                                   "upload; a .py grader wrapped with its source) and nothing else."),
+) -> None:
+    """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
+    with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
+    flagged)."""
+    from rfteval.errors import InputError
+    from rfteval.graders import GradeOptions, load_grader
+    from rfteval.graders.base import load_notes
+    from rfteval.readiness.reference import describe_grader, reference_check
+
+    config = load_grader(path)
+    if emit_json:
+        import json
+
+        typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
+        return
+    for line in describe_grader(config):
+        typer.echo(line)
+    for note in load_notes(config):
+        typer.echo(f"note: {note}")
+    if (repeat is None) != (outputs is None):
+        raise InputError("--repeat and --outputs go together (and need --dataset)", field="--repeat")
+    if dataset is None:
+        if repeat is not None:
+            raise InputError("--repeat needs --dataset", field="--dataset")
+        return
+    from rfteval.data.dataset import load_dataset
+    from rfteval.graders.checks import output_json_warning, preflight
+    from rfteval.graders.loader import has_response_format
+
+    data = load_dataset(dataset)
+    if (warning := output_json_warning(config, has_response_format(path))) is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    problems = preflight(config, data, path)
+    if problems:  # every failing item, named, before any grading (or judge call) is spent
+        for problem in problems:
+            typer.echo(f"rfteval: {problem}", err=True)
+        raise typer.Exit(ExitStatus.BAD_INPUT)
+    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
+    options = GradeOptions(python_timeout_s=grader_timeout)
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
+    try:
+        if repeat is None:
+            from rfteval.readiness.reference import load_reference_template
+
+            template = load_reference_template(reference_template) if reference_template is not None else None
+            if judge is not None:
+                typer.echo(f"the references go to the judge model: about {len(data)} judge call(s), billed to "
+                           f"the key in ${judge_api_key_env}")
+            typer.echo(reference_check(data, config, options, template, judge)["text"])
+            return
+        from rfteval.readiness.judge_stability import render_report, run_stability
+
+        assert outputs is not None  # checked above: --repeat and --outputs go together
+        report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
+    finally:
+        if judge is not None:
+            judge.close()
+    typer.echo(render_report(report))
+    if report["overall"]["flagged"]:
+        raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+@command("spec", group="validate")
+def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) -> None:
+    """Check an eval spec and everything it names (dataset, grader, response format) without calling a model."""
+    from rfteval.data.dataset import check_dataset
+    from rfteval.graders import load_grader
+    from rfteval.run.spec import build_spec, resolve_models
+
+    spec = build_spec(path)
+    runs = resolve_models(spec)
+    config = load_grader(spec.grader)
+    count, errors = check_dataset(spec.dataset)
+    if errors:
+        raise errors[0]
+    typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
+               f"out {spec.out_dir}")
+    for run in runs:
+        where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
+        typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{_format_label(run.sampling.response_format)}")
+
+
+def _format_label(response_format: dict[str, Any] | None) -> str:
+    """What the response format asks the server for, in the words servers' docs use: JSON mode (json_object, which
+    llama.cpp and Ollama have where they lack structured outputs) is not structured outputs, and text asks nothing."""
+    kind = (response_format or {}).get("type")
+    if response_format is None or kind == "text":
+        return ""
+    return " (JSON mode)" if kind == "json_object" else " (structured outputs)"

@@ -1,0 +1,23 @@
+"""Two sides of record files (or a baseline and a series) paired by item; the gate; two graders' agreement on the same
+samples.
+
+The names of rfteval.compare.comparison are re-exported here, lazily: this is the public path the README shows, and
+importing one submodule of the package must not load the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rfteval.compare.comparison import *  # noqa: F403
+
+
+def __getattr__(name: str) -> object:
+    module = importlib.import_module("rfteval.compare.comparison")
+    if name.startswith("_") or not hasattr(module, name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

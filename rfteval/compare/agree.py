@@ -1,0 +1,612 @@
+"""Does grader B grade like grader A? Pair two sides' grades of the same samples, or re-grade A's outputs as B.
+
+Library first: `agree_paths` is what `rfteval agree` calls; `agree_frames` takes graded frames already read.
+The statistics are rfteval.stats.agreement's (per sample, at the pass threshold) and stats.paired_delta's (the verdict
+under each grader); the gate uses the evidence semantics of rfteval.compare.gate: a check fails only when the data show
+the threshold is crossed, never because the interval is too wide to prove it is not.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from rfteval.compare.gate import GATE_EPS
+from rfteval.data import rundir
+from rfteval.data.records import json_safe
+from rfteval.errors import InputError
+from rfteval.stats import agreement
+from rfteval.stats import paired as stats
+from rfteval.stats.agreement import LabelAgreement, PassAgreement, ScoreAgreement
+from rfteval.stats.paired import PairedDelta
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from rfteval.graders.base import GraderConfig
+
+KEY = ["model_label", "item_id", "epoch"]
+TEXT_WIDTH = 160  # an output's text in the per-item table: enough to see why, short enough to scan
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- sides
+
+
+@dataclass
+class GradedSide:
+    """One grader's grades: model_label, item_id, epoch, score, passed (1/0/NaN), label, output_text, errors."""
+
+    name: str  # "A" or "B"
+    path: str
+    frame: pd.DataFrame
+    grader: str | None = None  # the grader file that wrote the grades, when known
+    dataset: str | None = None  # the dataset a run directory names, for --regrade
+    generation_failures: int = 0  # records whose model never answered: not an answer, left out and counted
+
+
+def _record_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise InputError("no such file or directory", path)
+    labels = rundir.run_labels(path)
+    if labels:
+        return [path / f"{label}.jsonl" for label in labels]
+    if (path / rundir.RESULTS).is_file():
+        return [path / rundir.RESULTS]
+    raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
+
+
+def load_graded(path: str | Path, name: str) -> GradedSide:
+    """Every model's graded records in a records file (JSONL or Parquet) or a run directory (all its labels)."""
+    import pandas as pd
+
+    from rfteval.data.records import read_records
+
+    path = Path(path)
+    frames = [read_records(f) for f in _record_files(path)]
+    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    source = path if path.is_dir() else path.parent
+    dataset, grader = rundir.spec_paths(source) if (source / rundir.RESOLVED_SPEC).is_file() else (None, None)
+    side = graded_side(frame, name, str(path))
+    side.grader = str(grader) if grader else rundir.grader_path(source)
+    side.dataset = str(dataset) if dataset else None
+    return side
+
+
+def graded_side(frame: pd.DataFrame, name: str, path: str) -> GradedSide:
+    """Records (a read_records frame) normalised for pairing; a side with no grade at all is bad input."""
+    import numpy as np
+    import pandas as pd
+
+    from rfteval.data.records import is_generation_failure
+
+    if frame.empty:
+        raise InputError("no records", path)
+    for key in ("item_id", "score"):
+        if key not in frame:
+            raise InputError("missing on every record; not a records file?", path, field=key)
+    n = len(frame)
+    error = frame["error"] if "error" in frame else pd.Series([None] * n)
+    error = error.where(error.map(lambda e: isinstance(e, dict)), None)
+    score = pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=np.float64)
+    has_error = error.notna().to_numpy()
+    graded = np.isfinite(score) | has_error
+    if not graded.any():
+        raise InputError("no grades (score is null on every record): grade the outputs first (`rfteval grade`), "
+                         "or give --regrade GRADER", path, field="score")
+    gen_fail = error.map(is_generation_failure).to_numpy(dtype=bool)
+    label_col = frame["model_label"] if "model_label" in frame else frame.get("model", pd.Series(["-"] * n))
+    epoch = pd.to_numeric(frame["epoch"], errors="coerce") if "epoch" in frame else pd.Series(np.ones(n))
+    passed = frame["passed"] if "passed" in frame else pd.Series([None] * n)
+    details = frame["grade_details"] if "grade_details" in frame else pd.Series([None] * n)
+    out = pd.DataFrame({
+        "model_label": label_col.fillna("-").astype(str).to_numpy(),
+        "item_id": frame["item_id"].astype(str).to_numpy(),
+        "epoch": epoch.fillna(1).astype(np.int64).to_numpy(),
+        "score": np.where(has_error, 0.0, score),  # a grading error scores 0 (OpenAI's rule), as everywhere
+        "passed": [float(p) if isinstance(p, (bool, np.bool_)) else NAN for p in passed],
+        "label": [_label(d) for d in details],
+        "output_text": frame["output_text"].to_numpy() if "output_text" in frame else [None] * n,
+        "is_error": has_error,
+    })
+    keep = graded & ~gen_fail
+    out = out[keep].drop_duplicates(subset=KEY, keep="last").reset_index(drop=True)  # a later record supersedes
+    return GradedSide(name, path, out, generation_failures=int(gen_fail.sum()))
+
+
+def _label(details: Any) -> str | None:
+    """A label grader's label from grade_details: a dict in JSONL, JSON text in Parquet."""
+    if isinstance(details, str) and details.startswith("{"):
+        import json
+
+        try:
+            details = json.loads(details)
+        except ValueError:
+            return None
+    label = details.get("label") if isinstance(details, dict) else None
+    return label if isinstance(label, str) else None
+
+
+# ---------------------------------------------------------------------------------------------- --regrade
+
+
+class JudgeUsage(TypedDict):
+    calls: int
+    cache_hits: int
+    errors: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+
+
+@dataclass
+class Regrade:
+    """What --regrade needs: the grader, the dataset the outputs answer, and where judge answers are cached."""
+
+    grader: str | Path
+    dataset: str | Path | None = None
+    judge_base_url: str | None = None
+    judge_api_key_env: str = "OPENAI_API_KEY"
+    judge_api: str = "chat"
+    judge_model: str | None = None
+    judge_concurrency: int = 16
+    judge_cache: str | Path | None = None
+    out: str | Path | None = None  # B's records, written when given
+
+
+SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
+
+
+def regrade_grader_path(value: str | Path, a_path: str | Path) -> Path:
+    """The grader file --regrade names: the path given, or for `same` the grader A's run directory was graded with."""
+    if str(value) != SAME:
+        return Path(value)
+    a = Path(a_path)
+    source = a if a.is_dir() else a.parent
+    grader = rundir.spec_paths(source)[1] if (source / rundir.RESOLVED_SPEC).is_file() else None
+    if grader is None:
+        raise InputError("--regrade same needs A to be a run directory whose spec.resolved.toml names its grader; "
+                         "give the grader file instead", a, field="--regrade")
+    return grader
+
+
+def load_regrade_grader(path: str | Path) -> GraderConfig:
+    from rfteval.graders import load_grader
+
+    try:
+        return load_grader(path)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a grader that cannot load is bad input, one line
+        raise InputError(f"cannot load the grader ({type(exc).__name__}: {exc})", path, field="--regrade") from None
+
+
+def default_judge_cache(a_path: str | Path) -> Path:
+    """Beside A's records: DIR/judge_cache.jsonl of A's run directory (the run's own cache) or A's folder."""
+    p = Path(a_path)
+    return (p if p.is_dir() else p.parent) / "judge_cache.jsonl"
+
+
+def regrade_side(a: GradedSide, spec: Regrade, judge: Any = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+    """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached."""
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.data.records import records_frame, write_jsonl
+    from rfteval.graders import GradeOptions
+    from rfteval.graders.grading import grade_outputs
+
+    dataset = spec.dataset or a.dataset
+    if dataset is None:
+        raise InputError("--regrade needs the dataset the outputs answer: give --dataset (A is not a run directory "
+                         "whose spec names one)", a.path, field="--dataset")
+    config = load_regrade_grader(spec.grader)
+    data = load_dataset(dataset)
+    known = {it.id for it in data}
+    rows = a.frame
+    missing = sorted(set(rows["item_id"]) - known)
+    if missing:
+        raise InputError(f"{len(missing)} item(s) of A are not in the dataset (first: {missing[0]!r})", dataset,
+                         field="item_id")
+    if rows["output_text"].isna().all():
+        raise InputError("no output_text on A's records: nothing to re-grade", a.path, field="output_text")
+    outs = [Output(item_id=str(r.item_id), epoch=int(r.epoch), model=str(r.model_label),
+                   output_text=str(r.output_text or "")) for r in rows.itertuples(index=False)]
+    own = judge is None
+    if own:
+        cache = Path(spec.judge_cache) if spec.judge_cache is not None else default_judge_cache(a.path)
+        judge = make_judge(config, spec, cache)
+    try:
+        records = grade_outputs(data, config, outs, GradeOptions(), judge=judge)
+        usage = judge_usage(judge)
+    finally:
+        if own and judge is not None:
+            judge.close()
+    if spec.out is not None:
+        from rfteval.data.outfile import write_output
+
+        write_output(spec.out, lambda tmp: write_jsonl(records, tmp), inputs=[a.path, dataset, spec.grader],
+                     flag="--out")
+    side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
+    side.grader = f"{spec.grader}, judge {spec.judge_model}" if spec.judge_model else str(spec.grader)
+    return side, usage
+
+
+def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Any:
+    """The judge client (its answers cached in `cache`, so a second run sends nothing), or None without a model
+    grader. The python sandbox's policy is the command's to set (commands.common.python_sandbox)."""
+    from rfteval.readiness.judge_stability import model_grader_types
+
+    if not model_grader_types(config):
+        return None
+    from rfteval.providers.judge import Judge
+
+    return Judge.from_settings(spec.judge_base_url, spec.judge_api_key_env, spec.judge_api, cache_path=cache,
+                               concurrency=spec.judge_concurrency, model_override=spec.judge_model)
+
+
+def judge_usage(judge: Any) -> dict[str, JudgeUsage]:
+    """Per judge model: calls sent, cache hits, errors, tokens and cost (pricing's table; None when unpriced)."""
+    if judge is None or not hasattr(judge, "usage"):
+        return {}
+    from rfteval.providers.pricing import cost_usd, price_table
+
+    prices = price_table()
+    out: dict[str, JudgeUsage] = {}
+    for model, u in judge.usage().items():
+        tin, tout = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
+        out[model] = {"calls": int(u.get("calls", 0)), "cache_hits": int(u.get("cache_hits", 0)),
+                      "errors": int(u.get("errors", 0)), "input_tokens": tin, "output_tokens": tout,
+                      "cost_usd": cost_usd(model, tin, tout, prices)}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- results
+
+
+class ItemRow(TypedDict):
+    item_id: str
+    n: int
+    a_mean: float
+    b_mean: float
+    diff: float  # B − A, the item's mean over its paired samples
+    model_label: str  # of the sample the two disagree on most
+    epoch: int
+    a_score: float
+    b_score: float
+    output: str  # that sample's output, shortened
+
+
+class VerdictRow(TypedDict):
+    baseline: str
+    candidate: str
+    under_a: PairedDelta
+    under_b: PairedDelta
+    difference: PairedDelta  # of the two deltas: (B's delta − A's delta) per item
+    word_a: str
+    word_b: str
+    same: bool
+    answer: str
+
+
+class GateCheck(TypedDict):
+    name: str
+    passed: bool
+    detail: str
+    warning: str | None
+
+
+class AgreeGateVerdict(TypedDict):
+    passed: bool
+    failures: list[str]
+    warnings: list[str]
+    checks: list[GateCheck]
+
+
+@dataclass(frozen=True)
+class AgreeGate:
+    min_kappa: float | None = None
+    max_bias: float | None = None
+    require_same_verdict: bool = False
+
+
+@dataclass(frozen=True)
+class AgreeOptions:
+    pass_threshold: float | None = None
+    level: float = 0.95
+    seed: int = 0
+    top: int = 10
+    gate: AgreeGate = field(default_factory=AgreeGate)
+
+
+@dataclass
+class AgreeResult:
+    a: GradedSide
+    b: GradedSide
+    scores: ScoreAgreement
+    unmatched: dict[str, Any]
+    pass_: PassAgreement | None
+    thresholds: dict[str, float | None]
+    pass_note: str | None
+    labels: LabelAgreement | None
+    items: list[ItemRow]
+    item_diffs: list[tuple[str, float]]  # every item: (id, B − A), for the plots
+    verdict: list[VerdictRow] | None
+    gate: AgreeGateVerdict
+    paired: pd.DataFrame  # the matched samples: key, score_a, score_b
+    usage: dict[str, JudgeUsage] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.pass_
+        th = self.thresholds
+        common = th["a"] if th["a"] == th["b"] else None
+        pass_json = None if p is None else {
+            "threshold": common, "thresholds": th, "table": p["table"], "kappa": p["kappa"],
+            "agreement": p["agreement"], "precision": p["precision"]["value"], "recall": p["recall"]["value"],
+            "precision_ci95": p["precision"]["ci95"], "recall_ci95": p["recall"]["ci95"]}
+        s = self.scores
+        return json_safe({
+            "a": {"path": self.a.path, "grader": self.a.grader, "generation_failures": self.a.generation_failures},
+            "b": {"path": self.b.path, "grader": self.b.grader, "generation_failures": self.b.generation_failures},
+            "n_samples": s["n_samples"], "n_items": s["n_items"], "unmatched": self.unmatched,
+            "pearson": s["pearson"], "spearman": s["spearman"], "bias": s["bias"], "mae": s["mae"], "loa": s["loa"],
+            "pass": pass_json, "pass_note": self.pass_note, "labels": self.labels, "items": self.items,
+            "verdict": self.verdict, "gate": self.gate, "judge": self.usage or None,
+        })
+
+
+# ---------------------------------------------------------------------------------------------- pairing
+
+
+def _unmatched(a: pd.DataFrame, b: pd.DataFrame, merged: pd.DataFrame, limit: int = 10) -> dict[str, Any]:
+    def keys(df: pd.DataFrame) -> set[tuple[str, str, int]]:
+        return set(zip(df["model_label"], df["item_id"], df["epoch"].astype(int)))
+
+    both = keys(merged)
+    only_a, only_b = sorted(keys(a) - both), sorted(keys(b) - both)
+
+    def name(k: tuple[str, str, int]) -> str:
+        return f"{k[0]}/{k[1]}#{k[2]}"
+
+    return {"a_only": len(only_a), "b_only": len(only_b), "a_only_first": [name(k) for k in only_a[:limit]],
+            "b_only_first": [name(k) for k in only_b[:limit]]}
+
+
+def _pass_column(side: GradedSide, threshold: float | None) -> Any:
+    """Per sample: the grader's own `passed` verdict, else score ≥ --pass-threshold; None when neither exists.
+
+    A grading error fails (it scores 0, OpenAI's rule), so it needs no verdict of its own.
+    """
+    import numpy as np
+
+    passed = side.frame["passed"].to_numpy(dtype=np.float64)
+    error = side.frame["is_error"].to_numpy(dtype=bool)
+    if (np.isfinite(passed) | error).all():
+        return (passed > 0.5) & ~error
+    if threshold is None:
+        return None
+    score = side.frame["score"].to_numpy(dtype=np.float64)
+    return np.where(np.isfinite(passed), passed > 0.5, score >= threshold - 1e-9) & ~side.frame["is_error"].to_numpy()
+
+
+def grader_threshold(grader: str | None) -> float | None:
+    """A grader file's `pass_threshold`, when it loads and has one."""
+    if grader is None:
+        return None
+    try:
+        from rfteval.graders import load_grader
+
+        value = getattr(load_grader(grader), "pass_threshold", None)
+    except Exception:  # noqa: BLE001 - best effort: a grader that moved only loses the reported value
+        return None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = None) -> AgreeResult:
+    """Pair A's and B's grades on (model label, item id, epoch) and measure how well they agree."""
+    import numpy as np
+
+    o = options or AgreeOptions()
+    if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
+        raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
+    a_pass_all, b_pass_all = _pass_column(a, o.pass_threshold), _pass_column(b, o.pass_threshold)
+    fa, fb = a.frame.copy(), b.frame.copy()
+    if a_pass_all is not None:
+        fa["pass"] = a_pass_all
+    if b_pass_all is not None:
+        fb["pass"] = b_pass_all
+    merged = fa.merge(fb, on=KEY, suffixes=("_a", "_b"), how="inner", sort=False)
+    unmatched = _unmatched(fa, fb, merged)
+    if merged.empty:
+        example_a = next(iter(fa[KEY].itertuples(index=False)), None)
+        example_b = next(iter(fb[KEY].itertuples(index=False)), None)
+        raise InputError(f"no sample is graded on both sides (pairs match on model label, item id and epoch; "
+                         f"A has e.g. {tuple(example_a) if example_a else None}, "
+                         f"B {tuple(example_b) if example_b else None})", b.path, field="item_id")
+    merged = merged.sort_values(KEY, kind="stable").reset_index(drop=True)
+    sa, sb = merged["score_a"].to_numpy(np.float64), merged["score_b"].to_numpy(np.float64)
+    items = merged["item_id"].to_numpy()
+    scores = agreement.score_agreement(sa, sb, items, o.level, o.seed)
+    thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
+                  "b": o.pass_threshold if o.pass_threshold is not None else grader_threshold(b.grader)}
+    pass_: PassAgreement | None = None
+    note = None
+    if "pass_a" in merged and "pass_b" in merged:
+        pass_ = agreement.pass_agreement(merged["pass_a"].to_numpy(bool), merged["pass_b"].to_numpy(bool), items,
+                                         o.level, o.seed)
+    else:
+        missing = " and ".join(s.name for s, col in ((a, a_pass_all), (b, b_pass_all)) if col is None)
+        note = (f"{missing}'s records carry no pass verdict (the grader has no pass_threshold): give "
+                "--pass-threshold X for the pass/fail table")
+    labels = None
+    la, lb = merged["label_a"], merged["label_b"]
+    if la.notna().all() and lb.notna().all():
+        labels = agreement.label_agreement(la.tolist(), lb.tolist(), items, level=o.level, seed=o.seed)
+    item_rows, diffs = _items(merged, o.top)
+    verdict = _verdict(merged, o)
+    result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
+                         {"passed": True, "failures": [], "warnings": [], "checks": []},
+                         merged[[*KEY, "score_a", "score_b"]])
+    result.gate = evaluate_agree_gate(result, o.gate, o.level)
+    return result
+
+
+def _items(merged: pd.DataFrame, top: int) -> tuple[list[ItemRow], list[tuple[str, float]]]:
+    """Each item's mean B − A; the `top` items where the two disagree most, each with the sample that shows it."""
+    import numpy as np
+
+    m = merged.assign(d=merged["score_b"] - merged["score_a"], ad=(merged["score_b"] - merged["score_a"]).abs())
+    g = m.groupby("item_id", sort=False)
+    per = g.agg(n=("d", "size"), a_mean=("score_a", "mean"), b_mean=("score_b", "mean"), diff=("d", "mean"))
+    per = per.assign(absdiff=per["diff"].abs(), spread=g["ad"].max()).sort_values(
+        ["absdiff", "spread"], ascending=False, kind="stable")
+    worst = m.loc[g["ad"].idxmax()].set_index("item_id")
+    rows: list[ItemRow] = []
+    for item_id, r in per[per["spread"] > 1e-12].head(max(top, 0)).iterrows():  # items they agree on are not listed
+        w = worst.loc[item_id]
+        rows.append({"item_id": str(item_id), "n": int(r["n"]), "a_mean": float(r["a_mean"]),
+                     "b_mean": float(r["b_mean"]), "diff": float(r["diff"]), "model_label": str(w["model_label"]),
+                     "epoch": int(w["epoch"]), "a_score": float(w["score_a"]), "b_score": float(w["score_b"]),
+                     "output": agreement.shorten(w["output_text_a"] if isinstance(w["output_text_a"], str)
+                                                 else w.get("output_text_b"), TEXT_WIDTH)})
+    diffs = [(str(i), float(v)) for i, v in zip(per.index, per["diff"].to_numpy(np.float64))]
+    return rows, diffs
+
+
+def _verdict(merged: pd.DataFrame, o: AgreeOptions) -> list[VerdictRow] | None:
+    """Per candidate label: the paired delta against the baseline under A, under B, and the two deltas' difference."""
+    import numpy as np
+
+    labels = list(dict.fromkeys(merged["model_label"].tolist()))
+    if len(labels) < 2:
+        return None
+    base = rundir.baseline_label(labels)
+    means = merged.groupby(["model_label", "item_id"], sort=False)[["score_a", "score_b"]].mean()
+    rows: list[VerdictRow] = []
+    for cand in (label for label in labels if label != base):
+        b_ = means.loc[base]
+        c_ = means.loc[cand]
+        common = b_.index.intersection(c_.index)
+        bm, cm = b_.loc[common], c_.loc[common]
+        da_b, dc_b = bm["score_a"].to_numpy(np.float64), cm["score_a"].to_numpy(np.float64)
+        db_b, dd_b = bm["score_b"].to_numpy(np.float64), cm["score_b"].to_numpy(np.float64)
+        under_a = stats.paired_delta(da_b, dc_b, level=o.level, seed=o.seed)
+        under_b = stats.paired_delta(db_b, dd_b, level=o.level, seed=o.seed)
+        diff = stats.paired_delta(dc_b - da_b, dd_b - db_b, level=o.level, seed=o.seed)
+        wa, wb = stats.direction(under_a, o.level), stats.direction(under_b, o.level)
+        rows.append({"baseline": base, "candidate": cand, "under_a": under_a, "under_b": under_b,
+                     "difference": diff, "word_a": wa, "word_b": wb, "same": wa == wb,
+                     "answer": verdict_answer(cand, wa, wb)})
+    return rows
+
+
+def verdict_answer(candidate: str, word_a: str, word_b: str) -> str:
+    """The one-line answer to "does the verdict survive the change of grader?"."""
+    if word_a == word_b == "better":
+        return f"the {candidate} model's gain holds under both graders"
+    if word_a == word_b == "worse":
+        return f"the {candidate} model's loss holds under both graders"
+    if word_a == "better":
+        return f"the gain under A is not seen under B ({word_b})"
+    if word_a == "worse":
+        return f"the loss under A is not seen under B ({word_b})"
+    if word_b in ("better", "worse"):
+        return f"B sees the {candidate} model {word_b}; A did not ({word_a})"
+    return f"neither grader shows a difference for {candidate} ({word_a})"
+
+
+# ---------------------------------------------------------------------------------------------- the gate
+
+
+def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate, level: float = 0.95) -> AgreeGateVerdict:
+    """Evidence mode, as compare's gate: a check fails only when the interval lies wholly past its threshold."""
+    checks: list[GateCheck] = []
+    if gate.min_kappa is not None:
+        checks.append(_kappa_check(result, gate.min_kappa))
+    if gate.max_bias is not None:
+        checks.append(_bias_check(result, gate.max_bias))
+    if gate.require_same_verdict:
+        checks.append(_verdict_check(result, level))
+    return {"passed": all(c["passed"] for c in checks), "checks": checks,
+            "failures": [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]],
+            "warnings": [f"{c['name']}: {c['warning']}" for c in checks if c["warning"]]}
+
+
+def _kappa_check(result: AgreeResult, x: float) -> GateCheck:
+    if result.pass_ is None:
+        raise InputError(result.pass_note or "no pass verdicts to compute kappa from", field="--min-kappa")
+    k = result.pass_["kappa"]
+    value, (lo, hi) = k["value"], k["ci95"]
+    if not math.isfinite(hi):
+        return {"name": "min-kappa", "passed": True, "detail": f"kappa {value:.3f}: interval undefined (fewer "
+                "than 2 items), nothing shown", "warning": "too few items for an interval: the check cannot fail"}
+    ok = hi >= x - GATE_EPS
+    detail = (f"kappa {value:.3f} [{lo:.3f}, {hi:.3f}]: " +
+              (f"not shown below {x:g}" if ok else f"the whole interval lies below {x:g}"))
+    warning = (f"kappa's interval reaches down to {lo:.3f}, below {x:g}: the data do not show agreement "
+               "that good either; add items" if ok and lo < x - GATE_EPS else None)
+    return {"name": "min-kappa", "passed": ok, "detail": detail, "warning": warning}
+
+
+def _bias_check(result: AgreeResult, x: float) -> GateCheck:
+    b = result.scores["bias"]
+    mean, (lo, hi) = b["mean"], b["ci95"]
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return {"name": "max-bias", "passed": True, "detail": f"bias {mean:+.4f}: interval undefined (fewer than "
+                "2 items), nothing shown", "warning": "too few items for an interval: the check cannot fail"}
+    ok = not (lo > x + GATE_EPS or hi < -x - GATE_EPS)
+    detail = (f"bias B − A {mean:+.4f} [{lo:+.4f}, {hi:+.4f}]: " +
+              (f"no bias beyond ±{x:g} shown" if ok else f"the whole interval lies beyond ±{x:g}"))
+    warning = (f"the interval reaches past ±{x:g}: a bias that large is not ruled out; add items"
+               if ok and (hi > x + GATE_EPS or lo < -x - GATE_EPS) else None)
+    return {"name": "max-bias", "passed": ok, "detail": detail, "warning": warning}
+
+
+def _verdict_check(result: AgreeResult, level: float) -> GateCheck:
+    """Fails when the verdicts differ and the data show it: opposite directions, or one grader sees a change the
+    other does not *and* the two deltas are shown to differ. The same verdict passes, even when the size of the
+    change differs (that is a warning); a differing verdict the data cannot tell from noise passes with a warning.
+    """
+    if not result.verdict:
+        raise InputError("needs two or more model labels in the records (base and tuned) to compare verdicts",
+                         result.a.path, field="--require-same-verdict")
+    bad, notes = [], []
+    for v in result.verdict:
+        shown = stats.direction(v["difference"], level) in ("better", "worse")
+        opposite = {v["word_a"], v["word_b"]} == {"better", "worse"}
+        lo, hi = v["difference"]["ci95"]
+        gap = f"B's delta − A's {v['difference']['mean']:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+        if opposite or (not v["same"] and shown):
+            bad.append(f"{v['candidate']}: {v['answer']}; {gap}")
+        elif not v["same"]:
+            notes.append(f"{v['candidate']}: {v['answer']}, but the two deltas are not shown to differ ({gap}): "
+                         "add items")
+        elif shown:
+            notes.append(f"{v['candidate']}: same verdict, but the size differs: {gap}")
+    detail = "; ".join(bad) if bad else "; ".join(f"{v['candidate']}: {v['answer']}" for v in result.verdict)
+    return {"name": "require-same-verdict", "passed": not bad, "detail": detail,
+            "warning": "; ".join(notes) if notes else None}
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+
+
+def agree_paths(a: str | Path, b: str | Path | None, options: AgreeOptions | None = None,
+                regrade: Regrade | None = None) -> AgreeResult:
+    """`rfteval agree A B` (B a records file or run directory), or `rfteval agree A --regrade GRADER`."""
+    if (b is None) == (regrade is None):
+        raise InputError("give B (records or a run directory) or --regrade GRADER, not both and not neither",
+                         field="B")
+    side_a = load_graded(a, "A")
+    usage: dict[str, JudgeUsage] = {}
+    if regrade is not None:
+        side_b, usage = regrade_side(side_a, regrade)
+    else:
+        assert b is not None
+        side_b = load_graded(b, "B")
+    result = agree_frames(side_a, side_b, options)
+    result.usage = usage
+    return result

@@ -1,0 +1,751 @@
+"""Paired comparison of two models' records: pair items, compare means, slices and sub-scores, then the gate.
+
+Library first: `compare_paths` is what `rfteval compare` calls; `compare_sides` takes sides already loaded
+(rfteval.compare.sides). The gate's checks live in rfteval.compare.gate. Reports render a `CompareResult`; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+from rfteval.compare.gate import Gate, GateVerdict, evaluate_gate, no_gate
+from rfteval.compare.sides import SUB, Side, load_side, load_sides, normalise_frame, read_record_frame
+from rfteval.data import rundir
+from rfteval.data.records import json_safe
+from rfteval.errors import InputError
+from rfteval.stats import paired as stats
+from rfteval.stats import passk
+from rfteval.stats.paired import PairedDelta
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from rfteval.graders.base import GraderConfig
+
+
+HARDEST = "hardest"
+MISSING = "(missing)"
+NOT_IN_DATASET = "(not in dataset)"
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+
+ERROR_POLICIES = ("exclude", "zero")
+
+
+
+@dataclass(frozen=True)
+class CompareOptions:
+    tie: float = 1e-9
+    level: float = 0.95
+    ci_method: str = "t"  # or "bootstrap"
+    seed: int = 0
+    exclude_errors: bool = False  # leave every error record out (overrides `errors`)
+    strict: bool = False
+    by: tuple[str, ...] = ()
+    gate: Gate = field(default_factory=Gate)
+    # "exclude": generation failures (the endpoint never answered) are left out of the means and counted;
+    # grading errors and refusals score 0 (OpenAI's rule). "zero": every error record scores 0.
+    errors: str = "exclude"
+    score_range: tuple[float, float] | None = None  # None: [0, 1] when every score lies in it, else unbounded
+    # What is compared per item: "mean" (the mean score over its epochs), "pass@K" or "pass^K" (rfteval.stats.passk).
+    metric: str = "mean"
+    # A sample passes when its record's `passed` says so, else when its score reaches this; None: the grader's
+    # maximum (found through the run directory's spec.resolved.toml), else --score-range's top, else 1.0.
+    pass_threshold: float | None = None
+
+
+# ---------------------------------------------------------------------------------------------- result
+
+
+class SideBrief(TypedDict):
+    """A side in brief, as a series shows its baseline: its mean over the paired items, and its counts."""
+
+    label: str
+    mean: float
+    ci95: list[float]
+    items: int
+    records: int
+    errors: int
+    path: str
+
+
+class SideReport(SideBrief):
+    """One side of a comparison: its mean over the paired items, and what went into it."""
+
+    se: float
+    sd: float
+    records_used: int
+    duplicates_dropped: int
+    generation_errors: int
+    generation_error_share: float
+    scored_zero_errors: int
+    truncated_in_reasoning: int  # answers cut off by the output limit while still thinking (rfteval.data.reasoning)
+    truncated_in_reasoning_share: float  # of the answers (records that are not failed generations)
+    items_unpaired: NotRequired[int]
+
+
+class MeanInterval(TypedDict):
+    mean: float
+    ci95: list[float]
+    se: float
+
+
+class PairRow(TypedDict):
+    """Both sides and their paired delta over one set of items: a slice, a sub-score, pass@1 or pass@N."""
+
+    items: int
+    baseline: MeanInterval
+    candidate: MeanInterval
+    delta: PairedDelta
+    field: NotRequired[str | None]  # a slice: the dataset field and value it holds, or None for "hardest"
+    value: NotRequired[str | None]
+    cutoff: NotRequired[float | None]
+    rule: NotRequired[str]
+    method: NotRequired[str]  # the hardest slice: "cross-fit" or "descriptive"
+    k: NotRequired[int]  # pass@k rows
+    verdict: NotRequired[str]
+
+
+class PassKCheck(TypedDict):
+    """pass@1 and pass@N compared (N: the epochs both sides have), and whether that is sharpening."""
+
+    n: int
+    pass_at_1: PairRow
+    pass_at_n: PairRow
+    sharpening: bool  # pass@1 shown better, pass@N not
+    thresholds: dict[str, dict[str, Any] | None]  # per side: the pass threshold and where it came from
+    metric: str
+
+
+@dataclass
+class CompareResult:
+    baseline: SideReport
+    candidate: SideReport
+    delta: PairedDelta
+    items: pd.DataFrame  # one row per paired item, sorted by delta (largest drop first)
+    slices: dict[str, PairRow]
+    sub_scores: dict[str, PairRow]
+    unpaired: dict[str, list[str]]
+    gate: GateVerdict
+    options: CompareOptions
+    notes: list[str] = field(default_factory=list)
+    baseline_scores: np.ndarray | None = None  # raw record scores, for distribution plots
+    candidate_scores: np.ndarray | None = None
+    baseline_records: pd.DataFrame | None = None  # item_id and score of the records used, for per-item tests
+    candidate_records: pd.DataFrame | None = None
+    bounds: tuple[float, float] | None = None  # the score range intervals were cut to
+    metric: str = "mean"  # what each item's value is: its mean score, or its pass@k / pass^k estimate
+    pass_k: PassKCheck | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented `--format json` shape (extra keys allowed, none removed)."""
+        o = self.options
+        out = json_safe({
+            "baseline": self.baseline, "candidate": self.candidate, "delta": self.delta, "items": [],
+            "slices": self.slices, "sub_scores": self.sub_scores, "unpaired": self.unpaired, "gate": self.gate,
+            "options": {"tie": o.tie, "level": o.level, "ci_method": o.ci_method, "seed": o.seed,
+                        "exclude_errors": o.exclude_errors, "strict": o.strict, "by": list(o.by),
+                        "errors": o.errors, "gate": o.gate.mode, "max_error_rate": o.gate.max_error_rate,
+                        "score_range": list(self.bounds) if self.bounds else None,
+                        "metric": self.metric, "pass_threshold": o.pass_threshold},
+            "notes": self.notes,
+            **({"pass_k": self.pass_k} if self.pass_k is not None else {}),
+        })
+        out["items"] = self.items_json()
+        return out
+
+    def items_json(self) -> list[dict[str, Any]]:
+        """Per-item rows, built column by column rather than row by row: a large comparison stays fast."""
+        it = self.items
+        cols = {name: _column(it[src]) for name, src in (
+            ("item_id", "item_id"), ("baseline", "baseline"), ("candidate", "candidate"), ("delta", "delta"),
+            ("lo", "delta_lo"), ("hi", "delta_hi"), ("baseline_epochs", "baseline_n"),
+            ("candidate_epochs", "candidate_n"), ("baseline_errors", "baseline_errors"),
+            ("candidate_errors", "candidate_errors"))}
+        return [
+            {"item_id": i, "baseline": b, "candidate": c, "delta": d, "delta_ci95": [lo, hi], "baseline_epochs": kb,
+             "candidate_epochs": kc, "baseline_errors": eb, "candidate_errors": ec}
+            for i, b, c, d, lo, hi, kb, kc, eb, ec in zip(*cols.values())
+        ]
+
+
+def _column(series: pd.Series) -> list[Any]:
+    """A column as Python values, NaN as None."""
+    import numpy as np
+
+    if series.dtype.kind == "f":
+        values = series.to_numpy()
+        out = values.tolist()
+        if not np.isfinite(values).all():
+            out = [v if math.isfinite(v) else None for v in out]
+        return out
+    return series.tolist()
+
+
+# ---------------------------------------------------------------------------------------------- pairing
+
+
+def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
+    """The records that enter the means under the error policy (error records already score 0)."""
+    if o.exclude_errors:
+        return frame[~frame["is_error"]]
+    if o.errors == "exclude":
+        return frame[~frame["is_generation_failure"]]
+    return frame
+
+
+# ---------------------------------------------------------------------------------------------- passing
+
+
+@lru_cache(maxsize=32)
+def grader_maximum(grader: str) -> tuple[float, str] | None:
+    """The top of a grader's range (rfteval.readiness.assess.grader_score_range) and where that comes from; None when the
+    file no longer loads (moved, edited into something invalid): the caller then falls back."""
+    from rfteval.graders.loader import load_grader
+    from rfteval.readiness.assess import grader_score_range
+
+    try:
+        config = load_grader(grader)
+    except Exception:  # noqa: BLE001 - a best-effort look-up: any grader that no longer loads means "unknown"
+        return None
+    _, high, source = grader_score_range(config)
+    return float(high), f"the grader's maximum ({source}; {Path(grader).name})"
+
+
+def resolve_threshold(side: Side, o: CompareOptions) -> tuple[float, str] | None:
+    """The score a sample must reach to pass when its record has no `passed` verdict, and why that value.
+
+    --pass-threshold, else --score-range's top, else the maximum of the grader that wrote the records, else 1.0
+    for scores in [0, 1]. None when none of these applies (scores above 1 and nothing known about the grader):
+    "reaches 1.0" would then be an arbitrary rule.
+    """
+    import numpy as np
+
+    if o.pass_threshold is not None:
+        return float(o.pass_threshold), "--pass-threshold"
+    if o.score_range is not None:
+        return float(o.score_range[1]), "the top of --score-range"
+    if side.grader is not None:
+        found = grader_maximum(side.grader)
+        if found is not None:
+            return found
+    scores = side.frame["score"].to_numpy(dtype=np.float64)
+    if scores.size and np.nanmax(scores) > 1.0:
+        return None
+    return 1.0, "1.0 (no grader information with the records)"
+
+
+def pass_indicator(used: pd.DataFrame, threshold: float) -> np.ndarray:
+    """Per record, whether it passed: the grader's `passed` verdict, else score ≥ threshold (rfteval.stats.passk.passes).
+
+    Error records left in by the error policy (grading errors, refusals; every error under --errors zero) fail,
+    as they score 0: OpenAI's rule, the same as for the mean.
+    """
+    import numpy as np
+
+    passed = used["passed"].to_numpy(dtype=np.float64) if "passed" in used else None
+    ok = passk.passes(used["score"].to_numpy(dtype=np.float64), passed, threshold)
+    return ok & ~used["is_error"].to_numpy(dtype=bool)
+
+
+def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -> tuple[float, float] | None:
+    """Both sides' pass thresholds; None (or, when `required`, bad input) when either cannot be set."""
+    tb, tc = resolve_threshold(base, o), resolve_threshold(cand, o)
+    if tb is None or tc is None:
+        if required:
+            side = base if tb is None else cand
+            raise InputError("scores above 1 and no grader maximum known: give --pass-threshold X (or "
+                             "--score-range LO,HI)", side.path or side.label, field="--metric")
+        return None
+    return tb[0], tc[0]
+
+
+def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, dict[str, Any] | None]:
+    out: dict[str, dict[str, Any] | None] = {}
+    for role, side in (("baseline", base), ("candidate", cand)):
+        found = resolve_threshold(side, o)
+        out[role] = {"threshold": found[0], "source": found[1]} if found else None
+    return out
+
+
+def _num3(x: float | None, sign: str = "") -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:{sign}.3f}"
+
+
+def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[float, float],
+                 metric: passk.Metric) -> tuple[PassKCheck | None, str | None]:
+    """pass@1 and pass@N of the paired items compared (N: the epochs both sides have), and the sharpening flag.
+
+    RL fine-tuning often concentrates probability on answers the base model could already sample: pass@1 rises
+    while pass@N, which credits an item when any of N samples passes, does not (Yue et al. 2025, "Does
+    Reinforcement Learning Really Incentivize Reasoning Capacity in LLMs Beyond the Base Model?"). The note is
+    raised only when both comparisons say so through stats.direction: pass@1 shown better (p < α and the
+    interval above 0), pass@N not shown better. "Not shown better" is an absence of evidence, and the note says
+    exactly that. No Holm across the two: the note makes no claim that either test alone would not.
+    Returns (None, None) below 2 epochs a side.
+    """
+    import numpy as np
+
+    _, st_b = _side_stats(base, o, thresholds[0])
+    _, st_c = _side_stats(cand, o, thresholds[1])
+    j = st_b[["mean", "n"]].join(st_c[["mean", "n"]], how="inner", lsuffix="_b", rsuffix="_c")
+    if j.empty:
+        return None, None
+    n_b, n_c = j["n_b"].to_numpy(), j["n_c"].to_numpy()
+    top = int(min(n_b.max(), n_c.max()))
+    if top < 2:
+        return None, None
+    c_b = np.rint(j["mean_b"].to_numpy() * n_b).astype(np.int64)
+    c_c = np.rint(j["mean_c"].to_numpy() * n_c).astype(np.int64)
+    rows: dict[str, PairRow] = {}
+    for name, k in (("pass_at_1", 1), ("pass_at_n", top)):
+        vb, vc = passk.per_item(n_b, c_b, k), passk.per_item(n_c, c_c, k)
+        ok = np.isfinite(vb) & np.isfinite(vc)
+        row: PairRow = {"k": k, **paired_row(vb[ok], vc[ok], o, (0.0, 1.0))}
+        row["verdict"] = stats.direction(row["delta"], o.level)
+        rows[name] = row
+    one, top_row = rows["pass_at_1"], rows["pass_at_n"]
+    sharpening = one["verdict"] == "better" and top_row["verdict"] != "better"
+    out: PassKCheck = {"n": top, "pass_at_1": one, "pass_at_n": top_row, "sharpening": sharpening,
+                       "thresholds": _threshold_info(base, cand, o), "metric": metric.name}
+    note = None
+    if sharpening:
+        def span(row: PairRow) -> str:
+            d = row["delta"]
+            return (f"{_num3(row['baseline']['mean'])} -> {_num3(row['candidate']['mean'])}, delta "
+                    f"{_num3(d['mean'], '+')} [{_num3(d['ci95'][0], '+')}, {_num3(d['ci95'][1], '+')}]")
+
+        note = (f"pass@1 rose but pass@{top} did not (sharpening, not new capability): pass@1 {span(one)}, shown "
+                f"better; pass@{top} {span(top_row)}, not shown better ({top_row['verdict']}; near the ceiling "
+                "this can also mean no room to rise)")
+    return out, note
+
+
+def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: GraderConfig) -> tuple[dict[str, dict[str, Any]],
+                                                                                  dict[str, Any]]:
+    """Per label of a run directory, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
+
+    For summary.json: read back from DIR/results.parquet (its few needed columns; DIR/<label>.jsonl without it),
+    under compare's default error policy (a generation error
+    is left out, a grading error or refusal fails), so `compare --metric pass@K` reproduces these numbers. A
+    sample passes by its record's `passed`, else when it reaches the grader's maximum. A label whose records
+    cannot be read yet (no records) is left out.
+    """
+    from rfteval.readiness.assess import grader_score_range
+
+    _, high, source = grader_score_range(grader)
+    o = CompareOptions()
+    out: dict[str, dict[str, Any]] = {}
+    parquet = Path(out_dir) / rundir.RESULTS
+    frame = None
+    if parquet.is_file():  # five columns of one file, not every output text of every model again
+        try:
+            frame = read_record_frame(parquet)
+        except InputError:
+            frame = None
+    for label in labels:
+        try:
+            if frame is not None:
+                rows = frame[frame["model_label"] == label].reset_index(drop=True)
+                if rows.empty:
+                    continue
+                side = normalise_frame(rows, label, str(parquet))
+            else:
+                side = load_side(Path(out_dir) / f"{label}.jsonl")
+        except InputError:
+            continue
+        _, st = _side_stats(side, o, float(high))
+        n = st["n"].to_numpy()
+        c = (st["mean"].to_numpy() * n).round().astype("int64")
+        out[label] = {key: {str(k): v for k, v in passk.curve(n, c, kind).items()}
+                      for key, kind in (("pass_at_k", "pass@"), ("pass_all_k", "pass^"))}
+    return out, {"threshold": float(high), "source": f"the record's passed, else score >= the grader's maximum "
+                                                     f"({source})"}
+
+
+def _side_stats(side: Side, o: CompareOptions, threshold: float | None = None,
+                metric: passk.Metric = passk.MEAN) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(records used, per-item stats with error counts and the first error message).
+
+    With a threshold the records' scores become pass indicators (1 pass, 0 fail: pass_indicator) before
+    anything else, so the per-item mean is the item's pass rate, the halves of the hardest slice are pass rates
+    and the per-item drop test runs on passes. A pass metric then replaces each item's mean with its pass@k or
+    pass^k estimate from (n, c), NaN when the item has fewer than k samples.
+    """
+    import numpy as np
+
+    f = side.frame
+    errors = f[f["is_error"]]
+    used = used_records(f, o)
+    if threshold is not None:
+        used = used.assign(score=pass_indicator(used, threshold).astype(np.float64))
+    st = stats.item_stats(used[["item_id", "score"]]).set_index("item_id")
+    if metric.is_pass:
+        n = st["n"].to_numpy()
+        c = np.rint(st["mean"].to_numpy() * n).astype(np.int64)
+        st["mean"] = metric.per_item(n, c)
+        if metric.k > 1:  # the spread of one item's pass indicators says nothing about its pass@k's error
+            st["sd"] = np.nan
+    counts = errors.groupby("item_id").size()
+    st["errors"] = counts.reindex(st.index, fill_value=0).to_numpy(dtype=np.int64) if len(counts) else 0
+    first = errors.drop_duplicates("item_id").set_index("item_id")
+    msg = (first["error_stage"].fillna("?") + "/" + first["error_type"].fillna("error") + ": "
+           + first["error_message"].fillna("")) if len(first) else None
+    st["first_error"] = msg.reindex(st.index) if msg is not None else None
+    return used, st
+
+
+def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOptions,
+             bounds: tuple[float, float] | None) -> SideReport:
+    s = stats.side_summary(means, o.level, o.ci_method, o.seed)
+    f = side.frame
+    records = int(len(f))
+    generation = int(f["is_generation_failure"].sum())
+    truncated = int((f["truncated_in_reasoning"] & ~f["is_generation_failure"]).sum()) \
+        if "truncated_in_reasoning" in f else 0
+    return {"label": side.label, "mean": s["mean"], "ci95": _clip(s["ci95"], bounds),
+            "items": s["items"], "records": records, "errors": int(f["is_error"].sum()), "se": s["se"],
+            "sd": s["sd"], "records_used": int(len(used)), "duplicates_dropped": side.duplicates,
+            "path": side.path, "generation_errors": generation,
+            "generation_error_share": generation / records if records else 0.0,
+            "scored_zero_errors": int((f["is_error"] & ~f["is_generation_failure"]).sum()),
+            "truncated_in_reasoning": truncated,
+            "truncated_in_reasoning_share": truncated / (records - generation) if records > generation else 0.0}
+
+
+def infer_bounds(o: CompareOptions, *scores: np.ndarray) -> tuple[float, float] | None:
+    """The score range intervals are cut to: --score-range, else [0, 1] when every score lies in it."""
+    import numpy as np
+
+    if o.score_range is not None:
+        return o.score_range
+    if all(x.size == 0 or (np.nanmin(x) >= 0.0 and np.nanmax(x) <= 1.0) for x in scores):
+        return 0.0, 1.0
+    return None
+
+
+def _clip(ci: Sequence[float], bounds: tuple[float, float] | None) -> list[float]:
+    lo, hi = stats.clip_interval(float(ci[0]), float(ci[1]), bounds)
+    return [lo, hi]
+
+
+def _delta_bounds(bounds: tuple[float, float] | None) -> tuple[float, float] | None:
+    return None if bounds is None else (bounds[0] - bounds[1], bounds[1] - bounds[0])
+
+
+def paired_row(base: np.ndarray, cand: np.ndarray, o: CompareOptions,
+               bounds: tuple[float, float] | None = None) -> PairRow:
+    """Both sides' means with intervals, and the paired delta, for one set of items (a slice, a sub-score)."""
+    b = stats.side_summary(base, o.level, o.ci_method, o.seed)
+    c = stats.side_summary(cand, o.level, o.ci_method, o.seed)
+    delta = stats.paired_delta(base, cand, o.tie, o.level, o.seed, o.ci_method)
+    delta["ci95"] = _clip(delta["ci95"], _delta_bounds(bounds))
+    delta["p_adjusted"] = delta["p_value"]
+    return {"items": int(len(base)),
+            "baseline": {"mean": b["mean"], "ci95": _clip(b["ci95"], bounds), "se": b["se"]},
+            "candidate": {"mean": c["mean"], "ci95": _clip(c["ci95"], bounds), "se": c["se"]},
+            "delta": delta}
+
+
+HARDEST_FRACTION = 0.25
+
+
+def half_means(used: pd.DataFrame, item_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per item (in `item_ids` order), the mean of its alternate epochs: positions 1, 3, ... and 2, 4, ...
+
+    Epochs are taken in epoch order (record order where epochs are missing); an item with one epoch has no
+    second half (NaN).
+    """
+    import numpy as np
+    import pandas as pd
+
+    f = used[["item_id", "epoch", "score"]].sort_values(["item_id", "epoch"], kind="stable", na_position="last")
+    pos = f.groupby("item_id", sort=False).cumcount().to_numpy()
+    halves = f.assign(half=pos % 2).groupby(["item_id", "half"], sort=False)["score"].mean().unstack()
+    halves = halves.reindex(columns=[0, 1]).reindex(pd.Index(item_ids))
+    return halves[0].to_numpy(dtype=np.float64), halves[1].to_numpy(dtype=np.float64)
+
+
+def half_counts(used: pd.DataFrame, item_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per item (in `item_ids` order): (n_a, c_a, n_b, c_b), the samples and passes of the two alternate-epoch
+    halves half_means splits into, from records whose score is a pass indicator."""
+    import numpy as np
+    import pandas as pd
+
+    f = used[["item_id", "epoch", "score"]].sort_values(["item_id", "epoch"], kind="stable", na_position="last")
+    pos = f.groupby("item_id", sort=False).cumcount().to_numpy()
+    g = f.assign(half=pos % 2).groupby(["item_id", "half"], sort=False)["score"].agg(["size", "sum"])
+    n = g["size"].unstack().reindex(columns=[0, 1]).reindex(pd.Index(item_ids)).fillna(0)
+    c = g["sum"].unstack().reindex(columns=[0, 1]).reindex(pd.Index(item_ids)).fillna(0)
+    return (n[0].to_numpy(np.int64), np.rint(c[0].to_numpy()).astype(np.int64),
+            n[1].to_numpy(np.int64), np.rint(c[1].to_numpy()).astype(np.int64))
+
+
+def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: np.ndarray, o: CompareOptions,
+                  bounds: tuple[float, float] | None, metric: passk.Metric = passk.MEAN) -> PairRow:
+    """The bottom quartile by baseline mean, measured without selection bias (stats.crossfit_lowest_delta).
+
+    Items whose baseline has one epoch cannot be split; when no item can, the slice is shown as descriptive:
+    chosen and measured on the same data, so without interval or p-value, and never coloured.
+
+    Under a pass metric the records' scores are pass indicators, so each half's mean is its pass rate. pass@1
+    and pass^1 are that rate: the slice is the usual cross-fit on it. For k > 1 the items are still chosen on one
+    half's pass rate (pass@k = 1 − (1 − p)^k and pass^k = p^k both rise with the pass rate p, so "lowest
+    pass rate" and "lowest pass@k" name the same items in expectation), and the baseline is measured by the
+    unbiased pass@k / pass^k estimator on the other half, which needs at least k samples in that half. Choice
+    and measurement stay independent, so the estimate stays unbiased. With fewer than k samples per half (3
+    epochs and pass@2 or pass@3) no independent measurement exists and the slice is descriptive.
+    """
+    import numpy as np
+
+    measure_a = measure_b = None
+    if metric.is_pass and metric.k > 1:
+        n_a, c_a, n_b, c_b = half_counts(used_b, items)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            a, b = c_a / n_a, c_b / n_b
+        measure_a, measure_b = metric.per_item(n_a, c_a), metric.per_item(n_b, c_b)
+        split = np.isfinite(measure_a) & np.isfinite(measure_b)
+    else:
+        a, b = half_means(used_b, items)
+        split = np.isfinite(a) & np.isfinite(b)
+    if split.sum() >= 2:
+        d = stats.crossfit_lowest_delta(a[split], b[split], cm[split], HARDEST_FRACTION, o.level, o.seed,
+                                        None if measure_a is None else measure_a[split],
+                                        None if measure_b is None else measure_b[split])
+        d["ci95"] = _clip(d["ci95"], _delta_bounds(bounds))
+        d["p_adjusted"] = d["p_value"]
+        left = int((~split).sum())
+        if metric.is_pass:
+            rule = (f"bottom quartile by baseline pass rate, chosen on half of each item's baseline epochs, its "
+                    f"{metric.name} measured on the other half, both ways, averaged ({d['selected']} items chosen"
+                    + (f"; {left} item(s) with fewer than {2 * metric.k} epochs left out" if left else "") + ")")
+        else:
+            rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured "
+                    f"on the other half, both ways, averaged ({d['selected']} items chosen"
+                    + (f"; {left} single-epoch item(s) left out" if left else "") + ")")
+        base_mean, cand_mean = d.pop("baseline_mean", NAN), d.pop("candidate_mean", NAN)
+        return {"field": None, "value": None, "cutoff": None, "rule": rule, "method": "cross-fit",
+                "items": d.get("selected", 0), "baseline": {"mean": base_mean, "ci95": [NAN, NAN], "se": NAN},
+                "candidate": {"mean": cand_mean, "ci95": [NAN, NAN], "se": NAN}, "delta": d}
+    mask = stats.select_lowest(bm, HARDEST_FRACTION, o.seed)
+    cutoff = float(bm[mask].max()) if mask.any() else NAN
+    row = paired_row(bm[mask], cm[mask], o, bounds)
+    delta = row["delta"]
+    delta["se"] = delta["p_value"] = delta["p_adjusted"] = delta["mde"] = delta["se_unpaired"] = NAN
+    delta["ci95"] = [NAN, NAN]
+    delta["descriptive"] = True
+    delta["p_method"] = "none (descriptive)"
+    row["baseline"]["ci95"] = row["candidate"]["ci95"] = [NAN, NAN]
+    if metric.is_pass and metric.k > 1:
+        rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline "
+                f"{metric.name} (<= {cutoff:.4g}); {metric.name} needs {metric.k} samples in each half of an item's "
+                f"baseline epochs ({2 * metric.k} epochs) to be measured apart from the choice, so no interval")
+    else:
+        rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline mean "
+                f"(<= {cutoff:.4g}); one epoch per item leaves no independent half to measure on, so no interval")
+    return {"field": None, "value": None, "cutoff": cutoff, "rule": rule, "method": "descriptive", **row}
+
+
+def field_value(data: dict[str, Any], name: str) -> str:
+    """An item's value for `--by NAME`: a top-level field, else metadata.NAME; dots walk into objects."""
+    parts = name.split(".")
+    if len(parts) == 1 and name not in data and isinstance(data.get("metadata"), dict):
+        parts = ["metadata", name]
+    value: Any = data
+    for part in parts:
+        if not isinstance(value, dict) or part not in value:
+            return MISSING
+        value = value[part]
+    if value is None:
+        return MISSING
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def dataset_fields(dataset: str | Path, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    """{field: {item_id: value}} for the items of a dataset."""
+    from rfteval.data.dataset import load_dataset
+
+    ds = load_dataset(dataset)
+    fields = {name: {it.id: field_value(it.data, name) for it in ds.items} for name in names}
+    for name, values in fields.items():
+        if values and all(v == MISSING for v in values.values()):  # a typo would make one silent "(missing)" slice
+            raise InputError(f"no item of {ds.path} has this field (top-level, or under metadata)", field=f"--by {name}")
+    return fields
+
+
+def adjust_family(rows: Sequence[PairRow]) -> None:
+    """Holm-adjust the p-values of rows that answer one question together (the slices of one --by, sub-scores)."""
+    adjusted = stats.holm([r["delta"]["p_value"] for r in rows])
+    for row, p in zip(rows, adjusted.tolist()):
+        row["delta"]["p_adjusted"] = p
+
+
+def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
+                  fields: dict[str, dict[str, str]] | None = None) -> CompareResult:
+    """The whole comparison of two sides already loaded: statistics, slices, sub-scores and the gate.
+
+    Under --metric pass@K / pass^K every item's value is its pass@K / pass^K estimate instead of its mean score,
+    and everything downstream (intervals, p, verdict, slices, the gate) runs on it unchanged; the per-item drop
+    test runs on the items' pass indicators (pass@K and pass^K both rise with the pass rate, so a drop in one is
+    a drop in the other). Items with fewer than K usable samples on either side are left out, with a note.
+    """
+    import numpy as np
+    import pandas as pd
+
+    o = options or CompareOptions()
+    if o.errors not in ERROR_POLICIES:
+        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {o.errors!r}", field="--errors")
+    metric = passk.parse_metric(o.metric)
+    if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
+        raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
+    notes: list[str] = []
+    thresholds = side_thresholds(base, cand, o, required=metric.is_pass)
+    th_b, th_c = thresholds if metric.is_pass and thresholds else (None, None)
+    used_b, st_b = _side_stats(base, o, th_b, metric)
+    used_c, st_c = _side_stats(cand, o, th_c, metric)
+    only_b = sorted(st_b.index.difference(st_c.index).tolist())
+    only_c = sorted(st_c.index.difference(st_b.index).tolist())
+    if o.strict and (only_b or only_c):
+        which = (f"{len(only_b)} only in the baseline (e.g. {only_b[0]!r})" if only_b
+                 else f"{len(only_c)} only in the candidate (e.g. {only_c[0]!r})")
+        raise InputError(f"items do not pair: {which}", cand.path or cand.label, field="--strict")
+    joined = st_b.join(st_c, how="inner", lsuffix="_b", rsuffix="_c")
+    if joined.empty:
+        raise InputError("no item_id appears on both sides: nothing to compare", cand.path or cand.label,
+                         field="item_id")
+    if only_b or only_c:
+        notes.append(f"{len(only_b)} item(s) only in the baseline and {len(only_c)} only in the candidate "
+                     "were left out")
+    if metric.is_pass:
+        short = ~(np.isfinite(joined["mean_b"].to_numpy()) & np.isfinite(joined["mean_c"].to_numpy()))
+        if short.all():
+            top = int(min(joined["n_b"].max(), joined["n_c"].max()))
+            raise InputError(f"{metric.name} needs {metric.k} samples per item; these records have at most {top} "
+                             "usable per item on one side", cand.path or cand.label, field="--metric")
+        if short.any():
+            notes.append(f"{int(short.sum())} item(s) with fewer than {metric.k} usable samples on a side were "
+                         f"left out of {metric.name}")
+            joined = joined[~short]
+    bounds = (0.0, 1.0) if metric.is_pass else infer_bounds(o, used_b["score"].to_numpy(), used_c["score"].to_numpy())
+    bm = joined["mean_b"].to_numpy()
+    cm = joined["mean_c"].to_numpy()
+    d = cm - bm
+    n_b, n_c = joined["n_b"].to_numpy(), joined["n_c"].to_numpy()
+    lo, hi = stats.per_item_delta_interval(d, joined["sd_b"].to_numpy(), n_b, joined["sd_c"].to_numpy(), n_c, o.level)
+    few = (n_b < MIN_EPOCHS_FOR_ITEM_INTERVAL) | (n_c < MIN_EPOCHS_FOR_ITEM_INTERVAL)
+    lo, hi = np.where(few, np.nan, lo), np.where(few, np.nan, hi)
+    items = pd.DataFrame({
+        "item_id": joined.index.to_numpy(), "baseline": bm, "candidate": cm, "delta": d, "delta_lo": lo,
+        "delta_hi": hi, "baseline_sd": joined["sd_b"].to_numpy(), "candidate_sd": joined["sd_c"].to_numpy(),
+        "baseline_n": n_b, "candidate_n": n_c,
+        "baseline_errors": joined["errors_b"].to_numpy(), "candidate_errors": joined["errors_c"].to_numpy(),
+        "baseline_error": joined["first_error_b"].to_numpy(), "candidate_error": joined["first_error_c"].to_numpy(),
+    })
+    baseline = _summary(base, used_b, bm, o, bounds)
+    candidate = _summary(cand, used_c, cm, o, bounds)
+    baseline["items_unpaired"], candidate["items_unpaired"] = len(only_b), len(only_c)
+    delta = stats.paired_delta(bm, cm, o.tie, o.level, o.seed, o.ci_method)
+    delta["ci95"] = _clip(delta["ci95"], _delta_bounds(bounds))
+    delta["p_adjusted"] = delta["p_value"]
+    if len(d) < MIN_ITEMS_FOR_INTERVAL:
+        notes.append(f"only {len(d)} paired item(s): too few for a reliable interval (5 or more are needed, "
+                     "and 6 or more before a permutation test can reach p < 0.05)")
+
+    slices: dict[str, PairRow] = {}
+    slices[HARDEST] = hardest_slice(used_b, joined.index.to_numpy(), bm, cm, o, bounds, metric)
+    for name in o.by:
+        values = fields.get(name, {}) if fields else {}
+        if fields is not None and not any(i in values for i in items["item_id"]):
+            raise InputError("none of the compared items is in the dataset (does it belong to these records?)",
+                             field=f"--by {name}")
+        col = np.array([values.get(i, NOT_IN_DATASET) for i in items["item_id"]], dtype=object)
+        family = []
+        for value in sorted(set(col.tolist())):
+            sel = col == value
+            row: PairRow = {"field": name, "value": value, **paired_row(bm[sel], cm[sel], o, bounds)}
+            slices[f"{name}={value}"] = row
+            family.append(row)
+        adjust_family(family)
+    if metric.is_pass:
+        sub_scores: dict[str, PairRow] = {}
+        if any(c.startswith(SUB) for c in used_b.columns):
+            notes.append(f"sub-scores are compared as means, not under {metric.name}: left out here")
+    else:
+        sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, bounds)
+    adjust_family(list(sub_scores.values()))
+    pass_k = None
+    if thresholds is not None:
+        pass_k, note = pass_k_check(base, cand, o, thresholds, metric)
+        if note:
+            notes.append(note)
+    items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
+    result = CompareResult(baseline, candidate, delta, items, slices, sub_scores,
+                           {"baseline_only": only_b, "candidate_only": only_c}, no_gate(o.gate), o, notes,
+                           used_b["score"].to_numpy(), used_c["score"].to_numpy(),
+                           used_b[["item_id", "score"]], used_c[["item_id", "score"]], bounds, metric.name, pass_k)
+    result.gate = evaluate_gate(result, o.gate)
+    return result
+
+
+MIN_ITEMS_FOR_INTERVAL = 5
+MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike) is not one to show
+
+
+def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame, o: CompareOptions,
+                notes: list[str], bounds: tuple[float, float] | None) -> dict[str, PairRow]:
+    """Each multi-grader sub-score compared like the score: error records count 0 unless excluded."""
+    import numpy as np
+
+    keys_b = {c[len(SUB):] for c in used_b.columns if c.startswith(SUB)}
+    keys_c = {c[len(SUB):] for c in used_c.columns if c.startswith(SUB)}
+    if keys_b ^ keys_c:
+        notes.append(f"sub-scores on one side only, not compared: {', '.join(sorted(keys_b ^ keys_c))}")
+    out: dict[str, PairRow] = {}
+    for key in sorted(keys_b & keys_c):
+        per_side = []
+        for used in (used_b, used_c):
+            vals = used[SUB + key].to_numpy(dtype=np.float64).copy()
+            vals[used["is_error"].to_numpy()] = 0.0
+            ok = ~np.isnan(vals)
+            frame = used.loc[ok, ["item_id"]].assign(score=vals[ok])
+            per_side.append(stats.item_stats(frame).set_index("item_id")["mean"])
+        j = per_side[0].to_frame("b").join(per_side[1].to_frame("c"), how="inner").join(paired, how="inner")
+        if len(j):
+            out[key] = paired_row(j["b"].to_numpy(), j["c"].to_numpy(), o, bounds)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- entry
+
+
+def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[str] = (),
+                  options: CompareOptions | None = None, dataset: str | Path | None = None) -> CompareResult:
+    """`rfteval compare`: labels are () , (both,) or (baseline, candidate)."""
+    o = options or CompareOptions()
+    if len(labels) > 2:
+        raise InputError("give --label once (both sides) or twice (baseline, then candidate)", field="--label")
+    label_b = labels[0] if labels else None
+    label_c = labels[-1] if labels else None
+    if o.by and dataset is None:
+        raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
+    fields = dataset_fields(dataset, o.by) if dataset is not None and o.by else None
+    base, cand = load_sides((baseline, label_b), (candidate, label_c))
+    result = compare_sides(base, cand, o, fields)
+    if Path(base.path).resolve() == Path(cand.path).resolve() and base.label == cand.label:
+        result.notes.append("both sides are the same records: every delta is 0 by construction (give two files, "
+                            "or --label twice)")
+    return result
+
+

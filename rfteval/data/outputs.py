@@ -1,0 +1,93 @@
+"""Outputs files for `rfteval grade`: one existing model output per line, checked against the dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rfteval.data.dataset import iter_jsonl
+from rfteval.errors import InputError
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    item_id: str
+    epoch: int
+    model: str
+    output_text: str
+    output_tools: list[dict[str, Any]] = field(default_factory=list)
+    line: int = 0
+    # what a reasoning model's server sent beside the content (`reasoning_content` or `reasoning`) and why it
+    # stopped: a sample cut off ("length") while still thinking is then marked and counted, as `rfteval run` does
+    reasoning: str | None = None
+    finish_reason: str | None = None
+
+
+def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_model: str = "outputs",
+                 unknown: list[Output] | None = None) -> Iterator[Output]:
+    """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "output_tools"?, "finish_reason"?,
+    "reasoning_content"? | "reasoning"?}`; errors name file:line.
+
+    A line without `epoch` is the next epoch of its (model, item) in file order: repeated lines of one item are
+    epochs 1, 2, 3, as a hand-written outputs file means them. With `unknown` given, an output whose item is not in
+    `known_items` (its dataset line was skipped as invalid) is set aside there instead of being an error.
+    """
+    path = Path(path)
+    seen: dict[tuple[str, str, int], int] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for lineno, row in iter_jsonl(path):
+        if isinstance(row, InputError):
+            raise row
+        if not isinstance(row, dict):
+            raise InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
+        item_id = row.get("item_id")
+        if item_id is None or isinstance(item_id, (bool, dict, list)):
+            raise InputError("missing or not a string", path, lineno, "item_id")
+        item_id = str(item_id)
+        set_aside = known_items is not None and item_id not in known_items
+        if set_aside and unknown is None:
+            raise InputError(f"no item {item_id!r} in the dataset", path, lineno, "item_id")
+        text = row.get("output_text")
+        if not isinstance(text, str):
+            raise InputError("missing or not a string", path, lineno, "output_text")
+        model = row.get("model", default_model)
+        if not isinstance(model, str) or not model:
+            raise InputError("must be a non-empty string", path, lineno, "model")
+        n = counts[(model, item_id)] = counts.get((model, item_id), 0) + 1
+        epoch = row.get("epoch", n)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+            raise InputError("must be an integer >= 1", path, lineno, "epoch")
+        tools = row.get("output_tools") or []
+        if not isinstance(tools, list):
+            raise InputError("must be a list of tool calls", path, lineno, "output_tools")
+        finish_reason = row.get("finish_reason")
+        if finish_reason is not None and not isinstance(finish_reason, str):
+            raise InputError("must be a string (e.g. \"stop\", \"length\") or null", path, lineno, "finish_reason")
+        reasoning = _reasoning(row, path, lineno)
+        key = (model, item_id, epoch)
+        if key in seen:
+            raise InputError(f"duplicate (model, item_id, epoch) {key} (first on line {seen[key]})", path, lineno)
+        seen[key] = lineno
+        output = Output(item_id, epoch, model, text, tools, lineno, reasoning, finish_reason)
+        if set_aside and unknown is not None:
+            unknown.append(output)
+            continue
+        yield output
+
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # SGLang, llama.cpp, DeepSeek, older vLLM; newer vLLM, OpenRouter
+
+
+def _reasoning(row: dict[str, Any], path: Path, lineno: int) -> str | None:
+    """The thinking sent beside the content, read as the provider reads a chat message's (the first non-empty of
+    the two fields; "" when one was sent empty: the model reasoned and showed none of it)."""
+    texts = []
+    for name in REASONING_FIELDS:
+        value = row.get(name)
+        if value is not None and not isinstance(value, str):
+            raise InputError("must be a string or null", path, lineno, name)
+        if value is not None:
+            texts.append(value)
+    return next((t for t in texts if t), texts[0] if texts else None)

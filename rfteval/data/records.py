@@ -1,0 +1,306 @@
+"""The record contract: one result per (model, item, epoch), as a JSON line and as a Parquet row.
+
+`Record` is the one definition of a record: its fields, their order in a JSON line and their types. The Arrow
+(Parquet) schema is derived from it, so the two files cannot drift apart. Writers build `Record`s; readers see
+record files as DataFrames (compare, readiness) or, when a file is rewritten, decode them back into `Record`s.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+import msgspec
+
+from rfteval.data.outfile import replace_atomically
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+    from rfteval.graders.base import GradeResult
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class RecordError(TypedDict):
+    """Why a record has no real score: the stage that failed (generate or grade), a type and a message."""
+
+    stage: str
+    type: str
+    message: str
+
+
+class Usage(TypedDict):
+    input_tokens: int | None
+    output_tokens: int | None
+    reasoning_tokens: int | None
+
+
+def no_usage() -> Usage:
+    return {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None}
+
+
+class Record(msgspec.Struct, kw_only=True):
+    """One result. The first fourteen fields are the README's contract ("The run directory"); the rest follow.
+
+    output_json, output_tools and grade_details have a free shape: they are JSON values in a line and JSON text in
+    Parquet. Error and usage stay plain dicts (TypedDicts) so record files read back as DataFrames look the same.
+    """
+
+    run_id: str
+    model_label: str
+    model: str
+    item_id: str
+    epoch: int
+    output_text: str | None = None
+    output_json: Any = None
+    score: float | None = None  # None until graded
+    sub_scores: dict[str, float] | None = None
+    error: RecordError | None = None
+    usage: Usage = msgspec.field(default_factory=no_usage)
+    latency_s: float | None = None
+    cached: bool = False
+    finished_at: str = msgspec.field(default_factory=now_iso)
+    passed: bool | None = None
+    output_tools: list[Any] | None = None
+    grader_stdout: str | None = None
+    grade_details: Any = None
+    advantage: float | None = None  # a GRPO advantage, written by `readiness --write-advantages`
+    reasoning_text: str | None = None  # a reasoning model's thinking, apart from output_text (rfteval.data.reasoning)
+    truncated_in_reasoning: bool = False  # the output limit stopped it while still thinking: graded as no answer
+
+
+FIELDS: tuple[str, ...] = Record.__struct_fields__
+CORE_FIELDS = FIELDS[:14]  # the README's list, in order
+
+
+REFUSAL = "refusal"  # the provider's error type for a model that refused (rfteval.providers.base)
+
+
+def is_generation_failure(error: Any) -> bool:
+    """The one error policy: a record whose model never answered (the endpoint failed after every retry).
+
+    It is not an answer, so it is left out of means (and counted); a refusal is an answer, and a grading error is
+    OpenAI's reward 0, so both score 0. compare, readiness and summary.json all follow this.
+    """
+    return isinstance(error, dict) and error.get("stage") == "generate" and error.get("type") != REFUSAL
+
+
+def error_dict(stage: str, type: str, message: str) -> RecordError:
+    return {"stage": stage, "type": type, "message": message}
+
+
+def make_record(
+    *, run_id: str, model_label: str, model: str, item_id: str, epoch: int, output_text: str | None,
+    output_json: Any = None, output_tools: list[Any] | None = None, usage: Usage | dict[str, Any] | None = None,
+    latency_s: float | None = None, cached: bool = False, error: RecordError | None = None,
+    reasoning_text: str | None = None, truncated_in_reasoning: bool = False,
+) -> Record:
+    """A record before grading: score None until a grade is applied."""
+    return Record(
+        run_id=run_id, model_label=model_label, model=model, item_id=str(item_id), epoch=int(epoch),
+        output_text=output_text, output_json=output_json, error=error,
+        usage=usage or no_usage(),  # type: ignore[arg-type]  # a provider's usage dict has these keys
+        latency_s=latency_s, cached=cached, output_tools=output_tools or None,
+        reasoning_text=reasoning_text, truncated_in_reasoning=truncated_in_reasoning,
+    )
+
+
+def apply_grade(record: Record, result: GradeResult) -> Record:
+    """Fill a record's grade fields; a generation error stays the record's error (score 0)."""
+    if record.error and record.error.get("stage") == "generate":
+        record.score = 0.0
+        return record
+    record.score = float(result.score)
+    record.sub_scores = result.sub_scores
+    record.passed = result.passed
+    record.grader_stdout = result.stdout or None
+    record.grade_details = result.details
+    record.error = error_dict("grade", result.error.type, result.error.message) if result.error else None
+    record.finished_at = now_iso()
+    return record
+
+
+def _enc_hook(value: Any) -> Any:
+    """Values a grader may leave in its details that JSON has no word for: numpy scalars become numbers, the rest
+    their text (as json.dumps(default=str) did)."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        return value.item()
+    return str(value)
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def dumps_record(record: Record) -> str:
+    """One JSON line, fields in the contract's order; NaN and infinity are null (strict parsers refuse them)."""
+    return _ENCODER.encode(record).decode()
+
+
+def write_jsonl(records: Iterable[Record], path: str | Path) -> int:
+    """Write records atomically (temp file, then rename): never a half-written result."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+
+    def write(tmp: Path) -> None:
+        nonlocal n
+        with open(tmp, "wb") as fh:
+            for rec in records:
+                fh.write(_ENCODER.encode(rec) + b"\n")
+                n += 1
+
+    replace_atomically(path, write)
+    return n
+
+
+def iter_jsonl_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    from rfteval.data.dataset import iter_jsonl
+
+    path = Path(path)
+    for lineno, row in iter_jsonl(path):
+        if isinstance(row, InputError):
+            raise row
+        if not isinstance(row, dict):
+            raise InputError("expected a JSON object (a record)", path, lineno)
+        for key in ("item_id", "score"):
+            if key not in row:
+                raise InputError("missing; not a record file?", path, lineno, key)
+        yield row
+
+
+def decode_records(path: str | Path) -> Iterator[Record]:
+    """A record file's lines as `Record`s, for rewriting it; a line that is not a record is bad input."""
+    path = Path(path)
+    decoder = msgspec.json.Decoder(Record)
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                yield decoder.decode(line)
+            except msgspec.ValidationError as exc:
+                where, _, field = str(exc).rpartition(" - at `$.")
+                raise InputError(where or str(exc), path, lineno, field.rstrip("`") or None) from None
+            except msgspec.DecodeError as exc:
+                raise InputError(f"not JSON ({exc})", path, lineno) from None
+
+
+def _arrow_type(info: msgspec.inspect.Type) -> pa.DataType:
+    """The Arrow type of one field: free-shaped values (Any, lists) are JSON text; optional is nullable."""
+    import pyarrow as pa
+
+    mi = msgspec.inspect
+    if isinstance(info, mi.UnionType):
+        (inner,) = [t for t in info.types if not isinstance(t, mi.NoneType)]
+        return _arrow_type(inner)
+    if isinstance(info, mi.StrType):
+        return pa.string()
+    if isinstance(info, mi.BoolType):
+        return pa.bool_()
+    if isinstance(info, mi.IntType):
+        return pa.int64()
+    if isinstance(info, mi.FloatType):
+        return pa.float64()
+    if isinstance(info, mi.DictType):
+        return pa.map_(_arrow_type(info.key_type), _arrow_type(info.value_type))
+    if isinstance(info, mi.TypedDictType):  # msgspec lists its keys sorted; the class declares their order
+        by_name = {f.name: f for f in info.fields}
+        return pa.struct([(name, _arrow_type(by_name[name].type)) for name in info.cls.__annotations__])
+    if isinstance(info, (mi.AnyType, mi.ListType)):
+        return pa.string()
+    raise TypeError(f"no Arrow type for {info!r}")  # a new Record field needs a mapping here
+
+
+@functools.cache
+def _record_fields() -> tuple[msgspec.inspect.Field, ...]:
+    info = msgspec.inspect.type_info(Record)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return info.fields
+
+
+# Fields whose shape is free: stored as JSON text in Parquet.
+JSON_TEXT_FIELDS = tuple(
+    f.name for f in _record_fields()
+    if isinstance(f.type, msgspec.inspect.AnyType)
+    or (isinstance(f.type, msgspec.inspect.UnionType)
+        and any(isinstance(t, msgspec.inspect.ListType) for t in f.type.types))
+)
+
+
+@functools.cache
+def arrow_schema() -> pa.Schema:
+    """The Parquet schema of a record, derived from `Record`: same fields, same order (built once: the result
+    files ask for it with every batch of rows they write)."""
+    import pyarrow as pa
+
+    return pa.schema([(f.name, _arrow_type(f.type)) for f in _record_fields()])
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else _ENCODER.encode(value).decode()
+
+
+def to_arrow(records: Iterable[Record]) -> pa.Table:
+    import pyarrow as pa
+
+    rows = list(records)
+    columns: dict[str, list[Any]] = {name: [getattr(r, name) for r in rows] for name in FIELDS}
+    for name in JSON_TEXT_FIELDS:
+        columns[name] = [_json_text(v) for v in columns[name]]
+    columns["sub_scores"] = [None if v is None else list(v.items()) for v in columns["sub_scores"]]
+    columns["score"] = [None if v is None or not math.isfinite(v) else v for v in columns["score"]]
+    return pa.Table.from_pydict(columns, schema=arrow_schema())
+
+
+def write_parquet(records: Iterable[Record], path: str | Path) -> None:
+    import pyarrow.parquet as pq
+
+    table = to_arrow(records)
+    replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
+
+
+def records_frame(records: Iterable[Record]) -> pd.DataFrame:
+    """Records in memory as the DataFrame `read_records` gives for a file of them: one row per record."""
+    import pandas as pd
+
+    return pd.DataFrame.from_records([msgspec.structs.asdict(r) for r in records], columns=list(FIELDS))
+
+
+def read_records(path: str | Path) -> pd.DataFrame:
+    """Any record file (JSONL or Parquet) as a DataFrame, one row per record."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such file", path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pandas()
+        except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
+            raise InputError(f"not a readable Parquet file ({exc})", path) from None
+    return pd.DataFrame.from_records(list(iter_jsonl_records(path)))
+
+
+def json_safe(value: Any) -> Any:
+    """A value strict JSON takes: NaN and infinity become null (strict parsers refuse NaN), numpy scalars plain
+    numbers, tuples lists, keys strings."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

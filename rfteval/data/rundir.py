@@ -1,0 +1,162 @@
+"""The run directory: its file names, which file holds which model's records, and what its spec names.
+
+One place for what `rfteval run` writes and every other command reads (DIR/<label>.jsonl, results.parquet,
+summary.json, spec.resolved.toml, store/...), so the commands and the library agree on it.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+STORE = "store"  # the append-only logs, the index and the lock
+RESPONSES = "responses.jsonl"  # in store/
+GRADES = "grades.jsonl"  # in store/
+INDEX = "index.sqlite"  # in store/
+JOURNAL = "batches.jsonl"  # in store/: the Batch API journal (rfteval.run.batch.phase writes and reads it)
+CHUNK_DIR = "batch"  # in store/: batch input files until they are collected
+RUN_FILE = "run.json"
+RESULTS = "results.parquet"
+SUMMARY = "summary.json"
+RESOLVED_SPEC = "spec.resolved.toml"
+BASELINE = "base"  # the label the others are compared against, when there is one
+NOT_RECORDS = frozenset({"judge_cache"})  # JSONL files of a run directory that are not a model's records
+
+
+def baseline_label(labels: Sequence[str]) -> str:
+    """The model the others are compared against: the one labelled `base`, else the first."""
+    return BASELINE if BASELINE in labels else labels[0]
+
+
+def run_labels(run_dir: Path) -> list[str]:
+    """The model labels of a run directory in the spec's order (spec.resolved.toml, else summary.json), keeping
+    those with a DIR/<label>.jsonl; without either file, the record files' names, sorted."""
+    import json
+
+    order: list[str] = []
+    try:
+        models = tomllib.loads((run_dir / RESOLVED_SPEC).read_text(encoding="utf-8")).get("models")
+        if isinstance(models, dict):
+            order = [str(k) for k in models]
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        pass
+    if not order:
+        try:
+            models = json.loads((run_dir / SUMMARY).read_text(encoding="utf-8")).get("models")
+            if isinstance(models, dict):
+                order = [str(k) for k in models]
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            pass
+    present = {p.stem for p in run_dir.glob("*.jsonl")} - NOT_RECORDS
+    if order:
+        return [label for label in order if label in present]
+    return sorted(present)
+
+
+def record_file(path: Path, label: str | None) -> tuple[Path, bool]:
+    """The record file for a side, and whether it was chosen by label (DIR/<label>.jsonl)."""
+    if not path.exists():
+        raise InputError("no such file or directory", path)
+    if path.is_file():
+        return path, False
+    if label is not None:
+        candidate = path / f"{label}.jsonl"
+        if candidate.is_file():
+            return candidate, True
+        if (path / RESULTS).is_file():
+            return path / RESULTS, False
+        found = sorted(p.stem for p in path.glob("*.jsonl"))
+        raise InputError(f"no records for label {label!r} (labels here: {', '.join(found) or 'none'})", path,
+                         field="--label")
+    jsonl = sorted(path.glob("*.jsonl"))
+    if len(jsonl) == 1:
+        return jsonl[0], False
+    if not jsonl and (path / RESULTS).is_file():
+        return path / RESULTS, False
+    if not jsonl:
+        raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
+    names = ", ".join(p.stem for p in jsonl)
+    raise InputError(f"holds several models ({names}); name one with --label", path, field="--label")
+
+
+def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
+    from rfteval.readiness.assess import pick_label
+
+    try:
+        return pick_label(df, label)
+    except ValueError as exc:
+        raise InputError(f"{exc} (use --label)", source, field="--label") from None
+
+
+def locate_records(run: Path, label: str | None) -> tuple[pd.DataFrame, str | None, list[Path], Path]:
+    """The records of one label, its label, the files holding them, and the directory to look for a spec in."""
+    from rfteval.data.records import read_records
+
+    if not run.exists():
+        raise InputError("no such file or directory", run)
+    if run.is_file():
+        df = read_records(run)
+        return df, _pick(df, label, run), [run], run.parent
+    parquet = run / RESULTS
+    jsonl = sorted(p for p in run.glob("*.jsonl"))
+    if label is None:
+        if (run / f"{BASELINE}.jsonl").exists():
+            label = "base"
+        elif len(jsonl) == 1:
+            label = jsonl[0].stem
+    if label is not None and (run / f"{label}.jsonl").exists():
+        path = run / f"{label}.jsonl"
+        df = read_records(path)
+        files = [path] + ([parquet] if parquet.exists() else [])
+        return df, _pick(df, label, path), files, run
+    if parquet.exists():
+        df = read_records(parquet)
+        return df, _pick(df, label, parquet), [parquet], run
+    if label is not None:
+        raise InputError(f"no records for label {label!r} (no {label}.jsonl, no {RESULTS})", run, field="--label")
+    labels = ", ".join(p.stem for p in jsonl) or "none"
+    raise InputError(f"cannot tell which records to assess (record files: {labels}); use --label", run)
+
+
+def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:
+    """The dataset and grader named by DIR/spec.resolved.toml (top-level `dataset` and `grader`), if any."""
+    import tomllib
+
+    spec = directory / RESOLVED_SPEC
+    if not spec.is_file():
+        return None, None
+    try:
+        data = tomllib.loads(spec.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"invalid TOML ({exc})", spec) from None
+
+    def resolve(key: str) -> Path | None:
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            return None
+        p = Path(value).expanduser()
+        for cand in (p, directory / p, spec.parent / p):
+            if cand.exists():
+                return cand
+        return None
+
+    return resolve("dataset"), resolve("grader")
+
+
+def grader_path(directory: Path) -> str | None:
+    """The grader file named by a run directory's spec.resolved.toml, when the records live in one."""
+    import tomllib
+
+    spec = directory / RESOLVED_SPEC
+    try:
+        grader = tomllib.loads(spec.read_text(encoding="utf-8")).get("grader")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    return grader if isinstance(grader, str) and grader else None

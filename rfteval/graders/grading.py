@@ -1,0 +1,84 @@
+"""Grade outputs that already exist (no model calls): the library behind `rfteval grade`."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rfteval.data.dataset import Dataset
+from rfteval.data.outputs import Output
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, split_reasoning
+from rfteval.data.records import Record, apply_grade, make_record, now_iso
+from rfteval.data.sample import make_sample
+from rfteval.graders.base import GradeOptions, GraderConfig
+from rfteval.graders.engine import GradingEngine
+from rfteval.graders.sandbox import grading_units
+
+if TYPE_CHECKING:
+    from rfteval.providers.judge import JudgeClient
+
+
+def _batches(outputs: Iterable[Output], size: int) -> Iterator[list[Output]]:
+    batch: list[Output] = []
+    for out in outputs:
+        batch.append(out)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def grade_outputs(
+    dataset: Dataset,
+    config: GraderConfig,
+    outputs: Iterable[Output],
+    options: GradeOptions | None = None,
+    run_id: str | None = None,
+    batch_size: int = 2048,
+    on_progress: Callable[[int], None] | None = None,
+    judge: JudgeClient | None = None,
+    parse_json: bool = True,
+    reasoning: str = DEFAULT_MODE,
+    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS,
+) -> list[Record]:
+    """One graded record per output, in input order. Grading errors are recorded, never raised.
+
+    `parse_json=False` leaves every sample's output_json empty, as OpenAI does for a job without response_format.
+    `reasoning` / `tags`: outputs of reasoning models may hold their thinking in a leading think block; graders see
+    the answer ("strip", as in `rfteval run`) or the text as written ("keep"), and records keep the thinking apart;
+    an output's own reasoning field and finish_reason are read as a run reads the server's (truncated_in_reasoning).
+    """
+    from rfteval.graders.group_judge import needs_groups
+
+    items = dataset.by_id()
+    if needs_groups(config):  # a group judge ranks an item's samples together: never split an item across batches
+        outputs = sorted(outputs, key=lambda o: o.item_id)
+        batch_size = max(len(outputs), 1)
+    run_id = run_id or "grade-" + hashlib.sha1(now_iso().encode()).hexdigest()[:10]
+    records: list[Record] = []
+    with GradingEngine(config, options, judge=judge) as engine:
+        for batch in _batches(outputs, batch_size):
+            splits = [split_reasoning(o.output_text, o.reasoning, mode=reasoning, tags=tags,
+                                      finish_reason=o.finish_reason) for o in batch]
+            pairs = [(make_sample(sp.answer, o.output_tools) if parse_json else
+                      make_sample(sp.answer, o.output_tools, output_json=None), items[o.item_id].data)
+                     for o, sp in zip(batch, splits)]
+            with grading_units([(o.model, o.item_id) for o in batch]):  # a python grader's unit: model, item
+                results = engine.grade_batch(pairs)
+            for out, sp, (sample, _), result in zip(batch, splits, pairs, results):
+                rec = make_record(
+                    run_id=run_id, model_label=out.model, model=out.model, item_id=out.item_id, epoch=out.epoch,
+                    output_text=sp.answer, output_json=sample["output_json"], output_tools=out.output_tools,
+                    reasoning_text=sp.reasoning, truncated_in_reasoning=sp.truncated_in_reasoning,
+                )
+                records.append(apply_grade(rec, result))
+            if on_progress:
+                on_progress(len(batch))
+    return records
+
+
+def default_records_path(outputs_path: Path) -> Path:
+    return outputs_path.with_name(outputs_path.stem + ".records.jsonl")

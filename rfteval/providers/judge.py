@@ -1,0 +1,384 @@
+"""The judge client: model graders' calls to a judge endpoint, cached, retried, concurrent, and counted.
+
+Graders are sync and batch-first (called from worker threads while the runner's asyncio loop generates), so a
+`Judge` owns a background thread running its own event loop and provider; its sync `complete()` submits the
+batch's requests there and waits. Every answer is appended to a JSONL cache keyed by the provider identity and
+the full request body, which holds the judged output: re-grading the same output costs nothing. Identical
+requests in flight at once are sent once.
+
+What the model graders share on top of it (message shapes, sampling, lenient JSON reading, error mapping) is in
+rfteval/graders/judged.py: this module is the client only, and imports no grader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import hashlib
+import json
+import threading
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Protocol
+
+from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
+from rfteval.providers.retry import OnRetry, RetryPolicy, call_with_retries
+
+JudgeAnswer = Generation | ProviderError
+
+
+class JudgeClient(Protocol):
+    """What a model grader asks of a judge: a `Judge`, or batch_judge's stand-in that records requests instead."""
+
+    model_override: str | None
+
+    def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]: ...
+
+# ---- repeats (the stability check) -------------------------------------------------------------------------------
+
+_REPEAT: ContextVar[int] = ContextVar("rfteval_judge_repeat", default=0)
+
+
+@contextlib.contextmanager
+def judge_repeat(index: int) -> Iterator[None]:
+    """Within this block (this thread only), judge calls are repeat `index`: a separate cache slot, so a
+    stability check gets K fresh answers. Repeat 0 is the ordinary slot that runs and re-runs share."""
+    token = _REPEAT.set(int(index))
+    try:
+        yield
+    finally:
+        _REPEAT.reset(token)
+
+
+def current_repeat() -> int:
+    return _REPEAT.get()
+
+
+# ---- the cache key -----------------------------------------------------------------------------------------------
+
+
+def cache_key(identity: dict[str, Any], body: dict[str, Any], repeat: int = 0) -> str:
+    """sha256 of (provider identity, full request body[, repeat]); the body includes the judged output."""
+    obj: dict[str, Any] = {"provider": identity, "body": body}
+    if repeat:
+        obj["repeat"] = repeat
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class JudgeCache:
+    """Append-only JSONL of judge answers. A torn last line (the process was killed) is skipped, not fatal."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.entries: dict[str, dict[str, Any]] = {}
+        self._fh: Any = None
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        needs_newline = False
+        if path.exists():
+            data = path.read_bytes()
+            needs_newline = bool(data) and not data.endswith(b"\n")
+            for raw in data.splitlines():
+                try:
+                    entry = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and isinstance(entry.get("key"), str):
+                    self.entries[entry["key"]] = entry
+        self._fh = open(path, "a", encoding="utf-8")
+        if needs_newline:
+            self._fh.write("\n")
+            self._fh.flush()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.entries.get(key)
+
+    def put(self, entry: dict[str, Any]) -> None:
+        self.entries[entry["key"]] = entry
+        if self._fh is not None:
+            self._fh.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def cache_entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
+    """One judge_cache.jsonl line. Public because --batch-judge files batch answers in the same shape, so a
+    synchronous re-run reads them as if it had made the calls."""
+    if isinstance(answer, ProviderError):
+        return {"key": key, "model": model, "refusal": str(answer), "usage": answer.usage}
+    return {
+        "key": key, "model": model, "output_text": answer.output_text, "usage": answer.usage,
+        "finish_reason": answer.finish_reason,
+    }
+
+
+def answer_from_entry(entry: dict[str, Any]) -> JudgeAnswer:
+    """The answer a cache line stands for, marked cached: a refusal stays a refusal, with its tokens."""
+    if "refusal" in entry:
+        refusal = ProviderError("refusal", str(entry["refusal"]), usage=dict(entry.get("usage") or {}))
+        refusal.call_id, refusal.cached, refusal.sent = entry.get("key"), True, True
+        return refusal
+    return Generation(
+        output_text=entry.get("output_text") or "", usage=dict(entry.get("usage") or {}),
+        finish_reason=entry.get("finish_reason"), cached=True, call_id=entry.get("key"),
+    )
+
+
+# ---- the client --------------------------------------------------------------------------------------------------
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
+
+
+class Judge:
+    """A judge endpoint for model graders; thread-safe sync API over a private event loop. Close it when done."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        cache_path: Path | str | None = None,
+        concurrency: int = 16,
+        max_retries: int = 10,
+        timeout_s: float = 600.0,
+        model_override: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        on_retry: OnRetry | None = None,
+    ):
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        self.provider = provider
+        self.timeout_s = timeout_s
+        self.model_override = model_override
+        self.policy = retry_policy or RetryPolicy(max_retries=max_retries)
+        self.on_retry = on_retry
+        self.fatal_error: ProviderError | None = None  # a 401 / unknown judge model: later calls fail at once
+        self.fatal_model: str | None = None  # the judge model of the call that was refused
+        self.format_level = 0  # FORMAT_LEVELS: how far the endpoint made the judge step down its output format
+        self._identity = provider.identity()
+        self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
+        self._lock = threading.Lock()
+        self._usage: dict[str, dict[str, int | None]] = {}
+        self._stats = {"requests": 0, "calls": 0, "cache_hits": 0, "shared": 0, "retries": 0, "errors": 0}
+        self._inflight: dict[str, asyncio.Future[JudgeAnswer]] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rfteval-judge", daemon=True)
+        self._thread.start()
+        self._sem: asyncio.Semaphore = self._run(self._make_semaphore(concurrency))
+        self._closed = False
+
+    @classmethod
+    def from_settings(
+        cls, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", api: str = "chat", **kwargs: Any
+    ) -> Judge:
+        """A judge on an OpenAI-compatible endpoint (the `[judge]` spec section)."""
+        from rfteval.providers.openai_provider import OpenAIProvider
+
+        return cls(OpenAIProvider(base_url, api_key_env, api), **kwargs)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"Judge({self.provider!r}, model_override={self.model_override!r})"
+
+    # sync API (any thread but the judge's own)
+    def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]:
+        """One answer per request, in order: a Generation, or the ProviderError it ended with after retries."""
+        if self._closed:
+            raise RuntimeError("the judge is closed")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("Judge.complete() called from the judge's own loop")
+        if not requests:
+            return []
+        return self._run(self._complete_all(list(requests), current_repeat()))
+
+    def usage(self) -> dict[str, dict[str, int | None]]:
+        """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""
+        with self._lock:
+            return copy.deepcopy(self._usage)
+
+    def stats(self) -> dict[str, int]:
+        """Counters for a progress display: requests asked, calls sent, cache hits, shared, retries, errors."""
+        with self._lock:
+            return dict(self._stats)
+
+    @property
+    def cache(self) -> JudgeCache:
+        """The answers by request key: batch_judge fills it from a Batch API output file and reads it to skip
+        calls already answered, so a batch and a synchronous run share one cache and pay for nothing twice."""
+        return self._cache
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            self._run(self.provider.aclose())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+        self._cache.close()
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # internals (the judge's loop)
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @staticmethod
+    async def _make_semaphore(n: int) -> asyncio.Semaphore:
+        return asyncio.Semaphore(n)
+
+    def _count(self, model: str, field: str, n: int = 1) -> None:
+        with self._lock:
+            # reasoning tokens stay None until the endpoint reports some: "never reported" is not zero
+            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0),
+                                            "reasoning_tokens": None}
+            row = self._usage.setdefault(model, empty)
+            row[field] = (row[field] or 0) + n
+
+    def _bump(self, field: str, n: int = 1) -> None:
+        with self._lock:
+            self._stats[field] += n
+
+    async def _complete_all(self, requests: list[GenerationRequest], repeat: int) -> list[JudgeAnswer]:
+        return list(await asyncio.gather(*(self._one(r, repeat) for r in requests)))
+
+    async def _one(self, request: GenerationRequest, repeat: int) -> JudgeAnswer:
+        if self.model_override:
+            request = dataclasses.replace(request, model=self.model_override)
+        self._bump("requests")
+        try:
+            body = self.provider.request_body(request)
+        except ProviderError as exc:
+            return exc
+        key = cache_key(self._identity, body, repeat)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._bump("cache_hits")
+            self._count(request.model, "cache_hits")
+            return answer_from_entry(entry)
+        pending = self._inflight.get(key)
+        if pending is not None:
+            self._bump("shared")
+            return await asyncio.shield(pending)
+        future: asyncio.Future[JudgeAnswer] = self._loop.create_future()
+        self._inflight[key] = future
+        try:
+            answer = await self._call(request)
+            if isinstance(answer, Generation):
+                answer = dataclasses.replace(answer, call_id=key)
+            elif answer.sent:
+                answer.call_id = key  # a call went out (refused or failed): it is counted on the record
+            if isinstance(answer, Generation) or answer.kind == "refusal":
+                self._cache.put(cache_entry(key, request.model, answer))  # a refusal is an answer too: not paid twice
+            future.set_result(answer)
+            return answer
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # mark retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._inflight[key]
+
+    def _note_retry(self, n: int, exc: BaseException, wait: float) -> None:
+        self._bump("retries")
+        if self.on_retry is not None:
+            self.on_retry(n, exc, wait)
+
+    async def _call(self, request: GenerationRequest) -> JudgeAnswer:
+        if self.fatal_error is not None:
+            return _not_sent(self.fatal_error)
+        async with self._sem:
+            if self.fatal_error is not None:
+                return _not_sent(self.fatal_error)
+            self._bump("calls")
+            self._count(request.model, "calls")
+            try:
+                gen = await call_with_retries(lambda: self._generate(request), self.policy, self._note_retry)
+            except ProviderError as exc:
+                if exc.fatal and self.fatal_error is None:
+                    self.fatal_error, self.fatal_model = exc, request.model
+                self._bump("errors")
+                self._count(request.model, "errors")
+                self._count_usage(request.model, exc.usage)  # a refusal was answered: its tokens were billed
+                exc.sent = True
+                return exc
+            except Exception as exc:  # a client bug must not crash grading: it becomes this cell's error
+                self._bump("errors")
+                self._count(request.model, "errors")
+                failed = ProviderError("server", f"{type(exc).__name__}: {exc}"[:300])
+                failed.sent = True
+                return failed
+        self._count_usage(request.model, gen.usage)
+        return gen
+
+    async def _generate(self, request: GenerationRequest) -> Generation:
+        """One attempt, in the strongest output format the endpoint takes. The judge's format is rfteval's choice,
+        not the user's (a score or a label as JSON), so a server that refuses structured outputs (llama.cpp's
+        server takes only `text` and `json_object`) is asked for JSON mode with the same schema, then for plain
+        text, which the lenient answer parser reads; the step down is remembered for every later call."""
+        while True:
+            level = self.format_level
+            current = with_format_level(request, level)
+            try:
+                return await self.provider.generate(current, self.timeout_s)
+            except ProviderError as exc:
+                if not refuses_format(current, exc) or level >= len(FORMAT_LEVELS) - 1:
+                    raise
+                with self._lock:
+                    if self.format_level == level:  # concurrent calls refused alike step down once
+                        self.format_level += 1
+
+    def _count_usage(self, model: str, usage: dict[str, Any] | None) -> None:
+        for k in _USAGE_KEYS:
+            value = usage.get(k) if usage else None
+            if isinstance(value, int):
+                self._count(model, k, value)
+
+
+# A judge's output format, strongest first: structured outputs as the grader asks, JSON mode carrying the same
+# schema (llama.cpp's server constrains to it; others ignore the extra key), then no format at all.
+FORMAT_LEVELS = ("as asked", "json_object", "none")
+_FORMAT_WORDS = ("response_format", "json_schema", "json_object", "text.format")
+
+
+def with_format_level(request: GenerationRequest, level: int) -> GenerationRequest:
+    """The request with its response format stepped down to FORMAT_LEVELS[level] (the same object at level 0,
+    or when it asks for no JSON schema)."""
+    rf = request.sampling.response_format
+    if level == 0 or not rf or rf.get("type") in ("json_object", "text"):
+        return request
+    if FORMAT_LEVELS[level] == "json_object":
+        wrapped = rf.get("json_schema")
+        inner: dict[str, Any] = wrapped if isinstance(wrapped, dict) else rf
+        fmt: dict[str, Any] | None = {"type": "json_object", "schema": inner.get("schema", {})}
+    else:
+        fmt = None
+    return dataclasses.replace(request, sampling=dataclasses.replace(request.sampling, response_format=fmt))
+
+
+def refuses_format(request: GenerationRequest, exc: ProviderError) -> bool:
+    """A 4xx or 500 naming the response format, to a request that asked for one: the endpoint will not take that
+    format (retrying it cannot help)."""
+    if not request.sampling.response_format or exc.kind not in ("bad_request", "server"):
+        return False
+    if exc.status is not None and exc.status >= 502:  # a gateway's transient failure, whatever its text
+        return False
+    text = str(exc).lower()
+    return any(word in text for word in _FORMAT_WORDS)
+
+
+def _not_sent(error: ProviderError) -> ProviderError:
+    """The judge's fatal error (a refused key, an unknown model) for a request it did not send: a copy that is not
+    `sent`, so the one call that failed is counted once and the unsent ones not at all."""
+    return ProviderError(error.kind, str(error), error.status)

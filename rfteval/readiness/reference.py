@@ -1,0 +1,88 @@
+"""Does the grader give each item's reference answer its maximum? (`rfteval validate grader --dataset`)
+
+How a reference becomes an output is the probes' rule (rfteval.readiness.probes: inferred from the grader's templates or
+python source, or given as a template), so `validate grader` and `probe-grader` always agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rfteval.data.dataset import Dataset
+from rfteval.errors import InputError
+from rfteval.graders.base import GradeOptions, GraderConfig
+
+if TYPE_CHECKING:
+    from rfteval.providers.judge import JudgeClient
+
+
+def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOptions | None = None,
+                    template: Any = None, judge: JudgeClient | None = None) -> dict[str, Any]:
+    """The reference probe over every item: how many score the maximum, and which do not."""
+    from rfteval.readiness.probes import run_probes
+
+    report = run_probes(config, [(it.id, it.data) for it in dataset], reference_template=template, options=options,
+                        judge=judge, only=["reference"])
+    probe = report.probes[0]
+    top = report.score_max
+    below = {i: s for i, s in probe.scores.items() if s < top - 1e-9}
+    at_max = probe.n_graded - len(below)
+    lines = [f"reference answers graded as outputs: {probe.n_graded} of {len(dataset)} items "
+             f"(how: {report.template_source})"]
+    if probe.n_graded:
+        lines.append(f"at the maximum ({top:g}): {at_max}/{probe.n_graded} = {at_max / probe.n_graded:.1%}")
+    if probe.n_errors:
+        lines.append(f"  grading errors: {probe.n_errors} ({', '.join(f'{k} {v}' for k, v in probe.error_types.items())})")
+    for item_id, score in list(below.items())[:10]:
+        lines.append(f"  below the maximum: item {item_id}: score {score:.4f}")
+    if len(below) > 10:
+        lines.append(f"  ... and {len(below) - 10} more")
+    lines += [f"note: {n}" for n in report.notes]
+    summary = {"items": len(dataset), "checked": probe.n_graded, "at_max": at_max, "max": top,
+               "share_at_max": at_max / probe.n_graded if probe.n_graded else None,
+               "below_max": [{"item_id": i, "score": s} for i, s in below.items()]}
+    return {"summary": summary, "text": "\n".join(lines)}
+
+
+def describe_grader(config: GraderConfig) -> list[str]:
+    """A few lines saying what a grader is, for `validate grader`."""
+    lines = [f"grader {config.name!r}: type {config.type}, valid"]
+    subs = getattr(config, "graders", None)
+    if isinstance(subs, dict):
+        for key, sub in subs.items():
+            lines.append(f"  {key}: {sub.type} {sub.name!r}")
+        lines.append(f"  calculate_output: {getattr(config, 'calculate_output', '')}")
+    return lines
+
+
+def load_reference_template(value: str) -> Any:
+    """A JSON template from a file, or inline JSON, or a bare text template containing {{item.…}}."""
+    from rfteval.graders.template import parse_path
+    from rfteval.readiness.probes import template_paths
+
+    path = Path(value)
+    source: Path | None = None
+    if path.is_file():
+        source = path
+        text = path.read_text(encoding="utf-8-sig")
+    else:
+        text = value
+    try:
+        template = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if source is None and "{{" in text:
+            template = text
+        else:
+            raise InputError(f"not a JSON template ({exc.msg})", source, exc.lineno if source else None,
+                             None if source else "--reference-template") from None
+    for p in template_paths(template):
+        try:
+            ns, _ = parse_path(p)
+        except ValueError as exc:
+            raise InputError(str(exc), source, field="--reference-template") from None
+        if ns != "item":
+            raise InputError(f"{{{{ {p} }}}}: a reference template reads item.… only", source,
+                             field="--reference-template")
+    return template

@@ -1,0 +1,724 @@
+"""The Batch API path of `rfteval run --batch`: cells go out as batch files and come back into the same store.
+
+Why a journal: a batch costs money the moment it is created, and its id is the only way to collect what it
+paid for. So every step is appended (and fsynced) to DIR/store/batches.jsonl *before* the next one starts:
+
+    planned   chunk id, label, model, endpoint, the cell keys, the input file's sha256 and path
+    uploaded  the file id
+    created   the batch id (or `adopted`: found by listing batches after a crash)
+    status    each change of status and request counts (what `rfteval batches DIR` shows offline)
+    collected the end: how many cells were stored, re-queued, failed; the chunk is done
+
+A crash between any two lines loses nothing: a chunk with no file id is uploaded again from its input file
+(the sha256 says it is the same one); a chunk with a file id but no batch id may have a batch that was created
+just before the crash, so the batches are listed and the one whose `metadata` holds this run id and chunk id is
+adopted; only when none is found is a batch created. A batch is therefore never submitted twice.
+
+Results are matched on `custom_id`, which is the cell's cache key, and stored exactly as a synchronous response
+(with `tier: "batch"`, so the summary prices them at batch rates): grading does not know the difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rfteval.data.rundir import CHUNK_DIR, JOURNAL
+from rfteval.errors import InputError
+from rfteval.providers.base import Generation, ProviderError
+
+if TYPE_CHECKING:
+    from rfteval.providers.openai_provider import OpenAIProvider
+    from rfteval.run.store import RunStore
+
+MAX_LINES = 50_000  # the Batch API's limit per input file
+MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
+LIVE = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
+TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
+REQUEUE_CODES = frozenset({"batch_expired", "batch_cancelled"})
+META_RUN, META_CHUNK = "rfteval_run", "rfteval_chunk"
+ENDPOINTS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+
+
+@dataclass
+class CellInfo:
+    """What a batch result needs to become a store entry: the cell's coordinates, and how to parse it."""
+
+    label: str
+    model: str
+    item_id: str
+    epoch: int
+    api: str
+    structured: bool
+
+
+@dataclass
+class Chunk:
+    """One batch input file and what became of it, as the journal tells it."""
+
+    chunk_id: str
+    label: str
+    model: str
+    endpoint: str
+    keys: list[str]
+    sha256: str
+    path: str
+    lines: int
+    bytes: int
+    planned_at: float
+    file_id: str | None = None
+    batch_id: str | None = None
+    status: str = "planned"
+    counts: dict[str, int] = field(default_factory=dict)
+    done: bool = False
+    result: dict[str, Any] = field(default_factory=dict)
+    cancel_requested: bool = False
+    phase: str = "generate"  # or "judge": --batch-judge's calls, filed in the judge cache
+
+    @property
+    def live(self) -> bool:
+        return not self.done
+
+
+class Journal:
+    """DIR/store/batches.jsonl: append-only, fsynced per line; a torn last line (a kill mid-write) is cut."""
+
+    def __init__(self, store_dir: Path):
+        from rfteval.run.store import _Log
+
+        self.path = store_dir / JOURNAL
+        self.log = _Log(self.path)
+        self.chunks: dict[str, Chunk] = {}
+        for event in _read_events(self.path):
+            self._apply(event)
+
+    def append(self, event: dict[str, Any]) -> None:
+        event = {**event, "at": round(time.time(), 3)}
+        self.log.append(event)
+        os.fsync(self.log.fh.fileno())
+        self._apply(event)
+
+    def _apply(self, e: dict[str, Any]) -> None:
+        kind, cid = e.get("event"), e.get("chunk")
+        if not isinstance(cid, str):  # a torn or foreign line: nothing to apply
+            return
+        if kind == "planned":
+            self.chunks[cid] = Chunk(cid, e["label"], e["model"], e["endpoint"], list(e["keys"]), e["sha256"],
+                                     e["path"], int(e["lines"]), int(e["bytes"]), float(e.get("at") or 0),
+                                     phase=str(e.get("phase") or "generate"))
+            return
+        chunk = self.chunks.get(cid)
+        if chunk is None:
+            return
+        if kind == "uploaded":
+            chunk.file_id, chunk.status = e["file_id"], "uploaded"
+        elif kind == "created":
+            chunk.batch_id, chunk.status = e["batch_id"], e.get("status") or "validating"
+        elif kind == "status":
+            chunk.status, chunk.counts = e["status"], dict(e.get("counts") or {})
+        elif kind == "cancel_requested":
+            chunk.cancel_requested = True
+        elif kind in ("collected", "abandoned"):
+            chunk.done = True
+            chunk.status = e.get("status") or chunk.status
+            chunk.result = {k: v for k, v in e.items() if k not in ("event", "chunk", "at")}
+
+    def live(self, phase: str | None = None) -> list[Chunk]:
+        return [c for c in self.chunks.values() if c.live and (phase is None or c.phase == phase)]
+
+    def close(self) -> None:
+        self.log.close()
+
+
+def _read_events(path: Path) -> Iterator[dict[str, Any]]:
+    from rfteval.run.store import iter_log
+
+    if path.exists():
+        yield from iter_log(path)
+
+
+def read_journal(run_dir: Path) -> list[Chunk]:
+    """The chunks of a run directory, read-only (for `rfteval batches`): no lock, no writes."""
+    j = object.__new__(Journal)
+    j.chunks = {}
+    for event in _read_events(Path(run_dir) / "store" / JOURNAL):
+        j._apply(event)
+    return list(j.chunks.values())
+
+
+def request_line(key: str, endpoint: str, body: dict[str, Any]) -> str:
+    """One Batch API input line (what `vllm run-batch` and Ray Data read too)."""
+    return json.dumps({"custom_id": key, "method": "POST", "url": endpoint, "body": body},
+                      ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+# ---------------------------------------------------------------- results → store entries
+
+
+def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: str,
+                      tier: str = "batch") -> tuple[str, dict[str, Any] | None]:
+    """One output/error line → ("stored", entry) | ("requeue", None) | ("error", entry).
+
+    A 200 is parsed exactly as a synchronous answer; a 429/5xx line or an expired/cancelled one is re-queued
+    (another window may succeed); any other status is the cell's error, as a synchronous 400 would be.
+    """
+    from rfteval.providers.openai_provider import parse_chat, parse_responses, status_kind
+    from rfteval.run.store import response_entry
+
+    common: dict[str, Any] = dict(key=key, label=cell.label, model=cell.model, item_id=cell.item_id, epoch=cell.epoch,
+                  session=session)
+    err = line.get("error")
+    resp = line.get("response")
+    if isinstance(err, dict) and err:
+        code = str(err.get("code") or "")
+        if code in REQUEUE_CODES or not isinstance(resp, dict):
+            return "requeue", None
+    if not isinstance(resp, dict):
+        return "requeue", None
+    status = resp.get("status_code")
+    body = resp.get("body")
+    if status == 200 and isinstance(body, dict):
+        parse = parse_chat if cell.api == "chat" else parse_responses
+        try:
+            gen: Generation = parse(body, structured=cell.structured)
+        except ProviderError as exc:
+            if exc.kind in ("refusal",):
+                return "error", response_entry(**common, error=(exc.kind, str(exc)))
+            return "error", response_entry(**common, error=(exc.kind, str(exc)))
+        entry = response_entry(**common, generation=gen)
+        entry["tier"] = tier
+        return "stored", entry
+    if not isinstance(status, int):
+        return "requeue", None
+    kind = status_kind(status)
+    if kind in ("rate_limit", "server", "timeout"):
+        return "requeue", None
+    message = ""
+    if isinstance(body, dict):
+        e = body.get("error", body)
+        message = str(e.get("message") if isinstance(e, dict) else e)[:300]
+    return "error", response_entry(**common, error=(kind, f"HTTP {status}: {message}"))
+
+
+def parse_result_lines(data: bytes | str, source: str | Path | None = None,
+                       strict: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each line of a Batch API output/error file; with `strict`, a bad line is an
+    InputError naming the file and line (an imported file), else it is skipped (a provider's own file)."""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except ValueError as exc:
+            if strict:
+                raise InputError(f"invalid JSON: {exc}", source, n) from None
+            continue
+        if not isinstance(obj, dict):
+            if strict:
+                raise InputError("must be a JSON object", source, n)
+            continue
+        cid = obj.get("custom_id")
+        if not isinstance(cid, str) or not cid:
+            if strict:
+                raise InputError("required, a non-empty string (the cell key rfteval wrote)", source, n, "custom_id")
+            continue
+        resp, err = obj.get("response"), obj.get("error")
+        if strict:
+            if resp is None and not err:
+                raise InputError("a result line needs `response` or `error`", source, n, "response")
+            if resp is not None and (not isinstance(resp, dict) or not isinstance(resp.get("status_code"), int)):
+                raise InputError("must be an object with an integer status_code", source, n, "response")
+            if resp is not None and resp.get("status_code") == 200 and not isinstance(resp.get("body"), dict):
+                raise InputError("a 200 response needs a JSON object body", source, n, "response.body")
+            if err is not None and not isinstance(err, dict):
+                raise InputError("must be an object {code, message} or null", source, n, "error")
+        yield n, obj
+
+
+# ---------------------------------------------------------------- the batch phase
+
+
+class BatchError(Exception):
+    """A Files/Batches call failed for good (after retries); carries the ProviderError."""
+
+
+@dataclass
+class BatchOutcome:
+    stored: int = 0
+    requeued: list[str] = field(default_factory=list)
+    failed_chunks: int = 0
+    messages: list[str] = field(default_factory=list)
+    sync_keys: set[str] = field(default_factory=set)  # --batch-tail sync: cells the pipeline may send itself
+
+
+class BatchPhase:
+    """Plan, submit, poll and collect batches for every cell without a stored response.
+
+    `jobs` yields (key, CellInfo, body) for every cell of a batchable model; `clients` maps label → the
+    provider whose SDK client reaches that endpoint.
+    """
+
+    def __init__(self, *, store: RunStore, run_id: str, jobs: Callable[[], Iterable[tuple[str, CellInfo, dict[str, Any]]]],
+                 providers: dict[str, Any], monitor: Any, policy: Any, poll_s: float = 30.0,
+                 max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, tail: str = "batch", max_rounds: int = 3,
+                 say: Callable[[str], None] | None = None, phase: str = "generate",
+                 have: Callable[[str], bool] | None = None,
+                 ingest: Callable[[str, CellInfo, dict[str, Any]], str] | None = None):
+        """`phase`, `have` and `ingest` let the judge phase reuse all of this: `have(key)` says a result is
+        already filed, `ingest(key, cell, line)` files one result line and says "stored", "error", "requeue"."""
+        self.store, self.run_id, self.jobs_fn, self.providers = store, run_id, jobs, providers
+        self.phase, self._have_fn, self._ingest_fn = phase, have, ingest
+        self.monitor, self.policy, self.poll_s = monitor, policy, poll_s
+        self.max_lines, self.max_bytes, self.tail, self.max_rounds = max_lines, max_bytes, tail, max_rounds
+        self.say = say or (lambda msg: None)
+        self.journal = Journal(store.store_dir)
+        self.chunk_dir = store.store_dir / CHUNK_DIR
+        self.cells: dict[str, CellInfo] = {}
+        self.outcome = BatchOutcome()
+
+    def close(self) -> None:
+        self.journal.close()
+
+    # ---- the whole phase
+    async def run(self) -> BatchOutcome:
+
+        for key, info, _ in self.jobs_fn():
+            if not self._have(key):
+                self.cells[key] = info
+        await self._recover()
+        in_live = {k for c in self.journal.live(self.phase) for k in c.keys}
+        todo = [k for k in self.cells if k not in in_live]
+        for round_no in range(self.max_rounds + 1):
+            if todo:
+                if round_no > 0 and self.tail == "sync":
+                    self.outcome.sync_keys.update(todo)
+                    self.say(f"batch: {len(todo)} re-queued cells go synchronously (--batch-tail sync)")
+                    todo = []
+                else:
+                    await self._submit(set(todo))
+            await self._poll_until_done()
+            todo = [k for k in self.outcome.requeued if not self._have(k)]
+            self.outcome.requeued = []
+            if not todo:
+                break
+        else:
+            if todo:
+                self.say(f"batch: {len(todo)} cells still have no response after {self.max_rounds} re-queues; "
+                         "re-run the same command to send them again")
+        return self.outcome
+
+    # ---- after a crash: finish what the journal started
+    async def _recover(self) -> None:
+        orphans = [c for c in self.journal.live(self.phase) if c.batch_id is None]
+        if not orphans:
+            return
+        found = await self._find_batches({c.chunk_id for c in orphans if c.file_id is not None},
+                                         min(c.planned_at for c in orphans))
+        for chunk in orphans:
+            if chunk.chunk_id in found:
+                b = found[chunk.chunk_id]
+                self.journal.append({"event": "created", "chunk": chunk.chunk_id, "batch_id": b["id"],
+                                     "status": b["status"], "adopted": True})
+                self.say(f"batch {chunk.chunk_id}: adopted {b['id']} (created before the last run stopped)")
+                continue
+            path = Path(chunk.path)
+            if not path.exists() or _sha256_file(path) != chunk.sha256:
+                self.journal.append({"event": "abandoned", "chunk": chunk.chunk_id, "status": "abandoned",
+                                     "reason": "input file gone before it was submitted"})
+                continue
+            await self._send(chunk)
+
+    async def _find_batches(self, chunk_ids: set[str], since: float) -> dict[str, dict[str, Any]]:
+        """This run's batches among the provider's, newest first, stopping at ones older than the oldest chunk."""
+        found: dict[str, dict[str, Any]] = {}
+        if not chunk_ids:
+            return found
+        seen_clients: set[int] = set()
+        for provider in self.providers.values():
+            client = provider.client
+            if id(client) in seen_clients:
+                continue
+            seen_clients.add(id(client))
+            after: str | None = None
+            for _ in range(100):  # 10,000 batches at most
+                page_args = {"limit": 100, **({"after": after} if after else {})}
+                page = await self._call(provider, functools.partial(client.batches.list, **page_args))
+                data = [b.model_dump(mode="json") for b in page.data]
+                for b in data:
+                    meta = b.get("metadata") or {}
+                    if meta.get(META_RUN) == self.run_id and meta.get(META_CHUNK) in chunk_ids:
+                        found.setdefault(meta[META_CHUNK], b)
+                if (not data or not page.has_more or len(found) == len(chunk_ids)
+                        or min(int(b.get("created_at") or 0) for b in data) < since - 3600):
+                    break
+                after = data[-1]["id"]
+        return found
+
+    # ---- planning and submission
+    async def _submit(self, keys: set[str]) -> None:
+        self.chunk_dir.mkdir(parents=True, exist_ok=True)
+        writers: dict[str, _ChunkWriter] = {}
+        for key, info, body in self.jobs_fn():
+            if key not in keys:
+                continue
+            keys.discard(key)
+            w = writers.get(info.label)
+            line = request_line(key, ENDPOINTS[info.api], body).encode() + b"\n"
+            if w is not None and (w.lines >= self.max_lines or w.bytes + len(line) > self.max_bytes):
+                await self._send(self._plan(w))
+                w = None
+            if w is None:
+                w = writers[info.label] = _ChunkWriter(self._next_chunk_id(info.label), info, self.chunk_dir)
+            w.add(key, line)
+        for w in writers.values():
+            if w.lines:
+                await self._send(self._plan(w))
+
+    def _next_chunk_id(self, label: str) -> str:
+        stem = label if self.phase == "generate" else f"{self.phase}:{label}"  # ':' is in no model label
+        n = sum(1 for c in self.journal.chunks.values() if c.label == label and c.phase == self.phase) + 1
+        while f"{stem}-{n:04d}" in self.journal.chunks:
+            n += 1
+        return f"{stem}-{n:04d}"
+
+    def _plan(self, w: _ChunkWriter) -> Chunk:
+        w.close()
+        self.journal.append({"event": "planned", "chunk": w.chunk_id, "label": w.info.label, "model": w.info.model,
+                             "endpoint": ENDPOINTS[w.info.api], "keys": w.keys, "sha256": w.sha.hexdigest(),
+                             "path": str(w.path), "lines": w.lines, "bytes": w.bytes, "phase": self.phase})
+        return self.journal.chunks[w.chunk_id]
+
+    async def _send(self, chunk: Chunk) -> None:
+        """Upload (unless the journal has the file id), then create the batch; each id is journalled first."""
+        provider = self.providers[chunk.label]
+        client = provider.client
+        if chunk.file_id is None:
+            data = Path(chunk.path).read_bytes()
+            fobj = await self._no_api_is_input_error(chunk, "POST /files", self._call(
+                provider, lambda: client.files.create(file=(f"{chunk.chunk_id.replace(':', '_')}.jsonl", data),
+                                                      purpose="batch")))
+            self.journal.append({"event": "uploaded", "chunk": chunk.chunk_id, "file_id": fobj.id})
+        assert chunk.file_id is not None
+        meta = {META_RUN: self.run_id, META_CHUNK: chunk.chunk_id, "rfteval_sha256": chunk.sha256[:16]}
+        b = await self._no_api_is_input_error(chunk, "POST /batches", self._call(provider, lambda: client.batches.create(
+            input_file_id=chunk.file_id, endpoint=chunk.endpoint, completion_window="24h", metadata=meta)))
+        self.journal.append({"event": "created", "chunk": chunk.chunk_id, "batch_id": b.id, "status": b.status})
+        self.monitor.batch(chunk.chunk_id, chunk.label, b.status, {"total": chunk.lines})
+
+    # ---- polling and collection
+    async def _poll_until_done(self) -> None:
+        delay = min(self.poll_s, 1.0)
+        while True:
+            live = [c for c in self.journal.live(self.phase) if c.batch_id is not None]
+            if not live:
+                return
+            for chunk in live:
+                await self._poll(chunk)
+            if not any(c.batch_id is not None for c in self.journal.live(self.phase)):
+                return
+            await asyncio.sleep(delay)
+            delay = min(self.poll_s, delay * 2)  # quick at first, then every poll_s
+
+    async def _poll(self, chunk: Chunk) -> None:
+        provider = self.providers[chunk.label]
+        b = await self._call(provider, lambda: provider.client.batches.retrieve(chunk.batch_id))
+        counts = b.request_counts.model_dump() if b.request_counts is not None else {}
+        if b.status != chunk.status or counts != chunk.counts:
+            self.journal.append({"event": "status", "chunk": chunk.chunk_id, "status": b.status, "counts": counts})
+            self.monitor.batch(chunk.chunk_id, chunk.label, b.status, counts)
+        if b.status in TERMINAL:
+            await self._collect(chunk, b)
+
+    async def _collect(self, chunk: Chunk, b: Any) -> None:
+        provider = self.providers[chunk.label]
+        client = provider.client
+        result: dict[str, Any] = {"status": b.status, "batch_id": b.id}
+        if b.status == "failed":
+            errs = (b.errors.data if b.errors is not None and b.errors.data else [])
+            why = "; ".join(f"{e.code}: {e.message}" + (f" (line {e.line})" if e.line else "") for e in errs[:3])
+            msg = (f"batch {chunk.chunk_id} ({b.id}) failed: {why or 'no reason given'}; its {chunk.lines} cells were "
+                   "not sent (re-running the command submits them again)")
+            self.say(msg)
+            self.outcome.failed_chunks += 1
+            self.outcome.messages.append(msg)
+            self.journal.append({"event": "collected", "chunk": chunk.chunk_id, **result, "stored": 0,
+                                 "requeued": 0, "message": msg})
+            self._drop_input(chunk)
+            return
+        seen: set[str] = set()
+        stored = errors = requeued = 0
+        wanted = set(chunk.keys)
+        for file_id in (b.output_file_id, b.error_file_id):
+            if not file_id:
+                continue
+            content = await self._call(provider, functools.partial(client.files.content, file_id))
+            for _, line in parse_result_lines(content.content):
+                key = line["custom_id"]
+                if key not in wanted or key in seen:
+                    continue
+                seen.add(key)
+                what, entry = self._ingest(key, line)
+                if what == "stored":
+                    stored += 1
+                elif what == "error":
+                    errors += 1
+                elif what == "requeue" and b.status != "cancelled":
+                    requeued += 1
+                    self.outcome.requeued.append(key)
+        missing = [k for k in chunk.keys if k not in seen]
+        if missing and b.status != "cancelled":
+            self.outcome.requeued.extend(missing)
+            requeued += len(missing)
+        if b.status == "completed" and not b.output_file_id and not b.error_file_id:
+            msg = (f"batch {chunk.chunk_id} ({b.id}) completed with neither an output nor an error file: "
+                   f"none of its {chunk.lines} cells came back; they are re-queued")
+            self.say(msg)
+            self.outcome.messages.append(msg)
+        elif b.status == "completed" and not b.output_file_id:
+            msg = (f"batch {chunk.chunk_id} ({b.id}) completed with no output file: all {chunk.lines} lines failed "
+                   f"({errors} stored as errors, {requeued} re-queued)")
+            self.say(msg)
+            self.outcome.messages.append(msg)
+        elif b.status in ("expired", "cancelled"):
+            self.say(f"batch {chunk.chunk_id} ({b.id}) {b.status}: {stored} cells came back"
+                     + (f", {requeued} re-queued" if requeued else ""))
+        self.store.commit()
+        self.outcome.stored += stored
+        self.journal.append({"event": "collected", "chunk": chunk.chunk_id, **result, "stored": stored,
+                             "errors": errors, "requeued": requeued})
+        self._drop_input(chunk)
+
+    def _have(self, key: str) -> bool:
+        from rfteval.run.store import is_reusable_response
+
+        if self._have_fn is not None:
+            return self._have_fn(key)
+        return is_reusable_response(self.store.get_response(key))
+
+    def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        from rfteval.run.store import is_reusable_response
+
+        cell = self.cells.get(key)
+        if cell is None:  # a key from another spec version of this run: nothing to file it under
+            return "unknown", None
+        if self._ingest_fn is not None:
+            return self._ingest_fn(key, cell, line), None
+        what, entry = entry_from_result(key, cell, line, self.store.session)
+        if entry is not None and not is_reusable_response(self.store.get_response(key)):
+            self.store.put_response(entry)
+        return what, entry
+
+    def _drop_input(self, chunk: Chunk) -> None:
+        try:
+            Path(chunk.path).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    async def _no_api_is_input_error(self, chunk: Chunk, route: str, call: Any) -> Any:
+        """Behind the preflight (which a slow /batches can pass): a 404/405 from the Files or Batches route is an
+        endpoint without the API, one line and exit 2, and the chunk is abandoned rather than left planned."""
+        try:
+            return await call
+        except ProviderError as exc:
+            if exc.status not in (404, 405):
+                raise
+            self.journal.append({"event": "abandoned", "chunk": chunk.chunk_id, "status": "abandoned",
+                                 "reason": f"the endpoint has no Files and Batches API ({route}: HTTP {exc.status})"})
+            from rfteval.run.preflight import no_batch_api
+
+            raise no_batch_api(f"{route}: HTTP {exc.status}") from None
+
+    async def _call(self, provider: OpenAIProvider, fn: Callable[[], Any]) -> Any:
+        """A Files/Batches call with the run's retries; a 401/404 stops the run as it does for generation."""
+        from rfteval.providers.retry import call_with_retries
+
+        async def attempt() -> Any:
+            try:
+                return await fn()
+            except Exception as exc:
+                err = provider.classify(exc)
+                if err is None:
+                    raise
+                raise err from None
+
+        return await call_with_retries(attempt, self.policy)
+
+
+class _ChunkWriter:
+    """Writes one chunk's input file while hashing it, so the journal can name its sha256."""
+
+    def __init__(self, chunk_id: str, info: CellInfo, directory: Path):
+        self.chunk_id, self.info = chunk_id, info
+        self.path = directory / f"{chunk_id.replace(':', '_')}.jsonl"
+        self.fh = open(self.path, "wb")
+        self.sha = hashlib.sha256()
+        self.keys: list[str] = []
+        self.lines = 0
+        self.bytes = 0
+
+    def add(self, key: str, line: bytes) -> None:
+        self.fh.write(line)
+        self.sha.update(line)
+        self.keys.append(key)
+        self.lines += 1
+        self.bytes += len(line)
+
+    def close(self) -> None:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+
+
+def _sha256_file(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+# ---------------------------------------------------------------- export and import (vLLM run-batch, Ray Data)
+
+
+def export_requests(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: RunStore) -> dict[str, int]:
+    """Write the Batch API input lines of every cell without a stored response; one file per model when the run
+    has several (a batch engine serves one model per file). Returns lines per written file."""
+    from rfteval.run.store import is_reusable_response
+
+    handles: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    labels: list[str] = []
+    tmp = path.with_name(path.name + ".parts")
+    tmp.mkdir(parents=True, exist_ok=True)
+    try:
+        for key, info, body in jobs:
+            if is_reusable_response(store.get_response(key)):
+                continue
+            if info.label not in handles:
+                labels.append(info.label)
+                handles[info.label] = open(tmp / f"{info.label}.jsonl", "wb")
+                counts[info.label] = 0
+            handles[info.label].write(request_line(key, ENDPOINTS[info.api], body).encode() + b"\n")
+            counts[info.label] += 1
+    finally:
+        for fh in handles.values():
+            fh.close()
+    written: dict[str, int] = {}
+    if len(labels) <= 1:
+        src = tmp / f"{labels[0]}.jsonl" if labels else None
+        if src is None:
+            path.write_bytes(b"")
+        else:
+            src.replace(path)
+        written[str(path)] = counts.get(labels[0], 0) if labels else 0
+    else:
+        for label in labels:
+            dest = path.with_name(f"{path.stem}.{label}{path.suffix or '.jsonl'}")
+            (tmp / f"{label}.jsonl").replace(dest)
+            written[str(dest)] = counts[label]
+    for leftover in tmp.iterdir():
+        leftover.unlink()
+    tmp.rmdir()
+    return written
+
+
+def import_responses(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: RunStore
+                     ) -> dict[str, int]:
+    """Read Batch API output lines (OpenAI's, `vllm run-batch`'s) into the store; a bad line is one InputError
+    naming the file and line, checked before anything is stored."""
+    from rfteval.run.store import is_reusable_response
+
+    if not path.exists():
+        raise InputError("no such file", path, field="--import-responses")
+    cells = {key: info for key, info, _ in jobs}
+    lines = list(parse_result_lines(path.read_bytes(), path, strict=True))
+    counts = {"stored": 0, "errors": 0, "failed": 0, "already": 0, "unknown": 0}
+    for _, line in lines:
+        key = line["custom_id"]
+        info = cells.get(key)
+        if info is None:
+            counts["unknown"] += 1
+            continue
+        if is_reusable_response(store.get_response(key)):
+            counts["already"] += 1
+            continue
+        what, entry = entry_from_result(key, info, line, store.session, tier="import")
+        if entry is not None:
+            store.put_response(entry)
+        counts["stored" if what == "stored" else "errors" if what == "error" else "failed"] += 1
+    store.commit()
+    return counts
+
+
+# ---------------------------------------------------------------- rfteval batches DIR --cancel
+
+
+def cancel_open_batches(run_dir: Path) -> list[str]:
+    """Cancel every open batch of a run at its provider (endpoints from DIR/spec.resolved.toml); one line each.
+
+    When no run holds the directory, each cancel is journalled; when one does, only the provider is told, and
+    the running process sees `cancelled` at its next poll and collects what finished.
+    """
+    import fcntl
+
+    from rfteval.providers import batchable, build_providers
+    from rfteval.run.spec import build_spec, resolve_models
+
+    run_dir = Path(run_dir)
+    spec_path = run_dir / "spec.resolved.toml"
+    if not spec_path.exists():
+        raise InputError("no spec.resolved.toml: cannot tell which endpoint holds the batches", run_dir)
+    runs = resolve_models(build_spec(spec_path))
+    providers = {label: p for label, p in build_providers(runs).items() if batchable(p)}
+    chunks = [c for c in read_journal(run_dir) if c.live and c.batch_id]
+    lock = open(run_dir / "store" / "lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        journal: Journal | None = Journal(run_dir / "store")
+    except BlockingIOError:
+        journal = None
+    lines: list[str] = []
+
+    async def main() -> None:
+        for chunk in chunks:
+            provider: Any = providers.get(chunk.label)  # an OpenAI-compatible one: batchable() above
+            if provider is None:
+                lines.append(f"{chunk.chunk_id}: model {chunk.label} is no longer in the spec; not cancelled")
+                continue
+            try:
+                b = await provider.client.batches.cancel(chunk.batch_id)
+                lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): {b.status}")
+                if journal is not None:
+                    journal.append({"event": "cancel_requested", "chunk": chunk.chunk_id})
+                    journal.append({"event": "status", "chunk": chunk.chunk_id, "status": b.status,
+                                    "counts": chunk.counts})
+            except Exception as exc:  # noqa: BLE001 - one line per batch, the others still get cancelled
+                err = provider.classify(exc)
+                lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): not cancelled: {err or type(exc).__name__}")
+        for provider in providers.values():
+            await provider.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        if journal is not None:
+            journal.close()
+        lock.close()
+    if not chunks:
+        lines.append("no open batch to cancel")
+    return lines
+
+
+def refuse_fresh_while_open(run_dir: Path) -> None:
+    """--fresh would forget the ids of batches still open at the provider while they still cost money: refuse."""
+    live = [c for c in read_journal(Path(run_dir)) if c.live and not c.cancel_requested and c.file_id]
+    if live:
+        raise InputError(f"{len(live)} batch(es) of this run are still open at the provider; re-run without "
+                         f"--fresh to collect them, or cancel them first (rfteval batches {run_dir} --cancel)",
+                         run_dir, field="--fresh")

@@ -1,0 +1,850 @@
+"""`rfteval run` as a library call: N epochs per model, graded while generating, stored before graded, resumable.
+
+One asyncio loop: a producer streams the dataset into a bounded queue, `concurrency` workers take cells from it
+(a cell is one (model, item, epoch)), look the cell up in the store, call the endpoint with retries when it is
+not there, append the response to the store, and hand it to the grading loops, which grade micro-batches in
+worker threads (GradingEngine.grade_batch is sync). Nothing holds the whole dataset or all records in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import signal
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rfteval.data.dataset import Item, iter_items
+from rfteval.data.outfile import write_json_atomic, write_text_atomic
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
+from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY
+from rfteval.errors import InputError
+from rfteval.graders.base import OTHER, GradeOptions, GradeResult
+from rfteval.providers import batchable
+from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.providers.pricing import Price
+from rfteval.run.results import Cell, LabelTotals, write_results
+from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
+from rfteval.run.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
+from rfteval.run.summary import RunComparison, build_summary, compare_run
+from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GraderConfig
+    from rfteval.graders.engine import GradingEngine
+    from rfteval.providers.judge import Judge
+    from rfteval.run.store import StoreReader
+
+
+@dataclass
+class RunOptions:
+    """Settings of one invocation that are not part of the evaluation itself."""
+
+    fresh: bool = False
+    backoff_base_s: float = 0.5
+    backoff_max_s: float = 60.0
+    grade_batch_size: int = 64
+    grade_parallel: int = 2  # micro-batches being graded at once (python graders: the pool runs each in parallel)
+    checkpoint_s: float = 60.0  # rewrite the result files this often while running (0: only at the end)
+    write_parquet: bool = True
+    handle_signals: bool = True
+    # concurrency: adaptive (AIMD up to spec.concurrency) unless fixed
+    fixed_concurrency: bool = False
+    start_concurrency: int | None = None  # default: a quarter of the ceiling, at least 4
+    service_tier: str | None = None  # auto | default | flex | priority, sent with every request
+    transport: str | None = None  # the openai SDK's HTTP transport: aiohttp (default when installed) | httpx
+    # the Batch API (rfteval/run/batch/phase.py)
+    batch: bool = False
+    batch_judge: bool = False  # model graders' judge calls as a second batch phase (rfteval/run/batch/judge_phase.py)
+    batch_tail: str = "batch"  # "sync": cells re-queued after a first window go synchronously
+    batch_poll_s: float = 30.0
+    batch_max_lines: int = 50_000
+    batch_max_bytes: int = 190 * 1024 * 1024
+    export_requests: Path | None = None  # write the request lines, send nothing
+    import_responses: Path | None = None  # read Batch API output lines into the store, then grade
+    # all of one model's cells before the next model's: a server that holds one model at a time (llama.cpp's
+    # aliases) swaps models once per model instead of for nearly every request
+    models_in_turn: bool = False
+
+
+class RunMonitor:
+    """What the runner reports while it runs; the terminal's progress bars implement it. No-ops here."""
+
+    def start(self, totals: dict[str, int]) -> None: ...
+
+    def advance(self, label: str, error: str | None = None, cached: bool = False) -> None: ...
+
+    def retry(self, label: str, kind: str, reason: str = "") -> None: ...
+
+    def concurrency(self, label: str, limit: int) -> None:
+        """The adaptive limit of a model's endpoint changed."""
+
+    def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None:
+        """A batch changed status or request counts."""
+
+    def message(self, text: str) -> None:
+        """One line worth telling the user while the run goes on (a failed batch, an adopted one)."""
+
+    def stop(self) -> None: ...
+
+
+UNREACHABLE_AFTER = 3  # connection failures to an endpoint that has never answered, before the run stops
+# An endpoint that answered before and now only refuses connections has died (a killed server, a lost tunnel):
+# once this many attempts in a row, spread over at least DEAD_WINDOW_S, failed to connect, the run stops instead
+# of letting every in-flight cell spend its retries (minutes of backoff) on a server that is not there.
+DEAD_AFTER = 3
+DEAD_WINDOW_S = 2.0
+
+
+class FatalRunError(Exception):
+    """An endpoint refused the whole run (401/403, unknown model): stop at once, say which model and why."""
+
+    def __init__(self, label: str, model: str, error: ProviderError):
+        self.label, self.model, self.error = label, model, error
+        super().__init__(f"model {label} ({model}): {error.kind}: {error}")
+
+
+class RequestRefused(FatalRunError):
+    """The endpoint refuses every request of a model alike (a request shape it does not take): exit 2."""
+
+    def __init__(self, label: str, model: str, error: ProviderError, option: str, count: int):
+        from rfteval.providers.retry import one_line
+
+        self.option, self.count = option, count
+        super().__init__(label, model, error)
+        fix = "" if option == "the request" else f", caused by {option}"
+        self.args = (f"model {label} ({model}): the server refused {count} requests alike{fix}: "
+                     f"{one_line(str(error))}; a re-run after fixing it resumes",)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class ServerGone(Exception):
+    """An endpoint that answered before stopped answering (connections refused or reset): the run stops, exit 3."""
+
+    def __init__(self, label: str, model: str, error: ProviderError, failures: int, seconds: float):
+        from rfteval.providers.retry import one_line
+
+        self.label, self.model, self.error = label, model, error
+        super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
+                         f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
+
+
+@dataclass
+class RunResult:
+    out_dir: Path
+    summary: dict[str, Any]
+    totals: dict[str, LabelTotals]
+    interrupted: bool = False
+    batches_open: int = 0  # batches still running at the provider (after Ctrl-C): re-run to collect them
+    exported: dict[str, int] | None = None  # --export-requests: file → lines written
+    comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
+    stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
+
+    def item_ids(self) -> Iterator[str]:
+        """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
+        return (item.id for item in stream_items(self.summary["dataset"]))
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return ExitStatus.INTERRUPTED
+        if self.stopped is not None:
+            return ExitStatus.INCOMPLETE
+        if self.summary["error_rate"] > self.summary["max_error_rate"]:
+            return ExitStatus.INCOMPLETE
+        return ExitStatus.SUCCESS
+
+
+@dataclass
+class _Job:
+    run: ModelRun
+    item: Item
+    epoch: int
+    request: GenerationRequest
+    key: str
+
+
+@dataclass
+class _Context:
+    spec: RunSpec
+    runs: list[ModelRun]
+    providers: dict[str, Provider]
+    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def jobs(self, runs: list[ModelRun] | None = None) -> Iterator[_Job]:
+        """Every cell (of `runs`, default all) in dataset order: item, then model, then epoch (so a partial run is
+        still paired)."""
+        from rfteval.run.store import cell_key
+
+        for item in stream_items(self.spec.dataset):
+            for run in runs if runs is not None else self.runs:
+                provider = self.providers[run.label]
+                ident = self.identities[run.label]
+                for epoch in range(1, self.spec.epochs + 1):
+                    # each epoch its own seed (Sampling.for_epoch): epochs are independent samples
+                    req = GenerationRequest(model=run.model, messages=item.messages,
+                                            sampling=run.sampling.for_epoch(epoch), tools=item.tools,
+                                            tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
+                    yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
+
+    def cells(self) -> Iterator[Cell]:
+        for job in self.jobs():
+            yield Cell(job.run.label, job.run.model, job.item.id, job.epoch, job.key)
+
+    def batch_jobs(self) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+        """(key, CellInfo, request body) for each cell of a model behind an OpenAI-compatible endpoint."""
+        from rfteval.run.batch.phase import CellInfo
+
+        for job in self.jobs():
+            provider = self.providers[job.run.label]
+            if not batchable(provider):
+                continue
+            info = CellInfo(job.run.label, job.run.model, job.item.id, job.epoch, getattr(provider, "api", "chat"),
+                            job.run.sampling.asks_for_json)
+            yield job.key, info, provider.request_body(job.request)
+
+
+def stream_items(dataset: str | Path) -> Iterator[Item]:
+    """The items of a dataset, one at a time (ids are checked once, by count_items)."""
+    return iter_items(dataset, check_duplicates=False)
+
+
+def count_items(dataset: str | Path) -> int:
+    """Validate the whole dataset before any request (a bad line is exit 2, not a half-paid run).
+
+    Duplicate ids are found with 8 bytes per item (sorted 64-bit hashes); only when two hashes agree is the
+    dataset read again by iter_items, which names the duplicate's file and line.
+    """
+    import numpy as np
+
+    hashes = array("q")
+    for item in stream_items(dataset):
+        digest = hashlib.blake2b(item.id.encode(), digest_size=8).digest()
+        hashes.append(int.from_bytes(digest, "little", signed=True))
+    if not hashes:
+        raise InputError("the dataset has no items", dataset)
+    h = np.sort(np.frombuffer(hashes, dtype=np.int64))
+    if bool((h[1:] == h[:-1]).any()):
+        for _ in iter_items(dataset):  # raises the duplicate id's InputError
+            pass
+    return len(hashes)
+
+
+def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dict[str, Provider]:
+    """The providers of a run, with its service tier and transport."""
+    from rfteval.providers import build_providers as build
+
+    return build(runs, opts.service_tier if opts else None, opts.transport if opts else None)
+
+
+# ---------------------------------------------------------------- the pipeline
+
+
+class _Pipeline:
+    def __init__(self, ctx: _Context, store: RunStore, engine: GradingEngine, grader_hash: str, monitor: RunMonitor,
+                 opts: RunOptions, export: Any, judge: Judge | None = None):
+        from rfteval.providers.retry import RetryPolicy
+
+        self.ctx, self.store, self.engine, self.grader_hash = ctx, store, engine, grader_hash
+        self.monitor, self.opts, self.export = monitor, opts, export
+        self.judge = judge
+        spec = ctx.spec
+        self.policy = RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
+                                  max_backoff_s=opts.backoff_max_s)
+        self.n_workers = spec.concurrency
+        from rfteval.run.concurrency import AdaptiveLimiter
+
+        self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
+                                                    fixed=opts.fixed_concurrency) for run in ctx.runs}
+        # Fail fast on an endpoint that is not there: connection failures before its first answer
+        self.answered: set[str] = set()
+        self.unreached: dict[str, int] = {}
+        # ... or that died: (time of the first, count) of the connection failures since its last answer
+        self.unanswered: dict[str, tuple[float, int]] = {}
+        self.gone: ServerGone | None = None
+        # ... or that refuses what rfteval sends (a response format, tools): the same refusal, no success
+        from rfteval.providers.retry import RefusalWatch
+
+        self.refusals = {run.label: RefusalWatch() for run in ctx.runs}
+        # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
+        # those the batch phase hands back (--batch-tail sync)
+        self.no_sync = {run.label for run in ctx.runs
+                        if (opts.batch or opts.import_responses is not None) and batchable(ctx.providers[run.label])}
+        self.sync_keys: set[str] = set()
+        self.batch_phase: Any = None
+        self.judge_batch: Any = None
+        self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
+        self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
+            maxsize=opts.grade_batch_size * 4)
+        # A group judge ranks an item's samples against each other: its cells are graded together, once all of
+        # the item's epochs (of every model, with group_models) are in.
+        from rfteval.graders.group_judge import needs_groups
+
+        self.group_mode = needs_groups(engine.config) if engine is not None else False
+        self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
+        self.groups: dict[tuple[str, ...], list[tuple[_Job, dict[str, Any], bool, bool]]] = {}
+
+    async def run(self) -> None:
+        for label, limiter in self.limiters.items():
+            self.monitor.concurrency(label, limiter.current)
+        if self.batch_phase is not None:
+            outcome = await self.batch_phase.run()
+            self.sync_keys = outcome.sync_keys
+        if self.judge_batch is not None:
+            await self.judge_batch.run()
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._produce())
+            workers = [tg.create_task(self._work()) for _ in range(self.n_workers)]
+            graders = [tg.create_task(self._grade_loop()) for _ in range(self.opts.grade_parallel)]
+            background = tg.create_task(self._checkpoints()) if self.opts.checkpoint_s > 0 else None
+            await asyncio.gather(*workers)
+            for _ in graders:
+                await self.grading.put(None)
+            await asyncio.gather(*graders)
+            if background is not None:
+                background.cancel()
+
+    async def _produce(self) -> None:
+        if self.opts.models_in_turn:
+            for run in self.ctx.runs:  # a model's last cells (and their retries) end before the next one's start
+                for job in self.ctx.jobs([run]):
+                    await self.jobs.put(job)
+                await self.jobs.join()
+        else:
+            for job in self.ctx.jobs():
+                await self.jobs.put(job)
+        for _ in range(self.n_workers):
+            await self.jobs.put(None)
+
+    async def _work(self) -> None:
+        while (job := await self.jobs.get()) is not None:
+            try:
+                await self._cell(job)
+            finally:
+                self.jobs.task_done()
+
+    async def _cell(self, job: _Job) -> None:
+        label = job.run.label
+        entry = self.store.get_response(job.key)
+        cached = is_reusable_response(entry)
+        if not cached and label in self.no_sync and job.key not in self.sync_keys:
+            return  # left to a batch (or an import): missing until it comes back, never sent here
+        if not cached:
+            entry = await self._generate(job)
+            self.store.put_response(entry)  # stored (and flushed) before it is graded
+        assert entry is not None
+        cached = cached and entry.get("session") != self.store.session  # a batch result of this run is fresh
+        grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry["error"] else None
+        if self.group_mode:
+            await self._group_add(job, entry, cached, grade)
+            return
+        if entry["error"]:
+            self.monitor.advance(label, error=entry["error"]["type"], cached=cached)
+            return
+        if grade is not None and is_reusable_grade(grade):
+            self.monitor.advance(label, error=(grade["error"] or {}).get("type"), cached=cached)
+            return
+        await self.grading.put((job, entry, cached))
+
+    async def _group_add(self, job: _Job, entry: dict[str, Any], cached: bool, grade: dict[str, Any] | None) -> None:
+        """Hold a cell until its item's group is complete; then grade the group in one batch (or reuse its grades:
+        relative scores are only consistent when the whole group was graded together)."""
+        key = (job.item.id,) if self.ctx.spec.group_models else (job.run.label, job.item.id)
+        reusable = grade is not None and is_reusable_grade(grade)
+        group = self.groups.setdefault(key, [])
+        group.append((job, entry, cached, reusable))
+        if len(group) < self.group_size:
+            return
+        del self.groups[key]
+        ok = [(j, e, c) for j, e, c, _ in group if not e["error"]]
+        for j, e, c, _ in group:
+            if e["error"]:
+                self.monitor.advance(j.run.label, error=e["error"]["type"], cached=c)
+        if all(r for _, e, _, r in group if not e["error"]):
+            for j, _, c in ok:
+                g = self.store.get_grade(j.key, self.grader_hash)
+                self.monitor.advance(j.run.label, error=((g or {}).get("error") or {}).get("type"), cached=c)
+            return
+        if ok:
+            await self._grade_batch(ok)
+
+    async def _generate(self, job: _Job) -> dict[str, Any]:
+        from rfteval.providers.retry import call_with_retries
+
+        run = job.run
+        provider = self.ctx.providers[run.label]
+        attempts = 0
+        started = 0.0
+
+        limiter = self.limiters[run.label]
+        refusals = self.refusals[run.label]
+
+        async def attempt() -> Any:
+            nonlocal attempts, started
+            attempts += 1
+            token = await limiter.acquire()
+            started = time.perf_counter()
+            try:
+                gen = await provider.generate(job.request, self.ctx.spec.timeout)
+            except ProviderError as exc:
+                limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
+                if exc.kind == "connection":
+                    self._connection_failed(run, exc)
+                if refusals.failed(exc):
+                    from rfteval.providers.retry import option_of
+
+                    raise RequestRefused(run.label, run.model, exc, option_of(str(exc), provider.request_body(
+                        job.request)), refusals.count) from None
+                raise
+            except BaseException:
+                limiter.release(token, "other")
+                raise
+            self.answered.add(run.label)
+            self.unanswered.pop(run.label, None)
+            refusals.ok()
+            before = limiter.current
+            limiter.release(token, "ok", gen.rate)
+            if limiter.current != before:
+                self.monitor.concurrency(run.label, limiter.current)
+            return gen
+
+        def on_retry(n: int, exc: BaseException, wait: float) -> None:
+            from rfteval.providers.retry import one_line
+
+            self.monitor.retry(run.label, getattr(exc, "kind", "error"), one_line(str(exc), 160))
+            self.monitor.concurrency(run.label, limiter.current)
+
+        common: dict[str, Any] = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
+                      session=self.store.session)
+        try:
+            gen = await call_with_retries(attempt, self.policy, on_retry)
+        except ProviderError as exc:
+            if exc.fatal:
+                raise FatalRunError(run.label, run.model, exc) from None
+            return response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
+                                  latency_s=round(time.perf_counter() - started, 4))
+        except (FatalRunError, ServerGone):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
+            return response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
+                                  attempts=attempts)
+        return response_entry(**common, generation=gen, attempts=attempts,
+                              latency_s=round(time.perf_counter() - started, 4))
+
+    def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
+        """Stop the run when an endpoint cannot be reached: at once (exit 2) when it never answered, and when it
+        answered before but every attempt for a while failed to connect (exit 3: the same command resumes)."""
+        label = run.label
+        if label not in self.answered:
+            self.unreached[label] = self.unreached.get(label, 0) + 1
+            if self.unreached[label] >= UNREACHABLE_AFTER:  # never answered: not worth minutes of retries
+                raise FatalRunError(label, run.model, exc) from None
+            return
+        now = time.monotonic()
+        since, count = self.unanswered.get(label, (now, 0))
+        self.unanswered[label] = (since, count + 1)
+        if count + 1 >= DEAD_AFTER and now - since >= DEAD_WINDOW_S:
+            raise ServerGone(label, run.model, exc, count + 1, now - since)
+
+    async def _grade_loop(self) -> None:
+        done = False
+        while not done:
+            first = await self.grading.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.opts.grade_batch_size and not self.grading.empty():
+                nxt = self.grading.get_nowait()
+                if nxt is None:
+                    done = True
+                    break
+                batch.append(nxt)
+            await self._grade_batch(batch)
+
+    async def _grade_batch(self, batch: list[tuple[_Job, dict[str, Any], bool]]) -> None:
+        """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
+        spec = self.ctx.spec
+        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
+        try:
+            from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
+
+            results = await asyncio.to_thread(call_in_units, [(j.run.label, j.item.id) for j, _, _ in batch],
+                                              self.engine.grade_batch, pairs)
+            if len(results) != len(pairs):
+                raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
+        except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run
+            results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
+                       for _ in pairs]
+        for (job, _, cached), result in zip(batch, results):
+            self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
+            self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
+        fatal = judge_fatal(self.judge)
+        if fatal is not None:  # a refused judge key or an unknown judge model: stop now, not after every cell
+            raise fatal
+
+    async def _checkpoints(self) -> None:
+        """Rewrite the result files now and then, so a long run shows its results so far."""
+        interval = self.opts.checkpoint_s
+        while True:
+            await asyncio.sleep(interval)
+            reader = self.store.reader()
+            t0 = time.monotonic()
+            try:
+                await asyncio.to_thread(self.export, reader)
+            except Exception:  # noqa: BLE001 - a failed checkpoint is retried at the next one and at the end
+                pass
+            finally:
+                reader.close()
+            interval = max(self.opts.checkpoint_s, 10 * (time.monotonic() - t0))  # never more than ~10% of the time
+
+
+# ---------------------------------------------------------------- one run, start to end
+
+
+def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
+             providers: dict[str, Provider] | None = None, judge: Judge | None = None) -> RunResult:
+    """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
+
+    `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
+    model graders (score_model, label_model) through the grading engine.
+    """
+    from rfteval.graders.engine import GradingEngine
+    from rfteval.graders.loader import load_grader
+    from rfteval.providers.pricing import price_table
+
+    monitor = monitor or RunMonitor()
+    opts = options or RunOptions()
+    runs = resolve_models(spec)
+    grader = load_grader(spec.grader)
+    grader_hash = config_hash(grader.model_dump(mode="json"))
+    stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
+    n_items = count_items(spec.dataset)
+    own_providers = providers is None  # preflight
+    providers = providers if providers is not None else build_providers(runs, opts)
+    for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
+        recorded = getattr(providers.get(run.label), "max_epoch", None)
+        if isinstance(recorded, int) and 0 < recorded < spec.epochs:
+            raise InputError(f"model {run.label} replays {recorded} recorded epoch(s); --epochs is {spec.epochs}",
+                             run.settings.get("path"), field="--epochs")
+    # ---- preflight (rfteval/run/preflight.py): model names, Batch and Responses APIs, before anything is
+    # written or sent; and the providers' one-line warnings go to the monitor
+    if opts.export_requests is None and opts.import_responses is None:
+        from rfteval.run.preflight import preflight, run_checks
+
+        try:
+            preflight(run_checks(spec, runs, providers, grader, judge, opts.batch), not spec.skip_model_check)
+        except InputError:
+            if own_providers:
+                _close_providers(providers)
+            raise
+    for p in providers.values():
+        if hasattr(p, "on_warning"):
+            p.on_warning = monitor.message
+    # ---- end of preflight
+    ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
+    labels = [r.label for r in runs]
+    out_dir = spec.out_dir
+    interrupted = False
+    export_lock = threading.Lock()
+    if (opts.batch or opts.export_requests or opts.import_responses) and not any(
+            batchable(p) for p in providers.values()):
+        raise InputError("no model behind an OpenAI-compatible endpoint: nothing to batch, export or import",
+                         field="--batch" if opts.batch else "--export-requests" if opts.export_requests
+                         else "--import-responses")
+    if not (opts.batch or opts.fresh or opts.export_requests or opts.import_responses):
+        from rfteval.run.batch.phase import read_journal
+
+        open_chunks = [c for c in read_journal(out_dir) if c.live and c.file_id and not c.cancel_requested]
+        if open_chunks:  # sending their cells synchronously would pay for them twice
+            raise InputError(f"{len(open_chunks)} batch(es) of this run are still open at the provider; re-run with "
+                             f"--batch to collect them, or cancel them first (rfteval batches {out_dir} --cancel)",
+                             out_dir, field="--batch")
+    from rfteval.run.batch.phase import refuse_fresh_while_open
+
+    store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
+    restore_signals = False
+    unhook_judge: Callable[[], None] | None = None
+    engine = None
+    own_judge = judge is None
+    batch_phase = None
+    try:
+        write_text_atomic(out_dir / RESOLVED_SPEC, to_toml(spec))
+        if opts.export_requests is not None:
+            from rfteval.run.batch.phase import export_requests
+
+            written = export_requests(Path(opts.export_requests), ctx.batch_jobs(), store)
+            _close_providers(providers)
+            return RunResult(out_dir, {"cells": n_items * spec.epochs * len(runs)}, {}, exported=written)
+        if opts.import_responses is not None:
+            from rfteval.run.batch.phase import import_responses
+
+            counts = import_responses(Path(opts.import_responses), ctx.batch_jobs(), store)
+            monitor.message(f"imported {opts.import_responses}: {counts['stored']} responses stored, "
+                            f"{counts['errors']} errors, {counts['failed']} failed lines, {counts['already']} already "
+                            f"stored, {counts['unknown']} not cells of this run")
+        if own_judge:
+            judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
+        judge_provider: Any = getattr(judge, "provider", None)
+        if hasattr(judge_provider, "on_warning"):  # its ignored-limit warning, as the models' (preflight above)
+            judge_provider.on_warning = monitor.message
+        unhook_judge = report_judge_retries(judge, monitor)
+        engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
+                                                    python_memory_mb=spec.grader_memory), judge=judge)
+
+        def export(reader: StoreReader) -> dict[str, LabelTotals]:
+            with export_lock:
+                totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
+                                       session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
+                                       tags=spec.reasoning_tags)
+                summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
+                                        compare_run(out_dir, labels))
+                write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
+                return totals
+
+        prices = price_table(spec.pricing)
+        _preload_in_background()
+        monitor.start({label: n_items * spec.epochs for label in labels})
+        pipeline = _Pipeline(ctx, store, engine, stored_under, monitor, opts, export, judge=judge)
+        if opts.batch:
+            from rfteval.providers.retry import RetryPolicy
+            from rfteval.run.batch.phase import BatchPhase
+
+            common: dict[str, Any] = dict(store=store, run_id=store.run_id, monitor=monitor,
+                          policy=RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
+                                             max_backoff_s=opts.backoff_max_s),
+                          poll_s=opts.batch_poll_s, max_lines=opts.batch_max_lines, max_bytes=opts.batch_max_bytes,
+                          tail=opts.batch_tail, say=monitor.message)
+            batch_phase = pipeline.batch_phase = BatchPhase(
+                jobs=ctx.batch_jobs, providers={label: p for label, p in providers.items() if batchable(p)},
+                **common)
+            if opts.batch_judge and judge is not None:
+                from rfteval.run.batch.judge_phase import JudgeBatch
+
+                pipeline.judge_batch = JudgeBatch(pipeline, judge, common)
+        try:
+            interrupted = _run_loop(pipeline, opts.handle_signals, providers)
+        finally:
+            monitor.stop()
+        if interrupted:
+            restore_signals = True
+        store.commit()
+        fatal = judge_fatal(judge)
+        if fatal is not None:  # a 401 or unknown judge model: as fatal as the models' own
+            raise fatal
+        with export_lock:
+            reader = store.reader()
+            try:
+                totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
+                                       session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
+                                       tags=spec.reasoning_tags)
+            finally:
+                reader.close()
+            comparison = compare_run(out_dir, labels)
+            summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
+                                    not interrupted and pipeline.gone is None, prices, comparison)
+            summary["concurrency"] = {label: lim.summary() for label, lim in pipeline.limiters.items()}
+            open_batches = 0
+            if batch_phase is not None:
+                chunks = list(batch_phase.journal.chunks.values())
+                open_batches = sum(1 for c in chunks if c.live and (c.batch_id or c.file_id))
+                summary["batches"] = {"chunks": len(chunks), "open": open_batches,
+                                      "stored_this_invocation": batch_phase.outcome.stored,
+                                      "failed_chunks": batch_phase.outcome.failed_chunks,
+                                      "messages": batch_phase.outcome.messages}
+            write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
+        return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
+                         stopped=None if pipeline.gone is None else str(pipeline.gone))
+    finally:
+        if unhook_judge is not None:
+            unhook_judge()
+        if restore_signals:  # the shutdown after Ctrl-C is written: Ctrl-C is Ctrl-C again
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if batch_phase is not None:
+            batch_phase.close()
+        if engine is not None:
+            engine.close()
+        if own_judge and judge is not None:
+            judge.close()
+        store.close()
+
+
+JUDGE_CACHE = "judge_cache.jsonl"
+
+
+def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:
+    """The key stored grades are filed under: the grader config's hash, and for model graders what else decides
+    the grade. The judge (endpoint, API, --judge-model): another judge is another grader. For a group judge also
+    the grouping (epochs, and the models ranked together with --group-models), since its scores are relative to
+    the group: a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
+    from rfteval.graders.group_judge import needs_groups
+    from rfteval.readiness.judge_stability import model_grader_types
+
+    # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
+    # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
+    answers: dict[str, Any] = {}
+    if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
+        answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
+    if not model_grader_types(grader):
+        return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
+    js = spec.judge_settings()
+    extra: dict[str, Any] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
+    if needs_groups(grader):
+        extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
+    return config_hash({"grader": grader_hash, **extra, **answers})
+
+
+def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Any:
+    """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
+    Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
+    from rfteval.readiness.judge_stability import model_grader_types
+
+    if not model_grader_types(grader):
+        return None
+    from rfteval.providers.judge import Judge
+
+    cache = out_dir / JUDGE_CACHE
+    if fresh:
+        cache.unlink(missing_ok=True)
+    js = spec.judge_settings()
+    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], cache_path=cache,
+                               concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
+                               timeout_s=spec.timeout, model_override=spec.judge.model)
+
+
+def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[], None] | None:
+    """Count the judge's retries on the progress display (as "judge"), besides any on_retry the judge has; the
+    returned function puts the judge's own back (a judge passed in outlives this run)."""
+    if judge is None or not hasattr(judge, "on_retry"):
+        return None
+    from rfteval.providers.retry import one_line
+
+    before = judge.on_retry
+
+    def on_retry(n: int, exc: BaseException, wait: float) -> None:
+        if before is not None:
+            before(n, exc, wait)
+        monitor.retry("judge", getattr(exc, "kind", "error"), one_line(str(exc), 160))
+
+    judge.on_retry = on_retry
+
+    def unhook() -> None:
+        judge.on_retry = before
+
+    return unhook
+
+
+def judge_fatal(judge: Judge | None) -> FatalRunError | None:
+    """The run-stopping error of a judge that was refused (401/403) or does not know its model, if any."""
+    error = getattr(judge, "fatal_error", None)
+    if error is None:
+        return None
+    model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
+    return FatalRunError("judge", model, error)
+
+
+def add_judge_usage(summary: dict[str, Any], judge: Judge | None, prices: dict[str, Price]) -> dict[str, Any]:
+    """Judge tokens and cost, per judge model, apart from the models' own."""
+    if judge is None or not hasattr(judge, "usage"):
+        return summary
+    from rfteval.providers.pricing import cost_usd
+
+    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
+                                                        u.get("output_tokens") or 0, prices)}
+                        for model, u in judge.usage().items()}
+    return summary
+
+
+def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider]) -> bool:
+    """Run the pipeline; True when Ctrl-C (or SIGTERM) stopped it. A fatal endpoint error raises."""
+
+    async def main() -> bool:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        stopped = False
+
+        def on_signal() -> None:
+            nonlocal stopped
+            if stopped:  # a second Ctrl-C (timeout -s INT, CI runners) while shutting down: the first one is enough
+                return
+            stopped = True
+            task.cancel()
+
+        installed = []
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                try:
+                    loop.add_signal_handler(sig, on_signal)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        try:
+            await pipeline.run()
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+        except BaseExceptionGroup as group:
+            fatal = group.subgroup(FatalRunError)
+            if fatal is not None:
+                raise _first(fatal) from None
+            gone = group.subgroup(ServerGone)
+            if gone is not None:  # stored answers stay stored; the result files say what is missing
+                first = _first(gone)
+                assert isinstance(first, ServerGone)
+                pipeline.gone = first
+                return False
+            raise _first(group) from None
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+                if stopped:  # until the records, summary and resume line are written (run_eval restores it)
+                    signal.signal(sig, signal.SIG_IGN)
+            for provider in providers.values():
+                try:
+                    await provider.aclose()
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    pass
+        return stopped
+
+    return asyncio.run(main())
+
+
+def _preload_in_background() -> None:
+    """Import what only the end of a run needs (Parquet, pandas for the readiness verdict) in a thread while the
+    requests are in flight: the event loop mostly waits on the network then, so the imports take that idle
+    time instead of adding to the wall time after the last answer."""
+
+    def preload() -> None:
+        try:
+            import pandas  # noqa: F401
+            import pyarrow.parquet  # noqa: F401
+        except Exception:  # noqa: BLE001 - only a head start; the real import reports any problem
+            pass
+
+    threading.Thread(target=preload, name="rfteval-preload", daemon=True).start()
+
+
+def _close_providers(providers: dict[str, Provider]) -> None:
+    async def close() -> None:
+        for provider in providers.values():
+            try:
+                await provider.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+    asyncio.run(close())
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc

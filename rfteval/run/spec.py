@@ -1,0 +1,494 @@
+"""The eval spec (TOML) merged with flags, validated once, so a run is fully described by one object.
+
+Paths in a spec file are relative to that file; paths given as flags are relative to the working directory.
+Flags win over the file key by key. Errors name the spec file, the line of the key when it can be found, and
+the key (or the flag).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rfteval.errors import InputError, read_input_text
+from rfteval.graders.judged import REASONING_EFFORTS
+from rfteval.providers.base import Sampling
+
+REPLAY_PREFIX = "replay:"
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
+GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
+JUDGE_KEYS = ("base_url", "api_key_env", "api", "model", "concurrency")
+
+# Flag spelling of every spec key, for error messages about values that came from the command line.
+FLAG_NAMES: dict[tuple[str, ...], str] = {
+    ("name",): "--name", ("dataset",): "--dataset", ("grader",): "--grader", ("epochs",): "--epochs",
+    ("out",): "--out", ("concurrency",): "--concurrency", ("max_retries",): "--max-retries",
+    ("timeout",): "--timeout", ("max_error_rate",): "--max-error-rate", ("grader_timeout",): "--grader-timeout",
+    ("grader_memory",): "--grader-memory", ("endpoint", "base_url"): "--base-url",
+    ("endpoint", "api_key_env"): "--api-key-env", ("endpoint", "api"): "--api",
+    **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
+    **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
+    ("group_models",): "--group-models", ("skip_model_check",): "--skip-model-check",
+    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_url(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError(f"must be an http(s) URL, got {value!r}")
+    return value.rstrip("/") if value else value
+
+
+def _check_env_name(value: str | None) -> str | None:
+    if value is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", value):
+        raise ValueError("must be the NAME of an environment variable (the key itself never goes in a file)")
+    return value
+
+
+class EndpointSpec(_Strict):
+    base_url: str | None = None  # None: OpenAI's
+    api_key_env: str = "OPENAI_API_KEY"  # the name of the variable; the key itself never goes in a file
+    api: Literal["chat", "responses"] = "chat"
+
+    _url = field_validator("base_url")(_check_url)
+    _env = field_validator("api_key_env")(_check_env_name)
+
+
+class SamplingSpec(_Strict):
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = None
+    reasoning_effort: str | None = None
+    max_output_tokens: int | None = Field(None, gt=0)
+    # a file: a JSON schema (structured outputs), or {"type": "json_schema" | "json_object" | "text", ...}
+    response_format: str | None = None
+
+    @field_validator("reasoning_effort")
+    @classmethod
+    def _effort(cls, value: str | None) -> str | None:
+        if value is not None and value not in REASONING_EFFORTS:
+            raise ValueError(f"must be one of {', '.join(REASONING_EFFORTS)}, got {value!r}")
+        return value
+
+
+class ModelSpec(SamplingSpec):
+    """One model under test; endpoint and sampling keys here override the shared ones."""
+
+    model: str | None = Field(None, min_length=1)  # a model name, or "replay:PATH" for recorded outputs
+    replay: str | None = None  # recorded outputs (JSONL) served in place of the endpoint
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api: Literal["chat", "responses"] | None = None
+
+    _url = field_validator("base_url")(_check_url)
+    _env = field_validator("api_key_env")(_check_env_name)
+
+    @model_validator(mode="after")
+    def _model_or_replay(self) -> ModelSpec:
+        if self.model is None and self.replay is None:
+            raise ValueError("needs `model` (a model name or replay:PATH) or `replay` (a recordings file)")
+        return self
+
+
+class JudgeSpec(_Strict):
+    """The judge endpoint of model graders; each key left out falls back to the run's [endpoint]."""
+
+    base_url: str | None = None
+    api_key_env: str | None = None
+    api: Literal["chat", "responses"] | None = None
+    model: str | None = Field(None, min_length=1)  # replaces the grader config's `model`
+    concurrency: int = Field(16, ge=1, le=1024)
+
+    _url = field_validator("base_url")(_check_url)
+    _env = field_validator("api_key_env")(_check_env_name)
+
+
+class PriceSpec(_Strict):
+    """USD per million tokens; reasoning tokens are billed as output tokens."""
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    batch_input: float | None = Field(None, ge=0)  # the Batch API's (and flex's) prices; default half
+    batch_output: float | None = Field(None, ge=0)
+
+
+class RunSpec(_Strict):
+    name: str | None = None
+    dataset: str
+    grader: str
+    epochs: int = Field(3, ge=1, le=1000)
+    out: str | None = None  # default runs/<name>
+    endpoint: EndpointSpec = Field(default_factory=EndpointSpec)
+    sampling: SamplingSpec = Field(default_factory=SamplingSpec)
+    models: dict[str, ModelSpec] = Field(min_length=1)
+    concurrency: int = Field(32, ge=1, le=4096)
+    max_retries: int = Field(10, ge=0, le=100)
+    timeout: float = Field(600.0, gt=0)
+    max_error_rate: float = Field(0.05, ge=0, le=1)
+    grader_timeout: float = Field(120.0, gt=0)
+    grader_memory: int = Field(2048, ge=16)
+    pricing: dict[str, PriceSpec] = Field(default_factory=dict)
+    judge: JudgeSpec = Field(default_factory=JudgeSpec)
+    group_models: bool = False  # a group judge ranks every model's samples of an item together
+    # reasoning models: graders see the answer apart from the thinking ("strip"), or the content as sent ("keep")
+    reasoning: Literal["strip", "keep"] = "strip"
+    think_tags: list[str] | None = None  # "OPEN,CLOSE" tag pairs; none given: <think>,</think>
+    # do not check the model names against the endpoint's GET /models (gateways route names they do not list);
+    # None (unset) is off, and stays out of spec.resolved.toml
+    skip_model_check: bool | None = None
+
+    @field_validator("think_tags")
+    @classmethod
+    def _tags(cls, value: list[str] | None) -> list[str] | None:
+        from rfteval.data.reasoning import parse_tags
+
+        parse_tags(value)  # ValueError: the key or flag is named by build_spec
+        return value
+
+    @property
+    def reasoning_tags(self) -> tuple[tuple[str, str], ...]:
+        from rfteval.data.reasoning import parse_tags
+
+        return parse_tags(self.think_tags)
+
+    @field_validator("models")
+    @classmethod
+    def _labels(cls, value: dict[str, ModelSpec]) -> dict[str, ModelSpec]:
+        for label in value:
+            if not LABEL_RE.match(label):
+                raise ValueError(f"label {label!r}: use letters, digits, '_', '-', '.' (it names the output file)")
+        return value
+
+    @property
+    def run_name(self) -> str:
+        """`name`, else the dataset's file name, or its folder's when the file is items.jsonl or alike."""
+        if self.name:
+            return self.name
+        path = Path(self.dataset)
+        return path.parent.name if path.stem in GENERIC_STEMS and path.parent.name else path.stem
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("runs") / self.run_name
+
+    def judge_settings(self) -> dict[str, Any]:
+        """Where the judge is reached: [judge] keys, else the run's [endpoint] ones."""
+        return {"base_url": self.judge.base_url or self.endpoint.base_url,
+                "api_key_env": self.judge.api_key_env or self.endpoint.api_key_env,
+                "api": self.judge.api or self.endpoint.api}
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """One model resolved for the runner: how to reach it and how to sample it."""
+
+    label: str
+    model: str  # as recorded in each record's `model`
+    provider: Literal["openai", "replay"]
+    settings: dict[str, Any]  # make_provider(provider, **settings)
+    sampling: Sampling
+
+
+# ---------------------------------------------------------------- reading and merging
+
+
+_HEADER = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
+_KEYLINE = re.compile(r"^\s*([A-Za-z0-9_\-.\"' :]+?)\s*=")
+
+
+def _split_key(text: str) -> list[str]:
+    parts = re.findall(r'"([^"]*)"|\'([^\']*)\'|([^.\s]+)', text)
+    return [a or b or c for a, b, c in parts]
+
+
+def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
+    """The TOML line defining `loc` (table headers followed), or of its table when the key is absent."""
+    want = [str(p) for p in loc if not isinstance(p, int)]
+    table: list[str] = []
+    best = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _HEADER.match(line)
+        if m:
+            table = _split_key(m.group(1))
+            if table == want[: len(table)] and best is None and len(table) == len(want) - 1:
+                best = lineno  # fall back to the table's header
+            continue
+        m = _KEYLINE.match(line)
+        if m and table + _split_key(m.group(1)) == want:
+            return lineno
+    return best
+
+
+def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
+    """The raw spec table with its paths made absolute; InputError naming file and line."""
+    path = Path(path)
+    text = read_input_text(path, "a TOML spec")
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise InputError(f"invalid TOML: {exc}", path, int(m.group(1)) if m else None) from None
+    return absolutize(raw, path.resolve().parent), text
+
+
+def _abs(value: Any, base: Path) -> Any:
+    if not isinstance(value, str) or not value:
+        return value
+    return str((base / value).resolve()) if not Path(value).is_absolute() else value
+
+
+def _abs_model(value: Any, base: Path) -> Any:
+    if isinstance(value, str) and value.startswith(REPLAY_PREFIX):
+        return REPLAY_PREFIX + _abs(value[len(REPLAY_PREFIX):], base)
+    return value
+
+
+def absolutize(raw: dict[str, Any], base: Path) -> dict[str, Any]:
+    """Make the path-valued keys of a raw spec (or of flag overrides) absolute against `base`."""
+    raw = json.loads(json.dumps(raw, default=str))  # a deep copy of plain data
+    for key in ("dataset", "grader", "out"):
+        if key in raw:
+            raw[key] = _abs(raw[key], base)
+    if isinstance(raw.get("sampling"), dict) and "response_format" in raw["sampling"]:
+        raw["sampling"]["response_format"] = _abs(raw["sampling"]["response_format"], base)
+    for m in (raw.get("models") or {}).values() if isinstance(raw.get("models"), dict) else ():
+        if isinstance(m, dict):
+            if "model" in m:
+                m["model"] = _abs_model(m["model"], base)
+            if "replay" in m:
+                m["replay"] = _abs(m["replay"], base)
+            if "response_format" in m:
+                m["response_format"] = _abs(m["response_format"], base)
+    return raw
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_model_flag(value: str) -> tuple[str, str]:
+    """`LABEL=MODEL` (or `LABEL=replay:PATH`) from a --model flag."""
+    label, sep, model = value.partition("=")
+    label, model = label.strip(), model.strip()
+    if not sep or not label or not model:
+        raise InputError(f"expected LABEL=MODEL (e.g. base=gpt-4o-mini or tuned=replay:FILE.jsonl), got {value!r}",
+                         field="--model")
+    if not LABEL_RE.match(label):
+        raise InputError(f"label {label!r}: use letters, digits, '_', '-', '.' (it names the output file)",
+                         field="--model")
+    return label, model
+
+
+def flag_overrides(
+    *, models: list[str] | None = None, cwd: Path | None = None, **flags: Any
+) -> dict[str, Any]:
+    """Turn CLI flag values (None = not given) into a raw-spec-shaped dict of overrides."""
+    over: dict[str, Any] = {}
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in ("base_url", "api_key_env", "api"):
+            over.setdefault("endpoint", {})[key] = value
+        elif key.startswith("judge_") and key[len("judge_"):] in JUDGE_KEYS:
+            over.setdefault("judge", {})[key[len("judge_"):]] = value
+        elif key in SAMPLING_KEYS:
+            over.setdefault("sampling", {})[key] = value
+        else:
+            over[key] = value
+    if models:
+        table: dict[str, Any] = {}
+        for spec in models:
+            label, model = parse_model_flag(spec)
+            if label in table:
+                raise InputError(f"label {label!r} given twice", field="--model")
+            table[label] = {"model": model}
+        over["models"] = table
+    return absolutize(over, cwd or Path.cwd())
+
+
+def build_spec(
+    spec_path: str | Path | None = None, overrides: dict[str, Any] | None = None
+) -> RunSpec:
+    """Read the spec file (if any), apply flag overrides, validate once; errors name the key or flag."""
+    raw: dict[str, Any] = {}
+    text = ""
+    if spec_path is not None:
+        raw, text = read_spec_file(spec_path)
+    overrides = overrides or {}
+    merged = deep_merge(raw, overrides)
+    for req, flag in (("dataset", "--dataset"), ("grader", "--grader"), ("models", "--model")):
+        if req not in merged:
+            hint = f"set `{req}` in the spec or pass {flag}" if spec_path else f"pass {flag} (or a spec file)"
+            raise InputError(f"missing: {hint}", spec_path, field=req)
+    try:
+        return RunSpec.model_validate(merged)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        if _from_flags(overrides, loc) or spec_path is None:
+            flag_name = FLAG_NAMES.get(tuple(map(str, loc))) or ("--model" if loc[:1] == ("models",) else None)
+            field = flag_name or ".".join(map(str, loc))
+            raise InputError(msg, field=field) from None
+        dotted = ".".join(map(str, loc))
+        raise InputError(msg, spec_path, _line_of_key(text, loc), dotted) from None
+
+
+def _from_flags(overrides: dict[str, Any], loc: tuple[Any, ...]) -> bool:
+    node: Any = overrides
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+# ---------------------------------------------------------------- resolution
+
+
+def load_response_format_file(path: str | Path) -> dict[str, Any]:
+    """A response format file → Sampling.response_format (see normalize_response_format).
+
+    Accepts a bare JSON schema, the wrapper {"name", "schema", "strict"?}, the full
+    {"type": "json_schema", "json_schema": {...}} as the Chat API spells it, {"type": "json_object", ...}
+    (JSON mode, sent as given) or {"type": "text"}.
+    """
+    from rfteval.graders.loader import read_json_file
+
+    obj, _ = read_json_file(path)
+    if not isinstance(obj, dict):
+        raise InputError("a response format must be a JSON object (a JSON schema)", path)
+    return normalize_response_format(obj, path)
+
+
+PLAIN_FORMATS = ("json_object", "text")
+
+
+def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[str, Any]:
+    """A response format as Sampling holds it. `{"type": "json_object", ...}` and `{"type": "text"}` are kept
+    exactly as given, extra keys included (llama.cpp's json_object takes a `schema`; servers without structured
+    outputs often have JSON mode). A json_schema format, in Chat's or Responses' spelling, or a bare JSON schema
+    becomes the wrapper {"name", "schema", "strict"}, the structured outputs request."""
+    kind = obj.get("type")
+    if kind in PLAIN_FORMATS:
+        return dict(obj)
+    if kind == "json_schema" and isinstance(obj.get("json_schema"), dict):
+        obj = obj["json_schema"]
+    elif kind == "json_schema" and not isinstance(obj.get("schema"), dict):
+        raise InputError("a json_schema response format needs `json_schema` (Chat) or `schema` (Responses)", source,
+                         field="response_format")
+    if "schema" in obj and isinstance(obj["schema"], dict):
+        out: dict[str, Any] = {"name": str(obj.get("name") or "response"), "schema": obj["schema"]}
+        out["strict"] = bool(obj.get("strict", True))
+        return out
+    if "type" in obj or "properties" in obj or "$schema" in obj:
+        return {"name": "response", "schema": obj, "strict": True}
+    raise InputError("not a JSON schema (expected a schema object, or {name, schema, strict})", source)
+
+
+def resolve_models(spec: RunSpec) -> list[ModelRun]:
+    """Per model: provider kind and settings, and the shared sampling with this model's overrides."""
+    formats: dict[str, dict[str, Any]] = {}
+    job_format = None
+    if spec.sampling.response_format is None:
+        from rfteval.graders.loader import load_response_format
+
+        job_format = load_response_format(spec.grader)  # a fine-tuning job file carries its own
+    runs = []
+    for label, m in spec.models.items():
+        values = {k: getattr(spec.sampling, k) for k in SAMPLING_KEYS}
+        values.update({k: getattr(m, k) for k in SAMPLING_KEYS if k in m.model_fields_set})
+        rf_path = values.pop("response_format")
+        rf = None
+        if rf_path:
+            if rf_path not in formats:
+                formats[rf_path] = load_response_format_file(rf_path)
+            rf = formats[rf_path]
+        elif job_format is not None:
+            rf = normalize_response_format(job_format, spec.grader)
+        sampling = Sampling(response_format=rf, **values)
+        replay, model = m.replay, m.model
+        if model is not None and model.startswith(REPLAY_PREFIX):
+            replay = model[len(REPLAY_PREFIX):]
+            if not replay:
+                raise InputError("replay: needs a path (replay:FILE.jsonl)", field=f"models.{label}.model")
+            model = REPLAY_PREFIX + Path(replay).name
+        if replay is not None:
+            runs.append(ModelRun(label, model or REPLAY_PREFIX + Path(replay).name, "replay", {"path": replay},
+                                 sampling))
+            continue
+        assert model is not None
+        settings = {
+            "base_url": m.base_url or spec.endpoint.base_url,
+            "api_key_env": m.api_key_env or spec.endpoint.api_key_env,
+            "api": m.api or spec.endpoint.api,
+        }
+        runs.append(ModelRun(label, model, "openai", settings, sampling))
+    return runs
+
+
+def config_hash(obj: Any) -> str:
+    """A short stable hash of plain data (canonical JSON)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------- spec.resolved.toml
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(type(value))
+
+
+def _toml_key(key: str) -> str:
+    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else json.dumps(key)
+
+
+def to_toml(spec: RunSpec) -> str:
+    """The merged spec as TOML (absolute paths, defaults filled in); it re-runs the same evaluation."""
+    data = spec.model_dump(mode="json", exclude_none=True)
+    data["name"] = spec.run_name
+    data["out"] = str(spec.out_dir.resolve())
+    lines = ["# Written by rfteval run: the spec after flags and defaults. API keys are never stored here,",
+             "# only the name of the environment variable holding one.", ""]
+    if data.get("judge") == {"concurrency": 16}:
+        data.pop("judge")  # all defaults: leave the table out
+    tables = {k: data.pop(k) for k in ("endpoint", "sampling", "judge", "models", "pricing") if k in data}
+    for k, v in data.items():
+        lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
+    for name in ("endpoint", "sampling", "judge"):
+        if tables.get(name):
+            lines += ["", f"[{name}]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in tables[name].items()]
+    for table in ("models", "pricing"):
+        for label, body in (tables.get(table) or {}).items():
+            lines += ["", f"[{table}.{_toml_key(label)}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in body.items()]
+    return "\n".join(lines) + "\n"

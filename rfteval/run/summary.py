@@ -1,0 +1,190 @@
+"""Summaries: of `rfteval grade`'s records per model, and of a run (summary.json, with the run's one comparison).
+
+Per-item means come first, then their mean (docs/statistics.md §2.9), in both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from rfteval.data import rundir
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pandas as pd
+
+    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.series import SeriesResult
+    from rfteval.data.records import Record
+    from rfteval.graders.base import GraderConfig
+    from rfteval.providers.pricing import Price
+    from rfteval.run.results import LabelTotals
+    from rfteval.run.spec import ModelRun, RunSpec
+
+
+def records_frame(records: list[Record]) -> pd.DataFrame:
+    """The columns summaries need; error records score 0 (OpenAI's rule) and are counted."""
+    import pandas as pd
+
+    return pd.DataFrame({
+        "model_label": [r.model_label for r in records],
+        "item_id": [r.item_id for r in records],
+        "epoch": [r.epoch for r in records],
+        "score": [0.0 if r.error else (r.score or 0.0) for r in records],
+        "error": [r.error["type"] if r.error else None for r in records],
+        "truncated_in_reasoning": [r.truncated_in_reasoning for r in records],
+    })
+
+
+def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str, Any]]:
+    """One summary per model label: mean of item means, its interval, counts of items, records and errors."""
+    from rfteval.stats import paired as stats
+
+    out = []
+    for label, df in frame.groupby("model_label", sort=False):
+        per_item = stats.item_stats(df)
+        side = stats.side_summary(per_item["mean"].to_numpy(), level=level)
+        errors = df["error"].dropna()
+        out.append({
+            "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
+            "items": int(len(per_item)), "records": int(len(df)), "errors": int(len(errors)),
+            "errors_by_type": {str(k): int(v) for k, v in errors.value_counts().items()},
+            # outputs cut off while thinking, as summary.json counts a run's (every output here is an answer)
+            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].sum()) if "truncated_in_reasoning"
+                                                 in df else 0, len(df)),
+            "per_item": per_item,
+        })
+    return out
+
+
+# ---------------------------------------------------------------- a run: summary.json
+
+
+@dataclass
+class RunComparison:
+    """The run's baseline against each other model, computed once from the records just written: summary.json's
+    deltas and the tables `rfteval run` prints both come from here. With two or more candidates it is a series
+    (rfteval.compare.series), Holm-adjusted across them, as `rfteval compare RUNDIR` reports it."""
+
+    baseline: str
+    results: dict[str, CompareResult]
+    series: SeriesResult | None = None
+
+
+def compare_run(out_dir: Path, labels: Sequence[str]) -> RunComparison | None:
+    """The comparison of a run directory's models against its baseline; None until two models have records."""
+    from rfteval.compare.comparison import compare_sides
+    from rfteval.compare.series import series_from_sides
+    from rfteval.compare.sides import load_side
+
+    if len(labels) < 2:
+        return None
+    base = rundir.baseline_label(labels)
+    sides = {}
+    for label in labels:
+        try:
+            sides[label] = load_side(out_dir / f"{label}.jsonl", label)
+        except InputError:  # no records yet (a checkpoint early in the run, or a model that never answered)
+            continue
+    cands = [sides[label] for label in labels if label != base and label in sides]
+    if base not in sides or not cands:
+        return None
+    try:
+        if len(cands) > 1:
+            series = series_from_sides(sides[base], cands, run_dir=str(out_dir))
+            return RunComparison(base, {c.label: c.result for c in series.candidates}, series)
+        return RunComparison(base, {cands[0].label: compare_sides(sides[base], cands[0])})
+    except InputError:  # nothing pairs yet (no item has records on both sides)
+        return None
+
+
+def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: GraderConfig,
+                  grader_hash: str, run_id: str, n_items: int, complete: bool, prices: dict[str, Price],
+                  comparison: RunComparison | None) -> dict[str, Any]:
+    """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost; per other
+    model, its paired delta against the baseline (from `comparison`, the run's one comparison)."""
+    import numpy as np
+
+    from rfteval.compare.comparison import run_pass_curves
+    from rfteval.data.records import json_safe, now_iso
+    from rfteval.stats.paired import side_summary
+
+    models: dict[str, Any] = {}
+    for run in runs:
+        t = totals[run.label]
+        means = np.frombuffer(t.item_means, dtype=np.float64)
+        means = means[~np.isnan(means)]
+        side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
+        models[run.label] = {
+            "model": run.model, "provider": run.provider,
+            "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
+            "mean": side["mean"], "se": side["se"], "ci95": side["ci95"], "items": side["items"],
+            "records": t.records, "cells": t.cells, "cached": t.cached,
+            "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
+            "error_rate": t.error_count / t.cells if t.cells else 0.0,
+            # reasoning tokens: None when no record's usage reported any (a server that never says is not 0)
+            "tokens": {"input": t.input_tokens, "output": t.output_tokens,
+                       "reasoning": t.reasoning_tokens if t.reasoning_reported else None},
+            "cost_usd": _model_cost(run.model, t, prices),
+            "truncated_in_reasoning": truncation(t.truncated_in_reasoning, t.answers),
+        }
+    labels = [r.label for r in runs]
+    curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
+    for label, curve in curves.items():
+        models[label].update(curve)
+    base = rundir.baseline_label(labels)
+    deltas = {label: {"baseline": base, "candidate": label, **result.delta}
+              for label, result in (comparison.results.items() if comparison else ())}
+    judge_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    for t in totals.values():  # a group judge's call may grade samples of several models: once in all
+        judge_calls.update(t.judge_calls)
+    cells = sum(t.cells for t in totals.values())
+    errors = sum(t.error_count for t in totals.values())
+    missing = sum(t.cells - t.records for t in totals.values())
+    return cast("dict[str, Any]", json_safe({
+        "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
+        "dataset": spec.dataset, "items": n_items, "epochs": spec.epochs,
+        "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},
+        "baseline": base, "models": models, "deltas": deltas,
+        "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
+        "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
+        **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
+    }))
+
+
+def truncation(n: int, samples: int) -> dict[str, Any]:
+    """How many of a model's samples (answers, not failed generations) the output limit cut off while thinking."""
+    return {"n": int(n), "share": n / samples if samples else 0.0}
+
+
+def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:
+    """Standard prices for synchronous tokens, the batch column for Batch API / flex / imported ones."""
+    from rfteval.providers.pricing import cost_usd
+
+    sync = cost_usd(model, t.input_tokens - t.discounted_input_tokens, t.output_tokens - t.discounted_output_tokens,
+                    prices)
+    if sync is None:
+        return None
+    return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
+
+
+def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, Price]
+                 ) -> dict[str, dict[str, Any]]:
+    """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
+    invocation made them (summary["judge"] counts this invocation's calls only)."""
+    from rfteval.providers.pricing import cost_usd
+
+    out: dict[str, dict[str, Any]] = {}
+    for model, usage in calls.values():
+        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": None})
+        row["calls"] += 1
+        for key in ("input_tokens", "output_tokens"):
+            row[key] += int(usage.get(key) or 0)
+        if usage.get("reasoning_tokens") is not None:  # None: never reported, not zero
+            row["reasoning_tokens"] = (row["reasoning_tokens"] or 0) + int(usage["reasoning_tokens"])
+    for model, row in out.items():
+        row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
+    return out

@@ -1,0 +1,23 @@
+"""Pure statistics: per-item means, paired deltas, pass@k, zero-signal estimators, agreement. Numpy in, typed results
+out; imports nothing above rfteval.errors.
+
+The names of rfteval.stats.paired are re-exported here, lazily: this is the public path the README shows, and
+importing one submodule of the package must not load the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rfteval.stats.paired import *  # noqa: F403
+
+
+def __getattr__(name: str) -> object:
+    module = importlib.import_module("rfteval.stats.paired")
+    if name.startswith("_") or not hasattr(module, name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
