@@ -13,8 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.data.records import apply_grade, iter_jsonl_records, make_record, read_records, write_jsonl, write_parquet
+from rfteval.data.records import iter_jsonl_records, make_record, read_records, write_jsonl, write_parquet
 from rfteval.graders.base import GradeResult
+from rfteval.graders.grading import apply_grade
 
 runner = CliRunner()
 LABELS = ["yes", "no", "yes", "yes", "no", "yes"]

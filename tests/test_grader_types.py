@@ -6,7 +6,6 @@ import pytest
 
 from rfteval.graders.base import REGISTRY, judge_types, needs_groups, runs_locally, uses_python, walk
 from rfteval.graders.loader import parse_config
-from rfteval.readiness.assess import grader_score_range
 
 SC = {"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", "reference": "x", "operation": "eq"}
 PY = {"type": "python", "name": "p", "source": "def grade(sample, item):\n    return 1.0"}
@@ -37,7 +36,7 @@ def test_what_a_config_needs_is_asked_of_it(grader, judges, python, groups, rang
     config = parse_config(grader)
     assert judge_types(config) == judges and runs_locally(config) is (not judges)
     assert uses_python(config) is python and needs_groups(config) is groups
-    assert grader_score_range(config)[:2] == range_
+    assert config.score_range()[:2] == range_
     assert [c.name for c in walk(config)][0] == config.name
 
 

@@ -13,7 +13,7 @@ import pytest
 import rfteval.graders.group_judge as gj
 from rfteval.data.sample import make_sample
 from rfteval.graders import GradingEngine, parse_config
-from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, REGISTRY
+from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, REGISTRY, needs_groups
 from rfteval.providers.judge import Judge, judge_repeat
 from rfteval.providers.openai_provider import OpenAIProvider
 from rfteval.providers.retry import RetryPolicy
@@ -308,5 +308,5 @@ def test_needs_groups_sees_through_multi():
     plain = parse_config({"type": "string_check", "name": "s", "input": "a", "reference": "a", "operation": "eq"})
     multi = parse_config({"type": "multi", "name": "m", "calculate_output": "g",
                           "graders": {"g": {**CONFIG, "name": "g"}}})
-    assert gj.needs_groups(parse_config(CONFIG)) and gj.needs_groups(multi)
-    assert not gj.needs_groups(plain)
+    assert needs_groups(parse_config(CONFIG)) and needs_groups(multi)
+    assert not needs_groups(plain)

@@ -10,16 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rfteval.data.records import apply_grade, make_record, records_frame
+from rfteval.data.records import make_record, records_frame
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
+from rfteval.graders.grading import apply_grade
 from rfteval.graders.loader import parse_config
 from rfteval.readiness.assess import (
     Thresholds,
     assess,
     effective_scores,
     expected_zero_signal,
-    grader_score_range,
     grpo_advantages,
     is_label_like,
     pick_label,
@@ -276,7 +276,7 @@ def test_regrade_without_a_grader_is_noted_not_invented():
 def test_score_range_from_the_grader_and_widening():
     judge = parse_config({"type": "score_model", "name": "j", "model": "m", "range": [0, 10],
                           "input": [{"role": "user", "content": "{{sample.output_text}}"}]})
-    assert grader_score_range(judge)[:2] == (0.0, 10.0)
+    assert judge.score_range()[:2] == (0.0, 10.0)
     rep = assess(records({"a": [0, 10, 5], "b": [10, 10, 10]}), judge, group_size=2)
     assert rep.position == pytest.approx((5 + 10) / 2 / 10)
     assert rep.zero_variance["ceiling"] == 0.5

@@ -9,7 +9,6 @@ from rfteval.data.records import (
     FIELDS,
     JSON_TEXT_FIELDS,
     Record,
-    apply_grade,
     arrow_schema,
     decode_records,
     dumps_record,
@@ -22,6 +21,7 @@ from rfteval.data.records import (
 )
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeError, GradeResult
+from rfteval.graders.grading import apply_grade
 
 
 def rec(**kw):

@@ -8,10 +8,11 @@ import re
 import pytest
 from fake_openai import Reply
 
-from rfteval.data.records import apply_grade, make_record
+from rfteval.data.records import make_record
 from rfteval.data.sample import make_sample
 from rfteval.graders import GradingEngine, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_REFUSAL, MODEL_SERVER
+from rfteval.graders.grading import apply_grade
 from rfteval.providers.judge import Judge
 from rfteval.providers.openai_provider import OpenAIProvider
 from rfteval.providers.retry import RetryPolicy

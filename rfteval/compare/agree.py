@@ -238,9 +238,9 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Any = None) -> tuple[Grade
 def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Any:
     """The judge client (its answers cached in `cache`, so a second run sends nothing), or None without a model
     grader. The python sandbox's policy is the command's to set (commands.common.python_sandbox)."""
-    from rfteval.readiness.judge_stability import model_grader_types
+    from rfteval.graders.base import judge_types
 
-    if not model_grader_types(config):
+    if not judge_types(config):
         return None
     from rfteval.providers.judge import Judge
 

@@ -209,16 +209,14 @@ def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
 
 @lru_cache(maxsize=32)
 def grader_maximum(grader: str) -> tuple[float, str] | None:
-    """The top of a grader's range (rfteval.readiness.assess.grader_score_range) and where that comes from; None when the
+    """The top of a grader's range (its config's score_range) and where that comes from; None when the
     file no longer loads (moved, edited into something invalid): the caller then falls back."""
     from rfteval.graders.loader import load_grader
-    from rfteval.readiness.assess import grader_score_range
-
     try:
         config = load_grader(grader)
     except Exception:  # noqa: BLE001 - a best-effort look-up: any grader that no longer loads means "unknown"
         return None
-    _, high, source = grader_score_range(config)
+    _, high, source = config.score_range()
     return float(high), f"the grader's maximum ({source}; {Path(grader).name})"
 
 
@@ -341,9 +339,7 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: GraderConfig) 
     sample passes by its record's `passed`, else when it reaches the grader's maximum. A label whose records
     cannot be read yet (no records) is left out.
     """
-    from rfteval.readiness.assess import grader_score_range
-
-    _, high, source = grader_score_range(grader)
+    _, high, source = grader.score_range()
     o = CompareOptions()
     out: dict[str, dict[str, Any]] = {}
     parquet = Path(out_dir) / rundir.RESULTS

@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from rfteval.graders.base import GradeResult
-
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -112,21 +110,6 @@ def make_record(
         latency_s=latency_s, cached=cached, output_tools=output_tools or None,
         reasoning_text=reasoning_text, truncated_in_reasoning=truncated_in_reasoning,
     )
-
-
-def apply_grade(record: Record, result: GradeResult) -> Record:
-    """Fill a record's grade fields; a generation error stays the record's error (score 0)."""
-    if record.error and record.error.get("stage") == "generate":
-        record.score = 0.0
-        return record
-    record.score = float(result.score)
-    record.sub_scores = result.sub_scores
-    record.passed = result.passed
-    record.grader_stdout = result.stdout or None
-    record.grade_details = result.details
-    record.error = error_dict("grade", result.error.type, result.error.message) if result.error else None
-    record.finished_at = now_iso()
-    return record
 
 
 def _enc_hook(value: Any) -> Any:

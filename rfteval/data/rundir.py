@@ -35,6 +35,22 @@ def baseline_label(labels: Sequence[str]) -> str:
     return BASELINE if BASELINE in labels else labels[0]
 
 
+def pick_label(records_df: pd.DataFrame, label: str | None) -> str | None:
+    """The model label to assess (readiness, one label): the one asked for, the only one, or the baseline."""
+    if "model_label" not in records_df or records_df.empty:
+        return label
+    labels = [str(x) for x in records_df["model_label"].dropna().unique()]
+    if label is not None:
+        if label not in labels:
+            raise InputError(f"no records for label {label!r} (labels: {', '.join(sorted(labels))})", field="--label")
+        return label
+    if len(labels) <= 1:
+        return labels[0] if labels else None
+    if BASELINE in labels:
+        return BASELINE
+    raise InputError(f"records hold several labels ({', '.join(sorted(labels))}); choose one", field="--label")
+
+
 def run_labels(run_dir: Path) -> list[str]:
     """The model labels of a run directory in the spec's order (spec.resolved.toml, else summary.json), keeping
     those with a DIR/<label>.jsonl; without either file, the record files' names, sorted."""
@@ -87,8 +103,6 @@ def record_file(path: Path, label: str | None) -> tuple[Path, bool]:
 
 
 def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
-    from rfteval.readiness.assess import pick_label
-
     try:
         return pick_label(df, label)
     except ValueError as exc:

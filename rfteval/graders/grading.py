@@ -10,14 +10,29 @@ from typing import TYPE_CHECKING
 from rfteval.data.dataset import Dataset
 from rfteval.data.outputs import Output
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, split_reasoning
-from rfteval.data.records import Record, apply_grade, make_record, now_iso
+from rfteval.data.records import Record, error_dict, make_record, now_iso
 from rfteval.data.sample import make_sample
-from rfteval.graders.base import GradeOptions, GraderConfig
+from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.sandbox import grading_units
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
+
+
+def apply_grade(record: Record, result: GradeResult) -> Record:
+    """Fill a record's grade fields; a generation error stays the record's error (score 0)."""
+    if record.error and record.error.get("stage") == "generate":
+        record.score = 0.0
+        return record
+    record.score = float(result.score)
+    record.sub_scores = result.sub_scores
+    record.passed = result.passed
+    record.grader_stdout = result.stdout or None
+    record.grade_details = result.details
+    record.error = error_dict("grade", result.error.type, result.error.message) if result.error else None
+    record.finished_at = now_iso()
+    return record
 
 
 def _batches(outputs: Iterable[Output], size: int) -> Iterator[list[Output]]:
@@ -51,7 +66,7 @@ def grade_outputs(
     the answer ("strip", as in `rfteval run`) or the text as written ("keep"), and records keep the thinking apart;
     an output's own reasoning field and finish_reason are read as a run reads the server's (truncated_in_reasoning).
     """
-    from rfteval.graders.group_judge import needs_groups
+    from rfteval.graders.base import needs_groups
 
     items = dataset.by_id()
     if needs_groups(config):  # a group judge ranks an item's samples together: never split an item across batches

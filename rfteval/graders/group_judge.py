@@ -291,13 +291,6 @@ def grade_pairs(config: GroupJudgeConfig, pairs: Sequence[Pair], judge: JudgeCli
     return [r for r in out if r is not None]
 
 
-def needs_groups(config: GraderConfig) -> bool:
-    """Whether a grader config must be handed whole item groups (rfteval.graders.base.needs_groups)."""
-    from rfteval.graders.base import needs_groups as contains_group_grader
-
-    return contains_group_grader(config)
-
-
 class GroupJudgeGrader:
     """Grades whole groups: the runner must pass every sample of an item in one batch."""
 

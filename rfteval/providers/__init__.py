@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rfteval.errors import InputError
@@ -11,10 +10,9 @@ from rfteval.providers.base import Generation, GenerationRequest, Provider, Prov
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
-    from rfteval.run.spec import ModelRun
 
 __all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
-           "build_providers", "make_provider"]
+           "make_provider"]
 
 KINDS = ("openai", "replay")
 
@@ -40,18 +38,6 @@ def make_provider(kind: str, **settings: Any) -> Provider:
         allowed = ", ".join(p for p in params if p != "self")
         raise InputError(f"unknown setting(s) {', '.join(unknown)} for provider {kind!r}; allowed: {allowed}", field="provider")
     return cls(**settings)
-
-
-def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
-                    transport: str | None = None) -> dict[str, Provider]:
-    """One provider per model run (rfteval.run.spec.ModelRun), by label; tier and transport go to OpenAI endpoints."""
-    extra: dict[str, Any] = {}
-    if service_tier is not None:
-        extra["service_tier"] = service_tier
-    if transport is not None:
-        extra["transport"] = transport
-    return {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
-            for run in runs}
 
 
 def batchable(provider: Provider) -> bool:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from rfteval.data.outfile import replace_atomically
 from rfteval.data.records import REFUSAL
+from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
-from rfteval.graders.base import walk
+from rfteval.graders.base import runs_locally, walk
 from rfteval.stats import zero_signal
 
 if TYPE_CHECKING:
@@ -245,19 +246,8 @@ def grpo_advantages(records_df: pd.DataFrame, errors: str = "exclude") -> pd.Ser
 
 # ---------------------------------------------------------------- the grader's range
 
-
-def grader_score_range(config: GraderConfig | None) -> tuple[float, float, str]:
-    """The grader's minimum and maximum, and where that comes from (each grader type says: `score_range`)."""
-    if config is None:
-        return 0.0, 1.0, "assumed [0, 1]: no grader given"
-    return config.score_range()
-
-
-def is_local_grader(config: GraderConfig | None) -> bool:
-    """A grader that runs without a judge model (cheap to run again)."""
-    from rfteval.graders.base import runs_locally
-
-    return config is not None and runs_locally(config)
+# Without a grader to ask (records assessed as they are), scores are taken to lie in [0, 1].
+NO_GRADER_RANGE = (0.0, 1.0, "assumed [0, 1]: no grader given")
 
 
 # ---------------------------------------------------------------- zero signal
@@ -635,22 +625,6 @@ def items_map(dataset: Dataset | str | Path | Mapping[str, Any] | None) -> dict[
     return {it.id: it.data for it in dataset}
 
 
-def pick_label(records_df: pd.DataFrame, label: str | None) -> str | None:
-    """The model label to assess: the one asked for, the only one, or `base`."""
-    if "model_label" not in records_df or records_df.empty:
-        return label
-    labels = [str(x) for x in records_df["model_label"].dropna().unique()]
-    if label is not None:
-        if label not in labels:
-            raise InputError(f"no records for label {label!r} (labels: {', '.join(sorted(labels))})", field="--label")
-        return label
-    if len(labels) <= 1:
-        return labels[0] if labels else None
-    if "base" in labels:
-        return "base"
-    raise InputError(f"records hold several labels ({', '.join(sorted(labels))}); choose one", field="--label")
-
-
 def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: str) -> dict[str, Any]:
     """Errors of the assessed records, by kind, and what the policy did with them.
 
@@ -705,7 +679,7 @@ def assess(
     scores = scored["score"].astype(float).tolist()
     grade_err = (kinds[mask] == "grade").tolist()
 
-    low, high, source = grader_score_range(grader_config)
+    low, high, source = grader_config.score_range() if grader_config is not None else NO_GRADER_RANGE
     if min(scores) < low or max(scores) > high:
         low, high = min(low, min(scores)), max(high, max(scores))
         source += "; widened to the observed scores"
@@ -764,7 +738,7 @@ def assess(
     item_means = {it.item_id: it.mean for it in stats}
     report.labels = label_skew(records, items, grader_config, item_means)
 
-    can_grade = engine is not None or (grader_config is not None and (is_local_grader(grader_config) or judge))
+    can_grade = engine is not None or (grader_config is not None and (runs_locally(grader_config) or judge))
     own_engine = None
     try:
         if items and can_grade:

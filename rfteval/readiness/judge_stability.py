@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rfteval.graders.base import GraderConfig, GradeResult, Pair
+from rfteval.graders.base import GraderConfig, GradeResult, Pair, judge_types
 from rfteval.providers.judge import judge_repeat
 
 if TYPE_CHECKING:
@@ -25,20 +25,13 @@ if TYPE_CHECKING:
 DEFAULT_THRESHOLD = 0.1  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
 
 
-def _score_range(config: GraderConfig) -> tuple[float, float]:
-    rng = getattr(config, "range", None)
-    if isinstance(rng, (list, tuple)) and len(rng) == 2:
-        return float(rng[0]), float(rng[1])
-    return 0.0, 1.0
-
-
 def _pass_threshold(config: GraderConfig, override: float | None) -> float:
     if override is not None:
         return override
     own = getattr(config, "pass_threshold", None)
     if own is not None:
         return float(own)
-    low, high = _score_range(config)
+    low, high, _ = config.score_range()
     return (low + high) / 2
 
 
@@ -75,7 +68,7 @@ def stability_report(
     if len(keys) != len(pairs):
         raise ValueError("keys and pairs differ in length")
     config: GraderConfig = engine.config
-    low, high = _score_range(config)
+    low, high, _ = config.score_range()
     scale = high - low if high > low else 1.0
     cut = _pass_threshold(config, pass_threshold)
 
@@ -178,14 +171,6 @@ def load_pairs(dataset_path: str | Path, outputs_path: str | Path) -> tuple[list
     return pairs, keys
 
 
-def model_grader_types(config: GraderConfig) -> set[str]:
-    """The model-grader types in a config (a multi's sub-graders included): each type says whether it calls a
-    judge (`GraderConfig.calls_judge`)."""
-    from rfteval.graders.base import judge_types
-
-    return judge_types(config)
-
-
 def run_stability(
     grader_path: str | Path,
     dataset_path: str | Path,
@@ -202,7 +187,7 @@ def run_stability(
     if repeat < 2:
         raise InputError("must be at least 2 to measure a spread", field="--repeat")
     config = load_grader(grader_path)
-    if not model_grader_types(config):
+    if not judge_types(config):
         raise InputError(f"a {config.type} grader has no judge model to check; --repeat needs score_model, "
                          "label_model or group_judge", grader_path, field="type")
     pairs, keys = load_pairs(dataset_path, outputs_path)

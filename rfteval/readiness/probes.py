@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, cast
 from rfteval.data.sample import make_sample
 from rfteval.graders.base import walk
 from rfteval.graders.template import TemplateError, lookup, parse_path, to_text
-from rfteval.readiness.assess import grader_score_range
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GradeOptions, GraderConfig
@@ -576,7 +575,7 @@ def run_probes(
         if own is not None:
             own.close()
 
-    low, high, source = grader_score_range(config)
+    low, high, source = config.score_range()
     observed = [g.score for g in graded]
     if observed and (max(observed) > high or min(observed) < low):
         low, high = min(low, min(observed)), max(high, max(observed))

@@ -305,7 +305,7 @@ class Reward:
     default_on_error = "zero"
 
     def __init__(self, grader: GraderLike, options: RewardOptions):
-        from rfteval.readiness.judge_stability import model_grader_types
+        from rfteval.graders.base import judge_types
 
         self.config = grader_config(grader)
         self.options = options
@@ -315,7 +315,7 @@ class Reward:
         configure(never_pass=[options.judge_api_key_env])
         self.table = ItemTable(options.items, options.id_field) if options.items is not None else None
         judge = None
-        types = model_grader_types(self.config)
+        types = judge_types(self.config)
         if types:
             judge = self._judge(types)
         grade_options = GradeOptions(python_timeout_s=options.grader_timeout, python_memory_mb=options.grader_memory,

@@ -239,7 +239,7 @@ def count_items(dataset: str | Path) -> int:
 
 def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dict[str, Provider]:
     """The providers of a run, with its service tier and transport."""
-    from rfteval.providers import build_providers as build
+    from rfteval.run.spec import build_providers as build
 
     return build(runs, opts.service_tier if opts else None, opts.transport if opts else None)
 
@@ -285,7 +285,7 @@ class _Pipeline:
             maxsize=opts.grade_batch_size * 4)
         # A group judge ranks an item's samples against each other: its cells are graded together, once all of
         # the item's epochs (of every model, with group_models) are in.
-        from rfteval.graders.group_judge import needs_groups
+        from rfteval.graders.base import needs_groups
 
         self.group_mode = needs_groups(engine.config) if engine is not None else False
         self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
@@ -684,15 +684,14 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     the grade. The judge (endpoint, API, --judge-model): another judge is another grader. For a group judge also
     the grouping (epochs, and the models ranked together with --group-models), since its scores are relative to
     the group: a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
-    from rfteval.graders.group_judge import needs_groups
-    from rfteval.readiness.judge_stability import model_grader_types
+    from rfteval.graders.base import judge_types, needs_groups
 
     # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
     # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
     answers: dict[str, Any] = {}
     if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
         answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
-    if not model_grader_types(grader):
+    if not judge_types(grader):
         return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     js = spec.judge_settings()
     extra: dict[str, Any] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
@@ -704,9 +703,9 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
 def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Any:
     """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
     Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
-    from rfteval.readiness.judge_stability import model_grader_types
+    from rfteval.graders.base import judge_types
 
-    if not model_grader_types(grader):
+    if not judge_types(grader):
         return None
     from rfteval.providers.judge import Judge
 

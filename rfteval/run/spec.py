@@ -11,15 +11,19 @@ import hashlib
 import json
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.providers.base import Sampling
+
+if TYPE_CHECKING:
+    from rfteval.providers.base import Provider
 
 REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -199,6 +203,20 @@ class ModelRun:
     provider: Literal["openai", "replay"]
     settings: dict[str, Any]  # make_provider(provider, **settings)
     sampling: Sampling
+
+
+def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
+                    transport: str | None = None) -> dict[str, Provider]:
+    """One provider per model run , by label; tier and transport go to OpenAI endpoints."""
+    from rfteval.providers import make_provider
+
+    extra: dict[str, Any] = {}
+    if service_tier is not None:
+        extra["service_tier"] = service_tier
+    if transport is not None:
+        extra["transport"] = transport
+    return {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
+            for run in runs}
 
 
 # ---------------------------------------------------------------- reading and merging

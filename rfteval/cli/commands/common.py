@@ -125,9 +125,9 @@ def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) ->
 def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
                concurrency: int, cache_path: Path | None = None) -> Any:
     """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
-    from rfteval.readiness.judge_stability import model_grader_types
+    from rfteval.graders.base import judge_types
 
-    if not model_grader_types(config):
+    if not judge_types(config):
         return None
     from rfteval.providers.judge import Judge
 

@@ -667,8 +667,8 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
     """
     import fcntl
 
-    from rfteval.providers import batchable, build_providers
-    from rfteval.run.spec import build_spec, resolve_models
+    from rfteval.providers import batchable
+    from rfteval.run.spec import build_providers, build_spec, resolve_models
 
     run_dir = Path(run_dir)
     spec_path = run_dir / "spec.resolved.toml"
