@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from record_sides import BASE, TUNED, item_means, rec, side_records, write_pair
 
-from rfteval.compare.comparison import CompareOptions, compare_paths, field_value
+from rfteval.compare.comparison import CompareOptions, field_value
 from rfteval.compare.gate import Gate
+from rfteval.compare.paths import compare_paths
 from rfteval.data.records import write_jsonl, write_parquet
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats

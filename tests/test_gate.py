@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from record_sides import rec, side_records, write_pair
 
-from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate, evaluate_gate
+from rfteval.compare.paths import compare_paths
 from rfteval.data.records import write_jsonl
 from rfteval.stats import paired as stats
 

@@ -17,7 +17,8 @@ from cli_run_files import write_run_files
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.compare.comparison import CompareOptions, compare_paths, compare_sides, run_pass_curves
+from rfteval.compare.comparison import CompareOptions, compare_sides, run_pass_curves
+from rfteval.compare.paths import compare_paths
 from rfteval.compare.sides import side_from_records
 from rfteval.compare.simulation import side_from_matrix
 from rfteval.data.records import make_record, write_jsonl

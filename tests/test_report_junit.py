@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
+from rfteval.compare.paths import compare_paths
 from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit, write_junit
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare.comparison import CompareOptions, compare_paths
+from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
+from rfteval.compare.paths import compare_paths
 from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.markdown import cell, code, render_markdown, write_markdown
 

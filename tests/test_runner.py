@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rfteval.compare.comparison import compare_paths
+from rfteval.compare.paths import compare_paths
 from rfteval.compare.series import compare_series
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 from rfteval.run.runner import FatalRunError, RunMonitor, RunOptions, run_eval

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from record_sides import BASE, TUNED, rec, side_records, write_pair
 
-from rfteval.compare.comparison import compare_paths, compare_sides
+from rfteval.compare.comparison import compare_sides
+from rfteval.compare.paths import compare_paths
 from rfteval.compare.sides import load_side, read_record_frame, side_from_records
 from rfteval.data.records import read_records, write_jsonl
 from rfteval.errors import InputError

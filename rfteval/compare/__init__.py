@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rfteval.compare.comparison import *  # noqa: F403
+    from rfteval.compare.paths import compare_paths as compare_paths
 
 
 def __getattr__(name: str) -> object:
-    module = importlib.import_module("rfteval.compare.comparison")
+    # compare_paths gates the comparison, so it lives above the comparison and the gate (rfteval.compare.paths)
+    module = importlib.import_module("rfteval.compare.paths" if name == "compare_paths" else "rfteval.compare.comparison")
     if name.startswith("_") or not hasattr(module, name):
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(module, name)

@@ -14,8 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from rfteval.compare.gate import Gate, GateVerdict, evaluate_gate, no_gate
-from rfteval.compare.sides import SUB, Side, load_side, load_sides, normalise_frame, read_record_frame
+from rfteval.compare.gate_types import Gate, GateVerdict, no_gate
+from rfteval.compare.sides import SUB, Side, load_side, normalise_frame, read_record_frame
 from rfteval.data import rundir
 from rfteval.data.records import json_safe
 from rfteval.errors import InputError
@@ -590,7 +590,8 @@ def adjust_family(rows: Sequence[PairRow]) -> None:
 
 def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
                   fields: dict[str, dict[str, str]] | None = None) -> CompareResult:
-    """The whole comparison of two sides already loaded: statistics, slices, sub-scores and the gate.
+    """The whole comparison of two sides already loaded: statistics, slices and sub-scores. The gate's verdict is
+    left empty (no_gate): whoever gates calls rfteval.compare.gate.evaluate_gate (compare_paths does).
 
     Under --metric pass@K / pass^K every item's value is its pass@K / pass^K estimate instead of its mean score,
     and everything downstream (intervals, p, verdict, slices, the gate) runs on it unchanged; the per-item drop
@@ -687,12 +688,12 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         if note:
             notes.append(note)
     items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
-    result = CompareResult(baseline, candidate, delta, items, slices, sub_scores,
-                           {"baseline_only": only_b, "candidate_only": only_c}, no_gate(o.gate), o, notes,
-                           used_b["score"].to_numpy(), used_c["score"].to_numpy(),
-                           used_b[["item_id", "score"]], used_c[["item_id", "score"]], bounds, metric.name, pass_k)
-    result.gate = evaluate_gate(result, o.gate)
-    return result
+    return CompareResult(
+        baseline=baseline, candidate=candidate, delta=delta, items=items, slices=slices, sub_scores=sub_scores,
+        unpaired={"baseline_only": only_b, "candidate_only": only_c}, gate=no_gate(o.gate), options=o, notes=notes,
+        baseline_scores=used_b["score"].to_numpy(), candidate_scores=used_c["score"].to_numpy(),
+        baseline_records=used_b[["item_id", "score"]], candidate_records=used_c[["item_id", "score"]],
+        bounds=bounds, metric=metric.name, pass_k=pass_k)
 
 
 MIN_ITEMS_FOR_INTERVAL = 5
@@ -724,24 +725,5 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
 
 
 # ---------------------------------------------------------------------------------------------- entry
-
-
-def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[str] = (),
-                  options: CompareOptions | None = None, dataset: str | Path | None = None) -> CompareResult:
-    """`rfteval compare`: labels are () , (both,) or (baseline, candidate)."""
-    o = options or CompareOptions()
-    if len(labels) > 2:
-        raise InputError("give --label once (both sides) or twice (baseline, then candidate)", field="--label")
-    label_b = labels[0] if labels else None
-    label_c = labels[-1] if labels else None
-    if o.by and dataset is None:
-        raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
-    fields = dataset_fields(dataset, o.by) if dataset is not None and o.by else None
-    base, cand = load_sides((baseline, label_b), (candidate, label_c))
-    result = compare_sides(base, cand, o, fields)
-    if Path(base.path).resolve() == Path(cand.path).resolve() and base.label == cand.label:
-        result.notes.append("both sides are the same records: every delta is 0 by construction (give two files, "
-                            "or --label twice)")
-    return result
 
 

@@ -7,9 +7,10 @@ per failure and per warning. tests/test_gate_simulation.py holds the rates at wh
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
+from rfteval.compare.gate_types import GATE_EPS, GATE_MODES, Gate, GateCheck, GateVerdict
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
 
@@ -18,56 +19,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rfteval.compare.comparison import CompareResult
+    from rfteval.stats.paired import PairedDelta
 
-GATE_MODES = ("evidence", "strict")
-GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
 NAN = float("nan")
-
-
-class GateCheck(TypedDict):
-    """One check: whether it passed, the line that says why, and the smallest drop it can see (its MDE)."""
-
-    name: str
-    passed: bool
-    detail: str
-    mde: float
-    warning: str | None
-    flagged: NotRequired[list[str]]  # max-item-drop: the items that failed
-    p_adjusted: NotRequired[dict[str, float]]  # max-item-drop: Holm-adjusted p of each item past the threshold
-
-
-class GateVerdict(TypedDict):
-    passed: bool
-    failures: list[str]
-    checks: list[GateCheck]
-    warnings: list[str]
-    mode: str
-    flagged_items: list[str]
-    p_adjusted: NotRequired[float]  # in a series: the candidate's p, Holm-adjusted across the gated candidates
-
-
-@dataclass(frozen=True)
-class Gate:
-    """The CI gate; None / False leaves a check off.
-
-    mode "evidence" (the default) fails only on evidence: a drop whose interval lies below 0 and whose size
-    passes the threshold, a candidate whose whole interval lies under --fail-under. Noise alone then fails
-    about 2.5% of runs per check. mode "strict" asks for proof of no regression instead (non-inferiority): the
-    interval's lower bound must clear each threshold, which fails on noise whenever the eval is too small.
-    """
-
-    fail_under: float | None = None
-    max_drop: float | None = None
-    require_improvement: bool = False
-    max_item_drop: float | None = None
-    mode: str = "evidence"
-    max_error_rate: float = 0.05
-
-    @property
-    def active(self) -> bool:
-        return (self.fail_under is not None or self.max_drop is not None or self.require_improvement
-                or self.max_item_drop is not None)
-
 
 
 def _power_t(level: float, n: int) -> tuple[float, float]:
@@ -81,9 +35,9 @@ def _num(x: float | None) -> float:
     return NAN if x is None else float(x)
 
 
-def _drop_check(result: CompareResult, gate: Gate) -> GateCheck:
+def _drop_check(result: CompareResult, gate: Gate, d: PairedDelta) -> GateCheck:
     """--max-drop: evidence mode fails on a drop the test sees (verdict "worse") that is larger than X."""
-    d, x, level = result.delta, float(gate.max_drop or 0.0), result.options.level
+    x, level = float(gate.max_drop or 0.0), result.options.level
     mean, (lo, hi) = _num(d["mean"]), (_num(v) for v in d["ci95"])
     t_hi, t_pow = _power_t(level, d["n"])
     se = _num(d["se"])
@@ -128,8 +82,8 @@ def _fail_under_check(result: CompareResult, gate: Gate) -> GateCheck:
     return {"name": "fail-under", "passed": ok, "detail": detail, "mde": resolution, "warning": None}
 
 
-def _improvement_check(result: CompareResult) -> GateCheck:
-    d, level = result.delta, result.options.level
+def _improvement_check(result: CompareResult, d: PairedDelta) -> GateCheck:
+    level = result.options.level
     lo, hi = (_num(v) for v in d["ci95"])
     word = stats.direction(d, level)
     ok = word == "better"
@@ -209,17 +163,22 @@ def _error_rate_check(result: CompareResult, gate: Gate) -> GateCheck:
     return {"name": "error-rate", "passed": ok, "detail": detail, "mde": NAN, "warning": None}
 
 
-def evaluate_gate(result: CompareResult, gate: Gate) -> GateVerdict:
-    """Each active check with its power, one line per failure, one per warning. Equal to a threshold passes."""
+def evaluate_gate(result: CompareResult, gate: Gate, p_adjusted: float | None = None) -> GateVerdict:
+    """Each active check with its power, one line per failure, one per warning. Equal to a threshold passes.
+
+    `p_adjusted`: the delta's p-value adjusted within the family the caller gates (a series: Holm across the gated
+    candidates), used by the delta's checks in place of the result's own; the result is not changed.
+    """
     if gate.mode not in GATE_MODES:
         raise InputError(f"must be one of {', '.join(GATE_MODES)}, got {gate.mode!r}", field="--gate")
+    delta: PairedDelta = result.delta if p_adjusted is None else {**result.delta, "p_adjusted": p_adjusted}
     checks: list[GateCheck] = []
     if gate.fail_under is not None:
         checks.append(_fail_under_check(result, gate))
     if gate.max_drop is not None:
-        checks.append(_drop_check(result, gate))
+        checks.append(_drop_check(result, gate, delta))
     if gate.require_improvement:
-        checks.append(_improvement_check(result))
+        checks.append(_improvement_check(result, delta))
     flagged: list[str] = []
     if gate.max_item_drop is not None:
         item = item_drop_check(result, gate)
@@ -229,10 +188,13 @@ def evaluate_gate(result: CompareResult, gate: Gate) -> GateVerdict:
         checks.append(_error_rate_check(result, gate))
     failures = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]
     warnings = [f"{c['name']}: {c['warning']}" for c in checks if c.get("warning")]
-    return {"passed": not failures, "failures": failures, "checks": checks, "warnings": warnings,
-            "mode": gate.mode, "flagged_items": flagged}
+    verdict: GateVerdict = {"passed": not failures, "failures": failures, "checks": checks, "warnings": warnings,
+                            "mode": gate.mode, "flagged_items": flagged}
+    if p_adjusted is not None:
+        verdict["p_adjusted"] = p_adjusted
+    return verdict
 
 
-def no_gate(gate: Gate) -> GateVerdict:
-    """The verdict before any check has run, and of a comparison asked for no gate."""
-    return {"passed": True, "failures": [], "checks": [], "warnings": [], "mode": gate.mode, "flagged_items": []}
+def gated(result: CompareResult) -> CompareResult:
+    """The comparison with the verdict of the gate its options ask for (compare_sides leaves the verdict empty)."""
+    return replace(result, gate=evaluate_gate(result, result.options.gate))

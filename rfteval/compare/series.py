@@ -263,7 +263,7 @@ def series_from_sides(base: Side, cands: Sequence[Side], options: CompareOptions
 
 
 def _series_gate(candidates: Sequence[Candidate], gate: Gate) -> SeriesGate:
-    """Each gated candidate's gate (rfteval.compare.comparison.evaluate_gate) on its p-value Holm-adjusted across the gated
+    """Each gated candidate's gate (rfteval.compare.gate.evaluate_gate) on its p-value Holm-adjusted across the gated
     candidates; failures are prefixed with the candidate's label."""
     gated = [c for c in candidates if c.gated]
     if not gate.active:
@@ -273,9 +273,8 @@ def _series_gate(candidates: Sequence[Candidate], gate: Gate) -> SeriesGate:
     warnings: list[str] = []
     per: dict[str, GateVerdict] = {}
     for c, p in zip(gated, adjusted):
-        c.result.delta["p_adjusted"] = p  # the gate's family: the gated candidates
-        c.result.gate = {**evaluate_gate(c.result, gate), "p_adjusted": p}
-        c.result.delta["p_adjusted"] = c.p_adjusted  # the table's family: every candidate
+        # the gate's family is the gated candidates; the table's (c.result.delta) stays every candidate
+        c.result.gate = evaluate_gate(c.result, gate, p_adjusted=p)
         per[c.label] = c.result.gate
         failures += [f"{c.label}: {line}" for line in c.result.gate["failures"]]
         warnings += [f"{c.label}: {line}" for line in c.result.gate["warnings"]]

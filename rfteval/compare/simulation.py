@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rfteval.compare.comparison import CompareOptions, compare_sides
-from rfteval.compare.gate import Gate
+from rfteval.compare.gate import Gate, evaluate_gate
 from rfteval.compare.sides import Side, normalise_frame
 from rfteval.stats import paired as stats
 
@@ -57,8 +57,7 @@ def gate_failure_rate(population: Population, gate: Gate, replicates: int = 300,
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    options = CompareOptions(gate=gate)
-    fails = sum(not compare_sides(*population.draw(rng), options).gate["passed"] for _ in range(replicates))
+    fails = sum(not evaluate_gate(compare_sides(*population.draw(rng)), gate)["passed"] for _ in range(replicates))
     return fails / replicates
 
 

@@ -135,8 +135,9 @@ def compare(
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate; with one run
     directory, of its baseline against every other model in it (a checkpoint series)."""
-    from rfteval.compare.comparison import ERROR_POLICIES, CompareOptions, compare_paths
+    from rfteval.compare.comparison import ERROR_POLICIES, CompareOptions
     from rfteval.compare.gate import GATE_MODES, Gate
+    from rfteval.compare.paths import compare_paths
     from rfteval.stats.passk import parse_metric
 
     fmt = output_format(fmt)
