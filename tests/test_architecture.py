@@ -1,4 +1,8 @@
-"""The shape docs/architecture.md promises: no import cycles inside rfteval/ (lazy imports count too)."""
+"""The shape docs/architecture.md promises: imports go down the layers only, and no cycles.
+
+Every import counts: at the top of a module, lazy ones inside functions, and those under `if TYPE_CHECKING:` (a
+type-only import is still a dependency a reader has to follow, and the one that hid the compare <-> gate cycle).
+"""
 
 from __future__ import annotations
 
@@ -18,14 +22,10 @@ def modules() -> dict[str, Path]:
 
 
 def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
-    """The rfteval modules a module imports anywhere in its body, except under `if TYPE_CHECKING:`."""
+    """The rfteval modules a module imports anywhere in its body, `if TYPE_CHECKING:` blocks included."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and "TYPE_CHECKING" in ast.unparse(node.test) for sub in ast.walk(node)}
     found: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -37,6 +37,49 @@ def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
             module = module.rpartition(".")[0]
         if module and module != name and module != "rfteval":
             out.add(module)
+    return out
+
+
+# The layers, lowest first. A module may import from its own package and from any package of a lower layer;
+# never from a higher layer, nor from another package of its own layer. docs/architecture.md draws this list.
+LAYERS: list[tuple[str, ...]] = [
+    ("rfteval", "rfteval.errors", "rfteval.status"),
+    ("rfteval.data",),
+    ("rfteval.stats",),
+    ("rfteval.providers",),
+    ("rfteval.graders",),
+    ("rfteval.readiness",),
+    ("rfteval.compare",),
+    ("rfteval.run", "rfteval.reward"),
+    ("rfteval.report",),
+    ("rfteval.cli",),
+    ("rfteval.__main__",),
+    # The public paths the README shows, kept as alias packages: nothing inside rfteval imports them.
+    ("rfteval.series", "rfteval.records", "rfteval.passk", "rfteval.sample"),
+]
+
+
+def package_of(module: str, layers: list[tuple[str, ...]]) -> tuple[str, int]:
+    """The longest layer entry a module falls under, and that entry's layer."""
+    best, rank = "", -1
+    for i, entries in enumerate(layers):
+        for entry in entries:
+            if (module == entry or module.startswith(entry + ".")) and len(entry) > len(best):
+                best, rank = entry, i
+    if rank < 0:
+        raise AssertionError(f"{module} is in no layer: add its package to LAYERS (and to docs/architecture.md)")
+    return best, rank
+
+
+def violations(graph: dict[str, set[str]], layers: list[tuple[str, ...]]) -> list[str]:
+    """Each import that goes up the layers or sideways into another package of the same layer."""
+    out = []
+    for module in sorted(graph):
+        package, rank = package_of(module, layers)
+        for target in sorted(graph[module]):
+            target_package, target_rank = package_of(target, layers)
+            if target_package != package and target_rank >= rank:
+                out.append(f"{module} (layer {rank}) imports {target} (layer {target_rank})")
     return out
 
 
@@ -78,6 +121,30 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_checker_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_checker_finds_an_upward_import():
+    layers = [("p.low",), ("p.mid", "p.side"), ("p.high",)]
+    assert violations({"p.low.a": set(), "p.mid.b": {"p.low.a"}, "p.high": {"p.mid.b", "p.low.a"}}, layers) == []
+    assert violations({"p.low.a": {"p.mid.b"}, "p.mid.b": set()}, layers) == ["p.low.a (layer 0) imports p.mid.b (layer 1)"]
+    assert violations({"p.mid.b": {"p.side.c"}, "p.side.c": set()}, layers) == ["p.mid.b (layer 1) imports p.side.c (layer 1)"]
+
+
+def test_the_checker_reads_typing_only_and_lazy_imports(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("from typing import TYPE_CHECKING\n"
+                      "if TYPE_CHECKING:\n    from rfteval.cli.app import app\n"
+                      "def f():\n    import rfteval.run.runner\n", encoding="utf-8")
+    known = modules()
+    found = imports(source, "rfteval.data.m", known)
+    assert found == {"rfteval.cli.app", "rfteval.run.runner"}
+    assert len(violations({"rfteval.data.m": found, **{m: set() for m in found}}, LAYERS)) == 2
+
+
+def test_imports_go_down_the_layers():
+    known = modules()
+    graph = {name: imports(path, name, known) for name, path in known.items()}
+    assert violations(graph, LAYERS) == []
 
 
 def test_no_import_cycles():
