@@ -147,6 +147,26 @@ def test_imports_go_down_the_layers():
     assert violations(graph, LAYERS) == []
 
 
+def diagram_order(text: str) -> list[str]:
+    """The packages docs/architecture.md's layer diagram names, top to bottom (the first words of each line)."""
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    names = []
+    for line in block.splitlines():
+        if not line or line[0] in " \u2502":
+            continue
+        for word in line.split("  ")[0].split():
+            names.append("rfteval." + word.removesuffix("/").removesuffix(".py"))
+    return names
+
+
+def test_the_diagram_draws_the_layers():
+    drawn = diagram_order((PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    declared = [entry for entries in LAYERS[:-1] for entry in entries if entry != "rfteval"]
+    assert sorted(drawn) == sorted(declared)
+    ranks = [package_of(name, LAYERS)[1] for name in drawn]
+    assert ranks == sorted(ranks, reverse=True), "the diagram lists the layers from the top (cli) down"
+
+
 def test_no_import_cycles():
     known = modules()
     graph = {name: imports(path, name, known) for name, path in known.items()}
