@@ -342,7 +342,7 @@ def test_error_policy_refusals_zero_generation_errors_excluded_or_zero():
     adv = grpo_advantages(df)
     assert math.isnan(adv.iloc[0]) and adv.iloc[1] < 0
     assert not math.isnan(grpo_advantages(df, errors="zero").iloc[0])
-    with pytest.raises(InputError, match="--errors: must be one of"):
+    with pytest.raises(InputError, match="--errors: must be exclude or zero"):
         assess(df, errors="drop")
 
 

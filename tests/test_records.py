@@ -6,13 +6,18 @@ import pytest
 
 from rfteval.data.records import (
     CORE_FIELDS,
+    ERROR_POLICIES,
     FIELDS,
     JSON_TEXT_FIELDS,
+    REFUSAL,
     Record,
     arrow_schema,
+    check_error_policy,
     decode_records,
     dumps_record,
     error_dict,
+    generation_failures,
+    is_generation_failure,
     make_record,
     read_records,
     records_frame,
@@ -125,3 +130,21 @@ def test_not_a_record_file(tmp_path):
     p.write_text('{"item_id": "1"}\n')
     with pytest.raises(InputError, match=r"x.jsonl:1: score: missing"):
         read_records(p)
+
+
+def test_one_error_policy_dict_and_column_wise_agree():
+    import pandas as pd
+
+    errors = [None, error_dict("generate", "timeout", "t"), error_dict("generate", REFUSAL, "no"),
+              error_dict("grade", "python_grader_runtime_error", "boom"), {"type": "x", "message": "no stage"}]
+    stage = pd.Series([e.get("stage") if e else None for e in errors])
+    type_ = pd.Series([e.get("type") if e else None for e in errors])
+    assert generation_failures(stage, type_).tolist() == [is_generation_failure(e) for e in errors]
+    assert [is_generation_failure(e) for e in errors] == [False, True, False, False, False]
+
+
+def test_the_error_policy_is_checked_once():
+    assert [check_error_policy(p) for p in ERROR_POLICIES] == list(ERROR_POLICIES)
+    with pytest.raises(InputError, match="must be exclude or zero, got 'ignore'") as exc:
+        check_error_policy("ignore")
+    assert exc.value.field == "--errors"

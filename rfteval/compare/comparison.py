@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 from rfteval.compare.gate_types import Gate, GateVerdict, no_gate
 from rfteval.compare.sides import SUB, Side, load_side, normalise_frame, read_record_frame
 from rfteval.data import rundir
-from rfteval.data.records import json_safe
+from rfteval.data.records import check_error_policy, json_safe
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
 from rfteval.stats import passk
@@ -39,7 +39,6 @@ NAN = float("nan")
 # ---------------------------------------------------------------------------------------------- options
 
 
-ERROR_POLICIES = ("exclude", "zero")
 
 
 
@@ -602,8 +601,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     import pandas as pd
 
     o = options or CompareOptions()
-    if o.errors not in ERROR_POLICIES:
-        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {o.errors!r}", field="--errors")
+    check_error_policy(o.errors)
     metric = passk.parse_metric(o.metric)
     if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
         raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rfteval.data import rundir
+from rfteval.data.records import generation_failures
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -86,19 +87,9 @@ def normalise_frame(frame: pd.DataFrame, label: str, path: str) -> Side:
     if not pd.api.types.is_string_dtype(frame["item_id"]):
         frame["item_id"] = frame["item_id"].astype(str)
     frame["is_error"] = frame["error_type"].notna() | frame["error_stage"].notna() | frame["error_present"]
-    frame["is_generation_failure"] = is_generation_failure(frame["error_stage"], frame["error_type"])
+    frame["is_generation_failure"] = generation_failures(frame["error_stage"], frame["error_type"])
     frame["score"] = np.where(frame["is_error"], 0.0, frame["score"].to_numpy(dtype=np.float64))
     return Side(label, path, frame, before - len(frame))
-
-
-def is_generation_failure(stage: pd.Series, type_: pd.Series) -> pd.Series:
-    """Records whose model never answered (the endpoint failed after every retry): not an answer, so not a 0.
-
-    A refusal is an answer (the model chose not to), so it scores 0 like a grading error.
-    """
-    from rfteval.data.records import REFUSAL
-
-    return (stage == "generate") & (type_ != REFUSAL)  # records.is_generation_failure, column-wise
 
 
 # ---------------------------------------------------------------------------------------------- reading

@@ -92,6 +92,23 @@ def is_generation_failure(error: Any) -> bool:
     return isinstance(error, dict) and error.get("stage") == "generate" and error.get("type") != REFUSAL
 
 
+def generation_failures(stage: pd.Series, type_: pd.Series) -> pd.Series:
+    """`is_generation_failure` column-wise, over a frame's error stage and type columns (compare's sides)."""
+    return (stage == "generate") & (type_ != REFUSAL)
+
+
+# What a generation failure counts as: "exclude" leaves it out of every mean (and counts it), "zero" scores it 0.
+# Grading errors and refusals score 0 under both (OpenAI's rule).
+ERROR_POLICIES = ("exclude", "zero")
+
+
+def check_error_policy(errors: str) -> str:
+    """--errors, validated in one place for compare, readiness and their commands."""
+    if errors not in ERROR_POLICIES:
+        raise InputError(f"must be {' or '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
+    return errors
+
+
 def error_dict(stage: str, type: str, message: str) -> RecordError:
     return {"stage": stage, "type": type, "message": message}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rfteval.data.outfile import replace_atomically
-from rfteval.data.records import REFUSAL
+from rfteval.data.records import check_error_policy, is_generation_failure
 from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
 from rfteval.graders.base import runs_locally, walk
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
-ERROR_POLICIES = ("exclude", "zero")  # what a generation error counts as: left out, or reward 0
 
 
 @dataclass(frozen=True)
@@ -169,12 +168,6 @@ def _error_type(value: Any) -> str | None:
     return value.get("type") if isinstance(value, Mapping) else None
 
 
-def _check_policy(errors: str) -> str:
-    if errors not in ERROR_POLICIES:
-        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
-    return errors
-
-
 def error_kinds(df: pd.DataFrame) -> pd.Series:
     """Per row: None, "grade", "refusal" (the model refused: a generation error of type refusal) or "generate"."""
     import pandas as pd
@@ -183,10 +176,10 @@ def error_kinds(df: pd.DataFrame) -> pd.Series:
         return pd.Series(None, df.index, dtype=object)
 
     def kind(value: Any) -> str | None:
+        if is_generation_failure(value):
+            return "generate"
         stage = _error_stage(value)
-        if stage == "generate" and _error_type(value) == REFUSAL:
-            return "refusal"
-        return stage
+        return "refusal" if stage == "generate" else stage  # a refusal: an answer, scored 0
 
     return df["error"].map(kind)
 
@@ -201,7 +194,7 @@ def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
     """
     import pandas as pd
 
-    _check_policy(errors)
+    check_error_policy(errors)
     score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
              else pd.Series(float("nan"), df.index, dtype="float64"))
     kinds = error_kinds(df)
@@ -663,7 +656,7 @@ def assess(
     """
     if group_size < 2:
         raise InputError("must be at least 2", field="--group-size")
-    _check_policy(errors)
+    check_error_policy(errors)
     chosen = pick_label(records_df, label)
     df = records_df
     if chosen is not None and "model_label" in df:

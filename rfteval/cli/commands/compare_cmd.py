@@ -135,7 +135,7 @@ def compare(
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate; with one run
     directory, of its baseline against every other model in it (a checkpoint series)."""
-    from rfteval.compare.comparison import ERROR_POLICIES, CompareOptions
+    from rfteval.compare.comparison import CompareOptions
     from rfteval.compare.gate import GATE_MODES, Gate
     from rfteval.compare.paths import compare_paths
     from rfteval.stats.passk import parse_metric
@@ -150,8 +150,6 @@ def compare(
     _check(max_error_rate, "--max-error-rate")
     if gate not in GATE_MODES:
         raise InputError(f"must be evidence or strict, got {gate!r}", field="--gate")
-    if errors not in ERROR_POLICIES:
-        raise InputError(f"must be exclude or zero, got {errors!r}", field="--errors")
     parse_metric(metric)
     from rfteval.data.outfile import check_output
 

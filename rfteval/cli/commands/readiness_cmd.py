@@ -72,12 +72,10 @@ def readiness(
     from rich.console import Console
 
     from rfteval.data import rundir
-    from rfteval.readiness.assess import ERROR_POLICIES, Thresholds, assess, write_advantages
+    from rfteval.readiness.assess import Thresholds, assess, write_advantages
     from rfteval.report.readiness_render import render_readiness
 
     fmt = _check_format(fmt)
-    if errors not in ERROR_POLICIES:
-        raise InputError(f"must be one of {', '.join(ERROR_POLICIES)}, got {errors!r}", field="--errors")
     if html is not None:  # before any work: one line for a bad path, and never over an input
         check_output(html, [run, *(run.glob("*.jsonl") if run.is_dir() else []), grader, dataset], "--html")
     df, chosen, files, directory = rundir.locate_records(run, label)
