@@ -28,19 +28,6 @@ if TYPE_CHECKING:
 HELD_OUT_MIN_ITEMS = 20  # below this a half holds under 10 items: its interval would say little
 
 
-# ---------------------------------------------------------------------------------------------- labels
-
-
-def choose_baseline(labels: Sequence[str], baseline: str | None) -> str:
-    """--baseline, else the label `base`, else the first in the spec's order (as `rfteval run` chooses)."""
-    if baseline is not None:
-        if baseline not in labels:
-            raise InputError(f"no model {baseline!r} in this run (models: {', '.join(labels) or 'none'})",
-                             field="--baseline")
-        return baseline
-    return rundir.baseline_label(list(labels))
-
-
 # ---------------------------------------------------------------------------------------------- result
 
 
@@ -217,7 +204,7 @@ def compare_series(run_dir: str | Path, options: CompareOptions | None = None, b
     if len(labels) < 2:
         raise InputError(f"a series needs 2 or more models, found {len(labels)} ({', '.join(labels) or 'none'})",
                          path)
-    base_label = choose_baseline(labels, baseline)
+    base_label = rundir.choose_label(list(labels), baseline, "--baseline")
     others = [label for label in labels if label != base_label]
     for label in gated:
         if label not in others:

@@ -35,20 +35,27 @@ def baseline_label(labels: Sequence[str]) -> str:
     return BASELINE if BASELINE in labels else labels[0]
 
 
+def choose_label(labels: Sequence[str], asked: str | None, field: str, guess_first: bool = True) -> str | None:
+    """The one label rule: the label asked for (it must be there), else the only one, else `base`, else the first
+    (`baseline_label`, as `rfteval run` and a series choose), or, with guess_first=False (readiness assesses one
+    model: the first of several is no better a guess than any other), an InputError asking for one."""
+    if asked is not None:
+        if asked not in labels:
+            raise InputError(f"no records for label {asked!r} (labels: {', '.join(labels) or 'none'})", field=field)
+        return asked
+    if len(labels) <= 1:
+        return labels[0] if labels else None
+    if BASELINE in labels or guess_first:
+        return baseline_label(labels)
+    raise InputError(f"records hold several labels ({', '.join(sorted(labels))}); choose one", field=field)
+
+
 def pick_label(records_df: pd.DataFrame, label: str | None) -> str | None:
-    """The model label to assess (readiness, one label): the one asked for, the only one, or the baseline."""
+    """The model label to assess (readiness, one label) among a frame's records: `choose_label` without a guess."""
     if "model_label" not in records_df or records_df.empty:
         return label
     labels = [str(x) for x in records_df["model_label"].dropna().unique()]
-    if label is not None:
-        if label not in labels:
-            raise InputError(f"no records for label {label!r} (labels: {', '.join(sorted(labels))})", field="--label")
-        return label
-    if len(labels) <= 1:
-        return labels[0] if labels else None
-    if BASELINE in labels:
-        return BASELINE
-    raise InputError(f"records hold several labels ({', '.join(sorted(labels))}); choose one", field="--label")
+    return choose_label(labels, label, "--label", guess_first=False)
 
 
 def run_labels(run_dir: Path) -> list[str]:
