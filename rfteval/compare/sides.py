@@ -258,18 +258,9 @@ def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict
 
 
 def _read_jsonl_slow(path: Path) -> pd.DataFrame:
-    from rfteval.data.dataset import iter_jsonl
+    from rfteval.data.records import iter_jsonl_record_lines
 
-    rows: list[tuple[int, dict[str, Any]]] = []
-    for line, row in iter_jsonl(path):
-        if isinstance(row, InputError):
-            raise row
-        if not isinstance(row, dict):
-            raise InputError("expected a JSON object (a record)", path, line)
-        for key in ("item_id", "score"):
-            if key not in row:
-                raise InputError("missing; not a record file?", path, line, key)
-        rows.append((line, row))
+    rows = list(iter_jsonl_record_lines(path))
     if not rows:
         raise InputError("no records", path)
     return _frame_from_dicts(rows, path)

@@ -162,7 +162,9 @@ def write_jsonl(records: Iterable[Record], path: str | Path) -> int:
     return n
 
 
-def iter_jsonl_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of each line of a JSONL record file: the one check of what a record line must be
+    (read_records here, compare's sides when its fast reader gives up)."""
     from rfteval.data.dataset import iter_jsonl
 
     path = Path(path)
@@ -174,7 +176,11 @@ def iter_jsonl_records(path: str | Path) -> Iterator[dict[str, Any]]:
         for key in ("item_id", "score"):
             if key not in row:
                 raise InputError("missing; not a record file?", path, lineno, key)
-        yield row
+        yield lineno, row
+
+
+def iter_jsonl_records(path: str | Path) -> Iterator[dict[str, Any]]:
+    return (row for _, row in iter_jsonl_record_lines(path))
 
 
 def decode_records(path: str | Path) -> Iterator[Record]:
