@@ -155,17 +155,8 @@ def check_judge(judge: Any, config: GraderConfig, skip_model_check: bool) -> Non
         raise
 
 
-PIPED_WIDTH = 120  # logs and CI: wide enough that the tables do not wrap
-
-
 def stdout_console() -> Any:
-    """The console for a command's tables: the terminal's width, or when piped COLUMNS if set, else 120."""
-    import os
+    """The console for a command's tables (report.console builds it: nothing outside report/ imports rich)."""
+    from rfteval.report.console import stdout_console as make
 
-    from rich.console import Console
-
-    console = Console()
-    if console.is_terminal:
-        return console
-    columns = os.environ.get("COLUMNS", "")
-    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)
+    return make()

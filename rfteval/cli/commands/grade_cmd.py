@@ -56,8 +56,6 @@ def grade(
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
-    from rich.console import Console
-
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outfile import check_output, write_output
     from rfteval.data.outputs import Output, iter_outputs
@@ -69,6 +67,7 @@ def grade(
     from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.grading import default_records_path, grade_outputs
     from rfteval.graders.loader import has_response_format
+    from rfteval.report.console import plain_console
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.run.summary import records_frame, summarize_models
 
@@ -116,7 +115,7 @@ def grade(
         typer.echo(json.dumps(json_safe({"records_file": str(path), "models": payload}), allow_nan=False))
         _exit_when_incomplete(errors, len(records), max_error_rate)
         return
-    console = Console()
+    console = plain_console()
     for s in summaries:
         render_items(console, s, limit=items_limit)
     render_models(console, summaries, title=f"Grader {config.name!r} ({config.type})")

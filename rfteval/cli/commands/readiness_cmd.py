@@ -69,10 +69,9 @@ def readiness(
                                      "Grading errors and model refusals score 0 either way."),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rich.console import Console
-
     from rfteval.data import rundir
     from rfteval.readiness.assess import Thresholds, assess, write_advantages
+    from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_readiness
 
     fmt = _check_format(fmt)
@@ -124,7 +123,7 @@ def readiness(
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
-        render_readiness(report, Console(highlight=False))
+        render_readiness(report, plain_console(highlight=False))
     for path in written:
         typer.echo(f"advantages written: {path}", err=True)
 
@@ -153,12 +152,11 @@ def probe_grader(
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rich.console import Console
-
     from rfteval.data.dataset import load_dataset
     from rfteval.graders.loader import load_grader
     from rfteval.readiness.probes import run_probes
     from rfteval.readiness.reference import load_reference_template
+    from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_probes
 
     fmt = _check_format(fmt)
@@ -189,6 +187,6 @@ def probe_grader(
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
-        render_probes(report, Console(highlight=False))
+        render_probes(report, plain_console(highlight=False))
     if strict and report.flagged:
         raise typer.Exit(ExitStatus.GATE_FAILED)

@@ -11,8 +11,6 @@ from rfteval.cli.commands.common import UNSAFE_PYTHON_GRADERS, command, python_s
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from rfteval.run.runner import RunMonitor, RunResult
     from rfteval.run.spec import RunSpec
 
@@ -121,8 +119,7 @@ def run_command(
     transport: str | None = typer.Option(None, "--http-transport", hidden=True),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rich.console import Console
-
+    from rfteval.report.console import stderr_console
     from rfteval.report.run_table import RichMonitor, print_run
     from rfteval.run.runner import FatalRunError, RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
@@ -160,7 +157,7 @@ def run_command(
         raise InputErrors(problems)
     python_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
                    run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
-    err = Console(stderr=True)
+    err = stderr_console()
     out_dir = run_spec.out_dir
     if not quiet:
         err.print(f"rfteval: {run_spec.run_name} -> {out_dir}", highlight=False)
@@ -259,7 +256,7 @@ def _s(path: Path | None) -> str | None:
     return None if path is None else str(path)
 
 
-def _print_readiness(result: RunResult, run_spec: RunSpec, console: Console) -> None:
+def _print_readiness(result: RunResult, run_spec: RunSpec, console: Any) -> None:
     """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
     from rfteval.data.records import read_records
     from rfteval.data.rundir import baseline_label

@@ -115,7 +115,8 @@ def validate_grader(
                            f"the key in ${judge_api_key_env}")
             typer.echo(reference_check(data, config, options, template, judge)["text"])
             return
-        from rfteval.readiness.judge_stability import render_report, run_stability
+        from rfteval.readiness.judge_stability import run_stability
+        from rfteval.report.judge_stability_render import render_report
 
         assert outputs is not None  # checked above: --repeat and --outputs go together
         report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
