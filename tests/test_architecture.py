@@ -182,7 +182,6 @@ NOT_YET_THIN: dict[str, int] = {
     "grade_cmd.grade": 66,
     "readiness_cmd.readiness": 58,
     "run_cmd.run_command": 90,
-    "validate_cmd.validate_grader": 58,
 }
 
 
