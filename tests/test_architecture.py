@@ -179,7 +179,6 @@ def test_no_import_cycles():
 MAX_COMMAND_BODY = 40
 NOT_YET_THIN: dict[str, int] = {
     "compare_cmd.compare": 73,
-    "readiness_cmd.readiness": 58,
     "run_cmd.run_command": 90,
 }
 
