@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from rfteval.compare.paths import BaselineReadiness
     from rfteval.readiness.assess import ReadinessReport
     from rfteval.readiness.probes import ProbeReport
+    from rfteval.run.paths import RunReadiness
 
 VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
 VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}
@@ -323,3 +324,12 @@ def readiness_sections(readiness: BaselineReadiness | None) -> list[tuple[str, s
     if readiness.report is None:
         return [(title, f"<p>Not assessed: {escape(str(readiness.failed))}.</p>")]
     return [(title, readiness_html(readiness.report))]
+
+
+def print_run_readiness(readiness: RunReadiness, console: Console) -> None:
+    """`rfteval run`'s closing readiness lines: the verdict and where the details are, or why there is none."""
+    if readiness.report is None:
+        console.print(f"readiness: not assessed ({readiness.reason})")
+        return
+    render_summary(readiness.report, console)
+    console.print(f"(details: rfteval readiness {readiness.out_dir} --label {readiness.label})")
