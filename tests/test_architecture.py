@@ -171,3 +171,72 @@ def test_no_import_cycles():
     known = modules()
     graph = {name: imports(path, name, known) for name, path in known.items()}
     assert cycles(graph) == []
+
+
+# Issue 20 item 5: a command parses its options into a typed request and calls one library function, so its body
+# stays short; a command over this is doing library work (or rendering) that belongs below it.
+MAX_COMMAND_BODY = 40
+
+
+def command_bodies(path: Path) -> dict[str, int]:
+    """Each `@command(...)` function of a module and its body's length in lines, the docstring left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        if not any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "command" for d in node.decorator_list):
+            continue
+        body = node.body
+        if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body = body[1:]
+        out[f"{path.stem}.{node.name}"] = (node.end_lineno or 0) - body[0].lineno + 1 if body else 0
+    return out
+
+
+def long_commands(paths: list[Path], limit: int) -> dict[str, int]:
+    return {name: n for path in paths for name, n in command_bodies(path).items() if n > limit}
+
+
+def test_the_checker_measures_a_command_body(tmp_path):
+    source = tmp_path / "x_cmd.py"
+    lines = "\n".join(f"    a{i} = {i}" for i in range(41))
+    source.write_text(f'@command("x")\ndef x():\n    """Doc\n    string."""\n{lines}\n\n'
+                      f'def helper():\n{lines}\n', encoding="utf-8")
+    assert command_bodies(source) == {"x_cmd.x": 41}
+    assert long_commands([source], MAX_COMMAND_BODY) == {"x_cmd.x": 41}
+    assert long_commands([source], 41) == {}
+
+
+def test_commands_are_thin():
+    paths = sorted((PACKAGE / "cli" / "commands").glob("*.py"))
+    found = long_commands(paths, MAX_COMMAND_BODY)
+    assert sum(len(command_bodies(p)) for p in paths) >= 10, "the checker found no commands: has @command changed?"
+    assert found == {}, f"command bodies over {MAX_COMMAND_BODY} lines: move the work into the library"
+
+
+def rich_imports(path: Path) -> list[str]:
+    """The rich modules a module imports anywhere, lazily and under TYPE_CHECKING too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return [n for n in names if n == "rich" or n.startswith("rich.")]
+
+
+def test_the_checker_finds_a_rich_import(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from rich.table import Table\n    import rich\n", encoding="utf-8")
+    assert rich_imports(source) == ["rich.table", "rich"]
+
+
+def test_only_report_renders():
+    """Rendering (here: importing rich, its consoles and tables) lives in report/; the rest hands it data."""
+    report = PACKAGE / "report"
+    found = {str(path.relative_to(PACKAGE)): rich_imports(path) for path in sorted(PACKAGE.rglob("*.py"))
+             if report not in path.parents}
+    assert {path: names for path, names in found.items() if names} == {}

@@ -15,7 +15,8 @@ from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, parse_config
 from rfteval.providers.judge import Judge
 from rfteval.providers.openai_provider import OpenAIProvider
-from rfteval.readiness.judge_stability import load_pairs, render_report, spread, stability_report
+from rfteval.readiness.judge_stability import load_pairs, spread, stability_report
+from rfteval.report.judge_stability_render import render_report
 
 SCORE = {"type": "score_model", "name": "judge", "model": "j", "range": [0, 10], "pass_threshold": 5,
          "input": [{"role": "user", "content": "Q {{ item.id }} A {{ sample.output_text }}"}]}

@@ -7,12 +7,19 @@ types only: the comparison is built first, then the gate judges it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rfteval.compare.comparison import CompareOptions, CompareResult, compare_sides, dataset_fields
-from rfteval.compare.gate import gated
+from rfteval.compare.gate import Gate, gated
 from rfteval.compare.sides import load_sides
 from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    from rfteval.compare.series import SeriesResult
+    from rfteval.readiness.assess import ReadinessReport
 
 
 def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[str] = (),
@@ -32,3 +39,163 @@ def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[
         result.notes.append("both sides are the same records: every delta is 0 by construction (give two files, "
                             "or --label twice)")
     return result
+
+
+def _at_least(value: float | None, name: str, minimum: float = 0.0) -> None:
+    if value is not None and not value >= minimum:
+        raise InputError(f"must be >= {minimum:g}, got {value:g}", field=name)
+
+
+def parse_score_range(text: str | None) -> tuple[float, float] | None:
+    """`--score-range LO,HI` as two numbers, LO below HI."""
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(f"must be two numbers LO,HI, got {text!r}", field="--score-range") from None
+    if not lo < hi:
+        raise InputError(f"LO must be below HI, got {text!r}", field="--score-range")
+    return lo, hi
+
+
+def compare_inputs(*paths: Path | None) -> list[Path]:
+    """Every file a compare reads: the given paths, and a run directory's record files (never to be overwritten)."""
+    out: list[Path] = []
+    for path in paths:
+        if path is None:
+            continue
+        out.append(path)
+        if path.is_dir():
+            out += [*path.glob("*.jsonl"), *path.glob("*.parquet")]
+    return out
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """The report files `rfteval compare` writes besides its stdout."""
+
+    markdown: Path | None = None
+    junit: Path | None = None
+    html: Path | None = None
+
+
+@dataclass
+class CompareRequest:
+    """What `rfteval compare` was asked for. Building it checks every flag and every report path before any work
+    (a bad path is one line, and an input is never overwritten); `candidate` None is a series of one RUNDIR."""
+
+    baseline: Path
+    candidate: Path | None
+    labels: list[str]
+    dataset: Path | None
+    reports: ReportPaths
+    tie: float
+    top: int
+    ci: str
+    seed: int
+    strict: bool
+    by: list[str]
+    errors: str
+    exclude_errors: bool
+    score_range: str | None
+    gate: Gate
+    metric: str
+    pass_threshold: float | None
+    series_baseline: str | None = None
+    series_candidates: list[str] = dataclass_field(default_factory=list)
+    inputs: list[Path] = dataclass_field(init=False)
+    options: CompareOptions = dataclass_field(init=False)
+
+    def __post_init__(self) -> None:
+        from rfteval.compare.gate import GATE_MODES
+        from rfteval.data.outfile import check_output
+        from rfteval.stats.passk import parse_metric
+
+        if self.ci not in ("t", "bootstrap"):
+            raise InputError(f"must be t or bootstrap, got {self.ci!r}", field="--ci")
+        _at_least(self.tie, "--tie")
+        _at_least(self.top, "--top")
+        _at_least(self.gate.max_drop, "--max-drop")
+        _at_least(self.gate.max_item_drop, "--max-item-drop")
+        _at_least(self.gate.max_error_rate, "--max-error-rate")
+        if self.gate.mode not in GATE_MODES:
+            raise InputError(f"must be evidence or strict, got {self.gate.mode!r}", field="--gate")
+        parse_metric(self.metric)
+        if self.candidate is None and len(self.labels) == 2:  # `compare runs/a -l base -l tuned`: one run directory
+            self.candidate = self.baseline
+        self.inputs = compare_inputs(self.baseline, self.candidate, self.dataset)
+        for flag, path in (("--markdown", self.reports.markdown), ("--junit", self.reports.junit),
+                           ("--html", self.reports.html)):
+            if path is not None:
+                check_output(path, self.inputs, flag)
+        self.options = CompareOptions(
+            tie=self.tie, ci_method=self.ci, seed=self.seed, exclude_errors=self.exclude_errors, strict=self.strict,
+            by=tuple(self.by), errors=self.errors, score_range=parse_score_range(self.score_range), gate=self.gate,
+            metric=self.metric, pass_threshold=self.pass_threshold)
+        if self.candidate is None:
+            if self.labels:
+                raise InputError("a series (one RUNDIR) takes --baseline and --candidate, not --label",
+                                 field="--label")
+            if self.reports.junit is not None:
+                raise InputError("JUnit is per item of one comparison: compare two labels for it", field="--junit")
+        elif self.series_baseline is not None or self.series_candidates:
+            raise InputError("--baseline and --candidate are for a series: give one RUNDIR and no CANDIDATE",
+                             field="--baseline" if self.series_baseline is not None else "--candidate")
+
+    @property
+    def is_series(self) -> bool:
+        return self.candidate is None
+
+
+def compare_request(request: CompareRequest) -> CompareResult:
+    """The comparison a (non-series) request asks for."""
+    assert request.candidate is not None, "a series goes to compare_series_request"
+    return compare_paths(request.baseline, request.candidate, request.labels, request.options, request.dataset)
+
+
+def compare_series_request(request: CompareRequest) -> SeriesResult:
+    """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.compare.series)."""
+    from rfteval.compare.series import compare_series
+
+    o = request.options
+    if o.by and request.dataset is None:
+        raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
+    fields = dataset_fields(request.dataset, o.by) if request.dataset is not None and o.by else None
+    return compare_series(request.baseline, o, request.series_baseline, request.series_candidates, fields)
+
+
+READINESS_MAX_RECORDS = 50_000
+
+
+@dataclass(frozen=True)
+class BaselineReadiness:
+    """The baseline's RFT readiness for the HTML report: a report, or why there is none (`skipped` / `failed`)."""
+
+    label: str
+    report: ReadinessReport | None = None
+    skipped_records: int | None = None  # more records than READINESS_MAX_RECORDS: not re-read here
+    path: str | None = None
+    failed: str | None = None
+
+
+def baseline_readiness(result: CompareResult, dataset: Path | None) -> BaselineReadiness | None:
+    """The baseline's readiness when its records have 2+ epochs per item; None when they have fewer. An optional
+    section: an InputError is kept as the reason, and the comparison stands without it."""
+    from rfteval.data.records import read_records
+    from rfteval.readiness.assess import assess
+
+    side = result.baseline
+    label = str(side["label"])
+    if side["records"] > READINESS_MAX_RECORDS:  # re-reading every output costs more than the whole compare
+        return BaselineReadiness(label, skipped_records=int(side["records"]), path=str(side["path"]))
+    try:
+        df = read_records(side["path"])
+        if "model_label" in df and df["model_label"].nunique() > 1:
+            df = df[df["model_label"] == side["label"]]
+        report = assess(df, dataset=dataset)
+    except InputError as exc:
+        return BaselineReadiness(label, failed=str(exc))
+    if report.samples_min < 2:
+        return None
+    return BaselineReadiness(label, report=report)

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from rfteval.compare.paths import BaselineReadiness
     from rfteval.readiness.assess import ReadinessReport
     from rfteval.readiness.probes import ProbeReport
+    from rfteval.run.paths import RunReadiness
 
 VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
 VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}
@@ -305,3 +307,29 @@ def probes_html(report: ProbeReport) -> str:
     html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
     html.append("</section>")
     return "\n".join(html)
+
+
+def readiness_sections(readiness: BaselineReadiness | None) -> list[tuple[str, str]]:
+    """The compare HTML report's section on the baseline's RFT readiness (compare.paths.baseline_readiness):
+    the report, or why it is not there; none when the baseline has fewer than 2 epochs per item."""
+    from rfteval.compare.paths import READINESS_MAX_RECORDS
+
+    if readiness is None:
+        return []
+    title = f"RFT readiness of the baseline ({readiness.label})"
+    if readiness.skipped_records is not None:
+        return [(title, f"<p>Not computed here for {readiness.skipped_records:,} records (more than "
+                        f"{READINESS_MAX_RECORDS:,}): run <code>rfteval readiness {escape(str(readiness.path))} "
+                        f"--html FILE</code>.</p>")]
+    if readiness.report is None:
+        return [(title, f"<p>Not assessed: {escape(str(readiness.failed))}.</p>")]
+    return [(title, readiness_html(readiness.report))]
+
+
+def print_run_readiness(readiness: RunReadiness, console: Console) -> None:
+    """`rfteval run`'s closing readiness lines: the verdict and where the details are, or why there is none."""
+    if readiness.report is None:
+        console.print(f"readiness: not assessed ({readiness.reason})")
+        return
+    render_summary(readiness.report, console)
+    console.print(f"(details: rfteval readiness {readiness.out_dir} --label {readiness.label})")

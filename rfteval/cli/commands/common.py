@@ -109,17 +109,11 @@ UNSAFE_PYTHON_GRADERS = typer.Option(
 
 
 def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
-    """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
-    cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
-    from rfteval.errors import InputError
-    from rfteval.graders.base import uses_python
-    from rfteval.graders.sandbox import configure, sandbox_problem
+    """The sandbox policy from the flags (rfteval.graders.paths.require_sandbox: one line, exit 2, when a python
+    grader cannot be sandboxed here and --unsafe-python-graders was not given)."""
+    from rfteval.graders.paths import require_sandbox
 
-    configure(unsafe=unsafe, never_pass=key_envs)
-    if uses_python(config):
-        problem = sandbox_problem()
-        if problem is not None:
-            raise InputError(problem, field="--unsafe-python-graders")
+    require_sandbox(config, unsafe, *key_envs)
 
 
 def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
@@ -155,17 +149,8 @@ def check_judge(judge: Any, config: GraderConfig, skip_model_check: bool) -> Non
         raise
 
 
-PIPED_WIDTH = 120  # logs and CI: wide enough that the tables do not wrap
-
-
 def stdout_console() -> Any:
-    """The console for a command's tables: the terminal's width, or when piped COLUMNS if set, else 120."""
-    import os
+    """The console for a command's tables (report.console builds it: nothing outside report/ imports rich)."""
+    from rfteval.report.console import stdout_console as make
 
-    from rich.console import Console
-
-    console = Console()
-    if console.is_terminal:
-        return console
-    columns = os.environ.get("COLUMNS", "")
-    return Console(width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)
+    return make()

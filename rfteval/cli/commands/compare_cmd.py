@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from rfteval.cli.commands.common import command, output_format, stdout_console
-from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareOptions
+    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.paths import CompareRequest
 
 EPILOG = """\b
 CI example (exit 0 pass, 1 gate failed, 2 bad input):
@@ -37,35 +37,6 @@ Records pair by item_id; each item's epochs are averaged first, then items. A ge
 endpoint never answered) is left out and counted; grading errors and refusals score 0 (OpenAI's rule).
 Gates fail on evidence of a drop, not on noise (--gate strict asks for proof of no drop instead), and
 every gate fails when either side's generation errors pass --max-error-rate."""
-
-
-def _check(value: float | None, name: str, minimum: float = 0.0) -> None:
-    if value is not None and not value >= minimum:
-        raise InputError(f"must be >= {minimum:g}, got {value:g}", field=name)
-
-
-def _parse_range(text: str | None) -> tuple[float, float] | None:
-    if text is None:
-        return None
-    try:
-        lo, hi = (float(x) for x in text.split(","))
-    except ValueError:
-        raise InputError(f"must be two numbers LO,HI, got {text!r}", field="--score-range") from None
-    if not lo < hi:
-        raise InputError(f"LO must be below HI, got {text!r}", field="--score-range")
-    return lo, hi
-
-
-def _inputs(*paths: Path | None) -> list[Path]:
-    """Every file this compare reads: the given paths, and a run directory's record files."""
-    out: list[Path] = []
-    for path in paths:
-        if path is None:
-            continue
-        out.append(path)
-        if path.is_dir():
-            out += [*path.glob("*.jsonl"), *path.glob("*.parquet")]
-    return out
 
 
 def _write(path: Path, writer: object, flag: str, inputs: list[Path]) -> None:
@@ -135,60 +106,20 @@ def compare(
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate; with one run
     directory, of its baseline against every other model in it (a checkpoint series)."""
-    from rfteval.compare.comparison import CompareOptions
-    from rfteval.compare.gate import GATE_MODES, Gate
-    from rfteval.compare.paths import compare_paths
-    from rfteval.stats.passk import parse_metric
+    from rfteval.compare.gate import Gate
+    from rfteval.compare.paths import CompareRequest, ReportPaths, compare_request
 
     fmt = output_format(fmt)
-    if ci not in ("t", "bootstrap"):
-        raise InputError(f"must be t or bootstrap, got {ci!r}", field="--ci")
-    _check(tie, "--tie")
-    _check(top, "--top")
-    _check(max_drop, "--max-drop")
-    _check(max_item_drop, "--max-item-drop")
-    _check(max_error_rate, "--max-error-rate")
-    if gate not in GATE_MODES:
-        raise InputError(f"must be evidence or strict, got {gate!r}", field="--gate")
-    parse_metric(metric)
-    from rfteval.data.outfile import check_output
-
-    if candidate is None and len(label) == 2:  # `compare runs/a -l base -l tuned`: two models of one run directory
-        candidate = baseline
-    inputs = _inputs(baseline, candidate, dataset)
-    for flag, path in (("--markdown", markdown), ("--junit", junit), ("--html", html)):
-        if path is not None:  # before any work: a bad path is one line, and an input is never overwritten
-            check_output(path, inputs, flag)
-    options = CompareOptions(tie=tie, ci_method=ci, seed=seed, exclude_errors=exclude_errors, strict=strict,
-                             by=tuple(by), errors=errors, score_range=_parse_range(score_range),
-                             gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate),
-                             metric=metric, pass_threshold=pass_threshold)
-    if candidate is None:
-        if label:
-            raise InputError("a series (one RUNDIR) takes --baseline and --candidate, not --label", field="--label")
-        if junit is not None:
-            raise InputError("JUnit is per item of one comparison: compare two labels for it", field="--junit")
-        _series(baseline, options, series_baseline, series_candidate, dataset, fmt, markdown, html, inputs)
+    request = CompareRequest(
+        baseline, candidate, label, dataset, ReportPaths(markdown, junit, html), tie=tie, top=top, ci=ci,
+        seed=seed, strict=strict, by=by, errors=errors, exclude_errors=exclude_errors, score_range=score_range,
+        gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate), metric=metric,
+        pass_threshold=pass_threshold, series_baseline=series_baseline, series_candidates=series_candidate)
+    if request.is_series:
+        _series(request, fmt)
         return
-    if series_baseline is not None or series_candidate:
-        raise InputError("--baseline and --candidate are for a series: give one RUNDIR and no CANDIDATE",
-                         field="--baseline" if series_baseline is not None else "--candidate")
-    result = compare_paths(baseline, candidate, label, options, dataset)
-
-    if markdown is not None:
-        from rfteval.report.markdown import write_markdown
-
-        _write(markdown, lambda p: write_markdown(result, p, top), "--markdown", inputs)
-    if junit is not None:
-        from rfteval.report.junit import write_junit
-
-        _write(junit, lambda p: write_junit(result, p), "--junit", inputs)
-    if html is not None:
-        from rfteval.report.html import write_html
-
-        sections = _readiness_sections(result, dataset)
-        _write(html, lambda p: write_html(result, p, max(top, 50), sections), "--html", inputs)
-
+    result = compare_request(request)
+    _write_reports(result, request)
     if fmt == "json":
         # indented for people; past 1,000 items compact (json's C encoder only runs without indent)
         indent = 2 if len(result.items) <= 1000 else None
@@ -197,12 +128,8 @@ def compare(
                           ("candidate", result.unpaired["candidate_only"])):
             if ids:
                 print(f"rfteval: {len(ids)} item(s) only in the {role}, left out", file=sys.stderr)
-        for line in result.gate["failures"]:
-            print(f"rfteval: gate failed: {line}", file=sys.stderr)
-        for line in result.gate.get("warnings", []):
-            print(f"rfteval: warning: {line}", file=sys.stderr)
+        _gate_lines(result.gate)
     else:
-
         from rfteval.report.terminal import print_compare
 
         print_compare(result, stdout_console(), top)
@@ -210,64 +137,55 @@ def compare(
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
-def _series(run_dir: Path, options: CompareOptions, baseline: str | None, gated: list[str], dataset: Path | None,
-            fmt: str, markdown: Path | None, html: Path | None, inputs: list[Path]) -> None:
-    """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.compare.series)."""
-    from rfteval.compare.comparison import dataset_fields
-    from rfteval.compare.series import compare_series
+def _gate_lines(gate: Any) -> None:
+    """A JSON run's gate failures and warnings on stderr, so stdout stays the JSON alone."""
+    for line in gate["failures"]:
+        print(f"rfteval: gate failed: {line}", file=sys.stderr)
+    for line in gate.get("warnings", []):
+        print(f"rfteval: warning: {line}", file=sys.stderr)
 
-    if options.by and dataset is None:
-        raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
-    fields = dataset_fields(dataset, options.by) if dataset is not None and options.by else None
-    series = compare_series(run_dir, options, baseline, gated, fields)
-    if markdown is not None:
+
+def _write_reports(result: CompareResult, request: CompareRequest) -> None:
+    """The Markdown, JUnit and HTML files asked for; the HTML one with the baseline's readiness when it has 2+
+    epochs per item."""
+    reports, top, inputs = request.reports, request.top, request.inputs
+    if reports.markdown is not None:
+        from rfteval.report.markdown import write_markdown
+
+        _write(reports.markdown, lambda p: write_markdown(result, p, top), "--markdown", inputs)
+    if reports.junit is not None:
+        from rfteval.report.junit import write_junit
+
+        _write(reports.junit, lambda p: write_junit(result, p), "--junit", inputs)
+    if reports.html is not None:
+        from rfteval.compare.paths import baseline_readiness
+        from rfteval.report.html import write_html
+        from rfteval.report.readiness_render import readiness_sections
+
+        sections = readiness_sections(baseline_readiness(result, request.dataset))
+        _write(reports.html, lambda p: write_html(result, p, max(top, 50), sections), "--html", inputs)
+
+
+def _series(request: CompareRequest, fmt: str) -> None:
+    """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.compare.series)."""
+    from rfteval.compare.paths import compare_series_request
+
+    series = compare_series_request(request)
+    reports, inputs = request.reports, request.inputs
+    if reports.markdown is not None:
         from rfteval.report.markdown import write_series_markdown
 
-        _write(markdown, lambda p: write_series_markdown(series, p), "--markdown", inputs)
-    if html is not None:
+        _write(reports.markdown, lambda p: write_series_markdown(series, p), "--markdown", inputs)
+    if reports.html is not None:
         from rfteval.report.html import write_series_html
 
-        _write(html, lambda p: write_series_html(series, p), "--html", inputs)
+        _write(reports.html, lambda p: write_series_html(series, p), "--html", inputs)
     if fmt == "json":
         typer.echo(json.dumps(series.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
-        for line in series.gate["failures"]:
-            print(f"rfteval: gate failed: {line}", file=sys.stderr)
-        for line in series.gate.get("warnings", []):
-            print(f"rfteval: warning: {line}", file=sys.stderr)
+        _gate_lines(series.gate)
     else:
-
         from rfteval.report.terminal import print_series
 
         print_series(series, stdout_console())
     if not series.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
-
-
-READINESS_MAX_RECORDS = 50_000
-
-
-def _readiness_sections(result: object, dataset: Path | None) -> list[tuple[str, str]]:
-    """The baseline's RFT-readiness section of the HTML report, when its records have 2+ epochs per item."""
-    from html import escape
-
-    from rfteval.data.records import read_records
-    from rfteval.errors import InputError
-    from rfteval.readiness.assess import assess
-    from rfteval.report.readiness_render import readiness_html
-
-    side = result.baseline  # type: ignore[attr-defined]
-    if side["records"] > READINESS_MAX_RECORDS:  # re-reading every output costs more than the whole compare
-        return [(f"RFT readiness of the baseline ({side['label']})",
-                 f"<p>Not computed here for {side['records']:,} records (more than {READINESS_MAX_RECORDS:,}): "
-                 f"run <code>rfteval readiness {escape(str(side['path']))} --html FILE</code>.</p>")]
-    try:
-        df = read_records(side["path"])
-        if "model_label" in df and df["model_label"].nunique() > 1:
-            df = df[df["model_label"] == side["label"]]
-        report = assess(df, dataset=dataset)
-    except InputError as exc:  # an optional section: the comparison stands without it, and says why
-        return [(f"RFT readiness of the baseline ({side['label']})",
-                 f"<p>Not assessed: {escape(str(exc))}.</p>")]
-    if report.samples_min < 2:
-        return []
-    return [(f"RFT readiness of the baseline ({side['label']})", readiness_html(report))]

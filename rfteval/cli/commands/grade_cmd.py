@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -19,9 +20,12 @@ from rfteval.cli.commands.common import (
     check_judge,
     command,
     make_judge,
-    python_sandbox,
 )
 from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    from rfteval.graders.base import GraderConfig
+    from rfteval.graders.paths import GradedFile
 
 
 @command("grade")
@@ -56,72 +60,40 @@ def grade(
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
-    from rich.console import Console
+    from rfteval.graders.paths import GradeRequest, grade_paths
 
-    from rfteval.data.dataset import load_dataset
-    from rfteval.data.outfile import check_output, write_output
-    from rfteval.data.outputs import Output, iter_outputs
-    from rfteval.data.reasoning import REASONING_MODES, parse_tags
-    from rfteval.data.records import json_safe, write_jsonl
-    from rfteval.errors import InputError, InputErrors
-    from rfteval.graders import GradeOptions, load_grader
-    from rfteval.graders.base import load_notes
-    from rfteval.graders.checks import output_json_warning, preflight
-    from rfteval.graders.grading import default_records_path, grade_outputs
-    from rfteval.graders.loader import has_response_format
+    request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
+                           think_tags, unsafe_python_graders, (judge_api_key_env,))
+
+    def open_judge(config: GraderConfig) -> Any:
+        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+        check_judge(judge, config, skip_model_check)
+        return judge
+
+    graded = grade_paths(request, lambda line: typer.echo(line, err=True), open_judge)
+    _print(graded, fmt, items_limit)
+    _exit_when_incomplete(sum(1 for r in graded.records if r.error), len(graded.records), max_error_rate)
+
+
+def _print(graded: GradedFile, fmt: OutputFormat, items_limit: int) -> None:
+    """The per-model summaries as JSON on stdout, or the per-item and per-model tables."""
+    from rfteval.data.records import json_safe
+    from rfteval.report.console import plain_console
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.run.summary import records_frame, summarize_models
 
-    if reasoning not in REASONING_MODES:
-        raise InputError(f"expected strip or keep, got {reasoning!r}", field="--reasoning")
-    try:
-        tags = parse_tags(think_tags)
-    except ValueError as exc:
-        raise InputError(str(exc), field="--think-tags") from None
-    path = check_output(out or default_records_path(outputs), inputs=[dataset, grader, outputs], flag="--out")
-    data = load_dataset(dataset, skip_invalid=skip_invalid)
-    if data.skipped:
-        typer.echo(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})", err=True)
-    config = load_grader(grader)
-    for note in load_notes(config):
-        typer.echo(f"note: {note}", err=True)
-    problems = preflight(config, data, grader)
-    if problems:
-        raise InputErrors(problems)
-    parse_json = has_response_format(grader)
-    if (warning := output_json_warning(config, parse_json)) is not None:
-        typer.echo(f"warning: {warning}", err=True)
-    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-    # Read (and check) every outputs line before grading: bad input never leaves a half-written result.
-    set_aside: list[Output] = []
-    outs = list(iter_outputs(outputs, known_items={it.id for it in data}, unknown=set_aside if skip_invalid else None))
-    if set_aside:
-        typer.echo(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
-                  f"{outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})", err=True)
-    options = GradeOptions(python_timeout_s=grader_timeout, python_memory_mb=grader_memory)
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
-    check_judge(judge, config, skip_model_check)
-    try:
-        records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json, reasoning=reasoning,
-                                tags=tags)
-    finally:
-        if judge is not None:
-            judge.close()
-    write_output(path, lambda tmp: write_jsonl(records, tmp), inputs=[dataset, grader, outputs], flag="--out")
-    errors = sum(1 for r in records if r.error)
-    summaries = summarize_models(records_frame(records)) if records else []
+    summaries = summarize_models(records_frame(graded.records)) if graded.records else []
     if fmt is OutputFormat.json:
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {
             "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
-        typer.echo(json.dumps(json_safe({"records_file": str(path), "models": payload}), allow_nan=False))
-        _exit_when_incomplete(errors, len(records), max_error_rate)
+        typer.echo(json.dumps(json_safe({"records_file": str(graded.path), "models": payload}), allow_nan=False))
         return
-    console = Console()
+    console = plain_console()
     for s in summaries:
         render_items(console, s, limit=items_limit)
+    config = graded.config
     render_models(console, summaries, title=f"Grader {config.name!r} ({config.type})")
-    console.print(f"wrote {path}", markup=False, highlight=False, soft_wrap=True)
-    _exit_when_incomplete(errors, len(records), max_error_rate)
+    console.print(f"wrote {graded.path}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _exit_when_incomplete(errors: int, records: int, max_error_rate: float) -> None:

@@ -41,28 +41,23 @@ def ready_made_files() -> list[tuple[Path, str]]:
 @command("graders")
 def graders() -> None:
     """List the grader types and the ready-made grader configs."""
+    from rfteval.graders.registry import REGISTRY
+    from rfteval.report.graders_table import print_graders
+
+    types = [(name, entry.summary, "rfteval extension" if entry.extension else "OpenAI")
+             for name, entry in REGISTRY.items()]
+    print_graders(types, list(_ready_rows()))
+
+
+def _ready_rows() -> list[tuple[str, str, str]]:
+    """(file, type, name) of each ready-made grader that parses; one that does not is left out of the list."""
     import json
 
-    from rich.console import Console
-    from rich.table import Table
-
-    from rfteval.graders.registry import REGISTRY
-
-    console = Console()
-    types = Table(title="Grader types", title_justify="left")
-    types.add_column("type")
-    types.add_column("what it does")
-    types.add_column("origin")
-    for name, entry in REGISTRY.items():
-        types.add_row(name, entry.summary, "rfteval extension" if entry.extension else "OpenAI")
-    console.print(types)
-    ready = Table(title="Ready-made graders", title_justify="left")
-    for col in ("file", "type", "name"):
-        ready.add_column(col)
+    rows = []
     for path, shown in ready_made_files():
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        ready.add_row(shown, str(obj.get("type", "?")), str(obj.get("name", "?")))
-    console.print(ready)
+        rows.append((shown, str(obj.get("type", "?")), str(obj.get("name", "?"))))
+    return rows

@@ -69,63 +69,37 @@ def readiness(
                                      "Grading errors and model refusals score 0 either way."),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rich.console import Console
-
-    from rfteval.data import rundir
-    from rfteval.readiness.assess import Thresholds, assess, write_advantages
+    from rfteval.readiness.assess import Thresholds
+    from rfteval.readiness.paths import ReadinessRequest, assess_path
+    from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_readiness
 
     fmt = _check_format(fmt)
     if html is not None:  # before any work: one line for a bad path, and never over an input
         check_output(html, [run, *(run.glob("*.jsonl") if run.is_dir() else []), grader, dataset], "--html")
-    df, chosen, files, directory = rundir.locate_records(run, label)
-    spec_dataset, spec_grader = rundir.spec_paths(directory) if (grader is None or dataset is None) else (None, None)
-    grader = grader or spec_grader
-    dataset = dataset or spec_dataset
-    if regrade and (grader is None or dataset is None):
-        raise InputError(f"needs --grader and --dataset (or a {rundir.RESOLVED_SPEC} naming them)", field="--regrade")
-    config = items = None
-    if grader is not None:
-        from rfteval.graders.loader import load_grader
-
-        config = load_grader(grader)
-        if regrade:  # the grader runs only to re-grade
-            python_sandbox(config, unsafe_python_graders)
-    if dataset is not None:
-        from rfteval.readiness.assess import items_map
-
-        items = items_map(dataset)
     thresholds = Thresholds(
         zero_signal_not_ready=zero_signal_not_ready, zero_signal_risky=zero_signal_risky, min_position=min_position,
         max_position=max_position, max_floor_share=max_floor_share, max_ceiling_share=max_ceiling_share,
         label_skew_risky=label_skew, prediction_skew_risky=answer_skew, max_flip_rate=max_flip_rate,
         max_grade_error_share=max_grade_errors, max_generate_error_share=max_generate_errors,
     )
-    if regrade and items is not None:
-        known = set(items)
-        missing = sorted({str(i) for i in df["item_id"]} - known)
-        if missing:
-            raise InputError(f"item {missing[0]!r} of the records is not in the dataset", dataset, field="id")
-    try:
-        report = assess(df, config, items, thresholds, group_size=group_size, label=chosen, regrade_n=regrade,
-                        seed=seed, options=_options(python_workers), errors=errors)
-    except InputError as exc:  # name the records file when the library could not
-        if exc.file is None and not (exc.field or "").startswith("--"):
-            exc.file = files[0]
-        raise
-    written = write_advantages(files, chosen, errors) if write_adv else []
+    assessed = assess_path(ReadinessRequest(
+        run, label, grader, dataset, thresholds, group_size=group_size, regrade=regrade, seed=seed,
+        options=_options(python_workers), errors=errors, write_advantages=write_adv,
+        unsafe_python_graders=unsafe_python_graders))
+    report = assessed.report
     if html is not None:
         from rfteval.report.html import write_page
         from rfteval.report.readiness_render import readiness_html
 
         write_output(html, lambda p: write_page(p, f"rfteval readiness: {run}", readiness_html(report)),
-                     [run, grader, dataset], "--html")
+                     [run, assessed.grader, assessed.dataset], "--html")
         typer.echo(f"wrote {html}", err=True)
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
-        render_readiness(report, Console(highlight=False))
-    for path in written:
+        render_readiness(report, plain_console(highlight=False))
+    for path in assessed.advantages_written:
         typer.echo(f"advantages written: {path}", err=True)
 
 
@@ -153,12 +127,11 @@ def probe_grader(
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rich.console import Console
-
     from rfteval.data.dataset import load_dataset
     from rfteval.graders.loader import load_grader
     from rfteval.readiness.probes import run_probes
     from rfteval.readiness.reference import load_reference_template
+    from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_probes
 
     fmt = _check_format(fmt)
@@ -189,6 +162,6 @@ def probe_grader(
     if fmt == "json":
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
-        render_probes(report, Console(highlight=False))
+        render_probes(report, plain_console(highlight=False))
     if strict and report.flagged:
         raise typer.Exit(ExitStatus.GATE_FAILED)

@@ -7,13 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from rfteval.cli.commands.common import UNSAFE_PYTHON_GRADERS, command, python_sandbox, stdout_console
+from rfteval.cli.commands.common import UNSAFE_PYTHON_GRADERS, command, stdout_console
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from rfteval.run.runner import RunMonitor, RunResult
+    from rfteval.run.runner import RunMonitor, RunOptions, RunResult
     from rfteval.run.spec import RunSpec
 
 _RUN_HELP = """Generate N epochs per model, grade every output, summarise; resumable.
@@ -121,11 +119,11 @@ def run_command(
     transport: str | None = typer.Option(None, "--http-transport", hidden=True),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rich.console import Console
-
-    from rfteval.report.run_table import RichMonitor, print_run
-    from rfteval.run.runner import FatalRunError, RunOptions, run_eval
-    from rfteval.run.spec import build_spec, flag_overrides
+    from rfteval.report.console import stderr_console
+    from rfteval.report.run_table import RichMonitor
+    from rfteval.run.paths import run_paths
+    from rfteval.run.runner import FatalRunError, RunOptions
+    from rfteval.run.spec import flag_overrides
 
     overrides = flag_overrides(
         models=model, dataset=_s(dataset), grader=_s(grader), epochs=epochs, base_url=base_url,
@@ -138,43 +136,34 @@ def run_command(
         think_tags=think_tags or None,
         skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
     )
-    run_spec = build_spec(spec, overrides)
-    from rfteval.errors import InputError, InputErrors
-    from rfteval.graders import load_grader
-    from rfteval.graders.checks import preflight_stream
+    options = RunOptions(
+        fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
+        service_tier=service_tier, transport=transport, batch=batch, batch_judge=batch_judge, batch_tail=batch_tail,
+        batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
+        import_responses=import_responses, models_in_turn=models_in_turn)
+    started: list[RunSpec] = []
 
-    if service_tier is not None and service_tier not in ("auto", "default", "flex", "priority"):
-        raise InputError(f"expected auto, default, flex or priority, got {service_tier!r}", field="--service-tier")
-    if batch_tail not in ("batch", "sync"):
-        raise InputError(f"expected batch or sync, got {batch_tail!r}", field="--batch-tail")
-    modes = [flag for flag, on in (("--batch", batch), ("--export-requests", export_requests is not None),
-                                   ("--import-responses", import_responses is not None)) if on]
-    if batch_judge and not batch:
-        raise InputError("needs --batch (the judge phase follows the generation batches)", field="--batch-judge")
-    if len(modes) > 1:
-        raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
+    def start(run_spec: RunSpec) -> RunMonitor:
+        started.append(run_spec)
+        err = stderr_console()
+        if not quiet:
+            err.print(f"rfteval: {run_spec.run_name} -> {run_spec.out_dir}", highlight=False)
+        return _QuietMonitor() if quiet else RichMonitor(err)
 
-    config = load_grader(run_spec.grader)
-    problems = preflight_stream(config, run_spec.dataset, run_spec.grader)
-    if problems:  # a template no item can fill would grade every record as an error: say so before spending
-        raise InputErrors(problems)
-    python_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
-                   run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
-    err = Console(stderr=True)
-    out_dir = run_spec.out_dir
-    if not quiet:
-        err.print(f"rfteval: {run_spec.run_name} -> {out_dir}", highlight=False)
-    monitor: RunMonitor = _QuietMonitor() if quiet else RichMonitor(err)
     try:
-        result = run_eval(run_spec, monitor, RunOptions(
-            fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
-            service_tier=service_tier, transport=transport, batch=batch, batch_judge=batch_judge, batch_tail=batch_tail,
-            batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
-            import_responses=import_responses, models_in_turn=models_in_turn))
+        result = run_paths(spec, overrides, options, start, unsafe_python_graders)
     except FatalRunError as exc:
-        typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {out_dir})", err=True)
+        typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {started[0].out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None
-    s = result.summary
+    _finish(result, started[0], options, readiness=readiness, per_item=per_item)
+
+
+def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readiness: bool, per_item: bool) -> None:
+    """What the run ended as: the exported requests, an interrupted or stopped run, or the tables, the readiness
+    verdict and the exit code."""
+    from rfteval.report.run_table import print_run
+
+    s, out_dir = result.summary, result.out_dir
     if result.exported is not None:
         for path, n in result.exported.items():
             typer.echo(f"wrote {n} request lines to {path}")
@@ -200,14 +189,17 @@ def run_command(
     console = stdout_console()
     print_run(result, console, per_item=per_item)
     if readiness and run_spec.epochs >= 2:
-        _print_readiness(result, run_spec, console)
+        from rfteval.report.readiness_render import print_run_readiness
+        from rfteval.run.paths import run_readiness
+
+        print_run_readiness(run_readiness(result, run_spec), console)
     typer.echo(f"results: {out_dir}/ ({', '.join(f'{lb}.jsonl' for lb in result.totals)}, results.parquet, "
                "summary.json)")
     if result.exit_code == ExitStatus.INCOMPLETE:
         typer.echo(f"rfteval: {s['errors']} of {s['cells']} cells ({s['error_rate']:.1%}) ended in error, above "
                    f"--max-error-rate {s['max_error_rate']:.1%}; {rerun_hint(s)}", err=True)
-    elif s.get("missing") and (batch or import_responses is not None):
-        how = ("re-running the same command submits them again" if batch else
+    elif s.get("missing") and (options.batch or options.import_responses is not None):
+        how = ("re-running the same command submits them again" if options.batch else
                "import the rest, or run without --import-responses to send them")
         typer.echo(f"rfteval: {s['missing']} of {s['cells']} cells have no response yet; {how}", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
@@ -257,24 +249,3 @@ def _QuietMonitor() -> RunMonitor:  # noqa: N802 - built lazily so `rfteval --he
 
 def _s(path: Path | None) -> str | None:
     return None if path is None else str(path)
-
-
-def _print_readiness(result: RunResult, run_spec: RunSpec, console: Console) -> None:
-    """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
-    from rfteval.data.records import read_records
-    from rfteval.data.rundir import baseline_label
-    from rfteval.errors import InputError
-    from rfteval.graders import load_grader
-    from rfteval.readiness.assess import assess
-    from rfteval.report.readiness_render import render_summary
-
-    label = baseline_label(list(result.totals))
-    path = result.out_dir / f"{label}.jsonl"
-    try:
-        report = assess(read_records(path), load_grader(run_spec.grader),
-                        dataset=run_spec.dataset, label=label)
-    except InputError as exc:  # nothing graded yet: no verdict, not a failure
-        console.print(f"readiness: not assessed ({exc.message})")
-        return
-    render_summary(report, console)
-    console.print(f"(details: rfteval readiness {result.out_dir} --label {label})")

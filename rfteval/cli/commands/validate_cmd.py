@@ -68,10 +68,7 @@ def validate_grader(
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
     flagged)."""
-    from rfteval.errors import InputError
-    from rfteval.graders import GradeOptions, load_grader
-    from rfteval.graders.base import load_notes
-    from rfteval.readiness.reference import describe_grader, reference_check
+    from rfteval.graders import load_grader
 
     config = load_grader(path)
     if emit_json:
@@ -79,16 +76,57 @@ def validate_grader(
 
         typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
         return
+    _describe(config)
+    _check_stability_flags(dataset, outputs, repeat)
+    if dataset is None:
+        return
+    data = _preflight(config, path, dataset)
+    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    check_judge(judge, config, skip_model_check)
+    try:
+        if repeat is None:
+            _reference(config, data, grader_timeout, reference_template, judge, judge_api_key_env)
+            return
+        from rfteval.graders import GradeOptions
+        from rfteval.readiness.judge_stability import run_stability
+
+        assert outputs is not None  # checked above: --repeat and --outputs go together
+        report = run_stability(path, dataset, outputs, judge, repeat, threshold,
+                               GradeOptions(python_timeout_s=grader_timeout))
+    finally:
+        if judge is not None:
+            judge.close()
+    from rfteval.report.judge_stability_render import render_report
+
+    typer.echo(render_report(report))
+    if report["overall"]["flagged"]:
+        raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+def _describe(config: Any) -> None:
+    """What the grader is, and what loading it noticed, before any check of it."""
+    from rfteval.graders.base import load_notes
+    from rfteval.readiness.reference import describe_grader
+
     for line in describe_grader(config):
         typer.echo(line)
     for note in load_notes(config):
         typer.echo(f"note: {note}")
+
+
+def _check_stability_flags(dataset: Path | None, outputs: Path | None, repeat: int | None) -> None:
+    from rfteval.errors import InputError
+
     if (repeat is None) != (outputs is None):
         raise InputError("--repeat and --outputs go together (and need --dataset)", field="--repeat")
-    if dataset is None:
-        if repeat is not None:
-            raise InputError("--repeat needs --dataset", field="--dataset")
-        return
+    if dataset is None and repeat is not None:
+        raise InputError("--repeat needs --dataset", field="--dataset")
+
+
+def _preflight(config: Any, path: Path, dataset: Path) -> Any:
+    """The dataset, once every item can fill the grader's templates: each failing item named, before any grading
+    (or judge call) is spent."""
     from rfteval.data.dataset import load_dataset
     from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.loader import has_response_format
@@ -97,34 +135,24 @@ def validate_grader(
     if (warning := output_json_warning(config, has_response_format(path))) is not None:
         typer.echo(f"warning: {warning}", err=True)
     problems = preflight(config, data, path)
-    if problems:  # every failing item, named, before any grading (or judge call) is spent
+    if problems:
         for problem in problems:
             typer.echo(f"rfteval: {problem}", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT)
-    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-    options = GradeOptions(python_timeout_s=grader_timeout)
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
-    check_judge(judge, config, skip_model_check)
-    try:
-        if repeat is None:
-            from rfteval.readiness.reference import load_reference_template
+    return data
 
-            template = load_reference_template(reference_template) if reference_template is not None else None
-            if judge is not None:
-                typer.echo(f"the references go to the judge model: about {len(data)} judge call(s), billed to "
-                           f"the key in ${judge_api_key_env}")
-            typer.echo(reference_check(data, config, options, template, judge)["text"])
-            return
-        from rfteval.readiness.judge_stability import render_report, run_stability
 
-        assert outputs is not None  # checked above: --repeat and --outputs go together
-        report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
-    finally:
-        if judge is not None:
-            judge.close()
-    typer.echo(render_report(report))
-    if report["overall"]["flagged"]:
-        raise typer.Exit(ExitStatus.GATE_FAILED)
+def _reference(config: Any, data: Any, grader_timeout: float, reference_template: str | None, judge: Any,
+               judge_api_key_env: str) -> None:
+    """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
+    from rfteval.graders import GradeOptions
+    from rfteval.readiness.reference import load_reference_template, reference_check
+
+    template = load_reference_template(reference_template) if reference_template is not None else None
+    if judge is not None:
+        typer.echo(f"the references go to the judge model: about {len(data)} judge call(s), billed to "
+                   f"the key in ${judge_api_key_env}")
+    typer.echo(reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"])
 
 
 @command("spec", group="validate")

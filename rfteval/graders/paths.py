@@ -1,0 +1,119 @@
+"""`rfteval grade` as one library call: files in, checked before any grading, graded records written whole."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    from rfteval.data.records import Record
+    from rfteval.graders.base import GraderConfig
+
+
+def require_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
+    """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
+    cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
+    from rfteval.graders.base import uses_python
+    from rfteval.graders.sandbox import configure, sandbox_problem
+
+    configure(unsafe=unsafe, never_pass=key_envs)
+    if uses_python(config):
+        problem = sandbox_problem()
+        if problem is not None:
+            raise InputError(problem, field="--unsafe-python-graders")
+
+
+@dataclass(frozen=True)
+class GradeRequest:
+    """What `rfteval grade` was asked for; the flags that can be wrong on their own are checked on building it."""
+
+    dataset: Path
+    grader: Path
+    outputs: Path
+    out: Path | None = None
+    skip_invalid: bool = False
+    python_timeout_s: float = 120.0
+    python_memory_mb: int = 2048
+    reasoning: str = "strip"
+    think_tags: list[str] | None = None
+    unsafe_python_graders: bool = False
+    never_pass: tuple[str | None, ...] = ()  # env vars a python grader must never see (the judge's key)
+    tags: tuple[tuple[str, str], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        from rfteval.data.reasoning import REASONING_MODES, parse_tags
+
+        if self.reasoning not in REASONING_MODES:
+            raise InputError(f"expected strip or keep, got {self.reasoning!r}", field="--reasoning")
+        try:
+            tags = parse_tags(self.think_tags)
+        except ValueError as exc:
+            raise InputError(str(exc), field="--think-tags") from None
+        object.__setattr__(self, "tags", tuple(tags))
+
+    @property
+    def inputs(self) -> list[Path]:
+        return [self.dataset, self.grader, self.outputs]
+
+
+@dataclass(frozen=True)
+class GradedFile:
+    """The records file written, the grader that graded it, and its records."""
+
+    path: Path
+    config: GraderConfig
+    records: list[Record]
+
+
+def grade_paths(request: GradeRequest, warn: Callable[[str], None],
+                open_judge: Callable[[GraderConfig], Any]) -> GradedFile:
+    """Check everything (output path, dataset, grader, templates, sandbox, every outputs line) before grading, so
+    bad input never leaves a half-written result; then grade and write the records. `warn` gets the lines a user
+    should see and the run goes on; `open_judge` connects the judge (and checks it) once the inputs are known
+    good, and the judge is closed here."""
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outfile import check_output, write_output
+    from rfteval.data.outputs import Output, iter_outputs
+    from rfteval.data.records import write_jsonl
+    from rfteval.errors import InputErrors
+    from rfteval.graders import GradeOptions, load_grader
+    from rfteval.graders.base import load_notes
+    from rfteval.graders.checks import output_json_warning, preflight
+    from rfteval.graders.grading import default_records_path, grade_outputs
+    from rfteval.graders.loader import has_response_format
+
+    r = request
+    path = check_output(r.out or default_records_path(r.outputs), inputs=r.inputs, flag="--out")
+    data = load_dataset(r.dataset, skip_invalid=r.skip_invalid)
+    if data.skipped:
+        warn(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
+    config = load_grader(r.grader)
+    for note in load_notes(config):
+        warn(f"note: {note}")
+    problems = preflight(config, data, r.grader)
+    if problems:
+        raise InputErrors(problems)
+    parse_json = has_response_format(r.grader)
+    if (warning := output_json_warning(config, parse_json)) is not None:
+        warn(f"warning: {warning}")
+    require_sandbox(config, r.unsafe_python_graders, *r.never_pass)
+    set_aside: list[Output] = []
+    outs = list(iter_outputs(r.outputs, known_items={it.id for it in data},
+                             unknown=set_aside if r.skip_invalid else None))
+    if set_aside:
+        warn(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
+             f"{r.outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})")
+    options = GradeOptions(python_timeout_s=r.python_timeout_s, python_memory_mb=r.python_memory_mb)
+    judge = open_judge(config)
+    try:
+        records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json,
+                                reasoning=r.reasoning, tags=r.tags)
+    finally:
+        if judge is not None:
+            judge.close()
+    write_output(path, lambda tmp: write_jsonl(records, tmp), inputs=r.inputs, flag="--out")
+    return GradedFile(path, config, records)

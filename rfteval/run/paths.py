@@ -1,0 +1,82 @@
+"""`rfteval run` as one library call: the spec built from the file and the flags, every check made before a
+request is sent, then the run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    from rfteval.readiness.assess import ReadinessReport
+    from rfteval.run.runner import RunMonitor, RunOptions, RunResult
+    from rfteval.run.spec import RunSpec
+
+SERVICE_TIERS = ("auto", "default", "flex", "priority")
+
+
+def check_run_options(options: RunOptions) -> None:
+    """The invocation flags that are wrong on their own or together: one line (exit 2) naming the flag."""
+    if options.service_tier is not None and options.service_tier not in SERVICE_TIERS:
+        raise InputError(f"expected auto, default, flex or priority, got {options.service_tier!r}",
+                         field="--service-tier")
+    if options.batch_tail not in ("batch", "sync"):
+        raise InputError(f"expected batch or sync, got {options.batch_tail!r}", field="--batch-tail")
+    modes = [flag for flag, on in (("--batch", options.batch), ("--export-requests", options.export_requests is not None),
+                                   ("--import-responses", options.import_responses is not None)) if on]
+    if options.batch_judge and not options.batch:
+        raise InputError("needs --batch (the judge phase follows the generation batches)", field="--batch-judge")
+    if len(modes) > 1:
+        raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
+
+
+def run_paths(spec: Path | None, overrides: dict[str, Any], options: RunOptions,
+              start: Callable[[RunSpec], RunMonitor], unsafe_python_graders: bool = False) -> RunResult:
+    """Build the spec (the file, then the flags), check the options, the grader against every item and the python
+    sandbox, then run (or resume) it. `start` gets the spec once it is known good and returns the monitor; raises
+    InputError before any request, FatalRunError when an endpoint refuses the run."""
+    from rfteval.errors import InputErrors
+    from rfteval.graders import load_grader
+    from rfteval.graders.checks import preflight_stream
+    from rfteval.graders.paths import require_sandbox
+    from rfteval.run.runner import run_eval
+    from rfteval.run.spec import build_spec
+
+    run_spec = build_spec(spec, overrides)
+    check_run_options(options)
+    config = load_grader(run_spec.grader)
+    problems = preflight_stream(config, run_spec.dataset, run_spec.grader)
+    if problems:  # a template no item can fill would grade every record as an error: say so before spending
+        raise InputErrors(problems)
+    require_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
+                    run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
+    return run_eval(run_spec, start(run_spec), options)
+
+
+@dataclass(frozen=True)
+class RunReadiness:
+    """The baseline model's readiness after a run: its report, or why it was not assessed (nothing graded yet)."""
+
+    label: str
+    out_dir: Path
+    report: ReadinessReport | None = None
+    reason: str | None = None
+
+
+def run_readiness(result: RunResult, run_spec: RunSpec) -> RunReadiness:
+    """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
+    from rfteval.data.records import read_records
+    from rfteval.data.rundir import baseline_label
+    from rfteval.graders import load_grader
+    from rfteval.readiness.assess import assess
+
+    label = baseline_label(list(result.totals))
+    path = result.out_dir / f"{label}.jsonl"
+    try:
+        report = assess(read_records(path), load_grader(run_spec.grader), dataset=run_spec.dataset, label=label)
+    except InputError as exc:  # nothing graded yet: no verdict, not a failure
+        return RunReadiness(label, result.out_dir, reason=exc.message)
+    return RunReadiness(label, result.out_dir, report=report)

@@ -1,0 +1,52 @@
+"""compare/paths.py: CompareRequest checks every flag and report path before any work; the baseline's readiness
+for the HTML report, rendered by report.readiness_render.readiness_sections."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rfteval.compare.gate import Gate
+from rfteval.compare.paths import READINESS_MAX_RECORDS, BaselineReadiness, CompareRequest, ReportPaths
+from rfteval.errors import InputError
+from rfteval.report.readiness_render import readiness_sections
+
+
+def request(tmp_path: Path, **kw) -> CompareRequest:
+    args = dict(baseline=tmp_path, candidate=None, labels=[], dataset=None, reports=ReportPaths(), tie=1e-9, top=10,
+                ci="t", seed=0, strict=False, by=[], errors="exclude", exclude_errors=False, score_range=None,
+                gate=Gate(), metric="mean", pass_threshold=None)
+    return CompareRequest(**(args | kw))
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"ci": "z"}, "--ci"), ({"tie": -1.0}, "--tie"), ({"top": -1}, "--top"),
+    ({"gate": Gate(max_drop=-0.1)}, "--max-drop"), ({"gate": Gate(mode="loose")}, "--gate"),
+    ({"score_range": "1,0"}, "--score-range"), ({"labels": ["a"]}, "--label"),
+    ({"reports": ReportPaths(junit=Path("x.xml"))}, "--junit"),
+    ({"candidate": Path("c.jsonl"), "series_candidates": ["b"]}, "--candidate"),
+])
+def test_a_bad_flag_is_one_input_error(tmp_path, kw, field):
+    with pytest.raises(InputError) as exc:
+        request(tmp_path, **kw)
+    assert exc.value.field == field
+
+
+def test_two_labels_of_one_directory_compare_it_with_itself_and_reports_never_overwrite_an_input(tmp_path):
+    (tmp_path / "base.jsonl").write_text("")
+    r = request(tmp_path, labels=["base", "tuned"], score_range="0,10")
+    assert r.candidate == tmp_path and not r.is_series and r.options.score_range == (0.0, 10.0)
+    with pytest.raises(InputError) as exc:
+        request(tmp_path, reports=ReportPaths(markdown=tmp_path / "base.jsonl"))
+    assert exc.value.field == "--markdown"
+
+
+def test_readiness_sections_say_why_there_is_no_report():
+    assert readiness_sections(None) == []
+    (title, body), = readiness_sections(BaselineReadiness("base", skipped_records=READINESS_MAX_RECORDS + 1,
+                                                          path="runs/<a>"))
+    assert title == "RFT readiness of the baseline (base)"
+    assert f"{READINESS_MAX_RECORDS + 1:,} records" in body and "runs/&lt;a&gt;" in body
+    (_, body), = readiness_sections(BaselineReadiness("base", failed="bad <line>"))
+    assert body == "<p>Not assessed: bad &lt;line&gt;.</p>"

@@ -1,0 +1,55 @@
+"""graders/paths.py: `rfteval grade` as one library call, its request checked on building it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rfteval.data.records import read_records
+from rfteval.errors import InputError
+from rfteval.graders.paths import GradeRequest, grade_paths
+
+SC = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+      "reference": "{{item.reference_answer}}", "operation": "eq"}
+
+
+def write_files(tmp_path: Path, outputs: list[dict]) -> tuple[Path, Path, Path]:
+    ds = tmp_path / "items.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": "x"}],
+                                      "reference_answer": str(i)}) + "\n" for i in range(3)))
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SC))
+    outs = tmp_path / "outputs.jsonl"
+    outs.write_text("".join(json.dumps(o) + "\n" for o in outputs))
+    return ds, grader, outs
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"reasoning": "drop"}, "--reasoning"),
+                                               ({"think_tags": ["<t>"]}, "--think-tags")])
+def test_a_bad_flag_is_refused_on_building_the_request(tmp_path, kwargs, field):
+    with pytest.raises(InputError) as exc:
+        GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "o", **kwargs)
+    assert exc.value.field == field
+
+
+def test_grade_paths_writes_the_graded_records_and_warns_about_set_aside_outputs(tmp_path):
+    ds, grader, outs = write_files(tmp_path, [{"item_id": "q0", "output_text": "0"},
+                                              {"item_id": "q1", "output_text": "no"},
+                                              {"item_id": "q9", "output_text": "9"}])
+    warned: list[str] = []
+    opened = []
+    graded = grade_paths(GradeRequest(ds, grader, outs, skip_invalid=True), warned.append,
+                         lambda config: opened.append(config.name))
+    assert graded.path == tmp_path / "outputs.records.jsonl"
+    assert [(r.item_id, r.score) for r in graded.records] == [("q0", 1.0), ("q1", 0.0)]
+    assert sorted(read_records(graded.path)["score"]) == [0.0, 1.0]
+    assert opened == ["exact"]
+    assert len(warned) == 1 and "skipped 1 output(s)" in warned[0] and "'q9'" in warned[0]
+
+
+def test_a_bad_outputs_line_stops_before_the_judge_and_writes_nothing(tmp_path):
+    ds, grader, outs = write_files(tmp_path, [{"item_id": "q9", "output_text": "9"}])
+    opened = []
+    with pytest.raises(InputError):
+        grade_paths(GradeRequest(ds, grader, outs), print, lambda config: opened.append(config))
+    assert opened == [] and not (tmp_path / "outputs.records.jsonl").exists()
