@@ -10,26 +10,22 @@ import math
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from rfteval.cli.app import app
-from rfteval.data.records import read_records
+# the ready-made graders' data, their outputs and `rfteval grade`'s scores: shared with the trainer tests
+from trainer_cases import (
+    DATASETS,
+    GRADERS,
+    LOCAL_CASES,
+    grade_cli,
+    items,
+    outputs,
+)
+
 from rfteval.errors import InputError
 from rfteval.reward import for_trl, for_verl, sample_from_completion
-
-REPO = Path(__file__).resolve().parents[1]
-GRADERS = REPO / "graders"
-DATASETS = REPO / "datasets"
-LOCAL_CASES = ("chipstack", "runloop", "harvey", "ambience", "safetykit", "milo")  # accordance needs a judge
-RECORDED = ("chipstack", "harvey", "milo")
-ANSWER_KEY = {"chipstack": "predicted", "harvey": "passages", "ambience": "codes", "safetykit": "labels",
-              "milo": "events"}
-runner = CliRunner()
-
 
 # ------------------------------------------------------------------ the trainers' calling conventions
 
@@ -94,44 +90,6 @@ def verl_naive_call(compute_score: Callable[..., Any], row: dict[str, Any], resp
 
 
 # ------------------------------------------------------------------ the ready-made graders' data
-
-
-def items(case: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (DATASETS / case / "items.jsonl").read_text().splitlines() if line.strip()]
-
-
-def outputs(case: str) -> list[dict[str, Any]]:
-    """Outputs to grade: the demo recordings (both models), else each item's reference answer as the model would
-    write it and two wrong answers (so scores vary)."""
-    if case in RECORDED:
-        out = []
-        for model in ("base", "tuned"):
-            for line in (DATASETS / case / "recordings" / f"{model}.jsonl").read_text().splitlines():
-                if line.strip():
-                    out.append({**json.loads(line), "model": model})
-        return out
-    out = []
-    for it in items(case):
-        if case == "runloop":
-            right = it["reference_output"]
-        else:
-            ref = it["reference_answer"]
-            right = json.dumps(ref if isinstance(ref, dict) else {ANSWER_KEY[case]: ref})
-        half = right[: len(right) // 2]
-        for epoch, text in enumerate((right, half, "I cannot answer that."), start=1):
-            out.append({"item_id": it["id"], "epoch": epoch, "output_text": text, "model": "m"})
-    return out
-
-
-def grade_cli(tmp_path: Path, dataset: Path, grader: str, outs: list[dict[str, Any]]) -> dict[tuple, float]:
-    """`rfteval grade` on the outputs: score per (model, item, epoch)."""
-    path = tmp_path / "outputs.jsonl"
-    path.write_text("".join(json.dumps(o) + "\n" for o in outs))
-    records = tmp_path / "records.jsonl"
-    res = runner.invoke(app, ["grade", "-d", str(dataset), "-g", grader, "--outputs", str(path), "--out", str(records)])
-    assert res.exit_code in (0, 3), res.output  # 3: more grading errors than allowed, records written all the same
-    df = read_records(records)
-    return {(r.model_label, r.item_id, int(r.epoch)): float(r.score) for r in df.itertuples()}
 
 
 def trl_rows(case: str) -> list[dict[str, Any]]:
