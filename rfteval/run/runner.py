@@ -30,7 +30,15 @@ from rfteval.providers.base import GenerationRequest, Provider, ProviderError
 from rfteval.providers.pricing import Price
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
-from rfteval.run.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
+from rfteval.run.store import (
+    GradeEntry,
+    ResponseEntry,
+    RunStore,
+    is_reusable_grade,
+    is_reusable_response,
+    new_grade_entry,
+    new_response_entry,
+)
 from rfteval.run.summary import RunComparison, build_summary, compare_run
 from rfteval.status import ExitStatus
 
@@ -281,7 +289,7 @@ class _Pipeline:
         self.batch_phase: Any = None
         self.judge_batch: Any = None
         self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
-        self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
+        self.grading: asyncio.Queue[tuple[_Job, ResponseEntry, bool] | None] = asyncio.Queue(
             maxsize=opts.grade_batch_size * 4)
         # A group judge ranks an item's samples against each other: its cells are graded together, once all of
         # the item's epochs (of every model, with group_models) are in.
@@ -289,7 +297,7 @@ class _Pipeline:
 
         self.group_mode = needs_groups(engine.config) if engine is not None else False
         self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
-        self.groups: dict[tuple[str, ...], list[tuple[_Job, dict[str, Any], bool, bool]]] = {}
+        self.groups: dict[tuple[str, ...], list[tuple[_Job, ResponseEntry, bool, bool]]] = {}
 
     async def run(self) -> None:
         for label, limiter in self.limiters.items():
@@ -340,20 +348,20 @@ class _Pipeline:
             entry = await self._generate(job)
             self.store.put_response(entry)  # stored (and flushed) before it is graded
         assert entry is not None
-        cached = cached and entry.get("session") != self.store.session  # a batch result of this run is fresh
-        grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry["error"] else None
+        cached = cached and entry.session != self.store.session  # a batch result of this run is fresh
+        grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry.error else None
         if self.group_mode:
             await self._group_add(job, entry, cached, grade)
             return
-        if entry["error"]:
-            self.monitor.advance(label, error=entry["error"]["type"], cached=cached)
+        if entry.error:
+            self.monitor.advance(label, error=entry.error.type, cached=cached)
             return
         if grade is not None and is_reusable_grade(grade):
-            self.monitor.advance(label, error=(grade["error"] or {}).get("type"), cached=cached)
+            self.monitor.advance(label, error=grade.error_type, cached=cached)
             return
         await self.grading.put((job, entry, cached))
 
-    async def _group_add(self, job: _Job, entry: dict[str, Any], cached: bool, grade: dict[str, Any] | None) -> None:
+    async def _group_add(self, job: _Job, entry: ResponseEntry, cached: bool, grade: GradeEntry | None) -> None:
         """Hold a cell until its item's group is complete; then grade the group in one batch (or reuse its grades:
         relative scores are only consistent when the whole group was graded together)."""
         key = (job.item.id,) if self.ctx.spec.group_models else (job.run.label, job.item.id)
@@ -363,19 +371,19 @@ class _Pipeline:
         if len(group) < self.group_size:
             return
         del self.groups[key]
-        ok = [(j, e, c) for j, e, c, _ in group if not e["error"]]
+        ok = [(j, e, c) for j, e, c, _ in group if not e.error]
         for j, e, c, _ in group:
-            if e["error"]:
-                self.monitor.advance(j.run.label, error=e["error"]["type"], cached=c)
-        if all(r for _, e, _, r in group if not e["error"]):
+            if e.error:
+                self.monitor.advance(j.run.label, error=e.error.type, cached=c)
+        if all(r for _, e, _, r in group if not e.error):
             for j, _, c in ok:
                 g = self.store.get_grade(j.key, self.grader_hash)
-                self.monitor.advance(j.run.label, error=((g or {}).get("error") or {}).get("type"), cached=c)
+                self.monitor.advance(j.run.label, error=g.error_type if g else None, cached=c)
             return
         if ok:
             await self._grade_batch(ok)
 
-    async def _generate(self, job: _Job) -> dict[str, Any]:
+    async def _generate(self, job: _Job) -> ResponseEntry:
         from rfteval.providers.retry import call_with_retries
 
         run = job.run
@@ -428,14 +436,14 @@ class _Pipeline:
         except ProviderError as exc:
             if exc.fatal:
                 raise FatalRunError(run.label, run.model, exc) from None
-            return response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
+            return new_response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
                                   latency_s=round(time.perf_counter() - started, 4))
         except (FatalRunError, ServerGone):
             raise
         except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
-            return response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
+            return new_response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
                                   attempts=attempts)
-        return response_entry(**common, generation=gen, attempts=attempts,
+        return new_response_entry(**common, generation=gen, attempts=attempts,
                               latency_s=round(time.perf_counter() - started, 4))
 
     def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
@@ -468,10 +476,10 @@ class _Pipeline:
                 batch.append(nxt)
             await self._grade_batch(batch)
 
-    async def _grade_batch(self, batch: list[tuple[_Job, dict[str, Any], bool]]) -> None:
+    async def _grade_batch(self, batch: list[tuple[_Job, ResponseEntry, bool]]) -> None:
         """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
         spec = self.ctx.spec
-        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
+        pairs = [(entry_sample(e.to_dict(), mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
 
@@ -483,7 +491,7 @@ class _Pipeline:
             results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
                        for _ in pairs]
         for (job, _, cached), result in zip(batch, results):
-            self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
+            self.store.put_grade(new_grade_entry(job.key, self.grader_hash, result))
             self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
         fatal = judge_fatal(self.judge)
         if fatal is not None:  # a refused judge key or an unknown judge model: stop now, not after every cell

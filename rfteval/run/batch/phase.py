@@ -37,7 +37,7 @@ from rfteval.providers.base import Generation, ProviderError
 
 if TYPE_CHECKING:
     from rfteval.providers.openai_provider import OpenAIProvider
-    from rfteval.run.store import RunStore
+    from rfteval.run.store import ResponseEntry, RunStore
 
 MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
@@ -164,14 +164,14 @@ def request_line(key: str, endpoint: str, body: dict[str, Any]) -> str:
 
 
 def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: str,
-                      tier: str = "batch") -> tuple[str, dict[str, Any] | None]:
+                      tier: str = "batch") -> tuple[str, ResponseEntry | None]:
     """One output/error line → ("stored", entry) | ("requeue", None) | ("error", entry).
 
     A 200 is parsed exactly as a synchronous answer; a 429/5xx line or an expired/cancelled one is re-queued
     (another window may succeed); any other status is the cell's error, as a synchronous 400 would be.
     """
     from rfteval.providers.openai_provider import parse_chat, parse_responses, status_kind
-    from rfteval.run.store import response_entry
+    from rfteval.run.store import new_response_entry
 
     common: dict[str, Any] = dict(key=key, label=cell.label, model=cell.model, item_id=cell.item_id, epoch=cell.epoch,
                   session=session)
@@ -191,10 +191,10 @@ def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: s
             gen: Generation = parse(body, structured=cell.structured)
         except ProviderError as exc:
             if exc.kind in ("refusal",):
-                return "error", response_entry(**common, error=(exc.kind, str(exc)))
-            return "error", response_entry(**common, error=(exc.kind, str(exc)))
-        entry = response_entry(**common, generation=gen)
-        entry["tier"] = tier
+                return "error", new_response_entry(**common, error=(exc.kind, str(exc)))
+            return "error", new_response_entry(**common, error=(exc.kind, str(exc)))
+        entry = new_response_entry(**common, generation=gen)
+        entry.tier = tier
         return "stored", entry
     if not isinstance(status, int):
         return "requeue", None
@@ -205,7 +205,7 @@ def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: s
     if isinstance(body, dict):
         e = body.get("error", body)
         message = str(e.get("message") if isinstance(e, dict) else e)[:300]
-    return "error", response_entry(**common, error=(kind, f"HTTP {status}: {message}"))
+    return "error", new_response_entry(**common, error=(kind, f"HTTP {status}: {message}"))
 
 
 def parse_result_lines(data: bytes | str, source: str | Path | None = None,
@@ -504,7 +504,7 @@ class BatchPhase:
             return self._have_fn(key)
         return is_reusable_response(self.store.get_response(key))
 
-    def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, ResponseEntry | None]:
         from rfteval.run.store import is_reusable_response
 
         cell = self.cells.get(key)
