@@ -32,6 +32,7 @@ def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
     The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
     (rfteval.data.reasoning), the thinking goes to reasoning_text. A line as read from the store's logs (a dict)
     is accepted too."""
+    from rfteval.graders.grading import apply_grade  # lazily: it brings the grading engine
     from rfteval.run.store import GradeEntry, ResponseEntry, decode_grade, decode_response
 
     if response is None:
@@ -61,15 +62,7 @@ def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
         return rec
     if grade is None:
         return None  # generated, not graded yet: not a result
-    rec.score = float(grade.score)
-    rec.sub_scores = grade.sub_scores
-    rec.passed = grade.passed
-    rec.grader_stdout = grade.stdout
-    rec.grade_details = grade.details
-    err = grade.error
-    rec.error = error_dict("grade", err.type, err.message) if err else None
-    rec.finished_at = grade.at or rec.finished_at
-    return rec
+    return apply_grade(rec, grade.result(), finished_at=grade.at or rec.finished_at)
 
 
 @dataclass

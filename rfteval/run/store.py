@@ -124,6 +124,14 @@ class GradeEntry(_Entry, kw_only=True):
     details: Any = None
     at: str = ""
 
+    def result(self) -> GradeResult:
+        """The grade as graders return it (for rfteval.graders.grading.apply_grade)."""
+        from rfteval.graders.base import GradeError, GradeResult
+
+        err = self.error
+        return GradeResult(float(self.score), sub_scores=self.sub_scores, passed=self.passed, stdout=self.stdout,
+                           details=self.details, error=GradeError(err.type, err.message) if err else None)
+
     @property
     def error_type(self) -> str | None:
         return self.error.type if self.error is not None else None
