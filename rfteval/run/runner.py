@@ -39,7 +39,7 @@ from rfteval.run.store import (
     new_grade_entry,
     new_response_entry,
 )
-from rfteval.run.summary import RunComparison, build_summary, compare_run
+from rfteval.run.summary import RunComparison, RunSummary, build_summary, compare_run
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class ServerGone(Exception):
 @dataclass
 class RunResult:
     out_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     totals: dict[str, LabelTotals]
     interrupted: bool = False
     batches_open: int = 0  # batches still running at the provider (after Ctrl-C): re-run to collect them
@@ -157,7 +157,7 @@ class RunResult:
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
-        return (item.id for item in stream_items(self.summary["dataset"]))
+        return (item.id for item in stream_items(self.summary.dataset))
 
     @property
     def exit_code(self) -> int:
@@ -165,7 +165,7 @@ class RunResult:
             return ExitStatus.INTERRUPTED
         if self.stopped is not None:
             return ExitStatus.INCOMPLETE
-        if self.summary["error_rate"] > self.summary["max_error_rate"]:
+        if self.summary.error_rate > self.summary.max_error_rate:
             return ExitStatus.INCOMPLETE
         return ExitStatus.SUCCESS
 
@@ -589,7 +589,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
             written = export_requests(Path(opts.export_requests), ctx.batch_jobs(), store)
             _close_providers(providers)
-            return RunResult(out_dir, {"cells": n_items * spec.epochs * len(runs)}, {}, exported=written)
+            return RunResult(out_dir, RunSummary(cells=n_items * spec.epochs * len(runs)), {}, exported=written)
         if opts.import_responses is not None:
             from rfteval.run.batch.phase import import_responses
 
@@ -613,7 +613,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                        tags=spec.reasoning_tags)
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
                                         compare_run(out_dir, labels))
-                write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
+                write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
         prices = price_table(spec.pricing)
@@ -657,16 +657,16 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             comparison = compare_run(out_dir, labels)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
                                     not interrupted and pipeline.gone is None, prices, comparison)
-            summary["concurrency"] = {label: lim.summary() for label, lim in pipeline.limiters.items()}
+            summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
                 chunks = list(batch_phase.journal.chunks.values())
                 open_batches = sum(1 for c in chunks if c.live and (c.batch_id or c.file_id))
-                summary["batches"] = {"chunks": len(chunks), "open": open_batches,
+                summary.batches = {"chunks": len(chunks), "open": open_batches,
                                       "stored_this_invocation": batch_phase.outcome.stored,
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": batch_phase.outcome.messages}
-            write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
+            write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
                          stopped=None if pipeline.gone is None else str(pipeline.gone))
     finally:
@@ -757,13 +757,13 @@ def judge_fatal(judge: Judge | None) -> FatalRunError | None:
     return FatalRunError("judge", model, error)
 
 
-def add_judge_usage(summary: dict[str, Any], judge: Judge | None, prices: dict[str, Price]) -> dict[str, Any]:
+def add_judge_usage(summary: RunSummary, judge: Judge | None, prices: dict[str, Price]) -> RunSummary:
     """Judge tokens and cost, per judge model, apart from the models' own."""
     if judge is None or not hasattr(judge, "usage"):
         return summary
     from rfteval.providers.pricing import cost_usd
 
-    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
+    summary.judge = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
                                                         u.get("output_tokens") or 0, prices)}
                         for model, u in judge.usage().items()}
     return summary
