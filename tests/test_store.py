@@ -120,3 +120,55 @@ def test_a_run_directory_under_a_file_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(InputError, match="it is a file"):
         RunStore(tmp_path / "f" / "sub")
+
+
+V1 = Path(__file__).parent / "data" / "store_v1"  # written by the dict-based store (main at 95db486)
+
+
+def test_a_store_written_by_the_dict_based_code_resumes_typed(tmp_path: Path) -> None:
+    from rfteval.run.store import EntryError, GradeEntry, ResponseEntry
+
+    (tmp_path / "store").mkdir()
+    for name in ("responses.jsonl", "grades.jsonl"):
+        (tmp_path / "store" / name).write_bytes((V1 / name).read_bytes())
+    with RunStore(tmp_path) as store:
+        ok1, refused, timed_out = (store.get_response(k) for k in ("k1", "k2", "k3"))
+        assert isinstance(ok1, ResponseEntry) and ok1.error is None and ok1.reasoning == "thought"
+        assert (ok1.tier, ok1.usage, ok1.latency_s) == ("flex", {"input_tokens": 3, "output_tokens": 5}, 0.25)
+        assert refused is not None and refused.error == EntryError("refusal", "no") and refused.attempts == 3
+        assert [is_reusable_response(e) for e in (ok1, refused, timed_out)] == [True, True, False]
+        grade = store.get_grade("k1", "g")
+        assert isinstance(grade, GradeEntry) and grade.error_type == "python_grader_runtime_error"
+        assert (grade.score, grade.passed, grade.stdout, grade.details) == (0.5, False, "hi", {"x": [1, "y"]})
+        assert is_reusable_grade(grade) and store.get_grade("k1", "h") == GradeEntry(
+            key="k1", grader="h", score=1.0, at="2026-12-01T00:00:00Z")
+
+
+def test_typed_entries_write_the_lines_the_dict_based_code_wrote(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    import rfteval.run.store as store_mod
+    from rfteval.graders.base import GradeError
+    from rfteval.providers.base import Generation
+
+    monkeypatch.setattr(store_mod, "now_iso", lambda: "2026-12-01T00:00:00Z")
+    gen = Generation(output_text="<think>t</think> Paris é", usage={"input_tokens": 3, "output_tokens": 5},
+                     finish_reason="stop", reasoning="thought", tier="flex")
+    common = dict(label="base", model="m", session="s0")
+    responses = [
+        store_mod.new_response_entry(key="k1", item_id="1", epoch=1, generation=gen, latency_s=0.25, **common),
+        store_mod.new_response_entry(key="k2", item_id="1", epoch=2, error=("refusal", "no"), attempts=3, **common),
+        store_mod.new_response_entry(key="k3", item_id="2", epoch=1, error=("timeout", "slow"), **common),
+    ]
+    err = GradeError("python_grader_runtime_error", "KeyError")
+    grades = [
+        store_mod.new_grade_entry("k1", "g", GradeResult(0.5, sub_scores={"a": 1.0}, passed=False, stdout="hi",
+                                                         details={"x": [1, "y"]}, error=err)),
+        store_mod.new_grade_entry("k1", "h", GradeResult(1.0)),
+    ]
+    with RunStore(tmp_path) as store:
+        for r in responses:
+            store.put_response(r)
+        for g in grades:
+            store.put_grade(g)
+    for name in ("responses.jsonl", "grades.jsonl"):
+        assert (tmp_path / "store" / name).read_bytes() == (V1 / name).read_bytes()

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
 
 
-def apply_grade(record: Record, result: GradeResult) -> Record:
-    """Fill a record's grade fields; a generation error stays the record's error (score 0)."""
+def apply_grade(record: Record, result: GradeResult, finished_at: str | None = None) -> Record:
+    """Fill a record's grade fields; a generation error stays the record's error (score 0). `finished_at` is when
+    the grade was made (a stored grade's time, when the record is rebuilt from the run store); default now."""
     if record.error and record.error.get("stage") == "generate":
         record.score = 0.0
         return record
@@ -31,7 +32,7 @@ def apply_grade(record: Record, result: GradeResult) -> Record:
     record.grader_stdout = result.stdout or None
     record.grade_details = result.details
     record.error = error_dict("grade", result.error.type, result.error.message) if result.error else None
-    record.finished_at = now_iso()
+    record.finished_at = finished_at or now_iso()
     return record
 
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from rfteval.run.runner import RunResult
-    from rfteval.run.summary import RunComparison
+    from rfteval.run.summary import RunComparison, RunSummary, TokenCounts
 
 
 def fmt_errors(by_type: dict[str, int]) -> str:
@@ -127,20 +127,23 @@ class RichMonitor(RunMonitor):
             self.progress.stop()
 
 
-def models_table(summary: dict[str, Any]) -> Table:
+def models_table(summary: RunSummary | dict[str, Any]) -> Table:
     """Per model: mean of per-item means with its interval, counts, errors by kind, tokens, cost."""
+    from rfteval.run.summary import as_run_summary
 
-    title = f"{summary['name']}: {summary['items']} items x {summary['epochs']} epochs, grader {summary['grader']['name']}"
+    s = as_run_summary(summary)
+    title = f"{s.name}: {s.items} items x {s.epochs} epochs, grader {s.grader.name}"
     table = house_table(title)
-    top = int(summary.get("epochs") or 1)
+    top = int(s.epochs or 1)
     ks = ["1"] if top < 2 else ["1", str(top)]  # pass@1 and pass@N (unbiased, from the epochs: rfteval.stats.passk)
     # columns with nothing to say (no usage reported, no price known: replayed or self-hosted) are left out, so
     # the table fits 80 columns
-    has_tokens = any(any(m["tokens"].values()) for m in summary["models"].values())
-    has_truncated = any((m.get("truncated_in_reasoning") or {}).get("n") for m in summary["models"].values())
-    has_cost = any(m.get("cost_usd") is not None for m in summary["models"].values())
+    models = s.models
+    has_tokens = any(_any_tokens(m.tokens) for m in models.values())
+    has_truncated = any(m.truncated_in_reasoning and m.truncated_in_reasoning.n for m in models.values())
+    has_cost = any(m.cost_usd is not None for m in models.values())
     columns = ["model", "mean", "95% CI", "pass@" + "/@".join(ks), "items", "records", "errors"]
-    has_reasoning = any(m["tokens"].get("reasoning") is not None for m in summary["models"].values())
+    has_reasoning = any(m.tokens.reasoning is not None for m in models.values())
     token_column = "tokens in/out (reasoning)" if has_reasoning else "tokens in/out"
     columns += [token_column] if has_tokens else []
     columns += ["cost"] if has_cost else []
@@ -149,33 +152,38 @@ def models_table(summary: dict[str, Any]) -> Table:
         table.add_column(name, justify="left" if name in ("model", "errors") else "right",
                          no_wrap=name not in ("model", "errors", token_column), overflow="fold",
                          ratio=1 if name == "model" else None)
-    for label, m in summary["models"].items():
-        tok = m["tokens"]
-        reasoning = f" ({fmt_tokens(tok['reasoning'])})" if tok.get("reasoning") is not None else ""
-        tokens = f"{fmt_tokens(tok['input'])}/{fmt_tokens(tok['output'])}{reasoning}" \
-            if any(tok.values()) else "—"  # no usage reported (replayed outputs)
-        records = str(m["records"]) if m["records"] == m["cells"] else f"{m['records']}/{m['cells']}"
-        curve = m.get("pass_at_k") or {}
+    for label, m in models.items():
+        tok = m.tokens
+        reasoning = f" ({fmt_tokens(tok.reasoning)})" if tok.reasoning is not None else ""
+        tokens = f"{fmt_tokens(tok.input)}/{fmt_tokens(tok.output)}{reasoning}" \
+            if _any_tokens(tok) else "—"  # no usage reported (replayed outputs)
+        records = str(m.records) if m.records == m.cells else f"{m.records}/{m.cells}"
+        curve = m.pass_at_k or {}
         pass_k = "/".join(fmt(curve.get(k)) for k in ks)
-        cells = [f"{label} ({m['model']})", fmt(m["mean"]), fmt_ci(m["ci95"], sign=False), pass_k, str(m["items"]),
-                 records, fmt_errors(m["errors"]["by_type"])]
+        cells = [f"{label} ({m.model})", fmt(m.mean), fmt_ci(m.ci95, sign=False), pass_k, str(m.items),
+                 records, fmt_errors(m.errors.by_type)]
         cells += [tokens] if has_tokens else []
-        cells += [fmt_cost(m["cost_usd"])] if has_cost else []
+        cells += [fmt_cost(m.cost_usd)] if has_cost else []
         if has_truncated:
-            cut = m.get("truncated_in_reasoning") or {}
-            cells += [f"{cut['n']} ({cut['share']:.0%})" if cut.get("n") else "0"]
+            cut = m.truncated_in_reasoning
+            cells += [f"{cut.n} ({cut.share:.0%})" if cut and cut.n else "0"]
         table.add_row(*cells)
     return table
 
 
-def truncation_lines(summary: dict[str, Any]) -> list[str]:
+def _any_tokens(tok: TokenCounts) -> bool:
+    return bool(tok.input or tok.output or tok.reasoning)
+
+
+def truncation_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
     """Per model whose samples ran out of tokens while reasoning: how many, and what to do about it."""
     from rfteval.data.reasoning import truncation_line
+    from rfteval.run.summary import as_run_summary
 
     lines = []
-    for label, m in summary["models"].items():
-        cut = m.get("truncated_in_reasoning") or {}
-        line = truncation_line(label, int(cut.get("n") or 0), float(cut.get("share") or 0.0))
+    for label, m in as_run_summary(summary).models.items():
+        cut = m.truncated_in_reasoning
+        line = truncation_line(label, cut.n if cut else 0, cut.share if cut else 0.0)
         if line:
             lines.append(line)
     return lines
@@ -185,8 +193,8 @@ def per_item_table(result: RunResult) -> Table:
     """Each item's mean over its epochs, per model, in dataset order (the way ChipStack reported it)."""
 
     labels = list(result.totals)
-    base = result.summary["baseline"]
-    table = house_table(f"per item: mean over {result.summary['epochs']} epochs")
+    base = result.summary.baseline
+    table = house_table(f"per item: mean over {result.summary.epochs} epochs")
     table.add_column("item")
     for label in labels:
         table.add_column(label, justify="right")
@@ -228,14 +236,14 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
     console.print(models_table(result.summary))
     for line in truncation_lines(result.summary):
         console.print(line, highlight=False, markup=False)
-    for model, u in (result.summary.get("judge") or {}).items():
+    for model, u in (result.summary.judge or {}).items():
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "
                       f"{u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
                       f"{u.get('output_tokens', 0)}{_reasoning(u)}{cost} "
                       "(this invocation)", highlight=False)
-    invocation = result.summary.get("judge") or {}
-    for model, u in (result.summary.get("judge_results") or {}).items():
+    invocation = result.summary.judge or {}
+    for model, u in (result.summary.judge_results or {}).items():
         now = invocation.get(model) or {}
         if (u["calls"], u["input_tokens"]) == (now.get("calls"), now.get("input_tokens")):
             continue  # every call behind the results was made now: the line above says it all

@@ -20,48 +20,49 @@ from rfteval.data.rundir import RESULTS
 from rfteval.providers.pricing import DISCOUNTED_TIERS
 
 if TYPE_CHECKING:
-    from rfteval.run.store import StoreReader
+    from rfteval.run.store import GradeEntry, ResponseEntry, StoreReader
 
 
-def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int, response: dict[str, Any] | None,
-                 grade: dict[str, Any] | None, cached: bool = False, reasoning: str = DEFAULT_MODE,
+def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
+                 response: ResponseEntry | dict[str, Any] | None, grade: GradeEntry | dict[str, Any] | None,
+                 cached: bool = False, reasoning: str = DEFAULT_MODE,
                  tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Record | None:
     """The record of one cell from its stored response and grade; None when the cell has no response yet.
 
     The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
-    (rfteval.data.reasoning), the thinking goes to reasoning_text."""
+    (rfteval.data.reasoning), the thinking goes to reasoning_text. A line as read from the store's logs (a dict)
+    is accepted too."""
+    from rfteval.graders.grading import apply_grade  # lazily: it brings the grading engine
+    from rfteval.run.store import GradeEntry, ResponseEntry, decode_grade, decode_response
+
     if response is None:
         return None
-    gen_err = response.get("error")
-    text, output_json = response.get("output_text"), response.get("output_json")
+    if not isinstance(response, ResponseEntry):
+        response = decode_response(response)
+    if grade is not None and not isinstance(grade, GradeEntry):
+        grade = decode_grade(grade)
+    gen_err = response.error
+    text, output_json = response.output_text, response.output_json
     thinking, truncated = None, False
     if not gen_err:
-        answer = answer_of(text, output_json, None, response.get("reasoning"), response.get("finish_reason"),
+        answer = answer_of(text, output_json, None, response.reasoning, response.finish_reason,
                            mode=reasoning, tags=tags)
         text, output_json = answer.output_text, answer.output_json
         thinking, truncated = answer.reasoning, answer.truncated_in_reasoning
     rec = make_record(
         run_id=run_id, model_label=label, model=model, item_id=item_id, epoch=epoch,
         output_text=text, output_json=output_json,
-        output_tools=response.get("output_tools"), usage=response.get("usage"), latency_s=response.get("latency_s"),
-        cached=cached, error=error_dict("generate", gen_err["type"], gen_err["message"]) if gen_err else None,
+        output_tools=response.output_tools, usage=response.usage, latency_s=response.latency_s,
+        cached=cached, error=error_dict("generate", gen_err.type, gen_err.message) if gen_err else None,
         reasoning_text=thinking, truncated_in_reasoning=truncated,
     )
     if gen_err:
         rec.score = 0.0  # OpenAI's rule for a failure; the error stays on the record and is counted
-        rec.finished_at = response.get("at") or rec.finished_at
+        rec.finished_at = response.at or rec.finished_at
         return rec
     if grade is None:
         return None  # generated, not graded yet: not a result
-    rec.score = float(grade["score"])
-    rec.sub_scores = grade.get("sub_scores")
-    rec.passed = grade.get("passed")
-    rec.grader_stdout = grade.get("stdout")
-    rec.grade_details = grade.get("details")
-    err = grade.get("error")
-    rec.error = error_dict("grade", err["type"], err["message"]) if err else None
-    rec.finished_at = grade.get("at") or rec.finished_at
-    return rec
+    return apply_grade(rec, grade.result(), finished_at=grade.at or rec.finished_at)
 
 
 @dataclass
@@ -168,8 +169,8 @@ def write_results(
                 current[cell.label] = cur = (cell.item_id, 0.0, 0)
             t.cells += 1
             response = reader.get_response(cell.key)
-            grade = reader.get_grade(cell.key, grader) if response and not response.get("error") else None
-            cached = bool(response and session and response.get("session") != session)
+            grade = reader.get_grade(cell.key, grader) if response and not response.error else None
+            cached = bool(response and session and response.session != session)
             rec = build_record(run_id, cell.label, cell.model, cell.item_id, cell.epoch, response, grade, cached,
                                reasoning, tags)
             if rec is None or response is None:
@@ -181,7 +182,7 @@ def write_results(
                 t.truncated_in_reasoning += rec.truncated_in_reasoning
             t.cached += cached
             _add_usage(t, rec.usage)
-            if response.get("tier") in DISCOUNTED_TIERS and rec.usage:
+            if response.tier in DISCOUNTED_TIERS and rec.usage:
                 t.discounted_input_tokens += int(rec.usage.get("input_tokens") or 0)
                 t.discounted_output_tokens += int(rec.usage.get("output_tokens") or 0)
             add_judge_calls(t.judge_calls, rec.grade_details)

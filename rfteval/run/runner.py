@@ -30,8 +30,16 @@ from rfteval.providers.base import GenerationRequest, Provider, ProviderError
 from rfteval.providers.pricing import Price
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
-from rfteval.run.store import RunStore, grade_entry, is_reusable_grade, is_reusable_response, response_entry
-from rfteval.run.summary import RunComparison, build_summary, compare_run
+from rfteval.run.store import (
+    GradeEntry,
+    ResponseEntry,
+    RunStore,
+    is_reusable_grade,
+    is_reusable_response,
+    new_grade_entry,
+    new_response_entry,
+)
+from rfteval.run.summary import RunComparison, RunSummary, build_summary, compare_run
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -139,7 +147,7 @@ class ServerGone(Exception):
 @dataclass
 class RunResult:
     out_dir: Path
-    summary: dict[str, Any]
+    summary: RunSummary
     totals: dict[str, LabelTotals]
     interrupted: bool = False
     batches_open: int = 0  # batches still running at the provider (after Ctrl-C): re-run to collect them
@@ -149,7 +157,7 @@ class RunResult:
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
-        return (item.id for item in stream_items(self.summary["dataset"]))
+        return (item.id for item in stream_items(self.summary.dataset))
 
     @property
     def exit_code(self) -> int:
@@ -157,7 +165,7 @@ class RunResult:
             return ExitStatus.INTERRUPTED
         if self.stopped is not None:
             return ExitStatus.INCOMPLETE
-        if self.summary["error_rate"] > self.summary["max_error_rate"]:
+        if self.summary.error_rate > self.summary.max_error_rate:
             return ExitStatus.INCOMPLETE
         return ExitStatus.SUCCESS
 
@@ -281,7 +289,7 @@ class _Pipeline:
         self.batch_phase: Any = None
         self.judge_batch: Any = None
         self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
-        self.grading: asyncio.Queue[tuple[_Job, dict[str, Any], bool] | None] = asyncio.Queue(
+        self.grading: asyncio.Queue[tuple[_Job, ResponseEntry, bool] | None] = asyncio.Queue(
             maxsize=opts.grade_batch_size * 4)
         # A group judge ranks an item's samples against each other: its cells are graded together, once all of
         # the item's epochs (of every model, with group_models) are in.
@@ -289,7 +297,7 @@ class _Pipeline:
 
         self.group_mode = needs_groups(engine.config) if engine is not None else False
         self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
-        self.groups: dict[tuple[str, ...], list[tuple[_Job, dict[str, Any], bool, bool]]] = {}
+        self.groups: dict[tuple[str, ...], list[tuple[_Job, ResponseEntry, bool, bool]]] = {}
 
     async def run(self) -> None:
         for label, limiter in self.limiters.items():
@@ -340,20 +348,20 @@ class _Pipeline:
             entry = await self._generate(job)
             self.store.put_response(entry)  # stored (and flushed) before it is graded
         assert entry is not None
-        cached = cached and entry.get("session") != self.store.session  # a batch result of this run is fresh
-        grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry["error"] else None
+        cached = cached and entry.session != self.store.session  # a batch result of this run is fresh
+        grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry.error else None
         if self.group_mode:
             await self._group_add(job, entry, cached, grade)
             return
-        if entry["error"]:
-            self.monitor.advance(label, error=entry["error"]["type"], cached=cached)
+        if entry.error:
+            self.monitor.advance(label, error=entry.error.type, cached=cached)
             return
         if grade is not None and is_reusable_grade(grade):
-            self.monitor.advance(label, error=(grade["error"] or {}).get("type"), cached=cached)
+            self.monitor.advance(label, error=grade.error_type, cached=cached)
             return
         await self.grading.put((job, entry, cached))
 
-    async def _group_add(self, job: _Job, entry: dict[str, Any], cached: bool, grade: dict[str, Any] | None) -> None:
+    async def _group_add(self, job: _Job, entry: ResponseEntry, cached: bool, grade: GradeEntry | None) -> None:
         """Hold a cell until its item's group is complete; then grade the group in one batch (or reuse its grades:
         relative scores are only consistent when the whole group was graded together)."""
         key = (job.item.id,) if self.ctx.spec.group_models else (job.run.label, job.item.id)
@@ -363,19 +371,19 @@ class _Pipeline:
         if len(group) < self.group_size:
             return
         del self.groups[key]
-        ok = [(j, e, c) for j, e, c, _ in group if not e["error"]]
+        ok = [(j, e, c) for j, e, c, _ in group if not e.error]
         for j, e, c, _ in group:
-            if e["error"]:
-                self.monitor.advance(j.run.label, error=e["error"]["type"], cached=c)
-        if all(r for _, e, _, r in group if not e["error"]):
+            if e.error:
+                self.monitor.advance(j.run.label, error=e.error.type, cached=c)
+        if all(r for _, e, _, r in group if not e.error):
             for j, _, c in ok:
                 g = self.store.get_grade(j.key, self.grader_hash)
-                self.monitor.advance(j.run.label, error=((g or {}).get("error") or {}).get("type"), cached=c)
+                self.monitor.advance(j.run.label, error=g.error_type if g else None, cached=c)
             return
         if ok:
             await self._grade_batch(ok)
 
-    async def _generate(self, job: _Job) -> dict[str, Any]:
+    async def _generate(self, job: _Job) -> ResponseEntry:
         from rfteval.providers.retry import call_with_retries
 
         run = job.run
@@ -428,14 +436,14 @@ class _Pipeline:
         except ProviderError as exc:
             if exc.fatal:
                 raise FatalRunError(run.label, run.model, exc) from None
-            return response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
+            return new_response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
                                   latency_s=round(time.perf_counter() - started, 4))
         except (FatalRunError, ServerGone):
             raise
         except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
-            return response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
+            return new_response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
                                   attempts=attempts)
-        return response_entry(**common, generation=gen, attempts=attempts,
+        return new_response_entry(**common, generation=gen, attempts=attempts,
                               latency_s=round(time.perf_counter() - started, 4))
 
     def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
@@ -468,10 +476,10 @@ class _Pipeline:
                 batch.append(nxt)
             await self._grade_batch(batch)
 
-    async def _grade_batch(self, batch: list[tuple[_Job, dict[str, Any], bool]]) -> None:
+    async def _grade_batch(self, batch: list[tuple[_Job, ResponseEntry, bool]]) -> None:
         """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
         spec = self.ctx.spec
-        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
+        pairs = [(entry_sample(e.to_dict(), mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
 
@@ -483,7 +491,7 @@ class _Pipeline:
             results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
                        for _ in pairs]
         for (job, _, cached), result in zip(batch, results):
-            self.store.put_grade(grade_entry(job.key, self.grader_hash, result))
+            self.store.put_grade(new_grade_entry(job.key, self.grader_hash, result))
             self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
         fatal = judge_fatal(self.judge)
         if fatal is not None:  # a refused judge key or an unknown judge model: stop now, not after every cell
@@ -581,7 +589,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
             written = export_requests(Path(opts.export_requests), ctx.batch_jobs(), store)
             _close_providers(providers)
-            return RunResult(out_dir, {"cells": n_items * spec.epochs * len(runs)}, {}, exported=written)
+            return RunResult(out_dir, RunSummary(cells=n_items * spec.epochs * len(runs)), {}, exported=written)
         if opts.import_responses is not None:
             from rfteval.run.batch.phase import import_responses
 
@@ -605,7 +613,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                        tags=spec.reasoning_tags)
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
                                         compare_run(out_dir, labels))
-                write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
+                write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
         prices = price_table(spec.pricing)
@@ -649,16 +657,16 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             comparison = compare_run(out_dir, labels)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
                                     not interrupted and pipeline.gone is None, prices, comparison)
-            summary["concurrency"] = {label: lim.summary() for label, lim in pipeline.limiters.items()}
+            summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
                 chunks = list(batch_phase.journal.chunks.values())
                 open_batches = sum(1 for c in chunks if c.live and (c.batch_id or c.file_id))
-                summary["batches"] = {"chunks": len(chunks), "open": open_batches,
+                summary.batches = {"chunks": len(chunks), "open": open_batches,
                                       "stored_this_invocation": batch_phase.outcome.stored,
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": batch_phase.outcome.messages}
-            write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices))
+            write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
                          stopped=None if pipeline.gone is None else str(pipeline.gone))
     finally:
@@ -749,13 +757,13 @@ def judge_fatal(judge: Judge | None) -> FatalRunError | None:
     return FatalRunError("judge", model, error)
 
 
-def add_judge_usage(summary: dict[str, Any], judge: Judge | None, prices: dict[str, Price]) -> dict[str, Any]:
+def add_judge_usage(summary: RunSummary, judge: Judge | None, prices: dict[str, Price]) -> RunSummary:
     """Judge tokens and cost, per judge model, apart from the models' own."""
     if judge is None or not hasattr(judge, "usage"):
         return summary
     from rfteval.providers.pricing import cost_usd
 
-    summary["judge"] = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
+    summary.judge = {model: {**u, "cost_usd": cost_usd(model, u.get("input_tokens") or 0,
                                                         u.get("output_tokens") or 0, prices)}
                         for model, u in judge.usage().items()}
     return summary

@@ -17,7 +17,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+import msgspec
 
 from rfteval.data.outfile import write_text_atomic
 from rfteval.data.records import now_iso
@@ -43,6 +45,105 @@ if TYPE_CHECKING:
 FINAL_GENERATION_ERRORS = frozenset({"refusal"})
 # Grading failures of the grading machinery rather than of the output: re-graded on resume.
 TRANSIENT_GRADE_ERRORS = frozenset({"python_grader_server_error", "model_grader_server_error"})
+
+
+class EntryError(msgspec.Struct):
+    """The failure a stored entry records: `type` is the kind the error policy counts by."""
+
+    type: str
+    message: str = ""
+
+
+class _Entry(msgspec.Struct, kw_only=True):
+    """A typed line of a store log. Fields are declared in the order they are written, so `to_dict` gives the
+    line exactly as the dict-based code wrote it (old run directories resume, new ones read the same)."""
+
+    # keys written only when set: everything else is always on the line, null or not
+    __optional__: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The line as it goes to disk."""
+        out: dict[str, Any] = {}
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if value is None and name in self.__optional__:
+                continue
+            out[name] = {"type": value.type, "message": value.message} if isinstance(value, EntryError) else value
+        return out
+
+    # Mapping-style reads, for callers (and tests) written against the dict entries: they see the line on disk.
+    def __getitem__(self, name: str) -> Any:
+        return self.to_dict()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.to_dict()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.to_dict().get(name, default)
+
+
+class ResponseEntry(_Entry, kw_only=True):
+    """One line of responses.jsonl: what the server sent for one cell, or the error that ended it."""
+
+    key: str = ""
+    label: str = ""
+    model: str = ""
+    item_id: str = ""
+    epoch: int = 0
+    output_text: str | None = None
+    output_tools: Any = None
+    output_json: Any = None
+    choices: Any = None
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    error: EntryError | None = None
+    reasoning: str | None = None  # what the server sent apart; output_text stays the content as sent
+    latency_s: float | None = None
+    attempts: int = 1
+    session: str = ""
+    at: str = ""
+    tier: str | None = None  # "flex" (and batch results) bill at batch prices
+
+    __optional__ = frozenset({"reasoning", "tier"})
+
+    @property
+    def error_type(self) -> str | None:
+        return self.error.type if self.error is not None else None
+
+
+class GradeEntry(_Entry, kw_only=True):
+    """One line of grades.jsonl: one grader's grade of one stored response."""
+
+    key: str = ""
+    grader: str = ""
+    score: float = 0.0
+    sub_scores: dict[str, Any] | None = None
+    error: EntryError | None = None
+    passed: bool | None = None
+    stdout: str | None = None
+    details: Any = None
+    at: str = ""
+
+    def result(self) -> GradeResult:
+        """The grade as graders return it (for rfteval.graders.grading.apply_grade)."""
+        from rfteval.graders.base import GradeError, GradeResult
+
+        err = self.error
+        return GradeResult(float(self.score), sub_scores=self.sub_scores, passed=self.passed, stdout=self.stdout,
+                           details=self.details, error=GradeError(err.type, err.message) if err else None)
+
+    @property
+    def error_type(self) -> str | None:
+        return self.error.type if self.error is not None else None
+
+
+def decode_response(obj: dict[str, Any]) -> ResponseEntry:
+    """A responses.jsonl line (as json.loads read it) as its typed entry; msgspec.ValidationError when it is not one."""
+    return msgspec.convert(obj, ResponseEntry)
+
+
+def decode_grade(obj: dict[str, Any]) -> GradeEntry:
+    return msgspec.convert(obj, GradeEntry)
 
 
 def cell_key(identity: dict[str, Any], body: dict[str, Any], epoch: int) -> str:
@@ -124,11 +225,19 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 _PUT_RESPONSE = ("INSERT INTO responses VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
                  "SET ok = excluded.ok, entry = excluded.entry WHERE responses.ok = 0")
 _PUT_GRADE = "INSERT OR REPLACE INTO grades VALUES (?, ?, ?)"
+_E = TypeVar("_E", ResponseEntry, GradeEntry)
 
 
-def _is_final(entry: dict[str, Any]) -> int:
-    err = entry.get("error")
-    return 1 if not err or err.get("type") in FINAL_GENERATION_ERRORS else 0
+def _is_final(entry: ResponseEntry) -> int:
+    return 1 if entry.error is None or entry.error.type in FINAL_GENERATION_ERRORS else 0
+
+
+def _decode_row(text: str, kind: type[_E], index: Path) -> _E:
+    """An index row, decoded once into its typed entry."""
+    try:
+        return msgspec.convert(json.loads(text), kind)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise InputError(f"a corrupt store index entry ({exc}); delete the file to rebuild it", index) from None
 
 
 class RunStore:
@@ -219,16 +328,20 @@ class RunStore:
                 self.db.execute(f"DELETE FROM {name}")
                 seen = 0
             if seen < size:
-                for entry in iter_log(log.path, seen):
-                    self._index(name, entry)
+                for line in iter_log(log.path, seen):
+                    try:
+                        entry = decode_response(line) if name == "responses" else decode_grade(line)
+                    except msgspec.ValidationError:
+                        continue  # never produced by rfteval: skipped as iter_log skips a line that is not JSON
+                    self._index(entry)
             self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, size))
         self.db.commit()
 
-    def _index(self, table: str, entry: dict[str, Any]) -> None:
-        if table == "responses":
-            self.db.execute(_PUT_RESPONSE, (entry["key"], _is_final(entry), _dumps(entry)))
+    def _index(self, entry: ResponseEntry | GradeEntry) -> None:
+        if isinstance(entry, ResponseEntry):
+            self.db.execute(_PUT_RESPONSE, (entry.key, _is_final(entry), _dumps(entry.to_dict())))
         else:
-            self.db.execute(_PUT_GRADE, (entry["key"], entry["grader"], _dumps(entry)))
+            self.db.execute(_PUT_GRADE, (entry.key, entry.grader, _dumps(entry.to_dict())))
 
     def commit(self) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('responses', ?)", (self.responses.size(),))
@@ -262,24 +375,29 @@ class RunStore:
 
     # ------------------------------------------------------------ responses and grades
 
-    def put_response(self, entry: dict[str, Any]) -> None:
-        """Append (and flush) before anything else happens to it: a response is never paid for twice."""
-        self.responses.append(entry)
-        self._index("responses", entry)
+    def put_response(self, entry: ResponseEntry | dict[str, Any]) -> None:
+        """Append (and flush) before anything else happens to it: a response is never paid for twice. A dict is a
+        line as written to disk (rfteval.run.store.response_entry)."""
+        if not isinstance(entry, ResponseEntry):
+            entry = decode_response(entry)
+        self.responses.append(entry.to_dict())
+        self._index(entry)
         self._maybe_commit()
 
-    def get_response(self, key: str) -> dict[str, Any] | None:
+    def get_response(self, key: str) -> ResponseEntry | None:
         row = self.db.execute("SELECT entry FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return _decode_row(row[0], ResponseEntry, self.store_dir / INDEX) if row else None
 
-    def put_grade(self, entry: dict[str, Any]) -> None:
-        self.grades.append(entry)
-        self._index("grades", entry)
+    def put_grade(self, entry: GradeEntry | dict[str, Any]) -> None:
+        if not isinstance(entry, GradeEntry):
+            entry = decode_grade(entry)
+        self.grades.append(entry.to_dict())
+        self._index(entry)
         self._maybe_commit()
 
-    def get_grade(self, key: str, grader: str) -> dict[str, Any] | None:
+    def get_grade(self, key: str, grader: str) -> GradeEntry | None:
         row = self.db.execute("SELECT entry FROM grades WHERE key = ? AND grader = ?", (key, grader)).fetchone()
-        return json.loads(row[0]) if row else None
+        return _decode_row(row[0], GradeEntry, self.store_dir / INDEX) if row else None
 
     def reader(self) -> StoreReader:
         """A read-only view on its own connection (for exports from another thread); commits first."""
@@ -289,30 +407,34 @@ class RunStore:
 
 class StoreReader:
     def __init__(self, path: Path):
+        self.path = path
         self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
-    def get_response(self, key: str) -> dict[str, Any] | None:
+    def get_response(self, key: str) -> ResponseEntry | None:
         row = self.db.execute("SELECT entry FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return _decode_row(row[0], ResponseEntry, self.path) if row else None
 
-    def get_grade(self, key: str, grader: str) -> dict[str, Any] | None:
+    def get_grade(self, key: str, grader: str) -> GradeEntry | None:
         row = self.db.execute("SELECT entry FROM grades WHERE key = ? AND grader = ?", (key, grader)).fetchone()
-        return json.loads(row[0]) if row else None
+        return _decode_row(row[0], GradeEntry, self.path) if row else None
 
     def close(self) -> None:
         self.db.close()
 
 
-def is_reusable_response(entry: dict[str, Any] | None) -> bool:
+def is_reusable_response(entry: ResponseEntry | dict[str, Any] | None) -> bool:
     """A stored entry that resume keeps: a response, or a failure that re-sending cannot change."""
-    return entry is not None and bool(_is_final(entry))
-
-
-def is_reusable_grade(entry: dict[str, Any] | None) -> bool:
     if entry is None:
         return False
-    err = entry.get("error")
-    return not err or err.get("type") not in TRANSIENT_GRADE_ERRORS
+    return bool(_is_final(entry if isinstance(entry, ResponseEntry) else decode_response(entry)))
+
+
+def is_reusable_grade(entry: GradeEntry | dict[str, Any] | None) -> bool:
+    """A stored grade that resume keeps (a line as read from grades.jsonl is accepted too)."""
+    if entry is None:
+        return False
+    grade = entry if isinstance(entry, GradeEntry) else decode_grade(entry)
+    return grade.error is None or grade.error.type not in TRANSIENT_GRADE_ERRORS
 
 
 def _records_run_id(path: Path) -> str | None:
@@ -331,35 +453,38 @@ def _records_run_id(path: Path) -> str | None:
 # ---------------------------------------------------------------- entries
 
 
-def response_entry(
+def new_response_entry(
     *, key: str, label: str, model: str, item_id: str, epoch: int, generation: Generation | None = None,
     error: tuple[str, str] | None = None, latency_s: float | None = None, attempts: int = 1, session: str = "",
-) -> dict[str, Any]:
-    """One line of responses.jsonl: a Generation, or the error that ended the cell."""
-    entry: dict[str, Any] = {"key": key, "label": label, "model": model, "item_id": item_id, "epoch": int(epoch)}
+) -> ResponseEntry:
+    """One entry of responses.jsonl: a Generation, or the error that ended the cell."""
+    common: dict[str, Any] = dict(key=key, label=label, model=model, item_id=item_id, epoch=int(epoch),
+                                  latency_s=latency_s, attempts=attempts, session=session, at=now_iso(),
+                                  tier=getattr(generation, "tier", None))
     if generation is not None:
-        entry.update({
-            "output_text": generation.output_text, "output_tools": generation.output_tools or None,
-            "output_json": generation.output_json, "choices": generation.choices, "usage": generation.usage,
-            "finish_reason": generation.finish_reason, "error": None,
-        })
-        if generation.reasoning is not None:  # what the server sent apart; output_text stays the content as sent
-            entry["reasoning"] = generation.reasoning
-    else:
-        kind, message = error if error is not None else ("other", "no generation and no error was given")
-        entry.update({"output_text": None, "output_tools": None, "output_json": None, "choices": None,
-                      "usage": None, "finish_reason": None, "error": {"type": kind, "message": message}})
-    entry.update({"latency_s": latency_s, "attempts": attempts, "session": session, "at": now_iso()})
-    tier = getattr(generation, "tier", None)
-    if tier is not None:
-        entry["tier"] = tier  # "flex" (and batch results) bill at batch prices
-    return entry
+        return ResponseEntry(
+            **common, output_text=generation.output_text, output_tools=generation.output_tools or None,
+            output_json=generation.output_json, choices=generation.choices, usage=generation.usage,
+            finish_reason=generation.finish_reason, reasoning=generation.reasoning,
+        )
+    kind, message = error if error is not None else ("other", "no generation and no error was given")
+    return ResponseEntry(**common, error=EntryError(kind, message))
+
+
+def new_grade_entry(key: str, grader: str, result: GradeResult) -> GradeEntry:
+    err = result.error
+    return GradeEntry(
+        key=key, grader=grader, score=float(result.score), sub_scores=result.sub_scores,
+        error=EntryError(err.type, err.message) if err else None, passed=result.passed,
+        stdout=result.stdout or None, details=result.details, at=now_iso(),
+    )
+
+
+def response_entry(**fields: Any) -> dict[str, Any]:
+    """new_response_entry's line as the dict written to disk: for tests and tools that write a log by hand."""
+    return new_response_entry(**fields).to_dict()
 
 
 def grade_entry(key: str, grader: str, result: GradeResult) -> dict[str, Any]:
-    err = result.error
-    return {
-        "key": key, "grader": grader, "score": float(result.score), "sub_scores": result.sub_scores,
-        "error": {"type": err.type, "message": err.message} if err else None, "passed": result.passed,
-        "stdout": result.stdout or None, "details": result.details, "at": now_iso(),
-    }
+    """new_grade_entry's line as the dict written to disk."""
+    return new_grade_entry(key, grader, result).to_dict()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
 
 from rfteval.data import rundir
 from rfteval.errors import InputError
@@ -63,6 +65,111 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str,
 # ---------------------------------------------------------------- a run: summary.json
 
 
+class _SummaryPart(msgspec.Struct, kw_only=True):
+    """A typed part of summary.json. Fields are declared in the order the file has them; `to_dict` gives the
+    file's content back exactly (keys in __optional__ are left out while unset, as they always were)."""
+
+    __optional__: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(self)
+        return {k: v for k, v in out.items() if not (v is None and k in self.__optional__)}
+
+
+class ErrorCounts(_SummaryPart, kw_only=True):
+    total: int = 0
+    by_type: dict[str, int] = {}  # "stage:type" → count
+
+
+class TokenCounts(_SummaryPart, kw_only=True):
+    input: int = 0
+    output: int = 0
+    reasoning: int | None = None  # None when no record's usage reported any (a server that never says is not 0)
+
+
+class Truncation(_SummaryPart, kw_only=True):
+    n: int = 0
+    share: float = 0.0
+
+
+class GraderInfo(_SummaryPart, kw_only=True):
+    name: str = ""
+    type: str = ""
+    hash: str = ""
+
+
+class ModelSummary(_SummaryPart, kw_only=True):
+    """One model's entry of summary.json's "models"."""
+
+    model: str = ""
+    provider: str = ""
+    endpoint: str | None = None
+    mean: float | None = None
+    se: float | None = None
+    ci95: list[float | None] = []
+    items: int = 0
+    records: int = 0
+    cells: int = 0
+    cached: int = 0
+    errors: ErrorCounts = msgspec.field(default_factory=ErrorCounts)
+    error_rate: float = 0.0
+    tokens: TokenCounts = msgspec.field(default_factory=TokenCounts)
+    cost_usd: float | None = None
+    truncated_in_reasoning: Truncation | None = None
+    pass_at_k: dict[str, float | None] | None = None  # "k" → pass@k, when the records could be read back
+    pass_all_k: dict[str, float | None] | None = None
+
+    __optional__ = frozenset({"pass_at_k", "pass_all_k"})
+
+
+class RunSummary(_SummaryPart, kw_only=True):
+    """summary.json: what `rfteval run` reports and a later command reads back, as attributes."""
+
+    run_id: str = ""
+    name: str | None = None
+    complete: bool = False
+    dataset: str = ""
+    items: int = 0
+    epochs: int = 1
+    grader: GraderInfo = msgspec.field(default_factory=GraderInfo)
+    baseline: str = ""
+    models: dict[str, ModelSummary] = {}
+    deltas: dict[str, dict[str, Any]] = {}
+    cells: int = 0
+    missing: int = 0
+    errors: int = 0
+    error_rate: float = 0.0
+    max_error_rate: int | float = 0.0
+    finished_at: str = ""
+    pass_rule: dict[str, Any] = {}
+    judge_results: dict[str, dict[str, Any]] | None = None  # per judge model, behind the results
+    concurrency: dict[str, dict[str, Any]] | None = None  # per model label, the limiter's history (a finished run)
+    batches: dict[str, Any] | None = None  # a --batch run's chunks
+    judge: dict[str, dict[str, Any]] | None = None  # per judge model, this invocation's calls
+
+    __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge"})
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["models"] = {label: m.to_dict() for label, m in self.models.items()}
+        return out
+
+    # Mapping-style reads, for callers (and tests) written against the dict: they see the file's content.
+    def __getitem__(self, name: str) -> Any:
+        return self.to_dict()[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.to_dict()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.to_dict().get(name, default)
+
+
+def as_run_summary(summary: RunSummary | dict[str, Any]) -> RunSummary:
+    """summary.json's content (read from the file, or a part of one) as the typed summary."""
+    return summary if isinstance(summary, RunSummary) else msgspec.convert(summary, RunSummary)
+
+
 @dataclass
 class RunComparison:
     """The run's baseline against each other model, computed once from the records just written: summary.json's
@@ -103,7 +210,7 @@ def compare_run(out_dir: Path, labels: Sequence[str]) -> RunComparison | None:
 
 def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: GraderConfig,
                   grader_hash: str, run_id: str, n_items: int, complete: bool, prices: dict[str, Price],
-                  comparison: RunComparison | None) -> dict[str, Any]:
+                  comparison: RunComparison | None) -> RunSummary:
     """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost; per other
     model, its paired delta against the baseline (from `comparison`, the run's one comparison)."""
     import numpy as np
@@ -144,7 +251,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     cells = sum(t.cells for t in totals.values())
     errors = sum(t.error_count for t in totals.values())
     missing = sum(t.cells - t.records for t in totals.values())
-    return cast("dict[str, Any]", json_safe({
+    return as_run_summary(json_safe({
         "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
         "dataset": spec.dataset, "items": n_items, "epochs": spec.epochs,
         "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},

@@ -13,6 +13,7 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.run.runner import RunMonitor, RunOptions, RunResult
     from rfteval.run.spec import RunSpec
+    from rfteval.run.summary import RunSummary
 
 _RUN_HELP = """Generate N epochs per model, grade every output, summarise; resumable.
 
@@ -172,7 +173,7 @@ def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readin
         raise typer.Exit(ExitStatus.SUCCESS)
     if result.interrupted:
         done = sum(t.records for t in result.totals.values())
-        typer.echo(f"rfteval: interrupted after {done} of {s['cells']} cells; every stored response is kept. "
+        typer.echo(f"rfteval: interrupted after {done} of {s.cells} cells; every stored response is kept. "
                    f"Resume with the same command (same --out {out_dir}); --fresh starts over.", err=True)
         if result.batches_open:
             typer.echo(f"rfteval: {result.batches_open} batch(es) keep running at the provider (rfteval batches "
@@ -180,11 +181,11 @@ def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readin
         raise typer.Exit(ExitStatus.INTERRUPTED)
     if result.stopped is not None:
         done = sum(t.records for t in result.totals.values())
-        typer.echo(f"rfteval: {result.stopped}; run stopped after {done} of {s['cells']} cells, every stored "
+        typer.echo(f"rfteval: {result.stopped}; run stopped after {done} of {s.cells} cells, every stored "
                    f"response is kept. Re-run the same command to resume (same --out {out_dir}).", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
-    if s.get("batches", {}).get("open"):
-        typer.echo(f"rfteval: {s['batches']['open']} batch(es) still open; re-run the same command to collect them",
+    if s.batches and s.batches.get("open"):
+        typer.echo(f"rfteval: {s.batches['open']} batch(es) still open; re-run the same command to collect them",
                    err=True)
     console = stdout_console()
     print_run(result, console, per_item=per_item)
@@ -196,22 +197,24 @@ def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readin
     typer.echo(f"results: {out_dir}/ ({', '.join(f'{lb}.jsonl' for lb in result.totals)}, results.parquet, "
                "summary.json)")
     if result.exit_code == ExitStatus.INCOMPLETE:
-        typer.echo(f"rfteval: {s['errors']} of {s['cells']} cells ({s['error_rate']:.1%}) ended in error, above "
-                   f"--max-error-rate {s['max_error_rate']:.1%}; {rerun_hint(s)}", err=True)
-    elif s.get("missing") and (options.batch or options.import_responses is not None):
+        typer.echo(f"rfteval: {s.errors} of {s.cells} cells ({s.error_rate:.1%}) ended in error, above "
+                   f"--max-error-rate {s.max_error_rate:.1%}; {rerun_hint(s)}", err=True)
+    elif s.missing and (options.batch or options.import_responses is not None):
         how = ("re-running the same command submits them again" if options.batch else
                "import the rest, or run without --import-responses to send them")
-        typer.echo(f"rfteval: {s['missing']} of {s['cells']} cells have no response yet; {how}", err=True)
+        typer.echo(f"rfteval: {s.missing} of {s.cells} cells have no response yet; {how}", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
     raise typer.Exit(result.exit_code)
 
 
-def rerun_hint(summary: dict[str, Any]) -> str:
+def rerun_hint(summary: RunSummary | dict[str, Any]) -> str:
     """What re-running does about the errors: failed requests are sent again; grading errors send nothing (a
     grader's server errors are re-graded, its verdicts on outputs stay until the grader changes)."""
+    from rfteval.run.summary import as_run_summary
+
     by_type: dict[str, int] = {}
-    for m in summary.get("models", {}).values():
-        for kind, n in m.get("errors", {}).get("by_type", {}).items():
+    for m in as_run_summary(summary).models.values():
+        for kind, n in m.errors.by_type.items():
             by_type[kind] = by_type.get(kind, 0) + n
     failed = sum(n for kind, n in by_type.items() if not kind.startswith("grade:"))
     if failed:

@@ -23,7 +23,7 @@ from rfteval.run.batch.phase import BatchPhase, CellInfo, entry_from_result
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import Judge, JudgeAnswer
-    from rfteval.run.store import RunStore
+    from rfteval.run.store import ResponseEntry, RunStore
 
 DEFERRED = "deferred to a judge batch"
 
@@ -122,11 +122,11 @@ class JudgeBatch:
 
         what, entry = entry_from_result(key, cell, line, session="")
         if what == "stored" and entry is not None:
-            gen = Generation(output_text=entry["output_text"] or "", usage=dict(entry.get("usage") or {}),
-                             finish_reason=entry.get("finish_reason"))
+            gen = Generation(output_text=entry.output_text or "", usage=dict(entry.usage or {}),
+                             finish_reason=entry.finish_reason)
             self.judge.cache.put(cache_entry(key, cell.model, gen))
-        elif what == "error" and entry is not None and entry["error"]["type"] == "refusal":
-            self.judge.cache.put(cache_entry(key, cell.model, ProviderError("refusal", entry["error"]["message"])))
+        elif what == "error" and entry is not None and entry.error is not None and entry.error.type == "refusal":
+            self.judge.cache.put(cache_entry(key, cell.model, ProviderError("refusal", entry.error.message)))
         return what
 
     def _dry_pass(self, store: RunStore) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -140,12 +140,12 @@ class JudgeBatch:
         recorder = _Recorder(self.judge)
         engine = GradingEngine(p.engine.config, p.engine.ctx.options, judge=recorder)
         try:
-            groups: dict[tuple[str, ...], list[tuple[Any, dict[str, Any]]]] = {}
-            batch: list[tuple[Any, dict[str, Any]]] = []
+            groups: dict[tuple[str, ...], list[tuple[Any, ResponseEntry]]] = {}
+            batch: list[tuple[Any, ResponseEntry]] = []
 
-            def grade(cells: list[tuple[Any, dict[str, Any]]]) -> None:
+            def grade(cells: list[tuple[Any, ResponseEntry]]) -> None:
                 spec = p.ctx.spec
-                pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
+                pairs = [(entry_sample(e.to_dict(), mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
                          for j, e in cells]
                 try:
                     call_in_units([(j.run.label, j.item.id) for j, _ in cells], engine.grade_batch, pairs)
@@ -155,7 +155,7 @@ class JudgeBatch:
 
             for job in p.ctx.jobs():
                 entry = store.get_response(job.key)
-                if entry is None or entry.get("error"):
+                if entry is None or entry.error:
                     continue
                 if p.group_mode:
                     key = (job.item.id,) if p.ctx.spec.group_models else (job.run.label, job.item.id)

@@ -29,7 +29,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import msgspec
 
 from rfteval.data.rundir import CHUNK_DIR, JOURNAL
 from rfteval.errors import InputError
@@ -37,7 +39,7 @@ from rfteval.providers.base import Generation, ProviderError
 
 if TYPE_CHECKING:
     from rfteval.providers.openai_provider import OpenAIProvider
-    from rfteval.run.store import RunStore
+    from rfteval.run.store import ResponseEntry, RunStore
 
 MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
@@ -88,6 +90,87 @@ class Chunk:
         return not self.done
 
 
+class _Event(msgspec.Struct, kw_only=True, tag_field="event"):
+    """One line of the batch journal. Fields are declared in the order they are written; `to_dict` leaves out
+    the keys in __optional__ while unset, so the journal's lines are what the dict-based code wrote."""
+
+    chunk: str
+    __optional__: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = msgspec.to_builtins(self)
+        at = out.pop("at", None)
+        out = {k: v for k, v in out.items() if not (v is None and k in self.__optional__)}
+        if at is not None:
+            out["at"] = at  # stamped by Journal.append, always last
+        return out
+
+
+class Planned(_Event, kw_only=True, tag="planned"):
+    label: str
+    model: str
+    endpoint: str
+    keys: list[str]
+    sha256: str
+    path: str
+    lines: int
+    bytes: int
+    phase: str = "generate"  # or "judge"
+    at: float | None = None
+
+
+class Uploaded(_Event, kw_only=True, tag="uploaded"):
+    file_id: str
+    at: float | None = None
+
+
+class Created(_Event, kw_only=True, tag="created"):
+    batch_id: str
+    status: str | None = None
+    adopted: bool | None = None  # created before the last run stopped, found again
+    at: float | None = None
+    __optional__ = frozenset({"adopted"})
+
+
+class Status(_Event, kw_only=True, tag="status"):
+    status: str
+    counts: dict[str, Any] = {}  # the provider's request_counts, as it sent them
+    at: float | None = None
+
+
+class CancelRequested(_Event, kw_only=True, tag="cancel_requested"):
+    at: float | None = None
+
+
+class Collected(_Event, kw_only=True, tag="collected"):
+    status: str | None = None
+    batch_id: str | None = None
+    stored: int = 0
+    errors: int | None = None
+    requeued: int = 0
+    message: str | None = None
+    at: float | None = None
+    __optional__ = frozenset({"errors", "message"})
+
+
+class Abandoned(_Event, kw_only=True, tag="abandoned"):
+    status: str | None = None
+    reason: str | None = None
+    at: float | None = None
+    __optional__ = frozenset({"reason"})
+
+
+JournalEvent = Planned | Uploaded | Created | Status | CancelRequested | Collected | Abandoned
+
+
+def decode_event(obj: dict[str, Any]) -> JournalEvent | None:
+    """A journal line as its typed event; None for a line that is not one (torn, foreign, or of a later kind)."""
+    try:
+        return msgspec.convert(obj, JournalEvent)
+    except msgspec.ValidationError:
+        return None
+
+
 class Journal:
     """DIR/store/batches.jsonl: append-only, fsynced per line; a torn last line (a kill mid-write) is cut."""
 
@@ -100,36 +183,39 @@ class Journal:
         for event in _read_events(self.path):
             self._apply(event)
 
-    def append(self, event: dict[str, Any]) -> None:
-        event = {**event, "at": round(time.time(), 3)}
-        self.log.append(event)
+    def append(self, event: JournalEvent | dict[str, Any]) -> None:
+        """Journal an event (a dict is a line as written: tests and tools), stamped with the time, fsynced."""
+        typed = event if isinstance(event, _Event) else decode_event(event)
+        if typed is None:
+            raise ValueError(f"not a batch journal event: {event!r}")
+        typed.at = round(time.time(), 3)
+        self.log.append(typed.to_dict())
         os.fsync(self.log.fh.fileno())
-        self._apply(event)
+        self._apply(typed)
 
-    def _apply(self, e: dict[str, Any]) -> None:
-        kind, cid = e.get("event"), e.get("chunk")
-        if not isinstance(cid, str):  # a torn or foreign line: nothing to apply
+    def _apply(self, e: JournalEvent | None) -> None:
+        if e is None:  # a torn or foreign line: nothing to apply
             return
-        if kind == "planned":
-            self.chunks[cid] = Chunk(cid, e["label"], e["model"], e["endpoint"], list(e["keys"]), e["sha256"],
-                                     e["path"], int(e["lines"]), int(e["bytes"]), float(e.get("at") or 0),
-                                     phase=str(e.get("phase") or "generate"))
+        cid = e.chunk
+        if isinstance(e, Planned):
+            self.chunks[cid] = Chunk(cid, e.label, e.model, e.endpoint, list(e.keys), e.sha256, e.path, e.lines,
+                                     e.bytes, float(e.at or 0), phase=e.phase or "generate")
             return
         chunk = self.chunks.get(cid)
         if chunk is None:
             return
-        if kind == "uploaded":
-            chunk.file_id, chunk.status = e["file_id"], "uploaded"
-        elif kind == "created":
-            chunk.batch_id, chunk.status = e["batch_id"], e.get("status") or "validating"
-        elif kind == "status":
-            chunk.status, chunk.counts = e["status"], dict(e.get("counts") or {})
-        elif kind == "cancel_requested":
+        if isinstance(e, Uploaded):
+            chunk.file_id, chunk.status = e.file_id, "uploaded"
+        elif isinstance(e, Created):
+            chunk.batch_id, chunk.status = e.batch_id, e.status or "validating"
+        elif isinstance(e, Status):
+            chunk.status, chunk.counts = e.status, dict(e.counts or {})
+        elif isinstance(e, CancelRequested):
             chunk.cancel_requested = True
-        elif kind in ("collected", "abandoned"):
+        elif isinstance(e, (Collected, Abandoned)):
             chunk.done = True
-            chunk.status = e.get("status") or chunk.status
-            chunk.result = {k: v for k, v in e.items() if k not in ("event", "chunk", "at")}
+            chunk.status = e.status or chunk.status
+            chunk.result = {k: v for k, v in e.to_dict().items() if k not in ("event", "chunk", "at")}
 
     def live(self, phase: str | None = None) -> list[Chunk]:
         return [c for c in self.chunks.values() if c.live and (phase is None or c.phase == phase)]
@@ -138,11 +224,12 @@ class Journal:
         self.log.close()
 
 
-def _read_events(path: Path) -> Iterator[dict[str, Any]]:
+def _read_events(path: Path) -> Iterator[JournalEvent | None]:
     from rfteval.run.store import iter_log
 
     if path.exists():
-        yield from iter_log(path)
+        for line in iter_log(path):
+            yield decode_event(line) if isinstance(line, dict) else None
 
 
 def read_journal(run_dir: Path) -> list[Chunk]:
@@ -164,14 +251,14 @@ def request_line(key: str, endpoint: str, body: dict[str, Any]) -> str:
 
 
 def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: str,
-                      tier: str = "batch") -> tuple[str, dict[str, Any] | None]:
+                      tier: str = "batch") -> tuple[str, ResponseEntry | None]:
     """One output/error line → ("stored", entry) | ("requeue", None) | ("error", entry).
 
     A 200 is parsed exactly as a synchronous answer; a 429/5xx line or an expired/cancelled one is re-queued
     (another window may succeed); any other status is the cell's error, as a synchronous 400 would be.
     """
     from rfteval.providers.openai_provider import parse_chat, parse_responses, status_kind
-    from rfteval.run.store import response_entry
+    from rfteval.run.store import new_response_entry
 
     common: dict[str, Any] = dict(key=key, label=cell.label, model=cell.model, item_id=cell.item_id, epoch=cell.epoch,
                   session=session)
@@ -191,10 +278,10 @@ def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: s
             gen: Generation = parse(body, structured=cell.structured)
         except ProviderError as exc:
             if exc.kind in ("refusal",):
-                return "error", response_entry(**common, error=(exc.kind, str(exc)))
-            return "error", response_entry(**common, error=(exc.kind, str(exc)))
-        entry = response_entry(**common, generation=gen)
-        entry["tier"] = tier
+                return "error", new_response_entry(**common, error=(exc.kind, str(exc)))
+            return "error", new_response_entry(**common, error=(exc.kind, str(exc)))
+        entry = new_response_entry(**common, generation=gen)
+        entry.tier = tier
         return "stored", entry
     if not isinstance(status, int):
         return "requeue", None
@@ -205,7 +292,7 @@ def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: s
     if isinstance(body, dict):
         e = body.get("error", body)
         message = str(e.get("message") if isinstance(e, dict) else e)[:300]
-    return "error", response_entry(**common, error=(kind, f"HTTP {status}: {message}"))
+    return "error", new_response_entry(**common, error=(kind, f"HTTP {status}: {message}"))
 
 
 def parse_result_lines(data: bytes | str, source: str | Path | None = None,
@@ -326,14 +413,13 @@ class BatchPhase:
         for chunk in orphans:
             if chunk.chunk_id in found:
                 b = found[chunk.chunk_id]
-                self.journal.append({"event": "created", "chunk": chunk.chunk_id, "batch_id": b["id"],
-                                     "status": b["status"], "adopted": True})
+                self.journal.append(Created(chunk=chunk.chunk_id, batch_id=b["id"], status=b["status"], adopted=True))
                 self.say(f"batch {chunk.chunk_id}: adopted {b['id']} (created before the last run stopped)")
                 continue
             path = Path(chunk.path)
             if not path.exists() or _sha256_file(path) != chunk.sha256:
-                self.journal.append({"event": "abandoned", "chunk": chunk.chunk_id, "status": "abandoned",
-                                     "reason": "input file gone before it was submitted"})
+                self.journal.append(Abandoned(chunk=chunk.chunk_id, status="abandoned",
+                                              reason="input file gone before it was submitted"))
                 continue
             await self._send(chunk)
 
@@ -392,9 +478,9 @@ class BatchPhase:
 
     def _plan(self, w: _ChunkWriter) -> Chunk:
         w.close()
-        self.journal.append({"event": "planned", "chunk": w.chunk_id, "label": w.info.label, "model": w.info.model,
-                             "endpoint": ENDPOINTS[w.info.api], "keys": w.keys, "sha256": w.sha.hexdigest(),
-                             "path": str(w.path), "lines": w.lines, "bytes": w.bytes, "phase": self.phase})
+        self.journal.append(Planned(chunk=w.chunk_id, label=w.info.label, model=w.info.model,
+                                    endpoint=ENDPOINTS[w.info.api], keys=w.keys, sha256=w.sha.hexdigest(),
+                                    path=str(w.path), lines=w.lines, bytes=w.bytes, phase=self.phase))
         return self.journal.chunks[w.chunk_id]
 
     async def _send(self, chunk: Chunk) -> None:
@@ -406,12 +492,12 @@ class BatchPhase:
             fobj = await self._no_api_is_input_error(chunk, "POST /files", self._call(
                 provider, lambda: client.files.create(file=(f"{chunk.chunk_id.replace(':', '_')}.jsonl", data),
                                                       purpose="batch")))
-            self.journal.append({"event": "uploaded", "chunk": chunk.chunk_id, "file_id": fobj.id})
+            self.journal.append(Uploaded(chunk=chunk.chunk_id, file_id=fobj.id))
         assert chunk.file_id is not None
         meta = {META_RUN: self.run_id, META_CHUNK: chunk.chunk_id, "rfteval_sha256": chunk.sha256[:16]}
         b = await self._no_api_is_input_error(chunk, "POST /batches", self._call(provider, lambda: client.batches.create(
             input_file_id=chunk.file_id, endpoint=chunk.endpoint, completion_window="24h", metadata=meta)))
-        self.journal.append({"event": "created", "chunk": chunk.chunk_id, "batch_id": b.id, "status": b.status})
+        self.journal.append(Created(chunk=chunk.chunk_id, batch_id=b.id, status=b.status))
         self.monitor.batch(chunk.chunk_id, chunk.label, b.status, {"total": chunk.lines})
 
     # ---- polling and collection
@@ -433,7 +519,7 @@ class BatchPhase:
         b = await self._call(provider, lambda: provider.client.batches.retrieve(chunk.batch_id))
         counts = b.request_counts.model_dump() if b.request_counts is not None else {}
         if b.status != chunk.status or counts != chunk.counts:
-            self.journal.append({"event": "status", "chunk": chunk.chunk_id, "status": b.status, "counts": counts})
+            self.journal.append(Status(chunk=chunk.chunk_id, status=b.status, counts=counts))
             self.monitor.batch(chunk.chunk_id, chunk.label, b.status, counts)
         if b.status in TERMINAL:
             await self._collect(chunk, b)
@@ -441,7 +527,7 @@ class BatchPhase:
     async def _collect(self, chunk: Chunk, b: Any) -> None:
         provider = self.providers[chunk.label]
         client = provider.client
-        result: dict[str, Any] = {"status": b.status, "batch_id": b.id}
+        status, batch_id = b.status, b.id
         if b.status == "failed":
             errs = (b.errors.data if b.errors is not None and b.errors.data else [])
             why = "; ".join(f"{e.code}: {e.message}" + (f" (line {e.line})" if e.line else "") for e in errs[:3])
@@ -450,8 +536,8 @@ class BatchPhase:
             self.say(msg)
             self.outcome.failed_chunks += 1
             self.outcome.messages.append(msg)
-            self.journal.append({"event": "collected", "chunk": chunk.chunk_id, **result, "stored": 0,
-                                 "requeued": 0, "message": msg})
+            self.journal.append(Collected(chunk=chunk.chunk_id, status=status, batch_id=batch_id, stored=0,
+                                          requeued=0, message=msg))
             self._drop_input(chunk)
             return
         seen: set[str] = set()
@@ -493,8 +579,8 @@ class BatchPhase:
                      + (f", {requeued} re-queued" if requeued else ""))
         self.store.commit()
         self.outcome.stored += stored
-        self.journal.append({"event": "collected", "chunk": chunk.chunk_id, **result, "stored": stored,
-                             "errors": errors, "requeued": requeued})
+        self.journal.append(Collected(chunk=chunk.chunk_id, status=status, batch_id=batch_id, stored=stored,
+                                      errors=errors, requeued=requeued))
         self._drop_input(chunk)
 
     def _have(self, key: str) -> bool:
@@ -504,7 +590,7 @@ class BatchPhase:
             return self._have_fn(key)
         return is_reusable_response(self.store.get_response(key))
 
-    def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, ResponseEntry | None]:
         from rfteval.run.store import is_reusable_response
 
         cell = self.cells.get(key)
@@ -531,8 +617,9 @@ class BatchPhase:
         except ProviderError as exc:
             if exc.status not in (404, 405):
                 raise
-            self.journal.append({"event": "abandoned", "chunk": chunk.chunk_id, "status": "abandoned",
-                                 "reason": f"the endpoint has no Files and Batches API ({route}: HTTP {exc.status})"})
+            self.journal.append(Abandoned(
+                chunk=chunk.chunk_id, status="abandoned",
+                reason=f"the endpoint has no Files and Batches API ({route}: HTTP {exc.status})"))
             from rfteval.run.preflight import no_batch_api
 
             raise no_batch_api(f"{route}: HTTP {exc.status}") from None
@@ -695,9 +782,8 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
                 b = await provider.client.batches.cancel(chunk.batch_id)
                 lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): {b.status}")
                 if journal is not None:
-                    journal.append({"event": "cancel_requested", "chunk": chunk.chunk_id})
-                    journal.append({"event": "status", "chunk": chunk.chunk_id, "status": b.status,
-                                    "counts": chunk.counts})
+                    journal.append(CancelRequested(chunk=chunk.chunk_id))
+                    journal.append(Status(chunk=chunk.chunk_id, status=b.status, counts=chunk.counts))
             except Exception as exc:  # noqa: BLE001 - one line per batch, the others still get cancelled
                 err = provider.classify(exc)
                 lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): not cancelled: {err or type(exc).__name__}")
