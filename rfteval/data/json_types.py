@@ -1,0 +1,19 @@
+"""Names for JSON-shaped data, so a signature says what crosses it instead of `Any`.
+
+Dataset items, server bodies, grader configs and result lines are JSON: `JSONValue` says so precisely, and a
+reader narrows it (`isinstance`) before use, which is the check `Any` let code skip. `JSONObject` is the parsed
+object; `JSONMapping` is what a function only reads (a Mapping is covariant, so a `dict[str, int]` passes).
+Opaque values that are only carried, never read, are `object`, not one of these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+JSONScalar: TypeAlias = None | bool | int | float | str
+JSONValue: TypeAlias = "JSONScalar | list[JSONValue] | dict[str, JSONValue]"
+JSONObject: TypeAlias = "dict[str, JSONValue]"
+# read-only views: what a function that only reads JSON takes
+JSONInput: TypeAlias = "JSONScalar | Sequence[JSONInput] | Mapping[str, JSONInput]"
+JSONMapping: TypeAlias = "Mapping[str, JSONInput]"
