@@ -17,6 +17,8 @@ from rfteval.data.outfile import write_bytes_atomic
 from rfteval.report.format import fmt_ci
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from rfteval.compare.comparison import CompareResult
 
 ITEMS_SUITE = "rfteval.compare.items"
@@ -57,7 +59,7 @@ class _Case:
                     if inner else f'    <testcase name={_attr(name)} classname="{classname}" time="0"/>\n')
 
 
-def _formatted(values: Any, sign: bool = False) -> list[str]:
+def _formatted(values: pd.Series, sign: bool = False) -> list[str]:
     """A numeric column as text, vectorised-ish (fmt() per value costs seconds at 10^5 items)."""
     spec = "{:+.3f}" if sign else "{:.3f}"
     return [spec.format(v) if v == v and abs(v) != float("inf") else "n/a" for v in values.tolist()]
