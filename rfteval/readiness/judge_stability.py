@@ -194,7 +194,7 @@ def run_stability(
     grader_path: str | Path,
     dataset_path: str | Path,
     outputs_path: str | Path,
-    judge: JudgeClient,
+    judge: JudgeClient | None,  # None only for a grader without a model grader, which is refused
     repeat: int = 3,
     threshold: float = DEFAULT_THRESHOLD,
     options: GradeOptions | None = None,
