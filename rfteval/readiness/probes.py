@@ -153,7 +153,7 @@ def _set_path(root: JSONObject, keys: Sequence[str], value: JSONValue) -> None:
     node = root
     for k in keys[:-1]:
         child = node.setdefault(k, {})
-        if not isinstance(child, dict):  # a value already sits where an object must: as assigning into it would
+        if not isinstance(child, dict):  # a value sits where the path needs an object: fail, as assigning into it did
             raise TypeError(f"{k!r} holds a {type(child).__name__}, not an object")
         node = child
     node[keys[-1]] = value
