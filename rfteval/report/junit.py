@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
 from rfteval.data.outfile import write_bytes_atomic
@@ -123,7 +123,7 @@ def render_junit(result: CompareResult, max_item_drop: float | None = None, time
         "delta.mean": result.delta["mean"], "delta.ci95": fmt_ci(result.delta["ci95"], 4),
         "delta.p_value": result.delta["p_value"],
     }
-    suites: list[tuple[str, list[_Case], dict[str, Any]]] = [(ITEMS_SUITE, item_cases(result, max_item_drop), props)]
+    suites: list[tuple[str, list[_Case], dict[str, object]]] = [(ITEMS_SUITE, item_cases(result, max_item_drop), props)]
     gate = gate_cases(result)
     if gate:
         suites.append((GATE_SUITE, gate, {}))

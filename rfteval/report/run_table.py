@@ -13,6 +13,7 @@ from rfteval.run.runner import RunMonitor
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+    from rich.progress import Progress, TaskID
     from rich.table import Table
 
     from rfteval.run.runner import RunResult
@@ -38,10 +39,10 @@ class RichMonitor(RunMonitor):
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
         self._counts: dict[str, dict[str, int]] = {}
-        self._tasks: dict[str, Any] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._last = 0.0
         self._said: set[tuple[str, str]] = set()
-        self.progress: Any = None
+        self.progress: Progress | None = None
 
     def start(self, totals: dict[str, int]) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -112,6 +113,8 @@ class RichMonitor(RunMonitor):
         if not force and now - self._last < self.refresh_s:
             return
         self._last = now
+        if self.progress is None:  # not started: no bar to update (no task either)
+            return
         with self._lock:
             for label, c in self._counts.items():
                 if label not in self._tasks:
