@@ -47,6 +47,7 @@ from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 from rfteval.providers.judge import current_repeat
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
     from rfteval.providers.judge import JudgeClient
 
 DEFAULT_RUBRIC = (
@@ -201,7 +202,7 @@ def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Se
         except TemplateError as exc:
             return GroupPlan(indices, order, ids, seed, None, GradeResult.failed(INVALID_VARIABLE, f"input: {exc}"))
     shown = [(ids[p], samples[j]) for p, j in enumerate(order)]
-    messages = [
+    messages: list[JSONObject] = [
         {"role": "system", "content": judge_prompt(config.rubric or DEFAULT_RUBRIC, len(samples))},
         {"role": "user", "content": group_user_message(item, shown, extra)},
     ]
@@ -215,16 +216,17 @@ def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Se
 def parse_scores(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[float, str]], str | None]:
     """{id: (score, explanation)} from the judge's answer, or the reason the whole group fails."""
     obj = parse_json_answer(text)
-    if not isinstance(obj, dict) or not isinstance(obj.get("scores"), list):
+    entries = obj.get("scores") if isinstance(obj, dict) else None
+    if not isinstance(entries, list):
         return {}, f'judge answer is not {{"scores": [...]}}: {text[:200]!r}'
     expected = set(ids)
     out: dict[str, tuple[float, str]] = {}
     duplicate: list[str] = []
     unknown: list[str] = []
-    for n, entry in enumerate(obj["scores"]):
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+    for n, entry in enumerate(entries):
+        sid = entry.get("id") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(sid, str):
             return {}, f"scores[{n}] has no string id"
-        sid = entry["id"]
         score = finite_number(entry.get("score"))
         if score is None:
             return {}, f"scores[{n}] (id {sid!r}): score {entry.get('score')!r:.50} is not a finite number"
@@ -243,7 +245,7 @@ def parse_scores(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[float, 
     if unknown:
         problems.append(f"unknown ids {unknown[:10]}")
     if problems:
-        return {}, f"judge scored {len(obj['scores'])} entries for {len(ids)} samples: " + "; ".join(problems)
+        return {}, f"judge scored {len(entries)} entries for {len(ids)} samples: " + "; ".join(problems)
     return out, None
 
 

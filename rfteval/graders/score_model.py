@@ -34,6 +34,8 @@ from rfteval.graders.judged import (
 from rfteval.providers.base import Generation, GenerationRequest
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
 # Steps come first in the schema so that a judge reasons before it commits to a number.
@@ -65,7 +67,7 @@ class ScoreModelConfig(JudgePromptConfig):
 
 
 def build_request(
-    config: ScoreModelConfig, sample: dict[str, Any], item: dict[str, Any]
+    config: ScoreModelConfig, sample: Sample, item: JSONObject
 ) -> GenerationRequest | GradeResult:
     """The judge request for one pair, or the invalid_variable_error its templates raise."""
     return judge_request(config, sample, item, config.sampling_params, RESPONSE_FORMAT)
