@@ -47,7 +47,8 @@ from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 from rfteval.providers.judge import current_repeat
 
 if TYPE_CHECKING:
-    from rfteval.data.json_types import JSONObject
+    from rfteval.data.json_types import JSONMapping, JSONObject
+    from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
 DEFAULT_RUBRIC = (
@@ -99,7 +100,7 @@ class GroupJudgeConfig(GraderConfig):
 # ---- pure parts --------------------------------------------------------------------------------------------------
 
 
-def group_key(item: dict[str, Any]) -> str:
+def group_key(item: JSONMapping) -> str:
     """Samples of the same item share a group: by its `id`, else by its content (identical prompts)."""
     if item.get("id") is not None:
         return f"id:{item['id']}"
@@ -122,7 +123,7 @@ def shuffle_seed(config_seed: int | None, key: str, repeat: int = 0) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
 
 
-def _sample_text(sample: dict[str, Any]) -> str:
+def _sample_text(sample: Sample) -> str:
     text = str(sample.get("output_text") or "")
     tools = sample.get("output_tools") or []
     if tools:
@@ -130,7 +131,7 @@ def _sample_text(sample: dict[str, Any]) -> str:
     return text
 
 
-def presentation_order(samples: Sequence[dict[str, Any]], seed: int) -> list[int]:
+def presentation_order(samples: Sequence[Sample], seed: int) -> list[int]:
     """Original indices in the order shown to the judge: canonical (by content) first, so the incoming order does
     not matter, then shuffled by the seed."""
     digest = [hashlib.sha256(_sample_text(s).encode()).hexdigest() for s in samples]
@@ -143,7 +144,8 @@ def _escape(text: str) -> str:
     return text.replace("</sample>", "&lt;/sample&gt;").replace("</context>", "&lt;/context&gt;")
 
 
-def _message_text(content: Any) -> str:
+def _message_text(content: object) -> str:
+    """A message's content as text: a string, text parts joined, anything else as JSON."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -163,9 +165,10 @@ def judge_prompt(rubric: str, n: int) -> str:
     )
 
 
-def group_user_message(item: dict[str, Any], shown: Sequence[tuple[str, dict[str, Any]]], extra: str | None) -> str:
+def group_user_message(item: JSONMapping, shown: Sequence[tuple[str, Sample]], extra: str | None) -> str:
     lines = ["<context>"]
-    for m in item.get("messages") or []:
+    messages = item.get("messages")
+    for m in messages if isinstance(messages, list) else []:  # a dataset line's messages: a list (data/dataset.py)
         if isinstance(m, dict):
             text = _escape(_message_text(m.get("content")))
             lines.append(f'<message role="{m.get("role", "")}">\n{text}\n</message>')
