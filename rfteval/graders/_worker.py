@@ -420,11 +420,12 @@ class Child:
             sent = samples[i]
             try:
                 item = loads(item_blob)  # a fresh copy for every call: no call sees what another did to it
-                if isinstance(sent, bytes):  # the whole sample (marshal gives exact bytes)
+                if type(sent) is bytes:  # the whole sample
                     sample = loads(sent)
                 elif type(sent) is str and (parsed := parse(sent)) is not None:  # the text of a JSON output
                     sample = make(sent, None, None, parsed)
                 else:
+                    assert not isinstance(sent, bytes)  # for the checker: marshal gives exact bytes, taken above
                     sample = rebuild(sent)
             except BaseException as exc:  # noqa: BLE001
                 self.commit(i, 0.0, undecodable(exc, type(sent) is bytes), None)

@@ -18,7 +18,7 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
 
@@ -58,7 +58,7 @@ DEFAULT_RUBRIC = (
     "correctly beats one that invents facts or contradicts it."
 )
 
-SCHEMA: dict[str, Any] = {
+SCHEMA: JSONObject = {
     "type": "object",
     "properties": {
         "scores": {
@@ -76,7 +76,7 @@ SCHEMA: dict[str, Any] = {
     "required": ["scores"],
     "additionalProperties": False,
 }
-RESPONSE_FORMAT: dict[str, Any] = {"name": "group_judge_scores", "schema": SCHEMA, "strict": True}
+RESPONSE_FORMAT: JSONObject = {"name": "group_judge_scores", "schema": SCHEMA, "strict": True}
 
 
 class GroupJudgeConfig(GraderConfig):

@@ -8,7 +8,7 @@ counted `model_grader_parse_error`, with the raw answer kept so a person can see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
@@ -39,13 +39,13 @@ if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
 
 # Steps come first in the schema so that a judge reasons before it commits to a number.
-SCHEMA: dict[str, Any] = {
+SCHEMA: JSONObject = {
     "type": "object",
     "properties": {"steps": STEPS_SCHEMA, "result": {"type": "number"}},
     "required": ["steps", "result"],
     "additionalProperties": False,
 }
-RESPONSE_FORMAT: dict[str, Any] = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
+RESPONSE_FORMAT: JSONObject = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
 
 
 class ScoreModelConfig(JudgePromptConfig):
