@@ -90,7 +90,7 @@ def grade_pairs(config: LabelModelConfig, pairs: Sequence[Pair], judge: JudgeCli
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 
 
-class LabelModelGrader(JudgedGrader):
+class LabelModelGrader(JudgedGrader[LabelModelConfig]):
     grade_pairs = staticmethod(grade_pairs)
 
 

@@ -101,7 +101,7 @@ def grade_pairs(config: ScoreModelConfig, pairs: Sequence[Pair], judge: JudgeCli
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 
 
-class ScoreModelGrader(JudgedGrader):
+class ScoreModelGrader(JudgedGrader[ScoreModelConfig]):
     """Needs a judge endpoint (set by `rfteval run` from [judge] or the run's endpoint)."""
 
     grade_pairs = staticmethod(grade_pairs)
