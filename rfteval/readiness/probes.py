@@ -316,6 +316,14 @@ def infer_reference_template(config: GraderConfig, items: Sequence[JSONMapping])
     return None, "cannot tell how the grader reads an answer (use --reference-template)"
 
 
+def _json_at(item: JSONMapping, path: str, keys: tuple[str | int, ...]) -> JSONValue:
+    """`lookup` inside an item: what it finds there is JSON, which the one isinstance says to the checker."""
+    v = lookup(item, path, keys)
+    if v is None or isinstance(v, (str, int, float, bool, list, dict)):
+        return v
+    raise TemplateError(path, f"holds a {type(v).__name__}, not a JSON value")
+
+
 Transform = Callable[[JSONValue, str], JSONValue]  # (an item's value, its placeholder path) -> what to put there
 
 
@@ -326,7 +334,7 @@ def render_reference(template: JSONValue, item: JSONMapping, transform: Transfor
         ns, keys = parse_path(path)
         if ns != "item":
             raise TemplateError(path, "a reference template reads item.… only")
-        v = lookup(item, path, keys)
+        v = _json_at(item, path, keys)
         return transform(v, path) if transform else v
 
     if isinstance(template, str):
@@ -561,7 +569,7 @@ def run_probes(
             vals = []
             for d in datas:
                 try:
-                    vals.append(lookup(d, path, keys))
+                    vals.append(_json_at(d, path, keys))
                 except TemplateError:
                     pass
             vocab_cache[path] = vals
