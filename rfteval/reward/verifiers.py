@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Mapping
-from typing import Unpack
+from typing import Literal, Unpack, overload
 
 from rfteval.data.json_types import JSONObject
 from rfteval.reward.core import (
@@ -83,9 +83,23 @@ async def _verifiers_reward(reward: VerifiersReward, completion: Conversation | 
     return await asyncio.to_thread(reward, completion, answer, info, prompt, state, task, trace)
 
 
+VerifiersAsync = NamedPartial[Coroutine[object, object, float | None]]  # for_verifiers' default form
+
+
+# One type per form (asynchronous= as a literal), so typed code gets the form it asked for, not a union.
+@overload
+def for_verifiers(grader: GraderLike, reference_field: str | None = ..., asynchronous: Literal[True] = ...,
+                  **options: Unpack[RewardOptionsArgs]) -> VerifiersAsync: ...
+@overload
+def for_verifiers(grader: GraderLike, reference_field: str | None = ..., *, asynchronous: Literal[False],
+                  **options: Unpack[RewardOptionsArgs]) -> VerifiersReward: ...
+@overload
+def for_verifiers(grader: GraderLike, reference_field: str | None = ..., asynchronous: bool = ...,
+                  **options: Unpack[RewardOptionsArgs]) -> VerifiersReward | VerifiersAsync: ...
+
+
 def for_verifiers(grader: GraderLike, reference_field: str | None = "reference_answer", asynchronous: bool = True,
-                  **options: Unpack[RewardOptionsArgs]
-                  ) -> VerifiersReward | NamedPartial[Coroutine[object, object, float | None]]:
+                  **options: Unpack[RewardOptionsArgs]) -> VerifiersReward | VerifiersAsync:
     """A verifiers reward function scoring with `grader`: `vf.Rubric(funcs=[for_verifiers(grader)])`, or a
     verifiers.v1 task's reward. Async by default (a functools.partial of an `async def`, which pickles);
     asynchronous=False gives the synchronous callable. Options as for_trl (on_error defaults to "zero")."""

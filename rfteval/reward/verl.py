@@ -15,7 +15,7 @@ import asyncio
 import enum
 import json
 from collections.abc import Collection, Coroutine, Mapping
-from typing import Unpack
+from typing import Literal, Unpack, overload
 
 from rfteval.data.json_types import JSONObject
 from rfteval.graders.base import GradeResult
@@ -49,6 +49,8 @@ _UNSET = _Unset.UNSET
 # What verl takes back: a float, or with details=True a dict with "score"; None only with on_error="none".
 VerlScore = float | None | RewardDetails
 ExtraInfo = Mapping[str, object]  # a row's extra_info: the dataset's fields and verl's own (VERL_ADDED)
+VerlBatch = NamedPartial[list[VerlScore]]  # for_verl(batch=True): BatchRewardManager's plural call
+VerlAsync = NamedPartial[Coroutine[object, object, VerlScore]]  # for_verl(asynchronous=True): the reward loop's
 
 
 class VerlReward(Reward):
@@ -137,10 +139,29 @@ async def _verl_async(reward: VerlReward, data_source: object = _UNSET, solution
     return await asyncio.to_thread(reward, data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 
+# The overloads give each form its own type (batch= and asynchronous= as literals), so typed code calling
+# for_verl(...) gets a VerlReward, not a union it would have to narrow.
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             batch: Literal[False] = ..., asynchronous: Literal[False] = ...,
+             **options: Unpack[RewardOptionsArgs]) -> VerlReward: ...
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             *, batch: Literal[True], asynchronous: Literal[False] = ...,
+             **options: Unpack[RewardOptionsArgs]) -> VerlBatch: ...
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             *, batch: Literal[False] = ..., asynchronous: Literal[True],
+             **options: Unpack[RewardOptionsArgs]) -> VerlAsync: ...
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             batch: bool = ..., asynchronous: bool = ...,
+             **options: Unpack[RewardOptionsArgs]) -> VerlReward | VerlBatch | VerlAsync: ...
+
+
 def for_verl(grader: GraderLike, reference_field: str | None = "reference_answer", ground_truth_json: bool = False,
              details: bool = False, batch: bool = False, asynchronous: bool = False,
-             **options: Unpack[RewardOptionsArgs]
-             ) -> VerlReward | NamedPartial[list[VerlScore]] | NamedPartial[Coroutine[object, object, VerlScore]]:
+             **options: Unpack[RewardOptionsArgs]) -> VerlReward | VerlBatch | VerlAsync:
     """verl's `compute_score` scoring with `grader`.
 
     The item is `extra_info` (verl's own keys left out) with `ground_truth` at `reference_field` (None: extra_info
@@ -153,7 +174,7 @@ def for_verl(grader: GraderLike, reference_field: str | None = "reference_answer
     if batch and asynchronous:
         raise ValueError("batch and asynchronous: BatchRewardManager calls a synchronous function")
     reward = VerlReward(grader, RewardOptions(**options), reference_field, ground_truth_json, details)
-    fn: NamedPartial[list[VerlScore]] | NamedPartial[Coroutine[object, object, VerlScore]]
+    fn: VerlBatch | VerlAsync
     if batch:
         fn = NamedPartial(_verl_batch, reward)
     elif asynchronous:
