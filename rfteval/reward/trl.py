@@ -30,6 +30,15 @@ class _Column(Protocol):
     def __getitem__(self, index: int, /) -> object: ...
 
 
+def _as_column(values: object, n: int) -> _Column | None:
+    """`values` when they are a column of n values, else None (TRL's extras, a constant, a mapping)."""
+    if isinstance(values, (list, tuple)):  # what TRL passes: checked first, a protocol's isinstance is slower
+        return values if len(values) == n else None
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, _Column) or len(values) != n:
+        return None
+    return values
+
+
 class TRLReward(Reward):
     """A prompt's completions share one item (and one python process, as in `rfteval grade`)."""
 
@@ -49,11 +58,12 @@ class TRLReward(Reward):
         for key, values in kwargs.items():
             if key in TRL_EXTRAS:
                 continue
-            if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, _Column) or len(values) != n:
+            column = _as_column(values, n)
+            if column is None:
                 self.note_once(("ignored", key), "%s: keyword %r is not a column (one value per completion); not "
                                "part of the item", self.__name__, key)
                 continue
-            columns[key] = values
+            columns[key] = column
         items: list[JSONObject] = []
         units: list[int] = []
         seen: dict[str, int] = {}
