@@ -346,6 +346,10 @@ def sample_from_completion(completion: object, options: RewardOptions | None = N
 # ------------------------------------------------------------------ the grader, ready to score
 
 
+# What a pickled reward holds: its class, its grader config as JSON, its options, its subclass's own arguments.
+_Pickled: TypeAlias = "tuple[type[Reward], JSONObject, RewardOptions, dict[str, object]]"
+
+
 class RewardDetails(TypedDict):
     """A result as a trainer logs it beside the score (verl's details=True: keys other than score are logged)."""
 
@@ -492,7 +496,7 @@ class Reward:
         self.close()
 
     def __reduce__(self) -> tuple[Callable[[type[Reward], JSONObject, RewardOptions, dict[str, object]], Reward],
-                                  tuple[type[Reward], JSONObject, RewardOptions, dict[str, object]]]:
+                                  _Pickled]:
         """Pickled as its class, config and options (trainers ship reward functions to worker processes, TRL's
         AsyncGRPOTrainer among them); the copy starts its own engine."""
         return _rebuild, (type(self), self.config.model_dump(mode="json"), self.options, self._extra())
