@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
@@ -29,8 +29,9 @@ def _provider_class(kind: str) -> type:
     raise InputError(f"unknown provider {kind!r}; expected one of: {', '.join(KINDS)}", field="provider")
 
 
-def make_provider(kind: str, **settings: Any) -> Provider:
-    """Build a provider; settings it does not take are an InputError naming them (a spec typo, not a crash)."""
+def make_provider(kind: str, **settings: object) -> Provider:
+    """Build a provider; settings it does not take are an InputError naming them (a spec typo, not a crash).
+    The settings are only carried to the provider's constructor, which checks their values."""
     cls = _provider_class(kind)
     params = inspect.signature(cls).parameters
     unknown = sorted(set(settings) - set(params) - {"self"})

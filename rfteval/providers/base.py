@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from rfteval.data.json_types import JSONMapping, JSONObject
+
 ErrorKind = Literal[
     "rate_limit",  # 429: retry, honouring Retry-After
     "server",  # 5xx: retry
@@ -27,7 +29,8 @@ class ProviderError(Exception):
     cut concurrency."""
 
     def __init__(self, kind: ErrorKind, message: str, status: int | None = None, retry_after: float | None = None,
-                 rate: RateInfo | None = None, unavailable: bool = False, usage: dict[str, Any] | None = None):
+                 rate: RateInfo | None = None, unavailable: bool = False,
+                 usage: dict[str, int | None] | None = None):
         super().__init__(message)
         self.kind = kind
         self.status = status
@@ -103,7 +106,7 @@ class Sampling:
         return replace(self, seed=self.seed + epoch - 1)
 
 
-def asks_for_json(response_format: dict[str, Any] | None) -> bool:
+def asks_for_json(response_format: JSONMapping | None) -> bool:
     return bool(response_format) and (response_format or {}).get("type") != "text"
 
 
@@ -140,9 +143,9 @@ class Generation:
 class Provider(Protocol):
     """An endpoint. `identity()` (no secrets) and `request_body()` make the response cache key."""
 
-    def identity(self) -> dict[str, Any]: ...
+    def identity(self) -> JSONObject: ...
 
-    def request_body(self, request: GenerationRequest) -> dict[str, Any]: ...
+    def request_body(self, request: GenerationRequest) -> JSONObject: ...
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation: ...
 
