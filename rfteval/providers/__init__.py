@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from rfteval.errors import InputError
-from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
+from rfteval.providers.base import BatchProvider, Generation, GenerationRequest, Provider, ProviderError, Sampling
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
 
-__all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
+__all__ = ["KINDS", "BatchProvider", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
            "make_provider"]
 
 KINDS = ("openai", "replay")
@@ -41,6 +41,6 @@ def make_provider(kind: str, **settings: object) -> Provider:
     return cls(**settings)
 
 
-def batchable(provider: Provider) -> bool:
+def batchable(provider: Provider) -> TypeGuard[BatchProvider]:
     """Providers with a Files/Batches client (OpenAI-compatible endpoints); replay answers locally."""
     return hasattr(provider, "client") and hasattr(provider, "endpoint_path")

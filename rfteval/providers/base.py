@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rfteval.data.json_types import JSONMapping, JSONObject
+
+if TYPE_CHECKING:
+    import openai
 
 ErrorKind = Literal[
     "rate_limit",  # 429: retry, honouring Retry-After
@@ -150,3 +153,15 @@ class Provider(Protocol):
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+
+class BatchProvider(Provider, Protocol):
+    """A provider behind an OpenAI-compatible endpoint: its SDK client has the Files and Batches resources
+    (`rfteval.providers.batchable` tells one apart)."""
+
+    @property
+    def client(self) -> openai.AsyncOpenAI: ...
+
+    def endpoint_path(self) -> str: ...
+
+    def classify(self, exc: Exception, timeout_s: float = ...) -> ProviderError | None: ...
