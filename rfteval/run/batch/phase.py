@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Required, TypedDict, TypeVar
 
 import msgspec
 
@@ -107,6 +107,21 @@ class BatchMonitor(Protocol):
     """What the phase tells the run's progress display (RunMonitor.batch)."""
 
     def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None: ...
+
+
+class PhaseOptions(TypedDict, total=False):
+    """BatchPhase's settings that a run shares between its generation phase and its judge phase."""
+
+    store: Required[RunStore]
+    run_id: Required[str]
+    monitor: Required[BatchMonitor]
+    policy: Required[RetryPolicy]
+    poll_s: float
+    max_lines: int
+    max_bytes: int
+    tail: str
+    max_rounds: int
+    say: Callable[[str], None] | None
 
 
 class _Event(msgspec.Struct, kw_only=True, tag_field="event"):
@@ -792,7 +807,7 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
         raise InputError("no spec.resolved.toml: cannot tell which endpoint holds the batches", run_dir)
     runs = resolve_models(build_spec(spec_path))
     providers = {label: p for label, p in build_providers(runs).items() if batchable(p)}
-    chunks = [c for c in read_journal(run_dir) if c.live and c.batch_id]
+    chunks = [(c, c.batch_id) for c in read_journal(run_dir) if c.live and c.batch_id]
     lock = open(run_dir / "store" / "lock", "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -802,13 +817,13 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
     lines: list[str] = []
 
     async def main() -> None:
-        for chunk in chunks:
-            provider: Any = providers.get(chunk.label)  # an OpenAI-compatible one: batchable() above
+        for chunk, batch_id in chunks:
+            provider = providers.get(chunk.label)  # an OpenAI-compatible one: batchable() above
             if provider is None:
                 lines.append(f"{chunk.chunk_id}: model {chunk.label} is no longer in the spec; not cancelled")
                 continue
             try:
-                b = await provider.client.batches.cancel(chunk.batch_id)
+                b = await provider.client.batches.cancel(batch_id)
                 lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): {b.status}")
                 if journal is not None:
                     journal.append(CancelRequested(chunk=chunk.chunk_id))
