@@ -694,10 +694,6 @@ def _objects(value: JSONValue) -> list[JSONObject]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _tokens(value: JSONValue) -> int | None:
-    return value if isinstance(value, int) else None
-
-
 def parse_chat(data: JSONObject, structured: bool = False) -> Generation:
     choices = data.get("choices")
     first = choices[0] if isinstance(choices, list) and choices else None
@@ -712,7 +708,8 @@ def parse_chat(data: JSONObject, structured: bool = False) -> Generation:
     if not isinstance(text, str):
         raise ProviderError("malformed", "choices[0].message.content is not text")
     tools: list[dict[str, Any]] = []
-    for call in _objects(message.get("tool_calls")):
+    calls = message.get("tool_calls")
+    for call in _objects(calls) if calls else ():
         fn = _object(call.get("function"))
         tools.append(
             {"id": call.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
@@ -735,18 +732,24 @@ def _chat_reasoning(message: JSONObject) -> str | None:
     return next((t for t in texts if t), texts[0] if texts else None)
 
 
+def _usage(data: JSONObject, input_key: str, output_key: str, details_key: str) -> dict[str, int | None]:
+    """Token counts of an answer's usage (each narrowed inline: this runs once per answer)."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None}
+    details = usage.get(details_key)
+    i, o = usage.get(input_key), usage.get(output_key)
+    r = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return {"input_tokens": i if isinstance(i, int) else None, "output_tokens": o if isinstance(o, int) else None,
+            "reasoning_tokens": r if isinstance(r, int) else None}
+
+
 def _chat_usage(data: JSONObject) -> dict[str, int | None]:
-    usage = _object(data.get("usage"))
-    details = _object(usage.get("completion_tokens_details"))
-    return {"input_tokens": _tokens(usage.get("prompt_tokens")), "output_tokens": _tokens(usage.get("completion_tokens")),
-            "reasoning_tokens": _tokens(details.get("reasoning_tokens"))}
+    return _usage(data, "prompt_tokens", "completion_tokens", "completion_tokens_details")
 
 
 def _responses_usage(data: JSONObject) -> dict[str, int | None]:
-    usage = _object(data.get("usage"))
-    details = _object(usage.get("output_tokens_details"))
-    return {"input_tokens": _tokens(usage.get("input_tokens")), "output_tokens": _tokens(usage.get("output_tokens")),
-            "reasoning_tokens": _tokens(details.get("reasoning_tokens"))}
+    return _usage(data, "input_tokens", "output_tokens", "output_tokens_details")
 
 
 def _compact(obj: JSONObject) -> JSONObject:
