@@ -537,7 +537,10 @@ class BatchPhase:
             self.journal.append(Uploaded(chunk=chunk.chunk_id, file_id=fobj.id))
         assert chunk.file_id is not None
         meta = {META_RUN: self.run_id, META_CHUNK: chunk.chunk_id, "rfteval_sha256": chunk.sha256[:16]}
-        file_id, endpoint = chunk.file_id, _BATCH_ENDPOINTS[chunk.endpoint]
+        file_id, endpoint = chunk.file_id, _BATCH_ENDPOINTS.get(chunk.endpoint)
+        if endpoint is None:
+            raise InputError(f"chunk {chunk.chunk_id}: {chunk.endpoint!r} is not a Batch API endpoint rfteval writes",
+                             self.journal.path, field="endpoint")
         b = await self._no_api_is_input_error(chunk, "POST /batches", self._call(provider, lambda: client.batches.create(
             input_file_id=file_id, endpoint=endpoint, completion_window="24h", metadata=meta)))
         self.journal.append(Created(chunk=chunk.chunk_id, batch_id=b.id, status=b.status))
