@@ -24,11 +24,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, SupportsInt, TypedDict
+from typing import TYPE_CHECKING, Any, SupportsInt, TypedDict
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError
 from rfteval.run.batch.phase import parse_result_lines, result_key
+
+if TYPE_CHECKING:
+    from ray.data.llm import ProcessorConfig
 
 CHAT_URL = "/v1/chat/completions"
 ENGINES = ("vllm", "sglang")
@@ -304,7 +307,7 @@ class EngineOptions:
 Processor = Callable[[Any], Any]  # a ray.data Dataset → Dataset, as ray.data.llm's Processor is
 
 
-def processor_config(opts: EngineOptions) -> object:
+def processor_config(opts: EngineOptions) -> ProcessorConfig:
     """The engine processor's config: `vLLMEngineProcessorConfig` or `SGLangEngineProcessorConfig`. Failed rows
     are kept (`should_continue_on_error`): one bad request must not fail the whole dataset."""
     from ray.data import llm as rllm
@@ -312,7 +315,7 @@ def processor_config(opts: EngineOptions) -> object:
     common: dict[str, Any] = dict(model_source=opts.model, engine_kwargs=dict(opts.engine_kwargs),
                                   concurrency=opts.concurrency, batch_size=opts.batch_size,
                                   should_continue_on_error=True)
-    config: object
+    config: ProcessorConfig
     if opts.engine == "vllm":
         config = rllm.vLLMEngineProcessorConfig(**common)
     elif opts.engine == "sglang":
