@@ -59,7 +59,7 @@ def test_unset_optional_keys_stay_out_of_the_file() -> None:
     assert not {"pass_at_k", "pass_all_k"} & set(out["models"]["m"])
     assert out["models"]["m"]["truncated_in_reasoning"] is None and out["cells"] == 3
     summary.judge = {"j": {"calls": 1}}
-    assert list(summary.to_dict())[-1] == "judge" and summary["judge"] == {"j": {"calls": 1}}
+    assert list(summary.to_dict())[-1] == "judge" and summary.judge == {"j": {"calls": 1}}
     # a part of summary.json (what a reader holds) reads as the typed summary, missing keys at their defaults
     part = as_run_summary({"models": {"base": {"errors": {"by_type": {"generate:server": 2}}}}})
     assert part.models["base"].errors.by_type == {"generate:server": 2} and part.models["base"].errors.total == 0

@@ -24,23 +24,17 @@ if TYPE_CHECKING:
 
 
 def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
-                 response: ResponseEntry | dict[str, Any] | None, grade: GradeEntry | dict[str, Any] | None,
+                 response: ResponseEntry | None, grade: GradeEntry | None,
                  cached: bool = False, reasoning: str = DEFAULT_MODE,
                  tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Record | None:
     """The record of one cell from its stored response and grade; None when the cell has no response yet.
 
     The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
-    (rfteval.data.reasoning), the thinking goes to reasoning_text. A line as read from the store's logs (a dict)
-    is accepted too."""
+    (rfteval.data.reasoning), the thinking goes to reasoning_text."""
     from rfteval.graders.grading import apply_grade  # lazily: it brings the grading engine
-    from rfteval.run.store import GradeEntry, ResponseEntry, decode_grade, decode_response
 
     if response is None:
         return None
-    if not isinstance(response, ResponseEntry):
-        response = decode_response(response)
-    if grade is not None and not isinstance(grade, GradeEntry):
-        grade = decode_grade(grade)
     gen_err = response.error
     text, output_json = response.output_text, response.output_json
     thinking, truncated = None, False

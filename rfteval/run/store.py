@@ -71,16 +71,6 @@ class _Entry(msgspec.Struct, kw_only=True):
             out[name] = {"type": value.type, "message": value.message} if isinstance(value, EntryError) else value
         return out
 
-    # Mapping-style reads, for callers (and tests) written against the dict entries: they see the line on disk.
-    def __getitem__(self, name: str) -> Any:
-        return self.to_dict()[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.to_dict()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.to_dict().get(name, default)
-
 
 class ResponseEntry(_Entry, kw_only=True):
     """One line of responses.jsonl: what the server sent for one cell, or the error that ended it."""
@@ -375,11 +365,8 @@ class RunStore:
 
     # ------------------------------------------------------------ responses and grades
 
-    def put_response(self, entry: ResponseEntry | dict[str, Any]) -> None:
-        """Append (and flush) before anything else happens to it: a response is never paid for twice. A dict is a
-        line as written to disk (rfteval.run.store.response_entry)."""
-        if not isinstance(entry, ResponseEntry):
-            entry = decode_response(entry)
+    def put_response(self, entry: ResponseEntry) -> None:
+        """Append (and flush) before anything else happens to it: a response is never paid for twice."""
         self.responses.append(entry.to_dict())
         self._index(entry)
         self._maybe_commit()
@@ -388,9 +375,7 @@ class RunStore:
         row = self.db.execute("SELECT entry FROM responses WHERE key = ?", (key,)).fetchone()
         return _decode_row(row[0], ResponseEntry, self.store_dir / INDEX) if row else None
 
-    def put_grade(self, entry: GradeEntry | dict[str, Any]) -> None:
-        if not isinstance(entry, GradeEntry):
-            entry = decode_grade(entry)
+    def put_grade(self, entry: GradeEntry) -> None:
         self.grades.append(entry.to_dict())
         self._index(entry)
         self._maybe_commit()
@@ -422,19 +407,14 @@ class StoreReader:
         self.db.close()
 
 
-def is_reusable_response(entry: ResponseEntry | dict[str, Any] | None) -> bool:
+def is_reusable_response(entry: ResponseEntry | None) -> bool:
     """A stored entry that resume keeps: a response, or a failure that re-sending cannot change."""
-    if entry is None:
-        return False
-    return bool(_is_final(entry if isinstance(entry, ResponseEntry) else decode_response(entry)))
+    return entry is not None and bool(_is_final(entry))
 
 
-def is_reusable_grade(entry: GradeEntry | dict[str, Any] | None) -> bool:
-    """A stored grade that resume keeps (a line as read from grades.jsonl is accepted too)."""
-    if entry is None:
-        return False
-    grade = entry if isinstance(entry, GradeEntry) else decode_grade(entry)
-    return grade.error is None or grade.error.type not in TRANSIENT_GRADE_ERRORS
+def is_reusable_grade(entry: GradeEntry | None) -> bool:
+    """A stored grade that resume keeps: a grade, or a failure that grading again cannot change."""
+    return entry is not None and (entry.error is None or entry.error.type not in TRANSIENT_GRADE_ERRORS)
 
 
 def _records_run_id(path: Path) -> str | None:
@@ -479,12 +459,3 @@ def new_grade_entry(key: str, grader: str, result: GradeResult) -> GradeEntry:
         stdout=result.stdout or None, details=result.details, at=now_iso(),
     )
 
-
-def response_entry(**fields: Any) -> dict[str, Any]:
-    """new_response_entry's line as the dict written to disk: for tests and tools that write a log by hand."""
-    return new_response_entry(**fields).to_dict()
-
-
-def grade_entry(key: str, grader: str, result: GradeResult) -> dict[str, Any]:
-    """new_grade_entry's line as the dict written to disk."""
-    return new_grade_entry(key, grader, result).to_dict()

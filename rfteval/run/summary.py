@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from rfteval.compare.comparison import CompareResult
     from rfteval.compare.series import SeriesResult
+    from rfteval.data.json_types import JSONMapping
     from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.pricing import Price
@@ -154,20 +155,10 @@ class RunSummary(_SummaryPart, kw_only=True):
         out["models"] = {label: m.to_dict() for label, m in self.models.items()}
         return out
 
-    # Mapping-style reads, for callers (and tests) written against the dict: they see the file's content.
-    def __getitem__(self, name: str) -> Any:
-        return self.to_dict()[name]
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.to_dict()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.to_dict().get(name, default)
-
-
-def as_run_summary(summary: RunSummary | dict[str, Any]) -> RunSummary:
+def as_run_summary(summary: JSONMapping) -> RunSummary:
     """summary.json's content (read from the file, or a part of one) as the typed summary."""
-    return summary if isinstance(summary, RunSummary) else msgspec.convert(summary, RunSummary)
+    return msgspec.convert(summary, RunSummary)
 
 
 @dataclass
