@@ -149,7 +149,7 @@ class CompareResult:
     def to_json(self) -> dict[str, Any]:
         """The documented `--format json` shape (extra keys allowed, none removed)."""
         o = self.options
-        out = json_safe({
+        out: dict[str, Any] = json_safe({
             "baseline": self.baseline, "candidate": self.candidate, "delta": self.delta, "items": [],
             "slices": self.slices, "sub_scores": self.sub_scores, "unpaired": self.unpaired, "gate": self.gate,
             "options": {"tie": o.tie, "level": o.level, "ci_method": o.ci_method, "seed": o.seed,

@@ -269,13 +269,10 @@ def _read_jsonl_slow(path: Path) -> pd.DataFrame:
 def _read_parquet(path: Path) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    try:
-        names = pq.read_schema(path).names
-        table = pq.read_table(path, columns=[c for c in _NEEDED if c in names])
-    except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
-        raise InputError(f"not a readable Parquet file ({exc})", path) from None
+    from rfteval.data.records import read_parquet_records
+
+    table = read_parquet_records(path, columns=_NEEDED)
     for key in ("item_id", "score"):
         if key not in table.column_names:
             raise InputError("missing column; not a record file?", path, field=key)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from rfteval.data.outfile import replace_atomically
-from rfteval.data.records import check_error_policy, is_generation_failure
+from rfteval.data.records import check_error_policy, effective_scores, error_kinds, error_type_of, json_safe
 from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
 from rfteval.graders.base import runs_locally, walk
@@ -139,68 +139,12 @@ class ReadinessReport:
         return [c for c in self.checks if c.status == want]
 
     def to_dict(self) -> dict[str, Any]:
-        out = _clean(asdict(self))
+        out = json_safe(asdict(self))
         out["reasons"] = [c.name for c in self.reasons]
         return out
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 # ---------------------------------------------------------------- records
-
-
-def _error_stage(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        return value.get("stage") or "grade"
-    return None
-
-
-def _error_type(value: Any) -> str | None:
-    return value.get("type") if isinstance(value, Mapping) else None
-
-
-def error_kinds(df: pd.DataFrame) -> pd.Series:
-    """Per row: None, "grade", "refusal" (the model refused: a generation error of type refusal) or "generate"."""
-    import pandas as pd
-
-    if "error" not in df:
-        return pd.Series(None, df.index, dtype=object)
-
-    def kind(value: Any) -> str | None:
-        if is_generation_failure(value):
-            return "generate"
-        stage = _error_stage(value)
-        return "refusal" if stage == "generate" else stage  # a refusal: an answer, scored 0
-
-    return df["error"].map(kind)
-
-
-def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
-    """The reward of each row as training would see it; NaN for rows left out of the signals.
-
-    One error policy (issue 10): a grading error scores 0 whatever score it carries, and so does a model refusal
-    (OpenAI's rule: a failed grade is reward 0). A generation error (the endpoint failed after its retries) is not
-    an answer: `errors="exclude"` leaves it out of every signal, `errors="zero"` counts it as 0 too. A row with
-    no score and no error was never graded and is left out.
-    """
-    import pandas as pd
-
-    check_error_policy(errors)
-    score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
-             else pd.Series(float("nan"), df.index, dtype="float64"))
-    kinds = error_kinds(df)
-    zero = kinds.isin(["grade", "refusal"] + (["generate"] if errors == "zero" else []))
-    score = score.mask(zero, 0.0)
-    return score.mask(kinds == "generate", float("nan")) if errors == "exclude" else score
 
 
 def scored_mask(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
@@ -275,7 +219,7 @@ def _histogram(values: Sequence[float], low: float, high: float, bins: int) -> l
     return counts
 
 
-def item_stats(
+def classify_items(
     item_ids: Sequence[str], scores: Sequence[float], low: float, high: float, group_size: int,
     grade_errors: Sequence[bool] | None = None,
 ) -> list[ItemStat]:
@@ -484,7 +428,7 @@ def regrade(
         stored = float(rec["score"])
         diff = abs(res.score - stored)
         max_diff = max(max_diff, diff)
-        was_error = _error_type(rec.get("error"))
+        was_error = error_type_of(rec.get("error"))
         now_error = res.error.type if res.error else None
         if diff > tol or (was_error or None) != now_error:
             changed.append({"item_id": str(rec["item_id"]), "epoch": rec.get("epoch"), "stored": stored,
@@ -631,7 +575,7 @@ def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: st
     values = df["error"] if "error" in df else [None] * n_records
 
     def types(flags: Any) -> dict[str, int]:
-        return dict(Counter(t for e, f in zip(values, flags) if f and isinstance(t := _error_type(e), str)))
+        return dict(Counter(t for e, f in zip(values, flags) if f and isinstance(t := error_type_of(e), str)))
 
     n_gen, n_grade = int(gen.sum()), int((kinds[used] == "grade").sum())
     return {"generate": n_gen, "grade": n_grade, "generate_share": n_gen / n_records if n_records else 0.0,
@@ -678,7 +622,7 @@ def assess(
         source += "; widened to the observed scores"
     span = (high - low) or 1.0
 
-    stats = item_stats(ids, scores, low, high, group_size, grade_err)
+    stats = classify_items(ids, scores, low, high, group_size, grade_err)
     levels_by_item: dict[str, Counter[float]] = {}
     for iid, s in zip(ids, scores):
         levels_by_item.setdefault(iid, Counter())[round(s, _DECIMALS)] += 1
@@ -792,7 +736,6 @@ def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
 
 def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
     from rfteval.data.records import decode_records, records_frame, write_jsonl
-    from rfteval.readiness.assess import grpo_advantages
 
     records = list(decode_records(path))
     df = records_frame(records)
@@ -809,9 +752,9 @@ def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rfteval.readiness.assess import grpo_advantages
+    from rfteval.data.records import read_parquet_records
 
-    table = pq.read_table(path)
+    table = read_parquet_records(path)
     df = table.to_pandas()
     mine = _label_rows(df, label)
     adv = grpo_advantages(df[mine], errors)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import msgspec
 
@@ -21,43 +21,54 @@ if TYPE_CHECKING:
     from rfteval.compare.comparison import CompareResult
     from rfteval.compare.series import SeriesResult
     from rfteval.data.json_types import JSONMapping
-    from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.pricing import Price
     from rfteval.run.results import LabelTotals
     from rfteval.run.spec import ModelRun, RunSpec
 
 
-def records_frame(records: list[Record]) -> pd.DataFrame:
-    """The columns summaries need; error records score 0 (OpenAI's rule) and are counted."""
+class GradeSummary(TypedDict):
+    """One model's summary of `rfteval grade`'s records (its table and `--format json`)."""
+
+    label: str
+    mean: float
+    se: float
+    ci95: list[float]
+    items: int  # items with at least one answer: an item whose every sample failed to generate has no mean
+    records: int
+    errors: int
+    errors_by_type: dict[str, int]
+    excluded: int  # generation failures, left out of the mean (the one error policy) and counted here
+    truncated_in_reasoning: TruncationCount
+    per_item: pd.DataFrame
+
+
+def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[GradeSummary]:
+    """One summary per model label of a record frame (rfteval.data.records.records_frame / read_records): mean of
+    item means, its interval, counts of items, records and errors.
+
+    The error policy is compare's and readiness's (rfteval.data.records.effective_scores): a generation failure is
+    left out of the mean and counted, a grading error or a refusal scores 0."""
     import pandas as pd
 
-    return pd.DataFrame({
-        "model_label": [r.model_label for r in records],
-        "item_id": [r.item_id for r in records],
-        "epoch": [r.epoch for r in records],
-        "score": [0.0 if r.error else (r.score or 0.0) for r in records],
-        "error": [r.error["type"] if r.error else None for r in records],
-        "truncated_in_reasoning": [r.truncated_in_reasoning for r in records],
-    })
-
-
-def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str, Any]]:
-    """One summary per model label: mean of item means, its interval, counts of items, records and errors."""
+    from rfteval.data.records import effective_scores, error_type_of
     from rfteval.stats import paired as stats
 
-    out = []
+    out: list[GradeSummary] = []
     for label, df in frame.groupby("model_label", sort=False):
-        per_item = stats.item_stats(df)
+        rewards = effective_scores(df)
+        used = rewards.notna()
+        per_item = stats.item_stats(df.loc[used, ["item_id"]].assign(score=rewards[used]))
         side = stats.side_summary(per_item["mean"].to_numpy(), level=level)
-        errors = df["error"].dropna()
+        errors = df["error"].map(error_type_of).dropna() if "error" in df else pd.Series([], dtype=object)
         out.append({
             "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
             "items": int(len(per_item)), "records": int(len(df)), "errors": int(len(errors)),
             "errors_by_type": {str(k): int(v) for k, v in errors.value_counts().items()},
+            "excluded": int((~used).sum()),
             # outputs cut off while thinking, as summary.json counts a run's (every output here is an answer)
-            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].sum()) if "truncated_in_reasoning"
-                                                 in df else 0, len(df)),
+            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].eq(True).sum())
+                                                 if "truncated_in_reasoning" in df else 0, len(df)),
             "per_item": per_item,
         })
     return out
@@ -253,7 +264,12 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     }))
 
 
-def truncation(n: int, samples: int) -> dict[str, Any]:
+class TruncationCount(TypedDict):
+    n: int
+    share: float
+
+
+def truncation(n: int, samples: int) -> TruncationCount:
     """How many of a model's samples (answers, not failed generations) the output limit cut off while thinking."""
     return {"n": int(n), "share": n / samples if samples else 0.0}
 
