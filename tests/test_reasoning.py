@@ -127,19 +127,23 @@ def test_an_unknown_mode_is_refused():
 
 
 def test_the_grader_sample_is_built_from_the_answer():
-    entry = {"output_text": '<think>Let me write JSON.</think>\n{"city": "Paris"}', "output_json": None,
-             "output_tools": None, "finish_reason": "stop",
-             "choices": [{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": '<think>Let me write JSON.</think>\n{"city": "Paris"}'}}]}
+    from rfteval.run.store import decode_response
+
+    entry = decode_response({
+        "output_text": '<think>Let me write JSON.</think>\n{"city": "Paris"}', "output_json": None,
+        "output_tools": None, "finish_reason": "stop",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": '<think>Let me write JSON.</think>\n{"city": "Paris"}'}}]})
     sample = entry_sample(entry)
     assert sample["output_text"] == '{"city": "Paris"}'
     assert sample["output_json"] == {"city": "Paris"}  # parsed from the answer, not the unparseable content
     assert sample["choices"][0]["message"]["content"] == '{"city": "Paris"}'
     kept = entry_sample(entry, mode="keep")
-    assert kept["output_text"] == entry["output_text"] and kept["output_json"] is None
+    assert kept["output_text"] == entry.output_text and kept["output_json"] is None
     # a server that sent the reasoning apart: OpenAI's sample carries no reasoning fields
-    entry = {"output_text": "Paris", "output_json": None, "reasoning": "r", "finish_reason": "stop",
-             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris", "reasoning_content": "r"}}]}
+    entry = decode_response({
+        "output_text": "Paris", "output_json": None, "reasoning": "r", "finish_reason": "stop",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris", "reasoning_content": "r"}}]})
     assert entry_sample(entry)["choices"][0]["message"] == {"role": "assistant", "content": "Paris"}
     assert entry_sample(entry, mode="keep")["choices"][0]["message"]["reasoning_content"] == "r"
 

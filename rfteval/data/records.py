@@ -85,7 +85,7 @@ CORE_FIELDS = FIELDS[:14]  # the README's list, in order
 REFUSAL = "refusal"  # the provider's error type for a model that refused (rfteval.providers.base)
 
 
-def is_generation_failure(error: Any) -> bool:
+def is_generation_failure(error: object) -> bool:
     """The one error policy: a record whose model never answered (the endpoint failed after every retry).
 
     It is not an answer, so it is left out of means (and counted); a refusal is an answer, and a grading error is
@@ -163,7 +163,8 @@ def error_dict(stage: str, type: str, message: str) -> RecordError:
 
 def make_record(
     *, run_id: str, model_label: str, model: str, item_id: str, epoch: int, output_text: str | None,
-    output_json: Any = None, output_tools: list[Any] | None = None, usage: Usage | dict[str, Any] | None = None,
+    output_json: object = None, output_tools: list[JSONValue] | None = None,
+    usage: Usage | Mapping[str, int | None] | None = None,
     latency_s: float | None = None, cached: bool = False, error: RecordError | None = None,
     reasoning_text: str | None = None, truncated_in_reasoning: bool = False,
 ) -> Record:
@@ -177,11 +178,12 @@ def make_record(
     )
 
 
-def _enc_hook(value: Any) -> Any:
+def _enc_hook(value: object) -> object:
     """Values a grader may leave in its details that JSON has no word for: numpy scalars become numbers, the rest
     their text (as json.dumps(default=str) did)."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
+    item = getattr(value, "item", None)
+    if item is not None and not isinstance(value, (str, bytes)):
+        return item()
     return str(value)
 
 
@@ -210,7 +212,7 @@ def write_jsonl(records: Iterable[Record], path: str | Path) -> int:
     return n
 
 
-def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, JSONObject]]:
     """(line number, record) of each line of a JSONL record file: the one check of what a record line must be
     (read_records here, compare's sides when its fast reader gives up)."""
     from rfteval.data.dataset import iter_jsonl
@@ -227,7 +229,7 @@ def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, dict[str, A
         yield lineno, row
 
 
-def iter_jsonl_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl_records(path: str | Path) -> Iterator[JSONObject]:
     return (row for _, row in iter_jsonl_record_lines(path))
 
 
@@ -299,7 +301,7 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([(f.name, _arrow_type(f.type)) for f in _record_fields()])
 
 
-def _json_text(value: Any) -> str | None:
+def _json_text(value: object) -> str | None:
     return None if value is None else _ENCODER.encode(value).decode()
 
 

@@ -38,6 +38,7 @@ from rfteval.data.rundir import (
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
     from rfteval.graders.base import GradeResult
     from rfteval.providers.base import Generation
 
@@ -61,9 +62,9 @@ class _Entry(msgspec.Struct, kw_only=True):
     # keys written only when set: everything else is always on the line, null or not
     __optional__: ClassVar[frozenset[str]] = frozenset()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The line as it goes to disk."""
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for name in self.__struct_fields__:
             value = getattr(self, name)
             if value is None and name in self.__optional__:
@@ -127,23 +128,23 @@ class GradeEntry(_Entry, kw_only=True):
         return self.error.type if self.error is not None else None
 
 
-def decode_response(obj: dict[str, Any]) -> ResponseEntry:
+def decode_response(obj: JSONMapping) -> ResponseEntry:
     """A responses.jsonl line (as json.loads read it) as its typed entry; msgspec.ValidationError when it is not one."""
     return msgspec.convert(obj, ResponseEntry)
 
 
-def decode_grade(obj: dict[str, Any]) -> GradeEntry:
+def decode_grade(obj: JSONMapping) -> GradeEntry:
     return msgspec.convert(obj, GradeEntry)
 
 
-def cell_key(identity: dict[str, Any], body: dict[str, Any], epoch: int) -> str:
+def cell_key(identity: JSONMapping, body: JSONMapping, epoch: int) -> str:
     """The cache key of one (endpoint, request, epoch): epochs are independent samples, never each other's hit."""
     text = json.dumps({"identity": identity, "body": body, "epoch": int(epoch)}, sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _dumps(obj: dict[str, Any]) -> str:
+def _dumps(obj: JSONMapping) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
@@ -178,7 +179,7 @@ class _Log:
                 pos = start
             fh.truncate(0)
 
-    def append(self, obj: dict[str, Any]) -> None:
+    def append(self, obj: JSONMapping) -> None:
         self.fh.write(_dumps(obj) + "\n")
         self.fh.flush()
 
@@ -193,7 +194,8 @@ class _Log:
         self.fh.close()
 
 
-def iter_log(path: Path, start: int = 0) -> Iterator[dict[str, Any]]:
+def iter_log(path: Path, start: int = 0) -> Iterator[JSONValue]:
+    """The parsed lines of a log (a reader narrows each: a line written by hand need not be an object)."""
     with open(path, "rb") as fh:
         fh.seek(start)
         for raw in fh:
@@ -319,6 +321,8 @@ class RunStore:
                 seen = 0
             if seen < size:
                 for line in iter_log(log.path, seen):
+                    if not isinstance(line, dict):
+                        continue  # never produced by rfteval, as below
                     try:
                         entry = decode_response(line) if name == "responses" else decode_grade(line)
                     except msgspec.ValidationError:

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
 
     from rfteval.compare.comparison import CompareResult
     from rfteval.compare.series import SeriesResult
-    from rfteval.data.json_types import JSONMapping
+    from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.pricing import Price
-    from rfteval.run.results import LabelTotals
+    from rfteval.run.results import JudgeCalls, LabelTotals
     from rfteval.run.spec import ModelRun, RunSpec
 
 
@@ -83,7 +83,7 @@ class _SummaryPart(msgspec.Struct, kw_only=True):
 
     __optional__: ClassVar[frozenset[str]] = frozenset()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = msgspec.to_builtins(self)
         return {k: v for k, v in out.items() if not (v is None and k in self.__optional__)}
 
@@ -161,7 +161,7 @@ class RunSummary(_SummaryPart, kw_only=True):
 
     __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge"})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = super().to_dict()
         out["models"] = {label: m.to_dict() for label, m in self.models.items()}
         return out
@@ -247,7 +247,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     base = rundir.baseline_label(labels)
     deltas = {label: {"baseline": base, "candidate": label, **result.delta}
               for label, result in (comparison.results.items() if comparison else ())}
-    judge_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    judge_calls: JudgeCalls = {}
     for t in totals.values():  # a group judge's call may grade samples of several models: once in all
         judge_calls.update(t.judge_calls)
     cells = sum(t.cells for t in totals.values())
@@ -274,7 +274,7 @@ def truncation(n: int, samples: int) -> TruncationCount:
     return {"n": int(n), "share": n / samples if samples else 0.0}
 
 
-def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:
+def _model_cost(model: str, t: LabelTotals, prices: dict[str, Price]) -> float | None:
     """Standard prices for synchronous tokens, the batch column for Batch API / flex / imported ones."""
     from rfteval.providers.pricing import cost_usd
 
@@ -285,20 +285,37 @@ def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | N
     return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
 
 
-def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, Price]
-                 ) -> dict[str, dict[str, Any]]:
+class JudgeTotal(TypedDict):
+    """One judge model's line of summary.json's judge_results."""
+
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int | None  # None: never reported, not zero
+    cost_usd: float | None
+
+
+def _token_count(value: JSONInput) -> int:
+    """A usage count as a grade's details hold it (a number; null or absent is 0)."""
+    if isinstance(value, (bool, int, float, str)):
+        return int(value or 0)
+    return 0
+
+
+def judge_totals(calls: JudgeCalls, prices: dict[str, Price]) -> dict[str, JudgeTotal]:
     """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
     invocation made them (summary["judge"] counts this invocation's calls only)."""
     from rfteval.providers.pricing import cost_usd
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JudgeTotal] = {}
     for model, usage in calls.values():
-        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": None})
+        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": None,
+                                     "cost_usd": None})
         row["calls"] += 1
-        for key in ("input_tokens", "output_tokens"):
-            row[key] += int(usage.get(key) or 0)
+        row["input_tokens"] += _token_count(usage.get("input_tokens"))
+        row["output_tokens"] += _token_count(usage.get("output_tokens"))
         if usage.get("reasoning_tokens") is not None:  # None: never reported, not zero
-            row["reasoning_tokens"] = (row["reasoning_tokens"] or 0) + int(usage["reasoning_tokens"])
+            row["reasoning_tokens"] = (row["reasoning_tokens"] or 0) + _token_count(usage["reasoning_tokens"])
     for model, row in out.items():
         row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
     return out
