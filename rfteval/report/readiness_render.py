@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from html import escape
 from typing import TYPE_CHECKING, Any
 
@@ -57,7 +58,7 @@ def summary_lines(report: ReadinessReport) -> list[str]:
     return lines
 
 
-def estimator_text(ez: dict[str, Any]) -> str:
+def estimator_text(ez: Mapping[str, Any]) -> str:
     """How the expected zero-signal share was estimated, in one phrase: the method, its item counts, the prior."""
     method = ez.get("method") or "n/a"
     parts = []
@@ -72,7 +73,7 @@ def estimator_text(ez: dict[str, Any]) -> str:
     return f"{method}" + (f": {'; '.join(parts)}" if parts else "")
 
 
-def errors_text(err: dict[str, Any]) -> str:
+def errors_text(err: Mapping[str, Any]) -> str:
     """The error counts and what the policy did with each kind."""
     fate = "reward 0, --errors zero" if err.get("policy") == "zero" else "left out"
     refusals = err.get("refusal") or 0
