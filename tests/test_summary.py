@@ -125,7 +125,7 @@ def test_one_error_policy_in_summary_json_grade_and_compare(tmp_path: Path, monk
                                            grader=str(tmp_path / "grader.json"), out=str(tmp_path / "run"),
                                            cwd=tmp_path, epochs=2, max_retries=0, max_error_rate=1))
     run_eval(spec, None, RunOptions(backoff_base_s=0.001, handle_signals=False),
-             providers={"base": Fake("base"), "tuned": Fake("tuned")})  # type: ignore[dict-item]
+             providers={"base": Fake("base"), "tuned": Fake("tuned")})
 
     records = read_records(tmp_path / "run" / "base.jsonl")
     kinds = sorted((r["item_id"], r["error"]["stage"]) for r in records.to_dict("records") if r["error"])
