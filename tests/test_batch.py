@@ -578,3 +578,17 @@ def test_typed_journal_events_write_the_lines_the_dict_based_code_wrote(monkeypa
         j.append(event)
     j.close()
     assert (tmp_path / "batches.jsonl").read_bytes() == JOURNAL_V1.read_bytes()
+
+
+def test_result_key_and_the_judge_phase_provider_map() -> None:
+    from rfteval.run.batch.judge_phase import _SameProvider
+    from rfteval.run.batch.phase import result_key
+
+    [(_, line)] = list(parse_result_lines(b'{"custom_id": "k7", "response": null, "error": {"code": "x"}}\n'))
+    assert result_key(line) == "k7"
+    with pytest.raises(TypeError):
+        result_key({"custom_id": 7})
+    judge_provider: Any = object()  # the phase only hands it on
+    same = _SameProvider(judge_provider)
+    assert same["m1"] is same.get("m2") is judge_provider
+    assert list(same.values()) == [judge_provider] and len(same) == 1  # listed once: its batches are listed once

@@ -304,3 +304,20 @@ def test_a_refusal_that_names_no_format_is_not_a_format_step_down(fake_openai):
     with make_judge(fake_openai) as judge:
         (answer,) = judge.complete([_judge_req("a")])
         assert isinstance(answer, ProviderError) and judge.format_level == 0
+
+
+def test_a_cache_line_is_narrowed_when_read_back(tmp_path) -> None:
+    """Lines of judge_cache.jsonl are JSON from disk: what is not a token count or a string reads as absent."""
+    from rfteval.providers.judge import JudgeCache, answer_from_entry
+
+    gen = answer_from_entry({"key": "k", "output_text": 3, "finish_reason": "stop",
+                             "usage": {"input_tokens": 5, "output_tokens": "7", "reasoning_tokens": None}})
+    assert isinstance(gen, Generation)
+    assert (gen.output_text, gen.finish_reason, gen.call_id, gen.cached) == ("", "stop", "k", True)
+    assert gen.usage == {"input_tokens": 5, "reasoning_tokens": None}
+    refusal = answer_from_entry({"key": 9, "refusal": "no", "usage": "lots"})
+    assert isinstance(refusal, ProviderError) and refusal.usage == {} and refusal.call_id is None
+    cache = JudgeCache(tmp_path / "c.jsonl")
+    with pytest.raises(TypeError, match="key must be a string"):
+        cache.put({"key": 1, "model": "m"})
+    cache.close()

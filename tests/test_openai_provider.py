@@ -348,3 +348,23 @@ def test_missing_apis_are_named_with_their_route(fake_openai: FakeOpenAI) -> Non
     fake_openai.no_batches = fake_openai.no_responses = True
     assert p.missing_api("batch") == "GET /v1/batches: HTTP 404"
     assert p.missing_api("responses") == "POST /v1/responses: HTTP 404"
+
+
+def test_answer_values_of_the_wrong_json_type_read_as_absent() -> None:
+    """Answers are narrowed, not trusted: a tool_calls that is not a list, a finish_reason or token count
+    that is not what the API documents, read as absent (they raised AttributeError, or went into the record)."""
+    from rfteval.providers.openai_provider import parse_chat, parse_responses
+
+    gen = parse_chat({"choices": [{"message": {"role": "assistant", "content": "hi", "tool_calls": "nope"},
+                                   "finish_reason": 7}, "not a choice"],
+                      "usage": {"prompt_tokens": "12", "completion_tokens": 3, "completion_tokens_details": []}})
+    assert (gen.output_text, gen.output_tools, gen.finish_reason) == ("hi", [], None)
+    assert gen.usage == {"input_tokens": None, "output_tokens": 3, "reasoning_tokens": None}
+    assert gen.choices == [{"message": {"role": "assistant", "content": "hi", "tool_calls": "nope"},
+                            "finish_reason": 7}]
+    gen = parse_responses({"output": [{"type": "message", "content": "text, not parts"},
+                                      {"type": "message", "content": [{"type": "output_text", "text": 5}]},
+                                      {"type": "reasoning", "summary": [{"type": "summary_text", "text": None}]}],
+                           "usage": [], "incomplete_details": "?"})
+    assert (gen.output_text, gen.reasoning, gen.finish_reason) == ("", "", "stop")
+    assert gen.usage == {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None}

@@ -102,3 +102,17 @@ def test_judge_models_of_a_grader_and_the_override() -> None:
     assert check.models == [("judge-b", "--judge-model")] and check.responses_field == "--judge-api"
     with pytest.raises(InputError, match="--judge-model: unknown model 'judge-b'"):
         preflight([check])
+
+
+def test_a_provider_without_both_probes_is_not_asked() -> None:
+    class ListsOnly:
+        def __init__(self) -> None:
+            self.asked = 0
+
+        def list_models(self) -> list[str]:
+            self.asked += 1
+            return ["m"]
+
+    half = ListsOnly()
+    preflight([Check(half, [("other", "--model a")], batch=True)])
+    assert half.asked == 0

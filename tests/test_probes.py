@@ -7,13 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from rfteval.data.dataset import Item
 from rfteval.graders.base import GradeOptions
 from rfteval.graders.loader import parse_config
 from rfteval.readiness.probes import (
     PROBES,
+    _set_path,
     fill_all,
     infer_reference_template,
     probe_samples,
+    prompt_text,
     python_access_paths,
     python_label_constants,
     render_reference,
@@ -179,6 +182,33 @@ def test_probe_samples_cover_every_probe():
     assert isinstance(samples["reference_reordered"], str)  # a label has nothing to reorder
     again = probe_samples("s0", items[0], "{{item.reference_answer}}", items[1:], lambda p: [], seed=1)
     assert again["random_text"] == samples["random_text"]
+
+
+def test_prompt_text_reads_the_last_user_message_whatever_the_item_holds():
+    parts = {"messages": [{"role": "user", "content": "first"}, {"role": "assistant", "content": "reply"},
+                          {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image"},
+                                                       {"type": "text", "text": 7}, {"type": "text", "text": "b"}]}]}
+    assert prompt_text(parts) == "a\n\nb"  # a part without text reads as ""; one whose text is no string, not at all
+    assert prompt_text({"messages": "not a list"}) == "" and prompt_text({}) == ""
+    assert prompt_text({"messages": [{"role": "user", "content": None}]}) == ""
+
+
+def test_run_probes_takes_items_pairs_or_a_mapping_alike():
+    items = [Item(iid, n, data) for n, (iid, data) in enumerate(LABEL_ITEMS.items(), 1)]
+    shapes = {"items": items, "pairs": [(it.id, it.data) for it in items], "mapping": dict(LABEL_ITEMS),
+              "mapping of items": {it.id: it for it in items}}
+    reports = {name: run_probes(string_check("eq"), shape, only=["reference", "empty"]) for name, shape in shapes.items()}
+    for name, report in reports.items():
+        assert report.n_items == len(LABEL_ITEMS), name
+        assert by_name(report, "reference").scores == dict.fromkeys(LABEL_ITEMS, 1.0), name
+
+
+def test_a_template_with_a_value_where_an_object_must_go_is_refused():
+    template: dict = {"a": "{{item.x}}"}
+    with pytest.raises(TypeError, match="'a' holds a str"):
+        _set_path(template, ["a", "b"], "{{item.y}}")
+    _set_path(template, ["c", "d"], "{{item.z}}")
+    assert template == {"a": "{{item.x}}", "c": {"d": "{{item.z}}"}}
 
 
 # ---------------------------------------------------------------- the published graders

@@ -295,9 +295,21 @@ def test_trl_extras_are_not_columns_and_odd_keywords_are_ignored(caplog):
     with for_trl(grader) as reward:
         got = reward(prompts=["p", "p"], completions=["a", "b"], completion_ids=[[1], [2]], trainer_state=object(),
                      log_extra=print, log_metric=print, environments=[object(), object()], answer=["x", "y"],
-                     num_generations=2, wrong_length=["only one"])
+                     num_generations=2, wrong_length=["only one"], unordered={"x", "y"})
     assert got == [1.0, 1.0]  # the item is {"answer": ...}
     assert any("num_generations" in r.getMessage() for r in caplog.records)
+    assert any("'unordered' is not a column" in r.getMessage() for r in caplog.records)  # sized, not indexable
+
+
+def test_trl_column_may_be_an_array():
+    """A column is anything indexable with one value per completion: a list as TRL passes it, or an array."""
+    import numpy as np
+
+    grader = {"type": "string_check", "name": "sc", "input": "{{sample.output_text}}",
+              "reference": "{{item.answer}}", "operation": "eq"}
+    with for_trl(grader) as reward:
+        assert reward(prompts=["p", "q"], completions=["a", "c"], answer=np.array(["a", "b"])) == [1.0, 0.0]
+        assert reward(prompts=["p", "q"], completions=["a", "c"], answer=("a", "c")) == [1.0, 1.0]
 
 
 def test_model_grader_needs_a_judge_endpoint(monkeypatch):

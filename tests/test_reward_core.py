@@ -92,3 +92,49 @@ def test_items_lookups_fail_loudly(tmp_path):
     path.write_text("{not json\n")
     with pytest.raises(InputError, match="invalid JSON"):
         for_trl(SC, items=str(path))
+
+
+def test_option_keywords_are_the_options_fields():
+    """`**options: Unpack[RewardOptionsArgs]` checks a factory call only while the TypedDict is RewardOptions."""
+    import dataclasses
+
+    fields = {f.name: f.type for f in dataclasses.fields(RewardOptions)}  # the annotations' text
+    keys = {k: getattr(t, "__forward_arg__", t) for k, t in core.RewardOptionsArgs.__annotations__.items()}
+    assert keys == fields
+    assert not core.RewardOptionsArgs.__required_keys__  # every option has a default
+
+
+def test_plain_data_gives_json(caplog):
+    """What no JSON line holds (bytes, a decimal) reaches the grader as text, noted once per column; JSON stays as
+    it is, a Mapping becomes a dict and a tuple a list."""
+    import datetime
+    from decimal import Decimal
+
+    notes = core.Coercions("r")
+    value = {"b": b"x", "d": Decimal("1.50"), "t": datetime.timedelta(seconds=3), "j": [1, 2.5, "s", None, True]}
+    with caplog.at_level("WARNING", logger="rfteval.reward"):
+        got = core.plain_data(value, "col", notes)
+        core.plain_data(Decimal("2"), "col", notes)
+    assert got == {"b": "b'x'", "d": "1.50", "t": "0:00:03", "j": [1, 2.5, "s", None, True]}
+    assert json.loads(json.dumps(got)) == got
+    assert sum("value JSON has no form for" in r.getMessage() for r in caplog.records) == 1
+    assert core.plain_data((1, {"a": (2,)})) == [1, {"a": [2]}]
+
+
+def test_exported_row_with_a_non_text_json_column_is_refused():
+    meta = json.dumps({"fields": ["id", "x"], "json": ["x"]})
+    assert core.decode_exported({"id": "a", "x": "[1]", core.META: meta}) == {"id": "a", "x": [1]}
+    with pytest.raises(TypeError, match="'x' should hold JSON text"):
+        core.decode_exported({"id": "a", "x": [1], core.META: meta})
+    assert core.decode_exported({"id": "a"}) is None
+
+
+def test_tool_calls_as_openai_writes_them():
+    calls = [{"function": {"name": "f", "arguments": {"a": "é"}}}, "not a call", {"type": "function", "id": "c",
+                                                                                  "function": {"name": "g"}}]
+    assert core.openai_tool_calls(calls) == [
+        {"function": {"name": "f", "arguments": '{"a": "é"}'}, "type": "function"},
+        {"type": "function", "id": "c", "function": {"name": "g"}}]
+    assert core.openai_tool_calls(None) == [] == core.openai_tool_calls([])
+    with pytest.raises(TypeError, match="tool_calls must be a list"):
+        core.openai_tool_calls(3)

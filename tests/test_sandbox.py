@@ -835,3 +835,22 @@ def test_a_source_that_does_not_compile_fails_every_sample_in_every_batch(pool1:
     for _ in range(2):  # the second time the source is known to the sandbox: the request comes without it
         results = pool1.grade("def grade(s, i)\n    return 1.0\n", [({}, {}), ({}, {})])
         assert all(r.error is not None and "does not compile" in r.error.message for r in results), results
+
+
+@pytest.mark.slow
+def test_the_worker_script_imports_the_standard_library_alone() -> None:
+    """The supervisor runs `python -I _worker.py` under the user's interpreter, which may lack rfteval's packages:
+    loading the script (its types exist for the checker only) must import nothing outside the standard library."""
+    import subprocess
+    import sys
+
+    from rfteval.graders.sandbox import WORKER_SCRIPT
+
+    probe = ("import sys, runpy\n"
+             "before = set(sys.modules)\n"
+             f"runpy.run_path({str(WORKER_SCRIPT)!r}, run_name='rfteval_worker_probe')\n"
+             "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))\n")
+    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60, check=True)
+    loaded = done.stdout.split()
+    assert "json" in loaded and "mmap" in loaded  # the probe saw the script's own imports
+    assert [m for m in loaded if m not in sys.stdlib_module_names] == []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 from typer.core import TyperGroup
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 class _Group(TyperGroup):
     """Turns bad input anywhere below a command into one line on stderr and exit 2."""
 
-    def invoke(self, ctx: Context) -> Any:
+    def invoke(self, ctx: Context) -> object:
         try:
             return super().invoke(ctx)
         except InputError as exc:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.compare.gate import GATE_EPS
 from rfteval.data import rundir
+from rfteval.data.json_types import JSONObject
 from rfteval.data.records import json_safe
 from rfteval.errors import InputError
 from rfteval.stats import agreement
@@ -23,9 +24,12 @@ from rfteval.stats.agreement import LabelAgreement, PassAgreement, ScoreAgreemen
 from rfteval.stats.paired import PairedDelta
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
     import pandas as pd
 
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.judge import Judge
 
 KEY = ["model_label", "item_id", "epoch"]
 TEXT_WIDTH = 160  # an output's text in the per-item table: enough to see why, short enough to scan
@@ -118,7 +122,7 @@ def graded_side(frame: pd.DataFrame, name: str, path: str) -> GradedSide:
     return GradedSide(name, path, out, generation_failures=int(gen_fail.sum()))
 
 
-def _label(details: Any) -> str | None:
+def _label(details: object) -> str | None:
     """A label grader's label from grade_details: a dict in JSONL, JSON text in Parquet."""
     if isinstance(details, str) and details.startswith("{"):
         import json
@@ -191,7 +195,7 @@ def default_judge_cache(a_path: str | Path) -> Path:
     return (p if p.is_dir() else p.parent) / "judge_cache.jsonl"
 
 
-def regrade_side(a: GradedSide, spec: Regrade, judge: Any = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
     """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached."""
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outputs import Output
@@ -235,7 +239,7 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Any = None) -> tuple[Grade
     return side, usage
 
 
-def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Any:
+def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Judge | None:
     """The judge client (its answers cached in `cache`, so a second run sends nothing), or None without a model
     grader. The python sandbox's policy is the command's to set (commands.common.python_sandbox)."""
     from rfteval.graders.base import judge_types
@@ -248,9 +252,9 @@ def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Any:
                                concurrency=spec.judge_concurrency, model_override=spec.judge_model)
 
 
-def judge_usage(judge: Any) -> dict[str, JudgeUsage]:
+def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:
     """Per judge model: calls sent, cache hits, errors, tokens and cost (pricing's table; None when unpriced)."""
-    if judge is None or not hasattr(judge, "usage"):
+    if judge is None:
         return {}
     from rfteval.providers.pricing import cost_usd, price_table
 
@@ -258,13 +262,22 @@ def judge_usage(judge: Any) -> dict[str, JudgeUsage]:
     out: dict[str, JudgeUsage] = {}
     for model, u in judge.usage().items():
         tin, tout = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
-        out[model] = {"calls": int(u.get("calls", 0)), "cache_hits": int(u.get("cache_hits", 0)),
-                      "errors": int(u.get("errors", 0)), "input_tokens": tin, "output_tokens": tout,
+        out[model] = {"calls": int(u.get("calls") or 0), "cache_hits": int(u.get("cache_hits") or 0),
+                      "errors": int(u.get("errors") or 0), "input_tokens": tin, "output_tokens": tout,
                       "cost_usd": cost_usd(model, tin, tout, prices)}
     return out
 
 
 # ---------------------------------------------------------------------------------------------- results
+
+
+class Unmatched(TypedDict):
+    """Samples graded on one side only: how many, and the first few as label/item#epoch."""
+
+    a_only: int
+    b_only: int
+    a_only_first: list[str]
+    b_only_first: list[str]
 
 
 class ItemRow(TypedDict):
@@ -327,7 +340,7 @@ class AgreeResult:
     a: GradedSide
     b: GradedSide
     scores: ScoreAgreement
-    unmatched: dict[str, Any]
+    unmatched: Unmatched
     pass_: PassAgreement | None
     thresholds: dict[str, float | None]
     pass_note: str | None
@@ -339,7 +352,7 @@ class AgreeResult:
     paired: pd.DataFrame  # the matched samples: key, score_a, score_b
     usage: dict[str, JudgeUsage] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         p = self.pass_
         th = self.thresholds
         common = th["a"] if th["a"] == th["b"] else None
@@ -361,7 +374,7 @@ class AgreeResult:
 # ---------------------------------------------------------------------------------------------- pairing
 
 
-def _unmatched(a: pd.DataFrame, b: pd.DataFrame, merged: pd.DataFrame, limit: int = 10) -> dict[str, Any]:
+def _unmatched(a: pd.DataFrame, b: pd.DataFrame, merged: pd.DataFrame, limit: int = 10) -> Unmatched:
     def keys(df: pd.DataFrame) -> set[tuple[str, str, int]]:
         return set(zip(df["model_label"], df["item_id"], df["epoch"].astype(int)))
 
@@ -375,7 +388,7 @@ def _unmatched(a: pd.DataFrame, b: pd.DataFrame, merged: pd.DataFrame, limit: in
             "b_only_first": [name(k) for k in only_b[:limit]]}
 
 
-def _pass_column(side: GradedSide, threshold: float | None) -> Any:
+def _pass_column(side: GradedSide, threshold: float | None) -> npt.NDArray[np.bool_] | None:
     """Per sample: the grader's own `passed` verdict, else score ≥ --pass-threshold; None when neither exists.
 
     A grading error fails (it scores 0, OpenAI's rule), so it needs no verdict of its own.

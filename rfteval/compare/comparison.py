@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from rfteval.compare.gate_types import Gate, GateVerdict, no_gate
 from rfteval.compare.sides import SUB, Side, load_side, normalise_frame, read_record_frame
 from rfteval.data import rundir
+from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONScalar
 from rfteval.data.records import check_error_policy, json_safe
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
@@ -115,6 +116,20 @@ class PairRow(TypedDict):
     verdict: NotRequired[str]
 
 
+class PassThreshold(TypedDict):
+    """The score a sample must reach to pass (when its record has no verdict), and where that value came from."""
+
+    threshold: float
+    source: str
+
+
+class PassCurves(TypedDict):
+    """One label's pass@k and pass^k by k (as text: JSON keys), for summary.json."""
+
+    pass_at_k: dict[str, float]
+    pass_all_k: dict[str, float]
+
+
 class PassKCheck(TypedDict):
     """pass@1 and pass@N compared (N: the epochs both sides have), and whether that is sharpening."""
 
@@ -122,7 +137,7 @@ class PassKCheck(TypedDict):
     pass_at_1: PairRow
     pass_at_n: PairRow
     sharpening: bool  # pass@1 shown better, pass@N not
-    thresholds: dict[str, dict[str, Any] | None]  # per side: the pass threshold and where it came from
+    thresholds: dict[str, PassThreshold | None]  # per side: the pass threshold and where it came from
     metric: str
 
 
@@ -146,10 +161,10 @@ class CompareResult:
     metric: str = "mean"  # what each item's value is: its mean score, or its pass@k / pass^k estimate
     pass_k: PassKCheck | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """The documented `--format json` shape (extra keys allowed, none removed)."""
         o = self.options
-        out: dict[str, Any] = json_safe({
+        out: JSONObject = json_safe({
             "baseline": self.baseline, "candidate": self.candidate, "delta": self.delta, "items": [],
             "slices": self.slices, "sub_scores": self.sub_scores, "unpaired": self.unpaired, "gate": self.gate,
             "options": {"tie": o.tie, "level": o.level, "ci_method": o.ci_method, "seed": o.seed,
@@ -160,10 +175,10 @@ class CompareResult:
             "notes": self.notes,
             **({"pass_k": self.pass_k} if self.pass_k is not None else {}),
         })
-        out["items"] = self.items_json()
+        out["items"] = [*self.items_json()]
         return out
 
-    def items_json(self) -> list[dict[str, Any]]:
+    def items_json(self) -> list[JSONObject]:
         """Per-item rows, built column by column rather than row by row: a large comparison stays fast."""
         it = self.items
         cols = {name: _column(it[src]) for name, src in (
@@ -178,7 +193,7 @@ class CompareResult:
         ]
 
 
-def _column(series: pd.Series) -> list[Any]:
+def _column(series: pd.Series) -> list[JSONScalar]:
     """A column as Python values, NaN as None."""
     import numpy as np
 
@@ -267,8 +282,8 @@ def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -
     return tb[0], tc[0]
 
 
-def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, dict[str, Any] | None]:
-    out: dict[str, dict[str, Any] | None] = {}
+def _threshold_info(base: Side, cand: Side, o: CompareOptions) -> dict[str, PassThreshold | None]:
+    out: dict[str, PassThreshold | None] = {}
     for role, side in (("baseline", base), ("candidate", cand)):
         found = resolve_threshold(side, o)
         out[role] = {"threshold": found[0], "source": found[1]} if found else None
@@ -328,8 +343,8 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
     return out, note
 
 
-def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: GraderConfig) -> tuple[dict[str, dict[str, Any]],
-                                                                                  dict[str, Any]]:
+def run_pass_curves(out_dir: Path, labels: Sequence[str],
+                    grader: GraderConfig) -> tuple[dict[str, PassCurves], PassThreshold]:
     """Per label of a run directory, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
 
     For summary.json: read back from DIR/results.parquet (its few needed columns; DIR/<label>.jsonl without it),
@@ -340,7 +355,7 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: GraderConfig) 
     """
     _, high, source = grader.score_range()
     o = CompareOptions()
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, PassCurves] = {}
     parquet = Path(out_dir) / rundir.RESULTS
     frame = None
     if parquet.is_file():  # five columns of one file, not every output text of every model again
@@ -362,8 +377,8 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str], grader: GraderConfig) 
         _, st = _side_stats(side, o, float(high))
         n = st["n"].to_numpy()
         c = (st["mean"].to_numpy() * n).round().astype("int64")
-        out[label] = {key: {str(k): v for k, v in passk.curve(n, c, kind).items()}
-                      for key, kind in (("pass_at_k", "pass@"), ("pass_all_k", "pass^"))}
+        out[label] = {"pass_at_k": {str(k): v for k, v in passk.curve(n, c, "pass@").items()},
+                      "pass_all_k": {str(k): v for k, v in passk.curve(n, c, "pass^").items()}}
     return out, {"threshold": float(high), "source": f"the record's passed, else score >= the grader's maximum "
                                                      f"({source})"}
 
@@ -551,12 +566,12 @@ def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: n
     return {"field": None, "value": None, "cutoff": cutoff, "rule": rule, "method": "descriptive", **row}
 
 
-def field_value(data: dict[str, Any], name: str) -> str:
+def field_value(data: JSONMapping, name: str) -> str:
     """An item's value for `--by NAME`: a top-level field, else metadata.NAME; dots walk into objects."""
     parts = name.split(".")
     if len(parts) == 1 and name not in data and isinstance(data.get("metadata"), dict):
         parts = ["metadata", name]
-    value: Any = data
+    value: JSONInput = data
     for part in parts:
         if not isinstance(value, dict) or part not in value:
             return MISSING

@@ -12,15 +12,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from rfteval.compare.comparison import CompareOptions, CompareResult, SideBrief, compare_sides
+from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow, PassKCheck, SideBrief, compare_sides
 from rfteval.compare.gate import Gate, GateVerdict, evaluate_gate
 from rfteval.compare.sides import Side, load_sides
 from rfteval.data import rundir
+from rfteval.data.json_types import JSONObject
 from rfteval.data.records import json_safe
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
+from rfteval.stats.paired import PairedDelta
 
 if TYPE_CHECKING:
     import numpy as np
@@ -69,6 +71,26 @@ class SeriesGate(TypedDict):
     candidates: dict[str, GateVerdict]
 
 
+class CandidateRow(TypedDict):
+    """A candidate as `--format json` lists it (made JSON-safe by SeriesResult.to_json)."""
+
+    label: str
+    mean: float
+    ci95: list[float]
+    items: int
+    records: int
+    errors: int
+    baseline_mean: float
+    delta: PairedDelta
+    p_adjusted: float
+    verdict: str
+    gated: bool
+    gate: GateVerdict
+    slices: dict[str, PairRow]
+    notes: list[str]
+    pass_k: NotRequired[PassKCheck]
+
+
 @dataclass
 class Candidate:
     label: str
@@ -91,7 +113,7 @@ class SeriesResult:
     def metric(self) -> str:
         return self.candidates[0].result.metric if self.candidates else self.options.metric
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """`{"baseline": {...}, "candidates": [{"label", "mean", "ci95", "delta": {...}, "p_adjusted"}, ...]}`,
         plus the best candidate, the gate, the options and the notes."""
         o = self.options
@@ -116,13 +138,16 @@ def verdict(c: Candidate, level: float) -> str:
     return stats.direction(c.result.delta, level)
 
 
-def candidate_json(c: Candidate, level: float) -> dict[str, Any]:
+def candidate_json(c: Candidate, level: float) -> CandidateRow:
     r = c.result
-    return {"label": c.label, "mean": r.candidate["mean"], "ci95": r.candidate["ci95"],
+    row: CandidateRow = {"label": c.label, "mean": r.candidate["mean"], "ci95": r.candidate["ci95"],
             "items": r.candidate["items"], "records": r.candidate["records"], "errors": r.candidate["errors"],
             "baseline_mean": r.baseline["mean"], "delta": r.delta, "p_adjusted": c.p_adjusted,
             "verdict": verdict(c, level), "gated": c.gated, "gate": r.gate, "slices": r.slices,
-            "notes": r.notes, **({"pass_k": r.pass_k} if r.pass_k is not None else {})}
+            "notes": r.notes}
+    if r.pass_k is not None:
+        row["pass_k"] = r.pass_k
+    return row
 
 
 # ---------------------------------------------------------------------------------------------- best candidate

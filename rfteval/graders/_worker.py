@@ -32,8 +32,8 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 # Copies of rfteval.graders.base's error types (importing base would pull pydantic into every template).
 PYTHON_RUNTIME = "python_grader_runtime_error"
@@ -59,6 +59,40 @@ THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUM
 MAX_PREIMPORTS = 64
 
 Err = tuple[str, str]
+
+if TYPE_CHECKING:  # the checker's names only: at run time this script defines and imports none of them
+    from typing import TypedDict
+
+    from rfteval.data.json_types import JSONObject, JSONValue
+    from rfteval.data.sample import Sample
+
+    # What rfteval sends for one sample (sandbox.compact_sample): the whole sample as marshal, the text of a JSON
+    # output alone, or (text, tools as marshal or None, whether output_json is the text's parse).
+    Sent = bytes | str | tuple[str, bytes | None, bool]
+    Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (sandbox.decode_reply)
+    GradeFn = Callable[[Sample, JSONObject], object]  # the grader's grade(sample, item); its value is checked
+    ParseFn = Callable[[str], JSONValue]  # rfteval.data.sample.parse_output_json
+    MakeFn = Callable[[str, list[JSONObject] | None, None, JSONValue], Sample]  # make_sample, as called here
+
+    class SampleFunctions(TypedDict, total=False):
+        parse: ParseFn
+        make: MakeFn
+
+    class WorkerConfig(TypedDict):
+        """The supervisor's settings, the JSON argument sandbox._Sandbox.start passes."""
+
+        timeout_s: float
+        grace_s: float
+        memory_mb: int | None
+        stdout_cap: int
+        workdir: str
+        pid_namespace: bool
+        outdir: str
+        file_bytes: int | None
+        nproc: int | None
+        oom_file: str | None
+
+
 LIMITS = {"memory": "none", "timeout": "none"}  # the limits as set, for messages
 
 
@@ -134,7 +168,7 @@ class Capture:
                 self.truncated = True
         return len(text)
 
-    def writelines(self, lines: Any) -> None:
+    def writelines(self, lines: Iterable[str]) -> None:
         for line in lines:
             self.write(line)
 
@@ -224,7 +258,7 @@ def describe(exc: BaseException, what: str) -> Err:
     return PYTHON_RUNTIME, clean(f"{head}\n{text}")
 
 
-def as_score(value: Any) -> float | Err:
+def as_score(value: object) -> float | Err:
     """grade()'s return value as a finite float; plain floats take a fast path, the rest base.checked_score."""
     if type(value) is float:
         return value if math.isfinite(value) else (PYTHON_RUNTIME, f"grade() returned {value}, not a finite number")
@@ -247,10 +281,10 @@ def as_score(value: Any) -> float | Err:
 
 
 
-SAMPLE: dict[str, Callable[..., Any]] = {}
+SAMPLE: SampleFunctions = {}
 
 
-def sample_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
+def sample_functions() -> tuple[ParseFn, MakeFn]:
     """rfteval.data.sample's parse_output_json and make_sample: the pool's process built the samples with them."""
     if not SAMPLE:
         from rfteval.data.sample import (  # json and msgspec: cheap at start-up
@@ -258,11 +292,11 @@ def sample_functions() -> tuple[Callable[..., Any], Callable[..., Any]]:
             parse_output_json,
         )
 
-        SAMPLE.update(parse=parse_output_json, make=make_sample)
+        SAMPLE["parse"], SAMPLE["make"] = parse_output_json, make_sample
     return SAMPLE["parse"], SAMPLE["make"]
 
 
-def rebuild(sent: str | tuple[str, bytes | None, bool]) -> dict[str, Any]:
+def rebuild(sent: str | tuple[str, bytes | None, bool]) -> Sample:
     """The sample the pool sent as (text, tools, whether output_json is the text's parse), built by the same
     make_sample the pool's process built it with. Raises when the parse fails here though it succeeded there
     (a limit set differently, say): the pool then sends the sample whole."""
@@ -309,7 +343,7 @@ class Child:
         self.call_started = 0.0
         self.capture = Capture(cap)
 
-    def on_alarm(self, signum: int, frame: Any) -> None:
+    def on_alarm(self, signum: int, frame: types.FrameType | None) -> None:
         """The timer is armed once per unit, not per call: on firing, interrupt the current call if it is over its
         limit, else re-arm for its rest."""
         if not self.in_call:
@@ -351,7 +385,7 @@ class Child:
         capture.truncated = False
         return text
 
-    def load(self, code: Any, key: str) -> Callable[..., Any] | Err:
+    def load(self, code: types.CodeType, key: str) -> GradeFn | Err:
         mod = types.ModuleType(f"rfteval_grader_{key[:16]}")
         mod.__file__ = code.co_filename
         sys.modules[mod.__name__] = mod  # pydantic and dataclasses look their module up here
@@ -369,7 +403,7 @@ class Child:
             return PYTHON_RUNTIME, "the grader source defines no function grade(sample, item)"
         return fn
 
-    def run(self, code: Any, key: str, item_blob: bytes, samples: list[Any], start: int) -> None:
+    def run(self, code: types.CodeType, key: str, item_blob: bytes, samples: list[Sent], start: int) -> None:
         """Grade samples[start:] of the unit; each result is committed as soon as it is known."""
         sys.stdout = sys.stderr = self.capture
         signal.signal(SIGALRM, self.on_alarm)
@@ -391,6 +425,7 @@ class Child:
                 elif type(sent) is str and (parsed := parse(sent)) is not None:  # the text of a JSON output
                     sample = make(sent, None, None, parsed)
                 else:
+                    assert not isinstance(sent, bytes)  # for the checker: marshal gives exact bytes, taken above
                     sample = rebuild(sent)
             except BaseException as exc:  # noqa: BLE001
                 self.commit(i, 0.0, undecodable(exc, type(sent) is bytes), None)
@@ -423,22 +458,22 @@ class Child:
             self.commit(i, score, error, self.take_output())
 
 
-def encode_record(record: list[Any]) -> bytes:
+def encode_record(record: list[int | float | str | None]) -> bytes:
     try:
         return ENCODE(record)
     except (TypeError, ValueError):  # a lone surrogate in a message: json escapes it
         return json.dumps(record).encode()
 
 
-def _json_bytes(value: Any) -> bytes:
+def _json_bytes(value: object) -> bytes:
     return json.dumps(value).encode()
 
 
-ENCODE: Callable[[Any], bytes] = _json_bytes  # msgspec's encoder once it is imported
+ENCODE: Callable[[object], bytes] = _json_bytes  # msgspec's encoder once it is imported
 
 
-def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: Any, key: str, item_blob: bytes,
-               samples: list[Any], start: int, null_fd: int, out_fd: int) -> None:
+def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: types.CodeType, key: str,
+               item_blob: bytes, samples: list[Sent], start: int, null_fd: int, out_fd: int) -> None:
     """In the forked child, before any grader code: its own session, fds 0-2 only (the supervisor's pipes are
     closed), limits for this process and what it starts, then the unit. Never returns.
 
@@ -460,7 +495,7 @@ def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: An
     os._exit(0)
 
 
-def child_limits(config: dict[str, Any], vsize: int) -> list[tuple[int, tuple[int, int]]]:
+def child_limits(config: WorkerConfig, vsize: int) -> list[tuple[int, tuple[int, int]]]:
     """Per-process limits of the unit (the cgroup, when rfteval has one, limits the whole unit's memory and
     processes on top): address space beyond what the template maps, file size, process count, no core files.
     Computed once per source in the supervisor; a child only applies them."""
@@ -573,7 +608,7 @@ def describe_exit(status: int | None) -> str:
 class Supervisor:
     """Trusted: never runs grader code, never maps a child's memory but its result region. One unit at a time."""
 
-    def __init__(self, config: dict[str, Any], reply_fd: int):
+    def __init__(self, config: WorkerConfig, reply_fd: int):
         import msgspec
 
         self.config = config
@@ -584,13 +619,13 @@ class Supervisor:
         self.workdir = config["workdir"]
         self.outdir = config.get("outdir") or self.workdir  # apart from /tmp: a full disk still shows the output
         self.pid_namespace = bool(config.get("pid_namespace"))
-        self.codes: dict[str, Any] = {}
+        self.codes: dict[str, types.CodeType | Err] = {}
         self.broken: dict[str, Err] = {}
         self.limits: dict[str, list[tuple[int, tuple[int, int]]]] = {}
         self.null_fd = os.open(os.devnull, os.O_RDONLY)  # a child's stdin
         self.decode_record = msgspec.json.Decoder(tuple[int, float, str | None, str | None, str | None]).decode
         self.encode = msgspec.json.encode
-        self.pending: list[list[Any]] = []
+        self.pending: list[Row] = []
         self.sent_at = time.monotonic()
         self.oom_file: str | None = config.get("oom_file")  # the cgroup's OOM-kill count, bound in read-only
         self.oom_fd = -1  # kept open: one pread per look (a child closes it with every fd above 2)
@@ -603,7 +638,7 @@ class Supervisor:
 
     # -- replies to rfteval
 
-    def emit(self, results: list[list[Any]]) -> None:
+    def emit(self, results: list[Row]) -> None:
         self.pending += results
         self.flush(False)
 
@@ -638,7 +673,7 @@ class Supervisor:
 
     # -- a source
 
-    def code_for(self, key: str, source: str | None) -> Any:
+    def code_for(self, key: str, source: str | None) -> types.CodeType | Err:
         code = self.codes.get(key)
         if code is not None:
             return code
@@ -663,20 +698,22 @@ class Supervisor:
 
     # -- a request
 
-    def grade(self, request: tuple[Any, ...]) -> None:
+    def grade(self, request: tuple[str, str, str | None, list[tuple[bytes, list[Sent]]]]) -> None:
+        """A "grade" request (sandbox._Sandbox.request): the source's key, the source unless sent before, and
+        the units, each (item as marshal, its samples as sent)."""
         _, key, source, units = request
         code = self.code_for(key, source)
         for item_blob, samples in units:
             start = 0
             while start < len(samples):
-                failed = code if isinstance(code, tuple) else self.broken.get(key)
-                if failed is not None:
+                if isinstance(code, tuple) or key in self.broken:  # did not compile, or its loading failed
+                    failed = code if isinstance(code, tuple) else self.broken[key]
                     self.emit([[0.0, failed[0], failed[1], None] for _ in range(start, len(samples))])
                     break
                 start = self.run_unit(code, key, item_blob, samples, start)
         self.flush(True)
 
-    def run_unit(self, code: Any, key: str, item_blob: bytes, samples: list[Any], start: int) -> int:
+    def run_unit(self, code: types.CodeType, key: str, item_blob: bytes, samples: list[Sent], start: int) -> int:
         """Fork a child for samples[start:], forward its results; returns where the next child must start
         (len(samples) when the unit is done). A child that dies, hangs or garbles costs the sample it was in."""
         if self.pending:  # what earlier units earned is safe in rfteval before this one's code runs
@@ -749,7 +786,7 @@ class Supervisor:
         self.emit([[0.0, failure[0], failure[1], output]])
         return done + 1
 
-    def charge_oom(self, results: list[list[Any]]) -> list[list[Any]]:
+    def charge_oom(self, results: list[Row]) -> list[Row]:
         """Results just read from a child, as memory errors when the cgroup's OOM killer ended a process since
         the last results were read: the unit's processes together went past the limit (each one alone may be
         under its own), and one of these samples did it. Only this unit's samples can be charged: the count is
@@ -775,10 +812,10 @@ class Supervisor:
                 f"outside Python); its process was killed")
 
     def take(self, region: mmap.mmap, read: int, offset: int, count: int, used: int, expected: int,
-             start: int, n: int) -> tuple[list[list[Any]], int, int, int, Err | None]:
+             start: int, n: int) -> tuple[list[Row], int, int, int, Err | None]:
         """The new records of the region, checked: in order, well formed, within bounds. A bad one stops the
         child; it is charged to the sample it claims to be."""
-        results: list[list[Any]] = []
+        results: list[Row] = []
         end = min(COUNT.size + used, len(region))
         cap = self.cap + 200
         while read < count:
@@ -945,7 +982,7 @@ def prctl(option: int, value: int) -> bool:
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
 
-def setup(config: dict[str, Any]) -> tuple[int, int, dict[str, Any]]:
+def setup(config: WorkerConfig) -> tuple[int, int, dict[str, int | str | bool]]:
     """Private protocol fds, fds 0-2 away from them, and what the supervisor must be before any child exists:
     not dumpable (children cannot read its memory, fds or environment through /proc), the reaper of every
     orphan of a unit (in the PID namespace), killed with its parent."""

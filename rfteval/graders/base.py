@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
-Pair = tuple[dict[str, Any], dict[str, Any]]  # (sample, item)
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
+    from rfteval.providers.judge import JudgeClient
+
+Pair: TypeAlias = "tuple[Sample, JSONObject]"  # (sample, item): an item is a dataset line, JSON
 
 # OpenAI's names for grading failures (RFT guide, /graders/run metadata.errors), reused as error types.
 INVALID_VARIABLE = "invalid_variable_error"
@@ -43,11 +48,12 @@ class GradeResult:
     details: dict[str, Any] | None = None
 
     @classmethod
-    def failed(cls, type: str, message: str, **extra: Any) -> GradeResult:
-        return cls(0.0, error=GradeError(type, message), **extra)
+    def failed(cls, type: str, message: str, details: JSONObject | None = None,
+               stdout: str | None = None) -> GradeResult:
+        return cls(0.0, error=GradeError(type, message), stdout=stdout, details=details)
 
 
-def checked_score(value: Any) -> float | GradeError:
+def checked_score(value: object) -> float | GradeError:
     """A grader's raw return value as a finite float, or the error that it is not one."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         try:
@@ -102,14 +108,14 @@ class GraderConfig(BaseModel):
         """The code, when this grader's score comes from python source: probes read the reference from it."""
         return None
 
-    def judge_prompt(self) -> list[dict[str, Any]]:
+    def judge_prompt(self) -> list[JSONObject]:
         """The messages a judge model is given (score_model, label_model), as JSON: probes read from them which
         fields of the sample the judge sees. Empty for graders without such a prompt."""
         return []
 
     @model_validator(mode="before")
     @classmethod
-    def _default_name(cls, data: Any, info: ValidationInfo) -> Any:
+    def _default_name(cls, data: object, info: ValidationInfo) -> object:
         if isinstance(data, dict) and "name" not in data and isinstance(data.get("type"), str):
             prefix = str((info.context or {}).get("prefix") or "")
             head, sep, key = prefix.rpartition("graders.")
@@ -161,7 +167,8 @@ def load_notes(config: GraderConfig) -> list[str]:
 class Grader(Protocol):
     """A built grader. Batch-first: python graders send a batch to the worker pool in one message."""
 
-    config: GraderConfig
+    @property
+    def config(self) -> GraderConfig: ...  # read-only here, so each grader may hold its own config class
 
     def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]: ...
 
@@ -171,7 +178,7 @@ class SampleGrader:
 
     config: GraderConfig
 
-    def grade_one(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+    def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         raise NotImplementedError
 
     def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
@@ -188,18 +195,27 @@ class GradeOptions:
     python_batch_size: int = 256
 
 
+class PythonPool(Protocol):
+    """The python sandbox's worker pool (rfteval.graders.sandbox.WorkerPool) as the graders use it."""
+
+    def grade(self, source: str, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
+        ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class BuildContext:
     """Shared resources for building graders: one python worker pool, one judge client."""
 
     options: GradeOptions = field(default_factory=GradeOptions)
-    judge: Any = None  # set by the runner for model graders (score_model, label_model, group_judge)
+    judge: JudgeClient | None = None  # set by the runner for model graders (score_model, label_model, group_judge)
     # Makes the python sandbox pool on first use (rfteval.graders.engine passes one): this module stays below
     # the sandbox, which imports the result types from here.
-    pool_factory: Callable[[GradeOptions], Any] | None = None
-    _pool: Any = None
+    pool_factory: Callable[[GradeOptions], PythonPool] | None = None
+    _pool: PythonPool | None = None
 
-    def python_pool(self) -> Any:
+    def python_pool(self) -> PythonPool:
         if self._pool is None:
             if self.pool_factory is None:
                 raise RuntimeError("this BuildContext has no python pool factory (use rfteval.graders.GradingEngine)")
@@ -218,6 +234,8 @@ class GraderType:
 
     name: str
     config: type[GraderConfig]
+    # Any: the registry holds every type's build function, each taking its own config class; REGISTRY[config.type]
+    # pairs a config with the build of its class, which a single Callable type cannot say.
     build: Callable[[Any, BuildContext], Grader]
     summary: str
     extension: bool = False  # an rfteval addition, not an OpenAI grader type
@@ -226,10 +244,15 @@ class GraderType:
 REGISTRY: dict[str, GraderType] = {}
 
 
-def register(name: str, config: type[GraderConfig], summary: str, extension: bool = False):
+C = TypeVar("C", bound=GraderConfig)
+G = TypeVar("G", bound=Grader)
+
+
+def register(name: str, config: type[C], summary: str,
+             extension: bool = False) -> Callable[[Callable[[C, BuildContext], G]], Callable[[C, BuildContext], G]]:
     """Decorator for a grader type's build function: one module, one registry entry."""
 
-    def deco(build: Callable[[Any, BuildContext], Grader]) -> Callable[[Any, BuildContext], Grader]:
+    def deco(build: Callable[[C, BuildContext], G]) -> Callable[[C, BuildContext], G]:
         REGISTRY[name] = GraderType(name, config, build, summary, extension)
         return build
 

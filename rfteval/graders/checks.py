@@ -8,14 +8,18 @@ and resolve each `item.*` path on every item, and each `sample.*` path against t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
 
 from rfteval.errors import InputError
 from rfteval.graders.template import TemplateError, compile_template, lookup, parse_path
 
 if TYPE_CHECKING:
-    from rfteval.data.dataset import Dataset
+    from rfteval.data.dataset import Dataset, Item
+    from rfteval.data.json_types import JSONInput, JSONMapping
     from rfteval.graders.base import GraderConfig
 
 # What OpenAI's sample namespace holds (graders guide, "Templating"). `output_json` is there only when the job
@@ -24,13 +28,14 @@ SAMPLE_FIELDS = ("output_text", "output_json", "output_tools", "choices", "outpu
 NOT_TEMPLATES = frozenset({"source", "calculate_output"})  # python code and the multi formula are not templates
 
 
-def template_strings(config: GraderConfig, where: str = "") -> Iterator[tuple[str, str]]:
-    """(field path, template text) for every templated string in a grader config, sub-graders included."""
-    data = config.model_dump() if hasattr(config, "model_dump") else config
+def template_strings(config: GraderConfig | JSONInput, where: str = "") -> Iterator[tuple[str, str]]:
+    """(field path, template text) for every templated string in a grader config, sub-graders included; or in
+    JSON holding templates (readiness probes pass a judge prompt's messages)."""
+    data = config.model_dump() if isinstance(config, BaseModel) else config
     yield from _walk(data, where)
 
 
-def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
+def _walk(value: JSONInput, where: str) -> Iterator[tuple[str, str]]:
     if isinstance(value, str):
         if "{{" in value:
             yield where, value
@@ -44,7 +49,7 @@ def _walk(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _walk(sub, f"{where}[{i}]")
 
 
-def template_paths(config: GraderConfig) -> list[tuple[str, str, str, tuple[str | int, ...]]]:
+def template_paths(config: GraderConfig | JSONInput) -> list[tuple[str, str, str, tuple[str | int, ...]]]:
     """(field, path text, namespace, keys) of every placeholder in the config, in order."""
     out = []
     for field, text in template_strings(config):
@@ -54,7 +59,7 @@ def template_paths(config: GraderConfig) -> list[tuple[str, str, str, tuple[str 
     return out
 
 
-def check_sample_paths(config: GraderConfig, source: Any = None) -> list[InputError]:
+def check_sample_paths(config: GraderConfig, source: str | Path | None = None) -> list[InputError]:
     """Every `sample.*` path must start with a field a sample has."""
     errors = []
     for field, path, namespace, keys in template_paths(config):
@@ -76,7 +81,7 @@ def reads_output_json(config: GraderConfig) -> bool:
     return any("output_json" in str(getattr(c, "source", "") or "") for c in _configs(config))
 
 
-def _configs(config: GraderConfig) -> Iterator[Any]:
+def _configs(config: GraderConfig) -> Iterator[GraderConfig]:
     yield config
     for sub in (getattr(config, "graders", None) or {}).values():
         yield from _configs(sub)
@@ -91,7 +96,8 @@ def output_json_warning(config: GraderConfig, has_response_format: bool) -> str 
             "leaves output_json empty, and so does rfteval (every such read fails as it would when uploaded)")
 
 
-def check_item_paths(config: GraderConfig, items: Iterable[Any], dataset: Any = None, limit: int = 50) -> list[InputError]:
+def check_item_paths(config: GraderConfig, items: Iterable[Item | JSONMapping], dataset: str | Path | None = None,
+                     limit: int = 50) -> list[InputError]:
     """Every `item.*` path resolved on every item: one error per failing (item, path), `FILE:LINE: field: why`.
 
     Stops after `limit` errors (the count of the rest is in the last message), so a dataset where every item
@@ -101,8 +107,8 @@ def check_item_paths(config: GraderConfig, items: Iterable[Any], dataset: Any = 
     errors: list[InputError] = []
     more = 0
     for item in items:
-        data = item.data if hasattr(item, "data") else item
-        line = getattr(item, "line", None)
+        data = item if isinstance(item, Mapping) else item.data  # an Item, or an item's data itself
+        line = None if isinstance(item, Mapping) else item.line
         for field, path, keys in paths:
             if not keys:
                 problem = "names the whole item; name a field"
@@ -123,13 +129,15 @@ def check_item_paths(config: GraderConfig, items: Iterable[Any], dataset: Any = 
     return errors
 
 
-def preflight(config: GraderConfig, dataset: Dataset, grader_source: Any = None, limit: int = 50) -> list[InputError]:
+def preflight(config: GraderConfig, dataset: Dataset, grader_source: str | Path | None = None,
+              limit: int = 50) -> list[InputError]:
     """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
     model call: what `validate grader --dataset`, `grade` and `run` check first."""
     return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit)
 
 
-def preflight_stream(config: GraderConfig, dataset_path: Any, grader_source: Any = None, limit: int = 50) -> list[InputError]:
+def preflight_stream(config: GraderConfig, dataset_path: str | Path, grader_source: str | Path | None = None,
+                     limit: int = 50) -> list[InputError]:
     """preflight over a dataset file read one item at a time (a run's dataset may be large)."""
     from rfteval.data.dataset import iter_items
 

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, GraderConfig, GradeResult, Pair
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
+    from rfteval.graders.sandbox import WorkerPool
     from rfteval.providers.judge import JudgeClient
 
 
@@ -16,7 +19,7 @@ def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
     return REGISTRY[config.type].build(config, ctx)
 
 
-def python_pool(options: GradeOptions) -> Any:
+def python_pool(options: GradeOptions) -> WorkerPool:
     """The python sandbox's pool for these options, started on the first grade."""
     from rfteval.graders.sandbox import WorkerPool
 
@@ -37,7 +40,7 @@ class GradingEngine:
             return []
         return self.grader.grade_batch(pairs)
 
-    def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+    def grade(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade_batch([(sample, item)])[0]
 
     def close(self) -> None:

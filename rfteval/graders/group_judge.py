@@ -18,7 +18,7 @@ import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
 
@@ -47,6 +47,8 @@ from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 from rfteval.providers.judge import current_repeat
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONObject
+    from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
 DEFAULT_RUBRIC = (
@@ -56,7 +58,7 @@ DEFAULT_RUBRIC = (
     "correctly beats one that invents facts or contradicts it."
 )
 
-SCHEMA: dict[str, Any] = {
+SCHEMA: JSONObject = {
     "type": "object",
     "properties": {
         "scores": {
@@ -74,7 +76,7 @@ SCHEMA: dict[str, Any] = {
     "required": ["scores"],
     "additionalProperties": False,
 }
-RESPONSE_FORMAT: dict[str, Any] = {"name": "group_judge_scores", "schema": SCHEMA, "strict": True}
+RESPONSE_FORMAT: JSONObject = {"name": "group_judge_scores", "schema": SCHEMA, "strict": True}
 
 
 class GroupJudgeConfig(GraderConfig):
@@ -98,7 +100,7 @@ class GroupJudgeConfig(GraderConfig):
 # ---- pure parts --------------------------------------------------------------------------------------------------
 
 
-def group_key(item: dict[str, Any]) -> str:
+def group_key(item: JSONMapping) -> str:
     """Samples of the same item share a group: by its `id`, else by its content (identical prompts)."""
     if item.get("id") is not None:
         return f"id:{item['id']}"
@@ -121,7 +123,7 @@ def shuffle_seed(config_seed: int | None, key: str, repeat: int = 0) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
 
 
-def _sample_text(sample: dict[str, Any]) -> str:
+def _sample_text(sample: Sample) -> str:
     text = str(sample.get("output_text") or "")
     tools = sample.get("output_tools") or []
     if tools:
@@ -129,7 +131,7 @@ def _sample_text(sample: dict[str, Any]) -> str:
     return text
 
 
-def presentation_order(samples: Sequence[dict[str, Any]], seed: int) -> list[int]:
+def presentation_order(samples: Sequence[Sample], seed: int) -> list[int]:
     """Original indices in the order shown to the judge: canonical (by content) first, so the incoming order does
     not matter, then shuffled by the seed."""
     digest = [hashlib.sha256(_sample_text(s).encode()).hexdigest() for s in samples]
@@ -142,7 +144,8 @@ def _escape(text: str) -> str:
     return text.replace("</sample>", "&lt;/sample&gt;").replace("</context>", "&lt;/context&gt;")
 
 
-def _message_text(content: Any) -> str:
+def _message_text(content: object) -> str:
+    """A message's content as text: a string, text parts joined, anything else as JSON."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -162,9 +165,10 @@ def judge_prompt(rubric: str, n: int) -> str:
     )
 
 
-def group_user_message(item: dict[str, Any], shown: Sequence[tuple[str, dict[str, Any]]], extra: str | None) -> str:
+def group_user_message(item: JSONMapping, shown: Sequence[tuple[str, Sample]], extra: str | None) -> str:
     lines = ["<context>"]
-    for m in item.get("messages") or []:
+    messages = item.get("messages")
+    for m in messages if isinstance(messages, list) else []:  # a dataset line's messages: a list (data/dataset.py)
         if isinstance(m, dict):
             text = _escape(_message_text(m.get("content")))
             lines.append(f'<message role="{m.get("role", "")}">\n{text}\n</message>')
@@ -201,7 +205,7 @@ def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Se
         except TemplateError as exc:
             return GroupPlan(indices, order, ids, seed, None, GradeResult.failed(INVALID_VARIABLE, f"input: {exc}"))
     shown = [(ids[p], samples[j]) for p, j in enumerate(order)]
-    messages = [
+    messages: list[JSONObject] = [
         {"role": "system", "content": judge_prompt(config.rubric or DEFAULT_RUBRIC, len(samples))},
         {"role": "user", "content": group_user_message(item, shown, extra)},
     ]
@@ -215,16 +219,17 @@ def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Se
 def parse_scores(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[float, str]], str | None]:
     """{id: (score, explanation)} from the judge's answer, or the reason the whole group fails."""
     obj = parse_json_answer(text)
-    if not isinstance(obj, dict) or not isinstance(obj.get("scores"), list):
+    entries = obj.get("scores") if isinstance(obj, dict) else None
+    if not isinstance(entries, list):
         return {}, f'judge answer is not {{"scores": [...]}}: {text[:200]!r}'
     expected = set(ids)
     out: dict[str, tuple[float, str]] = {}
     duplicate: list[str] = []
     unknown: list[str] = []
-    for n, entry in enumerate(obj["scores"]):
-        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+    for n, entry in enumerate(entries):
+        sid = entry.get("id") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(sid, str):
             return {}, f"scores[{n}] has no string id"
-        sid = entry["id"]
         score = finite_number(entry.get("score"))
         if score is None:
             return {}, f"scores[{n}] (id {sid!r}): score {entry.get('score')!r:.50} is not a finite number"
@@ -243,7 +248,7 @@ def parse_scores(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[float, 
     if unknown:
         problems.append(f"unknown ids {unknown[:10]}")
     if problems:
-        return {}, f"judge scored {len(obj['scores'])} entries for {len(ids)} samples: " + "; ".join(problems)
+        return {}, f"judge scored {len(entries)} entries for {len(ids)} samples: " + "; ".join(problems)
     return out, None
 
 

@@ -10,7 +10,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,6 +19,8 @@ from rfteval.graders.template import check_template
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
+    from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
 # The content parts a model grader's input takes (openai-python: types/graders/score_model_grader_param.py).
@@ -35,13 +37,13 @@ class InputMessage(BaseModel):
 
     @field_validator("content")
     @classmethod
-    def _templates_parse(cls, value: Any) -> Any:
+    def _templates_parse(cls, value: str | dict[str, object] | list[object]) -> str | dict[str, object] | list[object]:
         for part in value if isinstance(value, list) else [value]:
             if isinstance(part, dict) and part.get("type") not in CONTENT_PART_TYPES:
                 raise ValueError(f"a content part's type must be one of {', '.join(CONTENT_PART_TYPES)}, got "
                                  f"{part.get('type')!r}")
 
-        def walk(v: Any) -> None:
+        def walk(v: object) -> None:
             if isinstance(v, str):
                 check_template(v)
             elif isinstance(v, list):
@@ -79,17 +81,20 @@ class JudgePromptConfig(GraderConfig):
 
     calls_judge = True
 
-    def judge_prompt(self) -> list[dict[str, Any]]:
+    def judge_prompt(self) -> list[JSONObject]:
         return [m.model_dump() for m in self.input]
 
 
-class JudgedGrader:
+C = TypeVar("C", bound=GraderConfig)
+
+
+class JudgedGrader(Generic[C]):
     """A grader whose scores come from the judge client (`ctx.judge`); with none configured, every sample is a
     clear error rather than a silent 0."""
 
-    grade_pairs: Callable[[Any, Sequence[Pair], Any], list[GradeResult]]
+    grade_pairs: Callable[[C, Sequence[Pair], JudgeClient], list[GradeResult]]
 
-    def __init__(self, config: Any, ctx: BuildContext):
+    def __init__(self, config: C, ctx: BuildContext):
         self.config = config
         self.ctx = ctx
 
@@ -100,17 +105,17 @@ class JudgedGrader:
         return type(self).grade_pairs(self.config, pairs, self.ctx.judge)
 
 
-def judge_request(config: Any, sample: dict[str, Any], item: dict[str, Any], sampling_params: Any,
-                  response_format: dict[str, Any]) -> Any:
+def judge_request(config: JudgePromptConfig, sample: Sample, item: JSONMapping, sampling_params: SamplingParams | None,
+                  response_format: JSONObject) -> GenerationRequest | GradeResult:
     """The judge request for one (sample, item): the config's input messages rendered, or the
     invalid_variable_error its templates raise (no call is made for it)."""
     from rfteval.graders.base import INVALID_VARIABLE
     from rfteval.graders.template import TemplateError, render_deep
     from rfteval.providers.base import GenerationRequest
 
-    raw = [m.model_dump(exclude_none=True) for m in config.input]
+    raw: list[JSONObject] = [m.model_dump(exclude_none=True) for m in config.input]
     try:
-        rendered = render_deep(raw, item, sample)
+        rendered = [render_deep(m, item, sample) for m in raw]
     except TemplateError as exc:
         return GradeResult.failed(INVALID_VARIABLE, str(exc))
     return GenerationRequest(model=config.model, messages=judge_messages(rendered),
@@ -120,7 +125,7 @@ def judge_request(config: Any, sample: dict[str, Any], item: dict[str, Any], sam
 
 # ---- requests and answers ----------------------------------------------------------------------------------------
 
-STEPS_SCHEMA: dict[str, Any] = {
+STEPS_SCHEMA: JSONObject = {
     "type": "array",
     "items": {
         "type": "object",
@@ -131,7 +136,7 @@ STEPS_SCHEMA: dict[str, Any] = {
 }
 
 
-def _chat_part(part: Any) -> dict[str, Any]:
+def _chat_part(part: JSONValue) -> JSONObject:
     """OpenAI grader content parts (input_text, input_image, ...) → Chat Completions parts."""
     if isinstance(part, str):
         return {"type": "text", "text": part}
@@ -141,29 +146,30 @@ def _chat_part(part: Any) -> dict[str, Any]:
     if kind in ("input_text", "output_text", "text"):
         return {"type": "text", "text": str(part.get("text", ""))}
     if kind == "input_image":
-        image: dict[str, Any] = {"url": part.get("image_url")}
+        image: JSONObject = {"url": part.get("image_url")}
         if part.get("detail"):
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
     return copy.deepcopy(part)
 
 
-def chat_content(content: Any) -> Any:
+def chat_content(content: JSONValue) -> str | list[JSONValue]:
     """A message's content in chat form; an all-text part list becomes one string (local servers prefer it)."""
     if isinstance(content, str):
         return content
-    parts = [_chat_part(p) for p in (content if isinstance(content, list) else [content])]
-    if all(p.get("type") == "text" for p in parts):
-        return "".join(p["text"] for p in parts)
+    parts: list[JSONValue] = [_chat_part(p) for p in (content if isinstance(content, list) else [content])]
+    texts = [p["text"] for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+    if len(texts) == len(parts):
+        return "".join(str(t) for t in texts)  # str already: _chat_part makes every text part's text a str
     return parts
 
 
-def judge_messages(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def judge_messages(rendered: Sequence[JSONObject]) -> list[JSONObject]:
     """Rendered grader input messages → chat messages (the `type: "message"` tag dropped)."""
     return [{"role": m["role"], "content": chat_content(m.get("content"))} for m in rendered]
 
 
-def judge_sampling(params: Any, response_format: dict[str, Any]) -> Sampling:
+def judge_sampling(params: SamplingParams | None, response_format: JSONObject) -> Sampling:
     """The grader's sampling_params (max_completions_tokens → max tokens) with the forced structured output."""
     if params is None:
         return Sampling(response_format=response_format)
@@ -176,7 +182,7 @@ def judge_sampling(params: Any, response_format: dict[str, Any]) -> Sampling:
 _FENCE = re.compile(r"^```[A-Za-z]*\s*(.*?)\s*```$", re.S)
 
 
-def parse_json_answer(text: str) -> Any:
+def parse_json_answer(text: str) -> JSONValue:
     """The judge's JSON answer; lenient (code fences, prose around one object) for servers without strict mode.
 
     A reasoning judge served without a reasoning parser (Qwen3, DeepSeek-R1 distills on vLLM or SGLang) thinks in
@@ -202,16 +208,16 @@ def parse_json_answer(text: str) -> Any:
     return None
 
 
-def finite_number(value: Any) -> float | None:
+def finite_number(value: JSONValue) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = float(value)
     return value if math.isfinite(value) else None
 
 
-def clean_steps(steps: Any) -> list[dict[str, str]]:
-    """The judge's reasoning steps as a list of {description, conclusion}; anything else dropped."""
-    out: list[dict[str, str]] = []
+def clean_steps(steps: JSONValue) -> list[JSONValue]:
+    """The judge's reasoning steps as a list of {description, conclusion} (strings); anything else dropped."""
+    out: list[JSONValue] = []
     if isinstance(steps, list):
         for s in steps:
             if isinstance(s, dict):
@@ -219,7 +225,7 @@ def clean_steps(steps: Any) -> list[dict[str, str]]:
     return out
 
 
-def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, Any]:
+def answer_details(request: GenerationRequest, answer: Generation) -> JSONObject:
     """What every model grade records about the judge call; `judge_call` tells one call from another (a group
     judge's call grades many samples, equal requests share one), so summaries count each call once."""
     return {"judge_model": request.model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
@@ -229,7 +235,7 @@ def answer_details(request: GenerationRequest, answer: Generation) -> dict[str, 
 def error_result(answer: ProviderError, model: str) -> GradeResult:
     """A judge call that ended in an error: a refusal, or the server's failure after retries. A call that was sent
     is on the record like an answered one (model, tokens, call id), so `judge` and `judge_results` count it."""
-    details = None
+    details: JSONObject | None = None
     if answer.call_id is not None:
         details = {"judge_model": model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
                    "judge_call": answer.call_id[:16]}

@@ -7,7 +7,7 @@ outside `labels` (a server without strict mode) is a counted `model_grader_parse
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
@@ -31,6 +31,8 @@ from rfteval.graders.judged import (
 from rfteval.providers.base import Generation, GenerationRequest
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
 
@@ -50,8 +52,8 @@ class LabelModelConfig(JudgePromptConfig):
         return 0.0, 1.0, "label_model scores 0 or 1"
 
 
-def response_format(labels: Sequence[str]) -> dict[str, Any]:
-    schema = {
+def response_format(labels: Sequence[str]) -> JSONObject:
+    schema: JSONObject = {
         "type": "object",
         "properties": {"steps": STEPS_SCHEMA, "label": {"type": "string", "enum": list(labels)}},
         "required": ["steps", "label"],
@@ -61,7 +63,7 @@ def response_format(labels: Sequence[str]) -> dict[str, Any]:
 
 
 def build_request(
-    config: LabelModelConfig, sample: dict[str, Any], item: dict[str, Any]
+    config: LabelModelConfig, sample: Sample, item: JSONObject
 ) -> GenerationRequest | GradeResult:
     """The judge request for one pair, or the invalid_variable_error its templates raise."""
     return judge_request(config, sample, item, None, response_format(config.labels))
@@ -88,7 +90,7 @@ def grade_pairs(config: LabelModelConfig, pairs: Sequence[Pair], judge: JudgeCli
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 
 
-class LabelModelGrader(JudgedGrader):
+class LabelModelGrader(JudgedGrader[LabelModelConfig]):
     grade_pairs = staticmethod(grade_pairs)
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.base import REGISTRY, GraderConfig
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONInput, JSONObject, JSONValue
 
 
 def line_of(text: str | None, field: str) -> int | None:
@@ -24,7 +27,7 @@ def line_of(text: str | None, field: str) -> int | None:
     return text.count("\n", 0, hits[0]) + 1
 
 
-def _format_loc(prefix: str, loc: tuple[Any, ...]) -> str:
+def _format_loc(prefix: str, loc: tuple[int | str, ...]) -> str:
     out = prefix
     for part in loc:
         if isinstance(part, int):
@@ -34,7 +37,7 @@ def _format_loc(prefix: str, loc: tuple[Any, ...]) -> str:
     return out
 
 
-def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", text: str | None = None) -> GraderConfig:
+def parse_config(obj: JSONInput, source: str | Path | None = None, prefix: str = "", text: str | None = None) -> GraderConfig:
     """Validate one grader object (any registered type); raise InputError naming the bad field."""
     def fail(message: str, field: str) -> InputError:
         return InputError(message, source, line_of(text, field), field or None)
@@ -63,22 +66,24 @@ def parse_config(obj: Any, source: str | Path | None = None, prefix: str = "", t
 JOB_REFUSES = ("label_model",)  # RFT's grader union has no label_model at the top (it is allowed inside multi)
 
 
-def unwrap_grader(obj: Any) -> tuple[Any, str]:
+def unwrap_grader(obj: JSONInput) -> tuple[JSONInput, str]:
     """The grader object inside the shapes people paste: bare, {"grader"}, or a fine-tuning job."""
     if isinstance(obj, dict):
         if "type" in obj:  # a bare grader (`name` may be missing: OpenAI's own examples leave it out)
             return obj, ""
-        if "grader" in obj and isinstance(obj["grader"], dict):
-            return obj["grader"], "grader."
+        grader = obj.get("grader")
+        if isinstance(grader, dict):
+            return grader, "grader."
         method = obj.get("method")
         if isinstance(method, dict):
             rl = method.get("reinforcement")
-            if isinstance(rl, dict) and isinstance(rl.get("grader"), dict):
-                return rl["grader"], "method.reinforcement.grader."
+            grader = rl.get("grader") if isinstance(rl, dict) else None
+            if isinstance(grader, dict):
+                return grader, "method.reinforcement.grader."
     return obj, ""
 
 
-def read_json_file(path: str | Path) -> tuple[Any, str]:
+def read_json_file(path: str | Path) -> tuple[JSONValue, str]:
     text = read_input_text(path, "a JSON file")
     try:
         return json.loads(text), text
@@ -130,15 +135,17 @@ def load_grader(path: str | Path) -> GraderConfig:
     return parse_config(grader, path, prefix.rstrip("."), text)
 
 
-def load_response_format(path: str | Path) -> dict[str, Any] | None:
+def load_response_format(path: str | Path) -> JSONObject | None:
     """The job's method.reinforcement.response_format when the grader file is a fine-tuning job."""
     if reward_function_ref(path) is not None or str(path).endswith(".py"):
         return None
     obj, _ = read_json_file(path)
     if isinstance(obj, dict):
-        rl = (obj.get("method") or {}).get("reinforcement") if isinstance(obj.get("method"), dict) else None
-        if isinstance(rl, dict) and isinstance(rl.get("response_format"), dict):
-            return rl["response_format"]
+        method = obj.get("method")
+        rl = method.get("reinforcement") if isinstance(method, dict) else None
+        response_format = rl.get("response_format") if isinstance(rl, dict) else None
+        if isinstance(response_format, dict):
+            return response_format
     return None
 
 

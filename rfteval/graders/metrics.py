@@ -7,11 +7,29 @@ two strings are equal (nothing to compare, nothing differs) and 0.0 otherwise.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Protocol
 
 Metric = Callable[[str, str], float]
+
+
+# What rfteval uses of the untyped nltk and rouge_score objects below.
+class _Stemmer(Protocol):
+    def stem(self, word: str) -> str: ...
+
+
+class _Tokenizer(Protocol):
+    def tokenize(self, text: str) -> list[str]: ...
+
+
+class _RougeScore(Protocol):
+    @property
+    def fmeasure(self) -> float: ...
+
+
+class _RougeScorer(Protocol):
+    def score(self, target: str, prediction: str) -> Mapping[str, _RougeScore]: ...
 
 
 def _clamp(value: float) -> float:
@@ -62,12 +80,12 @@ def gleu(text: str, reference: str) -> float:
 class _NoWordNet:
     """Stands in for nltk's WordNet reader: no synonyms, so METEOR matches exact words and Porter stems only."""
 
-    def synsets(self, word: str, *args: Any, **kwargs: Any) -> list[Any]:
+    def synsets(self, word: str, *args: object, **kwargs: object) -> list[object]:  # nltk's pos, lang, ... ignored
         return []
 
 
 @lru_cache(maxsize=1)
-def _stemmer() -> Any:
+def _stemmer() -> _Stemmer:
     from nltk.stem.porter import PorterStemmer
 
     return PorterStemmer()
@@ -90,14 +108,14 @@ ROUGE_TYPES = {"rouge_1": "rouge1", "rouge_2": "rouge2", "rouge_3": "rouge3", "r
 
 
 @lru_cache(maxsize=8)
-def _rouge_scorer(rouge_type: str) -> Any:
+def _rouge_scorer(rouge_type: str) -> _RougeScorer:
     from rouge_score import rouge_scorer
 
     return rouge_scorer.RougeScorer([rouge_type], use_stemmer=False)
 
 
 @lru_cache(maxsize=1)
-def _rouge_tokenizer() -> Any:
+def _rouge_tokenizer() -> _Tokenizer:
     from rouge_score import tokenizers
 
     return tokenizers.DefaultTokenizer(use_stemmer=False)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 from pydantic import SerializeAsAny, ValidationInfo, field_validator
 
@@ -28,10 +29,14 @@ from rfteval.graders.base import (
 from rfteval.graders.formula import Formula, FormulaError, FormulaEvalError, compile_formula
 from rfteval.graders.loader import line_of
 
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what the formula parser takes as a name (ASCII only)
 
 
-def _context(info: ValidationInfo) -> tuple[Any, str, str | None]:
+def _context(info: ValidationInfo) -> tuple[str | Path | None, str, str | None]:
+    """(source file, field prefix, file text): what loader.parse_config put in the validation context."""
     ctx = info.context or {}
     return ctx.get("source"), ctx.get("prefix") or "", ctx.get("text")
 
@@ -53,7 +58,7 @@ class MultiConfig(GraderConfig):
 
     @field_validator("graders", mode="before")
     @classmethod
-    def _parse_graders(cls, value: Any, info: ValidationInfo) -> Any:
+    def _parse_graders(cls, value: object, info: ValidationInfo) -> dict[str, GraderConfig]:
         """Validate each sub-grader as its own type, so errors name e.g. `graders.email.operation`."""
         from rfteval.graders.loader import parse_config
 
@@ -100,7 +105,7 @@ class MultiConfig(GraderConfig):
 def combine(formula: Formula, results: dict[str, GradeResult]) -> GradeResult:
     """One pair's multi result from its sub-results (keys in config order)."""
     scores = {key: float(r.score) for key, r in results.items()}
-    details: dict[str, Any] = {"graders": {key: _sub_details(r) for key, r in results.items()}}
+    details: dict[str, dict[str, SubGrade]] = {"graders": {key: _sub_details(r) for key, r in results.items()}}
     stdout = "".join(f"[{key}]\n{r.stdout}" for key, r in results.items() if r.stdout) or None
     for key, r in results.items():
         if r.error is not None:
@@ -114,8 +119,23 @@ def combine(formula: Formula, results: dict[str, GradeResult]) -> GradeResult:
     return GradeResult(value, sub_scores=scores, stdout=stdout, details=details)
 
 
-def _sub_details(r: GradeResult) -> dict[str, Any]:
-    d: dict[str, Any] = {"score": r.score, "passed": r.passed}
+class SubError(TypedDict):
+    type: str
+    message: str
+
+
+class SubGrade(TypedDict):
+    """One sub-grader's grade inside a multi's details["graders"] (the keys a record's grade_details shows)."""
+
+    score: float
+    passed: bool | None
+    error: NotRequired[SubError]
+    sub_scores: NotRequired[dict[str, float]]
+    details: NotRequired[JSONObject]
+
+
+def _sub_details(r: GradeResult) -> SubGrade:
+    d: SubGrade = {"score": r.score, "passed": r.passed}
     if r.error is not None:
         d["error"] = {"type": r.error.type, "message": r.error.message}
     if r.sub_scores:

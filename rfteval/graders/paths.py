@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.judge import Judge
 
 
 def require_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
@@ -70,7 +71,7 @@ class GradedFile:
 
 
 def grade_paths(request: GradeRequest, warn: Callable[[str], None],
-                open_judge: Callable[[GraderConfig], Any]) -> GradedFile:
+                open_judge: Callable[[GraderConfig], Judge | None]) -> GradedFile:
     """Check everything (output path, dataset, grader, templates, sandbox, every outputs line) before grading, so
     bad input never leaves a half-written result; then grade and write the records. `warn` gets the lines a user
     should see and the run goes on; `open_judge` connects the judge (and checks it) once the inputs are known

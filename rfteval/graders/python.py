@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
 from pydantic_core import PydanticCustomError
 
 from rfteval.graders.base import BuildContext, GraderConfig, GradeResult, Pair, register
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
 
 MAX_SOURCE_BYTES = 256 * 1024  # OpenAI's limit: "source < 256 kB"
 
@@ -135,7 +139,7 @@ class PythonGrader:
                 result.passed = result.error is None and result.score >= threshold
         return results
 
-    def grade(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+    def grade(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade_batch([(sample, item)])[0]
 
 

@@ -26,13 +26,17 @@ import itertools
 import json
 import os
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from rfteval.graders.base import BuildContext, GraderConfig, GradeResult, Pair, register
 from rfteval.graders.python import parse_source, top_level_bindings
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
+    from rfteval.data.sample import Sample
 
 CALL_KEY = "rfteval_reward_call"  # the item key that carries a unit's completions into the sandbox (popped there)
 # What TRL's GRPOTrainer._calculate_rewards leaves out of the keyword columns (the prompt is `prompts`).
@@ -197,21 +201,21 @@ def grader_source(config: RewardFunctionConfig) -> str:
 # ------------------------------------------------------------------ what the function is given
 
 
-def is_messages(value: Any) -> bool:
+def is_messages(value: object) -> bool:
     """TRL's conversational test: a list of message dicts with a role."""
     return isinstance(value, list) and bool(value) and all(isinstance(m, Mapping) and "role" in m for m in value)
 
 
-def prompt_key(item: Mapping[str, Any]) -> str | None:
+def prompt_key(item: JSONMapping) -> str | None:
     """The item field that is TRL's prompt: an RFT line's `messages`, else a `prompt` column."""
     if is_messages(item.get("messages")):
         return "messages"
     return "prompt" if "prompt" in item else None
 
 
-def trl_tool_calls(tools: Sequence[Any]) -> list[dict[str, Any]]:
+def trl_tool_calls(tools: Sequence[JSONValue]) -> list[JSONValue]:
     """OpenAI tool calls in the shape TRL's parse_response gives: arguments as a dict when they are a JSON object."""
-    out: list[dict[str, Any]] = []
+    out: list[JSONValue] = []
     for call in tools:
         if not isinstance(call, Mapping):
             out.append(call)
@@ -234,13 +238,13 @@ def trl_tool_calls(tools: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def completion_for(sample: Mapping[str, Any], conversational: bool) -> Any:
+def completion_for(sample: Sample, conversational: bool) -> str | list[JSONValue]:
     """A sample as TRL hands a completion to reward functions: the text (standard format), or one assistant
     message with its tool calls (conversational format)."""
     text = sample.get("output_text") or ""
     if not conversational:
         return text
-    message: dict[str, Any] = {"role": "assistant", "content": text}
+    message: JSONObject = {"role": "assistant", "content": text}
     tools = sample.get("output_tools") or []
     if tools:
         message["tool_calls"] = trl_tool_calls(tools)
@@ -270,9 +274,9 @@ class RewardFunctionGrader:
             item = pairs[members[0]][1]
             key = prompt_key(item)
             conversational = key is not None and is_messages(item.get(key))
-            call = {"unit": f"{os.getpid()}-{next(_units)}", "prompt_key": key,
+            call: JSONObject = {"unit": f"{os.getpid()}-{next(_units)}", "prompt_key": key,
                     "completions": [completion_for(pairs[i][0], conversational) for i in members]}
-            carried = {**item, CALL_KEY: call}
+            carried: JSONObject = {**item, CALL_KEY: call}
             for position, i in enumerate(members):
                 sent[i] = ({"i": position}, carried)
                 units[i] = number

@@ -36,11 +36,11 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self, TypeAlias, TypeVar, TypeVarTuple
 
 import msgspec
 
@@ -56,7 +56,15 @@ from rfteval.graders.base import (
 )
 
 if TYPE_CHECKING:
-    pass
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
+    from rfteval.graders._worker import Sent, WorkerConfig
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
+# What plain() makes: the built-in types marshal carries (keys too may be numbers, as in a Python dict)
+PlainKey: TypeAlias = "str | int | float | bool | None"
+Plain: TypeAlias = "PlainKey | list[Plain] | dict[PlainKey, Plain]"
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STDOUT_CAP = 64 * 1024
@@ -124,7 +132,7 @@ def grading_units(keys: Sequence[Hashable]) -> Iterator[None]:
         _UNITS.reset(token)
 
 
-def call_in_units(keys: Sequence[Hashable], fn: Any, *args: Any) -> Any:
+def call_in_units(keys: Sequence[Hashable], fn: Callable[[*Ts], R], *args: *Ts) -> R:
     """fn(*args) with `keys` declared as grading units (for asyncio.to_thread and other callers of a function)."""
     with grading_units(keys):
         return fn(*args)
@@ -151,9 +159,9 @@ def grace_s(timeout_s: float) -> float:
     return 1.0 + 0.05 * timeout_s
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> Plain:
     """JSON-like data made of built-in types only (what OpenAI's sandbox gets: JSON); others become str."""
-    if value is None or type(value) in (str, int, float, bool):
+    if value is None or type(value) is str or type(value) is int or type(value) is float or type(value) is bool:
         return value
     if isinstance(value, Mapping):
         return {_plain_key(k): plain(v) for k, v in value.items()}
@@ -168,12 +176,12 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def _plain_key(key: Any) -> Any:
+def _plain_key(key: object) -> PlainKey:
     key = plain(key)
     return key if isinstance(key, (str, int, float, bool)) or key is None else str(key)
 
 
-def encode(value: Any) -> bytes:
+def encode(value: Sample | JSONObject) -> bytes:
     """marshal: fast, and the worker can only get plain data back out of it (a subclass or an object that
     marshal refuses goes as plain JSON-like data instead)."""
     try:
@@ -182,12 +190,12 @@ def encode(value: Any) -> bytes:
         return marshal.dumps(plain(value))
 
 
-def encode_whole(sample: Any) -> bytes:
+def encode_whole(sample: Sample) -> bytes:
     """A sample as one marshal blob, decoded in the worker on its own (the collector sees one at a time)."""
     return encode(dict(sample) if type(sample) is ParsedSample else sample)  # a ParsedSample is a plain dict inside
 
 
-def compact_sample(sample: Any) -> bytes | str | tuple[str, bytes | None, bool]:
+def compact_sample(sample: Sample) -> Sent:
     """What the worker needs to have this sample: its text alone when make_sample would rebuild it from that
     (the worker runs the same make_sample, JSON parsing included: in parallel, and no parsed dict to marshal
     here); (text, tools as marshal, whether output_json is the text's parse) when it has tools or no JSON;
@@ -742,7 +750,7 @@ class _Sandbox:
             note_once(f"rfteval: no cgroup here, so --grader-memory {s.memory_mb} MB is a limit per process "
                       "(RLIMIT_AS): a grader that forks can hold more than that in all")
         oom_host = self.cgroup.oom_file if self.cgroup is not None and s.memory_mb else None
-        config = {"timeout_s": s.timeout_s, "grace_s": grace_s(s.timeout_s), "memory_mb": s.memory_mb,
+        config: WorkerConfig = {"timeout_s": s.timeout_s, "grace_s": grace_s(s.timeout_s), "memory_mb": s.memory_mb,
                   "stdout_cap": STDOUT_CAP, "workdir": workdir, "pid_namespace": sandboxed,
                   "outdir": "/dev/shm" if sandboxed else workdir,
                   "file_bytes": s.disk_mb << 20, "nproc": None if found.cgroup else s.processes,
@@ -904,7 +912,7 @@ class _Sandbox:
             except (OSError, ValueError) as exc:
                 raise _Failure(PYTHON_SERVER, f"the sandbox's memory limit could not be set ({exc})") from None
 
-    def request(self, key: str, source: str, units: list[tuple[bytes, list[Any]]]) -> bytes:
+    def request(self, key: str, source: str, units: list[tuple[bytes, list[Sent]]]) -> bytes:
         sent_source = None if key in self.sources else source
         self.sources.add(key)
         return marshal.dumps(("grade", key, sent_source, units))
@@ -1130,7 +1138,7 @@ class WorkerPool:
         pack = encode_whole if task.whole else compact_sample
         flat = [i for unit in task.units for i in unit]
         encoded_items: dict[int, bytes] = {}
-        units: list[tuple[int, bytes, list[Any]]] = []  # (flat start, item, samples)
+        units: list[tuple[int, bytes, list[Sent]]] = []  # (flat start, item, samples)
         pos = 0
         for unit in task.units:
             item = task.pairs[unit[0]][1]

@@ -8,7 +8,7 @@ counted `model_grader_parse_error`, with the raw answer kept so a person can see
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator
 
@@ -34,16 +34,18 @@ from rfteval.graders.judged import (
 from rfteval.providers.base import Generation, GenerationRequest
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
 # Steps come first in the schema so that a judge reasons before it commits to a number.
-SCHEMA: dict[str, Any] = {
+SCHEMA: JSONObject = {
     "type": "object",
     "properties": {"steps": STEPS_SCHEMA, "result": {"type": "number"}},
     "required": ["steps", "result"],
     "additionalProperties": False,
 }
-RESPONSE_FORMAT: dict[str, Any] = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
+RESPONSE_FORMAT: JSONObject = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
 
 
 class ScoreModelConfig(JudgePromptConfig):
@@ -65,7 +67,7 @@ class ScoreModelConfig(JudgePromptConfig):
 
 
 def build_request(
-    config: ScoreModelConfig, sample: dict[str, Any], item: dict[str, Any]
+    config: ScoreModelConfig, sample: Sample, item: JSONObject
 ) -> GenerationRequest | GradeResult:
     """The judge request for one pair, or the invalid_variable_error its templates raise."""
     return judge_request(config, sample, item, config.sampling_params, RESPONSE_FORMAT)
@@ -99,7 +101,7 @@ def grade_pairs(config: ScoreModelConfig, pairs: Sequence[Pair], judge: JudgeCli
     return grade_with_judge(judge, requests, lambda req, ans: parse_answer(config, req, ans))
 
 
-class ScoreModelGrader(JudgedGrader):
+class ScoreModelGrader(JudgedGrader[ScoreModelConfig]):
     """Needs a judge endpoint (set by `rfteval run` from [judge] or the run's endpoint)."""
 
     grade_pairs = staticmethod(grade_pairs)

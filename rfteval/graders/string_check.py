@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ValidationInfo
 
 from rfteval.graders.base import INVALID_VARIABLE, BuildContext, GraderConfig, GradeResult, SampleGrader, register
 from rfteval.graders.template import TemplateError, check_template, compile_template
 
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
+
 TemplateStr = Annotated[str, AfterValidator(check_template)]
 
 
-def _alias_neq(value: Any, info: ValidationInfo) -> Any:
+def _alias_neq(value: object, info: ValidationInfo) -> object:
     """The graders guide's prose says `neq`; the API's enum is `ne`: take both, and say so once."""
     if value != "neq":
         return value
@@ -57,7 +61,7 @@ class StringCheck(SampleGrader):
         self._input = compile_template(config.input)
         self._reference = compile_template(config.reference)
 
-    def grade_one(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+    def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         try:
             text = self._input.render(item, sample)
             reference = self._reference.render(item, sample)

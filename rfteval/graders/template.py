@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import re
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
+    from rfteval.data.sample import Sample
 
 _PLACEHOLDER = re.compile(r"\{\{\s*(.*?)\s*\}\}")
 _TOKEN = re.compile(r"""\.?([^.\[\]\s]+)|\[\s*(-?\d+)\s*\]|\[\s*["']([^"']*)["']\s*\]""")
@@ -38,7 +42,9 @@ def parse_path(path: str) -> tuple[str, tuple[str | int, ...]]:
     return str(keys[0]), tuple(keys[1:])
 
 
-def lookup(root: Any, path: str, keys: tuple[str | int, ...]) -> Any:
+def lookup(root: object, path: str, keys: tuple[str | int, ...]) -> object:
+    """The value at `keys` inside `root` (an item, a sample, or what a python caller hands in: only dicts and
+    lists are looked into, so any value is taken), or the TemplateError that says where the path breaks."""
     value = root
     for key in keys:
         if isinstance(value, dict):
@@ -58,7 +64,7 @@ def lookup(root: Any, path: str, keys: tuple[str | int, ...]) -> Any:
     return value
 
 
-def to_text(value: Any) -> str:
+def to_text(value: object) -> str:
     """Strings as they are; everything else as JSON (a documented rfteval decision)."""
     if isinstance(value, str):
         return value
@@ -88,7 +94,7 @@ class Template:
     def paths(self) -> list[str]:
         return [p[0] for p in self._parts if isinstance(p, tuple)]
 
-    def render(self, item: dict[str, Any], sample: dict[str, Any]) -> str:
+    def render(self, item: JSONMapping, sample: Sample) -> str:
         out: list[str] = []
         for part in self._parts:
             if isinstance(part, str):
@@ -110,7 +116,11 @@ def check_template(text: str) -> str:
     return text
 
 
-def render_deep(value: Any, item: dict[str, Any], sample: dict[str, Any]) -> Any:
+@overload
+def render_deep(value: JSONObject, item: JSONMapping, sample: Sample) -> JSONObject: ...
+@overload
+def render_deep(value: JSONValue, item: JSONMapping, sample: Sample) -> JSONValue: ...
+def render_deep(value: JSONValue, item: JSONMapping, sample: Sample) -> JSONValue:
     """Render every string inside a nested structure (model grader message lists)."""
     if isinstance(value, str):
         return compile_template(value).render(item, sample) if "{{" in value else value

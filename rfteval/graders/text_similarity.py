@@ -6,7 +6,7 @@ OpenAI offers for evals only, so grading with it is an error result, never a sil
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator
 
@@ -20,6 +20,10 @@ from rfteval.graders.base import (
     register,
 )
 from rfteval.graders.template import TemplateError, check_template, compile_template
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.sample import Sample
 
 TemplateStr = Annotated[str, AfterValidator(check_template)]
 MetricName = Literal[
@@ -58,7 +62,7 @@ class TextSimilarity(SampleGrader):
         self._reference = compile_template(config.reference)
         self._metric = METRICS.get(config.evaluation_metric)
 
-    def grade_one(self, sample: dict[str, Any], item: dict[str, Any]) -> GradeResult:
+    def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         if self._metric is None:
             return GradeResult.failed(OTHER, COSINE_MESSAGE)
         try:

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard
 
 from rfteval.errors import InputError
-from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, Sampling
+from rfteval.providers.base import BatchProvider, Generation, GenerationRequest, Provider, ProviderError, Sampling
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
 
-__all__ = ["KINDS", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
+__all__ = ["KINDS", "BatchProvider", "Generation", "GenerationRequest", "Provider", "ProviderError", "Sampling", "batchable",
            "make_provider"]
 
 KINDS = ("openai", "replay")
@@ -29,8 +29,9 @@ def _provider_class(kind: str) -> type:
     raise InputError(f"unknown provider {kind!r}; expected one of: {', '.join(KINDS)}", field="provider")
 
 
-def make_provider(kind: str, **settings: Any) -> Provider:
-    """Build a provider; settings it does not take are an InputError naming them (a spec typo, not a crash)."""
+def make_provider(kind: str, **settings: object) -> Provider:
+    """Build a provider; settings it does not take are an InputError naming them (a spec typo, not a crash).
+    The settings are only carried to the provider's constructor, which checks their values."""
     cls = _provider_class(kind)
     params = inspect.signature(cls).parameters
     unknown = sorted(set(settings) - set(params) - {"self"})
@@ -40,6 +41,6 @@ def make_provider(kind: str, **settings: Any) -> Provider:
     return cls(**settings)
 
 
-def batchable(provider: Provider) -> bool:
+def batchable(provider: Provider) -> TypeGuard[BatchProvider]:
     """Providers with a Files/Batches client (OpenAI-compatible endpoints); replay answers locally."""
     return hasattr(provider, "client") and hasattr(provider, "endpoint_path")

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from rfteval.data.json_types import JSONMapping, JSONObject
+
+if TYPE_CHECKING:
+    import openai
 
 ErrorKind = Literal[
     "rate_limit",  # 429: retry, honouring Retry-After
@@ -27,7 +32,8 @@ class ProviderError(Exception):
     cut concurrency."""
 
     def __init__(self, kind: ErrorKind, message: str, status: int | None = None, retry_after: float | None = None,
-                 rate: RateInfo | None = None, unavailable: bool = False, usage: dict[str, Any] | None = None):
+                 rate: RateInfo | None = None, unavailable: bool = False,
+                 usage: dict[str, int | None] | None = None):
         super().__init__(message)
         self.kind = kind
         self.status = status
@@ -103,7 +109,7 @@ class Sampling:
         return replace(self, seed=self.seed + epoch - 1)
 
 
-def asks_for_json(response_format: dict[str, Any] | None) -> bool:
+def asks_for_json(response_format: JSONMapping | None) -> bool:
     return bool(response_format) and (response_format or {}).get("type") != "text"
 
 
@@ -140,10 +146,22 @@ class Generation:
 class Provider(Protocol):
     """An endpoint. `identity()` (no secrets) and `request_body()` make the response cache key."""
 
-    def identity(self) -> dict[str, Any]: ...
+    def identity(self) -> JSONObject: ...
 
-    def request_body(self, request: GenerationRequest) -> dict[str, Any]: ...
+    def request_body(self, request: GenerationRequest) -> JSONObject: ...
 
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+
+class BatchProvider(Provider, Protocol):
+    """A provider behind an OpenAI-compatible endpoint: its SDK client has the Files and Batches resources
+    (`rfteval.providers.batchable` tells one apart)."""
+
+    @property
+    def client(self) -> openai.AsyncOpenAI: ...
+
+    def endpoint_path(self) -> str: ...
+
+    def classify(self, exc: Exception, timeout_s: float = ...) -> ProviderError | None: ...

@@ -19,13 +19,16 @@ import dataclasses
 import hashlib
 import json
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol, TypedDict, TypeVar, Unpack
 
+from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.providers.retry import OnRetry, RetryPolicy, call_with_retries
+
+T = TypeVar("T")
 
 JudgeAnswer = Generation | ProviderError
 
@@ -60,9 +63,9 @@ def current_repeat() -> int:
 # ---- the cache key -----------------------------------------------------------------------------------------------
 
 
-def cache_key(identity: dict[str, Any], body: dict[str, Any], repeat: int = 0) -> str:
+def cache_key(identity: JSONMapping, body: JSONMapping, repeat: int = 0) -> str:
     """sha256 of (provider identity, full request body[, repeat]); the body includes the judged output."""
-    obj: dict[str, Any] = {"provider": identity, "body": body}
+    obj: dict[str, object] = {"provider": identity, "body": body}
     if repeat:
         obj["repeat"] = repeat
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
@@ -74,8 +77,8 @@ class JudgeCache:
 
     def __init__(self, path: Path | None):
         self.path = path
-        self.entries: dict[str, dict[str, Any]] = {}
-        self._fh: Any = None
+        self.entries: dict[str, JSONObject] = {}
+        self._fh: IO[str] | None = None
         if path is None:
             return
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -95,11 +98,15 @@ class JudgeCache:
             self._fh.write("\n")
             self._fh.flush()
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> JSONObject | None:
         return self.entries.get(key)
 
-    def put(self, entry: dict[str, Any]) -> None:
-        self.entries[entry["key"]] = entry
+    def put(self, entry: JSONObject) -> None:
+        """`entry` is a cache_entry() line, whose key is a string."""
+        key = entry["key"]
+        if not isinstance(key, str):
+            raise TypeError(f"a judge cache entry's key must be a string, not {type(key).__name__}")
+        self.entries[key] = entry
         if self._fh is not None:
             self._fh.write(json.dumps(entry, ensure_ascii=False, separators=(",", ":")) + "\n")
             self._fh.flush()
@@ -110,32 +117,59 @@ class JudgeCache:
             self._fh = None
 
 
-def cache_entry(key: str, model: str, answer: JudgeAnswer) -> dict[str, Any]:
+def _usage_json(usage: Mapping[str, int | None] | None) -> JSONValue:
+    return None if usage is None else dict(usage)
+
+
+def cache_entry(key: str, model: str, answer: JudgeAnswer) -> JSONObject:
     """One judge_cache.jsonl line. Public because --batch-judge files batch answers in the same shape, so a
     synchronous re-run reads them as if it had made the calls."""
     if isinstance(answer, ProviderError):
-        return {"key": key, "model": model, "refusal": str(answer), "usage": answer.usage}
+        return {"key": key, "model": model, "refusal": str(answer), "usage": _usage_json(answer.usage)}
     return {
-        "key": key, "model": model, "output_text": answer.output_text, "usage": answer.usage,
+        "key": key, "model": model, "output_text": answer.output_text, "usage": _usage_json(answer.usage),
         "finish_reason": answer.finish_reason,
     }
 
 
-def answer_from_entry(entry: dict[str, Any]) -> JudgeAnswer:
+def _str_or_none(value: JSONInput) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _entry_usage(value: JSONInput) -> dict[str, int | None]:
+    """A cache line's usage as written (token counts or null); anything else in it reads as absent."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if v is None or isinstance(v, int)}
+
+
+def answer_from_entry(entry: JSONMapping) -> JudgeAnswer:
     """The answer a cache line stands for, marked cached: a refusal stays a refusal, with its tokens."""
     if "refusal" in entry:
-        refusal = ProviderError("refusal", str(entry["refusal"]), usage=dict(entry.get("usage") or {}))
-        refusal.call_id, refusal.cached, refusal.sent = entry.get("key"), True, True
+        refusal = ProviderError("refusal", str(entry["refusal"]), usage=_entry_usage(entry.get("usage")))
+        refusal.call_id, refusal.cached, refusal.sent = _str_or_none(entry.get("key")), True, True
         return refusal
     return Generation(
-        output_text=entry.get("output_text") or "", usage=dict(entry.get("usage") or {}),
-        finish_reason=entry.get("finish_reason"), cached=True, call_id=entry.get("key"),
+        output_text=_str_or_none(entry.get("output_text")) or "", usage=_entry_usage(entry.get("usage")),
+        finish_reason=_str_or_none(entry.get("finish_reason")), cached=True, call_id=_str_or_none(entry.get("key")),
     )
 
 
 # ---- the client --------------------------------------------------------------------------------------------------
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
+
+
+class JudgeOptions(TypedDict, total=False):
+    """Judge's keyword settings after its provider, as `Judge.from_settings` passes them on."""
+
+    cache_path: Path | str | None
+    concurrency: int
+    max_retries: int
+    timeout_s: float
+    model_override: str | None
+    retry_policy: RetryPolicy | None
+    on_retry: OnRetry | None
 
 
 class Judge:
@@ -176,7 +210,8 @@ class Judge:
 
     @classmethod
     def from_settings(
-        cls, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", api: str = "chat", **kwargs: Any
+        cls, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", api: str = "chat",
+        **kwargs: Unpack[JudgeOptions],
     ) -> Judge:
         """A judge on an OpenAI-compatible endpoint (the `[judge]` spec section)."""
         from rfteval.providers.openai_provider import OpenAIProvider
@@ -231,7 +266,7 @@ class Judge:
         self.close()
 
     # internals (the judge's loop)
-    def _run(self, coro: Any) -> Any:
+    def _run(self, coro: Coroutine[object, object, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
     @staticmethod
@@ -339,7 +374,7 @@ class Judge:
                     if self.format_level == level:  # concurrent calls refused alike step down once
                         self.format_level += 1
 
-    def _count_usage(self, model: str, usage: dict[str, Any] | None) -> None:
+    def _count_usage(self, model: str, usage: Mapping[str, int | None] | None) -> None:
         for k in _USAGE_KEYS:
             value = usage.get(k) if usage else None
             if isinstance(value, int):

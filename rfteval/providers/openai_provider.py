@@ -14,9 +14,10 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
+from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
 from rfteval.providers.base import (
@@ -27,6 +28,9 @@ from rfteval.providers.base import (
     RateInfo,
     asks_for_json,
 )
+
+if TYPE_CHECKING:
+    import openai  # the annotations only: the module is imported when a provider is built
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, the test server) accept any key
@@ -135,7 +139,7 @@ class OpenAIProvider:
         self.on_warning: Callable[[str], None] | None = None  # run_eval points it at the run's monitor
 
     @property
-    def client(self) -> Any:
+    def client(self) -> openai.AsyncOpenAI:
         """The SDK client (the batch path uses its Files and Batches resources)."""
         return self._client
 
@@ -145,13 +149,13 @@ class OpenAIProvider:
     def __repr__(self) -> str:
         return f"OpenAIProvider(base_url={self.base_url!r}, api={self.api!r}, api_key_env={self.api_key_env!r})"
 
-    def identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {"provider": "openai", "base_url": self.base_url, "api": self.api}
+    def identity(self) -> JSONObject:
+        ident: JSONObject = {"provider": "openai", "base_url": self.base_url, "api": self.api}
         if self._extra_headers:
-            ident["extra_headers"] = sorted(self._extra_headers)  # names only: values may be secrets
+            ident["extra_headers"] = [name for name in sorted(self._extra_headers)]  # names only: values may be secrets
         return ident
 
-    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+    def request_body(self, request: GenerationRequest) -> JSONObject:
         if self.api == "chat":
             return chat_body(request, both_limits=self._both_limits)
         return responses_body(request)
@@ -193,7 +197,7 @@ class OpenAIProvider:
         self._check_limit(request, gen)
         return gen
 
-    def _refused_limit_key(self, exc: Exception, body: dict[str, Any]) -> str | None:
+    def _refused_limit_key(self, exc: Exception, body: JSONMapping) -> str | None:
         """The output-limit key a 400/422 names as unsupported, when the body also has the other one."""
         if not isinstance(exc, self._openai.APIStatusError) or exc.status_code not in (400, 422):
             return None
@@ -223,7 +227,7 @@ class OpenAIProvider:
 
     # ---- what the server offers (the preflight, rfteval/run/preflight.py) -------------------------------
 
-    def _sync_client(self, timeout_s: float) -> Any:
+    def _sync_client(self, timeout_s: float) -> openai.OpenAI:
         """A synchronous client on the same endpoint and key: the preflight runs before the run's event loop,
         and the async client's connection pool belongs to that loop."""
         oa = self._openai
@@ -231,7 +235,7 @@ class OpenAIProvider:
                          default_headers=self._extra_headers or None,
                          http_client=oa.DefaultHttpxClient(verify=shared_tls_context(), timeout=timeout_s))
 
-    def _probe(self, method: str, path: str, timeout_s: float) -> tuple[int, Any] | None:
+    def _probe(self, method: str, path: str, timeout_s: float) -> tuple[int, JSONValue] | None:
         """(status, parsed body) of one small request; None when the server does not answer in time."""
         try:
             with self._sync_client(timeout_s) as client:
@@ -252,9 +256,10 @@ class OpenAIProvider:
     def list_models(self, timeout_s: float = PROBE_TIMEOUT_S) -> list[str] | None:
         """The model ids GET /models lists, or None when it does not answer with a list (404, error, timeout)."""
         got = self._probe("GET", "/models", timeout_s)
-        if got is None or got[0] != 200 or not isinstance(got[1], dict) or not isinstance(got[1].get("data"), list):
+        listed = got[1].get("data") if got is not None and got[0] == 200 and isinstance(got[1], dict) else None
+        if not isinstance(listed, list):
             return None
-        ids = [m.get("id") for m in got[1]["data"] if isinstance(m, dict)]
+        ids = [m.get("id") for m in listed if isinstance(m, dict)]
         return [i for i in ids if isinstance(i, str)] or None
 
     def missing_api(self, which: Literal["batch", "responses"], timeout_s: float = PROBE_TIMEOUT_S) -> str | None:
@@ -389,7 +394,7 @@ def unsupported_key(message: str, keys: tuple[str, ...]) -> str | None:
 _JSON = {"Content-Type": "application/json"}
 
 
-def _dumps(body: dict[str, Any]) -> bytes:
+def _dumps(body: JSONMapping) -> bytes:
     """The request body as JSON bytes (msgspec, json for what it refuses)."""
     import msgspec
 
@@ -399,7 +404,7 @@ def _dumps(body: dict[str, Any]) -> bytes:
         return json.dumps(body, ensure_ascii=False, default=str).encode()
 
 
-def _loads(content: bytes) -> Any:
+def _loads(content: bytes) -> JSONValue:
     """JSON of an answer body; msgspec is several times faster than json and both give plain dicts."""
     import msgspec
 
@@ -412,7 +417,7 @@ def _loads(content: bytes) -> Any:
             raise ProviderError("malformed", f"response body is not JSON: {content[:200]!r}") from None
 
 
-def _is_unavailable(exc: Any) -> bool:
+def _is_unavailable(exc: openai.APIStatusError) -> bool:
     """Flex processing's 429 when capacity is short ("Resource unavailable"), as opposed to a rate limit."""
     body = exc.body if isinstance(getattr(exc, "body", None), dict) else {}
     err = body.get("error", body) if isinstance(body, dict) else {}
@@ -446,7 +451,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def rate_info(headers: Any) -> RateInfo | None:
+def rate_info(headers: Mapping[str, str]) -> RateInfo | None:
     """The x-ratelimit-* headers of an answer, or None when it sent none (most local servers)."""
     get = headers.get
     if get("x-ratelimit-remaining-requests") is None and get("x-ratelimit-remaining-tokens") is None:
@@ -474,7 +479,7 @@ def status_kind(status: int) -> ErrorKind:
     return "bad_request"
 
 
-def _error_message(exc: Any) -> str:
+def _error_message(exc: openai.APIStatusError) -> str:
     body = exc.body
     if isinstance(body, dict):
         err = body.get("error", body)
@@ -484,7 +489,7 @@ def _error_message(exc: Any) -> str:
     return str(getattr(exc, "message", exc))[:300]
 
 
-def parse_retry_after(headers: Any, now: float) -> float | None:
+def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
     """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date; None if absent/bad."""
     ms = headers.get("retry-after-ms")
     if ms is not None:
@@ -514,22 +519,25 @@ def parse_retry_after(headers: Any, now: float) -> float | None:
 # ---- request bodies (pure: also the response-cache key) -----------------------------------------------------------
 
 
-def _json_schema(rf: dict[str, Any]) -> dict[str, Any]:
+def _json_schema(rf: JSONObject) -> JSONObject:
     """Sampling.response_format → {name, schema, strict?}; an already-wrapped chat format is unwrapped."""
-    if rf.get("type") == "json_schema" and isinstance(rf.get("json_schema"), dict):
-        rf = rf["json_schema"]
-    out: dict[str, Any] = {"name": rf.get("name") or "response", "schema": rf.get("schema", {})}
+    wrapped = rf.get("json_schema")
+    if rf.get("type") == "json_schema" and isinstance(wrapped, dict):
+        rf = wrapped
+    out: JSONObject = {"name": rf.get("name") or "response", "schema": rf.get("schema", {})}
     if rf.get("strict") is not None:
         out["strict"] = bool(rf["strict"])
     return out
 
 
-def chat_body(request: GenerationRequest, copy_messages: bool = True, both_limits: bool = False) -> dict[str, Any]:
+def chat_body(request: GenerationRequest, copy_messages: bool = True, both_limits: bool = False) -> JSONObject:
     """`copy_messages=False` when the body is encoded at once and never kept (the request path): no deep copy.
     `both_limits`: the output limit goes as `max_tokens` too (endpoints other than OpenAI's)."""
     s = request.sampling
-    messages = copy.deepcopy(request.messages) if copy_messages else request.messages
-    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    messages: list[JSONValue] = list(request.messages)  # a list of JSON values (list is invariant), shallow
+    if copy_messages:
+        messages = copy.deepcopy(messages)
+    body: JSONObject = {"model": request.model, "messages": messages}
     if request.tools:
         body["tools"] = [_chat_tool(t) for t in request.tools]
         # OpenAI's default when tools are given, said explicitly: llama.cpp's function-calling format needs it
@@ -555,17 +563,17 @@ def chat_body(request: GenerationRequest, copy_messages: bool = True, both_limit
     return body
 
 
-def responses_body(request: GenerationRequest) -> dict[str, Any]:
+def responses_body(request: GenerationRequest) -> JSONObject:
     """The Responses API has no `seed`; it is left out rather than rejected by the server."""
     s = request.sampling
-    body: dict[str, Any] = {"model": request.model, "input": responses_input(request.messages)}
+    body: JSONObject = {"model": request.model, "input": responses_input(request.messages)}
     if request.tools:
         body["tools"] = [responses_tool(t) for t in request.tools]
         body["tool_choice"] = responses_tool_choice(request.tool_choice)
     if s.response_format:
         rf = s.response_format
-        fmt = (copy.deepcopy(rf) if rf.get("type") in ("json_object", "text")
-               else {"type": "json_schema", **_json_schema(rf)})
+        fmt: JSONObject = (copy.deepcopy(rf) if rf.get("type") in ("json_object", "text")
+                           else {"type": "json_schema", **_json_schema(rf)})
         body["text"] = {"format": fmt}
     if s.reasoning_effort is not None:
         body["reasoning"] = {"effort": s.reasoning_effort}
@@ -579,7 +587,7 @@ def responses_body(request: GenerationRequest) -> dict[str, Any]:
     return body
 
 
-def chat_tool_choice(choice: Any) -> Any:
+def chat_tool_choice(choice: JSONValue) -> JSONValue:
     """An item's tool_choice in chat's shape ("auto" when it has none); a Responses-shaped named function
     {"type": "function", "name"} is wrapped as {"type": "function", "function": {"name"}}."""
     if choice is None:
@@ -589,16 +597,17 @@ def chat_tool_choice(choice: Any) -> Any:
     return copy.deepcopy(choice)
 
 
-def responses_tool_choice(choice: Any) -> Any:
+def responses_tool_choice(choice: JSONValue) -> JSONValue:
     """An item's tool_choice in Responses' flat shape ("auto" when it has none)."""
     if choice is None:
         return "auto"
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
-        return {"type": "function", "name": choice["function"].get("name")}
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(fn, dict):
+        return {"type": "function", "name": fn.get("name")}
     return copy.deepcopy(choice)
 
 
-def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def _chat_tool(tool: JSONObject) -> JSONObject:
     """A Responses-shaped function tool given to a chat model is wrapped back into chat's shape."""
     if tool.get("type") == "function" and "function" not in tool and "name" in tool:
         fn = {k: v for k, v in tool.items() if k != "type"}
@@ -606,11 +615,11 @@ def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(tool)
 
 
-def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def responses_tool(tool: JSONObject) -> JSONObject:
     """Chat's {"type":"function","function":{name, description, parameters, strict}} → Responses' flat shape."""
-    if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
-        fn = tool["function"]
-        out: dict[str, Any] = {"type": "function", "name": fn.get("name")}
+    fn = tool.get("function")
+    if tool.get("type") == "function" and isinstance(fn, dict):
+        out: JSONObject = {"type": "function", "name": fn.get("name")}
         for key in ("description", "parameters", "strict"):
             if key in fn:
                 out[key] = copy.deepcopy(fn[key])
@@ -618,11 +627,11 @@ def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(tool)
 
 
-def _responses_parts(content: Any, role: str) -> Any:
+def _responses_parts(content: JSONValue, role: str) -> JSONValue:
     if not isinstance(content, list):
         return content
     text_type = "output_text" if role == "assistant" else "input_text"
-    parts = []
+    parts: list[JSONValue] = []
     for part in content:
         if not isinstance(part, dict):
             parts.append(part)
@@ -637,9 +646,9 @@ def _responses_parts(content: Any, role: str) -> Any:
     return parts
 
 
-def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def responses_input(messages: Sequence[JSONObject]) -> list[JSONValue]:
     """Chat messages → Responses input items; assistant tool calls and tool results become function items."""
-    items: list[dict[str, Any]] = []
+    items: list[JSONValue] = []
     for msg in messages:
         role = msg.get("role")
         if role == "tool":
@@ -651,8 +660,8 @@ def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         content = msg.get("content")
         if content is not None and content != "":
             items.append({"role": role, "content": _responses_parts(content, str(role))})
-        for call in msg.get("tool_calls") or []:
-            fn = call.get("function", {})
+        for call in _objects(msg.get("tool_calls")):
+            fn = _object(call.get("function"))
             items.append(
                 {"type": "function_call", "call_id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments", "")}
             )
@@ -662,7 +671,7 @@ def responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---- responses → Generation ---------------------------------------------------------------------------------------
 
 
-def _output_json(text: str, structured: bool) -> Any:
+def _output_json(text: str, structured: bool) -> JSONValue:
     """The output's JSON. An output that asked for JSON (`structured`) is also read leniently: any JSON value,
     and raw control characters inside strings (llama.cpp's JSON grammar lets a raw newline into a string, which
     strict JSON forbids); the strict exact parse stays for outputs that did not ask for JSON."""
@@ -675,11 +684,22 @@ def _output_json(text: str, structured: bool) -> Any:
     return parsed
 
 
-def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
+def _object(value: JSONValue) -> JSONObject:
+    """A body's nested object, {} when absent or not an object (what `x.get(k) or {}` read, narrowed)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: JSONValue) -> list[JSONObject]:
+    """The objects of a body's list (`tool_calls`, `content`): none when it is absent or not a list."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def parse_chat(data: JSONObject, structured: bool = False) -> Generation:
     choices = data.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+    first = choices[0] if isinstance(choices, list) and choices else None
+    if not isinstance(choices, list) or not isinstance(first, dict):
         raise ProviderError("malformed", "response has no choices")
-    message = choices[0].get("message")
+    message = first.get("message")
     if not isinstance(message, dict):
         raise ProviderError("malformed", "choices[0] has no message")
     if message.get("refusal"):
@@ -687,9 +707,10 @@ def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise ProviderError("malformed", "choices[0].message.content is not text")
-    tools = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
+    tools: list[dict[str, Any]] = []
+    calls = message.get("tool_calls")
+    for call in _objects(calls) if calls else ():
+        fn = _object(call.get("function"))
         tools.append(
             {"id": call.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
         )
@@ -697,44 +718,54 @@ def parse_chat(data: dict[str, Any], structured: bool = False) -> Generation:
         output_text=text,
         output_tools=tools,
         output_json=_output_json(text, structured),
-        choices=[_compact(c) for c in choices],
+        choices=[_compact(c) for c in choices if isinstance(c, dict)],
         usage=_chat_usage(data),
-        finish_reason=choices[0].get("finish_reason"),
+        finish_reason=finish if isinstance(finish := first.get("finish_reason"), str) else None,
         reasoning=_chat_reasoning(message),
     )
 
 
-def _chat_reasoning(message: dict[str, Any]) -> str | None:
+def _chat_reasoning(message: JSONObject) -> str | None:
     """The thinking a server sent beside the content: `reasoning_content` (SGLang, llama.cpp, DeepSeek, older
     vLLM) or `reasoning` (newer vLLM, OpenRouter); None when neither is text."""
     texts = [v for v in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(v, str)]
     return next((t for t in texts if t), texts[0] if texts else None)
 
 
-def _chat_usage(data: dict[str, Any]) -> dict[str, Any]:
-    usage = data.get("usage") or {}
-    details = usage.get("completion_tokens_details") or {}
-    return {"input_tokens": usage.get("prompt_tokens"), "output_tokens": usage.get("completion_tokens"),
-            "reasoning_tokens": details.get("reasoning_tokens")}
+def _usage(data: JSONObject, input_key: str, output_key: str, details_key: str) -> dict[str, int | None]:
+    """Token counts of an answer's usage (each narrowed inline: this runs once per answer)."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None}
+    details = usage.get(details_key)
+    i, o = usage.get(input_key), usage.get(output_key)
+    r = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return {"input_tokens": i if isinstance(i, int) else None, "output_tokens": o if isinstance(o, int) else None,
+            "reasoning_tokens": r if isinstance(r, int) else None}
 
 
-def _responses_usage(data: dict[str, Any]) -> dict[str, Any]:
-    usage = data.get("usage") or {}
-    details = usage.get("output_tokens_details") or {}
-    return {"input_tokens": usage.get("input_tokens"), "output_tokens": usage.get("output_tokens"),
-            "reasoning_tokens": details.get("reasoning_tokens")}
+def _chat_usage(data: JSONObject) -> dict[str, int | None]:
+    return _usage(data, "prompt_tokens", "completion_tokens", "completion_tokens_details")
 
 
-def _compact(obj: Any) -> Any:
+def _responses_usage(data: JSONObject) -> dict[str, int | None]:
+    return _usage(data, "input_tokens", "output_tokens", "output_tokens_details")
+
+
+def _compact(obj: JSONObject) -> JSONObject:
     """Drop the null fields the SDK fills in, so choices look like what the server sent."""
+    return {k: _compact_value(v) for k, v in obj.items() if v is not None}
+
+
+def _compact_value(obj: JSONValue) -> JSONValue:
     if isinstance(obj, dict):
-        return {k: _compact(v) for k, v in obj.items() if v is not None}
+        return _compact(obj)
     if isinstance(obj, list):
-        return [_compact(v) for v in obj]
+        return [_compact_value(v) for v in obj]
     return obj
 
 
-def parse_responses(data: dict[str, Any], structured: bool = False) -> Generation:
+def parse_responses(data: JSONObject, structured: bool = False) -> Generation:
     output = data.get("output")
     if not isinstance(output, list):
         raise ProviderError("malformed", "response has no output")
@@ -747,9 +778,9 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         if item.get("type") == "reasoning":
             reasoning = (reasoning or []) + _reasoning_texts(item)
         elif item.get("type") == "message":
-            for part in item.get("content") or []:
+            for part in _objects(item.get("content")):
                 if part.get("type") == "output_text":
-                    texts.append(part.get("text") or "")
+                    texts.append(text if isinstance(text := part.get("text"), str) else "")
                 elif part.get("type") == "refusal":
                     raise ProviderError("refusal", str(part.get("refusal") or "refused"), usage=_responses_usage(data))
         elif item.get("type") == "function_call":
@@ -764,7 +795,7 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
         err = data.get("error") or {}
         raise ProviderError("server", f"response failed: {err.get('message') if isinstance(err, dict) else err}")
     text = "".join(texts)
-    incomplete = data.get("incomplete_details") or {}
+    incomplete = _object(data.get("incomplete_details"))
     if data.get("status") == "incomplete":
         finish = "length" if incomplete.get("reason") == "max_output_tokens" else "content_filter"
     else:
@@ -780,12 +811,10 @@ def parse_responses(data: dict[str, Any], structured: bool = False) -> Generatio
     )
 
 
-def _reasoning_texts(item: dict[str, Any]) -> list[str]:
+def _reasoning_texts(item: JSONObject) -> list[str]:
     """A reasoning item's text: its summaries (OpenAI shows only those, and only when asked), else its
     reasoning_text parts (open-weight models served with a Responses API show the thinking itself)."""
-    texts = [part.get("text") or "" for part in item.get("summary") or []
-             if isinstance(part, dict) and part.get("type") == "summary_text"]
+    texts = [part.get("text") for part in _objects(item.get("summary")) if part.get("type") == "summary_text"]
     if not texts:
-        texts = [part.get("text") or "" for part in item.get("content") or []
-                 if isinstance(part, dict) and part.get("type") == "reasoning_text"]
-    return [t for t in texts if t]
+        texts = [part.get("text") for part in _objects(item.get("content")) if part.get("type") == "reasoning_text"]
+    return [t for t in texts if isinstance(t, str) and t]

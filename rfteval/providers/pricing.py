@@ -13,7 +13,7 @@ an override may give `batch_input` / `batch_output`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Protocol
 
 BATCH_DISCOUNT = 0.5
 # Response tiers billed at batch prices: the Batch API, flex processing, and imported Batch API output.
@@ -41,12 +41,22 @@ DEFAULT_PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def _with_batch(inp: float, out: float, batch_in: Any = None, batch_out: Any = None) -> Price:
+class PriceLike(Protocol):
+    """A spec's price entry (rfteval.run.spec.PriceSpec; this module does not import the spec)."""
+
+    @property
+    def input(self) -> float: ...
+
+    @property
+    def output(self) -> float: ...
+
+
+def _with_batch(inp: float, out: float, batch_in: float | None = None, batch_out: float | None = None) -> Price:
     return (inp, out, float(batch_in) if batch_in is not None else inp * BATCH_DISCOUNT,
             float(batch_out) if batch_out is not None else out * BATCH_DISCOUNT)
 
 
-def price_table(overrides: Mapping[str, Any] | None = None) -> dict[str, Price]:
+def price_table(overrides: Mapping[str, PriceLike | Mapping[str, float]] | None = None) -> dict[str, Price]:
     """The default table with a spec's [pricing] entries ({"input", "output", "batch_input"?, "batch_output"?}
     or PriceSpec) on top; every entry gets its batch column."""
     table = {model: _with_batch(*p) for model, p in DEFAULT_PRICES.items()}

@@ -4,15 +4,27 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rfteval.data.dataset import iter_jsonl
+from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
 Key = tuple[str | None, str, int]  # (model or None for "any model", item_id, epoch)
+
+
+class Recording(TypedDict):
+    """One validated line of a recording file."""
+
+    model: str | None
+    item_id: str
+    epoch: int
+    output_text: str
+    output_tools: list[JSONObject] | None
+    usage: dict[str, int | None] | None
 
 
 class ReplayProvider:
@@ -38,10 +50,10 @@ class ReplayProvider:
         """The highest epoch recorded for any item: a run asking for more would only record missing cells."""
         return max((epoch for _, _, epoch in self._recordings), default=0)
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> JSONObject:
         return {"provider": "replay", "path": str(self.path.resolve()), "sha256": self._sha256}
 
-    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+    def request_body(self, request: GenerationRequest) -> JSONObject:
         """Nothing is sent; the cell coordinates are what selects the answer."""
         return {"model": request.model, "item_id": request.item_id, "epoch": request.epoch}
 
@@ -58,12 +70,12 @@ class ReplayProvider:
                 f"{self.path}: no recording for item {request.item_id!r} epoch {request.epoch} (model {request.model!r})",
             )
         text = rec["output_text"]
-        tools = [dict(t) for t in rec.get("output_tools") or []]
+        tools: list[dict[str, Any]] = [dict(t) for t in rec["output_tools"] or []]
         return Generation(
             output_text=text,
             output_tools=tools,
             output_json=parse_output_json(text),
-            usage=dict(rec.get("usage") or {}),
+            usage=dict(rec["usage"] or {}),
             finish_reason="tool_calls" if tools else "stop",
         )
 
@@ -76,7 +88,7 @@ def _file_sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def check_recording(obj: Any, path: Path, lineno: int) -> dict[str, Any] | None:
+def check_recording(obj: JSONValue, path: Path, lineno: int) -> Recording | None:
     """The validated recording of one line, None for a failed cell of a record file; InputError when bad."""
     if not isinstance(obj, dict):
         raise InputError("must be a JSON object", path, lineno)
@@ -94,23 +106,29 @@ def check_recording(obj: Any, path: Path, lineno: int) -> dict[str, Any] | None:
     model = obj.get("model")
     if model is not None and not isinstance(model, str):
         raise InputError("must be a string", path, lineno, "model")
-    tools = obj.get("output_tools")
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
-        raise InputError("must be a list of objects", path, lineno, "output_tools")
-    usage = obj.get("usage")
-    if usage is not None:
-        if not isinstance(usage, dict):
+    raw_tools = obj.get("output_tools")
+    tools: list[JSONObject] | None = None
+    if raw_tools is not None:
+        if not isinstance(raw_tools, list) or not all(isinstance(t, dict) for t in raw_tools):
+            raise InputError("must be a list of objects", path, lineno, "output_tools")
+        tools = [t for t in raw_tools if isinstance(t, dict)]  # all of them: the narrowing the check made
+    raw_usage = obj.get("usage")
+    usage: dict[str, int | None] | None = None
+    if raw_usage is not None:
+        if not isinstance(raw_usage, dict):
             raise InputError("must be an object", path, lineno, "usage")
-        for key, value in usage.items():
+        counts: dict[str, int | None] = {}
+        for key, value in raw_usage.items():
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise InputError("must be a non-negative integer or null", path, lineno, f"usage.{key}")
-        usage = {k: usage.get(k) for k in USAGE_KEYS}
+            counts[key] = value
+        usage = {k: counts.get(k) for k in USAGE_KEYS}
     return {"model": model, "item_id": item_id, "epoch": epoch, "output_text": text, "output_tools": tools, "usage": usage}
 
 
-def load_recordings(path: Path) -> tuple[dict[Key, dict[str, Any]], str]:
+def load_recordings(path: Path) -> tuple[dict[Key, Recording], str]:
     """All recordings by (model, item_id, epoch), and the file's sha256; the first bad line is an InputError."""
-    recordings: dict[Key, dict[str, Any]] = {}
+    recordings: dict[Key, Recording] = {}
     first_line: dict[Key, int] = {}
     for lineno, value in iter_jsonl(path):
         if isinstance(value, InputError):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -116,7 +116,7 @@ def one_line(text: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
-def option_of(message: str, body: dict[str, object] | None = None) -> str:
+def option_of(message: str, body: Mapping[str, object] | None = None) -> str:
     """The option that put the refused key in the request: the first key the message names (preferring keys the
     request carries), else "the request"."""
     text = message.lower()

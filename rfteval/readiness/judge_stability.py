@@ -12,7 +12,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.graders.base import GraderConfig, GradeResult, Pair, judge_types
 from rfteval.providers.judge import judge_repeat
@@ -23,6 +23,56 @@ if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
 
 DEFAULT_THRESHOLD = 0.1  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
+
+
+class StabilityOutput(TypedDict):
+    """One output graded `repeat` times; sd and range on the grader's range scaled to 0..1."""
+
+    item_id: str
+    epoch: int
+    scores: list[float]
+    errors: int
+    error_types: list[str]
+    mean: float
+    sd: float
+    range: float
+    flipped: bool
+
+
+class StabilityItem(TypedDict):
+    item_id: str
+    outputs: int
+    sd: float  # the mean over its outputs; NaN when none was measured twice
+    range: float
+    flipped: bool
+    errors: int
+    flagged: bool
+
+
+class StabilityOverall(TypedDict):
+    items: int
+    outputs: int
+    repeats: int
+    threshold: float
+    pass_threshold: float
+    mean_sd: float
+    max_range: float
+    flip_share: float
+    flagged_items: int
+    errors: int
+    error_share: float
+    flagged: bool
+
+
+class StabilityReport(TypedDict):
+    """What `stability_report` returns and `validate grader --repeat` prints (report.judge_stability_render)."""
+
+    grader: str
+    type: str
+    scale: list[float]
+    overall: StabilityOverall
+    items: list[StabilityItem]
+    outputs: list[StabilityOutput]
 
 
 def _pass_threshold(config: GraderConfig, override: float | None) -> float:
@@ -53,7 +103,7 @@ def stability_report(
     threshold: float = DEFAULT_THRESHOLD,
     keys: Sequence[tuple[str, int]] | None = None,
     pass_threshold: float | None = None,
-) -> dict[str, Any]:
+) -> StabilityReport:
     """Grade `pairs` `repeat` times with `engine` (a GradingEngine with a judge) and report the spread.
 
     `keys` names each pair (item_id, epoch); by default the item's `id` (or its position) and 1. Per output:
@@ -80,7 +130,7 @@ def stability_report(
             raise RuntimeError(f"the grader returned {len(results)} results for {len(pairs)} outputs")
         runs.append(results)
 
-    outputs: list[dict[str, Any]] = []
+    outputs: list[StabilityOutput] = []
     for n, (item_id, epoch) in enumerate(keys):
         results = [run[n] for run in runs]
         ok = [r for r in results if r.error is None]
@@ -94,10 +144,10 @@ def stability_report(
             "sd": sd / scale, "range": width / scale, "flipped": len(verdicts) > 1,
         })
 
-    by_item: dict[str, list[dict[str, Any]]] = {}
+    by_item: dict[str, list[StabilityOutput]] = {}
     for row in outputs:
         by_item.setdefault(row["item_id"], []).append(row)
-    items = []
+    items: list[StabilityItem] = []
     for item_id, rows in by_item.items():
         measured = [r for r in rows if len(r["scores"]) >= 2]
         sd = statistics.fmean(r["sd"] for r in measured) if measured else math.nan
@@ -111,7 +161,7 @@ def stability_report(
     measured_items = [it for it in items if not math.isnan(it["sd"])]
     mean_sd = statistics.fmean(it["sd"] for it in measured_items) if measured_items else math.nan
     errors = sum(r["errors"] for r in outputs)
-    overall = {
+    overall: StabilityOverall = {
         "items": len(items), "outputs": len(outputs), "repeats": repeat, "threshold": threshold,
         "pass_threshold": cut, "mean_sd": mean_sd,
         "max_range": max((it["range"] for it in measured_items), default=math.nan),
@@ -144,11 +194,11 @@ def run_stability(
     grader_path: str | Path,
     dataset_path: str | Path,
     outputs_path: str | Path,
-    judge: JudgeClient,
+    judge: JudgeClient | None,  # None only for a grader without a model grader, which is refused
     repeat: int = 3,
     threshold: float = DEFAULT_THRESHOLD,
     options: GradeOptions | None = None,
-) -> dict[str, Any]:
+) -> StabilityReport:
     """`rfteval validate grader G --dataset D --outputs O --repeat K`, as a library call; InputError on bad input."""
     from rfteval.errors import InputError
     from rfteval.graders import GradingEngine, load_grader

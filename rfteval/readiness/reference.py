@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.data.dataset import Dataset
+from rfteval.data.json_types import JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig
 
@@ -18,8 +19,27 @@ if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
 
 
+class BelowMax(TypedDict):
+    item_id: str
+    score: float
+
+
+class ReferenceSummary(TypedDict):
+    items: int
+    checked: int  # items whose reference was graded
+    at_max: int
+    max: float
+    share_at_max: float | None  # None when no reference could be graded
+    below_max: list[BelowMax]
+
+
+class ReferenceCheck(TypedDict):
+    summary: ReferenceSummary
+    text: str  # what `validate grader --dataset` prints
+
+
 def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOptions | None = None,
-                    template: Any = None, judge: JudgeClient | None = None) -> dict[str, Any]:
+                    template: JSONValue = None, judge: JudgeClient | None = None) -> ReferenceCheck:
     """The reference probe over every item: how many score the maximum, and which do not."""
     from rfteval.readiness.probes import run_probes
 
@@ -40,7 +60,7 @@ def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOption
     if len(below) > 10:
         lines.append(f"  ... and {len(below) - 10} more")
     lines += [f"note: {n}" for n in report.notes]
-    summary = {"items": len(dataset), "checked": probe.n_graded, "at_max": at_max, "max": top,
+    summary: ReferenceSummary = {"items": len(dataset), "checked": probe.n_graded, "at_max": at_max, "max": top,
                "share_at_max": at_max / probe.n_graded if probe.n_graded else None,
                "below_max": [{"item_id": i, "score": s} for i, s in below.items()]}
     return {"summary": summary, "text": "\n".join(lines)}
@@ -57,7 +77,7 @@ def describe_grader(config: GraderConfig) -> list[str]:
     return lines
 
 
-def load_reference_template(value: str) -> Any:
+def load_reference_template(value: str) -> JSONValue:
     """A JSON template from a file, or inline JSON, or a bare text template containing {{item.…}}."""
     from rfteval.graders.template import parse_path
     from rfteval.readiness.probes import template_paths
@@ -70,7 +90,7 @@ def load_reference_template(value: str) -> Any:
     else:
         text = value
     try:
-        template = json.loads(text)
+        template: JSONValue = json.loads(text)
     except json.JSONDecodeError as exc:
         if source is None and "{{" in text:
             template = text

@@ -84,9 +84,9 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
     if result.pass_note:
         console.print(f"note: {result.pass_note}", markup=False, highlight=False, soft_wrap=True)
     u = result.unmatched
-    for side, key in (("A", "a_only_first"), ("B", "b_only_first")):
-        if u[key]:
-            console.print(f"only in {side}: {', '.join(u[key])}" + (" ..." if u[key[0] + '_only'] > len(u[key]) else ""),
+    for side, first, count in (("A", u["a_only_first"], u["a_only"]), ("B", u["b_only_first"], u["b_only"])):
+        if first:
+            console.print(f"only in {side}: {', '.join(first)}" + (" ..." if count > len(first) else ""),
                           markup=False, highlight=False, soft_wrap=True)
     if result.labels is not None:
         _render_labels(console, result)

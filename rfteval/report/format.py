@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -47,12 +47,11 @@ def fmt_cost(usd: float | None) -> str:
     return f"${usd:.4f}" if usd < 1 else f"${usd:,.2f}"
 
 
-def table(title: str | None = None, **options: Any) -> Table:
+def table(title: str | None = None) -> Table:
     """Every terminal table in one style: a rule under the header, no outer edge, one space between columns, so a
     report reads the same whichever command printed it and fits 80 columns where its content can."""
     from rich import box
     from rich.table import Table
 
-    style: dict[str, Any] = {"box": box.SIMPLE_HEAD, "show_edge": False, "pad_edge": False, "collapse_padding": True,
-                             "title_justify": "left"}
-    return Table(title=title, **{**style, **options})
+    return Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True,
+                 title_justify="left")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rfteval.readiness.judge_stability import StabilityReport
 
 
-def render_report(report: dict[str, Any]) -> str:
+def render_report(report: StabilityReport) -> str:
     """Plain-text table for the terminal: one line per item, then the verdict."""
     o = report["overall"]
     lines = [

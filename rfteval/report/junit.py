@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from datetime import UTC
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
 from rfteval.data.outfile import write_bytes_atomic
 from rfteval.report.format import fmt_ci
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from rfteval.compare.comparison import CompareResult
 
 ITEMS_SUITE = "rfteval.compare.items"
@@ -57,7 +59,7 @@ class _Case:
                     if inner else f'    <testcase name={_attr(name)} classname="{classname}" time="0"/>\n')
 
 
-def _formatted(values: Any, sign: bool = False) -> list[str]:
+def _formatted(values: pd.Series, sign: bool = False) -> list[str]:
     """A numeric column as text, vectorised-ish (fmt() per value costs seconds at 10^5 items)."""
     spec = "{:+.3f}" if sign else "{:.3f}"
     return [spec.format(v) if v == v and abs(v) != float("inf") else "n/a" for v in values.tolist()]
@@ -121,7 +123,7 @@ def render_junit(result: CompareResult, max_item_drop: float | None = None, time
         "delta.mean": result.delta["mean"], "delta.ci95": fmt_ci(result.delta["ci95"], 4),
         "delta.p_value": result.delta["p_value"],
     }
-    suites: list[tuple[str, list[_Case], dict[str, Any]]] = [(ITEMS_SUITE, item_cases(result, max_item_drop), props)]
+    suites: list[tuple[str, list[_Case], dict[str, object]]] = [(ITEMS_SUITE, item_cases(result, max_item_drop), props)]
     gate = gate_cases(result)
     if gate:
         suites.append((GATE_SUITE, gate, {}))

@@ -30,7 +30,7 @@ def num(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
 
 
-def _esc(text: Any) -> str:
+def _esc(text: object) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(str(text))

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens
 from rfteval.report.format import table as house_table
 from rfteval.run.runner import RunMonitor
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from rich.console import Console, RenderableType
+    from rich.progress import Progress, TaskID
     from rich.table import Table
 
     from rfteval.run.runner import RunResult
@@ -37,10 +39,10 @@ class RichMonitor(RunMonitor):
         self.refresh_s = refresh_s
         self._lock = threading.Lock()
         self._counts: dict[str, dict[str, int]] = {}
-        self._tasks: dict[str, Any] = {}
+        self._tasks: dict[str, TaskID] = {}
         self._last = 0.0
         self._said: set[tuple[str, str]] = set()
-        self.progress: Any = None
+        self.progress: Progress | None = None
 
     def start(self, totals: dict[str, int]) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -111,6 +113,8 @@ class RichMonitor(RunMonitor):
         if not force and now - self._last < self.refresh_s:
             return
         self._last = now
+        if self.progress is None:  # not started: no bar to update (no task either)
+            return
         with self._lock:
             for label, c in self._counts.items():
                 if label not in self._tasks:
@@ -206,7 +210,7 @@ def per_item_table(result: RunResult) -> Table:
     return table
 
 
-def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
+def compare_renderables(comparison: RunComparison, top: int = 0) -> list[RenderableType]:
     """The run's comparison as `rfteval compare` prints it: the one summary.json's deltas come from."""
     from rich.text import Text
 
@@ -214,7 +218,7 @@ def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
 
     if comparison.series is not None:  # a series: one table, Holm across the candidates (rfteval.compare.series)
         return [series_table(comparison.series), *(Text(line) for line in series_lines(comparison.series))]
-    out: list[Any] = []
+    out: list[RenderableType] = []
     for cmp in comparison.results.values():
         out.append(summary_table(cmp))
         out += [Text(line) for line in side_lines(cmp)]
@@ -223,7 +227,7 @@ def compare_renderables(comparison: RunComparison, top: int = 0) -> list[Any]:
     return out
 
 
-def _reasoning(usage: dict[str, Any]) -> str:
+def _reasoning(usage: Mapping[str, object]) -> str:
     """' (reasoning N)' when the endpoint reported reasoning tokens, else nothing (not a made-up 0)."""
     n = usage.get("reasoning_tokens")
     return f" (reasoning {n})" if n is not None else ""

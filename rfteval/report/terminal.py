@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.data.reasoning import truncation_line
 from rfteval.report.format import fmt, fmt_ci, fmt_p
@@ -17,28 +16,29 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow
+    from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow, SideReport
     from rfteval.compare.series import SeriesResult
+    from rfteval.stats.paired import PairedDelta
 
 
-def wtl(delta: Mapping[str, Any]) -> str:
+def wtl(delta: PairedDelta) -> str:
     return f"{delta['wins']}/{delta['ties']}/{delta['losses']}"
 
 
-def verdict(delta: Mapping[str, Any]) -> str:
+def verdict(delta: PairedDelta) -> str:
     """The row's word, from the same rule the gate uses (rfteval.stats.paired.direction)."""
     from rfteval.stats.paired import direction
 
     return direction(delta, float(delta.get("level", 0.95)))
 
 
-def shown_p(delta: Mapping[str, Any]) -> float | None:
+def shown_p(delta: PairedDelta) -> float | None:
     """The p-value the verdict follows: Holm-adjusted within its family of slices or sub-scores."""
     p = delta.get("p_adjusted")
     return delta.get("p_value") if p is None else p
 
 
-def errors_text(side: Mapping[str, Any], options: CompareOptions) -> str:
+def errors_text(side: SideReport, options: CompareOptions) -> str:
     """How a side's error records entered its mean, under the error policy in force."""
     total = side.get("errors", 0)
     if not total:

@@ -15,15 +15,17 @@ a sandbox that cannot be built) raises at construction.
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import json
 import logging
 import threading
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeVar
 
+from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.data.reasoning import answer_text
 from rfteval.data.sample import Sample, make_sample
 from rfteval.errors import InputError
@@ -32,9 +34,16 @@ from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.graders.sandbox import configure, grading_units
 
+if TYPE_CHECKING:
+    from rfteval.providers.judge import Judge
+
 log = logging.getLogger("rfteval.reward")
 
-GraderLike = str | Path | Mapping[str, Any] | GraderConfig
+GraderLike: TypeAlias = "str | Path | JSONMapping | GraderConfig"  # a string: JSONMapping is one at run time
+# One message of a conversation as trainers hand it over (role, content, tool_calls...): read by key, never whole.
+Message = Mapping[str, object]
+# A prompt or a completion: text (TRL's standard format, verl's solution_str) or a list of messages (conversational).
+Conversation = str | Sequence[Message]
 
 # The column `rfteval export-dataset` adds: JSON text saying which fields it stored as JSON text (because the
 # trainer's loader would have changed them) and which it added (the id of a line that had none), so the adapter
@@ -67,7 +76,7 @@ class RewardOptions:
     reasoning: str = "strip"
     # The original RFT lines (a JSONL path, or the rows): each completion's item is the line whose id is in the
     # trainer's id column, exactly as `rfteval grade` reads it, whatever the trainer's loader did to the columns.
-    items: str | list[dict[str, Any]] | None = None
+    items: str | Sequence[JSONObject] | None = None
     id_field: str = "id"
 
     def __post_init__(self) -> None:
@@ -77,6 +86,36 @@ class RewardOptions:
             raise ValueError(f"reasoning must be 'strip' or 'keep', not {self.reasoning!r}")
         if isinstance(self.items, Path):
             object.__setattr__(self, "items", str(self.items))
+
+
+class RewardOptionsArgs(TypedDict, total=False):
+    """RewardOptions as the keyword options every `for_*` factory takes (`**options`), so a call is checked field by
+    field (tests/test_reward_core.py holds it to RewardOptions' fields)."""
+
+    judge_base_url: str | None
+    judge_api_key_env: str
+    judge_api: str
+    judge_model: str | None
+    judge_concurrency: int
+    grader_timeout: float
+    grader_memory: int
+    python_workers: int | None
+    unsafe_python_graders: bool
+    name: str | None
+    on_error: str | None
+    reasoning: str
+    items: str | Sequence[JSONObject] | None
+    id_field: str
+
+
+_T = TypeVar("_T")
+
+
+class NamedPartial(functools.partial[_T]):
+    """A functools.partial that carries the `__name__` trainers log a reward under (verl, verifiers): it pickles as a
+    partial does and inspect.iscoroutinefunction sees through it to the wrapped function."""
+
+    __name__: str
 
 
 def grader_config(grader: GraderLike) -> GraderConfig:
@@ -119,15 +158,18 @@ class Coercions:
         why = {"timestamp": "holds a timestamp the loader made from a date-like string (Arrow's JSON reader does); "
                             "it is given to the grader as ISO text, which may not be the line's own text",
                "null": "holds null, which a loader writes for a key the line did not have (Arrow pads struct "
-                       "keys and columns other rows have); the grader may see a key the line never had"}[kind]
+                       "keys and columns other rows have); the grader may see a key the line never had",
+               "text": "holds a value JSON has no form for (bytes, a decimal, a duration: never read from a JSON "
+                       "line); it is given to the grader as its text (str)"}[kind]
         log.warning("%s: column %r %s. Pass items=ITEMS.jsonl (or export the dataset with `rfteval export-dataset`) "
                     "so the item is the original line (logged once per column)", self.owner, column, why)
 
 
-def plain_data(value: Any, column: str | None = None, notes: Coercions | None = None) -> Any:
-    """Column values as JSON-like data: numpy arrays and scalars, Arrow scalars (what parquet- and Arrow-backed
+def plain_data(value: object, column: str | None = None, notes: Coercions | None = None) -> JSONValue:
+    """Column values as JSON data: numpy arrays and scalars, Arrow scalars (what parquet- and Arrow-backed
     datasets hand over, verl's and TRL's among them) become lists and numbers, exactly. What cannot be undone
-    exactly (a timestamp made from a string, null padding) is noted on `notes` under `column`."""
+    exactly (a timestamp made from a string, null padding, a value of no JSON kind given as its text) is noted on
+    `notes` under `column`."""
     if value is None:
         if notes is not None and column is not None:
             notes.note(column, "null")
@@ -150,10 +192,14 @@ def plain_data(value: Any, column: str | None = None, notes: Coercions | None = 
     tolist = getattr(value, "tolist", None)  # numpy arrays and scalars, torch tensors
     if callable(tolist):
         return plain_data(tolist(), column, notes)
-    return value
+    # No JSON line holds such a value (an item read as `rfteval grade` reads it never does), so no score depends
+    # on it staying an object; as text the item stays JSON, which every grader and the python sandbox take.
+    if notes is not None and column is not None:
+        notes.note(column, "text")
+    return str(value)
 
 
-def decode_exported(row: Mapping[str, Any], prompt: Any = None) -> dict[str, Any] | None:
+def decode_exported(row: Mapping[str, object], prompt: object = None) -> JSONObject | None:
     """The original line of a row written by `rfteval export-dataset` (it has the META column), else None: the
     line's own keys in its order, those stored as JSON text parsed back, the one the prompt column holds taken from
     `prompt` (TRL hands the prompt over apart from the columns); keys a reader padded, the id export-dataset added
@@ -168,18 +214,22 @@ def decode_exported(row: Mapping[str, Any], prompt: Any = None) -> dict[str, Any
     if not isinstance(info, dict) or not isinstance(info.get("fields"), list):
         return None
     as_json = set(info.get("json", ()))
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key in info["fields"]:
         if key == info.get("prompt"):
             out[key] = plain_data(prompt)
         elif key in as_json:
-            out[key] = json.loads(row[key])
+            text = row[key]
+            if not isinstance(text, (str, bytes, bytearray)):  # what json.loads refuses, refused as it would
+                raise TypeError(f"column {key!r} should hold JSON text (rfteval export-dataset wrote it so), not "
+                                f"{type(text).__name__}")
+            out[key] = json.loads(text)
         else:
             out[key] = plain_data(row.get(key))
     return out
 
 
-def _row_ids(rows: Iterable[Mapping[str, Any]], id_field: str) -> Iterable[tuple[str, dict[str, Any]]]:
+def _row_ids(rows: Iterable[JSONObject], id_field: str) -> Iterable[tuple[str, JSONObject]]:
     """(id, row) as rfteval reads a dataset: the id field, else the line's content hash (identical lines numbered
     in order: abc123, abc123-2, ...), so the id `export-dataset` added is the one `rfteval grade` uses."""
     from rfteval.data.dataset import content_id
@@ -197,12 +247,12 @@ def _row_ids(rows: Iterable[Mapping[str, Any]], id_field: str) -> Iterable[tuple
 class ItemTable:
     """The original lines by id (items=), read once per process."""
 
-    def __init__(self, items: str | list[dict[str, Any]], id_field: str):
+    def __init__(self, items: str | Sequence[JSONObject], id_field: str):
         from rfteval.data.dataset import iter_jsonl
 
         self.source = items if isinstance(items, str) else "items="
         if isinstance(items, str):
-            rows: list[dict[str, Any]] = []
+            rows: list[JSONObject] = []
             for lineno, row in iter_jsonl(Path(items)):
                 if isinstance(row, InputError):
                     raise row
@@ -214,7 +264,7 @@ class ItemTable:
         self.by_id = dict(_row_ids(rows, id_field))
         self.id_field = id_field
 
-    def get(self, rid: Any) -> dict[str, Any]:
+    def get(self, rid: object) -> JSONObject:
         key = str(plain_data(rid))
         try:
             return self.by_id[key]
@@ -226,7 +276,7 @@ class ItemTable:
 # ------------------------------------------------------------------ completions as samples
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     """A message's content as text: a string, or the text parts of a content list."""
     if content is None:
         return ""
@@ -243,15 +293,20 @@ def _content_text(content: Any) -> str:
     return str(content)
 
 
-def openai_tool_calls(calls: Any) -> list[dict[str, Any]]:
+def openai_tool_calls(calls: object) -> list[JSONObject]:
     """Tool calls in the shape OpenAI graders read (`sample.output_tools`): TRL's parse_response gives arguments
     as a dict; OpenAI's are a JSON string, written here as vLLM's tool parsers write them (json.dumps,
-    ensure_ascii=False)."""
-    out: list[dict[str, Any]] = []
-    for call in calls or []:
-        if not isinstance(call, Mapping):
+    ensure_ascii=False). A message's tool_calls: a list of calls, or None."""
+    out: list[JSONObject] = []
+    if not calls:
+        return out
+    if not isinstance(calls, Iterable):
+        raise TypeError(f"tool_calls must be a list of calls, not {type(calls).__name__}")
+    for given in calls:
+        if not isinstance(given, Mapping):
             continue
-        call = dict(plain_data(call))
+        call = plain_data(given)
+        assert isinstance(call, dict)  # plain_data makes a dict of a Mapping
         function = call.get("function")
         if isinstance(function, Mapping):
             function = dict(function)
@@ -269,9 +324,10 @@ def make_sample_for(text: str, options: RewardOptions) -> Sample:
     return make_sample(_answer(text, options))
 
 
-def sample_from_completion(completion: Any, options: RewardOptions | None = None) -> Sample:
+def sample_from_completion(completion: object, options: RewardOptions | None = None) -> Sample:
     """The grader's sample for one completion: a string (TRL's standard format, verl's solution_str), or a list of
-    messages (conversational format) whose last assistant message gives output_text and output_tools."""
+    messages (conversational format) whose last assistant message gives output_text and output_tools; anything
+    else is a TypeError (a trainer's value, checked here rather than trusted)."""
     options = options or RewardOptions()
     if isinstance(completion, str):
         return make_sample_for(completion, options)
@@ -290,7 +346,19 @@ def sample_from_completion(completion: Any, options: RewardOptions | None = None
 # ------------------------------------------------------------------ the grader, ready to score
 
 
-def _close(engine: GradingEngine, judge: Any) -> None:
+# What a pickled reward holds: its class, its grader config as JSON, its options, its subclass's own arguments.
+_Pickled: TypeAlias = "tuple[type[Reward], JSONObject, RewardOptions, dict[str, object]]"
+
+
+class RewardDetails(TypedDict):
+    """A result as a trainer logs it beside the score (verl's details=True: keys other than score are logged)."""
+
+    score: float | None
+    error: str  # the error type, "" when none
+    passed: bool
+
+
+def _close(engine: GradingEngine, judge: Judge | None) -> None:
     try:
         engine.close()
     finally:
@@ -328,12 +396,12 @@ class Reward:
             raise
         self._finalizer = weakref.finalize(self, _close, self.engine, judge)  # also runs at interpreter exit
         self._lock = threading.Lock()
-        self._logged: set[Any] = set()
+        self._logged: set[Hashable] = set()
         self.__name__ = options.name or f"rfteval_{self.config.name}"
         self.coercions = Coercions(self.__name__)
         self.error_counts: dict[str, int] = {}  # grading errors by type, over the reward's life
 
-    def _judge(self, types: set[str]) -> Any:
+    def _judge(self, types: set[str]) -> Judge:
         from rfteval.providers.judge import Judge
 
         o = self.options
@@ -349,7 +417,7 @@ class Reward:
 
     # -- the item
 
-    def find_item(self, fields: Mapping[str, Any], prompt: Any = None) -> dict[str, Any]:
+    def find_item(self, fields: Mapping[str, object], prompt: object = None) -> JSONObject:
         """The item for one completion from what the trainer handed over: the items= line by id; else the line an
         exported dataset carries exactly; else the fields as they came (values a loader invented turned back where
         exact, warned about once per column where not), with a conversation prompt as `messages`."""
@@ -363,7 +431,7 @@ class Reward:
         exported = decode_exported(fields, prompt)
         if exported is not None:
             return exported
-        item: dict[str, Any] = {}
+        item: JSONObject = {}
         plain_prompt = plain_data(prompt)
         if "messages" not in fields and isinstance(plain_prompt, list) and plain_prompt and all(
                 isinstance(m, Mapping) and "role" in m for m in plain_prompt):
@@ -373,11 +441,11 @@ class Reward:
 
     # -- grading and the error rule
 
-    def grade(self, pairs: Sequence[tuple[Sample, dict[str, Any]]], units: Sequence[Any]) -> list[GradeResult]:
+    def grade(self, pairs: Sequence[tuple[Sample, JSONObject]], units: Sequence[Hashable]) -> list[GradeResult]:
         with grading_units(list(units)):
             return self.engine.grade_batch(list(pairs))
 
-    def grade_one(self, sample: Sample, item: dict[str, Any]) -> GradeResult:
+    def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade([(sample, item)], [0])[0]
 
     def value(self, result: GradeResult) -> float | None:
@@ -391,7 +459,7 @@ class Reward:
     def score(self, results: Sequence[GradeResult]) -> list[float | None]:
         return [self.value(r) for r in results]
 
-    def details(self, result: GradeResult) -> dict[str, Any]:
+    def details(self, result: GradeResult) -> RewardDetails:
         """A result as a dict a trainer logs beside the score: error type ("" when none) and passed."""
         return {"score": self.value(result), "error": result.error.type if result.error else "",
                 "passed": bool(result.passed) if result.passed is not None else result.error is None and
@@ -408,7 +476,7 @@ class Reward:
         log.warning("%s: %s, %s (logged once per error type): %s", self.__name__, result.error.type, rule,
                     result.error.message[:2000])
 
-    def note_once(self, key: Any, message: str, *args: Any) -> None:
+    def note_once(self, key: Hashable, message: str, *args: object) -> None:
         with self._lock:
             if key in self._logged:
                 return
@@ -427,17 +495,19 @@ class Reward:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[Callable[[type[Reward], JSONObject, RewardOptions, dict[str, object]], Reward],
+                                  _Pickled]:
         """Pickled as its class, config and options (trainers ship reward functions to worker processes, TRL's
         AsyncGRPOTrainer among them); the copy starts its own engine."""
-        return _rebuild, (type(self), self.config.model_dump(mode="json"), asdict(self.options), self._extra())
+        return _rebuild, (type(self), self.config.model_dump(mode="json"), self.options, self._extra())
 
-    def _extra(self) -> dict[str, Any]:
+    def _extra(self) -> dict[str, object]:
+        """The subclass's own constructor arguments, by keyword, for the copy a pickle rebuilds."""
         return {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.__name__} ({self.config.type})>"
 
 
-def _rebuild(cls: type[Reward], config: dict[str, Any], options: dict[str, Any], extra: dict[str, Any]) -> Reward:
-    return cls(config, RewardOptions(**options), **extra)
+def _rebuild(cls: type[Reward], config: JSONObject, options: RewardOptions, extra: dict[str, object]) -> Reward:
+    return cls(config, options, **extra)

@@ -15,15 +15,18 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Final
 
 from rfteval.data.dataset import iter_items
+from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.reward.core import META
 from rfteval.reward.openrlhf import LABEL_ITEM
 
 TARGETS = ("trl", "verl", "verifiers", "openrlhf")
 FILES = {"trl": "train.jsonl", "verl": "train.parquet", "verifiers": "train.jsonl", "openrlhf": "train.jsonl"}
-_ABSENT: Any = object()
+_ABSENT: Final = object()
+# A row as a reader gives it back: JSON, except where the reader changed a value (a timestamp from a date string).
+ReadBack = list[dict[str, object]]
 
 
 @dataclass(frozen=True)
@@ -34,16 +37,16 @@ class ExportedDataset:
     added_id: bool
 
 
-def _canonical(value: Any) -> str:
+def _canonical(value: object) -> str:
     """Exact comparison: 1 and 1.0 differ, key order counts, a datetime is not its string."""
     return "<absent>" if value is _ABSENT else json.dumps(value, ensure_ascii=False, default=repr)
 
 
-def _jsonl_bytes(rows: Sequence[dict[str, Any]]) -> bytes:
+def _jsonl_bytes(rows: Sequence[JSONMapping]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
-def _through_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def _through_json(rows: Sequence[JSONMapping]) -> ReadBack | None:
     """The rows as Arrow's JSON reader gives them back (what datasets.load_dataset("json") uses); None when it
     refuses them (a column of mixed types)."""
     import pyarrow as pa
@@ -55,7 +58,7 @@ def _through_json(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None
         return None
 
 
-def _through_parquet(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | None:
+def _through_parquet(rows: Sequence[JSONMapping]) -> ReadBack | None:
     """The rows as a parquet file gives them back (verl's RLHFDataset reads parquet); None when Arrow refuses."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -68,7 +71,8 @@ def _through_parquet(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]] | N
         return None
 
 
-def _changed_fields(lines: Sequence[dict[str, Any]], through: Callable[..., list[dict[str, Any]] | None]) -> set[str]:
+def _changed_fields(lines: Sequence[JSONMapping], through: Callable[[Sequence[JSONMapping]], ReadBack | None]
+                    ) -> set[str]:
     """The fields that do not come back exactly when each is read alone through the trainer's reader."""
     names: list[str] = []
     for line in lines:
@@ -83,9 +87,9 @@ def _changed_fields(lines: Sequence[dict[str, Any]], through: Callable[..., list
     return changed
 
 
-def _encode(line: dict[str, Any], names: Sequence[str], as_json: set[str]) -> dict[str, Any]:
+def _encode(line: JSONObject, names: Sequence[str], as_json: set[str]) -> JSONObject:
     """The line's fields, in one order for every row, those in as_json as JSON text (null: the line lacked it)."""
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for name in names:
         if name in as_json:
             out[name] = json.dumps(line[name], ensure_ascii=False) if name in line else None
@@ -94,15 +98,15 @@ def _encode(line: dict[str, Any], names: Sequence[str], as_json: set[str]) -> di
     return out
 
 
-def _text(value: Any) -> str:
+def _text(value: JSONValue) -> str:
     """A reference as the text column a trainer expects (verl's ground_truth, verifiers' answer)."""
     if value is None:
         return ""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def build_rows(lines: Sequence[dict[str, Any]], ids: Sequence[str], target: str, *, data_source: str,
-               reference_field: str = "reference_answer") -> tuple[list[dict[str, Any]], set[str], bool]:
+def build_rows(lines: Sequence[JSONObject], ids: Sequence[str], target: str, *, data_source: str,
+               reference_field: str = "reference_answer") -> tuple[list[JSONObject], set[str], bool]:
     """The trainer's rows for the lines, the fields written as JSON text, and whether the id was added."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
@@ -132,21 +136,24 @@ def build_rows(lines: Sequence[dict[str, Any]], ids: Sequence[str], target: str,
     raise RuntimeError("the rows do not read back exactly even with every field as JSON text")
 
 
-def _meta(line: dict[str, Any], as_json: set[str], prompt_field: str | None) -> str:
+def _meta(line: JSONMapping, as_json: set[str], prompt_field: str | None) -> str:
     """The META column of one row: the line's own keys in its order (so a key the reader padded, or the id added,
     is left out, and the order is the line's), which are JSON text, and which one the prompt column holds."""
-    meta: dict[str, Any] = {"fields": list(line), "json": sorted(as_json & set(line))}
+    meta: dict[str, list[str] | str] = {"fields": list(line), "json": sorted(as_json & set(line))}
     if prompt_field:
         meta["prompt"] = prompt_field
     return json.dumps(meta, ensure_ascii=False)
 
 
-def _row(target: str, line: dict[str, Any], fields: dict[str, Any], meta: str, data_source: str,
-         reference_field: str) -> dict[str, Any]:
+def _row(target: str, line: JSONObject, fields: JSONObject, meta: str, data_source: str,
+         reference_field: str) -> JSONObject:
     if target == "trl":
         return {"prompt": line["messages"], **fields, META: meta}
     if target == "verifiers":  # verifiers' messages know system, user, assistant, tool: OpenAI's developer is system
-        prompt = [{**m, "role": "system"} if m.get("role") == "developer" else m for m in line["messages"]]
+        messages = line["messages"]
+        assert isinstance(messages, list)  # iter_items refuses a line whose messages are not a list of messages
+        prompt: list[JSONValue] = [{**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer"
+                                   else m for m in messages]
         return {"prompt": prompt, "answer": _text(line.get(reference_field)), "info": {**fields, META: meta}}
     return {"data_source": data_source, "prompt": line["messages"], "ability": "rfteval",
             "reward_model": {"style": "rule", "ground_truth": _text(line.get(reference_field))},

@@ -7,18 +7,28 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, Unpack
 
-from rfteval.graders.base import GraderConfig
-from rfteval.reward.core import Reward, RewardOptions, make_sample_for, plain_data
+from rfteval.data.json_types import JSONObject
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, make_sample_for, plain_data
+
+if TYPE_CHECKING:
+    import torch
 
 LABEL_ITEM = "rfteval_item"  # the key of an exported label's JSON object that holds the original line
 # OpenRLHF decodes the query with skip_special_tokens=False (openrlhf/utils/agent.py), so the response ends with the
 # model's end-of-turn token; OpenAI's output_text never holds it. The common ones, stripped from the end.
 END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<|end_of_text|>", "</s>", "<eos>",
               "<end_of_turn>")
+# What OpenRLHF reads: float tensors; a list where torch is not importable (rfteval's own tests without torch).
+Values: TypeAlias = "torch.Tensor | list[float]"
+
+
+class OpenRLHFResult(TypedDict):
+    rewards: Values
+    scores: Values
+    extra_logs: dict[str, Values]
 
 
 def response_of(query: str, prompt: str, end_tokens: tuple[str, ...] = END_TOKENS) -> str:
@@ -35,30 +45,32 @@ def response_of(query: str, prompt: str, end_tokens: tuple[str, ...] = END_TOKEN
 
 
 class OpenRLHFReward(Reward):
-    def __init__(self, grader: Any, options: RewardOptions, reference_field: str | None = "reference_answer",
+    def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer",
                  end_tokens: Sequence[str] = END_TOKENS):
         super().__init__(grader, options)
         self.reference_field = reference_field
         self.end_tokens = tuple(end_tokens)
 
-    def _extra(self) -> dict[str, Any]:
+    def _extra(self) -> dict[str, object]:
         return {"reference_field": self.reference_field, "end_tokens": list(self.end_tokens)}
 
-    def item(self, label: Any) -> dict[str, Any]:
-        label = plain_data(label)
-        if isinstance(label, str) and label.startswith("{"):
+    def item(self, label: object) -> JSONObject:
+        plain = plain_data(label)
+        if isinstance(plain, str) and plain.startswith("{"):
             try:
-                parsed = json.loads(label)
+                parsed = json.loads(plain)
             except ValueError:
                 parsed = None
             if isinstance(parsed, dict) and isinstance(parsed.get(LABEL_ITEM), dict):
                 return parsed[LABEL_ITEM]
         if self.table is not None:
-            return self.find_item({self.options.id_field: label})
-        return {self.reference_field: label} if self.reference_field else {}
+            return self.find_item({self.options.id_field: plain})
+        return {self.reference_field: plain} if self.reference_field else {}
 
-    def __call__(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any] | None = None,
-                 **kwargs: Any) -> dict[str, Any]:
+    def __call__(self, queries: Sequence[str], prompts: Sequence[str], labels: Sequence[object] | None = None,
+                 **kwargs: object) -> OpenRLHFResult:
+        """`labels`: the --data.label_key column's values; `kwargs`: what else OpenRLHF passes (open in its
+        contract), not read."""
         n = len(queries)
         if len(prompts) != n or (labels is not None and len(labels) != n):
             raise ValueError(f"{self.__name__}(): {n} queries, {len(prompts)} prompts, "
@@ -74,7 +86,7 @@ class OpenRLHFReward(Reward):
         return {"rewards": _tensor(values), "scores": _tensor(values), "extra_logs": {"grading_errors": _tensor(errors)}}
 
 
-def _tensor(values: list[float]) -> Any:
+def _tensor(values: list[float]) -> Values:
     """A float tensor where torch is importable (what OpenRLHF reads), else the list."""
     try:
         import torch
@@ -83,8 +95,8 @@ def _tensor(values: list[float]) -> Any:
     return torch.tensor(values, dtype=torch.float32)
 
 
-def for_openrlhf(grader: str | Path | Mapping[str, Any] | GraderConfig, reference_field: str | None = "reference_answer",
-                 end_tokens: Sequence[str] = END_TOKENS, **options: Any) -> OpenRLHFReward:
+def for_openrlhf(grader: GraderLike, reference_field: str | None = "reference_answer",
+                 end_tokens: Sequence[str] = END_TOKENS, **options: Unpack[RewardOptionsArgs]) -> OpenRLHFReward:
     """OpenRLHF's `reward_func(queries, prompts, labels)` scoring with `grader`. A label written by `rfteval
     export-dataset --target openrlhf` carries the original line; with items= a label is an id; otherwise a label is
     the reference, put at `reference_field`. `end_tokens` are stripped from the end of each response (OpenRLHF

@@ -11,15 +11,32 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Protocol, Unpack, runtime_checkable
 
-from rfteval.graders.base import GraderConfig
-from rfteval.reward.core import Reward, RewardOptions, sample_from_completion
+from rfteval.data.json_types import JSONObject
+from rfteval.reward.core import Conversation, GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_completion
 
 # Keywords TRL's GRPOTrainer._calculate_rewards adds besides the dataset columns.
 TRL_EXTRAS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
+TRLRewards = list[float | None]  # what TRL takes back: one per completion, None for "leave this one out"
+
+
+@runtime_checkable
+class _Column(Protocol):
+    """A dataset column as TRL passes it (a list, one value per completion; an array does as well)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> object: ...
+
+
+def _as_column(values: object, n: int) -> _Column | None:
+    """`values` when they are a column of n values, else None (TRL's extras, a constant, a mapping)."""
+    if isinstance(values, (list, tuple)):  # what TRL passes: checked first, a protocol's isinstance is slower
+        return values if len(values) == n else None
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, _Column) or len(values) != n:
+        return None
+    return values
 
 
 class TRLReward(Reward):
@@ -27,24 +44,27 @@ class TRLReward(Reward):
 
     default_on_error = "none"
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
-                 completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
+    def __call__(self, prompts: Sequence[Conversation] | None = None, completions: Sequence[Conversation] | None = None,
+                 completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: object) -> TRLRewards:
+        """`kwargs`: the dataset's columns (TRL passes each one by its own name, so they cannot be named here) and
+        TRL's extras (TRL_EXTRAS, ignored); completion_ids are not read (the grader scores the text)."""
         if completions is None:
             raise TypeError(f"{self.__name__}() needs completions= (TRL passes prompts=, completions=, "
                             "completion_ids= and the dataset columns)")
         n = len(completions)
         if prompts is not None and len(prompts) != n:
             raise ValueError(f"{self.__name__}(): {len(prompts)} prompts for {n} completions")
-        columns: dict[str, Sequence[Any]] = {}
+        columns: dict[str, _Column] = {}
         for key, values in kwargs.items():
             if key in TRL_EXTRAS:
                 continue
-            if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__len__") or len(values) != n:
+            column = _as_column(values, n)
+            if column is None:
                 self.note_once(("ignored", key), "%s: keyword %r is not a column (one value per completion); not "
                                "part of the item", self.__name__, key)
                 continue
-            columns[key] = values
-        items: list[dict[str, Any]] = []
+            columns[key] = column
+        items: list[JSONObject] = []
         units: list[int] = []
         seen: dict[str, int] = {}
         for i in range(n):
@@ -59,15 +79,16 @@ class TRLReward(Reward):
         return self.score(self.grade(pairs, units))
 
 
-async def rfteval_async_reward(reward: TRLReward, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
-                     completion_ids: Any = None, **kwargs: Any) -> list[float | None]:
+async def rfteval_async_reward(reward: TRLReward, prompts: Sequence[Conversation] | None = None,
+                               completions: Sequence[Conversation] | None = None,
+                               completion_ids: Sequence[Sequence[int]] | None = None, **kwargs: object) -> TRLRewards:
     """TRL awaits an `async def` reward (inspect.iscoroutinefunction): the grading runs in a thread so the trainer's
     event loop keeps serving its other rewards and rollouts."""
     return await asyncio.to_thread(reward, prompts=prompts, completions=completions, completion_ids=completion_ids,
                                    **kwargs)
 
 
-def for_trl(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: Any) -> TRLReward:
+def for_trl(grader: GraderLike, **options: Unpack[RewardOptionsArgs]) -> TRLReward:
     """A TRL reward function (GRPOTrainer, RLOOTrainer, AsyncGRPOTrainer: `reward_funcs=[...]`) scoring with `grader`.
 
     Options: items= (the original JSONL, or its rows: each completion's item is the line named by the id column),
@@ -78,7 +99,8 @@ def for_trl(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: An
     return TRLReward(grader, RewardOptions(**options))
 
 
-def for_trl_async(grader: str | Path | Mapping[str, Any] | GraderConfig, **options: Any) -> Any:
+def for_trl_async(grader: GraderLike,
+                  **options: Unpack[RewardOptionsArgs]) -> functools.partial[Coroutine[object, object, TRLRewards]]:
     """The same reward as an `async def` TRL awaits: a functools.partial of a module-level coroutine function, so
     `inspect.iscoroutinefunction` is True and it pickles (AsyncGRPOTrainer ships rewards to another process).
     TRL logs a partial under the wrapped function's name, rfteval_async_reward; `export-reward --target trl`'s

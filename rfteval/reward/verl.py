@@ -12,14 +12,23 @@ A call the form cannot grade raises TypeError naming what is missing: a silent 0
 from __future__ import annotations
 
 import asyncio
-import functools
+import enum
 import json
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Collection, Coroutine, Mapping
+from typing import Literal, Unpack, overload
 
-from rfteval.graders.base import GraderConfig
-from rfteval.reward.core import Reward, RewardOptions, make_sample_for, plain_data
+from rfteval.data.json_types import JSONObject
+from rfteval.graders.base import GradeResult
+from rfteval.reward.core import (
+    GraderLike,
+    NamedPartial,
+    Reward,
+    RewardDetails,
+    RewardOptions,
+    RewardOptionsArgs,
+    make_sample_for,
+    plain_data,
+)
 
 # Keys verl writes into extra_info (the naive managers: num_turns, rollout_reward_scores; the agent loop: raw_prompt,
 # turn_scores, tool_rewards) or passes beside it (reward_router_address, reward_model_tokenizer, the config's
@@ -28,25 +37,38 @@ VERL_ADDED = frozenset({"num_turns", "rollout_reward_scores", "raw_prompt", "tur
                         "reward_router_address", "reward_model_tokenizer", "reward_kwargs"})
 _SINGLE = ("data_source", "solution_str", "ground_truth")
 _PLURAL = ("data_sources", "solution_strs", "ground_truths", "extra_infos")
-_UNSET: Any = object()
+
+
+class _Unset(enum.Enum):
+    """The default of compute_score's positional parameters: a call missing one is an error naming it."""
+
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
+# What verl takes back: a float, or with details=True a dict with "score"; None only with on_error="none".
+VerlScore = float | None | RewardDetails
+ExtraInfo = Mapping[str, object]  # a row's extra_info: the dataset's fields and verl's own (VERL_ADDED)
+VerlBatch = NamedPartial[list[VerlScore]]  # for_verl(batch=True): BatchRewardManager's plural call
+VerlAsync = NamedPartial[Coroutine[object, object, VerlScore]]  # for_verl(asynchronous=True): the reward loop's
 
 
 class VerlReward(Reward):
     """The item is `extra_info` (verl's keys left out) with `ground_truth` at `reference_field`; or the line an
     exported dataset carries in extra_info; or, with items=, the line named by extra_info's id."""
 
-    def __init__(self, grader: Any, options: RewardOptions, reference_field: str | None = "reference_answer",
+    def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer",
                  ground_truth_json: bool = False, details: bool = False):
         super().__init__(grader, options)
         self.reference_field = reference_field
         self.ground_truth_json = ground_truth_json
         self.details_dict = details
 
-    def _extra(self) -> dict[str, Any]:
+    def _extra(self) -> dict[str, object]:
         return {"reference_field": self.reference_field, "ground_truth_json": self.ground_truth_json,
                 "details": self.details_dict}
 
-    def item(self, ground_truth: Any, extra_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    def item(self, ground_truth: object, extra_info: ExtraInfo | None) -> JSONObject:
         fields = {k: v for k, v in dict(extra_info or {}).items() if k not in VERL_ADDED}
         if self.table is not None or "rfteval" in fields:
             return self.find_item(fields)
@@ -61,13 +83,14 @@ class VerlReward(Reward):
             item[self.reference_field] = truth
         return item
 
-    def _out(self, result: Any) -> Any:
+    def _out(self, result: GradeResult) -> VerlScore:
         return self.details(result) if self.details_dict else self.value(result)
 
-    def __call__(self, data_source: Any = _UNSET, solution_str: Any = _UNSET, ground_truth: Any = _UNSET,
-                 extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+    def __call__(self, data_source: object = _UNSET, solution_str: str | _Unset = _UNSET,
+                 ground_truth: object = _UNSET, extra_info: ExtraInfo | None = None, **kwargs: object) -> VerlScore:
         """verl may call this from several threads at once (its reward loop's executor): the engine is
-        thread-safe. reward_router_address, reward_model_tokenizer and the config's reward_kwargs are ignored."""
+        thread-safe. reward_router_address, reward_model_tokenizer and the config's reward_kwargs (`kwargs`, open
+        in verl's contract) are ignored; data_source is not read (the grader is the same for every source)."""
         given = {"data_source": data_source, "solution_str": solution_str, "ground_truth": ground_truth}
         missing = [k for k in _SINGLE if given[k] is _UNSET]
         if missing:
@@ -81,17 +104,18 @@ class VerlReward(Reward):
         result = self.grade_one(make_sample_for(solution_str, self.options), self.item(ground_truth, extra_info))
         return self._out(result)
 
-    def batch(self, data_sources: Sequence[Any] | None = None, solution_strs: Sequence[str] | None = None,
-              ground_truths: Sequence[Any] | None = None, extra_infos: Sequence[Any] | None = None,
-              **kwargs: Any) -> list[Any]:
-        """BatchRewardManager's call: one score per row, graded together (rows of one prompt share a process)."""
+    def batch(self, data_sources: Collection[object] | None = None, solution_strs: Collection[str] | None = None,
+              ground_truths: Collection[object] | None = None,
+              extra_infos: Collection[ExtraInfo | None] | None = None, **kwargs: object) -> list[VerlScore]:
+        """BatchRewardManager's call: one score per row, graded together (rows of one prompt share a process).
+        verl hands data_sources and extra_infos over as numpy object arrays, hence Collection, not Sequence."""
         missing = [k for k, v in (("solution_strs", solution_strs), ("ground_truths", ground_truths)) if v is None]
         if missing:
             raise TypeError(f"{self.__name__}.batch() missing {', '.join(missing)} (BatchRewardManager passes "
                             "data_sources=, solution_strs=, ground_truths=, extra_infos=)")
         assert solution_strs is not None and ground_truths is not None
         n = len(solution_strs)
-        infos = list(extra_infos) if extra_infos is not None else [None] * n
+        infos: list[ExtraInfo | None] = list(extra_infos) if extra_infos is not None else [None] * n
         if len(ground_truths) != n or len(infos) != n:
             raise ValueError(f"{self.__name__}.batch(): {n} solution_strs, {len(ground_truths)} ground_truths, "
                              f"{len(infos)} extra_infos")
@@ -102,21 +126,42 @@ class VerlReward(Reward):
         return [self._out(r) for r in results]
 
 
-def _verl_batch(reward: VerlReward, data_sources: Sequence[Any] | None = None,
-                solution_strs: Sequence[str] | None = None, ground_truths: Sequence[Any] | None = None,
-                extra_infos: Sequence[Any] | None = None, **kwargs: Any) -> list[Any]:
+def _verl_batch(reward: VerlReward, data_sources: Collection[object] | None = None,
+                solution_strs: Collection[str] | None = None, ground_truths: Collection[object] | None = None,
+                extra_infos: Collection[ExtraInfo | None] | None = None, **kwargs: object) -> list[VerlScore]:
     return reward.batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs)
 
 
-async def _verl_async(reward: VerlReward, data_source: Any = _UNSET, solution_str: Any = _UNSET,
-                      ground_truth: Any = _UNSET, extra_info: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+async def _verl_async(reward: VerlReward, data_source: object = _UNSET, solution_str: str | _Unset = _UNSET,
+                      ground_truth: object = _UNSET, extra_info: ExtraInfo | None = None,
+                      **kwargs: object) -> VerlScore:
     """The reward loop awaits an async compute_score in its event loop: grade in a thread, keep the loop free."""
     return await asyncio.to_thread(reward, data_source, solution_str, ground_truth, extra_info, **kwargs)
 
 
-def for_verl(grader: str | Path | Mapping[str, Any] | GraderConfig, reference_field: str | None = "reference_answer",
-             ground_truth_json: bool = False, details: bool = False, batch: bool = False, asynchronous: bool = False,
-             **options: Any) -> Any:
+# The overloads give each form its own type (batch= and asynchronous= as literals), so typed code calling
+# for_verl(...) gets a VerlReward, not a union it would have to narrow.
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             batch: Literal[False] = ..., asynchronous: Literal[False] = ...,
+             **options: Unpack[RewardOptionsArgs]) -> VerlReward: ...
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             *, batch: Literal[True], asynchronous: Literal[False] = ...,
+             **options: Unpack[RewardOptionsArgs]) -> VerlBatch: ...
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             *, batch: Literal[False] = ..., asynchronous: Literal[True],
+             **options: Unpack[RewardOptionsArgs]) -> VerlAsync: ...
+@overload
+def for_verl(grader: GraderLike, reference_field: str | None = ..., ground_truth_json: bool = ..., details: bool = ...,
+             batch: bool = ..., asynchronous: bool = ...,
+             **options: Unpack[RewardOptionsArgs]) -> VerlReward | VerlBatch | VerlAsync: ...
+
+
+def for_verl(grader: GraderLike, reference_field: str | None = "reference_answer", ground_truth_json: bool = False,
+             details: bool = False, batch: bool = False, asynchronous: bool = False,
+             **options: Unpack[RewardOptionsArgs]) -> VerlReward | VerlBatch | VerlAsync:
     """verl's `compute_score` scoring with `grader`.
 
     The item is `extra_info` (verl's own keys left out) with `ground_truth` at `reference_field` (None: extra_info
@@ -129,8 +174,12 @@ def for_verl(grader: str | Path | Mapping[str, Any] | GraderConfig, reference_fi
     if batch and asynchronous:
         raise ValueError("batch and asynchronous: BatchRewardManager calls a synchronous function")
     reward = VerlReward(grader, RewardOptions(**options), reference_field, ground_truth_json, details)
-    if not (batch or asynchronous):
+    fn: VerlBatch | VerlAsync
+    if batch:
+        fn = NamedPartial(_verl_batch, reward)
+    elif asynchronous:
+        fn = NamedPartial(_verl_async, reward)
+    else:
         return reward
-    fn: Any = functools.partial(_verl_batch if batch else _verl_async, reward)
     fn.__name__ = reward.__name__
     return fn

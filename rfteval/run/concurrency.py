@@ -34,7 +34,12 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+from rfteval.data.json_types import JSONObject
+
+if TYPE_CHECKING:
+    from rfteval.providers.base import RateInfo
 
 LOW_REMAINING = 0.1  # under this share of a budget left: stop growing
 CUT = 0.8
@@ -159,7 +164,7 @@ class AdaptiveLimiter:
                 fut.set_result(None)
                 free -= 1
 
-    def release(self, token: float, outcome: str, rate: Any = None, retry_after: float | None = None,
+    def release(self, token: float, outcome: str, rate: RateInfo | None = None, retry_after: float | None = None,
                 unavailable: bool = False) -> None:
         """outcome: "ok", "rate_limit", "server" or anything else (no effect on the limit)."""
         self.in_flight -= 1
@@ -168,7 +173,7 @@ class AdaptiveLimiter:
         self._wake()
 
     # ---- the policy
-    def _adapt(self, token: float, outcome: str, rate: Any, retry_after: float | None, unavailable: bool) -> None:
+    def _adapt(self, token: float, outcome: str, rate: RateInfo | None, retry_after: float | None, unavailable: bool) -> None:
         now = self.clock()
         if rate is not None:
             wait = rate.exhausted_wait()
@@ -314,7 +319,7 @@ class AdaptiveLimiter:
     def current(self) -> int:
         return int(self.limit)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JSONObject:
         values = [v for _, v in self.history]
         return {"mode": "fixed" if self.fixed else "adaptive", "max": self.ceiling, "start": values[0],
                 "final": int(self.limit), "min": min(values), "peak": max(values),

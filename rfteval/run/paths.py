@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from rfteval.data.json_types import JSONObject
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def check_run_options(options: RunOptions) -> None:
         raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
 
 
-def run_paths(spec: Path | None, overrides: dict[str, Any], options: RunOptions,
+def run_paths(spec: Path | None, overrides: JSONObject, options: RunOptions,
               start: Callable[[RunSpec], RunMonitor], unsafe_python_graders: bool = False) -> RunResult:
     """Build the spec (the file, then the flags), check the options, the grader against every item and the python
     sandbox, then run (or resume) it. `start` gets the spec once it is known good and returns the monitor; raises

@@ -13,30 +13,41 @@ and tests' stand-ins have nothing to check.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.base import Provider
+    from rfteval.providers.judge import Judge
     from rfteval.run.spec import ModelRun, RunSpec
 
 SHOWN_MODELS = 20  # at most this many of the served names in the one line
+
+
+@runtime_checkable
+class AskableServer(Protocol):
+    """What the preflight asks a provider (OpenAIProvider's probes; tests' stand-ins)."""
+
+    def list_models(self) -> list[str] | None: ...
+
+    def missing_api(self, which: Literal["batch", "responses"]) -> str | None: ...
 
 
 @dataclass
 class Check:
     """What one provider is asked for: models (name, the flag or key that named it) and APIs."""
 
-    provider: Any
+    provider: object  # any provider: only those that can be asked (`list_models`, `missing_api`) are
     models: list[tuple[str, str]] = field(default_factory=list)
     batch: bool = False  # --batch: the Files and Batches API
     responses_field: str | None = None  # api = responses: the flag or key that chose it ("--api", "--judge-api")
 
 
-def _endpoint(provider: Any) -> tuple[Any, ...]:
+def _endpoint(provider: object) -> tuple[object, ...]:
     """Providers that reach the same server with the same key see the same list: ask it once."""
     return (getattr(provider, "base_url", None), getattr(provider, "api_key_env", None),
             tuple(sorted(getattr(provider, "_extra_headers", {}) or {})))
@@ -56,11 +67,11 @@ def no_batch_api(route: str) -> InputError:
 
 def preflight(checks: Sequence[Check], check_models: bool = True) -> None:
     """Raise one InputError for the first thing the servers cannot do; nothing for what they do not say."""
-    listed: dict[tuple[Any, ...], list[str] | None] = {}
-    probed: dict[tuple[Any, ...], str | None] = {}
+    listed: dict[tuple[object, ...], list[str] | None] = {}
+    probed: dict[tuple[object, ...], str | None] = {}
     for check in checks:
         provider = check.provider
-        if not hasattr(provider, "list_models"):
+        if not isinstance(provider, AskableServer):
             continue
         where = _endpoint(provider)
         base_url = getattr(provider, "base_url", "the endpoint")
@@ -91,8 +102,8 @@ def preflight(checks: Sequence[Check], check_models: bool = True) -> None:
                                  field=check.responses_field)
 
 
-def run_checks(spec: RunSpec, runs: Sequence[ModelRun], providers: dict[str, Any], grader: GraderConfig,
-               judge: Any = None, batch: bool = False) -> list[Check]:
+def run_checks(spec: RunSpec, runs: Sequence[ModelRun], providers: Mapping[str, Provider], grader: GraderConfig,
+               judge: Judge | None = None, batch: bool = False) -> list[Check]:
     """The checks of one `rfteval run`: each model's name and API on its provider, and the judge's.
 
     The judge is asked through the run's judge when one was handed in (`judge.provider`), else through a
@@ -136,7 +147,7 @@ def judge_models(grader: GraderConfig, override: str | None = None) -> list[str]
     return [override] if models and override else models
 
 
-def judge_check(provider: Any, models: list[str], overridden: bool = False) -> Check:
+def judge_check(provider: object, models: list[str], overridden: bool = False) -> Check:
     """The check of a judge's provider; `rfteval grade` and the other judge users can hand it to preflight()
     (`Judge.provider`, `judge_models(config, judge.model_override)`)."""
     flag = "--judge-model" if overridden else "grader model"

@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rfteval.data.dataset import Item, iter_items
+from rfteval.data.json_types import JSONObject
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
 from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
-from rfteval.providers.base import GenerationRequest, Provider, ProviderError
+from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.providers.pricing import Price
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import Judge
+    from rfteval.run.batch.judge_phase import JudgeBatch
+    from rfteval.run.batch.phase import BatchJob, BatchPhase
     from rfteval.run.store import StoreReader
 
 
@@ -184,7 +187,7 @@ class _Context:
     spec: RunSpec
     runs: list[ModelRun]
     providers: dict[str, Provider]
-    identities: dict[str, dict[str, Any]] = field(default_factory=dict)
+    identities: dict[str, JSONObject] = field(default_factory=dict)
 
     def jobs(self, runs: list[ModelRun] | None = None) -> Iterator[_Job]:
         """Every cell (of `runs`, default all) in dataset order: item, then model, then epoch (so a partial run is
@@ -206,7 +209,7 @@ class _Context:
         for job in self.jobs():
             yield Cell(job.run.label, job.run.model, job.item.id, job.epoch, job.key)
 
-    def batch_jobs(self) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    def batch_jobs(self) -> Iterator[BatchJob]:
         """(key, CellInfo, request body) for each cell of a model behind an OpenAI-compatible endpoint."""
         from rfteval.run.batch.phase import CellInfo
 
@@ -257,7 +260,7 @@ def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dic
 
 class _Pipeline:
     def __init__(self, ctx: _Context, store: RunStore, engine: GradingEngine, grader_hash: str, monitor: RunMonitor,
-                 opts: RunOptions, export: Any, judge: Judge | None = None):
+                 opts: RunOptions, export: Callable[[StoreReader], dict[str, LabelTotals]], judge: Judge | None = None):
         from rfteval.providers.retry import RetryPolicy
 
         self.ctx, self.store, self.engine, self.grader_hash = ctx, store, engine, grader_hash
@@ -286,8 +289,8 @@ class _Pipeline:
         self.no_sync = {run.label for run in ctx.runs
                         if (opts.batch or opts.import_responses is not None) and batchable(ctx.providers[run.label])}
         self.sync_keys: set[str] = set()
-        self.batch_phase: Any = None
-        self.judge_batch: Any = None
+        self.batch_phase: BatchPhase | None = None
+        self.judge_batch: JudgeBatch | None = None
         self.jobs: asyncio.Queue[_Job | None] = asyncio.Queue(maxsize=spec.concurrency * 2)
         self.grading: asyncio.Queue[tuple[_Job, ResponseEntry, bool] | None] = asyncio.Queue(
             maxsize=opts.grade_batch_size * 4)
@@ -394,7 +397,7 @@ class _Pipeline:
         limiter = self.limiters[run.label]
         refusals = self.refusals[run.label]
 
-        async def attempt() -> Any:
+        async def attempt() -> Generation:
             nonlocal attempts, started
             attempts += 1
             token = await limiter.acquire()
@@ -622,9 +625,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         pipeline = _Pipeline(ctx, store, engine, stored_under, monitor, opts, export, judge=judge)
         if opts.batch:
             from rfteval.providers.retry import RetryPolicy
-            from rfteval.run.batch.phase import BatchPhase
+            from rfteval.run.batch.phase import BatchPhase, PhaseOptions
 
-            common: dict[str, Any] = dict(store=store, run_id=store.run_id, monitor=monitor,
+            common = PhaseOptions(store=store, run_id=store.run_id, monitor=monitor,
                           policy=RetryPolicy(max_retries=spec.max_retries, base_s=opts.backoff_base_s,
                                              max_backoff_s=opts.backoff_max_s),
                           poll_s=opts.batch_poll_s, max_lines=opts.batch_max_lines, max_bytes=opts.batch_max_bytes,
@@ -708,7 +711,7 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     return config_hash({"grader": grader_hash, **extra, **answers})
 
 
-def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Any:
+def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Judge | None:
     """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
     Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
     from rfteval.graders.base import judge_types

@@ -11,13 +11,14 @@ import hashlib
 import json
 import re
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.providers.base import Sampling
@@ -128,6 +129,14 @@ class PriceSpec(_Strict):
     batch_output: float | None = Field(None, ge=0)
 
 
+class JudgeSettings(TypedDict):
+    """Where a run's judge is reached (RunSpec.judge_settings)."""
+
+    base_url: str | None
+    api_key_env: str
+    api: Literal["chat", "responses"]
+
+
 class RunSpec(_Strict):
     name: str | None = None
     dataset: str
@@ -187,7 +196,7 @@ class RunSpec(_Strict):
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / self.run_name
 
-    def judge_settings(self) -> dict[str, Any]:
+    def judge_settings(self) -> JudgeSettings:
         """Where the judge is reached: [judge] keys, else the run's [endpoint] ones."""
         return {"base_url": self.judge.base_url or self.endpoint.base_url,
                 "api_key_env": self.judge.api_key_env or self.endpoint.api_key_env,
@@ -210,7 +219,7 @@ def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
     """One provider per model run , by label; tier and transport go to OpenAI endpoints."""
     from rfteval.providers import make_provider
 
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if service_tier is not None:
         extra["service_tier"] = service_tier
     if transport is not None:
@@ -231,7 +240,7 @@ def _split_key(text: str) -> list[str]:
     return [a or b or c for a, b, c in parts]
 
 
-def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
+def _line_of_key(text: str, loc: tuple[int | str, ...]) -> int | None:
     """The TOML line defining `loc` (table headers followed), or of its table when the key is absent."""
     want = [str(p) for p in loc if not isinstance(p, int)]
     table: list[str] = []
@@ -249,7 +258,7 @@ def _line_of_key(text: str, loc: tuple[Any, ...]) -> int | None:
     return best
 
 
-def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
+def read_spec_file(path: str | Path) -> tuple[JSONObject, str]:
     """The raw spec table with its paths made absolute; InputError naming file and line."""
     path = Path(path)
     text = read_input_text(path, "a TOML spec")
@@ -261,27 +270,34 @@ def read_spec_file(path: str | Path) -> tuple[dict[str, Any], str]:
     return absolutize(raw, path.resolve().parent), text
 
 
-def _abs(value: Any, base: Path) -> Any:
-    if not isinstance(value, str) or not value:
+def _abs_path(value: str, base: Path) -> str:
+    if not value:
         return value
     return str((base / value).resolve()) if not Path(value).is_absolute() else value
 
 
-def _abs_model(value: Any, base: Path) -> Any:
+def _abs(value: JSONValue, base: Path) -> JSONValue:
+    return _abs_path(value, base) if isinstance(value, str) else value
+
+
+def _abs_model(value: JSONValue, base: Path) -> JSONValue:
     if isinstance(value, str) and value.startswith(REPLAY_PREFIX):
-        return REPLAY_PREFIX + _abs(value[len(REPLAY_PREFIX):], base)
+        return REPLAY_PREFIX + _abs_path(value[len(REPLAY_PREFIX):], base)
     return value
 
 
-def absolutize(raw: dict[str, Any], base: Path) -> dict[str, Any]:
-    """Make the path-valued keys of a raw spec (or of flag overrides) absolute against `base`."""
-    raw = json.loads(json.dumps(raw, default=str))  # a deep copy of plain data
+def absolutize(raw: Mapping[str, object], base: Path) -> JSONObject:
+    """Make the path-valued keys of a raw spec (or of flag overrides) absolute against `base`. Any plain data
+    goes in (flag values: paths, numbers); JSON comes out."""
+    out: JSONObject = json.loads(json.dumps(raw, default=str))  # a deep copy of plain data
     for key in ("dataset", "grader", "out"):
-        if key in raw:
-            raw[key] = _abs(raw[key], base)
-    if isinstance(raw.get("sampling"), dict) and "response_format" in raw["sampling"]:
-        raw["sampling"]["response_format"] = _abs(raw["sampling"]["response_format"], base)
-    for m in (raw.get("models") or {}).values() if isinstance(raw.get("models"), dict) else ():
+        if key in out:
+            out[key] = _abs(out[key], base)
+    sampling = out.get("sampling")
+    if isinstance(sampling, dict) and "response_format" in sampling:
+        sampling["response_format"] = _abs(sampling["response_format"], base)
+    models = out.get("models")
+    for m in models.values() if isinstance(models, dict) else ():
         if isinstance(m, dict):
             if "model" in m:
                 m["model"] = _abs_model(m["model"], base)
@@ -289,14 +305,15 @@ def absolutize(raw: dict[str, Any], base: Path) -> dict[str, Any]:
                 m["replay"] = _abs(m["replay"], base)
             if "response_format" in m:
                 m["response_format"] = _abs(m["response_format"], base)
-    return raw
+    return out
 
 
-def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: JSONObject, over: JSONObject) -> JSONObject:
     out = dict(base)
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
+        prev = out.get(k)
+        if isinstance(v, dict) and isinstance(prev, dict):
+            out[k] = deep_merge(prev, v)
         else:
             out[k] = v
     return out
@@ -316,23 +333,31 @@ def parse_model_flag(value: str) -> tuple[str, str]:
 
 
 def flag_overrides(
-    *, models: list[str] | None = None, cwd: Path | None = None, **flags: Any
-) -> dict[str, Any]:
-    """Turn CLI flag values (None = not given) into a raw-spec-shaped dict of overrides."""
-    over: dict[str, Any] = {}
+    *, models: list[str] | None = None, cwd: Path | None = None, **flags: object
+) -> JSONObject:
+    """Turn CLI flag values (None = not given) into a raw-spec-shaped dict of overrides. The values are plain
+    data of any kind (paths, numbers, strings), only carried: absolutize() makes JSON of them."""
+    over: dict[str, object] = {}
+    sections: dict[str, dict[str, object]] = {}  # over's tables, typed; each goes into `over` where it first appears
+
+    def section(name: str) -> dict[str, object]:
+        if name not in sections:
+            sections[name] = over[name] = {}
+        return sections[name]
+
     for key, value in flags.items():
         if value is None:
             continue
         if key in ("base_url", "api_key_env", "api"):
-            over.setdefault("endpoint", {})[key] = value
+            section("endpoint")[key] = value
         elif key.startswith("judge_") and key[len("judge_"):] in JUDGE_KEYS:
-            over.setdefault("judge", {})[key[len("judge_"):]] = value
+            section("judge")[key[len("judge_"):]] = value
         elif key in SAMPLING_KEYS:
-            over.setdefault("sampling", {})[key] = value
+            section("sampling")[key] = value
         else:
             over[key] = value
     if models:
-        table: dict[str, Any] = {}
+        table: dict[str, object] = {}
         for spec in models:
             label, model = parse_model_flag(spec)
             if label in table:
@@ -343,10 +368,10 @@ def flag_overrides(
 
 
 def build_spec(
-    spec_path: str | Path | None = None, overrides: dict[str, Any] | None = None
+    spec_path: str | Path | None = None, overrides: JSONObject | None = None
 ) -> RunSpec:
     """Read the spec file (if any), apply flag overrides, validate once; errors name the key or flag."""
-    raw: dict[str, Any] = {}
+    raw: JSONObject = {}
     text = ""
     if spec_path is not None:
         raw, text = read_spec_file(spec_path)
@@ -370,8 +395,8 @@ def build_spec(
         raise InputError(msg, spec_path, _line_of_key(text, loc), dotted) from None
 
 
-def _from_flags(overrides: dict[str, Any], loc: tuple[Any, ...]) -> bool:
-    node: Any = overrides
+def _from_flags(overrides: JSONMapping, loc: tuple[int | str, ...]) -> bool:
+    node: object = overrides
     for part in loc:
         if not isinstance(node, dict) or part not in node:
             return False
@@ -382,7 +407,7 @@ def _from_flags(overrides: dict[str, Any], loc: tuple[Any, ...]) -> bool:
 # ---------------------------------------------------------------- resolution
 
 
-def load_response_format_file(path: str | Path) -> dict[str, Any]:
+def load_response_format_file(path: str | Path) -> JSONObject:
     """A response format file → Sampling.response_format (see normalize_response_format).
 
     Accepts a bare JSON schema, the wrapper {"name", "schema", "strict"?}, the full
@@ -400,7 +425,7 @@ def load_response_format_file(path: str | Path) -> dict[str, Any]:
 PLAIN_FORMATS = ("json_object", "text")
 
 
-def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[str, Any]:
+def normalize_response_format(obj: JSONObject, source: str | Path | None = None) -> JSONObject:
     """A response format as Sampling holds it. `{"type": "json_object", ...}` and `{"type": "text"}` are kept
     exactly as given, extra keys included (llama.cpp's json_object takes a `schema`; servers without structured
     outputs often have JSON mode). A json_schema format, in Chat's or Responses' spelling, or a bare JSON schema
@@ -408,13 +433,15 @@ def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[s
     kind = obj.get("type")
     if kind in PLAIN_FORMATS:
         return dict(obj)
-    if kind == "json_schema" and isinstance(obj.get("json_schema"), dict):
-        obj = obj["json_schema"]
+    wrapped = obj.get("json_schema")
+    if kind == "json_schema" and isinstance(wrapped, dict):
+        obj = wrapped
     elif kind == "json_schema" and not isinstance(obj.get("schema"), dict):
         raise InputError("a json_schema response format needs `json_schema` (Chat) or `schema` (Responses)", source,
                          field="response_format")
-    if "schema" in obj and isinstance(obj["schema"], dict):
-        out: dict[str, Any] = {"name": str(obj.get("name") or "response"), "schema": obj["schema"]}
+    schema = obj.get("schema")
+    if isinstance(schema, dict):
+        out: JSONObject = {"name": str(obj.get("name") or "response"), "schema": schema}
         out["strict"] = bool(obj.get("strict", True))
         return out
     if "type" in obj or "properties" in obj or "$schema" in obj:
@@ -424,7 +451,7 @@ def normalize_response_format(obj: dict[str, Any], source: Any = None) -> dict[s
 
 def resolve_models(spec: RunSpec) -> list[ModelRun]:
     """Per model: provider kind and settings, and the shared sampling with this model's overrides."""
-    formats: dict[str, dict[str, Any]] = {}
+    formats: dict[str, JSONObject] = {}
     job_format = None
     if spec.sampling.response_format is None:
         from rfteval.graders.loader import load_response_format
@@ -463,8 +490,8 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
     return runs
 
 
-def config_hash(obj: Any) -> str:
-    """A short stable hash of plain data (canonical JSON)."""
+def config_hash(obj: object) -> str:
+    """A short stable hash of plain data (canonical JSON; what JSON has no spelling for is hashed as its str)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -472,7 +499,7 @@ def config_hash(obj: Any) -> str:
 # ---------------------------------------------------------------- spec.resolved.toml
 
 
-def _toml_value(value: Any) -> str:
+def _toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

@@ -7,23 +7,37 @@ import typing
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack
 
 import typer
 import typer.models
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.judge import Judge
+    from rfteval.report.console import Console
+
+# A command function: its parameters are the command's options, whatever they are (Typer reads the signature).
+Command = TypeVar("Command", bound=Callable[..., object])
+
+
+class CommandOptions(TypedDict, total=False):
+    """The Typer command options commands set (typer.Typer.command's keywords of the same names)."""
+
+    help: str
+    epilog: str
+    no_args_is_help: bool
+
 
 # Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli.app attaches
 # them, so command modules export plain functions and never import the app (no import cycle).
-COMMANDS: list[tuple[str, str, Callable[..., Any], dict[str, Any]]] = []
+COMMANDS: list[tuple[str, str, Callable[..., object], CommandOptions]] = []
 
 
-def command(name: str, group: str = "", **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def command(name: str, group: str = "", **options: Unpack[CommandOptions]) -> Callable[[Command], Command]:
     """Mark a function as the command `rfteval [group] name`, with Typer's command options."""
 
-    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+    def mark(function: Command) -> Command:
         fill_metavars(function)
         COMMANDS.append((group, name, function, options))
         return function
@@ -36,7 +50,7 @@ def command(name: str, group: str = "", **options: Any) -> Callable[[Callable[..
 _STR_METAVARS = (("template", "JSON"), ("url", "URL"), ("env", "VAR"), ("model", "MODEL"), ("label", "LABEL"), ("field", "FIELD"))
 
 
-def _metavar(param: str, annotation: Any) -> str | None:
+def _metavar(param: str, annotation: object) -> str | None:
     kinds = set(typing.get_args(annotation)) - {type(None)} or {annotation}
     kind = typing.get_origin(annotation)
     if kind is list:
@@ -63,7 +77,7 @@ def _metavar(param: str, annotation: Any) -> str | None:
     return None
 
 
-def fill_metavars(function: Callable[..., Any]) -> None:
+def fill_metavars(function: Callable[..., object]) -> None:
     """Give every option of `function` without a metavar one from the shared vocabulary (FILE, DIR, N, X, ...)."""
     try:
         hints = typing.get_type_hints(function)
@@ -117,7 +131,7 @@ def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) ->
 
 
 def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
-               concurrency: int, cache_path: Path | None = None) -> Any:
+               concurrency: int, cache_path: Path | None = None) -> Judge | None:
     """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
     from rfteval.graders.base import judge_types
 
@@ -129,7 +143,7 @@ def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api
                                model_override=model)
 
 
-def check_judge(judge: Any, config: GraderConfig, skip_model_check: bool) -> None:
+def check_judge(judge: Judge | None, config: GraderConfig, skip_model_check: bool) -> None:
     """Before the first judge call is paid for, as `rfteval run` does (rfteval.run.preflight): every judge
     model the grader names (or --judge-model) must be one the judge endpoint lists, and --judge-api responses needs
     its Responses API. One line, exit 2; the judge is closed then, as nothing else will close it."""
@@ -149,7 +163,7 @@ def check_judge(judge: Any, config: GraderConfig, skip_model_check: bool) -> Non
         raise
 
 
-def stdout_console() -> Any:
+def stdout_console() -> Console:
     """The console for a command's tables (report.console builds it: nothing outside report/ imports rich)."""
     from rfteval.report.console import stdout_console as make
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -14,7 +14,9 @@ from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
     from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.gate_types import GateVerdict
     from rfteval.compare.paths import CompareRequest
+    from rfteval.compare.series import SeriesGate
 
 EPILOG = """\b
 CI example (exit 0 pass, 1 gate failed, 2 bad input):
@@ -137,7 +139,7 @@ def compare(
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
-def _gate_lines(gate: Any) -> None:
+def _gate_lines(gate: GateVerdict | SeriesGate) -> None:
     """A JSON run's gate failures and warnings on stderr, so stdout stays the JSON alone."""
     for line in gate["failures"]:
         print(f"rfteval: gate failed: {line}", file=sys.stderr)

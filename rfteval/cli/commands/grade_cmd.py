@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -26,6 +26,7 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.paths import GradedFile
+    from rfteval.providers.judge import Judge
 
 
 @command("grade")
@@ -65,7 +66,7 @@ def grade(
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
                            think_tags, unsafe_python_graders, (judge_api_key_env,))
 
-    def open_judge(config: GraderConfig) -> Any:
+    def open_judge(config: GraderConfig) -> Judge | None:
         judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
         check_judge(judge, config, skip_model_check)
         return judge

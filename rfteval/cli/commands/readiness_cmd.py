@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -25,6 +25,9 @@ from rfteval.data.outfile import check_output, write_output
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
+if TYPE_CHECKING:
+    from rfteval.graders.base import GradeOptions
+
 
 def _check_format(fmt: str) -> str:
     from rfteval.cli.commands.common import output_format
@@ -32,7 +35,7 @@ def _check_format(fmt: str) -> str:
     return output_format(fmt)
 
 
-def _options(python_workers: int | None) -> Any:
+def _options(python_workers: int | None) -> GradeOptions:
     from rfteval.graders.base import GradeOptions
 
     return GradeOptions(python_workers=python_workers)

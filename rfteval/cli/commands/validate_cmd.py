@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -21,6 +21,12 @@ from rfteval.cli.commands.common import (
     python_sandbox,
 )
 from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    from rfteval.data.dataset import Dataset
+    from rfteval.data.json_types import JSONMapping
+    from rfteval.graders.base import GraderConfig
+    from rfteval.providers.judge import Judge
 
 
 @command("dataset", group="validate")
@@ -104,7 +110,7 @@ def validate_grader(
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
 
-def _describe(config: Any) -> None:
+def _describe(config: GraderConfig) -> None:
     """What the grader is, and what loading it noticed, before any check of it."""
     from rfteval.graders.base import load_notes
     from rfteval.readiness.reference import describe_grader
@@ -124,7 +130,7 @@ def _check_stability_flags(dataset: Path | None, outputs: Path | None, repeat: i
         raise InputError("--repeat needs --dataset", field="--dataset")
 
 
-def _preflight(config: Any, path: Path, dataset: Path) -> Any:
+def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
     """The dataset, once every item can fill the grader's templates: each failing item named, before any grading
     (or judge call) is spent."""
     from rfteval.data.dataset import load_dataset
@@ -142,8 +148,8 @@ def _preflight(config: Any, path: Path, dataset: Path) -> Any:
     return data
 
 
-def _reference(config: Any, data: Any, grader_timeout: float, reference_template: str | None, judge: Any,
-               judge_api_key_env: str) -> None:
+def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, reference_template: str | None,
+               judge: Judge | None, judge_api_key_env: str) -> None:
     """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
     from rfteval.graders import GradeOptions
     from rfteval.readiness.reference import load_reference_template, reference_check
@@ -175,7 +181,7 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
         typer.echo(f"  {run.label}: {run.model} via {run.provider} {where}{_format_label(run.sampling.response_format)}")
 
 
-def _format_label(response_format: dict[str, Any] | None) -> str:
+def _format_label(response_format: JSONMapping | None) -> str:
     """What the response format asks the server for, in the words servers' docs use: JSON mode (json_object, which
     llama.cpp and Ollama have where they lack structured outputs) is not structured outputs, and text asks nothing."""
     kind = (response_format or {}).get("type")

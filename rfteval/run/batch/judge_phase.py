@@ -15,17 +15,62 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
-from rfteval.providers.base import Generation, GenerationRequest, ProviderError
-from rfteval.run.batch.phase import BatchPhase, CellInfo, entry_from_result
+from rfteval.data.json_types import JSONObject
+from rfteval.providers import batchable
+from rfteval.providers.base import BatchProvider, Generation, GenerationRequest, ProviderError
+from rfteval.run.batch.phase import BatchJob, BatchPhase, CellInfo, PhaseOptions, entry_from_result
 
 if TYPE_CHECKING:
+    from rfteval.data.dataset import Item
+    from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import Judge, JudgeAnswer
-    from rfteval.run.store import ResponseEntry, RunStore
+    from rfteval.run.spec import ModelRun, RunSpec
+    from rfteval.run.store import ResponseEntry, RunStore, StoreReader
 
 DEFERRED = "deferred to a judge batch"
+
+
+# What the dry pass reads of the run's pipeline (rfteval.run.runner._Pipeline, which this module must not
+# import: the runner imports it). Read-only properties, so the runner's own attribute types satisfy them.
+class DryPassJob(Protocol):
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def run(self) -> ModelRun: ...
+
+    @property
+    def item(self) -> Item: ...
+
+
+class DryPassCells(Protocol):
+    @property
+    def spec(self) -> RunSpec: ...
+
+    def jobs(self) -> Iterator[DryPassJob]: ...
+
+
+class DryPassPipeline(Protocol):
+    @property
+    def store(self) -> RunStore: ...
+
+    @property
+    def engine(self) -> GradingEngine: ...
+
+    @property
+    def ctx(self) -> DryPassCells: ...
+
+    @property
+    def group_mode(self) -> bool: ...
+
+    @property
+    def group_size(self) -> int: ...
+
+    @property
+    def grader_hash(self) -> str: ...
 
 
 class _Recorder:
@@ -36,7 +81,7 @@ class _Recorder:
         self.model_override = getattr(judge, "model_override", None)
         self.provider = judge.provider
         self.identity = self.provider.identity()
-        self.requests: dict[str, tuple[str, dict[str, Any]]] = {}  # judge cache key → (model, body)
+        self.requests: dict[str, tuple[str, JSONObject]] = {}  # judge cache key → (model, body)
         self.fatal_error = None
 
     def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]:
@@ -60,36 +105,39 @@ class _Recorder:
             out.append(ProviderError("server", DEFERRED))
         return out
 
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> dict[str, dict[str, int | None]]:
         return {}
 
 
-class _SameProvider(dict):
-    """Every judge model's chunks go to the one judge endpoint."""
+class _SameProvider(Mapping[str, BatchProvider]):
+    """Every judge model's chunks go to the one judge endpoint: any label maps to it, and it is listed once."""
 
-    def __init__(self, provider: Any):
-        super().__init__(judge=provider)
+    def __init__(self, provider: BatchProvider):
         self.provider = provider
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> BatchProvider:
         return self.provider
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.provider
+    def __iter__(self) -> Iterator[str]:
+        return iter(("judge",))
+
+    def __len__(self) -> int:
+        return 1
 
 
 class JudgeBatch:
     """The judge phase of one run: dry grading pass, then batches filed in the judge cache."""
 
-    def __init__(self, pipeline: Any, judge: Judge, phase_kwargs: dict[str, Any]):
+    def __init__(self, pipeline: DryPassPipeline, judge: Judge, phase_kwargs: PhaseOptions):
         self.pipeline, self.judge, self.phase_kwargs = pipeline, judge, phase_kwargs
-        self.requests: dict[str, tuple[str, dict[str, Any]]] = {}
+        self.requests: dict[str, tuple[str, JSONObject]] = {}
         self.phase: BatchPhase | None = None
         self.dry_failures = 0  # cells whose dry grading raised: their judge calls will go synchronously
         self.dry_error: str | None = None
 
     async def run(self) -> None:
-        if self.judge is None or not hasattr(self.judge.provider, "client"):
+        provider = self.judge.provider if self.judge is not None else None
+        if provider is None or not batchable(provider):
             return
         reader = self.pipeline.store.reader()  # its own connection: the dry pass runs in a worker thread
         try:
@@ -102,13 +150,13 @@ class JudgeBatch:
                 "their judge calls go synchronously, at the synchronous price")
         models = sorted({model for model, _ in self.requests.values()})
         labels = {m: f"m{i + 1}" for i, m in enumerate(models)}  # a short per-model label names its chunks
-        api = getattr(self.judge.provider, "api", "chat")
+        api = getattr(provider, "api", "chat")
 
-        def jobs() -> Iterator[tuple[str, CellInfo, dict[str, Any]]]:
+        def jobs() -> Iterator[BatchJob]:
             for key, (model, body) in self.requests.items():
                 yield key, CellInfo(labels[model], model, "", 0, api, False), body
 
-        self.phase = BatchPhase(jobs=jobs, providers=_SameProvider(self.judge.provider), phase="judge",
+        self.phase = BatchPhase(jobs=jobs, providers=_SameProvider(provider), phase="judge",
                                 have=lambda key: self.judge.cache.get(key) is not None, ingest=self._file,
                                 **self.phase_kwargs)
         try:
@@ -116,7 +164,7 @@ class JudgeBatch:
         finally:
             self.phase.close()
 
-    def _file(self, key: str, cell: CellInfo, line: dict[str, Any]) -> str:
+    def _file(self, key: str, cell: CellInfo, line: JSONObject) -> str:
         """One judge answer into the judge cache, exactly as the judge files a synchronous one."""
         from rfteval.providers.judge import cache_entry
 
@@ -129,7 +177,7 @@ class JudgeBatch:
             self.judge.cache.put(cache_entry(key, cell.model, ProviderError("refusal", entry.error.message)))
         return what
 
-    def _dry_pass(self, store: RunStore) -> dict[str, tuple[str, dict[str, Any]]]:
+    def _dry_pass(self, store: StoreReader) -> dict[str, tuple[str, JSONObject]]:
         """Grade every cell that needs a grade with the recorder; return the judge requests it could not answer."""
         from rfteval.data.reasoning import entry_sample
         from rfteval.graders.engine import GradingEngine
@@ -140,10 +188,10 @@ class JudgeBatch:
         recorder = _Recorder(self.judge)
         engine = GradingEngine(p.engine.config, p.engine.ctx.options, judge=recorder)
         try:
-            groups: dict[tuple[str, ...], list[tuple[Any, ResponseEntry]]] = {}
-            batch: list[tuple[Any, ResponseEntry]] = []
+            groups: dict[tuple[str, ...], list[tuple[DryPassJob, ResponseEntry]]] = {}
+            batch: list[tuple[DryPassJob, ResponseEntry]] = []
 
-            def grade(cells: list[tuple[Any, ResponseEntry]]) -> None:
+            def grade(cells: list[tuple[DryPassJob, ResponseEntry]]) -> None:
                 spec = p.ctx.spec
                 pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
                          for j, e in cells]

@@ -26,20 +26,26 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Required, TypedDict, TypeVar
 
 import msgspec
 
+from rfteval.data.json_types import JSONMapping, JSONObject
 from rfteval.data.rundir import CHUNK_DIR, JOURNAL
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, ProviderError
 
 if TYPE_CHECKING:
-    from rfteval.providers.openai_provider import OpenAIProvider
+    from openai.types import Batch
+
+    from rfteval.providers.base import BatchProvider
+    from rfteval.providers.retry import RetryPolicy
     from rfteval.run.store import ResponseEntry, RunStore
+
+T = TypeVar("T")
 
 MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
@@ -48,6 +54,10 @@ TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 REQUEUE_CODES = frozenset({"batch_expired", "batch_cancelled"})
 META_RUN, META_CHUNK = "rfteval_run", "rfteval_chunk"
 ENDPOINTS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
+BatchEndpoint = Literal["/v1/chat/completions", "/v1/responses"]
+# a journalled endpoint as the SDK's batches.create spells its type (every one was written from ENDPOINTS)
+_BATCH_ENDPOINTS: dict[str, BatchEndpoint] = {"/v1/chat/completions": "/v1/chat/completions",
+                                              "/v1/responses": "/v1/responses"}
 
 
 @dataclass
@@ -90,6 +100,30 @@ class Chunk:
         return not self.done
 
 
+BatchJob = tuple[str, CellInfo, JSONObject]  # (cell key = custom_id, the cell, its request body)
+
+
+class BatchMonitor(Protocol):
+    """What the phase tells the run's progress display (RunMonitor.batch)."""
+
+    def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None: ...
+
+
+class PhaseOptions(TypedDict, total=False):
+    """BatchPhase's settings that a run shares between its generation phase and its judge phase."""
+
+    store: Required[RunStore]
+    run_id: Required[str]
+    monitor: Required[BatchMonitor]
+    policy: Required[RetryPolicy]
+    poll_s: float
+    max_lines: int
+    max_bytes: int
+    tail: str
+    max_rounds: int
+    say: Callable[[str], None] | None
+
+
 class _Event(msgspec.Struct, kw_only=True, tag_field="event"):
     """One line of the batch journal. Fields are declared in the order they are written; `to_dict` leaves out
     the keys in __optional__ while unset, so the journal's lines are what the dict-based code wrote."""
@@ -97,7 +131,7 @@ class _Event(msgspec.Struct, kw_only=True, tag_field="event"):
     chunk: str
     __optional__: ClassVar[frozenset[str]] = frozenset()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = msgspec.to_builtins(self)
         at = out.pop("at", None)
         out = {k: v for k, v in out.items() if not (v is None and k in self.__optional__)}
@@ -163,7 +197,7 @@ class Abandoned(_Event, kw_only=True, tag="abandoned"):
 JournalEvent = Planned | Uploaded | Created | Status | CancelRequested | Collected | Abandoned
 
 
-def decode_event(obj: dict[str, Any]) -> JournalEvent | None:
+def decode_event(obj: object) -> JournalEvent | None:
     """A journal line as its typed event; None for a line that is not one (torn, foreign, or of a later kind)."""
     try:
         return msgspec.convert(obj, JournalEvent)
@@ -183,7 +217,7 @@ class Journal:
         for event in _read_events(self.path):
             self._apply(event)
 
-    def append(self, event: JournalEvent | dict[str, Any]) -> None:
+    def append(self, event: JournalEvent | JSONMapping) -> None:
         """Journal an event (a dict is a line as written: tests and tools), stamped with the time, fsynced."""
         typed = event if isinstance(event, _Event) else decode_event(event)
         if typed is None:
@@ -241,7 +275,7 @@ def read_journal(run_dir: Path) -> list[Chunk]:
     return list(j.chunks.values())
 
 
-def request_line(key: str, endpoint: str, body: dict[str, Any]) -> str:
+def request_line(key: str, endpoint: str, body: JSONMapping) -> str:
     """One Batch API input line (what `vllm run-batch` and Ray Data read too)."""
     return json.dumps({"custom_id": key, "method": "POST", "url": endpoint, "body": body},
                       ensure_ascii=False, separators=(",", ":"), default=str)
@@ -250,7 +284,7 @@ def request_line(key: str, endpoint: str, body: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- results → store entries
 
 
-def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: str,
+def entry_from_result(key: str, cell: CellInfo, line: JSONObject, session: str,
                       tier: str = "batch") -> tuple[str, ResponseEntry | None]:
     """One output/error line → ("stored", entry) | ("requeue", None) | ("error", entry).
 
@@ -296,7 +330,7 @@ def entry_from_result(key: str, cell: CellInfo, line: dict[str, Any], session: s
 
 
 def parse_result_lines(data: bytes | str, source: str | Path | None = None,
-                       strict: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+                       strict: bool = False) -> Iterator[tuple[int, JSONObject]]:
     """(line number, object) for each line of a Batch API output/error file; with `strict`, a bad line is an
     InputError naming the file and line (an imported file), else it is skipped (a provider's own file)."""
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
@@ -313,7 +347,7 @@ def parse_result_lines(data: bytes | str, source: str | Path | None = None,
             if strict:
                 raise InputError("must be a JSON object", source, n)
             continue
-        cid = obj.get("custom_id")
+        cid = obj.get("custom_id")  # a non-empty string in every line yielded: result_key() reads it
         if not isinstance(cid, str) or not cid:
             if strict:
                 raise InputError("required, a non-empty string (the cell key rfteval wrote)", source, n, "custom_id")
@@ -329,6 +363,14 @@ def parse_result_lines(data: bytes | str, source: str | Path | None = None,
             if err is not None and not isinstance(err, dict):
                 raise InputError("must be an object {code, message} or null", source, n, "error")
         yield n, obj
+
+
+def result_key(line: JSONMapping) -> str:
+    """The custom_id of a line parse_result_lines yielded (which checked it is a non-empty string)."""
+    key = line["custom_id"]
+    if not isinstance(key, str):
+        raise TypeError(f"not a line parse_result_lines yielded: custom_id is {type(key).__name__}")
+    return key
 
 
 # ---------------------------------------------------------------- the batch phase
@@ -354,12 +396,12 @@ class BatchPhase:
     provider whose SDK client reaches that endpoint.
     """
 
-    def __init__(self, *, store: RunStore, run_id: str, jobs: Callable[[], Iterable[tuple[str, CellInfo, dict[str, Any]]]],
-                 providers: dict[str, Any], monitor: Any, policy: Any, poll_s: float = 30.0,
+    def __init__(self, *, store: RunStore, run_id: str, jobs: Callable[[], Iterable[BatchJob]],
+                 providers: Mapping[str, BatchProvider], monitor: BatchMonitor, policy: RetryPolicy, poll_s: float = 30.0,
                  max_lines: int = MAX_LINES, max_bytes: int = MAX_BYTES, tail: str = "batch", max_rounds: int = 3,
                  say: Callable[[str], None] | None = None, phase: str = "generate",
                  have: Callable[[str], bool] | None = None,
-                 ingest: Callable[[str, CellInfo, dict[str, Any]], str] | None = None):
+                 ingest: Callable[[str, CellInfo, JSONObject], str] | None = None):
         """`phase`, `have` and `ingest` let the judge phase reuse all of this: `have(key)` says a result is
         already filed, `ingest(key, cell, line)` files one result line and says "stored", "error", "requeue"."""
         self.store, self.run_id, self.jobs_fn, self.providers = store, run_id, jobs, providers
@@ -413,8 +455,8 @@ class BatchPhase:
         for chunk in orphans:
             if chunk.chunk_id in found:
                 b = found[chunk.chunk_id]
-                self.journal.append(Created(chunk=chunk.chunk_id, batch_id=b["id"], status=b["status"], adopted=True))
-                self.say(f"batch {chunk.chunk_id}: adopted {b['id']} (created before the last run stopped)")
+                self.journal.append(Created(chunk=chunk.chunk_id, batch_id=b.id, status=b.status, adopted=True))
+                self.say(f"batch {chunk.chunk_id}: adopted {b.id} (created before the last run stopped)")
                 continue
             path = Path(chunk.path)
             if not path.exists() or _sha256_file(path) != chunk.sha256:
@@ -423,9 +465,9 @@ class BatchPhase:
                 continue
             await self._send(chunk)
 
-    async def _find_batches(self, chunk_ids: set[str], since: float) -> dict[str, dict[str, Any]]:
+    async def _find_batches(self, chunk_ids: set[str], since: float) -> dict[str, Batch]:
         """This run's batches among the provider's, newest first, stopping at ones older than the oldest chunk."""
-        found: dict[str, dict[str, Any]] = {}
+        found: dict[str, Batch] = {}
         if not chunk_ids:
             return found
         seen_clients: set[int] = set()
@@ -436,13 +478,13 @@ class BatchPhase:
             seen_clients.add(id(client))
             after: str | None = None
             for _ in range(100):  # 10,000 batches at most
-                page_args = {"limit": 100, **({"after": after} if after else {})}
-                page = await self._call(provider, functools.partial(client.batches.list, **page_args))
+                page = await self._call(provider, functools.partial(client.batches.list, limit=100, after=after)
+                                        if after else functools.partial(client.batches.list, limit=100))
                 data = [b.model_dump(mode="json") for b in page.data]
-                for b in data:
+                for batch, b in zip(page.data, data, strict=True):
                     meta = b.get("metadata") or {}
                     if meta.get(META_RUN) == self.run_id and meta.get(META_CHUNK) in chunk_ids:
-                        found.setdefault(meta[META_CHUNK], b)
+                        found.setdefault(meta[META_CHUNK], batch)
                 if (not data or not page.has_more or len(found) == len(chunk_ids)
                         or min(int(b.get("created_at") or 0) for b in data) < since - 3600):
                     break
@@ -495,8 +537,12 @@ class BatchPhase:
             self.journal.append(Uploaded(chunk=chunk.chunk_id, file_id=fobj.id))
         assert chunk.file_id is not None
         meta = {META_RUN: self.run_id, META_CHUNK: chunk.chunk_id, "rfteval_sha256": chunk.sha256[:16]}
+        file_id, endpoint = chunk.file_id, _BATCH_ENDPOINTS.get(chunk.endpoint)
+        if endpoint is None:
+            raise InputError(f"chunk {chunk.chunk_id}: {chunk.endpoint!r} is not a Batch API endpoint rfteval writes",
+                             self.journal.path, field="endpoint")
         b = await self._no_api_is_input_error(chunk, "POST /batches", self._call(provider, lambda: client.batches.create(
-            input_file_id=chunk.file_id, endpoint=chunk.endpoint, completion_window="24h", metadata=meta)))
+            input_file_id=file_id, endpoint=endpoint, completion_window="24h", metadata=meta)))
         self.journal.append(Created(chunk=chunk.chunk_id, batch_id=b.id, status=b.status))
         self.monitor.batch(chunk.chunk_id, chunk.label, b.status, {"total": chunk.lines})
 
@@ -515,8 +561,10 @@ class BatchPhase:
             delay = min(self.poll_s, delay * 2)  # quick at first, then every poll_s
 
     async def _poll(self, chunk: Chunk) -> None:
-        provider = self.providers[chunk.label]
-        b = await self._call(provider, lambda: provider.client.batches.retrieve(chunk.batch_id))
+        provider, batch_id = self.providers[chunk.label], chunk.batch_id
+        if batch_id is None:  # not created yet: nothing to ask about
+            return
+        b = await self._call(provider, lambda: provider.client.batches.retrieve(batch_id))
         counts = b.request_counts.model_dump() if b.request_counts is not None else {}
         if b.status != chunk.status or counts != chunk.counts:
             self.journal.append(Status(chunk=chunk.chunk_id, status=b.status, counts=counts))
@@ -524,7 +572,7 @@ class BatchPhase:
         if b.status in TERMINAL:
             await self._collect(chunk, b)
 
-    async def _collect(self, chunk: Chunk, b: Any) -> None:
+    async def _collect(self, chunk: Chunk, b: Batch) -> None:
         provider = self.providers[chunk.label]
         client = provider.client
         status, batch_id = b.status, b.id
@@ -548,7 +596,7 @@ class BatchPhase:
                 continue
             content = await self._call(provider, functools.partial(client.files.content, file_id))
             for _, line in parse_result_lines(content.content):
-                key = line["custom_id"]
+                key = result_key(line)
                 if key not in wanted or key in seen:
                     continue
                 seen.add(key)
@@ -590,7 +638,7 @@ class BatchPhase:
             return self._have_fn(key)
         return is_reusable_response(self.store.get_response(key))
 
-    def _ingest(self, key: str, line: dict[str, Any]) -> tuple[str, ResponseEntry | None]:
+    def _ingest(self, key: str, line: JSONObject) -> tuple[str, ResponseEntry | None]:
         from rfteval.run.store import is_reusable_response
 
         cell = self.cells.get(key)
@@ -609,7 +657,7 @@ class BatchPhase:
         except OSError:
             pass
 
-    async def _no_api_is_input_error(self, chunk: Chunk, route: str, call: Any) -> Any:
+    async def _no_api_is_input_error(self, chunk: Chunk, route: str, call: Awaitable[T]) -> T:
         """Behind the preflight (which a slow /batches can pass): a 404/405 from the Files or Batches route is an
         endpoint without the API, one line and exit 2, and the chunk is abandoned rather than left planned."""
         try:
@@ -624,11 +672,11 @@ class BatchPhase:
 
             raise no_batch_api(f"{route}: HTTP {exc.status}") from None
 
-    async def _call(self, provider: OpenAIProvider, fn: Callable[[], Any]) -> Any:
+    async def _call(self, provider: BatchProvider, fn: Callable[[], Awaitable[T]]) -> T:
         """A Files/Batches call with the run's retries; a 401/404 stops the run as it does for generation."""
         from rfteval.providers.retry import call_with_retries
 
-        async def attempt() -> Any:
+        async def attempt() -> T:
             try:
                 return await fn()
             except Exception as exc:
@@ -673,12 +721,12 @@ def _sha256_file(path: Path) -> str:
 # ---------------------------------------------------------------- export and import (vLLM run-batch, Ray Data)
 
 
-def export_requests(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: RunStore) -> dict[str, int]:
+def export_requests(path: Path, jobs: Iterable[BatchJob], store: RunStore) -> dict[str, int]:
     """Write the Batch API input lines of every cell without a stored response; one file per model when the run
     has several (a batch engine serves one model per file). Returns lines per written file."""
     from rfteval.run.store import is_reusable_response
 
-    handles: dict[str, Any] = {}
+    handles: dict[str, IO[bytes]] = {}
     counts: dict[str, int] = {}
     labels: list[str] = []
     tmp = path.with_name(path.name + ".parts")
@@ -715,8 +763,7 @@ def export_requests(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, An
     return written
 
 
-def import_responses(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, Any]]], store: RunStore
-                     ) -> dict[str, int]:
+def import_responses(path: Path, jobs: Iterable[BatchJob], store: RunStore) -> dict[str, int]:
     """Read Batch API output lines (OpenAI's, `vllm run-batch`'s) into the store; a bad line is one InputError
     naming the file and line, checked before anything is stored."""
     from rfteval.run.store import is_reusable_response
@@ -727,7 +774,7 @@ def import_responses(path: Path, jobs: Iterable[tuple[str, CellInfo, dict[str, A
     lines = list(parse_result_lines(path.read_bytes(), path, strict=True))
     counts = {"stored": 0, "errors": 0, "failed": 0, "already": 0, "unknown": 0}
     for _, line in lines:
-        key = line["custom_id"]
+        key = result_key(line)
         info = cells.get(key)
         if info is None:
             counts["unknown"] += 1
@@ -763,7 +810,7 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
         raise InputError("no spec.resolved.toml: cannot tell which endpoint holds the batches", run_dir)
     runs = resolve_models(build_spec(spec_path))
     providers = {label: p for label, p in build_providers(runs).items() if batchable(p)}
-    chunks = [c for c in read_journal(run_dir) if c.live and c.batch_id]
+    chunks = [(c, c.batch_id) for c in read_journal(run_dir) if c.live and c.batch_id]
     lock = open(run_dir / "store" / "lock", "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -773,13 +820,13 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
     lines: list[str] = []
 
     async def main() -> None:
-        for chunk in chunks:
-            provider: Any = providers.get(chunk.label)  # an OpenAI-compatible one: batchable() above
+        for chunk, batch_id in chunks:
+            provider = providers.get(chunk.label)  # an OpenAI-compatible one: batchable() above
             if provider is None:
                 lines.append(f"{chunk.chunk_id}: model {chunk.label} is no longer in the spec; not cancelled")
                 continue
             try:
-                b = await provider.client.batches.cancel(chunk.batch_id)
+                b = await provider.client.batches.cancel(batch_id)
                 lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): {b.status}")
                 if journal is not None:
                     journal.append(CancelRequested(chunk=chunk.chunk_id))

@@ -21,13 +21,14 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, SupportsInt, TypedDict
 
+from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError
-from rfteval.run.batch.phase import parse_result_lines
+from rfteval.run.batch.phase import parse_result_lines, result_key
 
 CHAT_URL = "/v1/chat/completions"
 ENGINES = ("vllm", "sglang")
@@ -46,8 +47,23 @@ class Request:
     """One Batch API input line, checked."""
 
     custom_id: str
-    body: dict[str, Any]
+    body: JSONObject
     line: str  # the raw line, written back unchanged by the sharder
+
+
+class OutputResponse(TypedDict):
+    status_code: int
+    request_id: str
+    body: JSONObject
+
+
+class OutputLine(TypedDict):
+    """One Batch API output line as output_line writes it (`error` is always null: failures are HTTP statuses)."""
+
+    id: str
+    custom_id: str
+    response: OutputResponse
+    error: None
 
 
 @dataclass
@@ -109,7 +125,8 @@ def _request(raw: str, path: Path, n: int) -> Request:
     body = obj.get("body")
     if not isinstance(body, dict):
         raise InputError("required, an object", path, n, "body")
-    if not isinstance(body.get("messages"), list) or not body["messages"]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
         raise InputError("required, a non-empty list", path, n, "body.messages")
     return Request(cid, body, raw)
 
@@ -117,15 +134,16 @@ def _request(raw: str, path: Path, n: int) -> Request:
 # ---------------------------------------------------------------- request body → engine row (preprocess)
 
 
-def max_tokens_of(body: dict[str, Any], default: int | None) -> int | None:
+def max_tokens_of(body: JSONMapping, default: int | None) -> int | None:
     """The output limit as the body gives it: `max_completion_tokens` (what rfteval sends) or `max_tokens`."""
     for key in ("max_completion_tokens", "max_tokens"):
-        if isinstance(body.get(key), int):
-            return int(body[key])
+        value = body.get(key)
+        if isinstance(value, int):
+            return int(value)
     return default
 
 
-def _schema_text(rf: dict[str, Any]) -> str | None:
+def _schema_text(rf: JSONMapping) -> str | None:
     """The JSON schema of a chat `response_format`, as a string (a string keeps every row's column one type)."""
     if rf.get("type") != "json_schema":
         return None
@@ -134,7 +152,7 @@ def _schema_text(rf: dict[str, Any]) -> str | None:
     return json.dumps(schema if isinstance(schema, dict) else {}, sort_keys=True)
 
 
-def sampling_params(body: dict[str, Any], engine: str, default_max_tokens: int | None) -> dict[str, Any]:
+def sampling_params(body: JSONMapping, engine: str, default_max_tokens: int | None) -> JSONObject:
     """A request body's sampling → the engine's per-row `sampling_params`.
 
     Every row carries the same keys (None where unset; SGLang's seed aside, see below) because Ray Data stores
@@ -146,34 +164,48 @@ def sampling_params(body: dict[str, Any], engine: str, default_max_tokens: int |
     if engine not in ENGINES:
         raise InputError(f"{engine!r}: one of {', '.join(ENGINES)}", field="--engine")
     given = body.get("response_format")
-    rf: dict[str, Any] = given if isinstance(given, dict) else {}
+    rf: JSONMapping = given if isinstance(given, Mapping) else {}
     schema = _schema_text(rf)
     json_mode = rf.get("type") == "json_object"
-    temperature = float(body["temperature"]) if isinstance(body.get("temperature"), int | float) else 1.0
-    top_p = float(body["top_p"]) if isinstance(body.get("top_p"), int | float) else 1.0
-    seed = int(body["seed"]) if isinstance(body.get("seed"), int) else None
+    t, p, s = body.get("temperature"), body.get("top_p"), body.get("seed")
+    temperature = float(t) if isinstance(t, int | float) else 1.0
+    top_p = float(p) if isinstance(p, int | float) else 1.0
+    seed = int(s) if isinstance(s, int) else None
     stop = body.get("stop")
-    stop_list = [stop] if isinstance(stop, str) else [str(s) for s in stop] if isinstance(stop, list) else None
+    stop_list: list[JSONValue] | None = ([stop] if isinstance(stop, str) else [str(s) for s in stop]
+                                         if isinstance(stop, list) else None)
     limit = max_tokens_of(body, default_max_tokens)
     if engine == "vllm":
         # vLLM's stage builds StructuredOutputsParams(**structured_outputs) when it is non-empty.
-        structured = {"json": schema} if schema is not None else {"json_object": True} if json_mode else None
+        structured: JSONObject | None = {"json": schema} if schema is not None else {"json_object": True} if json_mode else None
         return {"temperature": temperature, "top_p": top_p, "max_tokens": limit, "seed": seed, "stop": stop_list,
                 "structured_outputs": structured}
     # SGLang: its own names (max_new_tokens, json_schema). Its seed (`sampling_seed`) is recent and an older
     # SGLang refuses the unknown key, so it goes only where a seed was asked for (then in every row of a run).
-    params = {"temperature": temperature, "top_p": top_p, "max_new_tokens": limit, "stop": stop_list,
+    params: JSONObject = {"temperature": temperature, "top_p": top_p, "max_new_tokens": limit, "stop": stop_list,
               "json_schema": schema if schema is not None else ('{"type": "object"}' if json_mode else None)}
     if seed is not None:
         params["sampling_seed"] = seed
     return params
 
 
-def preprocess_row(row: dict[str, Any], engine: str, default_max_tokens: int | None) -> dict[str, Any]:
+def _request_of(row: Mapping[str, object]) -> tuple[str, str, JSONObject]:
+    """(the request line, its custom_id, its body) of a Ray row: the line this module put in REQUEST_COLUMN, one
+    that read_requests checked (a string custom_id, an object body)."""
+    raw = row[REQUEST_COLUMN]
+    if not isinstance(raw, str):
+        raise TypeError(f"{REQUEST_COLUMN} is not a request line but {type(raw).__name__}")
+    line = json.loads(raw)
+    cid, body = line["custom_id"], line["body"]
+    if not isinstance(cid, str) or not isinstance(body, dict):
+        raise TypeError(f"{REQUEST_COLUMN} is not a checked request line")
+    return raw, cid, body
+
+
+def preprocess_row(row: Mapping[str, object], engine: str, default_max_tokens: int | None) -> JSONObject:
     """Ray Data's preprocess: a row `{REQUEST_COLUMN: line}` → what the chat-template and engine stages read."""
-    line = json.loads(row[REQUEST_COLUMN])
-    body = line["body"]
-    return {REQUEST_COLUMN: row[REQUEST_COLUMN], "messages": body["messages"],
+    raw, _, body = _request_of(row)
+    return {REQUEST_COLUMN: raw, "messages": body["messages"],
             "sampling_params": sampling_params(body, engine, default_max_tokens)}
 
 
@@ -188,8 +220,13 @@ def error_status(message: str) -> int:
     return 400 if message.startswith(("ValueError", "TypeError")) else 500
 
 
-def output_line(custom_id: str, body: dict[str, Any], engine_row: dict[str, Any], default_max_tokens: int | None,
-                model: str | None) -> dict[str, Any]:
+def _count(value: object) -> int:
+    """A token count of an engine row (an int, or numpy's); 0 when absent."""
+    return int(value) if isinstance(value, SupportsInt) else 0
+
+
+def output_line(custom_id: str, body: JSONMapping, engine_row: Mapping[str, object], default_max_tokens: int | None,
+                model: str | None) -> OutputLine:
     """One Batch API output line for an engine's answer (or its error) to one request; its ids are derived from
     the custom_id, so a re-run writes the same ones."""
     digest = hashlib.sha256(custom_id.encode()).hexdigest()[:16]
@@ -203,15 +240,16 @@ def output_line(custom_id: str, body: dict[str, Any], engine_row: dict[str, Any]
                              "body": {"error": {"message": error[:2000], "type": kind}}}, "error": None}
     text = engine_row.get("generated_text")
     text = text if isinstance(text, str) else ""
-    prompt_tokens = int(engine_row.get("num_input_tokens") or 0)
-    completion_tokens = int(engine_row.get("num_generated_tokens") or 0)
+    prompt_tokens = _count(engine_row.get("num_input_tokens"))
+    completion_tokens = _count(engine_row.get("num_generated_tokens"))
     limit = max_tokens_of(body, default_max_tokens)
     # The engine stages do not return vLLM's finish reason; a completion that used the whole limit ran into it
     # (a stop exactly at the limit is the one case this calls "length" wrongly, and it is rare).
     finish = "length" if limit is not None and completion_tokens >= limit else "stop"
-    completion = {
+    served = body.get("model")
+    completion: JSONObject = {
         "id": f"chatcmpl-{rid}", "object": "chat.completion", "created": int(time.time()),
-        "model": model or body.get("model") or "",
+        "model": model or (served if isinstance(served, str) else None) or "",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "total_tokens": prompt_tokens + completion_tokens},
@@ -220,14 +258,14 @@ def output_line(custom_id: str, body: dict[str, Any], engine_row: dict[str, Any]
             "response": {"status_code": 200, "request_id": rid, "body": completion}, "error": None}
 
 
-def postprocess_row(row: dict[str, Any], default_max_tokens: int | None, model: str | None) -> dict[str, Any]:
+def postprocess_row(row: Mapping[str, object], default_max_tokens: int | None, model: str | None) -> dict[str, str]:
     """Ray Data's postprocess: the engine's row → `{"line": output line as JSON}` (one string) and the request."""
-    line = json.loads(row[REQUEST_COLUMN])
-    out = output_line(line["custom_id"], line["body"], row, default_max_tokens, model)
-    return {"line": json.dumps(out, ensure_ascii=False, separators=(",", ":")), REQUEST_COLUMN: row[REQUEST_COLUMN]}
+    raw, cid, body = _request_of(row)
+    out = output_line(cid, body, row, default_max_tokens, model)
+    return {"line": json.dumps(out, ensure_ascii=False, separators=(",", ":")), REQUEST_COLUMN: raw}
 
 
-def result_line(row: dict[str, Any], default_max_tokens: int | None, model: str | None) -> dict[str, Any] | None:
+def result_line(row: Mapping[str, object], default_max_tokens: int | None, model: str | None) -> OutputLine | None:
     """The output line of one row of the processor's result, or None when the row cannot say which request it
     answers (that request is then missing, and sent again by the next export).
 
@@ -235,14 +273,13 @@ def result_line(row: dict[str, Any], default_max_tokens: int | None, model: str 
     as the engine stage left it: no `line`, but the request column and `__inference_error__`."""
     text = row.get("line")
     if isinstance(text, str) and text:
-        obj: dict[str, Any] = json.loads(text)
+        obj: OutputLine = json.loads(text)  # what postprocess_row wrote: an output_line(), as JSON
         return obj
-    raw = row.get(REQUEST_COLUMN)
-    if not isinstance(raw, str):
+    if not isinstance(row.get(REQUEST_COLUMN), str):
         return None
-    req = json.loads(raw)
+    _, cid, body = _request_of(row)
     error = str(row.get("__inference_error__") or "") or "the engine returned no answer for this row"
-    return output_line(req["custom_id"], req["body"], {"__inference_error__": error}, default_max_tokens, model)
+    return output_line(cid, body, {"__inference_error__": error}, default_max_tokens, model)
 
 
 # ---------------------------------------------------------------- the Ray Data pipeline
@@ -267,7 +304,7 @@ class EngineOptions:
 Processor = Callable[[Any], Any]  # a ray.data Dataset → Dataset, as ray.data.llm's Processor is
 
 
-def processor_config(opts: EngineOptions) -> Any:
+def processor_config(opts: EngineOptions) -> object:
     """The engine processor's config: `vLLMEngineProcessorConfig` or `SGLangEngineProcessorConfig`. Failed rows
     are kept (`should_continue_on_error`): one bad request must not fail the whole dataset."""
     from ray.data import llm as rllm
@@ -275,7 +312,7 @@ def processor_config(opts: EngineOptions) -> Any:
     common: dict[str, Any] = dict(model_source=opts.model, engine_kwargs=dict(opts.engine_kwargs),
                                   concurrency=opts.concurrency, batch_size=opts.batch_size,
                                   should_continue_on_error=True)
-    config: Any
+    config: object
     if opts.engine == "vllm":
         config = rllm.vLLMEngineProcessorConfig(**common)
     elif opts.engine == "sglang":
@@ -339,7 +376,8 @@ def generate(inputs: list[Path], output: Path, processor: Processor, default_max
                 seen.add(cid)
                 if obj["response"]["status_code"] != 200:
                     errors += 1
-                    first_error = first_error or str(obj["response"]["body"]["error"]["message"])
+                    err = obj["response"]["body"].get("error")
+                    first_error = first_error or str(err.get("message") if isinstance(err, dict) else err)
                 fh.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -396,7 +434,7 @@ def _output_lines(path: Path) -> Iterator[tuple[int, str, str]]:
         raise InputError("no such file", path)
     raw_lines = _text(path).splitlines()
     for n, obj in parse_result_lines("\n".join(raw_lines), path, strict=True):
-        yield n, obj["custom_id"], raw_lines[n - 1]
+        yield n, result_key(obj), raw_lines[n - 1]
 
 
 def merge_outputs(outputs: list[Path], dest: Path, requests: list[Path] | None = None) -> int:
