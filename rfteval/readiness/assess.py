@@ -121,7 +121,7 @@ class ExpectedZeroSignal(TypedDict):
     method: str | None
     n_unbiased: int
     n_empirical_bayes: int
-    prior: dict[str, object] | None
+    prior: zero_signal.FittedPrior | None
     notes: NotRequired[list[str]]
 
 
