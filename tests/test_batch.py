@@ -80,7 +80,7 @@ def input_files(server: FakeOpenAI) -> list[list[dict[str, Any]]]:
 @pytest.mark.slow
 def test_batch_results_equal_a_synchronous_run(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path) -> None:
     result = run_lib(files, fake_openai)
-    assert result.summary["cells"] == CELLS and result.summary["missing"] == 0 and result.summary["errors"] == 0
+    assert result.summary.cells == CELLS and result.summary.missing == 0 and result.summary.errors == 0
     assert fake_openai.requests_for("chat") == []  # nothing went synchronously
     # chunks under the line limit (4 here), one model per input file, custom_id = the cell key
     inputs = input_files(fake_openai)
@@ -95,8 +95,8 @@ def test_batch_results_equal_a_synchronous_run(files: dict[str, Path], fake_open
         b = [(r["item_id"], r["epoch"], r["output_text"], r["score"]) for r in records(tmp_path / "sync", label)]
         assert a == b
     # batch prices: half the standard ones (the pricing table's batch column)
-    assert result.summary["models"]["base"]["cost_usd"] == pytest.approx(sync.summary["models"]["base"]["cost_usd"] / 2)
-    assert result.summary["batches"]["open"] == 0
+    assert result.summary.models["base"].cost_usd == pytest.approx(sync.summary.models["base"].cost_usd / 2)
+    assert result.summary.batches["open"] == 0
     # every step journalled, in order, per chunk
     kinds: dict[str, list[str]] = {}
     for e in events(files["out"]):
@@ -106,7 +106,7 @@ def test_batch_results_equal_a_synchronous_run(files: dict[str, Path], fake_open
     # a re-run sends nothing
     creates = fake_openai.batch_creates
     again = run_lib(files, fake_openai)
-    assert fake_openai.batch_creates == creates and again.summary["missing"] == 0
+    assert fake_openai.batch_creates == creates and again.summary.missing == 0
 
 
 def test_responses_endpoint(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
@@ -114,7 +114,7 @@ def test_responses_endpoint(files: dict[str, Path], fake_openai: FakeOpenAI) -> 
                                            grader=str(files["grader"]), epochs=1, base_url=fake_openai.base_url,
                                            api="responses", out=str(files["out"])))
     result = run_eval(spec, options=RunOptions(handle_signals=False, checkpoint_s=0, batch=True, batch_poll_s=0.01))
-    assert result.summary["missing"] == 0
+    assert result.summary.missing == 0
     assert {line["url"] for lines in input_files(fake_openai) for line in lines} == {"/v1/responses"}
     assert records(files["out"], "base")[0]["output_text"] == "echo:fake-base:question 0"
 
@@ -126,7 +126,7 @@ def test_responses_endpoint(files: dict[str, Path], fake_openai: FakeOpenAI) -> 
 def test_expired_lines_are_requeued_into_a_new_batch(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"outcome": "expired", "complete": 1})
     result = run_lib(files, fake_openai, batch_max_lines=100)
-    assert result.summary["missing"] == 0 and result.summary["errors"] == 0
+    assert result.summary.missing == 0 and result.summary.errors == 0
     assert fake_openai.batch_creates == 3  # base (expired after 1 line), tuned, then base's other 9 lines
     assert len(input_files(fake_openai)[-1]) == N_ITEMS * EPOCHS - 1
     assert any("expired" in m for m in result.messages)
@@ -136,7 +136,7 @@ def test_expired_lines_are_requeued_into_a_new_batch(files: dict[str, Path], fak
 def test_batch_tail_sync_sends_the_remainder_synchronously(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     fake_openai.batch_plans.append({"outcome": "expired", "complete": 7})
     result = run_lib(files, fake_openai, batch_max_lines=100, batch_tail="sync")
-    assert result.summary["missing"] == 0
+    assert result.summary.missing == 0
     assert fake_openai.batch_creates == 2
     assert len(fake_openai.requests_for("chat")) == N_ITEMS * EPOCHS - 7
 
@@ -160,7 +160,7 @@ def test_failed_lines_429_and_5xx_are_requeued_400_is_the_cells_error(files: dic
     base = {(r["item_id"], r["epoch"]): r for r in records(files["out"], "base")}
     assert base[("q1", 1)]["error"]["type"] == "bad_request"
     assert base[("q2", 1)]["error"] is None and base[("q2", 1)]["output_text"] == "echo:fake-base:question 2"
-    assert result.summary["errors"] == EPOCHS
+    assert result.summary.errors == EPOCHS
 
 
 @pytest.mark.slow
@@ -186,7 +186,7 @@ def test_completed_with_no_output_file(files: dict[str, Path], fake_openai: Fake
     result = run_lib(files, fake_openai, batch_max_lines=100)
     msgs = [m for m in result.messages if "no output file" in m]
     assert len(msgs) == 2 and "all 10 lines failed" in msgs[0]
-    assert result.summary["errors"] == CELLS
+    assert result.summary.errors == CELLS
 
 
 @pytest.mark.slow
@@ -194,7 +194,7 @@ def test_completed_with_neither_file_is_requeued(files: dict[str, Path], fake_op
     fake_openai.batch_plans.append({"drop_files": True})
     result = run_lib(files, fake_openai, batch_max_lines=100)
     assert any("neither an output nor an error file" in m for m in result.messages)
-    assert result.summary["missing"] == 0 and fake_openai.batch_creates == 3
+    assert result.summary.missing == 0 and fake_openai.batch_creates == 3
 
 
 def test_a_mixed_model_file_would_be_refused(fake_openai: FakeOpenAI) -> None:
@@ -419,20 +419,20 @@ def test_result_lines_match_on_custom_id_and_classify() -> None:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 3, "completion_tokens": 1}}}, "error": None}
     what, entry = entry_from_result("k", cell, ok, "s")
-    assert what == "stored" and entry["output_text"] == "hi" and entry["tier"] == "batch"
+    assert what == "stored" and entry is not None and entry.output_text == "hi" and entry.tier == "batch"
     assert entry_from_result("k", cell, {"custom_id": "k", "response": None,
                                          "error": {"code": "batch_expired", "message": ""}}, "s")[0] == "requeue"
     assert entry_from_result("k", cell, {"custom_id": "k", "response": {"status_code": 429, "body": {}}}, "s")[0] == "requeue"
     what, entry = entry_from_result("k", cell, {"custom_id": "k", "response": {"status_code": 400, "body": {
         "error": {"message": "nope"}}}}, "s")
-    assert what == "error" and entry["error"]["type"] == "bad_request"
+    assert what == "error" and entry is not None and entry.error_type == "bad_request"
     assert [n for n, _ in parse_result_lines(b'{"custom_id": "a", "response": null}\n\nnot json\n')] == [1]
 
 
 @pytest.mark.slow
 def test_chunks_stay_under_the_byte_limit(files: dict[str, Path], fake_openai: FakeOpenAI) -> None:
     result = run_lib(files, fake_openai, batch_max_lines=1000, batch_max_bytes=600)
-    assert result.summary["missing"] == 0
+    assert result.summary.missing == 0
     sizes = [f["meta"]["bytes"] for f in fake_openai.files.values() if f["meta"]["purpose"] == "batch"]
     assert len(sizes) > 2 and max(sizes) <= 600
 

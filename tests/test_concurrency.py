@@ -154,12 +154,12 @@ def test_2000_requests_at_concurrency_64_against_a_cap_of_16(tmp_path: Path) -> 
                                                out=str(tmp_path / "run")))
         result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.05, checkpoint_s=0))
         stats = dict(fake.stats)
-    assert result.summary["records" if "records" in result.summary else "cells"] == N_REQUESTS
-    assert result.summary["errors"] == 0 and result.summary["missing"] == 0
+    assert result.summary.cells == N_REQUESTS
+    assert result.summary.errors == 0 and result.summary.missing == 0
     sent = stats["served"] + stats["rate_limited"]
     assert stats["served"] == N_REQUESTS
     assert stats["rate_limited"] / sent <= 0.10, stats
-    conc = result.summary["concurrency"]["base"]
+    conc = result.summary.concurrency["base"]
     assert conc["mode"] == "adaptive" and conc["max"] == 64
     assert conc["rate_limited"] == stats["rate_limited"]
     assert all(1 <= v <= 64 for _, v in conc["history"])
@@ -177,8 +177,8 @@ def test_fixed_concurrency_hammers_the_cap(tmp_path: Path) -> None:
         result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.005, backoff_max_s=0.02,
                                                    checkpoint_s=0, fixed_concurrency=True))
         stats = dict(fake.stats)
-    assert result.summary["errors"] == 0
-    assert result.summary["concurrency"]["base"]["mode"] == "fixed"
+    assert result.summary.errors == 0
+    assert result.summary.concurrency["base"]["mode"] == "fixed"
     assert stats["rate_limited"] / (stats["served"] + stats["rate_limited"]) > 0.10
 
 
@@ -192,9 +192,9 @@ def test_flex_resource_unavailable_is_retried_longer(tmp_path: Path) -> None:
         result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.001, checkpoint_s=0,
                                                    service_tier="flex"))
         bodies = [r.body for r in fake.requests_for("chat")]
-    assert result.summary["errors"] == 0 and fake.stats["flex_unavailable"] == 2
+    assert result.summary.errors == 0 and fake.stats["flex_unavailable"] == 2
     assert all(b.get("service_tier") == "flex" for b in bodies)
-    assert result.summary["concurrency"]["base"]["episodes"] == 0  # capacity, not our rate: no cut
+    assert result.summary.concurrency["base"]["episodes"] == 0  # capacity, not our rate: no cut
     store = (tmp_path / "run" / "store" / "responses.jsonl").read_text().splitlines()
     assert {json.loads(line).get("tier") for line in store} == {"flex"}  # billed at batch prices
 

@@ -107,8 +107,8 @@ def test_an_answer_becomes_a_line_that_import_stores_with_usage() -> None:
     [(_, parsed)] = list(parse_result_lines(json.dumps(out), "out.jsonl", strict=True))
     what, entry = entry_from_result("k1", CELL, parsed, "s", tier="import")
     assert what == "stored" and entry is not None
-    assert entry["output_text"] == "Paris" and entry["finish_reason"] == "stop"
-    assert entry["usage"]["input_tokens"] == 12 and entry["usage"]["output_tokens"] == 2
+    assert entry.output_text == "Paris" and entry.finish_reason == "stop"
+    assert entry.usage is not None and entry.usage["input_tokens"] == 12 and entry.usage["output_tokens"] == 2
 
 
 def test_a_completion_that_used_the_whole_limit_says_length() -> None:
@@ -122,7 +122,7 @@ def test_engine_errors_refused_requests_are_stored_others_resent() -> None:
     refused = output_line("k", body(), {"__inference_error__": "ValueError: prompt is longer than 4096"}, None, None)
     assert refused["response"]["status_code"] == 400
     what, entry = entry_from_result("k", CELL, refused, "s")
-    assert what == "error" and entry is not None and "longer than" in entry["error"]["message"]
+    assert what == "error" and entry is not None and entry.error is not None and "longer than" in entry.error.message
     died = output_line("k", body(), {"__inference_error__": "RuntimeError: CUDA out of memory"}, None, None)
     assert died["response"]["status_code"] == 500
     assert entry_from_result("k", CELL, died, "s")[0] == "requeue"  # the next export sends it again

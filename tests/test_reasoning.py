@@ -127,19 +127,23 @@ def test_an_unknown_mode_is_refused():
 
 
 def test_the_grader_sample_is_built_from_the_answer():
-    entry = {"output_text": '<think>Let me write JSON.</think>\n{"city": "Paris"}', "output_json": None,
-             "output_tools": None, "finish_reason": "stop",
-             "choices": [{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": '<think>Let me write JSON.</think>\n{"city": "Paris"}'}}]}
+    from rfteval.run.store import decode_response
+
+    entry = decode_response({
+        "output_text": '<think>Let me write JSON.</think>\n{"city": "Paris"}', "output_json": None,
+        "output_tools": None, "finish_reason": "stop",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": '<think>Let me write JSON.</think>\n{"city": "Paris"}'}}]})
     sample = entry_sample(entry)
     assert sample["output_text"] == '{"city": "Paris"}'
     assert sample["output_json"] == {"city": "Paris"}  # parsed from the answer, not the unparseable content
     assert sample["choices"][0]["message"]["content"] == '{"city": "Paris"}'
     kept = entry_sample(entry, mode="keep")
-    assert kept["output_text"] == entry["output_text"] and kept["output_json"] is None
+    assert kept["output_text"] == entry.output_text and kept["output_json"] is None
     # a server that sent the reasoning apart: OpenAI's sample carries no reasoning fields
-    entry = {"output_text": "Paris", "output_json": None, "reasoning": "r", "finish_reason": "stop",
-             "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris", "reasoning_content": "r"}}]}
+    entry = decode_response({
+        "output_text": "Paris", "output_json": None, "reasoning": "r", "finish_reason": "stop",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Paris", "reasoning_content": "r"}}]})
     assert entry_sample(entry)["choices"][0]["message"] == {"role": "assistant", "content": "Paris"}
     assert entry_sample(entry, mode="keep")["choices"][0]["message"]["reasoning_content"] == "r"
 
@@ -410,6 +414,7 @@ def test_the_models_table_shows_the_cut_off_share_only_when_some_were():
     from rich.console import Console
 
     from rfteval.report.run_table import models_table, truncation_lines
+    from rfteval.run.summary import as_run_summary
 
     def model(n: int, reasoning: int | None) -> dict[str, Any]:
         return {"model": "m", "mean": 0.5, "ci95": [0.4, 0.6], "items": 4, "records": 8, "cells": 8,
@@ -418,7 +423,7 @@ def test_the_models_table_shows_the_cut_off_share_only_when_some_were():
 
     def shown(summary: dict[str, Any]) -> str:
         console = Console(width=200, record=True)
-        console.print(models_table(summary))
+        console.print(models_table(as_run_summary(summary)))
         return console.export_text()
 
     summary = {"name": "t", "items": 4, "epochs": 2, "grader": {"name": "g"},
@@ -426,39 +431,40 @@ def test_the_models_table_shows_the_cut_off_share_only_when_some_were():
     text = shown(summary)
     assert "cut off thinking" in text and "2 (25%)" in text
     assert "100/50 (7)" in text and "(0)" not in text and "(—)" not in text  # never reported: nothing shown
-    assert truncation_lines(summary) == ["base: 2 sample(s) (25.0%) ran out of tokens while reasoning and were "
+    assert truncation_lines(as_run_summary(summary)) == ["base: 2 sample(s) (25.0%) ran out of tokens while reasoning and were "
                                          "graded as empty answers; raise --max-output-tokens (the limit counts "
                                          "reasoning tokens)"]
     summary["models"] = {"base": model(0, 0), "tuned": model(0, 0)}
-    assert "cut off thinking" not in shown(summary) and truncation_lines(summary) == []
+    assert "cut off thinking" not in shown(summary) and truncation_lines(as_run_summary(summary)) == []
 
 
 def test_records_from_the_store_split_under_the_mode_they_were_graded_with():
     from rfteval.run.results import build_record
+    from rfteval.run.store import GradeEntry, decode_response
 
-    response = {"output_text": "<think>t</think> A", "output_json": None, "output_tools": None, "usage": None,
-                "finish_reason": "stop", "error": None, "reasoning": None}
-    grade = {"score": 1.0}
+    line = {"output_text": "<think>t</think> A", "output_json": None, "output_tools": None, "usage": None,
+            "finish_reason": "stop", "error": None, "reasoning": None}
+    response, grade = decode_response(line), GradeEntry(score=1.0)
     rec = build_record("r", "m", "m", "q", 1, response, grade)
     assert rec is not None and (rec.output_text, rec.reasoning_text, rec.truncated_in_reasoning) == ("A", "t", False)
     rec = build_record("r", "m", "m", "q", 1, response, grade, reasoning="keep")
     assert rec is not None and (rec.output_text, rec.reasoning_text) == ("<think>t</think> A", "t")
-    cut = {**response, "output_text": "<think>t", "finish_reason": "length"}
+    cut = decode_response({**line, "output_text": "<think>t", "finish_reason": "length"})
     rec = build_record("r", "m", "m", "q", 1, cut, grade)
     assert rec is not None and rec.truncated_in_reasoning and rec.output_text == ""
-    failed = {**response, "output_text": None, "error": {"type": "timeout", "message": "m"}}
+    failed = decode_response({**line, "output_text": None, "error": {"type": "timeout", "message": "m"}})
     rec = build_record("r", "m", "m", "q", 1, failed, None)
     assert rec is not None and rec.reasoning_text is None and not rec.truncated_in_reasoning
 
 
 def test_the_store_keeps_what_the_server_sent():
     from rfteval.providers.base import Generation
-    from rfteval.run.store import response_entry
+    from rfteval.run.store import new_response_entry
 
     common: dict[str, Any] = dict(key="k", label="m", model="m", item_id="q", epoch=1)
-    entry = response_entry(**common, generation=Generation(output_text="\n\nParis", reasoning="thought"))
-    assert entry["output_text"] == "\n\nParis" and entry["reasoning"] == "thought"
-    assert "reasoning" not in response_entry(**common, generation=Generation(output_text="Paris"))
+    entry = new_response_entry(**common, generation=Generation(output_text="\n\nParis", reasoning="thought"))
+    assert entry.output_text == "\n\nParis" and entry.reasoning == "thought"
+    assert "reasoning" not in new_response_entry(**common, generation=Generation(output_text="Paris")).to_dict()
 
 
 def test_a_spec_setting_other_than_the_default_files_grades_apart():

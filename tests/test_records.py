@@ -15,10 +15,14 @@ from rfteval.data.records import (
     check_error_policy,
     decode_records,
     dumps_record,
+    effective_scores,
     error_dict,
+    error_kinds,
     generation_failures,
     is_generation_failure,
+    json_safe,
     make_record,
+    read_parquet_records,
     read_records,
     records_frame,
     write_jsonl,
@@ -148,3 +152,40 @@ def test_the_error_policy_is_checked_once():
     with pytest.raises(InputError, match="must be exclude or zero, got 'ignore'") as exc:
         check_error_policy("ignore")
     assert exc.value.field == "--errors"
+
+
+def test_the_column_wise_policy_excludes_generation_failures_and_zeroes_the_rest():
+    import pandas as pd
+
+    errors = [None, error_dict("generate", "timeout", "t"), error_dict("generate", REFUSAL, "no"),
+              error_dict("grade", "python_grader_runtime_error", "boom"), {"type": "x", "message": "no stage"}, None]
+    df = pd.DataFrame({"score": [0.7, 0.9, 0.9, 0.9, 0.9, None], "error": errors})
+    kinds = [k if isinstance(k, str) else None for k in error_kinds(df)]  # no error: missing (None or NaN)
+    assert kinds == [None, "generate", "refusal", "grade", "grade", None]
+    got = effective_scores(df).tolist()
+    assert got[0] == 0.7 and got[2:5] == [0.0, 0.0, 0.0]  # a refusal and grading errors score 0
+    assert pd.isna(got[1]) and pd.isna(got[5])  # a generation failure is left out; never graded: left out
+    assert effective_scores(df, "zero").tolist()[1] == 0.0
+
+
+def test_json_safe_gives_what_strict_json_takes():
+    import numpy as np
+
+    value = {1: (np.float64(0.5), float("nan")), "x": [np.int64(3), float("inf"), None, True], "p": Path("a/b")}
+    out = json_safe(value)
+    assert out == {"1": [0.5, None], "x": [3, None, None, True], "p": "a/b"}
+    assert type(out["x"][0]) is int and json.dumps(out, allow_nan=False)
+
+
+def test_one_parquet_reader_reads_the_columns_the_file_has(tmp_path):
+    path = tmp_path / "r.parquet"
+    graded = [rec(), rec(item_id="2")]
+    for r in graded:
+        r.score = 1.0
+    write_parquet(graded, path)
+    table = read_parquet_records(path, columns=["item_id", "score", "not_a_field"])
+    assert table.column_names == ["item_id", "score"] and table.num_rows == 2
+    assert read_parquet_records(path).column_names == list(FIELDS)
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(InputError, match="not a readable Parquet file"):
+        read_parquet_records(tmp_path / "bad.parquet")

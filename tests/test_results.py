@@ -11,18 +11,18 @@ from store_entries import failed, ok
 
 from rfteval.graders.base import GradeError, GradeResult
 from rfteval.run.results import Cell, add_judge_calls, build_record, write_results
-from rfteval.run.store import RunStore, grade_entry
+from rfteval.run.store import RunStore, new_grade_entry
 
 
 def test_build_record_from_response_and_grade() -> None:
     resp = ok("k", "hello", session="old")
     assert build_record("r", "base", "m", "1", 1, None, None) is None
     assert build_record("r", "base", "m", "1", 1, resp, None) is None  # generated, not graded: not a result yet
-    g = grade_entry("k", "g", GradeResult(0.75, sub_scores={"a": 1.0}, passed=True, details={"x": 1}))
+    g = new_grade_entry("k", "g", GradeResult(0.75, sub_scores={"a": 1.0}, passed=True, details={"x": 1}))
     rec = build_record("r", "base", "m", "1", 1, resp, g, cached=True)
     assert (rec.score, rec.sub_scores, rec.passed, rec.error, rec.cached) == (0.75, {"a": 1.0}, True, None, True)
     assert rec.usage == {"input_tokens": 3, "output_tokens": 5, "reasoning_tokens": 1}
-    bad = grade_entry("k", "g", GradeResult.failed("python_grader_runtime_error", "KeyError: 'x'"))
+    bad = new_grade_entry("k", "g", GradeResult.failed("python_grader_runtime_error", "KeyError: 'x'"))
     rec = build_record("r", "base", "m", "1", 1, resp, bad)
     assert rec.score == 0.0
     assert rec.error == {"stage": "grade", "type": "python_grader_runtime_error", "message": "KeyError: 'x'"}
@@ -47,7 +47,7 @@ def test_write_results_streams_records_in_dataset_order(tmp_path: Path) -> None:
                     continue
                 store.put_response(ok(key, f"{label}{item}{epoch}", label, item, epoch, session=store.session))
                 err = GradeError("python_grader_runtime_error", "x") if (label, item, epoch) == ("base", "1", 2) else None
-                store.put_grade(grade_entry(key, "g", GradeResult(score, error=err)))
+                store.put_grade(new_grade_entry(key, "g", GradeResult(score, error=err)))
         cells.append(Cell("base", "m-base", "3", 1, "never-run"))  # a cell with nothing stored yet
         order = sorted(cells, key=lambda c: (c.item_id, c.label, c.epoch))
         reader = store.reader()
@@ -72,7 +72,7 @@ def test_write_results_streams_records_in_dataset_order(tmp_path: Path) -> None:
 def test_write_results_scores_a_refusal_zero_but_leaves_a_failed_generation_out(tmp_path: Path) -> None:
     with RunStore(tmp_path) as store:
         store.put_response(ok("k1", item="1", epoch=1, session=store.session))
-        store.put_grade(grade_entry("k1", "g", GradeResult(1.0)))
+        store.put_grade(new_grade_entry("k1", "g", GradeResult(1.0)))
         store.put_response(failed("k2", "refusal", "1", 2))
         store.put_response(failed("k3", "server", "1", 3))
         reader = store.reader()

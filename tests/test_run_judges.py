@@ -682,7 +682,7 @@ def test_a_judge_past_its_output_limit_is_told_to_the_runs_monitor(tmp_path: Pat
 
     with caplog.at_level("WARNING", logger="rfteval"):
         result = run_eval(spec, Collect(), RunOptions(handle_signals=False, checkpoint_s=0))
-    assert result.summary["errors"] == 0
+    assert result.summary.errors == 0
     limits = [s for s in said if "ignored the output limit" in s]
     assert len(limits) == 1, said  # once per judge model, though every call ran past it
     assert "model judge-model" in limits[0] and "87 output tokens under a limit of 16" in limits[0]

@@ -105,9 +105,11 @@ def test_the_exit_3_hint_after_grading_errors_only_sends_nothing(tmp_path: Path,
 
 def test_the_rerun_hint_counts_generation_errors_only() -> None:
     from rfteval.cli.commands.run_cmd import rerun_hint
+    from rfteval.run.summary import RunSummary, as_run_summary
 
-    def summary(**by_type: int) -> dict[str, Any]:
-        return {"models": {"base": {"errors": {"by_type": {k.replace("__", ":"): v for k, v in by_type.items()}}}}}
+    def summary(**by_type: int) -> RunSummary:
+        by_type_ = {k.replace("__", ":"): v for k, v in by_type.items()}
+        return as_run_summary({"models": {"base": {"errors": {"by_type": by_type_}}}})
 
     assert "re-sends the 3 failed requests" in rerun_hint(summary(generate__server=2, generate__timeout=1,
                                                                   grade__other=4))
@@ -133,7 +135,7 @@ def test_reasoning_tokens_a_server_never_reports_show_as_nothing_not_zero() -> N
 
     from rfteval.report.run_table import _reasoning, models_table
     from rfteval.run.results import LabelTotals, _add_usage
-    from rfteval.run.summary import judge_totals
+    from rfteval.run.summary import as_run_summary, judge_totals
 
     never, reported = LabelTotals(), LabelTotals()
     for _ in range(3):
@@ -151,7 +153,7 @@ def test_reasoning_tokens_a_server_never_reports_show_as_nothing_not_zero() -> N
 
     def shown(reasoning: int | None) -> str:
         console = Console(width=160, record=True, force_terminal=False)
-        console.print(models_table(summary(reasoning)))
+        console.print(models_table(as_run_summary(summary(reasoning))))
         return console.export_text()
 
     assert "(0)" not in shown(None) and "(reasoning)" not in shown(None) and "30/15" in shown(None)

@@ -134,17 +134,17 @@ def test_every_cell_once_epochs_independent_and_summary(workdir: Path) -> None:
     recs = records(workdir, "base")
     assert [(r["item_id"], r["epoch"]) for r in recs] == [(str(i), e) for i in range(N_ITEMS) for e in (1, 2, 3)]
     assert [r["output_text"] for r in recs] == [base_answer(i, e) for i in range(N_ITEMS) for e in (1, 2, 3)]
-    assert {r["run_id"] for r in recs} == {result.summary["run_id"]}
+    assert {r["run_id"] for r in recs} == {result.summary.run_id}
     s = result.summary
-    assert s["complete"] and s["cells"] == 2 * N_ITEMS * EPOCHS and s["errors"] == 0
-    assert s["models"]["base"]["mean"] == pytest.approx(expected_mean(base_answer))
-    assert s["models"]["tuned"]["mean"] == pytest.approx(expected_mean(tuned_answer))
-    assert s["models"]["base"]["tokens"] == {"input": 10 * 18, "output": 4 * 18, "reasoning": 2 * 18}
-    delta = s["deltas"]["tuned"]
+    assert s.complete and s.cells == 2 * N_ITEMS * EPOCHS and s.errors == 0
+    assert s.models["base"].mean == pytest.approx(expected_mean(base_answer))
+    assert s.models["tuned"].mean == pytest.approx(expected_mean(tuned_answer))
+    assert s.models["base"].tokens.to_dict() == {"input": 10 * 18, "output": 4 * 18, "reasoning": 2 * 18}
+    delta = s.deltas["tuned"]
     assert delta["baseline"] == "base" and delta["n"] == N_ITEMS
     assert delta["mean"] == pytest.approx(expected_mean(tuned_answer) - expected_mean(base_answer))
     on_disk = json.loads((workdir / "run" / "summary.json").read_text())
-    assert on_disk["models"]["tuned"]["mean"] == pytest.approx(s["models"]["tuned"]["mean"])
+    assert on_disk["models"]["tuned"]["mean"] == pytest.approx(s.models["tuned"].mean)
     assert (workdir / "run" / "spec.resolved.toml").exists() and (workdir / "run" / "results.parquet").exists()
 
 
@@ -165,7 +165,7 @@ def test_resume_sends_nothing_twice_and_marks_cached(workdir: Path) -> None:
     assert mon.cached == 2 * N_ITEMS * EPOCHS
     again = records(workdir, "base")
     assert [r["score"] for r in again] == [r["score"] for r in first]
-    assert all(r["cached"] for r in again) and result.summary["models"]["base"]["cached"] == N_ITEMS * EPOCHS
+    assert all(r["cached"] for r in again) and result.summary.models["base"].cached == N_ITEMS * EPOCHS
     grades = (workdir / "run/store/grades.jsonl").read_text().splitlines()
     assert len(grades) == 2 * N_ITEMS * EPOCHS  # nothing graded twice
 
@@ -191,7 +191,7 @@ def test_changed_grader_regrades_without_requests(workdir: Path) -> None:
     base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
     result = run(make_spec(workdir), {"base": base, "tuned": tuned})
     assert base.calls == [] and tuned.calls == []
-    assert result.summary["models"]["base"]["mean"] == pytest.approx(1 - expected_mean(base_answer))
+    assert result.summary.models["base"].mean == pytest.approx(1 - expected_mean(base_answer))
     assert [r["score"] for r in records(workdir, "base")] == [
         float(base_answer(i, e) != "right") for i in range(N_ITEMS) for e in (1, 2, 3)]
     grades = (workdir / "run/store/grades.jsonl").read_text().splitlines()
@@ -206,7 +206,7 @@ def test_retries_on_rate_limit_then_success(workdir: Path) -> None:
     base = FakeProvider(base_answer, fail)
     mon = Counting()
     result = run(make_spec(workdir, ("base",)), {"base": base}, mon)
-    assert mon.retries == {"base": 2} and result.summary["errors"] == 0
+    assert mon.retries == {"base": 2} and result.summary.errors == 0
     assert base.calls.count(("2", 1)) == 3
     entry = [json.loads(x) for x in (workdir / "run/store/responses.jsonl").read_text().splitlines()
              if json.loads(x)["item_id"] == "2" and json.loads(x)["epoch"] == 1]
@@ -221,8 +221,8 @@ def test_retries_run_out_then_the_cell_is_an_error_and_resume_resends_it(workdir
     base = FakeProvider(base_answer, fail)
     result = run(make_spec(workdir, ("base",), max_retries=2), {"base": base})
     assert base.calls.count(("0", 1)) == 3  # 1 try + 2 retries
-    assert result.summary["errors"] == EPOCHS
-    assert result.summary["models"]["base"]["errors"]["by_type"] == {"generate:server": EPOCHS}
+    assert result.summary.errors == EPOCHS
+    assert result.summary.models["base"].errors.by_type == {"generate:server": EPOCHS}
     assert result.exit_code == ExitStatus.INCOMPLETE  # 3 of 18 cells > 5%
     bad = [r for r in records(workdir, "base") if r["item_id"] == "0"]
     assert all(r["score"] == 0.0 and r["error"]["stage"] == "generate" for r in bad)
@@ -241,7 +241,7 @@ def test_bad_request_is_not_retried(workdir: Path) -> None:
     base = FakeProvider(base_answer, fail)
     result = run(make_spec(workdir, ("base",), max_error_rate=0.5), {"base": base})
     assert base.calls.count(("1", 2)) == 1
-    assert result.summary["errors"] == 1 and result.exit_code == ExitStatus.SUCCESS
+    assert result.summary.errors == 1 and result.exit_code == ExitStatus.SUCCESS
 
 
 def test_fatal_error_stops_the_run_at_once(workdir: Path) -> None:
@@ -262,7 +262,7 @@ def test_a_provider_bug_is_one_failed_cell(workdir: Path) -> None:
             raise ValueError("unexpected")
 
     result = run(make_spec(workdir, ("base",), max_error_rate=1), {"base": FakeProvider(base_answer, fail)})
-    assert result.summary["models"]["base"]["errors"]["by_type"] == {"generate:internal": 1}
+    assert result.summary.models["base"].errors.by_type == {"generate:internal": 1}
 
 
 def test_a_grader_crash_fails_its_cells_not_the_run(workdir: Path, monkeypatch) -> None:
@@ -282,13 +282,13 @@ def test_a_grader_crash_fails_its_cells_not_the_run(workdir: Path, monkeypatch) 
 def test_three_models_compare_against_base(workdir: Path) -> None:
     providers = {"a": FakeProvider(tuned_answer), "base": FakeProvider(base_answer), "c": FakeProvider(tuned_answer)}
     result = run(make_spec(workdir, ("a", "base", "c")), providers)
-    assert result.summary["baseline"] == "base"
-    assert sorted(result.summary["deltas"]) == ["a", "c"]
+    assert result.summary.baseline == "base"
+    assert sorted(result.summary.deltas) == ["a", "c"]
     # a series: the deltas are `compare RUNDIR`'s, Holm-adjusted across the candidates, and the table shows them
     series = compare_series(workdir / "run", baseline="base")
     for c in series.candidates:
-        assert result.summary["deltas"][c.label]["p_adjusted"] == pytest.approx(c.p_adjusted)
-        assert result.summary["deltas"][c.label]["ci95"] == pytest.approx(c.result.delta["ci95"])
+        assert result.summary.deltas[c.label]["p_adjusted"] == pytest.approx(c.p_adjusted)
+        assert result.summary.deltas[c.label]["ci95"] == pytest.approx(c.result.delta["ci95"])
     assert result.comparison is not None and result.comparison.series is not None
 
 

@@ -13,9 +13,10 @@ from rfteval.graders.base import GradeResult
 from rfteval.run.store import (
     RunStore,
     cell_key,
-    grade_entry,
+    decode_grade,
     is_reusable_grade,
     is_reusable_response,
+    new_grade_entry,
 )
 
 IDENT = {"provider": "openai", "base_url": "http://127.0.0.1:1/v1", "api": "chat"}
@@ -41,8 +42,8 @@ def test_responses_persist_and_a_response_is_never_replaced_by_an_error(tmp_path
         run_id = store.run_id
     with RunStore(tmp_path / "run") as store:
         assert store.run_id == run_id
-        assert store.get_response("a")["output_text"] == "first"
-        assert store.get_response("b")["output_text"] == "bee"
+        assert store.get_response("a").output_text == "first"
+        assert store.get_response("b").output_text == "bee"
         assert store.get_response("c") is None
     lines = (tmp_path / "run/store/responses.jsonl").read_text().splitlines()
     assert len(lines) == 4  # append-only: every attempt's outcome is in the log
@@ -51,24 +52,24 @@ def test_responses_persist_and_a_response_is_never_replaced_by_an_error(tmp_path
 def test_refusal_is_final(tmp_path: Path) -> None:
     assert is_reusable_response(failed("a", "refusal"))
     assert not is_reusable_response(failed("a", "timeout"))
-    assert is_reusable_grade({"error": {"type": "python_grader_runtime_error"}})
-    assert not is_reusable_grade({"error": {"type": "python_grader_server_error"}})
+    assert is_reusable_grade(decode_grade({"error": {"type": "python_grader_runtime_error"}}))
+    assert not is_reusable_grade(decode_grade({"error": {"type": "python_grader_server_error"}}))
     assert not is_reusable_grade(None)
 
 
 def test_index_is_rebuilt_and_caught_up_from_the_logs(tmp_path: Path) -> None:
     with RunStore(tmp_path) as store:
         store.put_response(ok("a"))
-        store.put_grade(grade_entry("a", "g1", GradeResult(0.5)))
+        store.put_grade(new_grade_entry("a", "g1", GradeResult(0.5)))
     # the index is lost: rebuilt from the logs
     for name in ("index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
         (tmp_path / "store" / name).unlink(missing_ok=True)
     with RunStore(tmp_path) as store:
-        assert store.get_response("a")["output_text"] == "out"
-        assert store.get_grade("a", "g1")["score"] == 0.5
+        assert store.get_response("a").output_text == "out"
+        assert store.get_grade("a", "g1").score == 0.5
     # lines the index never saw (a kill between the log write and the index commit) are picked up
     with open(tmp_path / "store/responses.jsonl", "a") as fh:
-        fh.write(json.dumps(ok("late")) + "\n")
+        fh.write(json.dumps(ok("late").to_dict()) + "\n")
     with RunStore(tmp_path) as store:
         assert store.get_response("late") is not None
 

@@ -11,7 +11,7 @@ import json
 import math
 import numbers
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -191,7 +191,7 @@ def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
     return frame
 
 
-def _check_number(value: Any, path: Path, line: int, name: str, *, allow_null: bool) -> float | None:
+def _check_number(value: object, path: Path, line: int, name: str, *, allow_null: bool) -> float | None:
     if value is None and allow_null:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
@@ -199,7 +199,7 @@ def _check_number(value: Any, path: Path, line: int, name: str, *, allow_null: b
     return float(value)
 
 
-def _frame_from_dicts(rows: Sequence[tuple[int, dict[str, Any]]] | Sequence[dict[str, Any]], path: Path,
+def _frame_from_dicts(rows: Sequence[tuple[int, Mapping[str, object]]] | Sequence[Mapping[str, object]], path: Path,
                       validate: bool = True) -> pd.DataFrame:
     import pandas as pd
 
@@ -269,13 +269,10 @@ def _read_jsonl_slow(path: Path) -> pd.DataFrame:
 def _read_parquet(path: Path) -> pd.DataFrame:
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    try:
-        names = pq.read_schema(path).names
-        table = pq.read_table(path, columns=[c for c in _NEEDED if c in names])
-    except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
-        raise InputError(f"not a readable Parquet file ({exc})", path) from None
+    from rfteval.data.records import read_parquet_records
+
+    table = read_parquet_records(path, columns=_NEEDED)
     for key in ("item_id", "score"):
         if key not in table.column_names:
             raise InputError("missing column; not a record file?", path, field=key)

@@ -6,9 +6,12 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from rfteval.errors import InputError, InputErrors
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
@@ -22,15 +25,15 @@ class Item:
     data: dict[str, Any]
 
     @property
-    def messages(self) -> list[dict[str, Any]]:
-        return self.data["messages"]
+    def messages(self) -> list[JSONObject]:
+        return self.data["messages"]  # validate_row checked: a list of message objects
 
     @property
-    def tools(self) -> list[dict[str, Any]] | None:
+    def tools(self) -> list[JSONObject] | None:
         return self.data.get("tools")
 
     @property
-    def tool_choice(self) -> Any:
+    def tool_choice(self) -> JSONValue:
         """The item's own tool_choice ("auto", "required", "none" or a named function), as `tools` is its own."""
         return self.data.get("tool_choice")
 
@@ -51,7 +54,7 @@ class Dataset:
         return {it.id: it for it in self.items}
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any | InputError]]:
+def iter_jsonl(path: Path) -> Iterator[tuple[int, JSONValue | InputError]]:
     """Yield (line number, parsed value or the error) for each non-blank line; BOM and CRLF are fine."""
     try:
         fh = open(path, encoding="utf-8-sig", newline=None)
@@ -78,7 +81,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any | InputError]]:
                 yield lineno, InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, lineno)
 
 
-def _check_message(msg: Any, index: int, path: Path, lineno: int) -> InputError | None:
+def _check_message(msg: JSONInput, index: int, path: Path, lineno: int) -> InputError | None:
     where = f"messages[{index}]"
     if not isinstance(msg, dict):
         return InputError("must be an object with role and content", path, lineno, where)
@@ -96,7 +99,7 @@ def _check_message(msg: Any, index: int, path: Path, lineno: int) -> InputError 
 TOOL_CHOICES = ("auto", "required", "none")
 
 
-def _named_tool(choice: Any) -> bool:
+def _named_tool(choice: JSONInput) -> bool:
     """An object choice: a forced function, in chat's shape {"type": "function", "function": {"name"}} or
     Responses' {"type": "function", "name"}; other typed objects (OpenAI's allowed_tools, custom) pass as given."""
     if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
@@ -108,7 +111,7 @@ def _named_tool(choice: Any) -> bool:
     return isinstance(name, str) and bool(name)
 
 
-def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
+def validate_row(row: JSONInput, path: Path, lineno: int) -> InputError | None:
     """The first problem with one parsed line, or None."""
     if not isinstance(row, dict):
         return InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
@@ -137,7 +140,7 @@ def validate_row(row: Any, path: Path, lineno: int) -> InputError | None:
 CONTENT_ID_HEX = 12  # 48 bits: a collision needs ~16 million distinct lines (birthday bound)
 
 
-def content_id(row: dict[str, Any]) -> str:
+def content_id(row: JSONMapping) -> str:
     """The id of a line without `id`: a short hash of its canonical JSON (keys sorted, no spaces, UTF-8).
 
     OpenAI's RFT format has no id field, and a line number moves whenever a line is inserted, removed or a blank

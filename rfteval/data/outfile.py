@@ -12,7 +12,6 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from rfteval.errors import InputError
 
@@ -86,8 +85,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     return replace_atomically(path, lambda tmp: tmp.write_bytes(data))
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> Path:
-    """Indented JSON, as summary.json and run.json are: for people as much as for programs."""
+def write_json_atomic(path: str | Path, obj: object) -> Path:
+    """Indented JSON, as summary.json and run.json are: for people as much as for programs (a value JSON has no
+    word for is written as its text)."""
     return write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 

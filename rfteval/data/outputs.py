@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import iter_jsonl
 from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONValue
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,7 +20,7 @@ class Output:
     epoch: int
     model: str
     output_text: str
-    output_tools: list[dict[str, Any]] = field(default_factory=list)
+    output_tools: list[JSONValue] = field(default_factory=list)  # carried into the sample as given
     line: int = 0
     # what a reasoning model's server sent beside the content (`reasoning_content` or `reasoning`) and why it
     # stopped: a sample cut off ("length") while still thinking is then marked and counted, as `rfteval run` does
@@ -80,7 +83,7 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # SGLang, llama.cpp, DeepSeek, older vLLM; newer vLLM, OpenRouter
 
 
-def _reasoning(row: dict[str, Any], path: Path, lineno: int) -> str | None:
+def _reasoning(row: JSONMapping, path: Path, lineno: int) -> str | None:
     """The thinking sent beside the content, read as the provider reads a chat message's (the first non-empty of
     the two fields; "" when one was sent empty: the model reasoned and showed none of it)."""
     texts = []

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from rfteval.data.sample import Sample, make_sample, parse_output_json
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject, JSONValue
 
 REASONING_MODES = ("strip", "keep")
 DEFAULT_MODE = "strip"
@@ -116,8 +119,8 @@ def answer_text(content: str | None, *, mode: str = DEFAULT_MODE,
     return split_reasoning(content, mode=mode, tags=tags).answer
 
 
-def choices_with_answer(choices: list[dict[str, Any]] | None, answer: str,
-                        mode: str = DEFAULT_MODE) -> list[dict[str, Any]] | None:
+def choices_with_answer(choices: list[JSONObject] | None, answer: str,
+                        mode: str = DEFAULT_MODE) -> list[JSONObject] | None:
     """The stored choices with choices[0].message.content the answer graders see; in "strip" mode without the
     reasoning fields too (OpenAI's sample carries none). None stays None (the sample builds its own)."""
     if not choices or not isinstance(choices[0], dict):
@@ -140,13 +143,13 @@ class Answer(NamedTuple):
     sample graded and every record written)."""
 
     output_text: str
-    output_json: Any
-    choices: list[dict[str, Any]] | None
+    output_json: object  # the stored parse (carried), or the answer's own
+    choices: list[JSONObject] | None
     reasoning: str | None
     truncated_in_reasoning: bool
 
 
-def answer_of(output_text: str | None, output_json: Any = None, choices: list[dict[str, Any]] | None = None,
+def answer_of(output_text: str | None, output_json: object = None, choices: list[JSONObject] | None = None,
               reasoning_field: str | None = None, finish_reason: str | None = None, *, mode: str = DEFAULT_MODE,
               tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Answer:
     """A stored response (content as sent, its parse, choices, the reasoning field) as graders see it: output_json
@@ -165,12 +168,30 @@ def answer_of(output_text: str | None, output_json: Any = None, choices: list[di
                   choices_with_answer(choices, split.answer, mode), split.reasoning, split.truncated_in_reasoning)
 
 
-def entry_sample(entry: dict[str, Any], *, mode: str = DEFAULT_MODE,
+class StoredResponse(Protocol):
+    """What a stored response holds for grading (rfteval.run.store.ResponseEntry; a Protocol, since data/ sits
+    below run/)."""
+
+    @property
+    def output_text(self) -> str | None: ...
+    @property
+    def output_json(self) -> object: ...
+    @property
+    def output_tools(self) -> list[JSONValue] | None: ...
+    @property
+    def choices(self) -> list[JSONObject] | None: ...
+    @property
+    def reasoning(self) -> str | None: ...
+    @property
+    def finish_reason(self) -> str | None: ...
+
+
+def entry_sample(entry: StoredResponse, *, mode: str = DEFAULT_MODE,
                  tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Sample:
-    """The grader's sample of a stored response (rfteval.run.store's entry): built from the answer, not the thinking."""
-    a = answer_of(entry.get("output_text"), entry.get("output_json"), entry.get("choices"), entry.get("reasoning"),
-                  entry.get("finish_reason"), mode=mode, tags=tags)
-    return make_sample(a.output_text, entry.get("output_tools"), a.choices, a.output_json)
+    """The grader's sample of a stored response: built from the answer, not the thinking."""
+    a = answer_of(entry.output_text, entry.output_json, entry.choices, entry.reasoning, entry.finish_reason,
+                  mode=mode, tags=tags)
+    return make_sample(a.output_text, entry.output_tools, a.choices, a.output_json)
 
 
 TRUNCATION_HINT = "raise --max-output-tokens (the limit counts reasoning tokens)"

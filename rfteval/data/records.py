@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, overload
 
 import msgspec
 
@@ -22,6 +22,8 @@ from rfteval.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
+
+    from rfteval.data.json_types import JSONObject, JSONValue
 
 
 def now_iso() -> str:
@@ -83,7 +85,7 @@ CORE_FIELDS = FIELDS[:14]  # the README's list, in order
 REFUSAL = "refusal"  # the provider's error type for a model that refused (rfteval.providers.base)
 
 
-def is_generation_failure(error: Any) -> bool:
+def is_generation_failure(error: object) -> bool:
     """The one error policy: a record whose model never answered (the endpoint failed after every retry).
 
     It is not an answer, so it is left out of means (and counted); a refusal is an answer, and a grading error is
@@ -95,6 +97,52 @@ def is_generation_failure(error: Any) -> bool:
 def generation_failures(stage: pd.Series, type_: pd.Series) -> pd.Series:
     """`is_generation_failure` column-wise, over a frame's error stage and type columns (compare's sides)."""
     return (stage == "generate") & (type_ != REFUSAL)
+
+
+def error_type_of(error: object) -> str | None:
+    """The type of a record's error (a dict in a line, a row of a frame), None for no error."""
+    if isinstance(error, Mapping):
+        kind = error.get("type")
+        return kind if isinstance(kind, str) else None
+    return None
+
+
+def _error_kind(error: object) -> str | None:
+    if is_generation_failure(error):
+        return "generate"
+    if not isinstance(error, Mapping):
+        return None
+    # an error without a stage is a grading error (what records written before the field meant)
+    return "refusal" if (error.get("stage") or "grade") == "generate" else str(error.get("stage") or "grade")
+
+
+def error_kinds(df: pd.DataFrame) -> pd.Series:
+    """Per row of a record frame: None, "grade", "refusal" (the model refused: a generation error of type
+    refusal) or "generate" (a generation failure, `is_generation_failure`)."""
+    import pandas as pd
+
+    if "error" not in df:
+        return pd.Series(None, df.index, dtype=object)
+    return df["error"].map(_error_kind)
+
+
+def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
+    """The score of each row of a record frame under the one error policy; NaN for rows left out of means.
+
+    A grading error scores 0 whatever score it carries, and so does a model refusal (OpenAI's rule: a failed grade
+    is reward 0). A generation failure (the endpoint failed after its retries) is not an answer: `errors="exclude"`
+    leaves it out (it is counted apart), `errors="zero"` scores it 0 too. A row with no score and no error was never
+    graded and is left out. `rfteval grade`'s summaries, readiness and compare's sides all follow this.
+    """
+    import pandas as pd
+
+    check_error_policy(errors)
+    score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
+             else pd.Series(float("nan"), df.index, dtype="float64"))
+    kinds = error_kinds(df)
+    zero = kinds.isin(["grade", "refusal"] + (["generate"] if errors == "zero" else []))
+    score = score.mask(zero, 0.0)
+    return score.mask(kinds == "generate", float("nan")) if errors == "exclude" else score
 
 
 # What a generation failure counts as: "exclude" leaves it out of every mean (and counts it), "zero" scores it 0.
@@ -115,7 +163,8 @@ def error_dict(stage: str, type: str, message: str) -> RecordError:
 
 def make_record(
     *, run_id: str, model_label: str, model: str, item_id: str, epoch: int, output_text: str | None,
-    output_json: Any = None, output_tools: list[Any] | None = None, usage: Usage | dict[str, Any] | None = None,
+    output_json: object = None, output_tools: list[JSONValue] | None = None,
+    usage: Usage | Mapping[str, int | None] | None = None,
     latency_s: float | None = None, cached: bool = False, error: RecordError | None = None,
     reasoning_text: str | None = None, truncated_in_reasoning: bool = False,
 ) -> Record:
@@ -129,11 +178,12 @@ def make_record(
     )
 
 
-def _enc_hook(value: Any) -> Any:
+def _enc_hook(value: object) -> object:
     """Values a grader may leave in its details that JSON has no word for: numpy scalars become numbers, the rest
     their text (as json.dumps(default=str) did)."""
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
+    item = getattr(value, "item", None)
+    if item is not None and not isinstance(value, (str, bytes)):
+        return item()
     return str(value)
 
 
@@ -162,7 +212,7 @@ def write_jsonl(records: Iterable[Record], path: str | Path) -> int:
     return n
 
 
-def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, JSONObject]]:
     """(line number, record) of each line of a JSONL record file: the one check of what a record line must be
     (read_records here, compare's sides when its fast reader gives up)."""
     from rfteval.data.dataset import iter_jsonl
@@ -179,7 +229,7 @@ def iter_jsonl_record_lines(path: str | Path) -> Iterator[tuple[int, dict[str, A
         yield lineno, row
 
 
-def iter_jsonl_records(path: str | Path) -> Iterator[dict[str, Any]]:
+def iter_jsonl_records(path: str | Path) -> Iterator[JSONObject]:
     return (row for _, row in iter_jsonl_record_lines(path))
 
 
@@ -251,7 +301,7 @@ def arrow_schema() -> pa.Schema:
     return pa.schema([(f.name, _arrow_type(f.type)) for f in _record_fields()])
 
 
-def _json_text(value: Any) -> str | None:
+def _json_text(value: object) -> str | None:
     return None if value is None else _ENCODER.encode(value).decode()
 
 
@@ -289,24 +339,45 @@ def read_records(path: str | Path) -> pd.DataFrame:
     if not path.exists():
         raise InputError("no such file", path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            return pq.read_table(path).to_pandas()
-        except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
-            raise InputError(f"not a readable Parquet file ({exc})", path) from None
+        return read_parquet_records(path).to_pandas()
     return pd.DataFrame.from_records(list(iter_jsonl_records(path)))
 
 
-def json_safe(value: Any) -> Any:
+def read_parquet_records(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """A Parquet record file as an Arrow table: the one Parquet reader (read_records, compare's sides, readiness's
+    advantages). `columns` reads only those of them the file has (a file written before a field lacks it)."""
+    import pyarrow.parquet as pq
+
+    try:
+        if columns is not None:
+            names = set(pq.read_schema(path).names)
+            columns = [c for c in columns if c in names]
+        return pq.read_table(path, columns=columns)
+    except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
+        raise InputError(f"not a readable Parquet file ({exc})", path) from None
+
+
+@overload
+def json_safe(value: Mapping[str, object]) -> JSONObject: ...
+
+
+@overload
+def json_safe(value: object) -> JSONValue: ...
+
+
+def json_safe(value: object) -> JSONValue:
     """A value strict JSON takes: NaN and infinity become null (strict parsers refuse NaN), numpy scalars plain
-    numbers, tuples lists, keys strings."""
-    if isinstance(value, dict):
+    numbers, tuples lists, keys strings; anything else JSON has no word for, its text (as json.dumps(default=str)
+    writes it)."""
+    if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    item = getattr(value, "item", None)  # a numpy scalar
+    if callable(item) and not isinstance(value, (str, bytes)):
+        value = item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    return str(value)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import json.scanner
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject, JSONValue
 
 Sample = dict[str, Any]
 
@@ -24,7 +28,7 @@ _MESSAGE_KEYS = ("role", "content")
 _TOOL_MESSAGE_KEYS = ("role", "content", "tool_calls")
 
 
-def parse_output_json(output_text: str) -> Any:
+def parse_output_json(output_text: str) -> JSONValue:
     """The output parsed as JSON when it is a JSON object or array, else None.
 
     Exactly json.loads on the stripped text: it starts with { or [ (no BOM, no leading whitespace) and ends
@@ -50,14 +54,14 @@ class ParsedSample(dict[str, Any]):
     python pool can tell, by identity, that output_json is still that parse and send the text alone."""
 
     __slots__ = ("_origin",)
-    _origin: tuple[str, Any]
+    _origin: tuple[str, JSONValue]
 
 
 def make_sample(
     output_text: str | None,
-    output_tools: list[dict[str, Any]] | None = None,
-    choices: list[dict[str, Any]] | None = None,
-    output_json: Any = ...,
+    output_tools: Sequence[object] | None = None,
+    choices: list[JSONObject] | None = None,
+    output_json: object = ...,
 ) -> Sample:
     """Build the grader-facing sample; `choices` defaults to one Chat Completions choice.
 
@@ -66,24 +70,24 @@ def make_sample(
     not a KeyError."""
     text = output_text or ""
     tools = output_tools or []
-    parsed_here = output_json is ...
-    if parsed_here:
-        output_json = parse_output_json(text)
-    if choices is None:
+    parsed: JSONValue = None  # the text's own parse, when output_json is left to make_sample
+    if output_json is ...:
+        output_json = parsed = parse_output_json(text)
+    if choices is None:  # the tool calls are carried into the sample as given, never looked into
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if tools:
             message["tool_calls"] = tools
         choices = [{"index": 0, "finish_reason": "tool_calls" if tools else "stop", "message": message}]
-    if parsed_here and output_json is not None:
-        sample = ParsedSample(output_text=text, output_json=output_json, output_tools=tools, choices=choices,
+    if parsed is not None:
+        sample = ParsedSample(output_text=text, output_json=parsed, output_tools=tools, choices=choices,
                               output_audio=None)
-        sample._origin = (text, output_json)
+        sample._origin = (text, parsed)
         return sample
     return {"output_text": text, "output_json": output_json, "output_tools": tools, "choices": choices,
             "output_audio": None}
 
 
-def rebuild_args(sample: Any) -> tuple[str, list[Any] | None, bool] | None:
+def rebuild_args(sample: object) -> tuple[str, list[object] | None, bool] | None:
     """(text, tools, parse) such that make_sample(text, tools, output_json=<the text's parse if `parse`, else
     None>) builds this very sample: same keys in the same order, same types, the same objects shared. None when
     it would not (fields replaced or added, caller-supplied choices or output_json, subclasses): such a sample
@@ -93,7 +97,7 @@ def rebuild_args(sample: Any) -> tuple[str, list[Any] | None, bool] | None:
     replace the field (or build a new sample) instead.
     """
     kind = type(sample)
-    if kind is not dict and kind is not ParsedSample:
+    if (kind is not dict and kind is not ParsedSample) or not isinstance(sample, dict):  # the second: for mypy
         return None
     if tuple(sample) != _KEYS:
         return None
@@ -102,7 +106,7 @@ def rebuild_args(sample: Any) -> tuple[str, list[Any] | None, bool] | None:
         return None
     if output_json is None:
         parse = False
-    elif kind is ParsedSample and sample._origin[0] is text and sample._origin[1] is output_json:
+    elif isinstance(sample, ParsedSample) and sample._origin[0] is text and sample._origin[1] is output_json:
         parse = True
     else:
         return None

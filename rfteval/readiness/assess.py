@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NotRequired, SupportsFloat, TypedDict
 
 from rfteval.data.outfile import replace_atomically
-from rfteval.data.records import check_error_policy, is_generation_failure
+from rfteval.data.records import check_error_policy, effective_scores, error_kinds, error_type_of, json_safe
 from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
 from rfteval.graders.base import runs_locally, walk
@@ -25,10 +25,13 @@ from rfteval.stats import zero_signal
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rfteval.data.dataset import Dataset
+    from rfteval.data.dataset import Dataset, Item
+    from rfteval.data.json_types import JSONInput, JSONObject, JSONValue
+    from rfteval.data.sample import Sample
     from rfteval.graders.base import GradeOptions, GraderConfig
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import JudgeClient
+    from rfteval.readiness.probes import ProbeReport
 
 
 _DECIMALS = 9  # scores equal to 9 decimals are one score level
@@ -98,6 +101,44 @@ class Check:
     message: str
 
 
+class ZeroVariance(TypedDict):
+    """Observed shares of the assessed items (≥ 2 samples) whose samples all scored alike, by where."""
+
+    n_items: int
+    share: float
+    floor: float
+    ceiling: float
+    other: float
+
+
+class ExpectedZeroSignal(TypedDict):
+    """The expected share of zero-advantage groups at group size G, and how it was estimated."""
+
+    group_size: int
+    share: float
+    floor: float
+    ceiling: float
+    method: str | None
+    n_unbiased: int
+    n_empirical_bayes: int
+    prior: zero_signal.FittedPrior | None
+    notes: NotRequired[list[str]]
+
+
+class ReadinessErrors(TypedDict):
+    """Errors of the assessed records by kind, and what the policy did with them (`error_counts`)."""
+
+    generate: int
+    grade: int
+    generate_share: float
+    grade_share: float
+    grade_types: dict[str, int]
+    refusal: int
+    generate_types: dict[str, int]
+    policy: str
+    excluded: int
+
+
 @dataclass
 class ReadinessReport:
     label: str | None
@@ -112,8 +153,8 @@ class ReadinessReport:
     mean: float
     se: float | None
     position: float
-    zero_variance: dict[str, float | int]
-    expected_zero_signal: dict[str, Any]
+    zero_variance: ZeroVariance
+    expected_zero_signal: ExpectedZeroSignal
     distinct_levels: int
     binary: bool
     share_at_min: float
@@ -123,7 +164,7 @@ class ReadinessReport:
     mean_histogram: list[int]
     sd_histogram: list[int]
     sd_histogram_max: float
-    errors: dict[str, Any]
+    errors: ReadinessErrors
     items: list[ItemStat]
     labels: LabelSkew | None
     determinism: Determinism | None
@@ -138,69 +179,13 @@ class ReadinessReport:
         want = "ok" if self.verdict == "ready" else self.verdict
         return [c for c in self.checks if c.status == want]
 
-    def to_dict(self) -> dict[str, Any]:
-        out = _clean(asdict(self))
+    def to_dict(self) -> JSONObject:
+        out = json_safe(asdict(self))
         out["reasons"] = [c.name for c in self.reasons]
         return out
 
 
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN and infinities become null."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 # ---------------------------------------------------------------- records
-
-
-def _error_stage(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        return value.get("stage") or "grade"
-    return None
-
-
-def _error_type(value: Any) -> str | None:
-    return value.get("type") if isinstance(value, Mapping) else None
-
-
-def error_kinds(df: pd.DataFrame) -> pd.Series:
-    """Per row: None, "grade", "refusal" (the model refused: a generation error of type refusal) or "generate"."""
-    import pandas as pd
-
-    if "error" not in df:
-        return pd.Series(None, df.index, dtype=object)
-
-    def kind(value: Any) -> str | None:
-        if is_generation_failure(value):
-            return "generate"
-        stage = _error_stage(value)
-        return "refusal" if stage == "generate" else stage  # a refusal: an answer, scored 0
-
-    return df["error"].map(kind)
-
-
-def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
-    """The reward of each row as training would see it; NaN for rows left out of the signals.
-
-    One error policy (issue 10): a grading error scores 0 whatever score it carries, and so does a model refusal
-    (OpenAI's rule: a failed grade is reward 0). A generation error (the endpoint failed after its retries) is not
-    an answer: `errors="exclude"` leaves it out of every signal, `errors="zero"` counts it as 0 too. A row with
-    no score and no error was never graded and is left out.
-    """
-    import pandas as pd
-
-    check_error_policy(errors)
-    score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
-             else pd.Series(float("nan"), df.index, dtype="float64"))
-    kinds = error_kinds(df)
-    zero = kinds.isin(["grade", "refusal"] + (["generate"] if errors == "zero" else []))
-    score = score.mask(zero, 0.0)
-    return score.mask(kinds == "generate", float("nan")) if errors == "exclude" else score
 
 
 def scored_mask(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
@@ -275,7 +260,7 @@ def _histogram(values: Sequence[float], low: float, high: float, bins: int) -> l
     return counts
 
 
-def item_stats(
+def classify_items(
     item_ids: Sequence[str], scores: Sequence[float], low: float, high: float, group_size: int,
     grade_errors: Sequence[bool] | None = None,
 ) -> list[ItemStat]:
@@ -307,7 +292,7 @@ def item_stats(
 
 
 def zero_signal_summary(items: Sequence[ItemStat], low: float, high: float, group_size: int,
-                        level_counts: Mapping[str, Counter[float]]) -> tuple[dict[str, Any], dict[str, Any]]:
+                        level_counts: Mapping[str, Counter[float]]) -> tuple[ZeroVariance, ExpectedZeroSignal]:
     """Observed zero-variance shares (split floor/ceiling/other) and the expected share at group size G.
 
     The expected share, its floor/ceiling split and each assessed item's `expected_zero_signal` come from one
@@ -315,22 +300,22 @@ def zero_signal_summary(items: Sequence[ItemStat], low: float, high: float, grou
     """
     assessed = [it for it in items if it.kind is not None]
     n = len(assessed)
-    obs: dict[str, Any] = {"n_items": n, "share": float("nan"), "floor": float("nan"), "ceiling": float("nan"),
-                           "other": float("nan")}
-    exp: dict[str, Any] = {"group_size": group_size, "share": float("nan"), "floor": float("nan"),
-                           "ceiling": float("nan"), "method": None, "n_unbiased": 0, "n_empirical_bayes": 0,
-                           "prior": None}
+    nan = float("nan")
+    obs: ZeroVariance = {"n_items": n, "share": nan, "floor": nan, "ceiling": nan, "other": nan}
+    exp: ExpectedZeroSignal = {"group_size": group_size, "share": nan, "floor": nan, "ceiling": nan, "method": None,
+                               "n_unbiased": 0, "n_empirical_bayes": 0, "prior": None}
     if not n:
         return obs, exp
     kinds = Counter(it.kind for it in assessed)
-    obs.update(share=(n - kinds["mixed"]) / n, floor=kinds["floor"] / n, ceiling=kinds["ceiling"] / n,
-               other=kinds["other"] / n)
+    obs["share"], obs["floor"] = (n - kinds["mixed"]) / n, kinds["floor"] / n
+    obs["ceiling"], obs["other"] = kinds["ceiling"] / n, kinds["other"] / n
     lo_key, hi_key = round(low, _DECIMALS), round(high, _DECIMALS)
     est = zero_signal.estimate([level_counts[it.item_id] for it in assessed], group_size, atoms=(lo_key, hi_key))
     for it, p in zip(assessed, est.per_item):
         it.expected_zero_signal = p
-    exp.update(share=est.share, floor=est.level_share(lo_key), ceiling=est.level_share(hi_key), method=est.method,
-               n_unbiased=est.n_unbiased, n_empirical_bayes=est.n_empirical_bayes, prior=est.prior)
+    exp["share"], exp["floor"], exp["ceiling"] = est.share, est.level_share(lo_key), est.level_share(hi_key)
+    exp["method"], exp["n_unbiased"], exp["n_empirical_bayes"] = est.method, est.n_unbiased, est.n_empirical_bayes
+    exp["prior"] = est.prior
     if est.notes:
         exp["notes"] = est.notes
     return obs, exp
@@ -358,7 +343,8 @@ def label_paths(config: GraderConfig | None) -> tuple[str, str]:
     return "sample.output_text", "item.reference_answer"
 
 
-def _read_path(root: Any, path: str) -> Any:
+def _read_path(root: JSONInput, path: str) -> object:
+    """The value at a template path (`item.reference_answer`, `sample.output_json.label`), None when absent."""
     from rfteval.graders.template import TemplateError, lookup, parse_path
 
     _, keys = parse_path(path)
@@ -368,7 +354,7 @@ def _read_path(root: Any, path: str) -> Any:
         return None
 
 
-def _as_label(value: Any) -> str | None:
+def _as_label(value: object) -> str | None:
     if isinstance(value, bool) or value is None:
         return None if value is None else str(value).lower()
     if isinstance(value, (str, int, float)):
@@ -385,11 +371,11 @@ def is_label_like(values: Sequence[str | None]) -> bool:
     return distinct <= min(20, max(2, len(values) // 2))
 
 
-def sample_from_record(record: Mapping[str, Any]) -> dict[str, Any]:
+def sample_from_record(record: Mapping[str, object]) -> Sample:
     """The grader-facing sample of a stored record (Parquet keeps output_json and output_tools as JSON text)."""
     from rfteval.data.sample import make_sample
 
-    def decoded(v: Any) -> Any:
+    def decoded(v: object) -> object:
         if isinstance(v, str):
             try:
                 return json.loads(v)
@@ -409,7 +395,7 @@ def sample_from_record(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def label_skew(
-    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]] | None, config: GraderConfig | None,
+    records: Sequence[Mapping[str, object]], items: Mapping[str, JSONObject] | None, config: GraderConfig | None,
     item_means: Mapping[str, float],
 ) -> LabelSkew | None:
     """Majority-label share, chance, per-label mean score, and how often the model gives one answer."""
@@ -447,20 +433,21 @@ def label_skew(
     return skew if found else None
 
 
-def constant_answer_sample(answer_path: str, label: str) -> dict[str, Any]:
+def constant_answer_sample(answer_path: str, label: str) -> Sample:
     """A sample that gives `label` where the grader reads the answer."""
     from rfteval.data.sample import make_sample
 
     keys = answer_path.split(".")[1:]
     if keys and keys[0] == "output_json" and len(keys) > 1:
-        obj: Any = label
+        obj: JSONValue = label
         for key in reversed(keys[1:]):
             obj = {key: obj}
         return make_sample(json.dumps(obj, ensure_ascii=False), output_json=obj)
     return make_sample(label)
 
 
-def constant_answer_score(engine: GradingEngine, items: Mapping[str, dict[str, Any]], answer_path: str, label: str) -> float:
+def constant_answer_score(engine: GradingEngine, items: Mapping[str, JSONObject], answer_path: str,
+                          label: str) -> float:
     """The mean score the grader gives the same answer on every item (each item once)."""
     pairs = [(constant_answer_sample(answer_path, label), data) for data in items.values()]
     results = engine.grade_batch(pairs)
@@ -471,7 +458,8 @@ def constant_answer_score(engine: GradingEngine, items: Mapping[str, dict[str, A
 
 
 def regrade(
-    records: Sequence[Mapping[str, Any]], items: Mapping[str, dict[str, Any]], engine: GradingEngine, n: int, seed: int = 0,
+    records: Sequence[Mapping[str, object]], items: Mapping[str, JSONObject], engine: GradingEngine, n: int,
+    seed: int = 0,
     tol: float = 1e-9,
 ) -> Determinism:
     """Grade n stored outputs again and compare with the stored scores (statistics.md §3.3(f))."""
@@ -481,10 +469,11 @@ def regrade(
     results = engine.grade_batch([(sample_from_record(r), items[str(r["item_id"])]) for r in chosen])
     changed, max_diff = [], 0.0
     for rec, res in zip(chosen, results):
-        stored = float(rec["score"])
+        score = rec["score"]  # a scored record: effective_scores gave it a float
+        stored = float(score) if isinstance(score, SupportsFloat) else float("nan")
         diff = abs(res.score - stored)
         max_diff = max(max_diff, diff)
-        was_error = _error_type(rec.get("error"))
+        was_error = error_type_of(rec.get("error"))
         now_error = res.error.type if res.error else None
         if diff > tol or (was_error or None) != now_error:
             changed.append({"item_id": str(rec["item_id"]), "epoch": rec.get("epoch"), "stored": stored,
@@ -500,7 +489,7 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{x:.0%}" if abs(x) <= 1 else f"{x:.3g}"
 
 
-def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
+def decide(report: ReadinessReport, probes: ProbeReport | None = None) -> list[Check]:
     """Every check with its status; the verdict is the worst status among them."""
     t = report.thresholds
     checks: list[Check] = []
@@ -538,11 +527,10 @@ def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
                   f"({report.expected_zero_signal.get('method')})"))
 
     zv = report.zero_variance
-    edges = (("floor", t.max_floor_share, "scored the minimum on every sample (no success to learn from)"),
-             ("ceiling", t.max_ceiling_share, "scored the maximum on every sample (nothing left to learn)"))
-    for key, limit, what in edges:
-        share = zv.get(key)
-        if share is not None and math.isfinite(share):
+    edges = (("floor", zv["floor"], t.max_floor_share, "scored the minimum on every sample (no success to learn from)"),
+             ("ceiling", zv["ceiling"], t.max_ceiling_share, "scored the maximum on every sample (nothing left to learn)"))
+    for key, share, limit, what in edges:
+        if math.isfinite(share):
             status = "risky" if share > limit else "ok"
             add(Check(f"{key}_items", status, share, f"> {limit:g} risky", f"{_fmt(share)} of items {what}"))
 
@@ -573,10 +561,11 @@ def decide(report: ReadinessReport, probes: Any = None) -> list[Check]:
     err = report.errors
     refusals = f", {err['refusal']} of them model refusals (reward 0)" if err.get("refusal") else ""
     fate = "reward 0" if err.get("policy") == "zero" else "left out"
-    kinds = (("grade_share", t.max_grade_error_share, "of scored samples are grader errors (reward 0)"),
-             ("generate_share", t.max_generate_error_share, f"of samples failed to generate ({fate}{refusals})"))
-    for key, limit, what in kinds:
-        share = err.get(key)
+    kinds = (("grade_share", err["grade_share"], t.max_grade_error_share,
+              "of scored samples are grader errors (reward 0)"),
+             ("generate_share", err["generate_share"], t.max_generate_error_share,
+              f"of samples failed to generate ({fate}{refusals})"))
+    for key, share, limit, what in kinds:
         if share:
             status = "risky" if share > limit else "ok"
             add(Check(key.replace("_share", "_errors"), status, share, f"> {limit:g} risky", f"{_fmt(share)} {what}"))
@@ -603,22 +592,20 @@ def verdict_of(checks: Sequence[Check]) -> str:
 # ---------------------------------------------------------------- assess
 
 
-def items_map(dataset: Dataset | str | Path | Mapping[str, Any] | None) -> dict[str, dict[str, Any]] | None:
+def items_map(dataset: Dataset | str | Path | Mapping[str, Item | JSONObject] | None) -> dict[str, JSONObject] | None:
+    """Item id → the item's data, from a dataset, its file, or a map of ids to items or to their data."""
+    from rfteval.data.dataset import Item, load_dataset
+
     if dataset is None:
         return None
     if isinstance(dataset, (str, Path)):
-        from rfteval.data.dataset import load_dataset
-
         dataset = load_dataset(dataset)
-    out: dict[str, dict[str, Any]] = {}
     if isinstance(dataset, Mapping):
-        for k, v in dataset.items():
-            out[str(k)] = cast("dict[str, Any]", getattr(v, "data", v))
-        return out
+        return {str(k): v.data if isinstance(v, Item) else v for k, v in dataset.items()}
     return {it.id: it.data for it in dataset}
 
 
-def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: str) -> dict[str, Any]:
+def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: str) -> ReadinessErrors:
     """Errors of the assessed records, by kind, and what the policy did with them.
 
     `generate` counts every generation-stage error (model refusals included, as before); `refusal` the model
@@ -630,8 +617,8 @@ def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: st
     gen = kinds.isin(["generate", "refusal"])
     values = df["error"] if "error" in df else [None] * n_records
 
-    def types(flags: Any) -> dict[str, int]:
-        return dict(Counter(t for e, f in zip(values, flags) if f and isinstance(t := _error_type(e), str)))
+    def types(flags: pd.Series) -> dict[str, int]:
+        return dict(Counter(t for e, f in zip(values, flags) if f and isinstance(t := error_type_of(e), str)))
 
     n_gen, n_grade = int(gen.sum()), int((kinds[used] == "grade").sum())
     return {"generate": n_gen, "grade": n_grade, "generate_share": n_gen / n_records if n_records else 0.0,
@@ -642,10 +629,10 @@ def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: st
 
 def assess(
     records_df: pd.DataFrame, grader_config: GraderConfig | None = None,
-    dataset: Dataset | str | Path | Mapping[str, Any] | None = None,
+    dataset: Dataset | str | Path | Mapping[str, Item | JSONObject] | None = None,
     thresholds: Thresholds = Thresholds(), *, group_size: int = 8, label: str | None = None, regrade_n: int = 0,
     seed: int = 0, options: GradeOptions | None = None, judge: JudgeClient | None = None,
-    engine: GradingEngine | None = None, probes: Any = None, bins: int = 10, errors: str = "exclude",
+    engine: GradingEngine | None = None, probes: ProbeReport | None = None, bins: int = 10, errors: str = "exclude",
 ) -> ReadinessReport:
     """Readiness of one model's N-epoch records (the base model's, before training).
 
@@ -678,7 +665,7 @@ def assess(
         source += "; widened to the observed scores"
     span = (high - low) or 1.0
 
-    stats = item_stats(ids, scores, low, high, group_size, grade_err)
+    stats = classify_items(ids, scores, low, high, group_size, grade_err)
     levels_by_item: dict[str, Counter[float]] = {}
     for iid, s in zip(ids, scores):
         levels_by_item.setdefault(iid, Counter())[round(s, _DECIMALS)] += 1
@@ -714,7 +701,7 @@ def assess(
                             "credit")
     if exp.get("n_empirical_bayes"):
         report.notes.append(f"fewer samples per item than G={group_size} on {exp['n_empirical_bayes']} items: their "
-                            f"expected zero-signal share is an {exp['method'].split(' + ')[-1]} estimate, pooling "
+                            f"expected zero-signal share is an {(exp['method'] or '').split(' + ')[-1]} estimate, pooling "
                             "the items (docs/readiness.md)")
     report.notes.extend(exp.get("notes", []))
     if "truncated_in_reasoning" in df:  # samples cut off while thinking score as empty answers: not the task
@@ -792,7 +779,6 @@ def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
 
 def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
     from rfteval.data.records import decode_records, records_frame, write_jsonl
-    from rfteval.readiness.assess import grpo_advantages
 
     records = list(decode_records(path))
     df = records_frame(records)
@@ -809,9 +795,9 @@ def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> Non
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rfteval.readiness.assess import grpo_advantages
+    from rfteval.data.records import read_parquet_records
 
-    table = pq.read_table(path)
+    table = read_parquet_records(path)
     df = table.to_pandas()
     mine = _label_rows(df, label)
     adv = grpo_advantages(df[mine], errors)

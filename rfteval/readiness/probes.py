@@ -126,9 +126,9 @@ class ProbeReport:
         return bool(self.flags)
 
     def to_dict(self) -> JSONObject:
-        from rfteval.readiness.assess import _clean
+        from rfteval.data.records import json_safe
 
-        out: JSONObject = _clean(asdict(self))
+        out: JSONObject = json_safe(asdict(self))
         out["flags"] = [p.name for p in self.flags]
         out["warnings"] = [p.name for p in self.warnings]
         return out

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from rfteval.report.format import table as house_table
+
+if TYPE_CHECKING:
+    from rfteval.run.summary import GradeSummary
 
 
 def _fmt(x: float) -> str:
     return f"{x:.4f}"
 
 
-def render_models(console: Console, summaries: list[dict[str, Any]], title: str = "Scores") -> None:
+def render_models(console: Console, summaries: list[GradeSummary], title: str = "Scores") -> None:
     """The models table; a "cut off thinking" column and the run's hint line only when an output was cut off
     while reasoning (the run table's rule, rfteval.report.run_table)."""
     from rfteval.data.reasoning import truncation_line
@@ -38,7 +41,7 @@ def render_models(console: Console, summaries: list[dict[str, Any]], title: str 
             console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
-def render_items(console: Console, summary: dict[str, Any], limit: int = 50) -> None:
+def render_items(console: Console, summary: GradeSummary, limit: int = 50) -> None:
     per_item = summary["per_item"]
     table = house_table(f"Per item: {summary['label']}")
     for col in ("item", "epochs", "mean", "sd"):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from rfteval.compare.paths import BaselineReadiness
-    from rfteval.readiness.assess import ReadinessReport
+    from rfteval.readiness.assess import ExpectedZeroSignal, ReadinessErrors, ReadinessReport
     from rfteval.readiness.probes import ProbeReport
     from rfteval.run.paths import RunReadiness
 
@@ -57,7 +57,7 @@ def summary_lines(report: ReadinessReport) -> list[str]:
     return lines
 
 
-def estimator_text(ez: dict[str, Any]) -> str:
+def estimator_text(ez: ExpectedZeroSignal) -> str:
     """How the expected zero-signal share was estimated, in one phrase: the method, its item counts, the prior."""
     method = ez.get("method") or "n/a"
     parts = []
@@ -72,7 +72,7 @@ def estimator_text(ez: dict[str, Any]) -> str:
     return f"{method}" + (f": {'; '.join(parts)}" if parts else "")
 
 
-def errors_text(err: dict[str, Any]) -> str:
+def errors_text(err: ReadinessErrors) -> str:
     """The error counts and what the policy did with each kind."""
     fate = "reward 0, --errors zero" if err.get("policy") == "zero" else "left out"
     refusals = err.get("refusal") or 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens
 from rfteval.report.format import table as house_table
@@ -131,11 +131,9 @@ class RichMonitor(RunMonitor):
             self.progress.stop()
 
 
-def models_table(summary: RunSummary | dict[str, Any]) -> Table:
+def models_table(summary: RunSummary) -> Table:
     """Per model: mean of per-item means with its interval, counts, errors by kind, tokens, cost."""
-    from rfteval.run.summary import as_run_summary
-
-    s = as_run_summary(summary)
+    s = summary
     title = f"{s.name}: {s.items} items x {s.epochs} epochs, grader {s.grader.name}"
     table = house_table(title)
     top = int(s.epochs or 1)
@@ -179,13 +177,12 @@ def _any_tokens(tok: TokenCounts) -> bool:
     return bool(tok.input or tok.output or tok.reasoning)
 
 
-def truncation_lines(summary: RunSummary | dict[str, Any]) -> list[str]:
+def truncation_lines(summary: RunSummary) -> list[str]:
     """Per model whose samples ran out of tokens while reasoning: how many, and what to do about it."""
     from rfteval.data.reasoning import truncation_line
-    from rfteval.run.summary import as_run_summary
 
     lines = []
-    for label, m in as_run_summary(summary).models.items():
+    for label, m in summary.models.items():
         cut = m.truncated_in_reasoning
         line = truncation_line(label, cut.n if cut else 0, cut.share if cut else 0.0)
         if line:

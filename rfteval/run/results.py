@@ -9,38 +9,36 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, answer_of
-from rfteval.data.records import Record, dumps_record, error_dict, is_generation_failure, make_record
+from rfteval.data.records import Record, Usage, dumps_record, error_dict, is_generation_failure, make_record
 from rfteval.data.rundir import RESULTS
 from rfteval.providers.pricing import DISCOUNTED_TIERS
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONInput, JSONMapping
     from rfteval.run.store import GradeEntry, ResponseEntry, StoreReader
+
+# The judge calls behind a model's grades: call id → (judge model, the call's usage as its grade details hold it).
+JudgeCalls: TypeAlias = "dict[str, tuple[str, JSONMapping]]"
 
 
 def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
-                 response: ResponseEntry | dict[str, Any] | None, grade: GradeEntry | dict[str, Any] | None,
+                 response: ResponseEntry | None, grade: GradeEntry | None,
                  cached: bool = False, reasoning: str = DEFAULT_MODE,
                  tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Record | None:
     """The record of one cell from its stored response and grade; None when the cell has no response yet.
 
     The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
-    (rfteval.data.reasoning), the thinking goes to reasoning_text. A line as read from the store's logs (a dict)
-    is accepted too."""
+    (rfteval.data.reasoning), the thinking goes to reasoning_text."""
     from rfteval.graders.grading import apply_grade  # lazily: it brings the grading engine
-    from rfteval.run.store import GradeEntry, ResponseEntry, decode_grade, decode_response
 
     if response is None:
         return None
-    if not isinstance(response, ResponseEntry):
-        response = decode_response(response)
-    if grade is not None and not isinstance(grade, GradeEntry):
-        grade = decode_grade(grade)
     gen_err = response.error
     text, output_json = response.output_text, response.output_json
     thinking, truncated = None, False
@@ -95,14 +93,14 @@ class LabelTotals:
     discounted_input_tokens: int = 0
     discounted_output_tokens: int = 0
     item_means: array = field(default_factory=lambda: array("d"))  # per item in dataset order; NaN: no record yet
-    judge_calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # call → (judge model, usage)
+    judge_calls: JudgeCalls = field(default_factory=dict)
 
     @property
     def error_count(self) -> int:
         return sum(self.errors.values())
 
 
-def _add_usage(t: LabelTotals, usage: Mapping[str, Any] | None) -> None:
+def _add_usage(t: LabelTotals, usage: Usage | None) -> None:
     if usage:
         t.input_tokens += int(usage.get("input_tokens") or 0)
         t.output_tokens += int(usage.get("output_tokens") or 0)
@@ -115,13 +113,14 @@ def _add_usage(t: LabelTotals, usage: Mapping[str, Any] | None) -> None:
 _UNNAMED_CALLS = itertools.count()
 
 
-def add_judge_calls(calls: dict[str, tuple[str, dict[str, Any]]], details: Any) -> None:
+def add_judge_calls(calls: JudgeCalls, details: JSONInput) -> None:
     """The judge calls behind a record's grade (multi graders nest theirs), each once: by `judge_call`, or,
     for grades stored before it was recorded, one per grade."""
     if isinstance(details, dict):
-        if "judge_model" in details and isinstance(details.get("judge_usage"), dict):
+        usage = details.get("judge_usage")
+        if "judge_model" in details and isinstance(usage, dict):
             call = details.get("judge_call") or f"grade-{next(_UNNAMED_CALLS)}"
-            calls.setdefault(str(call), (str(details["judge_model"]), details["judge_usage"]))
+            calls.setdefault(str(call), (str(details["judge_model"]), usage))
         for value in details.values():
             if isinstance(value, (dict, list)):
                 add_judge_calls(calls, value)

@@ -482,7 +482,7 @@ class _Pipeline:
     async def _grade_batch(self, batch: list[tuple[_Job, ResponseEntry, bool]]) -> None:
         """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
         spec = self.ctx.spec
-        pairs = [(entry_sample(e.to_dict(), mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
+        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
 

@@ -38,6 +38,7 @@ from rfteval.data.rundir import (
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
     from rfteval.graders.base import GradeResult
     from rfteval.providers.base import Generation
 
@@ -61,25 +62,15 @@ class _Entry(msgspec.Struct, kw_only=True):
     # keys written only when set: everything else is always on the line, null or not
     __optional__: ClassVar[frozenset[str]] = frozenset()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The line as it goes to disk."""
-        out: dict[str, Any] = {}
+        out: JSONObject = {}
         for name in self.__struct_fields__:
             value = getattr(self, name)
             if value is None and name in self.__optional__:
                 continue
             out[name] = {"type": value.type, "message": value.message} if isinstance(value, EntryError) else value
         return out
-
-    # Mapping-style reads, for callers (and tests) written against the dict entries: they see the line on disk.
-    def __getitem__(self, name: str) -> Any:
-        return self.to_dict()[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.to_dict()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.to_dict().get(name, default)
 
 
 class ResponseEntry(_Entry, kw_only=True):
@@ -137,23 +128,23 @@ class GradeEntry(_Entry, kw_only=True):
         return self.error.type if self.error is not None else None
 
 
-def decode_response(obj: dict[str, Any]) -> ResponseEntry:
+def decode_response(obj: JSONMapping) -> ResponseEntry:
     """A responses.jsonl line (as json.loads read it) as its typed entry; msgspec.ValidationError when it is not one."""
     return msgspec.convert(obj, ResponseEntry)
 
 
-def decode_grade(obj: dict[str, Any]) -> GradeEntry:
+def decode_grade(obj: JSONMapping) -> GradeEntry:
     return msgspec.convert(obj, GradeEntry)
 
 
-def cell_key(identity: dict[str, Any], body: dict[str, Any], epoch: int) -> str:
+def cell_key(identity: JSONMapping, body: JSONMapping, epoch: int) -> str:
     """The cache key of one (endpoint, request, epoch): epochs are independent samples, never each other's hit."""
     text = json.dumps({"identity": identity, "body": body, "epoch": int(epoch)}, sort_keys=True,
                       separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _dumps(obj: dict[str, Any]) -> str:
+def _dumps(obj: JSONMapping) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
@@ -188,7 +179,7 @@ class _Log:
                 pos = start
             fh.truncate(0)
 
-    def append(self, obj: dict[str, Any]) -> None:
+    def append(self, obj: JSONMapping) -> None:
         self.fh.write(_dumps(obj) + "\n")
         self.fh.flush()
 
@@ -203,7 +194,8 @@ class _Log:
         self.fh.close()
 
 
-def iter_log(path: Path, start: int = 0) -> Iterator[dict[str, Any]]:
+def iter_log(path: Path, start: int = 0) -> Iterator[JSONValue]:
+    """The parsed lines of a log (a reader narrows each: a line written by hand need not be an object)."""
     with open(path, "rb") as fh:
         fh.seek(start)
         for raw in fh:
@@ -329,6 +321,8 @@ class RunStore:
                 seen = 0
             if seen < size:
                 for line in iter_log(log.path, seen):
+                    if not isinstance(line, dict):
+                        continue  # never produced by rfteval, as below
                     try:
                         entry = decode_response(line) if name == "responses" else decode_grade(line)
                     except msgspec.ValidationError:
@@ -375,11 +369,8 @@ class RunStore:
 
     # ------------------------------------------------------------ responses and grades
 
-    def put_response(self, entry: ResponseEntry | dict[str, Any]) -> None:
-        """Append (and flush) before anything else happens to it: a response is never paid for twice. A dict is a
-        line as written to disk (rfteval.run.store.response_entry)."""
-        if not isinstance(entry, ResponseEntry):
-            entry = decode_response(entry)
+    def put_response(self, entry: ResponseEntry) -> None:
+        """Append (and flush) before anything else happens to it: a response is never paid for twice."""
         self.responses.append(entry.to_dict())
         self._index(entry)
         self._maybe_commit()
@@ -388,9 +379,7 @@ class RunStore:
         row = self.db.execute("SELECT entry FROM responses WHERE key = ?", (key,)).fetchone()
         return _decode_row(row[0], ResponseEntry, self.store_dir / INDEX) if row else None
 
-    def put_grade(self, entry: GradeEntry | dict[str, Any]) -> None:
-        if not isinstance(entry, GradeEntry):
-            entry = decode_grade(entry)
+    def put_grade(self, entry: GradeEntry) -> None:
         self.grades.append(entry.to_dict())
         self._index(entry)
         self._maybe_commit()
@@ -422,19 +411,14 @@ class StoreReader:
         self.db.close()
 
 
-def is_reusable_response(entry: ResponseEntry | dict[str, Any] | None) -> bool:
+def is_reusable_response(entry: ResponseEntry | None) -> bool:
     """A stored entry that resume keeps: a response, or a failure that re-sending cannot change."""
-    if entry is None:
-        return False
-    return bool(_is_final(entry if isinstance(entry, ResponseEntry) else decode_response(entry)))
+    return entry is not None and bool(_is_final(entry))
 
 
-def is_reusable_grade(entry: GradeEntry | dict[str, Any] | None) -> bool:
-    """A stored grade that resume keeps (a line as read from grades.jsonl is accepted too)."""
-    if entry is None:
-        return False
-    grade = entry if isinstance(entry, GradeEntry) else decode_grade(entry)
-    return grade.error is None or grade.error.type not in TRANSIENT_GRADE_ERRORS
+def is_reusable_grade(entry: GradeEntry | None) -> bool:
+    """A stored grade that resume keeps: a grade, or a failure that grading again cannot change."""
+    return entry is not None and (entry.error is None or entry.error.type not in TRANSIENT_GRADE_ERRORS)
 
 
 def _records_run_id(path: Path) -> str | None:
@@ -479,12 +463,3 @@ def new_grade_entry(key: str, grader: str, result: GradeResult) -> GradeEntry:
         stdout=result.stdout or None, details=result.details, at=now_iso(),
     )
 
-
-def response_entry(**fields: Any) -> dict[str, Any]:
-    """new_response_entry's line as the dict written to disk: for tests and tools that write a log by hand."""
-    return new_response_entry(**fields).to_dict()
-
-
-def grade_entry(key: str, grader: str, result: GradeResult) -> dict[str, Any]:
-    """new_grade_entry's line as the dict written to disk."""
-    return new_grade_entry(key, grader, result).to_dict()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 import msgspec
 
@@ -20,43 +20,55 @@ if TYPE_CHECKING:
 
     from rfteval.compare.comparison import CompareResult
     from rfteval.compare.series import SeriesResult
-    from rfteval.data.records import Record
+    from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.pricing import Price
-    from rfteval.run.results import LabelTotals
+    from rfteval.run.results import JudgeCalls, LabelTotals
     from rfteval.run.spec import ModelRun, RunSpec
 
 
-def records_frame(records: list[Record]) -> pd.DataFrame:
-    """The columns summaries need; error records score 0 (OpenAI's rule) and are counted."""
+class GradeSummary(TypedDict):
+    """One model's summary of `rfteval grade`'s records (its table and `--format json`)."""
+
+    label: str
+    mean: float
+    se: float
+    ci95: list[float]
+    items: int  # items with at least one answer: an item whose every sample failed to generate has no mean
+    records: int
+    errors: int
+    errors_by_type: dict[str, int]
+    excluded: int  # generation failures, left out of the mean (the one error policy) and counted here
+    truncated_in_reasoning: TruncationCount
+    per_item: pd.DataFrame
+
+
+def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[GradeSummary]:
+    """One summary per model label of a record frame (rfteval.data.records.records_frame / read_records): mean of
+    item means, its interval, counts of items, records and errors.
+
+    The error policy is compare's and readiness's (rfteval.data.records.effective_scores): a generation failure is
+    left out of the mean and counted, a grading error or a refusal scores 0."""
     import pandas as pd
 
-    return pd.DataFrame({
-        "model_label": [r.model_label for r in records],
-        "item_id": [r.item_id for r in records],
-        "epoch": [r.epoch for r in records],
-        "score": [0.0 if r.error else (r.score or 0.0) for r in records],
-        "error": [r.error["type"] if r.error else None for r in records],
-        "truncated_in_reasoning": [r.truncated_in_reasoning for r in records],
-    })
-
-
-def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[dict[str, Any]]:
-    """One summary per model label: mean of item means, its interval, counts of items, records and errors."""
+    from rfteval.data.records import effective_scores, error_type_of
     from rfteval.stats import paired as stats
 
-    out = []
+    out: list[GradeSummary] = []
     for label, df in frame.groupby("model_label", sort=False):
-        per_item = stats.item_stats(df)
+        rewards = effective_scores(df)
+        used = rewards.notna()
+        per_item = stats.item_stats(df.loc[used, ["item_id"]].assign(score=rewards[used]))
         side = stats.side_summary(per_item["mean"].to_numpy(), level=level)
-        errors = df["error"].dropna()
+        errors = df["error"].map(error_type_of).dropna() if "error" in df else pd.Series([], dtype=object)
         out.append({
             "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
             "items": int(len(per_item)), "records": int(len(df)), "errors": int(len(errors)),
             "errors_by_type": {str(k): int(v) for k, v in errors.value_counts().items()},
+            "excluded": int((~used).sum()),
             # outputs cut off while thinking, as summary.json counts a run's (every output here is an answer)
-            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].sum()) if "truncated_in_reasoning"
-                                                 in df else 0, len(df)),
+            "truncated_in_reasoning": truncation(int(df["truncated_in_reasoning"].eq(True).sum())
+                                                 if "truncated_in_reasoning" in df else 0, len(df)),
             "per_item": per_item,
         })
     return out
@@ -71,7 +83,7 @@ class _SummaryPart(msgspec.Struct, kw_only=True):
 
     __optional__: ClassVar[frozenset[str]] = frozenset()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = msgspec.to_builtins(self)
         return {k: v for k, v in out.items() if not (v is None and k in self.__optional__)}
 
@@ -149,25 +161,15 @@ class RunSummary(_SummaryPart, kw_only=True):
 
     __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge"})
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = super().to_dict()
         out["models"] = {label: m.to_dict() for label, m in self.models.items()}
         return out
 
-    # Mapping-style reads, for callers (and tests) written against the dict: they see the file's content.
-    def __getitem__(self, name: str) -> Any:
-        return self.to_dict()[name]
 
-    def __contains__(self, name: object) -> bool:
-        return name in self.to_dict()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self.to_dict().get(name, default)
-
-
-def as_run_summary(summary: RunSummary | dict[str, Any]) -> RunSummary:
+def as_run_summary(summary: JSONMapping) -> RunSummary:
     """summary.json's content (read from the file, or a part of one) as the typed summary."""
-    return summary if isinstance(summary, RunSummary) else msgspec.convert(summary, RunSummary)
+    return msgspec.convert(summary, RunSummary)
 
 
 @dataclass
@@ -245,7 +247,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     base = rundir.baseline_label(labels)
     deltas = {label: {"baseline": base, "candidate": label, **result.delta}
               for label, result in (comparison.results.items() if comparison else ())}
-    judge_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    judge_calls: JudgeCalls = {}
     for t in totals.values():  # a group judge's call may grade samples of several models: once in all
         judge_calls.update(t.judge_calls)
     cells = sum(t.cells for t in totals.values())
@@ -262,12 +264,17 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     }))
 
 
-def truncation(n: int, samples: int) -> dict[str, Any]:
+class TruncationCount(TypedDict):
+    n: int
+    share: float
+
+
+def truncation(n: int, samples: int) -> TruncationCount:
     """How many of a model's samples (answers, not failed generations) the output limit cut off while thinking."""
     return {"n": int(n), "share": n / samples if samples else 0.0}
 
 
-def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | None:
+def _model_cost(model: str, t: LabelTotals, prices: dict[str, Price]) -> float | None:
     """Standard prices for synchronous tokens, the batch column for Batch API / flex / imported ones."""
     from rfteval.providers.pricing import cost_usd
 
@@ -278,20 +285,37 @@ def _model_cost(model: str, t: LabelTotals, prices: dict[str, Any]) -> float | N
     return sync + (cost_usd(model, t.discounted_input_tokens, t.discounted_output_tokens, prices, batch=True) or 0.0)
 
 
-def judge_totals(calls: dict[str, tuple[str, dict[str, Any]]], prices: dict[str, Price]
-                 ) -> dict[str, dict[str, Any]]:
+class JudgeTotal(TypedDict):
+    """One judge model's line of summary.json's judge_results."""
+
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int | None  # None: never reported, not zero
+    cost_usd: float | None
+
+
+def _token_count(value: JSONInput) -> int:
+    """A usage count as a grade's details hold it (a number; null or absent is 0)."""
+    if isinstance(value, (bool, int, float, str)):
+        return int(value or 0)
+    return 0
+
+
+def judge_totals(calls: JudgeCalls, prices: dict[str, Price]) -> dict[str, JudgeTotal]:
     """Per judge model, the calls behind the grades in the results and their tokens and cost, whichever
     invocation made them (summary["judge"] counts this invocation's calls only)."""
     from rfteval.providers.pricing import cost_usd
 
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JudgeTotal] = {}
     for model, usage in calls.values():
-        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": None})
+        row = out.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0, "reasoning_tokens": None,
+                                     "cost_usd": None})
         row["calls"] += 1
-        for key in ("input_tokens", "output_tokens"):
-            row[key] += int(usage.get(key) or 0)
+        row["input_tokens"] += _token_count(usage.get("input_tokens"))
+        row["output_tokens"] += _token_count(usage.get("output_tokens"))
         if usage.get("reasoning_tokens") is not None:  # None: never reported, not zero
-            row["reasoning_tokens"] = (row["reasoning_tokens"] or 0) + int(usage["reasoning_tokens"])
+            row["reasoning_tokens"] = (row["reasoning_tokens"] or 0) + _token_count(usage["reasoning_tokens"])
     for model, row in out.items():
         row["cost_usd"] = cost_usd(model, row["input_tokens"], row["output_tokens"], prices)
     return out

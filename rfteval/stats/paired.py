@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, NotRequired, SupportsFloat, SupportsInt, TypeAlias, TypedDict
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+    # t_interval's results: one value per interval, a numpy float for 1-D input or an array for a batch of them
+    MeanOrMeans: TypeAlias = "np.float64 | np.ndarray"
 
 EXACT_MAX_ITEMS = 16  # the sign-flip test enumerates all 2**n patterns up to here
 RESAMPLES = 10_000  # Monte-Carlo sign flips above EXACT_MAX_ITEMS
@@ -157,8 +160,10 @@ def item_stats(df: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- intervals
 
 
-def t_interval(values: np.ndarray, level: float = 0.95, axis: int = -1) -> tuple[Any, Any, Any, Any]:
-    """(mean, se, lo, hi) of a t interval along `axis`; vectorised so a simulation checks many replicates at once.
+def t_interval(values: np.ndarray, level: float = 0.95, axis: int = -1
+               ) -> tuple[MeanOrMeans, MeanOrMeans, MeanOrMeans, MeanOrMeans]:
+    """(mean, se, lo, hi) of a t interval along `axis`; vectorised so a simulation checks many replicates at once:
+    numpy floats for a 1-D `values`, arrays (the other axes' shape) otherwise.
 
     se = sd(ddof=1)/sqrt(n); the interval is mean ± t_{n-1}·se. Fewer than two values give NaN se and bounds.
     """
@@ -239,10 +244,12 @@ def side_summary(item_means: Sequence[float] | np.ndarray, level: float = 0.95, 
                  seed: int = 0) -> SideSummary:
     """One model's score: the mean of per-item means, its SE over items and an interval (t, or bootstrap)."""
     x = _arr(item_means)
-    mean, se, lo, hi = t_interval(x, level)
+    mean, se, t_lo, t_hi = t_interval(x, level)
     if method == "bootstrap":
         lo, hi = bootstrap_interval(x, level, seed)
-    elif method != "t":
+    elif method == "t":
+        lo, hi = float(t_lo), float(t_hi)
+    else:
         raise ValueError(f"unknown interval method {method!r} (t or bootstrap)")
     sd = float(x.std(ddof=1)) if x.size > 1 else NAN
     return {"mean": float(mean) if x.size else NAN, "se": float(se), "sd": sd, "ci95": [float(lo), float(hi)],
@@ -414,10 +421,12 @@ def paired_delta(base_means: Sequence[float] | np.ndarray, cand_means: Sequence[
     if b.shape != c.shape:
         raise ValueError(f"paired_delta needs aligned arrays, got {b.size} and {c.size} values")
     d = c - b
-    mean, se, lo, hi = t_interval(d, level)
+    mean, se, t_lo, t_hi = t_interval(d, level)
     if method == "bootstrap":
         lo, hi = bootstrap_interval(d, level, seed)
-    elif method != "t":
+    elif method == "t":
+        lo, hi = float(t_lo), float(t_hi)
+    else:
         raise ValueError(f"unknown interval method {method!r} (t or bootstrap)")
     n = int(d.size)
     sd = float(d.std(ddof=1)) if n > 1 else NAN
@@ -487,7 +496,7 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     return out
 
 
-def direction(delta: Mapping[str, Any], level: float = 0.95) -> str:
+def direction(delta: Mapping[str, object], level: float = 0.95) -> str:
     """The verdict of one paired row: 'better', 'worse', 'no clear difference' or 'too few items to tell'.
 
     One rule for the word, the colour and the gate: a direction is claimed only when the test's p-value (Holm
@@ -497,12 +506,14 @@ def direction(delta: Mapping[str, Any], level: float = 0.95) -> str:
     if delta.get("descriptive"):
         return "descriptive"
     alpha = 1.0 - level
-    n = int(delta.get("n") or 0)
+    count = delta.get("n")
+    n = int(count) if isinstance(count, SupportsInt) else 0
     if p_floor(n, str(delta.get("p_method", ""))) > alpha + 1e-12:
         return "too few items to tell"
     p = delta.get("p_adjusted", delta.get("p_value"))
-    lo, hi = delta.get("ci95", (None, None))
-    if p is None or not math.isfinite(p) or p >= alpha:
+    ci = delta.get("ci95")
+    lo, hi = ci if isinstance(ci, (list, tuple)) and len(ci) == 2 else (None, None)
+    if not isinstance(p, SupportsFloat) or not math.isfinite(float(p)) or float(p) >= alpha:
         return "no clear difference"
     if lo is not None and math.isfinite(lo) and lo > 0:
         return "better"

@@ -29,6 +29,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -209,6 +210,17 @@ def fit_dirichlet_multinomial(counts: np.ndarray) -> tuple[np.ndarray, bool]:
     return math.exp(best) * mean, converged
 
 
+class FittedPrior(TypedDict):
+    """The empirical-Bayes prior fitted to the items with fewer samples than G (readiness reports it)."""
+
+    family: str  # "beta-binomial" or "Dirichlet-multinomial"
+    levels: list[float]  # the score levels it spans (scores seen more than once, and the range's ends)
+    diffuse: bool  # a last level pools the scores seen once
+    alpha: list[float]
+    concentration: float
+    converged: bool
+
+
 @dataclass
 class ZeroSignalEstimate:
     """Per-item all-equal probabilities at G, split by score level, and how they were estimated."""
@@ -222,7 +234,7 @@ class ZeroSignalEstimate:
     parts: list[dict[float, float]]
     n_unbiased: int = 0
     n_empirical_bayes: int = 0
-    prior: dict[str, object] | None = None  # the fitted family and parameters, when any item needed one
+    prior: FittedPrior | None = None  # the fitted family and parameters, when any item needed one
     notes: list[str] = field(default_factory=list)
 
     @property

@@ -78,10 +78,10 @@ def grade(
 
 def _print(graded: GradedFile, fmt: OutputFormat, items_limit: int) -> None:
     """The per-model summaries as JSON on stdout, or the per-item and per-model tables."""
-    from rfteval.data.records import json_safe
+    from rfteval.data.records import json_safe, records_frame
     from rfteval.report.console import plain_console
     from rfteval.report.grade_table import render_items, render_models
-    from rfteval.run.summary import records_frame, summarize_models
+    from rfteval.run.summary import summarize_models
 
     summaries = summarize_models(records_frame(graded.records)) if graded.records else []
     if fmt is OutputFormat.json:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -207,13 +207,11 @@ def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readin
     raise typer.Exit(result.exit_code)
 
 
-def rerun_hint(summary: RunSummary | dict[str, Any]) -> str:
+def rerun_hint(summary: RunSummary) -> str:
     """What re-running does about the errors: failed requests are sent again; grading errors send nothing (a
     grader's server errors are re-graded, its verdicts on outputs stay until the grader changes)."""
-    from rfteval.run.summary import as_run_summary
-
     by_type: dict[str, int] = {}
-    for m in as_run_summary(summary).models.values():
+    for m in summary.models.values():
         for kind, n in m.errors.by_type.items():
             by_type[kind] = by_type.get(kind, 0) + n
     failed = sum(n for kind, n in by_type.items() if not kind.startswith("grade:"))

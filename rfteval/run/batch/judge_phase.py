@@ -193,7 +193,7 @@ class JudgeBatch:
 
             def grade(cells: list[tuple[DryPassJob, ResponseEntry]]) -> None:
                 spec = p.ctx.spec
-                pairs = [(entry_sample(e.to_dict(), mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
+                pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
                          for j, e in cells]
                 try:
                     call_in_units([(j.run.label, j.item.id) for j, _ in cells], engine.grade_batch, pairs)
