@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError, InputErrors
 
@@ -22,15 +22,19 @@ class Item:
 
     id: str
     line: int
-    data: dict[str, Any]
+    data: JSONObject
 
     @property
-    def messages(self) -> list[JSONObject]:
-        return self.data["messages"]  # validate_row checked: a list of message objects
+    def messages(self) -> list[JSONValue]:
+        """The line's messages, as it has them (validate_row checked: a non-empty list of message objects)."""
+        messages = self.data["messages"]
+        return messages if isinstance(messages, list) else []
 
     @property
-    def tools(self) -> list[JSONObject] | None:
-        return self.data.get("tools")
+    def tools(self) -> list[JSONValue] | None:
+        """The line's tools, as it has them (validate_row checked: a list, when given)."""
+        tools = self.data.get("tools")
+        return tools if isinstance(tools, list) else None
 
     @property
     def tool_choice(self) -> JSONValue:
@@ -165,8 +169,7 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
     repeats: dict[str, int] = {}  # content ids seen so far, for identical lines
     for lineno, row in iter_jsonl(path):
         err = row if isinstance(row, InputError) else validate_row(row, path, lineno)
-        item_id = ""
-        if err is None and isinstance(row, dict):
+        if err is None and isinstance(row, dict):  # validate_row refuses every line that is not an object
             if row.get("id") is not None:
                 item_id = str(row["id"])
             else:  # identical lines (an upsampled item) are numbered in file order: abc123, abc123-2, ...
@@ -176,15 +179,16 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
                     item_id = f"{item_id}-{count}"
             if check_duplicates and item_id in seen:
                 err = InputError(f"duplicate id {item_id!r} (first on line {seen[item_id]})", path, lineno, "id")
+            else:
+                if check_duplicates:
+                    seen[item_id] = lineno
+                yield Item(item_id, lineno, row)
+                continue
         if err is not None:
             if not skip_invalid:
                 raise err
             if skipped is not None:
                 skipped.append(err)
-            continue
-        if check_duplicates:
-            seen[item_id] = lineno
-        yield Item(item_id, lineno, cast("dict[str, Any]", row))  # validate_row passed: an object
 
 
 def check_dataset(path: str | Path) -> tuple[int, list[InputError]]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 from rfteval.data.sample import Sample, make_sample, parse_output_json
 
 if TYPE_CHECKING:
-    from rfteval.data.json_types import JSONObject, JSONValue
+    from rfteval.data.json_types import JSONValue
 
 REASONING_MODES = ("strip", "keep")
 DEFAULT_MODE = "strip"
@@ -119,8 +119,8 @@ def answer_text(content: str | None, *, mode: str = DEFAULT_MODE,
     return split_reasoning(content, mode=mode, tags=tags).answer
 
 
-def choices_with_answer(choices: list[JSONObject] | None, answer: str,
-                        mode: str = DEFAULT_MODE) -> list[JSONObject] | None:
+def choices_with_answer(choices: list[JSONValue] | None, answer: str,
+                        mode: str = DEFAULT_MODE) -> list[JSONValue] | None:
     """The stored choices with choices[0].message.content the answer graders see; in "strip" mode without the
     reasoning fields too (OpenAI's sample carries none). None stays None (the sample builds its own)."""
     if not choices or not isinstance(choices[0], dict):
@@ -143,13 +143,13 @@ class Answer(NamedTuple):
     sample graded and every record written)."""
 
     output_text: str
-    output_json: object  # the stored parse (carried), or the answer's own
-    choices: list[JSONObject] | None
+    output_json: JSONValue  # the stored parse (carried), or the answer's own
+    choices: list[JSONValue] | None
     reasoning: str | None
     truncated_in_reasoning: bool
 
 
-def answer_of(output_text: str | None, output_json: object = None, choices: list[JSONObject] | None = None,
+def answer_of(output_text: str | None, output_json: JSONValue = None, choices: list[JSONValue] | None = None,
               reasoning_field: str | None = None, finish_reason: str | None = None, *, mode: str = DEFAULT_MODE,
               tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Answer:
     """A stored response (content as sent, its parse, choices, the reasoning field) as graders see it: output_json
@@ -175,11 +175,11 @@ class StoredResponse(Protocol):
     @property
     def output_text(self) -> str | None: ...
     @property
-    def output_json(self) -> object: ...
+    def output_json(self) -> JSONValue: ...
     @property
     def output_tools(self) -> list[JSONValue] | None: ...
     @property
-    def choices(self) -> list[JSONObject] | None: ...
+    def choices(self) -> list[JSONValue] | None: ...
     @property
     def reasoning(self) -> str | None: ...
     @property

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 import json.scanner
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 if TYPE_CHECKING:
+    from types import EllipsisType
+
     from rfteval.data.json_types import JSONObject, JSONValue
 
-Sample = dict[str, Any]
+Sample = dict[str, "JSONValue"]  # quoted: JSONValue is a name for the checker only
 
 # json.loads's own C scanner without its Python wrapper (two regex matches and three calls per text)
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: the C scanner's type
@@ -49,7 +50,7 @@ def parse_output_json(output_text: str) -> JSONValue:
     return value if end == len(text) else None
 
 
-class ParsedSample(dict[str, Any]):
+class ParsedSample(dict[str, "JSONValue"]):
     """A sample whose output_json make_sample parsed from its own text. `_origin` keeps (text, parse) so the
     python pool can tell, by identity, that output_json is still that parse and send the text alone."""
 
@@ -59,9 +60,9 @@ class ParsedSample(dict[str, Any]):
 
 def make_sample(
     output_text: str | None,
-    output_tools: Sequence[object] | None = None,
-    choices: list[JSONObject] | None = None,
-    output_json: object = ...,
+    output_tools: list[JSONValue] | None = None,
+    choices: list[JSONValue] | None = None,
+    output_json: JSONValue | EllipsisType = ...,
 ) -> Sample:
     """Build the grader-facing sample; `choices` defaults to one Chat Completions choice.
 
@@ -74,7 +75,7 @@ def make_sample(
     if output_json is ...:
         output_json = parsed = parse_output_json(text)
     if choices is None:  # the tool calls are carried into the sample as given, never looked into
-        message: dict[str, Any] = {"role": "assistant", "content": text}
+        message: JSONObject = {"role": "assistant", "content": text}
         if tools:
             message["tool_calls"] = tools
         choices = [{"index": 0, "finish_reason": "tool_calls" if tools else "stop", "message": message}]
@@ -87,7 +88,7 @@ def make_sample(
             "output_audio": None}
 
 
-def rebuild_args(sample: object) -> tuple[str, list[object] | None, bool] | None:
+def rebuild_args(sample: object) -> tuple[str, list[JSONValue] | None, bool] | None:
     """(text, tools, parse) such that make_sample(text, tools, output_json=<the text's parse if `parse`, else
     None>) builds this very sample: same keys in the same order, same types, the same objects shared. None when
     it would not (fields replaced or added, caller-supplied choices or output_json, subclasses): such a sample

@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # the checker's names only: at run time this script defines a
     Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (sandbox.decode_reply)
     GradeFn = Callable[[Sample, JSONObject], object]  # the grader's grade(sample, item); its value is checked
     ParseFn = Callable[[str], JSONValue]  # rfteval.data.sample.parse_output_json
-    MakeFn = Callable[[str, list[JSONObject] | None, None, JSONValue], Sample]  # make_sample, as called here
+    MakeFn = Callable[[str, list[JSONValue] | None, None, JSONValue], Sample]  # make_sample, as called here
 
     class SampleFunctions(TypedDict, total=False):
         parse: ParseFn

@@ -241,12 +241,13 @@ def trl_tool_calls(tools: Sequence[JSONValue]) -> list[JSONValue]:
 def completion_for(sample: Sample, conversational: bool) -> str | list[JSONValue]:
     """A sample as TRL hands a completion to reward functions: the text (standard format), or one assistant
     message with its tool calls (conversational format)."""
-    text = sample.get("output_text") or ""
+    text = sample.get("output_text")
+    text = text if isinstance(text, str) else ""  # make_sample's: a string
     if not conversational:
         return text
     message: JSONObject = {"role": "assistant", "content": text}
-    tools = sample.get("output_tools") or []
-    if tools:
+    tools = sample.get("output_tools")
+    if isinstance(tools, list) and tools:
         message["tool_calls"] = trl_tool_calls(tools)
     return [message]
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
-from rfteval.data.json_types import JSONMapping, JSONObject
+from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import openai
 
 ErrorKind = Literal[
@@ -92,7 +94,7 @@ class Sampling:
     max_output_tokens: int | None = None
     # a JSON schema wrapper {"name", "schema", "strict"?} (structured outputs), or a format sent as the user gave
     # it: {"type": "json_object", ...any keys the server takes, e.g. llama.cpp's "schema"} or {"type": "text"}
-    response_format: dict[str, Any] | None = None
+    response_format: JSONObject | None = None
 
     @property
     def asks_for_json(self) -> bool:
@@ -116,10 +118,10 @@ def asks_for_json(response_format: JSONMapping | None) -> bool:
 @dataclass(frozen=True)
 class GenerationRequest:
     model: str
-    messages: list[dict[str, Any]]
+    messages: Sequence[JSONValue]  # the item's own (message objects), or the judge's: read, never changed
     sampling: Sampling = field(default_factory=Sampling)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None  # the item's own (a dataset field); None: "auto" whenever tools are given
+    tools: Sequence[JSONValue] | None = None  # the item's own, as its line has them
+    tool_choice: JSONValue = None  # the item's own (a dataset field); None: "auto" whenever tools are given
     item_id: str = ""
     epoch: int = 1
 
@@ -127,9 +129,9 @@ class GenerationRequest:
 @dataclass
 class Generation:
     output_text: str
-    output_tools: list[dict[str, Any]] = field(default_factory=list)
-    output_json: Any = None
-    choices: list[dict[str, Any]] | None = None
+    output_tools: list[JSONValue] = field(default_factory=list)  # the tool calls, as the server sent them
+    output_json: JSONValue = None
+    choices: list[JSONValue] | None = None
     usage: dict[str, int | None] = field(default_factory=dict)  # input_tokens, output_tokens, reasoning_tokens
     finish_reason: str | None = None
     cached: bool = False

@@ -607,18 +607,20 @@ def responses_tool_choice(choice: JSONValue) -> JSONValue:
     return copy.deepcopy(choice)
 
 
-def _chat_tool(tool: JSONObject) -> JSONObject:
-    """A Responses-shaped function tool given to a chat model is wrapped back into chat's shape."""
-    if tool.get("type") == "function" and "function" not in tool and "name" in tool:
+def _chat_tool(tool: JSONValue) -> JSONValue:
+    """A Responses-shaped function tool given to a chat model is wrapped back into chat's shape; anything else
+    goes as the item gave it."""
+    if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool and "name" in tool:
         fn = {k: v for k, v in tool.items() if k != "type"}
         return {"type": "function", "function": fn}
     return copy.deepcopy(tool)
 
 
-def responses_tool(tool: JSONObject) -> JSONObject:
-    """Chat's {"type":"function","function":{name, description, parameters, strict}} → Responses' flat shape."""
-    fn = tool.get("function")
-    if tool.get("type") == "function" and isinstance(fn, dict):
+def responses_tool(tool: JSONValue) -> JSONValue:
+    """Chat's {"type":"function","function":{name, description, parameters, strict}} → Responses' flat shape;
+    anything else goes as the item gave it."""
+    fn = tool.get("function") if isinstance(tool, dict) else None
+    if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(fn, dict):
         out: JSONObject = {"type": "function", "name": fn.get("name")}
         for key in ("description", "parameters", "strict"):
             if key in fn:
@@ -646,10 +648,13 @@ def _responses_parts(content: JSONValue, role: str) -> JSONValue:
     return parts
 
 
-def responses_input(messages: Sequence[JSONObject]) -> list[JSONValue]:
+def responses_input(messages: Sequence[JSONValue]) -> list[JSONValue]:
     """Chat messages → Responses input items; assistant tool calls and tool results become function items."""
     items: list[JSONValue] = []
     for msg in messages:
+        if not isinstance(msg, dict):  # never from a dataset (iter_items checked its messages): sent as given
+            items.append(copy.deepcopy(msg))
+            continue
         role = msg.get("role")
         if role == "tool":
             output = msg.get("content")
@@ -707,7 +712,7 @@ def parse_chat(data: JSONObject, structured: bool = False) -> Generation:
     text = message.get("content") or ""
     if not isinstance(text, str):
         raise ProviderError("malformed", "choices[0].message.content is not text")
-    tools: list[dict[str, Any]] = []
+    tools: list[JSONValue] = []
     calls = message.get("tool_calls")
     for call in _objects(calls) if calls else ():
         fn = _object(call.get("function"))
@@ -770,7 +775,7 @@ def parse_responses(data: JSONObject, structured: bool = False) -> Generation:
     if not isinstance(output, list):
         raise ProviderError("malformed", "response has no output")
     texts: list[str] = []
-    tools: list[dict[str, Any]] = []
+    tools: list[JSONValue] = []
     reasoning: list[str] | None = None
     for item in output:
         if not isinstance(item, dict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from rfteval.data.dataset import iter_jsonl
 from rfteval.data.json_types import JSONObject, JSONValue
@@ -70,7 +70,7 @@ class ReplayProvider:
                 f"{self.path}: no recording for item {request.item_id!r} epoch {request.epoch} (model {request.model!r})",
             )
         text = rec["output_text"]
-        tools: list[dict[str, Any]] = [dict(t) for t in rec["output_tools"] or []]
+        tools: list[JSONValue] = [dict(t) for t in rec["output_tools"] or []]
         return Generation(
             output_text=text,
             output_tools=tools,

@@ -375,7 +375,7 @@ def sample_from_record(record: Mapping[str, object]) -> Sample:
     """The grader-facing sample of a stored record (Parquet keeps output_json and output_tools as JSON text)."""
     from rfteval.data.sample import make_sample
 
-    def decoded(v: object) -> object:
+    def decoded(v: object) -> JSONValue:
         if isinstance(v, str):
             try:
                 return json.loads(v)
@@ -383,7 +383,10 @@ def sample_from_record(record: Mapping[str, object]) -> Sample:
                 return None
         if isinstance(v, float) and math.isnan(v):
             return None
-        return v
+        if v is None or isinstance(v, (bool, int, float, list, dict)):
+            return v
+        item = getattr(v, "item", None)  # a numpy scalar (a frame's column of numbers): its Python value
+        return decoded(item()) if callable(item) else None
 
     tools = decoded(record.get("output_tools"))
     text = record.get("output_text")

@@ -590,7 +590,8 @@ def run_probes(
             else:
                 jobs.append((name, iid, s))
                 if results[name].example is None:
-                    results[name].example = s["output_text"][:160]
+                    text = s["output_text"]
+                    results[name].example = text[:160] if isinstance(text, str) else None
 
     own = None
     try:

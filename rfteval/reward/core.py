@@ -293,11 +293,11 @@ def _content_text(content: object) -> str:
     return str(content)
 
 
-def openai_tool_calls(calls: object) -> list[JSONObject]:
+def openai_tool_calls(calls: object) -> list[JSONValue]:
     """Tool calls in the shape OpenAI graders read (`sample.output_tools`): TRL's parse_response gives arguments
     as a dict; OpenAI's are a JSON string, written here as vLLM's tool parsers write them (json.dumps,
     ensure_ascii=False). A message's tool_calls: a list of calls, or None."""
-    out: list[JSONObject] = []
+    out: list[JSONValue] = []
     if not calls:
         return out
     if not isinstance(calls, Iterable):
