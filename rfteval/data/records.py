@@ -12,10 +12,11 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict, overload
+from typing import TYPE_CHECKING, TypedDict, overload
 
 import msgspec
 
+from rfteval.data.json_types import JSONField
 from rfteval.data.outfile import replace_atomically
 from rfteval.errors import InputError
 
@@ -61,7 +62,7 @@ class Record(msgspec.Struct, kw_only=True):
     item_id: str
     epoch: int
     output_text: str | None = None
-    output_json: Any = None
+    output_json: JSONField = None
     score: float | None = None  # None until graded
     sub_scores: dict[str, float] | None = None
     error: RecordError | None = None
@@ -70,9 +71,9 @@ class Record(msgspec.Struct, kw_only=True):
     cached: bool = False
     finished_at: str = msgspec.field(default_factory=now_iso)
     passed: bool | None = None
-    output_tools: list[Any] | None = None
+    output_tools: list[JSONField] | None = None
     grader_stdout: str | None = None
-    grade_details: Any = None
+    grade_details: JSONField = None
     advantage: float | None = None  # a GRPO advantage, written by `readiness --write-advantages`
     reasoning_text: str | None = None  # a reasoning model's thinking, apart from output_text (rfteval.data.reasoning)
     truncated_in_reasoning: bool = False  # the output limit stopped it while still thinking: graded as no answer
@@ -163,7 +164,7 @@ def error_dict(stage: str, type: str, message: str) -> RecordError:
 
 def make_record(
     *, run_id: str, model_label: str, model: str, item_id: str, epoch: int, output_text: str | None,
-    output_json: object = None, output_tools: list[JSONValue] | None = None,
+    output_json: JSONValue = None, output_tools: list[JSONValue] | None = None,
     usage: Usage | Mapping[str, int | None] | None = None,
     latency_s: float | None = None, cached: bool = False, error: RecordError | None = None,
     reasoning_text: str | None = None, truncated_in_reasoning: bool = False,
@@ -309,11 +310,11 @@ def to_arrow(records: Iterable[Record]) -> pa.Table:
     import pyarrow as pa
 
     rows = list(records)
-    columns: dict[str, list[Any]] = {name: [getattr(r, name) for r in rows] for name in FIELDS}
+    columns: dict[str, list[object]] = {name: [getattr(r, name) for r in rows] for name in FIELDS}
     for name in JSON_TEXT_FIELDS:
         columns[name] = [_json_text(v) for v in columns[name]]
-    columns["sub_scores"] = [None if v is None else list(v.items()) for v in columns["sub_scores"]]
-    columns["score"] = [None if v is None or not math.isfinite(v) else v for v in columns["score"]]
+    columns["sub_scores"] = [None if r.sub_scores is None else list(r.sub_scores.items()) for r in rows]
+    columns["score"] = [None if r.score is None or not math.isfinite(r.score) else r.score for r in rows]
     return pa.Table.from_pydict(columns, schema=arrow_schema())
 
 

@@ -45,7 +45,7 @@ class GradeResult:
     error: GradeError | None = None
     passed: bool | None = None
     stdout: str | None = None
-    details: dict[str, Any] | None = None
+    details: JSONObject | None = None
 
     @classmethod
     def failed(cls, type: str, message: str, details: JSONObject | None = None,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import SerializeAsAny, ValidationInfo, field_validator
 
@@ -105,7 +105,8 @@ class MultiConfig(GraderConfig):
 def combine(formula: Formula, results: dict[str, GradeResult]) -> GradeResult:
     """One pair's multi result from its sub-results (keys in config order)."""
     scores = {key: float(r.score) for key, r in results.items()}
-    details: dict[str, dict[str, SubGrade]] = {"graders": {key: _sub_details(r) for key, r in results.items()}}
+    graders: JSONObject = {key: _sub_details(r) for key, r in results.items()}
+    details: JSONObject = {"graders": graders}
     stdout = "".join(f"[{key}]\n{r.stdout}" for key, r in results.items() if r.stdout) or None
     for key, r in results.items():
         if r.error is not None:
@@ -119,27 +120,15 @@ def combine(formula: Formula, results: dict[str, GradeResult]) -> GradeResult:
     return GradeResult(value, sub_scores=scores, stdout=stdout, details=details)
 
 
-class SubError(TypedDict):
-    type: str
-    message: str
-
-
-class SubGrade(TypedDict):
-    """One sub-grader's grade inside a multi's details["graders"] (the keys a record's grade_details shows)."""
-
-    score: float
-    passed: bool | None
-    error: NotRequired[SubError]
-    sub_scores: NotRequired[dict[str, float]]
-    details: NotRequired[JSONObject]
-
-
-def _sub_details(r: GradeResult) -> SubGrade:
-    d: SubGrade = {"score": r.score, "passed": r.passed}
+def _sub_details(r: GradeResult) -> JSONObject:
+    """One sub-grader's grade inside a multi's details["graders"] (the keys a record's grade_details shows):
+    score and passed; error {type, message}, sub_scores and details when it has them. JSON, as the record holds it."""
+    d: JSONObject = {"score": r.score, "passed": r.passed}
     if r.error is not None:
         d["error"] = {"type": r.error.type, "message": r.error.message}
     if r.sub_scores:
-        d["sub_scores"] = r.sub_scores
+        scores: JSONObject = dict(r.sub_scores)
+        d["sub_scores"] = scores
     if r.details:
         d["details"] = r.details
     return d

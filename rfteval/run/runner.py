@@ -668,7 +668,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 summary.batches = {"chunks": len(chunks), "open": open_batches,
                                       "stored_this_invocation": batch_phase.outcome.stored,
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
-                                      "messages": batch_phase.outcome.messages}
+                                      "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
                          stopped=None if pipeline.gone is None else str(pipeline.gone))

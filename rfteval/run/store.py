@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import msgspec
 
+from rfteval.data.json_types import JSONField
 from rfteval.data.outfile import write_text_atomic
 from rfteval.data.records import now_iso
 from rfteval.data.rundir import (
@@ -82,10 +83,10 @@ class ResponseEntry(_Entry, kw_only=True):
     item_id: str = ""
     epoch: int = 0
     output_text: str | None = None
-    output_tools: Any = None
-    output_json: Any = None
-    choices: Any = None
-    usage: dict[str, Any] | None = None
+    output_tools: list[JSONField] | None = None  # Generation's, as the server sent them
+    output_json: JSONField = None
+    choices: list[JSONField] | None = None
+    usage: dict[str, int | None] | None = None  # Generation's token counts
     finish_reason: str | None = None
     error: EntryError | None = None
     reasoning: str | None = None  # what the server sent apart; output_text stays the content as sent
@@ -108,20 +109,21 @@ class GradeEntry(_Entry, kw_only=True):
     key: str = ""
     grader: str = ""
     score: float = 0.0
-    sub_scores: dict[str, Any] | None = None
+    sub_scores: dict[str, float] | None = None  # GradeResult's (floats: msgspec writes them as it reads them)
     error: EntryError | None = None
     passed: bool | None = None
     stdout: str | None = None
-    details: Any = None
+    details: JSONField = None
     at: str = ""
 
     def result(self) -> GradeResult:
         """The grade as graders return it (for rfteval.graders.grading.apply_grade)."""
         from rfteval.graders.base import GradeError, GradeResult
 
-        err = self.error
+        err, details = self.error, self.details
         return GradeResult(float(self.score), sub_scores=self.sub_scores, passed=self.passed, stdout=self.stdout,
-                           details=self.details, error=GradeError(err.type, err.message) if err else None)
+                           details=details if isinstance(details, dict) else None,  # as written: GradeResult's
+                           error=GradeError(err.type, err.message) if err else None)
 
     @property
     def error_type(self) -> str | None:

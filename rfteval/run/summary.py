@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 import msgspec
 
 from rfteval.data import rundir
+from rfteval.data.json_types import JSONField
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -146,18 +147,18 @@ class RunSummary(_SummaryPart, kw_only=True):
     grader: GraderInfo = msgspec.field(default_factory=GraderInfo)
     baseline: str = ""
     models: dict[str, ModelSummary] = {}
-    deltas: dict[str, dict[str, Any]] = {}
+    deltas: dict[str, dict[str, JSONField]] = {}
     cells: int = 0
     missing: int = 0
     errors: int = 0
     error_rate: float = 0.0
     max_error_rate: int | float = 0.0
     finished_at: str = ""
-    pass_rule: dict[str, Any] = {}
-    judge_results: dict[str, dict[str, Any]] | None = None  # per judge model, behind the results
-    concurrency: dict[str, dict[str, Any]] | None = None  # per model label, the limiter's history (a finished run)
-    batches: dict[str, Any] | None = None  # a --batch run's chunks
-    judge: dict[str, dict[str, Any]] | None = None  # per judge model, this invocation's calls
+    pass_rule: dict[str, JSONField] = {}
+    judge_results: dict[str, dict[str, JSONField]] | None = None  # per judge model, behind the results
+    concurrency: dict[str, dict[str, JSONField]] | None = None  # per model label, the limiter's history (a finished run)
+    batches: dict[str, JSONField] | None = None  # a --batch run's chunks
+    judge: dict[str, dict[str, JSONField]] | None = None  # per judge model, this invocation's calls
 
     __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge"})
 
