@@ -10,10 +10,11 @@ import json
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rfteval.data.json_types import JSONField
 from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, BuildContext, GraderConfig, GradeResult, Pair
 from rfteval.graders.template import check_template
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
@@ -32,7 +33,7 @@ REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 class InputMessage(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | dict[str, Any] | list[Any]
+    content: str | dict[str, JSONField] | list[JSONField]  # JSONField: pydantic takes no recursive string alias
     type: Literal["message"] | None = None
 
     @field_validator("content")

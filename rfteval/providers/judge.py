@@ -22,7 +22,7 @@ import threading
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import IO, Any, Protocol, TypedDict, TypeVar, Unpack
+from typing import IO, Protocol, TypedDict, TypeVar, Unpack
 
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
@@ -395,8 +395,8 @@ def with_format_level(request: GenerationRequest, level: int) -> GenerationReque
         return request
     if FORMAT_LEVELS[level] == "json_object":
         wrapped = rf.get("json_schema")
-        inner: dict[str, Any] = wrapped if isinstance(wrapped, dict) else rf
-        fmt: dict[str, Any] | None = {"type": "json_object", "schema": inner.get("schema", {})}
+        inner: JSONObject = wrapped if isinstance(wrapped, dict) else rf
+        fmt: JSONObject | None = {"type": "json_object", "schema": inner.get("schema", {})}
     else:
         fmt = None
     return dataclasses.replace(request, sampling=dataclasses.replace(request.sampling, response_format=fmt))

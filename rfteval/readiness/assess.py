@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NotRequired, SupportsFloat, TypedDict
+from typing import TYPE_CHECKING, NotRequired, SupportsFloat, TypedDict
 
 from rfteval.data.outfile import replace_atomically
 from rfteval.data.records import check_error_policy, effective_scores, error_kinds, error_type_of, json_safe
@@ -83,13 +83,24 @@ class LabelSkew:
     answer_majority_share: float | None = None
 
 
+class ChangedGrade(TypedDict):
+    """One re-graded output whose grade moved (Determinism.changed)."""
+
+    item_id: str
+    epoch: object  # the record's, as it stored it
+    stored: float
+    regraded: float
+    stored_error: str | None
+    regraded_error: str | None
+
+
 @dataclass
 class Determinism:
     n_regraded: int
     n_changed: int
     flip_rate: float
     max_abs_diff: float
-    changed: list[dict[str, Any]] = field(default_factory=list)
+    changed: list[ChangedGrade] = field(default_factory=list)
 
 
 @dataclass
@@ -470,7 +481,8 @@ def regrade(
     picked = sorted(random.Random(seed).sample(range(len(pool)), min(n, len(pool))))
     chosen = [pool[i] for i in picked]
     results = engine.grade_batch([(sample_from_record(r), items[str(r["item_id"])]) for r in chosen])
-    changed, max_diff = [], 0.0
+    changed: list[ChangedGrade] = []
+    max_diff = 0.0
     for rec, res in zip(chosen, results):
         score = rec["score"]  # a scored record: effective_scores gave it a float
         stored = float(score) if isinstance(score, SupportsFloat) else float("nan")
