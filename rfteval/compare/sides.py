@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.data import rundir
 from rfteval.data.records import generation_failures
@@ -126,7 +126,7 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
         return pa.chunked_array([pa.nulls(table.num_rows, typ)])
 
     err = table.column("error").combine_chunks() if "error" in table.column_names else None
-    data: dict[str, Any] = {
+    data: dict[str, object] = {  # columns for a DataFrame: arrays and Series
         "model_label": col("model_label", pa.string()).to_pandas(),
         "item_id": col("item_id", pa.string()).to_pandas(),
         "epoch": pc.cast(col("epoch", pa.int64()), pa.float64()).to_numpy(zero_copy_only=False),  # null -> NaN
@@ -203,10 +203,10 @@ def _frame_from_dicts(rows: Sequence[tuple[int, Mapping[str, object]]] | Sequenc
                       validate: bool = True) -> pd.DataFrame:
     import pandas as pd
 
-    out: dict[str, list[Any]] = {k: [] for k in ("model_label", "item_id", "epoch", "score", "error_stage",
+    out: dict[str, list[object]] = {k: [] for k in ("model_label", "item_id", "epoch", "score", "error_stage",
                                                  "error_type", "error_message", "error_present", "passed",
                                                  "truncated_in_reasoning")}
-    subs: list[dict[str, Any] | None] = []
+    subs: list[dict[str, float | None] | None] = []
     for pos, entry in enumerate(rows):
         line, row = entry if isinstance(entry, tuple) else (pos + 1, entry)
         item_id = row.get("item_id")

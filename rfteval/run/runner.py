@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import Item, iter_items
 from rfteval.data.json_types import JSONObject
@@ -32,6 +32,7 @@ from rfteval.providers.pricing import Price
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.run.store import (
+    CellKeys,
     GradeEntry,
     ResponseEntry,
     RunStore,
@@ -432,8 +433,8 @@ class _Pipeline:
             self.monitor.retry(run.label, getattr(exc, "kind", "error"), one_line(str(exc), 160))
             self.monitor.concurrency(run.label, limiter.current)
 
-        common: dict[str, Any] = dict(key=job.key, label=run.label, model=run.model, item_id=job.item.id, epoch=job.epoch,
-                      session=self.store.session)
+        common: CellKeys = {"key": job.key, "label": run.label, "model": run.model, "item_id": job.item.id,
+                            "epoch": job.epoch, "session": self.store.session}
         try:
             gen = await call_with_retries(attempt, self.policy, on_retry)
         except ProviderError as exc:
@@ -602,7 +603,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                             f"stored, {counts['unknown']} not cells of this run")
         if own_judge:
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
-        judge_provider: Any = getattr(judge, "provider", None)
+        judge_provider: object = getattr(judge, "provider", None)
         if hasattr(judge_provider, "on_warning"):  # its ignored-limit warning, as the models' (preflight above)
             judge_provider.on_warning = monitor.message
         unhook_judge = report_judge_retries(judge, monitor)
@@ -699,13 +700,13 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
 
     # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
     # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
-    answers: dict[str, Any] = {}
+    answers: dict[str, object] = {}  # only hashed (config_hash)
     if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
         answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
     if not judge_types(grader):
         return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     js = spec.judge_settings()
-    extra: dict[str, Any] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
+    extra: dict[str, object] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
     if needs_groups(grader):
         extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
     return config_hash({"grader": grader_hash, **extra, **answers})

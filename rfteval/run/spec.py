@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -210,7 +210,7 @@ class ModelRun:
     label: str
     model: str  # as recorded in each record's `model`
     provider: Literal["openai", "replay"]
-    settings: dict[str, Any]  # make_provider(provider, **settings)
+    settings: dict[str, str | None]  # make_provider(provider, **settings): base_url, api_key_env, api; or a replay path
     sampling: Sampling
 
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypedDict, TypeVar
 
 import msgspec
 
@@ -439,14 +439,34 @@ def _records_run_id(path: Path) -> str | None:
 # ---------------------------------------------------------------- entries
 
 
+class CellKeys(TypedDict):
+    """Who a cell's response entry is for: new_response_entry's keywords a caller builds once and passes on whole."""
+
+    key: str
+    label: str
+    model: str
+    item_id: str
+    epoch: int
+    session: str
+
+
+class _EntryCommon(CellKeys):
+    """What every response entry carries, answer or error."""
+
+    latency_s: float | None
+    attempts: int
+    at: str
+    tier: str | None
+
+
 def new_response_entry(
     *, key: str, label: str, model: str, item_id: str, epoch: int, generation: Generation | None = None,
     error: tuple[str, str] | None = None, latency_s: float | None = None, attempts: int = 1, session: str = "",
 ) -> ResponseEntry:
     """One entry of responses.jsonl: a Generation, or the error that ended the cell."""
-    common: dict[str, Any] = dict(key=key, label=label, model=model, item_id=item_id, epoch=int(epoch),
-                                  latency_s=latency_s, attempts=attempts, session=session, at=now_iso(),
-                                  tier=getattr(generation, "tier", None))
+    common: _EntryCommon = {"key": key, "label": label, "model": model, "item_id": item_id, "epoch": int(epoch),
+                            "latency_s": latency_s, "attempts": attempts, "session": session, "at": now_iso(),
+                            "tier": getattr(generation, "tier", None)}
     if generation is not None:
         return ResponseEntry(
             **common, output_text=generation.output_text, output_tools=generation.output_tools or None,

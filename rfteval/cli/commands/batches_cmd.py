@@ -36,7 +36,7 @@ def batches_command(
     rows = []
     for c in chunks:
         total = c.counts.get("total") or c.lines
-        done = c.counts.get("completed", 0)
+        done: object = c.counts.get("completed", 0)  # only shown
         status = c.status + (" (cancel requested)" if c.cancel_requested and c.live else "")
         if c.done and c.result.get("stored") is not None:
             done = c.result.get("stored", 0)

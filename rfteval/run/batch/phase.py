@@ -29,11 +29,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Required, TypedDict, TypeVar
+from typing import IO, TYPE_CHECKING, ClassVar, Literal, Protocol, Required, TypedDict, TypeVar
 
 import msgspec
 
-from rfteval.data.json_types import JSONMapping, JSONObject
+from rfteval.data.json_types import JSONField, JSONMapping, JSONObject
 from rfteval.data.rundir import CHUNK_DIR, JOURNAL
 from rfteval.errors import InputError
 from rfteval.providers.base import Generation, ProviderError
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from rfteval.providers.base import BatchProvider
     from rfteval.providers.retry import RetryPolicy
-    from rfteval.run.store import ResponseEntry, RunStore
+    from rfteval.run.store import CellKeys, ResponseEntry, RunStore
 
 T = TypeVar("T")
 
@@ -91,7 +91,7 @@ class Chunk:
     status: str = "planned"
     counts: dict[str, int] = field(default_factory=dict)
     done: bool = False
-    result: dict[str, Any] = field(default_factory=dict)
+    result: JSONObject = field(default_factory=dict)  # the Collected/Abandoned event, as journalled
     cancel_requested: bool = False
     phase: str = "generate"  # or "judge": --batch-judge's calls, filed in the judge cache
 
@@ -168,7 +168,7 @@ class Created(_Event, kw_only=True, tag="created"):
 
 class Status(_Event, kw_only=True, tag="status"):
     status: str
-    counts: dict[str, Any] = {}  # the provider's request_counts, as it sent them
+    counts: dict[str, JSONField] = {}  # the provider's request_counts, as it sent them
     at: float | None = None
 
 
@@ -243,7 +243,8 @@ class Journal:
         elif isinstance(e, Created):
             chunk.batch_id, chunk.status = e.batch_id, e.status or "validating"
         elif isinstance(e, Status):
-            chunk.status, chunk.counts = e.status, dict(e.counts or {})
+            chunk.status = e.status
+            chunk.counts = {k: v for k, v in (e.counts or {}).items() if isinstance(v, int)}  # the SDK's: ints
         elif isinstance(e, CancelRequested):
             chunk.cancel_requested = True
         elif isinstance(e, (Collected, Abandoned)):
@@ -294,8 +295,8 @@ def entry_from_result(key: str, cell: CellInfo, line: JSONObject, session: str,
     from rfteval.providers.openai_provider import parse_chat, parse_responses, status_kind
     from rfteval.run.store import new_response_entry
 
-    common: dict[str, Any] = dict(key=key, label=cell.label, model=cell.model, item_id=cell.item_id, epoch=cell.epoch,
-                  session=session)
+    common: CellKeys = {"key": key, "label": cell.label, "model": cell.model, "item_id": cell.item_id,
+                        "epoch": cell.epoch, "session": session}
     err = line.get("error")
     resp = line.get("response")
     if isinstance(err, dict) and err:
@@ -830,7 +831,7 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
                 lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): {b.status}")
                 if journal is not None:
                     journal.append(CancelRequested(chunk=chunk.chunk_id))
-                    journal.append(Status(chunk=chunk.chunk_id, status=b.status, counts=chunk.counts))
+                    journal.append(Status(chunk=chunk.chunk_id, status=b.status, counts=dict(chunk.counts)))
             except Exception as exc:  # noqa: BLE001 - one line per batch, the others still get cancelled
                 err = provider.classify(exc)
                 lines.append(f"{chunk.chunk_id} ({chunk.batch_id}): not cancelled: {err or type(exc).__name__}")
