@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
 import msgspec
 
@@ -222,7 +222,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     from rfteval.data.records import json_safe, now_iso
     from rfteval.stats.paired import side_summary
 
-    models: dict[str, Any] = {}
+    models: dict[str, dict[str, object]] = {}  # made JSON-safe and converted to ModelSummary below
     for run in runs:
         t = totals[run.label]
         means = np.frombuffer(t.item_means, dtype=np.float64)

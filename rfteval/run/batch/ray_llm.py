@@ -24,13 +24,14 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, SupportsInt, TypedDict
+from typing import TYPE_CHECKING, SupportsInt, TypeAlias, TypedDict
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError
 from rfteval.run.batch.phase import parse_result_lines, result_key
 
 if TYPE_CHECKING:
+    from ray.data import Dataset
     from ray.data.llm import ProcessorConfig
 
 CHAT_URL = "/v1/chat/completions"
@@ -294,17 +295,27 @@ class EngineOptions:
 
     model: str
     engine: str = "vllm"
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    engine_kwargs: JSONObject = field(default_factory=dict)
     concurrency: int = 1
     batch_size: int = 64
     default_max_tokens: int | None = 4096
     served_model: str | None = None  # the `model` written in the bodies; default: the request's own
     # to the chat template, e.g. {"enable_thinking": false} for Qwen3: a reasoning model's thinking otherwise
     # arrives inside the answer, as from a server without a reasoning parser
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: JSONObject | None = None
 
 
-Processor = Callable[[Any], Any]  # a ray.data Dataset → Dataset, as ray.data.llm's Processor is
+Processor: TypeAlias = "Callable[[Dataset], Dataset]"  # a ray.data Dataset → Dataset, as ray.data.llm's Processor is
+
+
+class _ProcessorArgs(TypedDict):
+    """The keywords both engines' processor configs take alike."""
+
+    model_source: str
+    engine_kwargs: JSONObject
+    concurrency: int
+    batch_size: int
+    should_continue_on_error: bool
 
 
 def processor_config(opts: EngineOptions) -> ProcessorConfig:
@@ -312,9 +323,9 @@ def processor_config(opts: EngineOptions) -> ProcessorConfig:
     are kept (`should_continue_on_error`): one bad request must not fail the whole dataset."""
     from ray.data import llm as rllm
 
-    common: dict[str, Any] = dict(model_source=opts.model, engine_kwargs=dict(opts.engine_kwargs),
-                                  concurrency=opts.concurrency, batch_size=opts.batch_size,
-                                  should_continue_on_error=True)
+    common: _ProcessorArgs = {"model_source": opts.model, "engine_kwargs": dict(opts.engine_kwargs),
+                              "concurrency": opts.concurrency, "batch_size": opts.batch_size,
+                              "should_continue_on_error": True}
     config: ProcessorConfig
     if opts.engine == "vllm":
         config = rllm.vLLMEngineProcessorConfig(**common)
