@@ -15,7 +15,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.data.sample import parse_output_json
@@ -117,7 +117,7 @@ class OpenAIProvider:
             import httpx2
 
             # as many connections as the SDK's default pool (1,000), not aiohttp's 100
-            http_client: Any = openai.DefaultAioHttpClient(
+            http_client: httpx2.AsyncClient = openai.DefaultAioHttpClient(
                 limits=httpx2.Limits(max_connections=1000, max_keepalive_connections=1000),
                 verify=shared_tls_context())
         else:  # the SDK's own defaults (pool, timeouts, redirects), with the process's one TLS context
