@@ -24,6 +24,15 @@ def test_every_registered_type_answers_for_itself():
             "score_range", "sub_graders", "compared_templates", "python_source", "judge_prompt"))
 
 
+def test_a_type_builds_only_from_its_own_config_class():
+    from rfteval.graders.base import BuildContext
+
+    ctx = BuildContext()
+    assert REGISTRY["string_check"].build(parse_config(SC), ctx).grade_batch  # its own class: built
+    with pytest.raises(TypeError, match="builds from a StringCheckConfig, not a PythonConfig"):
+        REGISTRY["string_check"].build(parse_config(PY), ctx)
+
+
 @pytest.mark.parametrize("grader, judges, python, groups, range_", [
     (SC, set(), False, False, (0.0, 1.0)),
     (PY, set(), True, False, (0.0, 1.0)),

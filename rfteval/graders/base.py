@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
@@ -234,9 +234,8 @@ class GraderType:
 
     name: str
     config: type[GraderConfig]
-    # Any: the registry holds every type's build function, each taking its own config class; REGISTRY[config.type]
-    # pairs a config with the build of its class, which a single Callable type cannot say.
-    build: Callable[[Any, BuildContext], Grader]
+    # each type's build takes its own config class; the registry's takes any config and checks it is that class
+    build: Callable[[GraderConfig, BuildContext], Grader]
     summary: str
     extension: bool = False  # an rfteval addition, not an OpenAI grader type
 
@@ -253,7 +252,12 @@ def register(name: str, config: type[C], summary: str,
     """Decorator for a grader type's build function: one module, one registry entry."""
 
     def deco(build: Callable[[C, BuildContext], G]) -> Callable[[C, BuildContext], G]:
-        REGISTRY[name] = GraderType(name, config, build, summary, extension)
+        def checked(cfg: GraderConfig, ctx: BuildContext) -> Grader:
+            if not isinstance(cfg, config):  # REGISTRY[cfg.type] is looked up by the config's own type
+                raise TypeError(f"grader type {name!r} builds from a {config.__name__}, not a {type(cfg).__name__}")
+            return build(cfg, ctx)
+
+        REGISTRY[name] = GraderType(name, config, checked, summary, extension)
         return build
 
     return deco
