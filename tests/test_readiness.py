@@ -381,3 +381,17 @@ def test_a_single_model_run_is_not_called_the_base():
     assert "the base" not in " ".join(checks.values())
     base = {c.name: c.message for c in assess(records(KNOWN), group_size=4).checks}
     assert base["base_mean"].startswith("the base mean sits at")
+
+
+def test_sample_from_record_decodes_json_text_and_a_frames_values() -> None:
+    """A record row from Parquet holds output_json / output_tools as JSON text; from a frame, numbers may be numpy
+    scalars (a column of them): each becomes the JSON value it is, and what is no JSON value is None."""
+    from rfteval.readiness.assess import sample_from_record
+
+    calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    s = sample_from_record({"output_text": "7", "output_json": "[1, 2]", "output_tools": json.dumps(calls)})
+    assert s["output_json"] == [1, 2] and s["output_tools"] == calls
+    n = sample_from_record({"output_text": "7", "output_json": np.int64(7)})["output_json"]
+    assert n == 7 and type(n) is int
+    assert sample_from_record({"output_text": "{}", "output_json": float("nan")})["output_json"] == {}  # parsed
+    assert sample_from_record({"output_text": "x", "output_json": object()})["output_json"] is None

@@ -173,3 +173,25 @@ def test_typed_entries_write_the_lines_the_dict_based_code_wrote(monkeypatch: py
             store.put_grade(g)
     for name in ("responses.jsonl", "grades.jsonl"):
         assert (tmp_path / "store" / name).read_bytes() == (V1 / name).read_bytes()
+
+
+def test_the_json_fields_of_an_entry_read_back_as_written() -> None:
+    """Entry fields typed JSONField are free to msgspec: any JSON value comes back as the same Python value
+    (an int stays an int, nesting is kept), so a rewritten line is the line read; a sub-score comes back a float."""
+    import json
+
+    import msgspec
+
+    from rfteval.run.store import GradeEntry, ResponseEntry
+
+    free = [1, 2.5, None, True, "x", {"a": [{"b": None}], "n": 10**20}]
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    line = {"key": "k", "output_text": "t", "output_tools": calls, "output_json": free,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "t", "tool_calls": calls}}],
+            "usage": {"input_tokens": 3, "output_tokens": None}}
+    entry = msgspec.convert(json.loads(json.dumps(line)), ResponseEntry)
+    assert entry.output_json == free and type(entry.output_json[5]["n"]) is int and entry.output_tools == calls
+    assert {k: entry.to_dict()[k] for k in line} == line
+    grade = msgspec.convert({"key": "k", "sub_scores": {"a": 1}, "details": {"x": [1, "y"]}}, GradeEntry)
+    assert grade.sub_scores == {"a": 1.0} and type(grade.sub_scores["a"]) is float
+    assert grade.result().details == {"x": [1, "y"]}

@@ -573,7 +573,7 @@ def warm_up() -> None:
             class Whole(pydantic.BaseModel):
                 parts: list[Part] = pydantic.Field(default_factory=list)
                 tags: Optional[list[str]] = pydantic.Field(default=None, description="tags")  # noqa: UP045
-                extra: dict[str, Any] = {}
+                extra: dict[str, Any] = {}  # Any: the spelling graders use, whose schema path this warms
                 flag: bool = False
                 count: int = 0
 
