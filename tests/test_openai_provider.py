@@ -220,6 +220,13 @@ def test_an_items_required_tool_choice_is_sent() -> None:
     assert responses_body(req(tools=[TOOL], tool_choice="none"))["tool_choice"] == "none"
 
 
+def test_a_tool_that_is_no_object_goes_as_the_item_gave_it() -> None:
+    """validate_row checks that `tools` is a list, not what it holds: a non-object entry is sent as given (the
+    server answers for it, a 400 recorded on the cell) rather than failing in the body's building."""
+    assert chat_body(req(tools=[TOOL, "lookup"]))["tools"][1] == "lookup"
+    assert responses_body(req(tools=["lookup"]))["tools"] == ["lookup"]
+
+
 # ---- connection errors, named ---------------------------------------------------------------------------------
 
 
