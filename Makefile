@@ -88,7 +88,7 @@ $(TRAINERS): $(STAMP)
 # What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
 lint: $(STAMP)
 	$(BIN)/python -m ruff check rfteval tests bench scripts
-	$(BIN)/python -m mypy rfteval
+	$(BIN)/python -m mypy rfteval bench scripts
 
 # pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
 # rewrite them all again, so the tests allow it (the cache lives in tests/__pycache__, ignored by git).

@@ -86,7 +86,8 @@ def main() -> int:
     ap.add_argument("--generate", nargs=2, type=Path, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.generate:
-        generate(ns.items, ns.epochs, *ns.generate, ns.continuous)
+        base, tuned = ns.generate
+        generate(ns.items, ns.epochs, base, tuned, ns.continuous)
         return 0
 
     work = ns.keep or Path(tempfile.mkdtemp(prefix="rfteval-bench-compare-"))

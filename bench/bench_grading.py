@@ -58,7 +58,7 @@ def chipstack_pairs(rng: random.Random) -> list[Pair]:
         value = rng.choice(["1'b0", "1'b1", f"8'h{rng.randrange(256):02x}", f"u_dut.port{rng.randrange(32)}"])
         return {"name": name, "value": value}
 
-    items = []
+    items: list[dict[str, Any]] = []
     for i in range(CHIPSTACK_ITEMS):
         pairs = [signal() for _ in range(rng.randint(8, 40))]
         ports = ", ".join(p["name"] for p in pairs)
@@ -100,7 +100,7 @@ STRIPE_CALLS = [
 def runloop_pairs(rng: random.Random) -> list[Pair]:
     from rfteval.data.sample import make_sample
 
-    items = []
+    items: list[dict[str, Any]] = []
     for i in range(RUNLOOP_ITEMS):
         wanted = rng.sample(range(len(STRIPE_CALLS)), rng.randint(1, 3))
         greps = [{"file_path_mask": "/home/user/testbed/src/", "pattern": STRIPE_CALLS[w][0],
@@ -162,7 +162,7 @@ def through_pool(source: str, pairs: list[Pair]) -> dict[str, Any]:
     up), `cold_s` with pool creation and worker start-up included."""
     from rfteval.graders.sandbox import WorkerPool
 
-    warmup = [({"output_text": "", "output_json": {"predicted": []}}, {"reference_answer": []})] * 4
+    warmup: list[Pair] = [({"output_text": "", "output_json": {"predicted": []}}, {"reference_answer": []})] * 4
     t0 = time.perf_counter()
     pool = WorkerPool()
     try:

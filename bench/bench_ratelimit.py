@@ -69,11 +69,11 @@ def one(base_url: str, workdir: Path, fixed: bool) -> dict[str, Any]:
     limited = after["rate_limited"] - before["rate_limited"]
     phase = clock.t_stop - clock.t_start
     n = ITEMS * EPOCHS
-    conc = result.summary["concurrency"]["base"]
+    conc = (result.summary.concurrency or {})["base"]
     return {"mode": "fixed" if fixed else "adaptive", "requests": n, "served": served, "answered_429": limited,
             "share_429": limited / (served + limited), "phase_s": phase, "throughput_per_s": n / phase,
             "cap_per_s": CAP / (DELAY_MS / 1000), "ratio_to_cap": n / phase / (CAP / (DELAY_MS / 1000)),
-            "errors": result.summary["errors"], "cpu_s": cpu, "episodes": conc["episodes"],
+            "errors": result.summary.errors, "cpu_s": cpu, "episodes": conc["episodes"],
             "final_limit": conc["final"], "peak_limit": conc["peak"]}
 
 

@@ -112,7 +112,7 @@ def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path, concurren
                       options=RunOptions(fresh=True, handle_signals=False))
     wall = time.perf_counter() - start
     summary = result.summary
-    assert summary["cells"] == cells and summary["errors"] == 0, summary
+    assert summary.cells == cells and summary.errors == 0, summary
     tokens = sum(json.loads(x)["usage"]["output_tokens"] for x in (out / "base.jsonl").read_text().splitlines())
     return {"wall_s": wall, "rps": cells / wall, "output_tokens": tokens}
 

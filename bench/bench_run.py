@@ -109,8 +109,8 @@ def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path, transport
     cpu, wall = time.process_time(), time.perf_counter()
     result = run_eval(spec, options=RunOptions(fresh=True, transport=transport))
     elapsed = time.perf_counter() - wall
-    cells = result.summary["cells"]
-    assert cells == ITEMS * EPOCHS and result.summary["errors"] == 0, result.summary
+    cells = result.summary.cells
+    assert cells == ITEMS * EPOCHS and result.summary.errors == 0, result.summary
     return {"wall_s": elapsed, "cpu_s": time.process_time() - cpu}
 
 
@@ -177,9 +177,9 @@ def memory_child(n: int, workdir: Path) -> dict[str, float]:
     spec = build_spec(None, flag_overrides(models=["base=instant"], dataset=str(dataset), grader=str(grader),
                                            epochs=1, concurrency=CONCURRENCY, out=str(workdir / f"run-{n}")))
     start, cpu = time.perf_counter(), time.process_time()
-    result = run_eval(spec, options=RunOptions(fresh=True), providers={"base": Instant()})  # type: ignore[dict-item]
+    result = run_eval(spec, options=RunOptions(fresh=True), providers={"base": Instant()})
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    assert result.summary["cells"] == n and result.summary["errors"] == 0
+    assert result.summary.cells == n and result.summary.errors == 0
     return {"items": n, "peak_rss_mb": peak_rss_mb(), "rss_before_run_mb": before, "wall_s": wall,
             "cells_per_s": n / wall, "cpu_ms_per_cell": cpu / n * 1000}
 
@@ -231,7 +231,7 @@ def main() -> dict[str, Any]:
         server.terminate()
         server.wait(timeout=10)
     n = ITEMS * EPOCHS
-    med = {name: {"wall_s": statistics.median(r["wall_s"] for r in rs),
+    med: dict[str, dict[str, Any]] = {name: {"wall_s": statistics.median(r["wall_s"] for r in rs),
                   "cpu_ms_per_request": statistics.median(r["cpu_s"] for r in rs) / n * 1000,
                   "walls": [round(r["wall_s"], 2) for r in rs]} for name, rs in runs.items()}
     mem = [memory(size) for size in MEMORY_SIZES]

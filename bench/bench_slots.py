@@ -75,12 +75,12 @@ def one(base_url: str, workdir: Path, latency_aware: bool) -> dict[str, Any]:
     times = [datetime.fromisoformat(r["at"]).timestamp() for r in rows[len(rows) // 2:]]
     n = ITEMS * EPOCHS
     phase = clock.t_stop - clock.t_start
-    conc = result.summary["concurrency"]["base"]
+    conc = (result.summary.concurrency or {})["base"]
     return {"mode": "latency-aware" if latency_aware else "429s only", "phase_s": phase, "per_s": n / phase,
             "ratio": n / phase / bare, "latency_ms": 1000 * sum(latencies) / len(latencies),
             "settled_ms": 1000 * sum(settled) / len(settled),
             "settled_ratio": (len(times) - 1) / (times[-1] - times[0]) / bare,
-            "final": conc["final"], "peak": conc["peak"], "errors": result.summary["errors"]}
+            "final": conc["final"], "peak": conc["peak"], "errors": result.summary.errors}
 
 
 def main() -> list[dict[str, Any]]:

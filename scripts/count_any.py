@@ -15,10 +15,11 @@ def _mentions_any(node: ast.expr | None) -> bool:
     if node is None:
         return False
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
+        text = node.value
         try:
-            node = ast.parse(node.value, mode="eval").body
+            node = ast.parse(text, mode="eval").body
         except SyntaxError:
-            return "Any" in node.value
+            return "Any" in text
     return any((isinstance(n, ast.Name) and n.id == "Any") or (isinstance(n, ast.Attribute) and n.attr == "Any")
                for n in ast.walk(node))
 

@@ -67,8 +67,9 @@ class CompareOptions:
 # ---------------------------------------------------------------------------------------------- result
 
 
-class SideBrief(TypedDict):
-    """A side in brief, as a series shows its baseline: its mean over the paired items, and its counts."""
+class SideCounts(TypedDict):
+    """A side's mean over the paired items and its counts: what a series lists for its baseline and each
+    candidate."""
 
     label: str
     mean: float
@@ -76,6 +77,11 @@ class SideBrief(TypedDict):
     items: int
     records: int
     errors: int
+
+
+class SideBrief(SideCounts):
+    """A side in brief, as a series shows its baseline: its counts and the file it was read from."""
+
     path: str
 
 

@@ -14,7 +14,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow, PassKCheck, SideBrief, compare_sides
+from rfteval.compare.comparison import (
+    CompareOptions,
+    CompareResult,
+    PairRow,
+    PassKCheck,
+    SideBrief,
+    SideCounts,
+    compare_sides,
+)
 from rfteval.compare.gate import Gate, GateVerdict, evaluate_gate
 from rfteval.compare.sides import Side, load_sides
 from rfteval.data import rundir
@@ -71,15 +79,9 @@ class SeriesGate(TypedDict):
     candidates: dict[str, GateVerdict]
 
 
-class CandidateRow(TypedDict):
+class CandidateRow(SideCounts):
     """A candidate as `--format json` lists it (made JSON-safe by SeriesResult.to_json)."""
 
-    label: str
-    mean: float
-    ci95: list[float]
-    items: int
-    records: int
-    errors: int
     baseline_mean: float
     delta: PairedDelta
     p_adjusted: float
