@@ -245,7 +245,8 @@ def wrap(text: str, indent: str = "") -> str:
 
 
 def lazy_init(doc: str, module: str) -> str:
-    """A package that hands out its old module's names on first use (PEP 562), typed for mypy by a star import.
+    """A package that hands out its old module's names on first use (rfteval.lazy_reexport), typed for mypy by a
+    star import.
 
     No list of names: the module may gain or lose names on other branches, and this file must not change then.
     """
@@ -258,20 +259,14 @@ def lazy_init(doc: str, module: str) -> str:
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from rfteval import lazy_reexport
 
 if TYPE_CHECKING:
     from {module} import *  # noqa: F403
 
-
-def __getattr__(name: str) -> object:
-    module = importlib.import_module("{module}")
-    if name.startswith("_") or not hasattr(module, name):
-        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_reexport(globals(), lambda name: "{module}")
 '''
 
 

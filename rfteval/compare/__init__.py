@@ -7,19 +7,14 @@ importing one submodule of the package must not load the others.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from rfteval import lazy_reexport
 
 if TYPE_CHECKING:
     from rfteval.compare.comparison import *  # noqa: F403
     from rfteval.compare.paths import compare_paths as compare_paths
 
-
-def __getattr__(name: str) -> object:
-    # compare_paths gates the comparison, so it lives above the comparison and the gate (rfteval.compare.paths)
-    module = importlib.import_module("rfteval.compare.paths" if name == "compare_paths" else "rfteval.compare.comparison")
-    if name.startswith("_") or not hasattr(module, name):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+# compare_paths gates the comparison, so it lives above the comparison and the gate (rfteval.compare.paths)
+__getattr__ = lazy_reexport(
+    globals(), lambda name: "rfteval.compare.paths" if name == "compare_paths" else "rfteval.compare.comparison")

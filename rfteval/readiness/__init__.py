@@ -6,17 +6,11 @@ importing one submodule of the package must not load the others.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from rfteval import lazy_reexport
 
 if TYPE_CHECKING:
     from rfteval.readiness.assess import *  # noqa: F403
 
-
-def __getattr__(name: str) -> object:
-    module = importlib.import_module("rfteval.readiness.assess")
-    if name.startswith("_") or not hasattr(module, name):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_reexport(globals(), lambda name: "rfteval.readiness.assess")
