@@ -215,19 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed recording is out of date")
     args = parser.parse_args(argv)
-    folder = DATA / "recordings"
-    stale = 0
-    for name, text in recordings().items():
-        path = folder / name
-        if args.check:
-            if not path.exists() or path.read_text(encoding="utf-8") != text:
-                print(f"out of date: {path}", file=sys.stderr)
-                stale += 1
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {path}")
-    return 1 if stale else 0
+    from generated_files import write_or_check
+
+    files = {DATA / "recordings" / name: text for name, text in recordings().items()}
+    return write_or_check(files, args.check, "scripts/make_accordance_recordings.py")
 
 
 if __name__ == "__main__":

@@ -48,20 +48,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed files instead of writing")
     args = parser.parse_args()
-    stale = []
-    for step in STEPS:
-        path = RECORDINGS / f"step-{step}.jsonl"
-        text = build(step)
-        if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(path.name)
-        else:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path.relative_to(RECORDINGS.parents[2])}")
-    if stale:
-        print(f"out of date: {', '.join(stale)} (run scripts/make_checkpoint_recordings.py)", file=sys.stderr)
-        return 1
-    return 0
+    from generated_files import write_or_check
+
+    files = {RECORDINGS / f"step-{step}.jsonl": build(step) for step in STEPS}
+    return write_or_check(files, args.check, "scripts/make_checkpoint_recordings.py")
 
 
 if __name__ == "__main__":

@@ -104,15 +104,9 @@ def main(argv: list[str] | None = None) -> int:
              for m, rows in outs.items()}
     files[DATA / "recordings" / f"{OLD_JUDGE}-grades.jsonl"] = "".join(line + "\n" for line in
                                                                      old_judge_grades(items, outs))
-    stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
-    if args.check:
-        for p in stale:
-            print(f"out of date: {p.relative_to(ROOT)}", file=sys.stderr)
-        return 1 if stale else 0
-    for p, text in files.items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return 0
+    from generated_files import write_or_check
+
+    return write_or_check(files, args.check, "scripts/make_legal_review_recordings.py")
 
 
 if __name__ == "__main__":

@@ -163,15 +163,9 @@ def main(argv: list[str] | None = None) -> int:
              DATA / "recordings" / "rule-grades.jsonl": "".join(line + "\n" for line in rule)}
     for model, lines in outs.items():
         files[DATA / "recordings" / f"{model}.jsonl"] = "".join(line + "\n" for line in lines)
-    stale = [p for p, text in files.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
-    if args.check:
-        for p in stale:
-            print(f"out of date: {p.relative_to(ROOT)}", file=sys.stderr)
-        return 1 if stale else 0
-    for p, text in files.items():
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    return 0
+    from generated_files import write_or_check
+
+    return write_or_check(files, args.check, "scripts/make_math_recordings.py")
 
 
 if __name__ == "__main__":

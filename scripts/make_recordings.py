@@ -208,20 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a committed recording is out of date")
     parser.add_argument("cases", nargs="*", default=list(CASES), help="cases to write (default: all)")
     args = parser.parse_args(argv)
-    stale = 0
-    for case in args.cases:
-        folder = ROOT / case / "recordings"
-        for name, text in recordings(case).items():
-            path = folder / name
-            if args.check:
-                if not path.exists() or path.read_text(encoding="utf-8") != text:
-                    print(f"out of date: {path}", file=sys.stderr)
-                    stale += 1
-                continue
-            folder.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path}")
-    return 1 if stale else 0
+    from generated_files import write_or_check
+
+    files = {ROOT / case / "recordings" / name: text for case in args.cases for name, text in recordings(case).items()}
+    return write_or_check(files, args.check, "scripts/make_recordings.py")
 
 
 if __name__ == "__main__":

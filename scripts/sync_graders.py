@@ -64,14 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report; exit 1 when a JSON is out of date")
     parser.add_argument("--root", type=Path, default=ROOT, help="the graders folder (default: %(default)s)")
     args = parser.parse_args(argv)
-    stale = [(path, want) for path, have, want in plan(args.root) if have != want]
-    for path, want in stale:
-        if args.check:
-            print(f"out of date: {path} (run scripts/sync_graders.py)", file=sys.stderr)
-        else:
-            path.write_text(want, encoding="utf-8")
-            print(f"updated {path}")
-    return 1 if stale and args.check else 0
+    from generated_files import write_or_check
+
+    return write_or_check({path: want for path, _, want in plan(args.root)}, args.check, "scripts/sync_graders.py")
 
 
 if __name__ == "__main__":
