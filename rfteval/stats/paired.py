@@ -240,10 +240,9 @@ class PairedDelta(TypedDict):
     candidate_mean: NotRequired[float]
 
 
-def side_summary(item_means: Sequence[float] | np.ndarray, level: float = 0.95, method: str = "t",
-                 seed: int = 0) -> SideSummary:
-    """One model's score: the mean of per-item means, its SE over items and an interval (t, or bootstrap)."""
-    x = _arr(item_means)
+def mean_interval(x: np.ndarray, level: float, method: str, seed: int) -> tuple[float, float, float, float]:
+    """(mean, se, lo, hi) of the mean of 1-D `x`: the t interval, or with method "bootstrap" a percentile
+    bootstrap's bounds (the SE is the t one either way)."""
     mean, se, t_lo, t_hi = t_interval(x, level)
     if method == "bootstrap":
         lo, hi = bootstrap_interval(x, level, seed)
@@ -251,6 +250,14 @@ def side_summary(item_means: Sequence[float] | np.ndarray, level: float = 0.95, 
         lo, hi = float(t_lo), float(t_hi)
     else:
         raise ValueError(f"unknown interval method {method!r} (t or bootstrap)")
+    return float(mean), float(se), lo, hi
+
+
+def side_summary(item_means: Sequence[float] | np.ndarray, level: float = 0.95, method: str = "t",
+                 seed: int = 0) -> SideSummary:
+    """One model's score: the mean of per-item means, its SE over items and an interval (t, or bootstrap)."""
+    x = _arr(item_means)
+    mean, se, lo, hi = mean_interval(x, level, method, seed)
     sd = float(x.std(ddof=1)) if x.size > 1 else NAN
     return {"mean": float(mean) if x.size else NAN, "se": float(se), "sd": sd, "ci95": [float(lo), float(hi)],
             "items": int(x.size), "level": level, "method": method}
@@ -421,13 +428,7 @@ def paired_delta(base_means: Sequence[float] | np.ndarray, cand_means: Sequence[
     if b.shape != c.shape:
         raise ValueError(f"paired_delta needs aligned arrays, got {b.size} and {c.size} values")
     d = c - b
-    mean, se, t_lo, t_hi = t_interval(d, level)
-    if method == "bootstrap":
-        lo, hi = bootstrap_interval(d, level, seed)
-    elif method == "t":
-        lo, hi = float(t_lo), float(t_hi)
-    else:
-        raise ValueError(f"unknown interval method {method!r} (t or bootstrap)")
+    mean, se, lo, hi = mean_interval(d, level, method, seed)
     n = int(d.size)
     sd = float(d.std(ddof=1)) if n > 1 else NAN
     p, p_method = sign_flip_p_value(d, seed=seed, resamples=resamples)
