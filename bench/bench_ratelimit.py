@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,13 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 ITEMS, EPOCHS, CONCURRENCY, DELAY_MS, CAP = 500, 4, 64, 100, 16
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", "0", "--delay-ms",
-                             str(DELAY_MS), "--max-concurrent", str(CAP)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
-
-
 def stats(base_url: str) -> dict[str, int]:
     with urllib.request.urlopen(base_url + "/_stats", timeout=10) as resp:  # 127.0.0.1 only
         return json.loads(resp.read())
@@ -41,18 +33,10 @@ def stats(base_url: str) -> dict[str, int]:
 def one(base_url: str, workdir: Path, fixed: bool) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_run import write_dataset, write_grader
+    from fake_server import PhaseClock
 
-    from rfteval.run.runner import RunMonitor, RunOptions, run_eval
+    from rfteval.run.runner import RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
-
-    class Clock(RunMonitor):
-        t_start = t_stop = 0.0
-
-        def start(self, totals: dict[str, int]) -> None:
-            self.t_start = time.perf_counter()
-
-        def stop(self) -> None:
-            self.t_stop = time.perf_counter()
 
     dataset = write_dataset(workdir / "items.jsonl", ITEMS)
     grader = write_grader(workdir / "grader.json")
@@ -60,7 +44,7 @@ def one(base_url: str, workdir: Path, fixed: bool) -> dict[str, Any]:
     spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(dataset), grader=str(grader),
                                            epochs=EPOCHS, base_url=base_url, concurrency=CONCURRENCY,
                                            max_retries=50, out=str(workdir / ("fixed" if fixed else "adaptive"))))
-    clock = Clock()
+    clock = PhaseClock()
     cpu = time.process_time()
     result = run_eval(spec, clock, RunOptions(fresh=True, fixed_concurrency=fixed))
     cpu = time.process_time() - cpu
@@ -85,8 +69,10 @@ def loadavg() -> str:
 
 
 def main() -> list[dict[str, Any]]:
-    sys.path.insert(0, str(ROOT))
-    server, base_url = start_server()
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fake_server import start_server
+
+    server, base_url = start_server(DELAY_MS, "--max-concurrent", str(CAP))
     rows = []
     try:
         with tempfile.TemporaryDirectory() as tmp:

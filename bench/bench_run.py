@@ -52,13 +52,6 @@ def write_grader(path: Path) -> Path:
     return path
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", "0",
-                             "--delay-ms", str(DELAY_MS)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
-
-
 # ---------------------------------------------------------------- the two contenders
 
 
@@ -199,7 +192,9 @@ TRANSPORTS = ("httpx", "aiohttp")  # the SDK's default transport (httpx2) and it
 
 def main() -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    server, base_url = start_server()
+    from fake_server import start_server  # lazily: it imports the runner, which the memory child measures
+
+    server, base_url = start_server(DELAY_MS)
     runs: dict[str, list[dict[str, float]]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:

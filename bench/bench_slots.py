@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,30 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 ITEMS, EPOCHS, CONCURRENCY, DELAY_MS, SLOTS = 300, 2, 32, 50, 2
 
 
-def start_server() -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", "0", "--delay-ms",
-                             str(DELAY_MS), "--slots", str(SLOTS)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
-
-
 def one(base_url: str, workdir: Path, latency_aware: bool) -> dict[str, Any]:
     bare = SLOTS / (DELAY_MS / 1000)
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_run import write_dataset, write_grader
+    from fake_server import PhaseClock
 
     import rfteval.run.concurrency as concurrency
-    from rfteval.run.runner import RunMonitor, RunOptions, run_eval
+    from rfteval.run.runner import RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
-
-    class Clock(RunMonitor):
-        t_start = t_stop = 0.0
-
-        def start(self, totals: dict[str, int]) -> None:
-            self.t_start = time.perf_counter()
-
-        def stop(self) -> None:
-            self.t_stop = time.perf_counter()
 
     original = concurrency.AdaptiveLimiter.__init__
 
@@ -62,7 +45,7 @@ def one(base_url: str, workdir: Path, latency_aware: bool) -> dict[str, Any]:
             models=["base=fake-base"], dataset=str(write_dataset(workdir / "items.jsonl", ITEMS)),
             grader=str(write_grader(workdir / "grader.json")), epochs=EPOCHS, base_url=base_url,
             concurrency=CONCURRENCY, out=str(out)))
-        clock = Clock()
+        clock = PhaseClock()
         result = run_eval(spec, clock, RunOptions(fresh=True, checkpoint_s=0))
     finally:
         concurrency.AdaptiveLimiter.__init__ = original  # type: ignore[method-assign]
@@ -84,8 +67,10 @@ def one(base_url: str, workdir: Path, latency_aware: bool) -> dict[str, Any]:
 
 
 def main() -> list[dict[str, Any]]:
-    sys.path.insert(0, str(ROOT))
-    server, base_url = start_server()
+    sys.path.insert(0, str(ROOT / "bench"))
+    from fake_server import start_server
+
+    server, base_url = start_server(DELAY_MS, "--slots", str(SLOTS))
     rows = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
