@@ -108,4 +108,4 @@ bench: $(STAMP) realserver
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis runs
+	rm -rf $(VENV) .pytest_cache .hypothesis   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)

@@ -31,7 +31,6 @@ from rfteval.graders.sandbox import (
     WorkerPool,
     _Failure,
     _Sandbox,
-    by_item,
     compact_sample,
     decode_reply,
     encode,
@@ -723,16 +722,6 @@ def test_the_worker_refuses_a_text_that_does_not_parse_there() -> None:
     assert _worker.undecodable(ValueError("x"), whole=False)[0] == RESEND
     assert _worker.undecodable(MemoryError(), whole=True)[0] == PYTHON_MEMORY
     assert _worker.RESEND == RESEND and _worker.PYTHON_SERVER == PYTHON_SERVER
-
-
-def test_by_item_puts_each_items_samples_together_in_first_seen_order() -> None:
-    a, b, c = {"id": "a"}, {"id": "b"}, {"id": "c"}
-    pairs = [({"n": n}, item) for n, item in enumerate([a, b, a, c, b, a])]
-    assert by_item(pairs) == [0, 2, 5, 1, 4, 3]
-    assert by_item([({}, a), ({}, a), ({}, b), ({}, c), ({}, c)]) is None  # grouped already
-    assert by_item([({}, a), ({}, b), ({}, c)]) is None
-    assert by_item([]) is None
-    assert by_item([({}, a), ({}, dict(a)), ({}, a)]) == [0, 2, 1]  # equal but distinct items are distinct
 
 
 def test_results_come_back_in_the_callers_order_when_items_interleave(pool1: WorkerPool) -> None:

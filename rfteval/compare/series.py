@@ -35,6 +35,13 @@ from rfteval.stats.paired import PairedDelta
 if TYPE_CHECKING:
     import numpy as np
 
+# The public names (what `from ... import *` and the alias package in rfteval/ hand on)
+__all__ = [
+    "HELD_OUT_MIN_ITEMS", "HeldOutDelta", "HeldOutBest", "BestCandidate", "SeriesGate", "CandidateRow",
+    "Candidate", "SeriesResult", "verdict", "candidate_json", "held_out_best", "best_candidate",
+    "compare_series", "series_from_sides",
+]
+
 HELD_OUT_MIN_ITEMS = 20  # below this a half holds under 10 items: its interval would say little
 
 

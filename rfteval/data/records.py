@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 
     from rfteval.data.json_types import JSONObject, JSONValue
 
+# The public names (what `from ... import *` and the alias package in rfteval/ hand on)
+__all__ = [
+    "now_iso", "RecordError", "Usage", "no_usage", "Record", "FIELDS", "CORE_FIELDS", "REFUSAL",
+    "is_generation_failure", "generation_failures", "error_type_of", "error_kinds", "effective_scores",
+    "ERROR_POLICIES", "check_error_policy", "error_dict", "make_record", "dumps_record", "write_jsonl",
+    "iter_jsonl_record_lines", "iter_jsonl_records", "decode_records", "JSON_TEXT_FIELDS", "arrow_schema",
+    "to_arrow", "write_parquet", "records_frame", "read_records", "read_parquet_records", "json_safe",
+]
+
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

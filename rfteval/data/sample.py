@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 
     from rfteval.data.json_types import JSONObject, JSONValue
 
+# The public names (what `from ... import *` and the alias package in rfteval/ hand on)
+__all__ = [
+    "Sample", "parse_output_json", "ParsedSample", "make_sample", "rebuild_args",
+]
+
 Sample = dict[str, "JSONValue"]  # quoted: JSONValue is a name for the checker only
 
 # json.loads's own C scanner without its Python wrapper (two regex matches and three calls per text)

@@ -212,25 +212,6 @@ def compact_sample(sample: Sample) -> Sent:
         return encode_whole(sample)
 
 
-def by_item(pairs: Sequence[Pair]) -> list[int] | None:
-    """An order of `pairs` with the samples of each item together (items in order of first appearance, samples
-    in their own order), or None when that is the order already. Graded in it, an item crosses to one worker
-    rather than to every one, is decoded and checked there once, and stays in its cache: a run that grades epoch
-    by epoch would otherwise send each item to every worker."""
-    groups: dict[int, list[int]] = {}
-    last, moved = -1, False
-    for i, (_, item) in enumerate(pairs):
-        ident = id(item)
-        group = groups.get(ident)
-        if group is None:
-            groups[ident] = [i]
-        else:
-            moved = moved or ident != last
-            group.append(i)
-        last = ident
-    return [i for group in groups.values() for i in group] if moved else None
-
-
 def source_key(source: str) -> str:
     return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -531,15 +531,6 @@ def clip_interval(lo: float, hi: float, bounds: tuple[float, float] | None) -> t
     return (max(lo, low) if math.isfinite(lo) else lo), (min(hi, high) if math.isfinite(hi) else hi)
 
 
-def t_p_value(mean: float, se: float, n: int) -> float:
-    """Two-sided p of a t statistic with n − 1 degrees of freedom (the test the t interval inverts)."""
-    if n < 2 or not (math.isfinite(mean) and math.isfinite(se)):
-        return NAN
-    if se == 0:
-        return 1.0 if mean == 0 else 0.0
-    return 2.0 * (1.0 - t_cdf(abs(mean / se), float(n - 1)))
-
-
 # ---------------------------------------------------------------------------------------------- per-item drops
 
 EXACT_MAX_SPLITS = 20_000  # epoch permutations enumerated per item up to here; Monte-Carlo above

@@ -31,6 +31,12 @@ from rfteval.errors import InputError
 if TYPE_CHECKING:
     import numpy as np
 
+# The public names (what `from ... import *` and the alias package in rfteval/ hand on)
+__all__ = [
+    "NAN", "METRIC_KINDS", "pass_at_k", "pass_all_k", "per_item", "curve", "Metric", "MEAN", "parse_metric",
+    "passes",
+]
+
 NAN = float("nan")
 METRIC_KINDS = ("mean", "pass@", "pass^")
 _METRIC_RE = re.compile(r"^(pass@|pass\^)([1-9][0-9]{0,5})$")

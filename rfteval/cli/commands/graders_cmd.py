@@ -41,7 +41,8 @@ def ready_made_files() -> list[tuple[Path, str]]:
 @command("graders")
 def graders() -> None:
     """List the grader types and the ready-made grader configs."""
-    from rfteval.graders.registry import REGISTRY
+    import rfteval.graders  # noqa: F401  (every built-in type registers itself)
+    from rfteval.graders.base import REGISTRY
     from rfteval.report.graders_table import print_graders
 
     types = [(name, entry.summary, "rfteval extension" if entry.extension else "OpenAI")

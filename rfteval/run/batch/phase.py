@@ -377,10 +377,6 @@ def result_key(line: JSONMapping) -> str:
 # ---------------------------------------------------------------- the batch phase
 
 
-class BatchError(Exception):
-    """A Files/Batches call failed for good (after retries); carries the ProviderError."""
-
-
 @dataclass
 class BatchOutcome:
     stored: int = 0
