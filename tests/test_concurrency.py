@@ -287,3 +287,74 @@ def test_a_server_with_more_slots_than_the_start_settles_near_them() -> None:
     lim, throughput, _ = simulate(24, ceiling=64, n=6000, jitter=0.2)
     assert lim.cap is not None and 24 <= lim.current <= 32
     assert throughput >= 0.9 * 24
+
+
+# ---------------------------------------------------------------- a busy client (its own loop late, the server idle)
+
+
+def simulate_busy_client(ceiling: int, n: int = 6000, server_s: float = 0.1, cost_s: float = 1 / 300,
+                         report_lag: bool = True, seed: int = 0) -> tuple[AdaptiveLimiter, float]:
+    """An asyncio-like client loop on a fake clock against a server with room for everything (each answer after
+    `server_s` ± 20%): every loop turn takes the answers that arrived, spends `cost_s` of CPU on each (parsing,
+    storing, grading: the client's own work), each answer's slot going to the next request at once; a ticker due every LAG_TICK_S
+    reports how late the turn let it run, as AdaptiveLimiter's own ticker does. The client, not the server, is
+    the bottleneck: about 1/cost_s answers/s whatever the limit. (limiter, answers/s)."""
+    import heapq
+    import random
+
+    from rfteval.run.concurrency import LAG_TICK_S
+
+    rng = random.Random(seed)
+    clock = Clock()
+    t0 = clock.t
+    lim = AdaptiveLimiter(ceiling, clock=clock)
+    arriving: list[tuple[float, float]] = []  # (answer's arrival, token)
+    sent = done = 0
+    tick_due = clock.t + LAG_TICK_S
+
+    def send() -> None:
+        nonlocal sent
+        while sent < n and (token := lim.try_acquire()) is not None:
+            sent += 1
+            heapq.heappush(arriving, (clock.t + server_s * rng.uniform(0.8, 1.2), token))
+
+    while done < n:
+        send()
+        ready = []
+        while arriving and arriving[0][0] <= clock.t:
+            ready.append(heapq.heappop(arriving))
+        if not ready:
+            clock.t = min(arriving[0][0], tick_due) if arriving else tick_due
+        for _, token in ready:
+            clock.t += cost_s
+            lim.release(token, "ok")
+            done += 1
+            send()  # the released slot's waiter sends at once, as the runner's workers do
+        if clock.t >= tick_due:
+            if report_lag:
+                lim.note_lag(clock.t - tick_due)
+            tick_due = clock.t + LAG_TICK_S
+    return lim, n / (clock.t - t0)
+
+
+def test_a_busy_client_keeps_the_concurrency_asked_for() -> None:
+    """Issue 31: latency that rose because the client's own loop was late is no queue at the server; without a
+    429, a queue or a measured throughput loss the limit stays at --concurrency, and the summary says what it saw."""
+    lim, throughput = simulate_busy_client(64)
+    assert lim.cap is None and lim.current == 64, lim.summary()
+    summary = lim.summary()
+    assert "cap_reason" not in summary and summary["unfounded_probes"] == 1  # probed down, found nothing, went back
+    assert isinstance(summary["loop_lag_ms"], float) and summary["loop_lag_ms"] > 10
+    assert throughput >= 0.95 * 300
+
+
+def test_a_busy_client_whose_lag_goes_unmeasured_is_capped() -> None:
+    """The same client with the loop's lateness unreported: the rule above is what keeps the limit (this fails
+    when it is gone)."""
+    lim, throughput = simulate_busy_client(64, report_lag=False, cost_s=1 / 500)
+    assert lim.current < 64 and throughput < 0.97 * simulate_busy_client(64, cost_s=1 / 500)[1]
+
+
+def test_a_queueing_server_is_capped_for_its_queue() -> None:
+    lim, _, _ = simulate(2, ceiling=32)
+    assert lim.cap is not None and lim.summary()["cap_reason"] == "queue"

@@ -25,6 +25,17 @@ median of the windows probed), and settles one above the lowest limit that kept 
 slot count, and one request waiting there to cover the client's own gaps. Against an endpoint whose throughput
 grows with concurrency (any large API) the rule never fires.
 
+Latency rises for a second reason that is not the server's: a busy client (its CPU shared with grading, writing,
+other processes) answers its own event loop late, and every request waits in it. By Little's law the two look
+alike from outside (in flight = throughput x latency either way), so the limiter measures the loop itself: a
+ticker that sleeps LAG_TICK_S and records how late it woke (the time any ready callback waits). A request spans
+about LAG_WAITS loop turns beyond the server's own time (its send, its answer's headers and body, its release), so
+its latency less LAG_WAITS x the window's mean lag is the server's share, and only that share counts as a queue
+signal. A probe settles below what was asked for (`--concurrency`) only on evidence, a queue (the server's share of
+latency grew with the requests in flight while throughput stayed flat) or a measured throughput loss at the higher
+limit; otherwise it goes back up, and `client_busy` counts the windows whose latency rise was the client's own.
+`cap_reason` in the summary says why a cap was kept.
+
 `history` records each change as (seconds since start, limit), for summary.json.
 """
 
@@ -34,7 +45,7 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from rfteval.data.json_types import JSONObject
 
@@ -52,6 +63,22 @@ SETTLE_SHARE = 0.95  # ... and settles on the lowest cap that kept this share, p
 HEADROOM = 1  # one request queued at the server covers the client's gap between an answer and the next request
 PROBE_STEP = 0.75
 BINDING = 0.9  # a window whose mean in flight is under this share of the limit measured demand, not the server
+LAG_TICK_S = 0.01  # the loop-lag ticker's sleep
+LAG_WAITS = 4  # loop turns a request spends beyond the server's time: send, headers, body, release
+
+
+class Measured(NamedTuple):
+    """One window's figures: mean requests in flight, answers/s, mean latency s, mean loop lag s."""
+
+    in_flight: float
+    throughput: float
+    latency: float
+    lag: float
+
+    @property
+    def server_latency(self) -> float:
+        """The latency less what the client's own loop explains (module docstring)."""
+        return max(0.0, self.latency - LAG_WAITS * self.lag)
 
 
 class Window:
@@ -60,7 +87,7 @@ class Window:
     the first instant (a server that answers in bursts would otherwise count one burst too many); latency and
     concurrency count only the answers to requests sent in the window."""
 
-    __slots__ = ("start", "size", "opened", "first", "last", "answers", "n", "latency", "in_flight")
+    __slots__ = ("start", "size", "opened", "first", "last", "answers", "n", "latency", "in_flight", "lag", "ticks")
 
     def __init__(self, start: float, limit: float):
         self.start = start
@@ -70,6 +97,8 @@ class Window:
         self.last = 0.0
         self.answers = self.n = 0
         self.latency = self.in_flight = 0.0
+        self.lag = 0.0  # the loop ticker's lateness, summed over its ticks in this window
+        self.ticks = 0
 
     def answer(self, now: float) -> None:
         if self.first is None:
@@ -83,11 +112,12 @@ class Window:
         self.latency += latency
         self.in_flight += in_flight
 
-    def measure(self) -> tuple[float, float, float] | None:
-        """(mean requests in flight, answers/s, mean latency s), or None when there is no time span to divide by."""
+    def measure(self) -> Measured | None:
+        """The window's figures, or None when there is no time span to divide by."""
         if self.first is None or self.last <= self.first or not self.n:
             return None
-        return self.in_flight / self.n, self.answers / (self.last - self.first), self.latency / self.n
+        return Measured(self.in_flight / self.n, self.answers / (self.last - self.first), self.latency / self.n,
+                        self.lag / self.ticks if self.ticks else 0.0)
 
 
 class AdaptiveLimiter:
@@ -118,13 +148,20 @@ class AdaptiveLimiter:
         # latency-aware: the current window, the last measured one, and once saturated the cap being probed
         self.latency_aware = latency_aware
         self._window = Window(self.t0, self.limit)
-        self._previous: tuple[float, float, float] | None = None
+        self._previous: Measured | None = None
         self.cap: int | None = None  # set once throughput stopped following the limit
+        self.cap_reason: str | None = None  # what showed the cap was the server's: "queue" or "throughput"
         self.probing = False
-        self._probed: list[tuple[int, float]] = []  # (cap, answers/s) of the windows the current probe kept
+        self._probed: list[tuple[int, Measured]] = []  # (cap, figures) of the windows the current probe kept
         self._windows = 0
         self._probed_ceiling = False
         self.saturations = 0
+        self.client_busy = 0  # windows whose latency rise the client's own loop explained
+        self.unfounded = 0  # probes that found no queue and no throughput loss, and went back up
+        self.lag_s = 0.0  # the ticker's lateness over the whole run, and its ticks
+        self.lag_ticks = 0
+        self._ticker: asyncio.Task[None] | None = None
+        self._top: Measured | None = None
 
     # ---- the semaphore
     def try_acquire(self) -> float | None:
@@ -139,6 +176,8 @@ class AdaptiveLimiter:
 
     async def acquire(self) -> float:
         """Wait for a free slot (and for any pause to pass); the token is the start time."""
+        if self.latency_aware and not self.fixed and (self._ticker is None or self._ticker.done()):
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
         while True:
             now = self.clock()
             if now < self.resume_at:
@@ -155,6 +194,20 @@ class AdaptiveLimiter:
                 if fut in self._waiters:
                     self._waiters.remove(fut)
                 raise
+
+    async def _tick(self) -> None:
+        """Measure the loop's lateness while requests are out (then stop: a long-lived loop keeps no task)."""
+        while self.in_flight or self._waiters:
+            before = time.perf_counter()
+            await asyncio.sleep(LAG_TICK_S)
+            self.note_lag(max(0.0, time.perf_counter() - before - LAG_TICK_S))
+
+    def note_lag(self, seconds: float) -> None:
+        """One tick's lateness of the client's own loop (the ticker, or a simulation)."""
+        self._window.lag += seconds
+        self._window.ticks += 1
+        self.lag_s += seconds
+        self.lag_ticks += 1
 
     def _wake(self) -> None:
         free = int(self.limit) - self.in_flight
@@ -232,50 +285,53 @@ class AdaptiveLimiter:
         measured = window.measure()
         if measured is None:
             return
-        in_flight, throughput, latency = measured
+        in_flight = measured.in_flight
         previous, self._previous = self._previous, measured
         self._windows += 1
         if self.probing:
-            self._probe(in_flight, throughput, now)
+            self._probe(measured, now)
             return
         if self.cap is not None or self._windows < 2:
             return  # the first window times the start, when the first requests all went out at once
         if previous is not None and self._windows >= 3:
-            p_in_flight, p_throughput, p_latency = previous
-            rise = in_flight / p_in_flight - 1
-            if (rise >= 0.1 and throughput < p_throughput * (1 + SATURATED_GAIN * rise)
-                    and latency > p_latency * (1 + LATENCY_RISE * rise)):
-                self.saturations += 1
-                self._start_probe(max(throughput, p_throughput), max(self.floor, int(round(p_in_flight))), now)
-                return
+            rise = in_flight / previous.in_flight - 1
+            if rise >= 0.1 and measured.throughput < previous.throughput * (1 + SATURATED_GAIN * rise):
+                if _latency_rose(previous.server_latency, measured.server_latency, rise):
+                    self.saturations += 1
+                    best = max(measured, previous, key=lambda m: m.throughput)
+                    self._start_probe(best, max(self.floor, int(round(previous.in_flight))), now, top=measured)
+                    return
+                if _latency_rose(previous.latency, measured.latency, rise):
+                    self.client_busy += 1  # the rise was the client's own loop, not a queue at the server
         if (not self._probed_ceiling and int(self.limit) >= self.ceiling and in_flight >= BINDING * self.ceiling
-                and previous is not None and previous[0] >= BINDING * self.ceiling):
+                and previous is not None and previous.in_flight >= BINDING * self.ceiling):
             # slow start reached the ceiling within a window or two, too fast to see the knee: look from above,
             # once a whole window was at the ceiling (answers lag sends by a latency: the window before did not
             # see the ceiling's throughput yet)
             self._probed_ceiling = True
-            self._start_probe(throughput, self._step_down(self.ceiling), now)
+            self._start_probe(measured, self._step_down(self.ceiling), now, top=measured)
 
-    def _start_probe(self, best: float, cap: int, now: float) -> None:
+    def _start_probe(self, best: Measured, cap: int, now: float, *, top: Measured) -> None:
         self.probing = True
         self._probed = [(int(self.limit), best)]
+        self._top = top  # the window with the most in flight, which the settled cap must beat on evidence
         self._cap_at(cap, now)
 
     def _step_down(self, cap: int) -> int:
         return max(self.floor, min(cap - 1, int(cap * PROBE_STEP)))
 
-    def _probe(self, in_flight: float, throughput: float, now: float) -> None:
+    def _probe(self, measured: Measured, now: float) -> None:
         """One window at the cap: lower it while throughput holds (a clear drop ends the probe), then settle."""
         assert self.cap is not None
-        if in_flight < BINDING * self.cap:
+        if measured.in_flight < BINDING * self.cap:
             # fewer requests wanted out than the cap allows: it measured the demand, not the server
             self._settle(now)
             return
-        server = statistics.median(t for _, t in self._probed)  # the server's rate: robust to one lucky window
-        if throughput < THROUGHPUT_KEPT * server:
+        server = statistics.median(m.throughput for _, m in self._probed)  # robust to one lucky window
+        if measured.throughput < THROUGHPUT_KEPT * server:
             self._settle(now)
             return
-        self._probed.append((self.cap, throughput))
+        self._probed.append((self.cap, measured))
         if self.cap <= self.floor:
             self._settle(now)
             return
@@ -287,13 +343,32 @@ class AdaptiveLimiter:
         run long, and a real client leaves gaps between an answer and its next request (storing, grading, a
         loaded machine) that one request waiting at the server covers."""
         self.probing = False
-        server = statistics.median(t for _, t in self._probed)
-        settled = min(cap for cap, t in self._probed if t >= SETTLE_SHARE * server) + HEADROOM
-        if settled >= self.ceiling:
+        server = statistics.median(m.throughput for _, m in self._probed)
+        low_cap, low = min(((cap, m) for cap, m in self._probed if m.throughput >= SETTLE_SHARE * server),
+                           key=lambda entry: entry[0])
+        settled = low_cap + HEADROOM
+        reason = self._evidence(low) if settled < self.ceiling else None
+        if reason is None:
+            if settled < self.ceiling:
+                self.unfounded += 1  # no queue, no loss: what was asked for stands
             self.cap = None
-            self._set(float(settled), now)
+            self._set(float(self.ceiling if settled < self.ceiling else min(settled, self.ceiling)), now)
         else:
+            self.cap_reason = reason
             self._cap_at(settled, now)
+
+    def _evidence(self, low: Measured) -> str | None:
+        """What shows that fewer requests in flight serve as well, against the probe's highest limit: a measured
+        throughput loss up there, or a queue (the server's share of latency grew with the requests in flight)."""
+        top = self._top
+        if top is None:
+            return None
+        if top.throughput < SETTLE_SHARE * low.throughput:
+            return "throughput"
+        rise = top.in_flight / low.in_flight - 1 if low.in_flight else 0.0
+        if rise > 0 and _latency_rose(low.server_latency, top.server_latency, rise):
+            return "queue"
+        return None
 
     def _cap_at(self, cap: int, now: float) -> None:
         self.cap = cap
@@ -320,9 +395,25 @@ class AdaptiveLimiter:
         return int(self.limit)
 
     def summary(self) -> JSONObject:
+        """The limiter's figures for summary.json. What the latency rule decided is added only when it decided
+        something (a cap kept, a probe undone, a rise put down to the client), so other runs' files stay as
+        they were."""
         values = [v for _, v in self.history]
-        return {"mode": "fixed" if self.fixed else "adaptive", "max": self.ceiling, "start": values[0],
-                "final": int(self.limit), "min": min(values), "peak": max(values),
-                "rate_limited": self.rate_limited, "episodes": self.episodes,
-                "latency_cap": self.cap, "saturations": self.saturations,
-                "history": [[t, v] for t, v in self.history]}
+        out: JSONObject = {"mode": "fixed" if self.fixed else "adaptive", "max": self.ceiling, "start": values[0],
+                           "final": int(self.limit), "min": min(values), "peak": max(values),
+                           "rate_limited": self.rate_limited, "episodes": self.episodes,
+                           "latency_cap": self.cap, "saturations": self.saturations,
+                           "history": [[t, v] for t, v in self.history]}
+        if self.cap is not None:
+            out["cap_reason"] = self.cap_reason
+        if self.client_busy or self.unfounded:
+            out["client_busy"] = self.client_busy
+            out["unfounded_probes"] = self.unfounded
+        if self.cap is not None or self.client_busy or self.unfounded:
+            out["loop_lag_ms"] = round(1000 * self.lag_s / self.lag_ticks, 2) if self.lag_ticks else None
+        return out
+
+
+def _latency_rose(before: float, after: float, rise: float) -> bool:
+    """Latency grew by more than LATENCY_RISE of the requests in flight's relative rise."""
+    return after > before * (1 + LATENCY_RISE * rise)
