@@ -138,6 +138,7 @@ def test_label_graders_get_a_confusion_matrix(tmp_path):
     ("no-dataset", "--dataset"),
     ("both", "not both"),
     ("verdict-one-label", "--require-same-verdict"),
+    ("cache-is-an-input", "--judge-cache: is also an input"),
 ])
 @pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path, case, expected):
@@ -158,6 +159,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, expected):
         args += ["--regrade", str(good)]
     elif case == "both":
         args += [str(a), "--regrade", str(good)]
+    elif case == "cache-is-an-input":  # the cache is appended to: never the dataset or A
+        args += ["--regrade", str(good), "--dataset", str(a), "--judge-cache", str(a)]
     elif case == "verdict-one-label":
         one = _records(tmp_path / "one.jsonl", [r for r in _rows() if r["model_label"] == "base"])
         args = [str(one), str(one), "--require-same-verdict"]

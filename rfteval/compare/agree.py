@@ -224,7 +224,7 @@ def load_regrade_grader(path: str | Path) -> GraderConfig:
 def default_judge_cache(a_path: str | Path) -> Path:
     """Beside A's records: DIR/judge_cache.jsonl of A's run directory (the run's own cache) or A's folder."""
     p = Path(a_path)
-    return (p if p.is_dir() else p.parent) / "judge_cache.jsonl"
+    return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
 
 
 def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:

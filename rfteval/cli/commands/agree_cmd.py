@@ -92,7 +92,7 @@ def agree(
     if regrade is not None:
         regrade = regrade_grader_path(regrade, a)
     inputs = [p for p in (a, b, regrade, dataset) if p is not None]
-    for flag, path in (("--html", html), ("--out", out)):
+    for flag, path in (("--html", html), ("--out", out), ("--judge-cache", judge_cache)):  # cache: appended to
         if path is not None:
             check_output(path, inputs, flag)
     spec = None
