@@ -322,8 +322,12 @@ def test_a_regraded_side_with_parse_errors_is_measured_on_the_error_free_pairs(t
             in res.stderr)
     assert "errors in B: 22 of 90 records (24.4%): model_grader_parse_error 22" in res.stdout
     assert "22 paired samples with an error are left out (--errors zero scores them 0)" in res.stdout
-    res = runner.invoke(app, ["agree", *args, "--min-kappa", "0", "--max-error-rate", "0.3"])
+    page = tmp_path / "agree.html"
+    res = runner.invoke(app, ["agree", *args, "--min-kappa", "0", "--max-error-rate", "0.3", "--html", str(page)])
     assert res.exit_code == 0 and "gate error-rate: pass" in res.stdout
+    html = page.read_text()
+    assert "errors in B: 22 of 90 records (24.4%): model_grader_parse_error 22" in html
+    assert "<td>error records A / B</td><td>0 / 22</td>" in html
     res = runner.invoke(app, ["agree", *args])
     assert res.exit_code == 0 and "gate warning: error-rate: B: 22 of 90" in res.stderr
     assert len(fake_openai.requests) == 90  # every later run came from the judge cache
