@@ -291,6 +291,7 @@ def test_a_regraded_side_with_parse_errors_is_measured_on_the_error_free_pairs(t
     b_rows = [json.loads(line) for line in b_out.read_text().splitlines()]
     errors = [r for r in b_rows if r["error"]]
     assert len(b_rows) == 90 and len(errors) == 22
+    assert {(r["model_label"], r["model"]) for r in b_rows} == {("base", "base-model"), ("tuned", "tuned-model")}
     assert {(r["model_label"], r["item_id"], r["epoch"]) for r in errors} == garbled
     assert out["errors"]["b"] == {"records": 90, "errors": 22, "share": pytest.approx(22 / 90),
                                   "by_kind": {"model_grader_parse_error": 22}, "generation_failures": 0}

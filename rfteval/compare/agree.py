@@ -139,8 +139,11 @@ def graded_side(frame: pd.DataFrame, name: str, path: str) -> GradedSide:
     epoch = pd.to_numeric(frame["epoch"], errors="coerce") if "epoch" in frame else pd.Series(np.ones(n))
     passed = frame["passed"] if "passed" in frame else pd.Series([None] * n)
     details = frame["grade_details"] if "grade_details" in frame else pd.Series([None] * n)
+    labels = label_col.fillna("-").astype(str)
     out = pd.DataFrame({
-        "model_label": label_col.fillna("-").astype(str).to_numpy(),
+        "model_label": labels.to_numpy(),
+        "model": (frame["model"].where(frame["model"].map(lambda m: isinstance(m, str) and bool(m)), labels)
+                  if "model" in frame else labels).to_numpy(),  # the endpoint's name, for --regrade's records
         "item_id": frame["item_id"].astype(str).to_numpy(),
         "epoch": epoch.fillna(1).astype(np.int64).to_numpy(),
         "score": score,  # as recorded: the error policy scores error records at pairing (agree_frames)
@@ -253,8 +256,8 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
                          field="item_id")
     if rows["output_text"].isna().all():
         raise InputError("no output_text on A's records: nothing to re-grade", a.path, field="output_text")
-    outs = [Output(item_id=str(r.item_id), epoch=int(r.epoch), model=str(r.model_label),
-                   output_text=str(r.output_text or ""), model_label=str(r.model_label))
+    outs = [Output(item_id=str(r.item_id), epoch=int(r.epoch), model=str(r.model),
+                   output_text=r.output_text if isinstance(r.output_text, str) else "", model_label=str(r.model_label))
             for r in rows.itertuples(index=False)]
     own = judge is None
     if own:
@@ -286,7 +289,7 @@ def _not_answered(rows: pd.DataFrame, run_id: str) -> list[Record]:
     out = []
     for r in rows.itertuples(index=False):
         e = r.error if isinstance(r.error, dict) else {}
-        rec = make_record(run_id=run_id, model_label=str(r.model_label), model=str(r.model_label),
+        rec = make_record(run_id=run_id, model_label=str(r.model_label), model=str(r.model),
                           item_id=str(r.item_id), epoch=int(r.epoch),
                           output_text=r.output_text if isinstance(r.output_text, str) else None,
                           error=error_dict(str(e.get("stage") or "generate"), str(e.get("type") or "error"),
