@@ -58,7 +58,11 @@ def test_identical_grades_agree_under_every_gate(tmp_path):
     assert v["word_a"] == v["word_b"] == "better" and v["same"]
     assert v["answer"] == "the tuned model's gain holds under both graders"
     assert v["difference"]["mean"] == 0.0
-    assert out["gate"]["passed"] and len(out["gate"]["checks"]) == 3
+    assert out["gate"]["passed"]
+    assert [c["name"] for c in out["gate"]["checks"]] == ["min-kappa", "max-bias", "require-same-verdict",
+                                                          "error-rate"]
+    assert out["errors"]["policy"] == "exclude" and out["errors"]["pairs_left_out"] == 0
+    assert out["errors"]["b"] == {"records": 32, "errors": 0, "share": 0.0, "by_kind": {}, "generation_failures": 0}
 
 
 @pytest.mark.slow
@@ -134,6 +138,7 @@ def test_label_graders_get_a_confusion_matrix(tmp_path):
     ("no-dataset", "--dataset"),
     ("both", "not both"),
     ("verdict-one-label", "--require-same-verdict"),
+    ("cache-is-an-input", "--judge-cache: is also an input"),
 ])
 @pytest.mark.slow
 def test_bad_input_is_one_line_exit_2(tmp_path, case, expected):
@@ -154,6 +159,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, expected):
         args += ["--regrade", str(good)]
     elif case == "both":
         args += [str(a), "--regrade", str(good)]
+    elif case == "cache-is-an-input":  # the cache is appended to: never the dataset or A
+        args += ["--regrade", str(good), "--dataset", str(a), "--judge-cache", str(a)]
     elif case == "verdict-one-label":
         one = _records(tmp_path / "one.jsonl", [r for r in _rows() if r["model_label"] == "base"])
         args = [str(one), str(one), "--require-same-verdict"]
@@ -227,10 +234,147 @@ def test_regrade_judge_errors_are_counted_not_fatal(tmp_path, fake_openai):
         return _judge(request)
 
     fake_openai.responder = flaky
-    code, out = _json([str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url",
-                       fake_openai.base_url, "--judge-cache", str(tmp_path / "c.jsonl")])
-    assert out["n_samples"] == 24
+    args = [str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url", fake_openai.base_url,
+            "--judge-cache", str(tmp_path / "c.jsonl")]
+    code, out = _json(args)
+    # the 4 refused grades of q3 (2 labels × 2 epochs) are no grades: left out, and counted by type
+    assert out["n_samples"] == 20 and out["errors"]["pairs_left_out"] == 4
+    assert out["errors"]["b"]["by_kind"] == {"model_grader_refusal_error": 4} and out["errors"]["a"]["errors"] == 0
+    assert "q3" not in [r["item_id"] for r in out["items"]]
+    code, out = _json([*args, "--errors", "zero"])  # OpenAI's reward rule instead: they score 0
+    assert out["n_samples"] == 24 and out["errors"]["pairs_left_out"] == 0
     assert out["items"][0]["item_id"] == "q3"  # the refused grades score 0: the largest disagreement
+
+
+def _garbling_judge(request):
+    """A judge that cannot always keep to the format: for outputs marked [garble] it answers prose, not JSON (the
+    issue's regraded side: 22 "judge answer is not a JSON object" in 90 records); else A's score, made lower."""
+    answer = request.last_user_text().split("Model answer: ", 1)[1]
+    if "[garble]" in answer:
+        return "The answer looks mostly right to me, I would give it a good score."
+    value = float(answer.split()[-1])
+    return json.dumps({"steps": [{"description": "read", "conclusion": "ok"}], "result": round(0.8 * value, 4)})
+
+
+def _parse_error_files(tmp_path: Path) -> tuple[Path, Path, Path, set[tuple[str, str, int]]]:
+    """90 samples (base and tuned, 15 items, 3 epochs) graded by A, 22 of them marked for the judge to garble."""
+    ds = tmp_path / "items.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"q{i}?"}],
+                                      "question": f"q{i}?"}) + "\n" for i in range(15)))
+    keys = [(label, f"q{i}", e) for label in ("base", "tuned") for i in range(15) for e in (1, 2, 3)]
+    garbled = set(keys[3::4][:22])
+    rows = []
+    for label, item, e in keys:
+        i = int(item[1:])
+        value = round(0.05 * i + 0.03 * e + (0.2 if label == "tuned" else 0.0), 4)
+        mark = " [garble]" if (label, item, e) in garbled else ""
+        rows.append({"model_label": label, "model": f"{label}-model", "item_id": item, "epoch": e,
+                     "output_text": f"answer{mark} {value}", "score": value, "passed": value >= 0.5})
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(GRADER))
+    return ds, _records(tmp_path / "a.jsonl", rows), grader, garbled
+
+
+@pytest.mark.slow
+def test_a_regraded_side_with_parse_errors_is_measured_on_the_error_free_pairs(tmp_path, fake_openai):
+    """Issue 27 item 6: 22 parse errors in 90 regraded records are counted by type and left out, so every
+    statistic equals the one computed on the 68 error-free pairs alone; the gate fails on the error share."""
+    import numpy as np
+
+    fake_openai.responder = _garbling_judge
+    ds, a, grader, garbled = _parse_error_files(tmp_path)
+    b_out = tmp_path / "b.jsonl"
+    args = [str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url", fake_openai.base_url,
+            "--judge-cache", str(tmp_path / "cache.jsonl"), "--pass-threshold", "0.5"]
+    code, out = _json([*args, "--out", str(b_out)])
+    assert code == 0  # no gate asked for: the error share is a warning, not a failure
+    b_rows = [json.loads(line) for line in b_out.read_text().splitlines()]
+    errors = [r for r in b_rows if r["error"]]
+    assert len(b_rows) == 90 and len(errors) == 22
+    assert {(r["model_label"], r["model"]) for r in b_rows} == {("base", "base-model"), ("tuned", "tuned-model")}
+    assert {(r["model_label"], r["item_id"], r["epoch"]) for r in errors} == garbled
+    assert out["errors"]["b"] == {"records": 90, "errors": 22, "share": pytest.approx(22 / 90),
+                                  "by_kind": {"model_grader_parse_error": 22}, "generation_failures": 0}
+    assert out["errors"]["a"]["errors"] == 0 and out["errors"]["pairs_left_out"] == 22
+    assert out["n_samples"] == 68
+
+    # the same statistics from the error-free pairs alone, written as two plain record files
+    a_rows = [json.loads(line) for line in a.read_text().splitlines()]
+    clean_a = _records(tmp_path / "clean_a.jsonl",
+                       [r for r in a_rows if (r["model_label"], r["item_id"], r["epoch"]) not in garbled])
+    clean_b = _records(tmp_path / "clean_b.jsonl", [r for r in b_rows if not r["error"]])
+    _, clean = _json([str(clean_a), str(clean_b), "--pass-threshold", "0.5"])
+    for key in ("n_samples", "n_items", "pearson", "spearman", "bias", "mae", "loa", "pass", "verdict", "items"):
+        assert out[key] == clean[key], key
+    # and Pearson by hand over those pairs: per sample, A's score against 0.8 × it
+    sa = np.array([r["score"] for r in a_rows if (r["model_label"], r["item_id"], r["epoch"]) not in garbled])
+    assert out["pearson"] == pytest.approx(float(np.corrcoef(sa, np.round(0.8 * sa, 4))[0, 1]))
+    assert out["bias"]["mean"] < 0
+
+    # --errors zero: the old reading, the 22 zeros in every statistic
+    _, zero = _json([*args, "--errors", "zero"])
+    assert zero["n_samples"] == 90 and zero["errors"]["pairs_left_out"] == 0
+    assert zero["bias"]["mean"] < out["bias"]["mean"] and zero["pearson"] < out["pearson"]
+
+    # the gate: any check fails on B's 24% of errors (compare's --max-error-rate, default 0.05); a laxer limit passes
+    res = runner.invoke(app, ["agree", *args, "--min-kappa", "0"])
+    assert res.exit_code == 1
+    assert ("gate failed: error-rate: B: 22 of 90 records are errors (24.4% > 0.05; model_grader_parse_error 22)"
+            in res.stderr)
+    assert "errors in B: 22 of 90 records (24.4%): model_grader_parse_error 22" in res.stdout
+    assert "22 paired samples with an error are left out (--errors zero scores them 0)" in res.stdout
+    page = tmp_path / "agree.html"
+    res = runner.invoke(app, ["agree", *args, "--min-kappa", "0", "--max-error-rate", "0.3", "--html", str(page)])
+    assert res.exit_code == 0 and "gate error-rate: pass" in res.stdout
+    html = page.read_text()
+    assert "errors in B: 22 of 90 records (24.4%): model_grader_parse_error 22" in html
+    assert "<td>error records A / B</td><td>0 / 22</td>" in html
+    res = runner.invoke(app, ["agree", *args])
+    assert res.exit_code == 0 and "gate warning: error-rate: B: 22 of 90" in res.stderr
+    assert len(fake_openai.requests) == 90  # every later run came from the judge cache
+
+
+@pytest.mark.slow
+def test_regrade_carries_generation_errors_over_instead_of_grading_them(tmp_path, fake_openai):
+    """A sample the model never answered (or refused) is not graded again, as `run` grades neither: B holds the same
+    generation error, so the policy treats both sides alike, and no judge call is paid for it."""
+    fake_openai.responder = _judge
+    ds, a, grader = _regrade_files(tmp_path)
+    rows = [json.loads(line) for line in a.read_text().splitlines()]
+    rows[0].update(score=None, passed=None, output_text=None,
+                   error={"stage": "generate", "type": "timeout", "message": "no answer after 10 retries"})
+    rows[1].update(score=0.0, passed=None, output_text="I can't help with that.",
+                   error={"stage": "generate", "type": "refusal", "message": "refused"})
+    _records(a, rows)
+    args = [str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url", fake_openai.base_url,
+            "--judge-cache", str(tmp_path / "c.jsonl"), "--out", str(tmp_path / "b.jsonl")]
+    code, out = _json(args)
+    assert len(fake_openai.requests) == 22  # 24 samples, 2 without an answer to grade
+    b = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text().splitlines()]
+    assert sorted(r["error"]["type"] for r in b if r["error"]) == ["refusal", "timeout"]
+    assert out["errors"]["a"]["by_kind"] == out["errors"]["b"]["by_kind"] == {"timeout": 1, "refusal": 1}
+    assert out["errors"]["a"]["generation_failures"] == 1 and out["errors"]["pairs_left_out"] == 2
+    assert out["n_samples"] == 22 and out["mae"] == pytest.approx(0.0)
+    code, zero = _json([*args[:-2], "--errors", "zero"])
+    assert zero["n_samples"] == 24 and zero["mae"] == pytest.approx(0.0)  # both sides score them 0
+
+
+@pytest.mark.parametrize("flag, value, expected", [("--errors", "ignore", "must be exclude or zero"),
+                                                   ("--max-error-rate", "-1", "must be >= 0")])
+def test_bad_error_policy_is_one_line_before_any_judge_call(tmp_path, flag, value, expected):
+    a = _records(tmp_path / "a.jsonl", _rows())
+    res = runner.invoke(app, ["agree", str(a), str(a), flag, value])
+    assert res.exit_code == 2 and expected in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+def test_every_pair_with_an_error_is_refused_not_measured(tmp_path):
+    rows = _rows(items=3, epochs=1)
+    broken = [dict(r, score=None, passed=None, error={"stage": "grade", "type": "model_grader_parse_error",
+                                                      "message": "judge answer is not a JSON object"}) for r in rows]
+    res = runner.invoke(app, ["agree", str(_records(tmp_path / "a.jsonl", rows)),
+                              str(_records(tmp_path / "b.jsonl", broken))])
+    assert res.exit_code == 2 and "every paired sample has an error record on A or B" in res.stderr
+    assert "B: model_grader_parse_error 6" in res.stderr
 
 
 # ---------------------------------------------------------------------------------------------- reports
@@ -329,7 +473,7 @@ def test_readme_legal_review_example_finds_the_known_bias(tmp_path, lenient_judg
     code, out = _json(args)
     assert code == 1
     names = {c["name"]: c["passed"] for c in out["gate"]["checks"]}
-    assert names == {"max-bias": False, "require-same-verdict": True}
+    assert names == {"max-bias": False, "require-same-verdict": True, "error-rate": True}
     a = [json.loads(line) for line in (LEGAL / "recordings" / "o3-mini-grades.jsonl").read_text().splitlines()]
     assert out["n_samples"] == len(a) == 72
     # B − A can only be the leniency minus A's noise, cut at 1: between 0 and 0.15 + noise, and clearly positive
@@ -372,9 +516,13 @@ def test_parquet_sides_and_grading_errors(tmp_path):
     rows[5].grade_details = None
     write_parquet(rows, tmp_path / "a.parquet")
     code, out = _json([str(tmp_path / "a.parquet"), str(tmp_path / "a.parquet")])
-    assert out["pass"]["kappa"]["value"] == 1.0 and out["pass"]["table"]["neither"] == 3
-    assert out["labels"] is None  # the error record has no label: no label table rather than a wrong one
+    assert out["pass"]["kappa"]["value"] == 1.0 and out["pass"]["table"]["neither"] == 2  # the error: left out
+    assert out["errors"]["a"]["by_kind"] == {"x": 1} and out["errors"]["pairs_left_out"] == 1
+    assert out["labels"]["labels"] == ["bad", "good"]  # over the five real grades
     assert out["items"] == []  # identical grades: no item is listed as disputed
+    code, out = _json([str(tmp_path / "a.parquet"), str(tmp_path / "a.parquet"), "--errors", "zero"])
+    assert out["pass"]["table"]["neither"] == 3  # the grading error scores 0, so it fails
+    assert out["labels"] is None  # the error record has no label: no label table rather than a wrong one
 
 
 @pytest.mark.slow

@@ -283,3 +283,84 @@ def test_judge_users_check_the_judge_model_before_spending(command, files, tmp_p
         assert fake.requests and {r.model for r in fake.requests} == {"judge-mdl"}
         res = runner.invoke(app, [*args, "--judge-model", "other"])  # a listed override passes the check
         assert res.exit_code == 0, res.output
+
+
+# ---- grade's judge cache and model labels (issue 27 items 7 and 10) ---------------------------------------------------
+
+
+def _run_records(tmp_path: Path, tag: bool = False) -> Path:
+    """A run's records as `rfteval run` writes them: model_label is the spec's label, model the endpoint's name.
+    `tag`: every output text tells its sample apart, so no two judge requests are the same."""
+    rows = [{"run_id": "r1", "model_label": label, "model": f"fake-{label}", "item_id": f"q{i}", "epoch": e,
+             "output_text": (str(i) if (label == "tuned" or e == 1) else "wrong") + (f" ({label} #{e})" * tag),
+             "score": 1.0 if (label == "tuned" or e == 1) else 0.0}
+            for label in ("base", "tuned") for i in range(4) for e in (1, 2)]
+    path = tmp_path / "run.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.slow
+def test_grade_keeps_the_outputs_model_label_so_agree_pairs_a_run_with_its_regrade(files, tmp_path):
+    ds, grader, _, _ = files
+    run = _run_records(tmp_path)
+    regraded = tmp_path / "regraded.jsonl"
+    res = runner.invoke(app, ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(run), "--out",
+                              str(regraded)])
+    assert res.exit_code == 0, res.output
+    df = read_records(regraded)
+    assert sorted(set(zip(df["model_label"], df["model"]))) == [("base", "fake-base"), ("tuned", "fake-tuned")]
+    res = runner.invoke(app, ["agree", str(run), str(regraded), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["n_samples"] == 16 and out["unmatched"]["a_only"] == out["unmatched"]["b_only"] == 0
+    assert out["mae"] == 0.0 and out["verdict"][0]["candidate"] == "tuned"
+
+
+@pytest.mark.slow
+def test_a_rerun_of_grade_sends_no_judge_call_again_and_agree_regrade_shares_the_cache(files, tmp_path):
+    """The README's claims: judge calls are cached so re-runs are free, and `agree --regrade` is cached like
+    grade's: counted on the fake server's requests."""
+    from fake_openai import FakeOpenAI
+
+    ds, _, _, _ = files
+    run = _run_records(tmp_path, tag=True)
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps(JUDGE_GRADER))
+    out = tmp_path / "graded" / "judged.jsonl"
+    args = ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(run), "--out", str(out), "--format", "json"]
+    score = lambda req: json.dumps({"steps": [], "result": 0.9 if "wrong" not in req.last_user_text() else 0.1})  # noqa: E731
+    with FakeOpenAI(score, models=["judge-mdl"]) as fake:
+        args += ["--judge-base-url", fake.base_url]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert len(fake.requests) == 16
+        cache = tmp_path / "graded" / "judge_cache.jsonl"
+        assert len(cache.read_text().splitlines()) == 16  # beside the records, as a run directory keeps its own
+        first = read_records(out)
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        assert len(fake.requests) == 16  # the re-run: every answer from the cache, no request sent
+        again = read_records(out)
+        assert again["score"].tolist() == first["score"].tolist()
+        assert again["grade_details"].map(lambda d: d["judge_cached"]).all()
+
+        # agree --regrade of grade's records with the same grader and judge: the same cache, nothing sent
+        res = runner.invoke(app, ["agree", str(out), "--regrade", str(grader), "--dataset", str(ds),
+                                  "--judge-base-url", fake.base_url, "--format", "json"])
+        assert res.exit_code == 0, res.output
+        assert len(fake.requests) == 16
+        agreed = json.loads(res.stdout)
+        assert agreed["judge"]["judge-mdl"]["cache_hits"] == 16 and agreed["mae"] == 0.0
+
+        # --judge-cache FILE elsewhere: a new cache, so the calls are paid once more, and only once
+        elsewhere = tmp_path / "caches" / "grade.jsonl"
+        res = runner.invoke(app, [*args, "--judge-cache", str(elsewhere)])
+        assert res.exit_code == 0 and len(fake.requests) == 32 and elsewhere.is_file()
+        res = runner.invoke(app, [*args, "--judge-cache", str(elsewhere)])
+        assert res.exit_code == 0 and len(fake.requests) == 32
+
+        # the cache is appended to: an input of the command is refused, before any call
+        res = runner.invoke(app, [*args, "--judge-cache", str(ds)])
+        assert res.exit_code == 2 and "--judge-cache" in res.output and "is also an input" in res.output
+        assert len(fake.requests) == 32

@@ -53,3 +53,15 @@ def test_a_bad_outputs_line_stops_before_the_judge_and_writes_nothing(tmp_path):
     with pytest.raises(InputError):
         grade_paths(GradeRequest(ds, grader, outs), print, lambda config: opened.append(config))
     assert opened == [] and not (tmp_path / "outputs.records.jsonl").exists()
+
+
+def test_the_judge_cache_lies_beside_the_records_unless_named(tmp_path):
+    """Issue 27 item 7: grade's cache has run's file name, in the records' folder (agree --regrade's default too)."""
+    from rfteval.compare.agree import default_judge_cache
+
+    request = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "in" / "outs.jsonl", out=tmp_path / "o" / "r.jsonl")
+    assert request.judge_cache_path == tmp_path / "o" / "judge_cache.jsonl" == default_judge_cache(request.records_path)
+    assert GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "outs.jsonl").judge_cache_path == \
+        tmp_path / "judge_cache.jsonl"
+    named = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "outs.jsonl", judge_cache=tmp_path / "c.jsonl")
+    assert named.judge_cache_path == tmp_path / "c.jsonl"

@@ -39,3 +39,17 @@ def test_a_field_of_the_wrong_type_is_one_error_naming_line_and_field(tmp_path: 
     with pytest.raises(InputError) as info:
         _read(tmp_path, {"item_id": "ok", "output_text": "x"}, {"item_id": "q", "output_text": "x", **row})
     assert str(info.value).startswith(f"{tmp_path / 'outputs.jsonl'}:2: {field}: ")
+
+
+def test_outputs_model_label_must_be_text_and_epochs_count_per_label(tmp_path: Path) -> None:
+    """Issue 27 item 10: a run's records used as outputs keep their label; one model under two labels is two."""
+    outs = tmp_path / "o.jsonl"
+    # one endpoint model under two labels (two prompts of one model): not duplicates of each other
+    outs.write_text("".join(json.dumps({"item_id": "q1", "output_text": "x", "model": "m", "model_label": label})
+                            + "\n" for label in ("a", "b", "a")))
+    got = [(o.label, o.model, o.epoch) for o in iter_outputs(outs)]
+    assert got == [("a", "m", 1), ("b", "m", 1), ("a", "m", 2)]
+    outs.write_text(json.dumps({"item_id": "q1", "output_text": "x", "model_label": 3}) + "\n")
+    with pytest.raises(InputError, match="model_label") as exc:
+        list(iter_outputs(outs))
+    assert exc.value.line == 1

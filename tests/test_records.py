@@ -166,6 +166,9 @@ def test_the_column_wise_policy_excludes_generation_failures_and_zeroes_the_rest
     assert got[0] == 0.7 and got[2:5] == [0.0, 0.0, 0.0]  # a refusal and grading errors score 0
     assert pd.isna(got[1]) and pd.isna(got[5])  # a generation failure is left out; never graded: left out
     assert effective_scores(df, "zero").tolist()[1] == 0.0
+    # every error record left out (agree's default, compare's --exclude-errors): only the real grade is left
+    kept = effective_scores(df, exclude_errors=True)
+    assert kept.iloc[0] == 0.7 and kept.iloc[1:].isna().all()
 
 
 def test_json_safe_gives_what_strict_json_takes():

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import pandas as pd
 
+    from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.judge import Judge
 
@@ -41,14 +42,46 @@ NAN = float("nan")
 
 @dataclass
 class GradedSide:
-    """One grader's grades: model_label, item_id, epoch, score, passed (1/0/NaN), label, output_text, errors."""
+    """One grader's grades: model_label, item_id, epoch, score, passed (1/0/NaN), label, output_text, is_error and
+    the record's error (a dict, or None). Error records stay in the frame: the error policy decides at pairing
+    (`agree_frames`) whether they are left out or score 0, and they are counted by kind either way."""
 
     name: str  # "A" or "B"
     path: str
     frame: pd.DataFrame
     grader: str | None = None  # the grader file that wrote the grades, when known
     dataset: str | None = None  # the dataset a run directory names, for --regrade
-    generation_failures: int = 0  # records whose model never answered: not an answer, left out and counted
+    generation_failures: int = 0  # records whose model never answered: not an answer, counted
+
+    def errors(self) -> SideErrors:
+        """This side's error records: how many of its records, and how many of each error type."""
+        from rfteval.data.records import error_type_of
+
+        records = len(self.frame)
+        kinds = self.frame["error"].map(lambda e: error_type_of(e) or "error")[self.frame["is_error"].to_numpy()]
+        by_kind = {str(k): int(n) for k, n in kinds.value_counts(sort=True).items()}
+        n = int(sum(by_kind.values()))
+        return {"records": records, "errors": n, "share": n / records if records else 0.0, "by_kind": by_kind,
+                "generation_failures": self.generation_failures}
+
+
+class SideErrors(TypedDict):
+    """A side's error records (grading errors, refusals, generation failures), by error type."""
+
+    records: int
+    errors: int
+    share: float  # errors / records: what --max-error-rate reads
+    by_kind: dict[str, int]  # error type -> records, most frequent first
+    generation_failures: int  # of `errors`: records whose model never answered
+
+
+class ErrorReport(TypedDict):
+    """The error policy agree applied (compare's --errors) and what it did to the pairs."""
+
+    policy: str  # "exclude": every pair with an error on either side is left out; "zero": errors score 0
+    pairs_left_out: int  # paired samples left out of every statistic (an error on A, on B, or both)
+    a: SideErrors
+    b: SideErrors
 
 
 def _record_files(path: Path) -> list[Path]:
@@ -102,24 +135,26 @@ def graded_side(frame: pd.DataFrame, name: str, path: str) -> GradedSide:
     if not graded.any():
         raise InputError("no grades (score is null on every record): grade the outputs first (`rfteval grade`), "
                          "or give --regrade GRADER", path, field="score")
-    gen_fail = error.map(is_generation_failure).to_numpy(dtype=bool)
     label_col = frame["model_label"] if "model_label" in frame else frame.get("model", pd.Series(["-"] * n))
     epoch = pd.to_numeric(frame["epoch"], errors="coerce") if "epoch" in frame else pd.Series(np.ones(n))
     passed = frame["passed"] if "passed" in frame else pd.Series([None] * n)
     details = frame["grade_details"] if "grade_details" in frame else pd.Series([None] * n)
+    labels = label_col.fillna("-").astype(str)
     out = pd.DataFrame({
-        "model_label": label_col.fillna("-").astype(str).to_numpy(),
+        "model_label": labels.to_numpy(),
+        "model": (frame["model"].where(frame["model"].map(lambda m: isinstance(m, str) and bool(m)), labels)
+                  if "model" in frame else labels).to_numpy(),  # the endpoint's name, for --regrade's records
         "item_id": frame["item_id"].astype(str).to_numpy(),
         "epoch": epoch.fillna(1).astype(np.int64).to_numpy(),
-        "score": np.where(has_error, 0.0, score),  # a grading error scores 0 (OpenAI's rule), as everywhere
+        "score": score,  # as recorded: the error policy scores error records at pairing (agree_frames)
         "passed": [float(p) if isinstance(p, (bool, np.bool_)) else NAN for p in passed],
         "label": [_label(d) for d in details],
         "output_text": frame["output_text"].to_numpy() if "output_text" in frame else [None] * n,
         "is_error": has_error,
+        "error": error.to_numpy(),
     })
-    keep = graded & ~gen_fail
-    out = out[keep].drop_duplicates(subset=KEY, keep="last").reset_index(drop=True)  # a later record supersedes
-    return GradedSide(name, path, out, generation_failures=int(gen_fail.sum()))
+    out = out[graded].drop_duplicates(subset=KEY, keep="last").reset_index(drop=True)  # a later record supersedes
+    return GradedSide(name, path, out, generation_failures=int(out["error"].map(is_generation_failure).sum()))
 
 
 def _label(details: object) -> str | None:
@@ -192,14 +227,17 @@ def load_regrade_grader(path: str | Path) -> GraderConfig:
 def default_judge_cache(a_path: str | Path) -> Path:
     """Beside A's records: DIR/judge_cache.jsonl of A's run directory (the run's own cache) or A's folder."""
     p = Path(a_path)
-    return (p if p.is_dir() else p.parent) / "judge_cache.jsonl"
+    return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
 
 
 def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
-    """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached."""
+    """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached.
+
+    A sample whose generation failed or was refused is not graded again, as `rfteval run` grades neither: B holds
+    the same generation error for it, so the error policy treats both sides of that pair alike."""
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outputs import Output
-    from rfteval.data.records import records_frame, write_jsonl
+    from rfteval.data.records import error_kinds, records_frame, write_jsonl
     from rfteval.graders import GradeOptions
     from rfteval.graders.grading import grade_outputs
 
@@ -210,15 +248,17 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     config = load_regrade_grader(spec.grader)
     data = load_dataset(dataset)
     known = {it.id for it in data}
-    rows = a.frame
-    missing = sorted(set(rows["item_id"]) - known)
+    answered = ~error_kinds(a.frame).isin(["generate", "refusal"]).to_numpy(dtype=bool)
+    rows = a.frame[answered]
+    missing = sorted(set(a.frame["item_id"]) - known)
     if missing:
         raise InputError(f"{len(missing)} item(s) of A are not in the dataset (first: {missing[0]!r})", dataset,
                          field="item_id")
     if rows["output_text"].isna().all():
         raise InputError("no output_text on A's records: nothing to re-grade", a.path, field="output_text")
-    outs = [Output(item_id=str(r.item_id), epoch=int(r.epoch), model=str(r.model_label),
-                   output_text=str(r.output_text or "")) for r in rows.itertuples(index=False)]
+    outs = [Output(item_id=str(r.item_id), epoch=int(r.epoch), model=str(r.model),
+                   output_text=r.output_text if isinstance(r.output_text, str) else "", model_label=str(r.model_label))
+            for r in rows.itertuples(index=False)]
     own = judge is None
     if own:
         cache = Path(spec.judge_cache) if spec.judge_cache is not None else default_judge_cache(a.path)
@@ -226,6 +266,7 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     try:
         records = grade_outputs(data, config, outs, GradeOptions(), judge=judge)
         usage = judge_usage(judge)
+        records += _not_answered(a.frame[~answered], records[0].run_id if records else "regrade")
     finally:
         if own and judge is not None:
             judge.close()
@@ -237,6 +278,24 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
     side.grader = f"{spec.grader}, judge {spec.judge_model}" if spec.judge_model else str(spec.grader)
     return side, usage
+
+
+def _not_answered(rows: pd.DataFrame, run_id: str) -> list[Record]:
+    """B's records of A's samples that have no answer to grade: A's generation error, kept (apply_grade's rule)."""
+    from rfteval.data.records import error_dict, make_record
+    from rfteval.graders.base import GradeResult
+    from rfteval.graders.grading import apply_grade
+
+    out = []
+    for r in rows.itertuples(index=False):
+        e = r.error if isinstance(r.error, dict) else {}
+        rec = make_record(run_id=run_id, model_label=str(r.model_label), model=str(r.model),
+                          item_id=str(r.item_id), epoch=int(r.epoch),
+                          output_text=r.output_text if isinstance(r.output_text, str) else None,
+                          error=error_dict(str(e.get("stage") or "generate"), str(e.get("type") or "error"),
+                                           str(e.get("message") or "")))
+        out.append(apply_grade(rec, GradeResult(0.0)))
+    return out
 
 
 def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Judge | None:
@@ -324,6 +383,13 @@ class AgreeGate:
     min_kappa: float | None = None
     max_bias: float | None = None
     require_same_verdict: bool = False
+    # compare's flag: with any other check given, the gate fails when either side's share of error records is
+    # above it; with none, that is a warning
+    max_error_rate: float = 0.05
+
+    def __post_init__(self) -> None:  # checked before any judge is paid for (--regrade)
+        if not self.max_error_rate >= 0:
+            raise InputError(f"must be >= 0, got {self.max_error_rate:g}", field="--max-error-rate")
 
 
 @dataclass(frozen=True)
@@ -333,6 +399,15 @@ class AgreeOptions:
     seed: int = 0
     top: int = 10
     gate: AgreeGate = field(default_factory=AgreeGate)
+    # compare's --errors (rfteval.data.records.effective_scores): "exclude" leaves every pair with an error record
+    # on either side out of the statistics, as compare's --exclude-errors does (a failed grade is no grade, and two
+    # graders' agreement is about grades); "zero" scores every error record 0, OpenAI's reward rule
+    errors: str = "exclude"
+
+    def __post_init__(self) -> None:
+        from rfteval.data.records import check_error_policy
+
+        check_error_policy(self.errors)
 
 
 @dataclass
@@ -350,6 +425,7 @@ class AgreeResult:
     verdict: list[VerdictRow] | None
     gate: AgreeGateVerdict
     paired: pd.DataFrame  # the matched samples: key, score_a, score_b
+    errors: ErrorReport
     usage: dict[str, JudgeUsage] = field(default_factory=dict)
 
     def to_json(self) -> JSONObject:
@@ -367,7 +443,7 @@ class AgreeResult:
             "n_samples": s["n_samples"], "n_items": s["n_items"], "unmatched": self.unmatched,
             "pearson": s["pearson"], "spearman": s["spearman"], "bias": s["bias"], "mae": s["mae"], "loa": s["loa"],
             "pass": pass_json, "pass_note": self.pass_note, "labels": self.labels, "items": self.items,
-            "verdict": self.verdict, "gate": self.gate, "judge": self.usage or None,
+            "errors": self.errors, "verdict": self.verdict, "gate": self.gate, "judge": self.usage or None,
         })
 
 
@@ -422,15 +498,18 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     """Pair A's and B's grades on (model label, item id, epoch) and measure how well they agree."""
     import numpy as np
 
+    from rfteval.data.records import effective_scores
+
     o = options or AgreeOptions()
     if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
         raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
     a_pass_all, b_pass_all = _pass_column(a, o.pass_threshold), _pass_column(b, o.pass_threshold)
     fa, fb = a.frame.copy(), b.frame.copy()
-    if a_pass_all is not None:
-        fa["pass"] = a_pass_all
-    if b_pass_all is not None:
-        fb["pass"] = b_pass_all
+    for side, frame, col in ((a, fa, a_pass_all), (b, fb, b_pass_all)):
+        # the one error policy: NaN for a record left out, 0 for an error scored 0, else the grade
+        frame["score"] = effective_scores(side.frame, o.errors, exclude_errors=o.errors == "exclude").to_numpy()
+        if col is not None:
+            frame["pass"] = col
     merged = fa.merge(fb, on=KEY, suffixes=("_a", "_b"), how="inner", sort=False)
     unmatched = _unmatched(fa, fb, merged)
     if merged.empty:
@@ -439,7 +518,13 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
         raise InputError(f"no sample is graded on both sides (pairs match on model label, item id and epoch; "
                          f"A has e.g. {tuple(example_a) if example_a else None}, "
                          f"B {tuple(example_b) if example_b else None})", b.path, field="item_id")
-    merged = merged.sort_values(KEY, kind="stable").reset_index(drop=True)
+    kept = np.isfinite(merged["score_a"].to_numpy(np.float64)) & np.isfinite(merged["score_b"].to_numpy(np.float64))
+    errors: ErrorReport = {"policy": o.errors, "pairs_left_out": int((~kept).sum()), "a": a.errors(),
+                           "b": b.errors()}
+    if not kept.any():
+        raise InputError(f"every paired sample has an error record on A or B ({_error_text(errors)}): no grade is "
+                         "left to measure agreement on (--errors zero scores them 0)", b.path, field="--errors")
+    merged = merged[kept].sort_values(KEY, kind="stable").reset_index(drop=True)
     sa, sb = merged["score_a"].to_numpy(np.float64), merged["score_b"].to_numpy(np.float64)
     items = merged["item_id"].to_numpy()
     scores = agreement.score_agreement(sa, sb, items, o.level, o.seed)
@@ -462,9 +547,15 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     verdict = _verdict(merged, o)
     result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
                          {"passed": True, "failures": [], "warnings": [], "checks": []},
-                         merged[[*KEY, "score_a", "score_b"]])
+                         merged[[*KEY, "score_a", "score_b"]], errors)
     result.gate = evaluate_agree_gate(result, o.gate, o.level)
     return result
+
+
+def _error_text(errors: ErrorReport) -> str:
+    """'A: none; B: model_grader_parse_error 22': each side's error records by type."""
+    return "; ".join(f"{name}: " + (", ".join(f"{k} {n}" for k, n in side["by_kind"].items()) or "none")
+                     for name, side in (("A", errors["a"]), ("B", errors["b"])))
 
 
 def _items(merged: pd.DataFrame, top: int) -> tuple[list[ItemRow], list[tuple[str, float]]]:
@@ -543,9 +634,28 @@ def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate, level: float = 0.9
         checks.append(_bias_check(result, gate.max_bias))
     if gate.require_same_verdict:
         checks.append(_verdict_check(result, level))
+    rate = _error_rate_check(result, gate.max_error_rate)
+    if checks:  # as compare's gate: every gate fails on a side whose records are errors past --max-error-rate
+        checks.append(rate)
+    warnings = [f"{c['name']}: {c['warning']}" for c in checks if c["warning"]]
+    if not checks and not rate["passed"]:  # no gate asked for: said, not failed
+        warnings.append(f"{rate['name']}: {rate['detail']}")
     return {"passed": all(c["passed"] for c in checks), "checks": checks,
-            "failures": [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]],
-            "warnings": [f"{c['name']}: {c['warning']}" for c in checks if c["warning"]]}
+            "failures": [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]], "warnings": warnings}
+
+
+def _error_rate_check(result: AgreeResult, x: float) -> GateCheck:
+    """Either side's share of error records (grading errors, refusals, generation failures) above X: the grades
+    that are left say little about a grader that failed that often, whatever the policy did with the failures."""
+    over = []
+    for name, side in (("A", result.errors["a"]), ("B", result.errors["b"])):
+        if side["share"] > x + GATE_EPS:
+            kinds = ", ".join(f"{k} {n}" for k, n in side["by_kind"].items())
+            over.append(f"{name}: {side['errors']} of {side['records']} records are errors ({side['share']:.1%} > "
+                        f"{x:g}; {kinds})")
+    detail = (f"errors within {x:g} on both sides" if not over else
+              "; ".join(over) + ": a grader that fails this often is not measured by the grades it gave")
+    return {"name": "error-rate", "passed": not over, "detail": detail, "warning": None}
 
 
 def _kappa_check(result: AgreeResult, x: float) -> GateCheck:

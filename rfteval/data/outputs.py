@@ -26,15 +26,24 @@ class Output:
     # stopped: a sample cut off ("length") while still thinking is then marked and counted, as `rfteval run` does
     reasoning: str | None = None
     finish_reason: str | None = None
+    # the label the output was made under (a run's records carry both: `model_label` "base", `model` the name the
+    # endpoint serves); kept on the graded records, so a re-grade pairs with the run it came from (`rfteval agree`)
+    model_label: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The model label of the records graded from this output: its own `model_label`, else its `model`."""
+        return self.model_label or self.model
 
 
 def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_model: str = "outputs",
                  unknown: list[Output] | None = None) -> Iterator[Output]:
-    """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "output_tools"?, "finish_reason"?,
-    "reasoning_content"? | "reasoning"?}`; errors name file:line.
+    """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "model_label"?, "output_tools"?,
+    "finish_reason"?, "reasoning_content"? | "reasoning"?}`; errors name file:line.
 
-    A line without `epoch` is the next epoch of its (model, item) in file order: repeated lines of one item are
-    epochs 1, 2, 3, as a hand-written outputs file means them. With `unknown` given, an output whose item is not in
+    A line without `epoch` is the next epoch of its (label, item) in file order: repeated lines of one item are
+    epochs 1, 2, 3, as a hand-written outputs file means them. The label is `model_label` (a run's records
+    carry it), else `model`. With `unknown` given, an output whose item is not in
     `known_items` (its dataset line was skipped as invalid) is set aside there instead of being an error.
     """
     path = Path(path)
@@ -58,7 +67,11 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
         model = row.get("model", default_model)
         if not isinstance(model, str) or not model:
             raise InputError("must be a non-empty string", path, lineno, "model")
-        n = counts[(model, item_id)] = counts.get((model, item_id), 0) + 1
+        label = row.get("model_label")
+        if label is not None and (not isinstance(label, str) or not label):
+            raise InputError("must be a non-empty string or null", path, lineno, "model_label")
+        label = label or model
+        n = counts[(label, item_id)] = counts.get((label, item_id), 0) + 1
         epoch = row.get("epoch", n)
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
             raise InputError("must be an integer >= 1", path, lineno, "epoch")
@@ -69,11 +82,13 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
         if finish_reason is not None and not isinstance(finish_reason, str):
             raise InputError("must be a string (e.g. \"stop\", \"length\") or null", path, lineno, "finish_reason")
         reasoning = _reasoning(row, path, lineno)
-        key = (model, item_id, epoch)
+        key = (label, item_id, epoch)
         if key in seen:
-            raise InputError(f"duplicate (model, item_id, epoch) {key} (first on line {seen[key]})", path, lineno)
+            raise InputError(f"duplicate (model label, item_id, epoch) {key} (first on line {seen[key]})", path,
+                             lineno)
         seen[key] = lineno
-        output = Output(item_id, epoch, model, text, tools, lineno, reasoning, finish_reason)
+        output = Output(item_id, epoch, model, text, tools, lineno, reasoning, finish_reason,
+                        label if label != model else None)
         if set_aside and unknown is not None:
             unknown.append(output)
             continue

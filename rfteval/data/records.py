@@ -136,13 +136,16 @@ def error_kinds(df: pd.DataFrame) -> pd.Series:
     return df["error"].map(_error_kind)
 
 
-def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
+def effective_scores(df: pd.DataFrame, errors: str = "exclude", exclude_errors: bool = False) -> pd.Series:
     """The score of each row of a record frame under the one error policy; NaN for rows left out of means.
 
     A grading error scores 0 whatever score it carries, and so does a model refusal (OpenAI's rule: a failed grade
     is reward 0). A generation failure (the endpoint failed after its retries) is not an answer: `errors="exclude"`
     leaves it out (it is counted apart), `errors="zero"` scores it 0 too. A row with no score and no error was never
     graded and is left out. `rfteval grade`'s summaries, readiness and compare's sides all follow this.
+
+    `exclude_errors` leaves every error record out, grading errors and refusals too (compare's --exclude-errors):
+    what `rfteval agree` does by default, where the grade itself is what is measured and a failed grade is no grade.
     """
     import pandas as pd
 
@@ -150,6 +153,8 @@ def effective_scores(df: pd.DataFrame, errors: str = "exclude") -> pd.Series:
     score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
              else pd.Series(float("nan"), df.index, dtype="float64"))
     kinds = error_kinds(df)
+    if exclude_errors:
+        return score.mask(kinds.notna(), float("nan"))
     zero = kinds.isin(["grade", "refusal"] + (["generate"] if errors == "zero" else []))
     score = score.mask(zero, 0.0)
     return score.mask(kinds == "generate", float("nan")) if errors == "exclude" else score

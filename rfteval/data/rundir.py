@@ -27,6 +27,7 @@ RESULTS = "results.parquet"
 SUMMARY = "summary.json"
 RESOLVED_SPEC = "spec.resolved.toml"
 BASELINE = "base"  # the label the others are compared against, when there is one
+JUDGE_CACHE = "judge_cache.jsonl"  # model-grader answers: run's in its directory, grade's beside its records
 NOT_RECORDS = frozenset({"judge_cache"})  # JSONL files of a run directory that are not a model's records
 
 

@@ -82,11 +82,11 @@ def grade_outputs(
             pairs = [(make_sample(sp.answer, o.output_tools) if parse_json else
                       make_sample(sp.answer, o.output_tools, output_json=None), items[o.item_id].data)
                      for o, sp in zip(batch, splits)]
-            with grading_units([(o.model, o.item_id) for o in batch]):  # a python grader's unit: model, item
+            with grading_units([(o.label, o.item_id) for o in batch]):  # a python grader's unit, as in run's
                 results = engine.grade_batch(pairs)
             for out, sp, (sample, _), result in zip(batch, splits, pairs, results):
                 rec = make_record(
-                    run_id=run_id, model_label=out.model, model=out.model, item_id=out.item_id, epoch=out.epoch,
+                    run_id=run_id, model_label=out.label, model=out.model, item_id=out.item_id, epoch=out.epoch,
                     output_text=sp.answer, output_json=sample["output_json"], output_tools=out.output_tools,
                     reasoning_text=sp.reasoning, truncated_in_reasoning=sp.truncated_in_reasoning,
                 )

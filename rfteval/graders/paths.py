@@ -43,6 +43,7 @@ class GradeRequest:
     think_tags: list[str] | None = None
     unsafe_python_graders: bool = False
     never_pass: tuple[str | None, ...] = ()  # env vars a python grader must never see (the judge's key)
+    judge_cache: Path | None = None  # --judge-cache; None: judge_cache_path's default
     tags: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -60,6 +61,21 @@ class GradeRequest:
     def inputs(self) -> list[Path]:
         return [self.dataset, self.grader, self.outputs]
 
+    @property
+    def records_path(self) -> Path:
+        from rfteval.graders.grading import default_records_path
+
+        return self.out or default_records_path(self.outputs)
+
+    @property
+    def judge_cache_path(self) -> Path:
+        """Where judge answers are cached: --judge-cache, else judge_cache.jsonl beside the records written, the
+        name `rfteval run` gives its run directory's cache and `agree --regrade` reads beside A. A re-run of the
+        same grade sends no judge call again, and an `agree --regrade` of these records shares the answers."""
+        from rfteval.data.rundir import JUDGE_CACHE
+
+        return self.judge_cache or self.records_path.parent / JUDGE_CACHE
+
 
 @dataclass(frozen=True)
 class GradedFile:
@@ -75,24 +91,26 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     """Check everything (output path, dataset, grader, templates, sandbox, every outputs line) before grading, so
     bad input never leaves a half-written result; then grade and write the records. `warn` gets the lines a user
     should see and the run goes on; `open_judge` connects the judge (and checks it) once the inputs are known
-    good, and the judge is closed here."""
+    good (it caches answers in `request.judge_cache_path`), and the judge is closed here."""
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outfile import check_output, write_output
     from rfteval.data.outputs import Output, iter_outputs
     from rfteval.data.records import write_jsonl
     from rfteval.errors import InputErrors
     from rfteval.graders import GradeOptions, load_grader
-    from rfteval.graders.base import load_notes
+    from rfteval.graders.base import judge_types, load_notes
     from rfteval.graders.checks import output_json_warning, preflight
-    from rfteval.graders.grading import default_records_path, grade_outputs
+    from rfteval.graders.grading import grade_outputs
     from rfteval.graders.loader import has_response_format
 
     r = request
-    path = check_output(r.out or default_records_path(r.outputs), inputs=r.inputs, flag="--out")
+    path = check_output(r.records_path, inputs=r.inputs, flag="--out")
     data = load_dataset(r.dataset, skip_invalid=r.skip_invalid)
     if data.skipped:
         warn(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
     config = load_grader(r.grader)
+    if judge_types(config):  # the cache is appended to: never an input, never the records file
+        check_output(r.judge_cache_path, inputs=[*r.inputs, path], flag="--judge-cache")
     for note in load_notes(config):
         warn(f"note: {note}")
     problems = preflight(config, data, r.grader)

@@ -36,7 +36,9 @@ def _word(value: float) -> str:
 def summary_rows(result: AgreeResult) -> list[tuple[str, str, str]]:
     """(what, value, interval or note): the headline numbers, shared by the terminal and the HTML page."""
     s = result.scores
+    e = result.errors
     rows = [("samples paired", f"{s['n_samples']} ({s['n_items']} items)", _unmatched_text(result)),
+            ("error records A / B", f"{e['a']['errors']} / {e['b']['errors']}", _errors_text(result)),
             ("Pearson / Spearman", f"{fmt(s['pearson'])} / {fmt(s['spearman'])}", "per sample"),
             ("bias (B − A)", fmt(s["bias"]["mean"], 4, sign=True), f"95% CI {fmt_ci(s['bias']['ci95'], 4)}"),
             ("mean |B − A|", fmt(s["mae"], 4), ""),
@@ -61,6 +63,31 @@ def summary_rows(result: AgreeResult) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _errors_text(result: AgreeResult) -> str:
+    e = result.errors
+    if not (e["a"]["errors"] or e["b"]["errors"]):
+        return "none on either side"
+    if e["policy"] == "zero":
+        return "each scored 0 (--errors zero)"
+    return f"{e['pairs_left_out']} pairs left out (--errors exclude)"
+
+
+def error_lines(result: AgreeResult) -> list[str]:
+    """One line per side with error records: how many of its records, of which types, and what became of them."""
+    e = result.errors
+    out = []
+    for name, side in (("A", e["a"]), ("B", e["b"])):
+        if side["errors"]:
+            kinds = ", ".join(f"{k} {n}" for k, n in side["by_kind"].items())
+            out.append(f"errors in {name}: {side['errors']} of {side['records']} records ({side['share']:.1%}): "
+                       f"{kinds}")
+    if out:
+        out.append(f"{e['pairs_left_out']} paired samples with an error are left out (--errors zero scores "
+                   "them 0)" if e["policy"] == "exclude" else
+                   "every error record scores 0 (--errors zero): a score by rule, not a grade")
+    return out
+
+
 def _unmatched_text(result: AgreeResult) -> str:
     u = result.unmatched
     if not (u["a_only"] or u["b_only"]):
@@ -81,6 +108,8 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
     for row in summary_rows(result):
         t.add_row(*row)
     console.print(t)
+    for line in error_lines(result):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.pass_note:
         console.print(f"note: {result.pass_note}", markup=False, highlight=False, soft_wrap=True)
     u = result.unmatched
@@ -138,8 +167,8 @@ def _render_labels(console: Console, result: AgreeResult) -> None:
 
 
 def _render_usage(console: Console, result: AgreeResult) -> None:
-    ut = table("Judge usage (--regrade)")
-    for col in ("model", "calls", "cached", "errors", "tokens in", "tokens out", "cost"):
+    ut = table("Judge usage (--regrade): calls, not grades")
+    for col in ("model", "calls", "cached", "failed", "tokens in", "tokens out", "cost"):
         ut.add_column(col, justify="left" if col == "model" else "right")
     for model, u in result.usage.items():
         ut.add_row(model, str(u["calls"]), str(u["cache_hits"]), str(u["errors"]), fmt_tokens(u["input_tokens"]),
@@ -249,8 +278,9 @@ def render_html(result: AgreeResult) -> str:
                         "</tr>" for m, u in result.usage.items())
         usage = ("<h2>Judge usage</h2><table><thead><tr><th>model</th><th>calls</th><th>cached</th><th>tokens in"
                  f"</th><th>tokens out</th><th>cost</th></tr></thead><tbody>{urows}</tbody></table>")
+    notes = "".join(f'<p class="muted">{escape(line)}</p>' for line in error_lines(result))
     return f"""<p class="muted">A: {escape(result.a.path)} · B: {escape(result.b.path)}</p>
-{gate_html}
+{gate_html}{notes}
 <table id="summary"><tbody>{rows}</tbody></table>
 <figure>{scatter_svg(result)}<figcaption>Each sample's score under A (x) and B (y). On the dashed diagonal the two
 agree; above it B scores higher.</figcaption></figure>

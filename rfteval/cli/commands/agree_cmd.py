@@ -30,8 +30,10 @@ Re-grade A's outputs with a new judge (answers cached in A's directory, judge us
   rfteval agree runs/old --regrade same --judge-model gpt-5-mini
 
 \b
-Samples pair on model label, item id and epoch. Intervals resample whole items. Gates fail only when the
-data show the threshold is crossed (compare's evidence semantics)."""
+Samples pair on model label, item id and epoch. Intervals resample whole items. A grading error is no
+grade: a sample with an error record on either side is left out and counted (--errors zero scores it 0).
+Gates fail only when the data show the threshold is crossed (compare's evidence semantics), and every
+gate fails when either side's error records pass --max-error-rate."""
 
 
 @command("agree", epilog=EPILOG)
@@ -57,6 +59,11 @@ def agree(
     require_same_verdict: bool = typer.Option(False, "--require-same-verdict",
                                               help="Gate: fail when the graders' base-vs-tuned deltas are shown to "
                                                    "differ, or point opposite ways."),
+    errors: str = typer.Option("exclude", "--errors", metavar="exclude|zero", help="exclude: a sample with an "
+                               "error record on either side (a grading error, a refusal, a generation error) is left "
+                               "out of the statistics and counted by type; zero: every error record scores 0."),
+    max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
+                                         "share of error records is above X (a warning when no gate is given)."),
     top: int = typer.Option(10, "--top", help="Items listed where A and B disagree most."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation resampling."),
     fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
@@ -85,7 +92,7 @@ def agree(
     if regrade is not None:
         regrade = regrade_grader_path(regrade, a)
     inputs = [p for p in (a, b, regrade, dataset) if p is not None]
-    for flag, path in (("--html", html), ("--out", out)):
+    for flag, path in (("--html", html), ("--out", out), ("--judge-cache", judge_cache)):  # cache: appended to
         if path is not None:
             check_output(path, inputs, flag)
     spec = None
@@ -95,8 +102,8 @@ def agree(
                        judge_concurrency, judge_cache, out)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
-    options = AgreeOptions(pass_threshold, seed=seed, top=top,
-                           gate=AgreeGate(min_kappa, max_bias, require_same_verdict))
+    options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,
+                           gate=AgreeGate(min_kappa, max_bias, require_same_verdict, max_error_rate))
     result = agree_paths(a, b, options, spec)
     if html is not None:
         write_output(html, lambda p: write_html(result, p), inputs, "--html")

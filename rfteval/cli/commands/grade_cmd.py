@@ -52,6 +52,9 @@ def grade(
     think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
                                                 help="Think-block tags in the output [default: <think>,</think>]; "
                                                      "repeat it for more pairs."),
+    judge_cache: Path | None = typer.Option(None, "--judge-cache", metavar="FILE",
+                                            help="Judge answer cache: a re-run sends no judge call twice "
+                                                 "(default: judge_cache.jsonl beside the records)."),
     judge_base_url: str | None = JUDGE_BASE_URL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
     judge_api: str = JUDGE_API,
@@ -64,10 +67,11 @@ def grade(
     from rfteval.graders.paths import GradeRequest, grade_paths
 
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
-                           think_tags, unsafe_python_graders, (judge_api_key_env,))
+                           think_tags, unsafe_python_graders, (judge_api_key_env,), judge_cache)
 
     def open_judge(config: GraderConfig) -> Judge | None:
-        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                           request.judge_cache_path)
         check_judge(judge, config, skip_model_check)
         return judge
 
