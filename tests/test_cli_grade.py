@@ -300,6 +300,7 @@ def _azure_files(tmp_path: Path) -> tuple[Path, Path, Path]:
     return ds, grader, outs
 
 
+@pytest.mark.slow
 def test_grade_refuses_lines_ending_with_the_assistant_turn_unless_allowed(tmp_path):
     ds, grader, outs = _azure_files(tmp_path)
     out = tmp_path / "graded.jsonl"

@@ -163,6 +163,7 @@ def test_hardest_slice_is_cross_fitted_on_halves_of_the_baseline_epochs(pair):
     assert h["delta"]["mean"] == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_a_hardest_slice_larger_than_a_quarter_says_why(tmp_path):
     """Issue 27: 15 items, the "bottom quartile" held 7 without a word. Each half of the epochs chooses its own
     quarter (4 of 15) and the slice is the union; binary epochs tie many items at a half's cut, and which are taken

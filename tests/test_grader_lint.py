@@ -117,6 +117,7 @@ def test_a_retired_judge_model_is_a_warning_naming_the_flag_and_judge_model_sile
     assert [f for f in lint_grader(config, judge_model="gpt-4.1-mini")] == []
 
 
+@pytest.mark.slow
 def test_the_ready_made_graders_pass_the_lint() -> None:
     """No shipped grader trips the lint's error (legal-review's o3-mini judge is a warning, as it should be)."""
     from rfteval.graders.loader import load_grader
@@ -270,3 +271,17 @@ def test_templates_no_item_fills_are_named_by_probe_grader(tmp_path: Path) -> No
     res = runner.invoke(app, ["probe-grader", str(grader), "--dataset", str(f["dataset"])])
     assert res.exit_code == 2
     assert f"{f['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer'" in res.stderr
+
+
+@pytest.mark.slow
+def test_templates_no_item_fills_are_named_by_agree_regrade(tmp_path: Path) -> None:
+    from rfteval.cli.app import app
+
+    f = _files(tmp_path)
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "s", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.answer }}", "operation": "eq"}))
+    res = runner.invoke(app, ["agree", str(f["records"]), "--regrade", str(grader), "--dataset", str(f["dataset"])])
+    assert res.exit_code == 2, res.output
+    assert (f"rfteval: {f['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer' "
+            "(and 2 more problems)") in res.stderr.splitlines()
