@@ -166,7 +166,8 @@ def test_bad_input_is_one_line_exit_2(tmp_path, case, expected):
         args = [str(one), str(one), "--require-same-verdict"]
     res = runner.invoke(app, ["agree", *args])
     assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
+    # GRADER's judge is o3-mini: the grader lint's retired-model warning may precede the one error line
+    lines = [ln for ln in res.stderr.strip().splitlines() if not ln.startswith("warning: ")]
     assert len(lines) == 1 and expected in lines[0] and "Traceback" not in res.output
 
 

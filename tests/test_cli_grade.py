@@ -364,3 +364,45 @@ def test_a_rerun_of_grade_sends_no_judge_call_again_and_agree_regrade_shares_the
         res = runner.invoke(app, [*args, "--judge-cache", str(ds)])
         assert res.exit_code == 2 and "--judge-cache" in res.output and "is also an input" in res.output
         assert len(fake.requests) == 32
+
+
+def _azure_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """Azure's RFT sample lines (azure-sdk-for-net, Azure.AI.Projects Sample18_FineTuning_Reinforcement.md): system +
+    user + the assistant's answer, no reference field; ids added so outputs can name them."""
+    ds = tmp_path / "azure.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "system", "content": "You are a helpful math tutor."}, {"role": "user", "content": f"What is {i}+{i}?"},
+        {"role": "assistant", "content": str(2 * i)}]}) + "\n" for i in range(2)))
+    grader = tmp_path / "like.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "has-2", "input": "{{ sample.output_text }}",
+                                  "reference": "2", "operation": "like"}))
+    outs = tmp_path / "azure.outputs.jsonl"
+    outs.write_text("".join(json.dumps({"item_id": f"q{i}", "output_text": str(2 * i)}) + "\n" for i in range(2)))
+    return ds, grader, outs
+
+
+@pytest.mark.slow
+def test_grade_refuses_lines_ending_with_the_assistant_turn_unless_allowed(tmp_path):
+    ds, grader, outs = _azure_files(tmp_path)
+    out = tmp_path / "graded.jsonl"
+    args = ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(outs), "--out", str(out)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("rfteval: ")]
+    assert errors == [f"rfteval: {ds}:1: messages[2].role: the last message is the assistant's: an RFT line is a "
+                      "prompt, so the model would be sent the answer and continue it; end the line with the user's "
+                      "message and move the answer to a field the grader reads (e.g. reference_answer), or pass "
+                      "--allow-trailing-assistant to send it anyway (and 1 more problem)"]
+    assert not out.exists()
+    res = runner.invoke(app, [*args, "--allow-trailing-assistant"])
+    assert res.exit_code == 0, res.output
+    assert f"warning: {ds}: 2 of 2 lines hold a system message (lines 1, 2)" in res.stderr
+    assert (f"warning: {ds}: 2 of 2 lines hold no field the grader reads as a reference (it reads no item field) "
+            "(lines 1, 2)") in res.stderr.splitlines()
+    assert out.exists()
+
+
+def test_grade_help_shows_each_default_once():
+    res = runner.invoke(app, ["grade", "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0
+    assert res.stdout.count("[default: strip]") == 1

@@ -427,3 +427,31 @@ def test_a_json_object_response_format_fills_output_json(files: dict[str, Path],
     assert all(r.body["response_format"] == {"type": "json_object", "schema": {"type": "object"}}
                for r in fake_openai.requests)
     assert all(r["output_json"] == {"answer": "fake-tuned\nsays so"} for r in load(files["out"], "base"))
+
+
+@pytest.mark.slow
+def test_run_refuses_lines_ending_with_the_assistant_turn_before_any_request(tmp_path: Path) -> None:
+    """Azure's RFT sample lines (azure-sdk-for-net, Azure.AI.Projects Sample18_FineTuning_Reinforcement.md) end with
+    the assistant's answer: sent as they are, the model continues the answer. `run` names each line and sends
+    nothing; --allow-trailing-assistant sends them anyway, with the format warnings."""
+    ds = tmp_path / "azure.jsonl"
+    ds.write_text("".join(json.dumps({"messages": [
+        {"role": "system", "content": "You are a helpful math tutor."}, {"role": "user", "content": f"What is {i}+{i}?"},
+        {"role": "assistant", "content": str(2 * i)}]}) + "\n" for i in range(3)))
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "s", "input": "{{ sample.output_text }}",
+                                  "reference": "echo", "operation": "like"}))
+    with FakeOpenAI() as server:
+        args = ["run", "--dataset", str(ds), "--grader", str(grader), "--model", "base=m", "--base-url",
+                server.base_url, "--epochs", "1", "--out", str(tmp_path / "run"), "-q", "--no-readiness"]
+        res = runner.invoke(app, args, env={"OPENAI_API_KEY": "sk-test"})
+        assert res.exit_code == 2, res.output
+        errors = [ln for ln in res.stderr.splitlines() if ln.startswith("rfteval: ")]
+        assert len(errors) == 1 and errors[0].startswith(f"rfteval: {ds}:1: messages[2].role: the last message is "
+                                                         "the assistant's")
+        assert errors[0].endswith("(and 2 more problems)")
+        assert server.requests == [] and not (tmp_path / "run").exists()
+        res = runner.invoke(app, [*args, "--allow-trailing-assistant"], env={"OPENAI_API_KEY": "sk-test"})
+        assert res.exit_code == 0, res.output
+        assert f"warning: {ds}: 3 of 3 lines hold a system message (lines 1, 2, 3)" in res.stderr
+        assert len([r for r in server.requests if r.api == "chat"]) == 3

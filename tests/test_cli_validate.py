@@ -151,3 +151,104 @@ def test_the_response_format_is_named_by_what_it_asks_the_server(tmp_path: Path,
     assert res.exit_code == 0, res.output
     line = next(x for x in res.output.splitlines() if x.startswith("  tuned: "))
     assert line == f"  tuned: o4-mini via openai http://127.0.0.1:9/v1{label}"
+
+
+# ---- the RFT format of a dataset (data.dataset.FormatCheck), end to end
+
+# Azure's RFT sample training lines (azure-sdk-for-net, Azure.AI.Projects Sample18_FineTuning_Reinforcement.md):
+# system + user + the assistant's answer, no reference field.
+AZURE_LINES = [{"messages": [{"role": "system", "content": "You are a helpful math tutor."},
+                             {"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+               for q, a in (("What is 12 * 7?", "12 * 7 = 84."), ("What is the square root of 81?", "It is 9."))]
+
+
+def _azure(tmp_path: Path) -> Path:
+    import json
+
+    p = tmp_path / "rft_training_set.jsonl"
+    p.write_text("".join(json.dumps(line) + "\n" for line in AZURE_LINES))
+    return p
+
+
+def test_validate_dataset_refuses_a_trailing_assistant_turn_naming_each_line(tmp_path):
+    p = _azure(tmp_path)
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert lines[0] == (f"{p}:1: messages[2].role: the last message is the assistant's: an RFT line is a prompt, so "
+                        "the model would be sent the answer and continue it; end the line with the user's message and "
+                        "move the answer to a field the grader reads (e.g. reference_answer), or pass "
+                        "--allow-trailing-assistant to send it anyway")
+    assert lines[1].startswith(f"{p}:2: messages[2].role: the last message is the assistant's")
+    assert f"warning: {p}: 2 of 2 lines hold a system message (lines 1, 2)" in res.stderr
+    assert lines[-1] == f"{p}: 2 valid items, 2 problems"
+
+
+def test_validate_dataset_with_the_flag_warns_of_system_and_missing_references(tmp_path):
+    import json
+
+    p = _azure(tmp_path)
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--allow-trailing-assistant"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        f"warning: {p}: 2 of 2 lines hold a system message (lines 1, 2): Azure's RFT refuses them and OpenAI's RFT "
+        "format has no system role (developer is its role)",
+        f"warning: {p}: 2 of 2 lines hold no field but messages, so no grader can read a reference from them "
+        "(lines 1, 2)"]
+    assert res.stdout.strip() == f"{p}: 2 items, no problems (2 warning(s) above)"
+    grader = tmp_path / "py.json"  # a python grader reading item["answer"]: named as its reference field
+    grader.write_text(json.dumps({"type": "python", "name": "py", "source":
+                                  "def grade(sample, item):\n    return float(sample['output_text'] == item['answer'])\n"}))
+    with p.open("a") as fh:
+        fh.write(json.dumps({"messages": [{"role": "user", "content": "2+2?"}], "reference_answer": "4"}) + "\n")
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--allow-trailing-assistant", "--grader", str(grader)])
+    assert res.exit_code == 0, res.output
+    assert (f"warning: {p}: 3 of 3 lines hold no field the grader reads as a reference (item.answer) (lines 1, 2, 3)"
+            in res.stderr.splitlines())
+
+
+@pytest.mark.slow
+def test_validate_spec_checks_the_dataset_as_run_does_and_the_spec_key_allows_it(tmp_path):
+    p = _azure(tmp_path)
+    grader = tmp_path / "g.json"
+    grader.write_text('{"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", '
+                      '"reference": "84", "operation": "like"}')
+    body = f'dataset = "{p}"\ngrader = "{grader}"\nepochs = 1\n{{extra}}\n[models.base]\nmodel = "m"\n'
+    spec_file = tmp_path / "eval.toml"
+    spec_file.write_text(body.replace("{extra}", ""))
+    res = runner.invoke(app, ["validate", "spec", str(spec_file)])
+    assert res.exit_code == 2 and f"rfteval: {p}:1: messages[2].role: the last message is the assistant's" in res.stderr
+    assert "(and 1 more problem)" in res.stderr
+    spec_file.write_text(body.replace("{extra}", "allow_trailing_assistant = true"))
+    res = runner.invoke(app, ["validate", "spec", str(spec_file)])
+    assert res.exit_code == 0, res.output
+    assert "hold no field the grader reads as a reference (it reads no item field)" in res.stderr
+
+
+def test_the_judge_calls_line_says_where_they_go_and_which_key():
+    from rfteval.readiness.reference import judge_calls_note
+
+    local = "http://127.0.0.1:8080/v1"
+    assert judge_calls_note(4, local, "OPENAI_API_KEY", {}) == (
+        f"about 4 judge call(s) to {local}, no key set ($OPENAI_API_KEY is empty; a local server needs none)")
+    assert judge_calls_note(4, local, "JUDGE_KEY", {"JUDGE_KEY": "k"}) == (
+        f"about 4 judge call(s) to {local}, with the key in $JUDGE_KEY")
+    assert judge_calls_note(2, None, "OPENAI_API_KEY", {"OPENAI_API_KEY": "sk"}) == (
+        "about 2 judge call(s) to OpenAI, billed to the key in $OPENAI_API_KEY")
+    assert judge_calls_note(2, "https://api.openai.com/v1", "K", {}) == (
+        "about 2 judge call(s) to https://api.openai.com/v1, but $K is not set: they will fail")
+
+
+@pytest.mark.slow
+def test_validate_grader_with_a_local_judge_and_no_key_says_so(tmp_path, fake_openai, monkeypatch):
+    import json
+
+    grader, dataset, _ = _judge_files(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": 1.0})
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--judge-base-url",
+                              fake_openai.base_url])
+    assert res.exit_code == 0, res.output
+    assert (f"the references go to the judge model: about 4 judge call(s) to {fake_openai.base_url}, no key set "
+            "($OPENAI_API_KEY is empty; a local server needs none)") in res.stdout
+    assert "billed" not in res.output

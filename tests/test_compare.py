@@ -163,6 +163,31 @@ def test_hardest_slice_is_cross_fitted_on_halves_of_the_baseline_epochs(pair):
     assert h["delta"]["mean"] == pytest.approx(expected)
 
 
+@pytest.mark.slow
+def test_a_hardest_slice_larger_than_a_quarter_says_why(tmp_path):
+    """Issue 27: 15 items, the "bottom quartile" held 7 without a word. Each half of the epochs chooses its own
+    quarter (4 of 15) and the slice is the union; binary epochs tie many items at a half's cut, and which are taken
+    is a seeded draw. The rule (terminal and JSON) says so."""
+    b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
+    rng = np.random.default_rng(3)
+    write_jsonl(side_records("b", {f"q{i}": [float(x) for x in rng.integers(0, 2, 4)] for i in range(15)}), b)
+    write_jsonl(side_records("t", {f"q{i}": [1.0, 1.0, 0.0, 1.0] for i in range(15)}), t)
+    r = compare_paths(b, t)
+    h = r.slices["hardest"]
+    assert h["method"] == "cross-fit" and h["items"] > 4
+    why = (f"({h['items']} items chosen: each half of the epochs chooses its own quarter, 4 of 15 items, and the two "
+           "choices differ; ties at the cut: up to")
+    assert why in h["rule"] and "drawn among them (seeded)" in h["rule"]
+    assert why in json.loads(json.dumps(r.to_json()))["slices"]["hardest"]["rule"]
+    pass3 = compare_paths(b, t, options=CompareOptions(metric="pass@3")).slices["hardest"]  # 2 samples a half: descriptive
+    assert pass3["method"] == "descriptive" and pass3["items"] == 4
+    assert "items tie at the cut, and the" in pass3["rule"] and "taken are drawn among them (seeded)" in pass3["rule"]
+    even = tmp_path / "even.jsonl"  # distinct half means, no ties: the union of two quarters is still explained
+    write_jsonl(side_records("b", {f"q{i}": [i / 20, i / 20, i / 20, i / 20] for i in range(15)}), even)
+    h2 = compare_paths(even, t).slices["hardest"]
+    assert h2["items"] == 4 and "(4 items chosen)" in h2["rule"]
+
+
 def test_hardest_slice_with_one_epoch_is_descriptive_only(tmp_path):
     b, t = tmp_path / "b.jsonl", tmp_path / "t.jsonl"
     write_jsonl(side_records("b", {f"q{i}": [i / 10] for i in range(8)}), b)

@@ -130,3 +130,61 @@ def test_an_items_tool_choice_is_its_own(tmp_path, choice):
 def test_no_tool_choice_is_none(tmp_path):
     (item,) = load_dataset(write(tmp_path, [line()])).items
     assert item.tool_choice is None
+
+
+# ---- the RFT format's own rules (FormatCheck)
+
+# Azure's RFT sample training lines (azure-sdk-for-net, Azure.AI.Projects Sample18_FineTuning_Reinforcement.md,
+# data/rft_training_set.jsonl): system + user + the assistant's answer, and no reference field.
+AZURE_LINES = [json.dumps({"messages": [{"role": "system", "content": "You are a helpful math tutor."},
+                                        {"role": "user", "content": q}, {"role": "assistant", "content": a}]})
+               for q, a in (("What is 12 * 7?", "12 * 7 = 84."), ("What is the square root of 81?", "It is 9."))]
+
+
+def test_azure_sample_lines_trip_all_three_rules(tmp_path):
+    from rfteval.data.dataset import FormatCheck
+
+    p = write(tmp_path, AZURE_LINES)
+    check = FormatCheck(p)
+    count, errors = check_dataset(p, check)
+    assert count == 2 and errors == []
+    problems = check.problems()
+    assert [(e.line, e.field) for e in problems] == [(1, "messages[2].role"), (2, "messages[2].role")]
+    assert str(problems[0]).startswith(f"{p}:1: messages[2].role: the last message is the assistant's: an RFT line "
+                                       "is a prompt")
+    assert "--allow-trailing-assistant" in problems[0].message
+    assert check.warnings() == [
+        f"{p}: 2 of 2 lines hold a system message (lines 1, 2): Azure's RFT refuses them and OpenAI's RFT format has "
+        "no system role (developer is its role)",
+        f"{p}: 2 of 2 lines hold no field but messages, so no grader can read a reference from them (lines 1, 2)"]
+
+
+def test_allow_trailing_assistant_and_a_grader_reference_fields(tmp_path):
+    from rfteval.data.dataset import check_format
+
+    p = write(tmp_path, [*AZURE_LINES, line(reference_answer="9"), line(answer="9")])
+    items = list(iter_items(p))
+    check = check_format(items, p, allow_trailing_assistant=True, reference_fields=frozenset({"reference_answer"}))
+    assert check.problems() == []
+    assert check.warnings()[1] == (f"{p}: 3 of 4 lines hold no field the grader reads as a reference "
+                                   "(item.reference_answer) (lines 1, 2, 4)")
+    none = check_format(items, p, True, frozenset())
+    assert none.warnings()[1].endswith("hold no field the grader reads as a reference (it reads no item field) "
+                                       "(lines 1, 2, 3, 4)")
+    clean = check_format(iter_items(write(tmp_path, [line(reference_answer="x")], "ok.jsonl")), p)
+    assert clean.problems() == [] and clean.warnings() == []
+
+
+def test_a_tool_turn_or_a_user_turn_last_is_fine_and_errors_stop_at_the_limit(tmp_path):
+    from rfteval.data.dataset import FormatCheck, check_format
+
+    tool_last = json.dumps({"messages": [*MSG, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}], "reference_answer": "42"})
+    assert check_format(iter_items(write(tmp_path, [tool_last])), tmp_path).problems() == []
+    many = write(tmp_path, AZURE_LINES * 30, "many.jsonl")
+    check = FormatCheck(many, limit=5)
+    for item in iter_items(many):
+        check.add(item)
+    problems = check.problems()
+    assert len(problems) == 5 and problems[-1].message.endswith("(and 55 more such lines)")

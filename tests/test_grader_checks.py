@@ -67,3 +67,20 @@ def test_output_json_without_a_response_format_is_a_warning():
 def test_a_bare_namespace_is_refused_at_load(template):
     with pytest.raises(InputError, match="names no variable"):
         parse_config(dict(MULTI["graders"]["a"], reference=template))
+
+
+def test_reference_fields_are_the_item_fields_a_grader_reads():
+    """What the RFT format check names a line without (data.dataset.FormatCheck): item.* template paths and a python
+    grader's item[...] / item.get(...) reads, the prompt's own keys left out."""
+    from rfteval.graders.checks import reference_fields
+    from rfteval.graders.loader import parse_config
+
+    multi = parse_config({"type": "multi", "name": "m", "calculate_output": "a + b", "graders": {
+        "a": {"type": "string_check", "name": "a", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.reference_answer.text }}", "operation": "eq"},
+        "b": {"type": "python", "name": "b", "source": "def grade(sample, item):\n    ref = item.get('labels') or {}\n"
+              "    return float(sample['output_text'] in ref)\n"}}})
+    assert reference_fields(multi) == frozenset({"reference_answer", "labels"})
+    judge = parse_config({"type": "score_model", "name": "j", "model": "m", "input": [
+        {"role": "user", "content": "{{ item.messages }} {{ item.id }}: {{ sample.output_text }}"}]})
+    assert reference_fields(judge) == frozenset()  # the prompt and the id are not a reference

@@ -395,3 +395,20 @@ def test_sample_from_record_decodes_json_text_and_a_frames_values() -> None:
     assert n == 7 and type(n) is int
     assert sample_from_record({"output_text": "{}", "output_json": float("nan")})["output_json"] == {}  # parsed
     assert sample_from_record({"output_text": "x", "output_json": object()})["output_json"] is None
+
+
+def test_a_verdict_on_fewer_than_five_items_is_provisional_in_terminal_and_json():
+    """Issue 27: READY on 2 items × 3 samples, without a word; compare warns below 5 items, and so does readiness
+    now, with the same threshold and words, and the verdict says it is provisional."""
+    from rfteval.report.readiness_render import summary_lines
+    from rfteval.stats.paired import MIN_ITEMS_FOR_INTERVAL
+
+    rep = assess(records({"a": [0, 1, 1], "b": [1, 0, 1]}), group_size=3)
+    assert rep.verdict == "ready" and rep.provisional
+    note = ("only 2 item(s): too few for a reliable verdict (5 or more are needed, as for compare's interval): this "
+            "verdict is provisional")
+    assert rep.notes[0] == note and rep.to_dict()["provisional"] is True
+    text = "\n".join(summary_lines(rep))  # rich markup: the words are there as printed
+    assert "READY[/] (provisional: only 2 items)" in text and note in text
+    five = assess(records({f"i{i}": [0, 1, 1] for i in range(MIN_ITEMS_FOR_INTERVAL)}), group_size=3)
+    assert not five.provisional and not any("provisional" in n for n in five.notes)

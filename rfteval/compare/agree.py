@@ -24,6 +24,8 @@ from rfteval.stats.agreement import LabelAgreement, PassAgreement, ScoreAgreemen
 from rfteval.stats.paired import PairedDelta
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import numpy as np
     import numpy.typing as npt
     import pandas as pd
@@ -195,6 +197,7 @@ class Regrade:
     judge_concurrency: int = 16
     judge_cache: str | Path | None = None
     out: str | Path | None = None  # B's records, written when given
+    allow_grader_without_sample: bool = False  # the grader lint's way out (graders/lint.py)
 
 
 SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
@@ -213,15 +216,22 @@ def regrade_grader_path(value: str | Path, a_path: str | Path) -> Path:
     return grader
 
 
-def load_regrade_grader(path: str | Path) -> GraderConfig:
+def load_regrade_grader(path: str | Path, warn: Callable[[str], None] | None = None, *,
+                        allow_without_sample: bool = False, judge_model: str | None = None) -> GraderConfig:
+    """The --regrade grader, loaded and linted (graders/lint.py) as every grading command's is; the lint's
+    warnings go to `warn` (dropped without one)."""
     from rfteval.graders import load_grader
+    from rfteval.graders.lint import check_grader
 
     try:
-        return load_grader(path)
+        config = load_grader(path)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a grader that cannot load is bad input, one line
         raise InputError(f"cannot load the grader ({type(exc).__name__}: {exc})", path, field="--regrade") from None
+    check_grader(config, path, warn or (lambda _line: None), allow_without_sample=allow_without_sample,
+                 judge_model=judge_model)
+    return config
 
 
 def default_judge_cache(a_path: str | Path) -> Path:
@@ -238,15 +248,21 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outputs import Output
     from rfteval.data.records import error_kinds, records_frame, write_jsonl
+    from rfteval.errors import InputErrors
     from rfteval.graders import GradeOptions
+    from rfteval.graders.checks import preflight
     from rfteval.graders.grading import grade_outputs
 
     dataset = spec.dataset or a.dataset
     if dataset is None:
         raise InputError("--regrade needs the dataset the outputs answer: give --dataset (A is not a run directory "
                          "whose spec names one)", a.path, field="--dataset")
-    config = load_regrade_grader(spec.grader)
+    config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
+                                 judge_model=spec.judge_model)
     data = load_dataset(dataset)
+    problems = preflight(config, data, spec.grader)  # a template no item fills would score every sample 0
+    if problems:
+        raise InputErrors(problems)
     known = {it.id for it in data}
     answered = ~error_kinds(a.frame).isin(["generate", "refusal"]).to_numpy(dtype=bool)
     rows = a.frame[answered]

@@ -541,13 +541,15 @@ def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: n
         d["ci95"] = _clip(d["ci95"], _delta_bounds(bounds))
         d["p_adjusted"] = d["p_value"]
         left = int((~split).sum())
+        why = _chosen_note(a[split], b[split], int(d.get("selected", 0)))
         if metric.is_pass:
             rule = (f"bottom quartile by baseline pass rate, chosen on half of each item's baseline epochs, its "
                     f"{metric.name} measured on the other half, both ways, averaged ({d['selected']} items chosen"
-                    + (f"; {left} item(s) with fewer than {2 * metric.k} epochs left out" if left else "") + ")")
+                    f"{why}" + (f"; {left} item(s) with fewer than {2 * metric.k} epochs left out" if left else "")
+                    + ")")
         else:
             rule = (f"bottom quartile by baseline mean, chosen on half of each item's baseline epochs and measured "
-                    f"on the other half, both ways, averaged ({d['selected']} items chosen"
+                    f"on the other half, both ways, averaged ({d['selected']} items chosen{why}"
                     + (f"; {left} single-epoch item(s) left out" if left else "") + ")")
         base_mean, cand_mean = d.pop("baseline_mean", NAN), d.pop("candidate_mean", NAN)
         return {"field": None, "value": None, "cutoff": None, "rule": rule, "method": "cross-fit",
@@ -562,14 +564,41 @@ def hardest_slice(used_b: pd.DataFrame, items: np.ndarray, bm: np.ndarray, cm: n
     delta["descriptive"] = True
     delta["p_method"] = "none (descriptive)"
     row["baseline"]["ci95"] = row["candidate"]["ci95"] = [NAN, NAN]
+    taken = int(mask.sum())
+    at_cut = int(np.isclose(bm, cutoff).sum()) if taken else 0
+    below = int((bm < cutoff - 1e-12).sum()) if taken else 0
+    ties = (f"; {at_cut} items tie at the cut, and the {taken - below} taken are drawn among them (seeded)"
+            if below + at_cut > taken else "")
     if metric.is_pass and metric.k > 1:
         rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline "
-                f"{metric.name} (<= {cutoff:.4g}); {metric.name} needs {metric.k} samples in each half of an item's "
-                f"baseline epochs ({2 * metric.k} epochs) to be measured apart from the choice, so no interval")
+                f"{metric.name} (<= {cutoff:.4g}{ties}); {metric.name} needs {metric.k} samples in each half of an "
+                f"item's baseline epochs ({2 * metric.k} epochs) to be measured apart from the choice, so no interval")
     else:
         rule = (f"selected on the same data, descriptive: the {int(mask.sum())} items lowest by baseline mean "
-                f"(<= {cutoff:.4g}); one epoch per item leaves no independent half to measure on, so no interval")
+                f"(<= {cutoff:.4g}{ties}); one epoch per item leaves no independent half to measure on, so no "
+                "interval")
     return {"field": None, "value": None, "cutoff": cutoff, "rule": rule, "method": "descriptive", **row}
+
+
+def _chosen_note(a: np.ndarray, b: np.ndarray, selected: int) -> str:
+    """Why the cross-fit's "bottom quartile" holds more items than a quarter: each half chooses its own quarter
+    (stats.select_lowest), and the slice is their union; with coarse scores many items tie at a half's cut, and
+    which of them are taken is a seeded draw, so the halves' choices differ. Empty when the union is one quarter."""
+    import numpy as np
+
+    n = int(a.size)
+    k = max(1, math.ceil(n * HARDEST_FRACTION))
+    if selected <= k:
+        return ""
+    tied = []
+    for half in (a, b):
+        cut = float(np.sort(half)[k - 1])
+        at_cut, below = int(np.isclose(half, cut).sum()), int((half < cut - 1e-12).sum())
+        if below + at_cut > k:
+            tied.append(at_cut)
+    ties = (f"; ties at the cut: up to {max(tied)} items share a half's cut value, and its last places are drawn "
+            "among them (seeded)") if tied else ""
+    return f": each half of the epochs chooses its own quarter, {k} of {n} items, and the two choices differ{ties}"
 
 
 def field_value(data: JSONMapping, name: str) -> str:
@@ -676,8 +705,8 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     delta["ci95"] = _clip(delta["ci95"], _delta_bounds(bounds))
     delta["p_adjusted"] = delta["p_value"]
     if len(d) < MIN_ITEMS_FOR_INTERVAL:
-        notes.append(f"only {len(d)} paired item(s): too few for a reliable interval (5 or more are needed, "
-                     "and 6 or more before a permutation test can reach p < 0.05)")
+        notes.append(f"only {len(d)} paired item(s): too few for a reliable interval ({MIN_ITEMS_FOR_INTERVAL} or "
+                     "more are needed, and 6 or more before a permutation test can reach p < 0.05)")
 
     slices: dict[str, PairRow] = {}
     slices[HARDEST] = hardest_slice(used_b, joined.index.to_numpy(), bm, cm, o, bounds, metric)
@@ -715,7 +744,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         bounds=bounds, metric=metric.name, pass_k=pass_k)
 
 
-MIN_ITEMS_FOR_INTERVAL = 5
+MIN_ITEMS_FOR_INTERVAL = stats.MIN_ITEMS_FOR_INTERVAL
 MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike) is not one to show
 
 

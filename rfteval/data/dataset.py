@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -191,10 +191,15 @@ def iter_items(path: str | Path, skip_invalid: bool = False, skipped: list[Input
                 skipped.append(err)
 
 
-def check_dataset(path: str | Path) -> tuple[int, list[InputError]]:
-    """Every problem in a dataset (for `validate dataset`): (valid item count, errors)."""
+def check_dataset(path: str | Path, format_check: FormatCheck | None = None) -> tuple[int, list[InputError]]:
+    """Every problem in a dataset (for `validate dataset`): (valid item count, errors); each valid item also goes
+    through `format_check` (the RFT format's rules) when one is given."""
     errors: list[InputError] = []
-    count = sum(1 for _ in iter_items(path, skip_invalid=True, skipped=errors))
+    count = 0
+    for item in iter_items(path, skip_invalid=True, skipped=errors):
+        count += 1
+        if format_check is not None:
+            format_check.add(item)
     return count, errors
 
 
@@ -208,3 +213,99 @@ def load_dataset(path: str | Path, skip_invalid: bool = False) -> Dataset:
     if not items and not skipped:
         raise InputError("the dataset has no items", path)
     return Dataset(path, items, skipped)
+
+
+# ---- the RFT format's own rules, beyond what makes a line readable -----------------------------------------------
+
+ALLOW_TRAILING_ASSISTANT = "--allow-trailing-assistant"
+# Keys of a line that are not data a grader compares with: OpenAI reserves messages and tools; tool_choice and id
+# are rfteval's (the item's own tool choice, its stable id).
+RESERVED_KEYS = frozenset({"messages", "tools", "tool_choice", "id"})
+_LINES_NAMED = 5
+
+
+def _lines(lines: list[int]) -> str:
+    shown = ", ".join(str(n) for n in lines[:_LINES_NAMED])
+    return f"line{'s' if len(lines) > 1 else ''} {shown}" + (f", … (+{len(lines) - _LINES_NAMED})"
+                                                             if len(lines) > _LINES_NAMED else "")
+
+
+@dataclass
+class FormatCheck:
+    """The RFT format's rules over a dataset's items, one item at a time (a run's dataset may be large).
+
+    An RFT line is a prompt: Azure's RFT requires its last message to be the user's and refuses `system`
+    messages; OpenAI's RFT schema has the roles developer, user, assistant and tool (no system) and reads every
+    field but messages and tools as `item.*`. Azure's published sample lines (system + user + the assistant's
+    answer, no reference field) break all three: the model is sent the answer and continues it, and no grader
+    can read a reference from them.
+
+    `reference_fields`: the top-level fields the configured grader reads from an item (None: no grader known, so
+    any field but the reserved ones counts as a reference).
+    """
+
+    path: Path
+    allow_trailing_assistant: bool = False
+    reference_fields: frozenset[str] | None = None
+    limit: int = 50
+    errors: list[InputError] = field(default_factory=list)
+    items: int = 0
+    system_lines: list[int] = field(default_factory=list)
+    no_reference_lines: list[int] = field(default_factory=list)
+    _more: int = 0
+
+    def add(self, item: Item) -> None:
+        self.items += 1
+        messages = [m for m in item.messages if isinstance(m, dict)]
+        last = len(item.messages) - 1
+        if not self.allow_trailing_assistant and messages and messages[-1].get("role") == "assistant":
+            if len(self.errors) < self.limit:
+                self.errors.append(InputError(
+                    "the last message is the assistant's: an RFT line is a prompt, so the model would be sent the "
+                    "answer and continue it; end the line with the user's message and move the answer to a field "
+                    f"the grader reads (e.g. reference_answer), or pass {ALLOW_TRAILING_ASSISTANT} to send it "
+                    "anyway", self.path, item.line, f"messages[{last}].role"))
+            else:
+                self._more += 1
+        if any(m.get("role") == "system" for m in messages):
+            self.system_lines.append(item.line)
+        fields = set(item.data) - RESERVED_KEYS
+        wanted = fields if self.reference_fields is None else fields & self.reference_fields
+        if not wanted:
+            self.no_reference_lines.append(item.line)
+
+    def problems(self) -> list[InputError]:
+        """The errors (one per line, `limit` at most, the rest counted in the last)."""
+        if self._more and self.errors:
+            last = self.errors[-1]
+            return [*self.errors[:-1], InputError(f"{last.message} (and {self._more} more such lines)", last.file,
+                                                  last.line, last.field)]
+        return list(self.errors)
+
+    def warnings(self) -> list[str]:
+        """One line per finding that is not an error, each with its count and the first lines."""
+        out = []
+        if self.system_lines:
+            n = len(self.system_lines)
+            out.append(f"{self.path}: {n} of {self.items} lines hold a system message ({_lines(self.system_lines)}): "
+                       "Azure's RFT refuses them and OpenAI's RFT format has no system role (developer is its role)")
+        if self.no_reference_lines:
+            n = len(self.no_reference_lines)
+            if self.reference_fields is None:
+                what = "hold no field but messages, so no grader can read a reference from them"
+            elif self.reference_fields:
+                names = ", ".join(f"item.{f}" for f in sorted(self.reference_fields))
+                what = f"hold no field the grader reads as a reference ({names})"
+            else:
+                what = "hold no field the grader reads as a reference (it reads no item field)"
+            out.append(f"{self.path}: {n} of {self.items} lines {what} ({_lines(self.no_reference_lines)})")
+        return out
+
+
+def check_format(items: Iterable[Item], path: str | Path, allow_trailing_assistant: bool = False,
+                 reference_fields: frozenset[str] | None = None) -> FormatCheck:
+    """The RFT format's rules over `items` (see FormatCheck)."""
+    check = FormatCheck(Path(path), allow_trailing_assistant, reference_fields)
+    for item in items:
+        check.add(item)
+    return check

@@ -8,6 +8,7 @@ and resolve each `item.*` path on every item, and each `sample.*` path against t
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -143,3 +144,61 @@ def preflight_stream(config: GraderConfig, dataset_path: str | Path, grader_sour
 
     items = iter_items(dataset_path, skip_invalid=True, check_duplicates=False)
     return check_sample_paths(config, grader_source) + check_item_paths(config, items, dataset_path, limit)
+
+
+def python_access_paths(source: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """The key paths a python grader reads from sample and from item, e.g. ("output_json", "predicted").
+
+    Follows `x["k"]`, `x.get("k")`, `(x or {})` and simple aliases (`p = sample["output_json"]`); maximal paths only.
+    """
+    tree = ast.parse(source)
+    names = {"sample": "sample", "item": "item"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "grade" and len(node.args.args) >= 2:
+            names = {node.args.args[0].arg: "sample", node.args.args[1].arg: "item"}
+    aliases: dict[str, tuple[str, ...]] = {}
+
+    def chain(node: ast.AST) -> tuple[str, ...] | None:
+        if isinstance(node, ast.Name):
+            return (names[node.id],) if node.id in names else aliases.get(node.id)
+        if isinstance(node, ast.Subscript):
+            base = chain(node.value)
+            key = node.slice
+            if base and isinstance(key, ast.Constant) and isinstance(key.value, str):
+                return base + (key.value,)
+            return None
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            base = chain(node.func.value)
+            return base + (node.args[0].value,) if base else None
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            return chain(node.values[0])
+        return None
+
+    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
+    for _ in range(2):  # aliases of aliases
+        for a in assigns:
+            if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and a.targets[0].id not in names:
+                c = chain(a.value)
+                if c and len(c) > 1:
+                    aliases[a.targets[0].id] = c
+    found = {c for n in ast.walk(tree) if (c := chain(n)) and len(c) > 1}
+    maximal = sorted(p for p in found if not any(q != p and q[: len(p)] == p for q in found))
+    return [p[1:] for p in maximal if p[0] == "sample"], [p[1:] for p in maximal if p[0] == "item"]
+
+
+def reference_fields(config: GraderConfig) -> frozenset[str]:
+    """The top-level item fields a grader reads (its templates' `item.*` paths and its python source's
+    `item[...]` / `item.get(...)` reads, sub-graders included), but the line's own prompt (messages, tools):
+    where a grader finds its reference. A python read the AST cannot follow is not counted."""
+    from rfteval.data.dataset import RESERVED_KEYS
+
+    found = {str(keys[0]) for _, _, ns, keys in template_paths(config) if ns == "item" and keys}
+    for c in _configs(config):
+        source = c.python_source() if c.type == "python" else None
+        if source:
+            try:
+                found |= {p[0] for p in python_access_paths(source)[1] if p}
+            except SyntaxError:
+                pass
+    return frozenset(found - RESERVED_KEYS)

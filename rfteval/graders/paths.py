@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
+    from rfteval.data.dataset import Item
     from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.judge import Judge
@@ -28,6 +29,19 @@ def require_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -
             raise InputError(problem, field="--unsafe-python-graders")
 
 
+def dataset_format(config: GraderConfig, items: Iterable[Item], dataset: str | Path, allow_trailing_assistant: bool,
+                   warn: Callable[[str], None]) -> list[InputError]:
+    """The RFT format's rules over the dataset a grader grades (data.dataset.FormatCheck, with the fields this
+    grader reads as its reference): the errors returned, the warnings passed to `warn`."""
+    from rfteval.data.dataset import check_format
+    from rfteval.graders.checks import reference_fields
+
+    check = check_format(items, dataset, allow_trailing_assistant, reference_fields(config))
+    for line in check.warnings():
+        warn(f"warning: {line}")
+    return check.problems()
+
+
 @dataclass(frozen=True)
 class GradeRequest:
     """What `rfteval grade` was asked for; the flags that can be wrong on their own are checked on building it."""
@@ -44,6 +58,9 @@ class GradeRequest:
     unsafe_python_graders: bool = False
     never_pass: tuple[str | None, ...] = ()  # env vars a python grader must never see (the judge's key)
     judge_cache: Path | None = None  # --judge-cache; None: judge_cache_path's default
+    allow_grader_without_sample: bool = False  # the lint's way out (graders/lint.py)
+    allow_trailing_assistant: bool = False  # the RFT format check's (data/dataset.py FormatCheck)
+    judge_model: str | None = None  # --judge-model: every judge's model replaced (a retired one is never asked)
     tags: tuple[tuple[str, str], ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,10 +114,11 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     from rfteval.data.outputs import Output, iter_outputs
     from rfteval.data.records import write_jsonl
     from rfteval.errors import InputErrors
-    from rfteval.graders import GradeOptions, load_grader
+    from rfteval.graders import GradeOptions
     from rfteval.graders.base import judge_types, load_notes
     from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.grading import grade_outputs
+    from rfteval.graders.lint import load_checked_grader
     from rfteval.graders.loader import has_response_format
 
     r = request
@@ -108,12 +126,14 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     data = load_dataset(r.dataset, skip_invalid=r.skip_invalid)
     if data.skipped:
         warn(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
-    config = load_grader(r.grader)
+    config = load_checked_grader(r.grader, warn, allow_without_sample=r.allow_grader_without_sample,
+                                 judge_model=r.judge_model)
     if judge_types(config):  # the cache is appended to: never an input, never the records file
         check_output(r.judge_cache_path, inputs=[*r.inputs, path], flag="--judge-cache")
     for note in load_notes(config):
         warn(f"note: {note}")
-    problems = preflight(config, data, r.grader)
+    problems = preflight(config, data, r.grader) + dataset_format(config, data, r.dataset, r.allow_trailing_assistant,
+                                                                 warn)
     if problems:
         raise InputErrors(problems)
     parse_json = has_response_format(r.grader)

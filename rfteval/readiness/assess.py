@@ -183,6 +183,7 @@ class ReadinessReport:
     verdict: str
     thresholds: Thresholds
     notes: list[str] = field(default_factory=list)
+    provisional: bool = False  # fewer items than compare trusts an interval on: the verdict is said to be provisional
 
     @property
     def reasons(self) -> list[Check]:
@@ -758,7 +759,21 @@ def assess(
 
     report.checks = decide(report, probes)
     report.verdict = verdict_of(report.checks)
+    if (note := small_sample_note(n)) is not None:
+        report.provisional = True
+        report.notes.insert(0, note)
     return report
+
+
+def small_sample_note(n_items: int) -> str | None:
+    """The note on a verdict from fewer items than `compare` trusts an interval on (the same threshold, the same
+    words), or None."""
+    from rfteval.stats.paired import MIN_ITEMS_FOR_INTERVAL
+
+    if n_items >= MIN_ITEMS_FOR_INTERVAL:
+        return None
+    return (f"only {n_items} item(s): too few for a reliable verdict ({MIN_ITEMS_FOR_INTERVAL} or more are needed, "
+            "as for compare's interval): this verdict is provisional")
 
 
 def _group(ids: Sequence[str], scores: Sequence[float]) -> dict[str, list[float]]:

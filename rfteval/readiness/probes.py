@@ -20,9 +20,12 @@ from rfteval.data.dataset import Item
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 from rfteval.data.sample import Sample, make_sample
 from rfteval.graders.base import walk
+from rfteval.graders.checks import python_access_paths
 from rfteval.graders.template import TemplateError, lookup, parse_path, to_text
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult, Pair
     from rfteval.providers.judge import JudgeClient
 
@@ -112,6 +115,7 @@ class ProbeReport:
     template_source: str
     probes: list[ProbeResult]
     notes: list[str] = field(default_factory=list)
+    ignores_output: bool = False  # every item's probes scored alike: the scores do not depend on the output
 
     @property
     def flags(self) -> list[ProbeResult]:
@@ -157,47 +161,6 @@ def _set_path(root: JSONObject, keys: Sequence[str], value: JSONValue) -> None:
             raise TypeError(f"{k!r} holds a {type(child).__name__}, not an object")
         node = child
     node[keys[-1]] = value
-
-
-def python_access_paths(source: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """The key paths a python grader reads from sample and from item, e.g. ("output_json", "predicted").
-
-    Follows `x["k"]`, `x.get("k")`, `(x or {})` and simple aliases (`p = sample["output_json"]`); maximal paths only.
-    """
-    tree = ast.parse(source)
-    names = {"sample": "sample", "item": "item"}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == "grade" and len(node.args.args) >= 2:
-            names = {node.args.args[0].arg: "sample", node.args.args[1].arg: "item"}
-    aliases: dict[str, tuple[str, ...]] = {}
-
-    def chain(node: ast.AST) -> tuple[str, ...] | None:
-        if isinstance(node, ast.Name):
-            return (names[node.id],) if node.id in names else aliases.get(node.id)
-        if isinstance(node, ast.Subscript):
-            base = chain(node.value)
-            key = node.slice
-            if base and isinstance(key, ast.Constant) and isinstance(key.value, str):
-                return base + (key.value,)
-            return None
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
-            base = chain(node.func.value)
-            return base + (node.args[0].value,) if base else None
-        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-            return chain(node.values[0])
-        return None
-
-    assigns = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Assign)), key=lambda n: n.lineno)
-    for _ in range(2):  # aliases of aliases
-        for a in assigns:
-            if len(a.targets) == 1 and isinstance(a.targets[0], ast.Name) and a.targets[0].id not in names:
-                c = chain(a.value)
-                if c and len(c) > 1:
-                    aliases[a.targets[0].id] = c
-    found = {c for n in ast.walk(tree) if (c := chain(n)) and len(c) > 1}
-    maximal = sorted(p for p in found if not any(q != p and q[: len(p)] == p for q in found))
-    return [p[1:] for p in maximal if p[0] == "sample"], [p[1:] for p in maximal if p[0] == "item"]
 
 
 def python_label_constants(source: str) -> list[str]:
@@ -543,6 +506,40 @@ def _item_pairs(items: ProbeItems) -> list[tuple[str, JSONObject]]:
     return pairs
 
 
+def checked_items(config: GraderConfig, grader: str | Path, dataset: str | Path, limit: int | None = None) -> list[Item]:
+    """The items `probe-grader` probes (the first `limit`), once the grader's templates resolve on each of them
+    (graders.checks.preflight, as `grade` and `run` check first): a template no item can fill would score every
+    probe as an invalid_variable_error and read as a floor, "ok"."""
+    from rfteval.data.dataset import Dataset, load_dataset
+    from rfteval.errors import InputErrors
+    from rfteval.graders.checks import preflight
+
+    data = load_dataset(dataset)
+    items = data.items[:limit]
+    problems = preflight(config, Dataset(data.path, items), grader)
+    if problems:
+        raise InputErrors(problems)
+    return items
+
+
+IGNORES_OUTPUT = "every probe scored the same: this grader ignores the output"
+
+
+def ignores_output(results: Iterable[tuple[str, str, GradeResult]]) -> bool:
+    """Whether every item's probes scored alike, over two or more different probes on some item: (probe, item,
+    grade) triples, grading errors left out. A judge that never sees the answer (or answers at random but one
+    answer per request, as a cache does) scores every probe of an item the same, so no cheat verdict means
+    anything."""
+    by_item: dict[str, tuple[set[str], set[float]]] = {}
+    for name, iid, res in results:
+        if res.error is None:
+            probes, scores = by_item.setdefault(iid, (set(), set()))
+            probes.add(name)
+            scores.add(round(res.score, 12))
+    compared = [scores for probes, scores in by_item.values() if len(probes) >= 2]
+    return bool(compared) and all(len(scores) == 1 for scores in compared)
+
+
 def run_probes(
     config: GraderConfig, items: ProbeItems, *, reference_template: JSONValue = None, margin: float = 0.25,
     seed: int = 0, options: GradeOptions | None = None, judge: JudgeClient | None = None,
@@ -629,12 +626,18 @@ def run_probes(
         if vals:
             r.mean, r.min, r.max = sum(vals) / len(vals), min(vals), max(vals)
             r.status = "ok" if not r.flagged_items else "warning" if r.expect == "max_usually" else "flag"
+    same = ignores_output((name, iid, res) for (name, iid, _), res in zip(jobs, graded, strict=True))
+    if same:  # no verdict of one probe means anything: flag them all, and say why first
+        notes.insert(0, IGNORES_OUTPUT)
+        for r in results.values():
+            if r.status != "skipped":
+                r.status = "flag"
     if graded and all(g.error is not None for g in graded):
         notes.append("every probe ended in a grader error: the probes are inconclusive "
                      f"({Counter(g.error.type for g in graded if g.error is not None).most_common(1)[0][0]})")
     return ProbeReport(
         grader_name=getattr(config, "name", None), grader_type=getattr(config, "type", None), score_min=low,
         score_max=high, range_source=source, margin=margin, n_items=len(pairs_in), reference_template=template,
-        template_source=how, probes=list(results.values()), notes=notes,
+        template_source=how, probes=list(results.values()), notes=notes, ignores_output=same,
     )
 

@@ -106,3 +106,20 @@ def load_reference_template(value: str) -> JSONValue:
             raise InputError(f"{{{{ {p} }}}}: a reference template reads item.… only", source,
                              field="--reference-template")
     return template
+
+
+def judge_calls_note(calls: int, base_url: str | None, api_key_env: str, environ: dict[str, str] | None = None) -> str:
+    """Where `calls` judge calls go and with which key, as is true: billing only on OpenAI's own host, and no key
+    claimed when the variable is unset (a local server takes none)."""
+    import os
+    from urllib.parse import urlparse
+
+    env = os.environ if environ is None else environ
+    host = (urlparse(base_url).hostname or "") if base_url else "api.openai.com"
+    has_key = bool(env.get(api_key_env))
+    where = "OpenAI" if not base_url else base_url
+    if host == "openai.com" or host.endswith(".openai.com"):
+        key = f"billed to the key in ${api_key_env}" if has_key else f"but ${api_key_env} is not set: they will fail"
+        return f"about {calls} judge call(s) to {where}, {key}"
+    key = f"with the key in ${api_key_env}" if has_key else f"no key set (${api_key_env} is empty; a local server needs none)"
+    return f"about {calls} judge call(s) to {where}, {key}"

@@ -40,8 +40,9 @@ def summary_lines(report: ReadinessReport) -> list[str]:
     zv, ez = report.zero_variance, report.expected_zero_signal
     v = report.verdict
     label = f" ({_esc(report.label)})" if report.label else ""
+    provisional = f" (provisional: only {report.n_items} items)" if report.provisional else ""
     lines = [
-        f"Readiness{label}: [{VERDICT_STYLE[v]}]{VERDICT_TEXT[v]}[/]  mean {num(report.mean)} in "
+        f"Readiness{label}: [{VERDICT_STYLE[v]}]{VERDICT_TEXT[v]}[/]{provisional}  mean {num(report.mean)} in "
         f"[{report.score_min:g}, {report.score_max:g}] ({pct(report.position)} of the range), "
         f"{report.n_items} items × {report.samples_min}"
         + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
@@ -54,6 +55,8 @@ def summary_lines(report: ReadinessReport) -> list[str]:
     for c in report.reasons if report.verdict != "ready" else []:
         lines.append(f"  [{STATUS_STYLE[c.status]}]{'not ready' if c.status == 'not_ready' else c.status}[/]: "
                      f"{_esc(c.message)}")
+    if report.provisional and report.notes:  # the small-sample note is the first (readiness.assess)
+        lines.append(f"  [yellow]warning[/]: {_esc(report.notes[0])}")
     return lines
 
 
@@ -168,7 +171,8 @@ def render_probes(report: ProbeReport, console: Console) -> None:
                   f"{report.score_min + report.margin * (report.score_max - report.score_min):g}", highlight=False)
     console.print(f"reference → output: {_esc(report.template_source)}", style="dim", highlight=False)
     table = house_table()
-    for col in ("probe", "expect", "status", "mean", "max", "errors", "flagged items"):
+    table.add_column("probe", no_wrap=True)  # a probe's name is what a reader looks up: never split across lines
+    for col in ("expect", "status", "mean", "max", "errors", "flagged items"):
         table.add_column(col, overflow="fold")
     for p in report.probes:
         items = ", ".join(p.flagged_items[:6]) + (f" … (+{len(p.flagged_items) - 6})" if len(p.flagged_items) > 6
@@ -177,11 +181,14 @@ def render_probes(report: ProbeReport, console: Console) -> None:
         table.add_row(p.name, p.expect.replace("_", " "), f"[{STATUS_STYLE.get(p.status, '')}]{_esc(status)}[/]",
                       num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
     console.print(table)
-    if report.flags:
+    if report.ignores_output:  # the probes' own verdicts mean nothing then: say why instead
+        console.print(f"[bold red]{_esc(report.notes[0])}[/]: every probe is flagged; the grader must read the answer "
+                      "(a judge: {{ sample.output_text }} in a message)", highlight=False)
+    elif report.flags:
         console.print(f"[bold red]{len(report.flags)} flag(s):[/] {', '.join(p.name for p in report.flags)}")
     else:
         console.print("[bold green]no flags[/]")
-    for note in report.notes:
+    for note in report.notes[1:] if report.ignores_output else report.notes:
         console.print(f"note: {_esc(note)}", style="dim", highlight=False)
 
 
@@ -267,7 +274,8 @@ def readiness_html(report: ReadinessReport) -> str:
         rows.append(("determinism", f"{det.n_changed} of {det.n_regraded} re-graded outputs changed"))
     html = [_STYLE, '<section class="rfteval-readiness">',
             (f'<h3>RFT readiness{" — " + escape(report.label) if report.label else ""} '
-            f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span></h3>'),
+            f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span>'
+            f'{" (provisional)" if report.provisional else ""}</h3>'),
             "<table>"]
     html += [f"<tr><th>{escape(k)}</th><td>{escape(val)}</td></tr>" for k, val in rows]
     html.append("</table>")

@@ -12,6 +12,7 @@ from rfteval.data.json_types import JSONObject
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
+    from rfteval.graders.base import GraderConfig
     from rfteval.readiness.assess import ReadinessReport
     from rfteval.run.runner import RunMonitor, RunOptions, RunResult
     from rfteval.run.spec import RunSpec
@@ -34,24 +35,46 @@ def check_run_options(options: RunOptions) -> None:
         raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
 
 
-def run_paths(spec: Path | None, overrides: JSONObject, options: RunOptions,
-              start: Callable[[RunSpec], RunMonitor], unsafe_python_graders: bool = False) -> RunResult:
-    """Build the spec (the file, then the flags), check the options, the grader against every item and the python
-    sandbox, then run (or resume) it. `start` gets the spec once it is known good and returns the monitor; raises
-    InputError before any request, FatalRunError when an endpoint refuses the run."""
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr)
+
+
+def check_run_inputs(run_spec: RunSpec, warn: Callable[[str], None]) -> GraderConfig:
+    """The grader and the dataset a run (or `validate spec`) would use, checked before any request: the grader's
+    lint (graders/lint.py), its templates against every item, and the RFT format of every line; the warnings go
+    to `warn`, the problems are raised together (one line, the rest counted)."""
+    from rfteval.data.dataset import iter_items
     from rfteval.errors import InputErrors
-    from rfteval.graders import load_grader
     from rfteval.graders.checks import preflight_stream
+    from rfteval.graders.lint import load_checked_grader
+    from rfteval.graders.paths import dataset_format
+
+    config = load_checked_grader(run_spec.grader, warn, allow_without_sample=bool(run_spec.allow_grader_without_sample),
+                                 judge_model=run_spec.judge.model)
+    problems = preflight_stream(config, run_spec.dataset, run_spec.grader)
+    items = iter_items(run_spec.dataset, skip_invalid=True, check_duplicates=False)
+    problems += dataset_format(config, items, run_spec.dataset, bool(run_spec.allow_trailing_assistant), warn)
+    if problems:  # a template no item can fill, or a line holding its own answer: say so before spending
+        raise InputErrors(problems)
+    return config
+
+
+def run_paths(spec: Path | None, overrides: JSONObject, options: RunOptions,
+              start: Callable[[RunSpec], RunMonitor], unsafe_python_graders: bool = False,
+              warn: Callable[[str], None] | None = None) -> RunResult:
+    """Build the spec (the file, then the flags), check the options, the grader against every item and the python
+    sandbox, then run (or resume) it; `warn` (default: stderr) gets the checks' warnings. `start` gets the spec
+    once it is known good and returns the monitor; raises InputError before any request, FatalRunError when an
+    endpoint refuses the run."""
     from rfteval.graders.paths import require_sandbox
     from rfteval.run.runner import run_eval
     from rfteval.run.spec import build_spec
 
     run_spec = build_spec(spec, overrides)
     check_run_options(options)
-    config = load_grader(run_spec.grader)
-    problems = preflight_stream(config, run_spec.dataset, run_spec.grader)
-    if problems:  # a template no item can fill would grade every record as an error: say so before spending
-        raise InputErrors(problems)
+    config = check_run_inputs(run_spec, warn or _stderr)
     require_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
                     run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
     return run_eval(run_spec, start(run_spec), options)

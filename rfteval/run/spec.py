@@ -43,6 +43,8 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
     ("group_models",): "--group-models", ("skip_model_check",): "--skip-model-check",
     ("reasoning",): "--reasoning", ("think_tags",): "--think-tags",
+    ("allow_grader_without_sample",): "--allow-grader-without-sample",
+    ("allow_trailing_assistant",): "--allow-trailing-assistant",
 }
 
 
@@ -161,6 +163,10 @@ class RunSpec(_Strict):
     # do not check the model names against the endpoint's GET /models (gateways route names they do not list);
     # None (unset) is off, and stays out of spec.resolved.toml
     skip_model_check: bool | None = None
+    # the grader lint's and the RFT format check's ways out (graders/lint.py, data/dataset.py FormatCheck): a model
+    # grader whose judge sees no sample.* path, dataset lines ending with the assistant's turn; None (unset) is off
+    allow_grader_without_sample: bool | None = None
+    allow_trailing_assistant: bool | None = None
 
     @field_validator("think_tags")
     @classmethod

@@ -25,6 +25,9 @@ BOOTSTRAP_RESAMPLES = 10_000
 GROUPED_MAX_VALUES = 256  # distinct |d| values up to which draws are made per value, not per item
 SIGN_FLIP_CHUNK_BLOCKS = 1024  # 8,192 items per independently seeded chunk
 POWER = 0.8
+# Below this many items no interval (compare) or verdict (readiness) is to be trusted: compare's note and
+# readiness's provisional verdict use the same threshold and say so the same way.
+MIN_ITEMS_FOR_INTERVAL = 5
 NAN = float("nan")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -75,6 +76,7 @@ def agree(
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+    allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
     from rfteval.compare.agree import AgreeGate, AgreeOptions, Regrade, agree_paths, load_regrade_grader, regrade_grader_path
@@ -82,13 +84,7 @@ def agree(
     from rfteval.report.agree_render import render_terminal, write_html
 
     fmt = output_format(fmt)
-    for flag, value in (("--min-kappa", min_kappa), ("--max-bias", max_bias)):
-        if value is not None and not (value == value and abs(value) != float("inf")):
-            raise InputError(f"must be a finite number, got {value}", field=flag)
-    if max_bias is not None and max_bias < 0:
-        raise InputError(f"must be >= 0, got {max_bias:g}", field="--max-bias")
-    if top < 0:
-        raise InputError(f"must be >= 0, got {top}", field="--top")
+    _check_numbers(min_kappa, max_bias, top)
     if regrade is not None:
         regrade = regrade_grader_path(regrade, a)
     inputs = [p for p in (a, b, regrade, dataset) if p is not None]
@@ -97,9 +93,11 @@ def agree(
             check_output(path, inputs, flag)
     spec = None
     if regrade is not None:
-        python_sandbox(load_regrade_grader(regrade), unsafe_python_graders, judge_api_key_env)
+        config = load_regrade_grader(regrade, lambda line: typer.echo(line, err=True),
+                                     allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
+        python_sandbox(config, unsafe_python_graders, judge_api_key_env)
         spec = Regrade(regrade, dataset, judge_base_url, judge_api_key_env, judge_api, judge_model,
-                       judge_concurrency, judge_cache, out)
+                       judge_concurrency, judge_cache, out, allow_grader_without_sample)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,
@@ -117,3 +115,14 @@ def agree(
         print(f"rfteval: gate warning: {line}", file=sys.stderr)
     if not result.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
+
+
+def _check_numbers(min_kappa: float | None, max_bias: float | None, top: int) -> None:
+    """The numeric flags that are wrong on their own: one line (exit 2) naming the flag."""
+    for flag, value in (("--min-kappa", min_kappa), ("--max-bias", max_bias)):
+        if value is not None and not (value == value and abs(value) != float("inf")):
+            raise InputError(f"must be a finite number, got {value}", field=flag)
+    if max_bias is not None and max_bias < 0:
+        raise InputError(f"must be >= 0, got {max_bias:g}", field="--max-bias")
+    if top < 0:
+        raise InputError(f"must be >= 0, got {top}", field="--top")

@@ -121,6 +121,24 @@ UNSAFE_PYTHON_GRADERS = typer.Option(
     help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
          "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
 
+# The lint's and the dataset check's way out (rfteval.graders.lint, rfteval.data.dataset.FormatCheck).
+ALLOW_GRADER_WITHOUT_SAMPLE = typer.Option(
+    False, "--allow-grader-without-sample",
+    help="Accept a model grader whose messages render no sample.* path (its judge never sees the answer, so every "
+         "output scores alike): for the rare judge that truly needs none. Without it, such a grader is an error.")
+ALLOW_TRAILING_ASSISTANT = typer.Option(
+    False, "--allow-trailing-assistant",
+    help="Accept dataset lines whose last message is the assistant's (an RFT line is a prompt; the model would be "
+         "sent the answer). Without it, each such line is an error naming it.")
+
+
+def checked_grader(path: Path, allow_without_sample: bool, judge_model: str | None) -> GraderConfig:
+    """The grader a command grades with: loaded, linted (rfteval.graders.lint), its warnings on stderr."""
+    from rfteval.graders.lint import load_checked_grader
+
+    return load_checked_grader(path, lambda line: typer.echo(line, err=True),
+                               allow_without_sample=allow_without_sample, judge_model=judge_model)
+
 
 def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
     """The sandbox policy from the flags (rfteval.graders.paths.require_sandbox: one line, exit 2, when a python

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -49,12 +50,14 @@ def export_reward(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Write a module holding the grader inline: TRL imports its `reward` (or `reward_async`), verl loads its
     `compute_score` (reward.custom_reward_function.path=FILE.py or pkg://MODULE; name=compute_score,
     compute_score_async or compute_score_batch), OpenRLHF its `reward_func`. It imports rfteval when first called."""
     from rfteval.data.outfile import check_output, write_output
     from rfteval.errors import InputError
+    from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import export_module, grader_config
 
@@ -65,6 +68,8 @@ def export_reward(
                          field="--out")
     check_output(out, [source], flag="--out")
     config = grader_config(grader)
+    check_grader(config, source, lambda line: typer.echo(line, err=True),
+                 allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
     options: dict[str, object] = {}
     defaults = {"grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None,
                 "judge_api_key_env": "OPENAI_API_KEY", "judge_api": "chat", "judge_model": None,

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
+    ALLOW_TRAILING_ASSISTANT,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -48,7 +50,7 @@ def grade(
                                      help="table (text is an alias) or json."),
     reasoning: str = typer.Option("strip", "--reasoning", metavar="strip|keep",
                                   help="strip: graders see the answer after a leading think block (the thinking "
-                                       "goes to reasoning_text); keep: the output as written [default: strip]."),
+                                       "goes to reasoning_text); keep: the output as written."),
     think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
                                                 help="Think-block tags in the output [default: <think>,</think>]; "
                                                      "repeat it for more pairs."),
@@ -62,12 +64,15 @@ def grade(
     judge_concurrency: int = JUDGE_CONCURRENCY,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+    allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
+    allow_trailing_assistant: bool = ALLOW_TRAILING_ASSISTANT,
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
     from rfteval.graders.paths import GradeRequest, grade_paths
 
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
-                           think_tags, unsafe_python_graders, (judge_api_key_env,), judge_cache)
+                           think_tags, unsafe_python_graders, (judge_api_key_env,), judge_cache,
+                           allow_grader_without_sample, allow_trailing_assistant, judge_model)
 
     def open_judge(config: GraderConfig) -> Judge | None:
         judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -17,6 +18,7 @@ from rfteval.cli.commands.common import (
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     check_judge,
+    checked_grader,
     command,
     make_judge,
     python_sandbox,
@@ -129,10 +131,9 @@ def probe_grader(
     judge_concurrency: int = JUDGE_CONCURRENCY,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+    allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
-    from rfteval.data.dataset import load_dataset
-    from rfteval.graders.loader import load_grader
-    from rfteval.readiness.probes import run_probes
+    from rfteval.readiness.probes import checked_items, run_probes
     from rfteval.readiness.reference import load_reference_template
     from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_probes
@@ -140,9 +141,9 @@ def probe_grader(
     fmt = _check_format(fmt)
     if html is not None:
         check_output(html, [grader, dataset], "--html")
-    config = load_grader(grader)
+    config = checked_grader(grader, allow_grader_without_sample, judge_model)
+    items = checked_items(config, grader, dataset, limit)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-    items = load_dataset(dataset).items[:limit]
     template = load_reference_template(reference_template) if reference_template is not None else None
     judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
     check_judge(judge, config, skip_model_check)

@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rfteval.cli.commands.common import UNSAFE_PYTHON_GRADERS, command, stdout_console
+from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
+    ALLOW_TRAILING_ASSISTANT,
+    UNSAFE_PYTHON_GRADERS,
+    command,
+    stdout_console,
+)
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -119,6 +125,8 @@ def run_command(
     batch_max_lines: int = typer.Option(50_000, "--batch-max-lines", hidden=True),
     transport: str | None = typer.Option(None, "--http-transport", hidden=True),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+    allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
+    allow_trailing_assistant: bool = ALLOW_TRAILING_ASSISTANT,
 ) -> None:
     from rfteval.report.console import stderr_console
     from rfteval.report.run_table import RichMonitor
@@ -136,6 +144,8 @@ def run_command(
         judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning,
         think_tags=think_tags or None,
         skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
+        allow_grader_without_sample=allow_grader_without_sample or None,
+        allow_trailing_assistant=allow_trailing_assistant or None,
     )
     options = RunOptions(
         fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
@@ -152,7 +162,8 @@ def run_command(
         return _QuietMonitor() if quiet else RichMonitor(err)
 
     try:
-        result = run_paths(spec, overrides, options, start, unsafe_python_graders)
+        result = run_paths(spec, overrides, options, start, unsafe_python_graders,
+                           lambda line: typer.echo(line, err=True))
     except FatalRunError as exc:
         typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {started[0].out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
+    ALLOW_TRAILING_ASSISTANT,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -16,6 +18,7 @@ from rfteval.cli.commands.common import (
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     check_judge,
+    checked_grader,
     command,
     make_judge,
     python_sandbox,
@@ -30,20 +33,35 @@ if TYPE_CHECKING:
 
 
 @command("dataset", group="validate")
-def validate_dataset(path: Path = typer.Argument(..., help="Dataset JSONL.")) -> None:
-    """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one."""
-    from rfteval.data.dataset import check_dataset
+def validate_dataset(
+    path: Path = typer.Argument(..., help="Dataset JSONL."),
+    grader: Path | None = typer.Option(None, "--grader", "-g",
+                                       help="Also name the lines holding no field this grader reads as a reference."),
+    allow_trailing_assistant: bool = ALLOW_TRAILING_ASSISTANT,
+) -> None:
+    """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one. The RFT
+    format's rules too: a line ending with the assistant's message is an error; system messages and lines without
+    a reference field are warnings."""
+    from rfteval.data.dataset import FormatCheck, check_dataset
+    from rfteval.graders.checks import reference_fields
+    from rfteval.graders.loader import load_grader
 
-    count, errors = check_dataset(path)
+    fields = reference_fields(load_grader(grader)) if grader is not None else None
+    rft = FormatCheck(path, allow_trailing_assistant, fields)
+    count, errors = check_dataset(path, rft)
+    errors += rft.problems()
     for e in errors:
         typer.echo(str(e), err=True)
+    for warning in rft.warnings():
+        typer.echo(f"warning: {warning}", err=True)
     if errors:
         typer.echo(f"{path}: {count} valid items, {len(errors)} problems", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT)
     if count == 0:
         typer.echo(f"{path}: the dataset has no items", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT)
-    typer.echo(f"{path}: {count} items, no problems")
+    typer.echo(f"{path}: {count} items, no problems" + (f" ({len(rft.warnings())} warning(s) above)"
+                                                      if rft.warnings() else ""))
 
 
 @command("grader", group="validate")
@@ -70,13 +88,12 @@ def validate_grader(
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
                                    "upload; a .py grader wrapped with its source) and nothing else."),
+    allow_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
     flagged)."""
-    from rfteval.graders import load_grader
-
-    config = load_grader(path)
+    config = checked_grader(path, allow_without_sample, judge_model)
     if emit_json:
         import json
 
@@ -92,7 +109,7 @@ def validate_grader(
     check_judge(judge, config, skip_model_check)
     try:
         if repeat is None:
-            _reference(config, data, grader_timeout, reference_template, judge, judge_api_key_env)
+            _reference(config, data, grader_timeout, reference_template, judge, judge_base_url, judge_api_key_env)
             return
         from rfteval.graders import GradeOptions
         from rfteval.readiness.judge_stability import run_stability
@@ -149,31 +166,31 @@ def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
 
 
 def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, reference_template: str | None,
-               judge: Judge | None, judge_api_key_env: str) -> None:
+               judge: Judge | None, judge_base_url: str | None, judge_api_key_env: str) -> None:
     """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
     from rfteval.graders import GradeOptions
-    from rfteval.readiness.reference import load_reference_template, reference_check
+    from rfteval.readiness.reference import judge_calls_note, load_reference_template, reference_check
 
     template = load_reference_template(reference_template) if reference_template is not None else None
     if judge is not None:
-        typer.echo(f"the references go to the judge model: about {len(data)} judge call(s), billed to "
-                   f"the key in ${judge_api_key_env}")
+        typer.echo(f"the references go to the judge model: {judge_calls_note(len(data), judge_base_url, judge_api_key_env)}")
     typer.echo(reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"])
 
 
 @command("spec", group="validate")
 def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) -> None:
-    """Check an eval spec and everything it names (dataset, grader, response format) without calling a model."""
+    """Check an eval spec and everything it names (dataset, grader, response format) without calling a model,
+    as `rfteval run` checks them first (the grader's lint, its templates on every item, the RFT format)."""
     from rfteval.data.dataset import check_dataset
-    from rfteval.graders import load_grader
+    from rfteval.run.paths import check_run_inputs
     from rfteval.run.spec import build_spec, resolve_models
 
     spec = build_spec(path)
     runs = resolve_models(spec)
-    config = load_grader(spec.grader)
     count, errors = check_dataset(spec.dataset)
     if errors:
         raise errors[0]
+    config = check_run_inputs(spec, lambda line: typer.echo(line, err=True))
     typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
                f"out {spec.out_dir}")
     for run in runs:
