@@ -156,7 +156,11 @@ def test_the_module_runs_in_a_fresh_interpreter(tmp_path):
     (["--target", "trl", "--out", "{dir}/reward.txt"], "must name a Python file"),
     (["--target", "trl", "--out", "{rewards}/r.py"], "it is a file, not a directory"),
     (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "is for --target verl or openrlhf"),
-    (["--target", "openrlhf", "--out", "{dir}/r.py", "--ground-truth-json"], "--ground-truth-json for verl"),
+    (["--target", "openrlhf", "--out", "{dir}/r.py", "--ground-truth-json"], "--ground-truth-json is for --target verl"),
+    (["--target", "verl", "--out", "{dir}/r.py", "--eos-token", "<|x|>"], "--eos-token is for --target openrlhf"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--tokenizer", "t"], "--tokenizer is for --target openrlhf"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--think-tags", "<r>"], "--think-tags: think_tags: expected OPEN,CLOSE"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--reasoning", "drop"], "--reasoning: reasoning must be"),
     (["--target", "sklearn", "--out", "{dir}/r.py"], "sklearn"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):

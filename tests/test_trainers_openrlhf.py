@@ -7,7 +7,6 @@ reward_func on each query as decoded with its special tokens. OpenRLHF installs 
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import pickle
 
@@ -76,15 +75,17 @@ def test_plain_labels_items_and_errors(tmp_path):
               "reference": "{{item.reference_answer}}", "operation": "eq"}
     with for_openrlhf(grader) as reward:
         out = reward(["P: 4<|im_end|>", "P: 5", "Q? 4"], ["P: ", "P: ", "P: "], ["4", "4", "Q? 4"])
-        assert out["rewards"].tolist() == [1.0, 0.0, 1.0]  # a query without its prompt is graded whole
-        assert out["extra_logs"]["grading_errors"].tolist() == [0.0, 0.0, 0.0]
+        assert out["rewards"].tolist() == [1.0, 0.0, 0.0]  # a query without its prompt is not graded: an error
+        assert out["extra_logs"]["grading_errors"].tolist() == [0.0, 0.0, 1.0]
+        assert reward.error_counts == {"prompt_not_found": 1}
     items = tmp_path / "items.jsonl"
     items.write_text('{"id": "a", "messages": [{"role": "user", "content": "x"}], "reference_answer": "yes"}\n')
     with for_openrlhf(grader, items=str(items)) as reward:
         assert reward(["x yes", "x no"], ["x ", "x "], ["a", "a"])["rewards"].tolist() == [1.0, 0.0]
     missing = {**grader, "reference": "{{item.nothing}}"}
-    with for_openrlhf(missing, on_error="none") as reward:
-        assert math.isnan(reward(["a"], [""], ["a"])["rewards"].item())
+    with for_openrlhf(missing, on_error="none") as reward:  # OpenRLHF stores no missing reward: 0.0, never NaN
+        out = reward(["a"], [""], ["a"])
+        assert out["rewards"].item() == 0.0 and out["extra_logs"]["grading_errors"].item() == 1.0
     assert response_of("p: x</s><eos>", "p: ") == "x"
 
 
