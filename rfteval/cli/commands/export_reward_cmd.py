@@ -52,7 +52,7 @@ def export_reward(
     eos_token: list[str] | None = typer.Option(None, "--eos-token", metavar="TOKEN",
                                                help="openrlhf: one more end-of-turn token stripped from the end of a "
                                                     "response (besides the common models' own); repeatable."),
-    tokenizer: str | None = typer.Option(None, "--tokenizer", metavar="NAME_OR_DIR",
+    tokenizer: str | None = typer.Option(None, "--tokenizer", metavar="TOKENIZER",
                                          help="openrlhf: also strip the end-of-turn tokens this Hugging Face "
                                               "tokenizer's chat template writes (loaded at the first call)."),
     grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
