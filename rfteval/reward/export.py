@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
@@ -29,10 +29,10 @@ _ONLY = {"reference_field": ("--reference-field", ("verl", "openrlhf")),
          "eos_tokens": ("--eos-token", ("openrlhf",)), "tokenizer": ("--tokenizer", ("openrlhf",))}
 
 
-def module_options(target: str, flags: Mapping[str, object]) -> dict[str, Any]:
+def module_options(target: str, flags: Mapping[str, object]) -> dict[str, object]:
     """`rfteval export-reward`'s flag values (keyed as DEFAULTS) as the factory's options the module stores: those
     that differ from the default, an empty --reference-field as None; a flag its target does not take is refused."""
-    options: dict[str, Any] = {}
+    options: dict[str, object] = {}
     for key, value in flags.items():
         if value == DEFAULTS[key] or (value == [] and DEFAULTS[key] is None):
             continue
@@ -41,11 +41,13 @@ def module_options(target: str, flags: Mapping[str, object]) -> dict[str, Any]:
             raise InputError(f"{flag} is for --target {' or '.join(targets)}", field="--target")
         options[key] = (value or None) if key == "reference_field" else value
     try:
-        RewardOptions(**{k: v for k, v in options.items() if k not in _FACTORY_KEYS[target]})
+        # checked as the module will build them (export_module checks again, for its other callers)
+        RewardOptions(**cast("dict[str, Any]", {k: v for k, v in options.items() if k not in _FACTORY_KEYS[target]}))
     except ValueError as exc:
         field = "--think-tags" if "think_tags" in str(exc) else "--reasoning" if "reasoning" in str(exc) else None
         raise InputError(str(exc), field=field) from None
     return options
+
 
 _EXPORT_HEAD = '''\
 """{doc}"""
@@ -54,7 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 GRADER = json.loads(r"""
 {config}
