@@ -77,14 +77,15 @@ class Engine:
     """Stands in for OpenRLHF's vLLM engine (`llm_engine.generate(token_ids, sampling_params, multi_modal_data=)`):
     the response is given; what the executor fed it is kept."""
 
-    def __init__(self, response_ids: list[int]):
+    def __init__(self, response_ids: list[int], text: str = ""):
         self.response_ids = response_ids
+        self.text = text  # vLLM's decoded output, which the multi-turn executor hands to the agent's step
         self.prompt_ids: list[int] = []
 
     async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
         self.prompt_ids = list(prompt_token_ids)
         return SimpleNamespace(outputs=[SimpleNamespace(token_ids=self.response_ids, finish_reason="stop",
-                                                        logprobs=None, text="")])
+                                                        logprobs=None, text=self.text)])
 
 
 def execute(executor: Any, tok: Any, prompt: str, label: Any, response: str, keep: int | None = None
@@ -158,6 +159,10 @@ def test_plain_labels_items_and_errors(tmp_path):
         assert out["rewards"].tolist() == [1.0, 0.0, 0.0]  # a query without its prompt is not graded: an error
         assert out["extra_logs"]["grading_errors"].tolist() == [0.0, 0.0, 1.0]
         assert reward.error_counts == {"prompt_not_found": 1}
+        step = reward.step({"action_text": "4<|im_end|>", "label": "4", "observation_text": "cut"})
+        assert step["rewards"].item() == 1.0 and step["done"] is True and step["environment_feedback"] == ""
+        with pytest.raises(TypeError, match="action_text"):
+            reward.step({"label": "4"})
     items = tmp_path / "items.jsonl"
     items.write_text('{"id": "a", "messages": [{"role": "user", "content": "x"}], "reference_answer": "yes"}\n')
     with for_openrlhf(grader, items=str(items)) as reward:
@@ -212,6 +217,8 @@ def test_the_readmes_command_line_parses_with_openrlhfs_own_parser():
     assert getattr(args, "data.input_key") == "prompt" and getattr(args, "data.label_key") == "label"
     assert getattr(args, "data.apply_chat_template") is True
     assert getattr(args, "reward.remote_url") == "milo_reward.py"
+    (agent_flag,) = re.findall(r"`(--train\.agent_func_path) milo_reward\.py`", readme)  # the agent form
+    assert getattr(parser.parse_args([agent_flag, "milo_reward.py"]), "train.agent_func_path") == "milo_reward.py"
     with pytest.raises(SystemExit):  # what the README said before: not a flag of OpenRLHF 0.11.2
         parser.parse_args(["--data.prompt_data", "x.jsonl"])
 
@@ -387,3 +394,39 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path):
         finally:
             closing(executor)
         assert got == f32(expected), flags
+
+
+@pytest.mark.slow
+def test_the_agent_contract_grades_the_response_as_generated(tmp_path):
+    """`--train.agent_func_path FILE.py` loads the module's AgentExecutor (as openrlhf/trainer/ray/vllm_engine.py's
+    _load_agent_executor does); OpenRLHF's MultiTurnAgentExecutor hands each step the generated text, so a prompt
+    it cut from the left needs no finding: milo probes get `rfteval grade`'s scores."""
+    from openrlhf.datasets.prompts_dataset import preprocess_data
+
+    path = reward_module(tmp_path, GRADERS / "milo.json")
+    spec = importlib.util.spec_from_file_location("agent_module", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert issubclass(module.AgentExecutor, agent.AgentExecutorBase)
+    executor = module.AgentExecutor()
+    tok = tokenizer()
+    outs, expected = expected_scores(tmp_path, "milo")
+    outs, expected = outs[:6], expected[:6]
+    ds = hf_json(export("milo", "openrlhf", tmp_path / "orl"), tmp_path)
+    rows = {row["id"]: preprocess_data(row, input_key="prompt", label_key="label",
+                                       apply_chat_template=tok.apply_chat_template) for row in ds}
+    got = []
+    try:
+        for o in outs:
+            prompt, label = rows[o["item_id"]]
+            response = o["output_text"] + "<|im_end|>"
+            engine = Engine(tok(text=response, add_special_tokens=False)["input_ids"], response)
+            full = len(tok(text=prompt, add_special_tokens=False)["input_ids"])
+            params = SimpleNamespace(max_tokens=len(engine.response_ids), logprobs=None)
+            out = asyncio.run(executor.execute(prompt, label, params, full // 2 + len(engine.response_ids), tok, engine))
+            assert len(engine.prompt_ids) == full // 2  # OpenRLHF cut the prompt
+            got.append(out["reward"])
+    finally:
+        module.close()
+    assert f32(got) == f32(expected) and len(set(expected)) > 1

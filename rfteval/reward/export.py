@@ -122,10 +122,31 @@ def compute_score_batch(data_sources: Any = None, solution_strs: Any = None, gro
 _EXPORT_OPENRLHF = '''
 
 def reward_func(queries: Any, prompts: Any, labels: Any = None, **kwargs: Any) -> dict[str, Any]:
-    """OpenRLHF's remote reward contract: {{"rewards", "scores", "extra_logs"}}; the prompt (or the end of it a left
+    """OpenRLHF's remote reward contract: {"rewards", "scores", "extra_logs"}; the prompt (or the end of it a left
     cut kept) and the trailing end-of-turn tokens are stripped from each query; a label from `rfteval export-dataset
     --target openrlhf` carries the original line."""
     return _get()(queries, prompts, labels, **kwargs)
+
+
+try:  # inside OpenRLHF: the same grader through its agent contract, which hands over the response as generated
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+except ImportError:  # imported elsewhere (a test, a script): reward_func alone
+    pass
+else:
+    class AgentInstance(AgentInstanceBase):
+        """One episode of one step: the response (action_text) graded against the label's item."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        async def step(self, state_dict: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+            return await asyncio.to_thread(_get().step, state_dict)
+
+    class AgentExecutor(MultiTurnAgentExecutor):
+        """What --train.agent_func_path loads (openrlhf/trainer/ray/vllm_engine.py: module.AgentExecutor())."""
+
+        def __init__(self) -> None:
+            super().__init__(AgentInstance)
 '''
 
 
@@ -166,7 +187,9 @@ def export_module(config: GraderConfig, target: str, source: str, out: str | Pat
         factory = "for_verl"
     else:
         title = f"OpenRLHF remote reward function for grader {config.name!r} (rfteval)."
-        usage = (f"    --reward.remote_url {out}\n\nWith a dataset from `rfteval export-dataset --target openrlhf`: "
+        usage = (f"    --reward.remote_url {out}      (reward_func: the response is the query without its prompt)\n"
+                 f"    --train.agent_func_path {out}  (AgentExecutor: the response as generated)\n\n"
+                 "With a dataset from `rfteval export-dataset --target openrlhf`: "
                  "--data.prompt_dataset DIR/train.jsonl\n--data.input_key prompt --data.label_key label "
                  "--data.apply_chat_template.")
         tail = _EXPORT_OPENRLHF

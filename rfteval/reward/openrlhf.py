@@ -7,12 +7,13 @@ OpenRLHF 0.11.2 hands over no response of its own (openrlhf/utils/agent.py, Sing
 the prompt's tokens and the response's decoded together with their special tokens, and the prompt's tokens are cut
 from the left when the prompt is longer than `--data.max_len` leaves room for. So the completion is found here: the
 query without its prompt (or without the end of the prompt that was kept) and without its trailing end-of-turn
-tokens. A query where neither can be found is a grading error, said once, never the whole query graded."""
+tokens. A query where neither can be found is a grading error, said once, never the whole query graded. OpenRLHF's
+agent contract (`--train.agent_func_path`) does hand over the response: `OpenRLHFReward.step` grades that."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias, TypedDict, Unpack, cast
 
 from rfteval.data.json_types import JSONObject
@@ -197,6 +198,31 @@ class OpenRLHFReward(Reward):
         values = [0.0 if v is None else v for v in self.score(results)]  # never None: on_error is "zero" here
         errors = [1.0 if r.error is not None else 0.0 for r in results]
         return {"rewards": _tensor(values), "scores": _tensor(values), "extra_logs": {"grading_errors": _tensor(errors)}}
+
+    def step(self, states: Mapping[str, object]) -> AgentStep:
+        """OpenRLHF's agent contract (`--train.agent_func_path`: AgentInstance.step, run by its MultiTurnAgentExecutor):
+        the response is handed over as it was generated (`action_text`), so no prompt has to be found; one step
+        ends the episode."""
+        action = states.get("action_text")
+        if not isinstance(action, str):
+            raise TypeError(f"{self.__name__}.step(): states['action_text'] must be the generated text, not "
+                            f"{type(action).__name__}")
+        item = self.item(states.get("label"))
+        result = self.grade_one(make_sample_for(strip_end_tokens(action, self.end_tokens), self.options), item)
+        value = self.value(result)
+        reward = _tensor([0.0 if value is None else value])
+        return {"rewards": reward, "scores": reward, "environment_feedback": "", "done": True,
+                "extra_logs": {"grading_errors": _tensor([1.0 if result.error is not None else 0.0])}}
+
+
+class AgentStep(TypedDict):
+    """What OpenRLHF's MultiTurnAgentExecutor reads from a step (openrlhf/utils/agent.py)."""
+
+    rewards: Values
+    scores: Values
+    environment_feedback: str
+    done: bool
+    extra_logs: dict[str, Values]
 
 
 def _tensor(values: list[float]) -> Values:
