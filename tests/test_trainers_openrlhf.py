@@ -221,6 +221,10 @@ def test_the_readmes_command_line_parses_with_openrlhfs_own_parser():
     assert getattr(parser.parse_args([agent_flag, "milo_reward.py"]), "train.agent_func_path") == "milo_reward.py"
     with pytest.raises(SystemExit):  # what the README said before: not a flag of OpenRLHF 0.11.2
         parser.parse_args(["--data.prompt_data", "x.jsonl"])
+    # every OpenRLHF flag the README and the reward modules' docstrings (the exported module's among them) name
+    texts = [readme, *(p.read_text() for p in (REPO / "rfteval" / "reward").glob("*.py"))]
+    named = {m for text in texts for m in re.findall(r"--(?:data|reward|train|rollout|actor)\.[a-z_.]*[a-z_]", text)}
+    assert "--data.prompt_dataset" in named and not named - set(parser._option_string_actions)
 
 
 @pytest.mark.slow
