@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from rfteval.cli.app import app
 from rfteval.data.dataset import load_dataset
-from rfteval.reward import META, for_openrlhf, for_trl, for_verifiers, for_verl
+from rfteval.reward import META, decode_exported, for_openrlhf, for_trl, for_verifiers, for_verl
 from rfteval.reward.export_dataset import _through_json, _through_parquet
 
 runner = CliRunner()
@@ -71,12 +71,36 @@ def test_every_field_comes_back_exactly_through_the_trainers_reader(target, tmp_
     elif target == "verifiers":
         with for_verifiers(GRADER, asynchronous=False) as reward:
             got = [reward(completion=w, answer=r["answer"], info=r["info"], prompt=r["prompt"]) for r, w in zip(rows, want)]
-        assert rows[0]["prompt"][0]["role"] == "system"  # verifiers has no developer role; the item keeps it
     else:
         with for_openrlhf(GRADER) as reward:
             got = [float(v) for v in reward(["p" + w for w in want], ["p", "p"], [r["label"] for r in rows])["rewards"]]
         assert [r["id"] for r in rows] == ids
     assert got == [1.0, 1.0]
+    assert rows[0]["prompt"][0] == {"role": "system", "content": "be brief"}  # the item keeps "developer"
+
+
+@pytest.mark.parametrize("role", ["system", "keep"])
+@pytest.mark.parametrize("target", ["trl", "verl", "verifiers", "openrlhf"])
+def test_developer_role_in_the_prompt_and_the_item(target, role, tmp_path):
+    """The prompt a trainer renders has `system` for OpenAI's `developer` (or keeps it); the line the reward rebuilds
+    from the row is the original, its developer role included, either way."""
+    from rfteval.reward.export_dataset import build_rows
+
+    lines = [dict(line, id=str(i)) for i, line in enumerate(LINES)]
+    rows, _, _ = build_rows(lines, ["0", "1"], target, data_source="d", developer_role=role)
+    back = (_through_parquet if target == "verl" else _through_json)(rows)
+    assert back is not None
+    first = back[0]
+    assert first["prompt"][0]["role"] == ("developer" if role == "keep" else "system")
+    assert first["prompt"][1:] == LINES[0]["messages"][1:] and back[1]["prompt"] == LINES[1]["messages"]
+    if target == "openrlhf":
+        assert json.loads(first["label"])["rfteval_item"] == lines[0]
+    else:
+        fields = {"trl": first, "verl": first.get("extra_info"), "verifiers": first.get("info")}[target]
+        assert isinstance(fields, dict)
+        assert decode_exported(fields, first["prompt"]) == lines[0]
+    with pytest.raises(ValueError, match="developer_role"):
+        build_rows(lines, ["0", "1"], target, data_source="d", developer_role="user")
 
 
 def test_the_loader_really_changes_these_lines():

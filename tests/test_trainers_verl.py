@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_cases import GRADERS, LOCAL_CASES, expected_scores, export
+from trainer_cases import GRADERS, LOCAL_CASES, THINK_TAGS, custom_tag_probes, expected_scores, export
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
@@ -203,3 +203,31 @@ def test_the_recreations_in_the_other_tests_match_verls_own_code(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def compute_score(*a, **k):\n    return 0.5\n")
     assert load_like_verl(module).compute_score() == load_extern_object(str(module), "compute_score")() == 0.5
+
+
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, monkeypatch):
+    """for_verl(think_tags=...) strips what `rfteval grade --think-tags` strips, through the legacy naive manager and
+    the exported module's options (`export-reward --think-tags`) through verl's own loader; without it, grade's
+    scores without the flag."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    data, tok = verl_batch(export("milo", "verl", tmp_path / "verl"), outs)
+    for options, expected in (({}, plain), ({"think_tags": THINK_TAGS}, tagged)):
+        with for_verl(GRADERS / "milo.json", **options) as compute_score:
+            got = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data)
+        assert last_token_rewards(got) == f32(expected), options
+    module = tmp_path / "milo_tags_reward.py"
+    res = runner.invoke(app, ["export-reward", str(GRADERS / "milo.json"), "--target", "verl", "--out", str(module),
+                              "--think-tags", THINK_TAGS])
+    assert res.exit_code == 0, res.output
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = get_custom_reward_fn(OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": "pkg://milo_tags_reward", "name": "compute_score"}}}))
+    try:
+        got = NaiveRewardManager(tok, num_examine=0, compute_score=fn)(data)
+    finally:
+        sys.modules["milo_tags_reward"].close()
+    assert last_token_rewards(got) == f32(tagged)

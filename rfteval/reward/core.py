@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeVar
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
-from rfteval.data.reasoning import answer_text
+from rfteval.data.reasoning import answer_text, parse_tags
 from rfteval.data.sample import Sample, make_sample
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
@@ -74,6 +74,10 @@ class RewardOptions:
     # "strip": the grader sees the final answer, without a leading think block (what OpenAI's output_text is);
     # "keep": the completion as generated.
     reasoning: str = "strip"
+    # The think-block tags, as `rfteval grade --think-tags` takes them: "OPEN,CLOSE" per pair (one string, or a list);
+    # None: grade's default, <think>,</think>. Eval and training must strip the same blocks, or a custom-tag model
+    # is graded on its answer in one and on its thinking in the other.
+    think_tags: str | Sequence[str] | None = None
     # The original RFT lines (a JSONL path, or the rows): each completion's item is the line whose id is in the
     # trainer's id column, exactly as `rfteval grade` reads it, whatever the trainer's loader did to the columns.
     items: str | Sequence[JSONObject] | None = None
@@ -86,6 +90,19 @@ class RewardOptions:
             raise ValueError(f"reasoning must be 'strip' or 'keep', not {self.reasoning!r}")
         if isinstance(self.items, Path):
             object.__setattr__(self, "items", str(self.items))
+        if self.think_tags is not None:  # a tuple of strings: hashable, and the same after a JSON round trip
+            tags = (self.think_tags,) if isinstance(self.think_tags, str) else tuple(self.think_tags)
+            try:
+                parse_tags(tags)
+            except (ValueError, AttributeError, TypeError) as exc:
+                raise ValueError(f"think_tags: {exc} (as `rfteval grade --think-tags`), not "
+                                 f"{self.think_tags!r}") from None
+            object.__setattr__(self, "think_tags", tags)
+
+    @functools.cached_property
+    def tags(self) -> tuple[tuple[str, str], ...]:
+        """think_tags as (open, close) pairs: `rfteval grade`'s parse of the same values."""
+        return parse_tags(self.think_tags if not isinstance(self.think_tags, str) else (self.think_tags,))
 
 
 class RewardOptionsArgs(TypedDict, total=False):
@@ -104,6 +121,7 @@ class RewardOptionsArgs(TypedDict, total=False):
     name: str | None
     on_error: str | None
     reasoning: str
+    think_tags: str | Sequence[str] | None
     items: str | Sequence[JSONObject] | None
     id_field: str
 
@@ -133,9 +151,10 @@ def grader_config(grader: GraderLike) -> GraderConfig:
 
 def _answer(text: str, options: RewardOptions) -> str:
     """The one place a completion's text becomes sample.output_text, for every trainer: the final answer, without
-    reasoning, when options.reasoning is "strip". The rule is `rfteval run`'s and `rfteval grade`'s
-    (rfteval.data.reasoning), so a think-block completion scores in training as its answer does in evaluation."""
-    return answer_text(text, mode=options.reasoning)
+    reasoning, when options.reasoning is "strip", the blocks options.think_tags names. The rule is `rfteval run`'s and
+    `rfteval grade`'s (rfteval.data.reasoning, with the same defaults), so a think-block completion scores in training
+    as its answer does in evaluation."""
+    return answer_text(text, mode=options.reasoning, tags=options.tags)
 
 
 # ------------------------------------------------------------------ values a loader changed, turned back

@@ -7,15 +7,47 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
 from rfteval.reward.core import RewardOptions
 
 TARGETS = ("trl", "verl", "openrlhf")
 # What each target's factory takes besides RewardOptions.
 _FACTORY_KEYS = {"trl": (), "verl": ("reference_field", "ground_truth_json", "details"),
-                 "openrlhf": ("reference_field",)}
+                 "openrlhf": ("reference_field", "eos_tokens", "tokenizer")}
+# export-reward's flags as the factories' options, and their defaults: the module stores only what was chosen.
+DEFAULTS: dict[str, object] = {
+    "grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None, "judge_api_key_env": "OPENAI_API_KEY",
+    "judge_api": "chat", "judge_model": None, "judge_concurrency": 16, "on_error": None, "reasoning": "strip",
+    "think_tags": None, "reference_field": "reference_answer", "ground_truth_json": False, "eos_tokens": None,
+    "tokenizer": None}
+# The flags only some targets take, and those targets.
+_ONLY = {"reference_field": ("--reference-field", ("verl", "openrlhf")),
+         "ground_truth_json": ("--ground-truth-json", ("verl",)),
+         "eos_tokens": ("--eos-token", ("openrlhf",)), "tokenizer": ("--tokenizer", ("openrlhf",))}
+
+
+def module_options(target: str, flags: Mapping[str, object]) -> dict[str, object]:
+    """`rfteval export-reward`'s flag values (keyed as DEFAULTS) as the factory's options the module stores: those
+    that differ from the default, an empty --reference-field as None; a flag its target does not take is refused."""
+    options: dict[str, object] = {}
+    for key, value in flags.items():
+        if value == DEFAULTS[key] or (value == [] and DEFAULTS[key] is None):
+            continue
+        if key in _ONLY and target not in _ONLY[key][1]:
+            flag, targets = _ONLY[key]
+            raise InputError(f"{flag} is for --target {' or '.join(targets)}", field="--target")
+        options[key] = (value or None) if key == "reference_field" else value
+    try:
+        # checked as the module will build them (export_module checks again, for its other callers)
+        RewardOptions(**cast("dict[str, Any]", {k: v for k, v in options.items() if k not in _FACTORY_KEYS[target]}))
+    except ValueError as exc:
+        field = "--think-tags" if "think_tags" in str(exc) else "--reasoning" if "reasoning" in str(exc) else None
+        raise InputError(str(exc), field=field) from None
+    return options
+
 
 _EXPORT_HEAD = '''\
 """{doc}"""
@@ -24,7 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 GRADER = json.loads(r"""
 {config}
@@ -90,9 +122,31 @@ def compute_score_batch(data_sources: Any = None, solution_strs: Any = None, gro
 _EXPORT_OPENRLHF = '''
 
 def reward_func(queries: Any, prompts: Any, labels: Any = None, **kwargs: Any) -> dict[str, Any]:
-    """OpenRLHF's remote reward contract: {{"rewards", "scores", "extra_logs"}}; the prompt is stripped from each
-    query; a label from `rfteval export-dataset --target openrlhf` carries the original line."""
+    """OpenRLHF's remote reward contract: {"rewards", "scores", "extra_logs"}; the prompt (or the end of it a left
+    cut kept) and the trailing end-of-turn tokens are stripped from each query; a label from `rfteval export-dataset
+    --target openrlhf` carries the original line."""
     return _get()(queries, prompts, labels, **kwargs)
+
+
+try:  # inside OpenRLHF: the same grader through its agent contract, which hands over the response as generated
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+except ImportError:  # imported elsewhere (a test, a script): reward_func alone
+    pass
+else:
+    class AgentInstance(AgentInstanceBase):
+        """One episode of one step: the response (action_text) graded against the label's item."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        async def step(self, state_dict: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+            return await asyncio.to_thread(_get().step, state_dict)
+
+    class AgentExecutor(MultiTurnAgentExecutor):
+        """What --train.agent_func_path loads (openrlhf/trainer/ray/vllm_engine.py: module.AgentExecutor())."""
+
+        def __init__(self) -> None:
+            super().__init__(AgentInstance)
 '''
 
 
@@ -133,8 +187,11 @@ def export_module(config: GraderConfig, target: str, source: str, out: str | Pat
         factory = "for_verl"
     else:
         title = f"OpenRLHF remote reward function for grader {config.name!r} (rfteval)."
-        usage = (f"    --reward.remote_url {out}\n\nWith a dataset from `rfteval export-dataset --target openrlhf`: "
-                 "--data.input_key prompt --data.label_key label --data.apply_chat_template.")
+        usage = (f"    --reward.remote_url {out}      (reward_func: the response is the query without its prompt)\n"
+                 f"    --train.agent_func_path {out}  (AgentExecutor: the response as generated)\n\n"
+                 "With a dataset from `rfteval export-dataset --target openrlhf`: "
+                 "--data.prompt_dataset DIR/train.jsonl\n--data.input_key prompt --data.label_key label "
+                 "--data.apply_chat_template.")
         tail = _EXPORT_OPENRLHF
         factory = "for_openrlhf"
     doc = (f"{title}\n\nWritten by `rfteval export-reward` from {source}\n(grader {config.name!r}, type "

@@ -23,6 +23,10 @@ from rfteval.reward.core import META
 from rfteval.reward.openrlhf import LABEL_ITEM
 
 TARGETS = ("trl", "verl", "verifiers", "openrlhf")
+# OpenAI's `developer` role is unknown to most open models' chat templates (SmolLM2's renders it as a turn of its own
+# and adds its default system prompt before it; verifiers' message types have no such role): written as `system`
+# in the prompt a trainer renders, unless kept. The item keeps the original role (the grader sees the line).
+DEVELOPER_ROLES = ("system", "keep")
 FILES = {"trl": "train.jsonl", "verl": "train.parquet", "verifiers": "train.jsonl", "openrlhf": "train.jsonl"}
 _ABSENT: Final = object()
 # A row as a reader gives it back: JSON, except where the reader changed a value (a timestamp from a date string).
@@ -105,16 +109,28 @@ def _text(value: JSONValue) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def prompt_messages(messages: JSONValue, developer_role: str = "system") -> JSONValue:
+    """The messages as the trainer's chat template gets them: a `developer` turn as `system` (developer_role
+    "system"), or as they are ("keep")."""
+    if developer_role not in DEVELOPER_ROLES:
+        raise ValueError(f"developer_role must be 'system' or 'keep', not {developer_role!r}")
+    if developer_role == "keep" or not isinstance(messages, list):
+        return messages
+    return [{**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer" else m for m in messages]
+
+
 def build_rows(lines: Sequence[JSONObject], ids: Sequence[str], target: str, *, data_source: str,
-               reference_field: str = "reference_answer") -> tuple[list[JSONObject], set[str], bool]:
+               reference_field: str = "reference_answer",
+               developer_role: str = "system") -> tuple[list[JSONObject], set[str], bool]:
     """The trainer's rows for the lines, the fields written as JSON text, and whether the id was added."""
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
     added = any("id" not in line for line in lines)
     full = [{**line, "id": line.get("id", rid)} if added else dict(line) for line, rid in zip(lines, ids)]
+    prompts = [prompt_messages(line["messages"], developer_role) for line in lines]
     if target == "openrlhf":  # the label carries the line as JSON text: nothing for a reader to change
-        rows = [{"prompt": line["messages"], "label": json.dumps({LABEL_ITEM: line}, ensure_ascii=False),
-                 "id": str(rid)} for line, rid in zip(lines, ids)]
+        rows = [{"prompt": prompt, "label": json.dumps({LABEL_ITEM: line}, ensure_ascii=False),
+                 "id": str(rid)} for line, rid, prompt in zip(lines, ids, prompts)]
         return rows, set(), added
     through = _through_parquet if target == "verl" else _through_json
     names: list[str] = []
@@ -122,13 +138,15 @@ def build_rows(lines: Sequence[JSONObject], ids: Sequence[str], target: str, *, 
         names.extend(k for k in line if k not in names)
     if target == "trl":
         # The prompt column is the messages TRL generates from; TRL hands it to the reward as `prompts`, not as a
-        # column, so the item's messages come from it when it reads back exactly, else from a JSON-text column.
-        names = [n for n in names if n != "messages" or n in _changed_fields(full, through)]
+        # column, so the item's messages come from it when it reads back exactly and is the line's own (no role
+        # renamed), else from a column of their own.
+        renamed = any(p != line["messages"] for p, line in zip(prompts, lines))
+        names = [n for n in names if n != "messages" or renamed or n in _changed_fields(full, through)]
     as_json = _changed_fields([{k: v for k, v in line.items() if k in names} for line in full], through)
     prompt_field = "messages" if target == "trl" and "messages" not in names else None
     for _ in range(2):
-        rows = [_row(target, line, _encode(line, names, as_json), _meta(original, as_json, prompt_field), data_source,
-                     reference_field) for line, original in zip(full, lines)]
+        rows = [_row(target, prompt, line, _encode(line, names, as_json), _meta(original, as_json, prompt_field),
+                     data_source, reference_field) for line, original, prompt in zip(full, lines, prompts)]
         back = through(rows)
         if back is not None and all(_canonical(r) == _canonical(b) for r, b in zip(rows, back)):
             return rows, as_json, added
@@ -145,23 +163,19 @@ def _meta(line: JSONMapping, as_json: set[str], prompt_field: str | None) -> str
     return json.dumps(meta, ensure_ascii=False)
 
 
-def _row(target: str, line: JSONObject, fields: JSONObject, meta: str, data_source: str,
+def _row(target: str, prompt: JSONValue, line: JSONObject, fields: JSONObject, meta: str, data_source: str,
          reference_field: str) -> JSONObject:
     if target == "trl":
-        return {"prompt": line["messages"], **fields, META: meta}
-    if target == "verifiers":  # verifiers' messages know system, user, assistant, tool: OpenAI's developer is system
-        messages = line["messages"]
-        assert isinstance(messages, list)  # iter_items refuses a line whose messages are not a list of messages
-        prompt: list[JSONValue] = [{**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer"
-                                   else m for m in messages]
+        return {"prompt": prompt, **fields, META: meta}
+    if target == "verifiers":  # verifiers' messages know system, user, assistant, tool
         return {"prompt": prompt, "answer": _text(line.get(reference_field)), "info": {**fields, META: meta}}
-    return {"data_source": data_source, "prompt": line["messages"], "ability": "rfteval",
+    return {"data_source": data_source, "prompt": prompt, "ability": "rfteval",
             "reward_model": {"style": "rule", "ground_truth": _text(line.get(reference_field))},
             "extra_info": {**fields, META: meta}}
 
 
 def export_dataset(items: str | Path, target: str, out_dir: str | Path, *, data_source: str | None = None,
-                   reference_field: str = "reference_answer") -> ExportedDataset:
+                   reference_field: str = "reference_answer", developer_role: str = "system") -> ExportedDataset:
     """Write the dataset for `target` into out_dir (FILES[target]) and say what was written."""
     from rfteval.data.outfile import write_output
 
@@ -171,7 +185,8 @@ def export_dataset(items: str | Path, target: str, out_dir: str | Path, *, data_
     ids = [it.id for it in read]
     if data_source is None:
         data_source = f"rfteval/{items.parent.name if items.stem == 'items' else items.stem}"
-    rows, as_json, added = build_rows(lines, ids, target, data_source=data_source, reference_field=reference_field)
+    rows, as_json, added = build_rows(lines, ids, target, data_source=data_source, reference_field=reference_field,
+                                      developer_role=developer_role)
     path = Path(out_dir) / FILES[target]
 
     def write(tmp: Path) -> None:

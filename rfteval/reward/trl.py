@@ -93,9 +93,10 @@ def for_trl(grader: GraderLike, **options: Unpack[RewardOptionsArgs]) -> TRLRewa
 
     Options: items= (the original JSONL, or its rows: each completion's item is the line named by the id column),
     id_field ("id"), on_error ("none": None for an erroring completion, what TRL documents; "zero"), reasoning
-    ("strip" | "keep"), judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency (model graders
-    only), grader_timeout, grader_memory, python_workers, unsafe_python_graders, name. Close it (or use `with`) to
-    stop its python workers early; otherwise they stop at exit. It pickles (as its config and options)."""
+    ("strip" | "keep") and think_tags ("OPEN,CLOSE" pairs, as `rfteval grade --reasoning` and `--think-tags`),
+    judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency (model graders only),
+    grader_timeout, grader_memory, python_workers, unsafe_python_graders, name. Close it (or use `with`) to stop its
+    python workers early; otherwise they stop at exit. It pickles (as its config and options)."""
     return TRLReward(grader, RewardOptions(**options))
 
 

@@ -10,6 +10,11 @@ import typer
 from rfteval.cli.commands.common import command
 
 
+class DeveloperRole(str, Enum):
+    system = "system"
+    keep = "keep"
+
+
 class Target(str, Enum):
     trl = "trl"
     verl = "verl"
@@ -26,13 +31,18 @@ def export_dataset(
                                         help="verl's reward_model.ground_truth and verifiers' answer: this field."),
     data_source: str | None = typer.Option(None, "--data-source",
                                            help="verl's data_source column (default rfteval/<dataset name>)."),
+    developer_role: DeveloperRole = typer.Option(DeveloperRole.system, "--developer-role",
+                                                 help="system: a `developer` message goes to the trainer's chat "
+                                                      "template as `system` (most open models' templates do not know "
+                                                      "`developer`); keep: as it is. The item keeps it."),
 ) -> None:
     """Write the dataset as the trainer loads it: TRL's prompt column, verl's parquet, verifiers' prompt/answer/info,
     OpenRLHF's prompt/label JSONL. A field the trainer's loader would change is kept as JSON text, and rfteval's
     rewards read the original line back exactly."""
     from rfteval.reward.export_dataset import export_dataset as write
 
-    done = write(items, target.value, out, data_source=data_source, reference_field=reference_field)
+    done = write(items, target.value, out, data_source=data_source, reference_field=reference_field,
+                 developer_role=developer_role.value)
     kept = f"; as JSON text (the loader would change them): {', '.join(done.as_json)}" if done.as_json else ""
     added = "; id added (rfteval's content hash)" if done.added_id else ""
     typer.echo(f"wrote {done.path} ({done.rows} rows{kept}{added})")

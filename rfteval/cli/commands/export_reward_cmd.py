@@ -42,7 +42,20 @@ def export_reward(
                                            help="verl: parse a ground truth held as JSON text first."),
     on_error: OnError | None = typer.Option(None, "--on-error",
                                             help="A grading error scores 0 (zero) or None (none); default: none "
-                                                 "for trl (TRL leaves it out of the baseline), zero otherwise."),
+                                                 "for trl (TRL leaves it out of the baseline), zero otherwise; "
+                                                 "openrlhf scores none as 0 (it stores no missing reward)."),
+    reasoning: str = typer.Option("strip", "--reasoning", metavar="strip|keep",
+                                  help="strip: the grader sees the answer after a leading think block, as `rfteval "
+                                       "grade` does; keep: the completion as generated [default: strip]."),
+    think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
+                                                help="Think-block tags, as `rfteval grade --think-tags` takes them "
+                                                     "[default: <think>,</think>]; repeat it for more pairs."),
+    eos_token: list[str] | None = typer.Option(None, "--eos-token", metavar="TOKEN",
+                                               help="openrlhf: one more end-of-turn token stripped from the end of a "
+                                                    "response (besides the common models' own); repeatable."),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", metavar="TOKENIZER",
+                                         help="openrlhf: also strip the end-of-turn tokens this Hugging Face "
+                                              "tokenizer's chat template writes (loaded at the first call)."),
     grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
     grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
     judge_base_url: str | None = JUDGE_BASE_URL,
@@ -60,6 +73,7 @@ def export_reward(
     from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import export_module, grader_config
+    from rfteval.reward.export import module_options
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)
@@ -70,24 +84,12 @@ def export_reward(
     config = grader_config(grader)
     check_grader(config, source, lambda line: typer.echo(line, err=True),
                  allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
-    options: dict[str, object] = {}
-    defaults = {"grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None,
-                "judge_api_key_env": "OPENAI_API_KEY", "judge_api": "chat", "judge_model": None,
-                "judge_concurrency": 16}
-    given = {"grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
-             "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
-             "judge_concurrency": judge_concurrency}
-    options.update({k: v for k, v in given.items() if v != defaults[k]})  # the module shows only what was chosen
-    if on_error is not None:
-        options["on_error"] = on_error.value
-    if target is not Target.trl and reference_field != "reference_answer":
-        options["reference_field"] = reference_field or None
-    if target is Target.verl and ground_truth_json:
-        options["ground_truth_json"] = True
-    if (target is Target.trl and reference_field != "reference_answer") or (ground_truth_json and target is not
-                                                                             Target.verl):
-        raise InputError("--reference-field is for --target verl or openrlhf, --ground-truth-json for verl",
-                         field="--target")
+    options = module_options(target.value, {
+        "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
+        "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
+        "judge_concurrency": judge_concurrency, "on_error": on_error.value if on_error else None,
+        "reasoning": reasoning, "think_tags": think_tags, "reference_field": reference_field,
+        "ground_truth_json": ground_truth_json, "eos_tokens": eos_token, "tokenizer": tokenizer})
     text = export_module(config, target.value, str(grader), out, options)
     write_output(out, lambda tmp: tmp.write_text(text, encoding="utf-8"), [source], flag="--out")
     typer.echo(f"wrote {out}")
