@@ -137,3 +137,20 @@ def test_label_model_is_refused_as_a_fine_tuning_jobs_grader_but_not_inside_mult
     assert load_grader(path).type == "multi"
     path.write_text(json.dumps(label))  # a bare grader file may be a label_model (evals, validate, grade)
     assert load_grader(path).type == "label_model"
+
+
+def test_a_jobs_hyperparameters_are_named_in_one_note(tmp_path):
+    """Azure's Sample18 job and the RFT guide's request carry hyperparameters beside the grader: the effort is
+    carried to the run's sampling, the training-only ones are named as ignored, never dropped without a word."""
+    from rfteval.graders.base import load_notes
+
+    job = {"model": "o4-mini", "method": {"type": "reinforcement", "reinforcement": {
+        "grader": SC, "hyperparameters": {"reasoning_effort": "medium", "n_epochs": 3, "eval_samples": 5,
+                                          "batch_size": None}}}}
+    notes = load_notes(load_grader(dump(tmp_path, job)))
+    (note,) = [n for n in notes if "hyperparameters" in n]
+    assert "reasoning_effort 'medium' is the models' sampling reasoning_effort" in note
+    assert "eval_samples, n_epochs ignored" in note and "batch_size" not in note
+    job["method"]["reinforcement"]["hyperparameters"] = {"reasoning_effort": "default"}
+    assert not [n for n in load_notes(load_grader(dump(tmp_path, job))) if "hyperparameters" in n]
+    assert not load_notes(load_grader(dump(tmp_path, SC)))  # a bare grader: nothing to say

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -132,7 +133,55 @@ def load_grader(path: str | Path) -> GraderConfig:
         raise InputError(f"a fine-tuning job's grader cannot be {grader['type']} (RFT takes string_check, "
                          f"text_similarity, python, score_model and multi); put it inside a multi grader",
                          path, line_of(text, "type"), field)
-    return parse_config(grader, path, prefix.rstrip("."), text)
+    config = parse_config(grader, path, prefix.rstrip("."), text)
+    if prefix == "method.reinforcement.grader.":
+        note = load_job_settings(path).note()
+        if note:
+            config._notes.append(note)
+    return config
+
+
+# A job's hyperparameters that only steer training (openai-python: ReinforcementHyperparameters): nothing in an
+# eval run corresponds to them. reasoning_effort is the one that is a sampling setting.
+JOB_EFFORT_DEFAULT = "default"  # RFT's own value: the model's default effort, i.e. not set
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What a fine-tuning job's method.reinforcement.hyperparameters say that a run can use, and what it cannot."""
+
+    reasoning_effort: str | None = None  # the models' sampling effort, unless the run sets its own
+    ignored: list[str] = field(default_factory=list)  # set, but training settings only
+
+    def note(self) -> str | None:
+        """One line on the job's hyperparameters, or None when it sets none."""
+        parts = []
+        if self.reasoning_effort is not None:
+            parts.append(f"reasoning_effort {self.reasoning_effort!r} is the models' sampling reasoning_effort in "
+                         "`rfteval run` (a --reasoning-effort or [sampling] reasoning_effort wins)")
+        if self.ignored:
+            parts.append(f"{', '.join(self.ignored)} ignored (training settings; rfteval's --epochs is its own "
+                         "samples per item)")
+        return f"method.reinforcement.hyperparameters: {'; '.join(parts)}" if parts else None
+
+
+def load_job_settings(path: str | Path) -> JobSettings:
+    """The job's hyperparameters when the grader file is a fine-tuning job; empty settings for any other file."""
+    if reward_function_ref(path) is not None or str(path).endswith(".py"):
+        return JobSettings()
+    obj, _ = read_json_file(path)
+    method = obj.get("method") if isinstance(obj, dict) else None
+    rl = method.get("reinforcement") if isinstance(method, dict) else None
+    hyper = rl.get("hyperparameters") if isinstance(rl, dict) else None
+    if not isinstance(hyper, dict):
+        return JobSettings()
+    from rfteval.graders.judged import REASONING_EFFORTS
+
+    effort = hyper.get("reasoning_effort")
+    usable = isinstance(effort, str) and effort in REASONING_EFFORTS
+    ignored = sorted(k for k, v in hyper.items() if v is not None and not (k == "reasoning_effort" and (
+        usable or v == JOB_EFFORT_DEFAULT)))
+    return JobSettings(effort if usable and isinstance(effort, str) else None, ignored)
 
 
 def load_response_format(path: str | Path) -> JSONObject | None:
