@@ -141,6 +141,16 @@ def drop_unset(model: type[BaseModel], data: object) -> object:
     return {k: v for k, v in data.items() if k not in unset} if unset else data
 
 
+def pass_rule_note(config: GraderConfig) -> str | None:
+    """One line when a grader whose range is not [0, 1] has no pass_threshold: a sample then passes only at the
+    top of the range (the pass rule of pass@k and agree's pass table), so 9 of 10 fails."""
+    low, high, _ = config.score_range()
+    if (low, high) == (0.0, 1.0) or getattr(config, "pass_threshold", 0.0) is not None:
+        return None
+    return (f"range [{low:g}, {high:g}] and no pass_threshold: a sample passes (pass@k, --metric pass@K) only at "
+            f"{high:g}, so {high - (high - low) / 10:g} fails; set pass_threshold, or give --pass-threshold X")
+
+
 def walk(config: GraderConfig) -> Iterator[GraderConfig]:
     """The config and every grader inside it, depth first."""
     yield config

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from pydantic import ValidationError
 
 from rfteval.errors import InputError, read_input_text
-from rfteval.graders.base import REGISTRY, GraderConfig
+from rfteval.graders.base import REGISTRY, GraderConfig, pass_rule_note
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONObject, JSONValue
@@ -134,6 +134,8 @@ def load_grader(path: str | Path) -> GraderConfig:
                          f"text_similarity, python, score_model and multi); put it inside a multi grader",
                          path, line_of(text, "type"), field)
     config = parse_config(grader, path, prefix.rstrip("."), text)
+    if (rule := pass_rule_note(config)) is not None:
+        config._notes.append(rule)
     if prefix == "method.reinforcement.grader.":
         note = load_job_settings(path).note()
         if note:

@@ -218,9 +218,9 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     model, its paired delta against the baseline (from `comparison`, the run's one comparison)."""
     import numpy as np
 
-    from rfteval.compare.comparison import run_pass_curves
+    from rfteval.compare.comparison import CompareOptions, infer_bounds, run_pass_curves
     from rfteval.data.records import json_safe, now_iso
-    from rfteval.stats.paired import side_summary
+    from rfteval.stats.paired import clip_interval, side_summary
 
     models: dict[str, dict[str, object]] = {}  # made JSON-safe and converted to ModelSummary below
     for run in runs:
@@ -228,10 +228,15 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         means = np.frombuffer(t.item_means, dtype=np.float64)
         means = means[~np.isnan(means)]
         side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
+        ci95: list[float] | list[None] = [None, None]
+        if means.size:  # cut to what the grader can score, as compare cuts it (its declared range, else [0, 1])
+            low, high = side_summary(means)["ci95"]
+            ci95 = list(clip_interval(low, high, infer_bounds(CompareOptions(), means,
+                                                              declared=[grader.score_range()])))
         models[run.label] = {
             "model": run.model, "provider": run.provider,
             "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
-            "mean": side["mean"], "se": side["se"], "ci95": side["ci95"], "items": side["items"],
+            "mean": side["mean"], "se": side["se"], "ci95": ci95, "items": side["items"],
             "records": t.records, "cells": t.cells, "cached": t.cached,
             "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
             "error_rate": t.error_count / t.cells if t.cells else 0.0,
