@@ -236,3 +236,18 @@ def test_json_shape(pair):
     json.dumps(j, allow_nan=False)  # strict JSON: no NaN anywhere
 
 
+
+
+def test_bounds_come_from_the_graders_declared_range_when_the_scores_lie_in_it() -> None:
+    from rfteval.compare.comparison import infer_bounds
+
+    o = CompareOptions()
+    ten = np.array([0.0, 7.0, 10.0])
+    assert infer_bounds(o, ten, declared=[(0.0, 10.0, "score_model range"), None]) == (0.0, 10.0)
+    assert infer_bounds(o, ten) is None  # nothing known, scores past 1: unbounded (and compare says so)
+    # both sides' graders together (a 0..5 and a 0..10 grader compared)
+    assert infer_bounds(o, ten, declared=[(0.0, 5.0, "a"), (0.0, 10.0, "b")]) == (0.0, 10.0)
+    # a python grader's assumed [0, 1] that its scores leave is not a bound
+    assert infer_bounds(o, np.array([0.0, 1.5]), declared=[(0.0, 1.0, "assumed")]) is None
+    assert infer_bounds(CompareOptions(score_range=(0.0, 20.0)), ten, declared=[(0.0, 10.0, "x")]) == (0.0, 20.0)
+    assert infer_bounds(o, np.array([0.0, 0.5])) == (0.0, 1.0)

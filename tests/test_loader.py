@@ -4,6 +4,7 @@ import pytest
 
 from rfteval.errors import InputError
 from rfteval.graders import load_grader
+from rfteval.graders.base import load_notes
 from rfteval.graders.loader import load_response_format
 
 SC = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
@@ -154,3 +155,12 @@ def test_a_jobs_hyperparameters_are_named_in_one_note(tmp_path):
     job["method"]["reinforcement"]["hyperparameters"] = {"reasoning_effort": "default"}
     assert not [n for n in load_notes(load_grader(dump(tmp_path, job))) if "hyperparameters" in n]
     assert not load_notes(load_grader(dump(tmp_path, SC)))  # a bare grader: nothing to say
+
+
+def test_a_non_unit_range_without_pass_threshold_says_only_the_maximum_passes(tmp_path):
+    judge = {"type": "score_model", "name": "j", "model": "m", "range": [0, 10],
+             "input": [{"role": "user", "content": "{{ sample.output_text }}"}]}
+    (note,) = [n for n in load_notes(load_grader(dump(tmp_path, judge))) if "pass_threshold" in n]
+    assert note.startswith("range [0, 10] and no pass_threshold") and "only at 10, so 9 fails" in note
+    for quiet in ({**judge, "pass_threshold": 7}, {**judge, "range": [0, 1]}, SC):
+        assert not [n for n in load_notes(load_grader(dump(tmp_path, quiet))) if "pass_threshold" in n]
