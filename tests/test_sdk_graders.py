@@ -76,8 +76,8 @@ def instances() -> dict[str, list[pydantic.BaseModel]]:
         TextSimilarityGrader,
     )
     from openai.types.graders.grader_inputs import GraderInputItemInputImage
-    from openai.types.graders.score_model_grader import Input, SamplingParams
-    from openai.types.responses.response_input_text import ResponseInputText
+    from openai.types.graders.score_model_grader import Input, InputContentInputImage, SamplingParams
+    from openai.types.responses.response_input_text import PromptCacheBreakpoint, ResponseInputText
 
     string = StringCheckGrader(type="string_check", name="exact", input="{{sample.output_text}}",
                                reference="{{item.reference_answer}}", operation="eq")
@@ -87,12 +87,18 @@ def instances() -> dict[str, list[pydantic.BaseModel]]:
         "def grade(sample, item):\n    return 1.0 if item['reference_answer'] in sample['output_text'] else 0.0\n"))
     judge_input = [Input(role="developer", content="Score from 0 to 10."),
                    Input(role="user", content=[
-                       ResponseInputText(type="input_text", text="Reference {{item.reference_answer}}"),
+                       ResponseInputText(type="input_text", text="Reference {{item.reference_answer}}",
+                                         prompt_cache_breakpoint=PromptCacheBreakpoint(mode="explicit")),
                        GraderInputItemInputImage(type="input_image", image_url="https://example.invalid/x.png"),
-                       "Answer: {{sample.output_text}}"])]
+                       "Answer: {{sample.output_text}}"]),
+                   Input(role="user", content=InputContentInputImage(type="input_image",
+                                                                     image_url="https://example.invalid/y.png"))]
     score = ScoreModelGrader(type="score_model", name="judge", model="gpt-4o-mini", input=judge_input)
     score_ten = ScoreModelGrader(type="score_model", name="judge10", model="gpt-4o-mini", input=judge_input,
                                  range=[0, 10], sampling_params=SamplingParams(seed=7))
+    score_sampled = ScoreModelGrader(type="score_model", name="sampled", model="gpt-4o-mini", input=[Input(
+        role="user", content=[ResponseInputText(type="input_text", text="Answer: {{sample.output_text}}")])],
+        range=[0, 1], sampling_params=SamplingParams(temperature=0.0))
     label = LabelModelGrader(type="label_model", name="label", model="gpt-4o-mini",
                              input=[{"role": "user", "content": "Answer: {{sample.output_text}}"}],
                              labels=["right", "wrong"], passing_labels=["right"])
@@ -102,7 +108,7 @@ def instances() -> dict[str, list[pydantic.BaseModel]]:
     multi_named = MultiGrader.construct(type="multi", name="named", calculate_output="0.5 * exact + 0.5 * judge",
                                         graders={"exact": string, "judge": score})
     return {"string_check": [string], "text_similarity": [similar], "python": [python],
-            "score_model": [score, score_ten], "label_model": [label], "multi": [multi_one, multi_named]}
+            "score_model": [score, score_ten, score_sampled], "label_model": [label], "multi": [multi_one, multi_named]}
 
 
 def test_every_grader_type_of_the_sdk_has_an_instance_here():
@@ -110,6 +116,55 @@ def test_every_grader_type_of_the_sdk_has_an_instance_here():
     assert {"string_check", "text_similarity", "python", "score_model", "label_model", "multi"} <= set(found)
     missing = sorted(set(found) - set(instances()))
     assert not missing, f"the openai SDK has grader type(s) {missing}: add an instance to instances()"
+
+
+def _optional_fields(cls: type, seen: set[type] | None = None) -> set[str]:
+    """`Class.field` for every field the SDK types with a None default, in the class and the models inside it."""
+    seen = seen if seen is not None else set()
+    if cls in seen:
+        return set()
+    seen.add(cls)
+    out: set[str] = set()
+    for name, f in cls.model_fields.items():
+        if not f.is_required() and f.default is None:
+            out.add(f"{cls.__name__}.{name}")
+        for inner in _models_in(f.annotation):
+            out |= _optional_fields(inner, seen)
+    return out
+
+
+def _models_in(annotation: object) -> list[type]:
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _nulls(instance: object) -> set[str]:
+    """`Class.field` of every field left None in an SDK object and the objects inside it."""
+    out: set[str] = set()
+    if isinstance(instance, pydantic.BaseModel):
+        for name in type(instance).model_fields:
+            value = getattr(instance, name, None)
+            if value is None:
+                out.add(f"{type(instance).__name__}.{name}")
+            out |= _nulls(value)
+        for value in (instance.model_extra or {}).values():  # construct() keeps a dict of named graders here
+            out |= _nulls(value)
+    elif isinstance(instance, dict):
+        for value in instance.values():
+            out |= _nulls(value)
+    elif isinstance(instance, list):
+        for value in instance:
+            out |= _nulls(value)
+    return out
+
+
+def test_the_instances_leave_every_optional_field_of_the_sdk_null_somewhere():
+    """So the dumps below carry a null for each field the SDK types as optional (content parts not used as
+    such in a grader, audio's, have none)."""
+    wanted = set().union(*(_optional_fields(cls) for cls in sdk_grader_types().values()))
+    seen = set().union(*(_nulls(i) for objs in instances().values() for i in objs))
+    assert wanted - seen == set(), f"optional SDK fields no instance leaves null: {sorted(wanted - seen)}"
 
 
 def judge_responder(request):
@@ -151,7 +206,7 @@ def test_model_dump_with_nulls_and_without_gives_the_same_grader(fake_openai, gt
 
 
 def test_range_null_is_zero_to_one_and_a_declared_range_is_kept():
-    score, score_ten = instances()["score_model"]
+    score, score_ten, _ = instances()["score_model"]
     assert parse_config(score.model_dump()).score_range()[:2] == (0.0, 1.0)
     assert parse_config(score_ten.model_dump()).score_range()[:2] == (0.0, 10.0)
 
@@ -183,7 +238,7 @@ def test_a_fine_tuning_job_dumped_whole_by_the_sdk_loads(tmp_path):
     from openai._models import construct_type
     from openai.types.fine_tuning import FineTuningJob
 
-    _, score_ten = instances()["score_model"]
+    _, score_ten, _ = instances()["score_model"]
     hyper = {"reasoning_effort": "medium", "n_epochs": 2, "eval_samples": 3}
     job = construct_type(type_=FineTuningJob, value=job_json(score_ten.model_dump(exclude_none=True), hyper))
     assert isinstance(job, FineTuningJob)

@@ -764,7 +764,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         if any(c.startswith(SUB) for c in used_b.columns):
             notes.append(f"sub-scores are compared as means, not under {metric.name}: left out here")
     else:
-        sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, bounds)
+        sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, (base, cand))
     adjust_family(list(sub_scores.values()))
     pass_k = None
     if thresholds is not None:
@@ -786,10 +786,27 @@ MIN_ITEMS_FOR_INTERVAL = 5
 MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike) is not one to show
 
 
+@lru_cache(maxsize=32)
+def sub_grader_ranges(grader: str) -> dict[str, tuple[float, float, str]]:
+    """A multi grader file's sub-graders' ranges by key (a 0..10 score_model inside a multi scoring 0..1)."""
+    from rfteval.graders.loader import load_grader
+    try:
+        config = load_grader(grader)
+    except Exception:  # noqa: BLE001 - best effort, as grader_range
+        return {}
+    graders = getattr(config, "graders", None)
+    if not isinstance(graders, dict):
+        return {}
+    return {str(key): (*sub.score_range()[:2], f"{key}: {sub.score_range()[2]}") for key, sub in graders.items()}
+
+
 def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame, o: CompareOptions,
-                notes: list[str], bounds: tuple[float, float] | None) -> dict[str, PairRow]:
-    """Each multi-grader sub-score compared like the score: error records count 0 unless excluded."""
+                notes: list[str], sides: tuple[Side, Side]) -> dict[str, PairRow]:
+    """Each multi-grader sub-score compared like the score: error records count 0 unless excluded. Each one's
+    intervals are cut to its own sub-grader's range (infer_bounds), not the multi's."""
     import numpy as np
+
+    declared = [sub_grader_ranges(s.grader) if s.grader is not None else {} for s in sides]
 
     keys_b = {c[len(SUB):] for c in used_b.columns if c.startswith(SUB)}
     keys_c = {c[len(SUB):] for c in used_c.columns if c.startswith(SUB)}
@@ -806,7 +823,9 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
             per_side.append(stats.item_stats(frame).set_index("item_id")["mean"])
         j = per_side[0].to_frame("b").join(per_side[1].to_frame("c"), how="inner").join(paired, how="inner")
         if len(j):
-            out[key] = paired_row(j["b"].to_numpy(), j["c"].to_numpy(), o, bounds)
+            b_vals, c_vals = j["b"].to_numpy(), j["c"].to_numpy()
+            bounds = infer_bounds(o, b_vals, c_vals, declared=[d.get(key) for d in declared])
+            out[key] = paired_row(b_vals, c_vals, o, bounds)
     return out
 
 

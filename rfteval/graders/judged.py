@@ -39,9 +39,10 @@ class InputMessage(BaseModel):
     @field_validator("content", mode="before")
     @classmethod
     def _parts_unset(cls, value: object) -> object:
-        """A content part's null field is unset (the SDK dumps an image part's `detail: null`)."""
+        """A content part's null field is unset, at any depth (the SDK dumps an image part's `detail: null`, a text
+        part's `prompt_cache_breakpoint: null` or its `ttl: null`)."""
         def clean(part: object) -> object:
-            return {k: v for k, v in part.items() if v is not None} if isinstance(part, dict) else part
+            return {k: clean(v) for k, v in part.items() if v is not None} if isinstance(part, dict) else part
 
         return [clean(p) for p in value] if isinstance(value, list) else clean(value)
 
