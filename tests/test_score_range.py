@@ -165,3 +165,23 @@ def test_agree_reads_the_range_of_each_side(run_dir: Path, tmp_path: Path) -> No
     for row in out["verdict"]:
         assert within(row["under_a"]["ci95"], -10, 10) and within(row["under_b"]["ci95"], -10, 10)
     assert within(out["bias"]["ci95"], -10, 10)
+
+
+@pytest.mark.slow
+def test_grade_cuts_its_summary_to_the_judges_range(run_dir: Path, tmp_path: Path) -> None:
+    outputs = tmp_path / "outputs.jsonl"
+    rows = [json.loads(line) for line in (run_dir / "base.jsonl").read_text().splitlines()]
+    outputs.write_text("".join(json.dumps({"item_id": r["item_id"], "epoch": r["epoch"], "model": "fake-base",
+                                           "output_text": r["output_text"]}) + "\n" for r in rows))
+    ds, grader = run_dir.parent / "items.jsonl", run_dir.parent / "grader.json"
+    server = FakeOpenAI(responder=responder).start()
+    try:
+        res = runner.invoke(app, ["grade", "--dataset", str(ds), "--grader", str(grader), "--outputs", str(outputs),
+                                  "--judge-base-url", server.base_url, "--format", "json"],
+                            env={"OPENAI_API_KEY": "sk-local"})
+    finally:
+        server.stop()
+    assert res.exit_code == 0, res.output
+    (model,) = json.loads(res.stdout)["models"]
+    assert model["mean"] == pytest.approx(11 / 3) and within(model["ci95"], 0, 10)
+    assert uncut(run_dir / "base.jsonl")[0] < 0

@@ -44,14 +44,16 @@ class GradeSummary(TypedDict):
     per_item: pd.DataFrame
 
 
-def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[GradeSummary]:
+def summarize_models(frame: pd.DataFrame, level: float = 0.95,
+                     grader: GraderConfig | None = None) -> list[GradeSummary]:
     """One summary per model label of a record frame (rfteval.data.records.records_frame / read_records): mean of
-    item means, its interval, counts of items, records and errors.
+    item means, its interval (cut to the grader's range, as compare cuts it), counts of items, records and errors.
 
     The error policy is compare's and readiness's (rfteval.data.records.effective_scores): a generation failure is
     left out of the mean and counted, a grading error or a refusal scores 0."""
     import pandas as pd
 
+    from rfteval.compare.comparison import CompareOptions, infer_bounds
     from rfteval.data.records import effective_scores, error_type_of
     from rfteval.stats import paired as stats
 
@@ -60,7 +62,10 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[GradeSumm
         rewards = effective_scores(df)
         used = rewards.notna()
         per_item = stats.item_stats(df.loc[used, ["item_id"]].assign(score=rewards[used]))
-        side = stats.side_summary(per_item["mean"].to_numpy(), level=level)
+        means = per_item["mean"].to_numpy()
+        side = stats.side_summary(means, level=level)
+        bounds = infer_bounds(CompareOptions(), means, declared=[grader.score_range()] if grader else [])
+        side["ci95"] = list(stats.clip_interval(side["ci95"][0], side["ci95"][1], bounds))
         errors = df["error"].map(error_type_of).dropna() if "error" in df else pd.Series([], dtype=object)
         out.append({
             "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
