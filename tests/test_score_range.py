@@ -185,3 +185,14 @@ def test_grade_cuts_its_summary_to_the_judges_range(run_dir: Path, tmp_path: Pat
     (model,) = json.loads(res.stdout)["models"]
     assert model["mean"] == pytest.approx(11 / 3) and within(model["ci95"], 0, 10)
     assert uncut(run_dir / "base.jsonl")[0] < 0
+
+
+@pytest.mark.slow
+def test_readiness_on_a_record_file_alone_reads_the_range_on_the_records(run_dir: Path, tmp_path: Path) -> None:
+    shutil.copy(run_dir / "base.jsonl", tmp_path / "base.jsonl")
+    res = runner.invoke(app, ["readiness", str(tmp_path / "base.jsonl"), "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    out = json.loads(res.stdout)
+    # not "assumed [0, 1], widened to the observed scores" ([0, 9] here: a 9 would have been the ceiling)
+    assert (out["score_min"], out["score_max"]) == (0.0, 10.0), out["range_source"]
+    assert out["range_source"] == "the range the grader wrote on the records"

@@ -72,8 +72,7 @@ def load_graded(path: str | Path, name: str) -> GradedSide:
     import pandas as pd
 
     from rfteval.compare.comparison import grader_range
-    from rfteval.compare.sides import frame_range
-    from rfteval.data.records import read_records
+    from rfteval.data.records import frame_range, read_records
 
     path = Path(path)
     frames = [read_records(f) for f in _record_files(path)]

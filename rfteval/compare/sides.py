@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data import rundir
-from rfteval.data.records import generation_failures
+from rfteval.data.records import RANGE_LOOKS, frame_range, generation_failures, recorded_score_range
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -76,22 +76,6 @@ def outside_unit(scores: pd.Series) -> bool:
 
 
 _RANGE_KEY = b'"score_range"'
-_RANGE_LOOKS = 50  # records looked at before giving up (a record without details: a judge error, say)
-
-
-def _range_of(details: object) -> tuple[float, float] | None:
-    """grade_details.score_range as (low, high), from a dict (JSONL) or JSON text (Parquet); None otherwise."""
-    if isinstance(details, str):
-        try:
-            details = json.loads(details)
-        except ValueError:
-            return None
-    value = details.get("score_range") if isinstance(details, dict) else None
-    if (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                            and math.isfinite(v) for v in value)
-            and value[0] < value[1]):
-        return float(value[0]), float(value[1])
-    return None
 
 
 def recorded_range(path: Path) -> tuple[float, float] | None:
@@ -103,11 +87,11 @@ def recorded_range(path: Path) -> tuple[float, float] | None:
             pf = pq.ParquetFile(path)
             if "grade_details" not in pf.schema_arrow.names:
                 return None
-            batch = next(pf.iter_batches(batch_size=_RANGE_LOOKS, columns=["grade_details"]), None)
+            batch = next(pf.iter_batches(batch_size=RANGE_LOOKS, columns=["grade_details"]), None)
         except (OSError, ValueError):
             return None
         for value in batch.column(0).to_pylist() if batch is not None else []:
-            found = _range_of(value)
+            found = recorded_score_range(value)
             if found is not None:
                 return found
         return None
@@ -116,7 +100,7 @@ def recorded_range(path: Path) -> tuple[float, float] | None:
     except OSError:
         return None
     at = data.find(_RANGE_KEY)
-    for _ in range(_RANGE_LOOKS):
+    for _ in range(RANGE_LOOKS):
         if at < 0:
             return None
         start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
@@ -124,21 +108,10 @@ def recorded_range(path: Path) -> tuple[float, float] | None:
             record = json.loads(data[start:end if end >= 0 else len(data)])
         except ValueError:
             record = None
-        found = _range_of(record.get("grade_details")) if isinstance(record, dict) else None
+        found = recorded_score_range(record.get("grade_details")) if isinstance(record, dict) else None
         if found is not None:
             return found
         at = data.find(_RANGE_KEY, end) if end >= 0 else -1
-    return None
-
-
-def frame_range(frame: pd.DataFrame) -> tuple[float, float] | None:
-    """The score range the grader wrote on records held in memory (a frame with grade_details)."""
-    if "grade_details" not in frame:
-        return None
-    for value in frame["grade_details"].head(_RANGE_LOOKS).tolist():
-        found = _range_of(value)
-        if found is not None:
-            return found
     return None
 
 
