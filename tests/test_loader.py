@@ -164,3 +164,11 @@ def test_a_non_unit_range_without_pass_threshold_says_only_the_maximum_passes(tm
     assert note.startswith("range [0, 10] and no pass_threshold") and "only at 10, so 9 fails" in note
     for quiet in ({**judge, "pass_threshold": 7}, {**judge, "range": [0, 1]}, SC):
         assert not [n for n in load_notes(load_grader(dump(tmp_path, quiet))) if "pass_threshold" in n]
+
+
+def test_a_job_that_is_not_reinforcement_says_it_has_no_grader(tmp_path):
+    # FineTuningJob.model_dump() of a supervised job: method.reinforcement is null
+    job = {"id": "ftjob-1", "object": "fine_tuning.job", "model": "gpt-4o-mini", "hyperparameters": {"n_epochs": 3},
+           "method": {"type": "supervised", "dpo": None, "reinforcement": None, "supervised": {"hyperparameters": {}}}}
+    with pytest.raises(InputError, match="method is 'supervised' has no grader"):
+        load_grader(dump(tmp_path, job))

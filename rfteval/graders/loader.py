@@ -128,6 +128,12 @@ def load_grader(path: str | Path) -> GraderConfig:
         return python_grader_file(path)
     obj, text = read_json_file(path)
     grader, prefix = unwrap_grader(obj)
+    method = obj.get("method") if isinstance(obj, dict) and "type" not in obj else None
+    if not prefix and isinstance(method, dict):
+        kind = method.get("type")
+        raise InputError(f"a fine-tuning job whose method is {kind!r} has no grader (only a reinforcement job's "
+                         "method.reinforcement.grader is one)", path, line_of(text, "method"),
+                         "method.reinforcement.grader")
     if prefix == "method.reinforcement.grader." and isinstance(grader, dict) and grader.get("type") in JOB_REFUSES:
         field = f"{prefix}type"
         raise InputError(f"a fine-tuning job's grader cannot be {grader['type']} (RFT takes string_check, "
