@@ -508,8 +508,8 @@ def infer_bounds(o: CompareOptions, *scores: np.ndarray,
     return None
 
 
-UNBOUNDED_NOTE = ("scores outside [0, 1] and no grader range known (no run directory's grader, no range on the "
-                  "records): intervals are not cut to what the grader can score; give --score-range LO,HI")
+UNBOUNDED_NOTE = ("scores outside [0, 1] and no declared grader range holds them (none from a run directory's grader "
+                  "or on the records): intervals are not cut to what the grader can score; give --score-range LO,HI")
 
 
 def _clip(ci: Sequence[float], bounds: tuple[float, float] | None) -> list[float]:

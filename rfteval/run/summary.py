@@ -232,12 +232,13 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         t = totals[run.label]
         means = np.frombuffer(t.item_means, dtype=np.float64)
         means = means[~np.isnan(means)]
-        side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
         ci95: list[float] | list[None] = [None, None]
-        if means.size:  # cut to what the grader can score, as compare cuts it (its declared range, else [0, 1])
-            low, high = side_summary(means)["ci95"]
-            ci95 = list(clip_interval(low, high, infer_bounds(CompareOptions(), means,
-                                                              declared=[grader.score_range()])))
+        if means.size:
+            found = side_summary(means)
+            # cut to what the grader can score, as compare cuts it (its declared range, else [0, 1])
+            ci95 = list(clip_interval(found["ci95"][0], found["ci95"][1],
+                                      infer_bounds(CompareOptions(), means, declared=[grader.score_range()])))
+        side = found if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
         models[run.label] = {
             "model": run.model, "provider": run.provider,
             "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
