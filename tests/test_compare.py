@@ -277,3 +277,23 @@ def test_a_sub_scores_interval_is_cut_to_its_own_range_not_the_multis(tmp_path):
     row = r.sub_scores["judge"]
     assert 0 <= row["baseline"]["ci95"][0] and row["baseline"]["ci95"][1] <= 10
     assert r.bounds == (0.0, 1.0) and r.baseline["ci95"][0] >= 0
+
+
+@pytest.mark.slow
+def test_per_item_delta_intervals_stay_within_the_graders_span():
+    """Five epochs a side give each item a delta interval; on a 0..10 judge it never passes ±10."""
+    from rfteval.compare.comparison import compare_sides
+    from rfteval.compare.sides import side_from_records
+
+    def side(label, scores):
+        records = side_records(label, scores)
+        for r in records:
+            r.grade_details = {"score_range": [0.0, 10.0]}  # what score_model writes on each record
+        return side_from_records(records, label)
+
+    base = {i: [0, 10, 0, 10, 0] for i in "abcdef"}
+    tuned = {i: [10, 0, 10, 10, 10] for i in "abcdef"}
+    r = compare_sides(side("base", base), side("tuned", tuned))
+    assert r.bounds == (0.0, 10.0)
+    hi = r.items["delta_hi"].to_numpy()
+    assert np.isfinite(hi).all() and hi.max() == 10.0  # the uncut t interval reaches past 11

@@ -727,6 +727,9 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     lo, hi = stats.per_item_delta_interval(d, joined["sd_b"].to_numpy(), n_b, joined["sd_c"].to_numpy(), n_c, o.level)
     few = (n_b < MIN_EPOCHS_FOR_ITEM_INTERVAL) | (n_c < MIN_EPOCHS_FOR_ITEM_INTERVAL)
     lo, hi = np.where(few, np.nan, lo), np.where(few, np.nan, hi)
+    if bounds is not None:  # an item's delta lies within ±(the grader's span), as the overall delta's does
+        span = bounds[1] - bounds[0]
+        lo, hi = np.maximum(lo, -span), np.minimum(hi, span)
     items = pd.DataFrame({
         "item_id": joined.index.to_numpy(), "baseline": bm, "candidate": cm, "delta": d, "delta_lo": lo,
         "delta_hi": hi, "baseline_sd": joined["sd_b"].to_numpy(), "candidate_sd": joined["sd_c"].to_numpy(),
