@@ -283,8 +283,8 @@ def max_threshold_note(side: Side, threshold: tuple[float, str] | None) -> str |
     if "passed" in side.frame and np.isfinite(side.frame["passed"].to_numpy(dtype=np.float64)).all():
         return None
     return (f"{side.label}: the grader's range is [{found[0]:g}, {found[1]:g}] and it has no pass_threshold, so a "
-            f"sample passes only at {found[1]:g} (a {found[1] - (found[1] - found[0]) / 10:g} fails): set "
-            "pass_threshold in the grader or give --pass-threshold X")
+            f"sample passes only at {found[1]:g} (a {found[1] - (found[1] - found[0]) / 10:g} fails): give "
+            "--pass-threshold X (or the grader a pass_threshold)")
 
 
 def resolve_threshold(side: Side, o: CompareOptions) -> tuple[float, str] | None:

@@ -148,7 +148,8 @@ def pass_rule_note(config: GraderConfig) -> str | None:
     if (low, high) == (0.0, 1.0) or getattr(config, "pass_threshold", 0.0) is not None:
         return None
     return (f"range [{low:g}, {high:g}] and no pass_threshold: a sample passes (pass@k, --metric pass@K) only at "
-            f"{high:g}, so {high - (high - low) / 10:g} fails; set pass_threshold, or give --pass-threshold X")
+            f"{high:g}, so {high - (high - low) / 10:g} fails; give --pass-threshold X (or the grader a pass_threshold, "
+            "which OpenAI's Evals take)")
 
 
 def walk(config: GraderConfig) -> Iterator[GraderConfig]:
