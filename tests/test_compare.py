@@ -261,3 +261,64 @@ def test_json_shape(pair):
     json.dumps(j, allow_nan=False)  # strict JSON: no NaN anywhere
 
 
+
+
+def test_bounds_come_from_the_graders_declared_range_when_the_scores_lie_in_it() -> None:
+    from rfteval.compare.comparison import infer_bounds
+
+    o = CompareOptions()
+    ten = np.array([0.0, 7.0, 10.0])
+    assert infer_bounds(o, ten, declared=[(0.0, 10.0, "score_model range"), None]) == (0.0, 10.0)
+    assert infer_bounds(o, ten) is None  # nothing known, scores past 1: unbounded (and compare says so)
+    # both sides' graders together (a 0..5 and a 0..10 grader compared)
+    assert infer_bounds(o, ten, declared=[(0.0, 5.0, "a"), (0.0, 10.0, "b")]) == (0.0, 10.0)
+    # a python grader's assumed [0, 1] that its scores leave is not a bound
+    assert infer_bounds(o, np.array([0.0, 1.5]), declared=[(0.0, 1.0, "assumed")]) is None
+    assert infer_bounds(CompareOptions(score_range=(0.0, 20.0)), ten, declared=[(0.0, 10.0, "x")]) == (0.0, 20.0)
+    assert infer_bounds(o, np.array([0.0, 0.5])) == (0.0, 1.0)
+
+
+@pytest.mark.slow
+def test_a_sub_scores_interval_is_cut_to_its_own_range_not_the_multis(tmp_path):
+    """A multi scoring 0..1 from a 0..10 judge (`0.1 * judge`): the judge's sub-score row was cut to [0, 1]."""
+    import json as json_
+
+    b, t = tmp_path / "run" / "base.jsonl", tmp_path / "run" / "tuned.jsonl"
+    b.parent.mkdir()
+    judge_b, judge_t = {"x": [2, 3], "y": [9, 8], "z": [1, 5]}, {"x": [9, 9], "y": [4, 6], "z": [10, 7]}
+    for path, label, js in ((b, "base", judge_b), (t, "tuned", judge_t)):
+        write_jsonl([rec(label, i, e, s / 10, sub={"judge": float(s)}) for i, ss in js.items()
+                     for e, s in enumerate(ss)], path)
+    r = compare_paths(b, t)
+    row = r.sub_scores["judge"]
+    assert row["baseline"]["ci95"][1] > 1 and row["baseline"]["mean"] == pytest.approx(14 / 3)  # uncut: unknown
+    # the run's grader declares the judge's range: cut to [0, 10] (and the multi's own rows to [0, 1])
+    judge = {"type": "score_model", "name": "judge", "model": "m", "range": [0, 10],
+             "input": [{"role": "user", "content": "{{ sample.output_text }}"}]}
+    multi = {"type": "multi", "name": "m", "graders": {"judge": judge}, "calculate_output": "0.1 * judge"}
+    (tmp_path / "run" / "grader.json").write_text(json_.dumps(multi))
+    (tmp_path / "run" / "spec.resolved.toml").write_text('grader = "grader.json"\n')
+    r = compare_paths(b, t)
+    row = r.sub_scores["judge"]
+    assert 0 <= row["baseline"]["ci95"][0] and row["baseline"]["ci95"][1] <= 10
+    assert r.bounds == (0.0, 1.0) and r.baseline["ci95"][0] >= 0
+
+
+@pytest.mark.slow
+def test_per_item_delta_intervals_stay_within_the_graders_span():
+    """Five epochs a side give each item a delta interval; on a 0..10 judge it never passes ±10."""
+    from rfteval.compare.comparison import compare_sides
+    from rfteval.compare.sides import side_from_records
+
+    def side(label, scores):
+        records = side_records(label, scores)
+        for r in records:
+            r.grade_details = {"score_range": [0.0, 10.0]}  # what score_model writes on each record
+        return side_from_records(records, label)
+
+    base = {i: [0, 10, 0, 10, 0] for i in "abcdef"}
+    tuned = {i: [10, 0, 10, 10, 10] for i in "abcdef"}
+    r = compare_sides(side("base", base), side("tuned", tuned))
+    assert r.bounds == (0.0, 10.0)
+    hi = r.items["delta_hi"].to_numpy()
+    assert np.isfinite(hi).all() and hi.max() == 10.0  # the uncut t interval reaches past 11

@@ -4,6 +4,7 @@ import pytest
 
 from rfteval.errors import InputError
 from rfteval.graders import load_grader
+from rfteval.graders.base import load_notes
 from rfteval.graders.loader import load_response_format
 
 SC = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
@@ -137,3 +138,37 @@ def test_label_model_is_refused_as_a_fine_tuning_jobs_grader_but_not_inside_mult
     assert load_grader(path).type == "multi"
     path.write_text(json.dumps(label))  # a bare grader file may be a label_model (evals, validate, grade)
     assert load_grader(path).type == "label_model"
+
+
+def test_a_jobs_hyperparameters_are_named_in_one_note(tmp_path):
+    """Azure's Sample18 job and the RFT guide's request carry hyperparameters beside the grader: the effort is
+    carried to the run's sampling, the training-only ones are named as ignored, never dropped without a word."""
+    from rfteval.graders.base import load_notes
+
+    job = {"model": "o4-mini", "method": {"type": "reinforcement", "reinforcement": {
+        "grader": SC, "hyperparameters": {"reasoning_effort": "medium", "n_epochs": 3, "eval_samples": 5,
+                                          "batch_size": None}}}}
+    notes = load_notes(load_grader(dump(tmp_path, job)))
+    (note,) = [n for n in notes if "hyperparameters" in n]
+    assert "reasoning_effort 'medium' is the models' sampling reasoning_effort" in note
+    assert "eval_samples, n_epochs ignored" in note and "batch_size" not in note
+    job["method"]["reinforcement"]["hyperparameters"] = {"reasoning_effort": "default"}
+    assert not [n for n in load_notes(load_grader(dump(tmp_path, job))) if "hyperparameters" in n]
+    assert not load_notes(load_grader(dump(tmp_path, SC)))  # a bare grader: nothing to say
+
+
+def test_a_non_unit_range_without_pass_threshold_says_only_the_maximum_passes(tmp_path):
+    judge = {"type": "score_model", "name": "j", "model": "m", "range": [0, 10],
+             "input": [{"role": "user", "content": "{{ sample.output_text }}"}]}
+    (note,) = [n for n in load_notes(load_grader(dump(tmp_path, judge))) if "pass_threshold" in n]
+    assert note.startswith("range [0, 10] and no pass_threshold") and "only at 10, so 9 fails" in note
+    for quiet in ({**judge, "pass_threshold": 7}, {**judge, "range": [0, 1]}, SC):
+        assert not [n for n in load_notes(load_grader(dump(tmp_path, quiet))) if "pass_threshold" in n]
+
+
+def test_a_job_that_is_not_reinforcement_says_it_has_no_grader(tmp_path):
+    # FineTuningJob.model_dump() of a supervised job: method.reinforcement is null
+    job = {"id": "ftjob-1", "object": "fine_tuning.job", "model": "gpt-4o-mini", "hyperparameters": {"n_epochs": 3},
+           "method": {"type": "supervised", "dpo": None, "reinforcement": None, "supervised": {"hyperparameters": {}}}}
+    with pytest.raises(InputError, match="method is 'supervised' has no grader"):
+        load_grader(dump(tmp_path, job))

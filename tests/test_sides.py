@@ -129,3 +129,31 @@ def test_text_sub_score_is_named(tmp_path):
     with pytest.raises(InputError, match="finite number") as exc:
         read_record_frame(path)
     assert exc.value.line == 2 and exc.value.field == "sub_scores.k"
+
+
+def test_the_range_a_grader_wrote_on_the_records_is_found_in_jsonl_parquet_and_memory(tmp_path: Path) -> None:
+    """A score_model writes its `range` into grade_details (score_model.parse_answer): record files copied out of
+    their run directory keep it. The first records may lack it (a judge error has no answer to read)."""
+    from rfteval.compare.sides import recorded_range
+    from rfteval.data.records import write_parquet
+
+    scores = {"a": [7, 9], "b": [2, 3]}
+    records = side_records("base", scores)
+    records[0].grade_details = None  # a failed judge call: no details
+    for r in records[1:]:
+        r.grade_details = {"judge_model": "j", "score_range": [0.0, 10.0], "result": r.score}
+    write_jsonl(records, tmp_path / "base.jsonl")
+    write_parquet(records, tmp_path / "base.parquet")
+    assert recorded_range(tmp_path / "base.jsonl") == (0.0, 10.0)
+    assert recorded_range(tmp_path / "base.parquet") == (0.0, 10.0)
+    assert load_side(tmp_path / "base.jsonl").recorded_range == (0.0, 10.0)
+    assert side_from_records(records, "base").recorded_range == (0.0, 10.0)
+    # a key of that name in the model's own output is not the grader's
+    other = side_records("base", scores)
+    for r in other:
+        r.output_json = {"score_range": [0, 99]}
+    write_jsonl(other, tmp_path / "other.jsonl")
+    assert recorded_range(tmp_path / "other.jsonl") is None
+    # scores within [0, 1]: the default range already holds them, nothing is looked up
+    write_jsonl(side_records("base", BASE), tmp_path / "unit.jsonl")
+    assert load_side(tmp_path / "unit.jsonl").recorded_range is None

@@ -114,6 +114,30 @@ def test_resolve_models_merges_sampling_and_endpoints(spec_dir: Path) -> None:
     assert base.sampling.response_format == {"name": "response", "schema": SCHEMA, "strict": True}
 
 
+def test_a_jobs_reasoning_effort_is_the_models_unless_the_run_sets_one(spec_dir: Path) -> None:
+    # the RFT guide's job request (openai-graders.md §3.2): method.reinforcement.hyperparameters.reasoning_effort
+    grader = json.loads((spec_dir / "grader.json").read_text())
+    job = {"model": "o4-mini-2025-04-16", "method": {"type": "reinforcement", "reinforcement": {
+        "grader": grader, "hyperparameters": {"reasoning_effort": "high", "n_epochs": 2}}}}
+    (spec_dir / "grader.json").write_text(json.dumps(job))
+    no_effort = SPEC.replace('reasoning_effort = "medium"\n', "")
+    (spec_dir / "spec.toml").write_text(no_effort)
+    runs = {r.label: r for r in resolve_models(build_spec(spec_dir / "spec.toml"))}
+    assert runs["base"].sampling.reasoning_effort == runs["tuned"].sampling.reasoning_effort == "high"
+    (spec_dir / "spec.toml").write_text(no_effort.replace('model = "o3-mini"\n', 'model = "o3-mini"\n'
+                                                          'reasoning_effort = "low"\n', 1))
+    runs = {r.label: r for r in resolve_models(build_spec(spec_dir / "spec.toml"))}
+    assert runs["base"].sampling.reasoning_effort == "low" and runs["tuned"].sampling.reasoning_effort == "high"
+    (spec_dir / "spec.toml").write_text(SPEC)  # [sampling] reasoning_effort = "medium" wins for every model
+    runs = {r.label: r for r in resolve_models(build_spec(spec_dir / "spec.toml"))}
+    assert runs["base"].sampling.reasoning_effort == runs["tuned"].sampling.reasoning_effort == "medium"
+    job["method"]["reinforcement"]["hyperparameters"]["reasoning_effort"] = "default"  # RFT's "not set"
+    (spec_dir / "grader.json").write_text(json.dumps(job))
+    (spec_dir / "spec.toml").write_text(no_effort)
+    runs = {r.label: r for r in resolve_models(build_spec(spec_dir / "spec.toml"))}
+    assert runs["base"].sampling.reasoning_effort is None
+
+
 def test_replay_models(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "g.json").write_text('{"type": "string_check", "name": "g", "input": "a", "reference": "a", '

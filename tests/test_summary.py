@@ -14,7 +14,8 @@ from rfteval.cli.app import app
 from rfteval.run.summary import ModelSummary, RunSummary, as_run_summary
 
 # written by the dict-based build_summary (main at 95db486) for the replay run below, with what differs between
-# two runs of it (ids, paths, times) masked as _masked does
+# two runs of it (ids, paths, times) masked as _masked does; one change since: a model's ci95 is cut to the
+# grader's range, as compare cuts it (issue 27: [-0.355, 0.755] became [0.0, 0.755] for a string_check)
 V1 = Path(__file__).parent / "data" / "summary_v1" / "summary.json"
 
 

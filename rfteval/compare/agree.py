@@ -54,6 +54,9 @@ class GradedSide:
     grader: str | None = None  # the grader file that wrote the grades, when known
     dataset: str | None = None  # the dataset a run directory names, for --regrade
     generation_failures: int = 0  # records whose model never answered: not an answer, counted
+    # the grader's range: its file's score_range (as readiness and compare read it), else the range written on
+    # the records (grade_details.score_range); None when neither is known
+    score_range: tuple[float, float] | None = None
 
     def errors(self) -> SideErrors:
         """This side's error records: how many of its records, and how many of each error type."""
@@ -103,7 +106,8 @@ def load_graded(path: str | Path, name: str) -> GradedSide:
     """Every model's graded records in a records file (JSONL or Parquet) or a run directory (all its labels)."""
     import pandas as pd
 
-    from rfteval.data.records import read_records
+    from rfteval.compare.comparison import grader_range
+    from rfteval.data.records import frame_range, read_records
 
     path = Path(path)
     frames = [read_records(f) for f in _record_files(path)]
@@ -113,6 +117,8 @@ def load_graded(path: str | Path, name: str) -> GradedSide:
     side = graded_side(frame, name, str(path))
     side.grader = str(grader) if grader else rundir.grader_path(source)
     side.dataset = str(dataset) if dataset else None
+    found = grader_range(side.grader) if side.grader is not None else None
+    side.score_range = (found[0], found[1]) if found is not None else frame_range(frame)
     return side
 
 
@@ -293,6 +299,7 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
                      flag="--out")
     side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
     side.grader = f"{spec.grader}, judge {spec.judge_model}" if spec.judge_model else str(spec.grader)
+    side.score_range = config.score_range()[:2]
     return side, usage
 
 
@@ -454,8 +461,10 @@ class AgreeResult:
             "precision_ci95": p["precision"]["ci95"], "recall_ci95": p["recall"]["ci95"]}
         s = self.scores
         return json_safe({
-            "a": {"path": self.a.path, "grader": self.a.grader, "generation_failures": self.a.generation_failures},
-            "b": {"path": self.b.path, "grader": self.b.grader, "generation_failures": self.b.generation_failures},
+            "a": {"path": self.a.path, "grader": self.a.grader, "generation_failures": self.a.generation_failures,
+                  "score_range": list(self.a.score_range) if self.a.score_range else None},
+            "b": {"path": self.b.path, "grader": self.b.grader, "generation_failures": self.b.generation_failures,
+                  "score_range": list(self.b.score_range) if self.b.score_range else None},
             "n_samples": s["n_samples"], "n_items": s["n_items"], "unmatched": self.unmatched,
             "pearson": s["pearson"], "spearman": s["spearman"], "bias": s["bias"], "mae": s["mae"], "loa": s["loa"],
             "pass": pass_json, "pass_note": self.pass_note, "labels": self.labels, "items": self.items,
@@ -544,6 +553,10 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     sa, sb = merged["score_a"].to_numpy(np.float64), merged["score_b"].to_numpy(np.float64)
     items = merged["item_id"].to_numpy()
     scores = agreement.score_agreement(sa, sb, items, o.level, o.seed)
+    if a.score_range is not None and b.score_range is not None:  # B − A can lie only within these
+        lo, hi = scores["bias"]["ci95"]
+        bounds = (b.score_range[0] - a.score_range[1], b.score_range[1] - a.score_range[0])
+        scores["bias"]["ci95"] = list(stats.clip_interval(lo, hi, bounds))
     thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
                   "b": o.pass_threshold if o.pass_threshold is not None else grader_threshold(b.grader)}
     pass_: PassAgreement | None = None
@@ -560,7 +573,7 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     if la.notna().all() and lb.notna().all():
         labels = agreement.label_agreement(la.tolist(), lb.tolist(), items, level=o.level, seed=o.seed)
     item_rows, diffs = _items(merged, o.top)
-    verdict = _verdict(merged, o)
+    verdict = _verdict(merged, o, a.score_range, b.score_range)
     result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
                          {"passed": True, "failures": [], "warnings": [], "checks": []},
                          merged[[*KEY, "score_a", "score_b"]], errors)
@@ -596,8 +609,10 @@ def _items(merged: pd.DataFrame, top: int) -> tuple[list[ItemRow], list[tuple[st
     return rows, diffs
 
 
-def _verdict(merged: pd.DataFrame, o: AgreeOptions) -> list[VerdictRow] | None:
-    """Per candidate label: the paired delta against the baseline under A, under B, and the two deltas' difference."""
+def _verdict(merged: pd.DataFrame, o: AgreeOptions, range_a: tuple[float, float] | None = None,
+             range_b: tuple[float, float] | None = None) -> list[VerdictRow] | None:
+    """Per candidate label: the paired delta against the baseline under A, under B, and the two deltas' difference.
+    A delta's interval is cut to ±(its grader's span), as compare cuts it."""
     import numpy as np
 
     labels = list(dict.fromkeys(merged["model_label"].tolist()))
@@ -615,6 +630,10 @@ def _verdict(merged: pd.DataFrame, o: AgreeOptions) -> list[VerdictRow] | None:
         db_b, dd_b = bm["score_b"].to_numpy(np.float64), cm["score_b"].to_numpy(np.float64)
         under_a = stats.paired_delta(da_b, dc_b, level=o.level, seed=o.seed)
         under_b = stats.paired_delta(db_b, dd_b, level=o.level, seed=o.seed)
+        for delta, grader_range_ in ((under_a, range_a), (under_b, range_b)):
+            if grader_range_ is not None:
+                span = grader_range_[1] - grader_range_[0]
+                delta["ci95"] = list(stats.clip_interval(delta["ci95"][0], delta["ci95"][1], (-span, span)))
         diff = stats.paired_delta(dc_b - da_b, dd_b - db_b, level=o.level, seed=o.seed)
         wa, wb = stats.direction(under_a, o.level), stats.direction(under_b, o.level)
         rows.append({"baseline": base, "candidate": cand, "under_a": under_a, "under_b": under_b,

@@ -228,16 +228,63 @@ def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
 
 
 @lru_cache(maxsize=32)
-def grader_maximum(grader: str) -> tuple[float, str] | None:
-    """The top of a grader's range (its config's score_range) and where that comes from; None when the
-    file no longer loads (moved, edited into something invalid): the caller then falls back."""
+def grader_range(grader: str) -> tuple[float, float, str] | None:
+    """A grader file's range as readiness reads it (its config's score_range: declared, by definition or
+    assumed) and where that comes from; None when the file no longer loads (moved, edited into something
+    invalid): the caller then falls back."""
     from rfteval.graders.loader import load_grader
     try:
         config = load_grader(grader)
     except Exception:  # noqa: BLE001 - a best-effort look-up: any grader that no longer loads means "unknown"
         return None
-    _, high, source = config.score_range()
-    return float(high), f"the grader's maximum ({source}; {Path(grader).name})"
+    low, high, source = config.score_range()
+    return float(low), float(high), f"{source}; {Path(grader).name}"
+
+
+def side_range(side: Side) -> tuple[float, float, str] | None:
+    """The range of the grader that wrote a side's records: its grader file (the run directory's spec), else the
+    range the grader wrote on the records (grade_details.score_range); None when neither is known."""
+    if side.grader is not None:
+        found = grader_range(side.grader)
+        if found is not None:
+            return found
+    if side.recorded_range is not None:
+        low, high = side.recorded_range
+        return low, high, "the range written on the records"
+    return None
+
+
+def grader_maximum(side: Side) -> tuple[float, str] | None:
+    """The top of the side's grader range and where that comes from; None when unknown."""
+    found = side_range(side)
+    return None if found is None else (found[1], f"the grader's maximum ({found[2]})")
+
+
+def max_threshold_notes(sides: Sequence[Side], o: CompareOptions) -> list[str]:
+    """max_threshold_note for each side, one line for the sides it says the same of."""
+    by_text: dict[str, list[str]] = {}
+    for side in sides:
+        line = max_threshold_note(side, resolve_threshold(side, o))
+        if line:
+            by_text.setdefault(line.split(": ", 1)[1], []).append(side.label)
+    return [f"{', '.join(labels)}: {text}" for text, labels in by_text.items()]
+
+
+def max_threshold_note(side: Side, threshold: tuple[float, str] | None) -> str | None:
+    """One line when a sample of a grader whose range is not [0, 1] passes only at its maximum: the grader has no
+    pass_threshold (its records carry no `passed`), so 9 on a 0..10 judge fails."""
+    import numpy as np
+
+    found = side_range(side)
+    if threshold is None or found is None or (found[0], found[1]) == (0.0, 1.0):
+        return None
+    if not threshold[1].startswith("the grader's maximum"):
+        return None
+    if "passed" in side.frame and np.isfinite(side.frame["passed"].to_numpy(dtype=np.float64)).all():
+        return None
+    return (f"{side.label}: the grader's range is [{found[0]:g}, {found[1]:g}] and it has no pass_threshold, so a "
+            f"sample passes only at {found[1]:g} (a {found[1] - (found[1] - found[0]) / 10:g} fails): give "
+            "--pass-threshold X (or the grader a pass_threshold)")
 
 
 def resolve_threshold(side: Side, o: CompareOptions) -> tuple[float, str] | None:
@@ -253,10 +300,9 @@ def resolve_threshold(side: Side, o: CompareOptions) -> tuple[float, str] | None
         return float(o.pass_threshold), "--pass-threshold"
     if o.score_range is not None:
         return float(o.score_range[1]), "the top of --score-range"
-    if side.grader is not None:
-        found = grader_maximum(side.grader)
-        if found is not None:
-            return found
+    found = grader_maximum(side)
+    if found is not None:
+        return found
     scores = side.frame["score"].to_numpy(dtype=np.float64)
     if scores.size and np.nanmax(scores) > 1.0:
         return None
@@ -439,15 +485,31 @@ def _summary(side: Side, used: pd.DataFrame, means: np.ndarray, o: CompareOption
             "truncated_in_reasoning_share": truncated / (records - generation) if records > generation else 0.0}
 
 
-def infer_bounds(o: CompareOptions, *scores: np.ndarray) -> tuple[float, float] | None:
-    """The score range intervals are cut to: --score-range, else [0, 1] when every score lies in it."""
+def infer_bounds(o: CompareOptions, *scores: np.ndarray,
+                 declared: Sequence[tuple[float, float, str] | None] = ()) -> tuple[float, float] | None:
+    """The score range intervals are cut to: --score-range; else the graders' declared ranges (side_range: the
+    run directory's grader, or the range on the records; both sides' together) when every score lies in them;
+    else [0, 1] when every score lies in it; else None (unbounded)."""
     import numpy as np
 
     if o.score_range is not None:
         return o.score_range
-    if all(x.size == 0 or (np.nanmin(x) >= 0.0 and np.nanmax(x) <= 1.0) for x in scores):
+
+    def within(low: float, high: float) -> bool:
+        return all(x.size == 0 or (np.nanmin(x) >= low and np.nanmax(x) <= high) for x in scores)
+
+    known = [r for r in declared if r is not None]
+    if known:
+        low, high = min(r[0] for r in known), max(r[1] for r in known)
+        if within(low, high):
+            return low, high
+    if within(0.0, 1.0):
         return 0.0, 1.0
     return None
+
+
+UNBOUNDED_NOTE = ("scores outside [0, 1] and no declared grader range holds them (none from a run directory's grader "
+                  "or on the records): intervals are not cut to what the grader can score; give --score-range LO,HI")
 
 
 def _clip(ci: Sequence[float], bounds: tuple[float, float] | None) -> list[float]:
@@ -683,7 +745,10 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
             notes.append(f"{int(short.sum())} item(s) with fewer than {metric.k} usable samples on a side were "
                          f"left out of {metric.name}")
             joined = joined[~short]
-    bounds = (0.0, 1.0) if metric.is_pass else infer_bounds(o, used_b["score"].to_numpy(), used_c["score"].to_numpy())
+    bounds = (0.0, 1.0) if metric.is_pass else infer_bounds(o, used_b["score"].to_numpy(), used_c["score"].to_numpy(),
+                                                           declared=(side_range(base), side_range(cand)))
+    if bounds is None:
+        notes.append(UNBOUNDED_NOTE)
     bm = joined["mean_b"].to_numpy()
     cm = joined["mean_c"].to_numpy()
     d = cm - bm
@@ -691,6 +756,9 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     lo, hi = stats.per_item_delta_interval(d, joined["sd_b"].to_numpy(), n_b, joined["sd_c"].to_numpy(), n_c, o.level)
     few = (n_b < MIN_EPOCHS_FOR_ITEM_INTERVAL) | (n_c < MIN_EPOCHS_FOR_ITEM_INTERVAL)
     lo, hi = np.where(few, np.nan, lo), np.where(few, np.nan, hi)
+    if bounds is not None:  # an item's delta lies within ±(the grader's span), as the overall delta's does
+        span = bounds[1] - bounds[0]
+        lo, hi = np.maximum(lo, -span), np.minimum(hi, span)
     items = pd.DataFrame({
         "item_id": joined.index.to_numpy(), "baseline": bm, "candidate": cm, "delta": d, "delta_lo": lo,
         "delta_hi": hi, "baseline_sd": joined["sd_b"].to_numpy(), "candidate_sd": joined["sd_c"].to_numpy(),
@@ -728,13 +796,15 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         if any(c.startswith(SUB) for c in used_b.columns):
             notes.append(f"sub-scores are compared as means, not under {metric.name}: left out here")
     else:
-        sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, bounds)
+        sub_scores = _sub_scores(used_b, used_c, joined[[]], o, notes, (base, cand))
     adjust_family(list(sub_scores.values()))
     pass_k = None
     if thresholds is not None:
         pass_k, note = pass_k_check(base, cand, o, thresholds, metric)
         if note:
             notes.append(note)
+        if metric.is_pass or pass_k is not None:  # the pass rule is in use: say when it is "only the maximum"
+            notes += max_threshold_notes((base, cand), o)
     items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
     return CompareResult(
         baseline=baseline, candidate=candidate, delta=delta, items=items, slices=slices, sub_scores=sub_scores,
@@ -748,10 +818,27 @@ MIN_ITEMS_FOR_INTERVAL = stats.MIN_ITEMS_FOR_INTERVAL
 MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike) is not one to show
 
 
+@lru_cache(maxsize=32)
+def sub_grader_ranges(grader: str) -> dict[str, tuple[float, float, str]]:
+    """A multi grader file's sub-graders' ranges by key (a 0..10 score_model inside a multi scoring 0..1)."""
+    from rfteval.graders.loader import load_grader
+    try:
+        config = load_grader(grader)
+    except Exception:  # noqa: BLE001 - best effort, as grader_range
+        return {}
+    graders = getattr(config, "graders", None)
+    if not isinstance(graders, dict):
+        return {}
+    return {str(key): (*sub.score_range()[:2], f"{key}: {sub.score_range()[2]}") for key, sub in graders.items()}
+
+
 def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame, o: CompareOptions,
-                notes: list[str], bounds: tuple[float, float] | None) -> dict[str, PairRow]:
-    """Each multi-grader sub-score compared like the score: error records count 0 unless excluded."""
+                notes: list[str], sides: tuple[Side, Side]) -> dict[str, PairRow]:
+    """Each multi-grader sub-score compared like the score: error records count 0 unless excluded. Each one's
+    intervals are cut to its own sub-grader's range (infer_bounds), not the multi's."""
     import numpy as np
+
+    declared = [sub_grader_ranges(s.grader) if s.grader is not None else {} for s in sides]
 
     keys_b = {c[len(SUB):] for c in used_b.columns if c.startswith(SUB)}
     keys_c = {c[len(SUB):] for c in used_c.columns if c.startswith(SUB)}
@@ -768,7 +855,9 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
             per_side.append(stats.item_stats(frame).set_index("item_id")["mean"])
         j = per_side[0].to_frame("b").join(per_side[1].to_frame("c"), how="inner").join(paired, how="inner")
         if len(j):
-            out[key] = paired_row(j["b"].to_numpy(), j["c"].to_numpy(), o, bounds)
+            b_vals, c_vals = j["b"].to_numpy(), j["c"].to_numpy()
+            bounds = infer_bounds(o, b_vals, c_vals, declared=[d.get(key) for d in declared])
+            out[key] = paired_row(b_vals, c_vals, o, bounds)
     return out
 
 

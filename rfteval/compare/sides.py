@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data import rundir
-from rfteval.data.records import generation_failures
+from rfteval.data.records import RANGE_LOOKS, frame_range, generation_failures, recorded_score_range
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -38,6 +38,9 @@ class Side:
     frame: pd.DataFrame
     duplicates: int = 0
     grader: str | None = None  # the grader file of the run that wrote the records (spec.resolved.toml), if known
+    # the range the records' grader wrote on them (grade_details.score_range: a score_model's `range`), read when
+    # no grader file is known and the scores leave [0, 1]
+    recorded_range: tuple[float, float] | None = None
 
 
 def load_side(path: str | Path, label: str | None = None) -> Side:
@@ -59,7 +62,57 @@ def load_side(path: str | Path, label: str | None = None) -> Side:
     name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
     side = normalise_frame(frame.reset_index(drop=True), name, str(file))
     side.grader = rundir.grader_path(file.parent)
+    if side.grader is None and outside_unit(side.frame["score"]):
+        side.recorded_range = recorded_range(file)
     return side
+
+
+def outside_unit(scores: pd.Series) -> bool:
+    """Whether some score lies outside [0, 1]: only then does a range other than the default matter."""
+    import numpy as np
+
+    values = scores.to_numpy(dtype=np.float64)
+    return bool(values.size) and bool((np.nanmin(values) < 0.0) or (np.nanmax(values) > 1.0))
+
+
+_RANGE_KEY = b'"score_range"'
+
+
+def recorded_range(path: Path) -> tuple[float, float] | None:
+    """The score range the grader wrote on the records of a file (its first record that carries one)."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(path)
+            if "grade_details" not in pf.schema_arrow.names:
+                return None
+            batch = next(pf.iter_batches(batch_size=RANGE_LOOKS, columns=["grade_details"]), None)
+        except (OSError, ValueError):
+            return None
+        for value in batch.column(0).to_pylist() if batch is not None else []:
+            found = recorded_score_range(value)
+            if found is not None:
+                return found
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    at = data.find(_RANGE_KEY)
+    for _ in range(RANGE_LOOKS):
+        if at < 0:
+            return None
+        start, end = data.rfind(b"\n", 0, at) + 1, data.find(b"\n", at)
+        try:
+            record = json.loads(data[start:end if end >= 0 else len(data)])
+        except ValueError:
+            record = None
+        found = recorded_score_range(record.get("grade_details")) if isinstance(record, dict) else None
+        if found is not None:
+            return found
+        at = data.find(_RANGE_KEY, end) if end >= 0 else -1
+    return None
 
 
 def side_from_records(records: pd.DataFrame | Sequence[Record], label: str, path: str = "") -> Side:
@@ -70,7 +123,9 @@ def side_from_records(records: pd.DataFrame | Sequence[Record], label: str, path
 
     frame = records if isinstance(records, pd.DataFrame) else records_frame(records)
     rows = frame.to_dict("records")
-    return normalise_frame(_frame_from_dicts(rows, Path(path or label), validate=False), label, path)
+    side = normalise_frame(_frame_from_dicts(rows, Path(path or label), validate=False), label, path)
+    side.recorded_range = frame_range(frame)
+    return side
 
 
 def normalise_frame(frame: pd.DataFrame, label: str, path: str) -> Side:

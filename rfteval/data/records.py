@@ -8,6 +8,7 @@ record files as DataFrames (compare, readiness) or, when a file is rewritten, de
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -396,3 +397,34 @@ def json_safe(value: object) -> JSONValue:
     if value is None or isinstance(value, (bool, int, str)):
         return value
     return str(value)
+
+
+RANGE_LOOKS = 50  # records looked at for a recorded range before giving up (a judge error has no details)
+
+
+def recorded_score_range(details: object) -> tuple[float, float] | None:
+    """A record's grade_details.score_range as (low, high), from a dict (JSONL) or JSON text (Parquet): the
+    grader's range, which a score_model writes on each record so record files read without their run directory
+    keep it (compare, readiness, agree). None otherwise."""
+    if isinstance(details, str):
+        try:
+            details = json.loads(details)
+        except ValueError:
+            return None
+    value = details.get("score_range") if isinstance(details, dict) else None
+    if (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                            and math.isfinite(v) for v in value)
+            and value[0] < value[1]):
+        return float(value[0]), float(value[1])
+    return None
+
+
+def frame_range(frame: pd.DataFrame) -> tuple[float, float] | None:
+    """The score range the grader wrote on records held in memory (a frame with grade_details)."""
+    if "grade_details" not in frame:
+        return None
+    for value in frame["grade_details"].head(RANGE_LOOKS).tolist():
+        found = recorded_score_range(value)
+        if found is not None:
+            return found
+    return None

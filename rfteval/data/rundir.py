@@ -173,7 +173,8 @@ def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:
 
 
 def grader_path(directory: Path) -> str | None:
-    """The grader file named by a run directory's spec.resolved.toml, when the records live in one."""
+    """The grader file named by a run directory's spec.resolved.toml, when the records live in one: found where
+    spec_paths finds it (as given, else relative to the directory), else the name as written."""
     import tomllib
 
     spec = directory / RESOLVED_SPEC
@@ -181,4 +182,9 @@ def grader_path(directory: Path) -> str | None:
         grader = tomllib.loads(spec.read_text(encoding="utf-8")).get("grader")
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
-    return grader if isinstance(grader, str) and grader else None
+    if not isinstance(grader, str) or not grader:
+        return None
+    for cand in (Path(grader).expanduser(), directory / grader):  # found as spec_paths finds it (readiness)
+        if cand.exists():
+            return str(cand)
+    return grader

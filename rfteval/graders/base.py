@@ -116,6 +116,7 @@ class GraderConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _default_name(cls, data: object, info: ValidationInfo) -> object:
+        data = drop_unset(cls, data)
         if isinstance(data, dict) and "name" not in data and isinstance(data.get("type"), str):
             prefix = str((info.context or {}).get("prefix") or "")
             head, sep, key = prefix.rpartition("graders.")
@@ -127,6 +128,28 @@ class GraderConfig(BaseModel):
                 notes.append(f"{where}no name given (OpenAI's examples omit it, its API schema asks for one); "
                              f"using {name!r}")
         return data
+
+
+def drop_unset(model: type[BaseModel], data: object) -> object:
+    """`null` read as "unset" for every field that has a default (and `name`, which gets one): the `openai` SDK
+    types its optional fields `Optional[...] = None` and its `model_dump()` writes them as null (a score_model's
+    `"range": null` is OpenAI's default [0, 1]). A required field's null is left for validation to refuse."""
+    if not isinstance(data, dict):
+        return data
+    fields = model.model_fields
+    unset = [k for k, v in data.items() if v is None and k in fields and (k == "name" or not fields[k].is_required())]
+    return {k: v for k, v in data.items() if k not in unset} if unset else data
+
+
+def pass_rule_note(config: GraderConfig) -> str | None:
+    """One line when a grader whose range is not [0, 1] has no pass_threshold: a sample then passes only at the
+    top of the range (the pass rule of pass@k and agree's pass table), so 9 of 10 fails."""
+    low, high, _ = config.score_range()
+    if (low, high) == (0.0, 1.0) or getattr(config, "pass_threshold", 0.0) is not None:
+        return None
+    return (f"range [{low:g}, {high:g}] and no pass_threshold: a sample passes (pass@k, --metric pass@K) only at "
+            f"{high:g}, so {high - (high - low) / 10:g} fails; give --pass-threshold X (or the grader a pass_threshold, "
+            "which OpenAI's Evals take)")
 
 
 def walk(config: GraderConfig) -> Iterator[GraderConfig]:

@@ -36,6 +36,16 @@ class InputMessage(BaseModel):
     content: str | dict[str, JSONField] | list[JSONField]  # JSONField: pydantic takes no recursive string alias
     type: Literal["message"] | None = None
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _parts_unset(cls, value: object) -> object:
+        """A content part's null field is unset, at any depth (the SDK dumps an image part's `detail: null`, a text
+        part's `prompt_cache_breakpoint: null` or its `ttl: null`)."""
+        def clean(part: object) -> object:
+            return {k: clean(v) for k, v in part.items() if v is not None} if isinstance(part, dict) else part
+
+        return [clean(p) for p in value] if isinstance(value, list) else clean(value)
+
     @field_validator("content")
     @classmethod
     def _templates_parse(cls, value: str | dict[str, object] | list[object]) -> str | dict[str, object] | list[object]:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from rfteval.errors import InputError, read_input_text
-from rfteval.graders.base import REGISTRY, GraderConfig
+from rfteval.graders.base import REGISTRY, GraderConfig, pass_rule_note
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONObject, JSONValue
@@ -127,12 +128,68 @@ def load_grader(path: str | Path) -> GraderConfig:
         return python_grader_file(path)
     obj, text = read_json_file(path)
     grader, prefix = unwrap_grader(obj)
+    method = obj.get("method") if isinstance(obj, dict) and "type" not in obj else None
+    if not prefix and isinstance(method, dict):
+        kind = method.get("type")
+        raise InputError(f"a fine-tuning job whose method is {kind!r} has no grader (only a reinforcement job's "
+                         "method.reinforcement.grader is one)", path, line_of(text, "method"),
+                         "method.reinforcement.grader")
     if prefix == "method.reinforcement.grader." and isinstance(grader, dict) and grader.get("type") in JOB_REFUSES:
         field = f"{prefix}type"
         raise InputError(f"a fine-tuning job's grader cannot be {grader['type']} (RFT takes string_check, "
                          f"text_similarity, python, score_model and multi); put it inside a multi grader",
                          path, line_of(text, "type"), field)
-    return parse_config(grader, path, prefix.rstrip("."), text)
+    config = parse_config(grader, path, prefix.rstrip("."), text)
+    if (rule := pass_rule_note(config)) is not None:
+        config._notes.append(rule)
+    if prefix == "method.reinforcement.grader.":
+        note = load_job_settings(path).note()
+        if note:
+            config._notes.append(note)
+    return config
+
+
+# A job's hyperparameters that only steer training (openai-python: ReinforcementHyperparameters): nothing in an
+# eval run corresponds to them. reasoning_effort is the one that is a sampling setting.
+JOB_EFFORT_DEFAULT = "default"  # RFT's own value: the model's default effort, i.e. not set
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What a fine-tuning job's method.reinforcement.hyperparameters say that a run can use, and what it cannot."""
+
+    reasoning_effort: str | None = None  # the models' sampling effort, unless the run sets its own
+    ignored: list[str] = field(default_factory=list)  # set, but training settings only
+
+    def note(self) -> str | None:
+        """One line on the job's hyperparameters, or None when it sets none."""
+        parts = []
+        if self.reasoning_effort is not None:
+            parts.append(f"reasoning_effort {self.reasoning_effort!r} is the models' sampling reasoning_effort in "
+                         "`rfteval run` (a --reasoning-effort or [sampling] reasoning_effort wins)")
+        if self.ignored:
+            parts.append(f"{', '.join(self.ignored)} ignored (training settings; rfteval's --epochs is its own "
+                         "samples per item)")
+        return f"method.reinforcement.hyperparameters: {'; '.join(parts)}" if parts else None
+
+
+def load_job_settings(path: str | Path) -> JobSettings:
+    """The job's hyperparameters when the grader file is a fine-tuning job; empty settings for any other file."""
+    if reward_function_ref(path) is not None or str(path).endswith(".py"):
+        return JobSettings()
+    obj, _ = read_json_file(path)
+    method = obj.get("method") if isinstance(obj, dict) else None
+    rl = method.get("reinforcement") if isinstance(method, dict) else None
+    hyper = rl.get("hyperparameters") if isinstance(rl, dict) else None
+    if not isinstance(hyper, dict):
+        return JobSettings()
+    from rfteval.graders.judged import REASONING_EFFORTS
+
+    effort = hyper.get("reasoning_effort")
+    usable = isinstance(effort, str) and effort in REASONING_EFFORTS
+    ignored = sorted(k for k, v in hyper.items() if v is not None and not (k == "reasoning_effort" and (
+        usable or v == JOB_EFFORT_DEFAULT)))
+    return JobSettings(effort if usable and isinstance(effort, str) else None, ignored)
 
 
 def load_response_format(path: str | Path) -> JSONObject | None:

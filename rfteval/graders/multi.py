@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import SerializeAsAny, ValidationInfo, field_validator
+from pydantic import SerializeAsAny, ValidationInfo, field_validator, model_validator
 
 from rfteval.errors import InputError
 from rfteval.graders.base import (
@@ -55,6 +55,17 @@ class MultiConfig(GraderConfig):
 
     def score_range(self) -> tuple[float, float, str]:
         return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sdk_nulls(cls, data: object) -> object:
+        """The null single-grader keys the `openai` SDK's `model_dump()` writes for a multi (its `graders` is typed
+        as one grader, so a dict of named graders comes out with that grader's fields as null beside them)."""
+        if not isinstance(data, dict):
+            return data
+        data = _drop_sdk_nulls(data, keep=set(MultiConfig.model_fields))
+        graders = data.get("graders")
+        return {**data, "graders": _drop_sdk_nulls(graders, keep=set())} if isinstance(graders, dict) else data
 
     @field_validator("graders", mode="before")
     @classmethod
@@ -100,6 +111,20 @@ class MultiConfig(GraderConfig):
         except FormulaError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+
+def _single_grader_fields() -> set[str]:
+    """Every field name of a grader type that is not a multi (the keys the SDK may dump as null)."""
+    from rfteval.graders.base import REGISTRY
+
+    return {name for t in REGISTRY.values() if t.config is not MultiConfig for name in t.config.model_fields}
+
+
+def _drop_sdk_nulls(data: dict[str, object], keep: set[str]) -> dict[str, object]:
+    """`data` without the null values of keys that are single-grader fields (those in `keep` excepted); any other
+    null stays, so a sub-grader written as null is still refused."""
+    drop = {k for k, v in data.items() if v is None and k not in keep} & _single_grader_fields()
+    return {k: v for k, v in data.items() if k not in drop} if drop else data
 
 
 def combine(formula: Formula, results: dict[str, GradeResult]) -> GradeResult:

@@ -76,6 +76,9 @@ def build_request(
 def parse_answer(config: ScoreModelConfig, request: GenerationRequest, answer: Generation) -> GradeResult:
     """The judge's answer → a grade: result clipped to range; anything not a finite number is a parse error."""
     details = answer_details(request, answer)
+    low, high = config.range
+    # the grader's range on the record, so record files read without their run directory keep it (compare)
+    details["score_range"] = [float(low), float(high)]
     obj = parse_json_answer(answer.output_text)
     if not isinstance(obj, dict):
         details["raw_answer"] = answer.output_text[:2000]
@@ -87,7 +90,6 @@ def parse_answer(config: ScoreModelConfig, request: GenerationRequest, answer: G
         details["raw_answer"] = answer.output_text[:2000]
         return GradeResult.failed(MODEL_PARSE, f"judge result is not a finite number: {obj.get('result')!r:.100}",
                                   details=details)
-    low, high = config.range
     score = min(max(result, low), high)
     details["result"] = result
     if score != result:

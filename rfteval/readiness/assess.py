@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, SupportsFloat, TypedDict
 
 from rfteval.data.outfile import replace_atomically
-from rfteval.data.records import check_error_policy, effective_scores, error_kinds, error_type_of, json_safe
+from rfteval.data.records import check_error_policy, effective_scores, error_kinds, error_type_of, frame_range, json_safe
 from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
 from rfteval.graders.base import runs_locally, walk
@@ -676,6 +676,8 @@ def assess(
     grade_err = (kinds[mask] == "grade").tolist()
 
     low, high, source = grader_config.score_range() if grader_config is not None else NO_GRADER_RANGE
+    if grader_config is None and (recorded := frame_range(df)) is not None:  # records copied out of their run
+        low, high, source = *recorded, "the range the grader wrote on the records"
     if min(scores) < low or max(scores) > high:
         low, high = min(low, min(scores)), max(high, max(scores))
         source += "; widened to the observed scores"

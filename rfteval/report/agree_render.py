@@ -179,13 +179,19 @@ def _render_usage(console: Console, result: AgreeResult) -> None:
 # ---------------------------------------------------------------------------------------------- HTML
 
 
+def _bounds(result: AgreeResult) -> tuple[float, float] | None:
+    """Both graders' ranges together (each side's score_range), for the plots' axes; None when either is unknown."""
+    ra, rb = result.a.score_range, result.b.score_range
+    return None if ra is None or rb is None else (min(ra[0], rb[0]), max(ra[1], rb[1]))
+
+
 def scatter_svg(result: AgreeResult) -> str:
     """Per sample: A's score (x) against B's (y); coincident samples merge into larger dots, as compare's scatter."""
     import numpy as np
 
     sa = result.paired["score_a"].to_numpy(np.float64)
     sb = result.paired["score_b"].to_numpy(np.float64)
-    lo, hi = score_range(sa, sb)
+    lo, hi = score_range(sa, sb, bounds=_bounds(result))
     ax = Axes(lo, hi, lo, hi, w=420, h=420)
     span = (hi - lo) or 1.0
     gx = np.clip(((sa - lo) / span * SCATTER_GRID).round().astype(np.int64), 0, SCATTER_GRID)
@@ -213,7 +219,7 @@ def bland_altman_svg(result: AgreeResult) -> str:
     sb = result.paired["score_b"].to_numpy(np.float64)
     mean, diff = (sa + sb) / 2, sb - sa
     s = result.scores
-    lo, hi = score_range(sa, sb)
+    lo, hi = score_range(sa, sb, bounds=_bounds(result))
     marks = [v for v in (s["loa"]["lower"], s["loa"]["upper"], s["bias"]["mean"]) if math.isfinite(v)]
     dmax = max([abs(v) for v in marks] + [float(np.abs(diff).max()) if diff.size else 0.0, 0.1]) * 1.1
     ax = Axes(lo, hi, -dmax, dmax, w=560, h=420)

@@ -85,11 +85,12 @@ def ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return out
 
 
-def score_range(*arrays: np.ndarray) -> tuple[float, float]:
-    """[0, 1] unless scores fall outside it (score_model ranges, python graders)."""
+def score_range(*arrays: np.ndarray, bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The grader's range the comparison cut its intervals to (`bounds`), else [0, 1]; widened to scores outside
+    it (a python grader's, with no declared range)."""
     import numpy as np
 
-    lo, hi = 0.0, 1.0
+    lo, hi = bounds if bounds is not None else (0.0, 1.0)
     for a in arrays:
         if a.size:
             lo, hi = min(lo, float(np.nanmin(a))), max(hi, float(np.nanmax(a)))
@@ -107,7 +108,7 @@ def scatter_svg(result: CompareResult) -> str:
 
     items = result.items
     bm, cm = items["baseline"].to_numpy(), items["candidate"].to_numpy()
-    lo, hi = score_range(bm, cm)
+    lo, hi = score_range(bm, cm, bounds=result.bounds)
     ax = Axes(lo, hi, lo, hi, w=420, h=420)
     span = (hi - lo) or 1.0
     gx = np.clip(((bm - lo) / span * SCATTER_GRID).round().astype(np.int64), 0, SCATTER_GRID)
@@ -143,7 +144,7 @@ def forest_svg(result: CompareResult) -> str:
     n = len(items)
     idx = np.unique(np.linspace(0, n - 1, min(n, MAX_FOREST)).round().astype(np.int64)) if n else np.array([], int)
     shown = items.iloc[idx]
-    lo, hi = score_range(items["baseline"].to_numpy(), items["candidate"].to_numpy())
+    lo, hi = score_range(items["baseline"].to_numpy(), items["candidate"].to_numpy(), bounds=result.bounds)
     span = hi - lo
     d = shown["delta"].to_numpy()
     dlo = np.clip(np.nan_to_num(shown["delta_lo"].to_numpy(), nan=0.0) if len(d) else d, -span, span)
@@ -183,7 +184,7 @@ def histogram_svg(result: CompareResult, bins: int = 10) -> str:
     import numpy as np
 
     bm, cm = result.items["baseline"].to_numpy(), result.items["candidate"].to_numpy()
-    lo, hi = score_range(bm, cm)
+    lo, hi = score_range(bm, cm, bounds=result.bounds)
     edges = np.linspace(lo, hi, bins + 1)
     hb, _ = np.histogram(bm, edges)
     hc, _ = np.histogram(cm, edges)

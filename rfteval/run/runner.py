@@ -527,6 +527,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
     model graders (score_model, label_model) through the grading engine.
     """
+    from rfteval.graders.base import load_notes
     from rfteval.graders.engine import GradingEngine
     from rfteval.graders.loader import load_grader
     from rfteval.providers.pricing import price_table
@@ -535,6 +536,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     opts = options or RunOptions()
     runs = resolve_models(spec)
     grader = load_grader(spec.grader)
+    for note in load_notes(grader):  # defaults loading filled in, a job's hyperparameters used or ignored
+        monitor.message(f"note: {note}")
     grader_hash = config_hash(grader.model_dump(mode="json"))
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     n_items = count_items(spec.dataset)

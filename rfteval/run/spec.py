@@ -463,10 +463,16 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
         from rfteval.graders.loader import load_response_format
 
         job_format = load_response_format(spec.grader)  # a fine-tuning job file carries its own
+    from rfteval.graders.loader import load_job_settings
+
+    # the job's hyperparameters.reasoning_effort is what the trained model samples with: the run's own wins
+    job_effort = load_job_settings(spec.grader).reasoning_effort if spec.sampling.reasoning_effort is None else None
     runs = []
     for label, m in spec.models.items():
         values = {k: getattr(spec.sampling, k) for k in SAMPLING_KEYS}
         values.update({k: getattr(m, k) for k in SAMPLING_KEYS if k in m.model_fields_set})
+        if values["reasoning_effort"] is None and job_effort is not None:
+            values["reasoning_effort"] = job_effort
         rf_path = values.pop("response_format")
         rf = None
         if rf_path:

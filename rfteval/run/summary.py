@@ -44,14 +44,16 @@ class GradeSummary(TypedDict):
     per_item: pd.DataFrame
 
 
-def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[GradeSummary]:
+def summarize_models(frame: pd.DataFrame, level: float = 0.95,
+                     grader: GraderConfig | None = None) -> list[GradeSummary]:
     """One summary per model label of a record frame (rfteval.data.records.records_frame / read_records): mean of
-    item means, its interval, counts of items, records and errors.
+    item means, its interval (cut to the grader's range, as compare cuts it), counts of items, records and errors.
 
     The error policy is compare's and readiness's (rfteval.data.records.effective_scores): a generation failure is
     left out of the mean and counted, a grading error or a refusal scores 0."""
     import pandas as pd
 
+    from rfteval.compare.comparison import CompareOptions, infer_bounds
     from rfteval.data.records import effective_scores, error_type_of
     from rfteval.stats import paired as stats
 
@@ -60,7 +62,10 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95) -> list[GradeSumm
         rewards = effective_scores(df)
         used = rewards.notna()
         per_item = stats.item_stats(df.loc[used, ["item_id"]].assign(score=rewards[used]))
-        side = stats.side_summary(per_item["mean"].to_numpy(), level=level)
+        means = per_item["mean"].to_numpy()
+        side = stats.side_summary(means, level=level)
+        bounds = infer_bounds(CompareOptions(), means, declared=[grader.score_range()] if grader else [])
+        side["ci95"] = list(stats.clip_interval(side["ci95"][0], side["ci95"][1], bounds))
         errors = df["error"].map(error_type_of).dropna() if "error" in df else pd.Series([], dtype=object)
         out.append({
             "label": str(label), "mean": side["mean"], "se": side["se"], "ci95": side["ci95"],
@@ -218,20 +223,26 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     model, its paired delta against the baseline (from `comparison`, the run's one comparison)."""
     import numpy as np
 
-    from rfteval.compare.comparison import run_pass_curves
+    from rfteval.compare.comparison import CompareOptions, infer_bounds, run_pass_curves
     from rfteval.data.records import json_safe, now_iso
-    from rfteval.stats.paired import side_summary
+    from rfteval.stats.paired import clip_interval, side_summary
 
     models: dict[str, dict[str, object]] = {}  # made JSON-safe and converted to ModelSummary below
     for run in runs:
         t = totals[run.label]
         means = np.frombuffer(t.item_means, dtype=np.float64)
         means = means[~np.isnan(means)]
-        side = side_summary(means) if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
+        ci95: list[float] | list[None] = [None, None]
+        if means.size:
+            found = side_summary(means)
+            # cut to what the grader can score, as compare cuts it (its declared range, else [0, 1])
+            ci95 = list(clip_interval(found["ci95"][0], found["ci95"][1],
+                                      infer_bounds(CompareOptions(), means, declared=[grader.score_range()])))
+        side = found if means.size else {"mean": None, "se": None, "ci95": [None, None], "items": 0}
         models[run.label] = {
             "model": run.model, "provider": run.provider,
             "endpoint": run.settings.get("base_url") if run.provider == "openai" else None,
-            "mean": side["mean"], "se": side["se"], "ci95": side["ci95"], "items": side["items"],
+            "mean": side["mean"], "se": side["se"], "ci95": ci95, "items": side["items"],
             "records": t.records, "cells": t.cells, "cached": t.cached,
             "errors": {"total": t.error_count, "by_type": dict(sorted(t.errors.items()))},
             "error_rate": t.error_count / t.cells if t.cells else 0.0,

@@ -92,7 +92,7 @@ def _print(graded: GradedFile, fmt: OutputFormat, items_limit: int) -> None:
     from rfteval.report.grade_table import render_items, render_models
     from rfteval.run.summary import summarize_models
 
-    summaries = summarize_models(records_frame(graded.records)) if graded.records else []
+    summaries = summarize_models(records_frame(graded.records), grader=graded.config) if graded.records else []
     if fmt is OutputFormat.json:
         payload = [{k: v for k, v in s.items() if k != "per_item"} | {
             "per_item": s["per_item"].to_dict(orient="records")} for s in summaries]
