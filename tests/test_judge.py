@@ -321,3 +321,72 @@ def test_a_cache_line_is_narrowed_when_read_back(tmp_path) -> None:
     with pytest.raises(TypeError, match="key must be a string"):
         cache.put({"key": 1, "model": "m"})
     cache.close()
+
+
+# ---- failing fast (issue 27): the models' rules for every judge --------------------------------------------------
+
+
+def _dev_req(text: str) -> GenerationRequest:
+    """A label_model's request as docs/judges.md's example builds it: the instructions in a developer message."""
+    return GenerationRequest(model="judge-m", messages=[{"role": "developer", "content": "Classify it"},
+                                                        {"role": "user", "content": text}], sampling=Sampling())
+
+
+def test_a_judge_stops_after_a_handful_of_alike_refusals_and_names_the_fix(fake_openai):
+    """llama-cpp-python's server refuses a developer message with a 500 (retryable by kind): the judge no longer
+    retries every cell for minutes; after REJECT_AFTER alike refusals it stops, naming --developer-as system."""
+    from rfteval.providers.judge import judge_stopped
+    from rfteval.providers.retry import REJECT_AFTER
+
+    fake_openai.refused_roles = {"developer"}
+    policy = RetryPolicy(max_retries=10, base_s=0.001, max_backoff_s=0.01)
+    with make_judge(fake_openai, concurrency=2, retry_policy=policy) as judge:
+        answers = judge.complete([_dev_req(f"item {i}") for i in range(12)])
+        line = judge_stopped(judge)
+        stats = judge.stats()
+    assert all(isinstance(a, ProviderError) for a in answers)
+    # before: 12 cells x 11 attempts; now the handful that showed the refusal, plus what was already in flight
+    assert fake_openai.stats["invalid"] <= REJECT_AFTER + 2
+    assert stats["calls"] <= REJECT_AFTER + 2 and stats["errors"] == stats["calls"]
+    assert line is not None and "--developer-as system" in line and "\n" not in line
+    assert "messages[0].role: Input should be 'system', 'user', 'assistant', 'tool' or 'function'" in line
+    assert "(input: 'developer')" in line
+
+
+def test_developer_as_system_sends_the_developer_message_as_system(fake_openai):
+    fake_openai.refused_roles = {"developer"}
+    with Judge(OpenAIProvider(fake_openai.base_url, developer_as="system"), retry_policy=FAST) as judge:
+        (answer,) = judge.complete([_dev_req("x")])
+    assert isinstance(answer, Generation) and judge.fatal_error is None
+    assert [m["role"] for m in fake_openai.requests[0].body["messages"]] == ["system", "user"]
+
+
+def test_an_input_audio_part_the_server_cannot_take_stops_the_judge(fake_openai):
+    """A score_model with an input_audio part (OpenAI's grader format) on llama.cpp: refused alike, stopped."""
+    from rfteval.providers.judge import judge_stopped
+
+    fake_openai.refused_parts = {"input_audio"}
+    audio = [{"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    reqs = [GenerationRequest(model="judge-m", messages=[{"role": "user", "content": [
+        {"type": "text", "text": f"item {i}"}, *audio]}]) for i in range(8)]
+    with make_judge(fake_openai, concurrency=1, retry_policy=RetryPolicy(base_s=0.001, max_backoff_s=0.01)) as judge:
+        judge.complete(reqs)
+        line = judge_stopped(judge)
+    assert fake_openai.stats["invalid"] <= 4
+    assert line is not None and "messages[0].content" in line and "'input_audio'" in line
+
+
+def test_a_judge_endpoint_that_is_not_there_stops_the_judge_in_a_few_attempts():
+    import socket
+
+    from rfteval.providers.judge import judge_stopped
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = RetryPolicy(max_retries=10, base_s=0.001, max_backoff_s=0.01)
+    with Judge(OpenAIProvider(f"http://127.0.0.1:{port}/v1"), retry_policy=policy, concurrency=2) as judge:
+        judge.complete([req(f"q{i}") for i in range(10)])
+        stats, line = judge.stats(), judge_stopped(judge)
+    assert stats["retries"] <= 3 and stats["calls"] <= 3  # not 10 cells x 10 retries
+    assert line is not None and "is not answering" in line and "connection refused" in line

@@ -105,12 +105,6 @@ class RunMonitor:
     def stop(self) -> None: ...
 
 
-UNREACHABLE_AFTER = 3  # connection failures to an endpoint that has never answered, before the run stops
-# An endpoint that answered before and now only refuses connections has died (a killed server, a lost tunnel):
-# once this many attempts in a row, spread over at least DEAD_WINDOW_S, failed to connect, the run stops instead
-# of letting every in-flight cell spend its retries (minutes of backoff) on a server that is not there.
-DEAD_AFTER = 3
-DEAD_WINDOW_S = 2.0
 
 
 class FatalRunError(Exception):
@@ -275,15 +269,12 @@ class _Pipeline:
 
         self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
                                                     fixed=opts.fixed_concurrency) for run in ctx.runs}
-        # Fail fast on an endpoint that is not there: connection failures before its first answer
-        self.answered: set[str] = set()
-        self.unreached: dict[str, int] = {}
-        # ... or that died: (time of the first, count) of the connection failures since its last answer
-        self.unanswered: dict[str, tuple[float, int]] = {}
+        # Fail fast on an endpoint that is not there, or that died (retry.ConnectionWatch, as every judge does)
+        from rfteval.providers.retry import ConnectionWatch, RefusalWatch
+
+        self.connections = {run.label: ConnectionWatch() for run in ctx.runs}
         self.gone: ServerGone | None = None
         # ... or that refuses what rfteval sends (a response format, tools): the same refusal, no success
-        from rfteval.providers.retry import RefusalWatch
-
         self.refusals = {run.label: RefusalWatch() for run in ctx.runs}
         # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
         # those the batch phase hands back (--batch-tail sync)
@@ -418,8 +409,7 @@ class _Pipeline:
             except BaseException:
                 limiter.release(token, "other")
                 raise
-            self.answered.add(run.label)
-            self.unanswered.pop(run.label, None)
+            self.connections[run.label].ok()
             refusals.ok()
             before = limiter.current
             limiter.release(token, "ok", gen.rate)
@@ -453,17 +443,12 @@ class _Pipeline:
     def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
         """Stop the run when an endpoint cannot be reached: at once (exit 2) when it never answered, and when it
         answered before but every attempt for a while failed to connect (exit 3: the same command resumes)."""
-        label = run.label
-        if label not in self.answered:
-            self.unreached[label] = self.unreached.get(label, 0) + 1
-            if self.unreached[label] >= UNREACHABLE_AFTER:  # never answered: not worth minutes of retries
-                raise FatalRunError(label, run.model, exc) from None
-            return
-        now = time.monotonic()
-        since, count = self.unanswered.get(label, (now, 0))
-        self.unanswered[label] = (since, count + 1)
-        if count + 1 >= DEAD_AFTER and now - since >= DEAD_WINDOW_S:
-            raise ServerGone(label, run.model, exc, count + 1, now - since)
+        watch = self.connections[run.label]
+        verdict = watch.failed(exc)
+        if verdict == "unreachable":  # never answered: not worth minutes of retries
+            raise FatalRunError(run.label, run.model, exc) from None
+        if verdict == "gone":
+            raise ServerGone(run.label, run.model, exc, watch.count, watch.seconds)
 
     async def _grade_loop(self) -> None:
         done = False
@@ -706,7 +691,10 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     if not judge_types(grader):
         return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     js = spec.judge_settings()
-    extra: dict[str, object] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
+    judge: dict[str, object] = {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}
+    if spec.developer_as is not None:  # the judge reads its developer messages as system: another request
+        judge["developer_as"] = spec.developer_as
+    extra: dict[str, object] = {"judge": judge}
     if needs_groups(grader):
         extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
     return config_hash({"grader": grader_hash, **extra, **answers})
@@ -725,7 +713,7 @@ def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool 
     if fresh:
         cache.unlink(missing_ok=True)
     js = spec.judge_settings()
-    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], cache_path=cache,
+    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], spec.developer_as, cache_path=cache,
                                concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
                                timeout_s=spec.timeout, model_override=spec.judge.model)
 

@@ -42,7 +42,7 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
     **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
     ("group_models",): "--group-models", ("skip_model_check",): "--skip-model-check",
-    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags",
+    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags", ("developer_as",): "--developer-as",
 }
 
 
@@ -161,6 +161,9 @@ class RunSpec(_Strict):
     # do not check the model names against the endpoint's GET /models (gateways route names they do not list);
     # None (unset) is off, and stays out of spec.resolved.toml
     skip_model_check: bool | None = None
+    # how `developer` messages go to the models and the judge: as themselves, or as `system` for servers without
+    # the developer role (llama-cpp-python's); None (unset) is "developer", and stays out of spec.resolved.toml
+    developer_as: Literal["developer", "system"] | None = None
 
     @field_validator("think_tags")
     @classmethod
@@ -486,6 +489,8 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
             "api_key_env": m.api_key_env or spec.endpoint.api_key_env,
             "api": m.api or spec.endpoint.api,
         }
+        if spec.developer_as is not None:
+            settings["developer_as"] = spec.developer_as
         runs.append(ModelRun(label, model, "openai", settings, sampling))
     return runs
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rfteval.cli.commands.common import (
+    DEVELOPER_AS,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -67,6 +68,7 @@ def agree(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    developer_as: str | None = DEVELOPER_AS,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
     """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
@@ -92,7 +94,7 @@ def agree(
     if regrade is not None:
         python_sandbox(load_regrade_grader(regrade), unsafe_python_graders, judge_api_key_env)
         spec = Regrade(regrade, dataset, judge_base_url, judge_api_key_env, judge_api, judge_model,
-                       judge_concurrency, judge_cache, out)
+                       judge_concurrency, judge_cache, out, developer_as)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     options = AgreeOptions(pass_threshold, seed=seed, top=top,

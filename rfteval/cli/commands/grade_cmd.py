@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import (
+    DEVELOPER_AS,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -57,6 +58,7 @@ def grade(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    developer_as: str | None = DEVELOPER_AS,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
@@ -67,7 +69,8 @@ def grade(
                            think_tags, unsafe_python_graders, (judge_api_key_env,))
 
     def open_judge(config: GraderConfig) -> Judge | None:
-        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                           developer_as=developer_as)
         check_judge(judge, config, skip_model_check)
         return judge
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from rfteval.cli.commands.common import UNSAFE_PYTHON_GRADERS, command, stdout_console
+from rfteval.cli.commands.common import DEVELOPER_AS, UNSAFE_PYTHON_GRADERS, command, stdout_console
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ def run_command(
     think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
                                                 help="Think-block tags in the content [default: <think>,</think>]; "
                                                      "repeat it for more pairs."),
+    developer_as: str | None = DEVELOPER_AS,
     skip_model_check: bool = typer.Option(False, "--skip-model-check",
                                           help="Do not check --model and judge names against the endpoint's GET "
                                                "/models (for gateways that route names they do not list)."),
@@ -134,7 +135,7 @@ def run_command(
         grader_timeout=grader_timeout, grader_memory=grader_memory, judge_base_url=judge_base_url,
         judge_api_key_env=judge_api_key_env, judge_api=judge_api, judge_model=judge_model,
         judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning,
-        think_tags=think_tags or None,
+        think_tags=think_tags or None, developer_as=developer_as,
         skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
     )
     options = RunOptions(
