@@ -40,22 +40,38 @@ HOST = "127.0.0.1"
 # validation error, the same for every request
 VALIDATION_500 = ("1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
                   "'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]")
-# llama-cpp-python's server answering a message role or content part its chat schema lacks (`developer`,
+# llama-cpp-python's server (0.3.x) answering a message role or content part its chat schema lacks (`developer`,
 # `input_audio`): FastAPI's RequestValidationError printed into a 500 by its error wrapper, one dict per member of
-# the union pydantic tried (llama_cpp/server/errors.py over fastapi's ValidationException.__str__)
+# the unions pydantic tried, as the real server sends it (captured from tests/real_server.py's server)
 LLAMA_ROLES = ("system", "user", "assistant", "tool", "function")
+_PARTS = "list[union[ChatCompletionRequestMessageContentPartText,ChatCompletionRequestMessageContentPartImage]]"
 
 
-def validation_list_500(index: int, field: str, value: Any, message: dict[str, Any]) -> str:
-    """The message of that 500 for messages[index].<field> = value (a role, or a content part's type)."""
-    errors = [{"type": "literal_error", "loc": ("body", "messages", index, "typed-dict", field),
-               "msg": f"Input should be '{role}'", "input": value, "ctx": {"expected": f"'{role}'"}}
-              for role in LLAMA_ROLES]
-    errors.insert(4, {"type": "missing", "loc": ("body", "messages", index, "typed-dict", "tool_call_id"),
-                      "msg": "Field required", "input": message})
-    errors.append({"type": "missing", "loc": ("body", "messages", index, "typed-dict", "name"),
+def _member(role: str) -> str:
+    return f"ChatCompletionRequest{role.capitalize()}Message"
+
+
+def validation_list_500(index: int, message: dict[str, Any], part: int | None = None) -> str:
+    """The message of that 500 for messages[index] (its role refused, or its content part `part`'s type)."""
+    errors: list[dict[str, Any]] = []
+    role = message.get("role")
+    for member in LLAMA_ROLES:
+        if member != role:
+            errors.append({"type": "literal_error", "loc": ("body", "messages", index, _member(member), "role"),
+                           "msg": f"Input should be '{member}'", "input": role, "ctx": {"expected": f"'{member}'"}})
+        if member == "user" and part is not None:
+            kind = message["content"][part].get("type")
+            for name, want in (("Text", "text"), ("Image", "image_url")):
+                errors.append({"type": "literal_error", "loc": ("body", "messages", index, _member("user"),
+                               "content", _PARTS, part, f"ChatCompletionRequestMessageContentPart{name}", "type"),
+                               "msg": f"Input should be '{want}'", "input": kind, "ctx": {"expected": f"'{want}'"}})
+        if member == "tool":
+            errors.append({"type": "missing", "loc": ("body", "messages", index, _member("tool"), "tool_call_id"),
+                           "msg": "Field required", "input": message})
+    errors.append({"type": "missing", "loc": ("body", "messages", index, _member("function"), "name"),
                    "msg": "Field required", "input": message})
-    return f"{len(errors)} validation errors:\n" + "".join(f"  {e}\n" for e in errors)
+    return (f"{len(errors)} validation errors:\n" + "".join(f"  {e}\n" for e in errors)
+            + '\n  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n    POST /v1/chat/completions')
 
 
 DEFAULT_MODELS = ("fake-base", "fake-tuned")
@@ -877,12 +893,12 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(m, dict):
                 continue
             if m.get("role") in owner.refused_roles:
-                return 500, {"message": validation_list_500(i, "role", m.get("role"), m),
+                return 500, {"message": validation_list_500(i, m),
                              "type": "internal_server_error", "param": None, "code": None}
             parts = m.get("content") if isinstance(m.get("content"), list) else []
-            for part in parts:
+            for j, part in enumerate(parts):
                 if isinstance(part, dict) and part.get("type") in owner.refused_parts:
-                    return 500, {"message": validation_list_500(i, "content", part.get("type"), m),
+                    return 500, {"message": validation_list_500(i, m, j),
                                  "type": "internal_server_error", "param": None, "code": None}
         if owner.context_tokens is not None:
             prompt = count_tokens(_all_text(body, "chat"))

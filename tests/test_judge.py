@@ -61,6 +61,8 @@ def test_identical_requests_in_flight_are_sent_once(fake_openai):
     with make_judge(fake_openai) as judge:
         out = judge.complete([req("same")] * 5)
         assert judge.stats()["shared"] == 4
+        u = judge.usage()["judge-m"]  # issue 27: a shared call is counted, so the three add up to the requests
+        assert (u["calls"], u["cache_hits"], u["shared"]) == (1, 0, 4)
     assert len(fake_openai.requests) == 1
     assert {g.output_text for g in out} == {"echo:judge-m:same"}
 
@@ -373,7 +375,8 @@ def test_an_input_audio_part_the_server_cannot_take_stops_the_judge(fake_openai)
         judge.complete(reqs)
         line = judge_stopped(judge)
     assert fake_openai.stats["invalid"] <= 4
-    assert line is not None and "messages[0].content" in line and "'input_audio'" in line
+    assert line is not None and "messages[0].content[1].type: Input should be 'text' or 'image_url' (input: " \
+        "'input_audio')" in line
 
 
 def test_a_judge_endpoint_that_is_not_there_stops_the_judge_in_a_few_attempts():

@@ -167,8 +167,8 @@ def test_the_refusal_watch_stops_on_identical_refusals_before_any_success() -> N
 
 
 # llama-cpp-python's server (0.3.x) answering a `developer` message: FastAPI's RequestValidationError printed into
-# a 500, one dict per member of the messages union pydantic tried (the shape of llama_cpp/server/errors.py's
-# wrapper over fastapi's ValidationException.__str__)
+# a 500, one dict per member of the messages union pydantic tried (captured from tests/real_server.py's server; the
+# union members there are class names, shortened here to typed-dict as older pydantic printed TypedDicts)
 DEVELOPER_500 = (
     "HTTP 500: 7 validation errors:\n"
     "  {'type': 'literal_error', 'loc': ('body', 'messages', 0, 'typed-dict', 'role'), 'msg': \"Input should be "

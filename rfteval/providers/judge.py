@@ -249,7 +249,8 @@ class Judge:
         return self._run(self._complete_all(list(requests), current_repeat()))
 
     def usage(self) -> dict[str, dict[str, int | None]]:
-        """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""
+        """Per judge model: calls sent, cache hits, requests shared with a call in flight, errors and tokens;
+        cached and shared answers cost no tokens."""
         with self._lock:
             return copy.deepcopy(self._usage)
 
@@ -292,8 +293,9 @@ class Judge:
     def _count(self, model: str, field: str, n: int = 1) -> None:
         with self._lock:
             # reasoning tokens stay None until the endpoint reports some: "never reported" is not zero
-            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0),
-                                            "reasoning_tokens": None}
+            # shared: a request equal to one in flight, answered by that call (calls + cache_hits + shared = asked)
+            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "shared": 0, "errors": 0,
+                                            **dict.fromkeys(_USAGE_KEYS, 0), "reasoning_tokens": None}
             row = self._usage.setdefault(model, empty)
             row[field] = (row[field] or 0) + n
 
@@ -321,6 +323,7 @@ class Judge:
         pending = self._inflight.get(key)
         if pending is not None:
             self._bump("shared")
+            self._count(request.model, "shared")
             return await asyncio.shield(pending)
         future: asyncio.Future[JudgeAnswer] = self._loop.create_future()
         self._inflight[key] = future

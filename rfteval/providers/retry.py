@@ -107,13 +107,14 @@ _VALIDATION_HEADER = re.compile(r"^\d+ validation errors? for ", re.IGNORECASE)
 # FastAPI's RequestValidationError as a server prints it into its 500 (llama-cpp-python's server): a header
 # "N validation errors:" naming nothing, then one Python dict repr per error ({'type', 'loc', 'msg', 'input'})
 _LIST_HEADER = re.compile(r"^\d+ validation errors?:?$", re.IGNORECASE)
-_UNION_TAG = re.compile(r"^(typed-dict|function-\w+|[A-Z]\w*)$")  # pydantic's union-member steps of a `loc`
+# pydantic's union-member steps of a `loc`: a model's class name, a TypedDict, a type ("str", "list[union[...]]")
+_UNION_TAG = re.compile(r"^(typed-dict|function-\w+|str|int|float|bool|(list|dict|union|tuple)\[.*\]|[A-Z]\w*)$")
 
 
-def _loc_path(loc: object) -> str:
-    """('body', 'messages', 0, 'typed-dict', 'role') → messages[0].role: the request field, without the body
-    prefix and the union members pydantic tried."""
-    out = ""
+def _loc_path(loc: object) -> tuple[str, int]:
+    """('body', 'messages', 0, 'ChatCompletionRequestSystemMessage', 'role') → (messages[0].role, 3): the request
+    field, without the body prefix and the union members pydantic tried, and how deep it lies."""
+    out, depth = "", 0
     for step in loc if isinstance(loc, (list, tuple)) else [loc]:
         if isinstance(step, int):
             out += f"[{step}]"
@@ -121,13 +122,15 @@ def _loc_path(loc: object) -> str:
             continue
         else:
             out += f".{step}" if out else str(step)
-    return out or "the request"
+        depth += 1
+    return out or "the request", depth
 
 
 def validation_summary(lines: list[str]) -> str | None:
     """The field and value a FastAPI validation list refuses, as "FIELD: Input should be 'a', 'b' or 'c' (input:
     VALUE)": the errors with a value (not "Field required" of the union members it was not meant to be) grouped
-    by field and value, the first group shown, the others counted. None when the lines are not such a list."""
+    by field and value; the deepest field is shown (a content part's type, not the role every other member of the
+    message union wanted), the others counted. None when the lines are not such a list."""
     import ast
 
     errors = []
@@ -143,11 +146,13 @@ def validation_summary(lines: list[str]) -> str | None:
     if not errors:
         return None
     groups: dict[tuple[str, str], list[str]] = {}
+    depths: dict[str, int] = {}
     valued = [e for e in errors if e.get("type") != "missing"] or errors
     for err in valued:
         shown = "" if err.get("type") == "missing" else repr(err.get("input"))[:80]
-        groups.setdefault((_loc_path(err.get("loc")), shown), []).append(str(err.get("msg")))
-    (path, shown), msgs = next(iter(groups.items()))
+        path, depths[path] = _loc_path(err.get("loc"))
+        groups.setdefault((path, shown), []).append(str(err.get("msg")))
+    (path, shown), msgs = max(groups.items(), key=lambda g: depths[g[0][0]])  # the first of the deepest
     expected = [m.removeprefix("Input should be ") for m in msgs if m.startswith("Input should be ")]
     if len(expected) > 1:
         msg = "Input should be " + ", ".join(expected[:-1]) + " or " + expected[-1]
