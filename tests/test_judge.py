@@ -393,3 +393,25 @@ def test_a_judge_endpoint_that_is_not_there_stops_the_judge_in_a_few_attempts():
         stats, line = judge.stats(), judge_stopped(judge)
     assert stats["retries"] <= 3 and stats["calls"] <= 3  # not 10 cells x 10 retries
     assert line is not None and "is not answering" in line and "connection refused" in line
+
+
+def test_the_format_step_down_is_remembered_in_the_cache(fake_openai, tmp_path):
+    """Issue 27: every invocation paid one refused json_schema request per call in flight before stepping down;
+    the cache remembers the endpoint's level, so a second invocation sends no refused request."""
+    fake_openai.refused_formats = {"json_schema"}
+    cache = tmp_path / "judge.jsonl"
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        judge.complete([_judge_req("a"), _judge_req("b")])
+        assert judge.format_level == 1
+    fake_openai.reset()
+    fake_openai.refused_formats = set()  # were the memo ignored, the next call would go out as json_schema
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        assert judge.format_level == 1
+        (answer,) = judge.complete([_judge_req("c")])
+    assert isinstance(answer, Generation)
+    assert [r.body["response_format"]["type"] for r in fake_openai.requests] == ["json_object"]
+    lines = [json.loads(x) for x in cache.read_text().splitlines()]
+    assert [x["format"] for x in lines if str(x["key"]).startswith("format_level:")] == ["json_object"]
+    with make_judge(fake_openai, cache_path=cache) as judge, \
+            Judge(OpenAIProvider(fake_openai.base_url + "/other"), cache_path=cache) as other:
+        assert judge.format_level == 1 and other.format_level == 0  # per endpoint

@@ -209,9 +209,10 @@ class Judge:
         # or connection failures to an endpoint never reached or gone, and the judge stops
         self._refusals = RefusalWatch()
         self._connections = ConnectionWatch()
-        self.format_level = 0  # FORMAT_LEVELS: how far the endpoint made the judge step down its output format
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
+        # FORMAT_LEVELS: how far the endpoint made the judge step down its output format, as the cache remembers
+        self.format_level = remembered_format_level(self._cache, self._identity)
         self._lock = threading.Lock()
         self._usage: dict[str, dict[str, int | None]] = {}
         self._stats = {"requests": 0, "calls": 0, "cache_hits": 0, "shared": 0, "retries": 0, "errors": 0}
@@ -429,6 +430,7 @@ class Judge:
                 with self._lock:
                     if self.format_level == level:  # concurrent calls refused alike step down once
                         self.format_level += 1
+                        self._cache.put(format_entry(self._identity, self.format_level))
 
     def _count_usage(self, model: str, usage: Mapping[str, int | None] | None) -> None:
         for k in _USAGE_KEYS:
@@ -441,6 +443,23 @@ class Judge:
 # schema (llama.cpp's server constrains to it; others ignore the extra key), then no format at all.
 FORMAT_LEVELS = ("as asked", "json_object", "none")
 _FORMAT_WORDS = ("response_format", "json_schema", "json_object", "text.format")
+
+
+def format_key(identity: JSONMapping) -> str:
+    """The judge cache line remembering how far an endpoint made the judge step down: a key no answer has (answers
+    are bare sha256 digests), so a second invocation starts at that level and pays no refused request again."""
+    return "format_level:" + cache_key(identity, {})
+
+
+def format_entry(identity: JSONMapping, level: int) -> JSONObject:
+    return {"key": format_key(identity), "format_level": level, "format": FORMAT_LEVELS[level]}
+
+
+def remembered_format_level(cache: JudgeCache, identity: JSONMapping) -> int:
+    """The step-down level a cache line remembers for this endpoint (0 when none does, or it is unreadable)."""
+    entry = cache.get(format_key(identity))
+    level = entry.get("format_level") if entry is not None else None
+    return level if isinstance(level, int) and 0 <= level < len(FORMAT_LEVELS) else 0
 
 
 def with_format_level(request: GenerationRequest, level: int) -> GenerationRequest:
