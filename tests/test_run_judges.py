@@ -709,3 +709,43 @@ def test_judge_accounting_adds_up_to_the_cells_judged(tmp_path: Path, fake_opena
     u = json.loads((out / "summary.json").read_text())["judge"]["judge-model"]
     assert u["calls"] == 1 and u["shared"] >= 1 and u["calls"] + u["cache_hits"] + u["shared"] == 12
     assert f"1 calls, {u['cache_hits']} cached, {u['shared']} shared" in res.output
+
+
+@pytest.mark.slow
+def test_a_judge_endpoint_that_dies_stops_the_run_resumably(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Issue 27: a dead judge endpoint is noticed across cells, as a dead model endpoint is (run/runner.py's
+    ServerGone): the run stops with one line, exit 3, instead of every cell spending its retries; once the judge is
+    back, the same command resumes and grades what was left."""
+    fake_openai.responder = model_or_score_responder()
+    judge = FakeOpenAI(model_or_score_responder(), delay_s=0.1).start()  # slow enough to die mid-run
+    answered = 0
+    lock = threading.Lock()
+    score = judge.responder
+
+    def die_after_three(req: Request) -> Reply:
+        nonlocal answered
+        with lock:
+            answered += 1
+            if answered == 3:
+                threading.Timer(0.05, judge.stop).start()  # a killed judge server: connections refused
+        return score(req)
+
+    judge.responder = die_after_three
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SCORE_GRADER))
+    out = tmp_path / "run"
+    args = ["--dataset", str(write_dataset(tmp_path, 6)), "--grader", str(grader), "--model", "base=fake-base",
+            "--epochs", "2", "--base-url", fake_openai.base_url, "--judge-base-url", judge.base_url, "--out", str(out),
+            "--concurrency", "2", "--judge-concurrency", "1"]
+    try:
+        res = invoke(args)
+        assert res.exit_code == 3, res.output
+        said = [ln for ln in res.output.splitlines() if "run stopped after" in ln]
+        assert len(said) == 1 and "judge (judge-model)" in said[0] and "stopped answering" in said[0], res.output
+        judge.restart()
+        res = invoke(args)
+        assert res.exit_code == 0, res.output
+        recs = load(out, "base")
+        assert len(recs) == 12 and all(r["error"] is None for r in recs), [r["error"] for r in recs]
+    finally:
+        judge.stop()

@@ -209,6 +209,7 @@ class Judge:
         # or connection failures to an endpoint never reached or gone, and the judge stops
         self._refusals = RefusalWatch()
         self._connections = ConnectionWatch()
+        self.gone = False  # the endpoint answered before, then stopped: a run stops resumable (exit 3), not exit 2
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
         # FORMAT_LEVELS: how far the endpoint made the judge step down its output format, as the cache remembers
@@ -409,6 +410,7 @@ class Judge:
             return ProviderError("connection", f"{one_line(str(exc), 300)} ({self._connections.unreached} attempts, "
                                  "none answered)")
         if verdict == "gone":
+            self.gone = True
             return ProviderError("connection", f"the judge endpoint stopped answering: {one_line(str(exc), 300)} "
                                  f"({self._connections.count} attempts in a row over "
                                  f"{self._connections.seconds:.1f}s could not connect)")

@@ -134,10 +134,13 @@ class RequestRefused(FatalRunError):
 class ServerGone(Exception):
     """An endpoint that answered before stopped answering (connections refused or reset): the run stops, exit 3."""
 
-    def __init__(self, label: str, model: str, error: ProviderError, failures: int, seconds: float):
+    def __init__(self, label: str, model: str, error: ProviderError, failures: int | None, seconds: float = 0.0):
         from rfteval.providers.retry import one_line
 
         self.label, self.model, self.error = label, model, error
+        if failures is None:  # the judge's own watch measured it, and its message says so
+            super().__init__(f"judge ({model}): {one_line(str(error), 300)}")
+            return
         super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
                          f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
 
@@ -633,8 +636,10 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             restore_signals = True
         store.commit()
         fatal = judge_fatal(judge)
-        if fatal is not None:  # a 401 or unknown judge model: as fatal as the models' own
+        if isinstance(fatal, FatalRunError):  # a 401 or unknown judge model: as fatal as the models' own
             raise fatal
+        if fatal is not None and pipeline.gone is None:  # a judge that died after the last batch was graded
+            pipeline.gone = fatal
         with export_lock:
             reader = store.reader()
             try:
@@ -740,12 +745,16 @@ def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[
     return unhook
 
 
-def judge_fatal(judge: Judge | None) -> FatalRunError | None:
-    """The run-stopping error of a judge that was refused (401/403) or does not know its model, if any."""
+def judge_fatal(judge: Judge | None) -> FatalRunError | ServerGone | None:
+    """The run-stopping error of a judge that was refused (401/403), does not know its model, is refused every
+    request alike or cannot be reached (FatalRunError, exit 2), or that answered and then died (ServerGone: the run
+    stops as for a dead model endpoint, exit 3, and the same command resumes), if any."""
     error = getattr(judge, "fatal_error", None)
     if error is None:
         return None
     model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
+    if getattr(judge, "gone", False):
+        return ServerGone("judge", model, error, None)
     return FatalRunError("judge", model, error)
 
 
