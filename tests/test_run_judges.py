@@ -749,3 +749,29 @@ def test_a_judge_endpoint_that_dies_stops_the_run_resumably(tmp_path: Path, fake
         assert len(recs) == 12 and all(r["error"] is None for r in recs), [r["error"] for r in recs]
     finally:
         judge.stop()
+
+
+@pytest.mark.slow
+def test_a_judge_request_the_server_refuses_stops_the_run_in_one_line(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Issue 27: a label_model with a developer message (docs/judges.md's example) on a server that refuses the
+    role (llama-cpp-python's 500) was retried 138-173 s per 4 cells; the run now stops after a handful of alike
+    refusals, one line naming --developer-as system, which then runs it."""
+    fake_openai.responder = lambda req: Reply(text="an answer") if judge_format(req) is None else Reply(
+        text=json.dumps({"label": "good", "steps": []}))
+    fake_openai.refused_roles = {"developer"}
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({"type": "label_model", "name": "ok", "model": "judge-model", "labels": ["good", "bad"],
+                                  "passing_labels": ["good"], "input": [
+                                      {"role": "developer", "content": "Is the answer good?"},
+                                      {"role": "user", "content": "Answer: {{ sample.output_text }}"}]}))
+    out = tmp_path / "run"
+    args = ["--dataset", str(write_dataset(tmp_path, 6)), "--grader", str(grader), "--model", "base=fake-base",
+            "--epochs", "2", "--base-url", fake_openai.base_url, "--out", str(out), "--judge-concurrency", "2"]
+    res = invoke(args)
+    said = [ln for ln in res.output.splitlines() if "run stopped" in ln]
+    assert res.exit_code == 2 and len(said) == 1, res.output
+    assert "judge requests alike, caused by the developer role" in said[0] and "--developer-as system" in said[0]
+    assert fake_openai.stats["invalid"] <= 6  # a handful, not 12 cells x 11 attempts
+    res = invoke([*args, "--developer-as", "system"])
+    assert res.exit_code == 0, res.output
+    assert all(r["score"] == 1.0 for r in load(out, "base"))
