@@ -395,3 +395,22 @@ def test_sample_from_record_decodes_json_text_and_a_frames_values() -> None:
     assert n == 7 and type(n) is int
     assert sample_from_record({"output_text": "{}", "output_json": float("nan")})["output_json"] == {}  # parsed
     assert sample_from_record({"output_text": "x", "output_json": object()})["output_json"] is None
+
+
+def test_a_judge_that_stopped_is_not_read_as_a_nondeterministic_grader():
+    """Issue 27: readiness's re-grades through a judge that stopped (refused alike, unreachable) would all be
+    errors, read as flips ("not ready"); it says why in one line instead."""
+    from rfteval.errors import InputError
+    from rfteval.providers.base import ProviderError
+
+    class Stopped:  # what a Judge that stopped exposes (providers.judge.judge_stopped reads it)
+        fatal_error = ProviderError("server", "the server refused 4 judge requests alike: HTTP 500: ...", 500)
+        fatal_model = "judge-m"
+        model_override = None
+
+    items = label_items(["yes", "no"] * 5)
+    answers = {iid: ["yes", "no"] for iid in items}
+    scores = {iid: [float(a == items[iid]["reference_answer"]) for a in answers[iid]] for iid in items}
+    with pytest.raises(InputError, match=r"the judge \(judge-m\) stopped: server: the server refused 4 judge"):
+        assess(records(scores, answers=answers), SENTIMENT, items, regrade_n=4, group_size=2,
+               engine=CountingEngine(lambda s, i: 0.0), judge=Stopped())  # type: ignore[arg-type]
