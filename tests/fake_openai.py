@@ -40,6 +40,40 @@ HOST = "127.0.0.1"
 # validation error, the same for every request
 VALIDATION_500 = ("1 validation error for CreateChatCompletionRequest\nresponse_format.type\n  Input should be "
                   "'text' or 'json_object' [type=literal_error, input_value='json_schema', input_type=str]")
+# llama-cpp-python's server (0.3.x) answering a message role or content part its chat schema lacks (`developer`,
+# `input_audio`): FastAPI's RequestValidationError printed into a 500 by its error wrapper, one dict per member of
+# the unions pydantic tried, as the real server sends it (captured from tests/real_server.py's server)
+LLAMA_ROLES = ("system", "user", "assistant", "tool", "function")
+_PARTS = "list[union[ChatCompletionRequestMessageContentPartText,ChatCompletionRequestMessageContentPartImage]]"
+
+
+def _member(role: str) -> str:
+    return f"ChatCompletionRequest{role.capitalize()}Message"
+
+
+def validation_list_500(index: int, message: dict[str, Any], part: int | None = None) -> str:
+    """The message of that 500 for messages[index] (its role refused, or its content part `part`'s type)."""
+    errors: list[dict[str, Any]] = []
+    role = message.get("role")
+    for member in LLAMA_ROLES:
+        if member != role:
+            errors.append({"type": "literal_error", "loc": ("body", "messages", index, _member(member), "role"),
+                           "msg": f"Input should be '{member}'", "input": role, "ctx": {"expected": f"'{member}'"}})
+        if member == "user" and part is not None:
+            kind = message["content"][part].get("type")
+            for name, want in (("Text", "text"), ("Image", "image_url")):
+                errors.append({"type": "literal_error", "loc": ("body", "messages", index, _member("user"),
+                               "content", _PARTS, part, f"ChatCompletionRequestMessageContentPart{name}", "type"),
+                               "msg": f"Input should be '{want}'", "input": kind, "ctx": {"expected": f"'{want}'"}})
+        if member == "tool":
+            errors.append({"type": "missing", "loc": ("body", "messages", index, _member("tool"), "tool_call_id"),
+                           "msg": "Field required", "input": message})
+    errors.append({"type": "missing", "loc": ("body", "messages", index, _member("function"), "name"),
+                   "msg": "Field required", "input": message})
+    return (f"{len(errors)} validation errors:\n" + "".join(f"  {e}\n" for e in errors)
+            + '\n  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n    POST /v1/chat/completions')
+
+
 DEFAULT_MODELS = ("fake-base", "fake-tuned")
 REASONING_TOKENS = {"minimal": 4, "low": 8, "medium": 32, "high": 128}
 
@@ -355,6 +389,14 @@ class FakeOpenAI:
         self.no_responses = False
         self.unsupported_keys: set[str] = set()
         self.refused_formats: set[str] = set()
+        # llama-cpp-python's schema: message roles (e.g. {"developer"}) and content part types (e.g.
+        # {"input_audio"}) answered with its 500 validation list; a context size answered, when the request's text
+        # and output limit exceed it, with its 400 context_length_exceeded
+        self.refused_roles: set[str] = set()
+        self.refused_parts: set[str] = set()
+        self.context_tokens: int | None = None
+        # an output limit honoured as a real server does: the reply cut after max_tokens tokens, finish "length"
+        self.honour_max_tokens = False
         self.api_key = api_key  # when set, other bearer tokens get 401
         self.requests: list[Request] = []
         self._queue: deque[Reply] = deque()
@@ -814,6 +856,12 @@ class _Handler(BaseHTTPRequestHandler):
         if refused is not None:
             self._send_json(400, error_body(400, str(body.get("model")), refused))
             return
+        invalid = self._invalid(body) if api == "chat" else None
+        if invalid is not None:
+            with self.owner._lock:
+                self.owner.stats["invalid"] = self.owner.stats.get("invalid", 0) + 1
+            self._send_json(invalid[0], {"error": invalid[1]})
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         model = str(body.get("model", ""))
         req = Request(path=path, body=body, headers=headers, model=model, api=api)
@@ -836,6 +884,30 @@ class _Handler(BaseHTTPRequestHandler):
         fmt = body.get("response_format") if api == "chat" else (body.get("text") or {}).get("format")
         if isinstance(fmt, dict) and fmt.get("type") in owner.refused_formats:
             return f"response_format type {fmt.get('type')!r} is not supported; expected one of text, json_object"
+        return None
+
+    def _invalid(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """llama-cpp-python's answer to a role or part its schema lacks, or to a prompt past its context."""
+        owner = self.owner
+        for i, m in enumerate(body.get("messages") or []):
+            if not isinstance(m, dict):
+                continue
+            if m.get("role") in owner.refused_roles:
+                return 500, {"message": validation_list_500(i, m),
+                             "type": "internal_server_error", "param": None, "code": None}
+            parts = m.get("content") if isinstance(m.get("content"), list) else []
+            for j, part in enumerate(parts):
+                if isinstance(part, dict) and part.get("type") in owner.refused_parts:
+                    return 500, {"message": validation_list_500(i, m, j),
+                                 "type": "internal_server_error", "param": None, "code": None}
+        if owner.context_tokens is not None:
+            prompt = count_tokens(_all_text(body, "chat"))
+            limit = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+            if prompt + limit > owner.context_tokens:
+                return 400, {"message": f"This model's maximum context length is {owner.context_tokens} tokens. "
+                             f"However, you requested {prompt + limit} tokens ({prompt} in the messages, {limit} in "
+                             "the completion). Please reduce the length of the messages or completion.",
+                             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}
         return None
 
     def _generate(self, req: Request, body: dict[str, Any], model: str, headers: dict[str, str],
@@ -863,6 +935,9 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if slots is not None:
                 slots.release()
+        limit = body.get("max_tokens") or body.get("max_completion_tokens")
+        if owner.honour_max_tokens and limit and reply.text and count_tokens(reply.text) > limit:
+            reply = _cut(reply, int(limit))
         auth = headers.get("authorization", "")
         if owner.api_key is not None and auth != f"Bearer {owner.api_key}":
             self._send_json(401, error_body(401, model, auth=auth))
@@ -877,6 +952,15 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             make = chat_body if req.api == "chat" else responses_body
             self._send_json(reply.status, make(req, reply, owner._next_id()), reply_headers)
+
+
+def _cut(reply: Reply, limit: int) -> Reply:
+    """The reply's text cut after `limit` tokens (count_tokens' tokens), finish reason "length"."""
+    import dataclasses
+
+    text = reply.text or ""
+    ends = [m.end() for m in re.finditer(r"\w+|[^\w\s]", text)]
+    return dataclasses.replace(reply, text=text[: ends[limit - 1]] if limit > 0 else "", finish_reason="length")
 
 
 def _jsonl(rows: list[dict[str, Any]]) -> bytes:

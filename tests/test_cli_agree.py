@@ -541,3 +541,24 @@ def test_regrade_same_swaps_only_the_judge_of_a_run_directory(tmp_path, fake_ope
     assert (run / "judge_cache.jsonl").is_file()  # the default cache: the run directory's own
     res = runner.invoke(app, ["agree", str(a), "--regrade", "same"])
     assert res.exit_code == 2 and "--regrade same needs A to be a run directory" in res.stderr
+
+
+@pytest.mark.slow
+def test_regrade_with_a_judge_the_server_refuses_stops_in_one_line(tmp_path, fake_openai):
+    """Issue 27: --regrade's judge fails fast like a model: a developer message llama-cpp-python refuses (its 500
+    validation list) stops agree after a handful of requests, one line naming --developer-as system; nothing is
+    compared on a side of refusals. With --developer-as system it regrades."""
+    fake_openai.responder = _judge
+    fake_openai.refused_roles = {"developer"}
+    ds, a, grader = _regrade_files(tmp_path)
+    grader.write_text(json.dumps({**GRADER, "input": [{"role": "developer", "content": "Grade the answer."},
+                                                      *GRADER["input"]]}))
+    args = ["agree", str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url", fake_openai.base_url,
+            "--judge-cache", str(tmp_path / "c.jsonl"), "--judge-concurrency", "2"]
+    res = runner.invoke(app, args)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "--developer-as system" in lines[0], res.output
+    assert "nothing was compared (--regrade)" in lines[0] and fake_openai.stats["invalid"] <= 6
+    res = runner.invoke(app, [*args, "--developer-as", "system", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["n_samples"] == 24

@@ -265,7 +265,7 @@ def test_judge_users_check_the_judge_model_before_spending(command, files, tmp_p
         args = _judge_command(command, files, tmp_path, fake)
         line = _refused(runner.invoke(app, args))
         assert "grader model: unknown model 'judge-mdl'" in line and "serves judge-model, other" in line
-        assert "--skip-model-check" in line
+        assert "--skip-model-check" in line and "--judge-model NAME judges with one it serves" in line
         line = _refused(runner.invoke(app, [*args, "--judge-model", "judge-modle"]))
         assert "--judge-model: unknown model 'judge-modle'" in line
         assert fake.requests == []  # no judge call was paid for
@@ -406,3 +406,34 @@ def test_grade_help_shows_each_default_once():
     res = runner.invoke(app, ["grade", "--help"], env={"COLUMNS": "200"})
     assert res.exit_code == 0
     assert res.stdout.count("[default: strip]") == 1
+
+
+# ---- judges fail fast (issue 27): a refused judge request stops the command in one line --------------------------
+
+# docs/judges.md's label_model example (OpenAI's API reference shape): the instructions are a developer message
+LABEL_GRADER = {"type": "label_model", "name": "sentiment", "model": "judge-mdl",
+                "input": [{"role": "developer", "content": "Classify as positive, neutral or negative"},
+                          {"role": "user", "content": "Statement: {{ sample.output_text }}"}],
+                "labels": ["positive", "neutral", "negative"], "passing_labels": ["positive"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["grade", "probe-grader", "validate"])
+def test_a_judge_the_server_refuses_stops_the_command_in_one_line(command, files, tmp_path, monkeypatch):
+    from fake_openai import FakeOpenAI
+
+    monkeypatch.setenv("JUDGE_KEY", "sk-test")
+    with FakeOpenAI(lambda req: json.dumps({"steps": [], "label": "positive"})) as fake:
+        fake.refused_roles = {"developer"}
+        args = _judge_command(command, files, tmp_path, fake)
+        (tmp_path / "judge.json").write_text(json.dumps(LABEL_GRADER))
+        res = runner.invoke(app, [*args, "--judge-concurrency", "2"])
+        line = _refused(res)
+        assert "the server refused 4 judge requests alike, caused by the developer role" in line
+        assert "--developer-as system" in line and "(input: 'developer')" in line
+        assert fake.stats["invalid"] <= 6  # not every cell's 10 retries
+        assert not (tmp_path / "judged.jsonl").exists()  # no table of refusals read as grades
+        res = runner.invoke(app, [*args, "--developer-as", "system"])
+        assert res.exit_code == 0, res.output
+        sent = [r for r in fake.requests if r.api == "chat"]
+        assert sent and all(r.body["messages"][0]["role"] == "system" for r in sent)

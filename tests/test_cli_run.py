@@ -362,8 +362,10 @@ def test_an_unknown_judge_model_stops_the_run_before_it_starts(files: dict[str, 
         args[args.index(str(files["grader"]))] = str(judge_grader)
         res = runner.invoke(app, args)
         assert res.exit_code == 2 and "grader model: unknown model 'judge-mdl'" in res.output, res.output
+        assert "--judge-model NAME judges with one it serves" in res.output  # issue 27: the flag that fixes it
         res = runner.invoke(app, [*args, "--judge-model", "judge-modle"])
         assert res.exit_code == 2 and "--judge-model: unknown model 'judge-modle'" in res.output, res.output
+        assert "--judge-model NAME" not in res.output  # the flag was given: its own name is what is wrong
         assert fake.requests == []
 
 
@@ -455,3 +457,60 @@ def test_run_refuses_lines_ending_with_the_assistant_turn_before_any_request(tmp
         assert res.exit_code == 0, res.output
         assert f"warning: {ds}: 3 of 3 lines hold a system message (lines 1, 2, 3)" in res.stderr
         assert len([r for r in server.requests if r.api == "chat"]) == 3
+
+
+# ---- the developer role (issue 27): llama-cpp-python refuses it; --developer-as system sends it as system -------
+
+def _developer_dataset(files: dict[str, Path]) -> None:
+    """ChipStack's shape (datasets/chipstack/items.jsonl, OpenAI's RFT format): instructions as a developer message."""
+    files["dataset"].write_text("".join(json.dumps({"id": f"q{i}", "messages": [
+        {"role": "developer", "content": "Bind the VIP parameters."}, {"role": "user", "content": f"question {i}"}],
+        "reference_answer": "tuned"}) + "\n" for i in range(N_ITEMS)))
+
+
+@pytest.mark.slow
+def test_a_refused_developer_role_stops_the_run_naming_the_field_and_the_fix(files: dict[str, Path]) -> None:
+    _developer_dataset(files)
+    with FakeOpenAI() as fake:
+        fake.refused_roles = {"developer"}
+        res = runner.invoke(app, flags(files, fake, "-q"))
+        said = [ln for ln in res.output.splitlines() if "run stopped" in ln]  # the retry notes come first
+        assert res.exit_code == 2 and len(said) == 1, res.output
+        assert "caused by the developer role (send it as system: --developer-as system)" in said[0]
+        assert "messages[0].role: Input should be 'system', 'user', 'assistant', 'tool' or 'function' (input: " \
+               "'developer')" in said[0]
+        assert fake.stats["invalid"] < 2 * N_ITEMS * EPOCHS  # stopped after a handful, not every cell's retries
+
+        res = runner.invoke(app, flags(files, fake, "-q", "--developer-as", "system"))
+        assert res.exit_code == 0, res.output
+        sent = [r for r in fake.requests if r.api == "chat"]
+        assert sent and all([m["role"] for m in r.body["messages"]] == ["system", "user"] for r in sent)
+    assert 'developer_as = "system"' in (files["out"] / "spec.resolved.toml").read_text()
+    assert load(files["out"], "tuned")[0]["score"] == 1.0
+
+
+def test_the_developer_as_spec_key_reaches_the_models_and_the_judge(files: dict[str, Path]) -> None:
+    from rfteval.errors import InputError
+    from rfteval.run.runner import build_judge, grades_key
+    from rfteval.run.spec import build_spec, resolve_models, to_toml
+
+    base = {"dataset": str(files["dataset"]), "grader": str(files["grader"]), "models": {"base": {"model": "m"}},
+            "endpoint": {"base_url": "http://127.0.0.1:9/v1"}}
+    spec = build_spec(None, {**base, "developer_as": "system"})
+    (run,) = resolve_models(spec)
+    assert run.settings["developer_as"] == "system" and 'developer_as = "system"' in to_toml(spec)
+    plain = build_spec(None, base)
+    assert "developer_as" not in resolve_models(plain)[0].settings and "developer_as =" not in to_toml(plain)
+    judge_grader = files["dir"] / "judge.json"
+    judge_grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "m", "input": [
+        {"role": "developer", "content": "Score {{ sample.output_text }}"}]}))
+    from rfteval.graders import load_grader
+
+    config = load_grader(judge_grader)
+    judge = build_judge(spec, config, files["dir"])
+    assert judge is not None and judge.provider.developer_as == "system"  # type: ignore[attr-defined]
+    judge.close()
+    # stored grades of a judge that read developer as system are another grader's
+    assert grades_key(config, "h", spec, ["base"]) != grades_key(config, "h", plain, ["base"])
+    with pytest.raises(InputError, match="--developer-as: Input should be .developer. or .system."):
+        build_spec(None, {**base, "developer_as": "user"})

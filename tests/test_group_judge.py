@@ -310,3 +310,18 @@ def test_needs_groups_sees_through_multi():
                           "graders": {"g": {**CONFIG, "name": "g"}}})
     assert needs_groups(parse_config(CONFIG)) and needs_groups(multi)
     assert not needs_groups(plain)
+
+
+def test_a_group_answer_cut_off_by_the_output_limit_is_a_truncated_error_for_the_group(fake_openai):
+    """Issue 27: a group judge's answer ending with finish reason `length` fails the group as truncated, with the
+    limit to raise, not as a parse error."""
+    from fake_openai import Reply
+
+    from rfteval.graders.base import MODEL_TRUNCATED
+
+    def cut(request):
+        return Reply(text=value_judge(request)[:40], finish_reason="length")
+
+    results = grade(fake_openai, [(make_sample("v=0.1"), item()), (make_sample("v=0.9"), item())], responder=cut)
+    assert [r.error.type for r in results] == [MODEL_TRUNCATED] * 2
+    assert "finish_reason length" in results[0].error.message and results[0].details["raw_answer"]

@@ -61,6 +61,8 @@ def test_identical_requests_in_flight_are_sent_once(fake_openai):
     with make_judge(fake_openai) as judge:
         out = judge.complete([req("same")] * 5)
         assert judge.stats()["shared"] == 4
+        u = judge.usage()["judge-m"]  # issue 27: a shared call is counted, so the three add up to the requests
+        assert (u["calls"], u["cache_hits"], u["shared"]) == (1, 0, 4)
     assert len(fake_openai.requests) == 1
     assert {g.output_text for g in out} == {"echo:judge-m:same"}
 
@@ -321,3 +323,95 @@ def test_a_cache_line_is_narrowed_when_read_back(tmp_path) -> None:
     with pytest.raises(TypeError, match="key must be a string"):
         cache.put({"key": 1, "model": "m"})
     cache.close()
+
+
+# ---- failing fast (issue 27): the models' rules for every judge --------------------------------------------------
+
+
+def _dev_req(text: str) -> GenerationRequest:
+    """A label_model's request as docs/judges.md's example builds it: the instructions in a developer message."""
+    return GenerationRequest(model="judge-m", messages=[{"role": "developer", "content": "Classify it"},
+                                                        {"role": "user", "content": text}], sampling=Sampling())
+
+
+def test_a_judge_stops_after_a_handful_of_alike_refusals_and_names_the_fix(fake_openai):
+    """llama-cpp-python's server refuses a developer message with a 500 (retryable by kind): the judge no longer
+    retries every cell for minutes; after REJECT_AFTER alike refusals it stops, naming --developer-as system."""
+    from rfteval.providers.judge import judge_stopped
+    from rfteval.providers.retry import REJECT_AFTER
+
+    fake_openai.refused_roles = {"developer"}
+    policy = RetryPolicy(max_retries=10, base_s=0.001, max_backoff_s=0.01)
+    with make_judge(fake_openai, concurrency=2, retry_policy=policy) as judge:
+        answers = judge.complete([_dev_req(f"item {i}") for i in range(12)])
+        line = judge_stopped(judge)
+        stats = judge.stats()
+    assert all(isinstance(a, ProviderError) for a in answers)
+    # before: 12 cells x 11 attempts; now the handful that showed the refusal, plus what was already in flight
+    assert fake_openai.stats["invalid"] <= REJECT_AFTER + 2
+    assert stats["calls"] <= REJECT_AFTER + 2 and stats["errors"] == stats["calls"]
+    assert line is not None and "--developer-as system" in line and "\n" not in line
+    assert "messages[0].role: Input should be 'system', 'user', 'assistant', 'tool' or 'function'" in line
+    assert "(input: 'developer')" in line
+
+
+def test_developer_as_system_sends_the_developer_message_as_system(fake_openai):
+    fake_openai.refused_roles = {"developer"}
+    with Judge(OpenAIProvider(fake_openai.base_url, developer_as="system"), retry_policy=FAST) as judge:
+        (answer,) = judge.complete([_dev_req("x")])
+    assert isinstance(answer, Generation) and judge.fatal_error is None
+    assert [m["role"] for m in fake_openai.requests[0].body["messages"]] == ["system", "user"]
+
+
+def test_an_input_audio_part_the_server_cannot_take_stops_the_judge(fake_openai):
+    """A score_model with an input_audio part (OpenAI's grader format) on llama.cpp: refused alike, stopped."""
+    from rfteval.providers.judge import judge_stopped
+
+    fake_openai.refused_parts = {"input_audio"}
+    audio = [{"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]
+    reqs = [GenerationRequest(model="judge-m", messages=[{"role": "user", "content": [
+        {"type": "text", "text": f"item {i}"}, *audio]}]) for i in range(8)]
+    with make_judge(fake_openai, concurrency=1, retry_policy=RetryPolicy(base_s=0.001, max_backoff_s=0.01)) as judge:
+        judge.complete(reqs)
+        line = judge_stopped(judge)
+    assert fake_openai.stats["invalid"] <= 4
+    assert line is not None and "messages[0].content[1].type: Input should be 'text' or 'image_url' (input: " \
+        "'input_audio')" in line
+
+
+def test_a_judge_endpoint_that_is_not_there_stops_the_judge_in_a_few_attempts():
+    import socket
+
+    from rfteval.providers.judge import judge_stopped
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    policy = RetryPolicy(max_retries=10, base_s=0.001, max_backoff_s=0.01)
+    with Judge(OpenAIProvider(f"http://127.0.0.1:{port}/v1"), retry_policy=policy, concurrency=2) as judge:
+        judge.complete([req(f"q{i}") for i in range(10)])
+        stats, line = judge.stats(), judge_stopped(judge)
+    assert stats["retries"] <= 3 and stats["calls"] <= 3  # not 10 cells x 10 retries
+    assert line is not None and "is not answering" in line and "connection refused" in line
+
+
+def test_the_format_step_down_is_remembered_in_the_cache(fake_openai, tmp_path):
+    """Issue 27: every invocation paid one refused json_schema request per call in flight before stepping down;
+    the cache remembers the endpoint's level, so a second invocation sends no refused request."""
+    fake_openai.refused_formats = {"json_schema"}
+    cache = tmp_path / "judge.jsonl"
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        judge.complete([_judge_req("a"), _judge_req("b")])
+        assert judge.format_level == 1
+    fake_openai.reset()
+    fake_openai.refused_formats = set()  # were the memo ignored, the next call would go out as json_schema
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        assert judge.format_level == 1
+        (answer,) = judge.complete([_judge_req("c")])
+    assert isinstance(answer, Generation)
+    assert [r.body["response_format"]["type"] for r in fake_openai.requests] == ["json_object"]
+    lines = [json.loads(x) for x in cache.read_text().splitlines()]
+    assert [x["format"] for x in lines if str(x["key"]).startswith("format_level:")] == ["json_object"]
+    with make_judge(fake_openai, cache_path=cache) as judge, \
+            Judge(OpenAIProvider(fake_openai.base_url + "/other"), cache_path=cache) as other:
+        assert judge.format_level == 1 and other.format_level == 0  # per endpoint

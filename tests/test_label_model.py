@@ -102,3 +102,23 @@ def test_scripted_local_judge_picks_labels_best_first():
     assert local_judge.answer(body("A refund is due."))["label"] == "ok"
     assert local_judge.answer(body("No idea."))["label"] == "bad"
     assert "not a model" in local_judge.answer(body("x"))["steps"][-1]["description"]
+
+
+def test_a_cut_off_answer_keeps_its_label_when_it_came_first_else_is_a_truncated_error(fake_openai):
+    """Issue 27: the label comes first in the schema, so an answer cut off by the output limit has it whole."""
+    from rfteval.graders.base import MODEL_TRUNCATED
+
+    grade(fake_openai, ["positive"])
+    assert list(fake_openai.requests[0].body["response_format"]["json_schema"]["schema"]["properties"]) == [
+        "label", "steps"]
+    cut_answers = {"a": '{"label": "negative", "steps": [{"descr', "b": '{"label": "neg',
+                   "c": '{"label": "angry", "steps": ['}
+    with Judge(OpenAIProvider(fake_openai.base_url), retry_policy=RetryPolicy(max_retries=1, base_s=0.001)) as judge, \
+            GradingEngine(parse_config(CONFIG), judge=judge) as engine:
+        fake_openai.responder = lambda req: Reply(text=cut_answers[req.last_user_text().removeprefix("Statement: ")],
+                                                  finish_reason="length")
+        kept, cut, unknown = engine.grade_batch([(make_sample(o), {"id": "x"}) for o in "abc"])
+    assert kept.error is None and kept.score == 0.0 and kept.details["label"] == "negative"
+    assert kept.details["truncated"] is True
+    assert cut.error.type == MODEL_TRUNCATED and "finish_reason length" in cut.error.message
+    assert unknown.error.type == MODEL_TRUNCATED  # a label outside `labels` is not read from a cut answer

@@ -412,3 +412,22 @@ def test_a_verdict_on_fewer_than_five_items_is_provisional_in_terminal_and_json(
     assert "READY[/] (provisional: only 2 items)" in text and note in text
     five = assess(records({f"i{i}": [0, 1, 1] for i in range(MIN_ITEMS_FOR_INTERVAL)}), group_size=3)
     assert not five.provisional and not any("provisional" in n for n in five.notes)
+
+
+def test_a_judge_that_stopped_is_not_read_as_a_nondeterministic_grader():
+    """Issue 27: readiness's re-grades through a judge that stopped (refused alike, unreachable) would all be
+    errors, read as flips ("not ready"); it says why in one line instead."""
+    from rfteval.errors import InputError
+    from rfteval.providers.base import ProviderError
+
+    class Stopped:  # what a Judge that stopped exposes (providers.judge.judge_stopped reads it)
+        fatal_error = ProviderError("server", "the server refused 4 judge requests alike: HTTP 500: ...", 500)
+        fatal_model = "judge-m"
+        model_override = None
+
+    items = label_items(["yes", "no"] * 5)
+    answers = {iid: ["yes", "no"] for iid in items}
+    scores = {iid: [float(a == items[iid]["reference_answer"]) for a in answers[iid]] for iid in items}
+    with pytest.raises(InputError, match=r"the judge \(judge-m\) stopped: server: the server refused 4 judge"):
+        assess(records(scores, answers=answers), SENTIMENT, items, regrade_n=4, group_size=2,
+               engine=CountingEngine(lambda s, i: 0.0), judge=Stopped())  # type: ignore[arg-type]

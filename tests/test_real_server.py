@@ -370,3 +370,91 @@ def test_a_killed_server_stops_the_run_within_seconds_and_the_same_command_resum
         assert resent <= 36 - answered + 2, (resent, answered)  # +2: requests in flight at the kill
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- issue 27: developer, judges failing fast, truncation
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chat_requests(server: RealServer) -> int:
+    """The server's access-log lines for POST /v1/chat/completions: one per request, refused or not (chat_posts
+    also counts the path that each refusal's printed traceback repeats)."""
+    return server.log.read_text(errors="replace").count('"POST /v1/chat/completions HTTP')
+
+
+def test_chipstack_developer_messages_are_refused_in_one_line_and_run_with_developer_as_system(
+        llama: RealServer, tmp_path: Path) -> None:
+    """[27.3] the bundled ChipStack example (developer messages, OpenAI's RFT format) on this server: llama-cpp-
+    python refuses the developer role with a 500 listing 7 pydantic errors; the run stops after a handful of
+    requests with one line naming the field, the value and the fix; with --developer-as system every item runs.
+    Its first 8 lines, as they are, to keep the test small (all 24 ran the same way when this was written)."""
+    lines = (ROOT / "datasets" / "chipstack" / "items.jsonl").read_text().splitlines(keepends=True)[:8]
+    ds, grader = tmp_path / "items.jsonl", ROOT / "graders" / "chipstack.json"
+    ds.write_text("".join(lines))
+    out = tmp_path / "run"
+    before = chat_requests(llama)
+    res = rfteval(*run_args(llama, ds, grader, out, "--concurrency", "2", max_tokens=8), timeout=180)
+    line = assert_one_line_error(res, "--developer-as system", "messages[0].role", "(input: 'developer')")
+    assert "7 validation errors" in line and "Input should be 'system', 'user', 'assistant', 'tool'" in line
+    assert chat_requests(llama) - before <= 6  # a handful, not 8 cells x 11 attempts
+    res = rfteval(*run_args(llama, ds, grader, out, "--concurrency", "2", "--developer-as", "system", max_tokens=8),
+                  "--max-error-rate", "1", timeout=600)
+    assert res.returncode == 0, output_of(res)
+    recs = records(out, "base")
+    assert len(recs) == 8 and not [r for r in recs if r["error"] and r["error"]["stage"] == "generate"]
+
+
+def _outputs(path: Path, n: int) -> Path:
+    return write_items(path, [{"item_id": f"say-{i}", "output_text": f"The {a} is an animal."}
+                              for i, a in enumerate(["cat", "dog", "owl", "fox", "whale", "horse", "crow", "bee"][:n])])
+
+
+def test_a_judge_the_server_refuses_stops_grade_within_seconds(llama: RealServer, tmp_path: Path) -> None:
+    """[27.4] a label_model whose instructions are a developer message (docs/judges.md's example) judged on this
+    server: `grade` stops after a handful of refused judge requests (they were retried 138-173 s per 4 cells),
+    one line naming the fix, no records written; with --developer-as system it grades."""
+    grader = tmp_path / "label.json"
+    grader.write_text(json.dumps({
+        "type": "label_model", "name": "animal", "model": "smol-base",
+        "input": [{"role": "developer", "content": "Is the statement about a mammal? Answer yes or no."},
+                  {"role": "user", "content": "Statement: {{ sample.output_text }}"}],
+        "labels": ["yes", "no"], "passing_labels": ["yes"]}))
+    ds = write_items(tmp_path / "items.jsonl", sentence_items(8))
+    args = ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(_outputs(tmp_path / "outs.jsonl", 8)),
+            "--out", str(tmp_path / "graded.jsonl"), "--judge-base-url", llama.base_url, "--judge-concurrency", "2"]
+    before, start = chat_requests(llama), time.monotonic()
+    res = rfteval(*args, timeout=180)
+    elapsed = time.monotonic() - start
+    assert_one_line_error(res, "judge requests alike", "--developer-as system", "(input: 'developer')")
+    # a handful (each call's first attempt also steps json_schema down), not 8 cells x 11 attempts
+    assert chat_requests(llama) - before <= 8 and not (tmp_path / "graded.jsonl").exists()
+    assert elapsed < 60, elapsed  # generous: the point is seconds, not minutes of retries
+    res = rfteval(*args, "--developer-as", "system", "--max-error-rate", "1", timeout=300)
+    assert res.returncode == 0, output_of(res)
+    assert len(records(tmp_path, "graded")) == 8
+
+
+def test_a_judge_answer_cut_off_by_its_output_limit_is_named_as_such(llama: RealServer, tmp_path: Path) -> None:
+    """[27.5] a score_model with max_completions_tokens 2: every answer is cut before its result. Each is a
+    model_grader_truncated_error saying to raise max_completions_tokens (it was "judge answer is not a JSON
+    object"), and with a limit the answer fits in, the result (first in the schema) is read."""
+    grader = tmp_path / "judge.json"
+    body = {"type": "score_model", "name": "judge", "model": "smol-base", "range": [0, 1],
+            "input": [{"role": "system", "content": "Score the statement from 0 to 1. Reply in JSON."},
+                      {"role": "user", "content": "Statement: {{ sample.output_text }}"}]}
+    grader.write_text(json.dumps({**body, "sampling_params": {"temperature": 0, "max_completions_tokens": 2}}))
+    ds = write_items(tmp_path / "items.jsonl", sentence_items(4))
+    args = ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(_outputs(tmp_path / "outs.jsonl", 4)),
+            "--judge-base-url", llama.base_url, "--judge-concurrency", "2", "--max-error-rate", "1"]
+    res = rfteval(*args, "--out", str(tmp_path / "cut.jsonl"), timeout=300)
+    assert res.returncode == 0, output_of(res)
+    recs = records(tmp_path, "cut")
+    assert [r["error"]["type"] for r in recs] == ["model_grader_truncated_error"] * 4, [r["error"] for r in recs]
+    assert all("raise max_completions_tokens in the grader's sampling_params (now 2)" in r["error"]["message"]
+               for r in recs)
+    grader.write_text(json.dumps({**body, "sampling_params": {"temperature": 0, "max_completions_tokens": 24}}))
+    res = rfteval(*args, "--out", str(tmp_path / "read.jsonl"), timeout=300)
+    assert res.returncode == 0, output_of(res)
+    read = [r for r in records(tmp_path, "read") if r["error"] is None]
+    assert len(read) >= 3 and all(0.0 <= r["score"] <= 1.0 for r in read), records(tmp_path, "read")

@@ -164,3 +164,40 @@ def test_the_refusal_watch_stops_on_identical_refusals_before_any_success() -> N
     assert not any(watch.failed(e) for e in transient * 5)
     bad = ProviderError("bad_request", "HTTP 400: Unrecognized request argument supplied: seed", status=400)
     assert [watch.failed(bad) for _ in range(REJECT_AFTER)][-1] is True
+
+
+# llama-cpp-python's server (0.3.x) answering a `developer` message: FastAPI's RequestValidationError printed into
+# a 500, one dict per member of the messages union pydantic tried (captured from tests/real_server.py's server; the
+# union members there are class names, shortened here to typed-dict as older pydantic printed TypedDicts)
+DEVELOPER_500 = (
+    "HTTP 500: 7 validation errors:\n"
+    "  {'type': 'literal_error', 'loc': ('body', 'messages', 0, 'typed-dict', 'role'), 'msg': \"Input should be "
+    "'system'\", 'input': 'developer', 'ctx': {'expected': \"'system'\"}}\n"
+    "  {'type': 'literal_error', 'loc': ('body', 'messages', 0, 'typed-dict', 'role'), 'msg': \"Input should be "
+    "'user'\", 'input': 'developer', 'ctx': {'expected': \"'user'\"}}\n"
+    "  {'type': 'literal_error', 'loc': ('body', 'messages', 0, 'typed-dict', 'role'), 'msg': \"Input should be "
+    "'assistant'\", 'input': 'developer', 'ctx': {'expected': \"'assistant'\"}}\n"
+    "  {'type': 'literal_error', 'loc': ('body', 'messages', 0, 'typed-dict', 'role'), 'msg': \"Input should be "
+    "'tool'\", 'input': 'developer', 'ctx': {'expected': \"'tool'\"}}\n"
+    "  {'type': 'missing', 'loc': ('body', 'messages', 0, 'typed-dict', 'tool_call_id'), 'msg': 'Field required', "
+    "'input': {'role': 'developer', 'content': 'Bind the VIP'}}\n"
+    "  {'type': 'literal_error', 'loc': ('body', 'messages', 0, 'typed-dict', 'role'), 'msg': \"Input should be "
+    "'function'\", 'input': 'developer', 'ctx': {'expected': \"'function'\"}}\n"
+    "  {'type': 'missing', 'loc': ('body', 'messages', 0, 'typed-dict', 'name'), 'msg': 'Field required', "
+    "'input': {'role': 'developer', 'content': 'Bind the VIP'}}\n")
+
+
+def test_a_fastapi_validation_list_is_condensed_to_the_field_and_value_it_refuses() -> None:
+    from rfteval.providers.retry import DEVELOPER_FIX, one_line, option_of, refuses_developer
+
+    line = one_line(DEVELOPER_500, 400)
+    assert line == ("HTTP 500: 7 validation errors: messages[0].role: Input should be 'system', 'user', "
+                    "'assistant', 'tool' or 'function' (input: 'developer')")
+    assert refuses_developer(DEVELOPER_500) and option_of(DEVELOPER_500, {"messages": []}) == DEVELOPER_FIX
+    assert not refuses_developer("HTTP 500: Input should be 'text' or 'json_object' (input: 'json_schema')")
+    # a list whose errors name several fields: the first shown, the others counted
+    two = ("HTTP 422: 2 validation errors:\n  {'type': 'int_type', 'loc': ('body', 'seed'), 'msg': 'Input should be "
+           "a valid integer', 'input': 'x'}\n  {'type': 'missing', 'loc': ('body', 'model'), 'msg': 'Field required', "
+           "'input': {}}")
+    assert one_line(two, 400) == "HTTP 422: 2 validation errors: seed: Input should be a valid integer (input: 'x')"
+    assert one_line("HTTP 500: 2 validation errors:\nnot a dict", 400) == "HTTP 500: 2 validation errors:"

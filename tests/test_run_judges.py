@@ -129,12 +129,12 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
         assert req.body["seed"] == 7 and req.body["temperature"] == 0
         assert judge_format(req) == {"name": "score_model_result", "strict": True, "schema": {
             "type": "object",
-            "properties": {"steps": {"type": "array", "items": {
+            "properties": {"result": {"type": "number"}, "steps": {"type": "array", "items": {
                 "type": "object",
                 "properties": {"description": {"type": "string"}, "conclusion": {"type": "string"}},
-                "required": ["description", "conclusion"], "additionalProperties": False}},
-                "result": {"type": "number"}},
-            "required": ["steps", "result"], "additionalProperties": False}}
+                "required": ["description", "conclusion"], "additionalProperties": False}}},
+            "required": ["result", "steps"], "additionalProperties": False}}
+        assert list(judge_format(req)["schema"]["properties"]) == ["result", "steps"]  # result first (issue 27)
 
     for label in ("base", "tuned"):
         records = load(out, label)
@@ -149,7 +149,8 @@ def test_score_model_in_run_schema_records_usage_and_a_free_rerun(tmp_path: Path
             assert d["judge_usage"]["input_tokens"] == 11
     summary = json.loads((out / "summary.json").read_text())
     usage = summary["judge"]["judge-model"]
-    assert (usage["calls"], usage["cache_hits"], usage["errors"]) == (12, 0, 0)
+    assert (usage["calls"], usage["cache_hits"], usage["shared"], usage["errors"]) == (12, 0, 0, 0)
+    assert "judge judge-model: 12 calls, 0 cached, 0 shared, 0 errors" in res.output
     assert (usage["input_tokens"], usage["output_tokens"]) == (12 * 11, 12 * 7)
     behind = {"calls": 12, "input_tokens": 12 * 11, "output_tokens": 12 * 7, "reasoning_tokens": 0}
     assert {k: summary["judge_results"]["judge-model"][k] for k in behind} == behind
@@ -688,3 +689,90 @@ def test_a_judge_past_its_output_limit_is_told_to_the_runs_monitor(tmp_path: Pat
     assert len(limits) == 1, said  # once per judge model, though every call ran past it
     assert "model judge-model" in limits[0] and "87 output tokens under a limit of 16" in limits[0]
     assert not [r for r in caplog.records if "ignored the output limit" in r.getMessage()]  # not the logger's
+
+
+@pytest.mark.slow
+def test_judge_accounting_adds_up_to_the_cells_judged(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Issue 27: 12 cells whose judge requests are all equal showed "1 calls, 10 cached": the requests answered
+    by a call in flight were counted nowhere. They are "shared" now: calls + cached + shared = cells judged."""
+    score = model_or_score_responder()
+    fake_openai.responder = lambda req: Reply(text="same answer") if judge_format(req) is None else Reply(
+        text=json.dumps({"result": 0.5, "steps": []}), delay_s=0.2)
+    del score
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({**SCORE_GRADER, "input": [
+        {"role": "user", "content": "Score this answer: {{ sample.output_text }}"}]}))
+    out = tmp_path / "run"
+    res = invoke(["--dataset", str(write_dataset(tmp_path, 2)), "--grader", str(grader), "--model",
+                  "base=fake-base", "--model", "tuned=fake-tuned", "--epochs", "3", "--base-url",
+                  fake_openai.base_url, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    u = json.loads((out / "summary.json").read_text())["judge"]["judge-model"]
+    assert u["calls"] == 1 and u["shared"] >= 1 and u["calls"] + u["cache_hits"] + u["shared"] == 12
+    assert f"1 calls, {u['cache_hits']} cached, {u['shared']} shared" in res.output
+
+
+@pytest.mark.slow
+def test_a_judge_endpoint_that_dies_stops_the_run_resumably(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Issue 27: a dead judge endpoint is noticed across cells, as a dead model endpoint is (run/runner.py's
+    ServerGone): the run stops with one line, exit 3, instead of every cell spending its retries; once the judge is
+    back, the same command resumes and grades what was left."""
+    fake_openai.responder = model_or_score_responder()
+    judge = FakeOpenAI(model_or_score_responder(), delay_s=0.1).start()  # slow enough to die mid-run
+    answered = 0
+    lock = threading.Lock()
+    score = judge.responder
+
+    def die_after_three(req: Request) -> Reply:
+        nonlocal answered
+        with lock:
+            answered += 1
+            if answered == 3:
+                threading.Timer(0.05, judge.stop).start()  # a killed judge server: connections refused
+        return score(req)
+
+    judge.responder = die_after_three
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SCORE_GRADER))
+    out = tmp_path / "run"
+    args = ["--dataset", str(write_dataset(tmp_path, 6)), "--grader", str(grader), "--model", "base=fake-base",
+            "--epochs", "2", "--base-url", fake_openai.base_url, "--judge-base-url", judge.base_url, "--out", str(out),
+            "--concurrency", "2", "--judge-concurrency", "1"]
+    try:
+        res = invoke(args)
+        assert res.exit_code == 3, res.output
+        said = [ln for ln in res.output.splitlines() if "run stopped after" in ln]
+        assert len(said) == 1 and "judge (judge-model)" in said[0] and "stopped answering" in said[0], res.output
+        judge.restart()
+        res = invoke(args)
+        assert res.exit_code == 0, res.output
+        recs = load(out, "base")
+        assert len(recs) == 12 and all(r["error"] is None for r in recs), [r["error"] for r in recs]
+    finally:
+        judge.stop()
+
+
+@pytest.mark.slow
+def test_a_judge_request_the_server_refuses_stops_the_run_in_one_line(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Issue 27: a label_model with a developer message (docs/judges.md's example) on a server that refuses the
+    role (llama-cpp-python's 500) was retried 138-173 s per 4 cells; the run now stops after a handful of alike
+    refusals, one line naming --developer-as system, which then runs it."""
+    fake_openai.responder = lambda req: Reply(text="an answer") if judge_format(req) is None else Reply(
+        text=json.dumps({"label": "good", "steps": []}))
+    fake_openai.refused_roles = {"developer"}
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({"type": "label_model", "name": "ok", "model": "judge-model", "labels": ["good", "bad"],
+                                  "passing_labels": ["good"], "input": [
+                                      {"role": "developer", "content": "Is the answer good?"},
+                                      {"role": "user", "content": "Answer: {{ sample.output_text }}"}]}))
+    out = tmp_path / "run"
+    args = ["--dataset", str(write_dataset(tmp_path, 6)), "--grader", str(grader), "--model", "base=fake-base",
+            "--epochs", "2", "--base-url", fake_openai.base_url, "--out", str(out), "--judge-concurrency", "2"]
+    res = invoke(args)
+    said = [ln for ln in res.output.splitlines() if "run stopped" in ln]
+    assert res.exit_code == 2 and len(said) == 1, res.output
+    assert "judge requests alike, caused by the developer role" in said[0] and "--developer-as system" in said[0]
+    assert fake_openai.stats["invalid"] <= 6  # a handful, not 12 cells x 11 attempts
+    res = invoke([*args, "--developer-as", "system"])
+    assert res.exit_code == 0, res.output
+    assert all(r["score"] == 1.0 for r in load(out, "base"))

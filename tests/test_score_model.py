@@ -267,3 +267,52 @@ def test_openais_content_parts_and_efforts_are_accepted():
                                                                                        "content": parts}],
                            "sampling_params": {"reasoning_effort": "minimal"}})
     assert config.sampling_params.reasoning_effort == "minimal"
+
+
+# ---- truncated answers (issue 27) --------------------------------------------------------------------------------
+
+STEPS = [{"description": "Check the stated value against the reference answer", "conclusion": "They agree"},
+         {"description": "Consider whether the answer is complete and unambiguous", "conclusion": "It is"}]
+
+
+def schema_order_responder(request):
+    """A judge writing its JSON in the order the request's schema lists the keys (as llama.cpp's grammar and
+    OpenAI's structured outputs do); the fake cuts it at the request's max_tokens (honour_max_tokens)."""
+    rf = request.body.get("response_format") or {}
+    keys = list(((rf.get("json_schema") or {}).get("schema") or rf.get("schema") or {}).get("properties") or {})
+    answer = {"result": 0.75, "steps": STEPS}
+    return json.dumps({k: answer[k] for k in keys})
+
+
+@pytest.mark.parametrize("limit, outcome", [(16, "truncated, scored"), (6, "cut before the result"), (200, "whole")])
+def test_an_answer_cut_off_at_the_output_limit_is_scored_when_its_result_came_first(fake_openai, limit, outcome):
+    """The schema puts `result` first (OpenAI's own order): an answer that runs into max_completions_tokens has
+    committed to its number before the steps are cut, and is scored, marked truncated. Cut before the number, it
+    is a model_grader_truncated_error naming max_completions_tokens, not "not a JSON object"."""
+    from rfteval.graders.base import MODEL_TRUNCATED
+
+    fake_openai.responder = schema_order_responder
+    fake_openai.honour_max_tokens = True
+    config = {**CONFIG, "sampling_params": {"max_completions_tokens": limit}}
+    (result,) = grade(fake_openai, config, ["x"])
+    if outcome == "cut before the result":
+        assert result.error is not None and result.error.type == MODEL_TRUNCATED and result.score == 0
+        assert f"raise max_completions_tokens in the grader's sampling_params (now {limit})" in result.error.message
+        assert "finish_reason length" in result.error.message and result.details["raw_answer"]
+    else:
+        assert result.error is None and result.score == 0.75
+        assert bool(result.details.get("truncated")) is (outcome == "truncated, scored")
+
+
+def test_a_steps_first_answer_cut_off_is_a_truncated_error_and_a_context_refusal_too(fake_openai):
+    from rfteval.graders.base import MODEL_TRUNCATED
+
+    cut = json.dumps({"steps": STEPS, "result": 0.75})[:60]
+    fake_openai.queue(Reply(text=cut, finish_reason="length"))
+    (result,) = grade(fake_openai, {**CONFIG, "sampling_params": {}}, ["a"])
+    assert result.error.type == MODEL_TRUNCATED and "raise the server's context size" in result.error.message
+    # llama-cpp-python's 400 for a prompt past its context (llama_cpp/server/errors.py's context_length_exceeded)
+    fake_openai.context_tokens = 10
+    (result,) = grade(fake_openai, CONFIG, ["b" * 5])
+    assert result.error.type == MODEL_TRUNCATED and "exceed the server's context" in result.error.message
+    assert "maximum context length is 10 tokens" in result.error.message

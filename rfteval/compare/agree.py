@@ -204,6 +204,7 @@ class Regrade:
     judge_cache: str | Path | None = None
     out: str | Path | None = None  # B's records, written when given
     allow_grader_without_sample: bool = False  # the grader lint's way out (graders/lint.py)
+    developer_as: str | None = None  # "system": the judge's developer messages go as system (--developer-as)
 
 
 SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
@@ -292,6 +293,9 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     finally:
         if own and judge is not None:
             judge.close()
+    from rfteval.providers.judge import raise_if_stopped
+
+    raise_if_stopped(judge, "nothing was compared (--regrade)")
     if spec.out is not None:
         from rfteval.data.outfile import write_output
 
@@ -330,7 +334,8 @@ def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Judge | None
         return None
     from rfteval.providers.judge import Judge
 
-    return Judge.from_settings(spec.judge_base_url, spec.judge_api_key_env, spec.judge_api, cache_path=cache,
+    return Judge.from_settings(spec.judge_base_url, spec.judge_api_key_env, spec.judge_api, spec.developer_as,
+                               cache_path=cache,
                                concurrency=spec.judge_concurrency, model_override=spec.judge_model)
 
 

@@ -27,6 +27,9 @@ PYTHON_SERVER = "python_grader_server_error"
 MODEL_PARSE = "model_grader_parse_error"
 MODEL_REFUSAL = "model_grader_refusal_error"
 MODEL_SERVER = "model_grader_server_error"
+# not an OpenAI name: a judge answer cut off by its output limit or the server's context, told apart from a parse
+# error because the fix is a limit to raise, not a judge to replace
+MODEL_TRUNCATED = "model_grader_truncated_error"
 OTHER = "other_error"
 
 

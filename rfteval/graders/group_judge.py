@@ -41,6 +41,7 @@ from rfteval.graders.judged import (
     judge_messages,
     judge_sampling,
     parse_json_answer,
+    truncated,
 )
 from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
@@ -258,6 +259,8 @@ def group_results(config: GroupJudgeConfig, plan: GroupPlan, answer: Generation)
     base = answer_details(plan.request, answer)
     base.update(group_size=len(plan.indices), shuffle_seed=plan.seed)
     scores, problem = parse_scores(answer.output_text, plan.ids)
+    if problem is not None and answer.finish_reason == "length":  # cut off: a limit to raise, not a bad judge
+        return [truncated(plan.request, answer, dict(base)) for _ in plan.indices]
     if problem is not None:
         base["raw_answer"] = answer.output_text[:4000]
         return [GradeResult.failed(MODEL_PARSE, problem, details=dict(base)) for _ in plan.indices]

@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rfteval.data.json_types import JSONField
-from rfteval.graders.base import MODEL_REFUSAL, MODEL_SERVER, BuildContext, GraderConfig, GradeResult, Pair
+from rfteval.graders.base import (
+    MODEL_REFUSAL,
+    MODEL_SERVER,
+    MODEL_TRUNCATED,
+    BuildContext,
+    GraderConfig,
+    GradeResult,
+    Pair,
+)
 from rfteval.graders.template import check_template
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling
 
@@ -243,6 +251,48 @@ def answer_details(request: GenerationRequest, answer: Generation) -> JSONObject
             "judge_call": answer.call_id[:16] if answer.call_id else None}
 
 
+# ---- truncated answers -------------------------------------------------------------------------------------------
+
+_LEADING = re.compile(r'^\s*\{\s*"(?P<key>\w+)"\s*:\s*(?P<value>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|"(?:[^"\\]|\\.)*")\s*[,}]')
+# a server's refusal of a prompt (and output limit) longer than its context: llama-cpp-python's 400
+# context_length_exceeded, vLLM's "maximum context length", llama-server's "exceeds the available context size"
+_CONTEXT = re.compile(r"context_length_exceeded|maximum context length|context (window|size|length)|"
+                      r"exceeds? the (available )?context", re.I)
+
+
+def leading_value(text: str, key: str) -> JSONValue:
+    """`key`'s value when the answer opens with it, complete (a number or a string followed by `,` or `}`), else
+    None: what a judge answering `key` first committed to before its output was cut off."""
+    from rfteval.data.reasoning import answer_text
+
+    m = _LEADING.match(answer_text(text or ""))
+    if m is None or m.group("key") != key:
+        return None
+    try:
+        value: JSONValue = json.loads(m.group("value"))
+    except ValueError:
+        return None
+    return value
+
+
+def truncated(request: GenerationRequest, answer: Generation, details: JSONObject) -> GradeResult:
+    """A judge answer cut off before it was whole (finish reason `length`): its own counted error, saying which
+    limit to raise."""
+    limit = request.sampling.max_output_tokens
+    used = answer.usage.get("output_tokens")
+    fix = (f"raise max_completions_tokens in the grader's sampling_params (now {limit})" if limit is not None else
+           "the server's own output limit or its context cut it: raise the server's context size (llama.cpp: "
+           "n_ctx / --ctx-size), or set max_completions_tokens in the grader's sampling_params")
+    details["raw_answer"] = answer.output_text[:2000]
+    tokens = f", {used} output tokens" if isinstance(used, int) else ""
+    return GradeResult.failed(MODEL_TRUNCATED, f"judge answer cut off (finish_reason length{tokens}): {fix}",
+                              details=details)
+
+
+def context_exceeded(answer: ProviderError) -> bool:
+    return answer.kind in ("bad_request", "server") and bool(_CONTEXT.search(str(answer)))
+
+
 def error_result(answer: ProviderError, model: str) -> GradeResult:
     """A judge call that ended in an error: a refusal, or the server's failure after retries. A call that was sent
     is on the record like an answered one (model, tokens, call id), so `judge` and `judge_results` count it."""
@@ -250,9 +300,16 @@ def error_result(answer: ProviderError, model: str) -> GradeResult:
     if answer.call_id is not None:
         details = {"judge_model": model, "judge_cached": answer.cached, "judge_usage": dict(answer.usage or {}),
                    "judge_call": answer.call_id[:16]}
+    from rfteval.providers.retry import one_line
+
     if answer.kind == "refusal":
         return GradeResult.failed(MODEL_REFUSAL, f"judge {model} refused: {answer}"[:500], details=details)
-    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {answer}"[:500], details=details)
+    if context_exceeded(answer):
+        return GradeResult.failed(MODEL_TRUNCATED, f"judge {model}: the prompt and output limit exceed the server's "
+                                  f"context: raise the server's context size (llama.cpp: n_ctx / --ctx-size) or lower "
+                                  f"max_completions_tokens: {one_line(str(answer), 300)}"[:600], details=details)
+    return GradeResult.failed(MODEL_SERVER, f"judge {model}: {answer.kind}: {one_line(str(answer), 400)}"[:500],
+                              details=details)
 
 
 def effective_model(judge: JudgeClient, model: str) -> str:

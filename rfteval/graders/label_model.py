@@ -1,6 +1,6 @@
 """`label_model`: a judge model picks one of `labels`; score 1 when it is in `passing_labels`, else 0.
 
-The label is forced through structured outputs (an enum of `labels`), with reasoning steps before it; a label
+The label is forced through structured outputs (an enum of `labels`), with reasoning steps after it; a label
 outside `labels` (a server without strict mode) is a counted `model_grader_parse_error`.
 """
 
@@ -26,7 +26,9 @@ from rfteval.graders.judged import (
     clean_steps,
     grade_with_judge,
     judge_request,
+    leading_value,
     parse_json_answer,
+    truncated,
 )
 from rfteval.providers.base import Generation, GenerationRequest
 
@@ -55,8 +57,9 @@ class LabelModelConfig(JudgePromptConfig):
 def response_format(labels: Sequence[str]) -> JSONObject:
     schema: JSONObject = {
         "type": "object",
-        "properties": {"steps": STEPS_SCHEMA, "label": {"type": "string", "enum": list(labels)}},
-        "required": ["steps", "label"],
+        # the label first, as score_model's result: a cut-off answer has its label whole
+        "properties": {"label": {"type": "string", "enum": list(labels)}, "steps": STEPS_SCHEMA},
+        "required": ["label", "steps"],
         "additionalProperties": False,
     }
     return {"name": "label_model_result", "schema": schema, "strict": True}
@@ -72,6 +75,12 @@ def build_request(
 def parse_answer(config: LabelModelConfig, request: GenerationRequest, answer: Generation) -> GradeResult:
     details = answer_details(request, answer)
     obj = parse_json_answer(answer.output_text)
+    if not isinstance(obj, dict) and answer.finish_reason == "length":
+        lead = leading_value(answer.output_text, "label")
+        if not isinstance(lead, str) or lead not in config.labels:
+            return truncated(request, answer, details)
+        obj = {"label": lead}  # the label was whole before the steps were cut off: scored, marked truncated
+        details["truncated"] = True
     label = obj.get("label") if isinstance(obj, dict) else None
     if isinstance(obj, dict):
         details["steps"] = clean_steps(obj.get("steps"))

@@ -154,5 +154,8 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     finally:
         if judge is not None:
             judge.close()
+    from rfteval.providers.judge import raise_if_stopped
+
+    raise_if_stopped(judge, "no records were written (a re-run after fixing it re-sends only what failed)")
     write_output(path, lambda tmp: write_jsonl(records, tmp), inputs=r.inputs, flag="--out")
     return GradedFile(path, config, records)

@@ -29,7 +29,9 @@ from rfteval.graders.judged import (
     finite_number,
     grade_with_judge,
     judge_request,
+    leading_value,
     parse_json_answer,
+    truncated,
 )
 from rfteval.providers.base import Generation, GenerationRequest
 
@@ -38,11 +40,13 @@ if TYPE_CHECKING:
     from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
 
-# Steps come first in the schema so that a judge reasons before it commits to a number.
+# `result` comes first, as OpenAI's graders guide writes the format ({"result": float, "steps": [...]}): a judge
+# whose answer runs into its output limit has committed to its number before the steps are cut off, so the answer
+# is still read (measured on llama.cpp with SmolLM2 in docs/judges.md); steps first lost the score instead.
 SCHEMA: JSONObject = {
     "type": "object",
-    "properties": {"steps": STEPS_SCHEMA, "result": {"type": "number"}},
-    "required": ["steps", "result"],
+    "properties": {"result": {"type": "number"}, "steps": STEPS_SCHEMA},
+    "required": ["result", "steps"],
     "additionalProperties": False,
 }
 RESPONSE_FORMAT: JSONObject = {"name": "score_model_result", "schema": SCHEMA, "strict": True}
@@ -80,6 +84,12 @@ def parse_answer(config: ScoreModelConfig, request: GenerationRequest, answer: G
     # the grader's range on the record, so record files read without their run directory keep it (compare)
     details["score_range"] = [float(low), float(high)]
     obj = parse_json_answer(answer.output_text)
+    if not isinstance(obj, dict) and answer.finish_reason == "length":
+        lead = finite_number(leading_value(answer.output_text, "result"))
+        if lead is None:
+            return truncated(request, answer, details)
+        obj = {"result": lead}  # the number was whole before the steps were cut off: scored, marked truncated
+        details["truncated"] = True
     if not isinstance(obj, dict):
         details["raw_answer"] = answer.output_text[:2000]
         return GradeResult.failed(MODEL_PARSE, f"judge answer is not a JSON object: {answer.output_text[:200]!r}",

@@ -46,6 +46,7 @@ class ProviderError(Exception):
         self.sent = False  # a request went out and this is how it ended (the judge counts such calls)
         self.call_id: str | None = None  # set by the judge for a call it sent, so it is counted once
         self.cached = False
+        self.final = False  # never retried, whatever its kind: the endpoint was given up (a judge that stopped)
 
     @property
     def retryable(self) -> bool:

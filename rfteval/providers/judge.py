@@ -26,7 +26,15 @@ from typing import IO, Protocol, TypedDict, TypeVar, Unpack
 
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
-from rfteval.providers.retry import OnRetry, RetryPolicy, call_with_retries
+from rfteval.providers.retry import (
+    ConnectionWatch,
+    OnRetry,
+    RefusalWatch,
+    RetryPolicy,
+    call_with_retries,
+    one_line,
+    option_of,
+)
 
 T = TypeVar("T")
 
@@ -193,11 +201,19 @@ class Judge:
         self.model_override = model_override
         self.policy = retry_policy or RetryPolicy(max_retries=max_retries)
         self.on_retry = on_retry
-        self.fatal_error: ProviderError | None = None  # a 401 / unknown judge model: later calls fail at once
+        # a 401 / unknown judge model, a request shape the server refuses every time, an endpoint not there or
+        # gone: later calls fail at once, unsent, and every command stops with this one line (judge_stopped)
+        self.fatal_error: ProviderError | None = None
         self.fatal_model: str | None = None  # the judge model of the call that was refused
-        self.format_level = 0  # FORMAT_LEVELS: how far the endpoint made the judge step down its output format
+        # the models' rules (run/runner.py uses the same watches): a handful of alike refusals before any answer,
+        # or connection failures to an endpoint never reached or gone, and the judge stops
+        self._refusals = RefusalWatch()
+        self._connections = ConnectionWatch()
+        self.gone = False  # the endpoint answered before, then stopped: a run stops resumable (exit 3), not exit 2
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
+        # FORMAT_LEVELS: how far the endpoint made the judge step down its output format, as the cache remembers
+        self.format_level = remembered_format_level(self._cache, self._identity)
         self._lock = threading.Lock()
         self._usage: dict[str, dict[str, int | None]] = {}
         self._stats = {"requests": 0, "calls": 0, "cache_hits": 0, "shared": 0, "retries": 0, "errors": 0}
@@ -211,12 +227,14 @@ class Judge:
     @classmethod
     def from_settings(
         cls, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", api: str = "chat",
-        **kwargs: Unpack[JudgeOptions],
+        developer_as: str | None = None, **kwargs: Unpack[JudgeOptions],
     ) -> Judge:
-        """A judge on an OpenAI-compatible endpoint (the `[judge]` spec section)."""
+        """A judge on an OpenAI-compatible endpoint (the `[judge]` spec section); `developer_as="system"` sends
+        the graders' developer messages as system (servers without the developer role)."""
         from rfteval.providers.openai_provider import OpenAIProvider
 
-        return cls(OpenAIProvider(base_url, api_key_env, api), **kwargs)  # type: ignore[arg-type]
+        return cls(OpenAIProvider(base_url, api_key_env, api, developer_as=developer_as),  # type: ignore[arg-type]
+                   **kwargs)
 
     def __repr__(self) -> str:
         return f"Judge({self.provider!r}, model_override={self.model_override!r})"
@@ -233,7 +251,8 @@ class Judge:
         return self._run(self._complete_all(list(requests), current_repeat()))
 
     def usage(self) -> dict[str, dict[str, int | None]]:
-        """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""
+        """Per judge model: calls sent, cache hits, requests shared with a call in flight, errors and tokens;
+        cached and shared answers cost no tokens."""
         with self._lock:
             return copy.deepcopy(self._usage)
 
@@ -276,8 +295,9 @@ class Judge:
     def _count(self, model: str, field: str, n: int = 1) -> None:
         with self._lock:
             # reasoning tokens stay None until the endpoint reports some: "never reported" is not zero
-            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "errors": 0, **dict.fromkeys(_USAGE_KEYS, 0),
-                                            "reasoning_tokens": None}
+            # shared: a request equal to one in flight, answered by that call (calls + cache_hits + shared = asked)
+            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "shared": 0, "errors": 0,
+                                            **dict.fromkeys(_USAGE_KEYS, 0), "reasoning_tokens": None}
             row = self._usage.setdefault(model, empty)
             row[field] = (row[field] or 0) + n
 
@@ -305,6 +325,7 @@ class Judge:
         pending = self._inflight.get(key)
         if pending is not None:
             self._bump("shared")
+            self._count(request.model, "shared")
             return await asyncio.shield(pending)
         future: asyncio.Future[JudgeAnswer] = self._loop.create_future()
         self._inflight[key] = future
@@ -339,7 +360,7 @@ class Judge:
             self._bump("calls")
             self._count(request.model, "calls")
             try:
-                gen = await call_with_retries(lambda: self._generate(request), self.policy, self._note_retry)
+                gen = await call_with_retries(lambda: self._attempt(request), self.policy, self._note_retry)
             except ProviderError as exc:
                 if exc.fatal and self.fatal_error is None:
                     self.fatal_error, self.fatal_model = exc, request.model
@@ -357,6 +378,44 @@ class Judge:
         self._count_usage(request.model, gen.usage)
         return gen
 
+    async def _attempt(self, request: GenerationRequest) -> Generation:
+        """One attempt, watched: the attempt that shows the endpoint refuses every request alike, or is not there,
+        stops the judge (fatal_error), and the attempts of calls waiting to retry end at once, not retried."""
+        if self.fatal_error is not None:
+            raise _final(self.fatal_error)
+        try:
+            gen = await self._generate(request)
+        except ProviderError as exc:
+            with self._lock:
+                stop = self._stop_reason(exc, request)
+                if stop is not None and self.fatal_error is None:
+                    self.fatal_error, self.fatal_model = stop, request.model
+            if stop is not None:
+                raise _final(stop) from None
+            raise
+        with self._lock:
+            self._refusals.ok()
+            self._connections.ok()
+        return gen
+
+    def _stop_reason(self, exc: ProviderError, request: GenerationRequest) -> ProviderError | None:
+        """The judge-stopping error this failed attempt completes, if any (called under the lock)."""
+        if self._refusals.failed(exc):
+            option = option_of(str(exc), self.provider.request_body(request))
+            fix = "" if option == "the request" else f", caused by {option}"
+            return ProviderError(exc.kind, f"the server refused {self._refusals.count} judge requests alike{fix}: "
+                                 f"{one_line(str(exc), 400)}", exc.status)
+        verdict = self._connections.failed(exc)
+        if verdict == "unreachable":
+            return ProviderError("connection", f"{one_line(str(exc), 300)} ({self._connections.unreached} attempts, "
+                                 "none answered)")
+        if verdict == "gone":
+            self.gone = True
+            return ProviderError("connection", f"the judge endpoint stopped answering: {one_line(str(exc), 300)} "
+                                 f"({self._connections.count} attempts in a row over "
+                                 f"{self._connections.seconds:.1f}s could not connect)")
+        return None
+
     async def _generate(self, request: GenerationRequest) -> Generation:
         """One attempt, in the strongest output format the endpoint takes. The judge's format is rfteval's choice,
         not the user's (a score or a label as JSON), so a server that refuses structured outputs (llama.cpp's
@@ -373,6 +432,7 @@ class Judge:
                 with self._lock:
                     if self.format_level == level:  # concurrent calls refused alike step down once
                         self.format_level += 1
+                        self._cache.put(format_entry(self._identity, self.format_level))
 
     def _count_usage(self, model: str, usage: Mapping[str, int | None] | None) -> None:
         for k in _USAGE_KEYS:
@@ -385,6 +445,23 @@ class Judge:
 # schema (llama.cpp's server constrains to it; others ignore the extra key), then no format at all.
 FORMAT_LEVELS = ("as asked", "json_object", "none")
 _FORMAT_WORDS = ("response_format", "json_schema", "json_object", "text.format")
+
+
+def format_key(identity: JSONMapping) -> str:
+    """The judge cache line remembering how far an endpoint made the judge step down: a key no answer has (answers
+    are bare sha256 digests), so a second invocation starts at that level and pays no refused request again."""
+    return "format_level:" + cache_key(identity, {})
+
+
+def format_entry(identity: JSONMapping, level: int) -> JSONObject:
+    return {"key": format_key(identity), "format_level": level, "format": FORMAT_LEVELS[level]}
+
+
+def remembered_format_level(cache: JudgeCache, identity: JSONMapping) -> int:
+    """The step-down level a cache line remembers for this endpoint (0 when none does, or it is unreadable)."""
+    entry = cache.get(format_key(identity))
+    level = entry.get("format_level") if entry is not None else None
+    return level if isinstance(level, int) and 0 <= level < len(FORMAT_LEVELS) else 0
 
 
 def with_format_level(request: GenerationRequest, level: int) -> GenerationRequest:
@@ -411,6 +488,35 @@ def refuses_format(request: GenerationRequest, exc: ProviderError) -> bool:
         return False
     text = str(exc).lower()
     return any(word in text for word in _FORMAT_WORDS)
+
+
+def _final(error: ProviderError) -> ProviderError:
+    """A copy of the judge's fatal error that is never retried (the attempt of a call already under way)."""
+    copy_ = ProviderError(error.kind, str(error), error.status)
+    copy_.final = True
+    return copy_
+
+
+def judge_stopped(judge: object) -> str | None:
+    """One line saying why a judge stopped (refused key, unknown model, a request the server refuses every time,
+    an endpoint not there or gone), or None: the commands that grade with a judge end with it instead of a table
+    of errors that would read as scores."""
+    error = getattr(judge, "fatal_error", None)
+    if not isinstance(error, ProviderError):
+        return None
+    model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
+    verb = {"auth": "refused", "not_found": "refused", "connection": "is not answering"}.get(error.kind, "stopped")
+    return f"the judge ({model}) {verb}: {error.kind}: {one_line(str(error), 600)}"
+
+
+def raise_if_stopped(judge: object, outcome: str) -> None:
+    """InputError (one line, exit 2) when the judge stopped: `outcome` says what was not done ("no records were
+    written"), so a command never prints grades that are the judge's refusals."""
+    line = judge_stopped(judge)
+    if line is not None:
+        from rfteval.errors import InputError
+
+        raise InputError(f"{line}; {outcome}")
 
 
 def _not_sent(error: ProviderError) -> ProviderError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import email.utils
 import errno
 import functools
@@ -84,12 +85,14 @@ class OpenAIProvider:
         extra_headers: dict[str, str] | None = None,
         service_tier: str | None = None,
         transport: str | None = None,
+        developer_as: str | None = None,
     ):
         if api not in ("chat", "responses"):
             raise InputError(f"unknown api {api!r}; expected 'chat' or 'responses'", field="api")
         if service_tier is not None and service_tier not in SERVICE_TIERS:
             raise InputError(f"unknown service tier {service_tier!r}; expected one of {', '.join(SERVICE_TIERS)}",
                              field="--service-tier")
+        self.developer_as = check_developer_as(developer_as)
         transport = transport or default_transport()
         if transport not in TRANSPORTS:
             raise InputError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}",
@@ -156,11 +159,21 @@ class OpenAIProvider:
         return ident
 
     def request_body(self, request: GenerationRequest) -> JSONObject:
+        request = self._roles(request)
         if self.api == "chat":
             return chat_body(request, both_limits=self._both_limits)
         return responses_body(request)
 
+    def _roles(self, request: GenerationRequest) -> GenerationRequest:
+        """The request with its `developer` messages sent as `system` when the endpoint is told so
+        (--developer-as system: llama-cpp-python's server refuses the developer role)."""
+        if self.developer_as != "system" or not any(
+                isinstance(m, dict) and m.get("role") == "developer" for m in request.messages):
+            return request
+        return dataclasses.replace(request, messages=developer_as_system(request.messages))
+
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+        request = self._roles(request)
         if self.api == "chat":
             body = chat_body(request, copy_messages=False, both_limits=self._both_limits)
             for key in self.dropped_keys:
@@ -517,6 +530,23 @@ def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
 
 
 # ---- request bodies (pure: also the response-cache key) -----------------------------------------------------------
+
+# How a `developer` message is sent: as itself (OpenAI's role, the default) or as `system`, for servers whose chat
+# schema has no developer role (llama-cpp-python's). The mapped request is the one keyed and cached.
+DEVELOPER_AS = ("developer", "system")
+
+
+def check_developer_as(value: str | None) -> str | None:
+    if value is not None and value not in DEVELOPER_AS:
+        raise InputError(f"must be developer or system, got {value!r}", field="--developer-as")
+    return None if value == "developer" else value
+
+
+def developer_as_system(messages: Sequence[JSONValue]) -> list[JSONValue]:
+    """The messages with each `developer` role renamed `system`, the rest as they are (shallow copies)."""
+    return [{**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer" else m
+            for m in messages]
+
 
 
 def _json_schema(rf: JSONObject) -> JSONObject:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -36,7 +37,7 @@ class RetryPolicy:
     def should_retry(self, exc: BaseException, retries_done: int) -> bool:
         if retries_done >= self.max_retries:
             return False
-        return isinstance(exc, ProviderError) and exc.kind in self.retryable
+        return isinstance(exc, ProviderError) and exc.kind in self.retryable and not exc.final
 
     def backoff(self, retry: int, rng: random.Random | None = None) -> float:
         """Full-jitter wait before retry number `retry` (1-based)."""
@@ -103,23 +104,99 @@ _SENT_AS = {"json_schema": "response_format", "json_object": "response_format", 
 _VALIDATION_HEADER = re.compile(r"^\d+ validation errors? for ", re.IGNORECASE)
 
 
+# FastAPI's RequestValidationError as a server prints it into its 500 (llama-cpp-python's server): a header
+# "N validation errors:" naming nothing, then one Python dict repr per error ({'type', 'loc', 'msg', 'input'})
+_LIST_HEADER = re.compile(r"^\d+ validation errors?:?$", re.IGNORECASE)
+# pydantic's union-member steps of a `loc`: a model's class name, a TypedDict, a type ("str", "list[union[...]]")
+_UNION_TAG = re.compile(r"^(typed-dict|function-\w+|str|int|float|bool|(list|dict|union|tuple)\[.*\]|[A-Z]\w*)$")
+
+
+def _loc_path(loc: object) -> tuple[str, int]:
+    """('body', 'messages', 0, 'ChatCompletionRequestSystemMessage', 'role') → (messages[0].role, 3): the request
+    field, without the body prefix and the union members pydantic tried, and how deep it lies."""
+    out, depth = "", 0
+    for step in loc if isinstance(loc, (list, tuple)) else [loc]:
+        if isinstance(step, int):
+            out += f"[{step}]"
+        elif step == "body" and not out or isinstance(step, str) and _UNION_TAG.match(step):
+            continue
+        else:
+            out += f".{step}" if out else str(step)
+        depth += 1
+    return out or "the request", depth
+
+
+def validation_summary(lines: list[str]) -> str | None:
+    """The field and value a FastAPI validation list refuses, as "FIELD: Input should be 'a', 'b' or 'c' (input:
+    VALUE)": the errors with a value (not "Field required" of the union members it was not meant to be) grouped
+    by field and value; the deepest field is shown (a content part's type, not the role every other member of the
+    message union wanted), the others counted. None when the lines are not such a list."""
+    import ast
+
+    errors = []
+    for ln in lines:
+        if not ln.startswith("{"):
+            continue
+        try:
+            err = ast.literal_eval(ln)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+        if isinstance(err, dict) and "msg" in err:
+            errors.append(err)
+    if not errors:
+        return None
+    groups: dict[tuple[str, str], list[str]] = {}
+    depths: dict[str, int] = {}
+    valued = [e for e in errors if e.get("type") != "missing"] or errors
+    for err in valued:
+        shown = "" if err.get("type") == "missing" else repr(err.get("input"))[:80]
+        path, depths[path] = _loc_path(err.get("loc"))
+        groups.setdefault((path, shown), []).append(str(err.get("msg")))
+    (path, shown), msgs = max(groups.items(), key=lambda g: depths[g[0][0]])  # the first of the deepest
+    expected = [m.removeprefix("Input should be ") for m in msgs if m.startswith("Input should be ")]
+    if len(expected) > 1:
+        msg = "Input should be " + ", ".join(expected[:-1]) + " or " + expected[-1]
+    else:
+        msg = "; ".join(dict.fromkeys(msgs))
+    more = f" (+{len(groups) - 1} more)" if len(groups) > 1 else ""
+    return f"{path}: {msg}" + (f" (input: {shown})" if shown else "") + more
+
+
 def one_line(text: str, limit: int = 160) -> str:
     """A server's message as one short line: its first non-empty line (a pydantic "N validation error for X"
-    header names no field, so the lines after it that do are joined on), cut to `limit` characters."""
+    header names no field, so the lines after it that do are joined on; a FastAPI list of validation errors is
+    condensed to the field and value it refuses), cut to `limit` characters."""
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
     if not lines:
         return ""
     line = lines[0]
-    if _VALIDATION_HEADER.search(line.split(": ", 1)[-1]) and len(lines) > 1:
+    tail = line.split(": ", 1)[-1]
+    if _LIST_HEADER.match(tail) and len(lines) > 1:
+        summary = validation_summary(lines[1:])
+        if summary is not None:
+            line = f"{line} {summary}"
+    elif _VALIDATION_HEADER.search(tail) and len(lines) > 1:
         line = ": ".join([line, *lines[1:3]])
     line = " ".join(line.split())
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+DEVELOPER_FIX = "the developer role (send it as system: --developer-as system)"
+_DEVELOPER = re.compile(r"""role\b.*['"]?developer['"]?|['"]developer['"].*\brole|developer role""", re.I | re.S)
+
+
+def refuses_developer(message: str) -> bool:
+    """A refusal of the `developer` message role (llama-cpp-python's 500 lists "Input should be 'system'" for
+    `messages[0].role`, input 'developer'; other servers say "invalid role developer")."""
+    return bool(_DEVELOPER.search(message)) and "developer" in message.lower()
 
 
 def option_of(message: str, body: Mapping[str, object] | None = None) -> str:
     """The option that put the refused key in the request: the first key the message names (preferring keys the
     request carries), else "the request"."""
     text = message.lower()
+    if refuses_developer(message):
+        return DEVELOPER_FIX
     named = [(text.find(key), key, option) for key, option in _OPTION_OF_KEY
              if re.search(rf"(?<![a-z_]){re.escape(key)}(?![a-z_])", text)]
     if body is not None:
@@ -171,3 +248,41 @@ class RefusalWatch:
         self.message = line
         self.count += 1
         return self.count >= self.after
+
+
+UNREACHABLE_AFTER = 3  # connection failures to an endpoint that has never answered, before it is given up
+# An endpoint that answered before and now only refuses connections has died (a killed server, a lost tunnel):
+# once this many attempts in a row, spread over at least DEAD_WINDOW_S, failed to connect, it is given up instead
+# of letting every request in flight spend its retries (minutes of backoff) on a server that is not there.
+DEAD_AFTER = 3
+DEAD_WINDOW_S = 2.0
+
+
+@dataclass
+class ConnectionWatch:
+    """Per endpoint: is it there? Fed every attempt's outcome, as RefusalWatch is; the run's models and every
+    judge use one each, so a missing or dead endpoint stops the command in seconds, not after every retry."""
+
+    answered: bool = False
+    unreached: int = 0  # connection failures before the first answer
+    since: float | None = None  # the first connection failure since the last answer
+    count: int = 0  # connection failures since the last answer
+    seconds: float = 0.0  # what the last `failed` measured, for the message
+
+    def ok(self) -> None:
+        self.answered, self.since, self.count = True, None, 0
+
+    def failed(self, error: BaseException, now: float | None = None) -> str | None:
+        """Note a failed attempt: "unreachable" (it never answered, UNREACHABLE_AFTER connection failures), "gone"
+        (it answered before, then DEAD_AFTER failures in a row over DEAD_WINDOW_S), else None."""
+        if not isinstance(error, ProviderError) or error.kind != "connection":
+            return None
+        if not self.answered:
+            self.unreached += 1
+            return "unreachable" if self.unreached >= UNREACHABLE_AFTER else None
+        now = time.monotonic() if now is None else now
+        if self.since is None:
+            self.since = now
+        self.count += 1
+        self.seconds = now - self.since
+        return "gone" if self.count >= DEAD_AFTER and self.seconds >= DEAD_WINDOW_S else None

@@ -752,6 +752,9 @@ def assess(
                 lab.constant_answer_method = "graded"
             if engine is not None and regrade_n > 0:
                 report.determinism = regrade(records, items, engine, regrade_n, seed)
+            from rfteval.providers.judge import raise_if_stopped
+
+            raise_if_stopped(judge, "readiness was not assessed (its re-grades would read as flips)")
         elif regrade_n > 0:
             report.notes.append("determinism not checked: it needs the grader, the dataset, and a judge endpoint "
                                 "for model graders")

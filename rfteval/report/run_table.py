@@ -240,7 +240,7 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
     for model, u in (result.summary.judge or {}).items():
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "
-                      f"{u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
+                      f"{u.get('shared', 0)} shared, {u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
                       f"{u.get('output_tokens', 0)}{_reasoning(u)}{cost} "
                       "(this invocation)", highlight=False)
     invocation = result.summary.judge or {}

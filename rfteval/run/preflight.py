@@ -82,9 +82,11 @@ def preflight(checks: Sequence[Check], check_models: bool = True) -> None:
             if names is not None:
                 for model, flag in check.models:
                     if model not in names:
+                        # a grader's judge model is replaced by a flag, not by editing the grader uploaded as is
+                        fix = "--judge-model NAME judges with one it serves; " if flag == "grader model" else ""
                         raise InputError(f"unknown model {model!r}: {base_url} serves {_served(names)} (GET /models; "
-                                         "--skip-model-check for a gateway that routes names it does not list)",
-                                         field=flag)
+                                         f"{fix}--skip-model-check for a gateway that routes names it does not "
+                                         "list)", field=flag)
         if check.batch:
             key = (*where, "batch")
             if key not in probed:

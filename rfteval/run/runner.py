@@ -105,12 +105,6 @@ class RunMonitor:
     def stop(self) -> None: ...
 
 
-UNREACHABLE_AFTER = 3  # connection failures to an endpoint that has never answered, before the run stops
-# An endpoint that answered before and now only refuses connections has died (a killed server, a lost tunnel):
-# once this many attempts in a row, spread over at least DEAD_WINDOW_S, failed to connect, the run stops instead
-# of letting every in-flight cell spend its retries (minutes of backoff) on a server that is not there.
-DEAD_AFTER = 3
-DEAD_WINDOW_S = 2.0
 
 
 class FatalRunError(Exception):
@@ -140,10 +134,13 @@ class RequestRefused(FatalRunError):
 class ServerGone(Exception):
     """An endpoint that answered before stopped answering (connections refused or reset): the run stops, exit 3."""
 
-    def __init__(self, label: str, model: str, error: ProviderError, failures: int, seconds: float):
+    def __init__(self, label: str, model: str, error: ProviderError, failures: int | None, seconds: float = 0.0):
         from rfteval.providers.retry import one_line
 
         self.label, self.model, self.error = label, model, error
+        if failures is None:  # the judge's own watch measured it, and its message says so
+            super().__init__(f"judge ({model}): {one_line(str(error), 300)}")
+            return
         super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
                          f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
 
@@ -275,15 +272,12 @@ class _Pipeline:
 
         self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
                                                     fixed=opts.fixed_concurrency) for run in ctx.runs}
-        # Fail fast on an endpoint that is not there: connection failures before its first answer
-        self.answered: set[str] = set()
-        self.unreached: dict[str, int] = {}
-        # ... or that died: (time of the first, count) of the connection failures since its last answer
-        self.unanswered: dict[str, tuple[float, int]] = {}
+        # Fail fast on an endpoint that is not there, or that died (retry.ConnectionWatch, as every judge does)
+        from rfteval.providers.retry import ConnectionWatch, RefusalWatch
+
+        self.connections = {run.label: ConnectionWatch() for run in ctx.runs}
         self.gone: ServerGone | None = None
         # ... or that refuses what rfteval sends (a response format, tools): the same refusal, no success
-        from rfteval.providers.retry import RefusalWatch
-
         self.refusals = {run.label: RefusalWatch() for run in ctx.runs}
         # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
         # those the batch phase hands back (--batch-tail sync)
@@ -418,8 +412,7 @@ class _Pipeline:
             except BaseException:
                 limiter.release(token, "other")
                 raise
-            self.answered.add(run.label)
-            self.unanswered.pop(run.label, None)
+            self.connections[run.label].ok()
             refusals.ok()
             before = limiter.current
             limiter.release(token, "ok", gen.rate)
@@ -453,17 +446,12 @@ class _Pipeline:
     def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
         """Stop the run when an endpoint cannot be reached: at once (exit 2) when it never answered, and when it
         answered before but every attempt for a while failed to connect (exit 3: the same command resumes)."""
-        label = run.label
-        if label not in self.answered:
-            self.unreached[label] = self.unreached.get(label, 0) + 1
-            if self.unreached[label] >= UNREACHABLE_AFTER:  # never answered: not worth minutes of retries
-                raise FatalRunError(label, run.model, exc) from None
-            return
-        now = time.monotonic()
-        since, count = self.unanswered.get(label, (now, 0))
-        self.unanswered[label] = (since, count + 1)
-        if count + 1 >= DEAD_AFTER and now - since >= DEAD_WINDOW_S:
-            raise ServerGone(label, run.model, exc, count + 1, now - since)
+        watch = self.connections[run.label]
+        verdict = watch.failed(exc)
+        if verdict == "unreachable":  # never answered: not worth minutes of retries
+            raise FatalRunError(run.label, run.model, exc) from None
+        if verdict == "gone":
+            raise ServerGone(run.label, run.model, exc, watch.count, watch.seconds)
 
     async def _grade_loop(self) -> None:
         done = False
@@ -651,8 +639,10 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             restore_signals = True
         store.commit()
         fatal = judge_fatal(judge)
-        if fatal is not None:  # a 401 or unknown judge model: as fatal as the models' own
+        if isinstance(fatal, FatalRunError):  # a 401 or unknown judge model: as fatal as the models' own
             raise fatal
+        if fatal is not None and pipeline.gone is None:  # a judge that died after the last batch was graded
+            pipeline.gone = fatal
         with export_lock:
             reader = store.reader()
             try:
@@ -709,7 +699,10 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     if not judge_types(grader):
         return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     js = spec.judge_settings()
-    extra: dict[str, object] = {"judge": {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}}
+    judge: dict[str, object] = {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}
+    if spec.developer_as is not None:  # the judge reads its developer messages as system: another request
+        judge["developer_as"] = spec.developer_as
+    extra: dict[str, object] = {"judge": judge}
     if needs_groups(grader):
         extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
     return config_hash({"grader": grader_hash, **extra, **answers})
@@ -728,7 +721,7 @@ def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool 
     if fresh:
         cache.unlink(missing_ok=True)
     js = spec.judge_settings()
-    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], cache_path=cache,
+    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], spec.developer_as, cache_path=cache,
                                concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
                                timeout_s=spec.timeout, model_override=spec.judge.model)
 
@@ -755,12 +748,16 @@ def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[
     return unhook
 
 
-def judge_fatal(judge: Judge | None) -> FatalRunError | None:
-    """The run-stopping error of a judge that was refused (401/403) or does not know its model, if any."""
+def judge_fatal(judge: Judge | None) -> FatalRunError | ServerGone | None:
+    """The run-stopping error of a judge that was refused (401/403), does not know its model, is refused every
+    request alike or cannot be reached (FatalRunError, exit 2), or that answered and then died (ServerGone: the run
+    stops as for a dead model endpoint, exit 3, and the same command resumes), if any."""
     error = getattr(judge, "fatal_error", None)
     if error is None:
         return None
     model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
+    if getattr(judge, "gone", False):
+        return ServerGone("judge", model, error, None)
     return FatalRunError("judge", model, error)
 
 

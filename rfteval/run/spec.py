@@ -42,7 +42,7 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     **{("sampling", k): "--" + k.replace("_", "-") for k in SAMPLING_KEYS},
     **{("judge", k): "--judge-" + k.replace("_", "-") for k in JUDGE_KEYS},
     ("group_models",): "--group-models", ("skip_model_check",): "--skip-model-check",
-    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags",
+    ("reasoning",): "--reasoning", ("think_tags",): "--think-tags", ("developer_as",): "--developer-as",
     ("allow_grader_without_sample",): "--allow-grader-without-sample",
     ("allow_trailing_assistant",): "--allow-trailing-assistant",
 }
@@ -167,6 +167,9 @@ class RunSpec(_Strict):
     # grader whose judge sees no sample.* path, dataset lines ending with the assistant's turn; None (unset) is off
     allow_grader_without_sample: bool | None = None
     allow_trailing_assistant: bool | None = None
+    # how `developer` messages go to the models and the judge: as themselves, or as `system` for servers without
+    # the developer role (llama-cpp-python's); None (unset) is "developer", and stays out of spec.resolved.toml
+    developer_as: Literal["developer", "system"] | None = None
 
     @field_validator("think_tags")
     @classmethod
@@ -498,6 +501,8 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
             "api_key_env": m.api_key_env or spec.endpoint.api_key_env,
             "api": m.api or spec.endpoint.api,
         }
+        if spec.developer_as is not None:
+            settings["developer_as"] = spec.developer_as
         runs.append(ModelRun(label, model, "openai", settings, sampling))
     return runs
 

@@ -46,7 +46,10 @@ if TYPE_CHECKING:
 # Failures that are a property of the response itself: stored as final, never re-sent on resume.
 FINAL_GENERATION_ERRORS = frozenset({"refusal"})
 # Grading failures of the grading machinery rather than of the output: re-graded on resume.
-TRANSIENT_GRADE_ERRORS = frozenset({"python_grader_server_error", "model_grader_server_error"})
+# A truncated judge answer too: one cut off by the output limit is re-read from the judge cache at no cost, and a
+# prompt past the server's context (never cached) is sent again once the server's context was raised.
+TRANSIENT_GRADE_ERRORS = frozenset({"python_grader_server_error", "model_grader_server_error",
+                                    "model_grader_truncated_error"})
 
 
 class EntryError(msgspec.Struct):

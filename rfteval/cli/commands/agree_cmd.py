@@ -10,6 +10,7 @@ import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
+    DEVELOPER_AS,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -75,6 +76,7 @@ def agree(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    developer_as: str | None = DEVELOPER_AS,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
@@ -97,7 +99,8 @@ def agree(
                                      allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
         python_sandbox(config, unsafe_python_graders, judge_api_key_env)
         spec = Regrade(regrade, dataset, judge_base_url, judge_api_key_env, judge_api, judge_model,
-                       judge_concurrency, judge_cache, out, allow_grader_without_sample)
+                       judge_concurrency, judge_cache, out, allow_grader_without_sample,
+                       developer_as)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,

@@ -112,6 +112,10 @@ JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="
 JUDGE_API = typer.Option("chat", "--judge-api", metavar="chat|responses", help="chat or responses.")
 JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
 JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+DEVELOPER_AS = typer.Option(
+    None, "--developer-as", metavar="developer|system",
+    help="Send `developer` messages as `system`, for servers without the developer role (llama-cpp-python's "
+         "server refuses it) [default: developer, as written].")
 SKIP_JUDGE_MODEL_CHECK = typer.Option(
     False, "--skip-model-check",
     help="Do not check the judge model names against the judge endpoint's GET /models (for gateways that route "
@@ -149,7 +153,7 @@ def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) ->
 
 
 def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
-               concurrency: int, cache_path: Path | None = None) -> Judge | None:
+               concurrency: int, cache_path: Path | None = None, developer_as: str | None = None) -> Judge | None:
     """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
     from rfteval.graders.base import judge_types
 
@@ -157,8 +161,8 @@ def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api
         return None
     from rfteval.providers.judge import Judge
 
-    return Judge.from_settings(base_url, api_key_env, api, cache_path=cache_path, concurrency=concurrency,
-                               model_override=model)
+    return Judge.from_settings(base_url, api_key_env, api, developer_as, cache_path=cache_path,
+                               concurrency=concurrency, model_override=model)
 
 
 def check_judge(judge: Judge | None, config: GraderConfig, skip_model_check: bool) -> None:

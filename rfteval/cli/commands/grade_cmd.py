@@ -11,6 +11,7 @@ import typer
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
+    DEVELOPER_AS,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -62,6 +63,7 @@ def grade(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    developer_as: str | None = DEVELOPER_AS,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
@@ -76,7 +78,7 @@ def grade(
 
     def open_judge(config: GraderConfig) -> Judge | None:
         judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                           request.judge_cache_path)
+                           request.judge_cache_path, developer_as=developer_as)
         check_judge(judge, config, skip_model_check)
         return judge
 

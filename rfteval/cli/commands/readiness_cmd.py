@@ -10,6 +10,7 @@ import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
+    DEVELOPER_AS,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -24,7 +25,6 @@ from rfteval.cli.commands.common import (
     python_sandbox,
 )
 from rfteval.data.outfile import check_output, write_output
-from rfteval.errors import InputError
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -129,10 +129,12 @@ def probe_grader(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    developer_as: str | None = DEVELOPER_AS,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
+    from rfteval.providers.judge import raise_if_stopped
     from rfteval.readiness.probes import checked_items, run_probes
     from rfteval.readiness.reference import load_reference_template
     from rfteval.report.console import plain_console
@@ -145,14 +147,13 @@ def probe_grader(
     items = checked_items(config, grader, dataset, limit)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     template = load_reference_template(reference_template) if reference_template is not None else None
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                       developer_as=developer_as)
     check_judge(judge, config, skip_model_check)
     try:
         report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
                             options=_options(python_workers), judge=judge)
-        if judge is not None and judge.fatal_error is not None:  # every probe would read as the floor: "ok"
-            raise InputError(f"the judge ({judge.fatal_model}) refused: {judge.fatal_error}; no probe was judged",
-                             field="--judge-api-key-env")
+        raise_if_stopped(judge, "no probe was judged")  # every probe would read as the floor: "ok"
     finally:
         if judge is not None:
             judge.close()

@@ -10,6 +10,7 @@ import typer
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
+    DEVELOPER_AS,
     UNSAFE_PYTHON_GRADERS,
     command,
     stdout_console,
@@ -90,6 +91,7 @@ def run_command(
     think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
                                                 help="Think-block tags in the content [default: <think>,</think>]; "
                                                      "repeat it for more pairs."),
+    developer_as: str | None = DEVELOPER_AS,
     skip_model_check: bool = typer.Option(False, "--skip-model-check",
                                           help="Do not check --model and judge names against the endpoint's GET "
                                                "/models (for gateways that route names they do not list)."),
@@ -142,7 +144,7 @@ def run_command(
         grader_timeout=grader_timeout, grader_memory=grader_memory, judge_base_url=judge_base_url,
         judge_api_key_env=judge_api_key_env, judge_api=judge_api, judge_model=judge_model,
         judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning,
-        think_tags=think_tags or None,
+        think_tags=think_tags or None, developer_as=developer_as,
         skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
         allow_grader_without_sample=allow_grader_without_sample or None,
         allow_trailing_assistant=allow_trailing_assistant or None,

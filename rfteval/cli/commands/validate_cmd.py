@@ -10,6 +10,7 @@ import typer
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
+    DEVELOPER_AS,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -84,6 +85,7 @@ def validate_grader(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    developer_as: str | None = DEVELOPER_AS,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
@@ -105,7 +107,8 @@ def validate_grader(
         return
     data = _preflight(config, path, dataset)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency)
+    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                       developer_as=developer_as)
     check_judge(judge, config, skip_model_check)
     try:
         if repeat is None:
@@ -117,6 +120,9 @@ def validate_grader(
         assert outputs is not None  # checked above: --repeat and --outputs go together
         report = run_stability(path, dataset, outputs, judge, repeat, threshold,
                                GradeOptions(python_timeout_s=grader_timeout))
+        from rfteval.providers.judge import raise_if_stopped
+
+        raise_if_stopped(judge, "the judge's stability was not measured")
     finally:
         if judge is not None:
             judge.close()
@@ -174,7 +180,11 @@ def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, refer
     template = load_reference_template(reference_template) if reference_template is not None else None
     if judge is not None:
         typer.echo(f"the references go to the judge model: {judge_calls_note(len(data), judge_base_url, judge_api_key_env)}")
-    typer.echo(reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"])
+    text = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"]
+    from rfteval.providers.judge import raise_if_stopped
+
+    raise_if_stopped(judge, "no reference was judged")
+    typer.echo(text)
 
 
 @command("spec", group="validate")
