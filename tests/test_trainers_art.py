@@ -143,3 +143,21 @@ def test_a_group_judge_ranks_the_whole_group_like_ruler(fake_openai, monkeypatch
     assert all(t.reward == float(t.messages()[-1]["content"].split("v=")[1]) for t in group.trajectories)
     assert all(t.metrics["independent_reward"] == 0.1 for t in group.trajectories)  # RULER keeps it too
     assert len(fake_openai.requests) == 1  # one judge call for the group
+
+
+def test_the_readmes_call_scores_groups(monkeypatch):
+    import ast
+
+    from trainer_shapes import readme_block
+
+    monkeypatch.chdir(DATASETS.parent)
+    line = next(iter(items("milo").values()))
+    trajectories = [art.Trajectory(messages_and_choices=[*line["messages"], choice("{}")], metadata={"id": line["id"]},
+                                   reward=0.5)]
+    groups = [art.TrajectoryGroup(rollout(t) for t in trajectories)]  # what a training loop hands over
+    code = compile(readme_block("**OpenPipe ART**", "python"), "<README>", "exec",
+                   flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    scope: dict[str, Any] = {"art": art, "for_art": for_art, "groups": groups}
+    asyncio.run(eval(code, scope))
+    (group,) = scope["groups"]  # the README rebinds groups to what gather returns
+    assert group.trajectories[0].metrics["rfteval/grading_error"] == 0.0 and group.trajectories[0].reward != 0.5

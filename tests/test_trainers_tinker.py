@@ -146,3 +146,15 @@ def test_on_error_none_is_refused_batches_and_pickling(tokenizer):
     # here), the reward and the item as themselves
     reward, item = pickle.loads(pickle.dumps((dataset.reward, line)))
     assert reward.config == dataset.reward.config and item == line
+
+
+def test_the_readmes_call_builds_the_dataset(tokenizer, monkeypatch):
+    from trainer_shapes import readme_block
+
+    from rfteval.reward.tinker import RFTDataset
+
+    monkeypatch.chdir(Path(GRADERS).parent)
+    scope: dict[str, Any] = {"renderer": renderers.get_renderer("qwen3", tokenizer=tokenizer), "for_tinker": for_tinker}
+    exec(readme_block("**tinker-cookbook**", "python"), scope)
+    assert isinstance(scope["dataset"], RFTDataset) and scope["dataset"].group_size == 8
+    assert len(scope["dataset"].items) == 30

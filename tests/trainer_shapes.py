@@ -100,3 +100,12 @@ def recordings_answer(line: dict[str, Any], shape: str) -> str:
 def items(case: str) -> dict[str, dict[str, Any]]:
     rows = [json.loads(line) for line in (DATASETS / case / "items.jsonl").read_text().splitlines() if line.strip()]
     return {row["id"]: row for row in rows}
+
+
+def readme_block(lead: str, lang: str) -> str:
+    """The first ```lang block after the README paragraph that starts with `lead` (the README's trainer sections are
+    run by the trainers' tests, so they cannot drift from the code)."""
+    readme = (DATASETS.parent / "README.md").read_text(encoding="utf-8")
+    start = readme.index(f"\n{lead}")
+    fence = readme.index(f"```{lang}\n", start) + len(f"```{lang}\n")
+    return readme[fence:readme.index("```", fence)]
