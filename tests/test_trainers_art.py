@@ -161,3 +161,16 @@ def test_the_readmes_call_scores_groups(monkeypatch):
     asyncio.run(eval(code, scope))
     (group,) = scope["groups"]  # the README rebinds groups to what gather returns
     assert group.trajectories[0].metrics["rfteval/grading_error"] == 0.0 and group.trajectories[0].reward != 0.5
+
+
+def test_a_sampled_tool_call_scores_as_grade(tmp_path):
+    """A Choice whose message calls a tool (openai's ChatCompletionMessageToolCall): output_tools in OpenAI's shape."""
+    from trainer_shapes import TOOL_GRADER, TOOL_ITEM, TOOL_TEXT, tool_call_expected
+
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": TOOL_ITEM["tool"], "arguments": json.dumps(TOOL_ITEM["args"])}}
+    sampled = Choice.model_validate({"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": TOOL_TEXT, "tool_calls": [call]}})
+    t = art.Trajectory(messages_and_choices=[*TOOL_ITEM["messages"], sampled], metadata={"id": TOOL_ITEM["id"]})
+    reward = for_art(TOOL_GRADER, items=[TOOL_ITEM])
+    assert asyncio.run(reward.trajectory(t)) == tool_call_expected(tmp_path) == 1.0

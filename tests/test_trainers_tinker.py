@@ -12,6 +12,7 @@ decodes back exactly); tinker-cookbook's renderers take any Hugging Face tokeniz
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 from collections import defaultdict
 from pathlib import Path
@@ -158,3 +159,14 @@ def test_the_readmes_call_builds_the_dataset(tokenizer, monkeypatch):
     exec(readme_block("**tinker-cookbook**", "python"), scope)
     assert isinstance(scope["dataset"], RFTDataset) and scope["dataset"].group_size == 8
     assert len(scope["dataset"].items) == 30
+
+
+def test_a_tool_call_parsed_by_the_renderer_scores_as_grade(tmp_path, tokenizer):
+    """Qwen3's renderer parses `<tool_call>` into tinker's ToolCall model: the grader reads it in OpenAI's shape."""
+    from trainer_shapes import TOOL_GRADER, TOOL_ITEM, TOOL_TEXT, tool_call_expected
+
+    renderer = renderers.get_renderer("qwen3", tokenizer=tokenizer)
+    call = json.dumps({"name": TOOL_ITEM["tool"], "arguments": TOOL_ITEM["args"]})
+    env = RFTEnv(for_tinker(TOOL_GRADER, renderer, items=[TOOL_ITEM]).reward, TOOL_ITEM, renderer)
+    step = asyncio.run(env.step(action(renderer, tokenizer, f"{TOOL_TEXT}<tool_call>\n{call}\n</tool_call>")))
+    assert step.reward == tool_call_expected(tmp_path) == 1.0

@@ -109,3 +109,31 @@ def readme_block(lead: str, lang: str) -> str:
     start = readme.index(f"\n{lead}")
     fence = readme.index(f"```{lang}\n", start) + len(f"```{lang}\n")
     return readme[fence:readme.index("```", fence)]
+
+
+# The tool-call probe: a python grader reading OpenAI's `function.name` and `function.arguments` (JSON text), as
+# graders written for OpenAI's fine-tuning do; the trainers' tests give it a sampled call in their own shape.
+TOOL_GRADER = {"type": "python", "name": "tool_call", "source": (
+    "import json\n\n"
+    "def grade(sample, item):\n"
+    "    calls = sample['output_tools']\n"
+    "    if not calls:\n"
+    "        return 0.0\n"
+    "    f = calls[0]['function']\n"
+    "    return 1.0 if f['name'] == item['tool'] and json.loads(f['arguments']) == item['args'] else 0.25\n")}
+TOOL_ITEM = {"id": "tool-1", "messages": [{"role": "user", "content": "Put the zoo trip on the calendar."}],
+             "tool": "add_event", "args": {"title": "Zoo", "date": "2025-03-14"}}
+TOOL_TEXT = "Adding it."
+
+
+def tool_call_expected(tmp_path: Path) -> float:
+    """`rfteval grade`'s score of the probe's call given as output_tools (OpenAI's shape)."""
+    dataset = tmp_path / "tool-items.jsonl"
+    dataset.write_text(json.dumps(TOOL_ITEM) + "\n")
+    grader = tmp_path / "tool-grader.json"
+    grader.write_text(json.dumps(TOOL_GRADER))
+    call = {"type": "function", "id": "call_1",
+            "function": {"name": TOOL_ITEM["tool"], "arguments": json.dumps(TOOL_ITEM["args"])}}
+    graded = grade_cli(tmp_path, dataset, str(grader), [{"item_id": "tool-1", "epoch": 1, "model": "m",
+                                                         "output_text": TOOL_TEXT, "output_tools": [call]}])
+    return graded["m", "tool-1", 1]
