@@ -76,6 +76,7 @@ def test_gather_trajectory_groups_after_each_equals_rfteval_grade(case, tmp_path
     assert all(t.metrics["rfteval/grading_error"] == 0.0 for g in groups for t in g.trajectories)
 
 
+@pytest.mark.slow
 def test_one_trajectory_sub_scores_errors_and_no_reply(tmp_path):
     """Milo (a multi grader) on one trajectory in its rollout: the reward, sub-scores in the metrics; a trajectory
     whose prompt ends in a few-shot assistant turn and has no sampled reply scores the empty answer, not the
@@ -125,6 +126,7 @@ def value_judge(request: Any) -> Any:
                                   for sid, text in shown]})
 
 
+@pytest.mark.slow
 def test_a_group_judge_ranks_the_whole_group_like_ruler(fake_openai, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     fake_openai.responder = value_judge
@@ -145,6 +147,7 @@ def test_a_group_judge_ranks_the_whole_group_like_ruler(fake_openai, monkeypatch
     assert len(fake_openai.requests) == 1  # one judge call for the group
 
 
+@pytest.mark.slow
 def test_the_readmes_call_scores_groups(monkeypatch):
     import ast
 

@@ -104,6 +104,7 @@ def test_task_score_of_the_exported_taskset_equals_rfteval_grade(case, tmp_path,
     assert len(got) == len(cases) + len(cases) // 5
 
 
+@pytest.mark.slow
 def test_config_names_dataset_and_grader_and_a_reply_less_trace_scores_the_empty_answer(tmp_path, monkeypatch):
     """The config's dataset and grader replace the bundled copies on both sides (the grader reaches the server's
     task config); a trace with no sampled turn grades the empty answer, not a few-shot assistant turn of the
@@ -127,6 +128,7 @@ def test_config_names_dataset_and_grader_and_a_reply_less_trace_scores_the_empty
     assert asyncio.run(score(task, [vf.AssistantMessage(content="yes")])) == 1.0
 
 
+@pytest.mark.slow
 def test_the_package_installs_and_loads_by_id_in_a_fresh_interpreter(tmp_path):
     """pip installs the written package (setuptools, no network); a fresh interpreter with it installed loads the
     taskset by id, as prime-rl's env server does, and scores one trace."""

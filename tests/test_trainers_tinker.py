@@ -106,6 +106,7 @@ def test_do_group_rollout_rewards_equal_rfteval_grade(case, tmp_path, tokenizer)
         assert len(got) == len(cases)
 
 
+@pytest.mark.slow
 def test_step_metrics_prompt_and_error(tmp_path, tokenizer):
     """One milo item through RFTEnv's own step: the multi grader's sub-scores and the error flag in the metrics,
     the whole conversation (developer as system) as the prompt, and an erroring grade scored 0 and counted."""
@@ -161,6 +162,7 @@ def test_the_readmes_call_builds_the_dataset(tokenizer, monkeypatch):
     assert len(scope["dataset"].items) == 30
 
 
+@pytest.mark.slow
 def test_a_tool_call_parsed_by_the_renderer_scores_as_grade(tmp_path, tokenizer):
     """Qwen3's renderer parses `<tool_call>` into tinker's ToolCall model: the grader reads it in OpenAI's shape."""
     from trainer_shapes import TOOL_GRADER, TOOL_ITEM, TOOL_TEXT, tool_call_expected
