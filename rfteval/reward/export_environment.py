@@ -149,7 +149,8 @@ def _doc(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
-def default_name(config: GraderConfig, items: Path) -> str:
+def default_name(items: Path) -> str:
+    """rfteval-<the dataset's name>: its folder for DIR/items.jsonl, else the file's stem."""
     stem = items.parent.name if items.stem == "items" else items.stem
     return "rfteval-" + re.sub(r"[^a-z0-9]+", "-", stem.lower()).strip("-")
 
@@ -163,7 +164,7 @@ def export_environment(config: GraderConfig, items: str | Path, target: str, out
     options = dict(options or {})
     RewardOptions(**cast(RewardOptionsArgs, options))  # fails here, not in the env server (kept as JSON there)
     items, out = Path(items), Path(out)
-    dash, pkg, prefix = _names(name or default_name(config, items))
+    dash, pkg, prefix = _names(name or default_name(items))
     tasks = sum(1 for _ in iter_items(items))  # the file's own errors, named by line, before anything is written
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError("exists and is not an empty folder: give a new one", out, field="--out")

@@ -94,10 +94,11 @@ class RFTEnv(ProblemEnv):
 
     def __init__(self, reward: TinkerReward, item: JSONObject, renderer: renderers.Renderer,
                  format_coef: float = 0.0):
-        super().__init__(renderer, convo_prefix=tinker_messages(item)[:-1], format_coef=format_coef)
+        messages = tinker_messages(item)
+        super().__init__(renderer, convo_prefix=messages[:-1], format_coef=format_coef)
         self.reward = reward
         self.item = item
-        self.messages = tinker_messages(item)
+        self.messages = messages
         self.score: float | None = None  # set by step before ProblemEnv's reward code asks check_answer
         self.result: GradeResult | None = None
 
