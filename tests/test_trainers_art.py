@@ -113,7 +113,10 @@ def test_without_items_the_item_is_the_prompt_and_the_metadata():
     prompt = [{"role": "user", "content": "Say hi."}]
     ts = [art.Trajectory(messages_and_choices=[*prompt, choice(text)], metadata={"expected": "hi"})
           for text in ("hi", "<think>\nhm\n</think>\n\nhi", "hello")]
-    assert [asyncio.run(reward.trajectory(t)) for t in ts] == [1.0, 1.0, 0.0]
+    # a reasoning parser's field, the answer after it with its newlines: exact match as in `rfteval grade`
+    ts.append(art.Trajectory(messages_and_choices=[*prompt, choice("\n\nhi", reasoning="hm")],
+                             metadata={"expected": "hi"}))
+    assert [asyncio.run(reward.trajectory(t)) for t in ts] == [1.0, 1.0, 0.0, 1.0]
     assert reward.item_of(ts[0]) == {"messages": prompt, "expected": "hi"}
 
 

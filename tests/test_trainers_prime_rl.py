@@ -126,6 +126,8 @@ def test_config_names_dataset_and_grader_and_a_reply_less_trace_scores_the_empty
     empty = grade_cli(tmp_path, dataset, str(grader), [{"item_id": "a", "epoch": 1, "output_text": "", "model": "m"}])
     assert asyncio.run(score(task, [])) == empty["m", "a", 1] == 0.0
     assert asyncio.run(score(task, [vf.AssistantMessage(content="yes")])) == 1.0
+    # the answer after a reasoning field keeps its newlines; exact match as `rfteval grade` strips it
+    assert asyncio.run(score(task, [vf.AssistantMessage(content="\n\nyes", reasoning_content="hm")])) == 1.0
 
 
 @pytest.mark.slow

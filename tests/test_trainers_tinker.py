@@ -172,3 +172,17 @@ def test_a_tool_call_parsed_by_the_renderer_scores_as_grade(tmp_path, tokenizer)
     env = RFTEnv(for_tinker(TOOL_GRADER, renderer, items=[TOOL_ITEM]).reward, TOOL_ITEM, renderer)
     step = asyncio.run(env.step(action(renderer, tokenizer, f"{TOOL_TEXT}<tool_call>\n{call}\n</tool_call>")))
     assert step.reward == tool_call_expected(tmp_path) == 1.0
+
+
+def test_exact_match_after_thinking_in_both_renderers(tokenizer):
+    """An exact-match grader: the answer after a think block (text in role_colon, a thinking part in qwen3) is
+    compared without the thinking and the newlines after it, as `rfteval grade` compares it."""
+    grader = {"type": "string_check", "name": "exact", "operation": "eq", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.reference_answer }}"}
+    line = {"id": "x", "messages": [{"role": "user", "content": "Say yes."}], "reference_answer": "yes"}
+    for name in ("role_colon", "qwen3"):
+        renderer = renderers.get_renderer(name, tokenizer=tokenizer)
+        reward = for_tinker(grader, renderer, items=[line]).reward
+        got = [asyncio.run(RFTEnv(reward, line, renderer).step(action(renderer, tokenizer, text))).reward
+               for text in ("yes", "<think>\nhm\n</think>\n\nyes", "no", "<think>\nyes")]
+        assert got == [1.0, 1.0, 0.0, 0.0], name
