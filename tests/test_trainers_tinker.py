@@ -186,3 +186,37 @@ def test_exact_match_after_thinking_in_both_renderers(tokenizer):
         got = [asyncio.run(RFTEnv(reward, line, renderer).step(action(renderer, tokenizer, text))).reward
                for text in ("yes", "<think>\nhm\n</think>\n\nyes", "no", "<think>\nyes")]
         assert got == [1.0, 1.0, 0.0, 0.0], name
+
+
+def value_judge(request: Any) -> Any:
+    """Scores each sample by the number after 'v=' in its text (as tests/test_group_judge.py does)."""
+    import re
+
+    shown = re.findall(r'<sample id="([^"]+)">\n(.*?)\n</sample>', request.body["messages"][1]["content"], re.S)
+    return json.dumps({"scores": [{"id": sid, "explanation": "v", "score": float(text.split("v=")[1])}
+                                  for sid, text in shown]})
+
+
+@pytest.mark.slow
+def test_a_group_judge_ranks_the_group_as_its_group_rewards(tokenizer, fake_openai, monkeypatch):
+    """group_judge sees the group's replies in one judge call (compute_group_rewards), never one reply alone."""
+    from rfteval.reward.tinker import RFTGroupBuilder
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    fake_openai.responder = value_judge
+    renderer = renderers.get_renderer("qwen3", tokenizer=tokenizer)
+    line = {"id": "q", "messages": [{"role": "user", "content": "Question?"}]}
+    grader = {"type": "group_judge", "name": "rank", "model": "judge-m", "seed": 7}
+    dataset = for_tinker(grader, renderer, items=[line], group_size=3, judge_base_url=fake_openai.base_url)
+    (builder,) = dataset.get_batch(0)
+    assert isinstance(builder, RFTGroupBuilder)
+    values = [0.25, 0.75, 0.5]
+    policy = Recorded([action(renderer, tokenizer, f"<think>\nhm\n</think>\n\nanswer v={v}") for v in values])
+    result = asyncio.run(do_group_rollout(builder, policy))
+    got = {tokenizer.decode(t.transitions[0].ac.tokens).split("v=")[1].split("<")[0]: total
+           for t, total in zip(result.trajectories_G, result.get_total_rewards())}
+    assert got == {str(v): v for v in values}
+    assert len(fake_openai.requests) == 1
+    assert all(m["rfteval/score"] == r and m["rfteval/grading_error"] == 0.0
+               for m, r in zip(result.metrics_G, result.final_rewards_G))
+    assert "correct" not in result.trajectories_G[0].transitions[0].metrics

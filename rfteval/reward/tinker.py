@@ -7,7 +7,9 @@ by `TrajectoryGroup.get_total_rewards` with the group rewards of `EnvGroupBuilde
 is a ProblemEnv whose `check_answer` is the grader's score and whose format term is 0 unless `format_coef` is set,
 so the reward tinker-cookbook trains on is `rfteval grade`'s score. The grade is computed from the parsed message
 itself (its thinking parts are not the answer, as a reasoning field is not in `rfteval grade`), in a thread, so the
-rollout loop keeps running; `check_answer` hands that score to ProblemEnv's own reward code.
+rollout loop keeps running; `check_answer` hands that score to ProblemEnv's own reward code. A grader that ranks an
+item's samples together (group_judge) grades the group's replies at once instead, as the group rewards of
+`RFTGroupBuilder.compute_group_rewards` (the step rewards then hold only the format term).
 
     dataset = for_tinker("graders/math.json", renderer, items="datasets/math/items.jsonl", group_size=8)
     # or, in a recipe's config: dataset_builder=RFTDatasetBuilder(grader=..., items=..., batch_size=...,
@@ -20,6 +22,7 @@ import asyncio
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Unpack
 
@@ -30,16 +33,19 @@ from tinker_cookbook.rl.problem_env import ProblemEnv, ProblemGroupBuilder
 from tinker_cookbook.rl.types import (
     Action,
     ActionExtra,
+    Env,
     EnvGroupBuilder,
+    Metrics,
     Observation,
     RLDataset,
     RLDatasetBuilder,
     StepResult,
+    Trajectory,
 )
 
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.errors import InputError
-from rfteval.graders.base import GradeResult
+from rfteval.graders.base import GradeResult, needs_groups
 from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs
 from rfteval.reward.episode import message_sample, result_metrics
 
@@ -93,12 +99,16 @@ class RFTEnv(ProblemEnv):
     applies when format_coef is set."""
 
     def __init__(self, reward: TinkerReward, item: JSONObject, renderer: renderers.Renderer,
-                 format_coef: float = 0.0):
+                 format_coef: float = 0.0, group: bool = False):
         messages = tinker_messages(item)
         super().__init__(renderer, convo_prefix=messages[:-1], format_coef=format_coef)
         self.reward = reward
         self.item = item
         self.messages = messages
+        # group: the grader ranks the group's replies together (group_judge), so step only keeps its reply and
+        # RFTGroupBuilder.compute_group_rewards grades the group
+        self.group = group
+        self.reply: renderers.Message | None = None
         self.score: float | None = None  # set by step before ProblemEnv's reward code asks check_answer
         self.result: GradeResult | None = None
 
@@ -127,11 +137,40 @@ class RFTEnv(ProblemEnv):
 
     async def step(self, action: Action, *, extra: ActionExtra | None = None) -> StepResult:
         message, _ = self.renderer.parse_response(action)
+        self.reply = message
+        if self.group:
+            self.score = 0.0  # the answer's reward comes as the group reward
+            result = await super().step(action, extra=extra)
+            del result.metrics["correct"]  # not known here: the group's metrics carry rfteval/score
+            return result
         self.score, graded = await asyncio.to_thread(self.reward.score_message, message, self.item)
         self.result = graded
         result = await super().step(action, extra=extra)
         result.metrics.update(result_metrics(graded))
         return result
+
+
+@dataclass(frozen=True)
+class RFTGroupBuilder(ProblemGroupBuilder):
+    """tinker-cookbook's ProblemGroupBuilder whose group rewards are the grader's scores of the group's replies,
+    graded together in one batch: how a grader that ranks an item's samples (group_judge, RULER-style) sees them
+    all at once. Its envs are RFTEnvs in group mode (their step rewards hold only the format term)."""
+
+    async def compute_group_rewards(self, trajectory_group: list[Trajectory], env_group: Sequence[Env]
+                                    ) -> list[tuple[float, Metrics]]:
+        envs = [e for e in env_group if isinstance(e, RFTEnv)]
+        if len(envs) != len(env_group) or not envs:
+            raise TypeError("RFTGroupBuilder's envs must be RFTEnvs")
+        reward = envs[0].reward
+        pairs = [(message_sample(e.reply, reward.options), e.item) for e in envs]
+        results = await asyncio.to_thread(reward.grade, pairs, [0] * len(pairs))
+        out: list[tuple[float, Metrics]] = []
+        for result in results:
+            value = reward.value(result)
+            assert value is not None  # on_error is "zero"
+            metrics: Metrics = {"rfteval/score": value, **result_metrics(result)}
+            out.append((value, metrics))
+        return out
 
 
 class RFTDataset(RLDataset):
@@ -151,8 +190,12 @@ class RFTDataset(RLDataset):
         self.name = name
 
     def builder(self, item: JSONObject) -> ProblemGroupBuilder:
-        thunk = functools.partial(RFTEnv, self.reward, item, self.renderer, self.format_coef)
-        return ProblemGroupBuilder(env_thunk=thunk, num_envs=self.group_size, dataset_name=self.name)
+        """One item's group: per-step rewards (ProblemGroupBuilder), or group rewards (RFTGroupBuilder) for a
+        grader that ranks an item's samples together."""
+        group = needs_groups(self.reward.config)
+        thunk = functools.partial(RFTEnv, self.reward, item, self.renderer, self.format_coef, group)
+        cls = RFTGroupBuilder if group else ProblemGroupBuilder
+        return cls(env_thunk=thunk, num_envs=self.group_size, dataset_name=self.name)
 
     def get_batch(self, index: int) -> Sequence[EnvGroupBuilder]:
         start = index * self.batch_size
