@@ -148,6 +148,8 @@ def test_a_group_judge_ranks_the_whole_group_like_ruler(fake_openai, monkeypatch
     assert all(t.reward == float(t.messages()[-1]["content"].split("v=")[1]) for t in group.trajectories)
     assert all(t.metrics["independent_reward"] == 0.1 for t in group.trajectories)  # RULER keeps it too
     assert len(fake_openai.requests) == 1  # one judge call for the group
+    with pytest.raises(ValueError, match="after_each"):  # one trajectory alone has no rank
+        asyncio.run(reward.trajectory(group.trajectories[0]))
 
 
 @pytest.mark.slow

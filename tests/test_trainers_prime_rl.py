@@ -174,6 +174,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, message):
     assert not (tmp_path / "pkg").exists()
 
 
+def test_a_group_judge_is_refused(tmp_path):
+    grader = tmp_path / "rank.json"
+    grader.write_text(json.dumps({"type": "group_judge", "name": "rank", "model": "judge-m"}))
+    res = runner.invoke(app, ["export-environment", str(grader), "--dataset", str(DATASETS / "milo" / "items.jsonl"),
+                              "--target", "prime-rl", "--out", str(tmp_path / "pkg")])
+    assert res.exit_code == 2 and "scores each trace alone" in res.output and not (tmp_path / "pkg").exists()
+
+
 def test_an_existing_folder_is_never_overwritten(tmp_path):
     out = tmp_path / "pkg"
     out.mkdir()

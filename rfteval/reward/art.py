@@ -114,7 +114,11 @@ class ARTReward(Reward):
         return rewards
 
     async def trajectory(self, trajectory: art.Trajectory) -> float:
-        """Grade one trajectory (inside a rollout): sets and returns its reward; grading runs in a thread."""
+        """Grade one trajectory (inside a rollout): sets and returns its reward; grading runs in a thread. A grader
+        that ranks a group (group_judge) has no score for one trajectory alone: it is refused here."""
+        if needs_groups(self.config):
+            raise ValueError(f"{self.__name__} ranks a whole group (group_judge): pass it as after_each= of "
+                             "art.gather_trajectory_groups, not per trajectory")
         return (await asyncio.to_thread(self.grade_trajectories, [trajectory]))[0]
 
     async def __call__(self, group: art.TrajectoryGroup) -> art.TrajectoryGroup:

@@ -30,7 +30,7 @@ from typing import cast
 from rfteval.data.dataset import iter_items
 from rfteval.data.json_types import JSONValue
 from rfteval.errors import InputError
-from rfteval.graders.base import GraderConfig
+from rfteval.graders.base import GraderConfig, needs_groups
 from rfteval.reward.core import RewardOptions, RewardOptionsArgs
 
 TARGETS = ("prime-rl",)
@@ -163,6 +163,9 @@ def export_environment(config: GraderConfig, items: str | Path, target: str, out
         raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
     options = dict(options or {})
     RewardOptions(**cast(RewardOptionsArgs, options))  # fails here, not in the env server (kept as JSON there)
+    if needs_groups(config):
+        raise InputError(f"grader {config.name!r} ranks an item's samples together (group_judge); a verifiers "
+                         "taskset scores each trace alone, so its score would mean nothing there", field="type")
     items, out = Path(items), Path(out)
     dash, pkg, prefix = _names(name or default_name(items))
     tasks = sum(1 for _ in iter_items(items))  # the file's own errors, named by line, before anything is written
