@@ -220,3 +220,19 @@ def test_a_group_judge_ranks_the_group_as_its_group_rewards(tokenizer, fake_open
     assert all(m["rfteval/score"] == r and m["rfteval/grading_error"] == 0.0
                for m, r in zip(result.metrics_G, result.final_rewards_G))
     assert "correct" not in result.trajectories_G[0].transitions[0].metrics
+
+
+def test_the_dataset_builder_a_recipe_names(tokenizer, monkeypatch):
+    """RFTDatasetBuilder (a chz config, as recipes' builders are) builds the train and test datasets; the tokenizer
+    lookup is tinker-cookbook's get_tokenizer, given the local tokenizer here (no hub)."""
+    import tinker_cookbook.tokenizer_utils as tu
+
+    from rfteval.reward.tinker import RFTDatasetBuilder
+
+    monkeypatch.setattr(tu, "get_tokenizer", lambda name: tokenizer)
+    items_path = str(Path(GRADERS).parent / "datasets" / "math" / "items.jsonl")
+    builder = RFTDatasetBuilder(grader=str(GRADERS / "math.json"), items=items_path, batch_size=4, group_size=2,
+                                model_name_for_tokenizer="local", renderer_name="qwen3", test_items=items_path)
+    train, test = asyncio.run(builder())
+    assert len(train) == 8 and len(train.get_batch(7)) == 2 and train.group_size == 2
+    assert test is not None and test.group_size == 1 and test.reward is train.reward
