@@ -55,9 +55,12 @@ ray: $(STAMP)
 	  || echo "make: could not install ray[data]; the Ray Data tests will be skipped"
 # The trainers whose own reward code tests/test_trainers_*.py run: torch (the CPU wheel, first, so nothing pulls
 # another build), TRL (the trainers extra), verl, OpenRLHF and verifiers without their dependencies (CUDA stacks,
-# deepspeed, vllm, an openai pin below 3) plus the packages their reward code imports. Every step keeps the torch
-# and openai already installed (a constraints file). A step that fails prints one line; its tests then skip, saying
-# why.
+# deepspeed, vllm, an openai pin below 3) plus the packages their reward code imports. tinker-cookbook goes in with
+# --no-deps too (its tml-renderers pin has no Python 3.11 build and only its audio recipes import it), with the Tinker
+# SDK and what its rl/ and renderers/ import; openpipe-art 0.5.18 (the last for Python 3.11) without weave (W&B
+# logging, which its trajectory and gather code never import), with litellm and what `import art` needs. Every step
+# keeps the torch and openai already installed (a constraints file). A step that fails prints one line; its tests then
+# skip, saying why.
 TRAINERS := $(VENV)/.trainers-$(shell cat Makefile pyproject.toml | cksum | cut -d' ' -f1)
 PIPQ := $(BIN)/python -m pip install -q
 TRAINERS_LOG := $(VENV)/trainers-install.log
@@ -82,6 +85,14 @@ $(TRAINERS): $(STAMP)
 	       'mcp==2.0.0' msgpack 'prime-pydantic-config[toml]' prime-runs prime-sandboxes prime-tunnel pyzmq \
 	       'renderers[multimodal]' tenacity tomli-w uvicorn; } >>$(TRAINERS_LOG) 2>&1 \
 	  || echo "make: could not install verifiers 0.4.0; its tests will be skipped (see $(TRAINERS_LOG))"
+	@{ $(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps tinker-cookbook==0.6.1 \
+	  && $(PIPQ) -c $(VENV)/trainers-constraints.txt tinker==0.38.0 chz blobfile cloudpickle pyrage termcolor tiktoken; } \
+	  >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install tinker-cookbook 0.6.1 and what its RL code imports; its tests will be skipped (see $(TRAINERS_LOG))"
+	@{ $(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps openpipe-art==0.5.18 \
+	  && $(PIPQ) -c $(VENV)/trainers-constraints.txt 'litellm>=1.71.1,<=1.82.0' nest-asyncio polars python-dotenv \
+	       setproctitle tblib; } >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install openpipe-art 0.5.18; its tests will be skipped (see $(TRAINERS_LOG))"
 	@rm -f $(VENV)/.trainers-*
 	@touch $@
 

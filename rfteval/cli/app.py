@@ -77,6 +77,7 @@ def _attach_commands() -> None:
         batches_cmd,
         compare_cmd,
         export_dataset_cmd,
+        export_environment_cmd,
         export_reward_cmd,
         grade_cmd,
         graders_cmd,

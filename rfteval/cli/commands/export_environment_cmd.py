@@ -1,0 +1,64 @@
+"""`rfteval export-environment`: an RFT dataset and its grader as an environment package a trainer installs (prime-rl
+loads verifiers 0.4 tasksets by id from installed packages)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from rfteval.cli.commands.common import (
+    JUDGE_API,
+    JUDGE_API_KEY_ENV,
+    JUDGE_BASE_URL,
+    JUDGE_CONCURRENCY,
+    JUDGE_MODEL,
+    command,
+)
+
+
+class Target(str, Enum):
+    prime_rl = "prime-rl"
+
+
+@command("export-environment")
+def export_environment(
+    grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="The RFT dataset (JSONL, OpenAI's format)."),
+    target: Target = typer.Option(..., "--target", metavar="TARGET",
+                                  help="prime-rl: a verifiers 0.4 taskset package."),
+    out: Path = typer.Option(..., "--out", help="The package folder to write (new or empty)."),
+    name: str | None = typer.Option(None, "--name", metavar="NAME",
+                                    help="The taskset id and package name (default rfteval-<dataset name>)."),
+    reference_field: str = typer.Option("reference_answer", "--reference-field",
+                                        help="The item field shown as the task's answer (logs only)."),
+    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    judge_base_url: str | None = JUDGE_BASE_URL,
+    judge_api_key_env: str = JUDGE_API_KEY_ENV,
+    judge_api: str = JUDGE_API,
+    judge_model: str | None = JUDGE_MODEL,
+    judge_concurrency: int = JUDGE_CONCURRENCY,
+) -> None:
+    """Write a package holding the dataset, the grader and the classes the trainer loads: for prime-rl a verifiers
+    taskset (`pip install -e DIR`, then `id = "NAME"` under the env's taskset) scored as `rfteval grade` scores."""
+    from rfteval.data.json_types import JSONValue
+    from rfteval.graders.loader import reward_function_ref
+    from rfteval.reward import grader_config
+    from rfteval.reward.export_environment import export_environment as write
+
+    ref = reward_function_ref(grader)
+    source = ref[0] if ref is not None else Path(grader)
+    defaults = {"grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None,
+                "judge_api_key_env": "OPENAI_API_KEY", "judge_api": "chat", "judge_model": None,
+                "judge_concurrency": 16}
+    given: dict[str, JSONValue] = {
+        "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
+        "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
+        "judge_concurrency": judge_concurrency}
+    options = {k: v for k, v in given.items() if v != defaults[k]}  # the package shows only what was chosen
+    done = write(grader_config(grader), dataset, target.value, out, grader_source=str(source), name=name,
+                 reference_field=reference_field, options=options)
+    typer.echo(f"wrote {done.path} (taskset {done.name!r}, module {done.module}, {done.tasks} tasks): "
+               f"pip install -e {done.path}")

@@ -1,0 +1,99 @@
+"""What the verifiers 0.4 taskset package `rfteval export-environment --target prime-rl` writes calls: its tasks from
+the RFT lines, and its reward from a trace.
+
+prime-rl loads a taskset by id from an installed package (`vf.load_taskset(config.env.taskset)` in its orchestrator,
+`vf.load_environment(config)` in its env server), ships each task's data to the env server as a dict, which
+validates it into the taskset's TaskData, and scores a finished trace with `Task.score`, which calls the task's
+`@vf.reward` methods with `trace`. The package holds only the classes verifiers asks for; the work is here, so it
+scores as `rfteval grade` does, and as this module does in the installed rfteval.
+
+The RFT line rides in the task data as JSON text (`item`), exact through any wire. The graded message is the last
+sampled assistant turn: the nodes the trace's model calls committed, else those after the task's prompt; a trace with
+none is the empty answer (never a few-shot assistant turn of the prompt). A grading error scores 0 (a reward in
+`Task.score` is a float) and is logged once per type."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+from rfteval.data.json_types import JSONObject, JSONValue
+from rfteval.graders.base import GradeResult
+from rfteval.reward.core import Reward, RewardOptions
+from rfteval.reward.episode import message_sample
+
+# The keys of the task data the package's TaskData declares (besides verifiers' own `id` and `prompt`).
+ANSWER = "answer"
+ITEM = "item"
+
+
+def _reference_text(value: JSONValue) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def task_rows(dataset: str | Path, reference_field: str = "reference_answer") -> list[JSONObject]:
+    """One task's data per RFT line, as `rfteval grade` reads the file: its id (the line's, else rfteval's content
+    hash), its messages as the prompt (OpenAI's `developer` role as `system`, the roles verifiers knows), the
+    reference as text (`answer`, for logs) and the line itself as JSON text (`item`)."""
+    from rfteval.data.dataset import iter_items
+
+    rows: list[JSONObject] = []
+    for it in iter_items(Path(dataset)):
+        messages = it.data.get("messages")
+        prompt: list[JSONValue] = [{**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer"
+                                   else m for m in (messages if isinstance(messages, list) else [])]
+        rows.append({"id": it.id, "prompt": prompt, ANSWER: _reference_text(it.data.get(reference_field)),
+                     ITEM: json.dumps(it.data, ensure_ascii=False)})
+    return rows
+
+
+def _dump(value: object) -> object:
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) else value
+
+
+def sampled_reply(trace: object, prompt_len: int) -> object:
+    """The last assistant message the model sampled in the trace: among the nodes its model calls committed (what a
+    real rollout records), else the nodes after the prompt; None when there is none."""
+    nodes = list(getattr(trace, "nodes", None) or [])
+    called = sorted({c.node for c in getattr(trace, "calls", None) or [] if getattr(c, "node", None) is not None})
+    indices = [i for i in called if 0 <= i < len(nodes)] if called else list(range(prompt_len, len(nodes)))
+    for i in reversed(indices):
+        message = _dump(getattr(nodes[i], "message", None))
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            return message
+    return None
+
+
+class TasksetReward(Reward):
+    """The grader of an exported taskset, one per (grader, options) in a process."""
+
+    def score_trace(self, item_json: str, prompt_len: int, trace: object) -> tuple[float, GradeResult]:
+        result = self.grade_one(message_sample(sampled_reply(trace, prompt_len), self.options), json.loads(item_json))
+        value = self.value(result)
+        return (0.0 if value is None else value), result
+
+
+@functools.cache
+def _reward(grader: str, options_json: str) -> TasksetReward:
+    options = json.loads(options_json)
+    options["on_error"] = "zero"
+    return TasksetReward(grader, RewardOptions(**options))
+
+
+def taskset_reward(grader: str | Path, options: Mapping[str, object] | None = None) -> TasksetReward:
+    """The process's reward for a grader file and the exported options (built once: one python pool, one judge)."""
+    return _reward(str(grader), json.dumps(dict(options or {}), sort_keys=True))
+
+
+async def score_trace(grader: str | Path, options: Mapping[str, object] | None, item_json: str, prompt_len: int,
+                      trace: object) -> float:
+    """The reward of one trace, for the package's `@vf.reward`: graded in a thread (Task.score gathers rewards)."""
+    reward = taskset_reward(grader, options)
+    value, _ = await asyncio.to_thread(reward.score_trace, item_json, prompt_len, trace)
+    return value
