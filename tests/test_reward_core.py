@@ -26,7 +26,7 @@ def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
     """_answer is the one place the lead wires rfteval.data.reasoning in: every adapter's text must pass through it."""
     seen: list[str] = []
 
-    def answer(text: str, options: RewardOptions) -> str:
+    def answer(text: str, options: RewardOptions, reasoning: str | None = None) -> str:
         seen.append(text)
         return text.upper()
 
@@ -138,3 +138,75 @@ def test_tool_calls_as_openai_writes_them():
     assert core.openai_tool_calls(None) == [] == core.openai_tool_calls([])
     with pytest.raises(TypeError, match="tool_calls must be a list"):
         core.openai_tool_calls(3)
+
+
+# A flat call as verifiers 0.4's traces hold it (verifiers/v1/types.py ToolCall: id, type, name, namespace,
+# arguments), a custom tool's (type "custom", arguments the raw input), and the Responses API's items.
+FLAT_CALLS = [
+    ({"id": "c1", "type": "function", "name": "get_weather", "namespace": None, "arguments": '{"city": "Paris"}'},
+     {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}),
+    ({"id": "c2", "type": "custom", "name": "shell", "namespace": None, "arguments": "ls -la"},
+     {"id": "c2", "type": "custom", "custom": {"name": "shell", "input": "ls -la"}}),
+    ({"id": "c3", "type": "function", "name": "search", "namespace": "docs", "arguments": "{}"},
+     {"id": "c3", "type": "function", "function": {"name": "search", "arguments": "{}"}, "namespace": "docs"}),
+    ({"type": "function_call", "call_id": "c4", "name": "get_weather", "arguments": {"city": "Paris"}},
+     {"id": "c4", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}),
+    ({"type": "custom_tool_call", "call_id": "c5", "name": "shell", "input": "pwd"},
+     {"id": "c5", "type": "custom", "custom": {"name": "shell", "input": "pwd"}}),
+    ({"id": "c6", "type": "custom", "custom": {"name": "shell", "input": "pwd"}},
+     {"id": "c6", "type": "custom", "custom": {"name": "shell", "input": "pwd"}}),
+]
+
+
+def test_flat_tool_calls_become_openais_and_grade_as_grade_does(tmp_path):
+    """Every trainer's call shape is OpenAI's by the time a grader reads `sample.output_tools[0].function.name`, so
+    the reward is `rfteval grade`'s on the OpenAI-shaped output (before, a flat call raised and scored 0)."""
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.graders.grading import grade_outputs
+    from rfteval.graders.loader import parse_config
+
+    assert [core.openai_tool_calls([given]) for given, _ in FLAT_CALLS] == [[want] for _, want in FLAT_CALLS]
+    name = {"type": "string_check", "name": "n", "input": "{{sample.output_tools[0].function.name}}",
+            "reference": "get_weather", "operation": "eq"}
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "weather?"}]}) + "\n")
+    outs = [Output(item_id="q", epoch=i + 1, model="m", output_text="", output_tools=[want])
+            for i, (_, want) in enumerate(FLAT_CALLS)]
+    expected = [r.score for r in grade_outputs(load_dataset(items), parse_config(name), outs)]
+    assert expected == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    completions = [[{"role": "assistant", "content": "", "tool_calls": [given]}] for given, _ in FLAT_CALLS]
+    with for_verifiers(name, asynchronous=False) as vf:
+        assert [vf(completion=c, info={}) for c in completions] == expected
+    with for_trl(name, on_error="zero") as trl:
+        assert trl(prompts=["p"] * len(completions), completions=completions) == expected
+
+
+# A server with a reasoning parser (vLLM's deepseek_r1, SGLang, llama.cpp --reasoning-format) sends the thinking apart
+# and leaves the text after </think> in the content, leading newlines and all.
+REASONING_REPLIES = [
+    {"role": "assistant", "content": "\n\nANSWER", "reasoning_content": "The reference is ANSWER."},
+    {"role": "assistant", "content": "\n\nANSWER\n", "reasoning": "newer vLLM's field"},
+    {"role": "assistant", "content": "  ANSWER", "reasoning_content": "", "reasoning": None},  # reasoned, showed none
+    {"role": "assistant", "content": "\n\nANSWER"},  # no field: graded exactly as sent
+    {"role": "assistant", "content": "", "reasoning_content": "out of tokens while thinking"},
+]
+
+
+def test_a_messages_reasoning_field_strips_the_answer_as_grade_does(tmp_path):
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.graders.grading import grade_outputs
+    from rfteval.graders.loader import parse_config
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")
+    for mode in ("strip", "keep"):
+        outs = [Output(item_id="q", epoch=i + 1, model="m", output_text=str(m["content"]),
+                       reasoning=core.message_reasoning(m)) for i, m in enumerate(REASONING_REPLIES)]
+        expected = [r.score for r in grade_outputs(load_dataset(items), parse_config(SC), outs, reasoning=mode)]
+        assert expected == ([1.0, 1.0, 1.0, 0.0, 0.0] if mode == "strip" else [0.0] * 5)
+        with for_verifiers(SC, asynchronous=False, reasoning=mode) as vf:
+            assert [vf(completion=[m], info={}) for m in REASONING_REPLIES] == expected
+        with for_trl(SC, reasoning=mode) as trl:
+            assert trl(prompts=["p"] * 5, completions=[[m] for m in REASONING_REPLIES]) == expected
