@@ -96,11 +96,11 @@ def replies_of(shape: str, r: dict[str, str]) -> list[Any]:
     return [vf.AssistantMessage(content=FIRST_TURN), last] if shape == "two_turns" else [last]
 
 
-async def task_scores(fn: str, rows: list[tuple[Any, list[Any]]]) -> list[Any]:
-    """Task.score over (task data, replies), the reward plugged as `fn`: each trace's rfteval reward and trace."""
+async def task_scores(fn: str | Any, rows: list[tuple[Any, list[Any]]]) -> list[Any]:
+    """Task.score over (task data, replies), the reward plugged as `fn` (or a TaskConfig): the scored traces."""
     from verifiers.v1.configs.task import RewardFunctionConfig, TaskConfig
 
-    config = TaskConfig(rewards={"rfteval": RewardFunctionConfig(fn=fn)})
+    config = TaskConfig(rewards={"rfteval": RewardFunctionConfig(fn=fn)}) if isinstance(fn, str) else fn
     traces = [trace_of(data, replies) for data, replies in rows]
     await asyncio.gather(*(rft_task()[1](data, config).score(t) for (data, _), t in zip(rows, traces)))
     return traces
@@ -154,6 +154,33 @@ def test_rubric_names_through_verifiers_keyword_injection(tmp_path):
     finally:
         sync.close()
         reward.args[0].close()
+
+
+def test_readme_verifiers_snippet(tmp_path, monkeypatch):
+    """The README's verifiers lines as written (export-dataset, the reward module, verifiers 0.4's TaskConfig), run
+    from a folder laid out as the README's: Task.score gives `rfteval grade`'s scores."""
+    readme = (TESTS.parent / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("**verifiers** (and prime-rl"):readme.index("**OpenRLHF**")]
+    bash = section.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    code = section.split("```python\n", 1)[1].split("```", 1)[0].splitlines()
+    reward_line = next(line.split("#")[0].strip() for line in code if line.startswith("reward = "))
+    config_line = next(line for line in code if line.startswith("config = "))
+    assert any(line.startswith("env = vf.SingleTurnEnv(") for line in code)  # the legacy form: the 0.1.9 tests
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "graders").symlink_to(GRADERS)
+    (tmp_path / "datasets").symlink_to(DATASETS)
+    export_args = bash[0].split("#")[0].split()
+    assert export_args[:2] == ["rfteval", "export-dataset"]
+    res = runner.invoke(app, export_args[1:])
+    assert res.exit_code == 0, res.output
+    (tmp_path / "milo_vf_reward.py").write_text(f"from rfteval.reward import for_verifiers\n\n{reward_line}\n")
+    namespace: dict[str, Any] = {"vf": vf}
+    exec(config_line, namespace)
+    outs, expected = expected_scores(tmp_path, "milo")
+    by_id = {row["info"]["id"]: row for row in hf_json(tmp_path / "milo_vf" / "train.jsonl", tmp_path)}
+    rows = [(task_data(by_id[o["item_id"]]), [vf.AssistantMessage(content=o["output_text"])]) for o in outs]
+    traces = asyncio.run(task_scores(namespace["config"], rows))
+    assert [t.rewards["rfteval"].score for t in traces] == expected
 
 
 # ------------------------------------------------------------------ verifiers 0.4 probes, each against `rfteval grade`
