@@ -50,7 +50,8 @@ def main(spec_path: str, out_path: str) -> None:
             env_cls = TwoTurns if shape == "two_turns" else vf.SingleTurnEnv
             env = env_cls(dataset=ds, rubric=vf.Rubric(funcs=[reward]), env_id=f"rfteval-{shape}")
             inputs = [row for row in env.get_dataset().to_list() for _ in range(counts.get(row["info"]["id"], 0))]
-            out = await env.generate(inputs, client=client, model=shape, use_tqdm=False)
+            # at most 16 requests in flight: the local server's listen queue is short
+            out = await env.generate(inputs, client=client, model=shape, use_tqdm=False, max_concurrent=16)
             for state in out["state"]:
                 message = state["trajectory"][-1]["response"].choices[0].message
                 rows.append({"shape": shape, "id": state["info"]["id"], "task": state["task"],

@@ -289,6 +289,118 @@ def test_probe_sync_form_in_task_score(tmp_path):
     assert graded == [1.0, 1.0, 0.0] and rewards == graded
 
 
+# The probes together, for vf-replay: one python grader reading what each probe varies (a shape that grade and the
+# reward both see; "boom" raises, a custom tool's call has no `function`: errors, scored 0).
+PROBE_GRADER = {"type": "python", "name": "probes", "source": (
+    "def grade(sample, item):\n"
+    "    if sample['output_text'] == 'boom':\n"
+    "        raise ValueError('boom')\n"
+    "    if sample['output_tools']:\n"
+    "        f = sample['output_tools'][0]['function']\n"
+    "        return 0.5 * (f['name'] == item['tool']) + 0.5 * (f['arguments'] == item['arguments'])\n"
+    "    return float(sample['output_text'] == item['reference_answer'])\n")}
+TASKSET = """from typing import Any
+
+from verifiers.v1.task import Task, TaskData
+from verifiers.v1.taskset import Taskset
+
+
+class RFTTask(TaskData):
+    answer: str = ""
+    info: dict[str, Any] = {}
+
+
+class RFT(Task[RFTTask]):
+    pass
+
+
+class RFTTaskset(Taskset[RFT]):
+    def load(self):
+        return []
+
+
+__all__ = ["RFTTaskset"]
+"""
+
+
+def probe_traces() -> tuple[list[dict[str, Any]], list[tuple[str, list[Any]]], list[dict[str, Any]]]:
+    """(items, the replies each trace holds, `rfteval grade`'s outputs lines) of every probe."""
+    from verifiers.v1.types import ToolCall
+
+    few_shot = {**PARIS, "id": "few-shot", "messages": [
+        {"role": "user", "content": "The capital of Italy?"}, {"role": "assistant", "content": "Paris"},
+        {"role": "user", "content": "The capital of France?"}]}
+    right = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    wrong = {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}
+    custom = {"id": "c3", "type": "custom", "custom": {"name": "get_weather", "input": "Paris"}}
+    flat = [ToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}'),
+            ToolCall(id="c2", name="get_weather", arguments='{"city": "Lyon"}'),
+            ToolCall(id="c3", type="custom", name="get_weather", arguments="Paris")]
+    replies = [("paris", [vf.AssistantMessage(content="", tool_calls=[c])]) for c in flat] + [
+        ("paris", [vf.AssistantMessage(content="\n\nParis", reasoning_content="It is Paris.")]),
+        ("paris", [vf.AssistantMessage(content="\n\nParis")]),
+        ("few-shot", []),
+        ("few-shot", [vf.AssistantMessage(content="Paris")]),
+        ("paris", [vf.AssistantMessage(content="boom")]),
+        ("paris", [vf.AssistantMessage(content="<think>hmm</think>\n\nParis")])]
+    outputs = [{"item_id": "paris", "output_text": "", "output_tools": [c]} for c in (right, wrong, custom)] + [
+        {"item_id": "paris", "output_text": "\n\nParis", "reasoning_content": "It is Paris."},
+        {"item_id": "paris", "output_text": "\n\nParis"},
+        {"item_id": "few-shot", "output_text": ""},
+        {"item_id": "few-shot", "output_text": "Paris"},
+        {"item_id": "paris", "output_text": "boom"},
+        {"item_id": "paris", "output_text": "<think>hmm</think>\n\nParis"}]
+    return [PARIS, few_shot], replies, outputs
+
+
+@pytest.mark.parametrize("form", ["", ", asynchronous=False"], ids=["async", "sync"])
+def test_vf_replay_probes_equal_rfteval_grade(tmp_path, form):
+    """`vf-replay` (verifiers 0.4's offline re-scoring CLI, run as a command) over a saved run of every probe's
+    trace, the reward plugged from a file in the taskset's task config: each re-scored reward is `rfteval grade`'s
+    score, errors included (0, counted in the trace's metric), and no trace fails."""
+    from verifiers.v1.episode import Episode
+    from verifiers.v1.trace import TraceTask
+    from verifiers.v1.utils.trace_store import write_episode
+
+    lines, replies, outputs = probe_traces()
+    items_path, grader_path = tmp_path / "items.jsonl", tmp_path / "probes.json"
+    items_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    grader_path.write_text(json.dumps(PROBE_GRADER))
+    graded = grade_cli(tmp_path, items_path, str(grader_path),
+                       [{"model": "m", "epoch": i + 1, **o} for i, o in enumerate(outputs)])
+    expected = [graded["m", o["item_id"], i + 1] for i, o in enumerate(outputs)]
+    assert expected == [1.0, 0.5, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+
+    res = runner.invoke(app, ["export-dataset", str(items_path), "--target", "verifiers", "--out", str(tmp_path / "vf")])
+    assert res.exit_code == 0, res.output
+    by_id = {row["info"]["id"]: row for row in hf_json(tmp_path / "vf" / "train.jsonl", tmp_path)}
+    package = tmp_path / "pkg" / "rfteval_probe_taskset"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(TASKSET)
+    module = tmp_path / "vf_probe_reward.py"
+    module.write_text(f"from rfteval.reward import for_verifiers\n\nreward = for_verifiers({str(grader_path)!r}{form})\n")
+    run = tmp_path / "run"
+    (run / "configs" / "resolved").mkdir(parents=True)
+    (run / "configs" / "resolved" / "eval.json").write_text(json.dumps({"taskset": {
+        "id": "rfteval_probe_taskset", "task": {"rewards": {"rfteval": {"fn": f"{module}:reward"}}}}}))
+    for i, (rid, sent) in enumerate(replies):
+        trace = trace_of(task_data(by_id[rid]).model_copy(update={"idx": i}), sent)
+        trace.is_completed = trace.ok = True
+        write_episode(run, Episode(task=TraceTask(type="RFT", data=trace.task.data), ok=True, traces=[trace]))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "pkg"),
+                                                        *filter(None, [os.environ.get("PYTHONPATH")])])}
+    proc = subprocess.run([str(Path(sys.executable).parent / "vf-replay"), str(run), "--output-dir",
+                           str(tmp_path / "replayed"), "--rich", "false"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    traces = [t for line in (tmp_path / "replayed" / "traces.jsonl").read_text().splitlines() if line.strip()
+              for t in json.loads(line)["traces"]]
+    traces.sort(key=lambda t: t["task"]["data"]["idx"])
+    assert [t.get("errors", []) for t in traces] == [[]] * len(replies)
+    assert [t["rewards"]["rfteval"]["score"] for t in traces] == expected
+    assert [t["metrics"]["rfteval_probes_error"] for t in traces] == [0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+
+
 # ------------------------------------------------------------------ verifiers 0.1.9: SingleTurnEnv, Rubric.score_group
 
 
