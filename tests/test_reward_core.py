@@ -196,6 +196,7 @@ REASONING_REPLIES = [
 def test_a_messages_reasoning_field_strips_the_answer_as_grade_does(tmp_path):
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outputs import Output
+    from rfteval.data.reasoning import message_reasoning
     from rfteval.graders.grading import grade_outputs
     from rfteval.graders.loader import parse_config
 
@@ -203,10 +204,33 @@ def test_a_messages_reasoning_field_strips_the_answer_as_grade_does(tmp_path):
     items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")
     for mode in ("strip", "keep"):
         outs = [Output(item_id="q", epoch=i + 1, model="m", output_text=str(m["content"]),
-                       reasoning=core.message_reasoning(m)) for i, m in enumerate(REASONING_REPLIES)]
+                       reasoning=message_reasoning(m)) for i, m in enumerate(REASONING_REPLIES)]
         expected = [r.score for r in grade_outputs(load_dataset(items), parse_config(SC), outs, reasoning=mode)]
         assert expected == ([1.0, 1.0, 1.0, 0.0, 0.0] if mode == "strip" else [0.0] * 5)
         with for_verifiers(SC, asynchronous=False, reasoning=mode) as vf:
             assert [vf(completion=[m], info={}) for m in REASONING_REPLIES] == expected
         with for_trl(SC, reasoning=mode) as trl:
             assert trl(prompts=["p"] * 5, completions=[[m] for m in REASONING_REPLIES]) == expected
+
+
+def test_verifiers_legacy_task_is_a_string_and_state_holds_the_reasoning_field():
+    """Legacy verifiers' Rubric (0.1-0.3) passes task="default" (the env id, a string): it is not verifiers 0.4's task
+    data, so info keeps the item (and items= its id); a reply's reasoning field is on the rollout's response in
+    state["trajectory"], as openai's ChatCompletion holds it (before: the item lost, "no 'id' column" with items=)."""
+    from openai.types.chat import ChatCompletion
+
+    response = ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [{
+            "index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "\n\nANSWER", "reasoning_content": "think"}}]})
+    state = {"trajectory": [{"response": response}]}
+    item = {"id": "q", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"}
+    grader = {**SC, "reference": "{{item.want}}"}
+    reply = [{"role": "assistant", "content": "\n\nANSWER"}]
+    with for_verifiers(grader, asynchronous=False, items=[item]) as vf:
+        assert vf(completion=reply, info={"id": "q"}, task="default", state=state) == 1.0
+        assert vf(completion=reply, info={"id": "q"}, task="default", state={}) == 0.0  # no field: as sent
+        assert vf(completion=[*reply, {"role": "user", "content": "bye"}], info={"id": "q"}, task="env",
+                  state=state) == 1.0  # an environment's last message after the reply
+    with for_verifiers(grader, asynchronous=False) as vf:
+        assert vf(completion=reply, info=item, task="default", state=state) == 1.0

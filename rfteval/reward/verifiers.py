@@ -62,30 +62,35 @@ def _sampled(trace: object) -> list[object]:
     return [_fields(m) for m in messages]
 
 
-def _response_reasoning(state: object) -> str | None:
-    """The reasoning field of the last model response of a legacy rollout: legacy verifiers keeps only a reply's
-    content and tool calls in the completion's messages, while the server's `reasoning_content` / `reasoning`
-    stays on the response (an openai ChatCompletion) in state["trajectory"]."""
+def _last_response(state: object) -> dict[str, object] | None:
+    """The message of a legacy rollout's last model response (an openai ChatCompletion in state["trajectory"])."""
     trajectory = state.get("trajectory") if isinstance(state, Mapping) else None
     if not isinstance(trajectory, list) or not trajectory or not isinstance(trajectory[-1], Mapping):
         return None
     choices = getattr(trajectory[-1].get("response"), "choices", None)
-    if not choices:
-        return None
-    return message_reasoning(_fields(getattr(choices[0], "message", None)))
+    return _fields(getattr(choices[0], "message", None)) if choices else None
 
 
 def _with_reasoning(completion: JSONValue, state: object) -> JSONValue:
-    """The completion with the last reply's reasoning field restored from the rollout's state (legacy verifiers)."""
-    if not isinstance(completion, list) or not completion:
+    """The completion with its last reply's reasoning field restored from the rollout's state: legacy verifiers
+    keeps only a reply's content and tool calls in the completion's messages, while the server's
+    `reasoning_content` / `reasoning` stays on the response. The reply is the last assistant message when its
+    content is the last response's (an environment's final message may follow it)."""
+    if not isinstance(completion, list):
         return completion
-    last = completion[-1]
-    if not isinstance(last, dict) or last.get("role") != "assistant" or message_reasoning(last) is not None:
+    replies = [(i, m) for i, m in enumerate(completion) if isinstance(m, dict) and m.get("role") == "assistant"]
+    if not replies:
         return completion
-    reasoning = _response_reasoning(state)
+    at, last = replies[-1]
+    if message_reasoning(last) is not None:
+        return completion
+    response = _last_response(state)
+    if response is None or (response.get("content") or "") != (last.get("content") or ""):
+        return completion
+    reasoning = message_reasoning(response)
     if reasoning is None:
         return completion
-    return [*completion[:-1], {**last, "reasoning_content": reasoning}]
+    return [*completion[:at], {**last, "reasoning_content": reasoning}, *completion[at + 1:]]
 
 
 class VerifiersReward(Reward):
