@@ -101,8 +101,8 @@ class VerifiersReward(Reward):
         if options.on_error == "none":
             raise ValueError("on_error='none' cannot be a verifiers reward: verifiers records float(reward) (0.4's "
                              "Task.score fails the trace on None; the legacy Rubric logs it and scores 0), so an "
-                             "error scores 0 (on_error='zero', the default), counted in reward.error_counts and, in "
-                             "a verifiers 0.4 trace, in its metric <name>_error")
+                             "error scores 0 (on_error='zero', the default), counted in the reward's error_counts and, "
+                             "in a verifiers 0.4 trace, in its metric <name>_error")
         super().__init__(grader, options)
         self.reference_field = reference_field
 
