@@ -234,3 +234,21 @@ def test_verifiers_legacy_task_is_a_string_and_state_holds_the_reasoning_field()
                   state=state) == 1.0  # an environment's last message after the reply
     with for_verifiers(grader, asynchronous=False) as vf:
         assert vf(completion=reply, info=item, task="default", state=state) == 1.0
+
+
+def test_verifiers_items_finds_the_exported_lines_own_id():
+    """With items=, the id is the exported line's own: export-dataset stores a date-like id as JSON text (Arrow would
+    make it a timestamp), so info's id is '"2025-03-14"'; a line without one has the id export-dataset added."""
+    from rfteval.data.dataset import content_id
+    from rfteval.reward.export_dataset import build_rows
+
+    dated = {"id": "2025-03-14", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"}
+    plain = {"messages": [{"role": "user", "content": "p"}], "want": "ANSWER"}
+    rows, as_json, _ = build_rows([dated], ["2025-03-14"], "verifiers", data_source="d")
+    assert as_json == {"id"} and rows[0]["info"]["id"] == '"2025-03-14"'
+    more, _, added = build_rows([plain], [content_id(plain)], "verifiers", data_source="d")
+    assert added and more[0]["info"]["id"] == content_id(plain)
+    rows += more
+    reply = [{"role": "assistant", "content": "ANSWER"}]
+    with for_verifiers({**SC, "reference": "{{item.want}}"}, asynchronous=False, items=[dated, plain]) as vf:
+        assert [vf(completion=reply, info=row["info"], task="default") for row in rows] == [1.0, 1.0]

@@ -94,8 +94,8 @@ def _with_reasoning(completion: JSONValue, state: object) -> JSONValue:
 
 
 class VerifiersReward(Reward):
-    """The item: the line an exported dataset's `info` carries; or, with items=, the line named by info's id (or
-    the exported line's); else `info` with `answer` at `reference_field` and the prompt as `messages`."""
+    """The item: the line an exported dataset's `info` carries; or, with items=, the line named by its id (the
+    exported line's, else info's); else `info` with `answer` at `reference_field` and the prompt as `messages`."""
 
     def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer"):
         if options.on_error == "none":
@@ -112,8 +112,10 @@ class VerifiersReward(Reward):
     def item(self, prompt: object, answer: object, info: object) -> JSONObject:
         fields = _fields(info)
         if self.table is not None:
+            # The exported line's own id first: info holds it as JSON text where a reader would have changed it (a
+            # date-like id); a line that had none has the id export-dataset added, in info only.
             rid = self.options.id_field
-            exported = decode_exported(fields) if fields.get(rid) is None else None
+            exported = decode_exported(fields)
             if exported is not None and exported.get(rid) is not None:
                 fields[rid] = exported[rid]
             return self.find_item(fields)
