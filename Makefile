@@ -54,16 +54,21 @@ ray: $(STAMP)
 	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >/dev/null 2>&1 \
 	  || echo "make: could not install ray[data]; the Ray Data tests will be skipped"
 # The trainers whose own reward code tests/test_trainers_*.py run: torch (the CPU wheel, first, so nothing pulls
-# another build), TRL (the trainers extra), verl, OpenRLHF and verifiers without their dependencies (CUDA stacks,
-# deepspeed, vllm, an openai pin below 3) plus the packages their reward code imports. tinker-cookbook goes in with
-# --no-deps too (its tml-renderers pin has no Python 3.11 build and only its audio recipes import it), with the Tinker
-# SDK and what its rl/ and renderers/ import; openpipe-art 0.5.18 (the last for Python 3.11) without weave (W&B
-# logging, which its trajectory and gather code never import), with litellm and what `import art` needs. Every step
-# keeps the torch and openai already installed (a constraints file). A step that fails prints one line; its tests then
-# skip, saying why.
+# another build), TRL (the trainers extra), verl, OpenRLHF and verifiers (0.4.0, and 0.1.9 in a directory of its
+# own) without their dependencies (CUDA stacks, deepspeed, vllm, an openai pin below 3) plus the packages their
+# reward code imports. tinker-cookbook goes in with --no-deps too (its tml-renderers pin has no Python 3.11 build
+# and only its audio recipes import it), with the Tinker SDK and what its rl/ and renderers/ import; openpipe-art
+# 0.5.18 (the last for Python 3.11) without weave (W&B logging, which its trajectory and gather code never import),
+# with litellm and what `import art` needs. Every step keeps the torch and openai already installed (a constraints
+# file). A step that fails prints one line; its tests then skip, saying why.
 TRAINERS := $(VENV)/.trainers-$(shell cat Makefile pyproject.toml | cksum | cut -d' ' -f1)
 PIPQ := $(BIN)/python -m pip install -q
 TRAINERS_LOG := $(VENV)/trainers-install.log
+# Legacy verifiers (0.1.x-0.3.x: the Rubric API, tinker-cookbook's verifiers recipe pins 0.1.9) beside 0.4.0: its own
+# directory, which tests/test_trainers_verifiers.py puts first on a subprocess's PYTHONPATH. It installs without its
+# dependencies (the venv has them, from 0.4.0 and TRL) beside the three it imports that the venv lacks.
+VERIFIERS_LEGACY := $(VENV)/verifiers-0.1.9
+VERIFIERS_LEGACY_PKGS := verifiers==0.1.9 openai-agents==0.24.0 griffe==2.4.1 griffelib==2.4.1
 
 trainers: $(TRAINERS)
 
@@ -85,6 +90,8 @@ $(TRAINERS): $(STAMP)
 	       'mcp==2.0.0' msgpack 'prime-pydantic-config[toml]' prime-runs prime-sandboxes prime-tunnel pyzmq \
 	       'renderers[multimodal]' tenacity tomli-w uvicorn; } >>$(TRAINERS_LOG) 2>&1 \
 	  || echo "make: could not install verifiers 0.4.0; its tests will be skipped (see $(TRAINERS_LOG))"
+	@$(PIPQ) --no-deps --upgrade --target $(VERIFIERS_LEGACY) $(VERIFIERS_LEGACY_PKGS) >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install verifiers 0.1.9 into $(VERIFIERS_LEGACY); its tests will be skipped (see $(TRAINERS_LOG))"
 	@{ $(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps tinker-cookbook==0.6.1 \
 	  && $(PIPQ) -c $(VENV)/trainers-constraints.txt tinker==0.38.0 chz blobfile cloudpickle pyrage termcolor tiktoken; } \
 	  >>$(TRAINERS_LOG) 2>&1 \

@@ -32,7 +32,7 @@ def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
     """_answer is the one place the lead wires rfteval.data.reasoning in: every adapter's text must pass through it."""
     seen: list[str] = []
 
-    def answer(text: str, options: RewardOptions) -> str:
+    def answer(text: str, options: RewardOptions, reasoning: str | None = None) -> str:
         seen.append(text)
         return text.upper()
 
@@ -181,3 +181,117 @@ def test_tool_calls_as_openai_writes_them():
     assert core.openai_tool_calls(None) == [] == core.openai_tool_calls([])
     with pytest.raises(TypeError, match="tool_calls must be a list"):
         core.openai_tool_calls(3)
+
+
+# A flat call as verifiers 0.4's traces hold it (verifiers/v1/types.py ToolCall: id, type, name, namespace,
+# arguments), a custom tool's (type "custom", arguments the raw input), and the Responses API's items.
+FLAT_CALLS = [
+    ({"id": "c1", "type": "function", "name": "get_weather", "namespace": None, "arguments": '{"city": "Paris"}'},
+     {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}),
+    ({"id": "c2", "type": "custom", "name": "shell", "namespace": None, "arguments": "ls -la"},
+     {"id": "c2", "type": "custom", "custom": {"name": "shell", "input": "ls -la"}}),
+    ({"id": "c3", "type": "function", "name": "search", "namespace": "docs", "arguments": "{}"},
+     {"id": "c3", "type": "function", "function": {"name": "search", "arguments": "{}"}, "namespace": "docs"}),
+    ({"type": "function_call", "call_id": "c4", "name": "get_weather", "arguments": {"city": "Paris"}},
+     {"id": "c4", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}),
+    ({"type": "custom_tool_call", "call_id": "c5", "name": "shell", "input": "pwd"},
+     {"id": "c5", "type": "custom", "custom": {"name": "shell", "input": "pwd"}}),
+    ({"id": "c6", "type": "custom", "custom": {"name": "shell", "input": "pwd"}},
+     {"id": "c6", "type": "custom", "custom": {"name": "shell", "input": "pwd"}}),
+]
+
+
+def test_flat_tool_calls_become_openais_and_grade_as_grade_does(tmp_path):
+    """Every trainer's call shape is OpenAI's by the time a grader reads `sample.output_tools[0].function.name`, so
+    the reward is `rfteval grade`'s on the OpenAI-shaped output (before, a flat call raised and scored 0)."""
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.graders.grading import grade_outputs
+    from rfteval.graders.loader import parse_config
+
+    assert [core.openai_tool_calls([given]) for given, _ in FLAT_CALLS] == [[want] for _, want in FLAT_CALLS]
+    name = {"type": "string_check", "name": "n", "input": "{{sample.output_tools[0].function.name}}",
+            "reference": "get_weather", "operation": "eq"}
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "weather?"}]}) + "\n")
+    outs = [Output(item_id="q", epoch=i + 1, model="m", output_text="", output_tools=[want])
+            for i, (_, want) in enumerate(FLAT_CALLS)]
+    expected = [r.score for r in grade_outputs(load_dataset(items), parse_config(name), outs)]
+    assert expected == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
+    completions = [[{"role": "assistant", "content": "", "tool_calls": [given]}] for given, _ in FLAT_CALLS]
+    with for_verifiers(name, asynchronous=False) as vf:
+        assert [vf(completion=c, info={}) for c in completions] == expected
+    with for_trl(name, on_error="zero") as trl:
+        assert trl(prompts=["p"] * len(completions), completions=completions) == expected
+
+
+# A server with a reasoning parser (vLLM's deepseek_r1, SGLang, llama.cpp --reasoning-format) sends the thinking apart
+# and leaves the text after </think> in the content, leading newlines and all.
+REASONING_REPLIES = [
+    {"role": "assistant", "content": "\n\nANSWER", "reasoning_content": "The reference is ANSWER."},
+    {"role": "assistant", "content": "\n\nANSWER\n", "reasoning": "newer vLLM's field"},
+    {"role": "assistant", "content": "  ANSWER", "reasoning_content": "", "reasoning": None},  # reasoned, showed none
+    {"role": "assistant", "content": "\n\nANSWER"},  # no field: graded exactly as sent
+    {"role": "assistant", "content": "", "reasoning_content": "out of tokens while thinking"},
+]
+
+
+def test_a_messages_reasoning_field_strips_the_answer_as_grade_does(tmp_path):
+    from rfteval.data.dataset import load_dataset
+    from rfteval.data.outputs import Output
+    from rfteval.data.reasoning import message_reasoning
+    from rfteval.graders.grading import grade_outputs
+    from rfteval.graders.loader import parse_config
+
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "q"}]}) + "\n")
+    for mode in ("strip", "keep"):
+        outs = [Output(item_id="q", epoch=i + 1, model="m", output_text=str(m["content"]),
+                       reasoning=message_reasoning(m)) for i, m in enumerate(REASONING_REPLIES)]
+        expected = [r.score for r in grade_outputs(load_dataset(items), parse_config(SC), outs, reasoning=mode)]
+        assert expected == ([1.0, 1.0, 1.0, 0.0, 0.0] if mode == "strip" else [0.0] * 5)
+        with for_verifiers(SC, asynchronous=False, reasoning=mode) as vf:
+            assert [vf(completion=[m], info={}) for m in REASONING_REPLIES] == expected
+        with for_trl(SC, reasoning=mode) as trl:
+            assert trl(prompts=["p"] * 5, completions=[[m] for m in REASONING_REPLIES]) == expected
+
+
+def test_verifiers_legacy_task_is_a_string_and_state_holds_the_reasoning_field():
+    """Legacy verifiers' Rubric (0.1-0.3) passes task="default" (the env id, a string): it is not verifiers 0.4's task
+    data, so info keeps the item (and items= its id); a reply's reasoning field is on the rollout's response in
+    state["trajectory"], as openai's ChatCompletion holds it (before: the item lost, "no 'id' column" with items=)."""
+    from openai.types.chat import ChatCompletion
+
+    response = ChatCompletion.model_validate({
+        "id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [{
+            "index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "\n\nANSWER", "reasoning_content": "think"}}]})
+    state = {"trajectory": [{"response": response}]}
+    item = {"id": "q", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"}
+    grader = {**SC, "reference": "{{item.want}}"}
+    reply = [{"role": "assistant", "content": "\n\nANSWER"}]
+    with for_verifiers(grader, asynchronous=False, items=[item]) as vf:
+        assert vf(completion=reply, info={"id": "q"}, task="default", state=state) == 1.0
+        assert vf(completion=reply, info={"id": "q"}, task="default", state={}) == 0.0  # no field: as sent
+        assert vf(completion=[*reply, {"role": "user", "content": "bye"}], info={"id": "q"}, task="env",
+                  state=state) == 1.0  # an environment's last message after the reply
+    with for_verifiers(grader, asynchronous=False) as vf:
+        assert vf(completion=reply, info=item, task="default", state=state) == 1.0
+
+
+def test_verifiers_items_finds_the_exported_lines_own_id():
+    """With items=, the id is the exported line's own: export-dataset stores a date-like id as JSON text (Arrow would
+    make it a timestamp), so info's id is '"2025-03-14"'; a line without one has the id export-dataset added."""
+    from rfteval.data.dataset import content_id
+    from rfteval.reward.export_dataset import build_rows
+
+    dated = {"id": "2025-03-14", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"}
+    plain = {"messages": [{"role": "user", "content": "p"}], "want": "ANSWER"}
+    rows, as_json, _ = build_rows([dated], ["2025-03-14"], "verifiers", data_source="d")
+    assert as_json == {"id"} and rows[0]["info"]["id"] == '"2025-03-14"'
+    more, _, added = build_rows([plain], [content_id(plain)], "verifiers", data_source="d")
+    assert added and more[0]["info"]["id"] == content_id(plain)
+    rows += more
+    reply = [{"role": "assistant", "content": "ANSWER"}]
+    with for_verifiers({**SC, "reference": "{{item.want}}"}, asynchronous=False, items=[dated, plain]) as vf:
+        assert [vf(completion=reply, info=row["info"], task="default") for row in rows] == [1.0, 1.0]

@@ -207,3 +207,57 @@ def smollm2_gguf() -> Any | None:
     merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
     return byte_level_tokenizer({t: i for i, t in enumerate(tokens)}, merges, specials,
                                 meta["tokenizer.chat_template"], tokens[meta["tokenizer.ggml.eos_token_id"]])
+
+
+# ------------------------------------------------------------------ recorded completions in each shape a trainer sees
+
+# The bundled recordings (every model's outputs; the grade files beside them are not outputs): 66 milo, 288 chipstack,
+# 120 math completions, which the trainer tests send in every shape below.
+RECORDING_CASES = ("milo", "chipstack", "math")
+THOUGHT = "Reading the request again before answering."
+FIRST_TURN = "Let me draft it first."  # a two-turn rollout's first reply, which is not graded
+FOLLOW_UP = "Now give your final answer."  # the environment's turn between the two replies
+# What a reasoning model's server sends (data/reasoning.py): the answer after a leading think block; after a lone
+# close tag (the chat template opened the block); inside a block never closed (cut off while thinking: no answer);
+# after </think> with the thinking in a field of its own (a server's reasoning parser leaves the "\n\n" in the
+# content); and the last reply of two.
+SHAPES = ("plain", "think", "template_think", "unclosed_think", "reasoning_field", "two_turns")
+
+
+def recorded_outputs(case: str) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((DATASETS / case / "recordings").glob("*.jsonl")):
+        if "grades" in path.stem:
+            continue
+        out.extend({**json.loads(line), "model": path.stem} for line in path.read_text().splitlines() if line.strip())
+    return out
+
+
+def reply(text: str, shape: str) -> dict[str, str]:
+    """The model's last reply in `shape`: its content, and its reasoning field when the server sends one."""
+    if shape == "think":
+        return {"content": f"<think>{THOUGHT}</think>\n\n{text}"}
+    if shape == "template_think":
+        return {"content": f"{THOUGHT}\n</think>\n\n{text}"}
+    if shape == "unclosed_think":
+        return {"content": f"<think>{THOUGHT} {text}"}
+    if shape == "reasoning_field":
+        return {"content": f"\n\n{text}", "reasoning_content": THOUGHT}
+    return {"content": text}
+
+
+def shaped_scores(tmp_path: Path, case: str, shapes: tuple[str, ...] = SHAPES
+                  ) -> list[tuple[str, dict[str, Any], dict[str, str], float]]:
+    """(shape, output, reply, `rfteval grade`'s score) for every recorded output of the case in every shape: the
+    reply as an outputs line (its content as output_text, the reasoning field beside it), graded in one run."""
+    outs = recorded_outputs(case)
+    lines, keyed = [], []
+    for shape in shapes:
+        for o in outs:
+            r = reply(o["output_text"], shape)
+            lines.append({"item_id": o["item_id"], "epoch": o["epoch"], "model": f"{o['model']}|{shape}",
+                          "output_text": r["content"], **({"reasoning_content": r["reasoning_content"]}
+                                                          if "reasoning_content" in r else {})})
+            keyed.append((shape, o, r))
+    graded = grade_cli(tmp_path, DATASETS / case / "items.jsonl", str(GRADERS / f"{case}.json"), lines)
+    return [(shape, o, r, graded[line["model"], o["item_id"], o["epoch"]]) for (shape, o, r), line in zip(keyed, lines)]

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import iter_jsonl
+from rfteval.data.reasoning import REASONING_FIELDS
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -93,9 +94,6 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
             unknown.append(output)
             continue
         yield output
-
-
-REASONING_FIELDS = ("reasoning_content", "reasoning")  # SGLang, llama.cpp, DeepSeek, older vLLM; newer vLLM, OpenRouter
 
 
 def _reasoning(row: JSONMapping, path: Path, lineno: int) -> str | None:

@@ -12,7 +12,7 @@ Pure functions over text: no I/O; beside records.py and sample.py in the lowest 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -48,6 +48,17 @@ def parse_tags(values: Sequence[str] | None) -> tuple[tuple[str, str], ...]:
     if len(parts) % 2 or any(not p for p in parts):
         raise ValueError("expected OPEN,CLOSE tag pairs, e.g. '<think>,</think>'")
     return tuple((parts[i], parts[i + 1]) for i in range(0, len(parts), 2))
+
+
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # SGLang, llama.cpp, DeepSeek, older vLLM; newer vLLM, OpenRouter
+
+
+def message_reasoning(message: Mapping[str, object]) -> str | None:
+    """The thinking a chat message carries beside its content: the first non-empty of `reasoning_content` and
+    `reasoning`; "" when one was sent empty (the model reasoned and showed none of it); None when neither is text.
+    The provider reads a server's message with it and the reward adapters a trainer's, so both strip alike."""
+    texts = [v for v in (message.get(name) for name in REASONING_FIELDS) if isinstance(v, str)]
+    return next((t for t in texts if t), texts[0] if texts else None)
 
 
 def _leading_block(content: str, tags: Sequence[tuple[str, str]]) -> tuple[str, str, bool] | None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
+from rfteval.data.reasoning import message_reasoning
 from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
 from rfteval.providers.base import (
@@ -762,9 +763,9 @@ def parse_chat(data: JSONObject, structured: bool = False) -> Generation:
 
 def _chat_reasoning(message: JSONObject) -> str | None:
     """The thinking a server sent beside the content: `reasoning_content` (SGLang, llama.cpp, DeepSeek, older
-    vLLM) or `reasoning` (newer vLLM, OpenRouter); None when neither is text."""
-    texts = [v for v in (message.get("reasoning_content"), message.get("reasoning")) if isinstance(v, str)]
-    return next((t for t in texts if t), texts[0] if texts else None)
+    vLLM) or `reasoning` (newer vLLM, OpenRouter); None when neither is text. The rule is data.reasoning's, which
+    the reward adapters read a trainer's messages with."""
+    return message_reasoning(message)
 
 
 def _usage(data: JSONObject, input_key: str, output_key: str, details_key: str) -> dict[str, int | None]:

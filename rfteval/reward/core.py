@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeVar
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
-from rfteval.data.reasoning import answer_text, parse_tags
+from rfteval.data.reasoning import message_reasoning, parse_tags, split_reasoning
 from rfteval.data.sample import Sample, make_sample
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
@@ -149,12 +149,13 @@ def grader_config(grader: GraderLike) -> GraderConfig:
     raise TypeError(f"grader must be a path, a dict or a grader config, not {type(grader).__name__}")
 
 
-def _answer(text: str, options: RewardOptions) -> str:
+def _answer(text: str, options: RewardOptions, reasoning: str | None = None) -> str:
     """The one place a completion's text becomes sample.output_text, for every trainer: the final answer, without
     reasoning, when options.reasoning is "strip", the blocks options.think_tags names. The rule is `rfteval run`'s and
-    `rfteval grade`'s (rfteval.data.reasoning, with the same defaults), so a think-block completion scores in training
-    as its answer does in evaluation."""
-    return answer_text(text, mode=options.reasoning, tags=options.tags)
+    `rfteval grade`'s (rfteval.data.reasoning.split_reasoning, with the same defaults and the reasoning field the
+    message carried), so a think-block or reasoning-parser completion scores in training as its answer does in
+    evaluation."""
+    return split_reasoning(text, reasoning, mode=options.reasoning, tags=options.tags).answer
 
 
 # ------------------------------------------------------------------ values a loader changed, turned back
@@ -312,28 +313,50 @@ def _content_text(content: object) -> str:
     return str(content)
 
 
+def openai_tool_call(given: Mapping[str, object]) -> JSONObject:
+    """One tool call in the shape OpenAI graders read: `{"id", "type": "function", "function": {"name",
+    "arguments"}}`, or `{"id", "type": "custom", "custom": {"name", "input"}}` for a custom tool.
+
+    Trainers hand calls over in other shapes: verifiers 0.4's traces are flat (`{id, type, name, namespace,
+    arguments}`, type "function" or "custom"; a namespace is kept beside the call), as are the Responses API's items
+    (`function_call` / `custom_tool_call`, with `call_id`); TRL's parse_response gives arguments as a dict. OpenAI's
+    arguments are a JSON string, written here as vLLM's tool parsers write them (json.dumps, ensure_ascii=False)."""
+    call = plain_data(given)
+    assert isinstance(call, dict)  # plain_data makes a dict of a Mapping
+    kind = call.get("type")
+    nested = call.get("function") if kind != "custom" else call.get("custom")
+    if not isinstance(nested, dict) and isinstance(call.get("name"), str):  # flat: verifiers 0.4, Responses items
+        custom = kind in ("custom", "custom_tool_call")
+        flat: JSONObject = {}
+        rid = call.get("id", call.get("call_id"))
+        if rid is not None:
+            flat["id"] = rid
+        flat["type"] = "custom" if custom else "function"
+        value = call.get("input", call.get("arguments")) if custom else call.get("arguments")
+        flat["custom" if custom else "function"] = {"name": call["name"], ("input" if custom else "arguments"): value}
+        if call.get("namespace") is not None:
+            flat["namespace"] = call["namespace"]
+        call = flat
+    function = call.get("function")
+    if isinstance(function, dict):
+        if not isinstance(function.get("arguments"), str) and function.get("arguments") is not None:
+            function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
+    call.setdefault("type", "function")
+    return call
+
+
 def openai_tool_calls(calls: object) -> list[JSONValue]:
-    """Tool calls in the shape OpenAI graders read (`sample.output_tools`): TRL's parse_response gives arguments
-    as a dict; OpenAI's are a JSON string, written here as vLLM's tool parsers write them (json.dumps,
-    ensure_ascii=False). A message's tool_calls: a list of calls, or None."""
+    """A message's tool calls (a list of calls in any shape openai_tool_call takes, or None) as
+    `sample.output_tools`: every adapter builds them here, so a grader reading `function.name` reads it whatever
+    the trainer's shape."""
     out: list[JSONValue] = []
     if not calls:
         return out
     if not isinstance(calls, Iterable):
         raise TypeError(f"tool_calls must be a list of calls, not {type(calls).__name__}")
     for given in calls:
-        if not isinstance(given, Mapping):
-            continue
-        call = plain_data(given)
-        assert isinstance(call, dict)  # plain_data makes a dict of a Mapping
-        function = call.get("function")
-        if isinstance(function, Mapping):
-            function = dict(function)
-            if not isinstance(function.get("arguments"), str) and function.get("arguments") is not None:
-                function["arguments"] = json.dumps(function["arguments"], ensure_ascii=False)
-            call["function"] = function
-        call.setdefault("type", "function")
-        out.append(call)
+        if isinstance(given, Mapping):
+            out.append(openai_tool_call(given))
     return out
 
 
@@ -343,10 +366,23 @@ def make_sample_for(text: str, options: RewardOptions) -> Sample:
     return make_sample(_answer(text, options))
 
 
+def sample_from_message(message: Mapping[str, object], options: RewardOptions) -> Sample:
+    """The sample of one assistant message (a mapping or a pydantic model's dump): its content as the answer,
+    stripped of reasoning as `rfteval grade` strips it, with the message's own `reasoning_content` / `reasoning`
+    as the reasoning field (a server with a reasoning parser leaves the answer's leading newlines in the content);
+    its tool calls in OpenAI's shape."""
+    reasoning = message_reasoning(message)
+    return make_sample(_answer(_content_text(message.get("content")), options, reasoning),
+                       openai_tool_calls(message.get("tool_calls")))
+
+
 def sample_from_completion(completion: object, options: RewardOptions | None = None) -> Sample:
-    """The grader's sample for one completion: a string (TRL's standard format, verl's solution_str), or a list of
-    messages (conversational format) whose last assistant message gives output_text and output_tools; anything
-    else is a TypeError (a trainer's value, checked here rather than trusted)."""
+    """The grader's sample for one completion, for every adapter: a string (TRL's standard format, verl's
+    solution_str, OpenRLHF's response), or a list of messages (conversational format) whose last assistant message
+    gives output_text (sample_from_message) and output_tools; no assistant message (a rollout stopped before the
+    model's first reply) is an empty answer. The list must hold only what the model generated: an adapter whose
+    trainer hands over the whole conversation passes only the sampled messages, never a few-shot turn of the
+    prompt. Anything else is a TypeError (a trainer's value, checked here rather than trusted)."""
     options = options or RewardOptions()
     if isinstance(completion, str):
         return make_sample_for(completion, options)
@@ -356,9 +392,7 @@ def sample_from_completion(completion: object, options: RewardOptions | None = N
         assistant = [m for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"]
         if not assistant:
             return make_sample("")
-        last = assistant[-1]
-        return make_sample(_answer(_content_text(last.get("content")), options),
-                           openai_tool_calls(last.get("tool_calls")))
+        return sample_from_message(assistant[-1], options)
     raise TypeError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
 
 
