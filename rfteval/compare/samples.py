@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 
 TEXT_FIELDS = ("output_text", "reasoning_text", "grader_stdout")  # what a search looks through, besides the item
 _ROW_GROUP_CACHE = 8
+# a record line whose grade_details holds something (the key, then anything but null); a nested key of that name
+# inside another field could only add an item to the "grader details" filter, never change a number
+_DETAILS = re.compile(rb'"grade_details"\s*:\s*(?!null\b)\S')
 
 
 def decode_line(raw: bytes) -> JSONObject | None:
@@ -232,8 +236,7 @@ class SampleSource:
                                                                unexpected_field_behavior="ignore"),
                                  read_options=pj.ReadOptions(block_size=8 << 20))
             if table.num_rows == len(self._offsets):
-                judged = [b'"grade_details":null' not in bytes(self._mm[s:e]) and b'"grade_details"' in
-                          bytes(self._mm[s:e]) for s, e in self._offsets[self._rows].tolist()]
+                judged = [_DETAILS.search(self._mm, s, e) is not None for s, e in self._offsets[self._rows].tolist()]
                 return table.take(pa.array(self._rows)).append_column(
                     "grade_details", pa.array(["{}" if j else None for j in judged], pa.string()))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -241,8 +244,8 @@ class SampleSource:
         cols: dict[str, list[str | None]] = {name: [] for name in (*TEXT_FIELDS, "grade_details")}
         for row in self._read_rows(self._rows.tolist()):
             for name in TEXT_FIELDS:
-                value = row.get(name)
-                cols[name].append(value if isinstance(value, str) else None)
+                value = row.get(name)  # a lone surrogate (valid JSON, not Unicode) becomes "?" for searching
+                cols[name].append(value.encode("utf-8", "replace").decode() if isinstance(value, str) else None)
             cols["grade_details"].append(None if row.get("grade_details") is None else "{}")
         return pa.table({k: pa.array(v, pa.string()) for k, v in cols.items()})
 
@@ -254,6 +257,8 @@ class SampleSource:
         table = self._text_table()
         hit = np.zeros(table.num_rows, dtype=bool)
         for name in TEXT_FIELDS:
+            if name not in table.column_names:  # a file written before the field
+                continue
             found = pc.match_substring(table.column(name), needle, ignore_case=True)
             hit |= np.asarray(pc.fill_null(found, False).to_numpy(zero_copy_only=False), dtype=bool)
         names = list(self._code)
@@ -265,6 +270,8 @@ class SampleSource:
         import pyarrow.compute as pc
 
         table = self._text_table()
+        if "grade_details" not in table.column_names:
+            return set()
         valid = np.asarray(pc.is_valid(table.column("grade_details")).to_numpy(zero_copy_only=False), dtype=bool)
         details = table.column("grade_details")
         if self.path.suffix == ".parquet":  # JSON text: "null" is no details

@@ -350,7 +350,10 @@ class ViewData:
         from rfteval.compare.paths import baseline_readiness
 
         a, b = self.default_pair
-        found = baseline_readiness(self.comparison(a, a if label == a else b), self._dataset_path)
+        try:
+            found = baseline_readiness(self.comparison(a, a if label == a else b), self._dataset_path)
+        except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode (a lone surrogate)
+            return {"verdict": None, "why": f"readiness could not read the records ({exc.reason})"}
         if found is None:
             return {"verdict": None, "why": "fewer than 2 epochs per item"}
         if found.report is None:
@@ -494,7 +497,10 @@ class ViewData:
         if label not in self.sources:
             raise InputError(f"no model {label!r} here (models: {', '.join(self.labels)})", field="label")
         s = self.sources[label]
-        frame = read_records(s.file)
+        try:
+            frame = read_records(s.file)
+        except UnicodeEncodeError as exc:
+            raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
         report = assess(frame, dataset=self._dataset_path, label=s.model_label
                         if "model_label" in frame and s.model_label in set(frame["model_label"].astype(str)) else None)
         out = report.to_dict()

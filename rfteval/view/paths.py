@@ -38,10 +38,14 @@ class ViewRequest:
         if self.by and self.dataset is None:
             raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
         if self.bundle is not None:
-            from rfteval.data.outfile import check_output
+            from rfteval.compare.paths import compare_inputs
 
-            inputs = [p for p in (*self.paths, self.dataset, *(self.agree or ())) if p is not None]
-            check_output(self.bundle, inputs, "--bundle")
+            inputs = compare_inputs(*self.paths, self.dataset, *(self.agree or ()))
+            if self.bundle.exists() and not self.bundle.is_dir():
+                raise InputError("exists and is not a directory (a bundle is a directory of files)", self.bundle,
+                                 field="--bundle")
+            if any(self.bundle.resolve() == p.resolve() for p in inputs):
+                raise InputError("is one of the inputs: give a new directory", self.bundle, field="--bundle")
 
     def data(self) -> ViewData:
         return ViewData(self.paths, ViewOptions(dataset=self.dataset, by=tuple(self.by), agree=self.agree))

@@ -27,9 +27,11 @@ function h(tag, attrs, ...kids) {
   return e;
 }
 
-// A text from the data, with bidirectional controls shown as visible marks (they cannot reorder what follows).
+// A text from the data, with bidirectional controls shown as visible marks (they cannot reorder what follows)
+// and lone surrogates as U+FFFD.
 function shown(s) {
-  const text = String(s);
+  const raw = String(s);
+  const text = raw.toWellFormed ? raw.toWellFormed() : raw;  // a lone surrogate (not Unicode) shows as U+FFFD
   const out = [];
   let last = 0;
   for (const m of text.matchAll(BIDI)) {
@@ -262,7 +264,8 @@ async function comparePage(p) {
       r.baseline_errors + r.candidate_errors ? "errors: " + r.baseline_errors + "+" + r.candidate_errors : ""].join(""))));
   const tbody = h("tbody", {}, rows);
   const pager = h("div", {class: "pager"},
-    h("span", {id: "count"}, d.total + " of " + d.all_items + " items" + (d.total ? " (" + (d.offset + 1) + "\u2013" + Math.min(d.total, d.offset + d.limit) + " shown)" : "")),
+    h("span", {id: "count"}, d.total + " of " + d.all_items + " items" + (d.total ? " (" + (d.offset + 1) + "\u2013" + Math.min(d.total, d.offset + d.limit) + " shown)" : "")
+      + (BUNDLE && BUNDLE.compare.items.length < d.all_items ? "; filters and search look at the " + BUNDLE.compare.items.length + " in this bundle" : "")),
     d.offset > 0 ? h("a", {href: link("/compare", Object.assign({}, state, {offset: Math.max(0, d.offset - d.limit)}))}, "\u2190 previous page") : null,
     d.offset + d.limit < d.total ? h("a", {href: link("/compare", Object.assign({}, state, {offset: d.offset + d.limit}))}, "next page \u2192") : null,
     h("span", {class: "keys"}, "keys: j/k or \u2193/\u2191 move, Enter opens, / searches"));
