@@ -16,7 +16,7 @@ import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.data import rundir
 from rfteval.data.records import read_parquet_records
@@ -295,3 +295,42 @@ class SampleSource:
 def source_file(path: str | Path, label: str | None) -> Path:
     """The record file holding a label's records, as compare finds it (rfteval.data.rundir.record_file)."""
     return rundir.record_file(Path(path), label)[0]
+
+
+class SampleBrief(TypedDict):
+    """One sample as a report lists it under its item: its score and its texts, cut to a length."""
+
+    epoch: int | None
+    score: float | None
+    passed: bool | None
+    error: str | None
+    output_text: str
+    omitted: int  # characters of output_text left out
+    reasoning_text: str | None
+    grader_stdout: str | None
+
+
+def _brief(record: JSONObject, max_chars: int) -> SampleBrief:
+    def text(name: str) -> str | None:
+        value = record.get(name)
+        return value[:max_chars] if isinstance(value, str) else None
+
+    out = record.get("output_text")
+    full = out if isinstance(out, str) else ""
+    error = record.get("error")
+    epoch, score, passed = record.get("epoch"), record.get("score"), record.get("passed")
+    return {"epoch": epoch if isinstance(epoch, int) else None,
+            "score": float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+            "passed": passed if isinstance(passed, bool) else None,
+            "error": (f"{error.get('stage')}/{error.get('type')}: {error.get('message')}"
+                      if isinstance(error, dict) else None),
+            "output_text": full[:max_chars], "omitted": max(0, len(full) - max_chars),
+            "reasoning_text": text("reasoning_text"), "grader_stdout": text("grader_stdout")}
+
+
+def listed_samples(sides: list[tuple[str, str]], item_ids: list[str],
+                   max_chars: int = 4000) -> dict[str, list[list[SampleBrief]]]:
+    """Per item, each side's samples in epoch order (the records a comparison used), for a report's drill-down.
+    `sides` are (record file, label) as a CompareResult names them."""
+    sources = [SampleSource(path, label) for path, label in sides]
+    return {i: [[_brief(r, max_chars) for r in s.records(i)] for s in sources] for i in item_ids}
