@@ -218,3 +218,16 @@ def test_the_bundle_opens_from_disk_with_no_server(browser, chip, tmp_path):
     assert XSS_SCRIPT in q.main()
     _check_inert(q)
     q.only_from("file://")
+
+
+def test_the_readme_screenshots_are_made_by_their_script_and_not_blank():
+    """scripts/make_screenshots.py --check: the Compare and Item pages of the demo run show their text, the shots
+    are not blank, and docs/view-*.png (the README's) exist at the same size."""
+    import subprocess
+    import sys
+
+    from view_runs import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/make_screenshots.py"), "--check"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]

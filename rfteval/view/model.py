@@ -135,6 +135,7 @@ class ViewData:
         self._results: dict[tuple[str, str], CompareResult] = {}
         self._tables: dict[tuple[str, str], pd.DataFrame] = {}
         self._filtered: dict[tuple[object, ...], list[str]] = {}
+        self._summaries: dict[tuple[str, str, str], tuple[JSONObject, list[JSONObject]]] = {}
         self._dataset_path = self.options.dataset or self._spec_dataset()
         self._dataset: dict[str, Item] | None = None
         self._dataset_text: tuple[list[str], object] | None = None
@@ -361,11 +362,27 @@ class ViewData:
                                                             "page to assess them"}
         return {"verdict": found.report.verdict, "reasons": [c.message for c in found.report.reasons]}
 
+    def _summary(self, a: str, b: str) -> tuple[JSONObject, list[JSONObject]]:
+        """The pair's `compare --format json` without its items, and the summary table's rows (computed once)."""
+        from rfteval.report.terminal import summary_rows, verdict
+
+        key = ("summary", a, b)
+        with self._lock:
+            found = self._summaries.get(key)
+        if found is not None:
+            return found
+        result = self.comparison(a, b)
+        rows: list[JSONObject] = [{"name": name, **json_safe(dict(row)), "verdict": verdict(row["delta"])}
+                                  for name, row in summary_rows(result)]
+        out = (result.to_json(items=False), rows)
+        with self._lock:
+            self._summaries[key] = out
+        return out
+
     def compare_page(self, a: str | None, b: str | None, filters: Sequence[str] = (), q: str = "",
                      slice_: str | None = None, offset: int = 0, limit: int = PAGE_SIZE) -> Page:
         """Compare: the summary (compare's JSON), then one page of the filtered items, lowest delta first."""
         a, b = self.pair(a, b)
-        result = self.comparison(a, b)
         ids = self.filtered(a, b, filters, q, slice_)
         limit = max(1, min(int(limit), MAX_PAGE))
         offset = max(0, int(offset))
@@ -373,12 +390,7 @@ class ViewData:
         t = self.table(a, b).set_index("item_id", drop=False)
         rows = t.loc[page_ids] if page_ids else t.iloc[:0]
         by = self.slice_values()
-        from rfteval.report.terminal import summary_rows, verdict
-
-        summary = [{"name": name, **json_safe(dict(row)), "verdict": verdict(row["delta"])}
-                   for name, row in summary_rows(result)]
-        full = result.to_json()
-        full.pop("items")
+        full, summary = self._summary(a, b)
         return {
             "page": "compare", "a": a, "b": b, "labels": self.labels, "filters": list(filters), "q": q,
             "slice": slice_ or "", "offset": offset, "limit": limit, "total": len(ids), "all_items": len(t),
@@ -551,12 +563,14 @@ def _epoch_wtl(result: CompareResult, ids: np.ndarray) -> tuple[np.ndarray, np.n
     wins, ties, losses = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
     if result.baseline_records is None or result.candidate_records is None:
         return wins, ties, losses
+    import pandas as pd
+
     tie = result.options.tie
-    pos = {i: k for k, i in enumerate(ids.tolist())}
+    index = pd.Index(ids)
     groups = []
     for frame in (result.baseline_records, result.candidate_records):
-        code = frame["item_id"].map(pos).to_numpy()
-        ok = ~np.isnan(code.astype(np.float64))
+        code = index.get_indexer(frame["item_id"])  # -1: an unpaired item
+        ok = code >= 0
         code, score = code[ok].astype(np.int64), frame["score"].to_numpy(np.float64)[ok]
         order = np.argsort(code, kind="stable")
         groups.append((code[order], score[order]))

@@ -381,7 +381,7 @@ async function itemPage(p) {
   } else parts.push(h("p", {class: "muted"}, "the dataset is not known here (give --dataset): prompt and reference not shown"));
   const sa = d.samples[d.a] || [], sb = d.samples[d.b] || [];
   const epochs = [...new Set([...sa, ...sb].map(s => s.epoch))].sort((x, y) => x - y);
-  parts.push(h("h2", {}, "Samples: " + d.a + " | " + d.b));
+  parts.push(h("h2", {id: "samples"}, "Samples: " + d.a + " | " + d.b + (r ? "  (item mean " + num(r.baseline) + " \u2192 " + num(r.candidate) + ", delta " + num(r.delta, true) + ")" : "")));
   for (const e of epochs) {
     parts.push(h("div", {class: "pair", "data-epoch": e}, sampleCard(sa.find(s => s.epoch === e), d.a, "base", d.id),
       sampleCard(sb.find(s => s.epoch === e), d.b, "cand", d.id)));
