@@ -71,8 +71,11 @@ def child(run_dir: str) -> None:
     compared, compare_mb = time.perf_counter() - t0, rss()
     dumps(data.compare_page(None, None))
     opened = time.perf_counter() - t0
-    ids = data.filtered("base", "tuned")
     fig = {"open_s": opened, "compare_s": compared, "compare_peak_mb": compare_mb, "open_peak_mb": rss()}
+    t1 = time.perf_counter()
+    data.warm()  # what `rfteval view` does on a thread once the URL is printed: the dataset, the texts
+    fig["warm_s"] = time.perf_counter() - t1
+    ids = data.filtered("base", "tuned")
     t1 = time.perf_counter()
     dumps(data.compare_page(None, None, ["regressed"]))
     fig["filter_first_ms"] = (time.perf_counter() - t1) * 1000
@@ -81,7 +84,7 @@ def child(run_dir: str) -> None:
     fig["filters_combined_ms"] = timed(lambda: data.compare_page(None, None, ["improved", "hardest"], offset=200))
     t1 = time.perf_counter()
     dumps(data.compare_page(None, None, [], "answer to item 4242 "))
-    fig["search_first_ms"] = (time.perf_counter() - t1) * 1000
+    fig["search_first_ms"] = (time.perf_counter() - t1) * 1000  # the texts are read by warm() now
     words = iter(f"item {k}7 is 1" for k in range(100, 200))
     fig["search_ms"] = timed(lambda: data.compare_page(None, None, [], next(words)))
     picks = iter(ids[k * 997 % len(ids)] for k in range(1, 100))
@@ -128,9 +131,9 @@ def main() -> int:
             ok &= holds
             print(f"{run_dir.name}: open {f['open_s']:.2f} s (target {OPEN_S:g}; of which compare_paths "
                   f"{f['compare_s']:.2f} s, peak {f['compare_peak_mb']:.0f} MB after it, {f['open_peak_mb']:.0f} MB "
-                  f"after the first page); filtered list {f['filter_ms']:.0f} ms "
+                  f"after the first page); then read in the background {f['warm_s']:.2f} s; filtered list {f['filter_ms']:.0f} ms "
                   f"(first {f['filter_first_ms']:.0f}), its next page {f['filter_next_page_ms']:.0f} ms, two filters "
-                  f"{f['filters_combined_ms']:.0f} ms; search {f['search_ms']:.0f} ms (first, reading the texts: "
+                  f"{f['filters_combined_ms']:.0f} ms; search {f['search_ms']:.0f} ms (first "
                   f"{f['search_first_ms']:.0f} ms); item page {f['item_ms']:.0f} ms (first {f['item_first_ms']:.0f}); "
                   f"peak {f['peak_mb']:.0f} MB (target {TARGET_MB:g}) -> {'holds' if holds else 'MISSED'}")
         return 0 if ok else 1

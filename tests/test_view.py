@@ -104,6 +104,11 @@ def test_every_pages_numbers_equal_compare_format_json(chip):
     assert runs["models"][1]["delta"] == expected["delta"]
     for row in got["items"]:  # W/T/L over epoch pairs: 3 x 3 pairs of each item's used records
         assert sum(row["wtl"]) == row["baseline_epochs"] * row["candidate_epochs"]
+    done = run(["readiness", str(chip), "--label", "base", "--format", "json"])
+    readiness = json.loads(done.stdout)
+    page = json.loads(json.dumps(data.readiness_page("base")))
+    assert page["report"]["verdict"] == readiness["verdict"] and page["report"]["checks"] == readiness["checks"]
+    assert page["report"]["mean"] == readiness["mean"] and page["total"] == len(readiness["items"])
     series = _compare_json(str(chip))
     assert json.loads(json.dumps(data.series_page()))["series"] == series
     item = json.loads(json.dumps(data.item_page(items[0]["item_id"], None, None)))
@@ -271,3 +276,28 @@ def test_view_needs_paths_and_checks_flags(tmp_path):
 def test_demo_prints_the_view_command():
     assert "rfteval\" view runs/demo-chipstack" in (ROOT / "scripts/demo.sh").read_text() or \
         "rfteval view runs/demo-chipstack" in (ROOT / "scripts/demo.sh").read_text()
+
+
+@pytest.mark.slow
+def test_agree_page_equals_rfteval_agree_and_shows_both_graders(tmp_path):
+    """Two graders' records of the same samples (as `rfteval agree A B` takes them): the page's numbers are
+    agree's JSON, and each listed sample carries both graders' details."""
+    rows_a, rows_b = [], []
+    for i in range(12):
+        for epoch in (1, 2):
+            a = (i % 4) / 4
+            b = min(1.0, a + (0.5 if i % 3 == 0 else 0.0))
+            common = {"model_label": "base", "item_id": f"q{i}", "epoch": epoch, "output_text": f"answer {i}",
+                      "error": None}
+            rows_a.append({**common, "score": a, "grade_details": {"steps": [f"old judge on q{i}"], "result": a}})
+            rows_b.append({**common, "score": b, "grade_details": {"steps": [f"new judge on q{i}"], "result": b}})
+    path_a, path_b = _records(tmp_path / "a.jsonl", rows_a), _records(tmp_path / "b.jsonl", rows_b)
+    done = run(["agree", str(path_a), str(path_b), "--format", "json", "--top", "200"])
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(done.stdout)
+    page = json.loads(json.dumps(ViewData([path_a], ViewOptions(agree=(path_a, path_b))).agree_page()))
+    assert page["summary"]["pearson"] == expected["pearson"] and page["summary"]["bias"] == expected["bias"]
+    assert [r["item_id"] for r in page["items"]] == [r["item_id"] for r in expected["items"]]
+    first = page["items"][0]
+    assert first["samples"]["a"]["grade_details"]["steps"] == [f"old judge on {first['item_id']}"]
+    assert first["samples"]["b"]["grade_details"]["steps"] == [f"new judge on {first['item_id']}"]

@@ -109,10 +109,11 @@ class SampleSource:
             raise InputError(f"cannot read ({exc.strerror})", self.path) from None
         if self._mm is None:
             raise InputError("no records", self.path)
-        buf = np.frombuffer(self._mm, dtype=np.uint8)
-        ends = np.flatnonzero(buf == 10)
-        if not len(ends) or ends[-1] != len(buf) - 1:
-            ends = np.append(ends, len(buf))
+        size, chunk = len(self._mm), 16 << 20
+        ends = np.concatenate([np.flatnonzero(np.frombuffer(self._mm, np.uint8, min(chunk, size - at), at) == 10) + at
+                               for at in range(0, size, chunk)])  # a chunk at a time: no file-sized temporary
+        if not len(ends) or ends[-1] != size - 1:
+            ends = np.append(ends, size)
         starts = np.concatenate(([0], ends[:-1] + 1))
         blank = np.array([not bytes(self._mm[s:e]).strip() for s, e in zip(starts, ends)]) \
             if (ends - starts).min(initial=1) < 3 else np.zeros(len(starts), dtype=bool)

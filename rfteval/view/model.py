@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,9 +57,16 @@ class Source:
     file: Path
     run_dir: Path | None
 
-    @cached_property
+    _made: SampleSource | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
     def samples(self) -> SampleSource:
-        return SampleSource(self.file, self.model_label)
+        """The records' index, built once on first use (the viewer's warm-up thread, or the first page asking)."""
+        with self._lock:
+            if self._made is None:
+                self._made = SampleSource(self.file, self.model_label)
+            return self._made
 
 
 def _file_labels(path: Path) -> list[str]:
@@ -228,7 +234,6 @@ class ViewData:
         items["drop_p_adjusted"] = [p.get(i, np.nan) for i in ids]
         items["significant"] = items["item_id"].isin(set(check.get("flagged") or []))
         items["hardest"] = _lowest_quarter(result)
-        items["truncated"] = items["item_id"].isin(self._truncated(a) | self._truncated(b))
         with self._lock:
             self._tables[key] = items
             self._drop_warning = check.get("warning")
@@ -266,7 +271,7 @@ class ViewData:
             "regressed": lambda: d < -tie, "improved": lambda: d > tie, "ties": lambda: np.abs(d) <= tie,
             "significant": lambda: t["significant"].to_numpy(), "hardest": lambda: t["hardest"].to_numpy(),
             "errors": lambda: (t["baseline_errors"] + t["candidate_errors"]).to_numpy() > 0,
-            "truncated": lambda: t["truncated"].to_numpy(),
+            "truncated": lambda: t["item_id"].isin(self._truncated(a) | self._truncated(b)).to_numpy(),
             "judged": lambda: t["item_id"].isin(self.sources[a].samples.judged_items()
                                                 | self.sources[b].samples.judged_items()).to_numpy(),
         }
@@ -501,20 +506,20 @@ class ViewData:
                 "paths": [str(p) for p in self.options.agree]}
 
     def readiness_page(self, label: str | None) -> Page:
-        """Readiness of one model's records (readiness.assess): zero-signal items and each item's spread."""
-        from rfteval.data.records import read_records
-        from rfteval.readiness.assess import assess
+        """Readiness of one model's records: `rfteval readiness`'s own call (assess_path, the grader and dataset
+        the run's spec names), its zero-signal items and each item's spread."""
+        from rfteval.readiness.paths import ReadinessRequest, assess_path
 
         label = label or self.default_pair[0]
         if label not in self.sources:
             raise InputError(f"no model {label!r} here (models: {', '.join(self.labels)})", field="label")
         s = self.sources[label]
         try:
-            frame = read_records(s.file)
-        except UnicodeEncodeError as exc:
+            report = assess_path(ReadinessRequest(s.path, label=s.model_label if s.run_dir == s.path or
+                                                  len(_file_labels(s.file)) > 1 else None,
+                                                  dataset=self.options.dataset)).report
+        except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
             raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
-        report = assess(frame, dataset=self._dataset_path, label=s.model_label
-                        if "model_label" in frame and s.model_label in set(frame["model_label"].astype(str)) else None)
         out = report.to_dict()
         items = sorted(report.items, key=lambda it: (-(it.sd or 0.0), it.item_id))
         out.pop("items", None)
@@ -534,7 +539,7 @@ def _item_row(r: dict[str, object], by: dict[str, dict[str, str]]) -> JSONObject
         "candidate_errors": r["candidate_errors"], "baseline_error": r.get("baseline_error"),
         "candidate_error": r.get("candidate_error"),
         "wtl": [r["epoch_wins"], r["epoch_ties"], r["epoch_losses"]], "drop_p_adjusted": r["drop_p_adjusted"],
-        "significant": bool(r["significant"]), "hardest": bool(r["hardest"]), "truncated": bool(r["truncated"]),
+        "significant": bool(r["significant"]), "hardest": bool(r["hardest"]),
         "slices": {name: values.get(item_id, "(not in dataset)") for name, values in by.items()},
     })
 

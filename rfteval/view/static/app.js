@@ -260,7 +260,7 @@ async function comparePage(p) {
     td(num(r.baseline), "num"), td(num(r.candidate), "num"), td(num(r.delta, true), "num " + cls(r.delta)),
     td(ci(r.delta_ci95, true), "num"), td(r.wtl.join("/"), "num"), td(pval(r.drop_p_adjusted), "num"),
     bys.map(k => td(shown(r.slices[k]))),
-    td([r.significant ? "significant drop " : "", r.hardest ? "hardest " : "", r.truncated ? "truncated " : "",
+    td([r.significant ? "significant drop " : "", r.hardest ? "hardest " : "",
       r.baseline_errors + r.candidate_errors ? "errors: " + r.baseline_errors + "+" + r.candidate_errors : ""].join(""))));
   const tbody = h("tbody", {}, rows);
   const pager = h("div", {class: "pager"},
