@@ -301,3 +301,8 @@ def test_agree_page_equals_rfteval_agree_and_shows_both_graders(tmp_path):
     first = page["items"][0]
     assert first["samples"]["a"]["grade_details"]["steps"] == [f"old judge on {first['item_id']}"]
     assert first["samples"]["b"]["grade_details"]["steps"] == [f"new judge on {first['item_id']}"]
+    done = run(["view", "--agree", str(path_a), str(path_b), "--bundle", str(tmp_path / "b")])
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "b" / "data.js").read_text(encoding="ascii")
+    bundled = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
+    assert bundled["agree"]["summary"]["pearson"] == expected["pearson"]

@@ -231,3 +231,25 @@ def test_the_readme_screenshots_are_made_by_their_script_and_not_blank():
     done = subprocess.run([sys.executable, str(ROOT / "scripts/make_screenshots.py"), "--check"], capture_output=True,
                           text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_agree_page_shows_both_graders_side_by_side(browser, tmp_path):
+    import json
+
+    rows_a, rows_b = [], []
+    for i in range(8):
+        common = {"model_label": "base", "item_id": f"q{i}", "epoch": 1, "output_text": f"answer {i}", "error": None}
+        rows_a.append({**common, "score": 0.0, "grade_details": {"steps": [f"old judge on q{i}"]}})
+        rows_b.append({**common, "score": float(i % 2), "grade_details": {"steps": [f"new judge on q{i}"]}})
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps(r) + "\n" for r in rows_a))
+    b.write_text("".join(json.dumps(r) + "\n" for r in rows_b))
+    with served(ViewData([a], ViewOptions(agree=(a, b)))) as url:
+        p = Page(browser)
+        p.goto(url + "agree")
+        assert p.page.locator("#agree-items tbody").count() == 4  # the four items they disagree on
+        p.page.locator("#agree-items details summary").first.click()
+        text = p.main()
+        assert "old judge on q" in text and "new judge on q" in text
+        p.only_from(url)
+        assert not p.errors, p.errors
