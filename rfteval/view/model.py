@@ -327,10 +327,10 @@ class ViewData:
     def runs_page(self) -> Page:
         """Runs: each model's side of its comparison with the baseline, pass@k, errors, truncation, readiness,
         and each run directory's spec and summary (judge calls, tokens, cost)."""
-        base, _ = self.default_pair
+        base, first = self.default_pair
         models = []
-        for label in self.labels:
-            result = self.comparison(base, label)
+        for label in self.labels:  # the baseline's side from its first comparison: no compare of it with itself
+            result = self.comparison(base, label if label != base else first)
             side = result.candidate if label != base else result.baseline
             pass_k = result.pass_k
             row: Page = {"label": label, "side": json_safe(side), "file": str(self.sources[label].file)}
@@ -349,15 +349,15 @@ class ViewData:
         return {"page": "runs", "labels": self.labels, "baseline": base, "models": models, "runs": runs,
                 "readiness": self._readiness_brief(base), "dataset": str(self._dataset_path or ""),
                 "agree": self.options.agree is not None,
-                "series": [str(s.run_dir) for s in self.sources.values() if s.run_dir is not None][:1]
-                if len(self.labels) > 2 else []}
+                "series": [str(d) for d in dict.fromkeys(s.run_dir for s in self.sources.values() if s.run_dir is not None
+                                                         and s.path == s.run_dir)][:1] if len(self.labels) > 1 else []}
 
     def _readiness_brief(self, label: str) -> JSONValue:
         from rfteval.compare.paths import baseline_readiness
 
         a, b = self.default_pair
         try:
-            found = baseline_readiness(self.comparison(a, a if label == a else b), self._dataset_path)
+            found = baseline_readiness(self.comparison(a, b), self._dataset_path)
         except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode (a lone surrogate)
             return {"verdict": None, "why": f"readiness could not read the records ({exc.reason})"}
         if found is None:

@@ -139,15 +139,16 @@ function bundleApi(name, params) {
 // ------------------------------------------------------------------ layout
 
 function nav(data, here) {
-  const items = [["/runs", "Runs"], ["/compare", "Compare"]];
-  const runs = BUNDLE ? BUNDLE.runs : data;
-  if (runs && runs.series && runs.series.length) items.push(["/series", "Series"]);
-  if (runs && runs.agree) items.push(["/agree", "Agree"]);
-  items.push(["/readiness", "Readiness"]);
-  const n = document.getElementById("nav");
-  n.replaceChildren(...items.map(([p, t]) => h("a", {href: link(p, {}), class: p === here ? "here" : ""}, t)));
-  const note = document.getElementById("note");
-  note.textContent = BUNDLE ? "static bundle: " + BUNDLE.left_out : "";
+  const draw = runs => {
+    const items = [["/runs", "Runs"], ["/compare", "Compare"]];
+    if (runs && runs.series && runs.series.length) items.push(["/series", "Series"]);
+    if (runs && runs.agree) items.push(["/agree", "Agree"]);
+    items.push(["/readiness", "Readiness"]);
+    document.getElementById("nav").replaceChildren(...items.map(([p, t]) => h("a", {href: link(p, {}), class: p === here ? "here" : ""}, t)));
+  };
+  draw(BUNDLE ? BUNDLE.runs : data);
+  if (!BUNDLE && !data) api("runs", {}).then(draw, () => {});  // which pages this viewer has (Series, Agree)
+  document.getElementById("note").textContent = BUNDLE ? "static bundle: " + BUNDLE.left_out : "";
 }
 
 function setMain(...kids) { document.getElementById("main").replaceChildren(...kids.filter(k => k !== null && k !== undefined)); }
