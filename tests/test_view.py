@@ -212,6 +212,9 @@ def test_bundle_says_what_it_left_out(chip, tmp_path):
     payload = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
     assert payload["left_out"].startswith("the 5 lowest-delta items of 24; the rest: rfteval view ")
     assert len(payload["items"]) == 5 and len(payload["compare"]["items"]) == 5
+    expected = _compare_json(str(chip), "--label", "base", "--label", "tuned")
+    expected.pop("items")
+    assert payload["compare"]["result"] == expected  # the bundle's numbers are compare's too
     assert {r["item_id"] for r in payload["compare"]["items"]} == set(payload["items"])
     regressed = [r["item_id"] for r in payload["compare"]["items"] if "regressed" in r["flags"]]
     assert regressed == [r["item_id"] for r in payload["compare"]["items"] if r["delta"] < 0]

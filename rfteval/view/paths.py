@@ -62,7 +62,9 @@ def view_request(request: ViewRequest) -> str:
     from rfteval.view import server
 
     server.require_web_stack()
-    hosts = LOOPBACK if request.host in LOOPBACK else (*LOOPBACK, request.host)
+    # on loopback only requests for a loopback name are answered (DNS rebinding); bound elsewhere on purpose, the
+    # viewer answers whatever name reaches it, after the warning below
+    hosts = LOOPBACK if request.host in LOOPBACK else ("*",)
     if request.host not in LOOPBACK:
         print(f"rfteval: warning: --host {request.host}: the viewer has no authentication; anyone who can reach "
               "this address can read every prompt, output and score it shows", file=sys.stderr)
