@@ -147,6 +147,8 @@ class ViewData:
         self.sources = {s.label: s for s in find_sources(paths)}
         self.labels = list(self.sources)
         self._lock = threading.Lock()
+        self._dataset_lock = threading.Lock()
+        self._compute = threading.Lock()
         self._results: dict[tuple[str, str], CompareResult] = {}
         self._tables: dict[tuple[str, str], pd.DataFrame] = {}
         self._filtered: dict[tuple[object, ...], list[str]] = {}
@@ -184,7 +186,7 @@ class ViewData:
 
     def dataset(self) -> dict[str, Item]:
         """The dataset's items by id (read once; {} without a dataset)."""
-        with self._lock:
+        with self._dataset_lock:  # its own lock: reading a large dataset must not hold up the other pages
             if self._dataset is None:
                 if self._dataset_path is None:
                     self._dataset = {}
@@ -204,13 +206,19 @@ class ViewData:
 
     def comparison(self, a: str, b: str) -> CompareResult:
         """`rfteval compare` on the two labels' records: the same call, files, labels and dataset."""
+
+        key = (a, b)
+        with self._compute:  # one comparison at a time: two pages asking at once compute it once (memory)
+            with self._lock:
+                found = self._results.get(key)
+            if found is not None:
+                return found
+            return self._compare(a, b)
+
+    def _compare(self, a: str, b: str) -> CompareResult:
         from rfteval.compare.paths import compare_paths
 
         key = (a, b)
-        with self._lock:
-            found = self._results.get(key)
-        if found is not None:
-            return found
         sa, sb = self.sources[a], self.sources[b]
         o = self.options.compare
         if self.options.by:
