@@ -206,7 +206,6 @@ class ViewData:
 
     def comparison(self, a: str, b: str) -> CompareResult:
         """`rfteval compare` on the two labels' records: the same call, files, labels and dataset."""
-
         key = (a, b)
         with self._compute:  # one comparison at a time: two pages asking at once compute it once (memory)
             with self._lock:
