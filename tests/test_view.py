@@ -319,3 +319,20 @@ def test_agree_page_equals_rfteval_agree_and_shows_both_graders(tmp_path):
     text = (tmp_path / "b" / "data.js").read_text(encoding="ascii")
     bundled = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
     assert bundled["agree"]["summary"]["pearson"] == expected["pearson"]
+
+
+@pytest.mark.slow
+def test_by_field_slices_equal_compare_by_and_filter_the_list(chip):
+    """--by difficulty: the page's slices are compare --by's, and the slice filter keeps that value's items."""
+    dataset = ROOT / "datasets/chipstack/items.jsonl"
+    expected = _compare_json(str(chip), "--label", "base", "--label", "tuned", "--dataset", str(dataset),
+                             "--by", "difficulty")
+    data = ViewData([chip], ViewOptions(dataset=dataset, by=("difficulty",)))
+    page = json.loads(json.dumps(data.compare_page(None, None, limit=1000)))
+    assert page["result"]["slices"] == expected["slices"]
+    values = page["by"]["difficulty"]
+    assert values and set(values) <= {"easy", "medium", "hard"}
+    hard = data.compare_page(None, None, slice_="difficulty=hard", limit=1000)
+    rows = hard["items"]
+    assert isinstance(rows, list) and rows and all(r["slices"]["difficulty"] == "hard" for r in rows)
+    assert hard["total"] == expected["slices"]["difficulty=hard"]["items"]
