@@ -336,3 +336,16 @@ def test_by_field_slices_equal_compare_by_and_filter_the_list(chip):
     rows = hard["items"]
     assert isinstance(rows, list) and rows and all(r["slices"]["difficulty"] == "hard" for r in rows)
     assert hard["total"] == expected["slices"]["difficulty=hard"]["items"]
+
+
+def test_the_page_never_parses_data_as_html():
+    """The page's script builds the DOM from text nodes only; its HTML has no inline script or handler."""
+    from rfteval.view.server import static_text
+
+    script = static_text("app.js")
+    for banned in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert banned not in script.replace("no innerHTML", ""), banned
+    html = static_text("index.html")
+    import re
+
+    assert "<script>" not in html and re.search(r"\son[a-z]+\s*=", html, re.I) is None
