@@ -140,6 +140,8 @@ def test_accordance_item_shows_the_judges_steps(browser, tmp_path):
         step = p.page.locator(".steps li").first.inner_text()
         assert step.strip()
         assert "judge steps" in p.main() and "score" in p.main()
+        p.goto(url + "runs")
+        assert re.search(r"local-scripted-judge: \d+ calls", p.main())  # the judge's calls, tokens and cost
         p.only_from(url)
         assert not p.errors, p.errors
 

@@ -206,7 +206,9 @@ async function runsPage() {
     parts.push(h("h2", {}, "Run " + run.dir));
     const sm = run.summary || {};
     const kv = [["name", sm.name], ["grader", sm.grader ? JSON.stringify(sm.grader) : null], ["epochs", sm.epochs],
-      ["items", sm.items], ["complete", sm.complete], ["judge (calls, tokens, cost)", sm.judge ? JSON.stringify(sm.judge) : "no judge"]];
+      ["items", sm.items], ["complete", sm.complete], ["judge", sm.judge ? Object.entries(sm.judge).map(([m, u]) => m + ": " + u.calls + " calls (" + u.cache_hits + " from the cache, "
+      + u.errors + " errors), " + u.input_tokens + " input / " + u.output_tokens + " output tokens, cost "
+      + (u.cost_usd === null || u.cost_usd === undefined ? "unknown (no price for this model)" : "$" + u.cost_usd)).join("; ") : "no judge"]];
     for (const [label, m] of Object.entries(sm.models || {})) {
       kv.push(["errors of " + label, JSON.stringify(m.errors)], ["tokens of " + label, JSON.stringify(m.tokens)],
         ["cost of " + label, m.cost_usd === null ? "unknown" : "$" + m.cost_usd]);
