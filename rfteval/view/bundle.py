@@ -10,6 +10,7 @@ with the command that shows the rest.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from rfteval.data.outfile import write_text_atomic
@@ -69,8 +70,15 @@ def bundle_data(data: ViewData, limit: int, command: str) -> Page:
             f"the {len(rows):,} lowest-delta items of {total:,}; the rest: {command}")
     out: Page = {"runs": data.runs_page(), "compare": compare, "items": items, "haystack": haystack,
                        "left_out": left}
-    for name, build in (("readiness", lambda: data.readiness_page(None)), ("series", data.series_page),
-                        ("agree", data.agree_page)):
+    from rfteval.compare.paths import READINESS_MAX_RECORDS
+
+    records = data.comparison(a, b).baseline["records"]
+    pages: list[tuple[str, Callable[[], Page]]] = [("agree", data.agree_page)]
+    if records <= READINESS_MAX_RECORDS:  # as compare --html: re-reading every record costs more than the rest
+        pages.append(("readiness", lambda: data.readiness_page(None)))
+    if len(data.labels) > 2:  # with two models the series is the Compare page's comparison
+        pages.append(("series", data.series_page))
+    for name, build in pages:
         try:
             out[name] = build()
         except InputError:
@@ -80,7 +88,8 @@ def bundle_data(data: ViewData, limit: int, command: str) -> Page:
 
 def write_bundle(data: ViewData, out: Path, limit: int = 500) -> str:
     """Write DIR/index.html, DIR/data.js, DIR/static/ and DIR/plots/; returns what the bundle holds."""
-    paths = " ".join(shlex.quote(str(s.path)) for s in dict((str(s.path), s) for s in data.sources.values()).values())
+    given = dict.fromkeys(str(s.given or s.path) for s in data.sources.values())
+    paths = " ".join(shlex.quote(p) for p in given)
     payload = bundle_data(data, limit, f"rfteval view {paths}")
     out.mkdir(parents=True, exist_ok=True)
     (out / "static").mkdir(exist_ok=True)

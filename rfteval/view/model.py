@@ -56,6 +56,7 @@ class Source:
     model_label: str | None  # the label compare filters on (--label)
     file: Path
     run_dir: Path | None
+    given: Path | None = None  # the PATH on the command line (a run directory read through its results.parquet)
 
     _made: SampleSource | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -112,7 +113,7 @@ def find_sources(paths: Sequence[Path]) -> list[Source]:
                 # same records, and compare reads a few Parquet columns about 3x faster than it parses the JSONL
                 # (bench/README.md); a JSONL file newer than the Parquet (edited by hand) is read instead
                 files = dict.fromkeys(labels, parquet)
-            out += [Source(label, files[label] if files[label] == parquet else path, label, files[label], path)
+            out += [Source(label, files[label] if files[label] == parquet else path, label, files[label], path, path)
                     for label in labels]
         else:
             labels = _file_labels(path) or [path.stem]

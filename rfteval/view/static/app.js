@@ -113,7 +113,7 @@ function bundleApi(name, params) {
   const b = BUNDLE;
   if (name === "runs") return b.runs;
   if (name === "series" || name === "agree" || name === "readiness") {
-    if (!b[name]) throw new Error("this bundle has no " + name + " page (open it with rfteval view)");
+    if (!b[name]) throw new Error("this bundle has no " + name + " page (too many records, or nothing to show): rfteval view shows it");
     return b[name];
   }
   const filters = (params.filter || "").split(",").filter(Boolean);
