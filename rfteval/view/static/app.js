@@ -141,9 +141,10 @@ function bundleApi(name, params) {
 function nav(data, here) {
   const draw = runs => {
     const items = [["/runs", "Runs"], ["/compare", "Compare"]];
-    if (runs && runs.series && runs.series.length) items.push(["/series", "Series"]);
-    if (runs && runs.agree) items.push(["/agree", "Agree"]);
-    items.push(["/readiness", "Readiness"]);
+    const has = name => !BUNDLE || Boolean(BUNDLE[name]);  // a bundle holds only some of the pages
+    if (runs && runs.series && runs.series.length && has("series")) items.push(["/series", "Series"]);
+    if (runs && runs.agree && has("agree")) items.push(["/agree", "Agree"]);
+    if (has("readiness")) items.push(["/readiness", "Readiness"]);
     document.getElementById("nav").replaceChildren(...items.map(([p, t]) => h("a", {href: link(p, {}), class: p === here ? "here" : ""}, t)));
   };
   draw(BUNDLE ? BUNDLE.runs : data);
