@@ -7,7 +7,7 @@ const BUNDLE = window.RFTEVAL_BUNDLE || null;
 const HASHED = BUNDLE !== null || location.protocol === "file:";
 const FILTERS = ["regressed", "improved", "ties", "significant", "hardest", "errors", "truncated", "judged"];
 const FILTER_TEXT = {regressed: "regressed", improved: "improved", ties: "ties", significant: "significant drop (Holm)",
-  hardest: "hardest quarter", errors: "errors", truncated: "truncated in reasoning", judged: "grader details"};
+  hardest: "lowest quarter by baseline mean", errors: "errors", truncated: "truncated in reasoning", judged: "grader details"};
 const BIDI = /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/g;
 
 // ------------------------------------------------------------------ DOM
