@@ -136,3 +136,6 @@ echo "Judge answers are cached in each run directory (judge_cache.jsonl): re-run
 echo "judge asks it nothing. (This demo passes --fresh, because its local judge gets a new port each time.)"
 echo "The scores above come from a scripted stand-in and illustrative recordings: they demonstrate rfteval, not"
 echo "the models."
+echo
+echo "== Look at the samples: both models' outputs side by side, sorted by the paired delta (rfteval view) =="
+echo "   $BIN/rfteval view runs/demo-chipstack      (or runs/demo-accordance for the judge's steps; needs the view extra)"

@@ -52,6 +52,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rfteval.compare",),
     ("rfteval.run", "rfteval.reward"),
     ("rfteval.report",),
+    ("rfteval.view",),
     ("rfteval.cli",),
     ("rfteval.__main__",),
     # The public paths the README shows, kept as alias packages: nothing inside rfteval imports them.

@@ -41,6 +41,30 @@ def make_result(tmp_path: Path, n: int = 24):
     return compare_paths(b, t, options=CompareOptions(gate=Gate(max_item_drop=0.3)))
 
 
+def test_the_listed_items_samples_are_folded_and_escaped(tmp_path):
+    """compare --html's drill-down (issue 29): each listed item's samples of both sides, epoch by epoch, in a
+    closed <details>; hostile outputs stay text."""
+    from rfteval.compare.samples import listed_samples
+
+    result = make_result(tmp_path)
+    b = write_side(tmp_path / "b.jsonl", "base", {"x": [0.0, 1.0]})
+    recs = [make_record(run_id="t", model_label="tuned", model="m", item_id="x", epoch=e,
+                        output_text="<img src=x onerror=alert(1)>" + "y" * 5000) for e in (0, 1)]
+    for r in recs:
+        r.score = 1.0
+    t = tmp_path / "t2.jsonl"
+    write_jsonl(recs, t)
+    small = compare_paths(b, t)
+    samples = listed_samples([(str(s["path"]), str(s["label"])) for s in (small.baseline, small.candidate)], ["x"])
+    assert [len(side) for side in samples["x"]] == [2, 2] and samples["x"][1][0]["omitted"] == 5000 + 28 - 4000
+    page = render_html(small, samples=samples)
+    assert page.count('<details class="drill">') == 1 and "<img" not in page.lower()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page and "1,028 more characters" in page
+    ids = result.items["item_id"].head(50).tolist()
+    full = listed_samples([(str(s["path"]), str(s["label"])) for s in (result.baseline, result.candidate)], ids)
+    assert render_html(result, samples=full).count('<details class="drill">') == len(ids)
+
+
 def test_self_contained_and_escaped(tmp_path):
     page = render_html(make_result(tmp_path))
     assert page.startswith("<!DOCTYPE html>")

@@ -67,7 +67,7 @@ def main() -> None:
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-TOUR = ("run", "compare", "readiness", "probe-grader", "grade", "validate", "graders", "batches", "export-reward")
+TOUR = ("run", "compare", "view", "readiness", "probe-grader", "grade", "validate", "graders", "batches", "export-reward")
 
 
 def _attach_commands() -> None:
@@ -84,6 +84,7 @@ def _attach_commands() -> None:
         readiness_cmd,
         run_cmd,
         validate_cmd,
+        view_cmd,
     )
     from rfteval.cli.commands.common import COMMANDS
 

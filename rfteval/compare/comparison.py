@@ -167,8 +167,9 @@ class CompareResult:
     metric: str = "mean"  # what each item's value is: its mean score, or its pass@k / pass^k estimate
     pass_k: PassKCheck | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
 
-    def to_json(self) -> JSONObject:
-        """The documented `--format json` shape (extra keys allowed, none removed)."""
+    def to_json(self, items: bool = True) -> JSONObject:
+        """The documented `--format json` shape (extra keys allowed, none removed); `items=False` leaves the
+        per-item rows out (a viewer pages them itself)."""
         o = self.options
         out: JSONObject = json_safe({
             "baseline": self.baseline, "candidate": self.candidate, "delta": self.delta, "items": [],
@@ -181,7 +182,10 @@ class CompareResult:
             "notes": self.notes,
             **({"pass_k": self.pass_k} if self.pass_k is not None else {}),
         })
-        out["items"] = [*self.items_json()]
+        if items:
+            out["items"] = [*self.items_json()]
+        else:
+            del out["items"]
         return out
 
     def items_json(self) -> list[JSONObject]:

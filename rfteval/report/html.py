@@ -8,7 +8,7 @@ and the per-item plot shows at most MAX_FOREST items, evenly spaced by rank.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.samples import SampleBrief
     from rfteval.compare.series import SeriesResult
 
 MAX_FOREST = 300
@@ -221,6 +222,8 @@ th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #
 .better{color:#1d6b3c}.worse{color:#9b2222}
 figure{display:inline-block;margin:8px 16px 8px 0;vertical-align:top}figcaption{color:#555;max-width:720px}
 svg text{font-size:11px;fill:#333}.muted{color:#666}ul{margin:6px 0}
+table.samples{table-layout:fixed;width:100%}table.samples td{text-align:left;vertical-align:top;width:50%}
+.drill pre{white-space:pre-wrap;word-break:break-word;background:#f6f8fa;padding:6px;max-height:24em;overflow:auto}
 """
 
 
@@ -249,6 +252,34 @@ def _items_html(result: CompareResult, top: int) -> str:
             f"<th>epochs b/c</th><th>errors b/c</th></tr></thead><tbody>{rows}</tbody></table>")
 
 
+def _sample_html(s: SampleBrief) -> str:
+    head = f"epoch {s['epoch']}: score {fmt(s['score'])}" + ("" if s["passed"] is None else f", passed {s['passed']}")
+    parts = [f"<div class=\"sample\"><b>{escape(head)}</b>"]
+    if s["error"]:
+        parts.append(f"<div class=\"worse\">{escape(s['error'])}</div>")
+    more = f"<div class=\"muted\">{s['omitted']:,} more characters (rfteval view shows them)</div>" if s["omitted"] else ""
+    parts.append(f"<pre>{escape(s['output_text'])}</pre>{more}")
+    for name, text in (("reasoning", s["reasoning_text"]), ("grader stdout", s["grader_stdout"])):
+        if text:
+            parts.append(f"<details><summary>{name}</summary><pre>{escape(text)}</pre></details>")
+    return "".join(parts) + "</div>"
+
+
+def _drilldown_html(result: CompareResult, samples: Mapping[str, list[list[SampleBrief]]]) -> str:
+    """Each listed item's samples, folded: the baseline's and the candidate's, epoch by epoch."""
+    b, c = escape(result.baseline["label"]), escape(result.candidate["label"])
+    deltas = dict(zip(result.items["item_id"], result.items["delta"]))
+    out = []
+    for item_id, (base, cand) in samples.items():
+        cells = "".join(f"<tr><td>{''.join(_sample_html(s) for s in base[k:k + 1])}</td>"
+                        f"<td>{''.join(_sample_html(s) for s in cand[k:k + 1])}</td></tr>"
+                        for k in range(max(len(base), len(cand))))
+        out.append(f"<details class=\"drill\"><summary>{escape(str(item_id))}: delta "
+                   f"{fmt(deltas.get(item_id, float('nan')), sign=True)}</summary><table class=\"samples\"><thead><tr>"
+                   f"<th>{b}</th><th>{c}</th></tr></thead><tbody>{cells}</tbody></table></details>")
+    return f'<div id="drilldown">{"".join(out)}</div>'
+
+
 def page_html(title: str, body: str) -> str:
     """One self-contained page (no script, no network) around report fragments."""
     return f"""<!DOCTYPE html>
@@ -266,8 +297,10 @@ def write_page(path: str | Path, title: str, body: str) -> None:
     write_text_atomic(path, page_html(title, body))
 
 
-def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[str, str]] = ()) -> str:
-    """The compare report; `sections` are (heading, HTML fragment) pairs added after the plots (readiness)."""
+def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[str, str]] = (),
+                samples: Mapping[str, list[list[SampleBrief]]] | None = None) -> str:
+    """The compare report; `sections` are (heading, HTML fragment) pairs added after the plots (readiness);
+    `samples` (compare.samples.listed_samples) the listed items' samples, folded under the items table."""
     b, c, d = result.baseline, result.candidate, result.delta
     title = f"rfteval compare: {b['label']} → {c['label']}{metric_suffix(result)}"
     gate = result.gate
@@ -297,6 +330,9 @@ def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[s
             facts.append(f"only in the {role}, left out: {escape(', '.join(ids[:20]))}{more}")
     facts += [f"note: {escape(n)}" for n in result.notes]
     n_items = len(result.items)
+    drill = (f"<h2>The listed items' samples</h2>\n<p class=\"muted\">Each item folded; open one for both models' "
+             f"outputs epoch by epoch (`rfteval view` shows every item).</p>{_drilldown_html(result, samples)}"
+             if samples else "")
     extra = "".join(f"<h2>{escape(heading)}</h2>\n{fragment}\n" for heading, fragment in sections)
     return page_html(title, f"""<div class="muted">{escape(str(b.get('path', '')))} → {escape(str(c.get('path', '')))}</div>
 {gate_html}
@@ -312,13 +348,14 @@ diagonal the candidate did better. Coincident items merge into larger dots (hove
 interval, the dashed line its mean.{f' Showing {MAX_FOREST} of {n_items} items, evenly spaced by rank.'
  if n_items > MAX_FOREST else ''}</figcaption></figure>
 {extra}<h2>Per item, lowest delta first ({min(top, n_items)} of {n_items})</h2>
-{_items_html(result, top)}""")
+{_items_html(result, top)}{drill}""")
 
 
 def write_html(result: CompareResult, path: str | Path, top: int = 50,
-               sections: Sequence[tuple[str, str]] = ()) -> None:
+               sections: Sequence[tuple[str, str]] = (),
+               samples: Mapping[str, list[list[SampleBrief]]] | None = None) -> None:
     """Atomic: the file is whole or absent."""
-    write_text_atomic(path, render_html(result, top, sections))
+    write_text_atomic(path, render_html(result, top, sections, samples))
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint series

@@ -161,11 +161,15 @@ def _write_reports(result: CompareResult, request: CompareRequest) -> None:
         _write(reports.junit, lambda p: write_junit(result, p), "--junit", inputs)
     if reports.html is not None:
         from rfteval.compare.paths import baseline_readiness
+        from rfteval.compare.samples import listed_samples
         from rfteval.report.html import write_html
         from rfteval.report.readiness_render import readiness_sections
 
         sections = readiness_sections(baseline_readiness(result, request.dataset))
-        _write(reports.html, lambda p: write_html(result, p, max(top, 50), sections), "--html", inputs)
+        shown = max(top, 50)
+        samples = listed_samples([(str(s["path"]), str(s["label"])) for s in (result.baseline, result.candidate)],
+                                 result.items["item_id"].head(shown).tolist())
+        _write(reports.html, lambda p: write_html(result, p, shown, sections, samples), "--html", inputs)
 
 
 def _series(request: CompareRequest, fmt: str) -> None:

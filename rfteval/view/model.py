@@ -1,0 +1,656 @@
+"""What the viewer's pages show, as JSON-ready values: built by the library code `compare` uses, never again here.
+
+Every number on a page comes from `compare_paths` (the same call `rfteval compare` makes, on the same files,
+labels and dataset), `compare.series`, `compare.agree` or `readiness.assess`; this module only selects rows
+(filters, search, paging) and joins the samples of an item (rfteval.compare.samples). A comparison is computed
+once per pair of labels and kept; the outputs stay in their files until an item or a search asks for them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rfteval.compare.comparison import CompareOptions, CompareResult
+from rfteval.compare.samples import SampleSource, source_file
+from rfteval.data import rundir
+from rfteval.data.records import json_safe
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+
+    from rfteval.compare.agree import AgreeResult
+    from rfteval.compare.gate_types import GateCheck
+    from rfteval.data.dataset import Item
+    from rfteval.data.json_types import JSONObject, JSONValue
+
+FILTERS = ("regressed", "improved", "ties", "significant", "hardest", "errors", "truncated", "judged")
+PAGE_SIZE = 100
+MAX_PAGE = 1000
+Page = dict[str, object]  # a page's JSON: built of JSON values (json_safe), checked by the encoder that sends it
+MAX_TEXT = 100_000  # characters of one text sent with an item page; the rest on request (/api/text)
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    """What `rfteval view` was given besides the record paths."""
+
+    dataset: Path | None = None
+    by: tuple[str, ...] = ()
+    agree: tuple[Path, Path] | None = None
+    compare: CompareOptions = field(default_factory=CompareOptions)
+
+
+@dataclass
+class Source:
+    """One model's records: its label on the pages, the file compare reads them from, and the PATH given."""
+
+    label: str
+    path: Path  # what compare is given (a run directory or a record file)
+    model_label: str | None  # the label compare filters on (--label)
+    file: Path
+    run_dir: Path | None
+    given: Path | None = None  # the PATH on the command line (a run directory read through its results.parquet)
+
+    _made: SampleSource | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def samples(self) -> SampleSource:
+        """The records' index, built once on first use (the viewer's warm-up thread, or the first page asking)."""
+        with self._lock:
+            if self._made is None:
+                self._made = SampleSource(self.file, self.model_label)
+            return self._made
+
+
+def _file_labels(path: Path) -> list[str]:
+    """The model labels in a record file (one column read); [] when it has none."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if path.suffix == ".parquet":
+        from rfteval.data.records import read_parquet_records
+
+        table = read_parquet_records(path, columns=("model_label",))
+        if "model_label" not in table.column_names:
+            return []
+        return [str(v) for v in pc.unique(table.column("model_label")).to_pylist() if v is not None]
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(path, parse_options=pj.ParseOptions(
+            explicit_schema=pa.schema([("model_label", pa.string())]), unexpected_field_behavior="ignore"))
+        return [str(v) for v in pc.unique(table.column("model_label")).to_pylist() if v is not None]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return []
+
+
+def find_sources(paths: Sequence[Path]) -> list[Source]:
+    """Every model in the paths: a run directory's labels (spec order), a record file's model labels."""
+    out: list[Source] = []
+    for path in paths:
+        path = Path(path)
+        if not path.exists():
+            raise InputError("no such file or directory", path)
+        if path.is_dir():
+            labels = rundir.run_labels(path)
+            parquet = path / rundir.RESULTS
+            if not labels and parquet.is_file():
+                labels = _file_labels(parquet)
+            if not labels:
+                raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
+            files = {label: source_file(path, label) for label in labels}
+            if parquet.is_file() and all(f == parquet or (f.stat().st_mtime_ns <= parquet.stat().st_mtime_ns and
+                                                          label in _file_labels(parquet)) for label, f in files.items()):
+                # `rfteval run` writes DIR/<label>.jsonl and results.parquet from the same store, in that order: the
+                # same records, and compare reads a few Parquet columns about 3x faster than it parses the JSONL
+                # (bench/README.md); a JSONL file newer than the Parquet (edited by hand) is read instead
+                files = dict.fromkeys(labels, parquet)
+            out += [Source(label, files[label] if files[label] == parquet else path, label, files[label], path, path)
+                    for label in labels]
+        else:
+            labels = _file_labels(path) or [path.stem]
+            for label in labels:
+                out.append(Source(label, path, label, path, path.parent if (path.parent / rundir.RESOLVED_SPEC)
+                                  .is_file() else None))
+    seen: dict[str, int] = {}
+    for s in out:  # the same label from two runs: name each by its directory too
+        seen[s.label] = seen.get(s.label, 0) + 1
+    for s in out:
+        if seen[s.label] > 1:
+            s.label = f"{(s.run_dir or s.path.parent).name}/{s.label}"
+    if len({s.label for s in out}) < len(out):
+        raise InputError("two record sources have the same label and directory; give each once", out[0].path)
+    return out
+
+
+def _text(value: object, limit: int = MAX_TEXT) -> JSONValue:
+    """A text for the page: cut at `limit` characters (the page says how many more and links to the rest)."""
+    if not isinstance(value, str):
+        return json_safe(value)
+    if len(value) <= limit:
+        return value
+    return {"text": value[:limit], "omitted": len(value) - limit}
+
+
+class ViewData:
+    """The viewer's data: the sources, each pair's comparison (computed once), the dataset, the pages' JSON."""
+
+    def __init__(self, paths: Sequence[Path], options: ViewOptions | None = None) -> None:
+        self.options = options or ViewOptions()
+        self.sources = {s.label: s for s in find_sources(paths)}
+        self.labels = list(self.sources)
+        self._lock = threading.Lock()
+        self._dataset_lock = threading.Lock()
+        self._compute = threading.Lock()
+        self._results: dict[tuple[str, str], CompareResult] = {}
+        self._tables: dict[tuple[str, str], pd.DataFrame] = {}
+        self._filtered: dict[tuple[object, ...], list[str]] = {}
+        self._summaries: dict[tuple[str, str, str], tuple[JSONObject, list[JSONObject]]] = {}
+        self._dataset_path = self.options.dataset or self._spec_dataset()
+        self._dataset: dict[str, Item] | None = None
+        self._dataset_text: tuple[list[str], object] | None = None
+        self._agree: AgreeResult | None = None
+
+    # ------------------------------------------------------------------ inputs
+
+    def _spec_dataset(self) -> Path | None:
+        """The dataset named by a run directory's spec (spec.resolved.toml), as readiness finds it."""
+        for s in self.sources.values():
+            if s.run_dir is not None:
+                found, _ = rundir.spec_paths(s.run_dir)
+                if found is not None:
+                    return found
+        return None
+
+    @property
+    def default_pair(self) -> tuple[str, str]:
+        """The pair `rfteval compare` picks: the baseline (`base`, else the first), then the first other label."""
+        base = rundir.baseline_label(self.labels)
+        others = [label for label in self.labels if label != base]
+        return base, (others[0] if others else base)
+
+    def pair(self, a: str | None, b: str | None) -> tuple[str, str]:
+        da, db = self.default_pair
+        a, b = a or da, b or (db if (a or da) != db else da)
+        for name, value in (("a", a), ("b", b)):
+            if value not in self.sources:
+                raise InputError(f"no model {value!r} here (models: {', '.join(self.labels)})", field=name)
+        return a, b
+
+    def dataset(self) -> dict[str, Item]:
+        """The dataset's items by id (read once; {} without a dataset)."""
+        with self._dataset_lock:  # its own lock: reading a large dataset must not hold up the other pages
+            if self._dataset is None:
+                if self._dataset_path is None:
+                    self._dataset = {}
+                else:
+                    from rfteval.data.dataset import load_dataset
+
+                    self._dataset = load_dataset(self._dataset_path, skip_invalid=True).by_id()
+            return self._dataset
+
+    def warm(self) -> None:
+        """Read what later pages need (the dataset, the output texts) ahead of them: run on a thread after open."""
+        self.dataset()
+        for s in self.sources.values():
+            s.samples.load_texts()
+
+    # ------------------------------------------------------------------ comparisons
+
+    def comparison(self, a: str, b: str) -> CompareResult:
+        """`rfteval compare` on the two labels' records: the same call, files, labels and dataset."""
+        key = (a, b)
+        with self._compute:  # one comparison at a time: two pages asking at once compute it once (memory)
+            with self._lock:
+                found = self._results.get(key)
+            if found is not None:
+                return found
+            return self._compare(a, b)
+
+    def _compare(self, a: str, b: str) -> CompareResult:
+        from rfteval.compare.paths import compare_paths
+
+        key = (a, b)
+        sa, sb = self.sources[a], self.sources[b]
+        o = self.options.compare
+        if self.options.by:
+            from dataclasses import replace
+
+            o = replace(o, by=self.options.by)
+        result = compare_paths(sa.path, sb.path, (sa.model_label or a, sb.model_label or b), o,
+                               self._dataset_path if o.by else None)
+        with self._lock:
+            self._results[key] = result
+        return result
+
+    def table(self, a: str, b: str) -> pd.DataFrame:
+        """The comparison's items (its own rows and order) with what the filters read: W/T/L over epoch pairs,
+        the gate's per-item drop test after Holm, the lowest-quarter membership, slice values, flags."""
+        import numpy as np
+
+        key = (a, b)
+        with self._lock:
+            found = self._tables.get(key)
+        if found is not None:
+            return found
+        result = self.comparison(a, b)
+        items = result.items.copy()
+        ids = items["item_id"].to_numpy()
+        wins, ties, losses = _epoch_wtl(result, ids)
+        items["epoch_wins"], items["epoch_ties"], items["epoch_losses"] = wins, ties, losses
+        check = _drop_check(result)
+        p = check.get("p_adjusted") or {}
+        items["drop_p_adjusted"] = [p.get(i, np.nan) for i in ids]
+        items["significant"] = items["item_id"].isin(set(check.get("flagged") or []))
+        items["hardest"] = _lowest_quarter(result)
+        with self._lock:
+            self._tables[key] = items
+            self._drop_warning = check.get("warning")
+        return items
+
+    def _truncated(self, label: str) -> set[str]:
+        return self.sources[label].samples.truncated_items()
+
+    def slice_values(self) -> dict[str, dict[str, str]]:
+        if not self.options.by or self._dataset_path is None:
+            return {}
+        from rfteval.compare.comparison import field_value
+
+        data = self.dataset()
+        return {name: {i: field_value(it.data, name) for i, it in data.items()} for name in self.options.by}
+
+    def filtered(self, a: str, b: str, filters: Sequence[str] = (), q: str = "",
+                 slice_: str | None = None) -> list[str]:
+        """The item ids of a filter and search, in the comparison's order (lowest delta first)."""
+        for f in filters:
+            if f not in FILTERS:
+                raise InputError(f"unknown filter {f!r} (filters: {', '.join(FILTERS)})", field="filter")
+        key = (a, b, tuple(filters), q, slice_)
+        with self._lock:
+            found = self._filtered.get(key)
+        if found is not None:
+            return found
+        t = self.table(a, b)
+        tie = self.comparison(a, b).options.tie
+        import numpy as np
+
+        mask = np.ones(len(t), dtype=bool)
+        d = t["delta"].to_numpy()
+        rules = {
+            "regressed": lambda: d < -tie, "improved": lambda: d > tie, "ties": lambda: np.abs(d) <= tie,
+            "significant": lambda: t["significant"].to_numpy(), "hardest": lambda: t["hardest"].to_numpy(),
+            "errors": lambda: (t["baseline_errors"] + t["candidate_errors"]).to_numpy() > 0,
+            "truncated": lambda: t["item_id"].isin(self._truncated(a) | self._truncated(b)).to_numpy(),
+            "judged": lambda: t["item_id"].isin(self.sources[a].samples.judged_items()
+                                                | self.sources[b].samples.judged_items()).to_numpy(),
+        }
+        for f in filters:
+            mask &= rules[f]()
+        if slice_:
+            name, _, value = slice_.partition("=")
+            values = self.slice_values().get(name)
+            if values is None:
+                raise InputError(f"no --by field {name!r} (fields: {', '.join(self.options.by) or 'none'})",
+                                 field="slice")
+            mask &= np.array([values.get(i, "(not in dataset)") == value for i in t["item_id"]], dtype=bool)
+        if q:
+            hits = self.search(a, b, q)
+            mask &= t["item_id"].isin(hits).to_numpy()
+        out = t["item_id"][mask].tolist()
+        with self._lock:
+            self._filtered[key] = out
+            while len(self._filtered) > 64:
+                self._filtered.pop(next(iter(self._filtered)))
+        return out
+
+    def search(self, a: str, b: str, q: str) -> set[str]:
+        """Items whose prompt, reference or other fields, or either model's outputs, hold `q` (any case)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        hits = self.sources[a].samples.matching(q) | self.sources[b].samples.matching(q)
+        ids, texts = self._item_texts()
+        if ids:
+            found = np.asarray(pc.fill_null(pc.match_substring(texts, q, ignore_case=True), False)
+                               .to_numpy(zero_copy_only=False), dtype=bool)
+            hits |= {ids[i] for i in np.flatnonzero(found).tolist()}
+        return hits
+
+    def _item_texts(self) -> tuple[list[str], object]:
+        import json
+
+        import pyarrow as pa
+
+        with self._lock:
+            if self._dataset_text is not None:
+                return self._dataset_text
+        data = self.dataset()
+        ids = list(data)
+        texts = pa.array([json.dumps(data[i].data, ensure_ascii=False) for i in ids], pa.string())
+        with self._lock:
+            self._dataset_text = (ids, texts)
+        return ids, texts
+
+    # ------------------------------------------------------------------ pages
+
+    def runs_page(self) -> Page:
+        """Runs: each model's side of its comparison with the baseline, pass@k, errors, truncation, readiness,
+        and each run directory's spec and summary (judge calls, tokens, cost)."""
+        base, first = self.default_pair
+        models = []
+        for label in self.labels:  # the baseline's side from its first comparison: no compare of it with itself
+            result = self.comparison(base, label if label != base else first)
+            side = result.candidate if label != base else result.baseline
+            pass_k = result.pass_k
+            row: Page = {"label": label, "side": json_safe(side), "file": str(self.sources[label].file)}
+            if pass_k is not None:
+                one, top = pass_k["pass_at_1"], pass_k["pass_at_n"]
+                side_of = (lambda r: r["candidate"]) if label != base else (lambda r: r["baseline"])
+                row["pass_k"] = json_safe({"n": pass_k["n"], "pass_at_1": side_of(one)["mean"],
+                                           "pass_at_n": side_of(top)["mean"]})
+            if label != base:
+                row["delta"] = json_safe(result.delta)
+                row["gate"] = json_safe(result.gate)
+            models.append(row)
+        runs = []
+        for run_dir in dict.fromkeys(s.run_dir for s in self.sources.values() if s.run_dir is not None):
+            runs.append(_run_info(run_dir))
+        return {"page": "runs", "labels": self.labels, "baseline": base, "models": models, "runs": runs,
+                "readiness": self._readiness_brief(base), "dataset": str(self._dataset_path or ""),
+                "agree": self.options.agree is not None,
+                "series": [str(d) for d in dict.fromkeys(s.run_dir for s in self.sources.values() if s.run_dir is not None
+                                                         and s.path == s.run_dir)][:1] if len(self.labels) > 1 else []}
+
+    def _readiness_brief(self, label: str) -> JSONValue:
+        from rfteval.compare.paths import baseline_readiness
+
+        a, b = self.default_pair
+        try:
+            found = baseline_readiness(self.comparison(a, b), self._dataset_path)
+        except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode (a lone surrogate)
+            return {"verdict": None, "why": f"readiness could not read the records ({exc.reason})"}
+        if found is None:
+            return {"verdict": None, "why": "fewer than 2 epochs per item"}
+        if found.report is None:
+            return {"verdict": None, "why": found.failed or f"{found.skipped_records} records: open the Readiness "
+                                                            "page to assess them"}
+        return {"verdict": found.report.verdict, "reasons": [c.message for c in found.report.reasons]}
+
+    def _summary(self, a: str, b: str) -> tuple[JSONObject, list[JSONObject]]:
+        """The pair's `compare --format json` without its items, and the summary table's rows (computed once)."""
+        from rfteval.report.terminal import summary_rows, verdict
+
+        key = ("summary", a, b)
+        with self._lock:
+            found = self._summaries.get(key)
+        if found is not None:
+            return found
+        result = self.comparison(a, b)
+        rows: list[JSONObject] = [{"name": name, **json_safe(dict(row)), "verdict": verdict(row["delta"])}
+                                  for name, row in summary_rows(result)]
+        out = (result.to_json(items=False), rows)
+        with self._lock:
+            self._summaries[key] = out
+        return out
+
+    def compare_page(self, a: str | None, b: str | None, filters: Sequence[str] = (), q: str = "",
+                     slice_: str | None = None, offset: int = 0, limit: int = PAGE_SIZE) -> Page:
+        """Compare: the summary (compare's JSON), then one page of the filtered items, lowest delta first."""
+        a, b = self.pair(a, b)
+        ids = self.filtered(a, b, filters, q, slice_)
+        limit = max(1, min(int(limit), MAX_PAGE))
+        offset = max(0, int(offset))
+        page_ids = ids[offset:offset + limit]
+        t = self.table(a, b).set_index("item_id", drop=False)
+        rows = t.loc[page_ids] if page_ids else t.iloc[:0]
+        by = self.slice_values()
+        full, summary = self._summary(a, b)
+        return {
+            "page": "compare", "a": a, "b": b, "labels": self.labels, "filters": list(filters), "q": q,
+            "slice": slice_ or "", "offset": offset, "limit": limit, "total": len(ids), "all_items": len(t),
+            "result": full, "summary": summary, "by": {k: sorted(set(v.values())) for k, v in by.items()},
+            "item_test": {"warning": getattr(self, "_drop_warning", None),
+                          "rule": "one-sided drop test over each item's epochs, Holm across every paired item "
+                                  "(compare's --max-item-drop test)"},
+            "items": [_item_row(r, by) for r in rows.to_dict("records")],
+        }
+
+    def item_page(self, item_id: str, a: str | None, b: str | None, filters: Sequence[str] = (), q: str = "",
+                  slice_: str | None = None) -> Page:
+        """Item: the prompt and the fields the grader sees, the comparison's row, each epoch's two samples,
+        and the previous and next items of the current filter."""
+        a, b = self.pair(a, b)
+        t = self.table(a, b)
+        rows = t[t["item_id"] == item_id]
+        ids = self.filtered(a, b, filters, q, slice_)
+        try:
+            at = ids.index(item_id)
+        except ValueError:
+            at = -1
+        item = self.dataset().get(item_id)
+        if rows.empty and item is None and not self.sources[a].samples.records(item_id) \
+                and not self.sources[b].samples.records(item_id):
+            raise InputError(f"no item {item_id!r} in these records", field="id")
+        data: JSONObject | None = dict(item.data) if item is not None else None
+        by = self.slice_values()
+        return {
+            "page": "item", "id": item_id, "a": a, "b": b, "labels": self.labels,
+            "row": _item_row(rows.to_dict("records")[0], by) if not rows.empty else None,
+            "item": {"messages": json_safe(data.get("messages")), "tools": json_safe(data.get("tools")),
+                     "fields": {k: json_safe(v) for k, v in data.items() if k not in ("messages", "tools")}}
+            if data is not None else None,
+            "position": at, "total": len(ids),
+            "prev": ids[at - 1] if at > 0 else None, "next": ids[at + 1] if 0 <= at < len(ids) - 1 else None,
+            "samples": {label: [_sample(r) for r in self.sources[label].samples.records(item_id)]
+                        for label in (a, b)},
+        }
+
+    def full_text(self, label: str, item_id: str, epoch: int, name: str) -> str:
+        """One whole text of one sample (an item page sends the first MAX_TEXT characters)."""
+        if label not in self.sources:
+            raise InputError(f"no model {label!r}", field="label")
+        for r in self.sources[label].samples.records(item_id):
+            if r.get("epoch") == epoch:
+                value = r.get(name)
+                return value if isinstance(value, str) else ""
+        raise InputError(f"no epoch {epoch} of item {item_id!r}", field="epoch")
+
+    def plot(self, a: str | None, b: str | None, name: str) -> str:
+        """One of compare --html's plots, drawn by its code (an image: no script can run in it)."""
+        from rfteval.report import html
+
+        a, b = self.pair(a, b)
+        drawers = {"scatter": html.scatter_svg, "deltas": html.forest_svg, "distributions": html.histogram_svg}
+        if name not in drawers:
+            raise InputError(f"no plot {name!r}", field="plot")
+        return drawers[name](self.comparison(a, b))
+
+    def series_page(self) -> Page:
+        """Series: a run directory's baseline against every checkpoint (compare_series), per item too."""
+        from rfteval.compare.series import compare_series
+
+        run = next((s.run_dir for s in self.sources.values() if s.run_dir is not None), None)
+        if run is None:
+            raise InputError("a series needs a run directory with 2 or more models", field="series")
+        series = compare_series(run, self.options.compare)
+        labels = [series.baseline["label"], *[c.label for c in series.candidates]]
+        per_item: dict[str, list[float | None]] = {}
+        first = series.candidates[0].result.items if series.candidates else None
+        if first is not None:
+            for i, v in zip(first["item_id"], first["baseline"]):
+                per_item[str(i)] = [float(v)] + [None] * len(series.candidates)
+        for k, c in enumerate(series.candidates, 1):
+            for i, v in zip(c.result.items["item_id"], c.result.items["candidate"]):
+                per_item.setdefault(str(i), [None] * len(labels))[k] = float(v)
+        rows = sorted(per_item.items(), key=lambda kv: (min((x for x in kv[1] if x is not None), default=0), kv[0]))
+        return {"page": "series", "run": str(run), "labels": labels, "series": series.to_json(),
+                "items": [{"item_id": i, "scores": json_safe(v)} for i, v in rows[:MAX_PAGE]],
+                "total": len(rows)}
+
+    def agree_page(self, limit: int = 200) -> Page:
+        """Agree: the samples two graders disagree on most, with both graders' details side by side."""
+        if self.options.agree is None:
+            raise InputError("open the viewer with --agree A B to compare two graders", field="--agree")
+        from rfteval.compare.agree import AgreeOptions, agree_paths
+
+        with self._lock:
+            result = self._agree
+        if result is None:
+            a, b = self.options.agree
+            result = agree_paths(a, b, AgreeOptions(top=limit))
+            with self._lock:
+                self._agree = result
+        rows = []
+        for row in result.items:
+            pair = {}
+            for name, path in zip(("a", "b"), self.options.agree):
+                file = path if path.is_file() else source_file(path, row["model_label"])
+                recs = SampleSource(file, row["model_label"]).records(row["item_id"])
+                match = [r for r in recs if r.get("epoch") == row["epoch"]]
+                pair[name] = _sample(match[0]) if match else None
+            rows.append({**json_safe(row), "samples": pair})
+        summary = result.to_json()
+        summary.pop("items", None)
+        return {"page": "agree", "summary": summary, "items": rows,
+                "paths": [str(p) for p in self.options.agree]}
+
+    def readiness_page(self, label: str | None) -> Page:
+        """Readiness of one model's records: `rfteval readiness`'s own call (assess_path, the grader and dataset
+        the run's spec names), its zero-signal items and each item's spread."""
+        from rfteval.readiness.paths import ReadinessRequest, assess_path
+
+        label = label or self.default_pair[0]
+        if label not in self.sources:
+            raise InputError(f"no model {label!r} here (models: {', '.join(self.labels)})", field="label")
+        s = self.sources[label]
+        try:
+            report = assess_path(ReadinessRequest(s.path, label=s.model_label if s.run_dir == s.path or
+                                                  len(_file_labels(s.file)) > 1 else None,
+                                                  dataset=self.options.dataset)).report
+        except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
+            raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
+        out = report.to_dict()
+        items = sorted(report.items, key=lambda it: (-(it.sd or 0.0), it.item_id))
+        out.pop("items", None)
+        return {"page": "readiness", "label": label, "labels": self.labels, "report": out,
+                "items": [json_safe({"item_id": it.item_id, "k": it.k, "mean": it.mean, "sd": it.sd,
+                                     "kind": it.kind, "grade_errors": it.n_grade_errors}) for it in items[:MAX_PAGE]],
+                "total": len(items)}
+
+
+def _item_row(r: dict[str, object], by: dict[str, dict[str, str]]) -> JSONObject:
+    """One row of the Compare page: compare's `items_json` fields, plus what the filters read."""
+    item_id = str(r["item_id"])
+    return json_safe({
+        "item_id": item_id, "baseline": r["baseline"], "candidate": r["candidate"], "delta": r["delta"],
+        "delta_ci95": [r["delta_lo"], r["delta_hi"]], "baseline_epochs": r["baseline_n"],
+        "candidate_epochs": r["candidate_n"], "baseline_errors": r["baseline_errors"],
+        "candidate_errors": r["candidate_errors"], "baseline_error": r.get("baseline_error"),
+        "candidate_error": r.get("candidate_error"),
+        "wtl": [r["epoch_wins"], r["epoch_ties"], r["epoch_losses"]], "drop_p_adjusted": r["drop_p_adjusted"],
+        "significant": bool(r["significant"]), "hardest": bool(r["hardest"]),
+        "slices": {name: values.get(item_id, "(not in dataset)") for name, values in by.items()},
+    })
+
+
+SAMPLE_FIELDS = ("epoch", "score", "passed", "sub_scores", "error", "usage", "latency_s", "finish_reason",
+                 "truncated_in_reasoning", "model", "cached")
+
+
+def _sample(r: JSONObject) -> JSONObject:
+    """One record for the Item page: its texts cut to MAX_TEXT, the rest as stored."""
+    out: JSONObject = {k: json_safe(r.get(k)) for k in SAMPLE_FIELDS if k in r}
+    for name in ("output_text", "reasoning_text", "grader_stdout"):
+        out[name] = _text(r.get(name))
+    out["output_json"] = json_safe(r.get("output_json"))
+    out["output_tools"] = json_safe(r.get("output_tools"))
+    out["grade_details"] = json_safe(r.get("grade_details"))
+    return out
+
+
+def _epoch_wtl(result: CompareResult, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per item, over every (baseline epoch, candidate epoch) pair of its used records: candidate higher, equal,
+    lower (ties within compare's --tie)."""
+    import numpy as np
+
+    n = len(ids)
+    wins, ties, losses = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    if result.baseline_records is None or result.candidate_records is None:
+        return wins, ties, losses
+    import pandas as pd
+
+    tie = result.options.tie
+    index = pd.Index(ids)
+    groups = []
+    for frame in (result.baseline_records, result.candidate_records):
+        code = index.get_indexer(frame["item_id"])  # -1: an unpaired item
+        ok = code >= 0
+        code, score = code[ok].astype(np.int64), frame["score"].to_numpy(np.float64)[ok]
+        order = np.argsort(code, kind="stable")
+        groups.append((code[order], score[order]))
+    (cb, sb), (cc, sc) = groups
+    kb, kc = np.bincount(cb, minlength=n), np.bincount(cc, minlength=n)
+    if len(kb) and (kb == kb[0]).all() and (kc == kc[0]).all() and kb[0] and kc[0]:  # one matrix for all
+        mb, mc = sb.reshape(n, kb[0]), sc.reshape(n, kc[0])
+        d = mc[:, None, :] - mb[:, :, None]
+        wins, ties = (d > tie).sum(axis=(1, 2)), (np.abs(d) <= tie).sum(axis=(1, 2))
+        losses = (d < -tie).sum(axis=(1, 2))
+        return wins, ties, losses
+    sb_start, sc_start = np.concatenate(([0], np.cumsum(kb))), np.concatenate(([0], np.cumsum(kc)))
+    for k in range(n):
+        d = sc[sc_start[k]:sc_start[k + 1]][None, :] - sb[sb_start[k]:sb_start[k + 1]][:, None]
+        wins[k], ties[k], losses[k] = (d > tie).sum(), (np.abs(d) <= tie).sum(), (d < -tie).sum()
+    return wins, ties, losses
+
+
+def _drop_check(result: CompareResult) -> GateCheck:
+    """The gate's per-item drop test (--max-item-drop 0): each item that dropped, Holm across every item."""
+    from dataclasses import replace
+
+    from rfteval.compare.gate import item_drop_check
+
+    gate = replace(result.options.gate, max_item_drop=0.0)
+    return item_drop_check(result, gate)
+
+
+def _lowest_quarter(result: CompareResult) -> np.ndarray:
+    """The items of the hardest slice's descriptive choice: the lowest quarter by baseline mean
+    (stats.select_lowest, compare's rule when the slice cannot be cross-fitted)."""
+    from rfteval.compare.comparison import HARDEST_FRACTION
+    from rfteval.stats.paired import select_lowest
+
+    return select_lowest(result.items["baseline"].to_numpy(), HARDEST_FRACTION, result.options.seed)
+
+
+def _run_info(run_dir: Path) -> JSONObject:
+    """A run directory's spec (spec.resolved.toml) and its summary's run-level parts (grader, judge, errors)."""
+    import json
+    import tomllib
+
+    out: JSONObject = {"dir": str(run_dir)}
+    try:
+        out["spec"] = json_safe(tomllib.loads((run_dir / rundir.RESOLVED_SPEC).read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        out["spec"] = None
+    try:
+        summary = json.loads((run_dir / rundir.SUMMARY).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        summary = None
+    if isinstance(summary, dict):
+        found = summary.get("models")
+        models = found if isinstance(found, dict) else {}
+        out["summary"] = json_safe({
+            "name": summary.get("name"), "grader": summary.get("grader"), "epochs": summary.get("epochs"),
+            "items": summary.get("items"), "complete": summary.get("complete"), "judge": summary.get("judge"),
+            "models": {k: {"errors": v.get("errors"), "tokens": v.get("tokens"), "cost_usd": v.get("cost_usd"),
+                           "pass_at_k": v.get("pass_at_k")} for k, v in models.items() if isinstance(v, dict)},
+        })
+    return out

@@ -1,0 +1,461 @@
+// rfteval view: the pages. Every number comes from the server (rfteval's compare library) or, in a bundle,
+// from the same JSON written to data.js; nothing here computes a statistic. All data enters the page as text
+// (textContent / text nodes): no innerHTML, no inline handler, no URL built from data.
+"use strict";
+
+const BUNDLE = window.RFTEVAL_BUNDLE || null;
+const HASHED = BUNDLE !== null || location.protocol === "file:";
+const FILTERS = ["regressed", "improved", "ties", "significant", "hardest", "errors", "truncated", "judged"];
+const FILTER_TEXT = {regressed: "regressed", improved: "improved", ties: "ties", significant: "significant drop (Holm)",
+  hardest: "lowest quarter by baseline mean", errors: "errors", truncated: "truncated in reasoning", judged: "grader details"};
+const BIDI = /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/g;
+
+// ------------------------------------------------------------------ DOM
+
+function h(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const kid of kids.flat(Infinity)) {
+    if (kid === null || kid === undefined || kid === false) continue;
+    e.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return e;
+}
+
+// A text from the data, with bidirectional controls shown as visible marks (they cannot reorder what follows)
+// and lone surrogates as U+FFFD.
+function shown(s) {
+  const raw = String(s);
+  const text = raw.toWellFormed ? raw.toWellFormed() : raw;  // a lone surrogate (not Unicode) shows as U+FFFD
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(BIDI)) {
+    out.push(text.slice(last, m.index));
+    out.push(h("span", {class: "bidi", title: "bidirectional control character"},
+      "\u27e8U+" + m[0].charCodeAt(0).toString(16).toUpperCase().padStart(4, "0") + "\u27e9"));
+    last = m.index + m[0].length;
+  }
+  out.push(text.slice(last));
+  return out;
+}
+
+function textBlock(value, more) {
+  if (value === null || value === undefined) return h("span", {class: "muted"}, "(none)");
+  if (typeof value === "object" && "omitted" in value) {
+    return h("div", {}, h("pre", {class: "text", dir: "ltr"}, shown(value.text)),
+      h("p", {class: "muted"}, value.omitted.toLocaleString() + " more characters not shown",
+        more ? [" \u2014 ", h("a", {href: more, target: "_blank", rel: "noopener noreferrer"}, "open the whole text")] : " (left out of the bundle)"));
+  }
+  return h("pre", {class: "text", dir: "ltr"}, shown(typeof value === "string" ? value : JSON.stringify(value, null, 2)));
+}
+
+function num(x, sign) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "\u2014";
+  const s = Number(x).toFixed(3);
+  return sign && x > 0 ? "+" + s : s;
+}
+function ci(pair, sign) {
+  if (!pair || pair[0] === null || pair[0] === undefined) return "";
+  return "[" + num(pair[0], sign) + ", " + num(pair[1], sign) + "]";
+}
+function pval(p) { return p === null || p === undefined ? "\u2014" : (p < 0.001 ? "<0.001" : Number(p).toFixed(3)); }
+function share(x) { return x === null || x === undefined ? "\u2014" : (100 * x).toFixed(1) + "%"; }
+function cls(d) { return d === null || d === undefined ? "" : d < 0 ? "down" : d > 0 ? "up" : ""; }
+function td(v, c) { return h("td", {class: c || ""}, v); }
+
+// ------------------------------------------------------------------ routes and data
+
+function route() {
+  if (HASHED) {
+    const raw = location.hash.slice(1) || "/compare";
+    const at = raw.indexOf("?");
+    return {path: at < 0 ? raw : raw.slice(0, at), params: new URLSearchParams(at < 0 ? "" : raw.slice(at + 1))};
+  }
+  return {path: location.pathname === "/" ? "/compare" : location.pathname, params: new URLSearchParams(location.search)};
+}
+
+function link(path, params) {
+  const clean = new URLSearchParams();
+  for (const [k, v] of Object.entries(params || {})) if (v !== null && v !== undefined && v !== "") clean.set(k, v);
+  const qs = clean.toString();
+  return (HASHED ? "#" : "") + path + (qs ? "?" + qs : "");
+}
+
+function go(path, params) {
+  const target = link(path, params);
+  if (HASHED) location.hash = target.slice(1); else location.href = target;
+}
+
+async function api(name, params) {
+  if (BUNDLE) return bundleApi(name, params);
+  const r = await fetch("/api/" + name + "?" + new URLSearchParams(params).toString());
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+function plotSrc(name, a, b) {
+  return BUNDLE ? "plots/" + name + ".svg" : "/api/plot/" + name + ".svg?" + new URLSearchParams({a, b}).toString();
+}
+
+function textLink(label, id, epoch, field) {
+  return BUNDLE ? null : "/api/text?" + new URLSearchParams({label, id, epoch, field}).toString();
+}
+
+// The bundle holds the pages' JSON as the server would send it; filters select among its rows by the flags
+// the server computed (flags), and a search looks through the texts the bundle carries.
+function bundleApi(name, params) {
+  const b = BUNDLE;
+  if (name === "runs") return b.runs;
+  if (name === "series" || name === "agree" || name === "readiness") {
+    if (!b[name]) throw new Error("this bundle has no " + name + " page (too many records, or nothing to show): rfteval view shows it");
+    return b[name];
+  }
+  const filters = (params.filter || "").split(",").filter(Boolean);
+  const q = (params.q || "").toLowerCase();
+  const rows = b.compare.items.filter(r => filters.every(f => r.flags.includes(f))
+    && (!params.slice || Object.entries(r.slices).some(([k, v]) => k + "=" + v === params.slice))
+    && (!q || (b.haystack[r.item_id] || "").includes(q)));
+  if (name === "compare") {
+    const offset = Number(params.offset || 0), limit = Number(params.limit || 100);
+    return Object.assign({}, b.compare, {filters, q: params.q || "", slice: params.slice || "", offset, limit,
+      total: rows.length, items: rows.slice(offset, offset + limit)});
+  }
+  if (name === "item") {
+    const page = b.items[params.id];
+    if (!page) throw new Error("item " + params.id + " is not in this bundle (" + b.left_out + ")");
+    const ids = rows.map(r => r.item_id), at = ids.indexOf(params.id);
+    return Object.assign({}, page, {position: at, total: ids.length, prev: at > 0 ? ids[at - 1] : null,
+      next: at >= 0 && at < ids.length - 1 ? ids[at + 1] : null});
+  }
+  throw new Error("unknown page " + name);
+}
+
+// ------------------------------------------------------------------ layout
+
+function nav(data, here) {
+  const draw = runs => {
+    const items = [["/runs", "Runs"], ["/compare", "Compare"]];
+    const has = name => !BUNDLE || Boolean(BUNDLE[name]);  // a bundle holds only some of the pages
+    if (runs && runs.series && runs.series.length && has("series")) items.push(["/series", "Series"]);
+    if (runs && runs.agree && has("agree")) items.push(["/agree", "Agree"]);
+    if (has("readiness")) items.push(["/readiness", "Readiness"]);
+    document.getElementById("nav").replaceChildren(...items.map(([p, t]) => h("a", {href: link(p, {}), class: p === here ? "here" : ""}, t)));
+  };
+  draw(BUNDLE ? BUNDLE.runs : data);
+  if (!BUNDLE && !data) api("runs", {}).then(draw, () => {});  // which pages this viewer has (Series, Agree)
+  document.getElementById("note").textContent = BUNDLE ? "static bundle: " + BUNDLE.left_out : "";
+}
+
+function setMain(...kids) { document.getElementById("main").replaceChildren(...kids.filter(k => k !== null && k !== undefined)); }
+
+let keyHandler = null;
+document.addEventListener("keydown", ev => {
+  if (!keyHandler || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  const t = ev.target;
+  if (t && (t.tagName === "INPUT" || t.tagName === "SELECT" || t.tagName === "TEXTAREA")) return;
+  keyHandler(ev);
+});
+
+async function render() {
+  const {path, params} = route();
+  keyHandler = null;
+  const p = Object.fromEntries(params.entries());
+  try {
+    if (path === "/runs") await runsPage();
+    else if (path === "/item") await itemPage(p);
+    else if (path === "/series") await seriesPage();
+    else if (path === "/agree") await agreePage();
+    else if (path === "/readiness") await readinessPage(p);
+    else await comparePage(p);
+  } catch (err) {
+    setMain(h("p", {class: "error"}, String(err.message || err)));
+  }
+}
+window.addEventListener("hashchange", render);
+document.addEventListener("DOMContentLoaded", render);
+
+// ------------------------------------------------------------------ Runs
+
+async function runsPage() {
+  const d = await api("runs", {});
+  nav(d, "/runs");
+  const head = h("tr", {}, ["model", "mean", "95% CI", "items", "records", "pass@1", "pass@N", "generation errors",
+    "scored 0 (grading errors, refusals)", "truncated in reasoning", "delta vs " + d.baseline, "p"].map(t => h("th", {}, t)));
+  const rows = d.models.map(m => {
+    const s = m.side, dl = m.delta;
+    return h("tr", {}, td(h("a", {href: link("/compare", {a: d.baseline, b: m.label})}, m.label)),
+      td(num(s.mean), "num"), td(ci(s.ci95), "num"), td(s.items, "num"), td(s.records, "num"),
+      td(m.pass_k ? num(m.pass_k.pass_at_1) : "\u2014", "num"),
+      td(m.pass_k ? num(m.pass_k.pass_at_n) + " (N=" + m.pass_k.n + ")" : "\u2014", "num"),
+      td(s.generation_errors + " (" + share(s.generation_error_share) + ")", "num"), td(s.scored_zero_errors, "num"),
+      td(share(s.truncated_in_reasoning_share), "num"),
+      td(dl ? num(dl.mean, true) + " " + ci(dl.ci95, true) : "baseline", dl ? "num " + cls(dl.mean) : "muted"),
+      td(dl ? pval(dl.p_adjusted) : "", "num"));
+  });
+  const parts = [h("h1", {}, "Runs"), h("table", {id: "models"}, h("thead", {}, head), h("tbody", {}, rows))];
+  const r = d.readiness || {};
+  parts.push(h("h2", {}, "Readiness of " + d.baseline),
+    h("p", {id: "readiness-verdict"}, r.verdict ? ["verdict: ", h("strong", {}, r.verdict), " \u2014 ", (r.reasons || []).join("; ")]
+      : "not assessed: " + (r.why || ""), " ", h("a", {href: link("/readiness", {label: d.baseline})}, "details")));
+  for (const run of d.runs) {
+    parts.push(h("h2", {}, "Run " + run.dir));
+    const sm = run.summary || {};
+    const kv = [["name", sm.name], ["grader", sm.grader ? JSON.stringify(sm.grader) : null], ["epochs", sm.epochs],
+      ["items", sm.items], ["complete", sm.complete], ["judge", sm.judge ? Object.entries(sm.judge).map(([m, u]) => m + ": " + u.calls + " calls (" + u.cache_hits + " from the cache, "
+      + u.errors + " errors), " + u.input_tokens + " input / " + u.output_tokens + " output tokens, cost "
+      + (u.cost_usd === null || u.cost_usd === undefined ? "unknown (no price for this model)" : "$" + u.cost_usd)).join("; ") : "no judge"]];
+    for (const [label, m] of Object.entries(sm.models || {})) {
+      kv.push(["errors of " + label, JSON.stringify(m.errors)], ["tokens of " + label, JSON.stringify(m.tokens)],
+        ["cost of " + label, m.cost_usd === null ? "unknown" : "$" + m.cost_usd]);
+    }
+    parts.push(h("table", {class: "kv"}, kv.filter(([, v]) => v !== undefined && v !== null)
+      .map(([k, v]) => h("tr", {}, h("th", {}, k), td(String(v))))));
+    if (run.spec) parts.push(h("details", {}, h("summary", {}, "the run's spec (spec.resolved.toml)"),
+      textBlock(JSON.stringify(run.spec, null, 2))));
+  }
+  setMain(...parts);
+}
+
+// ------------------------------------------------------------------ Compare
+
+function pairPicker(d, path, extra) {
+  const sel = (name, value) => h("select", {name, onchange: ev => go(path, Object.assign({}, extra,
+    {a: name === "a" ? ev.target.value : d.a, b: name === "b" ? ev.target.value : d.b}))},
+    d.labels.map(l => h("option", {value: l, selected: l === value}, l)));
+  return h("span", {}, "baseline ", sel("a", d.a), " candidate ", sel("b", d.b));
+}
+
+async function comparePage(p) {
+  const d = await api("compare", p);
+  nav(null, "/compare");
+  const res = d.result, state = {a: d.a, b: d.b, filter: d.filters.join(","), q: d.q, slice: d.slice};
+  const sumHead = h("tr", {}, ["", "items", d.a, "95% CI", d.b, "95% CI", "delta", "95% CI", "p (Holm)", "W/T/L", "verdict"]
+    .map(t => h("th", {}, t)));
+  const sumRows = d.summary.map(r => h("tr", {}, td(r.name), td(r.items, "num"), td(num(r.baseline.mean), "num"),
+    td(ci(r.baseline.ci95), "num"), td(num(r.candidate.mean), "num"), td(ci(r.candidate.ci95), "num"),
+    td(num(r.delta.mean, true), "num " + cls(r.delta.mean)), td(ci(r.delta.ci95, true), "num"),
+    td(pval(r.delta.p_adjusted), "num"), td(r.delta.wins + "/" + r.delta.ties + "/" + r.delta.losses, "num"), td(r.verdict || "")));
+  const gate = res.gate && res.gate.checks && res.gate.checks.length
+    ? h("p", {}, "gate: ", h("strong", {class: res.gate.passed ? "up" : "down"}, res.gate.passed ? "passed" : "failed"),
+      res.gate.failures.map(f => [" \u2014 ", f])) : null;
+  const boxes = FILTERS.map(f => h("label", {}, h("input", {type: "checkbox", name: "filter", value: f,
+    checked: d.filters.includes(f), onchange: () => submit()}), " " + FILTER_TEXT[f]));
+  const sliceSel = Object.keys(d.by).length ? h("select", {name: "slice", onchange: () => submit()},
+    h("option", {value: ""}, "any slice"),
+    Object.entries(d.by).map(([k, vs]) => vs.map(v => h("option", {value: k + "=" + v, selected: d.slice === k + "=" + v}, k + " = " + v)))) : null;
+  const search = h("input", {type: "search", name: "q", value: d.q, placeholder: "search prompt, reference, outputs", size: 34});
+  const form = h("form", {class: "filters", id: "filters", onsubmit: ev => { ev.preventDefault(); submit(); }},
+    boxes, sliceSel, search, h("button", {type: "submit"}, "search"));
+  function submit() {
+    const f = [...form.querySelectorAll("input[name=filter]:checked")].map(x => x.value).join(",");
+    go("/compare", {a: d.a, b: d.b, filter: f, q: search.value, slice: sliceSel ? sliceSel.value : ""});
+  }
+  const bys = Object.keys(d.by);
+  const head = h("tr", {}, ["#", "item", d.a, d.b, "delta", "95% CI (item)", "W/T/L epochs", "drop p (Holm)", ...bys, "flags"]
+    .map(t => h("th", {}, t)));
+  const rows = d.items.map((r, i) => h("tr", {"data-id": r.item_id},
+    td(d.offset + i + 1, "num"), td(h("a", {href: link("/item", Object.assign({id: r.item_id}, state))}, shown(r.item_id))),
+    td(num(r.baseline), "num"), td(num(r.candidate), "num"), td(num(r.delta, true), "num " + cls(r.delta)),
+    td(ci(r.delta_ci95, true), "num"), td(r.wtl.join("/"), "num"), td(pval(r.drop_p_adjusted), "num"),
+    bys.map(k => td(shown(r.slices[k]))),
+    td([r.significant ? "significant drop " : "", r.hardest ? "hardest " : "",
+      r.baseline_errors + r.candidate_errors ? "errors: " + r.baseline_errors + "+" + r.candidate_errors : ""].join(""))));
+  const tbody = h("tbody", {}, rows);
+  const pager = h("div", {class: "pager"},
+    h("span", {id: "count"}, d.total + " of " + d.all_items + " items" + (d.total ? " (" + (d.offset + 1) + "\u2013" + Math.min(d.total, d.offset + d.limit) + " shown)" : "")
+      + (BUNDLE && BUNDLE.compare.items.length < d.all_items ? "; filters and search look at the " + BUNDLE.compare.items.length + " in this bundle" : "")),
+    d.offset > 0 ? h("a", {href: link("/compare", Object.assign({}, state, {offset: Math.max(0, d.offset - d.limit)}))}, "\u2190 previous page") : null,
+    d.offset + d.limit < d.total ? h("a", {href: link("/compare", Object.assign({}, state, {offset: d.offset + d.limit}))}, "next page \u2192") : null,
+    h("span", {class: "keys"}, "keys: j/k or \u2193/\u2191 move, Enter opens, / searches"));
+  const notes = (res.notes || []).map(n => h("li", {}, n));
+  setMain(h("h1", {}, "Compare ", d.a, " \u2192 ", d.b), h("p", {}, pairPicker(d, "/compare", {})),
+    h("table", {id: "summary"}, h("thead", {}, sumHead), h("tbody", {}, sumRows)), gate,
+    notes.length ? h("ul", {class: "muted"}, notes) : null,
+    h("details", {open: true}, h("summary", {}, "plots (compare --html's)"),
+      h("div", {class: "plots"}, ["scatter", "deltas", "distributions"].map(n => h("img", {src: plotSrc(n, d.a, d.b), alt: n + " plot"})))),
+    h("h2", {}, "Items, lowest delta first"), form, pager,
+    d.item_test && d.item_test.warning ? h("p", {class: "muted"}, "per-item test: ", d.item_test.warning) : null,
+    h("table", {id: "items"}, h("thead", {}, head), tbody));
+  let sel = -1;
+  const trs = [...tbody.children];
+  const mark = i => { trs.forEach(t => t.classList.remove("sel")); sel = i; if (trs[i]) { trs[i].classList.add("sel"); trs[i].scrollIntoView({block: "nearest"}); } };
+  keyHandler = ev => {
+    if (ev.key === "j" || ev.key === "ArrowDown") { mark(Math.min(trs.length - 1, sel + 1)); ev.preventDefault(); }
+    else if (ev.key === "k" || ev.key === "ArrowUp") { mark(Math.max(0, sel - 1)); ev.preventDefault(); }
+    else if (ev.key === "Enter" && trs[sel]) go("/item", Object.assign({id: trs[sel].dataset.id}, state));
+    else if (ev.key === "/") { search.focus(); ev.preventDefault(); }
+  };
+}
+
+// ------------------------------------------------------------------ Item
+
+function message(m) {
+  if (!m || typeof m !== "object") return h("div", {class: "msg"}, textBlock(m));
+  const content = m.content;
+  return h("div", {class: "msg"}, h("div", {class: "role"}, shown(m.role || "?")),
+    typeof content === "string" ? textBlock(content) : textBlock(JSON.stringify(content, null, 2)),
+    m.tool_calls ? textBlock(JSON.stringify(m.tool_calls, null, 2)) : null);
+}
+
+function details(gd) {
+  if (gd === null || gd === undefined) return null;
+  const parts = [];
+  if (typeof gd === "object" && !Array.isArray(gd)) {
+    if (Array.isArray(gd.steps)) {
+      parts.push(h("div", {class: "steps"}, h("strong", {}, "judge steps"),
+        h("ol", {}, gd.steps.map(s => h("li", {}, typeof s === "string" ? shown(s)
+          : Object.entries(s).map(([k, v]) => h("div", {}, h("span", {class: "muted"}, k + ": "), shown(typeof v === "string" ? v : JSON.stringify(v)))))))));
+    }
+    for (const key of ["result", "label", "explanation", "reasoning"]) {
+      if (key in gd) parts.push(h("div", {class: "gd-" + key}, h("strong", {}, key + ": "), shown(typeof gd[key] === "string" ? gd[key] : JSON.stringify(gd[key]))));
+    }
+  }
+  parts.push(h("details", {}, h("summary", {}, "all grader details"), textBlock(JSON.stringify(gd, null, 2))));
+  return h("div", {class: "grade-details"}, parts);
+}
+
+function sampleCard(s, label, side, id) {
+  if (!s) return h("div", {class: "sample " + side}, h("p", {class: "muted"}, "no record"));
+  const u = s.usage || {};
+  const meta = h("div", {class: "meta"}, h("strong", {}, label + " \u00b7 epoch " + s.epoch),
+    h("span", {}, "score ", h("strong", {class: "score"}, num(s.score))),
+    s.passed !== null && s.passed !== undefined ? h("span", {}, "passed: " + s.passed) : null,
+    h("span", {}, "tokens " + [u.input_tokens, u.output_tokens, u.reasoning_tokens].map(x => x ?? "\u2014").join(" / ")),
+    s.latency_s !== null && s.latency_s !== undefined ? h("span", {}, "latency " + Number(s.latency_s).toFixed(2) + " s") : null,
+    s.finish_reason ? h("span", {}, "finish: ", shown(s.finish_reason)) : null,
+    s.truncated_in_reasoning ? h("span", {class: "error"}, "truncated in reasoning") : null);
+  const err = s.error ? h("p", {class: "error"}, "error (" + shown(s.error.stage || "?") + "/", shown(s.error.type || "?"), "): ", shown(s.error.message || "")) : null;
+  const subs = s.sub_scores && Object.keys(s.sub_scores).length ? h("table", {class: "subs"},
+    Object.entries(s.sub_scores).map(([k, v]) => h("tr", {}, td(shown(k)), td(num(v), "num")))) : null;
+  return h("div", {class: "sample " + side},
+    meta, err, h("div", {class: "output"}, textBlock(s.output_text, textLink(label, id, s.epoch, "output_text"))),
+    s.output_json !== null && s.output_json !== undefined ? h("details", {}, h("summary", {}, "output_json"), textBlock(JSON.stringify(s.output_json, null, 2))) : null,
+    s.output_tools ? h("details", {}, h("summary", {}, "tool calls"), textBlock(JSON.stringify(s.output_tools, null, 2))) : null,
+    s.reasoning_text ? h("details", {class: "reasoning"}, h("summary", {}, "reasoning (folded)"), textBlock(s.reasoning_text, textLink(label, id, s.epoch, "reasoning_text"))) : null,
+    subs, details(s.grade_details),
+    s.grader_stdout ? h("details", {open: true}, h("summary", {}, "grader stdout"), textBlock(s.grader_stdout, textLink(label, id, s.epoch, "grader_stdout"))) : null);
+}
+
+function plain(v) { return v === null || v === undefined ? "" : typeof v === "string" ? v : typeof v === "object" && "text" in v ? v.text : JSON.stringify(v); }
+
+// Word-level diff (longest common subsequence over words and spaces); long texts are cut to keep it quick.
+function wordDiff(a, b) {
+  const MAX = 2500;
+  const wa = a.split(/(\s+)/).slice(0, MAX), wb = b.split(/(\s+)/).slice(0, MAX);
+  const n = wa.length, m = wb.length, dp = new Uint32Array((n + 1) * (m + 1));
+  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
+    dp[i * (m + 1) + j] = wa[i] === wb[j] ? dp[(i + 1) * (m + 1) + j + 1] + 1 : Math.max(dp[(i + 1) * (m + 1) + j], dp[i * (m + 1) + j + 1]);
+  const out = [];
+  let i = 0, j = 0;
+  while (i < n && j < m) {
+    if (wa[i] === wb[j]) { out.push(shown(wa[i])); i++; j++; }
+    else if (dp[(i + 1) * (m + 1) + j] >= dp[i * (m + 1) + j + 1]) out.push(h("del", {}, shown(wa[i++])));
+    else out.push(h("ins", {}, shown(wb[j++])));
+  }
+  while (i < n) out.push(h("del", {}, shown(wa[i++])));
+  while (j < m) out.push(h("ins", {}, shown(wb[j++])));
+  const cut = a.split(/(\s+)/).length > MAX || b.split(/(\s+)/).length > MAX;
+  return [h("pre", {class: "text diff", dir: "ltr"}, out), cut ? h("p", {class: "muted"}, "diff of the first " + MAX + " words and spaces of each") : null];
+}
+
+async function itemPage(p) {
+  const d = await api("item", p);
+  nav(null, "/item");
+  const state = {a: d.a, b: d.b, filter: p.filter, q: p.q, slice: p.slice};
+  const r = d.row;
+  const parts = [h("p", {}, h("a", {href: link("/compare", state)}, "\u2190 back to the list"), "  ",
+    d.position >= 0 ? "item " + (d.position + 1) + " of " + d.total + " in this filter  " : "(not in the current filter)  ",
+    d.prev ? h("a", {id: "prev", href: link("/item", Object.assign({id: d.prev}, state))}, "\u2190 previous (p)") : null, "  ",
+    d.next ? h("a", {id: "next", href: link("/item", Object.assign({id: d.next}, state))}, "next (n) \u2192") : null),
+    h("h1", {}, "Item ", shown(d.id))];
+  if (r) parts.push(h("table", {id: "item-row"}, h("tr", {}, ["", d.a, d.b, "delta", "95% CI", "W/T/L epochs", "drop p (Holm)"].map(t => h("th", {}, t))),
+    h("tr", {}, td("mean over epochs"), td(num(r.baseline), "num"), td(num(r.candidate), "num"), td(num(r.delta, true), "num " + cls(r.delta)),
+      td(ci(r.delta_ci95, true), "num"), td(r.wtl.join("/"), "num"), td(pval(r.drop_p_adjusted), "num"))));
+  if (d.item) {
+    parts.push(h("h2", {}, "Prompt, as the model saw it"), h("div", {id: "prompt"}, (d.item.messages || []).map(message)));
+    if (d.item.tools) parts.push(h("details", {}, h("summary", {}, "tools"), textBlock(JSON.stringify(d.item.tools, null, 2))));
+    parts.push(h("h2", {}, "Reference and other item fields"), h("table", {class: "kv", id: "fields"},
+      Object.entries(d.item.fields).map(([k, v]) => h("tr", {}, h("th", {}, shown(k)), td(textBlock(v))))));
+  } else parts.push(h("p", {class: "muted"}, "the dataset is not known here (give --dataset): prompt and reference not shown"));
+  const sa = d.samples[d.a] || [], sb = d.samples[d.b] || [];
+  const epochs = [...new Set([...sa, ...sb].map(s => s.epoch))].sort((x, y) => x - y);
+  parts.push(h("h2", {id: "samples"}, "Samples: " + d.a + " | " + d.b + (r ? "  (item mean " + num(r.baseline) + " \u2192 " + num(r.candidate) + ", delta " + num(r.delta, true) + ")" : "")));
+  for (const e of epochs) {
+    parts.push(h("div", {class: "pair", "data-epoch": e}, sampleCard(sa.find(s => s.epoch === e), d.a, "base", d.id),
+      sampleCard(sb.find(s => s.epoch === e), d.b, "cand", d.id)));
+  }
+  const all = [...sa.map(s => [d.a, s]), ...sb.map(s => [d.b, s])];
+  if (all.length >= 2) {
+    const opt = (i, pick) => h("option", {value: i, selected: i === pick}, all[i][0] + " epoch " + all[i][1].epoch);
+    const left = h("select", {id: "diff-a"}, all.map((_, i) => opt(i, 0)));
+    const right = h("select", {id: "diff-b"}, all.map((_, i) => opt(i, sa.length < all.length ? sa.length : 1)));
+    const out = h("div", {id: "diff"});
+    const draw = () => out.replaceChildren(...wordDiff(plain(all[left.value][1].output_text), plain(all[right.value][1].output_text)).filter(Boolean));
+    left.addEventListener("change", draw); right.addEventListener("change", draw);
+    parts.push(h("h2", {}, "Word diff"), h("p", {}, left, " against ", right), out);
+    draw();
+  }
+  setMain(...parts);
+  keyHandler = ev => {
+    if ((ev.key === "n" || ev.key === "ArrowRight" || ev.key === "j") && d.next) go("/item", Object.assign({id: d.next}, state));
+    else if ((ev.key === "p" || ev.key === "ArrowLeft" || ev.key === "k") && d.prev) go("/item", Object.assign({id: d.prev}, state));
+    else if (ev.key === "u" || ev.key === "Escape") go("/compare", state);
+  };
+}
+
+// ------------------------------------------------------------------ Series, Agree, Readiness
+
+async function seriesPage() {
+  const d = await api("series", {});
+  nav(null, "/series");
+  const cands = d.series.candidates;
+  const head = h("tr", {}, ["model", "mean", "95% CI", "delta", "95% CI", "p (Holm across candidates)", "verdict"].map(t => h("th", {}, t)));
+  const rows = [h("tr", {}, td(d.series.baseline.label + " (baseline)"), td(num(d.series.baseline.mean), "num"), td(ci(d.series.baseline.ci95), "num"), td(""), td(""), td(""), td(""))]
+    .concat(cands.map(c => h("tr", {}, td(h("a", {href: link("/compare", {a: d.series.baseline.label, b: c.label})}, c.label)), td(num(c.mean), "num"), td(ci(c.ci95), "num"),
+      td(num(c.delta.mean, true), "num " + cls(c.delta.mean)), td(ci(c.delta.ci95, true), "num"), td(pval(c.p_adjusted), "num"), td(c.verdict))));
+  const ihead = h("tr", {}, [h("th", {}, "item"), ...d.labels.map(l => h("th", {}, l))]);
+  const irows = d.items.map(r => h("tr", {}, td(h("a", {href: link("/item", {id: r.item_id, a: d.labels[0], b: d.labels[d.labels.length - 1]})}, shown(r.item_id))),
+    r.scores.map(s => td(num(s), "num"))));
+  setMain(h("h1", {}, "Series: " + d.run), h("table", {id: "series"}, head, rows),
+    h("h2", {}, "Per item, the mean score at each checkpoint (" + d.items.length + " of " + d.total + ", lowest first)"),
+    h("table", {id: "series-items"}, ihead, irows));
+}
+
+async function agreePage() {
+  const d = await api("agree", {});
+  nav(null, "/agree");
+  const s = d.summary;
+  const kv = [["samples", s.n_samples], ["items", s.n_items], ["pearson", num(s.pearson && s.pearson.value !== undefined ? s.pearson.value : s.pearson)],
+    ["bias (B \u2212 A)", JSON.stringify(s.bias)], ["mean absolute difference", JSON.stringify(s.mae)]];
+  const rows = d.items.map(r => h("tbody", {}, h("tr", {}, td(shown(r.item_id)), td(r.n, "num"), td(num(r.a_mean), "num"), td(num(r.b_mean), "num"),
+    td(num(r.diff, true), "num " + cls(r.diff)), td(shown(r.model_label) , ""), td(r.epoch, "num"), td(num(r.a_score), "num"), td(num(r.b_score), "num")),
+    h("tr", {}, h("td", {colspan: 9}, h("details", {}, h("summary", {}, "both graders on this sample"),
+      h("div", {class: "pair"}, sampleCard(r.samples.a, "A: " + d.paths[0], "base", r.item_id), sampleCard(r.samples.b, "B: " + d.paths[1], "cand", r.item_id)))))));
+  setMain(h("h1", {}, "Agree: A " + d.paths[0] + " \u00b7 B " + d.paths[1]), h("table", {class: "kv"}, kv.map(([k, v]) => h("tr", {}, h("th", {}, k), td(String(v))))),
+    h("h2", {}, "Where the two graders disagree most"),
+    h("table", {id: "agree-items"}, h("thead", {}, h("tr", {}, ["item", "samples", "A mean", "B mean", "B \u2212 A", "model", "epoch", "A", "B"].map(t => h("th", {}, t)))), rows));
+}
+
+async function readinessPage(p) {
+  const d = await api("readiness", p);
+  nav(null, "/readiness");
+  const r = d.report;
+  const only = p.kind || "";
+  const items = d.items.filter(it => !only || it.kind === only);
+  const picker = h("select", {onchange: ev => go("/readiness", {label: ev.target.value, kind: only})}, d.labels.map(l => h("option", {value: l, selected: l === d.label}, l)));
+  const kinds = h("select", {onchange: ev => go("/readiness", {label: d.label, kind: ev.target.value})},
+    [["", "every item"], ["floor", "all at the minimum (zero signal)"], ["ceiling", "all at the maximum (zero signal)"], ["mixed", "mixed"]]
+      .map(([v, t]) => h("option", {value: v, selected: v === only}, t)));
+  setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, r.verdict)),
+    h("table", {id: "checks"}, h("tr", {}, ["check", "status", "value", "threshold", "why"].map(t => h("th", {}, t))),
+      r.checks.map(c => h("tr", {}, td(c.name), td(c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
+    h("h2", {}, "Items by score spread (" + items.length + " shown of " + d.total + ")"), h("p", {}, kinds),
+    h("table", {id: "readiness-items"}, h("tr", {}, ["item", "samples", "mean", "sd", "kind"].map(t => h("th", {}, t))),
+      items.map(it => h("tr", {}, td(h("a", {href: link("/item", {id: it.item_id})}, shown(it.item_id))), td(it.k, "num"), td(num(it.mean), "num"), td(num(it.sd), "num"), td(it.kind || "")))));
+}
