@@ -41,7 +41,7 @@ def rfteval_imports(source: str) -> list[tuple[str, str | None]]:
 
 
 def test_the_docs_have_python_examples() -> None:
-    assert len(python_blocks()) >= 4 and all(rfteval_imports(src) or "rfteval" in src for _, _, src in python_blocks())
+    assert sum(1 for _, _, src in python_blocks() if rfteval_imports(src)) >= 4  # the parser finds the imports
 
 
 @pytest.mark.parametrize(("doc", "line", "source"), python_blocks(), ids=lambda v: str(v)[:24])
