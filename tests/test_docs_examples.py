@@ -41,7 +41,7 @@ def rfteval_imports(source: str) -> list[tuple[str, str | None]]:
 
 
 def test_the_docs_have_python_examples() -> None:
-    assert sum(1 for _, _, src in python_blocks() if rfteval_imports(src)) >= 4  # the parser finds the imports
+    assert sum(1 for _, _, src in python_blocks() if rfteval_imports(src)) >= 3  # the parser finds the imports (README, judges.md, readiness.md)
 
 
 @pytest.mark.parametrize(("doc", "line", "source"), python_blocks(), ids=lambda v: str(v)[:24])
