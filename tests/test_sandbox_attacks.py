@@ -475,7 +475,7 @@ def test_an_oom_kill_is_a_memory_error_naming_the_limit() -> None:
 
 def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Path) -> None:
     grader = tmp_path / "g.json"
-    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return 1.0\n"}))
+    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return float(bool(s))\n"}))
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "q"}],
                                 "reference_answer": "x"}) + "\n")

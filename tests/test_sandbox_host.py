@@ -178,7 +178,7 @@ def test_the_cli_refuses_in_one_line_naming_the_cause(cause: str, tmp_path: Path
     if cause == "no-cgroup" and os.getuid() != 0:
         pytest.skip("only root needs a cgroup to run python graders")
     grader = tmp_path / "g.json"
-    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return 1.0\n"}))
+    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return float(bool(s))\n"}))
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "q"}],
                                 "reference_answer": "x"}) + "\n")
