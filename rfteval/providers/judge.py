@@ -233,7 +233,8 @@ class Judge:
         return self._run(self._complete_all(list(requests), current_repeat()))
 
     def usage(self) -> dict[str, dict[str, int | None]]:
-        """Per judge model: calls sent, cache hits, errors and tokens; cached answers cost no tokens."""
+        """Per judge model: calls sent, cache hits (an answer shared with an identical call in flight is one), errors
+        and tokens; cached answers cost no tokens."""
         with self._lock:
             return copy.deepcopy(self._usage)
 
@@ -305,6 +306,8 @@ class Judge:
         pending = self._inflight.get(key)
         if pending is not None:
             self._bump("shared")
+            # not paid twice, like a cache hit: counted as one, so calls + cached is every grade asked of the judge
+            self._count(request.model, "cache_hits")
             return await asyncio.shield(pending)
         future: asyncio.Future[JudgeAnswer] = self._loop.create_future()
         self._inflight[key] = future
