@@ -450,6 +450,7 @@ class AgreeResult:
     paired: pd.DataFrame  # the matched samples: key, score_a, score_b
     errors: ErrorReport
     usage: dict[str, JudgeUsage] = field(default_factory=dict)
+    scale_note: str | None = None  # B's grades mapped onto A's range (the two graders' ranges differ)
 
     def to_json(self) -> JSONObject:
         p = self.pass_
@@ -467,7 +468,8 @@ class AgreeResult:
                   "score_range": list(self.b.score_range) if self.b.score_range else None},
             "n_samples": s["n_samples"], "n_items": s["n_items"], "unmatched": self.unmatched,
             "pearson": s["pearson"], "spearman": s["spearman"], "bias": s["bias"], "mae": s["mae"], "loa": s["loa"],
-            "pass": pass_json, "pass_note": self.pass_note, "labels": self.labels, "items": self.items,
+            "pass": pass_json, "pass_note": self.pass_note, "scale_note": self.scale_note, "labels": self.labels,
+            "items": self.items,
             "errors": self.errors, "verdict": self.verdict, "gate": self.gate, "judge": self.usage or None,
         })
 
@@ -535,6 +537,15 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
         frame["score"] = effective_scores(side.frame, o.errors, exclude_errors=o.errors == "exclude").to_numpy()
         if col is not None:
             frame["pass"] = col
+    scale_note, range_b = None, b.score_range
+    if a.score_range is not None and b.score_range is not None and tuple(a.score_range) != tuple(b.score_range):
+        # a 0..10 judge against a 0..1 one: B − A on the raw scores is the scales' gap, not a disagreement, so B's
+        # grades are mapped linearly onto A's range (Pearson, Spearman and kappa do not change)
+        (alo, ahi), (blo, bhi) = a.score_range, b.score_range
+        fb["score"] = alo + (fb["score"] - blo) * ((ahi - alo) / (bhi - blo))
+        range_b = a.score_range
+        scale_note = (f"B's range [{_num(blo)}, {_num(bhi)}] differs from A's [{_num(alo)}, {_num(ahi)}]: B's grades "
+                      f"are mapped linearly onto A's range, so bias, |B − A| and the deltas are in A's units")
     merged = fa.merge(fb, on=KEY, suffixes=("_a", "_b"), how="inner", sort=False)
     unmatched = _unmatched(fa, fb, merged)
     if merged.empty:
@@ -553,9 +564,9 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     sa, sb = merged["score_a"].to_numpy(np.float64), merged["score_b"].to_numpy(np.float64)
     items = merged["item_id"].to_numpy()
     scores = agreement.score_agreement(sa, sb, items, o.level, o.seed)
-    if a.score_range is not None and b.score_range is not None:  # B − A can lie only within these
+    if a.score_range is not None and range_b is not None:  # B − A can lie only within these
         lo, hi = scores["bias"]["ci95"]
-        bounds = (b.score_range[0] - a.score_range[1], b.score_range[1] - a.score_range[0])
+        bounds = (range_b[0] - a.score_range[1], range_b[1] - a.score_range[0])
         scores["bias"]["ci95"] = list(stats.clip_interval(lo, hi, bounds))
     thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
                   "b": o.pass_threshold if o.pass_threshold is not None else grader_threshold(b.grader)}
@@ -573,12 +584,16 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     if la.notna().all() and lb.notna().all():
         labels = agreement.label_agreement(la.tolist(), lb.tolist(), items, level=o.level, seed=o.seed)
     item_rows, diffs = _items(merged, o.top)
-    verdict = _verdict(merged, o, a.score_range, b.score_range)
+    verdict = _verdict(merged, o, a.score_range, range_b)
     result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
                          {"passed": True, "failures": [], "warnings": [], "checks": []},
-                         merged[[*KEY, "score_a", "score_b"]], errors)
+                         merged[[*KEY, "score_a", "score_b"]], errors, scale_note=scale_note)
     result.gate = evaluate_agree_gate(result, o.gate, o.level)
     return result
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
 
 
 def _error_text(errors: ErrorReport) -> str:

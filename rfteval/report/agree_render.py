@@ -110,8 +110,9 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
     console.print(t)
     for line in error_lines(result):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    if result.pass_note:
-        console.print(f"note: {result.pass_note}", markup=False, highlight=False, soft_wrap=True)
+    for note in (result.scale_note, result.pass_note):
+        if note:
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     u = result.unmatched
     for side, first, count in (("A", u["a_only_first"], u["a_only"]), ("B", u["b_only_first"], u["b_only"])):
         if first:
@@ -284,7 +285,8 @@ def render_html(result: AgreeResult) -> str:
                         "</tr>" for m, u in result.usage.items())
         usage = ("<h2>Judge usage</h2><table><thead><tr><th>model</th><th>calls</th><th>cached</th><th>tokens in"
                  f"</th><th>tokens out</th><th>cost</th></tr></thead><tbody>{urows}</tbody></table>")
-    notes = "".join(f'<p class="muted">{escape(line)}</p>' for line in error_lines(result))
+    notes = "".join(f'<p class="muted">{escape(line)}</p>' for line in
+                    [*error_lines(result), *([f"note: {result.scale_note}"] if result.scale_note else [])])
     return f"""<p class="muted">A: {escape(result.a.path)} · B: {escape(result.b.path)}</p>
 {gate_html}{notes}
 <table id="summary"><tbody>{rows}</tbody></table>
