@@ -252,6 +252,7 @@ class FormatCheck:
     items: int = 0
     system_lines: list[int] = field(default_factory=list)
     no_reference_lines: list[int] = field(default_factory=list)
+    not_user_last: dict[str, list[int]] = field(default_factory=dict)  # the last role (tool, ...) → lines
     _more: int = 0
 
     def add(self, item: Item) -> None:
@@ -267,6 +268,9 @@ class FormatCheck:
                     "anyway", self.path, item.line, f"messages[{last}].role"))
             else:
                 self._more += 1
+        role = messages[-1].get("role") if messages else None
+        if isinstance(role, str) and role not in ("user", "assistant"):  # assistant: the error above
+            self.not_user_last.setdefault(role, []).append(item.line)
         if any(m.get("role") == "system" for m in messages):
             self.system_lines.append(item.line)
         fields = set(item.data) - RESERVED_KEYS
@@ -289,6 +293,10 @@ class FormatCheck:
             n = len(self.system_lines)
             out.append(f"{self.path}: {n} of {self.items} lines hold a system message ({_lines(self.system_lines)}): "
                        "Azure's RFT refuses them and OpenAI's RFT format has no system role (developer is its role)")
+        for role, lines in self.not_user_last.items():
+            out.append(f"{self.path}: {len(lines)} of {self.items} lines end with a {role} message ({_lines(lines)}): "
+                       "Azure's RFT requires the last message to be the user's (OpenAI's RFT takes the line as a "
+                       "prompt either way)")
         if self.no_reference_lines:
             n = len(self.no_reference_lines)
             if self.reference_fields is None:
