@@ -232,3 +232,5 @@ def test_a_multi_around_the_0_to_10_judge_passes_only_at_10(tmp_path: Path) -> N
     assert summary["pass_rule"]["threshold"] == 10.0
     assert summary["models"]["base"]["pass_at_k"]["1"] == 0.0  # base scores 0, 9, 2: none reaches 10
     assert within(summary["models"]["base"]["ci95"], 0, 10)
+    # a multi has no pass_threshold field at all: the note is said for it too
+    assert "range [0, 10] and no pass_threshold" in re.sub(r"\s+", " ", res.output)
