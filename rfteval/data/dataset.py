@@ -275,7 +275,9 @@ class FormatCheck:
             self.system_lines.append(item.line)
         fields = set(item.data) - RESERVED_KEYS
         wanted = fields if self.reference_fields is None else fields & self.reference_fields
-        if not wanted:
+        # a grader that reads no item field (a rubric judge over {{ item.messages }} and the answer, as the
+        # cookbook's HealthBench RFT grades) needs no reference: no line lacks one
+        if not wanted and self.reference_fields != frozenset():
             self.no_reference_lines.append(item.line)
 
     def problems(self) -> list[InputError]:
@@ -301,11 +303,9 @@ class FormatCheck:
             n = len(self.no_reference_lines)
             if self.reference_fields is None:
                 what = "hold no field but messages, so no grader can read a reference from them"
-            elif self.reference_fields:
+            else:
                 names = ", ".join(f"item.{f}" for f in sorted(self.reference_fields))
                 what = f"hold no field the grader reads as a reference ({names})"
-            else:
-                what = "hold no field the grader reads as a reference (it reads no item field)"
             out.append(f"{self.path}: {n} of {self.items} lines {what} ({_lines(self.no_reference_lines)})")
         return out
 
