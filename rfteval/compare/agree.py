@@ -530,22 +530,30 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     o = options or AgreeOptions()
     if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
         raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
-    a_pass_all, b_pass_all = _pass_column(a, o.pass_threshold), _pass_column(b, o.pass_threshold)
+    scale_note, range_b, b_threshold = None, b.score_range, o.pass_threshold
+    rescale = (a.score_range is not None and b.score_range is not None
+               and tuple(a.score_range) != tuple(b.score_range))
+    if rescale and a.score_range is not None and b.score_range is not None:
+        # a 0..10 judge against a 0..1 one: B − A on the raw scores is the scales' gap, not a disagreement, so B's
+        # grades are mapped linearly onto A's range (Pearson, Spearman and kappa do not change), and a
+        # --pass-threshold is read in A's units on both sides
+        (alo, ahi), (blo, bhi) = a.score_range, b.score_range
+        range_b = a.score_range
+        if o.pass_threshold is not None:
+            b_threshold = blo + (o.pass_threshold - alo) * ((bhi - blo) / (ahi - alo))
+        scale_note = (f"B's range [{_num(blo)}, {_num(bhi)}] differs from A's [{_num(alo)}, {_num(ahi)}]: B's grades "
+                      "are mapped linearly onto A's range, so bias, |B − A|, the deltas and --pass-threshold are in "
+                      "A's units")
+    a_pass_all, b_pass_all = _pass_column(a, o.pass_threshold), _pass_column(b, b_threshold)
     fa, fb = a.frame.copy(), b.frame.copy()
     for side, frame, col in ((a, fa, a_pass_all), (b, fb, b_pass_all)):
         # the one error policy: NaN for a record left out, 0 for an error scored 0, else the grade
         frame["score"] = effective_scores(side.frame, o.errors, exclude_errors=o.errors == "exclude").to_numpy()
         if col is not None:
             frame["pass"] = col
-    scale_note, range_b = None, b.score_range
-    if a.score_range is not None and b.score_range is not None and tuple(a.score_range) != tuple(b.score_range):
-        # a 0..10 judge against a 0..1 one: B − A on the raw scores is the scales' gap, not a disagreement, so B's
-        # grades are mapped linearly onto A's range (Pearson, Spearman and kappa do not change)
+    if rescale and a.score_range is not None and b.score_range is not None:
         (alo, ahi), (blo, bhi) = a.score_range, b.score_range
         fb["score"] = alo + (fb["score"] - blo) * ((ahi - alo) / (bhi - blo))
-        range_b = a.score_range
-        scale_note = (f"B's range [{_num(blo)}, {_num(bhi)}] differs from A's [{_num(alo)}, {_num(ahi)}]: B's grades "
-                      f"are mapped linearly onto A's range, so bias, |B − A| and the deltas are in A's units")
     merged = fa.merge(fb, on=KEY, suffixes=("_a", "_b"), how="inner", sort=False)
     unmatched = _unmatched(fa, fb, merged)
     if merged.empty:
@@ -569,7 +577,7 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
         bounds = (range_b[0] - a.score_range[1], range_b[1] - a.score_range[0])
         scores["bias"]["ci95"] = list(stats.clip_interval(lo, hi, bounds))
     thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
-                  "b": o.pass_threshold if o.pass_threshold is not None else grader_threshold(b.grader)}
+                  "b": b_threshold if b_threshold is not None else grader_threshold(b.grader)}
     pass_: PassAgreement | None = None
     note = None
     if "pass_a" in merged and "pass_b" in merged:
