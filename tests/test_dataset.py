@@ -189,6 +189,11 @@ def test_a_tool_turn_or_a_user_turn_last_is_fine_and_errors_stop_at_the_limit(tm
     assert tool_check.warnings() == [f"{tmp_path}: 1 of 1 lines end with a tool message (line 1): Azure's RFT "
                                      "requires the last message to be the user's (OpenAI's RFT takes the line as a "
                                      "prompt either way)"]
+    dangling = json.dumps({"messages": [*MSG, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}], "reference_answer": "42"})
+    (problem,) = check_format(iter_items(write(tmp_path, [dangling], "dangling.jsonl")), tmp_path).problems()
+    # not "the model would be sent the answer": a call whose result is missing
+    assert problem.message.startswith("the last message is the assistant's tool call, with no tool message holding")
     many = write(tmp_path, AZURE_LINES * 30, "many.jsonl")
     check = FormatCheck(many, limit=5)
     for item in iter_items(many):

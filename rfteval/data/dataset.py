@@ -261,11 +261,17 @@ class FormatCheck:
         last = len(item.messages) - 1
         if not self.allow_trailing_assistant and messages and messages[-1].get("role") == "assistant":
             if len(self.errors) < self.limit:
-                self.errors.append(InputError(
-                    "the last message is the assistant's: an RFT line is a prompt, so the model would be sent the "
-                    "answer and continue it; end the line with the user's message and move the answer to a field "
-                    f"the grader reads (e.g. reference_answer), or pass {ALLOW_TRAILING_ASSISTANT} to send it "
-                    "anyway", self.path, item.line, f"messages[{last}].role"))
+                if messages[-1].get("tool_calls") and not messages[-1].get("content"):
+                    # a tool call with no tool result after it: no server takes it, and it is no answer either
+                    message = ("the last message is the assistant's tool call, with no tool message holding its "
+                               "result after it: end the line with the tool's result (or the user's message), or "
+                               f"pass {ALLOW_TRAILING_ASSISTANT} to send it anyway")
+                else:
+                    message = ("the last message is the assistant's: an RFT line is a prompt, so the model would be "
+                               "sent the answer and continue it; end the line with the user's message and move the "
+                               "answer to a field the grader reads (e.g. reference_answer), or pass "
+                               f"{ALLOW_TRAILING_ASSISTANT} to send it anyway")
+                self.errors.append(InputError(message, self.path, item.line, f"messages[{last}].role"))
             else:
                 self._more += 1
         role = messages[-1].get("role") if messages else None
