@@ -234,3 +234,29 @@ def test_a_multi_around_the_0_to_10_judge_passes_only_at_10(tmp_path: Path) -> N
     assert within(summary["models"]["base"]["ci95"], 0, 10)
     # a multi has no pass_threshold field at all: the note is said for it too
     assert "range [0, 10] and no pass_threshold" in re.sub(r"\s+", " ", res.output)
+
+
+@pytest.mark.slow
+def test_a_python_grader_scoring_past_its_assumed_range_gets_no_pass_rate(tmp_path: Path) -> None:
+    """A python grader's range is assumed [0, 1]; one that returns 0, 9 or 2 (a 0..10 rubric in code) used to
+    "pass" every sample scoring 1 or more: pass@1 0.667 in the run table for a model that never reached 10."""
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n"
+        for i in range(3)))
+    source = ("def grade(sample, item):\n    return {'0': 0.0, '1': 9.0, '2': 2.0}"
+              "[sample['output_text'].rsplit(' ', 1)[-1]]\n")
+    (tmp_path / "grader.json").write_text(json.dumps({"type": "python", "name": "rubric", "source": source}))
+    with FakeOpenAI(responder=responder) as server:
+        res = runner.invoke(app, [
+            "run", "--dataset", str(tmp_path / "items.jsonl"), "--grader", str(tmp_path / "grader.json"),
+            "--model", "base=fake-base", "--model", "tuned=fake-tuned", "--epochs", "1", "--base-url",
+            server.base_url, "--out", str(tmp_path / "run")], env={"OPENAI_API_KEY": "sk-local"})
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["models"]["base"]["mean"] == pytest.approx(11 / 3)
+    assert summary["models"]["base"].get("pass_at_k") is None
+    assert "not applied to base, tuned" in summary["pass_rule"]["source"]
+    res = runner.invoke(app, ["compare", str(tmp_path / "run"), "--metric", "pass@1"])
+    assert res.exit_code == 2 and "give --pass-threshold X" in res.output
+    assert runner.invoke(app, ["compare", str(tmp_path / "run"), "--metric", "pass@1",
+                               "--pass-threshold", "9"]).exit_code == 0
