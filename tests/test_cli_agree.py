@@ -114,6 +114,17 @@ def test_graders_on_different_ranges_are_compared_in_a_units_with_a_note(tmp_pat
     assert out["pass"]["table"]["a_only"] == out["pass"]["table"]["b_only"] == 0 and out["pass"]["kappa"]["value"] == 1.0
 
 
+def test_a_range_the_scores_pass_is_neither_mapped_onto_nor_cut_to(tmp_path):
+    """A side whose records say [0, 1] but score up to 10 (a python grader's range is only assumed): B's 0..10
+    grades used to be mapped onto [0, 1] and the bias cut to [-1, 10], so two identical graders read bias -8."""
+    rows = [{**{k: v for k, v in r.items() if k != "passed"}, "score": round(r["score"] * 10, 4)} for r in _rows()]
+    a = _records(tmp_path / "a.jsonl", [{**r, "grade_details": {"score_range": [0, 1]}} for r in rows])
+    b = _records(tmp_path / "b.jsonl", [{**r, "grade_details": {"score_range": [0, 10]}} for r in rows])
+    code, out = _json([str(a), str(b)])
+    assert out["scale_note"] is None
+    assert out["bias"]["mean"] == pytest.approx(0.0, abs=1e-9) and out["mae"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_unmatched_samples_are_counted_and_named(tmp_path):
     rows = _rows()
     a = _records(tmp_path / "a.jsonl", rows)

@@ -530,15 +530,16 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     o = options or AgreeOptions()
     if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
         raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
-    scale_note, range_b, b_threshold = None, b.score_range, o.pass_threshold
-    rescale = (a.score_range is not None and b.score_range is not None
-               and tuple(a.score_range) != tuple(b.score_range))
-    if rescale and a.score_range is not None and b.score_range is not None:
+    # a range the side's scores pass is not its grader's (a python grader's [0, 1] is assumed): neither mapped
+    # onto nor cut to
+    range_a, range_b = _held_range(a), _held_range(b)
+    scale_note, b_threshold = None, o.pass_threshold
+    rescale = range_a is not None and range_b is not None and tuple(range_a) != tuple(range_b)
+    if rescale and range_a is not None and range_b is not None:
         # a 0..10 judge against a 0..1 one: B − A on the raw scores is the scales' gap, not a disagreement, so B's
         # grades are mapped linearly onto A's range (Pearson, Spearman and kappa do not change), and a
         # --pass-threshold is read in A's units on both sides
-        (alo, ahi), (blo, bhi) = a.score_range, b.score_range
-        range_b = a.score_range
+        (alo, ahi), (blo, bhi) = range_a, range_b
         if o.pass_threshold is not None:
             b_threshold = blo + (o.pass_threshold - alo) * ((bhi - blo) / (ahi - alo))
         scale_note = (f"B's range [{_num(blo)}, {_num(bhi)}] differs from A's [{_num(alo)}, {_num(ahi)}]: B's grades "
@@ -551,9 +552,10 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
         frame["score"] = effective_scores(side.frame, o.errors, exclude_errors=o.errors == "exclude").to_numpy()
         if col is not None:
             frame["pass"] = col
-    if rescale and a.score_range is not None and b.score_range is not None:
-        (alo, ahi), (blo, bhi) = a.score_range, b.score_range
+    if rescale and range_a is not None and range_b is not None:
+        (alo, ahi), (blo, bhi) = range_a, range_b
         fb["score"] = alo + (fb["score"] - blo) * ((ahi - alo) / (bhi - blo))
+        range_b = range_a
     merged = fa.merge(fb, on=KEY, suffixes=("_a", "_b"), how="inner", sort=False)
     unmatched = _unmatched(fa, fb, merged)
     if merged.empty:
@@ -572,9 +574,9 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     sa, sb = merged["score_a"].to_numpy(np.float64), merged["score_b"].to_numpy(np.float64)
     items = merged["item_id"].to_numpy()
     scores = agreement.score_agreement(sa, sb, items, o.level, o.seed)
-    if a.score_range is not None and range_b is not None:  # B − A can lie only within these
+    if range_a is not None and range_b is not None:  # B − A can lie only within these
         lo, hi = scores["bias"]["ci95"]
-        bounds = (range_b[0] - a.score_range[1], range_b[1] - a.score_range[0])
+        bounds = (range_b[0] - range_a[1], range_b[1] - range_a[0])
         scores["bias"]["ci95"] = list(stats.clip_interval(lo, hi, bounds))
     thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
                   "b": b_threshold if b_threshold is not None else grader_threshold(b.grader)}
@@ -592,12 +594,26 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     if la.notna().all() and lb.notna().all():
         labels = agreement.label_agreement(la.tolist(), lb.tolist(), items, level=o.level, seed=o.seed)
     item_rows, diffs = _items(merged, o.top)
-    verdict = _verdict(merged, o, a.score_range, range_b)
+    verdict = _verdict(merged, o, range_a, range_b)
     result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
                          {"passed": True, "failures": [], "warnings": [], "checks": []},
                          merged[[*KEY, "score_a", "score_b"]], errors, scale_note=scale_note)
     result.gate = evaluate_agree_gate(result, o.gate, o.level)
     return result
+
+
+def _held_range(side: GradedSide) -> tuple[float, float] | None:
+    """The side's grader range when every score of the side lies in it, else None."""
+    import numpy as np
+
+    if side.score_range is None:
+        return None
+    low, high = side.score_range
+    scores = side.frame["score"].to_numpy(dtype=np.float64)
+    scores = scores[np.isfinite(scores)]
+    if scores.size and (scores.min() < low - 1e-9 or scores.max() > high + 1e-9):
+        return None
+    return low, high
 
 
 def _num(x: float) -> str:
