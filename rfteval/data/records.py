@@ -34,6 +34,7 @@ __all__ = [
     "ERROR_POLICIES", "check_error_policy", "error_dict", "make_record", "dumps_record", "write_jsonl",
     "iter_jsonl_record_lines", "iter_jsonl_records", "decode_records", "JSON_TEXT_FIELDS", "arrow_schema",
     "to_arrow", "write_parquet", "records_frame", "read_records", "read_parquet_records", "json_safe",
+    "RANGE_LOOKS", "recorded_score_range", "frame_range",
 ]
 
 
