@@ -91,6 +91,40 @@ def test_a_lost_gain_fails_require_same_verdict(tmp_path):
 
 
 @pytest.mark.slow
+def test_graders_on_different_ranges_are_compared_in_a_units_with_a_note(tmp_path):
+    """Azure's Sample18 judge scores 0..10, OpenAI's default is [0, 1]: a judge migration between them used to read
+    bias -0.9 and |B − A| 0.9 (the scales' gap), failing --max-bias on two graders that agree perfectly."""
+    def ranged(rows: list[dict], factor: float, score_range: list[float]) -> list[dict]:
+        return [{**{k: v for k, v in r.items() if k != "passed"}, "score": round(r["score"] * factor, 4),
+                 "grade_details": {"score_range": score_range}} for r in rows]  # no verdict: --pass-threshold
+
+    a = _records(tmp_path / "a.jsonl", ranged(_rows(), 10.0, [0, 10]))
+    b = _records(tmp_path / "b.jsonl", ranged(_rows(), 1.0, [0, 1]))
+    code, out = _json([str(a), str(b), "--max-bias", "0.5"])
+    assert code == 0, out["gate"]
+    assert out["bias"]["mean"] == pytest.approx(0.0, abs=1e-9) and out["mae"] == pytest.approx(0.0, abs=1e-9)
+    assert out["scale_note"].startswith("B's range [0, 1] differs from A's [0, 10]")
+    (v,) = out["verdict"]
+    assert v["difference"]["mean"] == pytest.approx(0.0, abs=1e-9)  # the gain under B, in A's units
+    res = runner.invoke(app, ["agree", str(a), str(b)])
+    assert res.exit_code == 0 and "mapped linearly onto A's range" in res.output
+    # --pass-threshold in A's units: 5 of 10 is 0.5 of 1, so the two pass tables agree sample for sample
+    code, out = _json([str(a), str(b), "--pass-threshold", "5"])
+    assert out["pass"]["thresholds"] == {"a": 5.0, "b": 0.5}
+    assert out["pass"]["table"]["a_only"] == out["pass"]["table"]["b_only"] == 0 and out["pass"]["kappa"]["value"] == 1.0
+
+
+def test_a_range_the_scores_pass_is_neither_mapped_onto_nor_cut_to(tmp_path):
+    """A side whose records say [0, 1] but score up to 10 (a python grader's range is only assumed): B's 0..10
+    grades used to be mapped onto [0, 1] and the bias cut to [-1, 10], so two identical graders read bias -8."""
+    rows = [{**{k: v for k, v in r.items() if k != "passed"}, "score": round(r["score"] * 10, 4)} for r in _rows()]
+    a = _records(tmp_path / "a.jsonl", [{**r, "grade_details": {"score_range": [0, 1]}} for r in rows])
+    b = _records(tmp_path / "b.jsonl", [{**r, "grade_details": {"score_range": [0, 10]}} for r in rows])
+    code, out = _json([str(a), str(b)])
+    assert out["scale_note"] is None
+    assert out["bias"]["mean"] == pytest.approx(0.0, abs=1e-9) and out["mae"] == pytest.approx(0.0, abs=1e-9)
+
+
 def test_unmatched_samples_are_counted_and_named(tmp_path):
     rows = _rows()
     a = _records(tmp_path / "a.jsonl", rows)

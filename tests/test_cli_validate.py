@@ -1,5 +1,6 @@
 """`rfteval validate spec` end to end."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -222,7 +223,8 @@ def test_validate_spec_checks_the_dataset_as_run_does_and_the_spec_key_allows_it
     spec_file.write_text(body.replace("{extra}", "allow_trailing_assistant = true"))
     res = runner.invoke(app, ["validate", "spec", str(spec_file)])
     assert res.exit_code == 0, res.output
-    assert "hold no field the grader reads as a reference (it reads no item field)" in res.stderr
+    assert "system message" in res.stderr
+    assert "hold no field the grader reads" not in res.stderr  # its reference is in the grader: lines need none
 
 
 def test_the_judge_calls_line_says_where_they_go_and_which_key():
@@ -252,3 +254,21 @@ def test_validate_grader_with_a_local_judge_and_no_key_says_so(tmp_path, fake_op
     assert (f"the references go to the judge model: about 4 judge call(s) to {fake_openai.base_url}, no key set "
             "($OPENAI_API_KEY is empty; a local server needs none)") in res.stdout
     assert "billed" not in res.output
+
+
+def test_the_cookbook_healthbench_rubric_judge_names_no_line_as_lacking_a_reference(tmp_path: Path) -> None:
+    """openai-cookbook, examples/fine-tuned_qa/reinforcement_finetuning_healthbench.ipynb: lines of one user message
+    (build_datapoints), graded by a score_model over {{item.messages}} and {{sample.output_text}}. A sound pair: it
+    used to be told that every line holds "no field the grader reads as a reference (it reads no item field)"."""
+    p = tmp_path / "rft_train.jsonl"
+    p.write_text("".join(json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n"
+                         for text in ("my knee clicks climbing stairs", "how do I get to the station")))
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"name": "score_health", "type": "score_model", "model": "o4-mini-2025-04-16",
+                                  "input": [{"role": "user", "type": "message", "content": (
+                                      "Conversation:\n{{item.messages}}\n\nAgent reply:\n{{sample.output_text}}\n\n"
+                                      "Return only the numeric score")}],
+                                  "sampling_params": {"reasoning_effort": "low"}}))
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--grader", str(grader)])
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.stderr

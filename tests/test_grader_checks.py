@@ -84,3 +84,30 @@ def test_reference_fields_are_the_item_fields_a_grader_reads():
     judge = parse_config({"type": "score_model", "name": "j", "model": "m", "input": [
         {"role": "user", "content": "{{ item.messages }} {{ item.id }}: {{ sample.output_text }}"}]})
     assert reference_fields(judge) == frozenset()  # the prompt and the id are not a reference
+
+
+HELPER_GRADER = ("def _score(out, ref):\n    return 1.0 if out.strip() == ref else 0.0\n\n"
+                 "def _check(s, it):\n    return _score(s['output_text'], it['reference_answer'])\n\n"
+                 "def grade(sample, item):\n    return _check(sample, item)\n")
+
+
+@pytest.mark.parametrize("source, expected", [
+    (HELPER_GRADER, None),  # item handed to a helper whose parameter is named otherwise: not followed
+    ("def grade(sample, item):\n    key = 'answer'\n    return float(sample['output_text'] == item[key])\n", None),
+    ("def grade(sample, item):\n    return float(sample['output_text'] == item['answer'])\n", {"answer"}),
+])
+def test_a_python_grader_whose_item_reads_cannot_be_followed_names_no_line(tmp_path, source, expected):
+    """A sound grader that reads the reference through a helper used to have every line named as holding "no
+    field the grader reads as a reference (it reads no item field)": a false alarm on validate dataset and run."""
+    from rfteval.data.dataset import check_format, iter_items
+    from rfteval.graders.checks import reference_fields
+    from rfteval.graders.loader import parse_config
+
+    config = parse_config({"type": "python", "name": "p", "source": source})
+    fields = reference_fields(config)
+    assert fields == (None if expected is None else frozenset(expected))
+    p = tmp_path / "d.jsonl"
+    p.write_text(json.dumps({"messages": [{"role": "user", "content": "2+2?"}], "reference_answer": "4"}) + "\n")
+    warnings = check_format(iter_items(p), p, reference_fields=fields).warnings()
+    assert warnings == ([] if expected is None else
+                        [f"{p}: 1 of 1 lines hold no field the grader reads as a reference (item.answer) (line 1)"])

@@ -62,6 +62,17 @@ def test_any_sample_path_in_any_message_shape_passes(content: object) -> None:
     assert not [f for f in lint_grader(parse_config(config)) if f.error]
 
 
+@pytest.mark.parametrize("content", [
+    [{"type": "input_text", "text": "Rate from 0 to 10.", "note": "{{ sample.output_text }}"}],  # a key never sent
+    {"type": "output_text", "text": "Rate from 0 to 10.", "answer": "{{ sample.output_text }}"},
+])
+def test_a_sample_path_in_a_field_that_never_renders_is_still_an_error(content: object) -> None:
+    """A content part's unknown key loads (the SDK's parts are open dicts here), but only `text` reaches the judge:
+    the judge still never sees the answer."""
+    config = {**SAMPLE18, "model": "judge-1", "input": [{"role": "user", "content": content}]}
+    assert [f.error for f in lint_grader(parse_config(config))] == [True]
+
+
 def test_item_paths_alone_are_not_the_answer() -> None:
     config = {**SAMPLE18, "model": "judge-1",
               "input": [{"role": "user", "content": "Reference: {{ item.reference_answer }}. Rate from 0 to 10."}]}

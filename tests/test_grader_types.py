@@ -38,8 +38,9 @@ def test_a_type_builds_only_from_its_own_config_class():
     (PY, set(), True, False, (0.0, 1.0)),
     (SCORE, {"score_model"}, False, False, (0.0, 10.0)),
     (GROUP, {"group_judge"}, False, True, (0.0, 1.0)),
+    # a multi's range: its formula at the corners of its graders' ranges (1 + 1 + 10)
     ({"type": "multi", "name": "m", "graders": {"a": SC, "b": PY, "c": SCORE}, "calculate_output": "a + b + c"},
-     {"score_model"}, True, False, (0.0, 1.0)),
+     {"score_model"}, True, False, (0.0, 12.0)),
 ])
 def test_what_a_config_needs_is_asked_of_it(grader, judges, python, groups, range_):
     config = parse_config(grader)

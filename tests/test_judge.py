@@ -55,6 +55,17 @@ def test_cache_makes_a_rerun_free(fake_openai, tmp_path):
     assert len(lines) == 2 and all(json.loads(line)["key"] for line in lines)
 
 
+def test_a_request_shared_in_flight_is_counted_so_calls_cached_and_shared_add_up(fake_openai):
+    """Issue 27 (10): a run's judge line said "12 calls, 5 cached" for 36 graded cells; the answers shared with an
+    identical call still in flight were counted nowhere."""
+    with make_judge(fake_openai) as judge:
+        judge.complete([req("same")] * 5 + [req("other")])
+        usage = judge.usage()["judge-m"]
+        assert judge.stats()["shared"] >= 1
+    assert len(fake_openai.requests) == usage["calls"] == 2
+    assert usage["calls"] + usage["cache_hits"] + usage["shared"] == 6
+
+
 @pytest.mark.slow
 def test_identical_requests_in_flight_are_sent_once(fake_openai):
     fake_openai.delay_s = 0.2

@@ -196,3 +196,67 @@ def test_readiness_on_a_record_file_alone_reads_the_range_on_the_records(run_dir
     # not "assumed [0, 1], widened to the observed scores" ([0, 9] here: a 9 would have been the ceiling)
     assert (out["score_min"], out["score_max"]) == (0.0, 10.0), out["range_source"]
     assert out["range_source"] == "the range the grader wrote on the records"
+
+
+@pytest.mark.parametrize("formula, expected", [
+    ("judge10", (0.0, 10.0)),  # one key: that grader's range
+    ("0.5 * judge10 + 0.5 * exact", (0.0, 5.5)),  # the corners of a weighted sum
+    ("max(judge10, exact)", (0.0, 10.0)),
+    ("exact", (0.0, 1.0)),
+])
+def test_a_multi_reads_its_range_from_its_graders(formula: str, expected: tuple[float, float]) -> None:
+    """A multi around a 0..10 judge scored 0..10 while its range read "assumed [0, 1]": its pass rule (reach the
+    maximum) then passed every sample scoring 1 or more."""
+    from rfteval.graders.loader import parse_config
+
+    multi = parse_config({"type": "multi", "name": "m", "calculate_output": formula, "graders": {
+        "judge10": JUDGE10, "exact": {"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}",
+                                      "reference": "x", "operation": "eq"}}})
+    assert multi.score_range()[:2] == expected
+
+
+@pytest.mark.slow
+def test_a_multi_around_the_0_to_10_judge_passes_only_at_10(tmp_path: Path) -> None:
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n"
+        for i in range(3)))
+    multi = {"type": "multi", "name": "m", "calculate_output": "judge10", "graders": {"judge10": JUDGE10}}
+    (tmp_path / "grader.json").write_text(json.dumps(multi))
+    with FakeOpenAI(responder=responder) as server:
+        res = runner.invoke(app, [
+            "run", "--dataset", str(tmp_path / "items.jsonl"), "--grader", str(tmp_path / "grader.json"),
+            "--model", "base=fake-base", "--epochs", "1", "--base-url", server.base_url, "--out",
+            str(tmp_path / "run")], env={"OPENAI_API_KEY": "sk-local"})
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["pass_rule"]["threshold"] == 10.0
+    assert summary["models"]["base"]["pass_at_k"]["1"] == 0.0  # base scores 0, 9, 2: none reaches 10
+    assert within(summary["models"]["base"]["ci95"], 0, 10)
+    # a multi has no pass_threshold field at all: the note is said for it too
+    assert "range [0, 10] and no pass_threshold" in re.sub(r"\s+", " ", res.output)
+
+
+@pytest.mark.slow
+def test_a_python_grader_scoring_past_its_assumed_range_gets_no_pass_rate(tmp_path: Path) -> None:
+    """A python grader's range is assumed [0, 1]; one that returns 0, 9 or 2 (a 0..10 rubric in code) used to
+    "pass" every sample scoring 1 or more: pass@1 0.667 in the run table for a model that never reached 10."""
+    (tmp_path / "items.jsonl").write_text("".join(
+        json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}]}) + "\n"
+        for i in range(3)))
+    source = ("def grade(sample, item):\n    return {'0': 0.0, '1': 9.0, '2': 2.0}"
+              "[sample['output_text'].rsplit(' ', 1)[-1]]\n")
+    (tmp_path / "grader.json").write_text(json.dumps({"type": "python", "name": "rubric", "source": source}))
+    with FakeOpenAI(responder=responder) as server:
+        res = runner.invoke(app, [
+            "run", "--dataset", str(tmp_path / "items.jsonl"), "--grader", str(tmp_path / "grader.json"),
+            "--model", "base=fake-base", "--model", "tuned=fake-tuned", "--epochs", "1", "--base-url",
+            server.base_url, "--out", str(tmp_path / "run")], env={"OPENAI_API_KEY": "sk-local"})
+    assert res.exit_code == 0, res.output
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["models"]["base"]["mean"] == pytest.approx(11 / 3)
+    assert summary["models"]["base"].get("pass_at_k") is None
+    assert "not applied to base, tuned" in summary["pass_rule"]["source"]
+    res = runner.invoke(app, ["compare", str(tmp_path / "run"), "--metric", "pass@1"])
+    assert res.exit_code == 2 and "give --pass-threshold X" in res.output
+    assert runner.invoke(app, ["compare", str(tmp_path / "run"), "--metric", "pass@1",
+                               "--pass-threshold", "9"]).exit_code == 0

@@ -455,6 +455,7 @@ class AgreeResult:
     paired: pd.DataFrame  # the matched samples: key, score_a, score_b
     errors: ErrorReport
     usage: dict[str, JudgeUsage] = field(default_factory=dict)
+    scale_note: str | None = None  # B's grades mapped onto A's range (the two graders' ranges differ)
 
     def to_json(self) -> JSONObject:
         p = self.pass_
@@ -472,7 +473,8 @@ class AgreeResult:
                   "score_range": list(self.b.score_range) if self.b.score_range else None},
             "n_samples": s["n_samples"], "n_items": s["n_items"], "unmatched": self.unmatched,
             "pearson": s["pearson"], "spearman": s["spearman"], "bias": s["bias"], "mae": s["mae"], "loa": s["loa"],
-            "pass": pass_json, "pass_note": self.pass_note, "labels": self.labels, "items": self.items,
+            "pass": pass_json, "pass_note": self.pass_note, "scale_note": self.scale_note, "labels": self.labels,
+            "items": self.items,
             "errors": self.errors, "verdict": self.verdict, "gate": self.gate, "judge": self.usage or None,
         })
 
@@ -533,13 +535,32 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     o = options or AgreeOptions()
     if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
         raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
-    a_pass_all, b_pass_all = _pass_column(a, o.pass_threshold), _pass_column(b, o.pass_threshold)
+    # a range the side's scores pass is not its grader's (a python grader's [0, 1] is assumed): neither mapped
+    # onto nor cut to
+    range_a, range_b = _held_range(a), _held_range(b)
+    scale_note, b_threshold = None, o.pass_threshold
+    rescale = range_a is not None and range_b is not None and tuple(range_a) != tuple(range_b)
+    if rescale and range_a is not None and range_b is not None:
+        # a 0..10 judge against a 0..1 one: B − A on the raw scores is the scales' gap, not a disagreement, so B's
+        # grades are mapped linearly onto A's range (Pearson, Spearman and kappa do not change), and a
+        # --pass-threshold is read in A's units on both sides
+        (alo, ahi), (blo, bhi) = range_a, range_b
+        if o.pass_threshold is not None:
+            b_threshold = blo + (o.pass_threshold - alo) * ((bhi - blo) / (ahi - alo))
+        scale_note = (f"B's range [{_num(blo)}, {_num(bhi)}] differs from A's [{_num(alo)}, {_num(ahi)}]: B's grades "
+                      "are mapped linearly onto A's range, so bias, |B − A|, the deltas and --pass-threshold are in "
+                      "A's units")
+    a_pass_all, b_pass_all = _pass_column(a, o.pass_threshold), _pass_column(b, b_threshold)
     fa, fb = a.frame.copy(), b.frame.copy()
     for side, frame, col in ((a, fa, a_pass_all), (b, fb, b_pass_all)):
         # the one error policy: NaN for a record left out, 0 for an error scored 0, else the grade
         frame["score"] = effective_scores(side.frame, o.errors, exclude_errors=o.errors == "exclude").to_numpy()
         if col is not None:
             frame["pass"] = col
+    if rescale and range_a is not None and range_b is not None:
+        (alo, ahi), (blo, bhi) = range_a, range_b
+        fb["score"] = alo + (fb["score"] - blo) * ((ahi - alo) / (bhi - blo))
+        range_b = range_a
     merged = fa.merge(fb, on=KEY, suffixes=("_a", "_b"), how="inner", sort=False)
     unmatched = _unmatched(fa, fb, merged)
     if merged.empty:
@@ -558,12 +579,12 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     sa, sb = merged["score_a"].to_numpy(np.float64), merged["score_b"].to_numpy(np.float64)
     items = merged["item_id"].to_numpy()
     scores = agreement.score_agreement(sa, sb, items, o.level, o.seed)
-    if a.score_range is not None and b.score_range is not None:  # B − A can lie only within these
+    if range_a is not None and range_b is not None:  # B − A can lie only within these
         lo, hi = scores["bias"]["ci95"]
-        bounds = (b.score_range[0] - a.score_range[1], b.score_range[1] - a.score_range[0])
+        bounds = (range_b[0] - range_a[1], range_b[1] - range_a[0])
         scores["bias"]["ci95"] = list(stats.clip_interval(lo, hi, bounds))
     thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
-                  "b": o.pass_threshold if o.pass_threshold is not None else grader_threshold(b.grader)}
+                  "b": b_threshold if b_threshold is not None else grader_threshold(b.grader)}
     pass_: PassAgreement | None = None
     note = None
     if "pass_a" in merged and "pass_b" in merged:
@@ -578,12 +599,30 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     if la.notna().all() and lb.notna().all():
         labels = agreement.label_agreement(la.tolist(), lb.tolist(), items, level=o.level, seed=o.seed)
     item_rows, diffs = _items(merged, o.top)
-    verdict = _verdict(merged, o, a.score_range, b.score_range)
+    verdict = _verdict(merged, o, range_a, range_b)
     result = AgreeResult(a, b, scores, unmatched, pass_, thresholds, note, labels, item_rows, diffs, verdict,
                          {"passed": True, "failures": [], "warnings": [], "checks": []},
-                         merged[[*KEY, "score_a", "score_b"]], errors)
+                         merged[[*KEY, "score_a", "score_b"]], errors, scale_note=scale_note)
     result.gate = evaluate_agree_gate(result, o.gate, o.level)
     return result
+
+
+def _held_range(side: GradedSide) -> tuple[float, float] | None:
+    """The side's grader range when every score of the side lies in it, else None."""
+    import numpy as np
+
+    if side.score_range is None:
+        return None
+    low, high = side.score_range
+    scores = side.frame["score"].to_numpy(dtype=np.float64)
+    scores = scores[np.isfinite(scores)]
+    if scores.size and (scores.min() < low - 1e-9 or scores.max() > high + 1e-9):
+        return None
+    return low, high
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
 
 
 def _error_text(errors: ErrorReport) -> str:

@@ -305,10 +305,13 @@ def resolve_threshold(side: Side, o: CompareOptions) -> tuple[float, str] | None
     if o.score_range is not None:
         return float(o.score_range[1]), "the top of --score-range"
     found = grader_maximum(side)
-    if found is not None:
-        return found
     scores = side.frame["score"].to_numpy(dtype=np.float64)
-    if scores.size and np.nanmax(scores) > 1.0:
+    top = float(np.nanmax(scores)) if scores.size and np.isfinite(scores).any() else None
+    if found is not None:
+        # a python grader's range is assumed [0, 1]: one that scores 6 and 10 has no known maximum, and "reaches
+        # 1" would pass its 6
+        return None if top is not None and top > found[0] + 1e-9 else found
+    if top is not None and top > 1.0:
         return None
     return 1.0, "1.0 (no grader information with the records)"
 
@@ -332,8 +335,9 @@ def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -
     if tb is None or tc is None:
         if required:
             side = base if tb is None else cand
-            raise InputError("scores above 1 and no grader maximum known: give --pass-threshold X (or "
-                             "--score-range LO,HI)", side.path or side.label, field="--metric")
+            raise InputError("scores above 1 (or above the grader's assumed maximum) and no grader maximum "
+                             "known: give --pass-threshold X (or --score-range LO,HI)", side.path or side.label,
+                             field="--metric")
         return None
     return tb[0], tc[0]
 
@@ -407,11 +411,14 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str],
     under compare's default error policy (a generation error
     is left out, a grading error or refusal fails), so `compare --metric pass@K` reproduces these numbers. A
     sample passes by its record's `passed`, else when it reaches the grader's maximum. A label whose records
-    cannot be read yet (no records) is left out.
+    cannot be read yet (no records), or whose scores pass that maximum (then it is not the grader's), is left out.
     """
+    import numpy as np
+
     _, high, source = grader.score_range()
     o = CompareOptions()
     out: dict[str, PassCurves] = {}
+    above: list[str] = []
     parquet = Path(out_dir) / rundir.RESULTS
     frame = None
     if parquet.is_file():  # five columns of one file, not every output text of every model again
@@ -430,13 +437,19 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str],
                 side = load_side(Path(out_dir) / f"{label}.jsonl")
         except InputError:
             continue
+        scores = side.frame["score"].to_numpy(dtype=np.float64)
+        if np.isfinite(scores).any() and float(np.nanmax(scores)) > float(high) + 1e-9:
+            above.append(label)  # scores above the grader's (assumed) maximum: no pass rule is known, no pass@k
+            continue
         _, st = _side_stats(side, o, float(high))
         n = st["n"].to_numpy()
         c = (st["mean"].to_numpy() * n).round().astype("int64")
         out[label] = {"pass_at_k": {str(k): v for k, v in passk.curve(n, c, "pass@").items()},
                       "pass_all_k": {str(k): v for k, v in passk.curve(n, c, "pass^").items()}}
+    unknown = (f"; not applied to {', '.join(above)}, whose scores pass it: give --pass-threshold X to compare "
+               "--metric pass@K") if above else ""
     return out, {"threshold": float(high), "source": f"the record's passed, else score >= the grader's maximum "
-                                                     f"({source})"}
+                                                     f"({source}){unknown}"}
 
 
 def _side_stats(side: Side, o: CompareOptions, threshold: float | None = None,

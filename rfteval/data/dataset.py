@@ -252,6 +252,7 @@ class FormatCheck:
     items: int = 0
     system_lines: list[int] = field(default_factory=list)
     no_reference_lines: list[int] = field(default_factory=list)
+    not_user_last: dict[str, list[int]] = field(default_factory=dict)  # the last role (tool, ...) → lines
     _more: int = 0
 
     def add(self, item: Item) -> None:
@@ -260,18 +261,29 @@ class FormatCheck:
         last = len(item.messages) - 1
         if not self.allow_trailing_assistant and messages and messages[-1].get("role") == "assistant":
             if len(self.errors) < self.limit:
-                self.errors.append(InputError(
-                    "the last message is the assistant's: an RFT line is a prompt, so the model would be sent the "
-                    "answer and continue it; end the line with the user's message and move the answer to a field "
-                    f"the grader reads (e.g. reference_answer), or pass {ALLOW_TRAILING_ASSISTANT} to send it "
-                    "anyway", self.path, item.line, f"messages[{last}].role"))
+                if messages[-1].get("tool_calls") and not messages[-1].get("content"):
+                    # a tool call with no tool result after it: no server takes it, and it is no answer either
+                    message = ("the last message is the assistant's tool call, with no tool message holding its "
+                               "result after it: end the line with the tool's result (or the user's message), or "
+                               f"pass {ALLOW_TRAILING_ASSISTANT} to send it anyway")
+                else:
+                    message = ("the last message is the assistant's: an RFT line is a prompt, so the model would be "
+                               "sent the answer and continue it; end the line with the user's message and move the "
+                               "answer to a field the grader reads (e.g. reference_answer), or pass "
+                               f"{ALLOW_TRAILING_ASSISTANT} to send it anyway")
+                self.errors.append(InputError(message, self.path, item.line, f"messages[{last}].role"))
             else:
                 self._more += 1
+        role = messages[-1].get("role") if messages else None
+        if isinstance(role, str) and role not in ("user", "assistant"):  # assistant: the error above
+            self.not_user_last.setdefault(role, []).append(item.line)
         if any(m.get("role") == "system" for m in messages):
             self.system_lines.append(item.line)
         fields = set(item.data) - RESERVED_KEYS
         wanted = fields if self.reference_fields is None else fields & self.reference_fields
-        if not wanted:
+        # a grader that reads no item field (a rubric judge over {{ item.messages }} and the answer, as the
+        # cookbook's HealthBench RFT grades) needs no reference: no line lacks one
+        if not wanted and self.reference_fields != frozenset():
             self.no_reference_lines.append(item.line)
 
     def problems(self) -> list[InputError]:
@@ -289,15 +301,17 @@ class FormatCheck:
             n = len(self.system_lines)
             out.append(f"{self.path}: {n} of {self.items} lines hold a system message ({_lines(self.system_lines)}): "
                        "Azure's RFT refuses them and OpenAI's RFT format has no system role (developer is its role)")
+        for role, lines in self.not_user_last.items():
+            out.append(f"{self.path}: {len(lines)} of {self.items} lines end with a {role} message ({_lines(lines)}): "
+                       "Azure's RFT requires the last message to be the user's (OpenAI's RFT takes the line as a "
+                       "prompt either way)")
         if self.no_reference_lines:
             n = len(self.no_reference_lines)
             if self.reference_fields is None:
                 what = "hold no field but messages, so no grader can read a reference from them"
-            elif self.reference_fields:
+            else:
                 names = ", ".join(f"item.{f}" for f in sorted(self.reference_fields))
                 what = f"hold no field the grader reads as a reference ({names})"
-            else:
-                what = "hold no field the grader reads as a reference (it reads no item field)"
             out.append(f"{self.path}: {n} of {self.items} lines {what} ({_lines(self.no_reference_lines)})")
         return out
 

@@ -148,7 +148,7 @@ def pass_rule_note(config: GraderConfig) -> str | None:
     """One line when a grader whose range is not [0, 1] has no pass_threshold: a sample then passes only at the
     top of the range (the pass rule of pass@k and agree's pass table), so 9 of 10 fails."""
     low, high, _ = config.score_range()
-    if (low, high) == (0.0, 1.0) or getattr(config, "pass_threshold", 0.0) is not None:
+    if (low, high) == (0.0, 1.0) or getattr(config, "pass_threshold", None) is not None:
         return None
     return (f"range [{low:g}, {high:g}] and no pass_threshold: a sample passes (pass@k, --metric pass@K) only at "
             f"{high:g}, so {high - (high - low) / 10:g} fails; give --pass-threshold X (or the grader a pass_threshold, "

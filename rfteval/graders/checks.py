@@ -187,10 +187,12 @@ def python_access_paths(source: str) -> tuple[list[tuple[str, ...]], list[tuple[
     return [p[1:] for p in maximal if p[0] == "sample"], [p[1:] for p in maximal if p[0] == "item"]
 
 
-def reference_fields(config: GraderConfig) -> frozenset[str]:
+def reference_fields(config: GraderConfig) -> frozenset[str] | None:
     """The top-level item fields a grader reads (its templates' `item.*` paths and its python source's
     `item[...]` / `item.get(...)` reads, sub-graders included), but the line's own prompt (messages, tools):
-    where a grader finds its reference. A python read the AST cannot follow is not counted."""
+    where a grader finds its reference. None (not known) when a python grader in which no read is followed hands
+    `item` on whole (to a helper whose parameter has another name, a loop) or reads it with a computed key:
+    naming its lines as holding no reference would be a false alarm on a sound grader."""
     from rfteval.data.dataset import RESERVED_KEYS
 
     found = {str(keys[0]) for _, _, ns, keys in template_paths(config) if ns == "item" and keys}
@@ -198,7 +200,34 @@ def reference_fields(config: GraderConfig) -> frozenset[str]:
         source = c.python_source() if c.type == "python" else None
         if source:
             try:
-                found |= {p[0] for p in python_access_paths(source)[1] if p}
+                reads = {p[0] for p in python_access_paths(source)[1] if p}
+                if not reads and item_escapes(source):
+                    return None
             except SyntaxError:
-                pass
+                return None
+            found |= reads
     return frozenset(found - RESERVED_KEYS)
+
+
+def item_escapes(source: str) -> bool:
+    """Whether `grade`'s item parameter is used other than as `item["k"]` or `item.get("k")` (passed to a helper,
+    iterated, indexed by a variable, aliased): then which fields it reads is not known."""
+    tree = ast.parse(source)
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "grade"]
+    if not defs:
+        return True
+    params = defs[-1].args.posonlyargs + defs[-1].args.args
+    if len(params) < 2:
+        return True
+    name = params[1].arg
+    followed: set[int] = set()
+    for node in ast.walk(defs[-1]):
+        if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name
+                and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+            followed.add(id(node.value))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and isinstance(node.func.value, ast.Name) and node.func.value.id == name and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            followed.add(id(node.func.value))
+    return any(isinstance(n, ast.Name) and n.id == name and id(n) not in followed for n in ast.walk(defs[-1])
+               if not (isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)))

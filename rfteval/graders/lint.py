@@ -60,10 +60,16 @@ def grader_label(config: GraderConfig, where: str, top: GraderConfig) -> str:
 
 
 def renders_sample(config: GraderConfig) -> bool:
-    """Whether any message of a model grader's prompt renders a `sample.*` path (text, content parts, image URLs)."""
-    from rfteval.graders.checks import template_paths
+    """Whether any message of a model grader's prompt renders a `sample.*` path (text, content parts, image URLs).
 
-    return any(namespace == "sample" for _, _, namespace, _ in template_paths(config.judge_prompt()))
+    Read from the messages as the judge is sent them (judged.judge_messages), not from the config: a content part
+    may hold keys that are never sent (`{"type": "input_text", "text": "Rate it", "note": "{{ sample.output_text
+    }}"}` loads, but only its `text` reaches the judge)."""
+    from rfteval.graders.checks import template_paths
+    from rfteval.graders.judged import judge_messages
+
+    sent = judge_messages(config.judge_prompt())
+    return any(namespace == "sample" for _, _, namespace, _ in template_paths(sent))
 
 
 def grade_ignores_sample(source: str) -> str | None:

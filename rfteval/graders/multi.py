@@ -32,6 +32,7 @@ from rfteval.graders.loader import line_of
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
 
+_CORNER_KEYS = 10  # 2**10 formula evaluations at most when reading a multi's range
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what the formula parser takes as a name (ASCII only)
 
 
@@ -54,7 +55,29 @@ class MultiConfig(GraderConfig):
         return list(self.graders.values())
 
     def score_range(self) -> tuple[float, float, str]:
-        return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+        """calculate_output declares no range, so it is read from the sub-graders' ranges: a formula that is one
+        key has that grader's range (a multi around a 0..10 judge scores 0..10, and "passes only at the maximum"
+        must mean 10, not 1); a formula over graders whose ranges are not all [0, 1] is evaluated at the corners of
+        their ranges (exact for the weighted sums, min and max that calculate_output holds in practice)."""
+        import itertools
+
+        formula = self.calculate_output.strip()
+        if formula in self.graders:
+            low, high, source = self.graders[formula].score_range()
+            return low, high, f"graders.{formula}'s: {source}"
+        try:
+            compiled = compile_formula(formula, self.graders.keys())
+        except FormulaError:
+            compiled = None
+        keys = sorted(compiled.names) if compiled is not None else []
+        ranges = {key: self.graders[key].score_range()[:2] for key in keys}
+        if compiled is None or all(r == (0.0, 1.0) for r in ranges.values()) or len(keys) > _CORNER_KEYS:
+            return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+        try:
+            values = [compiled(dict(zip(keys, corner))) for corner in itertools.product(*ranges.values())]
+        except (FormulaEvalError, ArithmeticError, ValueError):
+            return 0.0, 1.0, "assumed [0, 1]: calculate_output declares no range"
+        return min(values), max(values), "calculate_output at the corners of its graders' ranges"
 
     @model_validator(mode="before")
     @classmethod

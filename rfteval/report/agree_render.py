@@ -110,8 +110,9 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
     console.print(t)
     for line in error_lines(result):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    if result.pass_note:
-        console.print(f"note: {result.pass_note}", markup=False, highlight=False, soft_wrap=True)
+    for note in (result.scale_note, result.pass_note):
+        if note:
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     u = result.unmatched
     for side, first, count in (("A", u["a_only_first"], u["a_only"]), ("B", u["b_only_first"], u["b_only"])):
         if first:
@@ -168,10 +169,11 @@ def _render_labels(console: Console, result: AgreeResult) -> None:
 
 def _render_usage(console: Console, result: AgreeResult) -> None:
     ut = table("Judge usage (--regrade): calls, not grades")
-    for col in ("model", "calls", "cached", "failed", "tokens in", "tokens out", "cost"):
+    for col in ("model", "calls", "cached", "shared", "failed", "tokens in", "tokens out", "cost"):
         ut.add_column(col, justify="left" if col == "model" else "right")
     for model, u in result.usage.items():
-        ut.add_row(model, str(u["calls"]), str(u["cache_hits"]), str(u["errors"]), fmt_tokens(u["input_tokens"]),
+        ut.add_row(model, str(u["calls"]), str(u["cache_hits"]), str(u.get("shared", 0)), str(u["errors"]),
+                   fmt_tokens(u["input_tokens"]),
                    fmt_tokens(u["output_tokens"]), fmt_cost(u["cost_usd"]))
     console.print(ut)
 
@@ -280,11 +282,13 @@ def render_html(result: AgreeResult) -> str:
     usage = ""
     if result.usage:
         urows = "".join(f"<tr><td>{escape(m)}</td><td>{u['calls']}</td><td>{u['cache_hits']}</td>"
+                        f"<td>{u.get('shared', 0)}</td>"
                         f"<td>{u['input_tokens']}</td><td>{u['output_tokens']}</td><td>{fmt_cost(u['cost_usd'])}</td>"
                         "</tr>" for m, u in result.usage.items())
-        usage = ("<h2>Judge usage</h2><table><thead><tr><th>model</th><th>calls</th><th>cached</th><th>tokens in"
+        usage = ("<h2>Judge usage</h2><table><thead><tr><th>model</th><th>calls</th><th>cached</th><th>shared</th><th>tokens in"
                  f"</th><th>tokens out</th><th>cost</th></tr></thead><tbody>{urows}</tbody></table>")
-    notes = "".join(f'<p class="muted">{escape(line)}</p>' for line in error_lines(result))
+    notes = "".join(f'<p class="muted">{escape(line)}</p>' for line in
+                    [*error_lines(result), *([f"note: {result.scale_note}"] if result.scale_note else [])])
     return f"""<p class="muted">A: {escape(result.a.path)} · B: {escape(result.b.path)}</p>
 {gate_html}{notes}
 <table id="summary"><tbody>{rows}</tbody></table>
