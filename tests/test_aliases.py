@@ -33,3 +33,31 @@ def defined_names(module: object) -> set[str]:
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)
     return {name for name in names if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("package", ["rfteval.compare", "rfteval.readiness", "rfteval.stats"])
+def test_a_lazily_re_exported_name_is_never_a_submodule_of_its_package(package: str) -> None:
+    """`from rfteval.readiness import assess` gave the module readiness/assess.py, not the function, once anything
+    had imported that submodule (the import system sets the package's attribute): no re-exported name may be a
+    submodule's name."""
+    import pkgutil
+
+    pkg = importlib.import_module(package)
+    submodules = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
+    for sub in submodules:
+        importlib.import_module(f"{package}.{sub}")  # as a run or a test suite would have
+    target = importlib.import_module(_target_of(package))
+    clashes = set(getattr(target, "__all__", vars(target))) & submodules
+    assert not clashes, f"{package} re-exports names that are also its submodules: {sorted(clashes)}"
+
+
+def _target_of(package: str) -> str:
+    return {"rfteval.compare": "rfteval.compare.comparison", "rfteval.readiness": "rfteval.readiness.assessment",
+            "rfteval.stats": "rfteval.stats.paired"}[package]
+
+
+def test_readiness_assess_is_the_function_after_its_module_was_imported() -> None:
+    import rfteval.readiness.assessment  # noqa: F401
+    from rfteval.readiness import assess
+
+    assert callable(assess) and assess.__module__ == "rfteval.readiness.assessment"

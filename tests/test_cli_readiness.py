@@ -242,7 +242,7 @@ def test_real_process(run_dir: Path):
 
 def test_html_fragments_are_self_contained(run_dir: Path):
     from rfteval.graders.loader import parse_config
-    from rfteval.readiness.assess import assess
+    from rfteval.readiness.assessment import assess
     from rfteval.readiness.probes import run_probes
     from rfteval.report.readiness_render import probes_html, readiness_html
 

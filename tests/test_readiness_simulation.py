@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rfteval.readiness.assess import assess
+from rfteval.readiness.assessment import assess
 from rfteval.stats import zero_signal as zs
 
 N_ITEMS, K, G = 400, 3, 8

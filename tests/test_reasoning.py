@@ -491,7 +491,7 @@ def test_a_spec_setting_other_than_the_default_files_grades_apart():
 def test_readiness_notes_samples_cut_off_while_thinking():
     import pandas as pd
 
-    from rfteval.readiness.assess import assess
+    from rfteval.readiness.assessment import assess
 
     rows = [{"model_label": "base", "item_id": f"q{i}", "epoch": e, "score": float((i + e) % 2), "error": None,
              "output_text": "x", "truncated_in_reasoning": i == 0 and e == 1} for i in range(4) for e in (1, 2)]

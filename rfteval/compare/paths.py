@@ -19,7 +19,7 @@ from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.compare.series import SeriesResult
-    from rfteval.readiness.assess import ReadinessReport
+    from rfteval.readiness.assessment import ReadinessReport
 
 
 def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[str] = (),
@@ -183,7 +183,7 @@ def baseline_readiness(result: CompareResult, dataset: Path | None) -> BaselineR
     """The baseline's readiness when its records have 2+ epochs per item; None when they have fewer. An optional
     section: an InputError is kept as the reason, and the comparison stands without it."""
     from rfteval.data.records import read_records
-    from rfteval.readiness.assess import assess
+    from rfteval.readiness.assessment import assess
 
     side = result.baseline
     label = str(side["label"])

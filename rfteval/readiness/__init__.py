@@ -1,6 +1,6 @@
 """Will RFT learn from this dataset and grader: the assessment, grader probes, reference checks, judge stability.
 
-The names of rfteval.readiness.assess are re-exported here, lazily: this is the public path the README shows, and
+The names of rfteval.readiness.assessment are re-exported here, lazily: this is the public path the README shows, and
 importing one submodule of the package must not load the others.
 """
 
@@ -11,6 +11,6 @@ from typing import TYPE_CHECKING
 from rfteval import lazy_reexport
 
 if TYPE_CHECKING:
-    from rfteval.readiness.assess import *  # noqa: F403
+    from rfteval.readiness.assessment import *  # noqa: F403
 
-__getattr__ = lazy_reexport(globals(), lambda name: "rfteval.readiness.assess")
+__getattr__ = lazy_reexport(globals(), lambda name: "rfteval.readiness.assessment")

@@ -10,7 +10,7 @@ from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GradeOptions
-    from rfteval.readiness.assess import ReadinessReport, Thresholds
+    from rfteval.readiness.assessment import ReadinessReport, Thresholds
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     re-grade has what it needs, assess, and write the GRPO advantages when asked. An InputError the assessment
     raises without a file names the records file."""
     from rfteval.data import rundir
-    from rfteval.readiness.assess import Thresholds, assess, write_advantages
+    from rfteval.readiness.assessment import Thresholds, assess, write_advantages
 
     r = request
     df, chosen, files, directory = rundir.locate_records(r.run, r.label)
@@ -66,7 +66,7 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
 
             require_sandbox(config, r.unsafe_python_graders)
     if dataset is not None:
-        from rfteval.readiness.assess import items_map
+        from rfteval.readiness.assessment import items_map
 
         items = items_map(dataset)
     if r.regrade and items is not None:

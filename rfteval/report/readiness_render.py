@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from rfteval.compare.paths import BaselineReadiness
-    from rfteval.readiness.assess import ExpectedZeroSignal, ReadinessErrors, ReadinessReport
+    from rfteval.readiness.assessment import ExpectedZeroSignal, ReadinessErrors, ReadinessReport
     from rfteval.readiness.probes import ProbeReport
     from rfteval.run.paths import RunReadiness
 
@@ -55,7 +55,7 @@ def summary_lines(report: ReadinessReport) -> list[str]:
     for c in report.reasons if report.verdict != "ready" else []:
         lines.append(f"  [{STATUS_STYLE[c.status]}]{'not ready' if c.status == 'not_ready' else c.status}[/]: "
                      f"{_esc(c.message)}")
-    if report.provisional and report.notes:  # the small-sample note is the first (readiness.assess)
+    if report.provisional and report.notes:  # the small-sample note is the first (readiness.assessment)
         lines.append(f"  [yellow]warning[/]: {_esc(report.notes[0])}")
     return lines
 

@@ -13,7 +13,7 @@ from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
-    from rfteval.readiness.assess import ReadinessReport
+    from rfteval.readiness.assessment import ReadinessReport
     from rfteval.run.runner import RunMonitor, RunOptions, RunResult
     from rfteval.run.spec import RunSpec
 
@@ -95,7 +95,7 @@ def run_readiness(result: RunResult, run_spec: RunSpec) -> RunReadiness:
     from rfteval.data.records import read_records
     from rfteval.data.rundir import baseline_label
     from rfteval.graders import load_grader
-    from rfteval.readiness.assess import assess
+    from rfteval.readiness.assessment import assess
 
     label = baseline_label(list(result.totals))
     path = result.out_dir / f"{label}.jsonl"

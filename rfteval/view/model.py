@@ -1,7 +1,7 @@
 """What the viewer's pages show, as JSON-ready values: built by the library code `compare` uses, never again here.
 
 Every number on a page comes from `compare_paths` (the same call `rfteval compare` makes, on the same files,
-labels and dataset), `compare.series`, `compare.agree` or `readiness.assess`; this module only selects rows
+labels and dataset), `compare.series`, `compare.agree` or `readiness.assessment`; this module only selects rows
 (filters, search, paging) and joins the samples of an item (rfteval.compare.samples). A comparison is computed
 once per pair of labels and kept; the outputs stay in their files until an item or a search asks for them.
 """

@@ -74,7 +74,7 @@ def readiness(
                                      "Grading errors and model refusals score 0 either way."),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rfteval.readiness.assess import Thresholds
+    from rfteval.readiness.assessment import Thresholds
     from rfteval.readiness.paths import ReadinessRequest, assess_path
     from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_readiness
