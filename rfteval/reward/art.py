@@ -27,8 +27,8 @@ from rfteval.data.json_types import JSONObject
 from rfteval.data.sample import Sample
 from rfteval.errors import InputError
 from rfteval.graders.base import needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data
-from rfteval.reward.episode import message_sample, plain_metadata, result_metrics
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data, sample_from_message
+from rfteval.reward.episode import plain_metadata, result_metrics
 
 if TYPE_CHECKING:
     import art
@@ -91,7 +91,7 @@ class ARTReward(Reward):
             messages = item.get("messages")
             prompt_len = len(messages) if self.table is not None and isinstance(messages, list) else None
             _, reply = _prompt_and_reply(t.messages_and_choices, prompt_len)
-            pairs.append((message_sample(reply, self.options), item))
+            pairs.append((sample_from_message(reply, self.options), item))
             units.append(seen.setdefault(json.dumps(item, sort_keys=True, default=str), len(seen)))
         return pairs, units
 

@@ -46,8 +46,8 @@ from tinker_cookbook.rl.types import (
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult, needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs
-from rfteval.reward.episode import message_sample, result_metrics
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_message
+from rfteval.reward.episode import result_metrics
 
 
 def _text(content: JSONValue) -> str:
@@ -87,7 +87,7 @@ class TinkerReward(Reward):
         super().__init__(grader, options)
 
     def score_message(self, message: object, item: JSONObject) -> tuple[float, GradeResult]:
-        result = self.grade_one(message_sample(message, self.options), item)
+        result = self.grade_one(sample_from_message(message, self.options), item)
         value = self.value(result)
         assert value is not None  # on_error is "zero"
         return value, result
@@ -162,7 +162,7 @@ class RFTGroupBuilder(ProblemGroupBuilder):
         if len(envs) != len(env_group) or not envs:
             raise TypeError("RFTGroupBuilder's envs must be RFTEnvs")
         reward = envs[0].reward
-        pairs = [(message_sample(e.reply, reward.options), e.item) for e in envs]
+        pairs = [(sample_from_message(e.reply, reward.options), e.item) for e in envs]
         results = await asyncio.to_thread(reward.grade, pairs, [0] * len(pairs))
         out: list[tuple[float, Metrics]] = []
         for result in results:
