@@ -236,3 +236,24 @@ def test_the_dataset_builder_a_recipe_names(tokenizer, monkeypatch):
     train, test = asyncio.run(builder())
     assert len(train) == 8 and len(train.get_batch(7)) == 2 and train.group_size == 2
     assert test is not None and test.group_size == 1 and test.reward is train.reward
+
+
+@pytest.mark.slow
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, tokenizer):
+    """for_tinker(think_tags=...) strips what `rfteval grade --think-tags` strips, through RFTEnv.step (the
+    renderer's parse_response, ProblemEnv's reward code); without it, the rewards are grade's without the flag.
+    role_colon leaves every block in the text; qwen3 parses a `<think>` block into a thinking part itself (the
+    model's own parser, as a server's reasoning parser would), so its probes are the ones in `<reasoning>` tags."""
+    from trainer_cases import THINK_TAGS, custom_tag_probes
+
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    lines = items("milo")
+    for name in ("role_colon", "qwen3"):
+        renderer = renderers.get_renderer(name, tokenizer=tokenizer)
+        keep = [i for i, o in enumerate(outs) if name == "role_colon" or "<think>" not in o["output_text"]]
+        for options, expected in (({}, plain), ({"think_tags": THINK_TAGS}, tagged)):
+            reward = for_tinker(GRADERS / "milo.json", renderer, items=list(lines.values()), **options).reward
+            got = [asyncio.run(RFTEnv(reward, lines[outs[i]["item_id"]], renderer).step(
+                action(renderer, tokenizer, outs[i]["output_text"]))).reward for i in keep]
+            assert got == [expected[i] for i in keep], (name, options)
+        assert len(keep) >= 9 and tagged != plain
