@@ -4,6 +4,7 @@ grade`'s score after TRL's float32 rounding, for every bundled dataset loaded th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -24,9 +25,11 @@ from trainer_cases import (
     export,
     hf_json,
     items,
+    runner,
     smollm2_gguf,
 )
 
+from rfteval.cli.app import app
 from rfteval.reward import for_trl, for_trl_async
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model and tokenizer are built here
@@ -208,3 +211,22 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, make_trainer):
         with for_trl(GRADERS / "milo.json", **options) as reward:
             trainer = make_trainer([reward], ds)
             assert [row[0] for row in calculate(trainer, rows, texts)] == f32(expected), options
+
+
+def test_items_finds_an_exported_date_like_id(tmp_path, make_trainer):
+    """With items=, date-like ids (export-dataset stores them as JSON text, which Arrow would have made timestamps:
+    the id column holds '"2025-03-14"') find their lines (before: "no line with id '\\"2025-03-14\\"'")."""
+    lines = [{"id": "2025-03-14", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"},
+             {"id": "2025-03-15", "messages": [{"role": "user", "content": "p"}], "want": "OTHER"}]
+    path = tmp_path / "dated.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    res = runner.invoke(app, ["export-dataset", str(path), "--target", "trl", "--out", str(tmp_path / "trl")])
+    assert res.exit_code == 0, res.output
+    ds = hf_json(tmp_path / "trl" / "train.jsonl", tmp_path)
+    assert ds[0]["id"] == '"2025-03-14"'
+    grader = {"type": "string_check", "name": "want", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.want }}", "operation": "eq"}
+    with for_trl(grader, items=str(path)) as reward:
+        trainer = make_trainer([reward], ds)
+        got = calculate(trainer, [dict(ds[0]), dict(ds[1]), dict(ds[0])], ["ANSWER", "OTHER", "OTHER"])
+    assert [row[0] for row in got] == [1.0, 1.0, 0.0]

@@ -231,3 +231,27 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, monkeypatch):
     finally:
         sys.modules["milo_tags_reward"].close()
     assert last_token_rewards(got) == f32(tagged)
+
+
+def test_items_finds_an_exported_date_like_id(tmp_path):
+    """With items=, date-like ids find their lines through the legacy naive manager (parquet keeps them as strings,
+    so extra_info holds them as they are; the id is read by core's one rule, as for TRL's JSON text)."""
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    lines = [{"id": "2025-03-14", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"},
+             {"id": "2025-03-15", "messages": [{"role": "user", "content": "p"}], "want": "OTHER"}]
+    path = tmp_path / "dated.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    res = runner.invoke(app, ["export-dataset", str(path), "--target", "verl", "--out", str(tmp_path / "verl")])
+    assert res.exit_code == 0, res.output
+    import pyarrow.parquet as pq
+
+    ids = [row["id"] for row in pq.read_table(tmp_path / "verl" / "train.parquet").column("extra_info").to_pylist()]
+    outs = [{"item_id": ids[0], "output_text": "ANSWER"}, {"item_id": ids[1], "output_text": "OTHER"},
+            {"item_id": ids[0], "output_text": "OTHER"}]
+    data, tok = verl_batch(tmp_path / "verl" / "train.parquet", outs)
+    grader = {"type": "string_check", "name": "want", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.want }}", "operation": "eq"}
+    with for_verl(grader, items=str(path)) as compute_score:
+        got = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data)
+    assert last_token_rewards(got) == [1.0, 1.0, 0.0]

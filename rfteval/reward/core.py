@@ -503,7 +503,7 @@ class Reward:
         exported dataset carries exactly; else the fields as they came (values a loader invented turned back where
         exact, warned about once per column where not), with a conversation prompt as `messages`."""
         if self.table is not None:
-            rid = fields.get(self.options.id_field)
+            rid = self._exported_id(fields)
             if rid is None:
                 raise InputError(f"items= is given but the trainer passed no {self.options.id_field!r} column: keep "
                                  "the id column in the dataset (rfteval export-dataset writes it)",
@@ -519,6 +519,19 @@ class Reward:
             item["messages"] = plain_prompt
         item.update((key, plain_data(value, key, self.coercions)) for key, value in fields.items())
         return item
+
+    def _exported_id(self, fields: Mapping[str, object]) -> object:
+        """The id items= is looked up by: an exported row's own line's id first (export-dataset stores a date-like
+        id as JSON text, which Arrow would have made a timestamp: the column holds '"2025-03-14"'), else the id
+        column as it came (a line that had none has the id export-dataset added, in the column only)."""
+        key = self.options.id_field
+        try:
+            exported = decode_exported(fields)
+        except (TypeError, ValueError, KeyError):
+            exported = None  # not export-dataset's row after all: the column as it came
+        if exported is not None and exported.get(key) is not None:
+            return exported[key]
+        return fields.get(key)
 
     # -- grading and the error rule
 

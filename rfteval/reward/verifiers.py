@@ -27,7 +27,6 @@ from rfteval.reward.core import (
     Reward,
     RewardOptions,
     RewardOptionsArgs,
-    decode_exported,
     plain_data,
     sample_from_completion,
 )
@@ -111,15 +110,7 @@ class VerifiersReward(Reward):
 
     def item(self, prompt: object, answer: object, info: object) -> JSONObject:
         fields = _fields(info)
-        if self.table is not None:
-            # The exported line's own id first: info holds it as JSON text where a reader would have changed it (a
-            # date-like id); a line that had none has the id export-dataset added, in info only.
-            rid = self.options.id_field
-            exported = decode_exported(fields)
-            if exported is not None and exported.get(rid) is not None:
-                fields[rid] = exported[rid]
-            return self.find_item(fields)
-        if "rfteval" in fields:
+        if self.table is not None or "rfteval" in fields:
             return self.find_item(fields)
         item = self.find_item(fields, prompt)
         if self.reference_field and answer not in (None, "") and self.reference_field not in item:
