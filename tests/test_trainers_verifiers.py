@@ -189,8 +189,9 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path):
                 data = RFTTask(prompt=[{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
                                answer=row["answer"], info=row["info"])
                 nodes = [MessageNode(message=m, parent=i - 1 if i else None) for i, m in enumerate(data.prompt)]
+                # sampled: the model's reply (only sampled messages are graded, never a prompt's)
                 nodes.append(MessageNode(message=vf.AssistantMessage(content=o["output_text"]),
-                                         parent=len(nodes) - 1))
+                                         parent=len(nodes) - 1, sampled=True))
                 trace = Trace(task=TraceTask(type="RFT", data=data), agent=AgentInfo(config=vf.AgentConfig()),
                               nodes=nodes)
                 await RFT(data, config).score(trace)
