@@ -257,3 +257,26 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, tokenizer):
                 action(renderer, tokenizer, outs[i]["output_text"]))).reward for i in keep]
             assert got == [expected[i] for i in keep], (name, options)
         assert len(keep) >= 9 and tagged != plain
+
+
+def test_the_developer_role_is_system_unless_kept(tokenizer):
+    """OpenAI's `developer` turn: qwen3's renderer would write `<|im_start|>developer` (a role Qwen never saw), so the
+    prompt RFTEnv renders has it as `system`, as export-dataset writes it; developer_role="keep" leaves it (for
+    gpt_oss's renderer, whose harmony format has the role). The grader's item keeps it either way."""
+    line = {"id": "d", "messages": [{"role": "developer", "content": "Answer in one word."},
+                                    {"role": "user", "content": "Say yes."}], "reference_answer": "yes"}
+    grader = {"type": "string_check", "name": "exact", "operation": "eq", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.messages[0].role }}"}
+    renderer = renderers.get_renderer("qwen3", tokenizer=tokenizer)
+    prompts = {}
+    for role in ("system", "keep"):
+        dataset = for_tinker(grader, renderer, items=[line], group_size=1, developer_role=role)
+        (builder,) = dataset.get_batch(0)
+        (env,) = asyncio.run(builder.make_envs())
+        observation, _ = asyncio.run(env.initial_observation())
+        prompts[role] = tokenizer.decode(observation.to_ints())
+        assert asyncio.run(env.step(action(renderer, tokenizer, "developer"))).reward == 1.0  # the item's own role
+    assert "<|im_start|>system\nAnswer in one word." in prompts["system"] and "developer" not in prompts["system"]
+    assert "<|im_start|>developer\nAnswer in one word." in prompts["keep"]
+    with pytest.raises(ValueError, match="developer_role"):
+        for_tinker(grader, renderer, items=[line], developer_role="user")
