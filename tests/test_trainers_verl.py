@@ -255,3 +255,15 @@ def test_items_finds_an_exported_date_like_id(tmp_path):
     with for_verl(grader, items=str(path)) as compute_score:
         got = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data)
     assert last_token_rewards(got) == [1.0, 1.0, 0.0]
+
+
+def test_on_error_none_is_refused_as_verl_cannot_store_it(tmp_path):
+    """verl writes every score into a float tensor: None fails the legacy naive manager's step (the TypeError checked
+    here is torch's own), so on_error="none" is refused by for_verl and by `export-reward --target verl`."""
+    with pytest.raises(TypeError, match="NoneType"):
+        torch.zeros(1, 1)[0, 0] = None  # what NaiveRewardManager does with a None score
+    with pytest.raises(ValueError, match="cannot be a verl reward"):
+        for_verl(GRADERS / "milo.json", on_error="none")
+    res = runner.invoke(app, ["export-reward", str(GRADERS / "milo.json"), "--target", "verl", "--out",
+                              str(tmp_path / "r.py"), "--on-error", "none"])
+    assert res.exit_code == 2 and "cannot be a verl reward" in res.output and not (tmp_path / "r.py").exists()

@@ -59,11 +59,9 @@ class ARTReward(Reward):
     """The grader for ART. A grading error scores 0 (a Trajectory's reward is a float; on_error="none" is refused)
     and is counted in `error_counts` and in the trajectory's metrics."""
 
-    def __init__(self, grader: GraderLike, options: RewardOptions):
-        if options.on_error == "none":
-            raise ValueError("on_error='none' has no meaning in ART: Trajectory.reward is a float; a grading error "
-                             "scores 0 and is counted in the trajectory's metrics (rfteval/grading_error)")
-        super().__init__(grader, options)
+    none_refused = (
+        "has no meaning in ART: Trajectory.reward is a float (the trajectory's metrics count the error: "
+        'rfteval/grading_error)')
 
     def item_of(self, trajectory: art.Trajectory, group_metadata: Mapping[str, object] | None = None) -> JSONObject:
         """The trajectory's item: the items= line named by its metadata id (or the group's); else its prompt

@@ -452,10 +452,16 @@ class Reward:
     original items when given, and the error rule. Each trainer's adapter is a subclass with that trainer's call."""
 
     default_on_error = "zero"
+    # Why on_error="none" is refused, for a trainer that records every reward as a float (None would fail its step
+    # or its tensor); None: the trainer can leave a reward out (TRL), or maps it itself (OpenRLHF: 0.0, said once).
+    none_refused: str | None = None
 
     def __init__(self, grader: GraderLike, options: RewardOptions):
         from rfteval.graders.base import judge_types
 
+        if options.on_error == "none" and self.none_refused is not None:
+            raise ValueError(f"on_error='none' {self.none_refused}; a grading error scores 0 (on_error='zero', the "
+                             "default) and is counted (error_counts)")
         self.config = grader_config(grader)
         self.options = options
         self.on_error = options.on_error or self.default_on_error

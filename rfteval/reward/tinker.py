@@ -85,12 +85,9 @@ class TinkerReward(Reward):
     """The grader for tinker-cookbook: one parsed assistant message and its item, scored as `rfteval grade` does. A
     reward there is a float that is summed, so a grading error scores 0 (on_error="zero"; "none" is refused)."""
 
-    def __init__(self, grader: GraderLike, options: RewardOptions):
-        if options.on_error == "none":
-            raise ValueError("on_error='none' has no meaning in tinker-cookbook: a step's reward is a float that "
-                             "is summed into the trajectory's; a grading error scores 0 and is counted in the "
-                             "metrics (rfteval/grading_error)")
-        super().__init__(grader, options)
+    none_refused = (
+        "has no meaning in tinker-cookbook: a step's reward is a float that is summed into the trajectory's "
+        "(the step's metrics count the error: rfteval/grading_error)")
 
     def score_message(self, message: object, item: JSONObject) -> tuple[float, GradeResult]:
         result = self.grade_one(sample_from_message(message, self.options), item)

@@ -96,12 +96,12 @@ class VerifiersReward(Reward):
     """The item: the line an exported dataset's `info` carries; or, with items=, the line named by its id (the
     exported line's, else info's); else `info` with `answer` at `reference_field` and the prompt as `messages`."""
 
+    none_refused = (
+        "cannot be a verifiers reward: verifiers records float(reward) (0.4's Task.score fails the trace on "
+        'None; the legacy Rubric logs it and scores 0); a verifiers 0.4 trace also counts the error in its '
+        'metric <name>_error')
+
     def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer"):
-        if options.on_error == "none":
-            raise ValueError("on_error='none' cannot be a verifiers reward: verifiers records float(reward) (0.4's "
-                             "Task.score fails the trace on None; the legacy Rubric logs it and scores 0), so an "
-                             "error scores 0 (on_error='zero', the default), counted in the reward's error_counts and, "
-                             "in a verifiers 0.4 trace, in its metric <name>_error")
         super().__init__(grader, options)
         self.reference_field = reference_field
 

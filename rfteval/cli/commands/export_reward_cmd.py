@@ -45,7 +45,8 @@ def export_reward(
     on_error: OnError | None = typer.Option(None, "--on-error",
                                             help="A grading error scores 0 (zero) or None (none); default: none "
                                                  "for trl (TRL leaves it out of the baseline), zero otherwise; "
-                                                 "openrlhf scores none as 0 (it stores no missing reward)."),
+                                                 "openrlhf scores none as 0 (it stores no missing reward); verl "
+                                                 "refuses none (its float tensor cannot hold it)."),
     reasoning: str = REWARD_REASONING,
     think_tags: list[str] | None = REWARD_THINK_TAGS,
     eos_token: list[str] | None = typer.Option(None, "--eos-token", metavar="TOKEN",
