@@ -230,3 +230,38 @@ def test_items_finds_an_exported_date_like_id(tmp_path, make_trainer):
         trainer = make_trainer([reward], ds)
         got = calculate(trainer, [dict(ds[0]), dict(ds[1]), dict(ds[0])], ["ANSWER", "OTHER", "OTHER"])
     assert [row[0] for row in got] == [1.0, 1.0, 0.0]
+
+
+def test_readme_trl_snippet(tmp_path, monkeypatch, make_trainer):
+    """The README's TRL lines as written (export-dataset, load_dataset, for_trl, GRPOTrainer with the user's model
+    where it says `model=...`), run from a folder laid out as the README's: GRPOTrainer's reward path gives `rfteval
+    grade`'s scores."""
+    from trainer_shapes import readme_block
+    from trl import GRPOConfig, GRPOTrainer
+
+    import rfteval.reward
+
+    bash = readme_block("**TRL**", "bash").split("#")[0].split()
+    code = readme_block("**TRL**", "python")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "graders").symlink_to(GRADERS)
+    (tmp_path / "datasets").symlink_to(DATASETS)
+    assert bash[:2] == ["rfteval", "export-dataset"]
+    res = runner.invoke(app, bash[1:])
+    assert res.exit_code == 0, res.output
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                      report_to=[], use_cpu=True, max_completion_length=4, save_strategy="no")
+    assert code.count("model=...") == 1
+    code = code.replace("model=...", "model=model, args=args, processing_class=tokenizer")
+    import datasets
+
+    scope: dict[str, Any] = {"rfteval": rfteval, "GRPOTrainer": GRPOTrainer, "model": model, "args": args,
+                             "tokenizer": tokenizer, "load_dataset": lambda *a, **k: datasets.load_dataset(
+                                 *a, **k, cache_dir=str(tmp_path / ".hf"))}
+    exec(code, scope)
+    outs, expected = expected_scores(tmp_path, "milo")
+    by_id = {row["id"]: row for row in scope["ds"]}
+    with scope["reward"]:
+        got = calculate(scope["trainer"], [by_id[o["item_id"]] for o in outs], [o["output_text"] for o in outs])
+    assert [row[0] for row in got] == f32(expected) and len(set(expected)) > 1
