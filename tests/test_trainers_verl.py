@@ -267,3 +267,44 @@ def test_on_error_none_is_refused_as_verl_cannot_store_it(tmp_path):
     res = runner.invoke(app, ["export-reward", str(GRADERS / "milo.json"), "--target", "verl", "--out",
                               str(tmp_path / "r.py"), "--on-error", "none"])
     assert res.exit_code == 2 and "cannot be a verl reward" in res.output and not (tmp_path / "r.py").exists()
+
+
+def test_readme_verl_block(tmp_path, monkeypatch):
+    """The README's verl block as written: its two rfteval commands, then main_ppo's overrides applied to verl's own
+    generated trainer config (struct mode: a key verl does not have is refused) and the reward function loaded from
+    that config by verl's get_custom_reward_fn, scored by the legacy naive manager: `rfteval grade`'s scores."""
+    import shlex
+    from pathlib import Path as P
+
+    import verl.trainer.config as verl_config
+    from omegaconf import OmegaConf
+    from trainer_shapes import readme_block
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    # a continued line (a trailing backslash) leaves a newline word
+    lines = [w for w in shlex.split(readme_block("**verl**", "bash"), comments=True) if w.strip()]
+    commands, current = [], []
+    for word in lines:  # split the block back into commands (each starts with rfteval or python)
+        if word in ("rfteval", "python") and current:
+            commands.append(current)
+            current = []
+        current.append(word)
+    commands.append(current)
+    assert [c[:2] for c in commands] == [["rfteval", "export-dataset"], ["rfteval", "export-reward"],
+                                         ["python", "-m"]] and commands[2][2] == "verl.trainer.main_ppo"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "graders").symlink_to(GRADERS)
+    (tmp_path / "datasets").symlink_to(GRADERS.parent / "datasets")
+    for command in commands[:2]:
+        res = runner.invoke(app, command[1:])
+        assert res.exit_code == 0, res.output
+    base = OmegaConf.load(P(verl_config.__file__).parent / "_generated_ppo_trainer.yaml")
+    OmegaConf.set_struct(base, True)
+    config = OmegaConf.merge(base, OmegaConf.from_dotlist(commands[2][3:]))
+    assert P(config.data.train_files).exists()
+    fn = get_custom_reward_fn(config)
+    outs, expected = expected_scores(tmp_path, "milo")
+    data, tok = verl_batch(P(config.data.train_files), outs)
+    got = NaiveRewardManager(tok, num_examine=0, compute_score=fn)(data)
+    assert last_token_rewards(got) == f32(expected) and len(set(expected)) > 1
