@@ -265,3 +265,22 @@ def test_readme_trl_snippet(tmp_path, monkeypatch, make_trainer):
     with scope["reward"]:
         got = calculate(scope["trainer"], [by_id[o["item_id"]] for o in outs], [o["output_text"] for o in outs])
     assert [row[0] for row in got] == f32(expected) and len(set(expected)) > 1
+
+
+@pytest.mark.parametrize("case", ["milo", "chipstack", "math"])
+def test_every_recorded_completion_in_every_shape_equals_rfteval_grade(case, tmp_path, make_trainer):
+    """Every bundled recording of the case, plain, after a think block, inside an unclosed one, after a
+    template-opened one, and with its thinking as TRL decodes it (a reasoning model's block in the text: TRL hands
+    over no reasoning field), through GRPOTrainer's reward path on the exported dataset: `rfteval grade`'s score
+    (float32). TRL's completions have one assistant turn (no two-turn shape)."""
+    from trainer_shapes import completions
+
+    cases = completions(tmp_path, case)
+    ds = hf_json(export(case, "trl", tmp_path / "trl"), tmp_path)
+    by_id = {row["id"]: row for row in ds}
+    with for_trl(GRADERS / f"{case}.json") as reward:
+        trainer = make_trainer([reward], ds)
+        got = calculate(trainer, [by_id[c.item_id] for c in cases], [c.text for c in cases])
+    wrong = [(c.item_id, c.shape, g[0], c.expected) for c, g in zip(cases, got) if g[0] != f32([c.expected])[0]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
+    assert len(cases) == 5 * len({(c.item_id, c.model, c.epoch) for c in cases})

@@ -308,3 +308,20 @@ def test_readme_verl_block(tmp_path, monkeypatch):
     data, tok = verl_batch(P(config.data.train_files), outs)
     got = NaiveRewardManager(tok, num_examine=0, compute_score=fn)(data)
     assert last_token_rewards(got) == f32(expected) and len(set(expected)) > 1
+
+
+@pytest.mark.parametrize("case", ["milo", "chipstack", "math"])
+def test_every_recorded_completion_in_every_shape_equals_rfteval_grade(case, tmp_path):
+    """Every bundled recording of the case in every shape (tests/trainer_shapes.py; the thinking in the text, as
+    verl decodes solution_str), through the legacy naive manager on the exported parquet: `rfteval grade`'s score
+    (float32). verl's solution_str is one response (no two-turn shape)."""
+    from trainer_shapes import completions
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    cases = completions(tmp_path, case)
+    outs = [{"item_id": c.item_id, "output_text": c.text} for c in cases]
+    data, tok = verl_batch(export(case, "verl", tmp_path / "verl"), outs)
+    with for_verl(GRADERS / f"{case}.json") as compute_score:
+        got = last_token_rewards(NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data))
+    wrong = [(c.item_id, c.shape, g, c.expected) for c, g in zip(cases, got) if g != f32([c.expected])[0]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
