@@ -235,13 +235,10 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, monkeypatch):
 def test_flat_tool_calls_score_as_rfteval_grade(tmp_path, monkeypatch):
     """verifiers 0.4's flat tool calls ({id, type, name, arguments}) in a prime-rl trace: the grader reads them in
     OpenAI's shape, as `rfteval grade` reads output_tools (the probe of tests/test_trainers_verifiers.py)."""
+    from trainer_shapes import FLAT_CALLS, FLAT_CALLS_AS_OPENAI, FLAT_TOOL_GRADER
     from verifiers.v1.types import ToolCall
 
-    grader = {"type": "multi", "name": "tool_call", "calculate_output": "0.5 * name + 0.5 * args", "graders": {
-        "name": {"type": "string_check", "name": "n", "input": "{{sample.output_tools[0].function.name}}",
-                 "reference": "{{item.tool}}", "operation": "eq"},
-        "args": {"type": "string_check", "name": "a", "input": "{{sample.output_tools[0].function.arguments}}",
-                 "reference": "{{item.arguments}}", "operation": "eq"}}}
+    grader, openai = FLAT_TOOL_GRADER, FLAT_CALLS_AS_OPENAI
     line = {"id": "paris", "messages": [{"role": "user", "content": "Weather in the capital of France?"}],
             "tool": "get_weather", "arguments": '{"city": "Paris"}'}
     dataset, grader_path = tmp_path / "tools.jsonl", tmp_path / "tools.json"
@@ -252,12 +249,7 @@ def test_flat_tool_calls_score_as_rfteval_grade(tmp_path, monkeypatch):
     config = env_config(name, f'dataset = "{dataset}"\ngrader = "{grader_path}"')
     env = vf.load_environment(config)
     (task,) = list(vf.load_taskset(config.taskset))
-    flat = [ToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}'),
-            ToolCall(id="c2", name="get_weather", arguments='{"city": "Lyon"}'),
-            ToolCall(id="c3", type="custom", name="get_weather", arguments='{"city": "Paris"}')]
-    openai = [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-              {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}},
-              {"id": "c3", "type": "custom", "custom": {"name": "get_weather", "input": '{"city": "Paris"}'}}]
+    flat = [ToolCall(**c) for c in FLAT_CALLS]
     graded = grade_cli(tmp_path, dataset, str(grader_path), [
         {"item_id": "paris", "epoch": i + 1, "model": "m", "output_text": "", "output_tools": [o]}
         for i, o in enumerate(openai)])
