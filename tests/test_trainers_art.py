@@ -182,3 +182,26 @@ def test_a_sampled_tool_call_scores_as_grade(tmp_path):
     t = art.Trajectory(messages_and_choices=[*TOOL_ITEM["messages"], sampled], metadata={"id": TOOL_ITEM["id"]})
     reward = for_art(TOOL_GRADER, items=[TOOL_ITEM])
     assert asyncio.run(reward.trajectory(t)) == tool_call_expected(tmp_path) == 1.0
+
+
+@pytest.mark.slow
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path):
+    """for_art(think_tags=...) strips what `rfteval grade --think-tags` strips, through gather_trajectory_groups'
+    after_each; without it, the rewards are grade's without the flag."""
+    from trainer_cases import THINK_TAGS, custom_tag_probes
+
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    lines = items("milo")
+    for options, expected in (({}, plain), ({"think_tags": [THINK_TAGS]}, tagged)):
+        reward = for_art(GRADERS / "milo.json", items=str(DATASETS / "milo" / "items.jsonl"), **options)
+        ts = [art.Trajectory(messages_and_choices=[*lines[o["item_id"]]["messages"], choice(o["output_text"])],
+                             metadata={"id": o["item_id"], "key": k}) for k, o in enumerate(outs)]
+
+        async def gather(ts: list[Any] = ts, reward: Any = reward) -> list[Any]:
+            return await art.gather_trajectory_groups([art.TrajectoryGroup(rollout(t) for t in ts)],
+                                                      after_each=reward, pbar_desc=None)
+
+        (group,) = asyncio.run(gather())
+        got = {t.metadata["key"]: t.reward for t in group.trajectories}
+        assert [got[k] for k in range(len(outs))] == expected, options
+    assert tagged != plain

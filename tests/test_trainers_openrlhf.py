@@ -434,3 +434,31 @@ def test_the_agent_contract_grades_the_response_as_generated(tmp_path):
     finally:
         module.close()
     assert f32(got) == f32(expected) and len(set(expected)) > 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["milo", "chipstack", "math"])
+def test_every_recorded_completion_in_every_shape_equals_rfteval_grade(case, tmp_path):
+    """Every bundled recording of the case in every shape (tests/trainer_shapes.py; the thinking in the text, as
+    OpenRLHF decodes the query), through the exported module in SingleTurnAgentExecutor's reward call, one batch:
+    `rfteval grade`'s score (float32). OpenRLHF's single-turn query holds one response (no two-turn shape)."""
+    from openrlhf.datasets.prompts_dataset import preprocess_data
+    from trainer_shapes import completions
+
+    cases = completions(tmp_path, case)
+    module = reward_module(tmp_path, GRADERS / f"{case}.json")
+    ds = hf_json(export(case, "openrlhf", tmp_path / "orl"), tmp_path)
+    tok = chat_template_tokenizer()
+    by_id = {row["id"]: preprocess_data(row, input_key="prompt", label_key="label",
+                                        apply_chat_template=tok.apply_chat_template) for row in ds}
+    executor = agent.SingleTurnAgentExecutor(remote_rm_url=str(module))
+    prompts = [by_id[c.item_id][0] for c in cases]
+    queries = [p + c.text + "<|im_end|>" for p, c in zip(prompts, cases)]  # decoded with skip_special_tokens=False
+    try:
+        infos = asyncio.run(executor._fetch_rewards_via_func(queries, prompts, [by_id[c.item_id][1] for c in cases]))
+    finally:
+        closing(executor)
+    got = [info["rewards"].item() for info in infos]  # one call per query, as OpenRLHF chunks them
+    want = torch.tensor([c.expected for c in cases], dtype=torch.float32).tolist()
+    wrong = [(c.item_id, c.shape, g, w) for c, g, w in zip(cases, got, want) if g != w]
+    assert len(got) == len(cases) and not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"

@@ -203,3 +203,59 @@ def test_the_readmes_config_loads(tmp_path, monkeypatch):
     env = vf.resolve_env_config(tomllib.loads(text)["orchestrator"]["train"]["source"]["env"])
     assert env.taskset.dataset.endswith("datasets/milo/items.jsonl") and env.taskset.task.grader.endswith("milo.json")
     assert len(list(vf.load_taskset(env.taskset))) == 11
+
+
+@pytest.mark.slow
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, monkeypatch):
+    """`export-environment --think-tags` strips what `rfteval grade --think-tags` strips, through Task.score of the
+    loaded taskset; exported without it, the rewards are grade's without the flag."""
+    from trainer_cases import THINK_TAGS, custom_tag_probes
+
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    for name, flags, expected in (("rft-plain-tags", (), plain), ("rft-custom-tags", ("--think-tags", THINK_TAGS),
+                                                                   tagged)):
+        monkeypatch.syspath_prepend(str(export(tmp_path, "milo", name, *flags)))
+        config = env_config(name)
+        env = vf.load_environment(config)
+        tasks = {t.data.id: t for t in vf.load_taskset(config.taskset)}
+
+        async def run(env: Any = env, tasks: Any = tasks) -> list[float]:
+            return [await score(served(env, tasks[o["item_id"]]), [vf.AssistantMessage(content=o["output_text"])])
+                    for o in outs]
+
+        assert asyncio.run(run()) == expected, name
+    assert tagged != plain
+    res = runner.invoke(app, ["export-environment", str(GRADERS / "milo.json"), "--dataset",
+                              str(DATASETS / "milo" / "items.jsonl"), "--target", "prime-rl", "--out",
+                              str(tmp_path / "bad"), "--think-tags", "<r>"])
+    assert res.exit_code == 2 and "think_tags" in res.output and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.slow
+def test_flat_tool_calls_score_as_rfteval_grade(tmp_path, monkeypatch):
+    """verifiers 0.4's flat tool calls ({id, type, name, arguments}) in a prime-rl trace: the grader reads them in
+    OpenAI's shape, as `rfteval grade` reads output_tools (the probe of tests/test_trainers_verifiers.py)."""
+    from trainer_shapes import FLAT_CALLS, FLAT_CALLS_AS_OPENAI, FLAT_TOOL_GRADER
+    from verifiers.v1.types import ToolCall
+
+    grader, openai = FLAT_TOOL_GRADER, FLAT_CALLS_AS_OPENAI
+    line = {"id": "paris", "messages": [{"role": "user", "content": "Weather in the capital of France?"}],
+            "tool": "get_weather", "arguments": '{"city": "Paris"}'}
+    dataset, grader_path = tmp_path / "tools.jsonl", tmp_path / "tools.json"
+    dataset.write_text(json.dumps(line) + "\n")
+    grader_path.write_text(json.dumps(grader))
+    name = "rft-tools"
+    monkeypatch.syspath_prepend(str(export(tmp_path, "milo", name)))
+    config = env_config(name, f'dataset = "{dataset}"\ngrader = "{grader_path}"')
+    env = vf.load_environment(config)
+    (task,) = list(vf.load_taskset(config.taskset))
+    flat = [ToolCall(**c) for c in FLAT_CALLS]
+    graded = grade_cli(tmp_path, dataset, str(grader_path), [
+        {"item_id": "paris", "epoch": i + 1, "model": "m", "output_text": "", "output_tools": [o]}
+        for i, o in enumerate(openai)])
+
+    async def run() -> list[float]:
+        return [await score(served(env, task), [vf.AssistantMessage(content="", tool_calls=[c])]) for c in flat]
+
+    assert [graded["m", "paris", i + 1] for i in range(3)] == [1.0, 0.5, 0.0]
+    assert asyncio.run(run()) == [graded["m", "paris", i + 1] for i in range(3)]

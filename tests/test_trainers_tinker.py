@@ -236,3 +236,47 @@ def test_the_dataset_builder_a_recipe_names(tokenizer, monkeypatch):
     train, test = asyncio.run(builder())
     assert len(train) == 8 and len(train.get_batch(7)) == 2 and train.group_size == 2
     assert test is not None and test.group_size == 1 and test.reward is train.reward
+
+
+@pytest.mark.slow
+def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, tokenizer):
+    """for_tinker(think_tags=...) strips what `rfteval grade --think-tags` strips, through RFTEnv.step (the
+    renderer's parse_response, ProblemEnv's reward code); without it, the rewards are grade's without the flag.
+    role_colon leaves every block in the text; qwen3 parses a `<think>` block into a thinking part itself (the
+    model's own parser, as a server's reasoning parser would), so its probes are the ones in `<reasoning>` tags."""
+    from trainer_cases import THINK_TAGS, custom_tag_probes
+
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    lines = items("milo")
+    for name in ("role_colon", "qwen3"):
+        renderer = renderers.get_renderer(name, tokenizer=tokenizer)
+        keep = [i for i, o in enumerate(outs) if name == "role_colon" or "<think>" not in o["output_text"]]
+        for options, expected in (({}, plain), ({"think_tags": THINK_TAGS}, tagged)):
+            reward = for_tinker(GRADERS / "milo.json", renderer, items=list(lines.values()), **options).reward
+            got = [asyncio.run(RFTEnv(reward, lines[outs[i]["item_id"]], renderer).step(
+                action(renderer, tokenizer, outs[i]["output_text"]))).reward for i in keep]
+            assert got == [expected[i] for i in keep], (name, options)
+        assert len(keep) >= 9 and tagged != plain
+
+
+def test_the_developer_role_is_system_unless_kept(tokenizer):
+    """OpenAI's `developer` turn: qwen3's renderer would write `<|im_start|>developer` (a role Qwen never saw), so the
+    prompt RFTEnv renders has it as `system`, as export-dataset writes it; developer_role="keep" leaves it (for
+    gpt_oss's renderer, whose harmony format has the role). The grader's item keeps it either way."""
+    line = {"id": "d", "messages": [{"role": "developer", "content": "Answer in one word."},
+                                    {"role": "user", "content": "Say yes."}], "reference_answer": "yes"}
+    grader = {"type": "string_check", "name": "exact", "operation": "eq", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.messages[0].role }}"}
+    renderer = renderers.get_renderer("qwen3", tokenizer=tokenizer)
+    prompts = {}
+    for role in ("system", "keep"):
+        dataset = for_tinker(grader, renderer, items=[line], group_size=1, developer_role=role)
+        (builder,) = dataset.get_batch(0)
+        (env,) = asyncio.run(builder.make_envs())
+        observation, _ = asyncio.run(env.initial_observation())
+        prompts[role] = tokenizer.decode(observation.to_ints())
+        assert asyncio.run(env.step(action(renderer, tokenizer, "developer"))).reward == 1.0  # the item's own role
+    assert "<|im_start|>system\nAnswer in one word." in prompts["system"] and "developer" not in prompts["system"]
+    assert "<|im_start|>developer\nAnswer in one word." in prompts["keep"]
+    with pytest.raises(ValueError, match="developer_role"):
+        for_tinker(grader, renderer, items=[line], developer_role="user")

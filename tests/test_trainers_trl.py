@@ -4,6 +4,7 @@ grade`'s score after TRL's float32 rounding, for every bundled dataset loaded th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -24,9 +25,11 @@ from trainer_cases import (
     export,
     hf_json,
     items,
+    runner,
     smollm2_gguf,
 )
 
+from rfteval.cli.app import app
 from rfteval.reward import for_trl, for_trl_async
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded: the model and tokenizer are built here
@@ -208,3 +211,76 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, make_trainer):
         with for_trl(GRADERS / "milo.json", **options) as reward:
             trainer = make_trainer([reward], ds)
             assert [row[0] for row in calculate(trainer, rows, texts)] == f32(expected), options
+
+
+def test_items_finds_an_exported_date_like_id(tmp_path, make_trainer):
+    """With items=, date-like ids (export-dataset stores them as JSON text, which Arrow would have made timestamps:
+    the id column holds '"2025-03-14"') find their lines (before: "no line with id '\\"2025-03-14\\"'")."""
+    lines = [{"id": "2025-03-14", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"},
+             {"id": "2025-03-15", "messages": [{"role": "user", "content": "p"}], "want": "OTHER"}]
+    path = tmp_path / "dated.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    res = runner.invoke(app, ["export-dataset", str(path), "--target", "trl", "--out", str(tmp_path / "trl")])
+    assert res.exit_code == 0, res.output
+    ds = hf_json(tmp_path / "trl" / "train.jsonl", tmp_path)
+    assert ds[0]["id"] == '"2025-03-14"'
+    grader = {"type": "string_check", "name": "want", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.want }}", "operation": "eq"}
+    with for_trl(grader, items=str(path)) as reward:
+        trainer = make_trainer([reward], ds)
+        got = calculate(trainer, [dict(ds[0]), dict(ds[1]), dict(ds[0])], ["ANSWER", "OTHER", "OTHER"])
+    assert [row[0] for row in got] == [1.0, 1.0, 0.0]
+
+
+def test_readme_trl_snippet(tmp_path, monkeypatch, make_trainer):
+    """The README's TRL lines as written (export-dataset, load_dataset, for_trl, GRPOTrainer with the user's model
+    where it says `model=...`), run from a folder laid out as the README's: GRPOTrainer's reward path gives `rfteval
+    grade`'s scores."""
+    from trainer_shapes import readme_block
+    from trl import GRPOConfig, GRPOTrainer
+
+    import rfteval.reward
+
+    bash = readme_block("**TRL**", "bash").split("#")[0].split()
+    code = readme_block("**TRL**", "python")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "graders").symlink_to(GRADERS)
+    (tmp_path / "datasets").symlink_to(DATASETS)
+    assert bash[:2] == ["rfteval", "export-dataset"]
+    res = runner.invoke(app, bash[1:])
+    assert res.exit_code == 0, res.output
+    model, tokenizer = tiny_model_and_tokenizer()
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2,
+                      report_to=[], use_cpu=True, max_completion_length=4, save_strategy="no")
+    assert code.count("model=...") == 1
+    code = code.replace("model=...", "model=model, args=args, processing_class=tokenizer")
+    import datasets
+
+    scope: dict[str, Any] = {"rfteval": rfteval, "GRPOTrainer": GRPOTrainer, "model": model, "args": args,
+                             "tokenizer": tokenizer, "load_dataset": lambda *a, **k: datasets.load_dataset(
+                                 *a, **k, cache_dir=str(tmp_path / ".hf"))}
+    exec(code, scope)
+    outs, expected = expected_scores(tmp_path, "milo")
+    by_id = {row["id"]: row for row in scope["ds"]}
+    with scope["reward"]:
+        got = calculate(scope["trainer"], [by_id[o["item_id"]] for o in outs], [o["output_text"] for o in outs])
+    assert [row[0] for row in got] == f32(expected) and len(set(expected)) > 1
+
+
+@pytest.mark.parametrize("case", ["milo", "chipstack", "math"])
+def test_every_recorded_completion_in_every_shape_equals_rfteval_grade(case, tmp_path, make_trainer):
+    """Every bundled recording of the case, plain, after a think block, inside an unclosed one, after a
+    template-opened one, and with its thinking as TRL decodes it (a reasoning model's block in the text: TRL hands
+    over no reasoning field), through GRPOTrainer's reward path on the exported dataset: `rfteval grade`'s score
+    (float32). TRL's completions have one assistant turn (no two-turn shape)."""
+    from trainer_shapes import completions
+
+    cases = completions(tmp_path, case)
+    ds = hf_json(export(case, "trl", tmp_path / "trl"), tmp_path)
+    by_id = {row["id"]: row for row in ds}
+    with for_trl(GRADERS / f"{case}.json") as reward:
+        trainer = make_trainer([reward], ds)
+        got = calculate(trainer, [by_id[c.item_id] for c in cases], [c.text for c in cases])
+    wrong = [(c.item_id, c.shape, g[0], c.expected) for c, g in zip(cases, got) if g[0] != f32([c.expected])[0]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
+    assert len(cases) == 5 * len({(c.item_id, c.model, c.epoch) for c in cases})

@@ -189,8 +189,9 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path):
                 data = RFTTask(prompt=[{"role": m["role"], "content": m["content"]} for m in row["prompt"]],
                                answer=row["answer"], info=row["info"])
                 nodes = [MessageNode(message=m, parent=i - 1 if i else None) for i, m in enumerate(data.prompt)]
+                # sampled: the model's reply (only sampled messages are graded, never a prompt's)
                 nodes.append(MessageNode(message=vf.AssistantMessage(content=o["output_text"]),
-                                         parent=len(nodes) - 1))
+                                         parent=len(nodes) - 1, sampled=True))
                 trace = Trace(task=TraceTask(type="RFT", data=data), agent=AgentInfo(config=vf.AgentConfig()),
                               nodes=nodes)
                 await RFT(data, config).score(trace)
@@ -257,19 +258,11 @@ def probe(tmp_path: Path, grader: dict[str, Any], lines: list[dict[str, Any]], r
 def test_probe_flat_tool_calls(tmp_path):
     """verifiers 0.4's traces hold tool calls flat ({id, type, name, namespace, arguments}); a grader reading
     OpenAI's `function.name` gets OpenAI's shape (before: a template error, 0, where grade gives 1.0)."""
+    from trainer_shapes import FLAT_CALLS, FLAT_CALLS_AS_OPENAI, FLAT_TOOL_GRADER
     from verifiers.v1.types import ToolCall
 
-    grader = {"type": "multi", "name": "tool_call", "calculate_output": "0.5 * name + 0.5 * args", "graders": {
-        "name": {"type": "string_check", "name": "n", "input": "{{sample.output_tools[0].function.name}}",
-                 "reference": "{{item.tool}}", "operation": "eq"},
-        "args": {"type": "string_check", "name": "a", "input": "{{sample.output_tools[0].function.arguments}}",
-                 "reference": "{{item.arguments}}", "operation": "eq"}}}
-    calls = [ToolCall(id="c1", name="get_weather", arguments='{"city": "Paris"}'),
-             ToolCall(id="c2", name="get_weather", arguments='{"city": "Lyon"}'),
-             ToolCall(id="c3", type="custom", name="get_weather", arguments='{"city": "Paris"}')]
-    openai = [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
-              {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}},
-              {"id": "c3", "type": "custom", "custom": {"name": "get_weather", "input": '{"city": "Paris"}'}}]
+    grader, openai = FLAT_TOOL_GRADER, FLAT_CALLS_AS_OPENAI
+    calls = [ToolCall(**c) for c in FLAT_CALLS]
     rewards, graded, _ = probe(
         tmp_path, grader, [PARIS], [("paris", [vf.AssistantMessage(content="", tool_calls=[c])]) for c in calls],
         [{"item_id": "paris", "output_text": "", "output_tools": [o]} for o in openai])

@@ -231,3 +231,97 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path, monkeypatch):
     finally:
         sys.modules["milo_tags_reward"].close()
     assert last_token_rewards(got) == f32(tagged)
+
+
+def test_items_finds_an_exported_date_like_id(tmp_path):
+    """With items=, date-like ids find their lines through the legacy naive manager (parquet keeps them as strings,
+    so extra_info holds them as they are; the id is read by core's one rule, as for TRL's JSON text)."""
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    lines = [{"id": "2025-03-14", "messages": [{"role": "user", "content": "q"}], "want": "ANSWER"},
+             {"id": "2025-03-15", "messages": [{"role": "user", "content": "p"}], "want": "OTHER"}]
+    path = tmp_path / "dated.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    res = runner.invoke(app, ["export-dataset", str(path), "--target", "verl", "--out", str(tmp_path / "verl")])
+    assert res.exit_code == 0, res.output
+    import pyarrow.parquet as pq
+
+    ids = [row["id"] for row in pq.read_table(tmp_path / "verl" / "train.parquet").column("extra_info").to_pylist()]
+    outs = [{"item_id": ids[0], "output_text": "ANSWER"}, {"item_id": ids[1], "output_text": "OTHER"},
+            {"item_id": ids[0], "output_text": "OTHER"}]
+    data, tok = verl_batch(tmp_path / "verl" / "train.parquet", outs)
+    grader = {"type": "string_check", "name": "want", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.want }}", "operation": "eq"}
+    with for_verl(grader, items=str(path)) as compute_score:
+        got = NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data)
+    assert last_token_rewards(got) == [1.0, 1.0, 0.0]
+
+
+def test_on_error_none_is_refused_as_verl_cannot_store_it(tmp_path):
+    """verl writes every score into a float tensor: None fails the legacy naive manager's step (the TypeError checked
+    here is torch's own), so on_error="none" is refused by for_verl and by `export-reward --target verl`."""
+    with pytest.raises(TypeError, match="NoneType"):
+        torch.zeros(1, 1)[0, 0] = None  # what NaiveRewardManager does with a None score
+    with pytest.raises(ValueError, match="cannot be a verl reward"):
+        for_verl(GRADERS / "milo.json", on_error="none")
+    res = runner.invoke(app, ["export-reward", str(GRADERS / "milo.json"), "--target", "verl", "--out",
+                              str(tmp_path / "r.py"), "--on-error", "none"])
+    assert res.exit_code == 2 and "cannot be a verl reward" in res.output and not (tmp_path / "r.py").exists()
+
+
+def test_readme_verl_block(tmp_path, monkeypatch):
+    """The README's verl block as written: its two rfteval commands, then main_ppo's overrides applied to verl's own
+    generated trainer config (struct mode: a key verl does not have is refused) and the reward function loaded from
+    that config by verl's get_custom_reward_fn, scored by the legacy naive manager: `rfteval grade`'s scores."""
+    import shlex
+    from pathlib import Path as P
+
+    import verl.trainer.config as verl_config
+    from omegaconf import OmegaConf
+    from trainer_shapes import readme_block
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    # a continued line (a trailing backslash) leaves a newline word
+    lines = [w for w in shlex.split(readme_block("**verl**", "bash"), comments=True) if w.strip()]
+    commands, current = [], []
+    for word in lines:  # split the block back into commands (each starts with rfteval or python)
+        if word in ("rfteval", "python") and current:
+            commands.append(current)
+            current = []
+        current.append(word)
+    commands.append(current)
+    assert [c[:2] for c in commands] == [["rfteval", "export-dataset"], ["rfteval", "export-reward"],
+                                         ["python", "-m"]] and commands[2][2] == "verl.trainer.main_ppo"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "graders").symlink_to(GRADERS)
+    (tmp_path / "datasets").symlink_to(GRADERS.parent / "datasets")
+    for command in commands[:2]:
+        res = runner.invoke(app, command[1:])
+        assert res.exit_code == 0, res.output
+    base = OmegaConf.load(P(verl_config.__file__).parent / "_generated_ppo_trainer.yaml")
+    OmegaConf.set_struct(base, True)
+    config = OmegaConf.merge(base, OmegaConf.from_dotlist(commands[2][3:]))
+    assert P(config.data.train_files).exists()
+    fn = get_custom_reward_fn(config)
+    outs, expected = expected_scores(tmp_path, "milo")
+    data, tok = verl_batch(P(config.data.train_files), outs)
+    got = NaiveRewardManager(tok, num_examine=0, compute_score=fn)(data)
+    assert last_token_rewards(got) == f32(expected) and len(set(expected)) > 1
+
+
+@pytest.mark.parametrize("case", ["milo", "chipstack", "math"])
+def test_every_recorded_completion_in_every_shape_equals_rfteval_grade(case, tmp_path):
+    """Every bundled recording of the case in every shape (tests/trainer_shapes.py; the thinking in the text, as
+    verl decodes solution_str), through the legacy naive manager on the exported parquet: `rfteval grade`'s score
+    (float32). verl's solution_str is one response (no two-turn shape)."""
+    from trainer_shapes import completions
+    from verl.workers.reward_manager.naive import NaiveRewardManager
+
+    cases = completions(tmp_path, case)
+    outs = [{"item_id": c.item_id, "output_text": c.text} for c in cases]
+    data, tok = verl_batch(export(case, "verl", tmp_path / "verl"), outs)
+    with for_verl(GRADERS / f"{case}.json") as compute_score:
+        got = last_token_rewards(NaiveRewardManager(tok, num_examine=0, compute_score=compute_score)(data))
+    wrong = [(c.item_id, c.shape, g, c.expected) for c, g in zip(cases, got) if g != f32([c.expected])[0]]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"

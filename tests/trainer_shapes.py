@@ -137,3 +137,20 @@ def tool_call_expected(tmp_path: Path) -> float:
     graded = grade_cli(tmp_path, dataset, str(grader), [{"item_id": "tool-1", "epoch": 1, "model": "m",
                                                          "output_text": TOOL_TEXT, "output_tools": [call]}])
     return graded["m", "tool-1", 1]
+
+
+# The flat-tool-call probe (verifiers 0.4's traces, which prime-rl's tasksets score): a multi grader reading OpenAI's
+# `function.name` and `function.arguments`; the calls as verifiers.v1.types.ToolCall's fields, and as OpenAI writes
+# them (what `rfteval grade` reads as output_tools): right, wrong arguments, and a custom tool (no `function`: 0).
+FLAT_TOOL_GRADER = {"type": "multi", "name": "tool_call", "calculate_output": "0.5 * name + 0.5 * args", "graders": {
+    "name": {"type": "string_check", "name": "n", "input": "{{sample.output_tools[0].function.name}}",
+             "reference": "{{item.tool}}", "operation": "eq"},
+    "args": {"type": "string_check", "name": "a", "input": "{{sample.output_tools[0].function.arguments}}",
+             "reference": "{{item.arguments}}", "operation": "eq"}}}
+FLAT_CALLS = [{"id": "c1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+              {"id": "c2", "name": "get_weather", "arguments": '{"city": "Lyon"}'},
+              {"id": "c3", "type": "custom", "name": "get_weather", "arguments": '{"city": "Paris"}'}]
+FLAT_CALLS_AS_OPENAI = [
+    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
+    {"id": "c2", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}},
+    {"id": "c3", "type": "custom", "custom": {"name": "get_weather", "input": '{"city": "Paris"}'}}]

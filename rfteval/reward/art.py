@@ -27,8 +27,8 @@ from rfteval.data.json_types import JSONObject
 from rfteval.data.sample import Sample
 from rfteval.errors import InputError
 from rfteval.graders.base import needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data
-from rfteval.reward.episode import message_sample, plain_metadata, result_metrics
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data, sample_from_message
+from rfteval.reward.episode import plain_metadata, result_metrics
 
 if TYPE_CHECKING:
     import art
@@ -59,11 +59,9 @@ class ARTReward(Reward):
     """The grader for ART. A grading error scores 0 (a Trajectory's reward is a float; on_error="none" is refused)
     and is counted in `error_counts` and in the trajectory's metrics."""
 
-    def __init__(self, grader: GraderLike, options: RewardOptions):
-        if options.on_error == "none":
-            raise ValueError("on_error='none' has no meaning in ART: Trajectory.reward is a float; a grading error "
-                             "scores 0 and is counted in the trajectory's metrics (rfteval/grading_error)")
-        super().__init__(grader, options)
+    none_refused = (
+        "has no meaning in ART: Trajectory.reward is a float (the trajectory's metrics count the error: "
+        'rfteval/grading_error)')
 
     def item_of(self, trajectory: art.Trajectory, group_metadata: Mapping[str, object] | None = None) -> JSONObject:
         """The trajectory's item: the items= line named by its metadata id (or the group's); else its prompt
@@ -91,7 +89,7 @@ class ARTReward(Reward):
             messages = item.get("messages")
             prompt_len = len(messages) if self.table is not None and isinstance(messages, list) else None
             _, reply = _prompt_and_reply(t.messages_and_choices, prompt_len)
-            pairs.append((message_sample(reply, self.options), item))
+            pairs.append((sample_from_message(reply, self.options), item))
             units.append(seen.setdefault(json.dumps(item, sort_keys=True, default=str), len(seen)))
         return pairs, units
 

@@ -296,21 +296,38 @@ class ItemTable:
 # ------------------------------------------------------------------ completions as samples
 
 
-def _content_text(content: object) -> str:
-    """A message's content as text: a string, or the text parts of a content list."""
+def plain_message(value: object) -> object:
+    """A pydantic model (tinker's Message and ToolCall, openai's message types, verifiers.v1's messages) as plain
+    data; anything else as it is."""
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json") if callable(dump) else value
+
+
+def _content_parts(content: object) -> tuple[str, str | None]:
+    """(text, thinking) of a message's content: a string, or a content list whose text parts are joined (OpenAI's
+    `text` / `output_text`, bare strings) and whose `thinking` parts (tinker-cookbook's renderers parse a thinking
+    model's reply into one) are joined apart, None when there was none."""
     if content is None:
-        return ""
+        return "", None
     if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "".join(parts)
-    return str(content)
+        return content, None
+    if not isinstance(content, Sequence):
+        return str(content), None
+    text: list[str] = []
+    thinking: list[str] | None = None
+    for part in content:
+        if isinstance(part, str):
+            text.append(part)
+            continue
+        part = plain_message(part)
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind == "thinking" and isinstance(part.get("thinking"), str):
+            thinking = [*(thinking or []), part["thinking"]]
+        elif kind in ("text", "output_text", None) and isinstance(part.get("text"), str):
+            text.append(part["text"])
+    return "".join(text), None if thinking is None else "".join(thinking)
 
 
 def openai_tool_call(given: Mapping[str, object]) -> JSONObject:
@@ -366,14 +383,25 @@ def make_sample_for(text: str, options: RewardOptions) -> Sample:
     return make_sample(_answer(text, options))
 
 
-def sample_from_message(message: Mapping[str, object], options: RewardOptions) -> Sample:
-    """The sample of one assistant message (a mapping or a pydantic model's dump): its content as the answer,
-    stripped of reasoning as `rfteval grade` strips it, with the message's own `reasoning_content` / `reasoning`
-    as the reasoning field (a server with a reasoning parser leaves the answer's leading newlines in the content);
-    its tool calls in OpenAI's shape."""
+def sample_from_message(message: object, options: RewardOptions) -> Sample:
+    """The sample of one assistant message, for every adapter that is handed a message (a mapping or a pydantic
+    model; None, no reply, is the empty answer): its content as the answer, stripped of reasoning as `rfteval
+    grade` strips it (options.reasoning and options.think_tags), with the message's own `reasoning_content` /
+    `reasoning` and its `thinking` content parts as the reasoning field (a server with a reasoning parser leaves
+    the answer's leading newlines in the content; tinker-cookbook's renderers parse the thinking into a part); its
+    tool calls in OpenAI's shape."""
+    message = plain_message(message)
+    if message is None:
+        return make_sample("")
+    if not isinstance(message, Mapping):
+        raise TypeError(f"a message must be a mapping or a pydantic model, not {type(message).__name__}")
+    calls = message.get("tool_calls")
+    tools = openai_tool_calls([plain_message(c) for c in calls] if isinstance(calls, Sequence) else calls)
+    text, thinking = _content_parts(message.get("content"))
     reasoning = message_reasoning(message)
-    return make_sample(_answer(_content_text(message.get("content")), options, reasoning),
-                       openai_tool_calls(message.get("tool_calls")))
+    if thinking is not None:
+        reasoning = thinking if reasoning is None else reasoning + thinking
+    return make_sample(_answer(text, options, reasoning), tools)
 
 
 def sample_from_completion(completion: object, options: RewardOptions | None = None) -> Sample:
@@ -424,10 +452,16 @@ class Reward:
     original items when given, and the error rule. Each trainer's adapter is a subclass with that trainer's call."""
 
     default_on_error = "zero"
+    # Why on_error="none" is refused, for a trainer that records every reward as a float (None would fail its step
+    # or its tensor); None: the trainer can leave a reward out (TRL), or maps it itself (OpenRLHF: 0.0, said once).
+    none_refused: str | None = None
 
     def __init__(self, grader: GraderLike, options: RewardOptions):
         from rfteval.graders.base import judge_types
 
+        if options.on_error == "none" and self.none_refused is not None:
+            raise ValueError(f"on_error='none' {self.none_refused}; a grading error scores 0 (on_error='zero', the "
+                             "default) and is counted (error_counts)")
         self.config = grader_config(grader)
         self.options = options
         self.on_error = options.on_error or self.default_on_error
@@ -475,7 +509,7 @@ class Reward:
         exported dataset carries exactly; else the fields as they came (values a loader invented turned back where
         exact, warned about once per column where not), with a conversation prompt as `messages`."""
         if self.table is not None:
-            rid = fields.get(self.options.id_field)
+            rid = self._exported_id(fields)
             if rid is None:
                 raise InputError(f"items= is given but the trainer passed no {self.options.id_field!r} column: keep "
                                  "the id column in the dataset (rfteval export-dataset writes it)",
@@ -491,6 +525,19 @@ class Reward:
             item["messages"] = plain_prompt
         item.update((key, plain_data(value, key, self.coercions)) for key, value in fields.items())
         return item
+
+    def _exported_id(self, fields: Mapping[str, object]) -> object:
+        """The id items= is looked up by: an exported row's own line's id first (export-dataset stores a date-like
+        id as JSON text, which Arrow would have made a timestamp: the column holds '"2025-03-14"'), else the id
+        column as it came (a line that had none has the id export-dataset added, in the column only)."""
+        key = self.options.id_field
+        try:
+            exported = decode_exported(fields)
+        except (TypeError, ValueError, KeyError):
+            exported = None  # not export-dataset's row after all: the column as it came
+        if exported is not None and exported.get(key) is not None:
+            return exported[key]
+        return fields.get(key)
 
     # -- grading and the error rule
 

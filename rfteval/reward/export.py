@@ -40,6 +40,10 @@ def module_options(target: str, flags: Mapping[str, object]) -> dict[str, object
             flag, targets = _ONLY[key]
             raise InputError(f"{flag} is for --target {' or '.join(targets)}", field="--target")
         options[key] = (value or None) if key == "reference_field" else value
+    if target == "verl" and options.get("on_error") == "none":  # refused here, not at the trainer's first step
+        from rfteval.reward.verl import VerlReward
+
+        raise InputError(f"--on-error none {VerlReward.none_refused}", field="--on-error")
     try:
         # checked as the module will build them (export_module checks again, for its other callers)
         RewardOptions(**cast("dict[str, Any]", {k: v for k, v in options.items() if k not in _FACTORY_KEYS[target]}))

@@ -162,7 +162,10 @@ def export_environment(config: GraderConfig, items: str | Path, target: str, out
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
     options = dict(options or {})
-    RewardOptions(**cast(RewardOptionsArgs, options))  # fails here, not in the env server (kept as JSON there)
+    try:  # fails here, not in the env server (kept as JSON there)
+        RewardOptions(**cast(RewardOptionsArgs, options))
+    except ValueError as exc:
+        raise InputError(str(exc), field="--think-tags" if "think_tags" in str(exc) else "--reasoning") from None
     if needs_groups(config):
         raise InputError(f"grader {config.name!r} ranks an item's samples together (group_judge); a verifiers "
                          "taskset scores each trace alone, so its score would mean nothing there", field="type")

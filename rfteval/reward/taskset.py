@@ -22,8 +22,7 @@ from pathlib import Path
 
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.graders.base import GradeResult
-from rfteval.reward.core import Reward, RewardOptions
-from rfteval.reward.episode import message_sample
+from rfteval.reward.core import Reward, RewardOptions, plain_message, sample_from_message
 
 # The keys of the task data the package's TaskData declares (besides verifiers' own `id` and `prompt`).
 ANSWER = "answer"
@@ -52,11 +51,6 @@ def task_rows(dataset: str | Path, reference_field: str = "reference_answer") ->
     return rows
 
 
-def _dump(value: object) -> object:
-    dump = getattr(value, "model_dump", None)
-    return dump() if callable(dump) else value
-
-
 def sampled_reply(trace: object, prompt_len: int) -> object:
     """The last assistant message the model sampled in the trace: among the nodes its model calls committed (what a
     real rollout records), else the nodes after the prompt; None when there is none."""
@@ -64,7 +58,7 @@ def sampled_reply(trace: object, prompt_len: int) -> object:
     called = sorted({c.node for c in getattr(trace, "calls", None) or [] if getattr(c, "node", None) is not None})
     indices = [i for i in called if 0 <= i < len(nodes)] if called else list(range(prompt_len, len(nodes)))
     for i in reversed(indices):
-        message = _dump(getattr(nodes[i], "message", None))
+        message = plain_message(getattr(nodes[i], "message", None))
         if isinstance(message, Mapping) and message.get("role") == "assistant":
             return message
     return None
@@ -74,7 +68,7 @@ class TasksetReward(Reward):
     """The grader of an exported taskset, one per (grader, options) in a process."""
 
     def score_trace(self, item_json: str, prompt_len: int, trace: object) -> tuple[float, GradeResult]:
-        result = self.grade_one(message_sample(sampled_reply(trace, prompt_len), self.options), json.loads(item_json))
+        result = self.grade_one(sample_from_message(sampled_reply(trace, prompt_len), self.options), json.loads(item_json))
         value = self.value(result)
         return (0.0 if value is None else value), result
 

@@ -46,8 +46,9 @@ from tinker_cookbook.rl.types import (
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult, needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs
-from rfteval.reward.episode import message_sample, result_metrics
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_message
+from rfteval.reward.episode import result_metrics
+from rfteval.reward.export_dataset import DEVELOPER_ROLES
 
 
 def _text(content: JSONValue) -> str:
@@ -60,8 +61,13 @@ def _text(content: JSONValue) -> str:
     return "" if content is None else str(content)
 
 
-def tinker_messages(item: JSONObject) -> list[renderers.Message]:
-    """The item's conversation as tinker Messages; OpenAI's `developer` role is `system`, the one renderers know."""
+def tinker_messages(item: JSONObject, developer_role: str = "system") -> list[renderers.Message]:
+    """The item's conversation as tinker Messages. OpenAI's `developer` role is `system` by default (as
+    `export-dataset` writes it): qwen3's renderer writes any role as it is (`<|im_start|>developer`, a turn Qwen was
+    never trained on) and role_colon as `Developer:`; gpt_oss's renderer knows `developer` (harmony's own role) and
+    writes `system` as a developer message under "# Instructions", so developer_role="keep" gives it as written."""
+    if developer_role not in DEVELOPER_ROLES:
+        raise ValueError(f"developer_role must be 'system' or 'keep', not {developer_role!r}")
     messages = item.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InputError("has no messages: tinker-cookbook renders the item's conversation as the prompt",
@@ -70,7 +76,7 @@ def tinker_messages(item: JSONObject) -> list[renderers.Message]:
     for m in messages:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise InputError("every message needs a role", field="messages")
-        role = "system" if m["role"] == "developer" else str(m["role"])
+        role = "system" if m["role"] == "developer" and developer_role == "system" else str(m["role"])
         out.append(renderers.Message(role=role, content=_text(m.get("content"))))
     return out
 
@@ -79,15 +85,12 @@ class TinkerReward(Reward):
     """The grader for tinker-cookbook: one parsed assistant message and its item, scored as `rfteval grade` does. A
     reward there is a float that is summed, so a grading error scores 0 (on_error="zero"; "none" is refused)."""
 
-    def __init__(self, grader: GraderLike, options: RewardOptions):
-        if options.on_error == "none":
-            raise ValueError("on_error='none' has no meaning in tinker-cookbook: a step's reward is a float that "
-                             "is summed into the trajectory's; a grading error scores 0 and is counted in the "
-                             "metrics (rfteval/grading_error)")
-        super().__init__(grader, options)
+    none_refused = (
+        "has no meaning in tinker-cookbook: a step's reward is a float that is summed into the trajectory's "
+        "(the step's metrics count the error: rfteval/grading_error)")
 
     def score_message(self, message: object, item: JSONObject) -> tuple[float, GradeResult]:
-        result = self.grade_one(message_sample(message, self.options), item)
+        result = self.grade_one(sample_from_message(message, self.options), item)
         value = self.value(result)
         assert value is not None  # on_error is "zero"
         return value, result
@@ -99,8 +102,8 @@ class RFTEnv(ProblemEnv):
     applies when format_coef is set."""
 
     def __init__(self, reward: TinkerReward, item: JSONObject, renderer: renderers.Renderer,
-                 format_coef: float = 0.0, group: bool = False):
-        messages = tinker_messages(item)
+                 format_coef: float = 0.0, group: bool = False, developer_role: str = "system"):
+        messages = tinker_messages(item, developer_role)
         super().__init__(renderer, convo_prefix=messages[:-1], format_coef=format_coef)
         self.reward = reward
         self.item = item
@@ -162,7 +165,7 @@ class RFTGroupBuilder(ProblemGroupBuilder):
         if len(envs) != len(env_group) or not envs:
             raise TypeError("RFTGroupBuilder's envs must be RFTEnvs")
         reward = envs[0].reward
-        pairs = [(message_sample(e.reply, reward.options), e.item) for e in envs]
+        pairs = [(sample_from_message(e.reply, reward.options), e.item) for e in envs]
         results = await asyncio.to_thread(reward.grade, pairs, [0] * len(pairs))
         out: list[tuple[float, Metrics]] = []
         for result in results:
@@ -178,7 +181,8 @@ class RFTDataset(RLDataset):
     `group_size` RFTEnvs (ProblemGroupBuilder, tinker-cookbook's own), in file order."""
 
     def __init__(self, reward: TinkerReward, items: Sequence[JSONObject], renderer: renderers.Renderer, *,
-                 batch_size: int, group_size: int, format_coef: float = 0.0, name: str = "rfteval"):
+                 batch_size: int, group_size: int, format_coef: float = 0.0, name: str = "rfteval",
+                 developer_role: str = "system"):
         if batch_size < 1 or group_size < 1:
             raise ValueError("batch_size and group_size must be at least 1")
         self.reward = reward
@@ -188,12 +192,16 @@ class RFTDataset(RLDataset):
         self.group_size = group_size
         self.format_coef = format_coef
         self.name = name
+        self.developer_role = developer_role
+        if developer_role not in DEVELOPER_ROLES:  # refused now, not in the middle of a rollout
+            raise ValueError(f"developer_role must be 'system' or 'keep', not {developer_role!r}")
 
     def builder(self, item: JSONObject) -> ProblemGroupBuilder:
         """One item's group: per-step rewards (ProblemGroupBuilder), or group rewards (RFTGroupBuilder) for a
         grader that ranks an item's samples together."""
         group = needs_groups(self.reward.config)
-        thunk = functools.partial(RFTEnv, self.reward, item, self.renderer, self.format_coef, group)
+        thunk = functools.partial(RFTEnv, self.reward, item, self.renderer, self.format_coef, group,
+                                  self.developer_role)
         cls = RFTGroupBuilder if group else ProblemGroupBuilder
         return cls(env_thunk=thunk, num_envs=self.group_size, dataset_name=self.name)
 
@@ -219,16 +227,19 @@ def _read_items(items: str | Path | Sequence[Mapping[str, JSONValue]] | None) ->
 
 
 def for_tinker(grader: GraderLike, renderer: renderers.Renderer, *, batch_size: int = 8, group_size: int = 4,
-               format_coef: float = 0.0, **options: Unpack[RewardOptionsArgs]) -> RFTDataset:
+               format_coef: float = 0.0, developer_role: str = "system",
+               **options: Unpack[RewardOptionsArgs]) -> RFTDataset:
     """tinker-cookbook's RL dataset for the RFT dataset `items=` (a JSONL path, or its rows) scored by `grader`:
     batches of ProblemGroupBuilders over RFTEnvs. `renderer` is tinker-cookbook's (renderers.get_renderer(name,
-    tokenizer)). Options as for_trl, except on_error (always "zero": tinker-cookbook sums float rewards)."""
+    tokenizer)). developer_role="keep" renders OpenAI's `developer` turns as they are (for gpt_oss's renderer, which
+    knows the role), else as `system` (tinker_messages). Options as for_trl, except on_error (always "zero":
+    tinker-cookbook sums float rewards)."""
     items = options.get("items")
     rows = _read_items(items)
     reward = TinkerReward(grader, RewardOptions(**options))
     source = Path(items).stem if isinstance(items, str) else "rfteval"
     return RFTDataset(reward, rows, renderer, batch_size=batch_size, group_size=group_size, format_coef=format_coef,
-                      name=source)
+                      name=source, developer_role=developer_role)
 
 
 @chz.chz
@@ -246,16 +257,18 @@ class RFTDatasetBuilder(RLDatasetBuilder):
     format_coef: float = 0.0
     judge_base_url: str | None = None
     judge_model: str | None = None
+    developer_role: str = "system"
 
     async def __call__(self) -> tuple[RFTDataset, RFTDataset | None]:
         from tinker_cookbook.tokenizer_utils import get_tokenizer
 
         renderer = renderers.get_renderer(self.renderer_name, tokenizer=get_tokenizer(self.model_name_for_tokenizer))
         train = for_tinker(self.grader, renderer, batch_size=self.batch_size, group_size=self.group_size,
-                           format_coef=self.format_coef, items=self.items, judge_base_url=self.judge_base_url,
-                           judge_model=self.judge_model)
+                           format_coef=self.format_coef, developer_role=self.developer_role, items=self.items,
+                           judge_base_url=self.judge_base_url, judge_model=self.judge_model)
         test = None
         if self.test_items is not None:
             test = RFTDataset(train.reward, _read_items(self.test_items), renderer, batch_size=self.batch_size,
-                              group_size=1, format_coef=self.format_coef, name=Path(self.test_items).stem)
+                              group_size=1, format_coef=self.format_coef, name=Path(self.test_items).stem,
+                              developer_role=self.developer_role)
         return train, test

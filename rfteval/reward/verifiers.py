@@ -27,7 +27,6 @@ from rfteval.reward.core import (
     Reward,
     RewardOptions,
     RewardOptionsArgs,
-    decode_exported,
     plain_data,
     sample_from_completion,
 )
@@ -97,12 +96,12 @@ class VerifiersReward(Reward):
     """The item: the line an exported dataset's `info` carries; or, with items=, the line named by its id (the
     exported line's, else info's); else `info` with `answer` at `reference_field` and the prompt as `messages`."""
 
+    none_refused = (
+        "cannot be a verifiers reward: verifiers records float(reward) (0.4's Task.score fails the trace on "
+        'None; the legacy Rubric logs it and scores 0); a verifiers 0.4 trace also counts the error in its '
+        'metric <name>_error')
+
     def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer"):
-        if options.on_error == "none":
-            raise ValueError("on_error='none' cannot be a verifiers reward: verifiers records float(reward) (0.4's "
-                             "Task.score fails the trace on None; the legacy Rubric logs it and scores 0), so an "
-                             "error scores 0 (on_error='zero', the default), counted in the reward's error_counts and, "
-                             "in a verifiers 0.4 trace, in its metric <name>_error")
         super().__init__(grader, options)
         self.reference_field = reference_field
 
@@ -111,15 +110,7 @@ class VerifiersReward(Reward):
 
     def item(self, prompt: object, answer: object, info: object) -> JSONObject:
         fields = _fields(info)
-        if self.table is not None:
-            # The exported line's own id first: info holds it as JSON text where a reader would have changed it (a
-            # date-like id); a line that had none has the id export-dataset added, in info only.
-            rid = self.options.id_field
-            exported = decode_exported(fields)
-            if exported is not None and exported.get(rid) is not None:
-                fields[rid] = exported[rid]
-            return self.find_item(fields)
-        if "rfteval" in fields:
+        if self.table is not None or "rfteval" in fields:
             return self.find_item(fields)
         item = self.find_item(fields, prompt)
         if self.reference_field and answer not in (None, "") and self.reference_field not in item:

@@ -57,6 +57,10 @@ class VerlReward(Reward):
     """The item is `extra_info` (verl's keys left out) with `ground_truth` at `reference_field`; or the line an
     exported dataset carries in extra_info; or, with items=, the line named by extra_info's id."""
 
+    none_refused = (
+        'cannot be a verl reward: its reward managers write every score into a float tensor (None fails the '
+        "step: can't assign a NoneType to a torch.FloatTensor)")
+
     def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer",
                  ground_truth_json: bool = False, details: bool = False):
         super().__init__(grader, options)

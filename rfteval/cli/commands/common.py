@@ -112,6 +112,13 @@ JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="
 JUDGE_API = typer.Option("chat", "--judge-api", metavar="chat|responses", help="chat or responses.")
 JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
 JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+# The reasoning rule of the exported rewards (export-reward, export-environment): grade's, with grade's defaults.
+REWARD_REASONING = typer.Option("strip", "--reasoning", metavar="strip|keep",
+                                help="strip: the grader sees the answer after a leading think block, as `rfteval "
+                                     "grade` does; keep: the completion as generated [default: strip].")
+REWARD_THINK_TAGS = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
+                                 help="Think-block tags, as `rfteval grade --think-tags` takes them "
+                                      "[default: <think>,</think>]; repeat it for more pairs.")
 DEVELOPER_AS = typer.Option(
     None, "--developer-as", metavar="developer|system",
     help="Send `developer` messages as `system`, for servers without the developer role (llama-cpp-python's "

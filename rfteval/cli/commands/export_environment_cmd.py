@@ -14,6 +14,8 @@ from rfteval.cli.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    REWARD_REASONING,
+    REWARD_THINK_TAGS,
     command,
 )
 
@@ -33,6 +35,8 @@ def export_environment(
                                     help="The taskset id and package name (default rfteval-<dataset name>)."),
     reference_field: str = typer.Option("reference_answer", "--reference-field",
                                         help="The item field shown as the task's answer (logs only)."),
+    reasoning: str = REWARD_REASONING,
+    think_tags: list[str] | None = REWARD_THINK_TAGS,
     grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
     grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
     judge_base_url: str | None = JUDGE_BASE_URL,
@@ -46,18 +50,18 @@ def export_environment(
     from rfteval.data.json_types import JSONValue
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import grader_config
+    from rfteval.reward.core import RewardOptions
     from rfteval.reward.export_environment import export_environment as write
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)
-    defaults = {"grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None,
-                "judge_api_key_env": "OPENAI_API_KEY", "judge_api": "chat", "judge_model": None,
-                "judge_concurrency": 16}
     given: dict[str, JSONValue] = {
+        "reasoning": reasoning, "think_tags": list(think_tags) if think_tags else None,
         "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
         "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
         "judge_concurrency": judge_concurrency}
-    options = {k: v for k, v in given.items() if v != defaults[k]}  # the package shows only what was chosen
+    defaults = RewardOptions()  # the package shows only what was chosen
+    options = {k: v for k, v in given.items() if v != getattr(defaults, k)}
     done = write(grader_config(grader), dataset, target.value, out, grader_source=str(source), name=name,
                  reference_field=reference_field, options=options)
     typer.echo(f"wrote {done.path} (taskset {done.name!r}, module {done.module}, {done.tasks} tasks): "

@@ -15,6 +15,8 @@ from rfteval.cli.commands.common import (
     JUDGE_BASE_URL,
     JUDGE_CONCURRENCY,
     JUDGE_MODEL,
+    REWARD_REASONING,
+    REWARD_THINK_TAGS,
     command,
 )
 
@@ -43,13 +45,10 @@ def export_reward(
     on_error: OnError | None = typer.Option(None, "--on-error",
                                             help="A grading error scores 0 (zero) or None (none); default: none "
                                                  "for trl (TRL leaves it out of the baseline), zero otherwise; "
-                                                 "openrlhf scores none as 0 (it stores no missing reward)."),
-    reasoning: str = typer.Option("strip", "--reasoning", metavar="strip|keep",
-                                  help="strip: the grader sees the answer after a leading think block, as `rfteval "
-                                       "grade` does; keep: the completion as generated [default: strip]."),
-    think_tags: list[str] | None = typer.Option(None, "--think-tags", metavar="OPEN,CLOSE",
-                                                help="Think-block tags, as `rfteval grade --think-tags` takes them "
-                                                     "[default: <think>,</think>]; repeat it for more pairs."),
+                                                 "openrlhf scores none as 0 (it stores no missing reward); verl "
+                                                 "refuses none (its float tensor cannot hold it)."),
+    reasoning: str = REWARD_REASONING,
+    think_tags: list[str] | None = REWARD_THINK_TAGS,
     eos_token: list[str] | None = typer.Option(None, "--eos-token", metavar="TOKEN",
                                                help="openrlhf: one more end-of-turn token stripped from the end of a "
                                                     "response (besides the common models' own); repeatable."),
