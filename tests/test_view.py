@@ -117,8 +117,13 @@ def test_every_pages_numbers_equal_compare_format_json(chip):
     done = run(["readiness", str(chip), "--label", "base", "--format", "json"])
     readiness = json.loads(done.stdout)
     page = json.loads(json.dumps(data.readiness_page("base")))
-    assert page["report"]["verdict"] == readiness["verdict"] and page["report"]["checks"] == readiness["checks"]
-    assert page["report"]["mean"] == readiness["mean"] and page["total"] == len(readiness["items"])
+    # the page reads no output text: every check but answer skew (which it says it leaves out), every number equal
+    assert page["report"]["verdict"] == readiness["verdict"] and page["report"]["checks"] == \
+        [c for c in readiness["checks"] if c["name"] != "answer_skew"] and "answer skew" in page["left_out"]
+    for key in ("mean", "se", "zero_variance", "expected_zero_signal", "errors", "mean_histogram", "sd_histogram",
+                "n_records", "n_items"):
+        assert page["report"][key] == readiness[key], key
+    assert page["total"] == len(readiness["items"])
     series = _compare_json(str(chip))
     assert json.loads(json.dumps(data.series_page()))["series"] == series
     item = json.loads(json.dumps(data.item_page(items[0]["item_id"], None, None)))
@@ -349,3 +354,31 @@ def test_the_page_never_parses_data_as_html():
     import re
 
     assert "<script>" not in html and re.search(r"\son[a-z]+\s*=", html, re.I) is None
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_readiness_page_reads_no_output_and_leaves_out_only_answer_skew(tmp_path, suffix):
+    """Every sample answers "A" (label-like answers): `rfteval readiness` flags answer skew from the output texts;
+    the page, which reads only the signal columns, leaves that one check out and says so, and no other number
+    moves. Records without their outputs must not read as every answer empty (that too is label-like)."""
+    import pandas as pd
+
+    from rfteval.readiness.paths import SIGNAL_COLUMNS, ReadinessRequest, assess_path
+
+    rows = [_row(f"i{k}", e, float((k + e) % 3 == 0), "A") for k in range(12) for e in range(3)]
+    path = _records(tmp_path / "m.jsonl", rows)
+    if suffix == "parquet":
+        pd.DataFrame(rows).to_parquet(tmp_path / "m.parquet")
+        path.unlink()
+        path = tmp_path / "m.parquet"
+    full = assess_path(ReadinessRequest(path)).report.to_dict()
+    narrow = assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS)).report.to_dict()
+    assert "answer_skew" in [c["name"] for c in full["checks"]]
+    assert narrow["checks"] == [c for c in full["checks"] if c["name"] != "answer_skew"]
+    assert narrow["labels"] is None
+    for key in ("mean", "se", "zero_variance", "expected_zero_signal", "errors", "items", "n_records"):
+        assert narrow[key] == full[key], key
+    page = ViewData([path]).readiness_page(None)
+    assert page["report"]["checks"] == narrow["checks"] and "answer skew" in str(page["left_out"])
+    with pytest.raises(InputError, match="re-grade"):
+        assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS, regrade=2))

@@ -34,6 +34,8 @@ PAGE_SIZE = 100
 MAX_PAGE = 1000
 Page = dict[str, object]  # a page's JSON: built of JSON values (json_safe), checked by the encoder that sends it
 MAX_TEXT = 100_000  # characters of one text sent with an item page; the rest on request (/api/text)
+LEFT_OUT = ("not checked here: answer skew (how often the model gives one answer), which reads every output text; "
+            "`rfteval readiness` checks it")
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
@@ -525,7 +527,7 @@ class ViewData:
     def readiness_page(self, label: str | None) -> Page:
         """Readiness of one model's records: `rfteval readiness`'s own call (assess_path, the grader and dataset
         the run's spec names), its zero-signal items and each item's spread."""
-        from rfteval.readiness.paths import ReadinessRequest, assess_path
+        from rfteval.readiness.paths import SIGNAL_COLUMNS, ReadinessRequest, assess_path
 
         label = label or self.default_pair[0]
         if label not in self.sources:
@@ -534,13 +536,13 @@ class ViewData:
         try:
             report = assess_path(ReadinessRequest(s.path, label=s.model_label if s.run_dir == s.path or
                                                   len(_file_labels(s.file)) > 1 else None,
-                                                  dataset=self.options.dataset)).report
+                                                  dataset=self.options.dataset, columns=SIGNAL_COLUMNS)).report
         except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
             raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
         out = report.to_dict()
         items = sorted(report.items, key=lambda it: (-(it.sd or 0.0), it.item_id))
         out.pop("items", None)
-        return {"page": "readiness", "label": label, "labels": self.labels, "report": out,
+        return {"page": "readiness", "label": label, "labels": self.labels, "report": out, "left_out": LEFT_OUT,
                 "items": [json_safe({"item_id": it.item_id, "k": it.k, "mean": it.mean, "sd": it.sd,
                                      "kind": it.kind, "grade_errors": it.n_grade_errors}) for it in items[:MAX_PAGE]],
                 "total": len(items)}

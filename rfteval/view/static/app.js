@@ -453,6 +453,7 @@ async function readinessPage(p) {
     [["", "every item"], ["floor", "all at the minimum (zero signal)"], ["ceiling", "all at the maximum (zero signal)"], ["mixed", "mixed"]]
       .map(([v, t]) => h("option", {value: v, selected: v === only}, t)));
   setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, r.verdict)),
+    h("p", {id: "left-out"}, d.left_out || ""),
     h("table", {id: "checks"}, h("tr", {}, ["check", "status", "value", "threshold", "why"].map(t => h("th", {}, t))),
       r.checks.map(c => h("tr", {}, td(c.name), td(c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
     h("h2", {}, "Items by score spread (" + items.length + " shown of " + d.total + ")"), h("p", {}, kinds),
