@@ -382,3 +382,36 @@ def test_readiness_page_reads_no_output_and_leaves_out_only_answer_skew(tmp_path
     assert page["report"]["checks"] == narrow["checks"] and "answer skew" in str(page["left_out"])
     with pytest.raises(InputError, match="re-grade"):
         assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS, regrade=2))
+
+
+def test_runs_page_links_two_graders_grades_of_the_same_samples_to_agree(tmp_path):
+    """Paths holding the same samples (model_label/item_id/epoch, same outputs) graded differently, as a run's
+    records and `rfteval agree A --regrade G --out B.jsonl` or `rfteval grade` write them: the Runs page links the
+    pair to /agree?a=..&b=.., whose numbers are `agree_paths`'s (the --agree form's call). A copy of the same grades
+    and another run of the model (other outputs) are no pair; the Agree page opens no pair it was not given."""
+    from rfteval.compare.agree import AgreeOptions, agree_paths
+
+    rows_a, rows_b, rows_other = [], [], []
+    for i in range(10):
+        for epoch in (1, 2):
+            common = {"model_label": "base", "item_id": f"q{i}", "epoch": epoch, "output_text": f"answer {i}",
+                      "error": None}
+            rows_a.append({**common, "score": (i % 4) / 4, "grade_details": {"steps": ["old"]}})
+            rows_b.append({**common, "score": 1.0 if i % 3 else 0.0, "grade_details": {"steps": ["new"]}})
+            rows_other.append({**common, "output_text": f"another answer {i}", "score": 1.0})
+    for name in ("b", "copy", "other"):  # one directory each: the viewer names a label by its directory
+        (tmp_path / name).mkdir()
+    a, b = _records(tmp_path / "a.jsonl", rows_a), _records(tmp_path / "b" / "b.jsonl", rows_b)
+    copy = _records(tmp_path / "copy" / "a.jsonl", rows_a)
+    other = _records(tmp_path / "other" / "a.jsonl", rows_other)
+    data = ViewData([a, b, copy, other])
+    links = json.loads(json.dumps(data.runs_page()))["agree_links"]
+    assert links == [{"a": str(a), "b": str(b)}, {"a": str(b), "b": str(copy)}]
+    page = json.loads(json.dumps(data.agree_page(str(a), str(b))))
+    expected = agree_paths(a, b, AgreeOptions(top=200)).to_json()
+    assert page["summary"]["pearson"] == json.loads(json.dumps(expected))["pearson"]
+    assert [r["item_id"] for r in page["items"]] == [r["item_id"] for r in expected["items"]]
+    assert page["items"][0]["samples"]["b"]["grade_details"]["steps"] == ["new"]
+    with pytest.raises(InputError, match="no grader pair"):
+        data.agree_page(str(a), str(other))
+    assert ViewData([a, copy]).runs_page()["agree_links"] == []
