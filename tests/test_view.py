@@ -356,6 +356,7 @@ def test_the_page_never_parses_data_as_html():
     assert "<script>" not in html and re.search(r"\son[a-z]+\s*=", html, re.I) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
 def test_readiness_page_reads_no_output_and_leaves_out_only_answer_skew(tmp_path, suffix):
     """Every sample answers "A" (label-like answers): `rfteval readiness` flags answer skew from the output texts;
@@ -384,6 +385,7 @@ def test_readiness_page_reads_no_output_and_leaves_out_only_answer_skew(tmp_path
         assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS, regrade=2))
 
 
+@pytest.mark.slow
 def test_runs_page_links_two_graders_grades_of_the_same_samples_to_agree(tmp_path):
     """Paths holding the same samples (model_label/item_id/epoch, same outputs) graded differently, as a run's
     records and `rfteval agree A --regrade G --out B.jsonl` or `rfteval grade` write them: the Runs page links the
@@ -415,3 +417,12 @@ def test_runs_page_links_two_graders_grades_of_the_same_samples_to_agree(tmp_pat
     with pytest.raises(InputError, match="no grader pair"):
         data.agree_page(str(a), str(other))
     assert ViewData([a, copy]).runs_page()["agree_links"] == []
+    import urllib.parse
+
+    with served(data) as url:  # the link as the Runs page writes it, over HTTP
+        query = urllib.parse.urlencode(links[0])
+        with urllib.request.urlopen(url + "api/agree?" + query) as r:
+            assert json.loads(r.read())["summary"]["pearson"] == page["summary"]["pearson"]
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(url + "api/agree?" + urllib.parse.urlencode({"a": str(a), "b": "/etc/passwd"}))
+        assert bad.value.code == 400 and "no grader pair" in json.loads(bad.value.read())["error"]
