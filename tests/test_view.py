@@ -117,8 +117,13 @@ def test_every_pages_numbers_equal_compare_format_json(chip):
     done = run(["readiness", str(chip), "--label", "base", "--format", "json"])
     readiness = json.loads(done.stdout)
     page = json.loads(json.dumps(data.readiness_page("base")))
-    assert page["report"]["verdict"] == readiness["verdict"] and page["report"]["checks"] == readiness["checks"]
-    assert page["report"]["mean"] == readiness["mean"] and page["total"] == len(readiness["items"])
+    # the page reads no output text: every check but answer skew (which it says it leaves out), every number equal
+    assert page["report"]["verdict"] == readiness["verdict"] and page["report"]["checks"] == \
+        [c for c in readiness["checks"] if c["name"] != "answer_skew"] and "answer skew" in page["left_out"]
+    for key in ("mean", "se", "zero_variance", "expected_zero_signal", "errors", "mean_histogram", "sd_histogram",
+                "n_records", "n_items"):
+        assert page["report"][key] == readiness[key], key
+    assert page["total"] == len(readiness["items"])
     series = _compare_json(str(chip))
     assert json.loads(json.dumps(data.series_page()))["series"] == series
     item = json.loads(json.dumps(data.item_page(items[0]["item_id"], None, None)))
@@ -349,3 +354,75 @@ def test_the_page_never_parses_data_as_html():
     import re
 
     assert "<script>" not in html and re.search(r"\son[a-z]+\s*=", html, re.I) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_readiness_page_reads_no_output_and_leaves_out_only_answer_skew(tmp_path, suffix):
+    """Every sample answers "A" (label-like answers): `rfteval readiness` flags answer skew from the output texts;
+    the page, which reads only the signal columns, leaves that one check out and says so, and no other number
+    moves. Records without their outputs must not read as every answer empty (that too is label-like)."""
+    import pandas as pd
+
+    from rfteval.readiness.paths import SIGNAL_COLUMNS, ReadinessRequest, assess_path
+
+    rows = [_row(f"i{k}", e, float((k + e) % 3 == 0), "A") for k in range(12) for e in range(3)]
+    path = _records(tmp_path / "m.jsonl", rows)
+    if suffix == "parquet":
+        pd.DataFrame(rows).to_parquet(tmp_path / "m.parquet")
+        path.unlink()
+        path = tmp_path / "m.parquet"
+    full = assess_path(ReadinessRequest(path)).report.to_dict()
+    narrow = assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS)).report.to_dict()
+    assert "answer_skew" in [c["name"] for c in full["checks"]]
+    assert narrow["checks"] == [c for c in full["checks"] if c["name"] != "answer_skew"]
+    assert narrow["labels"] is None
+    for key in ("mean", "se", "zero_variance", "expected_zero_signal", "errors", "items", "n_records"):
+        assert narrow[key] == full[key], key
+    page = ViewData([path]).readiness_page(None)
+    assert page["report"]["checks"] == narrow["checks"] and "answer skew" in str(page["left_out"])
+    with pytest.raises(InputError, match="re-grade"):
+        assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS, regrade=2))
+
+
+@pytest.mark.slow
+def test_runs_page_links_two_graders_grades_of_the_same_samples_to_agree(tmp_path):
+    """Paths holding the same samples (model_label/item_id/epoch, same outputs) graded differently, as a run's
+    records and `rfteval agree A --regrade G --out B.jsonl` or `rfteval grade` write them: the Runs page links the
+    pair to /agree?a=..&b=.., whose numbers are `agree_paths`'s (the --agree form's call). A copy of the same grades
+    and another run of the model (other outputs) are no pair; the Agree page opens no pair it was not given."""
+    from rfteval.compare.agree import AgreeOptions, agree_paths
+
+    rows_a, rows_b, rows_other = [], [], []
+    for i in range(10):
+        for epoch in (1, 2):
+            common = {"model_label": "base", "item_id": f"q{i}", "epoch": epoch, "output_text": f"answer {i}",
+                      "error": None}
+            rows_a.append({**common, "score": (i % 4) / 4, "grade_details": {"steps": ["old"]}})
+            rows_b.append({**common, "score": 1.0 if i % 3 else 0.0, "grade_details": {"steps": ["new"]}})
+            rows_other.append({**common, "output_text": f"another answer {i}", "score": 1.0})
+    for name in ("b", "copy", "other"):  # one directory each: the viewer names a label by its directory
+        (tmp_path / name).mkdir()
+    a, b = _records(tmp_path / "a.jsonl", rows_a), _records(tmp_path / "b" / "b.jsonl", rows_b)
+    copy = _records(tmp_path / "copy" / "a.jsonl", rows_a)
+    other = _records(tmp_path / "other" / "a.jsonl", rows_other)
+    data = ViewData([a, b, copy, other])
+    links = json.loads(json.dumps(data.runs_page()))["agree_links"]
+    assert links == [{"a": str(a), "b": str(b)}, {"a": str(b), "b": str(copy)}]
+    page = json.loads(json.dumps(data.agree_page(str(a), str(b))))
+    expected = agree_paths(a, b, AgreeOptions(top=200)).to_json()
+    assert page["summary"]["pearson"] == json.loads(json.dumps(expected))["pearson"]
+    assert [r["item_id"] for r in page["items"]] == [r["item_id"] for r in expected["items"]]
+    assert page["items"][0]["samples"]["b"]["grade_details"]["steps"] == ["new"]
+    with pytest.raises(InputError, match="no grader pair"):
+        data.agree_page(str(a), str(other))
+    assert ViewData([a, copy]).runs_page()["agree_links"] == []
+    import urllib.parse
+
+    with served(data) as url:  # the link as the Runs page writes it, over HTTP
+        query = urllib.parse.urlencode(links[0])
+        with urllib.request.urlopen(url + "api/agree?" + query) as r:
+            assert json.loads(r.read())["summary"]["pearson"] == page["summary"]["pearson"]
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(url + "api/agree?" + urllib.parse.urlencode({"a": str(a), "b": "/etc/passwd"}))
+        assert bad.value.code == 400 and "no grader pair" in json.loads(bad.value.read())["error"]

@@ -117,9 +117,23 @@ def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
         raise InputError(f"{exc} (use --label)", source, field="--label") from None
 
 
-def locate_records(run: Path, label: str | None) -> tuple[pd.DataFrame, str | None, list[Path], Path]:
-    """The records of one label, its label, the files holding them, and the directory to look for a spec in."""
-    from rfteval.data.records import read_records
+def locate_records(run: Path, label: str | None, columns: Sequence[str] | None = None,
+                   ) -> tuple[pd.DataFrame, str | None, list[Path], Path]:
+    """The records of one label, its label, the files holding them, and the directory to look for a spec in.
+    `columns` keeps only those (a Parquet file reads only them: the viewer's readiness leaves the texts unread)."""
+    from rfteval.data import records as rec
+
+    def read_records(path: Path) -> pd.DataFrame:
+        if columns is None:
+            return rec.read_records(path)
+        if path.suffix == ".parquet":
+            return rec.read_parquet_records(path, columns).to_pandas()
+        import pandas as pd
+
+        if not path.exists():
+            raise InputError("no such file", path)
+        # each record cut to the columns as it is parsed: the texts are never all held at once
+        return pd.DataFrame.from_records([{c: r[c] for c in columns if c in r} for r in rec.iter_jsonl_records(path)])
 
     if not run.exists():
         raise InputError("no such file or directory", run)

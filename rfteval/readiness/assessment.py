@@ -731,8 +731,10 @@ def assess(
 
     items = items_map(dataset)
     answered = scored[~kinds[mask].isin(["generate", "refusal"])]  # rows with an output to read or grade again
-    records = answered[[c for c in ("item_id", "epoch", "score", "error", "output_text", "output_json",
-                                    "output_tools") if c in answered]].to_dict("records")
+    outputs = [c for c in ("output_text", "output_json", "output_tools") if c in answered]
+    # records read without their outputs (the viewer's columns): no answers to look at, not answers all empty
+    records = answered[[c for c in ("item_id", "epoch", "score", "error", *outputs) if c in answered]
+                       ].to_dict("records") if outputs else []
     item_means = {it.item_id: it.mean for it in stats}
     report.labels = label_skew(records, items, grader_config, item_means)
 

@@ -29,6 +29,13 @@ class ReadinessRequest:
     errors: str = "exclude"
     write_advantages: bool = False
     unsafe_python_graders: bool = False
+    columns: tuple[str, ...] | None = None  # read only these record fields (None: all); see SIGNAL_COLUMNS
+
+
+# What the assessment reads of each record apart from the outputs: the viewer's Readiness page reads only these
+# (about a third of the memory of every field on large runs, bench/README.md), leaving out the answer-skew check,
+# the one check that reads output texts (`assess` skips it when the records have no output field)
+SIGNAL_COLUMNS = ("model_label", "item_id", "epoch", "score", "error", "truncated_in_reasoning")
 
 
 @dataclass(frozen=True)
@@ -49,10 +56,17 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     from rfteval.readiness.assessment import Thresholds, assess, write_advantages
 
     r = request
-    df, chosen, files, directory = rundir.locate_records(r.run, r.label)
-    spec_dataset, spec_grader = (rundir.spec_paths(directory) if (r.grader is None or r.dataset is None)
+    if r.regrade and r.columns is not None:
+        raise InputError("a re-grade reads the outputs: give no column selection", field="--regrade")
+    directory = r.run if r.run.is_dir() else r.run.parent
+    spec_dataset, spec_grader = (rundir.spec_paths(directory) if r.run.exists() and (r.grader is None or
+                                                                                     r.dataset is None)
                                  else (None, None))
     grader = r.grader or spec_grader
+    columns = r.columns
+    if columns is not None and grader is None:  # no grader file: the range comes from the records' grade_details
+        columns = (*columns, "grade_details")
+    df, chosen, files, directory = rundir.locate_records(r.run, r.label, columns)
     dataset = r.dataset or spec_dataset
     if r.regrade and (grader is None or dataset is None):
         raise InputError(f"needs --grader and --dataset (or a {rundir.RESOLVED_SPEC} naming them)", field="--regrade")

@@ -34,6 +34,8 @@ PAGE_SIZE = 100
 MAX_PAGE = 1000
 Page = dict[str, object]  # a page's JSON: built of JSON values (json_safe), checked by the encoder that sends it
 MAX_TEXT = 100_000  # characters of one text sent with an item page; the rest on request (/api/text)
+LEFT_OUT = ("not checked here: answer skew (how often the model gives one answer), which reads every output text; "
+            "`rfteval readiness` checks it")
 BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
@@ -146,6 +148,8 @@ class ViewData:
     def __init__(self, paths: Sequence[Path], options: ViewOptions | None = None) -> None:
         self.options = options or ViewOptions()
         self.sources = {s.label: s for s in find_sources(paths)}
+        self.paths = [Path(p) for p in paths]
+        self._graded_pairs: list[tuple[Path, Path]] | None = None
         self.labels = list(self.sources)
         self._lock = threading.Lock()
         self._dataset_lock = threading.Lock()
@@ -157,7 +161,7 @@ class ViewData:
         self._dataset_path = self.options.dataset or self._spec_dataset()
         self._dataset: dict[str, Item] | None = None
         self._dataset_text: tuple[list[str], object] | None = None
-        self._agree: AgreeResult | None = None
+        self._agree: dict[tuple[Path, Path], AgreeResult] = {}
 
     # ------------------------------------------------------------------ inputs
 
@@ -366,6 +370,7 @@ class ViewData:
         return {"page": "runs", "labels": self.labels, "baseline": base, "models": models, "runs": runs,
                 "readiness": self._readiness_brief(base), "dataset": str(self._dataset_path or ""),
                 "agree": self.options.agree is not None,
+                "agree_links": [{"a": str(x), "b": str(y)} for x, y in self.agree_pairs()],
                 "series": [str(d) for d in dict.fromkeys(s.run_dir for s in self.sources.values() if s.run_dir is not None
                                                          and s.path == s.run_dir)][:1] if len(self.labels) > 1 else []}
 
@@ -495,23 +500,45 @@ class ViewData:
                 "items": [{"item_id": i, "scores": json_safe(v)} for i, v in rows[:MAX_PAGE]],
                 "total": len(rows)}
 
-    def agree_page(self, limit: int = 200) -> Page:
+    def graded_pairs(self) -> list[tuple[Path, Path]]:
+        """The pairs of given paths holding the same samples graded by different graders (found once): the Runs
+        page links each to its Agree page."""
+        with self._lock:
+            found = self._graded_pairs
+        if found is None:
+            found = same_samples_regraded(self.paths)
+            with self._lock:
+                self._graded_pairs = found
+        return found
+
+    def agree_pairs(self) -> list[tuple[Path, Path]]:
+        """Every pair an Agree page may open: --agree's, then those found among the paths (nothing else: a URL
+        names no file of its own)."""
+        return ([self.options.agree] if self.options.agree is not None else []) + self.graded_pairs()
+
+    def agree_page(self, a: str | None = None, b: str | None = None, limit: int = 200) -> Page:
         """Agree: the samples two graders disagree on most, with both graders' details side by side."""
-        if self.options.agree is None:
-            raise InputError("open the viewer with --agree A B to compare two graders", field="--agree")
+        pairs = self.agree_pairs()
+        if not pairs:
+            raise InputError("open the viewer with --agree A B, or with two graders' records of the same samples, "
+                             "to compare two graders", field="--agree")
+        chosen = pairs[0] if a is None and b is None else next(
+            (p for p in pairs if (str(p[0]), str(p[1])) == (a, b)), None)
+        if chosen is None:
+            raise InputError(f"no grader pair {a!r}, {b!r} here (pairs: "
+                             f"{'; '.join(f'{x} / {y}' for x, y in pairs)})", field="a")
         from rfteval.compare.agree import AgreeOptions, agree_paths
 
         with self._lock:
-            result = self._agree
+            result = self._agree.get(chosen)
         if result is None:
-            a, b = self.options.agree
-            result = agree_paths(a, b, AgreeOptions(top=limit))
+            result = agree_paths(chosen[0], chosen[1], AgreeOptions(top=limit))
             with self._lock:
-                self._agree = result
+                self._agree[chosen] = result
         rows = []
         for row in result.items:
             pair = {}
-            for name, path in zip(("a", "b"), self.options.agree):
+            for name, path in zip(("a", "b"), chosen):
                 file = path if path.is_file() else source_file(path, row["model_label"])
                 recs = SampleSource(file, row["model_label"]).records(row["item_id"])
                 match = [r for r in recs if r.get("epoch") == row["epoch"]]
@@ -519,13 +546,12 @@ class ViewData:
             rows.append({**json_safe(row), "samples": pair})
         summary = result.to_json()
         summary.pop("items", None)
-        return {"page": "agree", "summary": summary, "items": rows,
-                "paths": [str(p) for p in self.options.agree]}
+        return {"page": "agree", "summary": summary, "items": rows, "paths": [str(p) for p in chosen]}
 
     def readiness_page(self, label: str | None) -> Page:
         """Readiness of one model's records: `rfteval readiness`'s own call (assess_path, the grader and dataset
         the run's spec names), its zero-signal items and each item's spread."""
-        from rfteval.readiness.paths import ReadinessRequest, assess_path
+        from rfteval.readiness.paths import SIGNAL_COLUMNS, ReadinessRequest, assess_path
 
         label = label or self.default_pair[0]
         if label not in self.sources:
@@ -534,13 +560,13 @@ class ViewData:
         try:
             report = assess_path(ReadinessRequest(s.path, label=s.model_label if s.run_dir == s.path or
                                                   len(_file_labels(s.file)) > 1 else None,
-                                                  dataset=self.options.dataset)).report
+                                                  dataset=self.options.dataset, columns=SIGNAL_COLUMNS)).report
         except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
             raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
         out = report.to_dict()
         items = sorted(report.items, key=lambda it: (-(it.sd or 0.0), it.item_id))
         out.pop("items", None)
-        return {"page": "readiness", "label": label, "labels": self.labels, "report": out,
+        return {"page": "readiness", "label": label, "labels": self.labels, "report": out, "left_out": LEFT_OUT,
                 "items": [json_safe({"item_id": it.item_id, "k": it.k, "mean": it.mean, "sd": it.sd,
                                      "kind": it.kind, "grade_errors": it.n_grade_errors}) for it in items[:MAX_PAGE]],
                 "total": len(items)}
@@ -653,4 +679,68 @@ def _run_info(run_dir: Path) -> JSONObject:
             "models": {k: {"errors": v.get("errors"), "tokens": v.get("tokens"), "cost_usd": v.get("cost_usd"),
                            "pass_at_k": v.get("pass_at_k")} for k, v in models.items() if isinstance(v, dict)},
         })
+    return out
+
+
+def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | None]] | None:
+    """Each sample's (model_label, item_id, epoch) -> (its output text's digest, its score), from a run directory
+    or record file (the files `agree` reads); None when it cannot be read as graded records."""
+    import hashlib
+    from collections.abc import Iterator
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rfteval.compare.agree import _record_files
+    from rfteval.data.records import iter_jsonl_records
+
+    def batches(f: Path) -> Iterator[dict[str, object]]:  # a batch of texts at a time, never all of them
+        file = pq.ParquetFile(f)
+        names = [c for c in ("model_label", "item_id", "epoch", "output_text", "score") if c in file.schema_arrow.names]
+        for batch in file.iter_batches(columns=names):
+            yield from batch.to_pylist()
+
+    out: dict[tuple[str, str, int], tuple[str, float | None]] = {}
+    try:
+        for f in _record_files(path):
+            rows = batches(f) if f.suffix == ".parquet" else iter_jsonl_records(f)
+            for r in rows:
+                text, score = r.get("output_text"), r.get("score")
+                epoch = r.get("epoch")
+                key = (str(r.get("model_label")), str(r.get("item_id")), int(epoch) if isinstance(epoch, (int, float))
+                       else 1)
+                out[key] = (hashlib.sha1(str(text).encode("utf-8", "replace")).hexdigest(),
+                            float(score) if isinstance(score, (int, float)) else None)
+    except (InputError, OSError, ValueError, TypeError, pa.ArrowException):
+        return None
+    return out or None
+
+
+def same_samples_regraded(paths: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """The pairs of paths whose records are the same samples (the same model_label/item_id/epoch keys and the same
+    output texts) graded differently: another grader's grades of the same outputs (`rfteval agree A --regrade G
+    --out B.jsonl`, `rfteval grade`). Two copies of the same grades are not a pair; nor are two runs of a model
+    (their outputs differ). Their grader files, when both are named and differ, make a pair of equal scores too."""
+    from rfteval.compare.agree import load_graded
+
+    if len(paths) < 2:
+        return []
+    keys = {p: _graded_keys(p) for p in paths}
+    out: list[tuple[Path, Path]] = []
+    for i, a in enumerate(paths):
+        for b in paths[i + 1:]:
+            ka, kb = keys[a], keys[b]
+            if ka is None or kb is None or ka.keys() != kb.keys():
+                continue
+            if any(ka[k][0] != kb[k][0] for k in ka):
+                continue  # different outputs: different samples
+            differ = any(ka[k][1] != kb[k][1] for k in ka)
+            if not differ:
+                try:
+                    ga, gb = load_graded(a, "A").grader, load_graded(b, "B").grader
+                except InputError:
+                    continue
+                differ = ga is not None and gb is not None and ga != gb
+            if differ:
+                out.append((a, b))
     return out

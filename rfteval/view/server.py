@@ -128,7 +128,7 @@ def make_app(data: ViewData, hosts: tuple[str, ...] = LOOPBACK) -> Starlette:
         Route("/api/text", api(lambda p: data.full_text(p.get("label", ""), p.get("id", ""), _int(p, "epoch", 0),
                                                         p.get("field", "output_text")))),
         Route("/api/series", api(lambda p: data.series_page())),
-        Route("/api/agree", api(lambda p: data.agree_page())),
+        Route("/api/agree", api(lambda p: data.agree_page(p.get("a"), p.get("b")))),
         Route("/api/readiness", api(lambda p: data.readiness_page(p.get("label")))),
     ]
     return Starlette(routes=routes, middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=list(hosts))])

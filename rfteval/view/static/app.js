@@ -143,7 +143,7 @@ function nav(data, here) {
     const items = [["/runs", "Runs"], ["/compare", "Compare"]];
     const has = name => !BUNDLE || Boolean(BUNDLE[name]);  // a bundle holds only some of the pages
     if (runs && runs.series && runs.series.length && has("series")) items.push(["/series", "Series"]);
-    if (runs && runs.agree && has("agree")) items.push(["/agree", "Agree"]);
+    if (runs && (runs.agree || (runs.agree_links || []).length) && has("agree")) items.push(["/agree", "Agree"]);
     if (has("readiness")) items.push(["/readiness", "Readiness"]);
     document.getElementById("nav").replaceChildren(...items.map(([p, t]) => h("a", {href: link(p, {}), class: p === here ? "here" : ""}, t)));
   };
@@ -170,7 +170,7 @@ async function render() {
     if (path === "/runs") await runsPage();
     else if (path === "/item") await itemPage(p);
     else if (path === "/series") await seriesPage();
-    else if (path === "/agree") await agreePage();
+    else if (path === "/agree") await agreePage(p);
     else if (path === "/readiness") await readinessPage(p);
     else await comparePage(p);
   } catch (err) {
@@ -203,6 +203,10 @@ async function runsPage() {
   parts.push(h("h2", {}, "Readiness of " + d.baseline),
     h("p", {id: "readiness-verdict"}, r.verdict ? ["verdict: ", h("strong", {}, r.verdict), " \u2014 ", (r.reasons || []).join("; ")]
       : "not assessed: " + (r.why || ""), " ", h("a", {href: link("/readiness", {label: d.baseline})}, "details")));
+  if ((d.agree_links || []).length && (!BUNDLE || BUNDLE.agree)) {
+    parts.push(h("h2", {}, "Two graders' grades of the same samples"),
+      h("ul", {id: "agree-links"}, d.agree_links.map(pr => h("li", {}, h("a", {href: link("/agree", pr)}, "Agree: A " + pr.a + " \u00b7 B " + pr.b)))));
+  }
   for (const run of d.runs) {
     parts.push(h("h2", {}, "Run " + run.dir));
     const sm = run.summary || {};
@@ -427,8 +431,8 @@ async function seriesPage() {
     h("table", {id: "series-items"}, ihead, irows));
 }
 
-async function agreePage() {
-  const d = await api("agree", {});
+async function agreePage(p) {
+  const d = await api("agree", p && p.a && p.b ? {a: p.a, b: p.b} : {});
   nav(null, "/agree");
   const s = d.summary;
   const kv = [["samples", s.n_samples], ["items", s.n_items], ["pearson", num(s.pearson && s.pearson.value !== undefined ? s.pearson.value : s.pearson)],
@@ -453,6 +457,7 @@ async function readinessPage(p) {
     [["", "every item"], ["floor", "all at the minimum (zero signal)"], ["ceiling", "all at the maximum (zero signal)"], ["mixed", "mixed"]]
       .map(([v, t]) => h("option", {value: v, selected: v === only}, t)));
   setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, r.verdict)),
+    h("p", {id: "left-out"}, d.left_out || ""),
     h("table", {id: "checks"}, h("tr", {}, ["check", "status", "value", "threshold", "why"].map(t => h("th", {}, t))),
       r.checks.map(c => h("tr", {}, td(c.name), td(c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
     h("h2", {}, "Items by score spread (" + items.length + " shown of " + d.total + ")"), h("p", {}, kinds),
