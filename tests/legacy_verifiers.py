@@ -3,12 +3,13 @@ rfteval's reward scored by legacy verifiers' own rollout and scoring code, for t
 
 `python tests/legacy_verifiers.py SPEC.json OUT.json`. The spec names the dataset written by `rfteval export-dataset
 --target verifiers`, the grader, items= (or null), the reward's form, the model server's base_url (tests/fake_openai.py
-on 127.0.0.1, whose scripted replies stand for the model) and, per shape, how many rollouts each example gets. Each
-shape is one `Environment.generate` over the dataset as verifiers loads it (`datasets.load_dataset("json")`):
-`SingleTurnEnv`, or for "two_turns" a `MultiTurnEnv` whose environment asks once more, with
-`vf.Rubric(funcs=[reward])`; an example's rollouts are one group, scored by `Rubric.score_group`. OUT.json gets,
-per rollout, the example's id, the last reply's content and reasoning field as the server sent them, and the
-rollout's reward and the reward function's metric as verifiers recorded them."""
+on 127.0.0.1, whose scripted replies stand for the model) and, per shape, how many rollouts each example gets. The
+spec may add `options` (more keyword arguments of for_verifiers, e.g. think_tags) and `counts` (a path that gets
+the reward's error_counts after the run). Each shape is one `Environment.generate` over the dataset as verifiers
+loads it (`datasets.load_dataset("json")`): `SingleTurnEnv`, or for "two_turns" a `MultiTurnEnv` whose
+environment asks once more, with `vf.Rubric(funcs=[reward])`; an example's rollouts are one group, scored by
+`Rubric.score_group`. OUT.json gets, per rollout, the example's id, the last reply's content, tool calls and
+reasoning field as the server sent them, and the rollout's reward and the reward function's metric as verifiers recorded them."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ def main(spec_path: str, out_path: str) -> None:
 
     ds = load_dataset("json", data_files=spec["dataset"], split="train", cache_dir=spec["cache"])
     options = {"items": spec["items"]} if spec["items"] else {}
+    options.update(spec.get("options") or {})
     reward = for_verifiers(spec["grader"], asynchronous=spec["asynchronous"], **options)
     name = reward.__name__
     rows: list[dict[str, Any]] = []
@@ -55,13 +57,17 @@ def main(spec_path: str, out_path: str) -> None:
             for state in out["state"]:
                 message = state["trajectory"][-1]["response"].choices[0].message
                 rows.append({"shape": shape, "id": state["info"]["id"], "task": state["task"],
-                             "content": message.content, "reasoning": getattr(message, "reasoning_content", None),
+                             "content": message.content,
+                             "tool_calls": [c.model_dump() for c in message.tool_calls or []],
+                             "reasoning": getattr(message, "reasoning_content", None),
                              "reward": state["reward"], "metric": state["metrics"][name],
                              "turns": len(state["trajectory"]),
                              "error": repr(state["error"]) if state.get("error") else None})
 
     asyncio.run(run_all())
     Path(out_path).write_text(json.dumps(rows))
+    if spec.get("counts"):
+        Path(spec["counts"]).write_text(json.dumps(reward.args[0].error_counts))
 
 
 if __name__ == "__main__":

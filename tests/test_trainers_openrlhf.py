@@ -462,3 +462,71 @@ def test_every_recorded_completion_in_every_shape_equals_rfteval_grade(case, tmp
     want = torch.tensor([c.expected for c in cases], dtype=torch.float32).tolist()
     wrong = [(c.item_id, c.shape, g, w) for c, g, w in zip(cases, got, want) if g != w]
     assert len(got) == len(cases) and not wrong, f"{len(wrong)} of {len(cases)} differ, e.g. {wrong[:3]}"
+
+
+@pytest.mark.slow
+def test_over_http_openrlhfs_client_gets_rfteval_grade_on_the_milo_recordings(tmp_path):
+    """`--reward.remote_url http://...`: OpenRLHF's own HTTP client (SingleTurnAgentExecutor._fetch_rewards_via_http,
+    aiohttp) posts {query, prompts, labels} and reads {"rewards", "scores", "extra_logs"}. OpenRLHF's own server,
+    openrlhf/cli/serve_rm.py, serves only a sequence-regression reward model (RewardModelProxy loads one with
+    get_llm_for_sequence_regression; it has no hook for a function), so the server here is the few lines a user
+    writes around the exported reward_func (tensors as lists, as serve_rm sends them), on 127.0.0.1. Every milo
+    recording gets `rfteval grade`'s score (float32), and the rewards equal the in-process path's."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from openrlhf.datasets.prompts_dataset import preprocess_data
+
+    outs, expected = expected_scores(tmp_path, "milo")
+    module_path = reward_module(tmp_path, GRADERS / "milo.json")
+    spec = importlib.util.spec_from_file_location("milo_reward_http", module_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return value.tolist()
+        return {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            data = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            body = json.dumps(plain(module.reward_func(data["query"], data["prompts"], data["labels"]))).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    ds = hf_json(export("milo", "openrlhf", tmp_path / "orl"), tmp_path)
+    tok = chat_template_tokenizer()
+    by_id = {row["id"]: preprocess_data(row, input_key="prompt", label_key="label",
+                                        apply_chat_template=tok.apply_chat_template) for row in ds}
+    prompts = [by_id[o["item_id"]][0] for o in outs]
+    queries = [p + o["output_text"] + "<|im_end|>" for p, o in zip(prompts, outs)]  # skip_special_tokens=False
+    labels = [by_id[o["item_id"]][1] for o in outs]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        executor = agent.SingleTurnAgentExecutor(remote_rm_url=f"http://127.0.0.1:{server.server_port}/get_reward")
+
+        async def run() -> list[dict[str, Any]]:  # one request per rollout, as the executor sends them
+            return [(await executor._fetch_rewards_via_http([q], [p], [lab]))[0]
+                    for q, p, lab in zip(queries, prompts, labels)]
+
+        infos = asyncio.run(run())
+        local = [module.reward_func([q], [p], [lab])["rewards"].item() for q, p, lab in zip(queries, prompts, labels)]
+    finally:
+        server.shutdown()
+        server.server_close()
+        module.close()
+    got = [info["rewards"][0] for info in infos]
+    assert all(info["scores"] == info["rewards"] for info in infos)
+    want = torch.tensor(expected, dtype=torch.float32).tolist()
+    assert len(got) == len(outs) == 66 and len(set(want)) > 1
+    assert got == want == local

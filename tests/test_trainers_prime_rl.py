@@ -259,3 +259,72 @@ def test_flat_tool_calls_score_as_rfteval_grade(tmp_path, monkeypatch):
 
     assert [graded["m", "paris", i + 1] for i in range(3)] == [1.0, 0.5, 0.0]
     assert asyncio.run(run()) == [graded["m", "paris", i + 1] for i in range(3)]
+
+
+def probe_taskset(tmp_path: Path, monkeypatch: Any, name: str, lines: list[dict[str, Any]], grader: dict[str, Any]
+                  ) -> tuple[Any, dict[str, Any], Path, Path]:
+    """An exported taskset whose config names the probe's dataset and grader: (env, tasks by id, dataset, grader)."""
+    dataset, grader_path = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.json"
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    grader_path.write_text(json.dumps(grader))
+    monkeypatch.syspath_prepend(str(export(tmp_path, "milo", name)))
+    config = env_config(name, f'dataset = "{dataset}"\ngrader = "{grader_path}"')
+    return (vf.load_environment(config), {t.data.id: t for t in vf.load_taskset(config.taskset)}, dataset,
+            grader_path)
+
+
+@pytest.mark.slow
+def test_a_grader_that_raises_scores_zero_and_is_counted(tmp_path, monkeypatch):
+    """A grading error in Task.score of the taskset: 0.0 (OpenAI's rule, as `rfteval grade` scores it), recorded
+    as the reward instead of failing the trace, and counted in the trace's error metric."""
+    grader = {"type": "python", "name": "boom", "source": (
+        "def grade(sample, item):\n"
+        "    if sample['output_text'] == 'boom':\n"
+        "        raise ValueError('boom')\n"
+        "    return float(sample['output_text'] == item['reference_answer'])\n")}
+    line = {"id": "paris", "messages": [{"role": "user", "content": "The capital of France?"}],
+            "reference_answer": "Paris"}
+    env, tasks, dataset, grader_path = probe_taskset(tmp_path, monkeypatch, "rft-boom", [line], grader)
+    texts = ["boom", "Paris", "boom"]
+    graded = grade_cli(tmp_path, dataset, str(grader_path), [
+        {"item_id": "paris", "epoch": i + 1, "model": "m", "output_text": t} for i, t in enumerate(texts)])
+
+    async def run() -> list[Any]:
+        traces = []
+        for t in texts:
+            trace = trace_of(served(env, tasks["paris"]), [vf.AssistantMessage(content=t)])
+            await served(env, tasks["paris"]).score(trace)
+            traces.append(trace)
+        return traces
+
+    traces = asyncio.run(run())
+    assert [graded["m", "paris", i + 1] for i in range(3)] == [0.0, 1.0, 0.0]
+    assert [t.rewards["rfteval"].score for t in traces] == [0.0, 1.0, 0.0]
+    assert [t.metrics["rfteval_error"] for t in traces] == [1.0, 0.0, 1.0]  # before: no metric, a silent 0
+
+
+@pytest.mark.slow
+def test_a_developer_turn_is_system_in_the_prompt_and_developer_to_the_grader(tmp_path, monkeypatch):
+    """OpenAI's `developer` role (the SDK's and Azure's RFT datasets write it): the taskset's prompt has it as
+    `system` (verifiers 0.4 has no developer message), and the grader still reads the item's own role, as `rfteval
+    grade` hands it over."""
+    grader = {"type": "python", "name": "role", "source": (
+        "def grade(sample, item):\n"
+        "    roles = [m['role'] for m in item['messages']]\n"
+        "    return 0.5 * (roles == ['developer', 'user']) + 0.5 * (sample['output_text'] == item['reference_answer'])\n")}
+    line = {"id": "paris", "messages": [{"role": "developer", "content": "Answer with one word."},
+                                        {"role": "user", "content": "The capital of France?"}],
+            "reference_answer": "Paris"}
+    env, tasks, dataset, grader_path = probe_taskset(tmp_path, monkeypatch, "rft-developer", [line], grader)
+    task = served(env, tasks["paris"])
+    assert [(m.role, m.content) for m in task.data.prompt] == [("system", "Answer with one word."),
+                                                              ("user", "The capital of France?")]
+    texts = ["Paris", "Lyon"]
+    graded = grade_cli(tmp_path, dataset, str(grader_path), [
+        {"item_id": "paris", "epoch": i + 1, "model": "m", "output_text": t} for i, t in enumerate(texts)])
+    assert [graded["m", "paris", i + 1] for i in range(2)] == [1.0, 0.5]
+
+    async def run() -> list[float]:
+        return [await score(served(env, tasks["paris"]), [vf.AssistantMessage(content=t)]) for t in texts]
+
+    assert asyncio.run(run()) == [1.0, 0.5]

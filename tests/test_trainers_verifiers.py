@@ -520,3 +520,105 @@ def test_legacy_rubric_sync_form(tmp_path):
     scored = [s for s in shaped_scores(tmp_path, "milo", ("plain", "reasoning_field"))]
     agreed, wrong = agreement(scored, run_legacy(tmp_path, "milo", scored, False, asynchronous=False))
     assert not wrong and agreed == len(scored) == 132
+
+
+def run_legacy_probe(tmp_path: Path, grader: dict[str, Any] | Path, lines: list[dict[str, Any]] | Path,
+                     replies: list[tuple[str, Reply]], options: dict[str, Any] | None = None
+                     ) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The replies (item id, what the server sends) rolled out by verifiers 0.1.9's SingleTurnEnv and scored by
+    Rubric.score_group with for_verifiers(grader, **options): its rows (tests/legacy_verifiers.py) and the reward's
+    error_counts. An item's requests get its replies in turn."""
+    items_path = lines if isinstance(lines, Path) else tmp_path / "items.jsonl"
+    if not isinstance(lines, Path):
+        items_path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    grader_path = grader if isinstance(grader, Path) else tmp_path / "probe.json"
+    if not isinstance(grader, Path):
+        grader_path.write_text(json.dumps(grader))
+    res = runner.invoke(app, ["export-dataset", str(items_path), "--target", "verifiers", "--out", str(tmp_path / "vf")])
+    assert res.exit_code == 0, res.output
+    rows_in = [json.loads(line) for line in items_path.read_text().splitlines() if line.strip()]
+    by_prompt = {json.dumps([m["content"] for m in it["messages"] if m["role"] == "user"]): it["id"] for it in rows_in}
+    queues: dict[str, deque[Reply]] = defaultdict(deque)
+    for rid, r in replies:
+        queues[rid].append(r)
+
+    def respond(req: Request) -> Reply:
+        return queues[by_prompt[json.dumps(req.user_texts())]].popleft()
+
+    spec_path, out_path, counts = tmp_path / "legacy-spec.json", tmp_path / "legacy-out.json", tmp_path / "counts.json"
+    with FakeOpenAI(respond) as server:
+        spec_path.write_text(json.dumps({
+            "dataset": str(tmp_path / "vf" / "train.jsonl"), "grader": str(grader_path), "items": None,
+            "asynchronous": True, "options": options, "counts": str(counts), "base_url": server.base_url,
+            "cache": str(tmp_path / ".hf-cache"), "rollouts": {"plain": Counter(rid for rid, _ in replies)}}))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(LEGACY), *filter(None, [os.environ.get("PYTHONPATH")])])}
+        proc = subprocess.run([sys.executable, str(TESTS / "legacy_verifiers.py"), str(spec_path), str(out_path)],
+                              env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not any(queues.values()), "every reply is served once"
+    rows = json.loads(out_path.read_text())
+    assert not [row["error"] for row in rows if row["error"]]
+    assert all(row["reward"] == row["metric"] for row in rows)
+    return rows, json.loads(counts.read_text())
+
+
+def probe_items(n: int) -> list[dict[str, Any]]:
+    """PARIS n times, each with a prompt of its own (the fake server knows an example by its prompt): one rollout
+    per example, so each row is known by its id."""
+    return [{**PARIS, "id": f"p{i}", "messages": [{"role": "user", "content": f"The capital of France? ({i})"}]}
+            for i in range(n)]
+
+
+def test_legacy_probe_tool_calls(tmp_path):
+    """The model's tool calls as verifiers 0.1.9 keeps them (the client's `tool_call.model_dump()`, OpenAI's shape,
+    a custom tool's call included): each reward is `rfteval grade`'s score for the same calls."""
+    from trainer_shapes import FLAT_CALLS_AS_OPENAI, FLAT_TOOL_GRADER
+
+    lines = probe_items(len(FLAT_CALLS_AS_OPENAI))
+    rows, _ = run_legacy_probe(tmp_path, FLAT_TOOL_GRADER, lines,
+                               [(it["id"], Reply(text="", tool_calls=[c])) for it, c in zip(lines, FLAT_CALLS_AS_OPENAI)])
+    assert [row["tool_calls"][0]["type"] for row in sorted(rows, key=lambda r: r["id"])] == ["function", "function",
+                                                                                            "custom"]
+    (tmp_path / "g").mkdir()
+    graded = grade_cli(tmp_path / "g", tmp_path / "items.jsonl", str(tmp_path / "probe.json"), [
+        {"model": "m", "epoch": 1, "item_id": it["id"], "output_text": "", "output_tools": [c]}
+        for it, c in zip(lines, FLAT_CALLS_AS_OPENAI)])
+    expected = [graded["m", it["id"], 1] for it in lines]
+    assert expected == [1.0, 0.5, 0.0]  # a custom tool's call has no `function`: an error in grade, scored 0
+    assert [{row["id"]: row["reward"] for row in rows}[it["id"]] for it in lines] == expected
+
+
+def test_legacy_probe_errors_score_zero_counted(tmp_path):
+    """A grader that raises: the legacy Rubric records 0.0 (OpenAI's rule, as `rfteval grade` scores it), the
+    rollout has no error, and the reward counts the error."""
+    grader = {"type": "python", "name": "boom", "source": (
+        "def grade(sample, item):\n"
+        "    if sample['output_text'] == 'boom':\n"
+        "        raise ValueError('boom')\n"
+        "    return float(sample['output_text'] == item['reference_answer'])\n")}
+    lines, texts = probe_items(3), ["boom", "Paris", "boom"]
+    rows, counts = run_legacy_probe(tmp_path, grader, lines, [(it["id"], Reply(text=t)) for it, t in zip(lines, texts)])
+    (tmp_path / "g").mkdir()
+    graded = grade_cli(tmp_path / "g", tmp_path / "items.jsonl", str(tmp_path / "probe.json"), [
+        {"model": "m", "epoch": 1, "item_id": it["id"], "output_text": t} for it, t in zip(lines, texts)])
+    expected = [graded["m", it["id"], 1] for it in lines]
+    assert expected == [0.0, 1.0, 0.0]
+    assert [{row["id"]: row["reward"] for row in rows}[it["id"]] for it in lines] == expected
+    assert sum(counts.values()) == 2, counts
+
+
+@pytest.mark.parametrize("tags", [False, True], ids=["default", "think_tags"])
+def test_legacy_probe_custom_think_tags(tags, tmp_path):
+    """for_verifiers(think_tags=...) under the legacy Rubric strips what `rfteval grade --think-tags` strips
+    (trainer_cases.custom_tag_probes, recorded milo answers); without it, grade's scores without the flag."""
+    outs, tagged, plain = custom_tag_probes(tmp_path)
+    assert tagged != plain
+    expected = tagged if tags else plain
+    rows, _ = run_legacy_probe(tmp_path, GRADERS / "milo.json", DATASETS / "milo" / "items.jsonl",
+                               [(o["item_id"], Reply(text=o["output_text"])) for o in outs],
+                               {"think_tags": THINK_TAGS} if tags else None)
+    want: dict[tuple[str, str], float] = {}
+    for o, score in zip(outs, expected):
+        assert want.setdefault((o["item_id"], o["output_text"]), score) == score
+    assert len(rows) == len(outs)
+    assert [row["reward"] for row in rows] == [want[row["id"], row["content"]] for row in rows]

@@ -87,7 +87,12 @@ def taskset_reward(grader: str | Path, options: Mapping[str, object] | None = No
 
 async def score_trace(grader: str | Path, options: Mapping[str, object] | None, item_json: str, prompt_len: int,
                       trace: object) -> float:
-    """The reward of one trace, for the package's `@vf.reward`: graded in a thread (Task.score gathers rewards)."""
+    """The reward of one trace, for the package's `@vf.reward`: graded in a thread (Task.score gathers rewards). A
+    grading error scores 0 and is counted in the trace's `rfteval_error` metric (as for_verifiers counts it), which
+    prime-rl and vf-eval report: without it an error is a silent 0 among real ones."""
     reward = taskset_reward(grader, options)
-    value, _ = await asyncio.to_thread(reward.score_trace, item_json, prompt_len, trace)
+    value, result = await asyncio.to_thread(reward.score_trace, item_json, prompt_len, trace)
+    record_metric = getattr(trace, "record_metric", None)
+    if callable(record_metric):
+        record_metric("rfteval_error", float(result.error is not None))
     return value
