@@ -262,3 +262,36 @@ def test_the_readmes_export_reward_block_prints_what_it_says(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == shown[2:]
+
+
+def test_the_exported_reward_is_built_once_when_threads_call_it_together(tmp_path, monkeypatch):
+    """OpenRLHF calls reward_func from several threads at once (asyncio.to_thread): the module builds one reward,
+    not one per thread (each with its own python workers; on CPython 3.11.7 their concurrent source parsing also
+    raised SystemError: AST constructor recursion depth mismatch)."""
+    import threading
+    import time
+
+    import rfteval.reward as reward_pkg
+
+    out = tmp_path / "exported.py"
+    res = export(str(REPO / "graders" / "milo.json"), "openrlhf", out)
+    assert res.exit_code == 0, res.output
+    built: list[int] = []
+
+    def slow_factory(grader, **options):  # noqa: ANN001, ANN003, ANN202
+        built.append(threading.get_ident())
+        time.sleep(0.2)  # every thread arrives while the first is still building
+        return object()
+
+    monkeypatch.setattr(reward_pkg, "for_openrlhf", slow_factory)
+    spec = importlib.util.spec_from_file_location("exported_reward", out)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(module._get())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and len(got) == 8 and all(g is got[0] for g in got)

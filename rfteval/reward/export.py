@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any, cast
 
 GRADER = json.loads(r"""
@@ -67,15 +68,20 @@ GRADER = json.loads(r"""
 """)
 OPTIONS: dict[str, Any] = json.loads(r"""{options}""")
 _reward: Any = None
+_building = threading.Lock()
 
 
 def _get() -> Any:
-    """The reward, built at the first call in each process (so the module pickles and imports cheaply)."""
+    """The reward, built at the first call in each process (so the module pickles and imports cheaply), once:
+    trainers call reward functions from several threads at a time (OpenRLHF's asyncio.to_thread), and each would
+    otherwise build its own reward (and its own python workers)."""
     global _reward
     if _reward is None:
-        from rfteval.reward import {factory}
+        with _building:
+            if _reward is None:
+                from rfteval.reward import {factory}
 
-        _reward = {factory}(GRADER, **OPTIONS)
+                _reward = {factory}(GRADER, **OPTIONS)
     return _reward
 
 
