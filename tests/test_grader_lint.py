@@ -296,3 +296,20 @@ def test_templates_no_item_fills_are_named_by_agree_regrade(tmp_path: Path) -> N
     assert res.exit_code == 2, res.output
     assert (f"rfteval: {f['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer' "
             "(and 2 more problems)") in res.stderr.splitlines()
+
+
+def test_export_environment_refuses_a_judge_that_never_sees_the_answer(tmp_path: Path) -> None:
+    """The prime-rl taskset export loads a grader too: it goes through the lint like export-reward."""
+    from typer.testing import CliRunner
+
+    from rfteval.cli.app import app
+
+    grader = tmp_path / "blind.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "blind", "model": "judge-m", "range": [0, 10],
+                                  "input": [{"role": "user", "content": "Rate from 0 to 10."}]}))
+    ds = tmp_path / "d.jsonl"
+    ds.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    res = CliRunner().invoke(app, ["export-environment", str(grader), "--dataset", str(ds), "--target", "prime-rl",
+                                   "--out", str(tmp_path / "pkg")])
+    assert res.exit_code == 2 and "--allow-grader-without-sample" in res.output, res.output
+    assert not (tmp_path / "pkg").exists()

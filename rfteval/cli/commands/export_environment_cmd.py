@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rfteval.cli.commands.common import (
+    ALLOW_GRADER_WITHOUT_SAMPLE,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -44,10 +45,12 @@ def export_environment(
     judge_api: str = JUDGE_API,
     judge_model: str | None = JUDGE_MODEL,
     judge_concurrency: int = JUDGE_CONCURRENCY,
+    allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Write a package holding the dataset, the grader and the classes the trainer loads: for prime-rl a verifiers
     taskset (`pip install -e DIR`, then `id = "NAME"` under the env's taskset) scored as `rfteval grade` scores."""
     from rfteval.data.json_types import JSONValue
+    from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import grader_config
     from rfteval.reward.core import RewardOptions
@@ -55,6 +58,9 @@ def export_environment(
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)
+    config = grader_config(grader)
+    check_grader(config, source, lambda line: typer.echo(line, err=True),
+                 allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
     given: dict[str, JSONValue] = {
         "reasoning": reasoning, "think_tags": list(think_tags) if think_tags else None,
         "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
@@ -62,7 +68,7 @@ def export_environment(
         "judge_concurrency": judge_concurrency}
     defaults = RewardOptions()  # the package shows only what was chosen
     options = {k: v for k, v in given.items() if v != getattr(defaults, k)}
-    done = write(grader_config(grader), dataset, target.value, out, grader_source=str(source), name=name,
+    done = write(config, dataset, target.value, out, grader_source=str(source), name=name,
                  reference_field=reference_field, options=options)
     typer.echo(f"wrote {done.path} (taskset {done.name!r}, module {done.module}, {done.tasks} tasks): "
                f"pip install -e {done.path}")
