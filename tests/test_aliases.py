@@ -46,14 +46,27 @@ def test_a_lazily_re_exported_name_is_never_a_submodule_of_its_package(package: 
     submodules = {m.name for m in pkgutil.iter_modules(pkg.__path__)}
     for sub in submodules:
         importlib.import_module(f"{package}.{sub}")  # as a run or a test suite would have
-    target = importlib.import_module(_target_of(package))
-    clashes = set(getattr(target, "__all__", vars(target))) & submodules
-    assert not clashes, f"{package} re-exports names that are also its submodules: {sorted(clashes)}"
+    for name in _targets_of(package):
+        target = importlib.import_module(name)
+        clashes = set(getattr(target, "__all__", vars(target))) & submodules
+        assert not clashes, f"{package} re-exports names of {name} that are also its submodules: {sorted(clashes)}"
 
 
-def _target_of(package: str) -> str:
-    return {"rfteval.compare": "rfteval.compare.comparison", "rfteval.readiness": "rfteval.readiness.assessment",
-            "rfteval.stats": "rfteval.stats.paired"}[package]
+def _targets_of(package: str) -> tuple[str, ...]:
+    if package == "rfteval.readiness":
+        from rfteval.readiness import _PARTS
+
+        return _PARTS
+    return ({"rfteval.compare": "rfteval.compare.comparison", "rfteval.stats": "rfteval.stats.paired"}[package],)
+
+
+def test_readiness_re_exports_each_part_s_names() -> None:
+    """The assessment's parts share one public path: the README's and docs/readiness.md's names come from it."""
+    from rfteval.readiness import Thresholds, assess, grpo_advantages, label_skew, verdict_of
+
+    assert [f.__module__ for f in (Thresholds, assess, grpo_advantages, label_skew, verdict_of)] == [
+        "rfteval.readiness.report", "rfteval.readiness.assessment", "rfteval.readiness.advantages",
+        "rfteval.readiness.labels", "rfteval.readiness.verdict"]
 
 
 def test_readiness_assess_is_the_function_after_its_module_was_imported() -> None:

@@ -19,7 +19,8 @@ from fake_openai import FakeOpenAI, Reply, Request, chat_body
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.run.batch.phase import Journal, entry_from_result, parse_result_lines, read_journal
+from rfteval.run.batch.journal import Journal, read_journal
+from rfteval.run.batch.lines import entry_from_result, parse_result_lines
 from rfteval.run.runner import RunOptions, run_eval
 from rfteval.run.spec import build_spec, flag_overrides
 
@@ -412,7 +413,7 @@ def test_modes_cannot_be_combined(files: dict[str, Path], fake_openai: FakeOpenA
 
 
 def test_result_lines_match_on_custom_id_and_classify() -> None:
-    from rfteval.run.batch.phase import CellInfo
+    from rfteval.run.batch.lines import CellInfo
 
     cell = CellInfo("base", "m", "q1", 1, "chat", False)
     ok = {"custom_id": "k", "response": {"status_code": 200, "body": {
@@ -553,7 +554,7 @@ def test_a_journal_written_by_the_dict_based_code_reads_back(tmp_path: Path) -> 
 
 def test_typed_journal_events_write_the_lines_the_dict_based_code_wrote(monkeypatch: pytest.MonkeyPatch,
                                                                         tmp_path: Path) -> None:
-    import rfteval.run.batch.phase as ph
+    import rfteval.run.batch.journal as ph
 
     monkeypatch.setattr(ph.time, "time", lambda: 1764639000.1234)
     plan = dict(label="base", model="m", lines=1, bytes=5)
@@ -582,7 +583,7 @@ def test_typed_journal_events_write_the_lines_the_dict_based_code_wrote(monkeypa
 
 def test_result_key_and_the_judge_phase_provider_map() -> None:
     from rfteval.run.batch.judge_phase import _SameProvider
-    from rfteval.run.batch.phase import result_key
+    from rfteval.run.batch.lines import result_key
 
     [(_, line)] = list(parse_result_lines(b'{"custom_id": "k7", "response": null, "error": {"code": "x"}}\n'))
     assert result_key(line) == "k7"

@@ -1,5 +1,5 @@
 """compare/paths.py: CompareRequest checks every flag and report path before any work; the baseline's readiness
-for the HTML report, rendered by report.readiness_render.readiness_sections."""
+for the HTML report (rfteval.baseline_readiness), rendered by report.readiness_render.readiness_sections."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from rfteval.baseline_readiness import READINESS_MAX_RECORDS, BaselineReadiness
 from rfteval.compare.gate import Gate
-from rfteval.compare.paths import READINESS_MAX_RECORDS, BaselineReadiness, CompareRequest, ReportPaths
+from rfteval.compare.paths import CompareRequest, ReportPaths
 from rfteval.errors import InputError
 from rfteval.report.readiness_render import readiness_sections
 

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from rfteval.cli.app import app
 from rfteval.errors import InputError
-from rfteval.run.batch.phase import CellInfo, entry_from_result, parse_result_lines
+from rfteval.run.batch.lines import CellInfo, entry_from_result, parse_result_lines
 from rfteval.run.batch.ray_llm import (
     REQUEST_COLUMN,
     merge_outputs,

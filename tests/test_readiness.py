@@ -10,21 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rfteval.data.records import make_record, records_frame
+from rfteval.data.records import effective_scores, make_record, records_frame
+from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
 from rfteval.graders.grading import apply_grade
 from rfteval.graders.loader import parse_config
-from rfteval.readiness.assessment import (
-    Thresholds,
-    assess,
-    effective_scores,
-    expected_zero_signal,
-    grpo_advantages,
-    is_label_like,
-    pick_label,
-    scored_mask,
-)
+from rfteval.readiness.advantages import grpo_advantages, scored_mask
+from rfteval.readiness.assessment import assess, expected_zero_signal
+from rfteval.readiness.labels import is_label_like
+from rfteval.readiness.report import Thresholds
 
 
 def records(pattern: dict[str, list[float]], label: str = "base", answers: dict[str, list[str]] | None = None,
@@ -386,7 +381,7 @@ def test_a_single_model_run_is_not_called_the_base():
 def test_sample_from_record_decodes_json_text_and_a_frames_values() -> None:
     """A record row from Parquet holds output_json / output_tools as JSON text; from a frame, numbers may be numpy
     scalars (a column of them): each becomes the JSON value it is, and what is no JSON value is None."""
-    from rfteval.readiness.assessment import sample_from_record
+    from rfteval.readiness.labels import sample_from_record
 
     calls = [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     s = sample_from_record({"output_text": "7", "output_json": "[1, 2]", "output_tools": json.dumps(calls)})

@@ -19,7 +19,6 @@ from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.compare.series import SeriesResult
-    from rfteval.readiness.assessment import ReadinessReport
 
 
 def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[str] = (),
@@ -164,38 +163,3 @@ def compare_series_request(request: CompareRequest) -> SeriesResult:
     fields = dataset_fields(request.dataset, o.by) if request.dataset is not None and o.by else None
     return compare_series(request.baseline, o, request.series_baseline, request.series_candidates, fields)
 
-
-READINESS_MAX_RECORDS = 50_000
-
-
-@dataclass(frozen=True)
-class BaselineReadiness:
-    """The baseline's RFT readiness for the HTML report: a report, or why there is none (`skipped` / `failed`)."""
-
-    label: str
-    report: ReadinessReport | None = None
-    skipped_records: int | None = None  # more records than READINESS_MAX_RECORDS: not re-read here
-    path: str | None = None
-    failed: str | None = None
-
-
-def baseline_readiness(result: CompareResult, dataset: Path | None) -> BaselineReadiness | None:
-    """The baseline's readiness when its records have 2+ epochs per item; None when they have fewer. An optional
-    section: an InputError is kept as the reason, and the comparison stands without it."""
-    from rfteval.data.records import read_records
-    from rfteval.readiness.assessment import assess
-
-    side = result.baseline
-    label = str(side["label"])
-    if side["records"] > READINESS_MAX_RECORDS:  # re-reading every output costs more than the whole compare
-        return BaselineReadiness(label, skipped_records=int(side["records"]), path=str(side["path"]))
-    try:
-        df = read_records(side["path"])
-        if "model_label" in df and df["model_label"].nunique() > 1:
-            df = df[df["model_label"] == side["label"]]
-        report = assess(df, dataset=dataset)
-    except InputError as exc:
-        return BaselineReadiness(label, failed=str(exc))
-    if report.samples_min < 2:
-        return None
-    return BaselineReadiness(label, report=report)

@@ -1,16 +1,22 @@
-"""`rfteval readiness` as one library call: a run directory or record file in, its readiness report out."""
+"""`rfteval readiness` as one library call: a run directory or record file in, its readiness report out; the edge
+where readiness touches files (the records found and read, the GRPO advantages written back into them)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rfteval.data.outfile import replace_atomically
 from rfteval.errors import InputError
+from rfteval.readiness.advantages import grpo_advantages
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from rfteval.graders.base import GradeOptions
-    from rfteval.readiness.assessment import ReadinessReport, Thresholds
+    from rfteval.readiness.report import ReadinessReport, Thresholds
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,8 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     re-grade has what it needs, assess, and write the GRPO advantages when asked. An InputError the assessment
     raises without a file names the records file."""
     from rfteval.data import rundir
-    from rfteval.readiness.assessment import Thresholds, assess, write_advantages
+    from rfteval.readiness.assessment import assess
+    from rfteval.readiness.report import Thresholds
 
     r = request
     if r.regrade and r.columns is not None:
@@ -97,3 +104,59 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
         raise
     written = write_advantages(files, chosen, r.errors) if r.write_advantages else []
     return AssessedPath(report, grader, dataset, written)
+
+
+def write_advantages(files: list[Path], label: str | None, errors: str = "exclude") -> list[Path]:
+    """Write GRPO advantages of one label into its record files, each replaced atomically (`errors`: the policy for
+    generation errors, as in `readiness.effective_scores`)."""
+    written = []
+    for path in files:
+        if path.suffix == ".parquet":
+            _write_parquet_advantages(path, label, errors)
+        else:
+            _write_jsonl_advantages(path, label, errors)
+        written.append(path)
+    return written
+
+
+def _label_rows(df: pd.DataFrame, label: str | None) -> pd.Series:
+    import pandas as pd
+
+    if label is None or "model_label" not in df:
+        return pd.Series(True, index=df.index)
+    return df["model_label"].astype(str) == label
+
+
+def _write_jsonl_advantages(path: Path, label: str | None, errors: str) -> None:
+    from rfteval.data.records import decode_records, records_frame, write_jsonl
+
+    records = list(decode_records(path))
+    df = records_frame(records)
+    mine = _label_rows(df, label)
+    adv = grpo_advantages(df[mine], errors)
+    for pos, (idx, is_mine) in enumerate(mine.items()):
+        if is_mine:
+            value = float(adv.loc[idx])
+            records[pos].advantage = value if math.isfinite(value) else None
+    write_jsonl(records, path)
+
+
+def _write_parquet_advantages(path: Path, label: str | None, errors: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rfteval.data.records import read_parquet_records
+
+    table = read_parquet_records(path)
+    df = table.to_pandas()
+    mine = _label_rows(df, label)
+    adv = grpo_advantages(df[mine], errors)
+    old = df["advantage"].tolist() if "advantage" in df else [None] * len(df)
+    values = []
+    for (idx, is_mine), before in zip(mine.items(), old):
+        v = float(adv.loc[idx]) if is_mine else before
+        values.append(v if v is not None and math.isfinite(v) else None)
+    column = pa.array(values, pa.float64())
+    i = table.schema.get_field_index("advantage")
+    table = table.set_column(i, "advantage", column) if i >= 0 else table.append_column("advantage", column)
+    replace_atomically(path, lambda tmp: pq.write_table(table, tmp))

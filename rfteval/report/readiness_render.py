@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rfteval.compare.paths import BaselineReadiness
-    from rfteval.readiness.assessment import ExpectedZeroSignal, ReadinessErrors, ReadinessReport
+    from rfteval.baseline_readiness import BaselineReadiness
     from rfteval.readiness.probes import ProbeReport
+    from rfteval.readiness.report import ExpectedZeroSignal, ReadinessErrors, ReadinessReport
     from rfteval.run.paths import RunReadiness
 
 VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
@@ -318,9 +318,9 @@ def probes_html(report: ProbeReport) -> str:
 
 
 def readiness_sections(readiness: BaselineReadiness | None) -> list[tuple[str, str]]:
-    """The compare HTML report's section on the baseline's RFT readiness (compare.paths.baseline_readiness):
+    """The compare HTML report's section on the baseline's RFT readiness (rfteval.baseline_readiness):
     the report, or why it is not there; none when the baseline has fewer than 2 epochs per item."""
-    from rfteval.compare.paths import READINESS_MAX_RECORDS
+    from rfteval.baseline_readiness import READINESS_MAX_RECORDS
 
     if readiness is None:
         return []

@@ -13,7 +13,7 @@ from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
-    from rfteval.readiness.assessment import ReadinessReport
+    from rfteval.readiness.report import ReadinessReport
     from rfteval.run.runner import RunMonitor, RunOptions, RunResult
     from rfteval.run.spec import RunSpec
 

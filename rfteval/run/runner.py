@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import Judge
     from rfteval.run.batch.judge_phase import JudgeBatch
-    from rfteval.run.batch.phase import BatchJob, BatchPhase
+    from rfteval.run.batch.lines import BatchJob
+    from rfteval.run.batch.phase import BatchPhase
     from rfteval.run.store import StoreReader
 
 
@@ -209,7 +210,7 @@ class _Context:
 
     def batch_jobs(self) -> Iterator[BatchJob]:
         """(key, CellInfo, request body) for each cell of a model behind an OpenAI-compatible endpoint."""
-        from rfteval.run.batch.phase import CellInfo
+        from rfteval.run.batch.lines import CellInfo
 
         for job in self.jobs():
             provider = self.providers[job.run.label]
@@ -562,14 +563,14 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                          field="--batch" if opts.batch else "--export-requests" if opts.export_requests
                          else "--import-responses")
     if not (opts.batch or opts.fresh or opts.export_requests or opts.import_responses):
-        from rfteval.run.batch.phase import read_journal
+        from rfteval.run.batch.journal import read_journal
 
         open_chunks = [c for c in read_journal(out_dir) if c.live and c.file_id and not c.cancel_requested]
         if open_chunks:  # sending their cells synchronously would pay for them twice
             raise InputError(f"{len(open_chunks)} batch(es) of this run are still open at the provider; re-run with "
                              f"--batch to collect them, or cancel them first (rfteval batches {out_dir} --cancel)",
                              out_dir, field="--batch")
-    from rfteval.run.batch.phase import refuse_fresh_while_open
+    from rfteval.run.batch.journal import refuse_fresh_while_open
 
     store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
     restore_signals = False
@@ -580,13 +581,13 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     try:
         write_text_atomic(out_dir / RESOLVED_SPEC, to_toml(spec))
         if opts.export_requests is not None:
-            from rfteval.run.batch.phase import export_requests
+            from rfteval.run.batch.offline import export_requests
 
             written = export_requests(Path(opts.export_requests), ctx.batch_jobs(), store)
             _close_providers(providers)
             return RunResult(out_dir, RunSummary(cells=n_items * spec.epochs * len(runs)), {}, exported=written)
         if opts.import_responses is not None:
-            from rfteval.run.batch.phase import import_responses
+            from rfteval.run.batch.offline import import_responses
 
             counts = import_responses(Path(opts.import_responses), ctx.batch_jobs(), store)
             monitor.message(f"imported {opts.import_responses}: {counts['stored']} responses stored, "

@@ -70,7 +70,7 @@ def bundle_data(data: ViewData, limit: int, command: str) -> Page:
             f"the {len(rows):,} lowest-delta items of {total:,}; the rest: {command}")
     out: Page = {"runs": data.runs_page(), "compare": compare, "items": items, "haystack": haystack,
                        "left_out": left}
-    from rfteval.compare.paths import READINESS_MAX_RECORDS
+    from rfteval.baseline_readiness import READINESS_MAX_RECORDS
 
     records = data.comparison(a, b).baseline["records"]
     pages: list[tuple[str, Callable[[], Page]]] = [("agree", data.agree_page)]

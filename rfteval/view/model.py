@@ -375,7 +375,7 @@ class ViewData:
                                                          and s.path == s.run_dir)][:1] if len(self.labels) > 1 else []}
 
     def _readiness_brief(self, label: str) -> JSONValue:
-        from rfteval.compare.paths import baseline_readiness
+        from rfteval.baseline_readiness import baseline_readiness
 
         a, b = self.default_pair
         try:

@@ -20,7 +20,8 @@ def batches_command(
     cancel: bool = typer.Option(False, "--cancel", help="Cancel every open batch of this run at the provider."),
 ) -> None:
     from rfteval.errors import InputError
-    from rfteval.run.batch.phase import cancel_open_batches, read_journal
+    from rfteval.run.batch.journal import read_journal
+    from rfteval.run.batch.phase import cancel_open_batches
 
     if not (run_dir / "store").is_dir():
         raise InputError("not a run directory (no store/ in it)", run_dir)

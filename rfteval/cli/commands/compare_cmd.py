@@ -160,7 +160,7 @@ def _write_reports(result: CompareResult, request: CompareRequest) -> None:
 
         _write(reports.junit, lambda p: write_junit(result, p), "--junit", inputs)
     if reports.html is not None:
-        from rfteval.compare.paths import baseline_readiness
+        from rfteval.baseline_readiness import baseline_readiness
         from rfteval.compare.samples import listed_samples
         from rfteval.report.html import write_html
         from rfteval.report.readiness_render import readiness_sections

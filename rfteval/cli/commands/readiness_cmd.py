@@ -74,8 +74,8 @@ def readiness(
                                      "Grading errors and model refusals score 0 either way."),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    from rfteval.readiness.assessment import Thresholds
     from rfteval.readiness.paths import ReadinessRequest, assess_path
+    from rfteval.readiness.report import Thresholds
     from rfteval.report.console import plain_console
     from rfteval.report.readiness_render import render_readiness
 

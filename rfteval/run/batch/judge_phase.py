@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 from rfteval.data.json_types import JSONObject
 from rfteval.providers import batchable
 from rfteval.providers.base import BatchProvider, Generation, GenerationRequest, ProviderError
-from rfteval.run.batch.phase import BatchJob, BatchPhase, CellInfo, PhaseOptions, entry_from_result
+from rfteval.run.batch.lines import BatchJob, CellInfo, entry_from_result
+from rfteval.run.batch.phase import BatchPhase, PhaseOptions
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Item

@@ -1,18 +1,10 @@
 """The Batch API path of `rfteval run --batch`: cells go out as batch files and come back into the same store.
 
-Why a journal: a batch costs money the moment it is created, and its id is the only way to collect what it
-paid for. So every step is appended (and fsynced) to DIR/store/batches.jsonl *before* the next one starts:
-
-    planned   chunk id, label, model, endpoint, the cell keys, the input file's sha256 and path
-    uploaded  the file id
-    created   the batch id (or `adopted`: found by listing batches after a crash)
-    status    each change of status and request counts (what `rfteval batches DIR` shows offline)
-    collected the end: how many cells were stored, re-queued, failed; the chunk is done
-
-A crash between any two lines loses nothing: a chunk with no file id is uploaded again from its input file
-(the sha256 says it is the same one); a chunk with a file id but no batch id may have a batch that was created
-just before the crash, so the batches are listed and the one whose `metadata` holds this run id and chunk id is
-adopted; only when none is found is a batch created. A batch is therefore never submitted twice.
+Every step is journalled first (rfteval.run.batch.journal). A crash between any two journal lines loses nothing:
+a chunk with no file id is uploaded again from its input file (the sha256 says it is the same one); a chunk with a
+file id but no batch id may have a batch that was created just before the crash, so the batches are listed and the
+one whose `metadata` holds this run id and chunk id is adopted; only when none is found is a batch created. A batch
+is therefore never submitted twice.
 
 Results are matched on `custom_id`, which is the cell's cache key, and stored exactly as a synchronous response
 (with `tier: "batch"`, so the summary prices them at batch rates): grading does not know the difference.
@@ -23,27 +15,44 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import os
-import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, ClassVar, Literal, Protocol, Required, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, Required, TypedDict, TypeVar
 
-import msgspec
-
-from rfteval.data.json_types import JSONField, JSONMapping, JSONObject
-from rfteval.data.rundir import CHUNK_DIR, JOURNAL
+from rfteval.data.json_types import JSONObject
+from rfteval.data.rundir import CHUNK_DIR
 from rfteval.errors import InputError
-from rfteval.providers.base import Generation, ProviderError
+from rfteval.providers.base import ProviderError
+from rfteval.run.batch.journal import (
+    Abandoned,
+    CancelRequested,
+    Chunk,
+    Collected,
+    Created,
+    Journal,
+    Planned,
+    Status,
+    Uploaded,
+    read_journal,
+)
+from rfteval.run.batch.lines import (
+    ENDPOINTS,
+    BatchJob,
+    CellInfo,
+    entry_from_result,
+    parse_result_lines,
+    request_line,
+    result_key,
+)
 
 if TYPE_CHECKING:
     from openai.types import Batch
 
     from rfteval.providers.base import BatchProvider
     from rfteval.providers.retry import RetryPolicy
-    from rfteval.run.store import CellKeys, ResponseEntry, RunStore
+    from rfteval.run.store import ResponseEntry, RunStore
 
 T = TypeVar("T")
 
@@ -51,56 +60,11 @@ MAX_LINES = 50_000  # the Batch API's limit per input file
 MAX_BYTES = 190 * 1024 * 1024  # under its 200 MB limit, with room for the multipart envelope
 LIVE = frozenset({"validating", "in_progress", "finalizing", "cancelling"})
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
-REQUEUE_CODES = frozenset({"batch_expired", "batch_cancelled"})
 META_RUN, META_CHUNK = "rfteval_run", "rfteval_chunk"
-ENDPOINTS = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 BatchEndpoint = Literal["/v1/chat/completions", "/v1/responses"]
 # a journalled endpoint as the SDK's batches.create spells its type (every one was written from ENDPOINTS)
 _BATCH_ENDPOINTS: dict[str, BatchEndpoint] = {"/v1/chat/completions": "/v1/chat/completions",
                                               "/v1/responses": "/v1/responses"}
-
-
-@dataclass
-class CellInfo:
-    """What a batch result needs to become a store entry: the cell's coordinates, and how to parse it."""
-
-    label: str
-    model: str
-    item_id: str
-    epoch: int
-    api: str
-    structured: bool
-
-
-@dataclass
-class Chunk:
-    """One batch input file and what became of it, as the journal tells it."""
-
-    chunk_id: str
-    label: str
-    model: str
-    endpoint: str
-    keys: list[str]
-    sha256: str
-    path: str
-    lines: int
-    bytes: int
-    planned_at: float
-    file_id: str | None = None
-    batch_id: str | None = None
-    status: str = "planned"
-    counts: dict[str, int] = field(default_factory=dict)
-    done: bool = False
-    result: JSONObject = field(default_factory=dict)  # the Collected/Abandoned event, as journalled
-    cancel_requested: bool = False
-    phase: str = "generate"  # or "judge": --batch-judge's calls, filed in the judge cache
-
-    @property
-    def live(self) -> bool:
-        return not self.done
-
-
-BatchJob = tuple[str, CellInfo, JSONObject]  # (cell key = custom_id, the cell, its request body)
 
 
 class BatchMonitor(Protocol):
@@ -122,256 +86,6 @@ class PhaseOptions(TypedDict, total=False):
     tail: str
     max_rounds: int
     say: Callable[[str], None] | None
-
-
-class _Event(msgspec.Struct, kw_only=True, tag_field="event"):
-    """One line of the batch journal. Fields are declared in the order they are written; `to_dict` leaves out
-    the keys in __optional__ while unset, so the journal's lines are what the dict-based code wrote."""
-
-    chunk: str
-    __optional__: ClassVar[frozenset[str]] = frozenset()
-
-    def to_dict(self) -> JSONObject:
-        out = msgspec.to_builtins(self)
-        at = out.pop("at", None)
-        out = {k: v for k, v in out.items() if not (v is None and k in self.__optional__)}
-        if at is not None:
-            out["at"] = at  # stamped by Journal.append, always last
-        return out
-
-
-class Planned(_Event, kw_only=True, tag="planned"):
-    label: str
-    model: str
-    endpoint: str
-    keys: list[str]
-    sha256: str
-    path: str
-    lines: int
-    bytes: int
-    phase: str = "generate"  # or "judge"
-    at: float | None = None
-
-
-class Uploaded(_Event, kw_only=True, tag="uploaded"):
-    file_id: str
-    at: float | None = None
-
-
-class Created(_Event, kw_only=True, tag="created"):
-    batch_id: str
-    status: str | None = None
-    adopted: bool | None = None  # created before the last run stopped, found again
-    at: float | None = None
-    __optional__ = frozenset({"adopted"})
-
-
-class Status(_Event, kw_only=True, tag="status"):
-    status: str
-    counts: dict[str, JSONField] = {}  # the provider's request_counts, as it sent them
-    at: float | None = None
-
-
-class CancelRequested(_Event, kw_only=True, tag="cancel_requested"):
-    at: float | None = None
-
-
-class Collected(_Event, kw_only=True, tag="collected"):
-    status: str | None = None
-    batch_id: str | None = None
-    stored: int = 0
-    errors: int | None = None
-    requeued: int = 0
-    message: str | None = None
-    at: float | None = None
-    __optional__ = frozenset({"errors", "message"})
-
-
-class Abandoned(_Event, kw_only=True, tag="abandoned"):
-    status: str | None = None
-    reason: str | None = None
-    at: float | None = None
-    __optional__ = frozenset({"reason"})
-
-
-JournalEvent = Planned | Uploaded | Created | Status | CancelRequested | Collected | Abandoned
-
-
-def decode_event(obj: object) -> JournalEvent | None:
-    """A journal line as its typed event; None for a line that is not one (torn, foreign, or of a later kind)."""
-    try:
-        return msgspec.convert(obj, JournalEvent)
-    except msgspec.ValidationError:
-        return None
-
-
-class Journal:
-    """DIR/store/batches.jsonl: append-only, fsynced per line; a torn last line (a kill mid-write) is cut."""
-
-    def __init__(self, store_dir: Path):
-        from rfteval.run.store import _Log
-
-        self.path = store_dir / JOURNAL
-        self.log = _Log(self.path)
-        self.chunks: dict[str, Chunk] = {}
-        for event in _read_events(self.path):
-            self._apply(event)
-
-    def append(self, event: JournalEvent | JSONMapping) -> None:
-        """Journal an event (a dict is a line as written: tests and tools), stamped with the time, fsynced."""
-        typed = event if isinstance(event, _Event) else decode_event(event)
-        if typed is None:
-            raise ValueError(f"not a batch journal event: {event!r}")
-        typed.at = round(time.time(), 3)
-        self.log.append(typed.to_dict())
-        os.fsync(self.log.fh.fileno())
-        self._apply(typed)
-
-    def _apply(self, e: JournalEvent | None) -> None:
-        if e is None:  # a torn or foreign line: nothing to apply
-            return
-        cid = e.chunk
-        if isinstance(e, Planned):
-            self.chunks[cid] = Chunk(cid, e.label, e.model, e.endpoint, list(e.keys), e.sha256, e.path, e.lines,
-                                     e.bytes, float(e.at or 0), phase=e.phase or "generate")
-            return
-        chunk = self.chunks.get(cid)
-        if chunk is None:
-            return
-        if isinstance(e, Uploaded):
-            chunk.file_id, chunk.status = e.file_id, "uploaded"
-        elif isinstance(e, Created):
-            chunk.batch_id, chunk.status = e.batch_id, e.status or "validating"
-        elif isinstance(e, Status):
-            chunk.status = e.status
-            chunk.counts = {k: v for k, v in (e.counts or {}).items() if isinstance(v, int)}  # the SDK's: ints
-        elif isinstance(e, CancelRequested):
-            chunk.cancel_requested = True
-        elif isinstance(e, (Collected, Abandoned)):
-            chunk.done = True
-            chunk.status = e.status or chunk.status
-            chunk.result = {k: v for k, v in e.to_dict().items() if k not in ("event", "chunk", "at")}
-
-    def live(self, phase: str | None = None) -> list[Chunk]:
-        return [c for c in self.chunks.values() if c.live and (phase is None or c.phase == phase)]
-
-    def close(self) -> None:
-        self.log.close()
-
-
-def _read_events(path: Path) -> Iterator[JournalEvent | None]:
-    from rfteval.run.store import iter_log
-
-    if path.exists():
-        for line in iter_log(path):
-            yield decode_event(line) if isinstance(line, dict) else None
-
-
-def read_journal(run_dir: Path) -> list[Chunk]:
-    """The chunks of a run directory, read-only (for `rfteval batches`): no lock, no writes."""
-    j = object.__new__(Journal)
-    j.chunks = {}
-    for event in _read_events(Path(run_dir) / "store" / JOURNAL):
-        j._apply(event)
-    return list(j.chunks.values())
-
-
-def request_line(key: str, endpoint: str, body: JSONMapping) -> str:
-    """One Batch API input line (what `vllm run-batch` and Ray Data read too)."""
-    return json.dumps({"custom_id": key, "method": "POST", "url": endpoint, "body": body},
-                      ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-# ---------------------------------------------------------------- results → store entries
-
-
-def entry_from_result(key: str, cell: CellInfo, line: JSONObject, session: str,
-                      tier: str = "batch") -> tuple[str, ResponseEntry | None]:
-    """One output/error line → ("stored", entry) | ("requeue", None) | ("error", entry).
-
-    A 200 is parsed exactly as a synchronous answer; a 429/5xx line or an expired/cancelled one is re-queued
-    (another window may succeed); any other status is the cell's error, as a synchronous 400 would be.
-    """
-    from rfteval.providers.openai_provider import parse_chat, parse_responses, status_kind
-    from rfteval.run.store import new_response_entry
-
-    common: CellKeys = {"key": key, "label": cell.label, "model": cell.model, "item_id": cell.item_id,
-                        "epoch": cell.epoch, "session": session}
-    err = line.get("error")
-    resp = line.get("response")
-    if isinstance(err, dict) and err:
-        code = str(err.get("code") or "")
-        if code in REQUEUE_CODES or not isinstance(resp, dict):
-            return "requeue", None
-    if not isinstance(resp, dict):
-        return "requeue", None
-    status = resp.get("status_code")
-    body = resp.get("body")
-    if status == 200 and isinstance(body, dict):
-        parse = parse_chat if cell.api == "chat" else parse_responses
-        try:
-            gen: Generation = parse(body, structured=cell.structured)
-        except ProviderError as exc:
-            if exc.kind in ("refusal",):
-                return "error", new_response_entry(**common, error=(exc.kind, str(exc)))
-            return "error", new_response_entry(**common, error=(exc.kind, str(exc)))
-        entry = new_response_entry(**common, generation=gen)
-        entry.tier = tier
-        return "stored", entry
-    if not isinstance(status, int):
-        return "requeue", None
-    kind = status_kind(status)
-    if kind in ("rate_limit", "server", "timeout"):
-        return "requeue", None
-    message = ""
-    if isinstance(body, dict):
-        e = body.get("error", body)
-        message = str(e.get("message") if isinstance(e, dict) else e)[:300]
-    return "error", new_response_entry(**common, error=(kind, f"HTTP {status}: {message}"))
-
-
-def parse_result_lines(data: bytes | str, source: str | Path | None = None,
-                       strict: bool = False) -> Iterator[tuple[int, JSONObject]]:
-    """(line number, object) for each line of a Batch API output/error file; with `strict`, a bad line is an
-    InputError naming the file and line (an imported file), else it is skipped (a provider's own file)."""
-    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
-    for n, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except ValueError as exc:
-            if strict:
-                raise InputError(f"invalid JSON: {exc}", source, n) from None
-            continue
-        if not isinstance(obj, dict):
-            if strict:
-                raise InputError("must be a JSON object", source, n)
-            continue
-        cid = obj.get("custom_id")  # a non-empty string in every line yielded: result_key() reads it
-        if not isinstance(cid, str) or not cid:
-            if strict:
-                raise InputError("required, a non-empty string (the cell key rfteval wrote)", source, n, "custom_id")
-            continue
-        resp, err = obj.get("response"), obj.get("error")
-        if strict:
-            if resp is None and not err:
-                raise InputError("a result line needs `response` or `error`", source, n, "response")
-            if resp is not None and (not isinstance(resp, dict) or not isinstance(resp.get("status_code"), int)):
-                raise InputError("must be an object with an integer status_code", source, n, "response")
-            if resp is not None and resp.get("status_code") == 200 and not isinstance(resp.get("body"), dict):
-                raise InputError("a 200 response needs a JSON object body", source, n, "response.body")
-            if err is not None and not isinstance(err, dict):
-                raise InputError("must be an object {code, message} or null", source, n, "error")
-        yield n, obj
-
-
-def result_key(line: JSONMapping) -> str:
-    """The custom_id of a line parse_result_lines yielded (which checked it is a non-empty string)."""
-    key = line["custom_id"]
-    if not isinstance(key, str):
-        raise TypeError(f"not a line parse_result_lines yielded: custom_id is {type(key).__name__}")
-    return key
 
 
 # ---------------------------------------------------------------- the batch phase
@@ -715,78 +429,6 @@ def _sha256_file(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-# ---------------------------------------------------------------- export and import (vLLM run-batch, Ray Data)
-
-
-def export_requests(path: Path, jobs: Iterable[BatchJob], store: RunStore) -> dict[str, int]:
-    """Write the Batch API input lines of every cell without a stored response; one file per model when the run
-    has several (a batch engine serves one model per file). Returns lines per written file."""
-    from rfteval.run.store import is_reusable_response
-
-    handles: dict[str, IO[bytes]] = {}
-    counts: dict[str, int] = {}
-    labels: list[str] = []
-    tmp = path.with_name(path.name + ".parts")
-    tmp.mkdir(parents=True, exist_ok=True)
-    try:
-        for key, info, body in jobs:
-            if is_reusable_response(store.get_response(key)):
-                continue
-            if info.label not in handles:
-                labels.append(info.label)
-                handles[info.label] = open(tmp / f"{info.label}.jsonl", "wb")
-                counts[info.label] = 0
-            handles[info.label].write(request_line(key, ENDPOINTS[info.api], body).encode() + b"\n")
-            counts[info.label] += 1
-    finally:
-        for fh in handles.values():
-            fh.close()
-    written: dict[str, int] = {}
-    if len(labels) <= 1:
-        src = tmp / f"{labels[0]}.jsonl" if labels else None
-        if src is None:
-            path.write_bytes(b"")
-        else:
-            src.replace(path)
-        written[str(path)] = counts.get(labels[0], 0) if labels else 0
-    else:
-        for label in labels:
-            dest = path.with_name(f"{path.stem}.{label}{path.suffix or '.jsonl'}")
-            (tmp / f"{label}.jsonl").replace(dest)
-            written[str(dest)] = counts[label]
-    for leftover in tmp.iterdir():
-        leftover.unlink()
-    tmp.rmdir()
-    return written
-
-
-def import_responses(path: Path, jobs: Iterable[BatchJob], store: RunStore) -> dict[str, int]:
-    """Read Batch API output lines (OpenAI's, `vllm run-batch`'s) into the store; a bad line is one InputError
-    naming the file and line, checked before anything is stored."""
-    from rfteval.run.store import is_reusable_response
-
-    if not path.exists():
-        raise InputError("no such file", path, field="--import-responses")
-    cells = {key: info for key, info, _ in jobs}
-    lines = list(parse_result_lines(path.read_bytes(), path, strict=True))
-    counts = {"stored": 0, "errors": 0, "failed": 0, "already": 0, "unknown": 0}
-    for _, line in lines:
-        key = result_key(line)
-        info = cells.get(key)
-        if info is None:
-            counts["unknown"] += 1
-            continue
-        if is_reusable_response(store.get_response(key)):
-            counts["already"] += 1
-            continue
-        what, entry = entry_from_result(key, info, line, store.session, tier="import")
-        if entry is not None:
-            store.put_response(entry)
-        counts["stored" if what == "stored" else "errors" if what == "error" else "failed"] += 1
-    store.commit()
-    return counts
-
-
 # ---------------------------------------------------------------- rfteval batches DIR --cancel
 
 
@@ -843,12 +485,3 @@ def cancel_open_batches(run_dir: Path) -> list[str]:
     if not chunks:
         lines.append("no open batch to cancel")
     return lines
-
-
-def refuse_fresh_while_open(run_dir: Path) -> None:
-    """--fresh would forget the ids of batches still open at the provider while they still cost money: refuse."""
-    live = [c for c in read_journal(Path(run_dir)) if c.live and not c.cancel_requested and c.file_id]
-    if live:
-        raise InputError(f"{len(live)} batch(es) of this run are still open at the provider; re-run without "
-                         f"--fresh to collect them, or cancel them first (rfteval batches {run_dir} --cancel)",
-                         run_dir, field="--fresh")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, SupportsInt, TypeAlias, TypedDict
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError
-from rfteval.run.batch.phase import parse_result_lines, result_key
+from rfteval.run.batch.lines import parse_result_lines, result_key
 
 if TYPE_CHECKING:
     from ray.data import Dataset

@@ -1,0 +1,175 @@
+"""The readiness report's types: the thresholds the verdict turns at, the per-item statistics, the label, determinism
+and error sections, the checks, and the report that holds them (`to_dict` is `rfteval readiness --format json`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+from rfteval.data.records import json_safe
+
+if TYPE_CHECKING:
+    from rfteval.data.json_types import JSONObject
+    from rfteval.stats import zero_signal
+
+LEVEL_DECIMALS = 9  # scores equal to 9 decimals are one score level (the levels, zero-signal shares and advantages)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Where the verdict turns. Heuristics (statistics.md §3.4), not sourced numbers: tune them per team."""
+
+    zero_signal_not_ready: float = 0.6  # expected zero-signal share at G above this: not ready
+    zero_signal_risky: float = 0.4
+    min_position: float = 0.05  # base mean below 5% of the grader's range: risky (little success to learn from)
+    max_position: float = 0.95
+    max_floor_share: float = 0.5  # items whose every sample scored the minimum
+    max_ceiling_share: float = 0.5
+    label_skew_risky: float = 0.7  # majority reference label share
+    prediction_skew_risky: float = 0.8  # majority share of the model's answers
+    max_flip_rate: float = 0.05  # re-graded outputs whose score changed: above this, not ready; any, risky
+    max_grade_error_share: float = 0.2
+    max_generate_error_share: float = 0.2
+
+
+@dataclass
+class ItemStat:
+    item_id: str
+    k: int
+    mean: float
+    sd: float | None  # ddof=1; None with one sample
+    kind: str | None  # "floor" | "ceiling" | "other" when all samples are equal, "mixed" when not, None when k < 2
+    expected_zero_signal: float | None
+    n_grade_errors: int = 0
+
+
+@dataclass
+class LabelSkew:
+    """Label-like references and answers (statistics.md §3.3(e))."""
+
+    reference_path: str
+    answer_path: str
+    reference_counts: dict[str, int] | None = None
+    majority_label: str | None = None
+    majority_share: float | None = None
+    chance: float | None = None
+    constant_answer_score: float | None = None
+    constant_answer_method: str | None = None  # "graded" (the grader scored it) or "estimated (exact match)"
+    per_label_mean: dict[str, float] | None = None
+    answer_counts: dict[str, int] | None = None
+    answer_majority_label: str | None = None
+    answer_majority_share: float | None = None
+
+
+class ChangedGrade(TypedDict):
+    """One re-graded output whose grade moved (Determinism.changed)."""
+
+    item_id: str
+    epoch: object  # the record's, as it stored it
+    stored: float
+    regraded: float
+    stored_error: str | None
+    regraded_error: str | None
+
+
+@dataclass
+class Determinism:
+    n_regraded: int
+    n_changed: int
+    flip_rate: float
+    max_abs_diff: float
+    changed: list[ChangedGrade] = field(default_factory=list)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "risky" | "not_ready" | "skipped"
+    value: float | None
+    threshold: str
+    message: str
+
+
+class ZeroVariance(TypedDict):
+    """Observed shares of the assessed items (≥ 2 samples) whose samples all scored alike, by where."""
+
+    n_items: int
+    share: float
+    floor: float
+    ceiling: float
+    other: float
+
+
+class ExpectedZeroSignal(TypedDict):
+    """The expected share of zero-advantage groups at group size G, and how it was estimated."""
+
+    group_size: int
+    share: float
+    floor: float
+    ceiling: float
+    method: str | None
+    n_unbiased: int
+    n_empirical_bayes: int
+    prior: zero_signal.FittedPrior | None
+    notes: NotRequired[list[str]]
+
+
+class ReadinessErrors(TypedDict):
+    """Errors of the assessed records by kind, and what the policy did with them (`error_counts`)."""
+
+    generate: int
+    grade: int
+    generate_share: float
+    grade_share: float
+    grade_types: dict[str, int]
+    refusal: int
+    generate_types: dict[str, int]
+    policy: str
+    excluded: int
+
+
+@dataclass
+class ReadinessReport:
+    label: str | None
+    n_items: int
+    n_records: int
+    samples_min: int
+    samples_max: int
+    group_size: int
+    score_min: float
+    score_max: float
+    range_source: str
+    mean: float
+    se: float | None
+    position: float
+    zero_variance: ZeroVariance
+    expected_zero_signal: ExpectedZeroSignal
+    distinct_levels: int
+    binary: bool
+    share_at_min: float
+    share_at_max: float
+    mean_within_sd: float | None
+    mean_item_variance: float | None
+    mean_histogram: list[int]
+    sd_histogram: list[int]
+    sd_histogram_max: float
+    errors: ReadinessErrors
+    items: list[ItemStat]
+    labels: LabelSkew | None
+    determinism: Determinism | None
+    checks: list[Check]
+    verdict: str
+    thresholds: Thresholds
+    notes: list[str] = field(default_factory=list)
+    provisional: bool = False  # fewer items than compare trusts an interval on: the verdict is said to be provisional
+
+    @property
+    def reasons(self) -> list[Check]:
+        """The checks that decided the verdict (for `ready`: the checks that passed)."""
+        want = "ok" if self.verdict == "ready" else self.verdict
+        return [c for c in self.checks if c.status == want]
+
+    def to_dict(self) -> JSONObject:
+        out = json_safe(asdict(self))
+        out["reasons"] = [c.name for c in self.reasons]
+        return out
