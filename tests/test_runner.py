@@ -14,7 +14,8 @@ import pytest
 from rfteval.compare.paths import compare_paths
 from rfteval.compare.series import compare_series
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
-from rfteval.run.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+from rfteval.run.monitor import RunMonitor
+from rfteval.run.runner import FatalRunError, RunOptions, run_eval
 from rfteval.run.spec import RunSpec, build_spec, flag_overrides
 from rfteval.status import ExitStatus
 

@@ -29,6 +29,7 @@ from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.providers.pricing import Price
+from rfteval.run.monitor import RunMonitor
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.run.store import (
@@ -82,29 +83,6 @@ class RunOptions:
     # all of one model's cells before the next model's: a server that holds one model at a time (llama.cpp's
     # aliases) swaps models once per model instead of for nearly every request
     models_in_turn: bool = False
-
-
-class RunMonitor:
-    """What the runner reports while it runs; the terminal's progress bars implement it. No-ops here."""
-
-    def start(self, totals: dict[str, int]) -> None: ...
-
-    def advance(self, label: str, error: str | None = None, cached: bool = False) -> None: ...
-
-    def retry(self, label: str, kind: str, reason: str = "") -> None: ...
-
-    def concurrency(self, label: str, limit: int) -> None:
-        """The adaptive limit of a model's endpoint changed."""
-
-    def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None:
-        """A batch changed status or request counts."""
-
-    def message(self, text: str) -> None:
-        """One line worth telling the user while the run goes on (a failed batch, an adopted one)."""
-
-    def stop(self) -> None: ...
-
-
 
 
 class FatalRunError(Exception):

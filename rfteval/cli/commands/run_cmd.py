@@ -18,7 +18,8 @@ from rfteval.cli.commands.common import (
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
-    from rfteval.run.runner import RunMonitor, RunOptions, RunResult
+    from rfteval.run.monitor import RunMonitor
+    from rfteval.run.runner import RunOptions, RunResult
     from rfteval.run.spec import RunSpec
     from rfteval.run.summary import RunSummary
 
@@ -235,7 +236,7 @@ def rerun_hint(summary: RunSummary) -> str:
 
 
 def _quiet_monitor_class() -> type:
-    from rfteval.run.runner import RunMonitor
+    from rfteval.run.monitor import RunMonitor
 
     class QuietMonitor(RunMonitor):
         """No progress bars; the one-line messages (a failed batch, an adopted one) still reach stderr."""
