@@ -10,6 +10,8 @@ import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
+    GRADER_MEMORY,
+    GRADER_TIMEOUT,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -38,8 +40,8 @@ def export_environment(
                                         help="The item field shown as the task's answer (logs only)."),
     reasoning: str = REWARD_REASONING,
     think_tags: list[str] | None = REWARD_THINK_TAGS,
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    grader_timeout: float = GRADER_TIMEOUT,
+    grader_memory: int = GRADER_MEMORY,
     judge_base_url: str | None = JUDGE_BASE_URL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
     judge_api: str = JUDGE_API,

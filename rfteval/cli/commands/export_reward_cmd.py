@@ -10,6 +10,8 @@ import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
+    GRADER_MEMORY,
+    GRADER_TIMEOUT,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -55,8 +57,8 @@ def export_reward(
     tokenizer: str | None = typer.Option(None, "--tokenizer", metavar="TOKENIZER",
                                          help="openrlhf: also strip the end-of-turn tokens this Hugging Face "
                                               "tokenizer's chat template writes (loaded at the first call)."),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    grader_timeout: float = GRADER_TIMEOUT,
+    grader_memory: int = GRADER_MEMORY,
     judge_base_url: str | None = JUDGE_BASE_URL,
     judge_api_key_env: str = JUDGE_API_KEY_ENV,
     judge_api: str = JUDGE_API,

@@ -12,6 +12,8 @@ from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
     DEVELOPER_AS,
+    GRADER_MEMORY,
+    GRADER_TIMEOUT,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -20,7 +22,6 @@ from rfteval.cli.commands.common import (
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     OutputFormat,
-    check_judge,
     command,
     make_judge,
 )
@@ -42,8 +43,8 @@ def grade(
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
                                       "items that are then missing, with a warning."),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    grader_timeout: float = GRADER_TIMEOUT,
+    grader_memory: int = GRADER_MEMORY,
     items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
     max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X",
                                          help="Exit 3 when more than this share of records failed to grade."),
@@ -71,16 +72,16 @@ def grade(
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
     from rfteval.graders.paths import GradeRequest, grade_paths
+    from rfteval.providers.endpoint import JudgeEndpoint
 
+    endpoint = JudgeEndpoint(judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                             developer_as=developer_as)
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
                            think_tags, unsafe_python_graders, (judge_api_key_env,), judge_cache,
                            allow_grader_without_sample, allow_trailing_assistant, judge_model)
 
     def open_judge(config: GraderConfig) -> Judge | None:
-        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                           request.judge_cache_path, developer_as=developer_as)
-        check_judge(judge, config, skip_model_check)
-        return judge
+        return make_judge(config, endpoint, skip_model_check, request.judge_cache_path)
 
     graded = grade_paths(request, lambda line: typer.echo(line, err=True), open_judge)
     _print(graded, fmt, items_limit)

@@ -18,7 +18,6 @@ from rfteval.cli.commands.common import (
     JUDGE_MODEL,
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
-    check_judge,
     checked_grader,
     command,
     make_judge,
@@ -134,6 +133,7 @@ def probe_grader(
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import raise_if_stopped
     from rfteval.readiness.probes import checked_items, run_probes
     from rfteval.readiness.reference import load_reference_template
@@ -147,9 +147,9 @@ def probe_grader(
     items = checked_items(config, grader, dataset, limit)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
     template = load_reference_template(reference_template) if reference_template is not None else None
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                       developer_as=developer_as)
-    check_judge(judge, config, skip_model_check)
+    endpoint = JudgeEndpoint(judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                             developer_as=developer_as)
+    judge = make_judge(config, endpoint, skip_model_check)
     try:
         report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
                             options=_options(python_workers), judge=judge)

@@ -11,6 +11,7 @@ from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
     DEVELOPER_AS,
+    GRADER_TIMEOUT,
     JUDGE_API,
     JUDGE_API_KEY_ENV,
     JUDGE_BASE_URL,
@@ -18,7 +19,6 @@ from rfteval.cli.commands.common import (
     JUDGE_MODEL,
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
-    check_judge,
     checked_grader,
     command,
     make_judge,
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from rfteval.data.dataset import Dataset
     from rfteval.data.json_types import JSONMapping
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
 
@@ -75,7 +76,7 @@ def validate_grader(
         None, "--reference-template",
         help='How a reference becomes an output: a JSON template (inline or a file), e.g. '
              '\'{"predicted": "{{item.reference_answer}}"}\'; inferred from the grader when absent.'),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    grader_timeout: float = GRADER_TIMEOUT,
     outputs: Path | None = typer.Option(None, "--outputs",
                                         help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
     repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
@@ -107,12 +108,14 @@ def validate_grader(
         return
     data = _preflight(config, path, dataset)
     python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                       developer_as=developer_as)
-    check_judge(judge, config, skip_model_check)
+    from rfteval.providers.endpoint import JudgeEndpoint
+
+    endpoint = JudgeEndpoint(judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
+                             developer_as=developer_as)
+    judge = make_judge(config, endpoint, skip_model_check)
     try:
         if repeat is None:
-            _reference(config, data, grader_timeout, reference_template, judge, judge_base_url, judge_api_key_env)
+            _reference(config, data, grader_timeout, reference_template, judge, endpoint)
             return
         from rfteval.graders import GradeOptions
         from rfteval.readiness.judge_stability import run_stability
@@ -172,14 +175,15 @@ def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
 
 
 def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, reference_template: str | None,
-               judge: Judge | None, judge_base_url: str | None, judge_api_key_env: str) -> None:
+               judge: Judge | None, endpoint: JudgeEndpoint) -> None:
     """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
     from rfteval.graders import GradeOptions
     from rfteval.readiness.reference import judge_calls_note, load_reference_template, reference_check
 
     template = load_reference_template(reference_template) if reference_template is not None else None
     if judge is not None:
-        typer.echo(f"the references go to the judge model: {judge_calls_note(len(data), judge_base_url, judge_api_key_env)}")
+        note = judge_calls_note(len(data), endpoint.base_url, endpoint.api_key_env)
+        typer.echo(f"the references go to the judge model: {note}")
     text = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"]
     from rfteval.providers.judge import raise_if_stopped
 
