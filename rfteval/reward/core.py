@@ -52,6 +52,9 @@ Conversation = str | Sequence[Message]
 # rebuilds the original line exactly.
 META = "rfteval"
 ON_ERROR = ("zero", "none")
+# RewardOptions' judge keywords (the --judge-* flags' names) → the JudgeEndpoint fields they set.
+JUDGE_KEYWORDS = {"judge_base_url": "base_url", "judge_api_key_env": "api_key_env", "judge_api": "api",
+                  "judge_model": "model", "judge_concurrency": "concurrency"}
 REASONING = ("strip", "keep")
 
 
@@ -103,8 +106,7 @@ class RewardOptions:
 
     def judge_endpoint(self) -> JudgeEndpoint:
         """The judge_* options as the endpoint a model grader's judge is opened on."""
-        return JudgeEndpoint(self.judge_base_url, self.judge_api_key_env, self.judge_api, self.judge_model,
-                             self.judge_concurrency)
+        return JudgeEndpoint(**{field: getattr(self, key) for key, field in JUDGE_KEYWORDS.items()})
 
     @functools.cached_property
     def tags(self) -> tuple[tuple[str, str], ...]:
@@ -131,6 +133,11 @@ class RewardOptionsArgs(TypedDict, total=False):
     think_tags: str | Sequence[str] | None
     items: str | Sequence[JSONObject] | None
     id_field: str
+
+
+def judge_keywords(endpoint: JudgeEndpoint) -> dict[str, str | int | None]:
+    """An endpoint as RewardOptions' judge_* keywords (what an exported module stores)."""
+    return {key: getattr(endpoint, field) for key, field in JUDGE_KEYWORDS.items()}
 
 
 _T = TypeVar("_T")

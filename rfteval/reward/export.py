@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
-from rfteval.reward.core import RewardOptions
+from rfteval.reward.core import JUDGE_KEYWORDS, RewardOptions
 
 TARGETS = ("trl", "verl", "openrlhf")
 # What each target's factory takes besides RewardOptions.
@@ -19,8 +19,7 @@ _FACTORY_KEYS = {"trl": (), "verl": ("reference_field", "ground_truth_json", "de
                  "openrlhf": ("reference_field", "eos_tokens", "tokenizer")}
 # export-reward's flags as the factories' options, and their defaults (RewardOptions' own, then the factories'): the
 # module stores only what was chosen.
-_REWARD_FLAGS = ("grader_timeout", "grader_memory", "judge_base_url", "judge_api_key_env", "judge_api", "judge_model",
-                 "judge_concurrency", "on_error", "reasoning", "think_tags")
+_REWARD_FLAGS = ("grader_timeout", "grader_memory", *JUDGE_KEYWORDS, "on_error", "reasoning", "think_tags")
 DEFAULTS: dict[str, object] = {
     **{key: getattr(RewardOptions(), key) for key in _REWARD_FLAGS},
     "reference_field": "reference_answer", "ground_truth_json": False, "eos_tokens": None, "tokenizer": None}

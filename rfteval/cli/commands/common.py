@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack, cast
 
 import typer
 import typer.models
@@ -110,7 +111,8 @@ def output_format(value: str) -> str:
     return value
 
 
-# The judge endpoint flags (score_model, label_model, group_judge); `rfteval run` also reads them from [judge].
+# The judge endpoint flags (score_model, label_model, group_judge): a command takes them as one JudgeEndpoint
+# (judge_flags); `rfteval run` has its own, which fall back to its [judge], then its [endpoint].
 JUDGE_BASE_URL = typer.Option(None, "--judge-base-url", help="Judge endpoint (OpenAI-compatible); default OpenAI's.")
 JUDGE_API_KEY_ENV = typer.Option(judge_defaults.DEFAULT_KEY_ENV, "--judge-api-key-env", help="Env var holding the judge's key.")
 JUDGE_API = typer.Option(judge_defaults.DEFAULT_API, "--judge-api", metavar="chat|responses", help="chat or responses.")
@@ -149,6 +151,43 @@ ALLOW_TRAILING_ASSISTANT = typer.Option(
     False, "--allow-trailing-assistant",
     help="Accept dataset lines whose last message is the assistant's (an RFT line is a prompt; the model would be "
          "sent the answer). Without it, each such line is an error naming it.")
+
+
+# judge_flags' parameters, in the order --help lists them: (name, annotation, option).
+_JUDGE_PARAMS: tuple[tuple[str, object, typer.models.OptionInfo], ...] = (
+    ("judge_base_url", str | None, JUDGE_BASE_URL), ("judge_api_key_env", str, JUDGE_API_KEY_ENV),
+    ("judge_api", str, JUDGE_API), ("judge_model", str | None, JUDGE_MODEL), ("judge_concurrency", int, JUDGE_CONCURRENCY))
+DEFAULT_JUDGE = judge_defaults.JudgeEndpoint()
+
+
+def judge_flags(developer_as: bool = False) -> Callable[[Command], Command]:
+    """Give a command the --judge-* flags (and --developer-as, for one that opens a judge) in place of its
+    `judge_endpoint: JudgeEndpoint` parameter: Typer sees the flags, the command gets the one endpoint they make."""
+    params = _JUDGE_PARAMS + ((("developer_as", str | None, DEVELOPER_AS),) if developer_as else ())
+
+    def wrap(function: Command) -> Command:
+        signature = inspect.signature(function)
+        before = list(signature.parameters.values())
+        at = [p.name for p in before].index("judge_endpoint")
+        injected = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
+                    for name, kind, option in params]
+
+        @functools.wraps(function)
+        def with_endpoint(**kwargs: object) -> object:
+            values = {name: kwargs.pop(name) for name, _, _ in params}
+            kwargs["judge_endpoint"] = judge_defaults.JudgeEndpoint(
+                values["judge_base_url"], values["judge_api_key_env"], values["judge_api"],  # type: ignore[arg-type]
+                values["judge_model"], values["judge_concurrency"],  # type: ignore[arg-type]
+                developer_as=values.get("developer_as"))  # type: ignore[arg-type]
+            return function(**kwargs)
+
+        with_endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=before[:at] + injected + before[at + 1:])
+        annotations = {k: v for k, v in function.__annotations__.items() if k != "judge_endpoint"}
+        with_endpoint.__annotations__ = {**annotations, **{name: kind for name, kind, _ in params}}
+        return cast("Command", with_endpoint)
+
+    return wrap
 
 
 def checked_grader(path: Path, allow_without_sample: bool, judge_model: str | None) -> GraderConfig:

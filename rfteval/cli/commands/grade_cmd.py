@@ -11,18 +11,14 @@ import typer
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
-    DEVELOPER_AS,
+    DEFAULT_JUDGE,
     GRADER_MEMORY,
     GRADER_TIMEOUT,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     OutputFormat,
     command,
+    judge_flags,
     make_judge,
 )
 from rfteval.status import ExitStatus
@@ -30,10 +26,12 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.paths import GradedFile
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
 
 @command("grade")
+@judge_flags(developer_as=True)
 def grade(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
@@ -59,12 +57,7 @@ def grade(
     judge_cache: Path | None = typer.Option(None, "--judge-cache", metavar="FILE",
                                             help="Judge answer cache: a re-run sends no judge call twice "
                                                  "(default: judge_cache.jsonl beside the records)."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
-    developer_as: str | None = DEVELOPER_AS,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
@@ -72,16 +65,13 @@ def grade(
 ) -> None:
     """Grade existing outputs with a grader; write records and print per-item and overall means."""
     from rfteval.graders.paths import GradeRequest, grade_paths
-    from rfteval.providers.endpoint import JudgeEndpoint
 
-    endpoint = JudgeEndpoint(judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                             developer_as=developer_as)
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
-                           think_tags, unsafe_python_graders, (judge_api_key_env,), judge_cache,
-                           allow_grader_without_sample, allow_trailing_assistant, judge_model)
+                           think_tags, unsafe_python_graders, (judge_endpoint.api_key_env,), judge_cache,
+                           allow_grader_without_sample, allow_trailing_assistant, judge_endpoint.model)
 
     def open_judge(config: GraderConfig) -> Judge | None:
-        return make_judge(config, endpoint, skip_model_check, request.judge_cache_path)
+        return make_judge(config, judge_endpoint, skip_model_check, request.judge_cache_path)
 
     graded = grade_paths(request, lambda line: typer.echo(line, err=True), open_judge)
     _print(graded, fmt, items_limit)
