@@ -19,6 +19,10 @@ DEFAULT_API: JudgeApi = "chat"
 JUDGE_CONCURRENCY = 16  # judge requests in flight at once
 JUDGE_TIMEOUT_S = 600.0  # seconds per judge request
 JUDGE_MAX_RETRIES = 10  # retries of one judge request
+# The fields as keywords spell them (the --judge-* flags, the reward adapters' options) → the field; the run's
+# [judge] table spells them as the fields.
+JUDGE_KEYWORDS = {"judge_base_url": "base_url", "judge_api_key_env": "api_key_env", "judge_api": "api",
+                  "judge_model": "model", "judge_concurrency": "concurrency"}
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ class JudgeClient(Protocol):
         """Per judge model: calls, cache hits, shared, errors and tokens."""
         ...
 
+
 class JudgedGrader(Protocol):
     """A grader as open_judge sees it (rfteval.graders.base.GraderConfig): does any grader in it call a judge?"""
 

@@ -34,7 +34,7 @@ from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.graders.sandbox import configure, grading_units
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
-from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY, JudgeEndpoint
+from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeEndpoint
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import Judge
@@ -52,9 +52,6 @@ Conversation = str | Sequence[Message]
 # rebuilds the original line exactly.
 META = "rfteval"
 ON_ERROR = ("zero", "none")
-# RewardOptions' judge keywords (the --judge-* flags' names) → the JudgeEndpoint fields they set.
-JUDGE_KEYWORDS = {"judge_base_url": "base_url", "judge_api_key_env": "api_key_env", "judge_api": "api",
-                  "judge_model": "model", "judge_concurrency": "concurrency"}
 REASONING = ("strip", "keep")
 
 

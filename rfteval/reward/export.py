@@ -11,7 +11,8 @@ from typing import Any, cast
 
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
-from rfteval.reward.core import JUDGE_KEYWORDS, RewardOptions
+from rfteval.providers.endpoint import JUDGE_KEYWORDS
+from rfteval.reward.core import RewardOptions
 
 TARGETS = ("trl", "verl", "openrlhf")
 # What each target's factory takes besides RewardOptions.

@@ -23,7 +23,7 @@ from rfteval.errors import InputError, read_input_text
 from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_MIN_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers.base import Sampling
-from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JudgeApi, JudgeEndpoint
+from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeApi, JudgeEndpoint
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
@@ -32,7 +32,7 @@ REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
 GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
-JUDGE_KEYS = ("base_url", "api_key_env", "api", "model", "concurrency")
+JUDGE_KEYS = tuple(JUDGE_KEYWORDS.values())  # the [judge] table's keys
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {
@@ -356,8 +356,8 @@ def flag_overrides(
             continue
         if key in ("base_url", "api_key_env", "api"):
             section("endpoint")[key] = value
-        elif key.startswith("judge_") and key[len("judge_"):] in JUDGE_KEYS:
-            section("judge")[key[len("judge_"):]] = value
+        elif key in JUDGE_KEYWORDS:
+            section("judge")[JUDGE_KEYWORDS[key]] = value
         elif key in SAMPLING_KEYS:
             section("sampling")[key] = value
         else:

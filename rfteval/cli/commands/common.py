@@ -8,7 +8,7 @@ import typing
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 import typer
 import typer.models
@@ -174,11 +174,8 @@ def judge_flags(developer_as: bool = False) -> Callable[[Command], Command]:
 
         @functools.wraps(function)
         def with_endpoint(**kwargs: object) -> object:
-            values = {name: kwargs.pop(name) for name, _, _ in params}
-            kwargs["judge_endpoint"] = judge_defaults.JudgeEndpoint(
-                values["judge_base_url"], values["judge_api_key_env"], values["judge_api"],  # type: ignore[arg-type]
-                values["judge_model"], values["judge_concurrency"],  # type: ignore[arg-type]
-                developer_as=values.get("developer_as"))  # type: ignore[arg-type]
+            fields = {judge_defaults.JUDGE_KEYWORDS.get(name, name): kwargs.pop(name) for name, _, _ in params}
+            kwargs["judge_endpoint"] = judge_defaults.JudgeEndpoint(**cast("dict[str, Any]", fields))
             return function(**kwargs)
 
         with_endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
