@@ -666,14 +666,14 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     the grade. The judge (endpoint, API, --judge-model): another judge is another grader. For a group judge also
     the grouping (epochs, and the models ranked together with --group-models), since its scores are relative to
     the group: a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
-    from rfteval.graders.base import judge_types, needs_groups
+    from rfteval.graders.base import needs_groups
 
     # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
     # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
     answers: dict[str, object] = {}  # only hashed (config_hash)
     if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
         answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
-    if not judge_types(grader):
+    if not grader.needs_judge:
         return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
     endpoint = spec.judge_endpoint()
     judge: dict[str, object] = {"base_url": endpoint.base_url, "api": endpoint.api, "model": endpoint.model}
