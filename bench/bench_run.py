@@ -142,11 +142,11 @@ def peak_rss_mb() -> float:
 
 def memory_child(n: int, workdir: Path) -> dict[str, float]:
     """Run n items x 1 epoch with an instant provider; report this process's peak RSS."""
-    from rfteval.providers.base import Generation, GenerationRequest
+    from rfteval.providers.base import Generation, GenerationRequest, ServerlessProvider
     from rfteval.run.runner import RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
 
-    class Instant:
+    class Instant(ServerlessProvider):
         def identity(self) -> dict[str, Any]:
             return {"provider": "instant"}
 

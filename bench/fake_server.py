@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from rfteval.run.runner import RunMonitor
+from rfteval.run.monitor import RunMonitor
 
 ROOT = Path(__file__).resolve().parent.parent
 

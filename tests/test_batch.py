@@ -51,7 +51,7 @@ def run_lib(files: dict[str, Path], server: FakeOpenAI, out: Path | None = None,
     options.update(opts)
     messages: list[str] = []
 
-    from rfteval.run.runner import RunMonitor
+    from rfteval.run.monitor import RunMonitor
 
     class Collect(RunMonitor):
         def message(self, text: str) -> None:

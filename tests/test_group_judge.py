@@ -14,7 +14,8 @@ import rfteval.graders.group_judge as gj
 from rfteval.data.sample import make_sample
 from rfteval.graders import GradingEngine, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, MODEL_PARSE, MODEL_SERVER, REGISTRY, needs_groups
-from rfteval.providers.judge import Judge, judge_repeat
+from rfteval.providers.endpoint import JudgeEndpoint
+from rfteval.providers.judge import Judge, judge_repeat, open_judge
 from rfteval.providers.openai_provider import OpenAIProvider
 from rfteval.providers.retry import RetryPolicy
 
@@ -267,7 +268,7 @@ def test_local_judge_ranks_the_support_recordings_through_a_real_subprocess():
         assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
         pairs, labels = _support_pairs()
         cfg = parse_config(json.loads((ROOT / "datasets/support/grader.json").read_text()))
-        with Judge.from_settings(base_url=base_url) as judge, GradingEngine(cfg, judge=judge) as engine:
+        with open_judge(JudgeEndpoint(base_url), cfg) as judge, GradingEngine(cfg, judge=judge) as engine:
             results = engine.grade_batch(pairs)  # both models' samples of an item in one group
             usage = judge.usage()
     finally:

@@ -18,6 +18,7 @@ class Stub:
                  missing: dict[str, str] | None = None, api: str = "chat"):
         self.models, self.base_url, self.missing, self.api = models, base_url, missing or {}, api
         self.api_key_env = "K"
+        self.header_names: tuple[str, ...] = ()
         self.asked: list[str] = []
 
     def list_models(self) -> list[str] | None:

@@ -661,7 +661,8 @@ def test_probe_grader_takes_the_judge_flags_and_a_refused_judge_is_one_line(tmp_
 @pytest.mark.slow
 def test_a_judge_past_its_output_limit_is_told_to_the_runs_monitor(tmp_path: Path, fake_openai: FakeOpenAI,
                                                                     caplog: pytest.LogCaptureFixture) -> None:
-    from rfteval.run.runner import RunMonitor, RunOptions, run_eval
+    from rfteval.run.monitor import RunMonitor
+    from rfteval.run.runner import RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
 
     score = model_or_score_responder()

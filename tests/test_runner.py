@@ -13,8 +13,9 @@ import pytest
 
 from rfteval.compare.paths import compare_paths
 from rfteval.compare.series import compare_series
-from rfteval.providers.base import Generation, GenerationRequest, ProviderError
-from rfteval.run.runner import FatalRunError, RunMonitor, RunOptions, run_eval
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError, ServerlessProvider
+from rfteval.run.monitor import RunMonitor
+from rfteval.run.runner import FatalRunError, RunOptions, run_eval
 from rfteval.run.spec import RunSpec, build_spec, flag_overrides
 from rfteval.status import ExitStatus
 
@@ -30,7 +31,7 @@ def tuned_answer(item: int, epoch: int) -> str:
     return "wrong" if item == 0 else "right"
 
 
-class FakeProvider:
+class FakeProvider(ServerlessProvider):
     """Answers by (item, epoch); `fail(request, attempt)` may raise a ProviderError for an attempt."""
 
     def __init__(self, answer: Callable[[int, int], str], fail: Callable[[GenerationRequest, int], None] | None = None,

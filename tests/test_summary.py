@@ -76,12 +76,12 @@ def test_one_error_policy_in_summary_json_grade_and_compare(tmp_path: Path, monk
     from rfteval.data.records import read_records
     from rfteval.graders.base import GradeResult
     from rfteval.graders.engine import GradingEngine
-    from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+    from rfteval.providers.base import Generation, GenerationRequest, ProviderError, ServerlessProvider
     from rfteval.run.runner import RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
     from rfteval.run.summary import summarize_models
 
-    class Fake:
+    class Fake(ServerlessProvider):
         """Always right, except that base's item 0 epoch 1 never answers."""
 
         def __init__(self, label: str) -> None:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
+from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
@@ -97,6 +99,12 @@ class GraderConfig(BaseModel):
     def sub_graders(self) -> list[GraderConfig]:
         """The graders inside this one (a multi's), in order."""
         return []
+
+    @property
+    def needs_judge(self) -> bool:
+        """Whether this grader or one inside it calls a judge: a judge client is opened only then
+        (providers.judge.open_judge)."""
+        return bool(judge_types(self))
 
     def score_range(self) -> tuple[float, float, str]:
         """The lowest and highest score, and where that comes from (declared, by definition, or assumed)."""
@@ -215,10 +223,10 @@ class SampleGrader:
 class GradeOptions:
     """Run-time settings of graders that are not part of OpenAI's config."""
 
-    python_timeout_s: float = 120.0
-    python_memory_mb: int = 2048
+    python_timeout_s: float = PYTHON_TIMEOUT_S
+    python_memory_mb: int = PYTHON_MEMORY_MB
     python_workers: int | None = None  # None: every core
-    python_batch_size: int = 256
+    python_batch_size: int = PYTHON_BATCH_SIZE
 
 
 class PythonPool(Protocol):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
+from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Item
@@ -51,8 +52,8 @@ class GradeRequest:
     outputs: Path
     out: Path | None = None
     skip_invalid: bool = False
-    python_timeout_s: float = 120.0
-    python_memory_mb: int = 2048
+    python_timeout_s: float = PYTHON_TIMEOUT_S
+    python_memory_mb: int = PYTHON_MEMORY_MB
     reasoning: str = "strip"
     think_tags: list[str] | None = None
     unsafe_python_graders: bool = False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -146,8 +147,39 @@ class Generation:
     reasoning: str | None = None
 
 
+Warn = Callable[[str], None]
+
+
 class Provider(Protocol):
-    """An endpoint. `identity()` (no secrets) and `request_body()` make the response cache key."""
+    """An endpoint. `identity()` (no secrets) and `request_body()` make the response cache key; the attributes
+    say where it is, which a run's preflight and batch phases read, and carry its warnings to the run."""
+
+    @property
+    def api(self) -> str:
+        """The request shape, "chat" or "responses" (one that reaches no server answers as "chat")."""
+        ...
+
+    @property
+    def base_url(self) -> str | None:
+        """The server's root URL; None for one that reaches no server (a replay)."""
+        ...
+
+    @property
+    def api_key_env(self) -> str | None:
+        """The NAME of the variable holding the key (never the key); None where no key is sent."""
+        ...
+
+    @property
+    def header_names(self) -> tuple[str, ...]:
+        """The names of the extra headers sent, sorted (never their values): part of which server is asked."""
+        ...
+
+    @property
+    def max_epoch(self) -> int | None:
+        """The most epochs it can answer (a replay's recordings); None: any number."""
+        ...
+
+    on_warning: Warn | None  # where its one-line warnings go (a run points it at its monitor); None: dropped
 
     def identity(self) -> JSONObject: ...
 
@@ -156,6 +188,18 @@ class Provider(Protocol):
     async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation: ...
 
     async def aclose(self) -> None: ...
+
+
+class ServerlessProvider:
+    """The Provider attributes of one that reaches no server (a replay, a test's stand-in): its subclasses
+    implement the methods."""
+
+    api = "chat"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    header_names: tuple[str, ...] = ()
+    max_epoch: int | None = None
+    on_warning: Warn | None = None
 
 
 class BatchProvider(Provider, Protocol):

@@ -26,6 +26,14 @@ from typing import IO, Protocol, TypedDict, TypeVar, Unpack
 
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
+from rfteval.providers.endpoint import (
+    DEFAULT_API,
+    DEFAULT_KEY_ENV,
+    JUDGE_CONCURRENCY,
+    JUDGE_MAX_RETRIES,
+    JUDGE_TIMEOUT_S,
+    JudgeEndpoint,
+)
 from rfteval.providers.retry import (
     ConnectionWatch,
     OnRetry,
@@ -42,11 +50,45 @@ JudgeAnswer = Generation | ProviderError
 
 
 class JudgeClient(Protocol):
-    """What a model grader asks of a judge: a `Judge`, or batch_judge's stand-in that records requests instead."""
+    """A judge: a `Judge`, or batch_judge's stand-in that records requests instead. Model graders call
+    `complete` (with `model_override`); a run also reads how it stopped and what it cost, and hooks its retries
+    and its provider's warnings to the progress display."""
 
     model_override: str | None
+    on_retry: OnRetry | None  # besides the judge's own counting: each retry, as it is about to wait
+    fatal_error: ProviderError | None  # why it stopped (a refused key, an unknown model, gone); None: it did not
+    fatal_model: str | None  # the judge model of the call that stopped it
+
+    @property
+    def provider(self) -> Provider: ...
+
+    @property
+    def gone(self) -> bool:
+        """It answered before, then stopped answering: a run stops resumable (exit 3), not with exit 2."""
+        ...
 
     def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]: ...
+
+    def usage(self) -> dict[str, dict[str, int | None]]:
+        """Per judge model: calls, cache hits, shared, errors and tokens."""
+        ...
+
+
+class JudgedGrader(Protocol):
+    """A grader as open_judge sees it (rfteval.graders.base.GraderConfig): does any grader in it call a judge?"""
+
+    @property
+    def needs_judge(self) -> bool: ...
+
+
+def open_judge(endpoint: JudgeEndpoint, grader: JudgedGrader, cache_path: Path | str | None = None) -> Judge | None:
+    """The judge client `grader` calls, on `endpoint`, its answers cached in `cache_path` (none: not cached); None
+    when no grader in it calls a judge (nothing to connect to). The caller closes it."""
+    if not grader.needs_judge:
+        return None
+    return Judge(endpoint.provider(), cache_path=cache_path, concurrency=endpoint.concurrency,
+                 max_retries=endpoint.max_retries, timeout_s=endpoint.timeout_s, model_override=endpoint.model)
+
 
 # ---- repeats (the stability check) -------------------------------------------------------------------------------
 
@@ -187,9 +229,9 @@ class Judge:
         self,
         provider: Provider,
         cache_path: Path | str | None = None,
-        concurrency: int = 16,
-        max_retries: int = 10,
-        timeout_s: float = 600.0,
+        concurrency: int = JUDGE_CONCURRENCY,
+        max_retries: int = JUDGE_MAX_RETRIES,
+        timeout_s: float = JUDGE_TIMEOUT_S,
         model_override: str | None = None,
         retry_policy: RetryPolicy | None = None,
         on_retry: OnRetry | None = None,
@@ -226,15 +268,12 @@ class Judge:
 
     @classmethod
     def from_settings(
-        cls, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY", api: str = "chat",
+        cls, base_url: str | None = None, api_key_env: str = DEFAULT_KEY_ENV, api: str = DEFAULT_API,
         developer_as: str | None = None, **kwargs: Unpack[JudgeOptions],
     ) -> Judge:
-        """A judge on an OpenAI-compatible endpoint (the `[judge]` spec section); `developer_as="system"` sends
-        the graders' developer messages as system (servers without the developer role)."""
-        from rfteval.providers.openai_provider import OpenAIProvider
-
-        return cls(OpenAIProvider(base_url, api_key_env, api, developer_as=developer_as),  # type: ignore[arg-type]
-                   **kwargs)
+        """A judge on an OpenAI-compatible endpoint given field by field, for callers that do not hold a
+        JudgeEndpoint yet (compare/agree.py); open_judge is the way for everything else."""
+        return cls(JudgeEndpoint(base_url, api_key_env, api, developer_as=developer_as).provider(), **kwargs)
 
     def __repr__(self) -> str:
         return f"Judge({self.provider!r}, model_override={self.model_override!r})"
@@ -497,19 +536,19 @@ def _final(error: ProviderError) -> ProviderError:
     return copy_
 
 
-def judge_stopped(judge: object) -> str | None:
+def judge_stopped(judge: JudgeClient | None) -> str | None:
     """One line saying why a judge stopped (refused key, unknown model, a request the server refuses every time,
     an endpoint not there or gone), or None: the commands that grade with a judge end with it instead of a table
     of errors that would read as scores."""
-    error = getattr(judge, "fatal_error", None)
-    if not isinstance(error, ProviderError):
+    if judge is None or judge.fatal_error is None:
         return None
-    model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
+    error = judge.fatal_error
+    model = judge.fatal_model or judge.model_override or "judge"
     verb = {"auth": "refused", "not_found": "refused", "connection": "is not answering"}.get(error.kind, "stopped")
     return f"the judge ({model}) {verb}: {error.kind}: {one_line(str(error), 600)}"
 
 
-def raise_if_stopped(judge: object, outcome: str) -> None:
+def raise_if_stopped(judge: JudgeClient | None, outcome: str) -> None:
     """InputError (one line, exit 2) when the judge stopped: `outcome` says what was not done ("no records were
     written"), so a command never prints grades that are the judge's refusals."""
     line = judge_stopped(judge)

@@ -141,11 +141,17 @@ class OpenAIProvider:
         self.dropped_keys: set[str] = set()
         self._limit_warned: set[str] = set()
         self.on_warning: Callable[[str], None] | None = None  # run_eval points it at the run's monitor
+        self.max_epoch: int | None = None  # a server answers any epoch
 
     @property
     def client(self) -> openai.AsyncOpenAI:
         """The SDK client (the batch path uses its Files and Batches resources)."""
         return self._client
+
+    @property
+    def header_names(self) -> tuple[str, ...]:
+        """The extra headers' names, sorted; never their values, which may be secrets."""
+        return tuple(sorted(self._extra_headers))
 
     def endpoint_path(self) -> str:
         return "/v1/chat/completions" if self.api == "chat" else "/v1/responses"
@@ -156,7 +162,7 @@ class OpenAIProvider:
     def identity(self) -> JSONObject:
         ident: JSONObject = {"provider": "openai", "base_url": self.base_url, "api": self.api}
         if self._extra_headers:
-            ident["extra_headers"] = [name for name in sorted(self._extra_headers)]  # names only: values may be secrets
+            ident["extra_headers"] = list(self.header_names)
         return ident
 
     def request_body(self, request: GenerationRequest) -> JSONObject:

@@ -10,7 +10,7 @@ from rfteval.data.dataset import iter_jsonl
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
-from rfteval.providers.base import Generation, GenerationRequest, ProviderError
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError, ServerlessProvider
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
 Key = tuple[str | None, str, int]  # (model or None for "any model", item_id, epoch)
@@ -27,7 +27,7 @@ class Recording(TypedDict):
     usage: dict[str, int | None] | None
 
 
-class ReplayProvider:
+class ReplayProvider(ServerlessProvider):
     """Serves lines {"item_id", "epoch", "output_text", "model"?, "output_tools"?, "usage"?} of a JSONL file.
 
     A line with a `model` answers only that model; one without answers any. A record file from an earlier run
@@ -38,17 +38,14 @@ class ReplayProvider:
         self.path = Path(path)
         self._recordings, self._sha256 = load_recordings(self.path)
         self._models = {model for model, _, _ in self._recordings if model is not None}
+        # the highest epoch recorded for any item: a run asking for more would only record missing cells
+        self.max_epoch = max((epoch for _, _, epoch in self._recordings), default=0)
 
     def __repr__(self) -> str:
         return f"ReplayProvider(path={str(self.path)!r}, recordings={len(self._recordings)})"
 
     def __len__(self) -> int:
         return len(self._recordings)
-
-    @property
-    def max_epoch(self) -> int:
-        """The highest epoch recorded for any item: a run asking for more would only record missing cells."""
-        return max((epoch for _, _, epoch in self._recordings), default=0)
 
     def identity(self) -> JSONObject:
         return {"provider": "replay", "path": str(self.path.resolve()), "sha256": self._sha256}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_tokens
 from rfteval.report.format import table as house_table
-from rfteval.run.runner import RunMonitor
+from rfteval.run.monitor import RunMonitor
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType

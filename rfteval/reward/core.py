@@ -33,6 +33,8 @@ from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.graders.sandbox import configure, grading_units
+from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeEndpoint
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import Judge
@@ -59,12 +61,12 @@ class RewardOptions:
     --unsafe-python-graders), plus how the adapter finds the item and scores an error."""
 
     judge_base_url: str | None = None
-    judge_api_key_env: str = "OPENAI_API_KEY"
-    judge_api: str = "chat"
+    judge_api_key_env: str = DEFAULT_KEY_ENV
+    judge_api: str = DEFAULT_API
     judge_model: str | None = None
-    judge_concurrency: int = 16
-    grader_timeout: float = 120.0
-    grader_memory: int = 2048
+    judge_concurrency: int = JUDGE_CONCURRENCY
+    grader_timeout: float = PYTHON_TIMEOUT_S
+    grader_memory: int = PYTHON_MEMORY_MB
     python_workers: int | None = None
     unsafe_python_graders: bool = False
     name: str | None = None  # the reward's __name__ (TRL logs rewards under it); default rfteval_<grader name>
@@ -99,6 +101,10 @@ class RewardOptions:
                                  f"{self.think_tags!r}") from None
             object.__setattr__(self, "think_tags", tags)
 
+    def judge_endpoint(self) -> JudgeEndpoint:
+        """The judge_* options as the endpoint a model grader's judge is opened on."""
+        return JudgeEndpoint(**{field: getattr(self, key) for key, field in JUDGE_KEYWORDS.items()})
+
     @functools.cached_property
     def tags(self) -> tuple[tuple[str, str], ...]:
         """think_tags as (open, close) pairs: `rfteval grade`'s parse of the same values."""
@@ -124,6 +130,11 @@ class RewardOptionsArgs(TypedDict, total=False):
     think_tags: str | Sequence[str] | None
     items: str | Sequence[JSONObject] | None
     id_field: str
+
+
+def judge_keywords(endpoint: JudgeEndpoint) -> dict[str, str | int | None]:
+    """An endpoint as RewardOptions' judge_* keywords (what an exported module stores)."""
+    return {key: getattr(endpoint, field) for key, field in JUDGE_KEYWORDS.items()}
 
 
 _T = TypeVar("_T")
@@ -457,8 +468,6 @@ class Reward:
     none_refused: str | None = None
 
     def __init__(self, grader: GraderLike, options: RewardOptions):
-        from rfteval.graders.base import judge_types
-
         if options.on_error == "none" and self.none_refused is not None:
             raise ValueError(f"on_error='none' {self.none_refused}; a grading error scores 0 (on_error='zero', the "
                              "default) and is counted (error_counts)")
@@ -469,10 +478,7 @@ class Reward:
             configure(unsafe=True)  # process-wide, as the CLI flag
         configure(never_pass=[options.judge_api_key_env])
         self.table = ItemTable(options.items, options.id_field) if options.items is not None else None
-        judge = None
-        types = judge_types(self.config)
-        if types:
-            judge = self._judge(types)
+        judge = self._judge()
         grade_options = GradeOptions(python_timeout_s=options.grader_timeout, python_memory_mb=options.grader_memory,
                                      python_workers=options.python_workers)
         try:
@@ -488,16 +494,18 @@ class Reward:
         self.coercions = Coercions(self.__name__)
         self.error_counts: dict[str, int] = {}  # grading errors by type, over the reward's life
 
-    def _judge(self, types: set[str]) -> Judge:
-        from rfteval.providers.judge import Judge
+    def _judge(self) -> Judge | None:
+        """The judge the grader calls (None without a model grader); a setting it cannot be opened with says which
+        options to pass."""
+        from rfteval.graders.base import judge_types
+        from rfteval.providers.judge import open_judge
 
-        o = self.options
         try:
-            return Judge.from_settings(o.judge_base_url, o.judge_api_key_env, o.judge_api,
-                                       concurrency=o.judge_concurrency, model_override=o.judge_model)
+            return open_judge(self.options.judge_endpoint(), self.config)
         except InputError as exc:
+            types = "/".join(sorted(judge_types(self.config)))
             raise InputError(
-                f"grader {self.config.name!r} has a {'/'.join(sorted(types))} grader, which needs a judge "
+                f"grader {self.config.name!r} has a {types} grader, which needs a judge "
                 f"endpoint: pass judge_base_url= (an OpenAI-compatible server, e.g. vLLM), judge_api_key_env= (the "
                 f"environment variable holding its key) and, to replace the grader's model, judge_model= "
                 f"({exc.message})") from None

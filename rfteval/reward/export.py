@@ -11,18 +11,19 @@ from typing import Any, cast
 
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
+from rfteval.providers.endpoint import JUDGE_KEYWORDS
 from rfteval.reward.core import RewardOptions
 
 TARGETS = ("trl", "verl", "openrlhf")
 # What each target's factory takes besides RewardOptions.
 _FACTORY_KEYS = {"trl": (), "verl": ("reference_field", "ground_truth_json", "details"),
                  "openrlhf": ("reference_field", "eos_tokens", "tokenizer")}
-# export-reward's flags as the factories' options, and their defaults: the module stores only what was chosen.
+# export-reward's flags as the factories' options, and their defaults (RewardOptions' own, then the factories'): the
+# module stores only what was chosen.
+_REWARD_FLAGS = ("grader_timeout", "grader_memory", *JUDGE_KEYWORDS, "on_error", "reasoning", "think_tags")
 DEFAULTS: dict[str, object] = {
-    "grader_timeout": 120.0, "grader_memory": 2048, "judge_base_url": None, "judge_api_key_env": "OPENAI_API_KEY",
-    "judge_api": "chat", "judge_model": None, "judge_concurrency": 16, "on_error": None, "reasoning": "strip",
-    "think_tags": None, "reference_field": "reference_answer", "ground_truth_json": False, "eos_tokens": None,
-    "tokenizer": None}
+    **{key: getattr(RewardOptions(), key) for key in _REWARD_FLAGS},
+    "reference_field": "reference_answer", "ground_truth_json": False, "eos_tokens": None, "tokenizer": None}
 # The flags only some targets take, and those targets.
 _ONLY = {"reference_field": ("--reference-field", ("verl", "openrlhf")),
          "ground_truth_json": ("--ground-truth-json", ("verl",)),

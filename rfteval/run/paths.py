@@ -14,7 +14,8 @@ from rfteval.errors import InputError
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
     from rfteval.readiness.report import ReadinessReport
-    from rfteval.run.runner import RunMonitor, RunOptions, RunResult
+    from rfteval.run.monitor import RunMonitor
+    from rfteval.run.runner import RunOptions, RunResult
     from rfteval.run.spec import RunSpec
 
 SERVICE_TIERS = ("auto", "default", "flex", "priority")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from rfteval.errors import InputError
+from rfteval.providers import batchable
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
@@ -41,16 +42,15 @@ class AskableServer(Protocol):
 class Check:
     """What one provider is asked for: models (name, the flag or key that named it) and APIs."""
 
-    provider: object  # any provider: only those that can be asked (`list_models`, `missing_api`) are
+    provider: Provider  # any provider: only those that can be asked (`list_models`, `missing_api`) are
     models: list[tuple[str, str]] = field(default_factory=list)
     batch: bool = False  # --batch: the Files and Batches API
     responses_field: str | None = None  # api = responses: the flag or key that chose it ("--api", "--judge-api")
 
 
-def _endpoint(provider: object) -> tuple[object, ...]:
+def _endpoint(provider: Provider) -> tuple[object, ...]:
     """Providers that reach the same server with the same key see the same list: ask it once."""
-    return (getattr(provider, "base_url", None), getattr(provider, "api_key_env", None),
-            tuple(sorted(getattr(provider, "_extra_headers", {}) or {})))
+    return provider.base_url, provider.api_key_env, provider.header_names
 
 
 def _served(names: list[str]) -> str:
@@ -74,7 +74,7 @@ def preflight(checks: Sequence[Check], check_models: bool = True) -> None:
         if not isinstance(provider, AskableServer):
             continue
         where = _endpoint(provider)
-        base_url = getattr(provider, "base_url", "the endpoint")
+        base_url = provider.base_url or "the endpoint"
         if check_models and check.models:
             if where not in listed:
                 listed[where] = provider.list_models()
@@ -116,28 +116,22 @@ def run_checks(spec: RunSpec, runs: Sequence[ModelRun], providers: Mapping[str, 
         provider = providers.get(run.label)
         if provider is None:
             continue
-        responses = "--api" if getattr(provider, "api", None) == "responses" else None
-        checks.append(Check(provider, [(run.model, f"--model {run.label}")], batch=batch and hasattr(provider, "client"),
+        responses = "--api" if provider.api == "responses" else None
+        checks.append(Check(provider, [(run.model, f"--model {run.label}")], batch=batch and batchable(provider),
                             responses_field=responses))
     models = judge_models(grader, spec.judge.model)
     if not models:
         return checks
-    jprovider = getattr(judge, "provider", None) if judge is not None else None
-    if judge is None:
+    if judge is not None:
+        jprovider = judge.provider
+    else:
         from rfteval.providers.openai_provider import OPENAI_BASE_URL
 
-        js = spec.judge_settings()
-        want = ((js["base_url"] or OPENAI_BASE_URL).rstrip("/"), js["api_key_env"], js["api"])
-        same = [p for p in providers.values()
-                if (getattr(p, "base_url", None), getattr(p, "api_key_env", None), getattr(p, "api", None)) == want]
-        if same:
-            jprovider = same[0]
-        else:
-            from rfteval.providers.openai_provider import OpenAIProvider
-
-            jprovider = OpenAIProvider(js["base_url"], js["api_key_env"], js["api"], transport="httpx")
-    if jprovider is not None:
-        checks.append(judge_check(jprovider, models, overridden=bool(spec.judge.model)))
+        endpoint = spec.judge_endpoint()
+        want = ((endpoint.base_url or OPENAI_BASE_URL).rstrip("/"), endpoint.api_key_env, endpoint.api)
+        same = [p for p in providers.values() if (p.base_url, p.api_key_env, p.api) == want]
+        jprovider = same[0] if same else endpoint.provider(transport="httpx")
+    checks.append(judge_check(jprovider, models, overridden=bool(spec.judge.model)))
     return checks
 
 
@@ -149,9 +143,9 @@ def judge_models(grader: GraderConfig, override: str | None = None) -> list[str]
     return [override] if models and override else models
 
 
-def judge_check(provider: object, models: list[str], overridden: bool = False) -> Check:
+def judge_check(provider: Provider, models: list[str], overridden: bool = False) -> Check:
     """The check of a judge's provider; `rfteval grade` and the other judge users can hand it to preflight()
     (`Judge.provider`, `judge_models(config, judge.model_override)`)."""
     flag = "--judge-model" if overridden else "grader model"
     return Check(provider, [(m, flag) for m in models],
-                 responses_field="--judge-api" if getattr(provider, "api", None) == "responses" else None)
+                 responses_field="--judge-api" if provider.api == "responses" else None)

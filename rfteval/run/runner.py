@@ -29,6 +29,7 @@ from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.providers.pricing import Price
+from rfteval.run.monitor import RunMonitor
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.run.store import (
@@ -47,7 +48,7 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.engine import GradingEngine
-    from rfteval.providers.judge import Judge
+    from rfteval.providers.judge import Judge, JudgeClient
     from rfteval.run.batch.judge_phase import JudgeBatch
     from rfteval.run.batch.lines import BatchJob
     from rfteval.run.batch.phase import BatchPhase
@@ -83,29 +84,6 @@ class RunOptions:
     # all of one model's cells before the next model's: a server that holds one model at a time (llama.cpp's
     # aliases) swaps models once per model instead of for nearly every request
     models_in_turn: bool = False
-
-
-class RunMonitor:
-    """What the runner reports while it runs; the terminal's progress bars implement it. No-ops here."""
-
-    def start(self, totals: dict[str, int]) -> None: ...
-
-    def advance(self, label: str, error: str | None = None, cached: bool = False) -> None: ...
-
-    def retry(self, label: str, kind: str, reason: str = "") -> None: ...
-
-    def concurrency(self, label: str, limit: int) -> None:
-        """The adaptive limit of a model's endpoint changed."""
-
-    def batch(self, chunk: str, label: str, status: str, counts: dict[str, int]) -> None:
-        """A batch changed status or request counts."""
-
-    def message(self, text: str) -> None:
-        """One line worth telling the user while the run goes on (a failed batch, an adopted one)."""
-
-    def stop(self) -> None: ...
-
-
 
 
 class FatalRunError(Exception):
@@ -216,7 +194,7 @@ class _Context:
             provider = self.providers[job.run.label]
             if not batchable(provider):
                 continue
-            info = CellInfo(job.run.label, job.run.model, job.item.id, job.epoch, getattr(provider, "api", "chat"),
+            info = CellInfo(job.run.label, job.run.model, job.item.id, job.epoch, provider.api,
                             job.run.sampling.asks_for_json)
             yield job.key, info, provider.request_body(job.request)
 
@@ -424,7 +402,7 @@ class _Pipeline:
         def on_retry(n: int, exc: BaseException, wait: float) -> None:
             from rfteval.providers.retry import one_line
 
-            self.monitor.retry(run.label, getattr(exc, "kind", "error"), one_line(str(exc), 160))
+            self.monitor.retry(run.label, retry_kind(exc), one_line(str(exc), 160))
             self.monitor.concurrency(run.label, limiter.current)
 
         common: CellKeys = {"key": job.key, "label": run.label, "model": run.model, "item_id": job.item.id,
@@ -533,8 +511,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     own_providers = providers is None  # preflight
     providers = providers if providers is not None else build_providers(runs, opts)
     for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
-        recorded = getattr(providers.get(run.label), "max_epoch", None)
-        if isinstance(recorded, int) and 0 < recorded < spec.epochs:
+        provider = providers.get(run.label)
+        recorded = provider.max_epoch if provider is not None else None
+        if recorded is not None and 0 < recorded < spec.epochs:
             raise InputError(f"model {run.label} replays {recorded} recorded epoch(s); --epochs is {spec.epochs}",
                              run.settings.get("path"), field="--epochs")
     # ---- preflight (rfteval/run/preflight.py): model names, Batch and Responses APIs, before anything is
@@ -549,8 +528,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 _close_providers(providers)
             raise
     for p in providers.values():
-        if hasattr(p, "on_warning"):
-            p.on_warning = monitor.message
+        p.on_warning = monitor.message
     # ---- end of preflight
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
     labels = [r.label for r in runs]
@@ -595,9 +573,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                             f"stored, {counts['unknown']} not cells of this run")
         if own_judge:
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
-        judge_provider: object = getattr(judge, "provider", None)
-        if hasattr(judge_provider, "on_warning"):  # its ignored-limit warning, as the models' (preflight above)
-            judge_provider.on_warning = monitor.message
+        if judge is not None:  # its ignored-limit warning, as the models' (preflight above)
+            judge.provider.on_warning = monitor.message
         unhook_judge = report_judge_retries(judge, monitor)
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
@@ -690,19 +667,19 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
     the grade. The judge (endpoint, API, --judge-model): another judge is another grader. For a group judge also
     the grouping (epochs, and the models ranked together with --group-models), since its scores are relative to
     the group: a re-run with other groups re-judges instead of reusing scores from groups that no longer exist."""
-    from rfteval.graders.base import judge_types, needs_groups
+    from rfteval.graders.base import needs_groups
 
     # --reasoning / --think-tags other than the default grade another text of the same stored response: filed
     # apart, so switching them on a resumed run re-grades (and re-sends nothing); the default keeps the plain key
     answers: dict[str, object] = {}  # only hashed (config_hash)
     if spec.reasoning != DEFAULT_MODE or spec.reasoning_tags != DEFAULT_TAGS:
         answers["reasoning"] = {"mode": spec.reasoning, "tags": [list(t) for t in spec.reasoning_tags]}
-    if not judge_types(grader):
+    if not grader.needs_judge:
         return config_hash({"grader": grader_hash, **answers}) if answers else grader_hash
-    js = spec.judge_settings()
-    judge: dict[str, object] = {"base_url": js["base_url"], "api": js["api"], "model": spec.judge.model}
-    if spec.developer_as is not None:  # the judge reads its developer messages as system: another request
-        judge["developer_as"] = spec.developer_as
+    endpoint = spec.judge_endpoint()
+    judge: dict[str, object] = {"base_url": endpoint.base_url, "api": endpoint.api, "model": endpoint.model}
+    if endpoint.developer_as is not None:  # the judge reads its developer messages as system: another request
+        judge["developer_as"] = endpoint.developer_as
     extra: dict[str, object] = {"judge": judge}
     if needs_groups(grader):
         extra["groups"] = {"epochs": spec.epochs, "models": sorted(labels) if spec.group_models else None}
@@ -712,25 +689,20 @@ def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: li
 def build_judge(spec: RunSpec, grader: GraderConfig, out_dir: Path, fresh: bool = False) -> Judge | None:
     """The judge client for model graders ([judge], else the run's endpoint), or None when the grader has none.
     Its cache lives in the run directory, so a re-run re-judges nothing it already judged."""
-    from rfteval.graders.base import judge_types
-
-    if not judge_types(grader):
+    if not grader.needs_judge:
         return None
-    from rfteval.providers.judge import Judge
+    from rfteval.providers.judge import open_judge
 
     cache = out_dir / JUDGE_CACHE
     if fresh:
         cache.unlink(missing_ok=True)
-    js = spec.judge_settings()
-    return Judge.from_settings(js["base_url"], js["api_key_env"], js["api"], spec.developer_as, cache_path=cache,
-                               concurrency=spec.judge.concurrency, max_retries=spec.max_retries,
-                               timeout_s=spec.timeout, model_override=spec.judge.model)
+    return open_judge(spec.judge_endpoint(), grader, cache)
 
 
-def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[], None] | None:
+def report_judge_retries(judge: JudgeClient | None, monitor: RunMonitor) -> Callable[[], None] | None:
     """Count the judge's retries on the progress display (as "judge"), besides any on_retry the judge has; the
     returned function puts the judge's own back (a judge passed in outlives this run)."""
-    if judge is None or not hasattr(judge, "on_retry"):
+    if judge is None:
         return None
     from rfteval.providers.retry import one_line
 
@@ -739,7 +711,7 @@ def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[
     def on_retry(n: int, exc: BaseException, wait: float) -> None:
         if before is not None:
             before(n, exc, wait)
-        monitor.retry("judge", getattr(exc, "kind", "error"), one_line(str(exc), 160))
+        monitor.retry("judge", retry_kind(exc), one_line(str(exc), 160))
 
     judge.on_retry = on_retry
 
@@ -749,22 +721,27 @@ def report_judge_retries(judge: Judge | None, monitor: RunMonitor) -> Callable[[
     return unhook
 
 
-def judge_fatal(judge: Judge | None) -> FatalRunError | ServerGone | None:
+def retry_kind(exc: BaseException) -> str:
+    """The kind a retried error is counted under on the progress display."""
+    return exc.kind if isinstance(exc, ProviderError) else "error"
+
+
+def judge_fatal(judge: JudgeClient | None) -> FatalRunError | ServerGone | None:
     """The run-stopping error of a judge that was refused (401/403), does not know its model, is refused every
     request alike or cannot be reached (FatalRunError, exit 2), or that answered and then died (ServerGone: the run
     stops as for a dead model endpoint, exit 3, and the same command resumes), if any."""
-    error = getattr(judge, "fatal_error", None)
-    if error is None:
+    if judge is None or judge.fatal_error is None:
         return None
-    model = getattr(judge, "fatal_model", None) or getattr(judge, "model_override", None) or "judge"
-    if getattr(judge, "gone", False):
+    error = judge.fatal_error
+    model = judge.fatal_model or judge.model_override or "judge"
+    if judge.gone:
         return ServerGone("judge", model, error, None)
     return FatalRunError("judge", model, error)
 
 
-def add_judge_usage(summary: RunSummary, judge: Judge | None, prices: dict[str, Price]) -> RunSummary:
+def add_judge_usage(summary: RunSummary, judge: JudgeClient | None, prices: dict[str, Price]) -> RunSummary:
     """Judge tokens and cost, per judge model, apart from the models' own."""
-    if judge is None or not hasattr(judge, "usage"):
+    if judge is None:
         return summary
     from rfteval.providers.pricing import cost_usd
 

@@ -14,14 +14,16 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.judged import REASONING_EFFORTS
+from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_MIN_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers.base import Sampling
+from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeApi, JudgeEndpoint
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
@@ -30,7 +32,7 @@ REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
 GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
-JUDGE_KEYS = ("base_url", "api_key_env", "api", "model", "concurrency")
+JUDGE_KEYS = tuple(JUDGE_KEYWORDS.values())  # the [judge] table's keys
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {
@@ -114,9 +116,9 @@ class JudgeSpec(_Strict):
 
     base_url: str | None = None
     api_key_env: str | None = None
-    api: Literal["chat", "responses"] | None = None
+    api: JudgeApi | None = None
     model: str | None = Field(None, min_length=1)  # replaces the grader config's `model`
-    concurrency: int = Field(16, ge=1, le=1024)
+    concurrency: int = Field(JUDGE_CONCURRENCY, ge=1, le=1024)
 
     _url = field_validator("base_url")(_check_url)
     _env = field_validator("api_key_env")(_check_env_name)
@@ -129,14 +131,6 @@ class PriceSpec(_Strict):
     output: float = Field(ge=0)
     batch_input: float | None = Field(None, ge=0)  # the Batch API's (and flex's) prices; default half
     batch_output: float | None = Field(None, ge=0)
-
-
-class JudgeSettings(TypedDict):
-    """Where a run's judge is reached (RunSpec.judge_settings)."""
-
-    base_url: str | None
-    api_key_env: str
-    api: Literal["chat", "responses"]
 
 
 class RunSpec(_Strict):
@@ -152,8 +146,8 @@ class RunSpec(_Strict):
     max_retries: int = Field(10, ge=0, le=100)
     timeout: float = Field(600.0, gt=0)
     max_error_rate: float = Field(0.05, ge=0, le=1)
-    grader_timeout: float = Field(120.0, gt=0)
-    grader_memory: int = Field(2048, ge=16)
+    grader_timeout: float = Field(PYTHON_TIMEOUT_S, gt=0)
+    grader_memory: int = Field(PYTHON_MEMORY_MB, ge=PYTHON_MIN_MEMORY_MB)
     pricing: dict[str, PriceSpec] = Field(default_factory=dict)
     judge: JudgeSpec = Field(default_factory=JudgeSpec)
     group_models: bool = False  # a group judge ranks every model's samples of an item together
@@ -205,11 +199,14 @@ class RunSpec(_Strict):
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / self.run_name
 
-    def judge_settings(self) -> JudgeSettings:
-        """Where the judge is reached: [judge] keys, else the run's [endpoint] ones."""
-        return {"base_url": self.judge.base_url or self.endpoint.base_url,
-                "api_key_env": self.judge.api_key_env or self.endpoint.api_key_env,
-                "api": self.judge.api or self.endpoint.api}
+    def judge_endpoint(self) -> JudgeEndpoint:
+        """The judge of model graders: [judge] keys, else the run's [endpoint] ones; its requests are timed out
+        and retried as the models' are, and take the run's --developer-as."""
+        return JudgeEndpoint(base_url=self.judge.base_url or self.endpoint.base_url,
+                             api_key_env=self.judge.api_key_env or self.endpoint.api_key_env,
+                             api=self.judge.api or self.endpoint.api, model=self.judge.model,
+                             concurrency=self.judge.concurrency, timeout_s=self.timeout, max_retries=self.max_retries,
+                             developer_as=self.developer_as)
 
 
 @dataclass(frozen=True)
@@ -359,8 +356,8 @@ def flag_overrides(
             continue
         if key in ("base_url", "api_key_env", "api"):
             section("endpoint")[key] = value
-        elif key.startswith("judge_") and key[len("judge_"):] in JUDGE_KEYS:
-            section("judge")[key[len("judge_"):]] = value
+        elif key in JUDGE_KEYWORDS:
+            section("judge")[JUDGE_KEYWORDS[key]] = value
         elif key in SAMPLING_KEYS:
             section("sampling")[key] = value
         else:
@@ -541,7 +538,7 @@ def to_toml(spec: RunSpec) -> str:
     data["out"] = str(spec.out_dir.resolve())
     lines = ["# Written by rfteval run: the spec after flags and defaults. API keys are never stored here,",
              "# only the name of the environment variable holding one.", ""]
-    if data.get("judge") == {"concurrency": 16}:
+    if data.get("judge") == {"concurrency": JUDGE_CONCURRENCY}:
         data.pop("judge")  # all defaults: leave the table out
     tables = {k: data.pop(k) for k in ("endpoint", "sampling", "judge", "models", "pricing") if k in data}
     for k, v in data.items():

@@ -5,25 +5,25 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
-    DEVELOPER_AS,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
+    DEFAULT_JUDGE,
     UNSAFE_PYTHON_GRADERS,
     command,
+    judge_flags,
     output_format,
     python_sandbox,
     stdout_console,
 )
 from rfteval.errors import InputError
 from rfteval.status import ExitStatus
+
+if TYPE_CHECKING:
+    from rfteval.providers.endpoint import JudgeEndpoint
 
 EPILOG = """\b
 Recorded grades of an old judge against a new one's (exit 0 pass, 1 gate failed, 2 bad input):
@@ -39,6 +39,7 @@ gate fails when either side's error records pass --max-error-rate."""
 
 
 @command("agree", epilog=EPILOG)
+@judge_flags(developer_as=True)
 def agree(
     a: Path = typer.Argument(..., metavar="A", help="The reference grades: a records file or run directory."),
     b: Path | None = typer.Argument(None, metavar="B", help="The other grades (records or a run directory); "
@@ -71,12 +72,7 @@ def agree(
     fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
     html: Path | None = typer.Option(None, "--html", metavar="FILE",
                                      help="Write an HTML report with a scatter and a Bland–Altman plot."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
-    developer_as: str | None = DEVELOPER_AS,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
@@ -96,11 +92,11 @@ def agree(
     spec = None
     if regrade is not None:
         config = load_regrade_grader(regrade, lambda line: typer.echo(line, err=True),
-                                     allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
-        python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-        spec = Regrade(regrade, dataset, judge_base_url, judge_api_key_env, judge_api, judge_model,
-                       judge_concurrency, judge_cache, out, allow_grader_without_sample,
-                       developer_as)
+                                     allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
+        python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
+        j = judge_endpoint
+        spec = Regrade(regrade, dataset, j.base_url, j.api_key_env, j.api, j.model, j.concurrency, judge_cache, out,
+                       allow_grader_without_sample, j.developer_as)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import typing
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 import typer
 import typer.models
 
+from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.providers import endpoint as judge_defaults
+
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
     from rfteval.report.console import Console
 
@@ -106,12 +111,17 @@ def output_format(value: str) -> str:
     return value
 
 
-# The judge endpoint flags (score_model, label_model, group_judge); `rfteval run` also reads them from [judge].
+# The judge endpoint flags (score_model, label_model, group_judge): a command takes them as one JudgeEndpoint
+# (judge_flags); `rfteval run` has its own, which fall back to its [judge], then its [endpoint].
 JUDGE_BASE_URL = typer.Option(None, "--judge-base-url", help="Judge endpoint (OpenAI-compatible); default OpenAI's.")
-JUDGE_API_KEY_ENV = typer.Option("OPENAI_API_KEY", "--judge-api-key-env", help="Env var holding the judge's key.")
-JUDGE_API = typer.Option("chat", "--judge-api", metavar="chat|responses", help="chat or responses.")
+JUDGE_API_KEY_ENV = typer.Option(judge_defaults.DEFAULT_KEY_ENV, "--judge-api-key-env", help="Env var holding the judge's key.")
+JUDGE_API = typer.Option(judge_defaults.DEFAULT_API, "--judge-api", metavar="chat|responses", help="chat or responses.")
 JUDGE_MODEL = typer.Option(None, "--judge-model", help="Use this judge model instead of the grader's `model`.")
-JUDGE_CONCURRENCY = typer.Option(16, "--judge-concurrency", help="Judge requests in flight at once.")
+JUDGE_CONCURRENCY = typer.Option(judge_defaults.JUDGE_CONCURRENCY, "--judge-concurrency",
+                                 help="Judge requests in flight at once.")
+# The python grader's limits (rfteval.limits holds their defaults); `rfteval run` also reads them from its spec.
+GRADER_TIMEOUT = typer.Option(PYTHON_TIMEOUT_S, "--grader-timeout", help="Seconds per python grader call.")
+GRADER_MEMORY = typer.Option(PYTHON_MEMORY_MB, "--grader-memory", help="MB of memory per python grader worker.")
 # The reasoning rule of the exported rewards (export-reward, export-environment): grade's, with grade's defaults.
 REWARD_REASONING = typer.Option("strip", "--reasoning", metavar="strip|keep",
                                 help="strip: the grader sees the answer after a leading think block, as `rfteval "
@@ -143,6 +153,40 @@ ALLOW_TRAILING_ASSISTANT = typer.Option(
          "sent the answer). Without it, each such line is an error naming it.")
 
 
+# judge_flags' parameters, in the order --help lists them: (name, annotation, option).
+_JUDGE_PARAMS: tuple[tuple[str, object, typer.models.OptionInfo], ...] = (
+    ("judge_base_url", str | None, JUDGE_BASE_URL), ("judge_api_key_env", str, JUDGE_API_KEY_ENV),
+    ("judge_api", str, JUDGE_API), ("judge_model", str | None, JUDGE_MODEL), ("judge_concurrency", int, JUDGE_CONCURRENCY))
+DEFAULT_JUDGE = judge_defaults.JudgeEndpoint()
+
+
+def judge_flags(developer_as: bool = False) -> Callable[[Command], Command]:
+    """Give a command the --judge-* flags (and --developer-as, for one that opens a judge) in place of its
+    `judge_endpoint: JudgeEndpoint` parameter: Typer sees the flags, the command gets the one endpoint they make."""
+    params = _JUDGE_PARAMS + ((("developer_as", str | None, DEVELOPER_AS),) if developer_as else ())
+
+    def wrap(function: Command) -> Command:
+        signature = inspect.signature(function)
+        before = list(signature.parameters.values())
+        at = [p.name for p in before].index("judge_endpoint")
+        injected = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
+                    for name, kind, option in params]
+
+        @functools.wraps(function)
+        def with_endpoint(**kwargs: object) -> object:
+            fields = {judge_defaults.JUDGE_KEYWORDS.get(name, name): kwargs.pop(name) for name, _, _ in params}
+            kwargs["judge_endpoint"] = judge_defaults.JudgeEndpoint(**cast("dict[str, Any]", fields))
+            return function(**kwargs)
+
+        with_endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=before[:at] + injected + before[at + 1:])
+        annotations = {k: v for k, v in function.__annotations__.items() if k != "judge_endpoint"}
+        with_endpoint.__annotations__ = {**annotations, **{name: kind for name, kind, _ in params}}
+        return cast("Command", with_endpoint)
+
+    return wrap
+
+
 def checked_grader(path: Path, allow_without_sample: bool, judge_model: str | None) -> GraderConfig:
     """The grader a command grades with: loaded, linted (rfteval.graders.lint), its warnings on stderr."""
     from rfteval.graders.lint import load_checked_grader
@@ -159,17 +203,15 @@ def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) ->
     require_sandbox(config, unsafe, *key_envs)
 
 
-def make_judge(config: GraderConfig, base_url: str | None, api_key_env: str, api: str, model: str | None,
-               concurrency: int, cache_path: Path | None = None, developer_as: str | None = None) -> Judge | None:
-    """A judge client when the grader has a model grader in it, else None (nothing to connect to)."""
-    from rfteval.graders.base import judge_types
+def make_judge(config: GraderConfig, endpoint: JudgeEndpoint, skip_model_check: bool,
+               cache_path: Path | None = None) -> Judge | None:
+    """The judge client the grader calls (providers.judge.open_judge: None without a model grader), its models
+    checked against the endpoint before the first call is paid for (check_judge)."""
+    from rfteval.providers.judge import open_judge
 
-    if not judge_types(config):
-        return None
-    from rfteval.providers.judge import Judge
-
-    return Judge.from_settings(base_url, api_key_env, api, developer_as, cache_path=cache_path,
-                               concurrency=concurrency, model_override=model)
+    judge = open_judge(endpoint, config, cache_path)
+    check_judge(judge, config, skip_model_check)
+    return judge
 
 
 def check_judge(judge: Judge | None, config: GraderConfig, skip_model_check: bool) -> None:

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
+    DEFAULT_JUDGE,
+    GRADER_MEMORY,
+    GRADER_TIMEOUT,
     REWARD_REASONING,
     REWARD_THINK_TAGS,
     command,
+    judge_flags,
 )
+
+if TYPE_CHECKING:
+    from rfteval.providers.endpoint import JudgeEndpoint
 
 
 class Target(str, Enum):
@@ -26,6 +29,7 @@ class Target(str, Enum):
 
 
 @command("export-environment")
+@judge_flags()
 def export_environment(
     grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
     dataset: Path = typer.Option(..., "--dataset", "-d", help="The RFT dataset (JSONL, OpenAI's format)."),
@@ -38,13 +42,9 @@ def export_environment(
                                         help="The item field shown as the task's answer (logs only)."),
     reasoning: str = REWARD_REASONING,
     think_tags: list[str] | None = REWARD_THINK_TAGS,
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
+    grader_timeout: float = GRADER_TIMEOUT,
+    grader_memory: int = GRADER_MEMORY,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Write a package holding the dataset, the grader and the classes the trainer loads: for prime-rl a verifiers
@@ -53,19 +53,17 @@ def export_environment(
     from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import grader_config
-    from rfteval.reward.core import RewardOptions
+    from rfteval.reward.core import RewardOptions, judge_keywords
     from rfteval.reward.export_environment import export_environment as write
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)
     config = grader_config(grader)
     check_grader(config, source, lambda line: typer.echo(line, err=True),
-                 allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
+                 allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
     given: dict[str, JSONValue] = {
         "reasoning": reasoning, "think_tags": list(think_tags) if think_tags else None,
-        "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
-        "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
-        "judge_concurrency": judge_concurrency}
+        "grader_timeout": grader_timeout, "grader_memory": grader_memory, **judge_keywords(judge_endpoint)}
     defaults = RewardOptions()  # the package shows only what was chosen
     options = {k: v for k, v in given.items() if v != getattr(defaults, k)}
     done = write(config, dataset, target.value, out, grader_source=str(source), name=name,

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
+    DEFAULT_JUDGE,
+    GRADER_MEMORY,
+    GRADER_TIMEOUT,
     REWARD_REASONING,
     REWARD_THINK_TAGS,
     command,
+    judge_flags,
 )
+
+if TYPE_CHECKING:
+    from rfteval.providers.endpoint import JudgeEndpoint
 
 
 class Target(str, Enum):
@@ -33,6 +36,7 @@ class OnError(str, Enum):
 
 
 @command("export-reward")
+@judge_flags()
 def export_reward(
     grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
     target: Target = typer.Option(..., "--target", help="trl (a reward function), verl (compute_score) or openrlhf "
@@ -55,13 +59,9 @@ def export_reward(
     tokenizer: str | None = typer.Option(None, "--tokenizer", metavar="TOKENIZER",
                                          help="openrlhf: also strip the end-of-turn tokens this Hugging Face "
                                               "tokenizer's chat template writes (loaded at the first call)."),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
+    grader_timeout: float = GRADER_TIMEOUT,
+    grader_memory: int = GRADER_MEMORY,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Write a module holding the grader inline: TRL imports its `reward` (or `reward_async`), verl loads its
@@ -72,6 +72,7 @@ def export_reward(
     from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import export_module, grader_config
+    from rfteval.reward.core import judge_keywords
     from rfteval.reward.export import module_options
 
     ref = reward_function_ref(grader)
@@ -82,11 +83,10 @@ def export_reward(
     check_output(out, [source], flag="--out")
     config = grader_config(grader)
     check_grader(config, source, lambda line: typer.echo(line, err=True),
-                 allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
+                 allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
     options = module_options(target.value, {
-        "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
-        "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
-        "judge_concurrency": judge_concurrency, "on_error": on_error.value if on_error else None,
+        "grader_timeout": grader_timeout, "grader_memory": grader_memory, **judge_keywords(judge_endpoint),
+        "on_error": on_error.value if on_error else None,
         "reasoning": reasoning, "think_tags": think_tags, "reference_field": reference_field,
         "ground_truth_json": ground_truth_json, "eos_tokens": eos_token, "tokenizer": tokenizer})
     text = export_module(config, target.value, str(grader), out, options)

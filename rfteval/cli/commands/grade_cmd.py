@@ -11,17 +11,14 @@ import typer
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
-    DEVELOPER_AS,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
+    DEFAULT_JUDGE,
+    GRADER_MEMORY,
+    GRADER_TIMEOUT,
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     OutputFormat,
-    check_judge,
     command,
+    judge_flags,
     make_judge,
 )
 from rfteval.status import ExitStatus
@@ -29,10 +26,12 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.paths import GradedFile
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
 
 @command("grade")
+@judge_flags(developer_as=True)
 def grade(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL (OpenAI RFT format)."),
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
@@ -42,8 +41,8 @@ def grade(
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
                                       "items that are then missing, with a warning."),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
-    grader_memory: int = typer.Option(2048, "--grader-memory", help="MB of memory per python grader worker."),
+    grader_timeout: float = GRADER_TIMEOUT,
+    grader_memory: int = GRADER_MEMORY,
     items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
     max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X",
                                          help="Exit 3 when more than this share of records failed to grade."),
@@ -58,12 +57,7 @@ def grade(
     judge_cache: Path | None = typer.Option(None, "--judge-cache", metavar="FILE",
                                             help="Judge answer cache: a re-run sends no judge call twice "
                                                  "(default: judge_cache.jsonl beside the records)."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
-    developer_as: str | None = DEVELOPER_AS,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
@@ -73,14 +67,11 @@ def grade(
     from rfteval.graders.paths import GradeRequest, grade_paths
 
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
-                           think_tags, unsafe_python_graders, (judge_api_key_env,), judge_cache,
-                           allow_grader_without_sample, allow_trailing_assistant, judge_model)
+                           think_tags, unsafe_python_graders, (judge_endpoint.api_key_env,), judge_cache,
+                           allow_grader_without_sample, allow_trailing_assistant, judge_endpoint.model)
 
     def open_judge(config: GraderConfig) -> Judge | None:
-        judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                           request.judge_cache_path, developer_as=developer_as)
-        check_judge(judge, config, skip_model_check)
-        return judge
+        return make_judge(config, judge_endpoint, skip_model_check, request.judge_cache_path)
 
     graded = grade_paths(request, lambda line: typer.echo(line, err=True), open_judge)
     _print(graded, fmt, items_limit)

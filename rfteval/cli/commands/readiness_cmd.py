@@ -10,17 +10,12 @@ import typer
 
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
-    DEVELOPER_AS,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
+    DEFAULT_JUDGE,
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
-    check_judge,
     checked_grader,
     command,
+    judge_flags,
     make_judge,
     python_sandbox,
 )
@@ -29,6 +24,7 @@ from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GradeOptions
+    from rfteval.providers.endpoint import JudgeEndpoint
 
 
 def _check_format(fmt: str) -> str:
@@ -110,6 +106,7 @@ def readiness(
 
 @command("probe-grader", help="Run canned adversarial outputs through a grader for every item: cheats should "
                                   "score the floor, the reference the maximum.")
+@judge_flags(developer_as=True)
 def probe_grader(
     grader: Path = typer.Argument(..., help="Grader JSON (OpenAI's format)."),
     dataset: Path = typer.Option(..., "--dataset", help="Dataset JSONL."),
@@ -124,12 +121,7 @@ def probe_grader(
     seed: int = typer.Option(0, "--seed", help="Seed of the random-text probes."),
     python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
     html: Path | None = typer.Option(None, "--html", help="Also write the probe table as one self-contained HTML page."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
-    developer_as: str | None = DEVELOPER_AS,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
@@ -143,13 +135,11 @@ def probe_grader(
     fmt = _check_format(fmt)
     if html is not None:
         check_output(html, [grader, dataset], "--html")
-    config = checked_grader(grader, allow_grader_without_sample, judge_model)
+    config = checked_grader(grader, allow_grader_without_sample, judge_endpoint.model)
     items = checked_items(config, grader, dataset, limit)
-    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
+    python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
     template = load_reference_template(reference_template) if reference_template is not None else None
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                       developer_as=developer_as)
-    check_judge(judge, config, skip_model_check)
+    judge = make_judge(config, judge_endpoint, skip_model_check)
     try:
         report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
                             options=_options(python_workers), judge=judge)

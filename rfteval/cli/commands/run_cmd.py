@@ -15,10 +15,12 @@ from rfteval.cli.commands.common import (
     command,
     stdout_console,
 )
+from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
-    from rfteval.run.runner import RunMonitor, RunOptions, RunResult
+    from rfteval.run.monitor import RunMonitor
+    from rfteval.run.runner import RunOptions, RunResult
     from rfteval.run.spec import RunSpec
     from rfteval.run.summary import RunSummary
 
@@ -70,9 +72,9 @@ def run_command(
     max_error_rate: float | None = typer.Option(None, "--max-error-rate", metavar="X",
                                                    help="Exit 3 above this share of cells in error [default: 0.05]."),
     grader_timeout: float | None = typer.Option(None, "--grader-timeout", metavar="SECONDS",
-                                                   help="Seconds per python grader call [default: 120]."),
+                                                   help=f"Seconds per python grader call [default: {PYTHON_TIMEOUT_S:g}]."),
     grader_memory: int | None = typer.Option(None, "--grader-memory", metavar="MB",
-                                                help="MB per python grader worker [default: 2048]."),
+                                                help=f"MB per python grader worker [default: {PYTHON_MEMORY_MB}]."),
     judge_base_url: str | None = typer.Option(None, "--judge-base-url", metavar="URL",
                                                  help="Judge endpoint for model graders [default: the run's]."),
     judge_api_key_env: str | None = typer.Option(None, "--judge-api-key-env", metavar="VAR",
@@ -235,7 +237,7 @@ def rerun_hint(summary: RunSummary) -> str:
 
 
 def _quiet_monitor_class() -> type:
-    from rfteval.run.runner import RunMonitor
+    from rfteval.run.monitor import RunMonitor
 
     class QuietMonitor(RunMonitor):
         """No progress bars; the one-line messages (a failed batch, an adopted one) still reach stderr."""

@@ -10,17 +10,13 @@ import typer
 from rfteval.cli.commands.common import (
     ALLOW_GRADER_WITHOUT_SAMPLE,
     ALLOW_TRAILING_ASSISTANT,
-    DEVELOPER_AS,
-    JUDGE_API,
-    JUDGE_API_KEY_ENV,
-    JUDGE_BASE_URL,
-    JUDGE_CONCURRENCY,
-    JUDGE_MODEL,
+    DEFAULT_JUDGE,
+    GRADER_TIMEOUT,
     SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
-    check_judge,
     checked_grader,
     command,
+    judge_flags,
     make_judge,
     python_sandbox,
 )
@@ -30,6 +26,7 @@ if TYPE_CHECKING:
     from rfteval.data.dataset import Dataset
     from rfteval.data.json_types import JSONMapping
     from rfteval.graders.base import GraderConfig
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
 
@@ -66,6 +63,7 @@ def validate_dataset(
 
 
 @command("grader", group="validate")
+@judge_flags(developer_as=True)
 def validate_grader(
     path: Path = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a fine-tuning job), a python "
                                 "grader as FILE.py, or a reward function as FILE.py:FUNCTION."),
@@ -75,17 +73,12 @@ def validate_grader(
         None, "--reference-template",
         help='How a reference becomes an output: a JSON template (inline or a file), e.g. '
              '\'{"predicted": "{{item.reference_answer}}"}\'; inferred from the grader when absent.'),
-    grader_timeout: float = typer.Option(120.0, "--grader-timeout", help="Seconds per python grader call."),
+    grader_timeout: float = GRADER_TIMEOUT,
     outputs: Path | None = typer.Option(None, "--outputs",
                                         help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
     repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
     threshold: float = typer.Option(0.1, "--threshold", help="Flag a judge whose score sd (0..1 scale) exceeds this."),
-    judge_base_url: str | None = JUDGE_BASE_URL,
-    judge_api_key_env: str = JUDGE_API_KEY_ENV,
-    judge_api: str = JUDGE_API,
-    judge_model: str | None = JUDGE_MODEL,
-    judge_concurrency: int = JUDGE_CONCURRENCY,
-    developer_as: str | None = DEVELOPER_AS,
+    judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     emit_json: bool = typer.Option(False, "--emit-json", help="Print the grader in OpenAI's JSON form (what to "
@@ -95,7 +88,7 @@ def validate_grader(
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
     flagged)."""
-    config = checked_grader(path, allow_without_sample, judge_model)
+    config = checked_grader(path, allow_without_sample, judge_endpoint.model)
     if emit_json:
         import json
 
@@ -106,13 +99,11 @@ def validate_grader(
     if dataset is None:
         return
     data = _preflight(config, path, dataset)
-    python_sandbox(config, unsafe_python_graders, judge_api_key_env)
-    judge = make_judge(config, judge_base_url, judge_api_key_env, judge_api, judge_model, judge_concurrency,
-                       developer_as=developer_as)
-    check_judge(judge, config, skip_model_check)
+    python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
+    judge = make_judge(config, judge_endpoint, skip_model_check)
     try:
         if repeat is None:
-            _reference(config, data, grader_timeout, reference_template, judge, judge_base_url, judge_api_key_env)
+            _reference(config, data, grader_timeout, reference_template, judge, judge_endpoint)
             return
         from rfteval.graders import GradeOptions
         from rfteval.readiness.judge_stability import run_stability
@@ -172,14 +163,15 @@ def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
 
 
 def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, reference_template: str | None,
-               judge: Judge | None, judge_base_url: str | None, judge_api_key_env: str) -> None:
+               judge: Judge | None, endpoint: JudgeEndpoint) -> None:
     """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
     from rfteval.graders import GradeOptions
     from rfteval.readiness.reference import judge_calls_note, load_reference_template, reference_check
 
     template = load_reference_template(reference_template) if reference_template is not None else None
     if judge is not None:
-        typer.echo(f"the references go to the judge model: {judge_calls_note(len(data), judge_base_url, judge_api_key_env)}")
+        note = judge_calls_note(len(data), endpoint.base_url, endpoint.api_key_env)
+        typer.echo(f"the references go to the judge model: {note}")
     text = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"]
     from rfteval.providers.judge import raise_if_stopped
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from rfteval.data.dataset import Item
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import Judge, JudgeAnswer
+    from rfteval.providers.retry import OnRetry
     from rfteval.run.spec import ModelRun, RunSpec
     from rfteval.run.store import ResponseEntry, RunStore, StoreReader
 
@@ -75,15 +76,18 @@ class DryPassPipeline(Protocol):
 
 
 class _Recorder:
-    """The Judge's stand-in during the dry pass (what graders call: `complete`, `model_override`)."""
+    """The Judge's stand-in during the dry pass (providers.judge.JudgeClient): it sends nothing, so it never stops."""
 
     def __init__(self, judge: Judge):
         self.judge = judge
-        self.model_override = getattr(judge, "model_override", None)
+        self.model_override = judge.model_override
         self.provider = judge.provider
         self.identity = self.provider.identity()
         self.requests: dict[str, tuple[str, JSONObject]] = {}  # judge cache key → (model, body)
-        self.fatal_error = None
+        self.on_retry: OnRetry | None = None
+        self.fatal_error: ProviderError | None = None
+        self.fatal_model: str | None = None
+        self.gone = False
 
     def complete(self, requests: Sequence[GenerationRequest]) -> list[JudgeAnswer]:
         from rfteval.providers.judge import answer_from_entry, cache_key, current_repeat
@@ -151,7 +155,7 @@ class JudgeBatch:
                 "their judge calls go synchronously, at the synchronous price")
         models = sorted({model for model, _ in self.requests.values()})
         labels = {m: f"m{i + 1}" for i, m in enumerate(models)}  # a short per-model label names its chunks
-        api = getattr(provider, "api", "chat")
+        api = provider.api
 
         def jobs() -> Iterator[BatchJob]:
             for key, (model, body) in self.requests.items():

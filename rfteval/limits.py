@@ -1,0 +1,12 @@
+"""The python grader's limits: each default held here once, and read by every flag, request, option and the sandbox.
+
+A module of constants with no imports, at the bottom of the layers: the CLI builds its option defaults and help
+texts from it when it starts, which importing rfteval.graders (every grader type) would slow down.
+"""
+
+from __future__ import annotations
+
+PYTHON_TIMEOUT_S = 120.0  # seconds per python grader call (--grader-timeout)
+PYTHON_MEMORY_MB = 2048  # MB of memory per python grader worker (--grader-memory)
+PYTHON_MIN_MEMORY_MB = 16  # the least --grader-memory taken: an interpreter needs that much to start
+PYTHON_BATCH_SIZE = 256  # samples handed to a python worker per call
