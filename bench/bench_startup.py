@@ -3,9 +3,10 @@
 
 1. `--help` (issue 20's target: the packages must not make `rfteval --help` slower).
 2. One item (issue 31's target: a one-item `rfteval run` against the local server in <= 0.9 s of CPU). Each case is a
-   fresh process whose CPU (user + system) is read with wait4: `rfteval run` on a one-item dataset with a
-   string_check grader against tests/fake_openai.py (100 ms answers, as bench_run.py's); the same request from a
-   bare `AsyncOpenAI` (the SDK's default transport, no retries); and a process that only imports the third-party
+   fresh process whose CPU (user + system) is read with wait4: `rfteval run` on a one-item dataset at its default
+   3 epochs with a string_check grader against tests/fake_openai.py (100 ms answers, as bench_run.py's); the same
+   three requests, one after another, from a bare `AsyncOpenAI` (the SDK's default transport, no retries) and from
+   aiohttp without the SDK; and a process that only imports the third-party
    packages such a run uses (openai, pandas, pyarrow.parquet, typer, rich), the floor a run pays before any of
    rfteval's own work.
 
@@ -29,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DELAY_MS = 100
+EPOCHS = 3  # rfteval run's default: one item is three requests
 # The third-party packages a one-item run imports (the SDK pulls aiohttp, httpx2 and pydantic; pyarrow numpy)
 RUN_PACKAGES = "import openai, pandas, pyarrow.parquet, typer, rich.console, rich.table"
 BARE_REQUEST = """
@@ -37,10 +39,26 @@ import openai
 
 async def main() -> None:
     client = openai.AsyncOpenAI(base_url=sys.argv[1], api_key="unused", max_retries=0)
-    resp = await client.chat.completions.create(model="fake-base", messages=[
-        {"role": "user", "content": "What is item 0? Reply with its number."}], timeout=600)
-    assert resp.choices[0].message.content
+    for _ in range(int(sys.argv[2])):
+        resp = await client.chat.completions.create(model="fake-base", messages=[
+            {"role": "user", "content": "What is item 0? Reply with its number."}], timeout=600)
+        assert resp.choices[0].message.content
     await client.close()
+
+asyncio.run(main())
+"""
+# The same request without the SDK: what the HTTP client alone costs a process
+BARE_AIOHTTP = """
+import asyncio, json, sys
+import aiohttp
+
+async def main() -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(int(sys.argv[2])):
+            async with session.post(sys.argv[1] + "/chat/completions", data=json.dumps({"model": "fake-base",
+                    "messages": [{"role": "user", "content": "What is item 0? Reply with its number."}]}),
+                    headers={"Content-Type": "application/json", "Authorization": "Bearer unused"}) as resp:
+                assert json.loads(await resp.read())["choices"][0]["message"]["content"]
 
 asyncio.run(main())
 """
@@ -83,7 +101,8 @@ def timed_process(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float
 
 
 def one_item_cases(trees: dict[str, Path], base_url: str, work: Path) -> dict[str, list[str]]:
-    """The commands of part 2: each tree's one-item run, the bare request, the imports alone."""
+    """The commands of part 2: each tree's one-item run, the same requests bare (with and without the SDK), the
+    run's packages imported alone."""
     dataset = work / "one.jsonl"
     dataset.write_text(json.dumps({"id": "item-0", "messages": [
         {"role": "user", "content": "What is item 0? Reply with its number."}], "reference_answer": "0"}) + "\n")
@@ -92,10 +111,11 @@ def one_item_cases(trees: dict[str, Path], base_url: str, work: Path) -> dict[st
                                   "input": "{{ sample.output_text }}", "reference": "{{ item.reference_answer }}",
                                   "operation": "like"}))
     cases = {f"rfteval run, {name}": [sys.executable, "-m", "rfteval", "run", "--dataset", str(dataset), "--grader",
-                                      str(grader), "--model", "base=fake-base", "--base-url", base_url, "--out",
-                                      str(work / f"run-{i}"), "--fresh", "--quiet"]
+                                      str(grader), "--model", "base=fake-base", "--epochs", str(EPOCHS), "--base-url",
+                                      base_url, "--out", str(work / f"run-{i}"), "--fresh", "--quiet"]
              for i, name in enumerate(trees)}
-    cases["bare AsyncOpenAI, one request"] = [sys.executable, "-c", BARE_REQUEST, base_url]
+    cases["bare AsyncOpenAI, same requests"] = [sys.executable, "-c", BARE_REQUEST, base_url, str(EPOCHS)]
+    cases["bare aiohttp, same requests (no SDK)"] = [sys.executable, "-c", BARE_AIOHTTP, base_url, str(EPOCHS)]
     cases["imports alone (the run's packages)"] = [sys.executable, "-c", RUN_PACKAGES]
     return cases
 
@@ -141,9 +161,9 @@ def one_item_part(trees: dict[str, Path], runs: int) -> dict[str, list[tuple[flo
     finally:
         server.terminate()
         server.wait(timeout=10)
-    bare = statistics.median(c for _, c in figures["bare AsyncOpenAI, one request"])
-    print(f"\none item, one request ({DELAY_MS} ms answers), {runs} runs of each, interleaved; fresh processes, CPU "
-          f"from wait4")
+    bare = statistics.median(c for _, c in figures["bare AsyncOpenAI, same requests"])
+    print(f"\none item x {EPOCHS} epochs ({EPOCHS} requests, {DELAY_MS} ms answers), {runs} runs of each, interleaved; "
+          f"fresh processes, CPU from wait4")
     print(f"{'case':<40} {'CPU, median':>12} {'best':>7} {'vs bare':>8} {'wall, median':>13} {'best':>7}")
     for name, results in figures.items():
         walls = [w for w, _ in results]
