@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict, TypeVar, Unpack
 
 import typer
+import typer.core
 import typer.models
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ class CommandOptions(TypedDict, total=False):
     help: str
     epilog: str
     no_args_is_help: bool
+    cls: type[typer.core.TyperCommand]
 
 
 # Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli.app attaches

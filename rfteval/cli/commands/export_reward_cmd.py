@@ -19,12 +19,7 @@ from rfteval.cli.commands.common import (
     REWARD_THINK_TAGS,
     command,
 )
-
-
-class Target(str, Enum):
-    trl = "trl"
-    verl = "verl"
-    openrlhf = "openrlhf"
+from rfteval.cli.commands.targets import TargetCommand, target_option
 
 
 class OnError(str, Enum):
@@ -32,11 +27,10 @@ class OnError(str, Enum):
     none = "none"
 
 
-@command("export-reward")
+@command("export-reward", cls=TargetCommand.for_export("reward"))
 def export_reward(
     grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
-    target: Target = typer.Option(..., "--target", help="trl (a reward function), verl (compute_score) or openrlhf "
-                                                           "(reward_func)."),
+    target: str = target_option("reward"),
     out: Path = typer.Option(..., "--out", help="The module to write (FILE.py)."),
     reference_field: str = typer.Option("reference_answer", "--reference-field",
                                         help="verl, openrlhf: the item field that receives the ground truth (label)."),
@@ -83,12 +77,12 @@ def export_reward(
     config = grader_config(grader)
     check_grader(config, source, lambda line: typer.echo(line, err=True),
                  allow_without_sample=allow_grader_without_sample, judge_model=judge_model)
-    options = module_options(target.value, {
+    options = module_options(target, {
         "grader_timeout": grader_timeout, "grader_memory": grader_memory, "judge_base_url": judge_base_url,
         "judge_api_key_env": judge_api_key_env, "judge_api": judge_api, "judge_model": judge_model,
         "judge_concurrency": judge_concurrency, "on_error": on_error.value if on_error else None,
         "reasoning": reasoning, "think_tags": think_tags, "reference_field": reference_field,
         "ground_truth_json": ground_truth_json, "eos_tokens": eos_token, "tokenizer": tokenizer})
-    text = export_module(config, target.value, str(grader), out, options)
+    text = export_module(config, target, str(grader), out, options)
     write_output(out, lambda tmp: tmp.write_text(text, encoding="utf-8"), [source], flag="--out")
     typer.echo(f"wrote {out}")
