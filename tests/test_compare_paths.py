@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 from rfteval.baseline_readiness import READINESS_MAX_RECORDS, BaselineReadiness
+from rfteval.cli.commands.compare_reports import report_files
 from rfteval.compare.gate import Gate
-from rfteval.compare.paths import CompareRequest, ReportPaths
+from rfteval.compare.paths import CompareRequest
 from rfteval.errors import InputError
 from rfteval.report.readiness_render import readiness_sections
 
 
 def request(tmp_path: Path, **kw) -> CompareRequest:
-    args = dict(baseline=tmp_path, candidate=None, labels=[], dataset=None, reports=ReportPaths(), tie=1e-9, top=10,
+    args = dict(baseline=tmp_path, candidate=None, labels=[], dataset=None, reports=(), tie=1e-9, top=10,
                 ci="t", seed=0, strict=False, by=[], errors="exclude", exclude_errors=False, score_range=None,
                 gate=Gate(), metric="mean", pass_threshold=None)
     return CompareRequest(**(args | kw))
@@ -25,7 +26,7 @@ def request(tmp_path: Path, **kw) -> CompareRequest:
     ({"ci": "z"}, "--ci"), ({"tie": -1.0}, "--tie"), ({"top": -1}, "--top"),
     ({"gate": Gate(max_drop=-0.1)}, "--max-drop"), ({"gate": Gate(mode="loose")}, "--gate"),
     ({"score_range": "1,0"}, "--score-range"), ({"labels": ["a"]}, "--label"),
-    ({"reports": ReportPaths(junit=Path("x.xml"))}, "--junit"),
+    ({"reports": report_files({"junit": Path("x.xml")})}, "--junit"),
     ({"candidate": Path("c.jsonl"), "series_candidates": ["b"]}, "--candidate"),
 ])
 def test_a_bad_flag_is_one_input_error(tmp_path, kw, field):
@@ -39,7 +40,7 @@ def test_two_labels_of_one_directory_compare_it_with_itself_and_reports_never_ov
     r = request(tmp_path, labels=["base", "tuned"], score_range="0,10")
     assert r.candidate == tmp_path and not r.is_series and r.options.score_range == (0.0, 10.0)
     with pytest.raises(InputError) as exc:
-        request(tmp_path, reports=ReportPaths(markdown=tmp_path / "base.jsonl"))
+        request(tmp_path, reports=report_files({"markdown": tmp_path / "base.jsonl"}))
     assert exc.value.field == "--markdown"
 
 

@@ -71,12 +71,14 @@ def compare_inputs(*paths: Path | None) -> list[Path]:
 
 
 @dataclass(frozen=True)
-class ReportPaths:
-    """The report files `rfteval compare` writes besides its stdout."""
+class ReportFile:
+    """A report file `rfteval compare` is asked for besides its stdout (the formats are the compare command's
+    table, cli/commands/compare_reports.py): the flag that asked, the path, and why a series has no such report
+    (empty: a series has one too)."""
 
-    markdown: Path | None = None
-    junit: Path | None = None
-    html: Path | None = None
+    flag: str
+    path: Path
+    no_series: str = ""
 
 
 @dataclass
@@ -88,7 +90,7 @@ class CompareRequest:
     candidate: Path | None
     labels: list[str]
     dataset: Path | None
-    reports: ReportPaths
+    reports: Sequence[ReportFile]
     tie: float
     top: int
     ci: str
@@ -124,10 +126,8 @@ class CompareRequest:
         if self.candidate is None and len(self.labels) == 2:  # `compare runs/a -l base -l tuned`: one run directory
             self.candidate = self.baseline
         self.inputs = compare_inputs(self.baseline, self.candidate, self.dataset)
-        for flag, path in (("--markdown", self.reports.markdown), ("--junit", self.reports.junit),
-                           ("--html", self.reports.html)):
-            if path is not None:
-                check_output(path, self.inputs, flag)
+        for report in self.reports:
+            check_output(report.path, self.inputs, report.flag)
         self.options = CompareOptions(
             tie=self.tie, ci_method=self.ci, seed=self.seed, exclude_errors=self.exclude_errors, strict=self.strict,
             by=tuple(self.by), errors=self.errors, score_range=parse_score_range(self.score_range), gate=self.gate,
@@ -136,8 +136,9 @@ class CompareRequest:
             if self.labels:
                 raise InputError("a series (one RUNDIR) takes --baseline and --candidate, not --label",
                                  field="--label")
-            if self.reports.junit is not None:
-                raise InputError("JUnit is per item of one comparison: compare two labels for it", field="--junit")
+            for report in self.reports:
+                if report.no_series:
+                    raise InputError(report.no_series, field=report.flag)
         elif self.series_baseline is not None or self.series_candidates:
             raise InputError("--baseline and --candidate are for a series: give one RUNDIR and no CANDIDATE",
                              field="--baseline" if self.series_baseline is not None else "--candidate")

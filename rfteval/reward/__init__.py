@@ -6,8 +6,15 @@ all scoring exactly as `rfteval grade` does.
     compute_score = for_verl("graders/chipstack.json")  # verl: reward.custom_reward_function.path / .name
 
 core.py holds what they share (options, the engine, the exact item, the error rule); one module per trainer holds
-its call; export.py writes `export-reward`'s module and export_dataset.py `export-dataset`'s files.
+its call and registers what the export commands write for it (targets.py); export.py writes `export-reward`'s
+module, export_dataset.py `export-dataset`'s files and export_environment.py `export-environment`'s package.
+Importing the package registers every built-in trainer, in the order --target lists them: a new trainer is one
+module plus one name in the first import below.
 """
+
+# isort: off
+from rfteval.reward import trl, verl, verifiers, openrlhf, export_environment  # noqa: F401  (each registers)
+# isort: on
 
 from rfteval.reward.core import (
     META,

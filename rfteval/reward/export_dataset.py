@@ -19,15 +19,12 @@ from typing import Final
 
 from rfteval.data.dataset import iter_items
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
-from rfteval.reward.core import META
-from rfteval.reward.openrlhf import LABEL_ITEM
+from rfteval.reward.targets import RowParts, dataset_shape
 
-TARGETS = ("trl", "verl", "verifiers", "openrlhf")
 # OpenAI's `developer` role is unknown to most open models' chat templates (SmolLM2's renders it as a turn of its own
 # and adds its default system prompt before it; verifiers' message types have no such role): written as `system`
 # in the prompt a trainer renders, unless kept. The item keeps the original role (the grader sees the line).
 DEVELOPER_ROLES = ("system", "keep")
-FILES = {"trl": "train.jsonl", "verl": "train.parquet", "verifiers": "train.jsonl", "openrlhf": "train.jsonl"}
 _ABSENT: Final = object()
 # A row as a reader gives it back: JSON, except where the reader changed a value (a timestamp from a date string).
 ReadBack = list[dict[str, object]]
@@ -102,13 +99,6 @@ def _encode(line: JSONObject, names: Sequence[str], as_json: set[str]) -> JSONOb
     return out
 
 
-def _text(value: JSONValue) -> str:
-    """A reference as the text column a trainer expects (verl's ground_truth, verifiers' answer)."""
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def prompt_messages(messages: JSONValue, developer_role: str = "system") -> JSONValue:
     """The messages as the trainer's chat template gets them: a `developer` turn as `system` (developer_role
     "system"), or as they are ("keep")."""
@@ -123,30 +113,29 @@ def build_rows(lines: Sequence[JSONObject], ids: Sequence[str], target: str, *, 
                reference_field: str = "reference_answer",
                developer_role: str = "system") -> tuple[list[JSONObject], set[str], bool]:
     """The trainer's rows for the lines, the fields written as JSON text, and whether the id was added."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
+    shape = dataset_shape(target)
     added = any("id" not in line for line in lines)
     full = [{**line, "id": line.get("id", rid)} if added else dict(line) for line, rid in zip(lines, ids)]
     prompts = [prompt_messages(line["messages"], developer_role) for line in lines]
-    if target == "openrlhf":  # the label carries the line as JSON text: nothing for a reader to change
-        rows = [{"prompt": prompt, "label": json.dumps({LABEL_ITEM: line}, ensure_ascii=False),
-                 "id": str(rid)} for line, rid, prompt in zip(lines, ids, prompts)]
-        return rows, set(), added
-    through = _through_parquet if target == "verl" else _through_json
+    if shape.text_row is not None:  # the line as JSON text: nothing for a reader to change
+        return [shape.text_row(prompt, line, rid) for line, rid, prompt in zip(lines, ids, prompts)], set(), added
+    assert shape.row is not None
+    through = _through_parquet if shape.parquet else _through_json
     names: list[str] = []
     for line in full:
         names.extend(k for k in line if k not in names)
-    if target == "trl":
-        # The prompt column is the messages TRL generates from; TRL hands it to the reward as `prompts`, not as a
-        # column, so the item's messages come from it when it reads back exactly and is the line's own (no role
+    if shape.prompt_column:
+        # The prompt column is the messages the trainer generates from; it hands them to the reward apart from the
+        # columns, so the item's messages come from it when it reads back exactly and is the line's own (no role
         # renamed), else from a column of their own.
         renamed = any(p != line["messages"] for p, line in zip(prompts, lines))
         names = [n for n in names if n != "messages" or renamed or n in _changed_fields(full, through)]
     as_json = _changed_fields([{k: v for k, v in line.items() if k in names} for line in full], through)
-    prompt_field = "messages" if target == "trl" and "messages" not in names else None
+    prompt_field = "messages" if shape.prompt_column and "messages" not in names else None
     for _ in range(2):
-        rows = [_row(target, prompt, line, _encode(line, names, as_json), _meta(original, as_json, prompt_field),
-                     data_source, reference_field) for line, original, prompt in zip(full, lines, prompts)]
+        rows = [shape.row(RowParts(prompt, line, _encode(line, names, as_json),
+                                   _meta(original, as_json, prompt_field), data_source, reference_field))
+                for line, original, prompt in zip(full, lines, prompts)]
         back = through(rows)
         if back is not None and all(_canonical(r) == _canonical(b) for r, b in zip(rows, back)):
             return rows, as_json, added
@@ -163,20 +152,9 @@ def _meta(line: JSONMapping, as_json: set[str], prompt_field: str | None) -> str
     return json.dumps(meta, ensure_ascii=False)
 
 
-def _row(target: str, prompt: JSONValue, line: JSONObject, fields: JSONObject, meta: str, data_source: str,
-         reference_field: str) -> JSONObject:
-    if target == "trl":
-        return {"prompt": prompt, **fields, META: meta}
-    if target == "verifiers":  # verifiers' messages know system, user, assistant, tool
-        return {"prompt": prompt, "answer": _text(line.get(reference_field)), "info": {**fields, META: meta}}
-    return {"data_source": data_source, "prompt": prompt, "ability": "rfteval",
-            "reward_model": {"style": "rule", "ground_truth": _text(line.get(reference_field))},
-            "extra_info": {**fields, META: meta}}
-
-
 def export_dataset(items: str | Path, target: str, out_dir: str | Path, *, data_source: str | None = None,
                    reference_field: str = "reference_answer", developer_role: str = "system") -> ExportedDataset:
-    """Write the dataset for `target` into out_dir (FILES[target]) and say what was written."""
+    """Write the dataset for `target` into out_dir (its shape's file) and say what was written."""
     from rfteval.data.outfile import write_output
 
     items = Path(items)
@@ -187,10 +165,11 @@ def export_dataset(items: str | Path, target: str, out_dir: str | Path, *, data_
         data_source = f"rfteval/{items.parent.name if items.stem == 'items' else items.stem}"
     rows, as_json, added = build_rows(lines, ids, target, data_source=data_source, reference_field=reference_field,
                                       developer_role=developer_role)
-    path = Path(out_dir) / FILES[target]
+    shape = dataset_shape(target)
+    path = Path(out_dir) / shape.file
 
     def write(tmp: Path) -> None:
-        if target == "verl":
+        if shape.parquet:
             import pyarrow as pa
             import pyarrow.parquet as pq
 

@@ -13,7 +13,8 @@ ones, `dataset` and `grader`:
     grader = "graders/milo.json"            # optional: likewise
 
 The work (tasks from the lines, the sampled reply, the score) is rfteval.reward.taskset's, so rfteval must be
-installed where the env server runs. A target is one entry of TARGETS and one branch of `export_environment`."""
+installed where the env server runs. A target is a trainer's entry in rfteval.reward.targets; this module's is
+prime-rl's."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -32,8 +32,15 @@ from rfteval.data.json_types import JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig, needs_groups
 from rfteval.reward.core import RewardOptions, RewardOptionsArgs
+from rfteval.reward.targets import (
+    EnvironmentPackage,
+    ExportedEnvironment,
+    Trainer,
+    doc_text,
+    environment_package,
+    register,
+)
 
-TARGETS = ("prime-rl",)
 NAME = re.compile(r"[a-z][a-z0-9-]*[a-z0-9]")
 
 _PYPROJECT = '''\
@@ -127,14 +134,6 @@ __all__ = ["{prefix}Taskset", "{prefix}Harness"]
 '''
 
 
-@dataclass(frozen=True)
-class ExportedEnvironment:
-    path: Path
-    name: str  # the taskset id a config names
-    module: str
-    tasks: int
-
-
 def _names(name: str) -> tuple[str, str, str]:
     """(the id and distribution name, the module, the class prefix), as verifiers' own scaffold derives them."""
     dash = name.strip().replace("_", "-").lower()
@@ -143,10 +142,6 @@ def _names(name: str) -> tuple[str, str, str]:
     pkg = dash.replace("-", "_")
     prefix = "".join(part[:1].upper() + part[1:] for part in pkg.split("_") if part)
     return dash, pkg, prefix
-
-
-def _doc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
 
 
 def default_name(items: Path) -> str:
@@ -159,17 +154,22 @@ def export_environment(config: GraderConfig, items: str | Path, target: str, out
                        name: str | None = None, reference_field: str = "reference_answer",
                        options: Mapping[str, JSONValue] | None = None) -> ExportedEnvironment:
     """Write the package for `target` into `out` (a new or empty folder), whole or not at all."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; expected {', '.join(TARGETS)}")
+    package = environment_package(target)
     options = dict(options or {})
     try:  # fails here, not in the env server (kept as JSON there)
         RewardOptions(**cast(RewardOptionsArgs, options))
     except ValueError as exc:
         raise InputError(str(exc), field="--think-tags" if "think_tags" in str(exc) else "--reasoning") from None
+    return package.write(config, Path(items), Path(out), grader_source=grader_source, name=name,
+                         reference_field=reference_field, options=options)
+
+
+def _write_taskset(config: GraderConfig, items: Path, out: Path, *, grader_source: str, name: str | None,
+                   reference_field: str, options: Mapping[str, JSONValue]) -> ExportedEnvironment:
+    """prime-rl's package: a verifiers taskset."""
     if needs_groups(config):
         raise InputError(f"grader {config.name!r} ranks an item's samples together (group_judge); a verifiers "
                          "taskset scores each trace alone, so its score would mean nothing there", field="type")
-    items, out = Path(items), Path(out)
     dash, pkg, prefix = _names(name or default_name(items))
     tasks = sum(1 for _ in iter_items(items))  # the file's own errors, named by line, before anything is written
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -181,7 +181,7 @@ def export_environment(config: GraderConfig, items: str | Path, target: str, out
            "`dataset = \"FILE.jsonl\"` and `grader = \"FILE.json\"` there replace the bundled copies.\n")
     files = {
         "pyproject.toml": _PYPROJECT.format(dash=dash, pkg=pkg, grader=config.name),
-        f"{pkg}/__init__.py": _INIT.format(doc=_doc(doc), prefix=prefix, options=json.dumps(options),
+        f"{pkg}/__init__.py": _INIT.format(doc=doc_text(doc), prefix=prefix, options=json.dumps(options),
                                            reference_field=reference_field),
         f"{pkg}/grader.json": json.dumps(config.model_dump(mode="json", exclude_unset=True), indent=2) + "\n",
     }
@@ -200,3 +200,7 @@ def export_environment(config: GraderConfig, items: str | Path, target: str, out
         shutil.rmtree(tmp, ignore_errors=True)
         raise InputError(f"cannot write ({exc.strerror})", out, field="--out") from None
     return ExportedEnvironment(out, dash, pkg, tasks)
+
+
+register(Trainer("prime-rl",
+                 environment=EnvironmentPackage("prime-rl: a verifiers 0.4 taskset package", _write_taskset)))

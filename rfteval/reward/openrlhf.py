@@ -16,9 +16,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, TypeAlias, TypedDict, Unpack, cast
 
-from rfteval.data.json_types import JSONObject
+from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.graders.base import GradeResult
 from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, log, make_sample_for, plain_data
+from rfteval.reward.targets import DatasetShape, ModuleRequest, ModuleText, RewardModule, Trainer, register
 
 if TYPE_CHECKING:
     import torch
@@ -245,3 +246,61 @@ def for_openrlhf(grader: GraderLike, reference_field: str | None = "reference_an
     `tokenizer` (a Hugging Face tokenizer, or its name or folder), the tokens its chat template ends a reply with.
     Options as for_trl; on_error "none" scores 0.0 here, as "zero" does (OpenRLHF stores no missing reward)."""
     return OpenRLHFReward(grader, RewardOptions(**options), reference_field, end_tokens, eos_tokens, tokenizer)
+
+
+# `export-reward --target openrlhf`: the module's functions, OpenRLHF's remote reward and agent contracts over the
+# shared _get().
+_EXPORT_OPENRLHF = '''
+
+def reward_func(queries: Any, prompts: Any, labels: Any = None, **kwargs: Any) -> dict[str, Any]:
+    """OpenRLHF's remote reward contract: {"rewards", "scores", "extra_logs"}; the prompt (or the end of it a left
+    cut kept) and the trailing end-of-turn tokens are stripped from each query; a label from `rfteval export-dataset
+    --target openrlhf` carries the original line."""
+    return _get()(queries, prompts, labels, **kwargs)
+
+
+try:  # inside OpenRLHF: the same grader through its agent contract, which hands over the response as generated
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+except ImportError:  # imported elsewhere (a test, a script): reward_func alone
+    pass
+else:
+    class AgentInstance(AgentInstanceBase):
+        """One episode of one step: the response (action_text) graded against the label's item."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        async def step(self, state_dict: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+            return await asyncio.to_thread(_get().step, state_dict)
+
+    class AgentExecutor(MultiTurnAgentExecutor):
+        """What --train.agent_func_path loads (openrlhf/trainer/ray/vllm_engine.py: module.AgentExecutor())."""
+
+        def __init__(self) -> None:
+            super().__init__(AgentInstance)
+'''
+
+
+def _module_text(request: ModuleRequest) -> ModuleText:
+    out = request.out
+    return ModuleText(
+        title=f"OpenRLHF remote reward function for grader {request.grader!r} (rfteval).",
+        usage=(f"    --reward.remote_url {out}      (reward_func: the response is the query without its prompt)\n"
+               f"    --train.agent_func_path {out}  (AgentExecutor: the response as generated)\n\n"
+               "With a dataset from `rfteval export-dataset --target openrlhf`: "
+               "--data.prompt_dataset DIR/train.jsonl\n--data.input_key prompt --data.label_key label "
+               "--data.apply_chat_template."),
+        tail=_EXPORT_OPENRLHF)
+
+
+def _text_row(prompt: JSONValue, line: JSONObject, rid: str) -> JSONObject:
+    """OpenRLHF's row: the label carries the line as JSON text (--data.label_key label), nothing for a reader to
+    change."""
+    return {"prompt": prompt, "label": json.dumps({LABEL_ITEM: line}, ensure_ascii=False), "id": str(rid)}
+
+
+register(Trainer(
+    "openrlhf",
+    reward=RewardModule("openrlhf (reward_func)", "for_openrlhf", _module_text,
+                        keys=("reference_field", "eos_tokens", "tokenizer")),
+    dataset=DatasetShape("openrlhf", text_row=_text_row)))

@@ -15,7 +15,8 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Protocol, Unpack, runtime_checkable
 
 from rfteval.data.json_types import JSONObject
-from rfteval.reward.core import Conversation, GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_completion
+from rfteval.reward.core import META, Conversation, GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_completion
+from rfteval.reward.targets import DatasetShape, ModuleRequest, ModuleText, RewardModule, RowParts, Trainer, register
 
 # Keywords TRL's GRPOTrainer._calculate_rewards adds besides the dataset columns.
 TRL_EXTRAS = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -108,3 +109,44 @@ def for_trl_async(grader: GraderLike,
     reward_async carries the grader's name instead."""
     reward = for_trl(grader, **options)
     return functools.partial(rfteval_async_reward, reward)
+
+
+# `export-reward --target trl`: the module's functions, TRL's reward-function contract over the shared _get().
+_EXPORT_TRL = '''
+
+def reward(prompts: Any = None, completions: Any = None, completion_ids: Any = None, **kwargs: Any) -> list[Any]:
+    """TRL's reward-function contract: one reward per completion; a grading error is {error_value} (logged once)."""
+    return _get()(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+
+
+async def reward_async(prompts: Any = None, completions: Any = None, completion_ids: Any = None,
+                       **kwargs: Any) -> list[Any]:
+    """The same as a coroutine function (TRL awaits it; grading runs in a thread)."""
+    return await asyncio.to_thread(reward, prompts, completions, completion_ids, **kwargs)
+
+
+reward.__name__ = {reward_name!r}  # the name TRL logs this reward under
+reward_async.__name__ = {reward_name!r}
+'''
+
+
+def _module_text(request: ModuleRequest) -> ModuleText:
+    name = request.options.get("name") or f"rfteval_{request.grader}"
+    on_error = request.options.get("on_error") or "none"
+    return ModuleText(
+        title=f"TRL reward function for grader {request.grader!r} (rfteval).",
+        usage=(f"    from {request.stem} import reward       # or reward_async (AsyncGRPOTrainer too)\n"
+               "    trainer = GRPOTrainer(..., reward_funcs=[reward])"),
+        tail=_EXPORT_TRL.format(reward_name=name, error_value="None" if on_error == "none" else "0"))
+
+
+def _row(parts: RowParts) -> JSONObject:
+    """TRL's row: the prompt column it generates from, then the line's fields as columns (the reward's keywords)."""
+    return {"prompt": parts.prompt, **parts.fields, META: parts.meta}
+
+
+register(Trainer(
+    "trl",
+    reward=RewardModule("trl (a reward function)", "for_trl", _module_text),
+    # the prompt column is the messages TRL generates from and hands to the reward as `prompts`, not as a column
+    dataset=DatasetShape("trl", row=_row, prompt_column=True)))

@@ -21,6 +21,7 @@ from typing import Literal, Unpack, overload
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.data.reasoning import message_reasoning
 from rfteval.reward.core import (
+    META,
     Conversation,
     GraderLike,
     NamedPartial,
@@ -30,6 +31,7 @@ from rfteval.reward.core import (
     plain_data,
     sample_from_completion,
 )
+from rfteval.reward.targets import DatasetShape, RowParts, Trainer, register
 
 
 def _fields(value: object) -> dict[str, object]:
@@ -182,3 +184,12 @@ def for_verifiers(grader: GraderLike, reference_field: str | None = "reference_a
     fn = NamedPartial(_verifiers_reward, reward)
     fn.__name__ = reward.__name__  # verifiers names the reward in its metrics
     return fn
+
+
+def _row(parts: RowParts) -> JSONObject:
+    """verifiers' dataset row: prompt, answer (the reference as text) and info (the line's fields); its messages know
+    system, user, assistant and tool."""
+    return {"prompt": parts.prompt, "answer": parts.reference, "info": {**parts.fields, META: parts.meta}}
+
+
+register(Trainer("verifiers", dataset=DatasetShape("verifiers", row=_row)))

@@ -18,8 +18,10 @@ from collections.abc import Collection, Coroutine, Mapping
 from typing import Literal, Unpack, overload
 
 from rfteval.data.json_types import JSONObject
+from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
 from rfteval.reward.core import (
+    META,
     GraderLike,
     NamedPartial,
     Reward,
@@ -28,6 +30,16 @@ from rfteval.reward.core import (
     RewardOptionsArgs,
     make_sample_for,
     plain_data,
+)
+from rfteval.reward.targets import (
+    DatasetShape,
+    ModuleRequest,
+    ModuleText,
+    RewardModule,
+    RowParts,
+    Trainer,
+    doc_text,
+    register,
 )
 
 # Keys verl writes into extra_info (the naive managers: num_turns, rollout_reward_scores; the agent loop: raw_prompt,
@@ -187,3 +199,59 @@ def for_verl(grader: GraderLike, reference_field: str | None = "reference_answer
         return reward
     fn.__name__ = reward.__name__
     return fn
+
+
+# `export-reward --target verl`: the module's functions, verl's three calls over the shared _get().
+_EXPORT_VERL = '''
+
+def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                  **kwargs: Any) -> Any:
+    """verl's custom reward contract (naive / dapo managers, the reward loop); the item is extra_info with
+    ground_truth at {field} (or the line an exported dataset carries)."""
+    return _get()(data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+async def compute_score_async(data_source: Any, solution_str: str, ground_truth: Any, extra_info: Any = None,
+                              **kwargs: Any) -> Any:
+    """The reward loop awaits a coroutine function; grading runs in a thread (not for the remote manager)."""
+    return await asyncio.to_thread(compute_score, data_source, solution_str, ground_truth, extra_info, **kwargs)
+
+
+def compute_score_batch(data_sources: Any = None, solution_strs: Any = None, ground_truths: Any = None,
+                        extra_infos: Any = None, **kwargs: Any) -> list[Any]:
+    """BatchRewardManager's call (reward_manager=batch): plural keywords, one score per row."""
+    return _get().batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs)
+'''
+
+
+def _module_text(request: ModuleRequest) -> ModuleText:
+    field, out, stem = request.options.get("reference_field", "reference_answer"), request.out, request.stem
+    return ModuleText(
+        title=f"verl custom reward function for grader {request.grader!r} (rfteval).",
+        usage=(f"    reward.custom_reward_function.path={out}      (or pkg://{stem} with its folder on PYTHONPATH)\n"
+               "    reward.custom_reward_function.name=compute_score        (naive, dapo; the reward loop)\n"
+               "    reward.custom_reward_function.name=compute_score_async  (the reward loop, not remote)\n"
+               "    reward.custom_reward_function.name=compute_score_batch  (reward_manager=batch)\n"
+               "(verl before the reward loop spelled the key custom_reward_function at the top level.)\n\n"
+               f"The item is the row's extra_info with reward_model.ground_truth at {field!r}, or the original\n"
+               "line a dataset from `rfteval export-dataset --target verl` carries."),
+        tail=_EXPORT_VERL.format(field=doc_text(repr(field))))
+
+
+def _check_options(options: Mapping[str, object]) -> None:
+    if options.get("on_error") == "none":
+        raise InputError(f"--on-error none {VerlReward.none_refused}", field="--on-error")
+
+
+def _row(parts: RowParts) -> JSONObject:
+    """verl's RLHFDataset row: the line's fields in extra_info, the reference as reward_model.ground_truth."""
+    return {"data_source": parts.data_source, "prompt": parts.prompt, "ability": "rfteval",
+            "reward_model": {"style": "rule", "ground_truth": parts.reference},
+            "extra_info": {**parts.fields, META: parts.meta}}
+
+
+register(Trainer(
+    "verl",
+    reward=RewardModule("verl (compute_score)", "for_verl", _module_text,
+                        keys=("reference_field", "ground_truth_json", "details"), check=_check_options),
+    dataset=DatasetShape("verl (parquet)", row=_row, parquet=True)))

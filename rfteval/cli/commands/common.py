@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, cast
 
 import typer
+import typer.core
 import typer.models
 
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
@@ -32,6 +33,7 @@ class CommandOptions(TypedDict, total=False):
     help: str
     epilog: str
     no_args_is_help: bool
+    cls: type[typer.core.TyperCommand]
 
 
 # Every command, in the order its module was imported: (group, name, function, Typer options). rfteval.cli.app attaches

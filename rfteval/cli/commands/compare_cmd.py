@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import command, output_format, stdout_console
+from rfteval.cli.commands.compare_reports import report_files, report_options, write_reports, write_series_reports
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareResult
     from rfteval.compare.gate_types import GateVerdict
     from rfteval.compare.paths import CompareRequest
     from rfteval.compare.series import SeriesGate
@@ -41,14 +41,8 @@ Gates fail on evidence of a drop, not on noise (--gate strict asks for proof of 
 every gate fails when either side's generation errors pass --max-error-rate."""
 
 
-def _write(path: Path, writer: object, flag: str, inputs: list[Path]) -> None:
-    from rfteval.data.outfile import write_output
-
-    write_output(path, writer, inputs, flag)  # type: ignore[arg-type]
-    typer.echo(f"wrote {path}", err=True)
-
-
 @command("compare", epilog=EPILOG, no_args_is_help=True)
+@report_options(after="fmt")
 def compare(
     baseline: Path = typer.Argument(..., help="Baseline records: a JSONL or Parquet record file, or a run directory.",
                                     show_default=False, metavar="BASELINE"),
@@ -76,10 +70,6 @@ def compare(
     top: int = typer.Option(10, "--top", metavar="N", help="Items shown per table, lowest delta first."),
     fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json on "
                             "stdout."),
-    markdown: Path | None = typer.Option(None, "--markdown", metavar="FILE", help="Write a Markdown summary (CI job summary, "
-                                            "PR comment)."),
-    junit: Path | None = typer.Option(None, "--junit", metavar="FILE", help="Write JUnit XML: one test case per item."),
-    html: Path | None = typer.Option(None, "--html", metavar="FILE", help="Write one self-contained HTML report with plots."),
     fail_under: float | None = typer.Option(None, "--fail-under", metavar="X", help="Gate: fail when the candidate's "
                                                "whole interval lies below X (strict: when any of it does)."),
     max_drop: float | None = typer.Option(None, "--max-drop", metavar="X", help="Gate: fail on a drop shown by the test "
@@ -105,15 +95,16 @@ def compare(
                                                   "first in the spec]."),
     series_candidate: list[str] = typer.Option([], "--candidate", metavar="LABEL", help="Series: gate only this "
                                                "candidate (repeatable) [default: every candidate]."),
+    **reports: Path | None,
 ) -> None:
     """Paired comparison of two models on the same items, with intervals, slices and a CI gate; with one run
     directory, of its baseline against every other model in it (a checkpoint series)."""
     from rfteval.compare.gate import Gate
-    from rfteval.compare.paths import CompareRequest, ReportPaths, compare_request
+    from rfteval.compare.paths import CompareRequest, compare_request
 
     fmt = output_format(fmt)
     request = CompareRequest(
-        baseline, candidate, label, dataset, ReportPaths(markdown, junit, html), tie=tie, top=top, ci=ci,
+        baseline, candidate, label, dataset, report_files(reports), tie=tie, top=top, ci=ci,
         seed=seed, strict=strict, by=by, errors=errors, exclude_errors=exclude_errors, score_range=score_range,
         gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate), metric=metric,
         pass_threshold=pass_threshold, series_baseline=series_baseline, series_candidates=series_candidate)
@@ -121,7 +112,7 @@ def compare(
         _series(request, fmt)
         return
     result = compare_request(request)
-    _write_reports(result, request)
+    write_reports(result, request)
     if fmt == "json":
         # indented for people; past 1,000 items compact (json's C encoder only runs without indent)
         indent = 2 if len(result.items) <= 1000 else None
@@ -147,45 +138,12 @@ def _gate_lines(gate: GateVerdict | SeriesGate) -> None:
         print(f"rfteval: warning: {line}", file=sys.stderr)
 
 
-def _write_reports(result: CompareResult, request: CompareRequest) -> None:
-    """The Markdown, JUnit and HTML files asked for; the HTML one with the baseline's readiness when it has 2+
-    epochs per item."""
-    reports, top, inputs = request.reports, request.top, request.inputs
-    if reports.markdown is not None:
-        from rfteval.report.markdown import write_markdown
-
-        _write(reports.markdown, lambda p: write_markdown(result, p, top), "--markdown", inputs)
-    if reports.junit is not None:
-        from rfteval.report.junit import write_junit
-
-        _write(reports.junit, lambda p: write_junit(result, p), "--junit", inputs)
-    if reports.html is not None:
-        from rfteval.baseline_readiness import baseline_readiness
-        from rfteval.compare.samples import listed_samples
-        from rfteval.report.html import write_html
-        from rfteval.report.readiness_render import readiness_sections
-
-        sections = readiness_sections(baseline_readiness(result, request.dataset))
-        shown = max(top, 50)
-        samples = listed_samples([(str(s["path"]), str(s["label"])) for s in (result.baseline, result.candidate)],
-                                 result.items["item_id"].head(shown).tolist())
-        _write(reports.html, lambda p: write_html(result, p, shown, sections, samples), "--html", inputs)
-
-
 def _series(request: CompareRequest, fmt: str) -> None:
     """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.compare.series)."""
     from rfteval.compare.paths import compare_series_request
 
     series = compare_series_request(request)
-    reports, inputs = request.reports, request.inputs
-    if reports.markdown is not None:
-        from rfteval.report.markdown import write_series_markdown
-
-        _write(reports.markdown, lambda p: write_series_markdown(series, p), "--markdown", inputs)
-    if reports.html is not None:
-        from rfteval.report.html import write_series_html
-
-        _write(reports.html, lambda p: write_series_html(series, p), "--html", inputs)
+    write_series_reports(series, request)
     if fmt == "json":
         typer.echo(json.dumps(series.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
         _gate_lines(series.gate)

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from rfteval.cli.commands.common import command
+from rfteval.cli.commands.targets import TargetCommand, target_option
 
 
 class DeveloperRole(str, Enum):
@@ -15,17 +16,10 @@ class DeveloperRole(str, Enum):
     keep = "keep"
 
 
-class Target(str, Enum):
-    trl = "trl"
-    verl = "verl"
-    verifiers = "verifiers"
-    openrlhf = "openrlhf"
-
-
-@command("export-dataset")
+@command("export-dataset", cls=TargetCommand.for_export("dataset"))
 def export_dataset(
     items: Path = typer.Argument(..., help="The RFT dataset (JSONL, OpenAI's format)."),
-    target: Target = typer.Option(..., "--target", help="trl, verl (parquet), verifiers or openrlhf."),
+    target: str = target_option("dataset"),
     out: Path = typer.Option(..., "--out", help="The folder to write (DIR/train.jsonl, or train.parquet for verl)."),
     reference_field: str = typer.Option("reference_answer", "--reference-field",
                                         help="verl's reward_model.ground_truth and verifiers' answer: this field."),
@@ -41,7 +35,7 @@ def export_dataset(
     rewards read the original line back exactly."""
     from rfteval.reward.export_dataset import export_dataset as write
 
-    done = write(items, target.value, out, data_source=data_source, reference_field=reference_field,
+    done = write(items, target, out, data_source=data_source, reference_field=reference_field,
                  developer_role=developer_role.value)
     kept = f"; as JSON text (the loader would change them): {', '.join(done.as_json)}" if done.as_json else ""
     added = "; id added (rfteval's content hash)" if done.added_id else ""

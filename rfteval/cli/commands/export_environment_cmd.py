@@ -3,7 +3,6 @@ loads verifiers 0.4 tasksets by id from installed packages)."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,22 +18,18 @@ from rfteval.cli.commands.common import (
     command,
     judge_flags,
 )
+from rfteval.cli.commands.targets import TargetCommand, target_option
 
 if TYPE_CHECKING:
     from rfteval.providers.endpoint import JudgeEndpoint
 
 
-class Target(str, Enum):
-    prime_rl = "prime-rl"
-
-
-@command("export-environment")
+@command("export-environment", cls=TargetCommand.for_export("environment"))
 @judge_flags()
 def export_environment(
     grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
     dataset: Path = typer.Option(..., "--dataset", "-d", help="The RFT dataset (JSONL, OpenAI's format)."),
-    target: Target = typer.Option(..., "--target", metavar="TARGET",
-                                  help="prime-rl: a verifiers 0.4 taskset package."),
+    target: str = target_option("environment"),
     out: Path = typer.Option(..., "--out", help="The package folder to write (new or empty)."),
     name: str | None = typer.Option(None, "--name", metavar="NAME",
                                     help="The taskset id and package name (default rfteval-<dataset name>)."),
@@ -66,7 +61,7 @@ def export_environment(
         "grader_timeout": grader_timeout, "grader_memory": grader_memory, **judge_keywords(judge_endpoint)}
     defaults = RewardOptions()  # the package shows only what was chosen
     options = {k: v for k, v in given.items() if v != getattr(defaults, k)}
-    done = write(config, dataset, target.value, out, grader_source=str(source), name=name,
+    done = write(config, dataset, target, out, grader_source=str(source), name=name,
                  reference_field=reference_field, options=options)
     typer.echo(f"wrote {done.path} (taskset {done.name!r}, module {done.module}, {done.tasks} tasks): "
                f"pip install -e {done.path}")

@@ -19,15 +19,10 @@ from rfteval.cli.commands.common import (
     command,
     judge_flags,
 )
+from rfteval.cli.commands.targets import TargetCommand, target_option
 
 if TYPE_CHECKING:
     from rfteval.providers.endpoint import JudgeEndpoint
-
-
-class Target(str, Enum):
-    trl = "trl"
-    verl = "verl"
-    openrlhf = "openrlhf"
 
 
 class OnError(str, Enum):
@@ -35,12 +30,11 @@ class OnError(str, Enum):
     none = "none"
 
 
-@command("export-reward")
+@command("export-reward", cls=TargetCommand.for_export("reward"))
 @judge_flags()
 def export_reward(
     grader: str = typer.Argument(..., help="Grader JSON (a grader, {\"grader\": ...} or a job), or FILE.py:FUNCTION."),
-    target: Target = typer.Option(..., "--target", help="trl (a reward function), verl (compute_score) or openrlhf "
-                                                           "(reward_func)."),
+    target: str = target_option("reward"),
     out: Path = typer.Option(..., "--out", help="The module to write (FILE.py)."),
     reference_field: str = typer.Option("reference_answer", "--reference-field",
                                         help="verl, openrlhf: the item field that receives the ground truth (label)."),
@@ -84,11 +78,11 @@ def export_reward(
     config = grader_config(grader)
     check_grader(config, source, lambda line: typer.echo(line, err=True),
                  allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
-    options = module_options(target.value, {
+    options = module_options(target, {
         "grader_timeout": grader_timeout, "grader_memory": grader_memory, **judge_keywords(judge_endpoint),
         "on_error": on_error.value if on_error else None,
         "reasoning": reasoning, "think_tags": think_tags, "reference_field": reference_field,
         "ground_truth_json": ground_truth_json, "eos_tokens": eos_token, "tokenizer": tokenizer})
-    text = export_module(config, target.value, str(grader), out, options)
+    text = export_module(config, target, str(grader), out, options)
     write_output(out, lambda tmp: tmp.write_text(text, encoding="utf-8"), [source], flag="--out")
     typer.echo(f"wrote {out}")
