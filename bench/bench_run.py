@@ -104,7 +104,7 @@ def bare_loop(base_url: str, requests: list[dict[str, Any]], transport: str = "h
 
 
 def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path, transport: str | None = None
-                ) -> dict[str, float]:
+                ) -> dict[str, Any]:
     from rfteval.run.runner import RunOptions, run_eval
     from rfteval.run.spec import build_spec, flag_overrides
 
@@ -118,7 +118,7 @@ def rfteval_run(base_url: str, dataset: Path, grader: Path, out: Path, transport
     return {"wall_s": elapsed, "cpu_s": time.process_time() - cpu, "limiter": limiter(out)}
 
 
-def cli_run(base_url: str, dataset: Path, grader: Path, out: Path, transport: str | None = None) -> dict[str, float]:
+def cli_run(base_url: str, dataset: Path, grader: Path, out: Path, transport: str | None = None) -> dict[str, Any]:
     """The same run as a user types it: process start-up, imports, grading, result files and the final tables
     included; CPU is the child's own (user + system), read with wait4."""
     exe = Path(sys.executable).parent / "rfteval"
@@ -206,7 +206,7 @@ def main() -> dict[str, Any]:
     from fake_server import start_server  # lazily: it imports the runner, which the memory child measures
 
     server, base_url = start_server(DELAY_MS)
-    runs: dict[str, list[dict[str, float]]] = {}
+    runs: dict[str, list[dict[str, Any]]] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
