@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from rfteval.data.sample import make_sample
-from rfteval.graders import _worker
 from rfteval.graders.base import (
     PYTHON_MEMORY,
     PYTHON_RUNTIME,
@@ -27,10 +26,10 @@ from rfteval.graders.base import (
 from rfteval.graders.sandbox import (
     RESEND,
     STDOUT_CAP,
+    Failure,
     Resend,
     WorkerPool,
-    _Failure,
-    _Sandbox,
+    _worker,
     compact_sample,
     decode_reply,
     encode,
@@ -38,6 +37,7 @@ from rfteval.graders.sandbox import (
     group_units,
     worker_env,
 )
+from rfteval.graders.sandbox.pool import _Sandbox
 
 TIMEOUT_S = 2.0
 
@@ -509,7 +509,7 @@ def test_worker_error_types_match_base() -> None:
     b"[true, [" + b"[" * 200_000,
 ])
 def test_garbled_replies_are_refused(reply: bytes) -> None:
-    with pytest.raises(_Failure) as info:
+    with pytest.raises(Failure) as info:
         decode_reply(reply, 0, 2)
     assert info.value.error.type == PYTHON_SERVER
 

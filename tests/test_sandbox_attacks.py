@@ -419,10 +419,10 @@ def test_a_timeout_is_the_samples_own(pool: WorkerPool) -> None:
 
 
 def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
-    from rfteval.graders.sandbox import _Failure
+    from rfteval.graders.sandbox import Failure
 
     for data in (b"[" * 200_000, b"[true, [" + b"[" * 200_000, b"\xff" * 1000):
-        with pytest.raises(_Failure):
+        with pytest.raises(Failure):
             decode_reply(data, 0, 1)
 
 

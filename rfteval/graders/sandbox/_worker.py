@@ -1,6 +1,6 @@
 """Inside the python grader sandbox: a supervisor that never runs grader code, and one child per grading unit.
 
-sandbox.WorkerPool starts `python -I _worker.py CONFIG_JSON` inside bubblewrap (see sandbox.py and
+sandbox.WorkerPool starts `python -I _worker.py CONFIG_JSON` inside bubblewrap (see pool.py and
 docs/sandbox.md). That process, the supervisor, is trusted: it reads requests (marshal, from the trusted
 rfteval process) on stdin, and for every grading unit (the samples of one model for one item) forks a fresh
 child from itself, a template that has imported what the grader source imports but never ran a line of it.
@@ -10,7 +10,7 @@ time with its own clock, kills the child and everything it started when the unit
 the results to rfteval on stdout. Nothing a child does outlives its unit or reaches another unit's results.
 
 Wire format to rfteval: 8-byte little-endian length, then JSON `[done, [[score, type, message, stdout], ...]]`,
-results in request order (rfteval checks them again; see sandbox.decode_reply).
+results in request order (rfteval checks them again; see wire.decode_reply).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ PYTHON_RUNTIME = "python_grader_runtime_error"
 PYTHON_TIMEOUT = "python_grader_timeout_error"
 PYTHON_MEMORY = "python_grader_memory_error"
 PYTHON_SERVER = "python_grader_server_error"
-RESEND = "rfteval_resend_whole"  # as in sandbox.py: a sample sent compact that could not be rebuilt here
+RESEND = "rfteval_resend_whole"  # as in wire.py: a sample sent compact that could not be rebuilt here
 ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER, RESEND})
 
 HEADER = struct.Struct("<Q")  # frames to and from rfteval
@@ -51,7 +51,7 @@ TRACEBACK_CHARS = 4000
 MESSAGE_CHARS = 8000  # an error message as forwarded, at most
 RECORD_SLACK = MESSAGE_CHARS * 4 + 4096  # room per record beyond the output cap (UTF-8, JSON escapes)
 FLUSH_S = 0.05  # results go to rfteval at least this often while a request runs
-HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor (as in sandbox.py)
+HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor (as in pool.py)
 LOADED = -1  # the record index that says the source loaded (or why it did not)
 SIGALRM, ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
@@ -66,10 +66,10 @@ if TYPE_CHECKING:  # the checker's names only: at run time this script defines a
     from rfteval.data.json_types import JSONObject, JSONValue
     from rfteval.data.sample import Sample
 
-    # What rfteval sends for one sample (sandbox.compact_sample): the whole sample as marshal, the text of a JSON
+    # What rfteval sends for one sample (wire.compact_sample): the whole sample as marshal, the text of a JSON
     # output alone, or (text, tools as marshal or None, whether output_json is the text's parse).
     Sent = bytes | str | tuple[str, bytes | None, bool]
-    Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (sandbox.decode_reply)
+    Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (wire.decode_reply)
     GradeFn = Callable[[Sample, JSONObject], object]  # the grader's grade(sample, item); its value is checked
     ParseFn = Callable[[str], JSONValue]  # rfteval.data.sample.parse_output_json
     MakeFn = Callable[[str, list[JSONValue] | None, None, JSONValue], Sample]  # make_sample, as called here
@@ -79,7 +79,7 @@ if TYPE_CHECKING:  # the checker's names only: at run time this script defines a
         make: MakeFn
 
     class WorkerConfig(TypedDict):
-        """The supervisor's settings, the JSON argument sandbox._Sandbox.start passes."""
+        """The supervisor's settings, the JSON argument pool._Sandbox.start passes."""
 
         timeout_s: float
         grace_s: float
@@ -699,7 +699,7 @@ class Supervisor:
     # -- a request
 
     def grade(self, request: tuple[str, str, str | None, list[tuple[bytes, list[Sent]]]]) -> None:
-        """A "grade" request (sandbox._Sandbox.request): the source's key, the source unless sent before, and
+        """A "grade" request (pool._Sandbox.request): the source's key, the source unless sent before, and
         the units, each (item as marshal, its samples as sent)."""
         _, key, source, units = request
         code = self.code_for(key, source)
@@ -988,7 +988,9 @@ def setup(config: WorkerConfig) -> tuple[int, int, dict[str, int | str | bool]]:
     orphan of a unit (in the PID namespace), killed with its parent."""
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.abspath(__file__)
+    for _ in range(4):  # rfteval/graders/sandbox/_worker.py: the directory that holds the rfteval package
+        root = os.path.dirname(root)
     if root not in sys.path:
         sys.path.append(root)  # last: for rfteval.data.sample (and rfteval.graders.base, lazily) in a child
     in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable
