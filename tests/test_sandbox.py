@@ -303,9 +303,10 @@ def test_every_unit_gets_a_fresh_process_and_never_the_rfteval_process(pool2: Wo
     pids = [int(r.score) for r in results]
     assert all(r.error is None for r in results)
     assert os.getpid() not in pids and not set(pids) & set(pool2.pids)  # never rfteval, never the supervisor
-    # each sandbox has its own PID namespace, so two sandboxes can hand out the same pid: a token drawn when the
-    # source is loaded tells processes apart instead (a fresh process per unit loads the source afresh)
-    token = "import random\nTOKEN = random.random()\ndef grade(sample, item):\n    return TOKEN\n"
+    # each sandbox has its own PID namespace, so two sandboxes can hand out the same pid: a token drawn by a
+    # process's first call tells processes apart instead (random is reseeded in every forked process)
+    token = ("import random\nTOKEN = []\ndef grade(sample, item):\n    if not TOKEN:\n"
+             "        TOKEN.append(random.random())\n    return TOKEN[0]\n")
     items = [{"id": n} for n in range(4)]
     declared = pool2.grade(token, [({}, items[k % 4]) for k in range(20)], units=[k % 4 for k in range(20)])
     by_unit = {n: {r.score for k, r in enumerate(declared) if k % 4 == n} for n in range(4)}
