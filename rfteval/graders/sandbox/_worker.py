@@ -2,12 +2,15 @@
 
 sandbox.WorkerPool starts `python -I _worker.py CONFIG_JSON` inside bubblewrap (see pool.py and
 docs/sandbox.md). That process, the supervisor, is trusted: it reads requests (marshal, from the trusted
-rfteval process) on stdin, and for every grading unit (the samples of one model for one item) forks a fresh
-child from itself, a template that has imported what the grader source imports but never ran a line of it.
-The child loads the source, grades the unit's samples and writes each result into a shared memory region of its
-own; the supervisor reads that region, checks and bounds every record (it comes from grader code), keeps the
-time with its own clock, kills the child and everything it started when the unit ends, wipes /tmp, and sends
-the results to rfteval on stdout. Nothing a child does outlives its unit or reaches another unit's results.
+rfteval process) on stdin and imports what a grader source imports, never running a line of it. In the
+sandbox's PID namespace it forks, per source, a template that runs the source's module-level code once and is
+kept only when that left nothing a forked unit would share (Supervisor.template_hazard); every grading unit (the
+samples of one model for one item) is then a fresh child forked from the template, its samples sent to it alone.
+Without a template (unsafe mode, or a refused one) the child is forked from the supervisor and loads the source
+itself. The child grades the unit's samples and writes each result into a shared memory region of its own; the
+supervisor reads that region, checks and bounds every record (it comes from grader code), keeps the time with its
+own clock, kills the child and everything it started when the unit ends, wipes /tmp, and sends the results to
+rfteval on stdout. Nothing a child does outlives its unit or reaches another unit's results.
 
 Wire format to rfteval: 8-byte little-endian length, then JSON `[done, [[score, type, message, stdout], ...]]`,
 results in request order (rfteval checks them again; see wire.decode_reply).
@@ -721,6 +724,7 @@ class Template:
         self.key = key
         self.pid = pid
         self.fd = fd
+        self.unread = 0  # wait statuses of exited children not read yet (read when a failure needs one)
 
 
 class Supervisor:
@@ -910,6 +914,8 @@ class Supervisor:
         output = read_output(out_fd, self.cap)
         os.close(out_fd)
         if failure is None:
+            if template is not None and template.unread:
+                status = self.unit_status(template)
             where = "while loading the grader source" if expected == LOADED else "during grade()"
             failure = (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} {where}")
         if kills > self.oom_seen:  # a process of the unit was OOM-killed: that, not what followed, is the cause
@@ -1013,11 +1019,18 @@ class Supervisor:
         mine, theirs = (end.detach() for end in socket.socketpair())
         out_fd = self.output_file()
         loader = Child(None, self.timeout_s, self.cap)
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError:  # out of processes or memory: units load the source themselves, as before
+            pid = -1
         if pid == 0:
             template_main(loader, self.limits[key], code, key, self.null_fd, out_fd, theirs)
         os.close(theirs)
         os.close(out_fd)
+        if pid < 0:
+            os.close(mine)
+            self.no_template[key] = "no template could be forked"
+            return
         template = Template(key, pid, mine)
         failure, refused = self.template_loaded(template)
         if failure is None and refused is None:
@@ -1122,6 +1135,10 @@ class Supervisor:
         the template has closed its copy, so they reach the child alone."""
         import socket
 
+        while template.unread:  # statuses of earlier children, reported by now
+            self.unit_status(template)
+            if template.fd < 0:
+                return None
         region_fd = self.output_file()  # an unnamed file in the sandbox's /dev/shm: mapped here and in the child
         mine, theirs = (end.detach() for end in socket.socketpair())
         region: mmap.mmap | None = None
@@ -1178,10 +1195,12 @@ class Supervisor:
         """A template's child's wait status once it has exited (the template reaps it), else None after `wait`."""
         if not select.select([pidfd], [], [], wait)[0]:
             return None
-        return self.unit_status(template)
+        template.unread += 1  # exited: its status waits in the socket, read when a failure needs it
+        return 0
 
     def unit_status(self, template: Template) -> int:
-        """The wait status the template reports for its child; a template that does not report is ended."""
+        """The next wait status the template reports for a child; a template that does not report is ended."""
+        template.unread = max(0, template.unread - 1)
         reply = self.template_reply(template, WORD.size, 5.0)[0] if template.fd >= 0 else None
         if reply is None:
             self.no_template[template.key] = "its template stopped answering"
