@@ -749,6 +749,14 @@ class Supervisor:
         self.templates: dict[str, Template] = {}
         self.no_template: dict[str, str] = {}
         self.use_templates = self.pid_namespace and hasattr(os, "pidfd_open")
+        # what /tmp and /dev/shm hold before any unit: the directories bubblewrap made for read-only binds under
+        # /tmp (an interpreter or a checkout there), which no wipe removes and no template put there
+        self.baseline: dict[str, set[str]] = {}
+        for directory in (self.workdir, "/dev/shm") if self.pid_namespace else ():
+            try:
+                self.baseline[directory] = set(os.listdir(directory))
+            except OSError:
+                continue
         self.null_fd = os.open(os.devnull, os.O_RDONLY)  # a child's stdin
         self.decode_record = msgspec.json.Decoder(tuple[int, float, str | None, str | None, str | None]).decode
         self.encode = msgspec.json.encode
@@ -1106,7 +1114,7 @@ class Supervisor:
             return "its module-level code mapped shared memory"
         for directory in (self.workdir, "/dev/shm"):
             try:
-                if os.listdir(directory):
+                if set(os.listdir(directory)) - self.baseline.get(directory, set()):
                     return f"its module-level code left files in {directory}"
             except OSError:
                 continue
