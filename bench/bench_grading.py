@@ -13,6 +13,9 @@
     Runloop published source (ast-grep over TypeScript in <plan>/<code> outputs) through the pool and in-process.
 
 Run: .venv/bin/python bench/bench_grading.py   (or `make bench`). Prints a table; main() returns the figures.
+With RFTEVAL_BENCH_BEFORE=DIR (a checkout of other code, e.g. `git archive COMMIT | tar -x -C DIR`), every
+repeat also grades the same pairs through DIR's pool, in a helper process that built them itself, right after
+this checkout's pool: before and after side by side in one run, against the same loop.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ CHIPSTACK_ITEMS, CHIPSTACK_EPOCHS = 1000, 20  # 20,000 samples
 TEXT_SAMPLES = 20_000
 RUNLOOP_ITEMS, RUNLOOP_EPOCHS = 250, 20  # 5,000 samples
 REPEATS = 7
+BEFORE_ENV = "RFTEVAL_BENCH_BEFORE"
 RUNLOOP_TARGET = 1.5  # the sandbox's time over the in-process loop's, at most (issue 21)
 RUNLOOP_REPEATS = 5
 
@@ -236,13 +240,53 @@ def from_text(run: Callable[[list[Pair]], list[float]]) -> Callable[[list[Pair]]
     return wrapped
 
 
-def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = False) -> dict[str, Any]:
+class Before:
+    """The pool of another checkout (RFTEVAL_BENCH_BEFORE) in a helper process that built the same pairs: each
+    call grades them once through a fresh pool there and returns its figures."""
+
+    def __init__(self, directory: str, case: str):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-pool", directory, case],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the pool of {directory} did not start")
+
+    def __call__(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def serve_pool(directory: str, case: str) -> None:
+    """The helper of Before: DIR's rfteval first on the path, the case's pairs built as main() builds them."""
+    sys.path.insert(0, directory)
+    pairs = chipstack_pairs(random.Random(0)) if case == "chipstack" else runloop_pairs(random.Random(0))
+    gc.collect()
+    gc.freeze()
+    source = (SEEDS / f"{case}.py").read_text()
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        figures = through_pool(source, pairs)
+        scores = figures.pop("scores")
+        figures["scores_hash"] = hash(tuple(scores))
+        print(json.dumps(figures), flush=True)
+
+
+def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = False,
+                 case: str = "") -> dict[str, Any]:
     """In-process loops and pool, alternated so all see the same machine; best of `repeats` each."""
     run = in_process(source)
     if quiet:
         run = quiet_in_process(run)
     text_run = from_text(run)
-    loops, text_loops, pools, others = [], [], [], []
+    loops, text_loops, pools, others, befores = [], [], [], [], []
+    before = Before(os.environ[BEFORE_ENV], case) if os.environ.get(BEFORE_ENV) else None
     for _ in range(repeats):
         busy0 = others_cpu()
         t0 = time.perf_counter()
@@ -252,8 +296,14 @@ def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = Fal
         text_loops.append(text_run.seconds)  # type: ignore[attr-defined]
         pools.append(through_pool(source, pairs))
         assert pools[-1]["errors"] == 0 and pools[-1]["scores"] == scores, "pool and in-process scores differ"
+        if before is not None:
+            befores.append(before())
+            assert befores[-1]["errors"] == 0 and befores[-1]["scores_hash"] == hash(tuple(scores)), \
+                "the other checkout's pool scores differently"
         busy1 = others_cpu()
         others.append(busy1 - busy0 - pools[-1]["workers_cpu_s"] if busy0 is not None and busy1 is not None else None)
+    if before is not None:
+        before.close()
     loop_s = min(loops)
     best = min(pools, key=lambda p: p["warm_s"])
     cold_s = min(p["cold_s"] for p in pools)
@@ -265,7 +315,9 @@ def loop_vs_pool(source: str, pairs: list[Pair], repeats: int, quiet: bool = Fal
             "mean_score": statistics.fmean(scores), "in_process_all_s": loops, "in_process_text_all_s": text_loops,
             "pool_warm_all_s": [p["warm_s"] for p in pools], "others_cpu_s": others,
             "pool_main_cpu_s": best["main_cpu_s"], "pool_workers_cpu_s": best["workers_cpu_s"],
-            "pool_cpu_all_s": [p["main_cpu_s"] + p["workers_cpu_s"] for p in pools]}
+            "pool_cpu_all_s": [p["main_cpu_s"] + p["workers_cpu_s"] for p in pools],
+            "before_warm_all_s": [b["warm_s"] for b in befores],
+            "before_cpu_all_s": [b["main_cpu_s"] + b["workers_cpu_s"] for b in befores]}
 
 
 def others_cpu() -> float | None:
@@ -311,7 +363,7 @@ def main() -> dict[str, Any]:
     chip = chipstack_pairs(random.Random(0))
     gc.collect()
     gc.freeze()  # the fixture: see the module docstring
-    c = figures["chipstack"] = loop_vs_pool((SEEDS / "chipstack.py").read_text(), chip, REPEATS)
+    c = figures["chipstack"] = loop_vs_pool((SEEDS / "chipstack.py").read_text(), chip, REPEATS, case="chipstack")
 
     text_pairs = [({**make_text(s)}, {"reference_answer": json.dumps(i["reference_answer"][:6])})
                   for s, i in chip[:TEXT_SAMPLES]]
@@ -332,7 +384,7 @@ def main() -> dict[str, Any]:
     gc.collect()
     gc.freeze()
     r = figures["runloop"] = loop_vs_pool((SEEDS / "runloop.py").read_text(), runloop, RUNLOOP_REPEATS,
-                                          quiet=True)
+                                          quiet=True, case="runloop")
     rates["runloop_pool"] = r["samples"] / r["pool_warm_s"]
     rates["runloop_in_process"] = r["samples"] / r["in_process_s"]
     figures["samples_per_s"] = rates
@@ -374,6 +426,15 @@ def main() -> dict[str, Any]:
     print(f"sandbox vs in-process loop (Runloop, started pool): {1 / r['speedup_warm']:.2f}x the loop's time best vs "
           f"best, {1 / r['speedup_paired']:.2f}x median of the {RUNLOOP_REPEATS} side-by-side runs  "
           f"[{verdict}; target <= {RUNLOOP_TARGET:g}x]")
+    for name, f in (("ChipStack", c), ("Runloop", r)):
+        if f["before_warm_all_s"]:
+            loops, after, before = f["in_process_all_s"], f["pool_warm_all_s"], f["before_warm_all_s"]
+            print(f"{name}, {os.environ[BEFORE_ENV]}'s pool in the same run: {spread(before)}; vs the loop "
+                  f"{min(before) / min(loops):.2f}x best vs best, "
+                  f"{statistics.median(b / lp for b, lp in zip(before, loops, strict=True)):.2f}x median of pairs "
+                  f"(this checkout: {min(after) / min(loops):.2f}x, "
+                  f"{statistics.median(a / lp for a, lp in zip(after, loops, strict=True)):.2f}x); CPU median "
+                  f"{statistics.median(f['before_cpu_all_s']):.3f} there, {statistics.median(f['pool_cpu_all_s']):.3f} here")
     return figures
 
 
@@ -389,4 +450,7 @@ def make_text(sample: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--serve-pool"]:
+        serve_pool(sys.argv[2], sys.argv[3])
+    else:
+        main()

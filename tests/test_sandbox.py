@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from rfteval.data.sample import make_sample
-from rfteval.graders import _worker
 from rfteval.graders.base import (
     PYTHON_MEMORY,
     PYTHON_RUNTIME,
@@ -27,10 +26,10 @@ from rfteval.graders.base import (
 from rfteval.graders.sandbox import (
     RESEND,
     STDOUT_CAP,
+    Failure,
     Resend,
     WorkerPool,
-    _Failure,
-    _Sandbox,
+    _worker,
     compact_sample,
     decode_reply,
     encode,
@@ -38,6 +37,7 @@ from rfteval.graders.sandbox import (
     group_units,
     worker_env,
 )
+from rfteval.graders.sandbox.pool import _Sandbox
 
 TIMEOUT_S = 2.0
 
@@ -303,9 +303,10 @@ def test_every_unit_gets_a_fresh_process_and_never_the_rfteval_process(pool2: Wo
     pids = [int(r.score) for r in results]
     assert all(r.error is None for r in results)
     assert os.getpid() not in pids and not set(pids) & set(pool2.pids)  # never rfteval, never the supervisor
-    # each sandbox has its own PID namespace, so two sandboxes can hand out the same pid: a token drawn when the
-    # source is loaded tells processes apart instead (a fresh process per unit loads the source afresh)
-    token = "import random\nTOKEN = random.random()\ndef grade(sample, item):\n    return TOKEN\n"
+    # each sandbox has its own PID namespace, so two sandboxes can hand out the same pid: a token drawn by a
+    # process's first call tells processes apart instead (random is reseeded in every forked process)
+    token = ("import random\nTOKEN = []\ndef grade(sample, item):\n    if not TOKEN:\n"
+             "        TOKEN.append(random.random())\n    return TOKEN[0]\n")
     items = [{"id": n} for n in range(4)]
     declared = pool2.grade(token, [({}, items[k % 4]) for k in range(20)], units=[k % 4 for k in range(20)])
     by_unit = {n: {r.score for k, r in enumerate(declared) if k % 4 == n} for n in range(4)}
@@ -509,7 +510,7 @@ def test_worker_error_types_match_base() -> None:
     b"[true, [" + b"[" * 200_000,
 ])
 def test_garbled_replies_are_refused(reply: bytes) -> None:
-    with pytest.raises(_Failure) as info:
+    with pytest.raises(Failure) as info:
         decode_reply(reply, 0, 2)
     assert info.value.error.type == PYTHON_SERVER
 

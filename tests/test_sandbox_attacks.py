@@ -36,6 +36,15 @@ def grade(sample, item):
     return float(item["v"])
 '''
 
+# stop every process above this one but bubblewrap's init: the supervisor, and the template between (a unit's
+# child is forked from a template that loaded the source, and its parent is that template)
+STOP_ANCESTORS = ("import os, signal\n"
+                  "pid = os.getppid()\n"
+                  "while pid > 1:\n"
+                  "    parent = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])\n"
+                  "    os.kill(pid, signal.SIGSTOP)\n"
+                  "    pid = parent\n")
+
 
 @pytest.fixture(scope="module")
 def pool() -> Iterator[WorkerPool]:
@@ -174,7 +183,7 @@ def test_rfteval_is_invisible_and_cannot_be_signalled(pool: WorkerPool) -> None:
     "        except OSError:\n"
     "            pass\n",
     # stop its supervisor: the sandbox is timed from rfteval
-    "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n",
+    STOP_ANCESTORS,
     # block the alarm and sleep past the limit
     "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(60)\n",
 ], ids=["patch-reply-code", "forge-frames", "getframe-scores", "regex-thread", "survivors", "kill-siblings",
@@ -381,7 +390,7 @@ def test_a_stopped_supervisor_costs_seconds_at_the_default_timeout() -> None:
         assert default.timeout_s == 120.0  # --grader-timeout's default: the watchdog must not wait for it
         default.grade(RUNS_OUTPUT, honest(1))  # started: what is timed below is the attack and the recovery
         started = time.monotonic()
-        evil, _ = attack(default, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n")
+        evil, _ = attack(default, STOP_ANCESTORS)
         took = time.monotonic() - started
     assert evil.error is not None and evil.error.type == PYTHON_TIMEOUT and "heartbeat" in evil.error.message, evil
     assert took < 15, took  # six seconds of silence, then a fresh sandbox for the honest samples after it
@@ -419,10 +428,10 @@ def test_a_timeout_is_the_samples_own(pool: WorkerPool) -> None:
 
 
 def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
-    from rfteval.graders.sandbox import _Failure
+    from rfteval.graders.sandbox import Failure
 
     for data in (b"[" * 200_000, b"[true, [" + b"[" * 200_000, b"\xff" * 1000):
-        with pytest.raises(_Failure):
+        with pytest.raises(Failure):
             decode_reply(data, 0, 1)
 
 
@@ -551,3 +560,145 @@ def test_a_subset_holds_as_an_unprivileged_user() -> None:
                            NOBODY_SCRIPT], capture_output=True, text=True, timeout=240, env=env, check=False, cwd="/")
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
     assert "RLIMIT" in proc.stdout  # no cgroup for nobody: the per-process limits hold instead
+
+
+# ---------------------------------------------------------------- the template: the source loaded once (issue 31)
+# Each source reports the distinct items it has seen through what its module-level code made (a global, a thread,
+# a child process, a socket), plus 0.5 when grade() runs in a process forked from the one that loaded it (the
+# template) rather than in the process that loaded it (a unit that loads the source itself). Every unit is one
+# item: a count above 1 would be one unit seeing another's data.
+
+TEMPLATE_MARK = "rfteval-template-probe-5b1e"
+SEEN_BY_GLOBAL = """
+import os
+LOADED_IN = os.getpid()
+SEEN = set()
+
+def grade(sample, item):
+    SEEN.add(item["id"])
+    return float(len(SEEN)) + (0.5 if os.getpid() != LOADED_IN else 0.0)
+"""
+SEEN_BY_THREAD = """
+import os, queue, threading, time
+LOADED_IN = os.getpid()
+INBOX = queue.Queue()
+SEEN = set()
+
+def keep():
+    while True:
+        SEEN.add(INBOX.get())
+
+threading.Thread(target=keep, daemon=True).start()
+
+def grade(sample, item):
+    INBOX.put(item["id"])
+    deadline = time.monotonic() + 2
+    while item["id"] not in SEEN and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return float(len(SEEN)) + (0.5 if os.getpid() != LOADED_IN else 0.0)
+"""
+SEEN_BY_CHILD = f"""
+import os, subprocess, sys
+LOADED_IN = os.getpid()
+HELPER = subprocess.Popen(
+    [sys.executable, "-c", "import sys  # {TEMPLATE_MARK}\\nseen = set()\\nfor line in sys.stdin:\\n"
+     "    seen.add(line)\\n    print(len(seen), flush=True)\\n"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+def grade(sample, item):
+    HELPER.stdin.write(str(item["id"]) + "\\n")
+    HELPER.stdin.flush()
+    return float(HELPER.stdout.readline()) + (0.5 if os.getpid() != LOADED_IN else 0.0)
+"""
+SEEN_BY_SOCKET = """
+import os, socket
+LOADED_IN = os.getpid()
+A, B = socket.socketpair()
+B.setblocking(False)
+SEEN = set()
+
+def grade(sample, item):
+    A.sendall(str(item["id"]).encode() + b"\\n")
+    data = b""
+    while not data.endswith(b"\\n"):
+        try:
+            data += B.recv(65536)
+        except BlockingIOError:
+            pass
+    SEEN.update(data.split())
+    return float(len(SEEN)) + (0.5 if os.getpid() != LOADED_IN else 0.0)
+"""
+FILE_AT_IMPORT = """
+import os
+LOADED_IN = os.getpid()
+with open("/tmp/table.txt", "w") as fh:
+    fh.write("0.75")
+
+def grade(sample, item):
+    with open("/tmp/table.txt") as fh:
+        return float(fh.read()) + (0.125 if os.getpid() != LOADED_IN else 0.0)
+"""
+
+
+def processes_with(mark: str) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                if mark.encode() in Path("/proc", name, "cmdline").read_bytes():
+                    found.append(int(name))
+            except OSError:
+                continue
+    return found
+
+
+def grade_in_units(source: str, items: int = 4, epochs: int = 3, workers: int = 1) -> tuple[list[object], list[int]]:
+    """Epoch-major pairs (as a runner grades), one unit per item; the results and the pool's sandbox pids."""
+    pairs = [({"output_text": "x"}, {"id": n}) for _ in range(epochs) for n in range(items)]
+    with WorkerPool(workers=workers, timeout_s=10, memory_mb=512) as pool:
+        results = pool.grade(source, pairs, units=[item["id"] for _, item in pairs])
+        again = pool.grade(source, pairs, units=[item["id"] for _, item in pairs])  # the same sandboxes, later
+        pids = pool.pids
+    assert all(r.error is None for r in results + again), results + again
+    return [r.score for r in results + again], pids
+
+
+def assert_nothing_outlives(pids: list[int]) -> None:
+    deadline = time.monotonic() + 10
+    while (any(Path("/proc", str(pid)).exists() for pid in pids) or processes_with(TEMPLATE_MARK)) \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in pids if Path("/proc", str(pid)).exists()] and not processes_with(TEMPLATE_MARK)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_module_global_written_in_one_unit_is_not_seen_by_the_next(workers: int) -> None:
+    scores, pids = grade_in_units(SEEN_BY_GLOBAL, workers=workers)
+    assert scores == [1.5] * len(scores)  # loaded once in the template, each unit saw its own item alone
+    assert_nothing_outlives(pids)
+
+
+@pytest.mark.parametrize("source", [SEEN_BY_THREAD, SEEN_BY_CHILD, SEEN_BY_SOCKET],
+                         ids=["thread-at-import", "child-at-import", "socket-at-import"])
+def test_a_source_that_leaves_a_thread_a_child_or_a_socket_is_loaded_in_each_unit(source: str) -> None:
+    """A thread, a process or an fd made at import would be shared by every unit forked from the template (and a
+    thread's state half-copied): the template is refused, and each unit loads the source in its own process."""
+    scores, pids = grade_in_units(source)
+    assert scores == [1.0] * len(scores)  # loaded in each unit (no 0.5), and no unit saw another's item
+    assert_nothing_outlives(pids)
+
+
+def test_files_made_at_import_are_there_for_every_unit() -> None:
+    """/tmp is wiped after each unit, so a template that wrote there is refused: every unit loads it again."""
+    scores, pids = grade_in_units(FILE_AT_IMPORT)
+    assert scores == [0.75] * len(scores)
+    assert_nothing_outlives(pids)
+
+
+def test_a_unit_that_kills_its_template_costs_at_most_its_own_score(pool: WorkerPool) -> None:
+    """A model output that kills or stops the template: the units after it load the source themselves."""
+    kill_parent = "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n"
+    for payload in (kill_parent, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)\n"):
+        attack(pool, payload)
+        pairs = honest(4)
+        assert [r.score for r in pool.grade(RUNS_OUTPUT, pairs)] == [(k + 1) / 100 for k in range(4)]

@@ -22,6 +22,8 @@ from rfteval.graders.sandbox import (
     Host,
     HostFacts,
     WorkerPool,
+    cgroup,
+    host_probe,
     refusal_reason,
 )
 
@@ -39,11 +41,11 @@ KERNEL_SECCOMP = "bwrap: prctl(PR_SET_SECCOMP): Invalid argument"
 @pytest.fixture
 def fresh_probe() -> Iterator[None]:
     """The probe's caches cleared before and after, so a test's broken host never reaches another test."""
-    sandbox._cgroup_parents.cache_clear()
-    sandbox._seccomp_program.cache_clear()
+    cgroup.cgroup_parents.cache_clear()
+    host_probe.seccomp_program.cache_clear()
     yield
-    sandbox._cgroup_parents.cache_clear()
-    sandbox._seccomp_program.cache_clear()
+    cgroup.cgroup_parents.cache_clear()
+    host_probe.seccomp_program.cache_clear()
 
 
 def fake_bwrap(directory: Path, message: str, code: int = 1) -> Path:
@@ -92,9 +94,9 @@ def test_a_refusal_by_bubblewrap_names_its_step_and_the_hosts_remedy(
     message, sysctls, container, words = CASES[case]
     monkeypatch.setenv("PATH", f"{fake_bwrap(tmp_path / 'bin', message)}:{os.environ['PATH']}")
     monkeypatch.setenv(HOST_FACTS_ENV, str(facts_root(tmp_path, sysctls, container)))
-    if os.getuid() == 0 and sandbox._cgroup_parents() is None:
+    if os.getuid() == 0 and cgroup.cgroup_parents() is None:
         pytest.skip("root without a writable cgroup here: that refusal comes before bubblewrap's")
-    reason = sandbox._probe_host().refused
+    reason = host_probe.probe_host().refused
     assert reason is not None and "\n" not in reason
     for word in words:
         assert word in reason, (word, reason)
@@ -118,16 +120,16 @@ def test_apparmor_is_named_only_where_it_restricts_user_namespaces() -> None:
 
 def test_bwrap_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_probe: None) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
-    reason = sandbox._probe_host().refused
+    reason = host_probe.probe_host().refused
     assert reason is not None and "not installed" in reason and "apt-get install bubblewrap" in reason
 
 
 def test_seccomp_library_missing(monkeypatch: pytest.MonkeyPatch, fresh_probe: None) -> None:
-    if sandbox.shutil.which("bwrap") is None:
+    if host_probe.shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed: that refusal comes first")
     import ctypes
 
-    from rfteval.graders import seccomp
+    from rfteval.graders.sandbox import seccomp
 
     real = ctypes.CDLL
 
@@ -137,20 +139,20 @@ def test_seccomp_library_missing(monkeypatch: pytest.MonkeyPatch, fresh_probe: N
         return real(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(seccomp.ctypes, "CDLL", no_libseccomp)
-    reason = sandbox._probe_host().refused
+    reason = host_probe.probe_host().refused
     assert reason is not None and reason.startswith("seccomp is unavailable") and "libseccomp2" in reason
 
 
 def test_root_with_an_unwritable_cgroup_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              fresh_probe: None) -> None:
-    if sandbox.shutil.which("bwrap") is None:
+    if host_probe.shutil.which("bwrap") is None:
         pytest.skip("bubblewrap is not installed: that refusal comes first")
     readonly = tmp_path / "cgroup"
     readonly.mkdir()
     readonly.chmod(0o555)  # and nothing under it: no controller to create a cgroup in
     monkeypatch.setenv(CGROUP_ROOT_ENV, str(readonly))
-    assert sandbox._cgroup_parents() is None
-    reason = sandbox._probe_host().refused
+    assert cgroup.cgroup_parents() is None
+    reason = host_probe.probe_host().refused
     if os.getuid() != 0:
         assert reason is None  # RLIMIT_NPROC binds a normal user: no cgroup is needed for the process limit
         return
@@ -161,8 +163,8 @@ def test_root_with_an_unwritable_cgroup_root(tmp_path: Path, monkeypatch: pytest
 @pytest.mark.slow
 def test_without_a_cgroup_the_start_says_the_memory_limit_is_per_process(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(sandbox, "_HOST", Host(None, False, "no sandbox in this test"))
-    monkeypatch.setattr(sandbox, "_NOTED", set())
+    monkeypatch.setattr(host_probe, "_HOST", Host(None, False, "no sandbox in this test"))
+    monkeypatch.setattr(host_probe, "_NOTED", set())
     with caplog.at_level(logging.WARNING, logger="rfteval.sandbox"), \
             WorkerPool(workers=1, timeout_s=10, memory_mb=300, unsafe=True) as pool:
         (result,) = pool.grade("def grade(s, i):\n    return 0.5\n", [({}, {})])

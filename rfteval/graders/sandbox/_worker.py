@@ -1,16 +1,19 @@
 """Inside the python grader sandbox: a supervisor that never runs grader code, and one child per grading unit.
 
-sandbox.WorkerPool starts `python -I _worker.py CONFIG_JSON` inside bubblewrap (see sandbox.py and
+sandbox.WorkerPool starts `python -I _worker.py CONFIG_JSON` inside bubblewrap (see pool.py and
 docs/sandbox.md). That process, the supervisor, is trusted: it reads requests (marshal, from the trusted
-rfteval process) on stdin, and for every grading unit (the samples of one model for one item) forks a fresh
-child from itself, a template that has imported what the grader source imports but never ran a line of it.
-The child loads the source, grades the unit's samples and writes each result into a shared memory region of its
-own; the supervisor reads that region, checks and bounds every record (it comes from grader code), keeps the
-time with its own clock, kills the child and everything it started when the unit ends, wipes /tmp, and sends
-the results to rfteval on stdout. Nothing a child does outlives its unit or reaches another unit's results.
+rfteval process) on stdin and imports what a grader source imports, never running a line of it. In the
+sandbox's PID namespace it forks, per source, a template that runs the source's module-level code once and is
+kept only when that left nothing a forked unit would share (Supervisor.template_hazard); every grading unit (the
+samples of one model for one item) is then a fresh child forked from the template, its samples sent to it alone.
+Without a template (unsafe mode, or a refused one) the child is forked from the supervisor and loads the source
+itself. The child grades the unit's samples and writes each result into a shared memory region of its own; the
+supervisor reads that region, checks and bounds every record (it comes from grader code), keeps the time with its
+own clock, kills the child and everything it started when the unit ends, wipes /tmp, and sends the results to
+rfteval on stdout. Nothing a child does outlives its unit or reaches another unit's results.
 
 Wire format to rfteval: 8-byte little-endian length, then JSON `[done, [[score, type, message, stdout], ...]]`,
-results in request order (rfteval checks them again; see sandbox.decode_reply).
+results in request order (rfteval checks them again; see wire.decode_reply).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ PYTHON_RUNTIME = "python_grader_runtime_error"
 PYTHON_TIMEOUT = "python_grader_timeout_error"
 PYTHON_MEMORY = "python_grader_memory_error"
 PYTHON_SERVER = "python_grader_server_error"
-RESEND = "rfteval_resend_whole"  # as in sandbox.py: a sample sent compact that could not be rebuilt here
+RESEND = "rfteval_resend_whole"  # as in wire.py: a sample sent compact that could not be rebuilt here
 ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER, RESEND})
 
 HEADER = struct.Struct("<Q")  # frames to and from rfteval
@@ -51,12 +54,13 @@ TRACEBACK_CHARS = 4000
 MESSAGE_CHARS = 8000  # an error message as forwarded, at most
 RECORD_SLACK = MESSAGE_CHARS * 4 + 4096  # room per record beyond the output cap (UTF-8, JSON escapes)
 FLUSH_S = 0.05  # results go to rfteval at least this often while a request runs
-HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor (as in sandbox.py)
+HEARTBEAT_S = 1.0  # and something at least this often, so rfteval can tell a stopped supervisor (as in pool.py)
 LOADED = -1  # the record index that says the source loaded (or why it did not)
 SIGALRM, ITIMER_REAL = signal.SIGALRM, signal.ITIMER_REAL
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
 MAX_PREIMPORTS = 64
+MAX_TEMPLATES = 4  # sources loaded once per sandbox at a time; the oldest template ends when a fifth is loaded
 
 Err = tuple[str, str]
 
@@ -66,10 +70,10 @@ if TYPE_CHECKING:  # the checker's names only: at run time this script defines a
     from rfteval.data.json_types import JSONObject, JSONValue
     from rfteval.data.sample import Sample
 
-    # What rfteval sends for one sample (sandbox.compact_sample): the whole sample as marshal, the text of a JSON
+    # What rfteval sends for one sample (wire.compact_sample): the whole sample as marshal, the text of a JSON
     # output alone, or (text, tools as marshal or None, whether output_json is the text's parse).
     Sent = bytes | str | tuple[str, bytes | None, bool]
-    Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (sandbox.decode_reply)
+    Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (wire.decode_reply)
     GradeFn = Callable[[Sample, JSONObject], object]  # the grader's grade(sample, item); its value is checked
     ParseFn = Callable[[str], JSONValue]  # rfteval.data.sample.parse_output_json
     MakeFn = Callable[[str, list[JSONValue] | None, None, JSONValue], Sample]  # make_sample, as called here
@@ -79,7 +83,7 @@ if TYPE_CHECKING:  # the checker's names only: at run time this script defines a
         make: MakeFn
 
     class WorkerConfig(TypedDict):
-        """The supervisor's settings, the JSON argument sandbox._Sandbox.start passes."""
+        """The supervisor's settings, the JSON argument pool._Sandbox.start passes."""
 
         timeout_s: float
         grace_s: float
@@ -333,8 +337,8 @@ class Child:
     """Runs in the forked child: loads the source, grades the unit's samples, writes each result to the region.
     Everything here can be rewritten by the grader; the supervisor believes none of it beyond this unit."""
 
-    def __init__(self, region: mmap.mmap, timeout_s: float, cap: int):
-        self.region = region
+    def __init__(self, region: mmap.mmap | None, timeout_s: float, cap: int):
+        self.region = region  # None in a template's loader, which commits nothing
         self.timeout_s = timeout_s
         self.cap = cap
         self.count = 0
@@ -361,16 +365,18 @@ class Child:
         if message is not None and len(message) > MESSAGE_CHARS:
             message = message[:MESSAGE_CHARS]
         body = encode_record([index, score, etype, message, stdout])
+        region = self.region
+        assert region is not None
         end = COUNT.size + self.used + RECORD.size + len(body)
-        if end > len(self.region):
+        if end > len(region):
             body = encode_record([index, 0.0, PYTHON_SERVER, "the result did not fit in its region", None])
             end = COUNT.size + self.used + RECORD.size + len(body)
         start = COUNT.size + self.used
-        RECORD.pack_into(self.region, start, len(body))
-        self.region[start + RECORD.size:end] = body
+        RECORD.pack_into(region, start, len(body))
+        region[start + RECORD.size:end] = body
         self.used = end - COUNT.size
         self.count += 1
-        COUNT.pack_into(self.region, 0, self.count, self.used)
+        COUNT.pack_into(region, 0, self.count, self.used)
 
     def take_output(self) -> str | None:
         """The call's output from the output file, and a clean file for the next call (one system call when the
@@ -413,7 +419,13 @@ class Child:
         if isinstance(fn, tuple):
             self.commit(LOADED, 0.0, fn, output)
             return
-        self.commit(LOADED, 0.0, None, None)
+        self.grade_all(fn, item_blob, samples, start)
+
+    def grade_all(self, fn: GradeFn, item_blob: bytes, samples: list[Sent], start: int, loaded: bool = True) -> None:
+        """With the source loaded (here, or in the template this child was forked from, which reported the load
+        itself: `loaded` False), grade samples[start:]."""
+        if loaded:
+            self.commit(LOADED, 0.0, None, None)
         parse, make = sample_functions()
         loads, monotonic, handler, getsignal = marshal.loads, time.monotonic, self.on_alarm, _signal.getsignal
         for i in range(start, len(samples)):
@@ -490,6 +502,106 @@ def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: ty
         for which, value in limits:
             setrlimit(which, value)
         child.run(code, key, item_blob, samples, start)
+    except BaseException:  # noqa: BLE001, S110  (a failure here shows as a missing result; the supervisor reports it)
+        pass
+    os._exit(0)
+
+
+# ---------------------------------------------------------------- a template: the source loaded once
+
+
+TEMPLATE_FD = 3  # in a template: its socket to the supervisor
+UNIT_FD, REGION_FD = 3, 4  # in a unit forked from a template: its own socket to the supervisor, its result region
+WORD = struct.Struct("<q")  # a template's replies after its first: a child's pid, then that child's wait status
+
+
+def template_main(loader: Child, limits: list[tuple[int, tuple[int, int]]], code: types.CodeType, key: str,
+                  null_fd: int, out_fd: int, sock_fd: int) -> None:
+    """In a template, forked from the supervisor for one source: the unit's limits, fds 0-3 only, then the
+    grader's module-level code, run once, under the unit's time limit. It reports how the load went (a record
+    as a child commits it), then forks one child per unit on the supervisor's word and reports that child's pid
+    and wait status. Never returns.
+
+    It is dumpable while the supervisor inspects it after the load (its threads, fds and mappings, read from
+    /proc), and not dumpable again, on the supervisor's word, before any unit exists, so no unit can read or
+    write its memory. It never receives a model output: those go to each child on a socket only that child
+    holds (unit_main)."""
+    try:
+        os.setsid()
+        os.dup2(null_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(sock_fd, TEMPLATE_FD)
+        os.closerange(TEMPLATE_FD + 1, 1 << 20)
+        for which, value in limits:
+            resource.setrlimit(which, value)
+        prctl(PR_SET_DUMPABLE, 1)
+        sys.stdout = sys.stderr = loader.capture
+        signal.signal(SIGALRM, loader.on_alarm)
+        signal.setitimer(ITIMER_REAL, loader.timeout_s)
+        fn = loader.load(code, key)
+        signal.setitimer(ITIMER_REAL, 0)
+        loader.take_output()  # what the import printed: a unit's output starts empty, as when it loads itself
+        failed = fn if isinstance(fn, tuple) else None
+        etype, message = failed if failed is not None else (None, None)
+        send(TEMPLATE_FD, encode_record([LOADED, 0.0, etype, message, None]))
+        if not isinstance(fn, tuple):
+            gc.collect()
+            gc.freeze()  # the units' collections then never touch (and copy) what the load made
+            serve_units(fn, loader.timeout_s, loader.cap)
+    except BaseException:  # noqa: BLE001, S110  (a failure shows as the template's end; the supervisor copes)
+        pass
+    os._exit(0)
+
+
+def serve_units(fn: GradeFn, timeout_s: float, cap: int) -> None:
+    """A template's loop: on "D" become not dumpable; on "F" with (a socket, a result region, an output file)
+    fork a unit's child, keep none of the three, report the child's pid, wait for it, report its status."""
+    import socket
+
+    sock = socket.socket(fileno=TEMPLATE_FD)
+    while True:
+        message, fds, _, _ = socket.recv_fds(sock, 16, 3)
+        if not message:
+            return
+        if message == b"D":
+            prctl(PR_SET_DUMPABLE, 0)
+            sock.sendall(b"d")
+            continue
+        if message != b"F" or len(fds) != 3:
+            return
+        pid = os.fork()
+        if pid == 0:
+            unit_main(fn, timeout_s, cap, fds)
+        for fd in fds:
+            os.close(fd)
+        sock.sendall(WORD.pack(pid))
+        sock.sendall(WORD.pack(os.waitpid(pid, 0)[1]))
+
+
+def unit_main(fn: GradeFn, timeout_s: float, cap: int, fds: list[int]) -> None:
+    """In a child forked from a template: its own session, fds 0-2 and its two channels only (the template's
+    socket is closed), then the unit's samples, read from a socket only this process holds. Never returns."""
+    try:
+        unit_fd, region_fd, out_fd = fds
+        os.setsid()
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(unit_fd, UNIT_FD)  # replaces the template's socket
+        os.dup2(region_fd, REGION_FD)
+        os.closerange(REGION_FD + 1, 1 << 20)
+        region = mmap.mmap(REGION_FD, 0)
+        os.close(REGION_FD)
+        data = recv(UNIT_FD)
+        os.close(UNIT_FD)
+        if data is None:
+            os._exit(0)
+        item_blob, samples, start = marshal.loads(data)
+        child = Child(region, timeout_s, cap)
+        sys.stdout = sys.stderr = child.capture
+        signal.signal(SIGALRM, child.on_alarm)
+        signal.setitimer(ITIMER_REAL, timeout_s)
+        child.grade_all(fn, item_blob, samples, start, loaded=False)
     except BaseException:  # noqa: BLE001, S110  (a failure here shows as a missing result; the supervisor reports it)
         pass
     os._exit(0)
@@ -605,6 +717,16 @@ def describe_exit(status: int | None) -> str:
     return f"exited with code {os.WEXITSTATUS(status)}" if os.WIFEXITED(status) else "ended"
 
 
+class Template:
+    """In the supervisor: a template process that has loaded one source (pid -1 once reaped) and its socket."""
+
+    def __init__(self, key: str, pid: int, fd: int):
+        self.key = key
+        self.pid = pid
+        self.fd = fd
+        self.unread = 0  # wait statuses of exited children not read yet (read when a failure needs one)
+
+
 class Supervisor:
     """Trusted: never runs grader code, never maps a child's memory but its result region. One unit at a time."""
 
@@ -622,6 +744,19 @@ class Supervisor:
         self.codes: dict[str, types.CodeType | Err] = {}
         self.broken: dict[str, Err] = {}
         self.limits: dict[str, list[tuple[int, tuple[int, int]]]] = {}
+        # a source loaded once in a template process, units forked from it (in the PID namespace alone, where
+        # everything but the templates can be found and killed after a unit); sources that may not have one
+        self.templates: dict[str, Template] = {}
+        self.no_template: dict[str, str] = {}
+        self.use_templates = self.pid_namespace and hasattr(os, "pidfd_open")
+        # what /tmp and /dev/shm hold before any unit: the directories bubblewrap made for read-only binds under
+        # /tmp (an interpreter or a checkout there), which no wipe removes and no template put there
+        self.baseline: dict[str, set[str]] = {}
+        for directory in (self.workdir, "/dev/shm") if self.pid_namespace else ():
+            try:
+                self.baseline[directory] = set(os.listdir(directory))
+            except OSError:
+                continue
         self.null_fd = os.open(os.devnull, os.O_RDONLY)  # a child's stdin
         self.decode_record = msgspec.json.Decoder(tuple[int, float, str | None, str | None, str | None]).decode
         self.encode = msgspec.json.encode
@@ -699,10 +834,13 @@ class Supervisor:
     # -- a request
 
     def grade(self, request: tuple[str, str, str | None, list[tuple[bytes, list[Sent]]]]) -> None:
-        """A "grade" request (sandbox._Sandbox.request): the source's key, the source unless sent before, and
+        """A "grade" request (pool._Sandbox.request): the source's key, the source unless sent before, and
         the units, each (item as marshal, its samples as sent)."""
         _, key, source, units = request
         code = self.code_for(key, source)
+        if (self.use_templates and not isinstance(code, tuple) and key not in self.broken
+                and key not in self.templates and key not in self.no_template):
+            self.start_template(key, code)
         for item_blob, samples in units:
             start = 0
             while start < len(samples):
@@ -719,17 +857,27 @@ class Supervisor:
         if self.pending:  # what earlier units earned is safe in rfteval before this one's code runs
             self.flush(False, force=True)
         size = COUNT.size + (len(samples) - start + 1) * (self.cap + RECORD_SLACK + RECORD.size)
-        region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
         out_fd = self.output_file()
-        child = Child(region, self.timeout_s, self.cap)
-        pid = os.fork()
-        if pid == 0:
-            child_main(child, self.limits[key], code, key, item_blob, samples, start, self.null_fd, out_fd)
-        pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+        template = self.templates.get(key)
+        forked = self.fork_from(template, size, out_fd, (item_blob, samples, start)) if template is not None else None
+        if forked is not None:
+            pid, pidfd, region = forked
+        else:
+            if template is not None:  # the template failed: this source's units load it themselves from now on
+                self.no_template[key] = "its template stopped answering"
+                self.drop_template(key)
+                template = None
+            region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
+            child = Child(region, self.timeout_s, self.cap)
+            pid = os.fork()
+            if pid == 0:
+                child_main(child, self.limits[key], code, key, item_blob, samples, start, self.null_fd, out_fd)
+            pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
         status: int | None = None
         read = 0  # records taken from the region
         offset = COUNT.size
-        expected = LOADED  # the index the next record must have
+        expected = LOADED if template is None else start  # the index the next record must have (a template's
+        # child has the source loaded already: what it writes can never be blamed on the source)
         failure: Err | None = None
         limit = self.timeout_s + self.grace_s
         started = deadline_from = time.monotonic()
@@ -739,7 +887,7 @@ class Supervisor:
                 now = time.monotonic()
                 deadline = min(deadline_from + limit, cap_at)
                 wait = max(0.0, min(deadline - now, HEARTBEAT_S))
-                exited = self.wait_exit(pid, pidfd, wait)
+                exited = self.wait_exit(pid, pidfd, wait) if template is None else self.wait_unit(template, pidfd, wait)
                 if exited is not None:
                     status = exited
                 count, used = COUNT.unpack_from(region, 0)
@@ -760,7 +908,7 @@ class Supervisor:
         finally:
             if status is None:
                 self.kill(pid)
-                status = self.reap(pid)
+                status = self.reap(pid) if template is None else self.unit_status(template)
             self.clean_up()
             if pidfd >= 0:
                 os.close(pidfd)
@@ -774,6 +922,8 @@ class Supervisor:
         output = read_output(out_fd, self.cap)
         os.close(out_fd)
         if failure is None:
+            if template is not None and template.unread:
+                status = self.unit_status(template)
             where = "while loading the grader source" if expected == LOADED else "during grade()"
             failure = (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} {where}")
         if kills > self.oom_seen:  # a process of the unit was OOM-killed: that, not what followed, is the cause
@@ -863,6 +1013,278 @@ class Supervisor:
                 raise ValueError("not a result") from None
             return row[0], float(row[1]), row[2], row[3], row[4]
 
+    # -- a template: the source loaded once, units forked from it
+
+    def start_template(self, key: str, code: types.CodeType) -> None:
+        """Fork a template for this source and have it run the source's module-level code once; keep it when the
+        load succeeded and left nothing a forked unit would share with the next (see template_hazard), else end
+        it: a failed load fails the source as a unit's failed load does, a hazard makes this source's units load
+        it themselves (the per-unit path), and the reason is kept in no_template."""
+        import socket
+
+        while len(self.templates) >= MAX_TEMPLATES:
+            self.drop_template(next(iter(self.templates)))
+        mine, theirs = (end.detach() for end in socket.socketpair())
+        out_fd = self.output_file()
+        loader = Child(None, self.timeout_s, self.cap)
+        try:
+            pid = os.fork()
+        except OSError:  # out of processes or memory: units load the source themselves, as before
+            pid = -1
+        if pid == 0:
+            template_main(loader, self.limits[key], code, key, self.null_fd, out_fd, theirs)
+        os.close(theirs)
+        os.close(out_fd)
+        if pid < 0:
+            os.close(mine)
+            self.no_template[key] = "no template could be forked"
+            return
+        template = Template(key, pid, mine)
+        failure, refused = self.template_loaded(template)
+        if failure is None and refused is None:
+            refused = self.template_hazard(template)
+            if refused is None:
+                self.templates[key] = template
+                return
+        if failure is not None:
+            self.broken[key] = failure
+        if refused is not None:
+            self.no_template[key] = refused
+        self.end_template(template)
+
+    def template_loaded(self, template: Template) -> tuple[Err | None, str | None]:
+        """How the template's load went: (the source's failure, as a unit's load would report it) or (None, why
+        no template is kept) or (None, None) when it loaded."""
+        limit = self.timeout_s + self.grace_s
+        head, ended = self.template_reply(template, HEADER.size, limit)
+        body = None
+        if head is not None:
+            (length,) = HEADER.unpack(head)
+            if length > self.cap * 4 + RECORD_SLACK:
+                return None, "it garbled its report"
+            body, ended = self.template_reply(template, length, limit)
+        kills = self.oom_kills() if self.oom_file is not None else 0
+        oomed, self.oom_seen = kills > self.oom_seen, max(self.oom_seen, kills)
+        if body is None:
+            if oomed:
+                return (PYTHON_MEMORY, self.oom_message("loading the grader source")), None
+            if not ended:
+                return (PYTHON_TIMEOUT, self.stuck_message(LOADED)), None
+            self.kill(template.pid)
+            status = self.reap(template.pid)
+            template.pid = -1  # reaped
+            return (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} while loading the grader source"), None
+        try:
+            index, _, etype, message, _ = self.read_record(body)
+        except BaseException:  # noqa: BLE001  (msgspec's errors, RecursionError, ...)
+            return None, "it garbled its report"
+        if index != LOADED:
+            return None, "it garbled its report"
+        if oomed:
+            return (PYTHON_MEMORY, self.oom_message("loading the grader source")), None
+        if etype is not None:
+            return (etype if etype in ERROR_TYPES else PYTHON_RUNTIME, (message or "")[:MESSAGE_CHARS]), None
+        return None, None
+
+    def template_hazard(self, template: Template) -> str | None:
+        """Why a loaded template must not be kept, or None. Every unit would inherit what the load left behind, so
+        the template must hold nothing another unit could reach or that could carry one unit's data to the next:
+        no thread (a fork copies its state, maybe half-locked, and it would run on between units), no other
+        process (a child started at import would outlive units and be shared by them), no fd beyond 0-3 (a socket,
+        a pipe, a file: shared offsets and contents), no shared writable mapping, no file left in /tmp or
+        /dev/shm (wiped after every unit, so a later unit would not find it). Read from /proc by this process,
+        not believed from the template; then the template turns not dumpable (checked), so no unit can reach
+        its memory."""
+        pid = template.pid
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                threads = next((line.split()[1] for line in fh if line.startswith("Threads:")), "?")
+            fds = set(os.listdir(f"/proc/{pid}/fd"))
+            with open(f"/proc/{pid}/maps") as fh:
+                shared = any(len(f := line.split(maxsplit=2)) > 1 and f[1][1] == "w" and f[1][3] == "s" for line in fh)
+        except (OSError, IndexError):
+            return "its state could not be read"
+        if threads != "1":
+            return "its module-level code started a thread"
+        if self.other_processes({pid} | {other.pid for other in self.templates.values()}):
+            return "its module-level code started a process"
+        if fds != {"0", "1", "2", str(TEMPLATE_FD)}:
+            return "its module-level code left a file, pipe or socket open"
+        if shared:
+            return "its module-level code mapped shared memory"
+        for directory in (self.workdir, "/dev/shm"):
+            try:
+                if set(os.listdir(directory)) - self.baseline.get(directory, set()):
+                    return f"its module-level code left files in {directory}"
+            except OSError:
+                continue
+        import socket
+
+        try:
+            with socket.socket(fileno=os.dup(template.fd)) as sock:
+                sock.settimeout(5.0)
+                sock.sendall(b"D")
+                answered = sock.recv(1) == b"d"
+                sock.settimeout(None)  # the socket's blocking mode is the template fd's too
+        except OSError:
+            answered = False
+        try:  # its environ is open to a reader that may inspect its memory (the fd directory is not: root owns it)
+            os.close(os.open(f"/proc/{pid}/environ", os.O_RDONLY))
+        except PermissionError:
+            return None if answered else "it did not answer"
+        except OSError:
+            return "it ended"
+        return "it stayed dumpable"
+
+    def fork_from(self, template: Template, size: int, out_fd: int,
+                  unit: tuple[bytes, list[Sent], int]) -> tuple[int, int, mmap.mmap] | None:
+        """A unit's child forked from the template: (pid, pidfd, result region), or None when the template fails.
+        The child gets a fresh socket, result region and output file; the unit's samples go on that socket after
+        the template has closed its copy, so they reach the child alone."""
+        import socket
+
+        while template.unread:  # statuses of earlier children, reported by now
+            self.unit_status(template)
+            if template.fd < 0:
+                return None
+        region_fd = self.output_file()  # an unnamed file in the sandbox's /dev/shm: mapped here and in the child
+        mine, theirs = (end.detach() for end in socket.socketpair())
+        region: mmap.mmap | None = None
+        pidfd = -1
+        try:
+            os.ftruncate(region_fd, size)
+            region = mmap.mmap(region_fd, size)
+            with socket.socket(fileno=os.dup(template.fd)) as sock:
+                socket.send_fds(sock, [b"F"], [theirs, region_fd, out_fd])
+            os.close(theirs)
+            theirs = -1
+            reply, _ = self.template_reply(template, WORD.size, 5.0)
+            if reply is None:
+                raise OSError("no pid")
+            (pid,) = WORD.unpack(reply)
+            if pid <= 1 or pid in (os.getpid(), template.pid):
+                raise OSError("a wrong pid")
+            pidfd = os.pidfd_open(pid)
+            send(mine, marshal.dumps(unit))
+            return pid, pidfd, region
+        except (OSError, ValueError):
+            if region is not None:
+                region.close()
+            if pidfd >= 0:
+                os.close(pidfd)
+            return None
+        finally:
+            os.close(region_fd)
+            os.close(mine)
+            if theirs >= 0:
+                os.close(theirs)
+
+    def template_reply(self, template: Template, n: int, wait_s: float) -> tuple[bytes | None, bool]:
+        """Exactly n bytes from the template within wait_s (beating meanwhile), or (None, whether it ended)."""
+        buf = b""
+        end = time.monotonic() + wait_s
+        while len(buf) < n:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None, False
+            if not select.select([template.fd], [], [], min(left, HEARTBEAT_S))[0]:
+                self.beat()
+                continue
+            try:
+                chunk = os.read(template.fd, n - len(buf))
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return None, True
+            buf += chunk
+        return buf, False
+
+    def wait_unit(self, template: Template, pidfd: int, wait: float) -> int | None:
+        """A template's child's wait status once it has exited (the template reaps it), else None after `wait`."""
+        if not select.select([pidfd], [], [], wait)[0]:
+            return None
+        template.unread += 1  # exited: its status waits in the socket, read when a failure needs it
+        return 0
+
+    def unit_status(self, template: Template) -> int:
+        """The next wait status the template reports for a child; a template that does not report is ended."""
+        template.unread = max(0, template.unread - 1)
+        reply = self.template_reply(template, WORD.size, 5.0)[0] if template.fd >= 0 else None
+        if reply is None:
+            self.no_template[template.key] = "its template stopped answering"
+            self.drop_template(template.key)
+            return 0
+        return WORD.unpack(reply)[0]
+
+    def drop_template(self, key: str) -> None:
+        template = self.templates.pop(key, None)
+        if template is not None:
+            self.end_template(template)
+
+    def end_template(self, template: Template) -> None:
+        """End a template and everything else but the other templates; wipe /tmp and /dev/shm."""
+        if template.pid > 0:
+            self.kill(template.pid)
+            self.reap(template.pid)
+            template.pid = -1
+        if template.fd >= 0:
+            os.close(template.fd)
+            template.fd = -1
+        self.clean_up()
+
+    def other_processes(self, keep: set[int]) -> list[int]:
+        """Live processes of this PID namespace but bubblewrap's init, this one and `keep` (zombies are left to
+        their parents, which reap them)."""
+        found = []
+        me = os.getpid()
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid == 1 or pid == me or pid in keep:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"Z", b"X"):
+                found.append(pid)
+        return found
+
+    def kill_all_but(self, keep: set[int]) -> None:
+        """With templates alive, kill(-1) would end them too: find every other process in /proc and kill it,
+        until none is left (a unit forking as fast as it can is bounded by the cgroup's pids.max); reap ours."""
+        while True:
+            self.reap_orphans()
+            victims = self.other_processes(keep)
+            if not victims:
+                return
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            self.beat()
+
+    def reap_orphans(self) -> None:
+        """Reap what has ended among this process's children (orphans of units come here: a subreaper); a
+        template among them has ended, and its units load the source themselves from now on."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            for key, template in list(self.templates.items()):
+                if template.pid == pid:  # reaped: only its socket is left to close
+                    template.pid = -1
+                    os.close(template.fd)
+                    template.fd = -1
+                    self.no_template[key] = "its template ended"
+                    del self.templates[key]
+
     # -- processes and files of a unit
 
     def output_file(self) -> int:
@@ -915,8 +1337,11 @@ class Supervisor:
         """After a unit: nothing it started lives on, nothing it wrote stays. In the sandbox's PID namespace every
         process but this one and bubblewrap's init is the unit's (it may have left its session): kill(-1) ends
         them all; orphans come to this supervisor (a subreaper) to be reaped. Outside a PID namespace (the
-        unsafe mode) kill(-1) would reach the user's own processes, so only the child's session is killed there."""
-        while True:
+        unsafe mode) kill(-1) would reach the user's own processes, so only the child's session is killed there.
+        With templates alive, every process but them is found in /proc and killed instead (kill_all_but)."""
+        if self.pid_namespace and self.templates:
+            self.kill_all_but({template.pid for template in self.templates.values()})
+        while not (self.pid_namespace and self.templates):
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
@@ -988,7 +1413,9 @@ def setup(config: WorkerConfig) -> tuple[int, int, dict[str, int | str | bool]]:
     orphan of a unit (in the PID namespace), killed with its parent."""
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.abspath(__file__)
+    for _ in range(4):  # rfteval/graders/sandbox/_worker.py: the directory that holds the rfteval package
+        root = os.path.dirname(root)
     if root not in sys.path:
         sys.path.append(root)  # last: for rfteval.data.sample (and rfteval.graders.base, lazily) in a child
     in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable
