@@ -57,6 +57,7 @@ from rfteval.graders.sandbox.wire import (
     encode_whole,
     source_key,
 )
+from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.graders.sandbox._worker import Sent, WorkerConfig
@@ -354,8 +355,9 @@ class WorkerPool:
     the grader processes inside them live for one unit each.
     """
 
-    def __init__(self, workers: int | None = None, timeout_s: float = 120.0, memory_mb: int = 2048,
-                 batch_size: int = 256, *, unsafe: bool | None = None, disk_mb: int = 1024, processes: int = 128):
+    def __init__(self, workers: int | None = None, timeout_s: float = PYTHON_TIMEOUT_S,
+                 memory_mb: int = PYTHON_MEMORY_MB, batch_size: int = PYTHON_BATCH_SIZE, *,
+                 unsafe: bool | None = None, disk_mb: int = 1024, processes: int = 128):
         self.workers = workers or default_workers()
         if self.workers < 1 or batch_size < 1 or timeout_s <= 0:
             raise ValueError("workers, batch_size and timeout_s must be positive")
