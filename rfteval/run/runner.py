@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import Item, iter_items
+from rfteval.data.frame import load_run_frames
 from rfteval.data.json_types import JSONObject
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
@@ -606,8 +607,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
                                        tags=spec.reasoning_tags)
+                sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
-                                        compare_run(out_dir, labels))
+                                        compare_run(sides, labels, out_dir), sides)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
@@ -651,9 +653,10 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                        tags=spec.reasoning_tags)
             finally:
                 reader.close()
-            comparison = compare_run(out_dir, labels)
+            sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
+            comparison = compare_run(sides, labels, out_dir)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted and pipeline.gone is None, prices, comparison)
+                                    not interrupted and pipeline.gone is None, prices, comparison, sides)
             summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
