@@ -361,10 +361,9 @@ def test_summary_json_has_pass_curves_and_the_run_table_shows_them(tmp_path):
     # compare --metric reproduces summary.json
     r = compare_paths(out, out, ["base", "tuned"], CompareOptions(metric="pass@2"))
     assert r.baseline["mean"] == pytest.approx(base["pass_at_k"]["2"])
-    # read from results.parquet, or from the JSONL files without it: the same curves
-    from rfteval.graders.loader import load_grader
-
+    # from the sides the run reads once: the same curves
     from rfteval.data.frame import load_run_frames
+    from rfteval.graders.loader import load_grader
 
     curves, rule = run_pass_curves(load_run_frames(out, ["base", "tuned", "absent"]), load_grader(grader))
     assert set(curves) == {"base", "tuned"} and rule["threshold"] == 1.0

@@ -324,8 +324,8 @@ def pass_indicator(used: pd.DataFrame, threshold: float) -> np.ndarray:
     import numpy as np
 
     passed = used["passed"].to_numpy(dtype=np.float64) if "passed" in used else None
-    ok = passk.passes(used["score"].to_numpy(dtype=np.float64), passed, threshold)
-    return ok & ~used["is_error"].to_numpy(dtype=bool)
+    return passk.passes(used["score"].to_numpy(dtype=np.float64), passed, threshold,
+                        error=used["is_error"].to_numpy(dtype=bool))
 
 
 def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -> tuple[float, float] | None:

@@ -20,8 +20,14 @@ from typing import TYPE_CHECKING
 
 from rfteval.data import rundir
 from rfteval.data.records import (
-    RANGE_LOOKS, effective_scores, frame_range, generation_failures, iter_jsonl_record_lines, read_parquet_records,
-    recorded_score_range, records_frame,
+    RANGE_LOOKS,
+    effective_scores,
+    frame_range,
+    generation_failures,
+    iter_jsonl_record_lines,
+    read_parquet_records,
+    recorded_score_range,
+    records_frame,
 )
 from rfteval.errors import InputError
 
@@ -176,6 +182,7 @@ def _flag_errors(frame: pd.DataFrame) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------- reading
 
 _NEEDED = ("model_label", "item_id", "epoch", "score", "error", "sub_scores", "passed", "truncated_in_reasoning")
+_COLUMNS = ("model_label", "item_id", "epoch", "score", "passed", "truncated_in_reasoning")  # the frame's own names
 # Inside a JSON string every quote is escaped, so `"sub_scores"` followed by a colon is always a key. A nested
 # one (say in grade_details) makes the count differ from the row count, and the slow reader takes over.
 _SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
@@ -193,7 +200,7 @@ def read_frame(path: Path, columns: Sequence[str] = (), *, require_grades: bool 
     reader that names the line. A record with no score and no error was never graded: bad input, unless
     `require_grades` is False (then its score is NaN).
     """
-    extra = [c for c in columns if c not in _NEEDED]
+    extra = [c for c in dict.fromkeys(columns) if c not in _COLUMNS]
     if path.suffix == ".parquet":
         return _read_parquet(path, extra, require_grades)
     fast = None if extra else _read_jsonl_fast(path)
@@ -313,7 +320,7 @@ def _frame_from_dicts(rows: Sequence[tuple[int, Mapping[str, object]]] | Sequenc
             score = None
         if score is None and error is None and require_grades:
             raise InputError("null without an error: the record was never graded", path, line, "score")
-        score = _check_number(score, path, line, "score", allow_null=error is not None)
+        score = _check_number(score, path, line, "score", allow_null=error is not None or not require_grades)
         sub = row.get("sub_scores")
         if sub is not None and not isinstance(sub, dict):
             if isinstance(sub, list) and not validate:  # a Parquet map read by pandas: a list of pairs
@@ -359,7 +366,7 @@ def _read_parquet(path: Path, extra: Sequence[str] = (), require_grades: bool = 
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    table = read_parquet_records(path, columns=(*_NEEDED, *extra))
+    table = read_parquet_records(path, columns=tuple(dict.fromkeys((*_NEEDED, *extra))))
     for key in ("item_id", "score"):
         if key not in table.column_names:
             raise InputError("missing column; not a record file?", path, field=key)

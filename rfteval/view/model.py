@@ -691,8 +691,8 @@ def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | No
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rfteval.compare.agree import _record_files
     from rfteval.data.records import iter_jsonl_records
+    from rfteval.data.rundir import find_records
 
     def batches(f: Path) -> Iterator[dict[str, object]]:  # a batch of texts at a time, never all of them
         file = pq.ParquetFile(f)
@@ -702,7 +702,7 @@ def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | No
 
     out: dict[tuple[str, str, int], tuple[str, float | None]] = {}
     try:
-        for f in _record_files(path):
+        for f in find_records(path, pick="all").files:
             rows = batches(f) if f.suffix == ".parquet" else iter_jsonl_records(f)
             for r in rows:
                 text, score = r.get("output_text"), r.get("score")
@@ -721,7 +721,7 @@ def same_samples_regraded(paths: Sequence[Path]) -> list[tuple[Path, Path]]:
     output texts) graded differently: another grader's grades of the same outputs (`rfteval agree A --regrade G
     --out B.jsonl`, `rfteval grade`). Two copies of the same grades are not a pair; nor are two runs of a model
     (their outputs differ). Their grader files, when both are named and differ, make a pair of equal scores too."""
-    from rfteval.compare.agree import load_graded
+    from rfteval.compare.graded import load_graded
 
     if len(paths) < 2:
         return []
