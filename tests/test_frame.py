@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -116,29 +117,34 @@ def test_the_one_pass_rule() -> None:
 
 @pytest.mark.slow
 def test_a_run_reads_its_record_files_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The finish reads each DIR/<label>.jsonl once, for the comparison and the pass curves together."""
+    """The finish reads each DIR/<label>.jsonl once, for the comparison and the pass curves together, and readiness
+    assesses the baseline's records the run holds: no record file is read twice, by either reader."""
     from cli_run_files import write_run_files
 
     from rfteval.cli.app import app
+    from rfteval.data import records as records_mod
 
     reads: list[Path] = []
-    real = frame_mod.read_frame
 
-    def counted(path: Path, *args: object, **kwargs: object) -> object:
-        reads.append(Path(path))
-        return real(path, *args, **kwargs)  # type: ignore[arg-type]
+    def counting(real: Callable[..., object]) -> Callable[..., object]:
+        def read(path: Path, *args: object, **kwargs: object) -> object:
+            reads.append(Path(path))
+            return real(path, *args, **kwargs)
+        return read
 
-    monkeypatch.setattr(frame_mod, "read_frame", counted)
+    monkeypatch.setattr(frame_mod, "read_frame", counting(frame_mod.read_frame))
+    monkeypatch.setattr(records_mod, "read_records", counting(records_mod.read_records))
     files = write_run_files(tmp_path, 3, reference="yes", operation="eq", name="yes")
     flags = []
     for label in ("base", "tuned"):
         replay = tmp_path / f"{label}.rec.jsonl"
-        replay.write_text("".join(json.dumps({"item_id": f"q{i}", "epoch": e + 1, "output_text": "yes"}) + "\n"
-                                  for i in range(3) for e in range(2)))
+        replay.write_text("".join(json.dumps({"item_id": f"q{i}", "epoch": e + 1, "output_text": "yes" if e else "no"})
+                                  + "\n" for i in range(3) for e in range(2)))
         flags += ["--model", f"{label}=replay:{replay}"]
     out = tmp_path / "run"
     res = CliRunner().invoke(app, ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]),
-                                   *flags, "--epochs", "2", "--out", str(out), "-q", "--no-readiness"])
+                                   *flags, "--epochs", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
+    assert "readiness" in res.output.lower()  # assessed, from the records the run held
     assert sorted(reads) == [out / "base.jsonl", out / "tuned.jsonl"]
     assert "pass_at_k" in json.loads((out / "summary.json").read_text())["models"]["base"]

@@ -24,7 +24,7 @@ from rfteval.data.frame import load_run_frames
 from rfteval.data.json_types import JSONObject
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
-from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY
+from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY, baseline_label
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
@@ -46,6 +46,7 @@ from rfteval.run.summary import RunComparison, RunSummary, build_summary, compar
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
+    from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import Judge
@@ -156,6 +157,7 @@ class RunResult:
     exported: dict[str, int] | None = None  # --export-requests: file → lines written
     comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
     stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
+    baseline_records: list[Record] | None = None  # the baseline's records as written (readiness reads them here)
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -647,10 +649,13 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             pipeline.gone = fatal
         with export_lock:
             reader = store.reader()
+            base = baseline_label(labels)
+            held: list[Record] = []  # the baseline's records as written: readiness reads them here, not the file
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags)
+                                       tags=spec.reasoning_tags,
+                                       hold=lambda rec: held.append(rec) if rec.model_label == base else None)
             finally:
                 reader.close()
             sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
@@ -668,7 +673,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
-                         stopped=None if pipeline.gone is None else str(pipeline.gone))
+                         stopped=None if pipeline.gone is None else str(pipeline.gone), baseline_records=held)
     finally:
         if unhook_judge is not None:
             unhook_judge()
