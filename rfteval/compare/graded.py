@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.data import rundir
+from rfteval.data.records import details_field
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -138,13 +139,6 @@ def _verdict(passed: object) -> float:
 
 
 def _label(details: object) -> str | None:
-    """A label grader's label from grade_details: a dict in JSONL, JSON text in Parquet."""
-    if isinstance(details, str) and details.startswith("{"):
-        import json
-
-        try:
-            details = json.loads(details)
-        except ValueError:
-            return None
-    label = details.get("label") if isinstance(details, dict) else None
+    """A label grader's label from grade_details."""
+    label = details_field(details, "label")
     return label if isinstance(label, str) else None

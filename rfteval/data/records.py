@@ -35,7 +35,7 @@ __all__ = [
     "ERROR_POLICIES", "check_error_policy", "error_dict", "make_record", "dumps_record", "write_jsonl",
     "iter_jsonl_record_lines", "iter_jsonl_records", "decode_records", "JSON_TEXT_FIELDS", "arrow_schema",
     "to_arrow", "write_parquet", "records_frame", "read_records", "read_parquet_records", "json_safe",
-    "RANGE_LOOKS", "recorded_score_range", "frame_range",
+    "RANGE_LOOKS", "details_field", "recorded_score_range", "frame_range",
 ]
 
 
@@ -416,16 +416,20 @@ def json_safe(value: object) -> JSONValue:
 RANGE_LOOKS = 50  # records looked at for a recorded range before giving up (a judge error has no details)
 
 
-def recorded_score_range(details: object) -> tuple[float, float] | None:
-    """A record's grade_details.score_range as (low, high), from a dict (JSONL) or JSON text (Parquet): the
-    grader's range, which a score_model writes on each record so record files read without their run directory
-    keep it (compare, readiness, agree). None otherwise."""
+def details_field(details: object, key: str) -> object:
+    """One field of a record's grade_details, from a dict (JSONL) or JSON text (Parquet); None without it."""
     if isinstance(details, str):
         try:
             details = json.loads(details)
         except ValueError:
             return None
-    value = details.get("score_range") if isinstance(details, dict) else None
+    return details.get(key) if isinstance(details, dict) else None
+
+
+def recorded_score_range(details: object) -> tuple[float, float] | None:
+    """A record's grade_details.score_range as (low, high): the grader's range, which a score_model writes on each
+    record so record files read without their run directory keep it (compare, readiness, agree). None otherwise."""
+    value = details_field(details, "score_range")
     if (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                             and math.isfinite(v) for v in value)
             and value[0] < value[1]):
