@@ -94,6 +94,27 @@ def load_run_frames(out_dir: Path, labels: Sequence[str]) -> dict[str, RecordFra
     return out
 
 
+def read_labels(path: Path) -> list[str]:
+    """The model labels in a record file (its one column read: the viewer lists a file's models before reading any
+    of them); [] when it has none, or its lines are not rfteval's."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if path.suffix == ".parquet":
+        table = read_parquet_records(path, columns=("model_label",))
+        if "model_label" not in table.column_names:
+            return []
+        return [str(v) for v in pc.unique(table.column("model_label")).to_pylist() if v is not None]
+    import pyarrow.json as pj
+
+    try:
+        table = pj.read_json(path, parse_options=pj.ParseOptions(
+            explicit_schema=pa.schema([("model_label", pa.string())]), unexpected_field_behavior="ignore"))
+        return [str(v) for v in pc.unique(table.column("model_label")).to_pylist() if v is not None]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return []
+
+
 def outside_unit(scores: pd.Series) -> bool:
     """Whether some score lies outside [0, 1]: only then does a range other than the default matter."""
     import numpy as np
