@@ -57,7 +57,7 @@ def test_a_bad_outputs_line_stops_before_the_judge_and_writes_nothing(tmp_path):
 
 def test_the_judge_cache_lies_beside_the_records_unless_named(tmp_path):
     """Issue 27 item 7: grade's cache has run's file name, in the records' folder (agree --regrade's default too)."""
-    from rfteval.compare.agree import default_judge_cache
+    from rfteval.compare.regrade import default_judge_cache
 
     request = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "in" / "outs.jsonl", out=tmp_path / "o" / "r.jsonl")
     assert request.judge_cache_path == tmp_path / "o" / "judge_cache.jsonl" == default_judge_cache(request.records_path)

@@ -11,7 +11,8 @@ from record_sides import BASE, TUNED, rec, side_records, write_pair
 
 from rfteval.compare.comparison import compare_sides
 from rfteval.compare.paths import compare_paths
-from rfteval.compare.sides import load_side, read_record_frame, side_from_records
+from rfteval.compare.sides import load_side, side_from_records
+from rfteval.data.frame import read_frame as read_record_frame
 from rfteval.data.records import read_records, write_jsonl
 from rfteval.errors import InputError
 
@@ -37,7 +38,7 @@ def test_fast_and_slow_readers_agree(tmp_path):
     rows[5].error = {"stage": "grade", "type": "t", "message": "m", "extra": {"nested": True}}
     path = tmp_path / "r.jsonl"
     write_jsonl(rows, path)
-    from rfteval.compare import sides
+    from rfteval.data import frame as sides
 
     fast = sides._read_jsonl_fast(path)
     slow = sides._read_jsonl_slow(path)
@@ -134,7 +135,7 @@ def test_text_sub_score_is_named(tmp_path):
 def test_the_range_a_grader_wrote_on_the_records_is_found_in_jsonl_parquet_and_memory(tmp_path: Path) -> None:
     """A score_model writes its `range` into grade_details (score_model.parse_answer): record files copied out of
     their run directory keep it. The first records may lack it (a judge error has no answer to read)."""
-    from rfteval.compare.sides import recorded_range
+    from rfteval.data.frame import recorded_range
     from rfteval.data.records import write_parquet
 
     scores = {"a": [7, 9], "b": [2, 3]}

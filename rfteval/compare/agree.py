@@ -1,9 +1,10 @@
-"""Does grader B grade like grader A? Pair two sides' grades of the same samples, or re-grade A's outputs as B.
+"""Does grader B grade like grader A? Pair two sides' grades of the same samples (rfteval.compare.graded reads them,
+rfteval.compare.regrade makes B by grading A's outputs again) and measure how well they agree.
 
-Library first: `agree_paths` is what `rfteval agree` calls; `agree_frames` takes graded frames already read.
+Library first: `agree_paths` is what `rfteval agree` calls; `agree_frames` takes graded sides already read.
 The statistics are rfteval.stats.agreement's (per sample, at the pass threshold) and stats.paired_delta's (the verdict
-under each grader); the gate uses the evidence semantics of rfteval.compare.gate: a check fails only when the data show
-the threshold is crossed, never because the interval is too wide to prove it is not.
+under each grader); the gate uses compare's gate types and the evidence semantics of rfteval.compare.gate: a check
+fails only when the data show the threshold is crossed, never because the interval is too wide to prove it is not.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from rfteval.compare.gate import GATE_EPS
+from rfteval.compare.gate_types import GATE_EPS, AgreeGate, GateCheck, GateVerdict
+from rfteval.compare.graded import KEY, GradedSide, SideErrors, load_graded
+from rfteval.compare.regrade import JudgeUsage, Regrade, regrade_side
 from rfteval.data import rundir
 from rfteval.data.json_types import JSONObject
 from rfteval.data.records import json_safe
@@ -24,60 +27,11 @@ from rfteval.stats.agreement import LabelAgreement, PassAgreement, ScoreAgreemen
 from rfteval.stats.paired import PairedDelta
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import numpy as np
     import numpy.typing as npt
     import pandas as pd
 
-    from rfteval.data.records import Record
-    from rfteval.graders.base import GraderConfig
-    from rfteval.providers.judge import Judge
-
-KEY = ["model_label", "item_id", "epoch"]
 TEXT_WIDTH = 160  # an output's text in the per-item table: enough to see why, short enough to scan
-NAN = float("nan")
-
-
-# ---------------------------------------------------------------------------------------------- sides
-
-
-@dataclass
-class GradedSide:
-    """One grader's grades: model_label, item_id, epoch, score, passed (1/0/NaN), label, output_text, is_error and
-    the record's error (a dict, or None). Error records stay in the frame: the error policy decides at pairing
-    (`agree_frames`) whether they are left out or score 0, and they are counted by kind either way."""
-
-    name: str  # "A" or "B"
-    path: str
-    frame: pd.DataFrame
-    grader: str | None = None  # the grader file that wrote the grades, when known
-    dataset: str | None = None  # the dataset a run directory names, for --regrade
-    generation_failures: int = 0  # records whose model never answered: not an answer, counted
-    # the grader's range: its file's score_range (as readiness and compare read it), else the range written on
-    # the records (grade_details.score_range); None when neither is known
-    score_range: tuple[float, float] | None = None
-
-    def errors(self) -> SideErrors:
-        """This side's error records: how many of its records, and how many of each error type."""
-        from rfteval.data.records import error_type_of
-
-        records = len(self.frame)
-        kinds = self.frame["error"].map(lambda e: error_type_of(e) or "error")[self.frame["is_error"].to_numpy()]
-        by_kind = {str(k): int(n) for k, n in kinds.value_counts(sort=True).items()}
-        n = int(sum(by_kind.values()))
-        return {"records": records, "errors": n, "share": n / records if records else 0.0, "by_kind": by_kind,
-                "generation_failures": self.generation_failures}
-
-
-class SideErrors(TypedDict):
-    """A side's error records (grading errors, refusals, generation failures), by error type."""
-
-    records: int
-    errors: int
-    share: float  # errors / records: what --max-error-rate reads
-    by_kind: dict[str, int]  # error type -> records, most frequent first
-    generation_failures: int  # of `errors`: records whose model never answered
 
 
 class ErrorReport(TypedDict):
@@ -87,272 +41,6 @@ class ErrorReport(TypedDict):
     pairs_left_out: int  # paired samples left out of every statistic (an error on A, on B, or both)
     a: SideErrors
     b: SideErrors
-
-
-def _record_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise InputError("no such file or directory", path)
-    labels = rundir.run_labels(path)
-    if labels:
-        return [path / f"{label}.jsonl" for label in labels]
-    if (path / rundir.RESULTS).is_file():
-        return [path / rundir.RESULTS]
-    raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
-
-
-def load_graded(path: str | Path, name: str) -> GradedSide:
-    """Every model's graded records in a records file (JSONL or Parquet) or a run directory (all its labels)."""
-    import pandas as pd
-
-    from rfteval.compare.comparison import grader_range
-    from rfteval.data.records import frame_range, read_records
-
-    path = Path(path)
-    frames = [read_records(f) for f in _record_files(path)]
-    frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-    source = path if path.is_dir() else path.parent
-    dataset, grader = rundir.spec_paths(source) if (source / rundir.RESOLVED_SPEC).is_file() else (None, None)
-    side = graded_side(frame, name, str(path))
-    side.grader = str(grader) if grader else rundir.grader_path(source)
-    side.dataset = str(dataset) if dataset else None
-    found = grader_range(side.grader) if side.grader is not None else None
-    side.score_range = (found[0], found[1]) if found is not None else frame_range(frame)
-    return side
-
-
-def graded_side(frame: pd.DataFrame, name: str, path: str) -> GradedSide:
-    """Records (a read_records frame) normalised for pairing; a side with no grade at all is bad input."""
-    import numpy as np
-    import pandas as pd
-
-    from rfteval.data.records import is_generation_failure
-
-    if frame.empty:
-        raise InputError("no records", path)
-    for key in ("item_id", "score"):
-        if key not in frame:
-            raise InputError("missing on every record; not a records file?", path, field=key)
-    n = len(frame)
-    error = frame["error"] if "error" in frame else pd.Series([None] * n)
-    error = error.where(error.map(lambda e: isinstance(e, dict)), None)
-    score = pd.to_numeric(frame["score"], errors="coerce").to_numpy(dtype=np.float64)
-    has_error = error.notna().to_numpy()
-    graded = np.isfinite(score) | has_error
-    if not graded.any():
-        raise InputError("no grades (score is null on every record): grade the outputs first (`rfteval grade`), "
-                         "or give --regrade GRADER", path, field="score")
-    label_col = frame["model_label"] if "model_label" in frame else frame.get("model", pd.Series(["-"] * n))
-    epoch = pd.to_numeric(frame["epoch"], errors="coerce") if "epoch" in frame else pd.Series(np.ones(n))
-    passed = frame["passed"] if "passed" in frame else pd.Series([None] * n)
-    details = frame["grade_details"] if "grade_details" in frame else pd.Series([None] * n)
-    labels = label_col.fillna("-").astype(str)
-    out = pd.DataFrame({
-        "model_label": labels.to_numpy(),
-        "model": (frame["model"].where(frame["model"].map(lambda m: isinstance(m, str) and bool(m)), labels)
-                  if "model" in frame else labels).to_numpy(),  # the endpoint's name, for --regrade's records
-        "item_id": frame["item_id"].astype(str).to_numpy(),
-        "epoch": epoch.fillna(1).astype(np.int64).to_numpy(),
-        "score": score,  # as recorded: the error policy scores error records at pairing (agree_frames)
-        "passed": [float(p) if isinstance(p, (bool, np.bool_)) else NAN for p in passed],
-        "label": [_label(d) for d in details],
-        "output_text": frame["output_text"].to_numpy() if "output_text" in frame else [None] * n,
-        "is_error": has_error,
-        "error": error.to_numpy(),
-    })
-    out = out[graded].drop_duplicates(subset=KEY, keep="last").reset_index(drop=True)  # a later record supersedes
-    return GradedSide(name, path, out, generation_failures=int(out["error"].map(is_generation_failure).sum()))
-
-
-def _label(details: object) -> str | None:
-    """A label grader's label from grade_details: a dict in JSONL, JSON text in Parquet."""
-    if isinstance(details, str) and details.startswith("{"):
-        import json
-
-        try:
-            details = json.loads(details)
-        except ValueError:
-            return None
-    label = details.get("label") if isinstance(details, dict) else None
-    return label if isinstance(label, str) else None
-
-
-# ---------------------------------------------------------------------------------------------- --regrade
-
-
-class JudgeUsage(TypedDict):
-    calls: int
-    cache_hits: int
-    errors: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: float | None
-
-
-@dataclass
-class Regrade:
-    """What --regrade needs: the grader, the dataset the outputs answer, and where judge answers are cached."""
-
-    grader: str | Path
-    dataset: str | Path | None = None
-    judge_base_url: str | None = None
-    judge_api_key_env: str = "OPENAI_API_KEY"
-    judge_api: str = "chat"
-    judge_model: str | None = None
-    judge_concurrency: int = 16
-    judge_cache: str | Path | None = None
-    out: str | Path | None = None  # B's records, written when given
-    allow_grader_without_sample: bool = False  # the grader lint's way out (graders/lint.py)
-    developer_as: str | None = None  # "system": the judge's developer messages go as system (--developer-as)
-
-
-SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
-
-
-def regrade_grader_path(value: str | Path, a_path: str | Path) -> Path:
-    """The grader file --regrade names: the path given, or for `same` the grader A's run directory was graded with."""
-    if str(value) != SAME:
-        return Path(value)
-    a = Path(a_path)
-    source = a if a.is_dir() else a.parent
-    grader = rundir.spec_paths(source)[1] if (source / rundir.RESOLVED_SPEC).is_file() else None
-    if grader is None:
-        raise InputError("--regrade same needs A to be a run directory whose spec.resolved.toml names its grader; "
-                         "give the grader file instead", a, field="--regrade")
-    return grader
-
-
-def load_regrade_grader(path: str | Path, warn: Callable[[str], None] | None = None, *,
-                        allow_without_sample: bool = False, judge_model: str | None = None) -> GraderConfig:
-    """The --regrade grader, loaded and linted (graders/lint.py) as every grading command's is; the lint's
-    warnings go to `warn` (dropped without one)."""
-    from rfteval.graders import load_grader
-    from rfteval.graders.lint import check_grader
-
-    try:
-        config = load_grader(path)
-    except InputError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a grader that cannot load is bad input, one line
-        raise InputError(f"cannot load the grader ({type(exc).__name__}: {exc})", path, field="--regrade") from None
-    check_grader(config, path, warn or (lambda _line: None), allow_without_sample=allow_without_sample,
-                 judge_model=judge_model)
-    return config
-
-
-def default_judge_cache(a_path: str | Path) -> Path:
-    """Beside A's records: DIR/judge_cache.jsonl of A's run directory (the run's own cache) or A's folder."""
-    p = Path(a_path)
-    return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
-
-
-def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
-    """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached.
-
-    A sample whose generation failed or was refused is not graded again, as `rfteval run` grades neither: B holds
-    the same generation error for it, so the error policy treats both sides of that pair alike."""
-    from rfteval.data.dataset import load_dataset
-    from rfteval.data.outputs import Output
-    from rfteval.data.records import error_kinds, records_frame, write_jsonl
-    from rfteval.errors import InputErrors
-    from rfteval.graders import GradeOptions
-    from rfteval.graders.checks import preflight
-    from rfteval.graders.grading import grade_outputs
-
-    dataset = spec.dataset or a.dataset
-    if dataset is None:
-        raise InputError("--regrade needs the dataset the outputs answer: give --dataset (A is not a run directory "
-                         "whose spec names one)", a.path, field="--dataset")
-    config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
-                                 judge_model=spec.judge_model)
-    data = load_dataset(dataset)
-    problems = preflight(config, data, spec.grader)  # a template no item fills would score every sample 0
-    if problems:
-        raise InputErrors(problems)
-    known = {it.id for it in data}
-    answered = ~error_kinds(a.frame).isin(["generate", "refusal"]).to_numpy(dtype=bool)
-    rows = a.frame[answered]
-    missing = sorted(set(a.frame["item_id"]) - known)
-    if missing:
-        raise InputError(f"{len(missing)} item(s) of A are not in the dataset (first: {missing[0]!r})", dataset,
-                         field="item_id")
-    if rows["output_text"].isna().all():
-        raise InputError("no output_text on A's records: nothing to re-grade", a.path, field="output_text")
-    outs = [Output(item_id=str(r.item_id), epoch=int(r.epoch), model=str(r.model),
-                   output_text=r.output_text if isinstance(r.output_text, str) else "", model_label=str(r.model_label))
-            for r in rows.itertuples(index=False)]
-    own = judge is None
-    if own:
-        cache = Path(spec.judge_cache) if spec.judge_cache is not None else default_judge_cache(a.path)
-        judge = make_judge(config, spec, cache)
-    try:
-        records = grade_outputs(data, config, outs, GradeOptions(), judge=judge)
-        usage = judge_usage(judge)
-        records += _not_answered(a.frame[~answered], records[0].run_id if records else "regrade")
-    finally:
-        if own and judge is not None:
-            judge.close()
-    from rfteval.providers.judge import raise_if_stopped
-
-    raise_if_stopped(judge, "nothing was compared (--regrade)")
-    if spec.out is not None:
-        from rfteval.data.outfile import write_output
-
-        write_output(spec.out, lambda tmp: write_jsonl(records, tmp), inputs=[a.path, dataset, spec.grader],
-                     flag="--out")
-    side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
-    side.grader = f"{spec.grader}, judge {spec.judge_model}" if spec.judge_model else str(spec.grader)
-    side.score_range = config.score_range()[:2]
-    return side, usage
-
-
-def _not_answered(rows: pd.DataFrame, run_id: str) -> list[Record]:
-    """B's records of A's samples that have no answer to grade: A's generation error, kept (apply_grade's rule)."""
-    from rfteval.data.records import error_dict, make_record
-    from rfteval.graders.base import GradeResult
-    from rfteval.graders.grading import apply_grade
-
-    out = []
-    for r in rows.itertuples(index=False):
-        e = r.error if isinstance(r.error, dict) else {}
-        rec = make_record(run_id=run_id, model_label=str(r.model_label), model=str(r.model),
-                          item_id=str(r.item_id), epoch=int(r.epoch),
-                          output_text=r.output_text if isinstance(r.output_text, str) else None,
-                          error=error_dict(str(e.get("stage") or "generate"), str(e.get("type") or "error"),
-                                           str(e.get("message") or "")))
-        out.append(apply_grade(rec, GradeResult(0.0)))
-    return out
-
-
-def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Judge | None:
-    """The judge client (its answers cached in `cache`, so a second run sends nothing), or None without a model
-    grader. The python sandbox's policy is the command's to set (commands.common.python_sandbox)."""
-    from rfteval.graders.base import judge_types
-
-    if not judge_types(config):
-        return None
-    from rfteval.providers.judge import Judge
-
-    return Judge.from_settings(spec.judge_base_url, spec.judge_api_key_env, spec.judge_api, spec.developer_as,
-                               cache_path=cache,
-                               concurrency=spec.judge_concurrency, model_override=spec.judge_model)
-
-
-def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:
-    """Per judge model: calls sent, cache hits, errors, tokens and cost (pricing's table; None when unpriced)."""
-    if judge is None:
-        return {}
-    from rfteval.providers.pricing import cost_usd, price_table
-
-    prices = price_table()
-    out: dict[str, JudgeUsage] = {}
-    for model, u in judge.usage().items():
-        tin, tout = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
-        out[model] = {"calls": int(u.get("calls") or 0), "cache_hits": int(u.get("cache_hits") or 0),
-                      "errors": int(u.get("errors") or 0), "input_tokens": tin, "output_tokens": tout,
-                      "cost_usd": cost_usd(model, tin, tout, prices)}
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- results
@@ -392,34 +80,6 @@ class VerdictRow(TypedDict):
     answer: str
 
 
-class GateCheck(TypedDict):
-    name: str
-    passed: bool
-    detail: str
-    warning: str | None
-
-
-class AgreeGateVerdict(TypedDict):
-    passed: bool
-    failures: list[str]
-    warnings: list[str]
-    checks: list[GateCheck]
-
-
-@dataclass(frozen=True)
-class AgreeGate:
-    min_kappa: float | None = None
-    max_bias: float | None = None
-    require_same_verdict: bool = False
-    # compare's flag: with any other check given, the gate fails when either side's share of error records is
-    # above it; with none, that is a warning
-    max_error_rate: float = 0.05
-
-    def __post_init__(self) -> None:  # checked before any judge is paid for (--regrade)
-        if not self.max_error_rate >= 0:
-            raise InputError(f"must be >= 0, got {self.max_error_rate:g}", field="--max-error-rate")
-
-
 @dataclass(frozen=True)
 class AgreeOptions:
     pass_threshold: float | None = None
@@ -451,7 +111,7 @@ class AgreeResult:
     items: list[ItemRow]
     item_diffs: list[tuple[str, float]]  # every item: (id, B − A), for the plots
     verdict: list[VerdictRow] | None
-    gate: AgreeGateVerdict
+    gate: GateVerdict
     paired: pd.DataFrame  # the matched samples: key, score_a, score_b
     errors: ErrorReport
     usage: dict[str, JudgeUsage] = field(default_factory=dict)
@@ -497,20 +157,14 @@ def _unmatched(a: pd.DataFrame, b: pd.DataFrame, merged: pd.DataFrame, limit: in
 
 
 def _pass_column(side: GradedSide, threshold: float | None) -> npt.NDArray[np.bool_] | None:
-    """Per sample: the grader's own `passed` verdict, else score ≥ --pass-threshold; None when neither exists.
-
-    A grading error fails (it scores 0, OpenAI's rule), so it needs no verdict of its own.
-    """
+    """Per sample: the grader's own `passed` verdict, else score ≥ --pass-threshold (rfteval.stats.passk.passes, the
+    one pass rule); a grading error fails (it scores 0, OpenAI's rule). None when neither verdict nor threshold."""
     import numpy as np
 
-    passed = side.frame["passed"].to_numpy(dtype=np.float64)
-    error = side.frame["is_error"].to_numpy(dtype=bool)
-    if (np.isfinite(passed) | error).all():
-        return (passed > 0.5) & ~error
-    if threshold is None:
-        return None
-    score = side.frame["score"].to_numpy(dtype=np.float64)
-    return np.where(np.isfinite(passed), passed > 0.5, score >= threshold - 1e-9) & ~side.frame["is_error"].to_numpy()
+    from rfteval.stats.passk import passes
+
+    return passes(side.frame["score"].to_numpy(dtype=np.float64), side.frame["passed"].to_numpy(dtype=np.float64),
+                  threshold, error=side.frame["is_error"].to_numpy(dtype=bool))
 
 
 def grader_threshold(grader: str | None) -> float | None:
@@ -704,7 +358,7 @@ def verdict_answer(candidate: str, word_a: str, word_b: str) -> str:
 # ---------------------------------------------------------------------------------------------- the gate
 
 
-def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate, level: float = 0.95) -> AgreeGateVerdict:
+def evaluate_agree_gate(result: AgreeResult, gate: AgreeGate, level: float = 0.95) -> GateVerdict:
     """Evidence mode, as compare's gate: a check fails only when the interval lies wholly past its threshold."""
     checks: list[GateCheck] = []
     if gate.min_kappa is not None:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from rfteval.compare.gate_types import Gate, GateVerdict, no_gate
-from rfteval.compare.sides import SUB, Side, load_side, normalise_frame, read_record_frame
-from rfteval.data import rundir
+from rfteval.compare.sides import SUB, Side
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONScalar
 from rfteval.data.records import check_error_policy, json_safe
 from rfteval.errors import InputError
@@ -325,8 +324,8 @@ def pass_indicator(used: pd.DataFrame, threshold: float) -> np.ndarray:
     import numpy as np
 
     passed = used["passed"].to_numpy(dtype=np.float64) if "passed" in used else None
-    ok = passk.passes(used["score"].to_numpy(dtype=np.float64), passed, threshold)
-    return ok & ~used["is_error"].to_numpy(dtype=bool)
+    return passk.passes(used["score"].to_numpy(dtype=np.float64), passed, threshold,
+                        error=used["is_error"].to_numpy(dtype=bool))
 
 
 def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -> tuple[float, float] | None:
@@ -403,15 +402,14 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
     return out, note
 
 
-def run_pass_curves(out_dir: Path, labels: Sequence[str],
-                    grader: GraderConfig) -> tuple[dict[str, PassCurves], PassThreshold]:
-    """Per label of a run directory, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
+def run_pass_curves(sides: Mapping[str, Side], grader: GraderConfig) -> tuple[dict[str, PassCurves], PassThreshold]:
+    """Per label of a run, {"pass_at_k": {"1": …, "N": …}, "pass_all_k": {…}}, and the pass rule.
 
-    For summary.json: read back from DIR/results.parquet (its few needed columns; DIR/<label>.jsonl without it),
-    under compare's default error policy (a generation error
-    is left out, a grading error or refusal fails), so `compare --metric pass@K` reproduces these numbers. A
-    sample passes by its record's `passed`, else when it reaches the grader's maximum. A label whose records
-    cannot be read yet (no records), or whose scores pass that maximum (then it is not the grader's), is left out.
+    For summary.json: from the sides the run already read for its comparison (rfteval.data.frame.load_run_frames),
+    under compare's default error policy (a generation error is left out, a grading error or refusal fails), so
+    `compare --metric pass@K` reproduces these numbers. A sample passes by its record's `passed`, else when it
+    reaches the grader's maximum. A label with no side (no records yet), or whose scores pass that maximum (then it
+    is not the grader's), is left out.
     """
     import numpy as np
 
@@ -419,24 +417,7 @@ def run_pass_curves(out_dir: Path, labels: Sequence[str],
     o = CompareOptions()
     out: dict[str, PassCurves] = {}
     above: list[str] = []
-    parquet = Path(out_dir) / rundir.RESULTS
-    frame = None
-    if parquet.is_file():  # five columns of one file, not every output text of every model again
-        try:
-            frame = read_record_frame(parquet)
-        except InputError:
-            frame = None
-    for label in labels:
-        try:
-            if frame is not None:
-                rows = frame[frame["model_label"] == label].reset_index(drop=True)
-                if rows.empty:
-                    continue
-                side = normalise_frame(rows, label, str(parquet))
-            else:
-                side = load_side(Path(out_dir) / f"{label}.jsonl")
-        except InputError:
-            continue
+    for label, side in sides.items():
         scores = side.frame["score"].to_numpy(dtype=np.float64)
         if np.isfinite(scores).any() and float(np.nanmax(scores)) > float(high) + 1e-9:
             above.append(label)  # scores above the grader's (assumed) maximum: no pass rule is known, no pass@k

@@ -1,4 +1,5 @@
-"""The gate's data: what a gate asks for (`Gate`) and what it found (`GateVerdict`, one `GateCheck` per check).
+"""The gate's data: what a gate asks for (`Gate`, agree's `AgreeGate`) and what it found (`GateVerdict`, one
+`GateCheck` per check), for compare's gate and agree's alike.
 
 Apart from the checks (rfteval.compare.gate) so that a comparison can carry its options and its verdict without
 importing the checks, which read the comparison: compare_sides builds a result with no verdict, and whoever gates
@@ -10,17 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
+from rfteval.errors import InputError
+
 GATE_MODES = ("evidence", "strict")
 GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
 
 
 class GateCheck(TypedDict):
-    """One check: whether it passed, the line that says why, and the smallest drop it can see (its MDE)."""
+    """One check: whether it passed, the line that says why, and (compare's checks) the smallest drop it can see
+    (its MDE)."""
 
     name: str
     passed: bool
     detail: str
-    mde: float
+    mde: NotRequired[float]  # compare's checks; agree's have no drop to detect
     warning: str | None
     flagged: NotRequired[list[str]]  # max-item-drop: the items that failed
     p_adjusted: NotRequired[dict[str, float]]  # max-item-drop: Holm-adjusted p of each item past the threshold
@@ -31,8 +35,8 @@ class GateVerdict(TypedDict):
     failures: list[str]
     checks: list[GateCheck]
     warnings: list[str]
-    mode: str
-    flagged_items: list[str]
+    mode: NotRequired[str]  # compare's gate: evidence or strict
+    flagged_items: NotRequired[list[str]]  # compare's gate: the items max-item-drop flagged
     p_adjusted: NotRequired[float]  # in a series: the candidate's p, Holm-adjusted across the gated candidates
 
 
@@ -59,6 +63,21 @@ class Gate:
                 or self.max_item_drop is not None)
 
 
+
+@dataclass(frozen=True)
+class AgreeGate:
+    """`rfteval agree`'s gate; None / False leaves a check off. Evidence mode, as compare's gate."""
+
+    min_kappa: float | None = None
+    max_bias: float | None = None
+    require_same_verdict: bool = False
+    # compare's flag: with any other check given, the gate fails when either side's share of error records is
+    # above it; with none, that is a warning
+    max_error_rate: float = 0.05
+
+    def __post_init__(self) -> None:  # checked before any judge is paid for (--regrade)
+        if not self.max_error_rate >= 0:
+            raise InputError(f"must be >= 0, got {self.max_error_rate:g}", field="--max-error-rate")
 
 
 def no_gate(gate: Gate) -> GateVerdict:

@@ -294,8 +294,8 @@ class SampleSource:
 
 
 def source_file(path: str | Path, label: str | None) -> Path:
-    """The record file holding a label's records, as compare finds it (rfteval.data.rundir.record_file)."""
-    return rundir.record_file(Path(path), label)[0]
+    """The record file holding a label's records, as compare finds it (rfteval.data.rundir.find_records)."""
+    return rundir.find_records(Path(path), label).files[0]
 
 
 class SampleBrief(TypedDict):

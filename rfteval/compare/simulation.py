@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from rfteval.compare.comparison import CompareOptions, compare_sides
 from rfteval.compare.gate import Gate, evaluate_gate
-from rfteval.compare.sides import Side, normalise_frame
+from rfteval.compare.sides import Side
+from rfteval.data.frame import normalise
 from rfteval.stats import paired as stats
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def side_from_matrix(label: str, scores: np.ndarray) -> Side:
         "epoch": np.tile(np.arange(k, dtype=np.float64), n), "score": scores.ravel().astype(np.float64),
         "error_stage": None, "error_type": None, "error_message": None, "error_present": False,
     })
-    return normalise_frame(frame, label, label)
+    return normalise(frame, label, label)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,12 @@ if TYPE_CHECKING:
 # The public names (what `from ... import *` and the alias package in rfteval/ hand on)
 __all__ = [
     "now_iso", "RecordError", "Usage", "no_usage", "Record", "FIELDS", "CORE_FIELDS", "REFUSAL",
-    "is_generation_failure", "generation_failures", "error_type_of", "error_kinds", "effective_scores",
+    "is_generation_failure", "generation_failures", "error_type_of", "error_kinds", "error_flags",
+    "effective_scores",
     "ERROR_POLICIES", "check_error_policy", "error_dict", "make_record", "dumps_record", "write_jsonl",
     "iter_jsonl_record_lines", "iter_jsonl_records", "decode_records", "JSON_TEXT_FIELDS", "arrow_schema",
     "to_arrow", "write_parquet", "records_frame", "read_records", "read_parquet_records", "json_safe",
-    "RANGE_LOOKS", "recorded_score_range", "frame_range",
+    "RANGE_LOOKS", "details_field", "recorded_score_range", "frame_range",
 ]
 
 
@@ -138,6 +139,15 @@ def error_kinds(df: pd.DataFrame) -> pd.Series:
     return df["error"].map(_error_kind)
 
 
+def error_flags(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per row of a record frame: (any error, a generation failure). A normalised frame (rfteval.data.frame) carries
+    both, set as it was read; a frame of records as written (read_records, records_frame) has them from its errors."""
+    if "is_error" in df and "is_generation_failure" in df:
+        return df["is_error"].astype(bool), df["is_generation_failure"].astype(bool)
+    kinds = error_kinds(df)
+    return kinds.notna(), kinds == "generate"
+
+
 def effective_scores(df: pd.DataFrame, errors: str = "exclude", exclude_errors: bool = False) -> pd.Series:
     """The score of each row of a record frame under the one error policy; NaN for rows left out of means.
 
@@ -154,12 +164,11 @@ def effective_scores(df: pd.DataFrame, errors: str = "exclude", exclude_errors: 
     check_error_policy(errors)
     score = (pd.to_numeric(df["score"], errors="coerce").astype("float64") if "score" in df
              else pd.Series(float("nan"), df.index, dtype="float64"))
-    kinds = error_kinds(df)
+    is_error, failed = error_flags(df)
     if exclude_errors:
-        return score.mask(kinds.notna(), float("nan"))
-    zero = kinds.isin(["grade", "refusal"] + (["generate"] if errors == "zero" else []))
-    score = score.mask(zero, 0.0)
-    return score.mask(kinds == "generate", float("nan")) if errors == "exclude" else score
+        return score.mask(is_error, float("nan"))
+    score = score.mask(is_error if errors == "zero" else is_error & ~failed, 0.0)
+    return score.mask(failed, float("nan")) if errors == "exclude" else score
 
 
 # What a generation failure counts as: "exclude" leaves it out of every mean (and counts it), "zero" scores it 0.
@@ -348,16 +357,20 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
     return pd.DataFrame.from_records([msgspec.structs.asdict(r) for r in records], columns=list(FIELDS))
 
 
-def read_records(path: str | Path) -> pd.DataFrame:
-    """Any record file (JSONL or Parquet) as a DataFrame, one row per record."""
+def read_records(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """Any record file (JSONL or Parquet) as a DataFrame of the records as written, one row per record; `columns`
+    keeps only those (a Parquet file reads only them; each JSON line is cut to them as it is parsed, so the texts
+    are never all held at once). The normalised frame compare and a run's summary read is rfteval.data.frame's."""
     import pandas as pd
 
     path = Path(path)
     if not path.exists():
         raise InputError("no such file", path)
     if path.suffix == ".parquet":
-        return read_parquet_records(path).to_pandas()
-    return pd.DataFrame.from_records(list(iter_jsonl_records(path)))
+        return read_parquet_records(path, columns).to_pandas()
+    if columns is None:
+        return pd.DataFrame.from_records(list(iter_jsonl_records(path)))
+    return pd.DataFrame.from_records([{c: r[c] for c in columns if c in r} for r in iter_jsonl_records(path)])
 
 
 def read_parquet_records(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
@@ -403,16 +416,20 @@ def json_safe(value: object) -> JSONValue:
 RANGE_LOOKS = 50  # records looked at for a recorded range before giving up (a judge error has no details)
 
 
-def recorded_score_range(details: object) -> tuple[float, float] | None:
-    """A record's grade_details.score_range as (low, high), from a dict (JSONL) or JSON text (Parquet): the
-    grader's range, which a score_model writes on each record so record files read without their run directory
-    keep it (compare, readiness, agree). None otherwise."""
+def details_field(details: object, key: str) -> object:
+    """One field of a record's grade_details, from a dict (JSONL) or JSON text (Parquet); None without it."""
     if isinstance(details, str):
         try:
             details = json.loads(details)
         except ValueError:
             return None
-    value = details.get("score_range") if isinstance(details, dict) else None
+    return details.get(key) if isinstance(details, dict) else None
+
+
+def recorded_score_range(details: object) -> tuple[float, float] | None:
+    """A record's grade_details.score_range as (low, high): the grader's range, which a score_model writes on each
+    record so record files read without their run directory keep it (compare, readiness, agree). None otherwise."""
+    value = details_field(details, "score_range")
     if (isinstance(value, list) and len(value) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                             and math.isfinite(v) for v in value)
             and value[0] < value[1]):

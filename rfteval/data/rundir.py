@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,30 +85,54 @@ def run_labels(run_dir: Path) -> list[str]:
     return sorted(present)
 
 
-def record_file(path: Path, label: str | None) -> tuple[Path, bool]:
-    """The record file for a side, and whether it was chosen by label (DIR/<label>.jsonl)."""
+@dataclass(frozen=True)
+class RecordFiles:
+    """Where a path's records are: the files to read, the label that chose DIR/<label>.jsonl (None for a file given,
+    a sole record file or results.parquet), and the directory whose spec.resolved.toml describes them."""
+
+    files: list[Path]
+    label: str | None
+    directory: Path
+
+
+PICKS = ("one", "base", "all")
+
+
+def find_records(path: Path, label: str | None = None, pick: str = "one") -> RecordFiles:
+    """The one lookup of a path's record files (a record file, or a run directory's DIR/<label>.jsonl, else its
+    results.parquet), for every command that reads records. `pick` says what a directory without a label gives:
+    "one" (compare) its only record file, several being bad input; "base" (readiness assesses one model) `base`,
+    else its only record file; "all" (agree) every label's file, in the spec's order (`run_labels`)."""
+    if pick not in PICKS:
+        raise ValueError(f"pick must be one of {PICKS}, got {pick!r}")
     if not path.exists():
         raise InputError("no such file or directory", path)
     if path.is_file():
-        return path, False
+        return RecordFiles([path], None, path.parent)
+    parquet = path / RESULTS
+    present = sorted(p.stem for p in path.glob("*.jsonl") if p.stem not in NOT_RECORDS)
+    if pick == "all":
+        labels = run_labels(path)
+        if labels:
+            return RecordFiles([path / f"{name}.jsonl" for name in labels], None, path)
+    elif label is None and (pick == "base" and BASELINE in present or len(present) == 1):
+        chosen = BASELINE if pick == "base" and BASELINE in present else present[0]
+        return RecordFiles([path / f"{chosen}.jsonl"], chosen if pick == "base" else None, path)
+    elif label is not None and label in present:
+        return RecordFiles([path / f"{label}.jsonl"], label, path)
+    if parquet.is_file() and (label is not None or pick != "one" or not present):
+        return RecordFiles([parquet], None, path)
     if label is not None:
-        candidate = path / f"{label}.jsonl"
-        if candidate.is_file():
-            return candidate, True
-        if (path / RESULTS).is_file():
-            return path / RESULTS, False
-        found = sorted(p.stem for p in path.glob("*.jsonl"))
-        raise InputError(f"no records for label {label!r} (labels here: {', '.join(found) or 'none'})", path,
+        if pick == "base":
+            raise InputError(f"no records for label {label!r} (no {label}.jsonl, no {RESULTS})", path, field="--label")
+        raise InputError(f"no records for label {label!r} (labels here: {', '.join(present) or 'none'})", path,
                          field="--label")
-    jsonl = sorted(path.glob("*.jsonl"))
-    if len(jsonl) == 1:
-        return jsonl[0], False
-    if not jsonl and (path / RESULTS).is_file():
-        return path / RESULTS, False
-    if not jsonl:
+    if pick == "base":
+        raise InputError(f"cannot tell which records to assess (record files: {', '.join(present) or 'none'}); use "
+                         "--label", path)
+    if not present:
         raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
-    names = ", ".join(p.stem for p in jsonl)
-    raise InputError(f"holds several models ({names}); name one with --label", path, field="--label")
+    raise InputError(f"holds several models ({', '.join(present)}); name one with --label", path, field="--label")
 
 
 def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
@@ -119,46 +144,16 @@ def _pick(df: pd.DataFrame, label: str | None, source: Path) -> str | None:
 
 def locate_records(run: Path, label: str | None, columns: Sequence[str] | None = None,
                    ) -> tuple[pd.DataFrame, str | None, list[Path], Path]:
-    """The records of one label, its label, the files holding them, and the directory to look for a spec in.
-    `columns` keeps only those (a Parquet file reads only them: the viewer's readiness leaves the texts unread)."""
-    from rfteval.data import records as rec
+    """The records of one label (readiness), its label, the files holding them (with results.parquet beside a
+    DIR/<label>.jsonl), and the directory to look for a spec in. `columns` keeps only those (a Parquet file reads
+    only them: the viewer's readiness leaves the texts unread)."""
+    from rfteval.data.records import read_records
 
-    def read_records(path: Path) -> pd.DataFrame:
-        if columns is None:
-            return rec.read_records(path)
-        if path.suffix == ".parquet":
-            return rec.read_parquet_records(path, columns).to_pandas()
-        import pandas as pd
-
-        if not path.exists():
-            raise InputError("no such file", path)
-        # each record cut to the columns as it is parsed: the texts are never all held at once
-        return pd.DataFrame.from_records([{c: r[c] for c in columns if c in r} for r in rec.iter_jsonl_records(path)])
-
-    if not run.exists():
-        raise InputError("no such file or directory", run)
-    if run.is_file():
-        df = read_records(run)
-        return df, _pick(df, label, run), [run], run.parent
-    parquet = run / RESULTS
-    jsonl = sorted(p for p in run.glob("*.jsonl"))
-    if label is None:
-        if (run / f"{BASELINE}.jsonl").exists():
-            label = "base"
-        elif len(jsonl) == 1:
-            label = jsonl[0].stem
-    if label is not None and (run / f"{label}.jsonl").exists():
-        path = run / f"{label}.jsonl"
-        df = read_records(path)
-        files = [path] + ([parquet] if parquet.exists() else [])
-        return df, _pick(df, label, path), files, run
-    if parquet.exists():
-        df = read_records(parquet)
-        return df, _pick(df, label, parquet), [parquet], run
-    if label is not None:
-        raise InputError(f"no records for label {label!r} (no {label}.jsonl, no {RESULTS})", run, field="--label")
-    labels = ", ".join(p.stem for p in jsonl) or "none"
-    raise InputError(f"cannot tell which records to assess (record files: {labels}); use --label", run)
+    found = find_records(run, label, "base")
+    (file,) = found.files
+    df = read_records(file, columns)
+    files = [file] + ([run / RESULTS] if found.label is not None and (run / RESULTS).exists() else [])
+    return df, _pick(df, found.label or label, file), files, found.directory
 
 
 def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:

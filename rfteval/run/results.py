@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
@@ -132,12 +132,13 @@ def add_judge_calls(calls: JudgeCalls, details: JSONInput) -> None:
 def write_results(
     out_dir: Path, cells: Iterable[Cell], reader: StoreReader, grader: str, run_id: str, labels: list[str],
     session: str | None = None, parquet: bool = True, batch_rows: int = 2048, reasoning: str = DEFAULT_MODE,
-    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS,
+    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS, hold: Callable[[Record], None] | None = None,
 ) -> dict[str, LabelTotals]:
     """Rewrite DIR/<label>.jsonl and DIR/results.parquet from the store, streaming; return the totals.
 
     `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly. `reasoning`
-    and `tags` split answers from thinking as the grades were made (rfteval.data.reasoning).
+    and `tags` split answers from thinking as the grades were made (rfteval.data.reasoning). `hold` is handed each
+    record as it is written (a run's finish keeps its baseline's for readiness instead of reading the file back).
     """
     from rfteval.data.records import arrow_schema, to_arrow
 
@@ -190,6 +191,8 @@ def write_results(
             if not is_generation_failure(rec.error) and rec.score is not None:  # the one error policy (records)
                 current[cell.label] = (cur[0], cur[1] + rec.score, cur[2] + 1)
             files[cell.label].write(dumps_record(rec) + "\n")
+            if hold is not None:
+                hold(rec)
             if writer is not None:
                 batch.append(rec)
                 if len(batch) >= batch_rows:

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import Item, iter_items
+from rfteval.data.frame import load_run_frames
 from rfteval.data.json_types import JSONObject
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
-from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY
+from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY, baseline_label
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
@@ -46,6 +47,7 @@ from rfteval.run.summary import RunComparison, RunSummary, build_summary, compar
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
+    from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import Judge, JudgeClient
@@ -134,6 +136,7 @@ class RunResult:
     exported: dict[str, int] | None = None  # --export-requests: file → lines written
     comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
     stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
+    baseline_records: list[Record] | None = None  # the baseline's records as written (readiness reads them here)
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -584,8 +587,9 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
                                        tags=spec.reasoning_tags)
+                sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
-                                        compare_run(out_dir, labels))
+                                        compare_run(sides, labels, out_dir), sides)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
@@ -623,15 +627,19 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             pipeline.gone = fatal
         with export_lock:
             reader = store.reader()
+            base = baseline_label(labels)
+            held: list[Record] = []  # the baseline's records as written: readiness reads them here, not the file
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags)
+                                       tags=spec.reasoning_tags,
+                                       hold=lambda rec: held.append(rec) if rec.model_label == base else None)
             finally:
                 reader.close()
-            comparison = compare_run(out_dir, labels)
+            sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
+            comparison = compare_run(sides, labels, out_dir)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted and pipeline.gone is None, prices, comparison)
+                                    not interrupted and pipeline.gone is None, prices, comparison, sides)
             summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
@@ -643,7 +651,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
-                         stopped=None if pipeline.gone is None else str(pipeline.gone))
+                         stopped=None if pipeline.gone is None else str(pipeline.gone), baseline_records=held)
     finally:
         if unhook_judge is not None:
             unhook_judge()

@@ -15,12 +15,13 @@ from rfteval.data.json_types import JSONField
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     import pandas as pd
 
     from rfteval.compare.comparison import CompareResult
     from rfteval.compare.series import SeriesResult
+    from rfteval.compare.sides import Side
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.pricing import Price
@@ -189,21 +190,15 @@ class RunComparison:
     series: SeriesResult | None = None
 
 
-def compare_run(out_dir: Path, labels: Sequence[str]) -> RunComparison | None:
-    """The comparison of a run directory's models against its baseline; None until two models have records."""
+def compare_run(sides: Mapping[str, Side], labels: Sequence[str], out_dir: Path) -> RunComparison | None:
+    """The comparison of a run's models against its baseline, from the sides the run read once
+    (rfteval.data.frame.load_run_frames); None until two models have records."""
     from rfteval.compare.comparison import compare_sides
     from rfteval.compare.series import series_from_sides
-    from rfteval.compare.sides import load_side
 
     if len(labels) < 2:
         return None
     base = rundir.baseline_label(labels)
-    sides = {}
-    for label in labels:
-        try:
-            sides[label] = load_side(out_dir / f"{label}.jsonl", label)
-        except InputError:  # no records yet (a checkpoint early in the run, or a model that never answered)
-            continue
     cands = [sides[label] for label in labels if label != base and label in sides]
     if base not in sides or not cands:
         return None
@@ -218,9 +213,10 @@ def compare_run(out_dir: Path, labels: Sequence[str]) -> RunComparison | None:
 
 def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: GraderConfig,
                   grader_hash: str, run_id: str, n_items: int, complete: bool, prices: dict[str, Price],
-                  comparison: RunComparison | None) -> RunSummary:
-    """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost; per other
-    model, its paired delta against the baseline (from `comparison`, the run's one comparison)."""
+                  comparison: RunComparison | None, sides: Mapping[str, Side]) -> RunSummary:
+    """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost, and its pass
+    curves (from `sides`, the records the run read once); per other model, its paired delta against the baseline
+    (from `comparison`, the run's one comparison)."""
     import numpy as np
 
     from rfteval.compare.comparison import CompareOptions, infer_bounds, run_pass_curves
@@ -253,7 +249,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
             "truncated_in_reasoning": truncation(t.truncated_in_reasoning, t.answers),
         }
     labels = [r.label for r in runs]
-    curves, pass_rule = run_pass_curves(spec.out_dir, labels, grader)  # read back from DIR/<label>.jsonl
+    curves, pass_rule = run_pass_curves(sides, grader)
     for label, curve in curves.items():
         models[label].update(curve)
     base = rundir.baseline_label(labels)

@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from rfteval.errors import InputError
 
@@ -156,16 +156,33 @@ def parse_metric(text: str) -> Metric:
     return Metric(m.group(1), int(m.group(2)))
 
 
-def passes(score: np.ndarray, passed: np.ndarray | None, threshold: float) -> np.ndarray:
-    """Which samples pass: the grader's own verdict where it gave one (`passed` as 1.0 / 0.0, NaN for none: the
-    record's `passed`, set from the grader's pass_threshold), else score ≥ threshold (with 1e-9 slack for float
-    rounding, so 0.1 + 0.2 reaches 0.3)."""
+@overload
+def passes(score: np.ndarray, passed: np.ndarray | None, threshold: float,
+           error: np.ndarray | None = None) -> np.ndarray: ...
+
+
+@overload
+def passes(score: np.ndarray, passed: np.ndarray | None, threshold: float | None,
+           error: np.ndarray | None = None) -> np.ndarray | None: ...
+
+
+def passes(score: np.ndarray, passed: np.ndarray | None, threshold: float | None,
+           error: np.ndarray | None = None) -> np.ndarray | None:
+    """The one pass rule: which samples pass. The grader's own verdict where it gave one (`passed` as 1.0 / 0.0,
+    NaN for none: the record's `passed`, set from the grader's pass_threshold), else score ≥ threshold (with 1e-9
+    slack for float rounding, so 0.1 + 0.2 reaches 0.3); an error record (`error` True) fails, as it scores 0
+    (OpenAI's rule). Without a threshold: None, unless every sample has a verdict or is an error."""
     import numpy as np
 
     s = np.asarray(score, dtype=np.float64)
-    out = s >= threshold - 1e-9 * max(1.0, abs(threshold))
+    known = np.isfinite(np.asarray(passed, dtype=np.float64)) if passed is not None else np.zeros(s.shape, bool)
+    failed = np.asarray(error, dtype=bool) if error is not None else np.zeros(s.shape, bool)
+    if threshold is None:
+        if not (known | failed).all():
+            return None
+        out = np.zeros(s.shape, bool)
+    else:
+        out = s >= threshold - 1e-9 * max(1.0, abs(threshold))
     if passed is not None:
-        p = np.asarray(passed, dtype=np.float64)
-        known = np.isfinite(p)
-        out = np.where(known, p > 0.5, out)
-    return out
+        out = np.where(known, np.asarray(passed, dtype=np.float64) > 0.5, out)
+    return out & ~failed if error is not None else out

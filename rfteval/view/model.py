@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from rfteval.compare.comparison import CompareOptions, CompareResult
 from rfteval.compare.samples import SampleSource, source_file
 from rfteval.data import rundir
+from rfteval.data.frame import read_labels
 from rfteval.data.records import json_safe
 from rfteval.errors import InputError
 
@@ -72,28 +73,6 @@ class Source:
             return self._made
 
 
-def _file_labels(path: Path) -> list[str]:
-    """The model labels in a record file (one column read); [] when it has none."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if path.suffix == ".parquet":
-        from rfteval.data.records import read_parquet_records
-
-        table = read_parquet_records(path, columns=("model_label",))
-        if "model_label" not in table.column_names:
-            return []
-        return [str(v) for v in pc.unique(table.column("model_label")).to_pylist() if v is not None]
-    import pyarrow.json as pj
-
-    try:
-        table = pj.read_json(path, parse_options=pj.ParseOptions(
-            explicit_schema=pa.schema([("model_label", pa.string())]), unexpected_field_behavior="ignore"))
-        return [str(v) for v in pc.unique(table.column("model_label")).to_pylist() if v is not None]
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return []
-
-
 def find_sources(paths: Sequence[Path]) -> list[Source]:
     """Every model in the paths: a run directory's labels (spec order), a record file's model labels."""
     out: list[Source] = []
@@ -105,12 +84,12 @@ def find_sources(paths: Sequence[Path]) -> list[Source]:
             labels = rundir.run_labels(path)
             parquet = path / rundir.RESULTS
             if not labels and parquet.is_file():
-                labels = _file_labels(parquet)
+                labels = read_labels(parquet)
             if not labels:
                 raise InputError("no record files (*.jsonl or results.parquet) in this directory", path)
             files = {label: source_file(path, label) for label in labels}
             if parquet.is_file() and all(f == parquet or (f.stat().st_mtime_ns <= parquet.stat().st_mtime_ns and
-                                                          label in _file_labels(parquet)) for label, f in files.items()):
+                                                          label in read_labels(parquet)) for label, f in files.items()):
                 # `rfteval run` writes DIR/<label>.jsonl and results.parquet from the same store, in that order: the
                 # same records, and compare reads a few Parquet columns about 3x faster than it parses the JSONL
                 # (bench/README.md); a JSONL file newer than the Parquet (edited by hand) is read instead
@@ -118,7 +97,7 @@ def find_sources(paths: Sequence[Path]) -> list[Source]:
             out += [Source(label, files[label] if files[label] == parquet else path, label, files[label], path, path)
                     for label in labels]
         else:
-            labels = _file_labels(path) or [path.stem]
+            labels = read_labels(path) or [path.stem]
             for label in labels:
                 out.append(Source(label, path, label, path, path.parent if (path.parent / rundir.RESOLVED_SPEC)
                                   .is_file() else None))
@@ -559,7 +538,7 @@ class ViewData:
         s = self.sources[label]
         try:
             report = assess_path(ReadinessRequest(s.path, label=s.model_label if s.run_dir == s.path or
-                                                  len(_file_labels(s.file)) > 1 else None,
+                                                  len(read_labels(s.file)) > 1 else None,
                                                   dataset=self.options.dataset, columns=SIGNAL_COLUMNS)).report
         except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
             raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
@@ -691,8 +670,8 @@ def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | No
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from rfteval.compare.agree import _record_files
     from rfteval.data.records import iter_jsonl_records
+    from rfteval.data.rundir import find_records
 
     def batches(f: Path) -> Iterator[dict[str, object]]:  # a batch of texts at a time, never all of them
         file = pq.ParquetFile(f)
@@ -702,7 +681,7 @@ def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | No
 
     out: dict[tuple[str, str, int], tuple[str, float | None]] = {}
     try:
-        for f in _record_files(path):
+        for f in find_records(path, pick="all").files:
             rows = batches(f) if f.suffix == ".parquet" else iter_jsonl_records(f)
             for r in rows:
                 text, score = r.get("output_text"), r.get("score")
@@ -721,7 +700,7 @@ def same_samples_regraded(paths: Sequence[Path]) -> list[tuple[Path, Path]]:
     output texts) graded differently: another grader's grades of the same outputs (`rfteval agree A --regrade G
     --out B.jsonl`, `rfteval grade`). Two copies of the same grades are not a pair; nor are two runs of a model
     (their outputs differ). Their grader files, when both are named and differ, make a pair of equal scores too."""
-    from rfteval.compare.agree import load_graded
+    from rfteval.compare.graded import load_graded
 
     if len(paths) < 2:
         return []

@@ -77,7 +77,9 @@ def agree(
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
-    from rfteval.compare.agree import AgreeGate, AgreeOptions, Regrade, agree_paths, load_regrade_grader, regrade_grader_path
+    from rfteval.compare.agree import AgreeOptions, agree_paths
+    from rfteval.compare.gate_types import AgreeGate
+    from rfteval.compare.regrade import Regrade, load_regrade_grader, regrade_grader_path
     from rfteval.data.outfile import check_output, write_output
     from rfteval.report.agree_render import render_terminal, write_html
 
