@@ -67,6 +67,7 @@ def old_judge_grades(items: list[dict[str, Any]], outs: dict[str, list[dict[str,
     from rfteval.data.records import dumps_record
     from rfteval.graders import load_grader
     from rfteval.graders.grading import grade_outputs
+    from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
     server = local_judge.serve(0)
@@ -75,7 +76,7 @@ def old_judge_grades(items: list[dict[str, Any]], outs: dict[str, list[dict[str,
         data = load_dataset(DATA / "items.jsonl")
         config = load_grader(GRADER)
         lines = []
-        with Judge.from_settings(base_url, "LEGAL_REVIEW_UNUSED_KEY", "chat") as judge:
+        with Judge(JudgeEndpoint(base_url, "LEGAL_REVIEW_UNUSED_KEY").provider()) as judge:
             for model, rows in outs.items():
                 batch = [Output(item_id=r["item_id"], epoch=r["epoch"], model=model, output_text=r["output_text"])
                          for r in rows]

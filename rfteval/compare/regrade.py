@@ -1,7 +1,8 @@
 """`rfteval agree A --regrade GRADER`: side B made by grading A's outputs again with another grader (or A's grader
 with another judge), judge answers cached beside A's records.
 
-The judge is built in one place (`make_judge`), from the settings `Regrade` carries.
+The judge is opened as every command opens one (`providers.judge.open_judge`), from the `JudgeEndpoint` `Regrade`
+carries.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, TypedDict
 from rfteval.compare.graded import GradedSide, graded_side
 from rfteval.data import rundir
 from rfteval.errors import InputError
+from rfteval.providers.endpoint import JudgeEndpoint
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,15 +41,10 @@ class Regrade:
 
     grader: str | Path
     dataset: str | Path | None = None
-    judge_base_url: str | None = None
-    judge_api_key_env: str = "OPENAI_API_KEY"
-    judge_api: str = "chat"
-    judge_model: str | None = None
-    judge_concurrency: int = 16
+    judge: JudgeEndpoint = JudgeEndpoint()  # the judge's endpoint, developer_as included (--judge-*, --developer-as)
     judge_cache: str | Path | None = None
     out: str | Path | None = None  # B's records, written when given
     allow_grader_without_sample: bool = False  # the grader lint's way out (graders/lint.py)
-    developer_as: str | None = None  # "system": the judge's developer messages go as system (--developer-as)
 
 
 SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
@@ -108,7 +105,7 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
         raise InputError("--regrade needs the dataset the outputs answer: give --dataset (A is not a run directory "
                          "whose spec names one)", a.path, field="--dataset")
     config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
-                                 judge_model=spec.judge_model)
+                                 judge_model=spec.judge.model)
     data = load_dataset(dataset)
     problems = preflight(config, data, spec.grader)  # a template no item fills would score every sample 0
     if problems:
@@ -128,7 +125,9 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     own = judge is None
     if own:
         cache = Path(spec.judge_cache) if spec.judge_cache is not None else default_judge_cache(a.path)
-        judge = make_judge(config, spec, cache)
+        from rfteval.providers.judge import open_judge
+
+        judge = open_judge(spec.judge, config, cache)
     try:
         records = grade_outputs(data, config, outs, GradeOptions(), judge=judge)
         usage = judge_usage(judge)
@@ -145,7 +144,7 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
         write_output(spec.out, lambda tmp: write_jsonl(records, tmp), inputs=[a.path, dataset, spec.grader],
                      flag="--out")
     side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
-    side.grader = f"{spec.grader}, judge {spec.judge_model}" if spec.judge_model else str(spec.grader)
+    side.grader = f"{spec.grader}, judge {spec.judge.model}" if spec.judge.model else str(spec.grader)
     side.score_range = config.score_range()[:2]
     return side, usage
 
@@ -166,24 +165,6 @@ def _not_answered(rows: pd.DataFrame, run_id: str) -> list[Record]:
                                            str(e.get("message") or "")))
         out.append(apply_grade(rec, GradeResult(0.0)))
     return out
-
-
-# ---------------------------------------------------------------------------------------------- the judge
-# The one place --regrade builds its judge from its settings (Regrade's judge_* fields).
-
-
-def make_judge(config: GraderConfig, spec: Regrade, cache: Path) -> Judge | None:
-    """The judge client (its answers cached in `cache`, so a second run sends nothing), or None without a model
-    grader. The python sandbox's policy is the command's to set (commands.common.python_sandbox)."""
-    from rfteval.graders.base import judge_types
-
-    if not judge_types(config):
-        return None
-    from rfteval.providers.judge import Judge
-
-    return Judge.from_settings(spec.judge_base_url, spec.judge_api_key_env, spec.judge_api, spec.developer_as,
-                               cache_path=cache,
-                               concurrency=spec.judge_concurrency, model_override=spec.judge_model)
 
 
 def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:

@@ -22,13 +22,11 @@ import threading
 from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
-from typing import IO, Protocol, TypedDict, TypeVar, Unpack
+from typing import IO, Protocol, TypeVar
 
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
 from rfteval.providers.endpoint import (
-    DEFAULT_API,
-    DEFAULT_KEY_ENV,
     JUDGE_CONCURRENCY,
     JUDGE_MAX_RETRIES,
     JUDGE_TIMEOUT_S,
@@ -210,18 +208,6 @@ def answer_from_entry(entry: JSONMapping) -> JudgeAnswer:
 _USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
 
 
-class JudgeOptions(TypedDict, total=False):
-    """Judge's keyword settings after its provider, as `Judge.from_settings` passes them on."""
-
-    cache_path: Path | str | None
-    concurrency: int
-    max_retries: int
-    timeout_s: float
-    model_override: str | None
-    retry_policy: RetryPolicy | None
-    on_retry: OnRetry | None
-
-
 class Judge:
     """A judge endpoint for model graders; thread-safe sync API over a private event loop. Close it when done."""
 
@@ -265,15 +251,6 @@ class Judge:
         self._thread.start()
         self._sem: asyncio.Semaphore = self._run(self._make_semaphore(concurrency))
         self._closed = False
-
-    @classmethod
-    def from_settings(
-        cls, base_url: str | None = None, api_key_env: str = DEFAULT_KEY_ENV, api: str = DEFAULT_API,
-        developer_as: str | None = None, **kwargs: Unpack[JudgeOptions],
-    ) -> Judge:
-        """A judge on an OpenAI-compatible endpoint given field by field, for callers that do not hold a
-        JudgeEndpoint yet (compare/agree.py); open_judge is the way for everything else."""
-        return cls(JudgeEndpoint(base_url, api_key_env, api, developer_as=developer_as).provider(), **kwargs)
 
     def __repr__(self) -> str:
         return f"Judge({self.provider!r}, model_override={self.model_override!r})"

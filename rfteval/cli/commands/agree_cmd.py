@@ -96,9 +96,7 @@ def agree(
         config = load_regrade_grader(regrade, lambda line: typer.echo(line, err=True),
                                      allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
         python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
-        j = judge_endpoint
-        spec = Regrade(regrade, dataset, j.base_url, j.api_key_env, j.api, j.model, j.concurrency, judge_cache, out,
-                       allow_grader_without_sample, j.developer_as)
+        spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,
