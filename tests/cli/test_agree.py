@@ -492,8 +492,8 @@ def lenient_judge():
         import local_judge
 
         server = local_judge.serve(0)
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-        server.shutdown()
+        yield server.base_url
+        server.stop()
         local_judge.answer_score = module._plain_score  # leave the plain local judge as it was
     finally:
         sys.path.remove(str(ROOT / "scripts"))

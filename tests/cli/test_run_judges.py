@@ -610,7 +610,7 @@ def test_accordance_recordings_are_current_and_illustrative() -> None:
 @pytest.mark.slow
 def test_accordance_example_through_run_with_the_scripted_judge(tmp_path: Path) -> None:
     server = local_judge_module().serve(0)
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    url = server.base_url
     data = ROOT / "datasets/accordance"
     try:
         res = invoke(["--dataset", str(data / "items.jsonl"), "--grader", str(ROOT / "graders/accordance.json"),
@@ -618,7 +618,7 @@ def test_accordance_example_through_run_with_the_scripted_judge(tmp_path: Path) 
                       "--model", f"tuned=replay:{data / 'recordings/tuned.jsonl'}", "--epochs", "3",
                       "--judge-base-url", url, "--judge-model", "local-scripted-judge", "--out", str(tmp_path / "r")])
     finally:
-        server.shutdown()
+        server.stop()
     assert res.exit_code == 0, res.output
     summary = json.loads((tmp_path / "r/summary.json").read_text())
     assert summary["judge"]["local-scripted-judge"]["calls"] == len({json.loads(x)["output_text"] for label in (

@@ -231,12 +231,12 @@ def test_accordance_rubric_through_the_scripted_local_judge():
         good = "Suspended for employees for 2018-2025 under the TCJA, so $0. (Simplified: $5 per sq ft, max 300.)"
         partial = "Under the TCJA employee deductions are suspended for 2018-2025."
         bad = "She can deduct a share of her rent."
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        url = server.base_url
         with Judge(OpenAIProvider(url), retry_policy=FAST) as judge, \
                 GradingEngine(parse_config(config), judge=judge) as engine:
             results = engine.grade_batch([(make_sample(t), item) for t in (good, partial, bad)])
     finally:
-        server.shutdown()
+        server.stop()
     assert [r.error for r in results] == [None, None, None]
     assert [r.score for r in results] == [1.0, 0.4, 0.0]
     assert "scripted stand-in, not a model" in results[0].details["steps"][-1]["description"]

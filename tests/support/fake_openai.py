@@ -4,6 +4,7 @@ It speaks POST /v1/chat/completions, POST /v1/responses and GET /v1/models (when
 only; switches make it lack the Batch or Responses API or refuse keys and formats, as self-hosted servers do. Replies are
 scripted: queued `Reply` objects first, then the responder (default: deterministic `echo:{model}:{last user text}`).
 Run as a process: `python tests/support/fake_openai.py --port 0 --delay-ms 100` prints its base_url on the first line.
+Its responder may be any function of a request: scripts/local_judge.py serves its scripted judge through it.
 
 It also speaks the Files and Batches APIs (upload, content, create, retrieve, list, cancel), with statuses that move
 one step per retrieve (validating, in_progress, finalizing, then completed / expired / failed as `batch_plans`
@@ -399,6 +400,7 @@ class FakeOpenAI:
         self.honour_max_tokens = False
         self.api_key = api_key  # when set, other bearer tokens get 401
         self.requests: list[Request] = []
+        self.keep_requests = True  # False: `requests` stays empty (a long-running stand-in such as the local judge)
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -489,7 +491,8 @@ class FakeOpenAI:
     # internals used by the handler
     def _record(self, req: Request) -> Reply:
         with self._lock:
-            self.requests.append(req)
+            if self.keep_requests:
+                self.requests.append(req)
             queued = self._queue.popleft() if self._queue else None
         if queued is not None:
             return queued
@@ -1023,6 +1026,22 @@ def load_script(path: str) -> tuple[list[Reply], Responder]:
     return queued, responder
 
 
+def serve_until_stopped(fake: FakeOpenAI, port: int = 0) -> int:
+    """Run as a process: start on `port` (0: a free one), print the base_url as the first line, serve until SIGTERM
+    or Ctrl-C. The test server's command line and the scripted local judge (scripts/local_judge.py) both end here."""
+    fake.start(port)
+    print(fake.base_url, flush=True)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    fake.stop()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="A local OpenAI-compatible server for tests (127.0.0.1 only).")
     parser.add_argument("--port", type=int, default=0)
@@ -1040,17 +1059,7 @@ def main(argv: list[str] | None = None) -> int:
                       slots=args.slots)
     fake.no_batches, fake.no_responses = args.no_batches, args.no_responses
     fake.queue(*queued)
-    fake.start(args.port)
-    print(fake.base_url, flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        while not done.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    fake.stop()
-    return 0
+    return serve_until_stopped(fake, args.port)
 
 
 if __name__ == "__main__":
