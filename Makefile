@@ -109,7 +109,7 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy rfteval bench scripts
 
 # pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
-# rewrite them all again, so the tests allow it (the cache lives in tests/__pycache__, ignored by git).
+# rewrite them all again, so the tests allow it (the cache lives in each tests/ folder's __pycache__, ignored by git).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 # The quick loop while editing: everything but the tests marked slow (what slow means: tests/README.md).
