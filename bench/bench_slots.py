@@ -1,6 +1,6 @@
 """Benchmark of adaptive concurrency against a server with few slots (issue 23): no 429s, only queueing.
 
-tests/fake_openai.py runs as its own process with `--slots 2`: it works on two requests at once (50 ms each) and
+tests/support/fake_openai.py runs as its own process with `--slots 2`: it works on two requests at once (50 ms each) and
 queues the rest, as llama.cpp's server with `--parallel 2` does; the bare maximum is 2 / 0.05 s = 40 requests a
 second. `rfteval run` sends 600 requests at --concurrency 32 twice: with the latency-aware limiter (the default)
 and with the latency rule off (the limiter as it was: it only reacts to 429s). Measured: throughput of the

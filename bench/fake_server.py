@@ -1,4 +1,4 @@
-"""What the benches against tests/fake_openai.py share: starting the server, and a monitor that times the request
+"""What the benches against tests/support/fake_openai.py share: starting the server, and a monitor that times the request
 phase alone (monitor start to stop), so that start-up and the result files do not count in a throughput.
 
 Imports rfteval's runner: a bench that measures its own memory before the run imports this module lazily."""
@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def start_server(delay_ms: int, *flags: str) -> tuple[subprocess.Popen[str], str]:
-    """tests/fake_openai.py in its own process on a free port, answering after `delay_ms` (plus its `flags`:
+    """tests/support/fake_openai.py in its own process on a free port, answering after `delay_ms` (plus its `flags`:
     --max-concurrent, --slots, ...); the process and its base URL."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fake_openai.py"), "--port", "0", "--delay-ms",
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "fake_openai.py"), "--port", "0", "--delay-ms",
                              str(delay_ms), *flags], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()

@@ -1,6 +1,6 @@
 # `make trainers`, included by the Makefile (which defines VENV, BIN and STAMP).
 #
-# The trainers whose own reward code tests/test_trainers_*.py run: torch (the CPU wheel, first, so nothing pulls
+# The trainers whose own reward code tests/reward/test_<trainer>.py run: torch (the CPU wheel, first, so nothing pulls
 # another build), TRL (the trainers extra), verl, OpenRLHF and verifiers (0.4.0, and 0.1.9 in a directory of its
 # own) without their dependencies (CUDA stacks, deepspeed, vllm, an openai pin below 3) plus the packages their
 # reward code imports. tinker-cookbook goes in with --no-deps too (its tml-renderers pin has no Python 3.11 build
@@ -15,7 +15,7 @@ TRAINERS := $(VENV)/.trainers-$(shell { grep -v '^[[:space:]]*\#' make/trainers.
 PIPQ := $(BIN)/python -m pip install -q
 TRAINERS_LOG := $(VENV)/trainers-install.log
 # Legacy verifiers (0.1.x-0.3.x: the Rubric API, tinker-cookbook's verifiers recipe pins 0.1.9) beside 0.4.0: its own
-# directory, which tests/test_trainers_verifiers.py puts first on a subprocess's PYTHONPATH. It installs without its
+# directory, which tests/reward/test_verifiers.py puts first on a subprocess's PYTHONPATH. It installs without its
 # dependencies (the venv has them, from 0.4.0 and TRL) beside the three it imports that the venv lacks.
 VERIFIERS_LEGACY := $(VENV)/verifiers-0.1.9
 VERIFIERS_LEGACY_PKGS := verifiers==0.1.9 openai-agents==0.24.0 griffe==2.4.1 griffelib==2.4.1

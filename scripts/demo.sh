@@ -25,7 +25,8 @@ OUT=runs/demo-chipstack
 for f in "$DATA/items.jsonl" "$GRADER" "$DATA/recordings/base.jsonl" "$DATA/recordings/tuned.jsonl" \
          datasets/accordance/items.jsonl graders/accordance.json datasets/accordance/recordings/base.jsonl \
          datasets/accordance/recordings/tuned.jsonl datasets/support/items.jsonl datasets/support/grader.json \
-         datasets/support/recordings/base.jsonl datasets/support/recordings/tuned.jsonl scripts/local_judge.py; do
+         datasets/support/recordings/base.jsonl datasets/support/recordings/tuned.jsonl scripts/local_judge.py \
+         tests/support/fake_openai.py; do
   if [ ! -f "$f" ]; then echo "demo: missing $f" >&2; exit 2; fi
 done
 

@@ -1,4 +1,4 @@
-"""A scripted local judge for the demo: an OpenAI-compatible server that answers model-grader requests.
+"""A scripted local judge for the demo: it answers model-grader requests on an OpenAI-compatible server.
 
 IT IS NOT A MODEL. It is a scripted stand-in so that `make demo` and the tests run offline and free; every answer
 it gives says so in its explanation. It answers score_model, label_model and group_judge requests (recognised by
@@ -22,8 +22,9 @@ The heuristic, in full:
   in the <context>'s system/developer messages + 0.2 × the share of its content words found in the context
   (grounding); scores are then divided by the group's best, so the best sample scores 1.
 
-Run: `python scripts/local_judge.py --port 0` prints its base_url (http://127.0.0.1:PORT/v1) on the first line and
-serves until killed. 127.0.0.1 only.
+It is a responder of the tests' OpenAI-compatible server (tests/support/fake_openai.py), which speaks the wire
+format. Run: `python scripts/local_judge.py --port 0` prints its base_url (http://127.0.0.1:PORT/v1) on the first
+line and serves until killed. 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import signal
 import sys
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
-HOST = "127.0.0.1"
+# The server is the tests' OpenAI-compatible server: this checkout's tests/ first, ahead of any installed `tests`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.support.fake_openai import FakeOpenAI, Reply, Request, count_tokens, serve_until_stopped  # noqa: E402
+
 MODEL_NAME = "local-scripted-judge"
 STAND_IN = "scripted stand-in, not a model"
 
@@ -272,98 +273,36 @@ def answer(body: dict[str, Any]) -> dict[str, Any]:
     return answer_score(messages)
 
 
-# ---- the server --------------------------------------------------------------------------------------------------
+# ---- the responder: this judge as the test server's answer to each request ------------------------------------
 
 
-def _tokens(text: str) -> int:
-    return len(re.findall(r"\w+|[^\w\s]", text))
+def responder(request: Request) -> Reply:
+    """The JSON answer of `answer` as the reply's text; usage counted over the prompt's text and the answer."""
+    text = json.dumps(answer(request.body), ensure_ascii=False)
+    prompt = "\n".join(_text(m.get("content")) for m in request_messages(request.body))
+    return Reply(text=text, usage={"input_tokens": count_tokens(prompt), "output_tokens": count_tokens(text),
+                                   "reasoning_tokens": 0})
 
 
-def completion(body: dict[str, Any], api: str, n: int) -> dict[str, Any]:
-    text = json.dumps(answer(body), ensure_ascii=False)
-    prompt = "\n".join(_text(m.get("content")) for m in request_messages(body))
-    model = str(body.get("model") or MODEL_NAME)
-    pin, pout = _tokens(prompt), _tokens(text)
-    if api == "chat":
-        return {
-            "id": f"chatcmpl-local{n}", "object": "chat.completion", "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": text, "refusal": None}}],
-            "usage": {"prompt_tokens": pin, "completion_tokens": pout, "total_tokens": pin + pout,
-                      "completion_tokens_details": {"reasoning_tokens": 0}},
-        }
-    return {
-        "id": f"resp_local{n}", "object": "response", "created_at": int(time.time()), "status": "completed",
-        "error": None, "incomplete_details": None, "model": model, "parallel_tool_calls": True, "tool_choice": "auto",
-        "tools": [], "instructions": None, "metadata": {},
-        "output": [{"type": "message", "id": f"msg_local{n}", "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}],
-        "usage": {"input_tokens": pin, "output_tokens": pout, "total_tokens": pin + pout,
-                  "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}},
-    }
-
-
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    counter = 0
-    lock = threading.Lock()
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-        pass
-
-    def _send(self, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.path.rstrip("/") == "/v1/models":
-            self._send(200, {"object": "list", "data": [{"id": MODEL_NAME, "object": "model", "owned_by": "local"}]})
-        else:
-            self._send(404, {"error": {"message": "not found", "type": "invalid_request_error", "code": None}})
-
-    def do_POST(self) -> None:
-        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        api = {"/v1/chat/completions": "chat", "/v1/responses": "responses"}.get(self.path.split("?")[0].rstrip("/"))
-        try:
-            body = json.loads(raw or b"{}")
-            if api is None or not isinstance(body, dict):
-                raise ValueError("unknown path or body")
-            with Handler.lock:
-                Handler.counter += 1
-                n = Handler.counter
-            self._send(200, completion(body, api, n))
-        except Exception as exc:  # a bad request must not kill the server
-            error = {"message": f"local judge: {exc}", "type": "invalid_request_error", "code": None}
-            self._send(400, {"error": error})
-
-
-def serve(port: int = 0) -> ThreadingHTTPServer:
-    """Start the server in a daemon thread; `server.server_address[1]` is the port."""
-    server = ThreadingHTTPServer((HOST, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+def judge_server() -> FakeOpenAI:
+    """The one OpenAI-compatible test server (tests/support/fake_openai.py) answering with `responder`: any model
+    name is answered, GET /v1/models lists MODEL_NAME, and no request is kept (it may serve for long)."""
+    server = FakeOpenAI(responder)
+    server.listed = [MODEL_NAME]
+    server.keep_requests = False
     return server
+
+
+def serve(port: int = 0) -> FakeOpenAI:
+    """Start the judge in a daemon thread on 127.0.0.1; `.base_url` is its URL, `.stop()` ends it."""
+    return judge_server().start(port)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=f"A local judge for the demo ({STAND_IN}); 127.0.0.1 only.")
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
-    server = serve(args.port)
-    print(f"http://{HOST}:{server.server_address[1]}/v1", flush=True)
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    try:
-        while not done.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    server.shutdown()
-    return 0
+    return serve_until_stopped(judge_server(), args.port)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def old_judge_grades(items: list[dict[str, Any]], outs: dict[str, list[dict[str,
     from rfteval.providers.judge import Judge
 
     server = local_judge.serve(0)
-    base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    base_url = server.base_url
     try:
         data = load_dataset(DATA / "items.jsonl")
         config = load_grader(GRADER)
@@ -92,7 +92,7 @@ def old_judge_grades(items: list[dict[str, Any]], outs: dict[str, list[dict[str,
                     lines.append(dumps_record(rec))
         return lines
     finally:
-        server.shutdown()
+        server.stop()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fake_openai import FakeOpenAI  # noqa: E402
+from tests.support.fake_openai import FakeOpenAI
 
 
 @pytest.fixture

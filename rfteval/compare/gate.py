@@ -1,7 +1,7 @@
 """The CI gate over a comparison: each check with its power, in evidence mode (fail on shown harm) or strict mode.
 
 A check is a pure function of a CompareResult and the Gate; evaluate_gate runs the active ones and gathers one line
-per failure and per warning. tests/test_gate_simulation.py holds the rates at which noise alone fails them.
+per failure and per warning. tests/compare/test_simulation.py holds the rates at which noise alone fails them.
 """
 
 from __future__ import annotations

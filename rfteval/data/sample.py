@@ -25,7 +25,7 @@ _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type] 
 # msgspec's decoder: faster than the scanner on model outputs (bench/README.md), and this parse is most of what a
 # cheap python grader's worker does besides grade(). Where it succeeds it agrees with json.loads value for value
 # (integers of any size, floats correctly rounded, duplicate keys: the last wins at the first's place); what it
-# refuses and json.loads takes (NaN and Infinity, 1e400, lone surrogates) goes to the scanner. tests/test_sample.py
+# refuses and json.loads takes (NaN and Infinity, 1e400, lone surrogates) goes to the scanner. tests/data/test_sample.py
 # holds it to that.
 _fast = msgspec.json.Decoder().decode
 _KEYS = ("output_text", "output_json", "output_tools", "choices", "output_audio")

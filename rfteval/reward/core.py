@@ -113,7 +113,7 @@ class RewardOptions:
 
 class RewardOptionsArgs(TypedDict, total=False):
     """RewardOptions as the keyword options every `for_*` factory takes (`**options`), so a call is checked field by
-    field (tests/test_reward_core.py holds it to RewardOptions' fields)."""
+    field (tests/reward/test_core.py holds it to RewardOptions' fields)."""
 
     judge_base_url: str | None
     judge_api_key_env: str

@@ -3,7 +3,7 @@
 Pure functions over numpy arrays (no I/O). Samples of one item are not independent (the same output family, the
 same reference), so every interval resamples whole items (a cluster bootstrap, as stats.bootstrap_interval
 resamples items, never raw records), with per-item counts summed per resample so thousands of resamples cost one
-matrix gather. tests/test_agreement.py checks their coverage on simulated graders with a known truth.
+matrix gather. tests/stats/test_agreement.py checks their coverage on simulated graders with a known truth.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _interval(estimate: float, boot: np.ndarray, clusters: int, level: float = 0
     estimate near 1 gets the skewed interval it needs (a symmetric one covers about 92% there).
 
     The percentile interval of the same resamples under-covers at RFT sizes (about 91% for kappa on 60 items,
-    tests/test_agreement.py): the bootstrap's spread lacks the C/(C−1) finite-cluster correction (inspect's, and
+    tests/stats/test_agreement.py): the bootstrap's spread lacks the C/(C−1) finite-cluster correction (inspect's, and
     statistics.md §2.2) and a normal quantile ignores that C is small. NaN when most resamples are undefined.
     """
     import numpy as np

@@ -43,7 +43,7 @@ def _arr(values: Sequence[float] | np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------- t distribution
 # scipy is an optional extra (and importing scipy.stats is slow), so the t quantile is computed here:
 # the CDF from the regularized incomplete beta function (Lentz's continued fraction), inverted by Newton's
-# method with a bisection guard. Checked against scipy to 1e-10 in tests/test_stats.py.
+# method with a bisection guard. Checked against scipy to 1e-10 in tests/stats/test_paired.py.
 
 
 def _betacf(a: float, b: float, x: float) -> float:

@@ -1,0 +1,275 @@
+"""`rfteval validate spec` end to end."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rfteval.cli.app import app
+from tests.support import REPO
+
+ROOT = REPO
+runner = CliRunner()
+
+
+def spec(tmp_path: Path, extra: str = "") -> Path:
+    p = tmp_path / "eval.toml"
+    p.write_text(f'''dataset = "{ROOT}/datasets/chipstack/items.jsonl"
+grader = "{ROOT}/graders/chipstack.json"
+epochs = 2
+{extra}
+[models.base]
+model = "replay:{ROOT}/datasets/chipstack/recordings/base.jsonl"
+[models.tuned]
+model = "o4-mini"
+base_url = "http://127.0.0.1:9/v1"
+''')
+    return p
+
+
+def test_valid_spec_is_described(tmp_path):
+    res = runner.invoke(app, ["validate", "spec", str(spec(tmp_path))])
+    assert res.exit_code == 0, res.output
+    assert "24 items x 2 epochs" in res.output
+    assert "tuned: o4-mini via openai http://127.0.0.1:9/v1" in res.output
+
+
+def test_bad_key_names_file_line_and_key(tmp_path):
+    p = spec(tmp_path, "concurrency = 0")
+    res = runner.invoke(app, ["validate", "spec", str(p)])
+    assert res.exit_code == 2
+    assert f"{p}:4: concurrency: " in res.output and "Traceback" not in res.output
+
+
+def test_missing_dataset(tmp_path):
+    p = spec(tmp_path)
+    p.write_text(p.read_text().replace("chipstack/items.jsonl", "nope/items.jsonl"))
+    res = runner.invoke(app, ["validate", "spec", str(p)])
+    assert res.exit_code == 2 and "no such file" in res.output
+
+
+def _judge_files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    import json
+
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-1", "range": [0, 1],
+                                  "input": [{"role": "user", "content": "{{ item.id }}: {{ sample.output_text }}"}]}))
+    dataset = tmp_path / "items.jsonl"
+    dataset.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": "x"}]}) + "\n"
+                               for i in range(4)))
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text("".join(json.dumps({"item_id": f"q{i}", "output_text": f"answer {i}"}) + "\n"
+                               for i in range(4)))
+    return grader, dataset, outputs
+
+
+@pytest.mark.slow
+def test_validate_grader_repeat_flags_a_random_judge(tmp_path, fake_openai, monkeypatch):
+    """Through the CLI and the real openai client: a judge answering at random is flagged (exit 1), a
+    consistent one is not (exit 0); every repeat is a real call."""
+    import json
+    import random
+
+    grader, dataset, outputs = _judge_files(tmp_path)
+    monkeypatch.setenv("JUDGE_KEY", "sk-test")
+    args = ["validate", "grader", str(grader), "--dataset", str(dataset), "--outputs", str(outputs), "--repeat", "3",
+            "--judge-base-url", fake_openai.base_url, "--judge-api-key-env", "JUDGE_KEY"]
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": 0.8})
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert len(fake_openai.requests) == 4 * 3
+    rng = random.Random(7)
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": rng.random()})
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    assert "flag" in res.output.lower()
+
+
+def test_validate_grader_repeat_needs_outputs(tmp_path):
+    grader, dataset, _ = _judge_files(tmp_path)
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--repeat", "3"])
+    assert res.exit_code == 2 and "--repeat" in res.output
+
+
+def test_validate_grader_dataset_names_every_failing_item(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from rfteval.cli.app import app
+
+    ds = tmp_path / "items.jsonl"
+    rows = [{"id": "a", "answer": "1"}, {"id": "b", "reference_answer": "2"}, {"id": "c"}]
+    ds.write_text("\n".join(json.dumps({"messages": [{"role": "user", "content": "q"}], **r}) for r in rows) + "\n")
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"type": "string_check", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.answer }}", "operation": "eq"}))
+    res = CliRunner().invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
+    assert res.exit_code == 2
+    assert "note: no name given" in res.stdout
+    assert res.stderr.splitlines() == [
+        f"rfteval: {ds}:2: item b: {{{{ item.answer }}}} (grader reference): no key 'answer'",
+        f"rfteval: {ds}:3: item c: {{{{ item.answer }}}} (grader reference): no key 'answer'"]
+
+
+def test_a_python_grader_as_a_py_file_and_its_json_form(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from rfteval.cli.app import app
+    from rfteval.graders.loader import load_grader
+
+    source = 'def grade(sample, item) -> float:\n    return 1.0 if "\\\\" not in sample["output_text"] else 0.0\n'
+    py = tmp_path / "my_grader.py"
+    py.write_text(source)
+    config = load_grader(py)
+    assert (config.type, config.name, config.source) == ("python", "my_grader", source)
+    res = CliRunner().invoke(app, ["validate", "grader", str(py), "--emit-json"])
+    assert res.exit_code == 0
+    assert json.loads(res.stdout) == {"type": "python", "name": "my_grader", "source": source}
+    bad = tmp_path / "bad.py"
+    bad.write_text("def score(sample, item):\n    return 1\n")
+    res = CliRunner().invoke(app, ["validate", "grader", str(bad)])
+    assert res.exit_code == 2 and "grade" in res.stderr
+
+
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+@pytest.mark.parametrize("given, label", [
+    (SCHEMA, " (structured outputs)"),  # a bare schema: the json_schema request
+    ({"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}, " (structured outputs)"),
+    ({"type": "json_object"}, " (JSON mode)"),
+    ({"type": "json_object", "schema": SCHEMA}, " (JSON mode)"),  # llama.cpp's JSON mode with a schema
+    ({"type": "text"}, ""),
+])
+def test_the_response_format_is_named_by_what_it_asks_the_server(tmp_path: Path, given: dict, label: str) -> None:
+    import json
+
+    (tmp_path / "format.json").write_text(json.dumps(given))
+    res = runner.invoke(app, ["validate", "spec", str(spec(tmp_path, f'[sampling]\nresponse_format = "{tmp_path}/format.json"'))])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("  tuned: "))
+    assert line == f"  tuned: o4-mini via openai http://127.0.0.1:9/v1{label}"
+
+
+# ---- the RFT format of a dataset (data.dataset.FormatCheck), end to end
+
+# Azure's RFT sample training lines (azure-sdk-for-net, Azure.AI.Projects Sample18_FineTuning_Reinforcement.md):
+# system + user + the assistant's answer, no reference field.
+AZURE_LINES = [{"messages": [{"role": "system", "content": "You are a helpful math tutor."},
+                             {"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+               for q, a in (("What is 12 * 7?", "12 * 7 = 84."), ("What is the square root of 81?", "It is 9."))]
+
+
+def _azure(tmp_path: Path) -> Path:
+    import json
+
+    p = tmp_path / "rft_training_set.jsonl"
+    p.write_text("".join(json.dumps(line) + "\n" for line in AZURE_LINES))
+    return p
+
+
+def test_validate_dataset_refuses_a_trailing_assistant_turn_naming_each_line(tmp_path):
+    p = _azure(tmp_path)
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert lines[0] == (f"{p}:1: messages[2].role: the last message is the assistant's: an RFT line is a prompt, so "
+                        "the model would be sent the answer and continue it; end the line with the user's message and "
+                        "move the answer to a field the grader reads (e.g. reference_answer), or pass "
+                        "--allow-trailing-assistant to send it anyway")
+    assert lines[1].startswith(f"{p}:2: messages[2].role: the last message is the assistant's")
+    assert f"warning: {p}: 2 of 2 lines hold a system message (lines 1, 2)" in res.stderr
+    assert lines[-1] == f"{p}: 2 valid items, 2 problems"
+
+
+def test_validate_dataset_with_the_flag_warns_of_system_and_missing_references(tmp_path):
+    import json
+
+    p = _azure(tmp_path)
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--allow-trailing-assistant"])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines() == [
+        f"warning: {p}: 2 of 2 lines hold a system message (lines 1, 2): Azure's RFT refuses them and OpenAI's RFT "
+        "format has no system role (developer is its role)",
+        f"warning: {p}: 2 of 2 lines hold no field but messages, so no grader can read a reference from them "
+        "(lines 1, 2)"]
+    assert res.stdout.strip() == f"{p}: 2 items, no problems (2 warning(s) above)"
+    grader = tmp_path / "py.json"  # a python grader reading item["answer"]: named as its reference field
+    grader.write_text(json.dumps({"type": "python", "name": "py", "source":
+                                  "def grade(sample, item):\n    return float(sample['output_text'] == item['answer'])\n"}))
+    with p.open("a") as fh:
+        fh.write(json.dumps({"messages": [{"role": "user", "content": "2+2?"}], "reference_answer": "4"}) + "\n")
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--allow-trailing-assistant", "--grader", str(grader)])
+    assert res.exit_code == 0, res.output
+    assert (f"warning: {p}: 3 of 3 lines hold no field the grader reads as a reference (item.answer) (lines 1, 2, 3)"
+            in res.stderr.splitlines())
+
+
+@pytest.mark.slow
+def test_validate_spec_checks_the_dataset_as_run_does_and_the_spec_key_allows_it(tmp_path):
+    p = _azure(tmp_path)
+    grader = tmp_path / "g.json"
+    grader.write_text('{"type": "string_check", "name": "s", "input": "{{ sample.output_text }}", '
+                      '"reference": "84", "operation": "like"}')
+    body = f'dataset = "{p}"\ngrader = "{grader}"\nepochs = 1\n{{extra}}\n[models.base]\nmodel = "m"\n'
+    spec_file = tmp_path / "eval.toml"
+    spec_file.write_text(body.replace("{extra}", ""))
+    res = runner.invoke(app, ["validate", "spec", str(spec_file)])
+    assert res.exit_code == 2 and f"rfteval: {p}:1: messages[2].role: the last message is the assistant's" in res.stderr
+    assert "(and 1 more problem)" in res.stderr
+    spec_file.write_text(body.replace("{extra}", "allow_trailing_assistant = true"))
+    res = runner.invoke(app, ["validate", "spec", str(spec_file)])
+    assert res.exit_code == 0, res.output
+    assert "system message" in res.stderr
+    assert "hold no field the grader reads" not in res.stderr  # its reference is in the grader: lines need none
+
+
+def test_the_judge_calls_line_says_where_they_go_and_which_key():
+    from rfteval.readiness.reference import judge_calls_note
+
+    local = "http://127.0.0.1:8080/v1"
+    assert judge_calls_note(4, local, "OPENAI_API_KEY", {}) == (
+        f"about 4 judge call(s) to {local}, no key set ($OPENAI_API_KEY is empty; a local server needs none)")
+    assert judge_calls_note(4, local, "JUDGE_KEY", {"JUDGE_KEY": "k"}) == (
+        f"about 4 judge call(s) to {local}, with the key in $JUDGE_KEY")
+    assert judge_calls_note(2, None, "OPENAI_API_KEY", {"OPENAI_API_KEY": "sk"}) == (
+        "about 2 judge call(s) to OpenAI, billed to the key in $OPENAI_API_KEY")
+    assert judge_calls_note(2, "https://api.openai.com/v1", "K", {}) == (
+        "about 2 judge call(s) to https://api.openai.com/v1, but $K is not set: they will fail")
+
+
+@pytest.mark.slow
+def test_validate_grader_with_a_local_judge_and_no_key_says_so(tmp_path, fake_openai, monkeypatch):
+    import json
+
+    grader, dataset, _ = _judge_files(tmp_path)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": 1.0})
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--judge-base-url",
+                              fake_openai.base_url])
+    assert res.exit_code == 0, res.output
+    assert (f"the references go to the judge model: about 4 judge call(s) to {fake_openai.base_url}, no key set "
+            "($OPENAI_API_KEY is empty; a local server needs none)") in res.stdout
+    assert "billed" not in res.output
+
+
+def test_the_cookbook_healthbench_rubric_judge_names_no_line_as_lacking_a_reference(tmp_path: Path) -> None:
+    """openai-cookbook, examples/fine-tuned_qa/reinforcement_finetuning_healthbench.ipynb: lines of one user message
+    (build_datapoints), graded by a score_model over {{item.messages}} and {{sample.output_text}}. A sound pair: it
+    used to be told that every line holds "no field the grader reads as a reference (it reads no item field)"."""
+    p = tmp_path / "rft_train.jsonl"
+    p.write_text("".join(json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n"
+                         for text in ("my knee clicks climbing stairs", "how do I get to the station")))
+    grader = tmp_path / "g.json"
+    grader.write_text(json.dumps({"name": "score_health", "type": "score_model", "model": "o4-mini-2025-04-16",
+                                  "input": [{"role": "user", "type": "message", "content": (
+                                      "Conversation:\n{{item.messages}}\n\nAgent reply:\n{{sample.output_text}}\n\n"
+                                      "Return only the numeric score")}],
+                                  "sampling_params": {"reasoning_effort": "low"}}))
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--grader", str(grader)])
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.stderr

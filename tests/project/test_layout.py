@@ -1,0 +1,103 @@
+"""A module's test is found from its path: rfteval/<package>/<module>.py is tested in tests/<package>/test_<module>.py
+(rfteval/<module>.py in tests/test_<module>.py), a command (rfteval/cli/commands/<name>_cmd.py) end to end in
+tests/cli/test_<name>.py. A module tested elsewhere is in ELSEWHERE with the test that covers it and why; a package's
+__init__.py only re-exports or registers, so its names are tested where they live (the public aliases in
+tests/project/test_aliases.py). Test folders other than cli/, project/ and support/ mirror a package of rfteval/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.support import REPO
+
+PACKAGE = REPO / "rfteval"
+TESTS = REPO / "tests"
+OWN_FOLDERS = {"cli", "project", "support", "fixtures"}  # tests/ folders that mirror no package
+
+# module under rfteval/ -> (the test that covers it, why it has no test file of its own)
+ELSEWHERE: dict[str, tuple[str, str]] = {
+    "__main__.py": ("tests/graders/test_python.py", "`python -m rfteval`: two lines, run by a subprocess there"),
+    "errors.py": ("tests/data/test_dataset.py", "the one-line error: every bad-input test reads its line"),
+    "cli/app.py": ("tests/project/test_docs.py", "the Typer app: every test in tests/cli/ goes through it"),
+    "cli/commands/common.py": ("tests/cli/test_run.py", "options the commands share, end to end through them"),
+    "cli/commands/batches_cmd.py": ("tests/run/batch/test_phase.py", "end to end, beside the batches it lists"),
+    "cli/commands/export_environment_cmd.py": ("tests/reward/test_taskset.py", "end to end: verifiers loads its output"),
+    "cli/commands/graders_cmd.py": ("tests/cli/test_grade.py", "end to end, with grade and validate"),
+    "cli/commands/view_cmd.py": ("tests/view/test_model.py", "end to end, beside the pages it serves"),
+    "compare/agree.py": ("tests/cli/test_agree.py", "end to end only"),
+    "compare/gate_types.py": ("tests/compare/test_gate.py", "the gate's data: what the gate's tests build and read"),
+    "compare/samples.py": ("tests/view/test_model.py", "the samples the viewer shows"),
+    "data/json_types.py": ("tests/project/test_architecture.py", "type names, no code (mypy checks their use)"),
+    "graders/_worker.py": ("tests/graders/test_sandbox.py", "the sandbox's worker program: the sandbox tests run it"),
+    "graders/seccomp.py": ("tests/graders/test_sandbox_attacks.py", "the sandbox's system-call filter: the attacks meet it"),
+    "graders/engine.py": ("tests/graders/test_string_check.py", "every grader type's test grades through it"),
+    "graders/grading.py": ("tests/cli/test_grade.py", "the library behind `rfteval grade`, end to end"),
+    "graders/judged.py": ("tests/graders/test_score_model.py", "what the model graders share, through each of them"),
+    "providers/base.py": ("tests/providers/test_retry.py", "the provider protocol; its error kinds decide the retries"),
+    "readiness/reference.py": ("tests/cli/test_validate.py", "`rfteval validate grader --dataset`, end to end"),
+    "report/agree_render.py": ("tests/cli/test_agree.py", "what `rfteval agree` prints and writes, end to end"),
+    "report/console.py": ("tests/project/test_architecture.py", "the consoles commands print to; rich nowhere else"),
+    "report/format.py": ("tests/cli/test_score_range.py", "how figures read in every report"),
+    "report/grade_table.py": ("tests/cli/test_grade.py", "what `rfteval grade` prints, end to end"),
+    "report/graders_table.py": ("tests/cli/test_grade.py", "what `rfteval graders` prints, end to end"),
+    "report/judge_stability_render.py": ("tests/readiness/test_judge_stability.py", "the stability report's text"),
+    "report/run_table.py": ("tests/cli/test_run_progress.py", "what `rfteval run` prints, end to end"),
+    "report/terminal.py": ("tests/cli/test_compare.py", "what `rfteval compare` prints, end to end"),
+    "reward/episode.py": ("tests/reward/test_tinker.py", "what the tinker and ART adapters share, through them"),
+    "reward/export.py": ("tests/cli/test_export_reward.py", "end to end: TRL imports and verl loads what it writes"),
+    "reward/export_environment.py": ("tests/reward/test_taskset.py", "the taskset package it writes, loaded there"),
+    "run/batch/judge_phase.py": ("tests/run/batch/test_phase.py", "the judge's batch phase, beside the generation's"),
+    "view/bundle.py": ("tests/view/test_browser.py", "the static pages, opened from disk in a browser"),
+    "view/paths.py": ("tests/view/test_model.py", "the view command's flags, end to end"),
+    "view/server.py": ("tests/view/test_model.py", "the pages served: headers, host check, errors"),
+}
+
+
+def modules() -> list[str]:
+    """Every module under rfteval/ but the packages' __init__.py, as its path under rfteval/."""
+    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py") if p.name != "__init__.py")
+
+
+def mirrored(module: str) -> str:
+    """Where the rule puts a module's test."""
+    path = Path(module)
+    if path.parent.as_posix() == "cli/commands" and path.stem.endswith("_cmd"):
+        return f"tests/cli/test_{path.stem.removesuffix('_cmd')}.py"
+    folder = "tests" if path.parent == Path(".") else f"tests/{path.parent.as_posix()}"
+    return f"{folder}/test_{path.stem}.py"
+
+
+def test_every_module_has_its_test_file_or_says_where_it_is_tested():
+    missing = [f"rfteval/{m}: no {mirrored(m)}" for m in modules()
+               if m not in ELSEWHERE and not (REPO / mirrored(m)).is_file()]
+    assert not missing, ("each module's test is at its mirrored path; create it, or list the module in ELSEWHERE "
+                         "with the test that covers it:\n" + "\n".join(missing))
+
+
+def test_the_list_names_modules_without_a_test_file_and_tests_that_exist():
+    stale = [f"{m}: no such module" for m in ELSEWHERE if not (PACKAGE / m).is_file()]
+    stale += [f"{m}: has {mirrored(m)}; leave it out of ELSEWHERE" for m in ELSEWHERE
+              if (PACKAGE / m).is_file() and (REPO / mirrored(m)).is_file()]
+    stale += [f"{m}: {test} does not exist" for m, (test, _) in ELSEWHERE.items() if not (REPO / test).is_file()]
+    assert not stale, "\n".join(stale)
+
+
+def test_test_folders_mirror_packages_and_flat_tests_mirror_top_level_modules():
+    strays = []
+    for path in sorted(TESTS.rglob("test_*.py")):
+        rel = path.relative_to(TESTS)
+        if rel.parts[0] in OWN_FOLDERS:
+            continue
+        if len(rel.parts) == 1:  # tests/test_<module>.py: rfteval/<module>.py only
+            if not (PACKAGE / rel.name.removeprefix("test_")).is_file():
+                strays.append(f"tests/{rel}: no rfteval/{rel.name.removeprefix('test_')}; move it to tests/<package>/")
+        elif not (PACKAGE / rel.parent / "__init__.py").is_file():
+            strays.append(f"tests/{rel}: no package rfteval/{rel.parent.as_posix()}/")
+    assert not strays, "\n".join(strays)
+
+
+def test_every_test_folder_is_a_package():
+    """tests/ and each folder of tests are packages, so test basenames may repeat across folders (test_paths.py)."""
+    folders = [p for p in [TESTS, *TESTS.rglob("*")] if p.is_dir() and p.name != "__pycache__"
+               and "fixtures" not in p.relative_to(TESTS).parts and any(p.glob("*.py"))]
+    assert [f.relative_to(REPO).as_posix() for f in folders if not (f / "__init__.py").is_file()] == []

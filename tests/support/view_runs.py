@@ -1,0 +1,131 @@
+"""What the viewer's tests share: the demo runs made with `rfteval run` (as scripts/demo.sh makes them), record
+files holding hostile content, and the viewer served on 127.0.0.1 in a thread.
+
+A plain module beside fake_openai.py, like cli_run_files.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from tests.support import REPO
+from tests.support.cli_run_files import RFTEVAL
+
+ROOT = REPO
+CHIP = ROOT / "datasets" / "chipstack"
+ACC = ROOT / "datasets" / "accordance"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def run(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RFTEVAL, *args], capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def chipstack_run(out: Path) -> Path:
+    """The demo's ChipStack run: the bundled replay recordings, 3 epochs, the python grader (scripts/demo.sh)."""
+    done = run(["run", "--dataset", str(CHIP / "items.jsonl"), "--grader", str(ROOT / "graders/chipstack.json"),
+                "--model", f"base=replay:{CHIP / 'recordings/base.jsonl'}",
+                "--model", f"tuned=replay:{CHIP / 'recordings/tuned.jsonl'}", "--epochs", "3", "--out", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def accordance_run(out: Path) -> Path:
+    """The demo's Accordance run: a score_model judge (scripts/local_judge.py, a scripted stand-in on 127.0.0.1)
+    grading the bundled recordings, so each record's grade_details holds the judge's steps."""
+    judge = subprocess.Popen([sys.executable, str(ROOT / "scripts/local_judge.py"), "--port", "0"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert judge.stdout is not None
+        url = judge.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        done = run(["run", "--dataset", str(ACC / "items.jsonl"), "--grader", str(ROOT / "graders/accordance.json"),
+                    "--model", f"base=replay:{ACC / 'recordings/base.jsonl'}",
+                    "--model", f"tuned=replay:{ACC / 'recordings/tuned.jsonl'}", "--epochs", "3",
+                    "--judge-base-url", url, "--judge-model", "local-scripted-judge", "--out", str(out),
+                    "--no-readiness"])
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        judge.terminate()
+        judge.wait(timeout=30)
+    return out
+
+
+XSS_SCRIPT = "<script>window.__xss = 'script'</script>"
+XSS_IMG = '<img src=x onerror="window.__xss = \'img\'">'
+XSS_LINK = "[click me](javascript:window.__xss='link') <a href=\"javascript:window.__xss='a'\">click</a>"
+RLO = "user\u202etxt.exe"  # a right-to-left override: shown as a mark, it cannot reorder what follows
+LONE_SURROGATE = "bad \udcff unicode"  # valid JSON (an escape), not valid Unicode: what a broken decoder leaves
+BIG = 5 * 1024 * 1024
+
+
+def _record(label: str, item_id: str, epoch: int, score: float, output: str, **extra: object) -> dict[str, object]:
+    return {"run_id": "hostile", "model_label": label, "model": label, "item_id": item_id, "epoch": epoch,
+            "output_text": output, "output_json": None, "score": score, "sub_scores": None, "error": None,
+            "usage": {"input_tokens": 10, "output_tokens": 20, "reasoning_tokens": None}, "latency_s": 0.5,
+            "cached": False, "finished_at": "2026-12-04T00:00:00Z", **extra}
+
+
+def hostile_records(tmp: Path) -> tuple[Path, Path, Path]:
+    """Two record files and a dataset whose outputs, prompts, references, item ids, grader stdout and judge
+    steps hold every hostile case of issue 29: <script>, <img onerror>, javascript: links, a 5 MB output, text
+    that is not valid Unicode, and right-to-left overrides."""
+    items = {
+        "xss-script": (XSS_SCRIPT, {"grader_stdout": XSS_IMG}),
+        "xss-img": (XSS_IMG, {"reasoning_text": XSS_SCRIPT}),
+        "xss-link": (XSS_LINK, {"grade_details": {"steps": [{"description": XSS_IMG, "conclusion": XSS_LINK}],
+                                                  "result": XSS_SCRIPT}}),
+        "<img src=x onerror=window.__xss='id'>": ("an id that is HTML", {}),
+        RLO: ("text with an override: \u202eevil\u202c done", {}),
+        "surrogate": (LONE_SURROGATE, {"grader_stdout": LONE_SURROGATE}),
+        "big": ("A" * BIG + " the end", {}),
+    }
+    dataset = tmp / "items.jsonl"
+    with open(dataset, "w", encoding="utf-8") as fh:
+        for item_id in items:
+            fh.write(json.dumps({"id": item_id, "messages": [{"role": "user", "content": f"prompt {XSS_SCRIPT}"}],
+                                 "reference_answer": XSS_IMG}) + "\n")
+    paths = []
+    for label, base_score in (("base", 0.8), ("tuned", 0.2)):
+        path = tmp / f"{label}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for k, (item_id, (output, extra)) in enumerate(items.items()):
+                for epoch in (1, 2, 3):
+                    score = base_score if k % 2 else 1 - base_score
+                    fh.write(json.dumps(_record(label, item_id, epoch, score, output, **extra)) + "\n")
+        paths.append(path)
+    return paths[0], paths[1], dataset
+
+
+@contextlib.contextmanager
+def served(data: object) -> Iterator[str]:
+    """The viewer over `data` (a ViewData) on a free 127.0.0.1 port in a thread; yields its base URL."""
+    import time
+
+    import uvicorn
+
+    from rfteval.view import server
+
+    sock = server.bind("127.0.0.1", 0)
+    url = server.url_of(sock)
+    srv = uvicorn.Server(uvicorn.Config(server.make_app(data), log_level="warning", lifespan="off"))  # type: ignore[arg-type]
+    thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if srv.started:
+            break
+        time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        srv.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

@@ -1,0 +1,257 @@
+"""`rfteval view` in a real browser: Debian's headless Chromium driven by Playwright for Python (never Playwright's
+own browser download). The ChipStack and Accordance demo runs, made here with `rfteval run` as scripts/demo.sh
+makes them; the hostile records of tests/support/view_runs.py; the bundle opened from disk. Every request the page makes
+is recorded and must stay on the viewer's own origin (or, from disk, on file://)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from rfteval.view.bundle import write_bundle
+from rfteval.view.model import ViewData, ViewOptions
+from tests.support.view_runs import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    RLO,
+    XSS_IMG,
+    XSS_SCRIPT,
+    accordance_run,
+    chipstack_run,
+    hostile_records,
+    served,
+)
+
+pytestmark = pytest.mark.slow
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip("Debian's chromium is not installed (`make browser`, part of `make test`, installs it when it may): "
+                "the viewer's browser tests did not run", allow_module_level=True)
+if importlib.util.find_spec("playwright") is None or importlib.util.find_spec("uvicorn") is None:
+    pytest.skip("playwright or the view extra is not installed (`make setup` installs the dev extra): the viewer's "
+                "browser tests did not run", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Page:
+    """A new page that records every request, page error and console error."""
+
+    def __init__(self, browser: object) -> None:
+        self.page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+
+    def goto(self, url: str) -> None:
+        self.page.goto(url)
+        self.page.wait_for_selector("main :is(h1, .error)")
+
+    def main(self) -> str:
+        return self.page.inner_text("main")
+
+    def xss(self) -> object:
+        return self.page.evaluate("window.__xss")
+
+    def only_from(self, origin: str) -> None:
+        outside = [u for u in self.requests if not u.startswith(origin)]
+        assert not outside, outside
+
+
+@pytest.fixture(scope="module")
+def chip(tmp_path_factory) -> Path:
+    return chipstack_run(tmp_path_factory.mktemp("browser") / "demo-chipstack")
+
+
+def test_chipstack_compare_filter_search_item_and_keyboard(browser, chip):
+    with served(ViewData([chip])) as url:
+        p = Page(browser)
+        p.goto(url + "compare")
+        assert "+0.115" in p.page.inner_text("#summary") and "[+0.045, +0.184]" in p.page.inner_text("#summary")
+        assert "24 of 24 items" in p.page.inner_text("#count")
+        p.page.check("input[value=regressed]")
+        p.page.wait_for_url(re.compile(r"filter=regressed"))
+        p.page.wait_for_selector("#count")
+        assert "6 of 24 items" in p.page.inner_text("#count")
+        assert all(d.startswith("-") for d in p.page.locator("#items tbody tr td:nth-child(5)").all_inner_texts())
+        p.page.fill("input[name=q]", "AXI_PROTOCOL")
+        p.page.keyboard.press("Enter")
+        p.page.wait_for_url(re.compile(r"q=AXI_PROTOCOL"))
+        p.page.wait_for_selector("#count")
+        searched = p.page.inner_text("#count")
+        assert "of 24 items" in searched and "regressed" in p.page.url
+        p.goto(url + "compare?a=base&b=tuned&filter=regressed")
+        first, second = p.page.locator("#items tbody tr").nth(0).get_attribute("data-id"), \
+            p.page.locator("#items tbody tr").nth(1).get_attribute("data-id")
+        p.page.keyboard.press("j")
+        p.page.keyboard.press("Enter")
+        p.page.wait_for_url(re.compile(r"/item\?id="))
+        p.page.wait_for_selector(".pair")
+        text = p.main()
+        assert f"Item {first}" in text and "item 1 of 6 in this filter" in text
+        assert "base · epoch 1" in text and "tuned · epoch 3" in text  # both models' samples, every epoch
+        assert len(p.page.locator(".pair").all()) == 3 and p.page.locator("#prompt .msg").count() >= 2
+        assert p.page.locator("#diff del, #diff ins").count() > 0  # the word diff of two different outputs
+        p.page.keyboard.press("n")
+        p.page.wait_for_url(re.compile("id=" + re.escape(str(second))))
+        p.page.wait_for_selector(".pair")
+        assert f"Item {second}" in p.main() and "item 2 of 6" in p.main()
+        p.page.keyboard.press("p")
+        p.page.wait_for_url(re.compile("id=" + re.escape(str(first))))
+        p.page.wait_for_selector(".pair")
+        p.page.keyboard.press("u")
+        p.page.wait_for_url(re.compile(r"/compare\?"))
+        p.page.wait_for_selector("#count")
+        assert "6 of 24" in p.page.inner_text("#count")
+        p.goto(url + "runs")
+        assert "0.764" in p.page.inner_text("#models") and "verdict: ready" in p.main()
+        p.goto(url + "readiness")
+        assert "verdict: ready" in p.main() and p.page.locator("#readiness-items tr").count() > 20
+        p.goto(url + "series")
+        assert "Per item" in p.main()
+        assert p.page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def test_accordance_item_shows_the_judges_steps(browser, tmp_path):
+    run_dir = accordance_run(tmp_path / "demo-accordance")
+    data = ViewData([run_dir])
+    with served(data) as url:
+        p = Page(browser)
+        p.goto(url + "compare?filter=judged")
+        p.page.locator("#items tbody tr a").first.click()
+        p.page.wait_for_selector(".pair")
+        assert p.page.locator(".steps").count() >= 6  # three epochs, two models
+        step = p.page.locator(".steps li").first.inner_text()
+        assert step.strip()
+        assert "judge steps" in p.main() and "score" in p.main()
+        p.goto(url + "runs")
+        assert re.search(r"local-scripted-judge: \d+ calls", p.main())  # the judge's calls, tokens and cost
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def _hostile_data(tmp_path: Path) -> ViewData:
+    base, tuned, dataset = hostile_records(tmp_path)
+    return ViewData([base, tuned], ViewOptions(dataset=dataset))
+
+
+def _check_inert(p: Page) -> None:
+    assert p.xss() is None  # nothing set it: no script, handler or link ran
+    sources = p.page.evaluate("[...document.scripts].map(s => s.getAttribute('src'))")
+    assert sources in (["/static/app.js"], ["data.js", "static/app.js"])  # ours only (a bundle: its data too)
+    assert p.page.evaluate("[...document.images].every(i => i.closest('.plots'))")  # no image from the data
+    assert p.page.evaluate("[...document.links].every(a => !a.href.startsWith('javascript:'))")
+
+
+def test_every_hostile_case_renders_as_text_and_runs_nothing(browser, tmp_path):
+    data = _hostile_data(tmp_path)
+    with served(data) as url:
+        p = Page(browser)
+        p.page.add_init_script("window.addEventListener('securitypolicyviolation', e => "
+                               "(window.__csp = (window.__csp || []).concat(e.violatedDirective)))")
+        p.goto(url + "compare")
+        _check_inert(p)
+        ids = p.page.locator("#items tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")
+        assert len(ids) == 7 and "<img src=x onerror=window.__xss='id'>" in p.page.inner_text("#items")
+        assert "\u27e8U+202E\u27e9" in p.page.inner_text("#items")  # the override shown, not obeyed
+        for n in range(len(ids)):
+            p.goto(url + "compare")
+            p.page.locator("#items tbody tr a").nth(n).click()
+            p.page.wait_for_selector(".pair")
+            p.page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+            _check_inert(p)
+        p.goto(url + "item?id=xss-script")
+        text = p.main()
+        assert XSS_SCRIPT in text and XSS_IMG in text  # the prompt, the reference, the output, the stdout: as text
+        p.goto(url + "item?id=xss-link")
+        assert "javascript:window.__xss='link'" in p.main() and "judge steps" in p.main()
+        p.goto(url + "item?" + "id=" + RLO.replace("\u202e", "%E2%80%AE"))
+        assert "\u27e8U+202E\u27e9" in p.main()
+        p.goto(url + "item?id=surrogate")
+        assert "bad \ufffd unicode" in p.main()
+        p.goto(url + "item?id=big")
+        assert "more characters not shown" in p.main()
+        assert p.page.locator("a[target=_blank]").first.get_attribute("href").startswith("/api/text?")
+        assert p.page.evaluate("window.__csp") is None  # nothing even tried to break the policy
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def test_the_bundle_opens_from_disk_with_no_server(browser, chip, tmp_path):
+    out = tmp_path / "bundle"
+    write_bundle(ViewData([chip]), out, limit=10)
+    p = Page(browser)
+    p.goto((out / "index.html").as_uri() + "#/compare?filter=regressed")
+    assert "lowest-delta items of 24" in p.page.inner_text("#note")
+    assert "6 of 24 items" in p.page.inner_text("#count") and "+0.115" in p.page.inner_text("#summary")
+    assert "look at the 10 in this bundle" in p.page.inner_text("#count")
+    p.page.locator("#items tbody tr a").first.click()
+    p.page.wait_for_selector(".pair")
+    assert "base · epoch 1" in p.main() and "item 1 of 6" in p.main()
+    p.page.keyboard.press("n")
+    p.page.wait_for_function("document.body.innerText.includes('item 2 of 6')")
+    p.goto((out / "index.html").as_uri() + "#/runs")
+    assert "0.764" in p.page.inner_text("#models")
+    p.only_from("file://")
+    assert not p.errors, p.errors
+    hostile = tmp_path / "hostile-bundle"
+    write_bundle(_hostile_data(tmp_path), hostile)
+    q = Page(browser)
+    q.goto(hostile.joinpath("index.html").as_uri() + "#/compare")
+    _check_inert(q)
+    q.goto(hostile.joinpath("index.html").as_uri() + "#/item?id=xss-script")
+    q.page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    assert XSS_SCRIPT in q.main()
+    _check_inert(q)
+    q.only_from("file://")
+
+
+def test_the_readme_screenshots_are_made_by_their_script_and_not_blank():
+    """scripts/make_screenshots.py --check: the Compare and Item pages of the demo run show their text, the shots
+    are not blank, and docs/view-*.png (the README's) exist at the same size."""
+    import subprocess
+    import sys
+
+    from tests.support.view_runs import ROOT
+
+    done = subprocess.run([sys.executable, str(ROOT / "scripts/make_screenshots.py"), "--check"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_the_agree_page_shows_both_graders_side_by_side(browser, tmp_path):
+    import json
+
+    rows_a, rows_b = [], []
+    for i in range(8):
+        common = {"model_label": "base", "item_id": f"q{i}", "epoch": 1, "output_text": f"answer {i}", "error": None}
+        rows_a.append({**common, "score": 0.0, "grade_details": {"steps": [f"old judge on q{i}"]}})
+        rows_b.append({**common, "score": float(i % 2), "grade_details": {"steps": [f"new judge on q{i}"]}})
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps(r) + "\n" for r in rows_a))
+    b.write_text("".join(json.dumps(r) + "\n" for r in rows_b))
+    with served(ViewData([a], ViewOptions(agree=(a, b)))) as url:
+        p = Page(browser)
+        p.goto(url + "agree")
+        assert p.page.locator("#agree-items tbody").count() == 4  # the four items they disagree on
+        p.page.locator("#agree-items details summary").first.click()
+        text = p.main()
+        assert "old judge on q" in text and "new judge on q" in text
+        p.only_from(url)
+        assert not p.errors, p.errors

@@ -1,0 +1,428 @@
+"""rfteval.view and rfteval.compare.samples: the viewer's pages equal compare's numbers, filters, search, paging,
+the server's headers, the bundle, hostile content in the JSON, the command (the browser tests:
+tests/view/test_browser.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rfteval.compare.samples import SampleSource
+from rfteval.errors import InputError
+from rfteval.view.model import ViewData, ViewOptions
+from tests.support.view_runs import BIG, LONE_SURROGATE, RFTEVAL, ROOT, chipstack_run, hostile_records, run, served
+
+
+def _records(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _row(item: str, epoch: int, score: float, text: str, label: str = "m") -> dict[str, object]:
+    return {"model_label": label, "item_id": item, "epoch": epoch, "score": score, "output_text": text,
+            "error": None, "grade_details": {"steps": ["s"]} if item == "b" else None}
+
+
+def test_sample_source_reads_one_items_records_jsonl_and_parquet(tmp_path):
+    """An item's records in epoch order, a re-graded cell's later record kept (as compare keeps it); the same
+    rows through the Parquet reader; search and the grader-details flag by item."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [_row("a", 2, 0.5, "second"), _row("a", 1, 0.0, "first, old"), _row("b", 1, 1.0, "needle here"),
+            _row("a", 1, 1.0, "first, re-graded"), _row("c", 1, 0.0, "x", label="other")]
+    jsonl = _records(tmp_path / "r.jsonl", rows)
+    table = pa.Table.from_pylist([{**r, "grade_details": json.dumps(r["grade_details"]) if r["grade_details"] else None}
+                                  for r in rows])
+    parquet = tmp_path / "r.parquet"
+    pq.write_table(table, parquet, row_group_size=2)
+    for path in (jsonl, parquet):
+        source = SampleSource(path, "m")
+        assert source.item_ids == ["a", "b"]
+        assert [(r["epoch"], r["output_text"]) for r in source.records("a")] == [(1, "first, re-graded"),
+                                                                               (2, "second")]
+        assert source.records("nope") == []
+        assert source.matching("NEEDLE") == {"b"}
+        assert source.judged_items() == {"b"}
+    assert (jsonl.stat().st_mtime_ns, parquet.stat().st_mtime_ns) == (jsonl.stat().st_mtime_ns,
+                                                                     parquet.stat().st_mtime_ns)
+
+
+def test_a_missing_web_stack_is_one_line(monkeypatch):
+    import importlib.util
+
+    from rfteval.view import server
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    with pytest.raises(InputError, match=r"pip install 'rfteval\[view\]'"):
+        server.require_web_stack()
+
+
+@pytest.fixture(scope="module")
+def chip(tmp_path_factory) -> Path:
+    return chipstack_run(tmp_path_factory.mktemp("view") / "demo-chipstack")
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def _compare_json(*args: str) -> dict[str, object]:
+    done = run(["compare", *args, "--format", "json"])
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def _unpathed(result: dict[str, object]) -> dict[str, object]:
+    """A comparison's JSON without the sides' file names: in a run directory compare reads DIR/<label>.jsonl, the
+    viewer the same records from DIR/results.parquet (faster); every number must be the same."""
+    out = json.loads(json.dumps(result))
+    for role in ("baseline", "candidate"):
+        assert out[role].pop("path").endswith((".jsonl", ".parquet"))
+    return out
+
+
+@pytest.mark.slow
+def test_every_pages_numbers_equal_compare_format_json(chip):
+    """The Compare page's summary and items, the Runs page's models and the Series page equal `rfteval compare
+    --format json` on the same run directory (the numbers come from the same library call)."""
+    expected = _compare_json(str(chip), "--label", "base", "--label", "tuned")
+    data = ViewData([chip])
+    page = data.compare_page(None, None, limit=1000)
+    got = json.loads(json.dumps(page))
+    items = expected.pop("items")
+    assert _unpathed(got["result"]) == _unpathed(expected)
+    assert [(r["item_id"], r["baseline"], r["candidate"], r["delta"], r["delta_ci95"], r["baseline_epochs"],
+             r["candidate_epochs"]) for r in got["items"]] == \
+        [(r["item_id"], r["baseline"], r["candidate"], r["delta"], r["delta_ci95"], r["baseline_epochs"],
+          r["candidate_epochs"]) for r in items]
+    overall = got["summary"][0]
+    assert overall["name"] == "overall" and overall["delta"]["mean"] == expected["delta"]["mean"]
+    assert overall["baseline"]["ci95"] == expected["baseline"]["ci95"]
+    runs = json.loads(json.dumps(data.runs_page()))
+    sides = {m["label"]: m["side"] for m in runs["models"]}
+    assert _unpathed({"baseline": sides["base"], "candidate": sides["tuned"]}) == \
+        _unpathed({"baseline": expected["baseline"], "candidate": expected["candidate"]})
+    assert runs["models"][1]["delta"] == expected["delta"]
+    for row in got["items"]:  # W/T/L over epoch pairs: 3 x 3 pairs of each item's used records
+        assert sum(row["wtl"]) == row["baseline_epochs"] * row["candidate_epochs"]
+    done = run(["readiness", str(chip), "--label", "base", "--format", "json"])
+    readiness = json.loads(done.stdout)
+    page = json.loads(json.dumps(data.readiness_page("base")))
+    # the page reads no output text: every check but answer skew (which it says it leaves out), every number equal
+    assert page["report"]["verdict"] == readiness["verdict"] and page["report"]["checks"] == \
+        [c for c in readiness["checks"] if c["name"] != "answer_skew"] and "answer skew" in page["left_out"]
+    for key in ("mean", "se", "zero_variance", "expected_zero_signal", "errors", "mean_histogram", "sd_histogram",
+                "n_records", "n_items"):
+        assert page["report"][key] == readiness[key], key
+    assert page["total"] == len(readiness["items"])
+    series = _compare_json(str(chip))
+    assert json.loads(json.dumps(data.series_page()))["series"] == series
+    item = json.loads(json.dumps(data.item_page(items[0]["item_id"], None, None)))
+    assert item["row"]["delta"] == items[0]["delta"] and len(item["samples"]["base"]) == 3
+
+
+@pytest.mark.slow
+def test_filters_search_paging_and_neighbours(chip):
+    data = ViewData([chip])
+    rows = data.compare_page(None, None, limit=1000)["items"]
+    assert isinstance(rows, list)
+    regressed = data.compare_page(None, None, ["regressed"])
+    assert [r["item_id"] for r in regressed["items"]] == [r["item_id"] for r in rows if r["delta"] < 0]  # type: ignore[index]
+    assert regressed["total"] == 6
+    improved = data.filtered("base", "tuned", ["improved"])
+    assert len(improved) == 18 and not set(improved) & set(data.filtered("base", "tuned", ["regressed"]))
+    hardest = data.filtered("base", "tuned", ["hardest"])
+    assert len(hardest) == 6  # a quarter of 24
+    page = data.compare_page(None, None, offset=20, limit=10)
+    assert page["total"] == 24 and len(page["items"]) == 4  # type: ignore[arg-type]
+    first = rows[0]["item_id"]  # type: ignore[index]
+    record = data.sources["tuned"].samples.records(first)[0]
+    word = json.loads(record["output_text"])["predicted"][0]["value"]  # type: ignore[arg-type]
+    found = data.filtered("base", "tuned", [], word)
+    assert first in found and len(found) <= 24
+    assert data.filtered("base", "tuned", [], "no such text anywhere 12345") == []
+    assert data.filtered("base", "tuned", [], "interface described in the spec")  # a prompt's words
+    item = data.item_page(regressed["items"][1]["item_id"], None, None, ["regressed"])  # type: ignore[index]
+    assert item["prev"] == regressed["items"][0]["item_id"] and item["next"] == regressed["items"][2]["item_id"]  # type: ignore[index]
+    assert item["position"] == 1 and item["total"] == 6
+    with pytest.raises(InputError, match="unknown filter"):
+        data.filtered("base", "tuned", ["nonsense"])
+    with pytest.raises(InputError, match="no model"):
+        data.compare_page("base", "nobody")
+
+
+@pytest.mark.slow
+def test_server_headers_host_check_errors_and_it_writes_nothing(chip):
+    before = _digest(chip)
+    with served(ViewData([chip])) as url:
+        with urllib.request.urlopen(url + "compare?a=base&b=tuned&filter=regressed") as r:
+            csp = r.headers["Content-Security-Policy"]
+            assert "script-src 'self'" in csp and "default-src 'none'" in csp and "unsafe" not in csp
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
+            assert b"<script src=\"/static/app.js\"" in r.read()
+        for path in ("api/runs", "api/compare?filter=regressed", "api/item?id=cs-001", "api/readiness",
+                     "api/series", "api/plot/scatter.svg", "static/app.js"):
+            with urllib.request.urlopen(url + path) as r:
+                assert r.status == 200 and r.headers["Content-Security-Policy"], path
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(url + "api/compare?filter=bogus")
+        assert bad.value.code == 400 and "unknown filter" in json.loads(bad.value.read())["error"]
+        rebind = urllib.request.Request(url + "api/runs", headers={"Host": "attacker.example"})
+        with pytest.raises(urllib.error.HTTPError) as refused:  # DNS rebinding: another host name is refused
+            urllib.request.urlopen(rebind)
+        assert refused.value.code == 400
+    assert _digest(chip) == before
+
+
+@pytest.mark.slow
+def test_hostile_content_travels_as_json_text(tmp_path):
+    base, tuned, dataset = hostile_records(tmp_path)
+    data = ViewData([base, tuned], ViewOptions(dataset=dataset))
+    page = data.item_page("big", None, None)
+    out = page["samples"]["base"][0]["output_text"]  # type: ignore[index]
+    assert out["omitted"] == BIG + len(" the end") - 100_000 and len(out["text"]) == 100_000  # type: ignore[index]
+    assert data.full_text("base", "big", 1, "output_text").endswith(" the end")
+    item = data.item_page("surrogate", None, None)
+    assert item["samples"]["tuned"][0]["output_text"] == LONE_SURROGATE  # type: ignore[index]
+    from rfteval.view.server import dumps
+
+    assert "\\udcff" in dumps(item)  # an escape, not an encoding error
+    with served(data) as url:
+        with urllib.request.urlopen(url + "api/item?id=surrogate") as r:
+            assert json.loads(r.read())["samples"]["base"][0]["grader_stdout"] == LONE_SURROGATE
+        with urllib.request.urlopen(url + "api/text?label=base&id=big&epoch=1&field=output_text") as r:
+            assert r.headers["Content-Type"].startswith("text/plain") and len(r.read()) == BIG + len(" the end")
+
+
+@pytest.mark.slow
+def test_bytes_that_are_not_utf8_show_as_replacement_characters(tmp_path):
+    """An output holding bytes that are not UTF-8 (compare reads the file: it never looks at output_text) is
+    shown with U+FFFD in their place, never a crash."""
+    lines = [b'{"model_label": "%s", "item_id": "a", "epoch": 1, "score": %s, "output_text": "x\xff\xfey"}\n'
+             % (label, score) for label, score in ((b"base", b"0.0"), (b"tuned", b"1.0"))]
+    paths = []
+    for name, line in zip(("base", "tuned"), lines):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_bytes(line)
+    assert _compare_json(*map(str, paths))["delta"]["mean"] == 1.0
+    page = ViewData(paths).item_page("a", None, None)
+    assert page["samples"]["base"][0]["output_text"] == "x\ufffd\ufffdy"  # type: ignore[index]
+
+
+@pytest.mark.slow
+def test_bundle_says_what_it_left_out(chip, tmp_path):
+    done = run(["view", str(chip), "--bundle", str(tmp_path / "b"), "--bundle-items", "5"])
+    assert done.returncode == 0, done.stderr
+    assert "the 5 lowest-delta items of 24" in done.stderr
+    text = (tmp_path / "b" / "data.js").read_text(encoding="ascii")
+    payload = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
+    assert payload["left_out"].startswith("the 5 lowest-delta items of 24; the rest: rfteval view ")
+    assert len(payload["items"]) == 5 and len(payload["compare"]["items"]) == 5
+    expected = _compare_json(str(chip), "--label", "base", "--label", "tuned")
+    expected.pop("items")
+    assert _unpathed(payload["compare"]["result"]) == _unpathed(expected)  # the bundle's numbers are compare's too
+    assert {r["item_id"] for r in payload["compare"]["items"]} == set(payload["items"])
+    regressed = [r["item_id"] for r in payload["compare"]["items"] if "regressed" in r["flags"]]
+    assert regressed == [r["item_id"] for r in payload["compare"]["items"] if r["delta"] < 0]
+    html = (tmp_path / "b" / "index.html").read_text()
+    assert 'http-equiv="Content-Security-Policy"' in html and 'src="data.js"' in html and "/static/" not in html
+    for name in ("scatter", "deltas", "distributions"):
+        assert (tmp_path / "b" / "plots" / f"{name}.svg").read_text().startswith("<svg")
+    again = run(["view", str(chip), "--bundle", str(chip / "base.jsonl")])  # never over what it reads
+    assert again.returncode == 2
+
+
+def test_a_host_other_than_loopback_warns(monkeypatch, capsys, tmp_path):
+    from rfteval.view import paths, server
+
+    monkeypatch.setattr(server, "require_web_stack", lambda: None)
+    monkeypatch.setattr(server, "bind", lambda host, port: __import__("socket").socket())
+    monkeypatch.setattr(server, "url_of", lambda sock: "http://0.0.0.0:1/")
+    monkeypatch.setattr(server, "serve", lambda *a, **k: None)
+
+    class Data:
+        default_pair = ("a", "b")
+
+        def comparison(self, a: str, b: str) -> None:
+            return None
+
+    monkeypatch.setattr(paths.ViewRequest, "data", lambda self: Data())
+    paths.view_request(paths.ViewRequest([tmp_path], host="0.0.0.0", open_browser=False))
+    err = capsys.readouterr().err
+    assert "no authentication" in err and "0.0.0.0" in err
+
+
+@pytest.mark.slow
+def test_the_command_prints_its_url_serves_and_stops_on_ctrl_c(chip):
+    proc = subprocess.Popen([*RFTEVAL, "view", str(chip), "--no-open"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("rfteval view: http://127.0.0.1:"), line + (proc.stderr.read() if proc.stderr else "")
+        url = line.split()[2]
+        with urllib.request.urlopen(url.replace("compare", "api/runs"), timeout=60) as r:
+            assert json.loads(r.read())["labels"] == ["base", "tuned"]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_view_needs_paths_and_checks_flags(tmp_path):
+    from rfteval.view.paths import ViewRequest
+
+    with pytest.raises(InputError, match="give a run directory"):
+        ViewRequest([])
+    with pytest.raises(InputError, match="--by needs --dataset"):
+        ViewRequest([tmp_path], by=["x"])
+    with pytest.raises(InputError, match="0..65535"):
+        ViewRequest([tmp_path], port=70000)
+
+
+def test_demo_prints_the_view_command():
+    assert "rfteval\" view runs/demo-chipstack" in (ROOT / "scripts/demo.sh").read_text() or \
+        "rfteval view runs/demo-chipstack" in (ROOT / "scripts/demo.sh").read_text()
+
+
+@pytest.mark.slow
+def test_agree_page_equals_rfteval_agree_and_shows_both_graders(tmp_path):
+    """Two graders' records of the same samples (as `rfteval agree A B` takes them): the page's numbers are
+    agree's JSON, and each listed sample carries both graders' details."""
+    rows_a, rows_b = [], []
+    for i in range(12):
+        for epoch in (1, 2):
+            a = (i % 4) / 4
+            b = min(1.0, a + (0.5 if i % 3 == 0 else 0.0))
+            common = {"model_label": "base", "item_id": f"q{i}", "epoch": epoch, "output_text": f"answer {i}",
+                      "error": None}
+            rows_a.append({**common, "score": a, "grade_details": {"steps": [f"old judge on q{i}"], "result": a}})
+            rows_b.append({**common, "score": b, "grade_details": {"steps": [f"new judge on q{i}"], "result": b}})
+    path_a, path_b = _records(tmp_path / "a.jsonl", rows_a), _records(tmp_path / "b.jsonl", rows_b)
+    done = run(["agree", str(path_a), str(path_b), "--format", "json", "--top", "200"])
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(done.stdout)
+    page = json.loads(json.dumps(ViewData([path_a], ViewOptions(agree=(path_a, path_b))).agree_page()))
+    assert page["summary"]["pearson"] == expected["pearson"] and page["summary"]["bias"] == expected["bias"]
+    assert [r["item_id"] for r in page["items"]] == [r["item_id"] for r in expected["items"]]
+    first = page["items"][0]
+    assert first["samples"]["a"]["grade_details"]["steps"] == [f"old judge on {first['item_id']}"]
+    assert first["samples"]["b"]["grade_details"]["steps"] == [f"new judge on {first['item_id']}"]
+    done = run(["view", "--agree", str(path_a), str(path_b), "--bundle", str(tmp_path / "b")])
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "b" / "data.js").read_text(encoding="ascii")
+    bundled = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
+    assert bundled["agree"]["summary"]["pearson"] == expected["pearson"]
+
+
+@pytest.mark.slow
+def test_by_field_slices_equal_compare_by_and_filter_the_list(chip):
+    """--by difficulty: the page's slices are compare --by's, and the slice filter keeps that value's items."""
+    dataset = ROOT / "datasets/chipstack/items.jsonl"
+    expected = _compare_json(str(chip), "--label", "base", "--label", "tuned", "--dataset", str(dataset),
+                             "--by", "difficulty")
+    data = ViewData([chip], ViewOptions(dataset=dataset, by=("difficulty",)))
+    page = json.loads(json.dumps(data.compare_page(None, None, limit=1000)))
+    assert page["result"]["slices"] == expected["slices"]
+    values = page["by"]["difficulty"]
+    assert values and set(values) <= {"easy", "medium", "hard"}
+    hard = data.compare_page(None, None, slice_="difficulty=hard", limit=1000)
+    rows = hard["items"]
+    assert isinstance(rows, list) and rows and all(r["slices"]["difficulty"] == "hard" for r in rows)
+    assert hard["total"] == expected["slices"]["difficulty=hard"]["items"]
+
+
+def test_the_page_never_parses_data_as_html():
+    """The page's script builds the DOM from text nodes only; its HTML has no inline script or handler."""
+    from rfteval.view.server import static_text
+
+    script = static_text("app.js")
+    for banned in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert banned not in script.replace("no innerHTML", ""), banned
+    html = static_text("index.html")
+    import re
+
+    assert "<script>" not in html and re.search(r"\son[a-z]+\s*=", html, re.I) is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_readiness_page_reads_no_output_and_leaves_out_only_answer_skew(tmp_path, suffix):
+    """Every sample answers "A" (label-like answers): `rfteval readiness` flags answer skew from the output texts;
+    the page, which reads only the signal columns, leaves that one check out and says so, and no other number
+    moves. Records without their outputs must not read as every answer empty (that too is label-like)."""
+    import pandas as pd
+
+    from rfteval.readiness.paths import SIGNAL_COLUMNS, ReadinessRequest, assess_path
+
+    rows = [_row(f"i{k}", e, float((k + e) % 3 == 0), "A") for k in range(12) for e in range(3)]
+    path = _records(tmp_path / "m.jsonl", rows)
+    if suffix == "parquet":
+        pd.DataFrame(rows).to_parquet(tmp_path / "m.parquet")
+        path.unlink()
+        path = tmp_path / "m.parquet"
+    full = assess_path(ReadinessRequest(path)).report.to_dict()
+    narrow = assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS)).report.to_dict()
+    assert "answer_skew" in [c["name"] for c in full["checks"]]
+    assert narrow["checks"] == [c for c in full["checks"] if c["name"] != "answer_skew"]
+    assert narrow["labels"] is None
+    for key in ("mean", "se", "zero_variance", "expected_zero_signal", "errors", "items", "n_records"):
+        assert narrow[key] == full[key], key
+    page = ViewData([path]).readiness_page(None)
+    assert page["report"]["checks"] == narrow["checks"] and "answer skew" in str(page["left_out"])
+    with pytest.raises(InputError, match="re-grade"):
+        assess_path(ReadinessRequest(path, columns=SIGNAL_COLUMNS, regrade=2))
+
+
+@pytest.mark.slow
+def test_runs_page_links_two_graders_grades_of_the_same_samples_to_agree(tmp_path):
+    """Paths holding the same samples (model_label/item_id/epoch, same outputs) graded differently, as a run's
+    records and `rfteval agree A --regrade G --out B.jsonl` or `rfteval grade` write them: the Runs page links the
+    pair to /agree?a=..&b=.., whose numbers are `agree_paths`'s (the --agree form's call). A copy of the same grades
+    and another run of the model (other outputs) are no pair; the Agree page opens no pair it was not given."""
+    from rfteval.compare.agree import AgreeOptions, agree_paths
+
+    rows_a, rows_b, rows_other = [], [], []
+    for i in range(10):
+        for epoch in (1, 2):
+            common = {"model_label": "base", "item_id": f"q{i}", "epoch": epoch, "output_text": f"answer {i}",
+                      "error": None}
+            rows_a.append({**common, "score": (i % 4) / 4, "grade_details": {"steps": ["old"]}})
+            rows_b.append({**common, "score": 1.0 if i % 3 else 0.0, "grade_details": {"steps": ["new"]}})
+            rows_other.append({**common, "output_text": f"another answer {i}", "score": 1.0})
+    for name in ("b", "copy", "other"):  # one directory each: the viewer names a label by its directory
+        (tmp_path / name).mkdir()
+    a, b = _records(tmp_path / "a.jsonl", rows_a), _records(tmp_path / "b" / "b.jsonl", rows_b)
+    copy = _records(tmp_path / "copy" / "a.jsonl", rows_a)
+    other = _records(tmp_path / "other" / "a.jsonl", rows_other)
+    data = ViewData([a, b, copy, other])
+    links = json.loads(json.dumps(data.runs_page()))["agree_links"]
+    assert links == [{"a": str(a), "b": str(b)}, {"a": str(b), "b": str(copy)}]
+    page = json.loads(json.dumps(data.agree_page(str(a), str(b))))
+    expected = agree_paths(a, b, AgreeOptions(top=200)).to_json()
+    assert page["summary"]["pearson"] == json.loads(json.dumps(expected))["pearson"]
+    assert [r["item_id"] for r in page["items"]] == [r["item_id"] for r in expected["items"]]
+    assert page["items"][0]["samples"]["b"]["grade_details"]["steps"] == ["new"]
+    with pytest.raises(InputError, match="no grader pair"):
+        data.agree_page(str(a), str(other))
+    assert ViewData([a, copy]).runs_page()["agree_links"] == []
+    import urllib.parse
+
+    with served(data) as url:  # the link as the Runs page writes it, over HTTP
+        query = urllib.parse.urlencode(links[0])
+        with urllib.request.urlopen(url + "api/agree?" + query) as r:
+            assert json.loads(r.read())["summary"]["pearson"] == page["summary"]["pearson"]
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(url + "api/agree?" + urllib.parse.urlencode({"a": str(a), "b": "/etc/passwd"}))
+        assert bad.value.code == 400 and "no grader pair" in json.loads(bad.value.read())["error"]
