@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import REPO
+
+ROOT = REPO
 
 # What none of the light paths may import: the SDK (0.5 s and more of CPU, most of it its type modules), the frame
 # and Parquet stack, the transports, the viewer's web server, the terminal renderer.

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from record_sides import rec
 from typer.testing import CliRunner
 
 from rfteval.data import frame as frame_mod
@@ -20,6 +19,7 @@ from rfteval.data.frame import load_frame, normalise, read_frame
 from rfteval.data.records import effective_scores, read_records, write_jsonl, write_parquet
 from rfteval.errors import InputError
 from rfteval.stats.passk import passes
+from tests.support.record_sides import rec
 
 GRADE_ERROR = {"stage": "grade", "type": "grader_error", "message": "boom"}
 REFUSAL = {"stage": "generate", "type": "refusal", "message": "no"}
