@@ -1,6 +1,7 @@
 """`rfteval run --batch` against the test server's Files and Batches endpoints: chunks, results matched on
-custom_id, re-queued expired lines, failed batches, crashes between journal steps, Ctrl-C, cancel, export and
-import. Every server is on 127.0.0.1; every killed process is one this test started."""
+custom_id, re-queued expired lines, failed batches, crashes between journal steps, Ctrl-C, cancel (the journal, the
+result lines and export/import are in test_journal.py, test_lines.py, test_offline.py). Every server is on 127.0.0.1;
+every killed process is one this test started."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,29 +17,15 @@ import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.run.batch.journal import Journal, read_journal
-from rfteval.run.batch.lines import entry_from_result, parse_result_lines
+from rfteval.run.batch.journal import read_journal
+from rfteval.run.batch.lines import parse_result_lines
 from rfteval.run.runner import RunOptions, run_eval
 from rfteval.run.spec import build_spec, flag_overrides
-from tests.support import FIXTURES
-from tests.support.cli_run_files import RFTEVAL, write_run_files
-from tests.support.fake_openai import FakeOpenAI, Reply, Request, chat_body
+from tests.support.batch_cli import EPOCHS, N_ITEMS, cli_args, records
+from tests.support.cli_run_files import RFTEVAL
+from tests.support.fake_openai import FakeOpenAI, Reply, Request
 
-N_ITEMS = 5
-EPOCHS = 2
 CELLS = 2 * N_ITEMS * EPOCHS
-
-
-@pytest.fixture
-def files(tmp_path: Path) -> dict[str, Path]:
-    return write_run_files(tmp_path, N_ITEMS)
-
-
-def cli_args(files: dict[str, Path], server: FakeOpenAI, *extra: str, out: Path | None = None) -> list[str]:
-    return ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]), "--model", "base=fake-base",
-            "--model", "tuned=fake-tuned", "--epochs", str(EPOCHS), "--base-url", server.base_url,
-            "--out", str(out or files["out"]), "--quiet", "--no-readiness", "--batch-poll-interval", "0.02",
-            "--retry-base-delay", "0.001", *extra]
 
 
 def run_lib(files: dict[str, Path], server: FakeOpenAI, out: Path | None = None, **opts: Any) -> Any:
@@ -61,10 +47,6 @@ def run_lib(files: dict[str, Path], server: FakeOpenAI, out: Path | None = None,
     result = run_eval(spec, Collect(), RunOptions(**options))
     result.messages = messages  # type: ignore[attr-defined]
     return result
-
-
-def records(out: Path, label: str) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (out / f"{label}.jsonl").read_text().splitlines()]
 
 
 def events(out: Path) -> list[dict[str, Any]]:
@@ -270,19 +252,6 @@ def test_sigkill_after_upload_before_it_is_recorded(files: dict[str, Path], fake
     assert json.loads((out / "summary.json").read_text())["missing"] == 0
 
 
-def test_a_torn_journal_line_is_cut(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    store.mkdir()
-    good = {"event": "planned", "chunk": "base-0001", "label": "base", "model": "m", "endpoint": "/v1/chat/completions",
-            "keys": ["k"], "sha256": "0" * 64, "path": "x", "lines": 1, "bytes": 1, "at": 1.0}
-    (store / "batches.jsonl").write_text(json.dumps(good) + "\n" + '{"event": "uploaded", "chunk": "base-0001", "fi')
-    j = Journal(store)
-    assert list(j.chunks) == ["base-0001"] and j.chunks["base-0001"].file_id is None
-    j.append({"event": "uploaded", "chunk": "base-0001", "file_id": "file-1"})
-    j.close()
-    assert read_journal(tmp_path)[0].file_id == "file-1"
-
-
 # ---------------------------------------------------------------- Ctrl-C, listing, cancelling
 
 
@@ -343,92 +312,6 @@ def test_batches_cancel(files: dict[str, Path], fake_openai: FakeOpenAI) -> None
     assert again.exit_code == 3 and "20 of 20 cells have no response yet" in again.stderr, again.output
     assert fake_openai.batch_creates == 2
     assert all(c.status == "cancelled" and c.done for c in read_journal(out))
-
-
-# ---------------------------------------------------------------- export and import (vllm run-batch, Ray Data)
-
-
-def fake_engine(requests: Path, out: Path, drop: Callable[[int], bool] = lambda i: False) -> None:
-    """What `vllm run-batch -i requests -o out` does, as far as the line formats go."""
-    lines = []
-    for i, raw in enumerate(requests.read_text().splitlines()):
-        line = json.loads(raw)
-        if drop(i):
-            continue
-        req = Request(path=line["url"], body=line["body"], headers={}, model=line["body"]["model"], api="chat")
-        body = chat_body(req, Reply(text=f"engine:{req.model}:{req.last_user_text()}"), i)
-        lines.append({"id": f"vllm-{i}", "custom_id": line["custom_id"],
-                      "response": {"status_code": 200, "request_id": f"vllm-batch-{i}", "body": body}, "error": None})
-    out.write_text("".join(json.dumps(x) + "\n" for x in reversed(lines)))
-
-
-@pytest.mark.slow
-def test_export_then_import(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path) -> None:
-    req = tmp_path / "requests.jsonl"
-    proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--export-requests", str(req)))
-    assert proc.exit_code == 0, proc.output
-    per_model = {label: tmp_path / f"requests.{label}.jsonl" for label in ("base", "tuned")}
-    assert all(p.exists() for p in per_model.values()) and "--import-responses" in proc.stdout
-    assert fake_openai.requests == [] and fake_openai.batch_creates == 0  # nothing sent
-    first = json.loads(per_model["base"].read_text().splitlines()[0])
-    assert set(first) == {"custom_id", "method", "url", "body"} and first["url"] == "/v1/chat/completions"
-    results = tmp_path / "results.jsonl"
-    fake_engine(per_model["base"], results, drop=lambda i: i == 0)
-    proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--import-responses", str(results)))
-    assert proc.exit_code == 3, proc.output  # graded what came back; the rest is missing, and it says so
-    assert "9 responses stored" in proc.stderr and "11 of 20 cells have no response yet" in proc.stderr
-    s = json.loads((files["out"] / "summary.json").read_text())
-    assert s["models"]["base"]["records"] == 9 and s["models"]["tuned"]["records"] == 0
-    assert fake_openai.requests == []
-    recs = records(files["out"], "base")
-    assert recs[0]["output_text"].startswith("engine:fake-base:")
-    # export again: only what is still missing
-    CliRunner().invoke(app, cli_args(files, fake_openai, "--export-requests", str(req)))
-    assert len(per_model["base"].read_text().splitlines()) == 1
-
-
-@pytest.mark.parametrize("line,field", [
-    ("not json", None),
-    ('{"response": {"status_code": 200, "body": {}}}', "custom_id"),
-    ('{"custom_id": "k", "response": {"status_code": "200"}}', "response"),
-    ('{"custom_id": "k", "response": {"status_code": 200, "body": "text"}}', "response.body"),
-    ('{"custom_id": "k"}', "response"),
-])
-@pytest.mark.slow
-def test_a_bad_import_line_is_one_line_and_exit_2(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path,
-                                                  line: str, field: str | None) -> None:
-    results = tmp_path / "results.jsonl"
-    results.write_text('{"custom_id": "x", "response": null, "error": {"code": "batch_expired", "message": "m"}}\n'
-                       + line + "\n")
-    proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--import-responses", str(results)))
-    assert proc.exit_code == 2
-    msg = proc.stderr.strip()
-    assert len(msg.splitlines()) == 1 and f"{results}:2: " in msg and "Traceback" not in proc.output
-    if field:
-        assert f":2: {field}: " in msg
-
-
-def test_modes_cannot_be_combined(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path) -> None:
-    proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--batch", "--export-requests", str(tmp_path / "x")))
-    assert proc.exit_code == 2 and "cannot be combined" in proc.stderr
-
-
-def test_result_lines_match_on_custom_id_and_classify() -> None:
-    from rfteval.run.batch.lines import CellInfo
-
-    cell = CellInfo("base", "m", "q1", 1, "chat", False)
-    ok = {"custom_id": "k", "response": {"status_code": 200, "body": {
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 1}}}, "error": None}
-    what, entry = entry_from_result("k", cell, ok, "s")
-    assert what == "stored" and entry is not None and entry.output_text == "hi" and entry.tier == "batch"
-    assert entry_from_result("k", cell, {"custom_id": "k", "response": None,
-                                         "error": {"code": "batch_expired", "message": ""}}, "s")[0] == "requeue"
-    assert entry_from_result("k", cell, {"custom_id": "k", "response": {"status_code": 429, "body": {}}}, "s")[0] == "requeue"
-    what, entry = entry_from_result("k", cell, {"custom_id": "k", "response": {"status_code": 400, "body": {
-        "error": {"message": "nope"}}}}, "s")
-    assert what == "error" and entry is not None and entry.error_type == "bad_request"
-    assert [n for n, _ in parse_result_lines(b'{"custom_id": "a", "response": null}\n\nnot json\n')] == [1]
 
 
 @pytest.mark.slow
@@ -536,49 +419,6 @@ def test_behind_a_preflight_that_saw_nothing_a_404_upload_abandons_its_chunk(
     assert read_journal(files["out"]) and not any(c.live for c in read_journal(files["out"]))  # nothing planned
     res = CliRunner().invoke(app, ["batches", str(files["out"])])
     assert "planned" not in res.output
-
-
-JOURNAL_V1 = FIXTURES / "journal_v1" / "batches.jsonl"  # by the dict-based journal (95db486)
-
-
-def test_a_journal_written_by_the_dict_based_code_reads_back(tmp_path: Path) -> None:
-    (tmp_path / "store").mkdir()
-    (tmp_path / "store" / "batches.jsonl").write_bytes(JOURNAL_V1.read_bytes())
-    done, cancelled, gone = read_journal(tmp_path)
-    assert (done.file_id, done.batch_id, done.status, done.done, done.counts) == (
-        "file-1", "batch-1", "completed", True, {"completed": 1, "failed": 0, "total": 2})
-    assert done.result == {"status": "completed", "batch_id": "batch-1", "stored": 2, "errors": 0, "requeued": 0}
-    assert cancelled.phase == "judge" and cancelled.cancel_requested and cancelled.result["message"] == "batch failed: é"
-    assert gone.done and gone.status == "abandoned" and gone.planned_at == 1764639000.123
-
-
-def test_typed_journal_events_write_the_lines_the_dict_based_code_wrote(monkeypatch: pytest.MonkeyPatch,
-                                                                        tmp_path: Path) -> None:
-    import rfteval.run.batch.journal as ph
-
-    monkeypatch.setattr(ph.time, "time", lambda: 1764639000.1234)
-    plan = dict(label="base", model="m", lines=1, bytes=5)
-    j = Journal(tmp_path)
-    for event in [
-        ph.Planned(chunk="base-0001", label="base", model="m", endpoint="/v1/chat/completions", keys=["k1", "k2"],
-                   sha256="0" * 64, path="/x/base-0001.jsonl", lines=2, bytes=10),
-        ph.Uploaded(chunk="base-0001", file_id="file-1"),
-        ph.Created(chunk="base-0001", batch_id="batch-1", status="validating"),
-        ph.Status(chunk="base-0001", status="in_progress", counts={"completed": 1, "failed": 0, "total": 2}),
-        ph.Collected(chunk="base-0001", status="completed", batch_id="batch-1", stored=2, errors=0, requeued=0),
-        ph.Planned(chunk="base-0002", endpoint="/v1/responses", keys=["k3"], sha256="1" * 64,
-                   path="/x/base-0002.jsonl", phase="judge", **plan),
-        ph.Created(chunk="base-0002", batch_id="batch-2", status="in_progress", adopted=True),
-        ph.CancelRequested(chunk="base-0002"),
-        ph.Collected(chunk="base-0002", status="failed", batch_id="batch-2", stored=0, requeued=0,
-                     message="batch failed: é"),
-        ph.Planned(chunk="tuned-0001", endpoint="/v1/chat/completions", keys=["k4"], sha256="2" * 64,
-                   path="/x/tuned-0001.jsonl", **{**plan, "label": "tuned", "model": "t"}),
-        ph.Abandoned(chunk="tuned-0001", status="abandoned", reason="input file gone before it was submitted"),
-    ]:
-        j.append(event)
-    j.close()
-    assert (tmp_path / "batches.jsonl").read_bytes() == JOURNAL_V1.read_bytes()
 
 
 def test_result_key_and_the_judge_phase_provider_map() -> None:
