@@ -1,5 +1,4 @@
-"""compare/paths.py: CompareRequest checks every flag and report path before any work; the baseline's readiness
-for the HTML report (rfteval.baseline_readiness), rendered by report.readiness_render.readiness_sections."""
+"""compare/paths.py: CompareRequest checks every flag and report path before any work."""
 
 from __future__ import annotations
 
@@ -7,12 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.baseline_readiness import READINESS_MAX_RECORDS, BaselineReadiness
 from rfteval.cli.commands.compare_reports import report_files
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import CompareRequest
 from rfteval.errors import InputError
-from rfteval.report.readiness_render import readiness_sections
 
 
 def request(tmp_path: Path, **kw) -> CompareRequest:
@@ -44,11 +41,3 @@ def test_two_labels_of_one_directory_compare_it_with_itself_and_reports_never_ov
     assert exc.value.field == "--markdown"
 
 
-def test_readiness_sections_say_why_there_is_no_report():
-    assert readiness_sections(None) == []
-    (title, body), = readiness_sections(BaselineReadiness("base", skipped_records=READINESS_MAX_RECORDS + 1,
-                                                          path="runs/<a>"))
-    assert title == "RFT readiness of the baseline (base)"
-    assert f"{READINESS_MAX_RECORDS + 1:,} records" in body and "runs/&lt;a&gt;" in body
-    (_, body), = readiness_sections(BaselineReadiness("base", failed="bad <line>"))
-    assert body == "<p>Not assessed: bad &lt;line&gt;.</p>"

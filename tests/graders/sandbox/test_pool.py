@@ -1,11 +1,10 @@
-"""The python worker pool: every way a grader can misbehave costs only its own sample; limits really hold."""
+"""The python worker pool: every way a grader can misbehave costs only its own sample; limits really hold (the wire,
+the policy and the worker program in this process: test_wire.py, test_policy.py, test__worker.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import marshal
-import math
 import os
 import socket
 import threading
@@ -18,26 +17,20 @@ from rfteval.data.sample import make_sample
 from rfteval.graders.base import (
     PYTHON_MEMORY,
     PYTHON_RUNTIME,
-    PYTHON_SERVER,
     PYTHON_TIMEOUT,
-    GradeError,
-    checked_score,
 )
 from rfteval.graders.sandbox import (
-    RESEND,
     STDOUT_CAP,
-    Failure,
-    Resend,
     WorkerPool,
     _worker,
     compact_sample,
-    decode_reply,
     encode,
     encode_whole,
     group_units,
     worker_env,
 )
 from rfteval.graders.sandbox.pool import _Sandbox
+from tests.support.sandbox_samples import TEXTS, TOOLS, compact_pairs
 
 TIMEOUT_S = 2.0
 
@@ -454,7 +447,7 @@ def test_non_json_data_still_reaches_the_grader(pool1: WorkerPool) -> None:
     assert [r.score for r in results] == [5.0, 6.0]
 
 
-# ---------------------------------------------------------------- pure pieces, no processes
+# ---------------------------------------------------------------- a request, no processes
 
 
 def test_an_item_crosses_once_per_unit() -> None:
@@ -470,83 +463,6 @@ def test_an_item_crosses_once_per_unit() -> None:
     _, _, source, sent = marshal.loads(request)
     assert source == "src" and [len(samples) for _, samples in sent] == [5, 5]
     assert marshal.loads(box.request("k", "src", []))[2] is None  # the source crosses once per sandbox
-
-
-def test_units_never_mix_keys_or_items() -> None:
-    a, b = {"id": "a"}, {"id": "b"}
-    pairs = [({}, a), ({}, a), ({}, b), ({}, a), ({}, dict(a))]
-    assert group_units(pairs, None) == [[0], [1], [2], [3], [4]]  # undeclared: a process per sample
-    assert group_units(pairs, ["base", "tuned", "base", "base", "base"]) == [[0, 3], [1], [2], [4]]
-
-
-@pytest.mark.parametrize("value", [1, 0, -3, 2.5, -0.0, 10 ** 400, math.nan, math.inf, -math.inf, True, False,
-                                   "0.5", None, [1.0], 1 + 2j])
-def test_worker_scores_agree_with_checked_score(value: object) -> None:
-    ours = _worker.as_score(value)
-    try:
-        theirs: float | GradeError | str = checked_score(value)
-    except OverflowError:
-        theirs = "overflow"
-    if isinstance(theirs, float):
-        assert ours == theirs
-    else:
-        assert isinstance(ours, tuple) and ours[0] == PYTHON_RUNTIME
-
-
-def test_worker_error_types_match_base() -> None:
-    assert (_worker.PYTHON_RUNTIME, _worker.PYTHON_TIMEOUT, _worker.PYTHON_MEMORY) == (
-        PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY)
-
-
-@pytest.mark.parametrize("reply", [
-    b"not json",
-    json.dumps([True, [[1.0, None, None, None]]]).encode(),  # too few
-    json.dumps([True, [[1.0, None, None, None], ["x", None, None, None]]]).encode(),
-    json.dumps([True, [[1.0, None, None, None], [1.0, None, None, None], [1.0, None, None, None]]]).encode(),
-    b'[true, [[1.0, null, null, null], [NaN, null, null, null]]]',
-    json.dumps([True, [[1.0, None, None, None], [1.0, 5, None, None]]]).encode(),
-    json.dumps({"done": True}).encode(),
-    b"[" * 200_000 + b"]" * 200_000,
-    b"[true, [" + b"[" * 200_000,
-])
-def test_garbled_replies_are_refused(reply: bytes) -> None:
-    with pytest.raises(Failure) as info:
-        decode_reply(reply, 0, 2)
-    assert info.value.error.type == PYTHON_SERVER
-
-
-def test_a_reply_in_parts() -> None:
-    part1 = [False, [[0.5, None, None, "hi"]]]
-    part2 = [True, [[0.0, "made_up_type", "boom", None]]]
-    first, done1 = decode_reply(json.dumps(part1).encode(), 0, 2)
-    second, done2 = decode_reply(json.dumps(part2).encode(), 1, 2)
-    assert (done1, done2) == (False, True)
-    assert first[0].score == 0.5 and first[0].stdout == "hi"
-    assert second[0].error == GradeError(PYTHON_RUNTIME, "boom")  # unknown types are not believed
-
-
-def test_a_request_to_resend_is_not_a_result() -> None:
-    """The child's 'send this sample again whole' is a Resend, never a GradeResult with an error type."""
-    (outcome, result), _ = decode_reply(json.dumps([True, [[0.0, RESEND, "limit", None], [1.0, None, None, None]]])
-                                        .encode(), 0, 2)
-    assert outcome == Resend("limit") and not isinstance(result, Resend) and result.score == 1.0
-
-
-def test_reply_text_is_capped() -> None:
-    (result,), _ = decode_reply(json.dumps([True, [[0.0, PYTHON_RUNTIME, "m" * 10**6, "o" * 10**6]]]).encode(), 0, 1)
-    assert len(result.error.message) <= 8000 and len(result.stdout) <= STDOUT_CAP + 100
-
-
-def test_encode_sends_plain_data_only() -> None:
-    data = {"a": [1, "x", (2, 3), None, True, 1.5]}
-    assert marshal.loads(encode(data)) == data  # marshal keeps it exactly
-
-    class Sub(dict):
-        pass
-
-    decoded = marshal.loads(encode(Sub(a=Sub(b=1), c={2, 3})))
-    assert decoded == {"a": {"b": 1}, "c": [2, 3]} and type(decoded) is dict and type(decoded["a"]) is dict
-    assert marshal.loads(encode([object])) == [str(object)]  # what marshal refuses arrives as text
 
 
 # ---------------------------------------------------------------- samples sent as their text
@@ -577,34 +493,6 @@ def observed(sample: dict) -> str:
     namespace: dict = {}
     exec(FINGERPRINT, namespace)  # noqa: S102  (our own source)
     return namespace["shape"](marshal.loads(encode_whole(sample)), {}) + "\n"
-
-
-TEXTS = [
-    '{"predicted": [{"name": "clk", "value": "1\'b0"}, {"name": "clk", "value": "1\'b0"}]}',
-    '  [1, 2.5, true, null, "x", {"a": {}}]\n',  # padded: output_text keeps the padding, the parse ignores it
-    "plain words",
-    "",
-    "{not json",
-    '{"a": 1} trailing',
-    '{"big": 1e400, "u": "\\u00e9\\ud83d\\ude00", "n": -0}',
-]
-TOOLS = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]
-
-
-def compact_pairs() -> list[tuple[dict, dict]]:
-    samples = [make_sample(t) for t in TEXTS] + [make_sample(t, [dict(TOOLS[0])]) for t in TEXTS[:3]]
-    samples.append(make_sample('{"a": 1}', output_json=None))  # parses, but the caller says no JSON
-    samples.append(make_sample(None, []))
-    return [(s, {"id": n}) for n, s in enumerate(samples)]
-
-
-def test_samples_make_sample_built_are_sent_as_their_text() -> None:
-    kinds = [type(compact_sample(s)) for s, _ in compact_pairs()]
-    assert kinds == [str, str, tuple, tuple, tuple, tuple, str] + [tuple] * 3 + [tuple] * 2
-    assert compact_sample(make_sample('{"a": 1}')) == '{"a": 1}'
-    assert compact_sample(make_sample("hi")) == ("hi", None, False)
-    text, tools, parse = compact_sample(make_sample("[1]", TOOLS))
-    assert (text, marshal.loads(tools), parse) == ("[1]", TOOLS, True)
 
 
 def test_a_sample_sent_as_text_grades_as_if_sent_whole(pool1: WorkerPool) -> None:
@@ -662,15 +550,6 @@ def test_a_changed_sample_is_sent_whole_and_graded_as_changed(pool1: WorkerPool,
     assert result.error is None and result.stdout == observed(sample)
 
 
-def test_copies_of_a_sample_keep_its_text_path() -> None:
-    import copy
-    import pickle
-
-    sample = make_sample('{"a": [1, 2]}', TOOLS)
-    for twin in (copy.copy(sample), copy.deepcopy(sample), pickle.loads(pickle.dumps(sample))):
-        assert twin == sample and compact_sample(twin)[0] == '{"a": [1, 2]}'
-
-
 @pytest.mark.slow
 def test_a_sample_the_worker_cannot_rebuild_is_sent_again_whole() -> None:
     source = ("import sys\n"
@@ -701,28 +580,6 @@ def test_a_number_over_the_workers_digit_limit_is_sent_whole() -> None:
         (result,) = pool.grade("def grade(sample, item):\n    return float(sample['output_json']['n'].bit_length())\n",
                                [(sample, {})])
     assert result.error is None and result.score == float((10 ** 5000).bit_length())
-
-
-@pytest.mark.parametrize("sent, expected", [
-    ("[1]", make_sample("[1]")),
-    (("x", None, False), make_sample("x")),
-    (("[1]", None, False), make_sample("[1]", output_json=None)),
-    (("{}", marshal.dumps(TOOLS), True), make_sample("{}", TOOLS)),
-])
-def test_the_worker_rebuilds_plain_dicts(sent: object, expected: dict) -> None:
-    rebuilt = _worker.rebuild(sent)
-    assert rebuilt == expected and type(rebuilt) is dict
-    assert rebuilt["choices"][0]["message"]["content"] is rebuilt["output_text"]
-    if rebuilt["output_tools"]:
-        assert rebuilt["choices"][0]["message"]["tool_calls"] is rebuilt["output_tools"]
-
-
-def test_the_worker_refuses_a_text_that_does_not_parse_there() -> None:
-    with pytest.raises(ValueError):
-        _worker.rebuild("{not json")
-    assert _worker.undecodable(ValueError("x"), whole=False)[0] == RESEND
-    assert _worker.undecodable(MemoryError(), whole=True)[0] == PYTHON_MEMORY
-    assert _worker.RESEND == RESEND and _worker.PYTHON_SERVER == PYTHON_SERVER
 
 
 def test_results_come_back_in_the_callers_order_when_items_interleave(pool1: WorkerPool) -> None:
@@ -777,70 +634,9 @@ def test_one_sandbox_more_than_cores_by_default() -> None:
         assert pool.workers == default_workers() == (os.cpu_count() or 1) + 1
 
 
-def supervisor(tmp_path: Any, **extra: Any) -> tuple[_worker.Supervisor, int]:
-    """A supervisor outside any sandbox, replying on a pipe: (it, the pipe's read end)."""
-    read_fd, write_fd = os.pipe()
-    config = {"timeout_s": 5.0, "grace_s": 1.0, "stdout_cap": 1024, "workdir": str(tmp_path), **extra}
-    return _worker.Supervisor(config, write_fd), read_fd
-
-
-def frames(fd: int) -> list[bytes]:
-    os.set_blocking(fd, False)
-    data = b""
-    with contextlib.suppress(BlockingIOError):
-        while chunk := os.read(fd, 1 << 16):
-            data += chunk
-    out = []
-    while data:
-        (n,) = _worker.HEADER.unpack_from(data)
-        out.append(data[8:8 + n])
-        data = data[8 + n:]
-    return out
-
-
-def test_clearing_a_units_files_beats_as_it_goes(tmp_path: Any) -> None:
-    for k in range(5):
-        (tmp_path / f"f{k}").write_text("x")
-    (tmp_path / "d").mkdir()
-    (tmp_path / "d" / "g").write_text("x")
-    calls: list[int] = []
-    _worker.clear_directory(str(tmp_path), os.stat(tmp_path).st_dev, lambda: calls.append(1))
-    assert not list(tmp_path.iterdir()) and len(calls) >= 7
-
-
-def test_an_oom_kill_is_charged_to_the_results_read_after_it(tmp_path: Any) -> None:
-    counter = tmp_path / "memory.oom_control"
-    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
-    sup, _ = supervisor(tmp_path, oom_file=str(counter))
-    rows = [[1.0, None, None, "out"], [0.0, PYTHON_TIMEOUT, "slow", None]]
-    assert sup.oom_kills() == 2 and sup.charge_oom([list(r) for r in rows]) == rows  # kills from before: not these
-    counter.write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
-    charged = sup.charge_oom([list(r) for r in rows])
-    assert [r[1] for r in charged] == [PYTHON_MEMORY, PYTHON_MEMORY] and charged[0][3] == "out"
-    assert sup.charge_oom([list(r) for r in rows]) == rows  # counted once
-    assert supervisor(tmp_path)[0].charge_oom(rows) == rows  # no cgroup: nothing to charge
-
-
 def test_a_source_that_does_not_compile_fails_every_sample_in_every_batch(pool1: WorkerPool) -> None:
     for _ in range(2):  # the second time the source is known to the sandbox: the request comes without it
         results = pool1.grade("def grade(s, i)\n    return 1.0\n", [({}, {}), ({}, {})])
         assert all(r.error is not None and "does not compile" in r.error.message for r in results), results
 
 
-@pytest.mark.slow
-def test_the_worker_script_imports_the_standard_library_alone() -> None:
-    """The supervisor runs `python -I _worker.py` under the user's interpreter, which may lack rfteval's packages:
-    loading the script (its types exist for the checker only) must import nothing outside the standard library."""
-    import subprocess
-    import sys
-
-    from rfteval.graders.sandbox import WORKER_SCRIPT
-
-    probe = ("import sys, runpy\n"
-             "before = set(sys.modules)\n"
-             f"runpy.run_path({str(WORKER_SCRIPT)!r}, run_name='rfteval_worker_probe')\n"
-             "print(' '.join(sorted({m.split('.')[0] for m in set(sys.modules) - before})))\n")
-    done = subprocess.run([sys.executable, "-I", "-c", probe], capture_output=True, text=True, timeout=60, check=True)
-    loaded = done.stdout.split()
-    assert "json" in loaded and "mmap" in loaded  # the probe saw the script's own imports
-    assert [m for m in loaded if m not in sys.stdlib_module_names] == []
