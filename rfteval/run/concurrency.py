@@ -33,8 +33,9 @@ about LAG_WAITS loop turns beyond the server's own time (its send, its answer's 
 its latency less LAG_WAITS x the window's mean lag is the server's share, and only that share counts as a queue
 signal. A probe settles below what was asked for (`--concurrency`) only on evidence, a queue (the server's share of
 latency grew with the requests in flight while throughput stayed flat) or a measured throughput loss at the higher
-limit; otherwise it goes back up, and `client_busy` counts the windows whose latency rise was the client's own.
-`cap_reason` in the summary says why a cap was kept.
+limit while the client's loop was no later there than below (a loss that came with a late loop is the client's: a
+test suite or a build beside the run took its CPU); otherwise it goes back up, and `client_busy` counts the windows
+whose latency rise (or throughput loss) was the client's own. `cap_reason` in the summary says why a cap was kept.
 
 `history` records each change as (seconds since start, limit), for summary.json.
 """
@@ -65,6 +66,7 @@ PROBE_STEP = 0.75
 BINDING = 0.9  # a window whose mean in flight is under this share of the limit measured demand, not the server
 LAG_TICK_S = 0.01  # the loop-lag ticker's sleep
 LAG_WAITS = 4  # loop turns a request spends beyond the server's time: send, headers, body, release
+CLIENT_LATE_RATIO, CLIENT_LATE_S = 2.0, 0.001  # the loop's mean lateness this much higher: the client was busy
 
 
 class Measured(NamedTuple):
@@ -364,7 +366,10 @@ class AdaptiveLimiter:
         if top is None:
             return None
         if top.throughput < SETTLE_SHARE * low.throughput:
-            return "throughput"
+            if not _client_late(low, top):
+                return "throughput"
+            self.client_busy += 1  # the loss came with the client's own loop running late: not the server's
+            return None
         rise = top.in_flight / low.in_flight - 1 if low.in_flight else 0.0
         if rise > 0 and _latency_rose(low.server_latency, top.server_latency, rise):
             return "queue"
@@ -412,6 +417,12 @@ class AdaptiveLimiter:
         if self.cap is not None or self.client_busy or self.unfounded:
             out["loop_lag_ms"] = round(1000 * self.lag_s / self.lag_ticks, 2) if self.lag_ticks else None
         return out
+
+
+def _client_late(low: Measured, top: Measured) -> bool:
+    """The client's own loop ran clearly later in the top window than in the low one (another process took the
+    CPU, or the client's own work did): a throughput loss then measures the client, and no cap is kept for it."""
+    return top.lag > max(CLIENT_LATE_RATIO * low.lag, low.lag + CLIENT_LATE_S)
 
 
 def _latency_rose(before: float, after: float, rise: float) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.providers.base import RateInfo
-from rfteval.run.concurrency import AdaptiveLimiter
+from rfteval.run.concurrency import AdaptiveLimiter, Measured
 from rfteval.run.runner import RunOptions, run_eval
 from rfteval.run.spec import build_spec, flag_overrides
 from tests.support.cli_run_files import write_run_files
@@ -358,3 +358,15 @@ def test_a_busy_client_whose_lag_goes_unmeasured_is_capped() -> None:
 def test_a_queueing_server_is_capped_for_its_queue() -> None:
     lim, _, _ = simulate(2, ceiling=32)
     assert lim.cap is not None and lim.summary()["cap_reason"] == "queue"
+
+
+def test_a_throughput_loss_that_came_with_a_late_loop_keeps_no_cap() -> None:
+    """Issue 31, seen in bench_run at 20,000 requests beside a test run: the probe's top window lost throughput
+    because another process took the client's CPU (its loop ran late), and the limit settled at 49 of 64. A loss
+    counts as the server's only when the client's loop was no later at the top than below."""
+    lim = AdaptiveLimiter(64)
+    low = Measured(in_flight=47.0, throughput=600.0, latency=0.105, lag=0.0005)
+    lim._top = Measured(in_flight=64.0, throughput=520.0, latency=0.125, lag=0.004)  # the loop 8x later up there
+    assert lim._evidence(low) is None and lim.client_busy == 1
+    lim._top = Measured(in_flight=64.0, throughput=520.0, latency=0.125, lag=0.0006)  # the loop on time: the server
+    assert lim._evidence(low) == "throughput"
