@@ -541,7 +541,8 @@ class FakeOpenAI:
         return f"{prefix}-fake{self._next_id()}"
 
     def add_file(self, data: bytes, purpose: str, filename: str) -> dict[str, Any]:
-        obj = {"id": self._new_id("file"), "object": "file", "bytes": len(data), "created_at": int(time.time()),
+        obj: dict[str, Any] = {"id": self._new_id("file"), "object": "file", "bytes": len(data),
+               "created_at": int(time.time()),
                "filename": filename, "purpose": purpose, "status": "processed", "status_details": None}
         with self._lock:
             self.files[obj["id"]] = {"meta": obj, "data": data}
@@ -898,7 +899,8 @@ class _Handler(BaseHTTPRequestHandler):
             if m.get("role") in owner.refused_roles:
                 return 500, {"message": validation_list_500(i, m),
                              "type": "internal_server_error", "param": None, "code": None}
-            parts = m.get("content") if isinstance(m.get("content"), list) else []
+            content = m.get("content")
+            parts: list[Any] = content if isinstance(content, list) else []
             for j, part in enumerate(parts):
                 if isinstance(part, dict) and part.get("type") in owner.refused_parts:
                     return 500, {"message": validation_list_500(i, m, j),
@@ -978,7 +980,7 @@ def _multipart(content_type: str, raw: bytes) -> dict[str, tuple[str | None, byt
     for part in msg.iter_parts():
         name = part.get_param("name", header="content-disposition")
         data = part.get_payload(decode=True) or b""
-        fields[str(name)] = (part.get_filename(), data)
+        fields[str(name)] = (part.get_filename(), data if isinstance(data, bytes) else str(data).encode())
     return fields
 
 
