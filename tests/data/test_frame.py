@@ -119,10 +119,9 @@ def test_the_one_pass_rule() -> None:
 def test_a_run_reads_its_record_files_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The finish reads each DIR/<label>.jsonl once, for the comparison and the pass curves together, and readiness
     assesses the baseline's records the run holds: no record file is read twice, by either reader."""
-    from cli_run_files import write_run_files
-
     from rfteval.cli.app import app
     from rfteval.data import records as records_mod
+    from tests.support.cli_run_files import write_run_files
 
     reads: list[Path] = []
 

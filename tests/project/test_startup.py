@@ -60,9 +60,13 @@ def test_run_help_imports_only_the_cli(tmp_path: Path) -> None:
     assert "--dataset" in out and "--concurrency" in out  # the run command's own help was printed
     assert "rfteval.cli.commands.run_cmd" in modules
     assert under(modules, *HEAVY) == []
-    # the run itself (its pipeline, graders, providers, the finish) is imported when a run starts, not for its help
-    assert under(modules, "rfteval.run", "rfteval.graders", "rfteval.providers", "rfteval.compare", "rfteval.readiness",
+    # the run itself (its pipeline, graders, providers, the finish) is imported when a run starts, not for its help;
+    # the judge flags' defaults are the one JudgeEndpoint value (a dataclass; its package brings the stdlib-only
+    # provider protocol with it), and nothing else of providers/
+    assert under(modules, "rfteval.run", "rfteval.graders", "rfteval.compare", "rfteval.readiness",
                  "rfteval.stats", "rfteval.report", "rfteval.reward", "rfteval.view", "msgspec") == []
+    assert under(modules, "rfteval.providers") == ["rfteval.providers", "rfteval.providers.base",
+                                                   "rfteval.providers.endpoint"]
 
 
 def test_run_library_import_is_light(tmp_path: Path) -> None:
@@ -90,11 +94,11 @@ def test_run_without_the_sdk_never_imports_it(tmp_path: Path) -> None:
         "reference": "{{ item.reference_answer }}", "operation": "like"}))
     modules, out = modules_after("""
         import asyncio
-        from rfteval.providers.base import Generation
+        from rfteval.providers.base import Generation, ServerlessProvider
         from rfteval.run.runner import RunOptions, run_eval
         from rfteval.run.spec import build_spec, flag_overrides
 
-        class Instant:
+        class Instant(ServerlessProvider):
             def identity(self):
                 return {"provider": "instant"}
 
