@@ -130,3 +130,57 @@ def test_the_worker_script_imports_the_standard_library_alone() -> None:
     loaded = done.stdout.split()
     assert "json" in loaded and "mmap" in loaded  # the probe saw the script's own imports
     assert [m for m in loaded if m not in sys.stdlib_module_names] == []
+
+
+def _re_cached(pattern: str, flags: int) -> bool:
+    import re
+
+    return any(key[1:] == (pattern, flags) for key in re._cache)
+
+
+def test_the_sources_regular_expressions_are_compiled_before_any_unit_with_the_flags_it_passes() -> None:
+    import re
+
+    re.purge()
+    source = ("import re\nimport re as regex\nfrom re import findall as fa\n"
+              "PLAN = r'</?plan-warm>'\n"
+              "def grade(sample, item):\n"
+              "    pattern = r'```(\\w+)?warm\\n([\\s\\S]*?)```'\n"
+              "    a = list(re.finditer(pattern, sample['output_text'], re.DOTALL | re.IGNORECASE))\n"
+              "    b = regex.sub('x-warm', 'y', 'z', flags=re.M)\n"
+              "    c = fa(PLAN, 'q')\n"
+              "    d = re.search(pattern_from_item(item), 'q')\n"
+              "    e = re.match('never-warm', 'q', item['flags'])\n"
+              "    f = re.compile('bad-warm(')\n"
+              "    return 1.0\n")
+    _worker.warm_up(_worker.source_tree(source))
+    assert _re_cached(r"```(\w+)?warm\n([\s\S]*?)```", re.DOTALL | re.IGNORECASE)
+    assert _re_cached("x-warm", re.M)
+    assert _re_cached("</?plan-warm>", 0)
+    assert not _re_cached("never-warm", 0)  # flags held in a variable: only the running source knows them
+    assert not any(key[1] == "bad-warm(" for key in re._cache)  # refused quietly
+
+
+def test_warming_a_source_runs_none_of_it_and_bounds_what_it_compiles(tmp_path: Any) -> None:
+    import re
+
+    re.purge()
+    marker = tmp_path / "ran"
+    many = "\n".join(f"    re.search('warm-{n}', 'q')" for n in range(200))
+    source = (f"import re\nopen({str(marker)!r}, 'w').write('x')\n"
+              f"def grade(sample, item):\n{many}\n    return 1.0\n")
+    _worker.warm_up(_worker.source_tree(source))
+    assert not marker.exists()
+    assert sum(1 for key in re._cache if str(key[1]).startswith("warm-")) == _worker.MAX_WARMED
+    _worker.warm_up(_worker.source_tree("def grade(:\n"))  # does not parse: nothing to warm, no error
+
+
+def test_ast_grep_is_warmed_for_the_languages_the_source_names_and_nothing_else() -> None:
+    pytest.importorskip("ast_grep_py")
+    import ast_grep_py  # noqa: F401  (the supervisor has imported what the source imports)
+
+    source = ("from ast_grep_py import SgRoot\nLANGS = ['typescript', 'no-such-language', 'nosuchlanguage']\n"
+              "def grade(sample, item):\n    return 1.0\n")
+    _worker.warm_up(_worker.source_tree(source))
+    assert "ast-grep:typescript" in _worker.WARMED
+    assert "ast-grep:nosuchlanguage" not in _worker.WARMED
