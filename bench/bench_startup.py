@@ -8,7 +8,8 @@
    three requests, one after another, from a bare `AsyncOpenAI` (the SDK's default transport, no retries) and from
    aiohttp without the SDK; and a process that only imports the third-party
    packages such a run uses (openai, pandas, pyarrow.parquet, typer, rich), the floor a run pays before any of
-   rfteval's own work.
+   rfteval's own work; and a process that imports the SDK and writes a one-row Parquet file with pyarrow, nothing
+   else: the least any run on the chosen stack (requests through the SDK, results.parquet) can cost.
 
 `python bench/bench_startup.py --against /path/to/other/checkout` measures two trees in one run, alternating every
 case so that the machine's load falls on all alike; each tree is put first on PYTHONPATH, so the same interpreter and
@@ -33,6 +34,12 @@ DELAY_MS = 100
 EPOCHS = 3  # rfteval run's default: one item is three requests
 # The third-party packages a one-item run imports (the SDK pulls aiohttp, httpx2 and pydantic; pyarrow numpy)
 RUN_PACKAGES = "import openai, pandas, pyarrow.parquet, typer, rich.console, rich.table"
+# The chosen stack's floor for any run: the SDK imported, and a one-row Parquet file written with pyarrow (which imports
+# pandas itself, through its pandas shim, as soon as it builds an array, whether or not rfteval uses pandas)
+STACK_FLOOR = """
+import sys, openai, pyarrow as pa, pyarrow.parquet as pq
+pq.write_table(pa.table({"score": [1.0]}), sys.argv[1])
+"""
 BARE_REQUEST = """
 import asyncio, sys
 import openai
@@ -117,6 +124,7 @@ def one_item_cases(trees: dict[str, Path], base_url: str, work: Path) -> dict[st
     cases["bare AsyncOpenAI, same requests"] = [sys.executable, "-c", BARE_REQUEST, base_url, str(EPOCHS)]
     cases["bare aiohttp, same requests (no SDK)"] = [sys.executable, "-c", BARE_AIOHTTP, base_url, str(EPOCHS)]
     cases["imports alone (the run's packages)"] = [sys.executable, "-c", RUN_PACKAGES]
+    cases["SDK + one-row Parquet (stack floor)"] = [sys.executable, "-c", STACK_FLOOR, str(work / "floor.parquet")]
     return cases
 
 
