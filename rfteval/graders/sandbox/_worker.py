@@ -629,17 +629,12 @@ def child_limits(config: WorkerConfig, vsize: int) -> list[tuple[int, tuple[int,
 # ---------------------------------------------------------------- the supervisor
 
 
-def source_tree(source: str) -> ast.Module | None:
-    try:
-        return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
-
-
-def imported_modules(tree: ast.Module | None) -> list[str]:
+def imported_modules(source: str) -> list[str]:
     """The absolute module names the source imports anywhere (top level or inside functions), read from its
     syntax tree without running it: the supervisor imports them once, so each unit's child starts with them."""
-    if tree is None:
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     names: list[str] = []
     for node in ast.walk(tree):
@@ -669,15 +664,13 @@ def preimport(names: list[str]) -> None:
             pass
 
 
-WARMED: set[str] = set()  # what warm_up has done: packages, ast-grep's languages
+WARMED: set[str] = set()  # the packages warm_up has done
 
 
-def warm_up(tree: ast.Module | None) -> None:
+def warm_up() -> None:
     """Do, once in the template, the first-use work of packages a grader imported (trusted code of ours, never the
-    grader's), which each unit's child would otherwise pay again: pydantic imports most of itself and builds its
-    schema machinery when the first model class is defined; ast-grep loads a language's tables and its pattern
-    machinery on first use (for each language the source names); `re` compiles a pattern on first use (for each
-    pattern the source passes to it, with the flags it passes). Failures are ignored."""
+    grader's): pydantic imports most of itself and builds its schema machinery when the first model class is
+    defined, which a grader defining models would otherwise pay in every unit's child. Failures are ignored."""
     if "pydantic" in sys.modules and "pydantic" not in WARMED:
         WARMED.add("pydantic")
         try:
@@ -699,101 +692,6 @@ def warm_up(tree: ast.Module | None) -> None:
             Whole.model_validate({"parts": [{"name": "a", "value": 1}], "tags": ["t"]}).model_dump()
         except BaseException:  # noqa: BLE001, S110
             pass
-    if tree is None:
-        return
-    if "ast_grep_py" in sys.modules:
-        for name in short_strings(tree)[:MAX_WARMED]:
-            if name.isidentifier() and f"ast-grep:{name}" not in WARMED:
-                try:
-                    from ast_grep_py import SgRoot
-
-                    root = SgRoot("const a = b(1);", name).root()  # refused fast for a name that is no language
-                    root.find(pattern="$A($$$B)")
-                    root.find(kind="identifier")
-                    WARMED.add(f"ast-grep:{name}")
-                except BaseException:  # noqa: BLE001, S110
-                    pass
-    compile_patterns(tree)
-
-
-MAX_WARMED = 32  # languages, and patterns, warmed for one source: a source of thousands of strings costs no more
-MAX_PATTERN_CHARS = 4096
-RE_CALLS = {"compile": 1, "search": 2, "match": 2, "fullmatch": 2, "findall": 2, "finditer": 2, "split": 3,
-            "sub": 4, "subn": 4}  # re's functions that take a pattern first, and where each takes its flags
-
-
-def short_strings(tree: ast.Module) -> list[str]:
-    return list(dict.fromkeys(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                              and isinstance(node.value, str) and 0 < len(node.value) <= 32))
-
-
-def compile_patterns(tree: ast.Module) -> None:
-    """Compile, into re's own cache, each pattern the source passes to re's functions as a literal (or as a name
-    it assigns a literal to), with the flags it passes as re's constants: the unit's first call then finds it
-    compiled. Only the pattern text is read from the source; nothing of the source runs."""
-    import re
-
-    modules = {"re"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.Import)
-                        for alias in node.names if alias.name == "re" and alias.asname}
-    functions = {alias.asname or alias.name: alias.name for node in ast.walk(tree)
-                 if isinstance(node, ast.ImportFrom) and node.module == "re" for alias in node.names}
-    literals: dict[str, list[str]] = {}
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-                and isinstance(node.value.value, str)):
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    literals.setdefault(target.id, []).append(node.value.value)
-    wanted: dict[tuple[str, int], None] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not node.args:
-            continue
-        func = node.func
-        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in modules:
-            name = func.attr
-        elif isinstance(func, ast.Name) and func.id in functions:
-            name = functions[func.id]
-        else:
-            continue
-        if name not in RE_CALLS:
-            continue
-        first = node.args[0]
-        if isinstance(first, ast.Constant) and isinstance(first.value, str):
-            patterns = [first.value]
-        elif isinstance(first, ast.Name):
-            patterns = literals.get(first.id, [])
-        else:
-            continue
-        at = RE_CALLS[name]
-        flags_node = node.args[at] if len(node.args) > at else next(
-            (kw.value for kw in node.keywords if kw.arg == "flags"), None)
-        flags = re_flags(flags_node, modules)
-        if flags is None:
-            continue
-        for pattern in patterns:
-            if len(pattern) <= MAX_PATTERN_CHARS:
-                wanted.setdefault((pattern, flags), None)
-    for pattern, flags in list(wanted)[:MAX_WARMED]:
-        try:
-            re.compile(pattern, flags)
-        except BaseException:  # noqa: BLE001, S110  (a bad pattern fails in the unit, as it would have)
-            pass
-
-
-def re_flags(node: ast.expr | None, modules: set[str]) -> int | None:
-    """The value of flags written as re's constants joined by |, 0 when none are given; None for anything else
-    (a variable: what it holds is known only when the source runs)."""
-    import re
-
-    if node is None:
-        return 0
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        left, right = re_flags(node.left, modules), re_flags(node.right, modules)
-        return None if left is None or right is None else left | right
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
-            and isinstance(flag := getattr(re, node.attr, None), re.RegexFlag)):
-        return int(flag)
-    return None
 
 
 def vm_size() -> int:
@@ -925,9 +823,8 @@ class Supervisor:
         import linecache
 
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show lines
-        tree = source_tree(source)
-        preimport(imported_modules(tree))  # silent: rfteval allows a "prepare" request PREPARE_TIMEOUT_S
-        warm_up(tree)
+        preimport(imported_modules(source))  # silent: rfteval allows a "prepare" request PREPARE_TIMEOUT_S
+        warm_up()
         gc.collect()
         gc.freeze()  # a child's collections then never touch (and copy) the template's objects
         self.limits[key] = child_limits(self.config, vm_size())

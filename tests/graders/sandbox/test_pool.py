@@ -613,7 +613,7 @@ def test_an_items_samples_of_one_model_share_one_process() -> None:
 
 def test_the_template_does_pydantics_first_model_work_and_a_units_models_still_validate(pool1: WorkerPool) -> None:
     _worker.preimport(["pydantic"])
-    _worker.warm_up(None)
+    _worker.warm_up()
     assert "pydantic" in _worker.WARMED
     source = ("from typing import List, Optional\n"
               "from pydantic import BaseModel, Field\n"
