@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from rfteval.cli.app import app
 from rfteval.data.records import make_record, write_jsonl
+from tests.support.record_sides import write_side as record_side
 
 runner = CliRunner()
 BASE = {"a": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d": [1, 0, 1]}
@@ -19,15 +20,7 @@ TUNED = {"a": [1, 1, 1], "b": [1, 1, 0], "c": [0, 1, 0], "d": [1, 1, 1]}
 
 
 def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
-    recs = []
-    for item, ss in scores.items():
-        for e, s in enumerate(ss):
-            r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
-            r.score = s
-            r.sub_scores = {"acc": s, "fmt": 1.0}
-            recs.append(r)
-    write_jsonl(recs, path)
-    return path
+    return record_side(path, label, scores, sub=lambda s: {"acc": s, "fmt": 1.0})
 
 
 @pytest.fixture

@@ -16,19 +16,9 @@ from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
 from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.html import MAX_FOREST, render_html, ticks, write_html
+from tests.support.record_sides import write_side
 
 WINDOW = (1200, 2400)
-
-
-def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
-    recs = []
-    for item, ss in scores.items():
-        for e, s in enumerate(ss):
-            r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
-            r.score = s
-            recs.append(r)
-    write_jsonl(recs, path)
-    return path
 
 
 def make_result(tmp_path: Path, n: int = 24):

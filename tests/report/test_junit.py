@@ -10,22 +10,14 @@ import pytest
 from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
-from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit, write_junit
+from tests.support.record_sides import write_side as record_side
 
 ERR = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError: \x01 bad <char> & more"}
 
 
 def write_side(path: Path, label: str, scores: dict[str, list[float | None]], errors: set[tuple[str, int]] = frozenset()):
-    recs = []
-    for item, ss in scores.items():
-        for e, s in enumerate(ss):
-            r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o",
-                            error=ERR if (item, e) in errors else None)
-            r.score = s
-            recs.append(r)
-    write_jsonl(recs, path)
-    return path
+    return record_side(path, label, scores, errors=errors, error=ERR)
 
 
 @pytest.fixture

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
-from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.markdown import cell, code, render_markdown, write_markdown
-
-
-def write_side(path: Path, label: str, scores: dict[str, list[float]]) -> Path:
-    recs = []
-    for item, ss in scores.items():
-        for e, s in enumerate(ss):
-            r = make_record(run_id="t", model_label=label, model="m", item_id=item, epoch=e, output_text="o")
-            r.score = s
-            recs.append(r)
-    write_jsonl(recs, path)
-    return path
+from tests.support.record_sides import write_side
 
 
 @pytest.fixture

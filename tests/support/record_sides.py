@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,25 @@ def side_records(label: str, scores: dict[str, list[float]], **kw: Any) -> list[
 
 BASE = {"a": [0, 0, 1], "b": [1, 1, 1], "c": [0, 0, 0], "d": [1, 0, 1]}
 TUNED = {"a": [1, 1, 1], "b": [1, 1, 0], "c": [0, 1, 0], "d": [1, 1, 1]}
+
+
+def write_side(path: Path, label: str, scores: dict[str, list[float | None]], *, model: str = "m",
+               errors: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset(),
+               error: dict[str, str] | None = None,
+               sub: Callable[[float | None], dict[str, float]] | None = None) -> Path:
+    """One side's records as a JSONL file: a record per (item, epoch) with its score; `error` on the (item, epoch)
+    pairs in `errors`; sub-scores made from each score by `sub`."""
+    recs = []
+    for item, ss in scores.items():
+        for e, s in enumerate(ss):
+            r = make_record(run_id="t", model_label=label, model=model, item_id=item, epoch=e, output_text="o",
+                            error=error if (item, e) in errors else None)
+            r.score = s
+            if sub is not None:
+                r.sub_scores = sub(s)
+            recs.append(r)
+    write_jsonl(recs, path)
+    return path
 
 
 def item_means(scores: dict[str, list[float]]) -> dict[str, float]:
