@@ -7,7 +7,6 @@ again as an unprivileged user (setpriv) where this machine allows it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
@@ -22,6 +21,7 @@ import pytest
 
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
 from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
+from tests.support.sandbox_samples import python_grader_case
 
 pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
               pytest.mark.slow]  # each attack runs real processes: seconds
@@ -484,12 +484,7 @@ def test_an_oom_kill_is_a_memory_error_naming_the_limit() -> None:
 
 
 def test_cli_refuses_python_graders_in_one_line_without_the_sandbox(tmp_path: Path) -> None:
-    grader = tmp_path / "g.json"
-    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return float(bool(s))\n"}))
-    data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "q"}],
-                                "reference_answer": "x"}) + "\n")
-    env = {k: v for k, v in os.environ.items() if k != "RFTEVAL_UNSAFE_PYTHON_GRADERS"}
+    grader, data, env = python_grader_case(tmp_path)
     env["PATH"] = str(tmp_path)  # no bwrap on it
     base = [sys.executable, "-c", "from rfteval.cli.app import main; main()", "validate", "grader", str(grader),
             "--dataset", str(data)]

@@ -27,6 +27,7 @@ from rfteval.graders.sandbox import (
     refusal_reason,
 )
 from tests.support import REPO
+from tests.support.sandbox_samples import python_grader_case
 
 # What bubblewrap prints, as the last line of stderr, when each step is refused (bubblewrap 0.8-0.10)
 DEBIAN_USERNS = ("bwrap: No permissions to creating new namespace, likely because the kernel does not allow "
@@ -180,12 +181,7 @@ def test_without_a_cgroup_the_start_says_the_memory_limit_is_per_process(
 def test_the_cli_refuses_in_one_line_naming_the_cause(cause: str, tmp_path: Path) -> None:
     if cause == "no-cgroup" and os.getuid() != 0:
         pytest.skip("only root needs a cgroup to run python graders")
-    grader = tmp_path / "g.json"
-    grader.write_text(json.dumps({"type": "python", "name": "p", "source": "def grade(s, i):\n    return float(bool(s))\n"}))
-    data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "q"}],
-                                "reference_answer": "x"}) + "\n")
-    env = {k: v for k, v in os.environ.items() if k != "RFTEVAL_UNSAFE_PYTHON_GRADERS"}
+    grader, data, env = python_grader_case(tmp_path)
     if cause == "ubuntu-apparmor":
         env["PATH"] = f"{fake_bwrap(tmp_path / 'bin', APPARMOR_USERNS)}:{env.get('PATH', '/usr/bin:/bin')}"
         env[HOST_FACTS_ENV] = str(facts_root(tmp_path, {"kernel.apparmor_restrict_unprivileged_userns": "1"}))
