@@ -79,7 +79,8 @@ def shoot(out_dir: Path) -> dict[str, bytes]:
                 for name, (path, expected) in SHOTS.items():
                     page.goto(url + (path if path == "compare" else f"item?id={lowest}"))
                     page.wait_for_selector("main h1")
-                    page.wait_for_function("[...document.images].every(i => i.complete)")
+                    # a function, not an expression: polling a string evals it, which the viewer's CSP forbids
+                    page.wait_for_function("() => [...document.images].every(i => i.complete)")
                     text = page.inner_text("main")
                     missing = [t for t in expected if t not in text]
                     if missing:

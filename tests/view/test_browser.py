@@ -205,7 +205,9 @@ def test_the_bundle_opens_from_disk_with_no_server(browser, chip, tmp_path):
     p.page.wait_for_selector(".pair")
     assert "base · epoch 1" in p.main() and "item 1 of 6" in p.main()
     p.page.keyboard.press("n")
-    p.page.wait_for_function("document.body.innerText.includes('item 2 of 6')")
+    # a function, not an expression: when the first check is false, Playwright polls a string expression with
+    # eval, which the bundle's CSP (script-src 'self') refuses: a race that failed one CI run
+    p.page.wait_for_function("() => document.body.innerText.includes('item 2 of 6')")
     p.goto((out / "index.html").as_uri() + "#/runs")
     assert "0.764" in p.page.inner_text("#models")
     p.only_from("file://")
