@@ -178,9 +178,12 @@ class _Context:
             for run in runs if runs is not None else self.runs:
                 provider = self.providers[run.label]
                 ident = self.identities[run.label]
+                messages = item.messages
+                if run.system_prompt is not None:  # [models.LABEL] system_prompt: this model's, before the item's
+                    messages = [{"role": "system", "content": run.system_prompt}, *item.messages]
                 for epoch in range(1, self.spec.epochs + 1):
                     # each epoch its own seed (Sampling.for_epoch): epochs are independent samples
-                    req = GenerationRequest(model=run.model, messages=item.messages,
+                    req = GenerationRequest(model=run.model, messages=messages,
                                             sampling=run.sampling.for_epoch(epoch), tools=item.tools,
                                             tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
                     yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))

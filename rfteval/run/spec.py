@@ -93,13 +93,16 @@ class SamplingSpec(_Strict):
 
 
 class ModelSpec(SamplingSpec):
-    """One model under test; endpoint and sampling keys here override the shared ones."""
+    """One model under test; endpoint and sampling keys here override the shared ones (README: "Per-model keys")."""
 
     model: str | None = Field(None, min_length=1)  # a model name, or "replay:PATH" for recorded outputs
     replay: str | None = None  # recorded outputs (JSONL) served in place of the endpoint
     base_url: str | None = None
     api_key_env: str | None = None
     api: Literal["chat", "responses"] | None = None
+    # sent as a `system` message before each item's own messages, to this model only (a base model told the
+    # answer format its tuned checkpoint learned); it is part of the request, so of the cell's cache key
+    system_prompt: str | None = Field(None, min_length=1)
 
     _url = field_validator("base_url")(_check_url)
     _env = field_validator("api_key_env")(_check_env_name)
@@ -218,6 +221,7 @@ class ModelRun:
     provider: Literal["openai", "replay"]
     settings: dict[str, str | None]  # make_provider(provider, **settings): base_url, api_key_env, api; or a replay path
     sampling: Sampling
+    system_prompt: str | None = None  # [models.LABEL] system_prompt: a system message before the item's own
 
 
 def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
@@ -500,7 +504,7 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
         }
         if spec.developer_as is not None:
             settings["developer_as"] = spec.developer_as
-        runs.append(ModelRun(label, model, "openai", settings, sampling))
+        runs.append(ModelRun(label, model, "openai", settings, sampling, m.system_prompt))
     return runs
 
 

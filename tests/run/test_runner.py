@@ -311,3 +311,34 @@ def test_duplicate_ids_are_found_before_any_request(workdir: Path) -> None:
         run(make_spec(workdir, ("base",)), {"base": base})
     assert (err.value.line, err.value.field) == (N_ITEMS + 1, "id") and "duplicate id '3'" in str(err.value)
     assert base.calls == []
+
+
+class MessagesProvider(FakeProvider):
+    """Also keeps each request's messages."""
+
+    def __init__(self, answer: Callable[[int, int], str]):
+        super().__init__(answer)
+        self.messages: list[list[Any]] = []
+
+    async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+        self.messages.append(list(request.messages))
+        return await super().generate(request, timeout_s)
+
+
+@pytest.mark.slow
+def test_a_models_system_prompt_goes_before_the_items_messages_and_is_part_of_its_cells(workdir: Path) -> None:
+    spec_file = workdir / "spec.toml"
+    spec_file.write_text('dataset = "items.jsonl"\ngrader = "grader.json"\nepochs = 1\nout = "run"\n'
+                         '[models.base]\nmodel = "m-base"\nsystem_prompt = "Say right."\n[models.tuned]\nmodel = "m-tuned"\n')
+    base, tuned = MessagesProvider(base_answer), MessagesProvider(tuned_answer)
+    run(build_spec(spec_file), {"base": base, "tuned": tuned})
+    assert len(base.messages) == len(tuned.messages) == N_ITEMS
+    assert all(m[0] == {"role": "system", "content": "Say right."} and m[1]["role"] == "user" and len(m) == 2
+               for m in base.messages)
+    assert all(len(m) == 1 and m[0]["role"] == "user" for m in tuned.messages)
+    # another system prompt is another request: base's cells are sent again, tuned's are kept
+    spec_file.write_text(spec_file.read_text().replace("Say right.", "Say wrong."))
+    base, tuned = MessagesProvider(base_answer), MessagesProvider(tuned_answer)
+    run(build_spec(spec_file), {"base": base, "tuned": tuned})
+    assert len(base.calls) == N_ITEMS and tuned.calls == []
+    assert base.messages[0][0]["content"] == "Say wrong."
