@@ -47,6 +47,7 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     ("reasoning",): "--reasoning", ("think_tags",): "--think-tags", ("developer_as",): "--developer-as",
     ("allow_grader_without_sample",): "--allow-grader-without-sample",
     ("allow_trailing_assistant",): "--allow-trailing-assistant",
+    ("limit",): "--limit", ("max_judge_calls",): "--max-judge-calls", ("max_judge_cost",): "--max-judge-cost",
 }
 
 
@@ -167,6 +168,11 @@ class RunSpec(_Strict):
     # how `developer` messages go to the models and the judge: as themselves, or as `system` for servers without
     # the developer role (llama-cpp-python's); None (unset) is "developer", and stays out of spec.resolved.toml
     developer_as: Literal["developer", "system"] | None = None
+    # the first N items of the dataset, in file order: a smoke test; the same directory without it continues
+    limit: int | None = Field(None, ge=1)
+    # caps on what one invocation's judge sends (providers.judge.JudgeBudget): grading stops there, resumable
+    max_judge_calls: int | None = Field(None, ge=1)
+    max_judge_cost: float | None = Field(None, gt=0)  # USD, at the [pricing] table's prices of the judge model
 
     @field_validator("think_tags")
     @classmethod

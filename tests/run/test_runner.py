@@ -313,6 +313,38 @@ def test_duplicate_ids_are_found_before_any_request(workdir: Path) -> None:
     assert base.calls == []
 
 
+# ---- --limit: the first N items, then the same directory continues ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_limit_runs_the_first_items_and_the_full_run_continues_without_resending(workdir: Path) -> None:
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    result = run(make_spec(workdir, limit=2), {"base": base, "tuned": tuned})
+    first = {(str(i), e) for i in range(2) for e in range(1, EPOCHS + 1)}
+    assert sorted(base.calls) == sorted(first) and sorted(tuned.calls) == sorted(first)
+    s = result.summary
+    assert (s.items, s.limit, s.dataset_items, s.cells) == (2, 2, N_ITEMS, 2 * 2 * EPOCHS)
+    assert s.complete and list(result.item_ids()) == ["0", "1"]
+    assert len(result.totals["base"].item_means) == 2  # aligned with item_ids
+    on_disk = json.loads((workdir / "run" / "summary.json").read_text())
+    assert (on_disk["items"], on_disk["limit"], on_disk["dataset_items"]) == (2, 2, N_ITEMS)
+    assert {r["item_id"] for r in records(workdir, "base")} == {"0", "1"}
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    result = run(make_spec(workdir), {"base": base, "tuned": tuned})
+    rest = {(str(i), e) for i in range(2, N_ITEMS) for e in range(1, EPOCHS + 1)}
+    assert sorted(base.calls) == sorted(rest) and sorted(tuned.calls) == sorted(rest)  # the first two: not again
+    s = result.summary
+    assert (s.items, s.limit, s.dataset_items) == (N_ITEMS, None, None) and s.complete
+    assert "limit" not in json.loads((workdir / "run" / "summary.json").read_text())
+    assert s.models["base"].mean == pytest.approx(expected_mean(base_answer))
+
+
+def test_a_limit_past_the_end_is_the_whole_dataset(workdir: Path) -> None:
+    result = run(make_spec(workdir, ("base",), limit=N_ITEMS + 5), {"base": FakeProvider(base_answer)})
+    assert (result.summary.items, result.summary.limit, result.summary.dataset_items) == (N_ITEMS, None, None)
+    assert len(list(result.item_ids())) == N_ITEMS
+
+
 class MessagesProvider(FakeProvider):
     """Also keeps each request's messages."""
 

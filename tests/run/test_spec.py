@@ -301,7 +301,28 @@ def test_each_epoch_gets_its_own_seed() -> None:
     assert Sampling().for_epoch(5).seed is None  # no seed unless asked
 
 
-# ---- the per-model keys (README: "Per-model keys") ----------------------------------------------------------------
+# ---- --limit, the judge caps, and the per-model keys (README: "Per-model keys") ----------------------------------
+
+
+@pytest.mark.parametrize(("flag", "value"), [("limit", 0), ("max_judge_calls", 0), ("max_judge_cost", 0.0),
+                                             ("limit", -3)])
+def test_a_cap_below_one_is_refused_as_its_flag(spec_dir: Path, flag: str, value: float) -> None:
+    with pytest.raises(InputError) as err:
+        build_spec(spec_dir / "spec.toml", flag_overrides(**{flag: value}))
+    assert err.value.field == "--" + flag.replace("_", "-") and err.value.file is None
+    assert "\n" not in str(err.value)
+
+
+def test_limit_and_caps_from_the_spec_file_name_their_line(spec_dir: Path) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.replace("epochs = 3", "epochs = 3\nlimit = 5\nmax_judge_calls = 40\nmax_judge_cost = 1.5"))
+    spec = build_spec(path)
+    assert (spec.limit, spec.max_judge_calls, spec.max_judge_cost) == (5, 40, 1.5)
+    assert build_spec(path, flag_overrides(limit=2)).limit == 2  # the flag wins
+    path.write_text(SPEC.replace("epochs = 3", "epochs = 3\nlimit = 0"))
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert (err.value.file, err.value.line, err.value.field) == (path, 5, "limit")
 
 
 def test_a_models_system_prompt_reaches_its_run_only(spec_dir: Path) -> None:
