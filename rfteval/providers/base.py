@@ -24,6 +24,7 @@ ErrorKind = Literal[
     "not_found",  # 404 / unknown model: stops the run at once
     "refusal",  # the model refused (structured outputs): recorded, not retried
     "missing",  # replay: no recording for this cell
+    "capped",  # a judge call past its budget (providers.judge.JudgeBudget): not sent
 ]
 RETRYABLE: frozenset[str] = frozenset({"rate_limit", "server", "timeout", "connection", "malformed"})
 FATAL: frozenset[str] = frozenset({"auth", "not_found"})

@@ -203,6 +203,45 @@ def answer_from_entry(entry: JSONMapping) -> JudgeAnswer:
     )
 
 
+# ---- a cap on spend -----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class JudgeBudget:
+    """What one judge may send: at most `max_calls` calls, and/or calls only while the answered ones cost less than
+    `max_cost_usd` at `prices` (USD per million tokens, by judge model: pricing.price_table). Cache hits and shared
+    answers are free and not counted. The cost is known only once an answer is in, so the calls in flight when it
+    is reached (at most the judge's concurrency) still complete and count. A call past the cap is not sent: it ends
+    as a `capped` error, and `reached` says why, for the caller to stop grading (run/runner.py)."""
+
+    max_calls: int | None = None
+    max_cost_usd: float | None = None
+    prices: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    calls: int = 0
+    cost_usd: float = 0.0
+    reached: str | None = None
+
+    def take(self) -> bool:
+        """Whether one more call may go out (counted when it may); called on the judge's loop, so never twice at once."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            self.reached = f"--max-judge-calls {self.max_calls} reached ({self.calls} judge calls sent)"
+        elif self.max_cost_usd is not None and self.cost_usd >= self.max_cost_usd:
+            self.reached = (f"--max-judge-cost {self.max_cost_usd:g} reached (judge calls so far cost "
+                            f"${self.cost_usd:.4f}, {self.calls} calls)")
+        else:
+            self.calls += 1
+            return True
+        return False
+
+    def spend(self, model: str, usage: Mapping[str, int | None] | None) -> None:
+        """Add what an answered call cost (its tokens at the judge model's price)."""
+        from rfteval.providers.pricing import cost_usd
+
+        if usage:
+            self.cost_usd += cost_usd(model, usage.get("input_tokens") or 0, usage.get("output_tokens") or 0,
+                                      self.prices) or 0.0
+
+
 # ---- the client --------------------------------------------------------------------------------------------------
 
 _USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens")
@@ -238,6 +277,7 @@ class Judge:
         self._refusals = RefusalWatch()
         self._connections = ConnectionWatch()
         self.gone = False  # the endpoint answered before, then stopped: a run stops resumable (exit 3), not exit 2
+        self.budget: JudgeBudget | None = None  # a cap on the calls sent (rfteval run --max-judge-calls/-cost)
         self._identity = provider.identity()
         self._cache = JudgeCache(Path(cache_path) if cache_path is not None else None)
         # FORMAT_LEVELS: how far the endpoint made the judge step down its output format, as the cache remembers
@@ -373,6 +413,8 @@ class Judge:
         async with self._sem:
             if self.fatal_error is not None:
                 return _not_sent(self.fatal_error)
+            if self.budget is not None and not self.budget.take():
+                return ProviderError("capped", f"not sent: {self.budget.reached}")
             self._bump("calls")
             self._count(request.model, "calls")
             try:
@@ -451,6 +493,8 @@ class Judge:
                         self._cache.put(format_entry(self._identity, self.format_level))
 
     def _count_usage(self, model: str, usage: Mapping[str, int | None] | None) -> None:
+        if self.budget is not None:
+            self.budget.spend(model, usage)
         for k in _USAGE_KEYS:
             value = usage.get(k) if usage else None
             if isinstance(value, int):

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
     from rich.table import Table
 
+    from rfteval.run.plan import RunPlan
     from rfteval.run.runner import RunResult
     from rfteval.run.summary import RunComparison, RunSummary, TokenCounts
 
@@ -134,7 +135,8 @@ class RichMonitor(RunMonitor):
 def models_table(summary: RunSummary) -> Table:
     """Per model: mean of per-item means with its interval, counts, errors by kind, tokens, cost."""
     s = summary
-    title = f"{s.name}: {s.items} items x {s.epochs} epochs, grader {s.grader.name}"
+    items = f"first {s.items} of {s.dataset_items} items" if s.limit is not None else f"{s.items} items"
+    title = f"{s.name}: {items} x {s.epochs} epochs, grader {s.grader.name}"
     table = house_table(title)
     top = int(s.epochs or 1)
     ks = ["1"] if top < 2 else ["1", str(top)]  # pass@1 and pass@N (unbiased, from the epochs: rfteval.stats.passk)
@@ -257,3 +259,67 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
             console.print(part)
     if per_item:
         console.print(per_item_table(result))
+
+
+def plan_table(plan: RunPlan) -> Table:
+    """`rfteval run --dry-run`: per model, its cells, what the run directory holds, what would be sent, the input
+    tokens estimated and the output and cost ceilings."""
+    items = f"first {plan.items} of {plan.dataset_items}" if plan.items < plan.dataset_items else str(plan.items)
+    models = f"{len(plan.models)} model{'s' if len(plan.models) > 1 else ''}"
+    table = house_table(f"dry run: {models} x {items} items x {plan.epochs} epochs = {plan.cells} cells; nothing sent, "
+                        "nothing written")
+    for name in ("model", "cells", "stored", "to send", "input tokens (est.)", "output ceiling", "cost ceiling"):
+        table.add_column(name, justify="left" if name == "model" else "right", overflow="fold",
+                         ratio=1 if name == "model" else None)
+    for m in plan.models:
+        if m.replayed:
+            table.add_row(f"{m.label} ({m.model})", str(m.cells), str(m.stored), "replayed", "—", "—", "—")
+            continue
+        ceiling = m.output_ceiling
+        table.add_row(f"{m.label} ({m.model})", str(m.cells), str(m.stored), str(m.to_send), fmt_tokens(m.input_tokens),
+                      "none" if ceiling is None else fmt_tokens(ceiling),
+                      fmt_cost(m.cost_usd) if m.to_send else "—")
+    return table
+
+
+def plan_lines(plan: RunPlan) -> list[str]:
+    """What the table cannot say: the resume, the judge calls, how tokens were counted, the cost in one figure."""
+    from rfteval.run.plan import NO_CEILING, NO_PRICE
+
+    lines = []
+    if plan.fresh:
+        lines.append(f"--fresh: whatever {plan.out_dir} holds would be discarded first")
+    elif plan.resume:
+        lines.append(f"a resume: {plan.out_dir} holds {plan.stored} of the {plan.cells} cells, kept and not sent again")
+    lines.append(f"requests to send: {plan.to_send}" + (" through the Batch API (batch prices)" if plan.batch and
+                                                         plan.to_send else ""))
+    if plan.judge is not None:
+        j = plan.judge
+        capped = f", --max-judge-calls {j.max_calls}" if j.max_calls is not None else ""
+        lines.append(f"judge calls: at most {j.calls} for {j.samples} samples to grade ({'; '.join(j.how)}{capped}; "
+                     "the judge cache answers repeats for free)")
+    lines.append(f"input tokens: ~{plan.input_tokens:,}, estimated as {plan.tokens_method}")
+    out = plan.output_ceiling
+    lines.append("output tokens: " + (f"at most {out:,} (max_output_tokens x requests)" if out is not None else
+                                      "no ceiling: set max_output_tokens"))
+    if plan.cost_usd is not None:
+        cost = f"cost ceiling: {fmt_cost(plan.cost_usd)} for the models"
+    else:
+        unpriced = [m.model for m in plan.models if m.to_send and m.no_cost == NO_PRICE]
+        reasons = [f"no price for {', '.join(unpriced)}: the spec's [pricing] table sets one"] if unpriced else []
+        if any(m.to_send and m.no_cost == NO_CEILING for m in plan.models):
+            reasons.append("no output ceiling: set max_output_tokens")
+        cost = f"cost ceiling: not known ({'; '.join(reasons)})"
+    if plan.judge is not None:
+        cost += (f", and at most {fmt_cost(plan.judge.max_cost_usd)} for the judge (--max-judge-cost, plus the calls "
+                 "in flight when it is reached)" if plan.judge.max_cost_usd is not None else
+                 "; the judge's is not estimated (its prompts hold outputs not generated yet): --max-judge-calls or "
+                 "--max-judge-cost caps it")
+    lines.append(cost)
+    return lines
+
+
+def print_plan(plan: RunPlan, console: Console) -> None:
+    console.print(plan_table(plan))
+    for line in plan_lines(plan):
+        console.print(line, highlight=False, markup=False)

@@ -34,6 +34,10 @@ def check_run_options(options: RunOptions) -> None:
         raise InputError("needs --batch (the judge phase follows the generation batches)", field="--batch-judge")
     if len(modes) > 1:
         raise InputError(f"{' and '.join(modes)} cannot be combined: pick one", field=modes[1])
+    if options.dry_run and (options.export_requests is not None or options.import_responses is not None):
+        other = "--export-requests" if options.export_requests is not None else "--import-responses"
+        raise InputError(f"cannot be combined with {other} (that one writes into the run directory): pick one",
+                         field="--dry-run")
 
 
 def _stderr(line: str) -> None:

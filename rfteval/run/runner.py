@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import signal
 import threading
 import time
@@ -50,10 +51,11 @@ if TYPE_CHECKING:
     from rfteval.data.records import Record
     from rfteval.graders.base import GraderConfig
     from rfteval.graders.engine import GradingEngine
-    from rfteval.providers.judge import Judge, JudgeClient
+    from rfteval.providers.judge import Judge, JudgeBudget, JudgeClient
     from rfteval.run.batch.judge_phase import JudgeBatch
     from rfteval.run.batch.lines import BatchJob
     from rfteval.run.batch.phase import BatchPhase
+    from rfteval.run.plan import RunPlan
     from rfteval.run.store import StoreReader
 
 
@@ -86,6 +88,7 @@ class RunOptions:
     # all of one model's cells before the next model's: a server that holds one model at a time (llama.cpp's
     # aliases) swaps models once per model instead of for nearly every request
     models_in_turn: bool = False
+    dry_run: bool = False  # every check, then the plan (run/plan.py): nothing sent, nothing written
 
 
 class FatalRunError(Exception):
@@ -137,10 +140,11 @@ class RunResult:
     comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
     stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
     baseline_records: list[Record] | None = None  # the baseline's records as written (readiness reads them here)
+    plan: RunPlan | None = None  # --dry-run: what the run would send and cost; nothing was sent
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
-        return (item.id for item in stream_items(self.summary.dataset))
+        return (item.id for item in stream_items(self.summary.dataset, self.summary.limit))
 
     @property
     def exit_code(self) -> int:
@@ -174,13 +178,16 @@ class _Context:
         still paired)."""
         from rfteval.run.store import cell_key
 
-        for item in stream_items(self.spec.dataset):
+        for item in stream_items(self.spec.dataset, self.spec.limit):
             for run in runs if runs is not None else self.runs:
                 provider = self.providers[run.label]
                 ident = self.identities[run.label]
+                messages = item.messages
+                if run.system_prompt is not None:  # [models.LABEL] system_prompt: this model's, before the item's
+                    messages = [{"role": "system", "content": run.system_prompt}, *item.messages]
                 for epoch in range(1, self.spec.epochs + 1):
                     # each epoch its own seed (Sampling.for_epoch): epochs are independent samples
-                    req = GenerationRequest(model=run.model, messages=item.messages,
+                    req = GenerationRequest(model=run.model, messages=messages,
                                             sampling=run.sampling.for_epoch(epoch), tools=item.tools,
                                             tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
                     yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
@@ -202,9 +209,10 @@ class _Context:
             yield job.key, info, provider.request_body(job.request)
 
 
-def stream_items(dataset: str | Path) -> Iterator[Item]:
-    """The items of a dataset, one at a time (ids are checked once, by count_items)."""
-    return iter_items(dataset, check_duplicates=False)
+def stream_items(dataset: str | Path, limit: int | None = None) -> Iterator[Item]:
+    """The items of a dataset, one at a time (ids are checked once, by count_items); `limit`: the first N only."""
+    items = iter_items(dataset, check_duplicates=False)
+    return items if limit is None else itertools.islice(items, limit)
 
 
 def count_items(dataset: str | Path) -> int:
@@ -278,6 +286,13 @@ class _Pipeline:
         self.group_mode = needs_groups(engine.config) if engine is not None else False
         self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
         self.groups: dict[tuple[str, ...], list[tuple[_Job, ResponseEntry, bool, bool]]] = {}
+        self.ungraded = 0  # stored responses left ungraded once the judge's cap (JudgeBudget) was reached
+
+    @property
+    def capped(self) -> str | None:
+        """Why grading stopped: the judge's budget was spent (--max-judge-calls, --max-judge-cost)."""
+        budget = self.judge.budget if self.judge is not None else None
+        return budget.reached if budget is not None else None
 
     async def run(self) -> None:
         for label, limiter in self.limiters.items():
@@ -451,7 +466,15 @@ class _Pipeline:
             await self._grade_batch(batch)
 
     async def _grade_batch(self, batch: list[tuple[_Job, ResponseEntry, bool]]) -> None:
-        """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
+        """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only.
+
+        Once the judge's cap is reached, grading stops and generation goes on: the cap is on judge spend, and every
+        response stored now is graded by the next run without a model request. A grade that is an error once the
+        cap is reached is not stored either (its judge call may have been the one not sent): the next run grades it
+        again, from the judge cache for the calls that were answered."""
+        if self.capped:
+            self.ungraded += len(batch)
+            return
         spec = self.ctx.spec
         pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
@@ -464,7 +487,11 @@ class _Pipeline:
         except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run
             results = [GradeResult.failed(OTHER, f"grader failed: {type(exc).__name__}: {exc}"[:500])
                        for _ in pairs]
+        capped = self.capped
         for (job, _, cached), result in zip(batch, results):
+            if capped and result.error is not None:
+                self.ungraded += 1
+                continue
             self.store.put_grade(new_grade_entry(job.key, self.grader_hash, result))
             self.monitor.advance(job.run.label, error=result.error.type if result.error else None, cached=cached)
         fatal = judge_fatal(self.judge)
@@ -510,7 +537,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         monitor.message(f"note: {note}")
     grader_hash = config_hash(grader.model_dump(mode="json"))
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
-    n_items = count_items(spec.dataset)
+    dataset_items = count_items(spec.dataset)  # every line checked, also when --limit runs only the first N
+    n_items = min(spec.limit or dataset_items, dataset_items)
     own_providers = providers is None  # preflight
     providers = providers if providers is not None else build_providers(runs, opts)
     for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
@@ -551,6 +579,18 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             raise InputError(f"{len(open_chunks)} batch(es) of this run are still open at the provider; re-run with "
                              f"--batch to collect them, or cancel them first (rfteval batches {out_dir} --cancel)",
                              out_dir, field="--batch")
+    budget = judge_budget(spec, grader, opts, monitor)
+    if opts.dry_run:
+        from rfteval.run.plan import plan_run
+
+        try:
+            cells = ((job.run, job.item.id, job.key, job.request) for job in ctx.jobs())
+            plan = plan_run(spec, runs, cells, grader, stored_under, dataset_items, price_table(spec.pricing),
+                            fresh=opts.fresh, batch=opts.batch or opts.service_tier == "flex", budget=budget)
+        finally:
+            if own_providers:
+                _close_providers(providers)
+        return RunResult(out_dir, RunSummary(cells=plan.cells), {}, plan=plan)
     from rfteval.run.batch.journal import refuse_fresh_while_open
 
     store = RunStore(out_dir, fresh=opts.fresh, before_wipe=refuse_fresh_while_open)
@@ -578,6 +618,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             judge = build_judge(spec, grader, out_dir, fresh=opts.fresh)
         if judge is not None:  # its ignored-limit warning, as the models' (preflight above)
             judge.provider.on_warning = monitor.message
+            judge.budget = budget
         unhook_judge = report_judge_retries(judge, monitor)
         engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
                                                     python_memory_mb=spec.grader_memory), judge=judge)
@@ -589,7 +630,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                        tags=spec.reasoning_tags)
                 sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
-                                        compare_run(sides, labels, out_dir), sides)
+                                        compare_run(sides, labels, out_dir), sides, dataset_items)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
@@ -639,7 +680,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
             comparison = compare_run(sides, labels, out_dir)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted and pipeline.gone is None, prices, comparison, sides)
+                                    not interrupted and pipeline.gone is None, prices, comparison, sides, dataset_items)
             summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
@@ -650,8 +691,11 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
+        stopped = str(pipeline.gone) if pipeline.gone is not None else None
+        if stopped is None and pipeline.capped:
+            stopped = f"{pipeline.capped}; {pipeline.ungraded} stored responses left ungraded"
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
-                         stopped=None if pipeline.gone is None else str(pipeline.gone), baseline_records=held)
+                         stopped=stopped, baseline_records=held)
     finally:
         if unhook_judge is not None:
             unhook_judge()
@@ -664,10 +708,38 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             engine.close()
         if own_judge and judge is not None:
             judge.close()
+        elif judge is not None:  # a judge handed in outlives this run, and its cap was this run's
+            judge.budget = None
         store.close()
 
 
 JUDGE_CACHE = "judge_cache.jsonl"
+
+
+def judge_budget(spec: RunSpec, grader: GraderConfig, opts: RunOptions, monitor: RunMonitor) -> JudgeBudget | None:
+    """The judge's cap for this invocation (max_judge_calls, max_judge_cost), checked before anything is sent or
+    written: a cost cap needs every judge model's price, and --batch-judge's calls go out as batches, which no
+    per-call cap can stop. None when there is no cap, or no judge to cap (said in a note)."""
+    if spec.max_judge_calls is None and spec.max_judge_cost is None:
+        return None
+    from rfteval.providers.judge import JudgeBudget
+    from rfteval.providers.pricing import find_price, price_table
+    from rfteval.run.preflight import judge_models
+
+    flag = "--max-judge-calls" if spec.max_judge_calls is not None else "--max-judge-cost"
+    if not grader.needs_judge:
+        monitor.message(f"note: {flag}: the grader calls no judge, there is nothing to cap")
+        return None
+    if opts.batch_judge:
+        raise InputError("cannot be combined with --batch-judge (its calls go out as batches, which a cap on calls "
+                         "cannot stop): pick one", field=flag)
+    prices = price_table(spec.pricing)
+    if spec.max_judge_cost is not None:
+        for model in judge_models(grader, spec.judge.model):
+            if find_price(model, prices) is None:
+                raise InputError(f"no price for the judge model {model!r}: give one in the spec ([pricing.\"{model}\"] "
+                                 "input = ..., output = ..., USD per million tokens)", field="--max-judge-cost")
+    return JudgeBudget(spec.max_judge_calls, spec.max_judge_cost, prices)
 
 
 def grades_key(grader: GraderConfig, grader_hash: str, spec: RunSpec, labels: list[str]) -> str:

@@ -47,6 +47,7 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     ("reasoning",): "--reasoning", ("think_tags",): "--think-tags", ("developer_as",): "--developer-as",
     ("allow_grader_without_sample",): "--allow-grader-without-sample",
     ("allow_trailing_assistant",): "--allow-trailing-assistant",
+    ("limit",): "--limit", ("max_judge_calls",): "--max-judge-calls", ("max_judge_cost",): "--max-judge-cost",
 }
 
 
@@ -93,13 +94,16 @@ class SamplingSpec(_Strict):
 
 
 class ModelSpec(SamplingSpec):
-    """One model under test; endpoint and sampling keys here override the shared ones."""
+    """One model under test; endpoint and sampling keys here override the shared ones (README: "Per-model keys")."""
 
     model: str | None = Field(None, min_length=1)  # a model name, or "replay:PATH" for recorded outputs
     replay: str | None = None  # recorded outputs (JSONL) served in place of the endpoint
     base_url: str | None = None
     api_key_env: str | None = None
     api: Literal["chat", "responses"] | None = None
+    # sent as a `system` message before each item's own messages, to this model only (a base model told the
+    # answer format its tuned checkpoint learned); it is part of the request, so of the cell's cache key
+    system_prompt: str | None = Field(None, min_length=1)
 
     _url = field_validator("base_url")(_check_url)
     _env = field_validator("api_key_env")(_check_env_name)
@@ -164,6 +168,11 @@ class RunSpec(_Strict):
     # how `developer` messages go to the models and the judge: as themselves, or as `system` for servers without
     # the developer role (llama-cpp-python's); None (unset) is "developer", and stays out of spec.resolved.toml
     developer_as: Literal["developer", "system"] | None = None
+    # the first N items of the dataset, in file order: a smoke test; the same directory without it continues
+    limit: int | None = Field(None, ge=1)
+    # caps on what one invocation's judge sends (providers.judge.JudgeBudget): grading stops there, resumable
+    max_judge_calls: int | None = Field(None, ge=1)
+    max_judge_cost: float | None = Field(None, gt=0)  # USD, at the [pricing] table's prices of the judge model
 
     @field_validator("think_tags")
     @classmethod
@@ -218,6 +227,7 @@ class ModelRun:
     provider: Literal["openai", "replay"]
     settings: dict[str, str | None]  # make_provider(provider, **settings): base_url, api_key_env, api; or a replay path
     sampling: Sampling
+    system_prompt: str | None = None  # [models.LABEL] system_prompt: a system message before the item's own
 
 
 def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
@@ -500,7 +510,7 @@ def resolve_models(spec: RunSpec) -> list[ModelRun]:
         }
         if spec.developer_as is not None:
             settings["developer_as"] = spec.developer_as
-        runs.append(ModelRun(label, model, "openai", settings, sampling))
+        runs.append(ModelRun(label, model, "openai", settings, sampling, m.system_prompt))
     return runs
 
 

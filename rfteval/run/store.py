@@ -8,6 +8,7 @@ The result files are rebuilt from the store by rfteval.run.results.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -245,12 +246,8 @@ class RunStore:
         """`before_wipe(run dir)` runs under the lock before --fresh removes anything, and may refuse (InputError):
         rfteval.run.batch.phase refuses while batches of the run are open at the provider."""
         self.dir = Path(out_dir)
-        if self.dir.exists() and not self.dir.is_dir():
-            raise InputError("exists and is not a directory", self.dir, field="--out")
+        check_run_dir(self.dir)
         self.store_dir = self.dir / STORE
-        for parent in self.dir.parents:
-            if parent.exists() and not parent.is_dir():
-                raise InputError(f"cannot make a run directory under {parent}: it is a file", self.dir, field="--out")
         try:
             self.store_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -397,6 +394,66 @@ class RunStore:
         """A read-only view on its own connection (for exports from another thread); commits first."""
         self.commit()
         return StoreReader(self.store_dir / INDEX)
+
+
+def check_run_dir(out_dir: Path) -> None:
+    """What RunStore checks of a run directory before making it, without making anything (a dry run's check too)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("exists and is not a directory", out_dir, field="--out")
+    for parent in out_dir.parents:
+        if parent.exists() and not parent.is_dir():
+            raise InputError(f"cannot make a run directory under {parent}: it is a file", out_dir, field="--out")
+
+
+def run_dir_busy(out_dir: Path) -> bool:
+    """Whether another process holds the run directory's lock, asked without creating the lock file."""
+    lock = out_dir / STORE / "lock"
+    if not lock.is_file():
+        return False
+    with open(lock) as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+@dataclasses.dataclass
+class StoredCells:
+    """What a run directory's logs hold, read without the lock or the index (a dry run writes nothing): the keys
+    whose response resume keeps (True when that response is a final error, which is not graded), and the keys
+    whose grade under one grades key resume keeps."""
+
+    responses: dict[str, bool] = dataclasses.field(default_factory=dict)
+    graded: set[str] = dataclasses.field(default_factory=set)
+
+
+def read_stored(out_dir: Path, grader: str) -> StoredCells:
+    """The logs as the index would hold them: a kept response is never replaced, a later grade replaces one."""
+    out = StoredCells()
+    store_dir = out_dir / STORE
+    if (store_dir / RESPONSES).is_file():
+        for line in iter_log(store_dir / RESPONSES):
+            entry = _decoded(line, decode_response)
+            if entry is not None and entry.key not in out.responses and is_reusable_response(entry):
+                out.responses[entry.key] = entry.error is not None
+    grades: dict[str, bool] = {}
+    if (store_dir / GRADES).is_file():
+        for line in iter_log(store_dir / GRADES):
+            grade = _decoded(line, decode_grade)
+            if grade is not None and grade.grader == grader:
+                grades[grade.key] = is_reusable_grade(grade)
+    out.graded = {key for key, kept in grades.items() if kept}
+    return out
+
+
+def _decoded(line: JSONValue, decode: Callable[[JSONMapping], _E]) -> _E | None:
+    if not isinstance(line, dict):
+        return None  # never produced by rfteval, skipped as the index skips it
+    try:
+        return decode(line)
+    except msgspec.ValidationError:
+        return None
 
 
 class StoreReader:

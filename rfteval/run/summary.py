@@ -149,6 +149,8 @@ class RunSummary(_SummaryPart, kw_only=True):
     complete: bool = False
     dataset: str = ""
     items: int = 0
+    limit: int | None = None  # --limit: the run is over the first `items` of the dataset's `dataset_items`
+    dataset_items: int | None = None
     epochs: int = 1
     grader: GraderInfo = msgspec.field(default_factory=GraderInfo)
     baseline: str = ""
@@ -166,7 +168,7 @@ class RunSummary(_SummaryPart, kw_only=True):
     batches: dict[str, JSONField] | None = None  # a --batch run's chunks
     judge: dict[str, dict[str, JSONField]] | None = None  # per judge model, this invocation's calls
 
-    __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge"})
+    __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge", "limit", "dataset_items"})
 
     def to_dict(self) -> JSONObject:
         out = super().to_dict()
@@ -213,10 +215,12 @@ def compare_run(sides: Mapping[str, Side], labels: Sequence[str], out_dir: Path)
 
 def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: GraderConfig,
                   grader_hash: str, run_id: str, n_items: int, complete: bool, prices: dict[str, Price],
-                  comparison: RunComparison | None, sides: Mapping[str, Side]) -> RunSummary:
+                  comparison: RunComparison | None, sides: Mapping[str, Side],
+                  dataset_items: int | None = None) -> RunSummary:
     """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost, and its pass
     curves (from `sides`, the records the run read once); per other model, its paired delta against the baseline
-    (from `comparison`, the run's one comparison)."""
+    (from `comparison`, the run's one comparison). A run over fewer items than the dataset's `dataset_items`
+    (--limit) says so: `limit` and `dataset_items`, so it is never read as the full dataset's."""
     import numpy as np
 
     from rfteval.compare.comparison import CompareOptions, infer_bounds, run_pass_curves
@@ -263,7 +267,10 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     missing = sum(t.cells - t.records for t in totals.values())
     return as_run_summary(json_safe({
         "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
-        "dataset": spec.dataset, "items": n_items, "epochs": spec.epochs,
+        "dataset": spec.dataset, "items": n_items,
+        **({"limit": n_items, "dataset_items": dataset_items} if dataset_items is not None and n_items < dataset_items
+           else {}),
+        "epochs": spec.epochs,
         "grader": {"name": grader.name, "type": grader.type, "hash": grader_hash},
         "baseline": base, "models": models, "deltas": deltas,
         "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,

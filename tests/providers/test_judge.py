@@ -426,3 +426,45 @@ def test_the_format_step_down_is_remembered_in_the_cache(fake_openai, tmp_path):
     with make_judge(fake_openai, cache_path=cache) as judge, \
             Judge(OpenAIProvider(fake_openai.base_url + "/other"), cache_path=cache) as other:
         assert judge.format_level == 1 and other.format_level == 0  # per endpoint
+
+
+# ---- JudgeBudget: a cap on what one judge sends -------------------------------------------------------------------
+
+
+def test_a_call_cap_sends_exactly_that_many_and_the_rest_end_capped_unsent(fake_openai, tmp_path):
+    from rfteval.providers.judge import JudgeBudget
+
+    cache = tmp_path / "judge.jsonl"
+    with make_judge(fake_openai, cache_path=cache, concurrency=8) as judge:
+        judge.budget = JudgeBudget(max_calls=3)
+        out = judge.complete([req(f"q{i}") for i in range(7)])
+        assert judge.stats()["calls"] == 3 and judge.usage()["judge-m"]["errors"] == 0
+    assert len(fake_openai.requests) == 3
+    capped = [a for a in out if isinstance(a, ProviderError)]
+    assert len(capped) == 4 and {a.kind for a in capped} == {"capped"} and not any(a.sent for a in capped)
+    assert judge.budget is not None and judge.budget.reached is not None and "--max-judge-calls 3" in judge.budget.reached
+    assert len(cache.read_text().splitlines()) == 3  # a capped call is not an answer: never cached
+    # cache hits are free: a new budget of 4 answers the 3 from the cache and sends the other 4
+    with make_judge(fake_openai, cache_path=cache) as judge:
+        judge.budget = JudgeBudget(max_calls=4)
+        again = judge.complete([req(f"q{i}") for i in range(7)])
+        assert judge.stats()["cache_hits"] == 3 and judge.stats()["calls"] == 4 and judge.budget.reached is None
+    assert all(isinstance(a, Generation) for a in again)
+    sent = sorted(r.last_user_text() for r in fake_openai.requests)
+    assert sent == sorted(f"q{i}" for i in range(7))  # each question sent once over both
+
+
+def test_a_cost_cap_stops_sending_once_the_answered_calls_cost_that_much(fake_openai):
+    from rfteval.providers.judge import JudgeBudget
+
+    # $1M per million input and output tokens: a call's cost in dollars is its token count
+    prices = {"judge-m": (1e6, 1e6, 1e6, 1e6)}
+    with make_judge(fake_openai, concurrency=1) as judge:
+        judge.budget = JudgeBudget(max_cost_usd=25.0, prices=prices)
+        out = judge.complete([req("a b c d e f")] + [req(f"x{i}") for i in range(5)])
+    # the fake counts words and punctuation: "a b c d e f" is 6 in, "echo:judge-m:a b c d e f" 12 out; "xI" 1 in,
+    # "echo:judge-m:xI" 7 out; one at a time: 18, then 26 >= 25, so the third call is not sent
+    answered = [a for a in out if isinstance(a, Generation)]
+    assert len(answered) == 2 and len(fake_openai.requests) == 2
+    assert judge.budget is not None and judge.budget.cost_usd == pytest.approx(26.0)
+    assert "--max-judge-cost 25" in (judge.budget.reached or "")

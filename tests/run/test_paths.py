@@ -17,6 +17,8 @@ from rfteval.run.runner import RunOptions
     (RunOptions(batch_judge=True), "--batch-judge"),
     (RunOptions(batch=True, import_responses=Path("o.jsonl")), "--import-responses"),
     (RunOptions(export_requests=Path("r.jsonl"), import_responses=Path("o.jsonl")), "--import-responses"),
+    (RunOptions(dry_run=True, export_requests=Path("r.jsonl")), "--dry-run"),
+    (RunOptions(dry_run=True, import_responses=Path("o.jsonl")), "--dry-run"),
 ])
 def test_a_bad_flag_or_combination_is_one_input_error(options, field):
     with pytest.raises(InputError) as exc:
@@ -26,6 +28,7 @@ def test_a_bad_flag_or_combination_is_one_input_error(options, field):
 
 @pytest.mark.parametrize("options", [RunOptions(), RunOptions(service_tier="flex", batch=True, batch_judge=True,
                                                               batch_tail="sync"),
-                                     RunOptions(export_requests=Path("r.jsonl"))])
+                                     RunOptions(export_requests=Path("r.jsonl")),
+                                     RunOptions(dry_run=True, batch=True, service_tier="flex", fresh=True)])
 def test_good_flags_pass(options):
     check_run_options(options)

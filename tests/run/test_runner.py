@@ -311,3 +311,66 @@ def test_duplicate_ids_are_found_before_any_request(workdir: Path) -> None:
         run(make_spec(workdir, ("base",)), {"base": base})
     assert (err.value.line, err.value.field) == (N_ITEMS + 1, "id") and "duplicate id '3'" in str(err.value)
     assert base.calls == []
+
+
+# ---- --limit: the first N items, then the same directory continues ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_limit_runs_the_first_items_and_the_full_run_continues_without_resending(workdir: Path) -> None:
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    result = run(make_spec(workdir, limit=2), {"base": base, "tuned": tuned})
+    first = {(str(i), e) for i in range(2) for e in range(1, EPOCHS + 1)}
+    assert sorted(base.calls) == sorted(first) and sorted(tuned.calls) == sorted(first)
+    s = result.summary
+    assert (s.items, s.limit, s.dataset_items, s.cells) == (2, 2, N_ITEMS, 2 * 2 * EPOCHS)
+    assert s.complete and list(result.item_ids()) == ["0", "1"]
+    assert len(result.totals["base"].item_means) == 2  # aligned with item_ids
+    on_disk = json.loads((workdir / "run" / "summary.json").read_text())
+    assert (on_disk["items"], on_disk["limit"], on_disk["dataset_items"]) == (2, 2, N_ITEMS)
+    assert {r["item_id"] for r in records(workdir, "base")} == {"0", "1"}
+    base, tuned = FakeProvider(base_answer), FakeProvider(tuned_answer)
+    result = run(make_spec(workdir), {"base": base, "tuned": tuned})
+    rest = {(str(i), e) for i in range(2, N_ITEMS) for e in range(1, EPOCHS + 1)}
+    assert sorted(base.calls) == sorted(rest) and sorted(tuned.calls) == sorted(rest)  # the first two: not again
+    s = result.summary
+    assert (s.items, s.limit, s.dataset_items) == (N_ITEMS, None, None) and s.complete
+    assert "limit" not in json.loads((workdir / "run" / "summary.json").read_text())
+    assert s.models["base"].mean == pytest.approx(expected_mean(base_answer))
+
+
+def test_a_limit_past_the_end_is_the_whole_dataset(workdir: Path) -> None:
+    result = run(make_spec(workdir, ("base",), limit=N_ITEMS + 5), {"base": FakeProvider(base_answer)})
+    assert (result.summary.items, result.summary.limit, result.summary.dataset_items) == (N_ITEMS, None, None)
+    assert len(list(result.item_ids())) == N_ITEMS
+
+
+class MessagesProvider(FakeProvider):
+    """Also keeps each request's messages."""
+
+    def __init__(self, answer: Callable[[int, int], str]):
+        super().__init__(answer)
+        self.messages: list[list[Any]] = []
+
+    async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+        self.messages.append(list(request.messages))
+        return await super().generate(request, timeout_s)
+
+
+@pytest.mark.slow
+def test_a_models_system_prompt_goes_before_the_items_messages_and_is_part_of_its_cells(workdir: Path) -> None:
+    spec_file = workdir / "spec.toml"
+    spec_file.write_text('dataset = "items.jsonl"\ngrader = "grader.json"\nepochs = 1\nout = "run"\n'
+                         '[models.base]\nmodel = "m-base"\nsystem_prompt = "Say right."\n[models.tuned]\nmodel = "m-tuned"\n')
+    base, tuned = MessagesProvider(base_answer), MessagesProvider(tuned_answer)
+    run(build_spec(spec_file), {"base": base, "tuned": tuned})
+    assert len(base.messages) == len(tuned.messages) == N_ITEMS
+    assert all(m[0] == {"role": "system", "content": "Say right."} and m[1]["role"] == "user" and len(m) == 2
+               for m in base.messages)
+    assert all(len(m) == 1 and m[0]["role"] == "user" for m in tuned.messages)
+    # another system prompt is another request: base's cells are sent again, tuned's are kept
+    spec_file.write_text(spec_file.read_text().replace("Say right.", "Say wrong."))
+    base, tuned = MessagesProvider(base_answer), MessagesProvider(tuned_answer)
+    run(build_spec(spec_file), {"base": base, "tuned": tuned})
+    assert len(base.calls) == N_ITEMS and tuned.calls == []
+    assert base.messages[0][0]["content"] == "Say wrong."

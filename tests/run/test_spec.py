@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -298,3 +299,64 @@ def test_each_epoch_gets_its_own_seed() -> None:
     assert [seeded.for_epoch(e).seed for e in (1, 2, 3)] == [41, 42, 43]
     assert seeded.for_epoch(1) is seeded and seeded.for_epoch(3).temperature == 1.0
     assert Sampling().for_epoch(5).seed is None  # no seed unless asked
+
+
+# ---- --limit, the judge caps, and the per-model keys (README: "Per-model keys") ----------------------------------
+
+
+@pytest.mark.parametrize(("flag", "value"), [("limit", 0), ("max_judge_calls", 0), ("max_judge_cost", 0.0),
+                                             ("limit", -3)])
+def test_a_cap_below_one_is_refused_as_its_flag(spec_dir: Path, flag: str, value: float) -> None:
+    with pytest.raises(InputError) as err:
+        build_spec(spec_dir / "spec.toml", flag_overrides(**{flag: value}))
+    assert err.value.field == "--" + flag.replace("_", "-") and err.value.file is None
+    assert "\n" not in str(err.value)
+
+
+def test_limit_and_caps_from_the_spec_file_name_their_line(spec_dir: Path) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.replace("epochs = 3", "epochs = 3\nlimit = 5\nmax_judge_calls = 40\nmax_judge_cost = 1.5"))
+    spec = build_spec(path)
+    assert (spec.limit, spec.max_judge_calls, spec.max_judge_cost) == (5, 40, 1.5)
+    assert build_spec(path, flag_overrides(limit=2)).limit == 2  # the flag wins
+    path.write_text(SPEC.replace("epochs = 3", "epochs = 3\nlimit = 0"))
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert (err.value.file, err.value.line, err.value.field) == (path, 5, "limit")
+
+
+def test_a_models_system_prompt_reaches_its_run_only(spec_dir: Path) -> None:
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC.replace('model = "o3-mini"\n', 'model = "o3-mini"\nsystem_prompt = "Answer in JSON."\n', 1))
+    runs = {r.label: r for r in resolve_models(build_spec(path))}
+    assert runs["base"].system_prompt == "Answer in JSON." and runs["tuned"].system_prompt is None
+    assert 'system_prompt = "Answer in JSON."' in to_toml(build_spec(path))  # spec.resolved.toml re-runs it
+
+
+def _readme_per_model_section() -> str:
+    from tests.support import REPO
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    start = readme.index("**Per-model keys.**")
+    return readme[start:readme.index("\n### ", start)]
+
+
+def test_the_readme_per_model_example_is_a_valid_spec() -> None:
+    section = _readme_per_model_section()
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    raw = tomllib.loads(example)
+    from rfteval.run.spec import RunSpec
+
+    spec = RunSpec.model_validate({"dataset": "d.jsonl", "grader": "g.json", **raw})
+    assert set(spec.models) == {"base", "tuned", "old"}
+    for label, keys in raw["models"].items():  # each key written is the one that was read
+        assert spec.models[label].model_fields_set == set(keys)
+
+
+def test_every_per_model_key_is_documented_and_every_documented_key_exists() -> None:
+    from rfteval.run.spec import ModelSpec
+
+    rows = [line for line in _readme_per_model_section().splitlines() if line.startswith("| `")]
+    documented = {key for row in rows for key in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    assert documented == set(ModelSpec.model_fields), (
+        f"undocumented: {set(ModelSpec.model_fields) - documented}; not keys: {documented - set(ModelSpec.model_fields)}")

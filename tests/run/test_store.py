@@ -196,3 +196,43 @@ def test_the_json_fields_of_an_entry_read_back_as_written() -> None:
     grade = msgspec.convert({"key": "k", "sub_scores": {"a": 1}, "details": {"x": [1, "y"]}}, GradeEntry)
     assert grade.sub_scores == {"a": 1.0} and type(grade.sub_scores["a"]) is float
     assert grade.result().details == {"x": [1, "y"]}
+
+
+# ---- read without writing: what a dry run sees (rfteval run --dry-run) --------------------------------------------
+
+
+def test_read_stored_sees_what_the_index_would_without_writing(tmp_path: Path) -> None:
+    from rfteval.run.store import read_stored
+
+    with RunStore(tmp_path / "run") as store:
+        store.put_response(failed("a"))  # retried on resume: not kept
+        store.put_response(ok("b"))
+        store.put_response(failed("b"))  # a kept response is never replaced by an error
+        store.put_response(failed("c", kind="refusal"))  # a final error: kept, never graded
+        store.put_grade(new_grade_entry("b", "g1", GradeResult(1.0)))
+        store.put_grade(new_grade_entry("c", "g1", GradeResult.failed("model_grader_server_error", "down")))
+        store.put_grade(new_grade_entry("b", "g2", GradeResult.failed("model_grader_server_error", "down")))
+        store.put_grade(new_grade_entry("b", "g2", GradeResult(0.5)))  # a later grade replaces an earlier one
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")}
+    seen = read_stored(tmp_path / "run", "g1")
+    assert seen.responses == {"b": False, "c": True}
+    assert seen.graded == {"b"}  # c's grade is a server error: graded again on resume
+    assert read_stored(tmp_path / "run", "g2").graded == {"b"}
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")} == before
+    empty = read_stored(tmp_path / "nothing", "g1")
+    assert (empty.responses, empty.graded) == ({}, set()) and not (tmp_path / "nothing").exists()
+
+
+def test_the_run_directory_checks_make_nothing(tmp_path: Path) -> None:
+    from rfteval.run.store import check_run_dir, run_dir_busy
+
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "run"):
+        with pytest.raises(InputError) as exc:
+            check_run_dir(bad)
+        assert exc.value.field == "--out"
+    check_run_dir(tmp_path / "new" / "run")
+    assert not (tmp_path / "new").exists() and not run_dir_busy(tmp_path / "new" / "run")
+    with RunStore(tmp_path / "run"):
+        assert run_dir_busy(tmp_path / "run")  # held by a run: a dry run says so, as the run would
+    assert not run_dir_busy(tmp_path / "run")

@@ -29,8 +29,8 @@ _RUN_HELP = """Generate N epochs per model, grade every output, summarise; resum
 SPEC is an optional TOML file (see the README); every key in it can be given as a flag, and flags win.
 --model repeats: LABEL=MODEL for an OpenAI-compatible endpoint, LABEL=replay:FILE.jsonl for recorded
 outputs. Results go to --out (default runs/NAME); running the same command again resumes there.
-Exit codes: 0 done, 2 bad input or a refused endpoint (401, unknown model), 3 too many cells in error,
-130 interrupted (resumable).
+Exit codes: 0 done (or a --dry-run's plan), 2 bad input or a refused endpoint (401, unknown model), 3 too many
+cells in error, an endpoint gone or a judge cap reached (resumable), 130 interrupted (resumable).
 """
 
 
@@ -120,6 +120,17 @@ def run_command(
     import_responses: Path | None = typer.Option(None, "--import-responses", metavar="FILE.jsonl",
                                                     help="Read Batch API output lines (OpenAI's, vllm run-batch's) "
                                                          "into the run, then grade; sends nothing."),
+    limit: int | None = typer.Option(None, "--limit", metavar="N",
+                                     help="Only the first N items of the dataset, in file order (a smoke test); the "
+                                          "same --out without it continues, re-sending none of them."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Make every check a run makes, then print the planned "
+                                 "requests, judge calls, tokens and cost ceiling; send nothing, write nothing."),
+    max_judge_calls: int | None = typer.Option(None, "--max-judge-calls", metavar="N",
+                                               help="Send at most N judge calls in this invocation: grading stops "
+                                                    "there (exit 3), responses are kept; the same command resumes."),
+    max_judge_cost: float | None = typer.Option(None, "--max-judge-cost", metavar="USD",
+                                                help="Stop grading once this invocation's judge calls cost USD (at "
+                                                     "the [pricing] table's prices); as --max-judge-calls."),
     models_in_turn: bool = typer.Option(False, "--models-in-turn", help="All of one model's cells, then the next "
                                         "model's, for servers that hold one model at a time (llama.cpp's aliases); "
                                         "default: interleaved."),
@@ -145,8 +156,8 @@ def run_command(
         max_output_tokens=max_output_tokens, response_format=_s(response_format), max_error_rate=max_error_rate,
         grader_timeout=grader_timeout, grader_memory=grader_memory, judge_base_url=judge_base_url,
         judge_api_key_env=judge_api_key_env, judge_api=judge_api, judge_model=judge_model,
-        judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning,
-        think_tags=think_tags or None, developer_as=developer_as,
+        judge_concurrency=judge_concurrency, group_models=group_models, reasoning=reasoning, limit=limit,
+        think_tags=think_tags or None, developer_as=developer_as, max_judge_calls=max_judge_calls, max_judge_cost=max_judge_cost,
         skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
         allow_grader_without_sample=allow_grader_without_sample or None,
         allow_trailing_assistant=allow_trailing_assistant or None,
@@ -155,7 +166,7 @@ def run_command(
         fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
         service_tier=service_tier, transport=transport, batch=batch, batch_judge=batch_judge, batch_tail=batch_tail,
         batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
-        import_responses=import_responses, models_in_turn=models_in_turn)
+        import_responses=import_responses, models_in_turn=models_in_turn, dry_run=dry_run)
     started: list[RunSpec] = []
 
     def start(run_spec: RunSpec) -> RunMonitor:
@@ -175,11 +186,16 @@ def run_command(
 
 
 def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readiness: bool, per_item: bool) -> None:
-    """What the run ended as: the exported requests, an interrupted or stopped run, or the tables, the readiness
-    verdict and the exit code."""
+    """What the run ended as: the plan of a dry run, the exported requests, an interrupted or stopped run, or the
+    tables, the readiness verdict and the exit code."""
     from rfteval.report.run_table import print_run
 
     s, out_dir = result.summary, result.out_dir
+    if result.plan is not None:
+        from rfteval.report.run_table import print_plan
+
+        print_plan(result.plan, stdout_console())
+        raise typer.Exit(ExitStatus.SUCCESS)
     if result.exported is not None:
         for path, n in result.exported.items():
             typer.echo(f"wrote {n} request lines to {path}")
