@@ -1,13 +1,11 @@
 """rfteval.view and rfteval.compare.samples: the viewer's pages equal compare's numbers, filters, search, paging,
-the server's headers, the bundle, hostile content in the JSON, the command (the browser tests:
-tests/view/test_browser.py)."""
+the server's headers, the bundle, hostile content in the JSON (the command: tests/cli/test_view.py; the browser
+tests: tests/view/test_browser.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import signal
-import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,7 +15,7 @@ import pytest
 from rfteval.compare.samples import SampleSource
 from rfteval.errors import InputError
 from rfteval.view.model import ViewData, ViewOptions
-from tests.support.view_runs import BIG, LONE_SURROGATE, RFTEVAL, ROOT, chipstack_run, hostile_records, run, served
+from tests.support.view_runs import BIG, LONE_SURROGATE, ROOT, chipstack_run, hostile_records, run, served
 
 
 def _records(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -259,25 +257,6 @@ def test_a_host_other_than_loopback_warns(monkeypatch, capsys, tmp_path):
     paths.view_request(paths.ViewRequest([tmp_path], host="0.0.0.0", open_browser=False))
     err = capsys.readouterr().err
     assert "no authentication" in err and "0.0.0.0" in err
-
-
-@pytest.mark.slow
-def test_the_command_prints_its_url_serves_and_stops_on_ctrl_c(chip):
-    proc = subprocess.Popen([*RFTEVAL, "view", str(chip), "--no-open"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("rfteval view: http://127.0.0.1:"), line + (proc.stderr.read() if proc.stderr else "")
-        url = line.split()[2]
-        with urllib.request.urlopen(url.replace("compare", "api/runs"), timeout=60) as r:
-            assert json.loads(r.read())["labels"] == ["base", "tuned"]
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_view_needs_paths_and_checks_flags(tmp_path):
