@@ -50,7 +50,6 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "run/batch/judge_phase.py": ("tests/run/batch/test_phase.py", "the judge's batch phase, beside the generation's"),
     "view/bundle.py": ("tests/view/test_browser.py", "the static pages, opened from disk in a browser"),
     "view/paths.py": ("tests/view/test_model.py", "the view command's flags, end to end"),
-    "view/server.py": ("tests/view/test_model.py", "the pages served: headers, host check, errors"),
 }
 
 
