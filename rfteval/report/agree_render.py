@@ -16,7 +16,7 @@ from rfteval.report.html import SCATTER_GRID, Axes, _n, _svg, score_range, write
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rfteval.compare.agree import AgreeResult
+    from rfteval.compare.agree import AgreeResult, ItemRow
 
 A_COLOR, B_COLOR, FLAT = "#7a8ca3", "#d9822b", "#888888"
 OUTPUT_WIDTH = 60  # of an output's text in the terminal's per-item table (the JSON keeps more)
@@ -95,6 +95,39 @@ def _unmatched_text(result: AgreeResult) -> str:
     return f"unmatched: {u['a_only']} only in A, {u['b_only']} only in B"
 
 
+def note_lines(result: AgreeResult) -> list[str]:
+    """The notes under the table: B's grades rescaled, no pass verdicts, the samples only one side has."""
+    out = [f"note: {note}" for note in (result.scale_note, result.pass_note) if note]
+    u = result.unmatched
+    for side, first, count in (("A", u["a_only_first"], u["a_only"]), ("B", u["b_only_first"], u["b_only"])):
+        if first:
+            out.append(f"only in {side}: {', '.join(first)}" + (" ..." if count > len(first) else ""))
+    return out
+
+
+def item_cells(row: ItemRow) -> tuple[str, str, str, str, str]:
+    """One row of the items where A and B disagree most: item, A, B, B − A (item means), and its sample."""
+    text = row["output"][:OUTPUT_WIDTH]
+    return (row["item_id"], fmt(row["a_mean"], 2), fmt(row["b_mean"], 2), fmt(row["diff"], 2, sign=True),
+            f"{row['model_label']}#{row['epoch']} {fmt(row['a_score'], 2)}→{fmt(row['b_score'], 2)}: {text}")
+
+
+def verdict_rows(result: AgreeResult) -> list[tuple[str, str, str, str, str]]:
+    """Does the verdict survive? Per candidate: its delta under A, under B, their difference and its interval."""
+    return [(f"{v['candidate']}−{v['baseline']}", fmt(v["under_a"]["mean"], 3, True), fmt(v["under_b"]["mean"], 3, True),
+             fmt(v["difference"]["mean"], 3, True), fmt_ci(v["difference"]["ci95"])) for v in result.verdict or []]
+
+
+def verdict_lines(result: AgreeResult) -> list[str]:
+    """The answer per candidate, with each grader's own word (the one verdict rule, stats.direction)."""
+    return [f"verdict: {v['answer']} (A: {v['word_a']}, B: {v['word_b']})" for v in result.verdict or []]
+
+
+def gate_lines(result: AgreeResult) -> list[str]:
+    """One line per gate check given (none without a gate flag)."""
+    return [f"gate {c['name']}: {'pass' if c['passed'] else 'FAIL'}: {c['detail']}" for c in result.gate["checks"]]
+
+
 def render_terminal(console: Console, result: AgreeResult) -> None:
     """The tables `rfteval agree` prints: fit in 80 columns, text cut rather than wrapped."""
     console.print(f"A: {result.a.path}" + (f"  ({result.a.grader})" if result.a.grader else ""), markup=False,
@@ -110,14 +143,8 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
     console.print(t)
     for line in error_lines(result):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    for note in (result.scale_note, result.pass_note):
-        if note:
-            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    u = result.unmatched
-    for side, first, count in (("A", u["a_only_first"], u["a_only"]), ("B", u["b_only_first"], u["b_only"])):
-        if first:
-            console.print(f"only in {side}: {', '.join(first)}" + (" ..." if count > len(first) else ""),
-                          markup=False, highlight=False, soft_wrap=True)
+    for line in note_lines(result):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.labels is not None:
         _render_labels(console, result)
     if result.items:
@@ -128,9 +155,7 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
         it.add_column("B−A", justify="right")
         it.add_column("sample: output", overflow="ellipsis", no_wrap=True, max_width=44)
         for r in result.items:
-            text = r["output"][:OUTPUT_WIDTH]
-            it.add_row(r["item_id"], fmt(r["a_mean"], 2), fmt(r["b_mean"], 2), fmt(r["diff"], 2, sign=True),
-                       f"{r['model_label']}#{r['epoch']} {fmt(r['a_score'], 2)}→{fmt(r['b_score'], 2)}: {text}")
+            it.add_row(*item_cells(r))
         console.print(it)
     if result.verdict:
         vt = table("Does the verdict survive? (paired delta over items)")
@@ -139,20 +164,15 @@ def render_terminal(console: Console, result: AgreeResult) -> None:
         vt.add_column("under B", justify="right")
         vt.add_column("B − A", justify="right")
         vt.add_column("95% CI", justify="right")
-        for v in result.verdict:
-            vt.add_row(f"{v['candidate']}−{v['baseline']}", fmt(v["under_a"]["mean"], 3, True),
-                       fmt(v["under_b"]["mean"], 3, True), fmt(v["difference"]["mean"], 3, True),
-                       fmt_ci(v["difference"]["ci95"]))
+        for cells in verdict_rows(result):
+            vt.add_row(*cells)
         console.print(vt)
-        for v in result.verdict:
-            console.print(f"verdict: {v['answer']} (A: {v['word_a']}, B: {v['word_b']})", markup=False,
-                          highlight=False, soft_wrap=True)
+        for line in verdict_lines(result):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if result.usage:
         _render_usage(console, result)
-    for check in result.gate["checks"]:
-        mark = "pass" if check["passed"] else "FAIL"
-        console.print(f"gate {check['name']}: {mark}: {check['detail']}", markup=False, highlight=False,
-                      soft_wrap=True)
+    for line in gate_lines(result):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _render_labels(console: Console, result: AgreeResult) -> None:

@@ -33,6 +33,13 @@ def fmt_p(p: float | None) -> str:
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
+def fmt_share(x: float | None, digits: int = 1) -> str:
+    """A share as a percentage ('20.8%'), as the error lines print it; 'n/a' for a missing one."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.{digits}%}"
+
+
 def fmt_tokens(n: int) -> str:
     if n >= 10_000_000:
         return f"{n / 1e6:.0f}M"

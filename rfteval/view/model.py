@@ -4,12 +4,16 @@ Every number on a page comes from `compare_paths` (the same call `rfteval compar
 labels and dataset), `compare.series`, `compare.agree` or `readiness.assessment`; this module only selects rows
 (filters, search, paging) and joins the samples of an item (rfteval.compare.samples). A comparison is computed
 once per pair of labels and kept; the outputs stay in their files until an item or a search asks for them.
+
+Every figure a page prints travels beside its number as the text the terminal prints for it (`shown`, made by
+rfteval.report's formats and agree's own lines), and every colour as the verdict word of the one verdict rule
+(stats.direction): the page shows these strings and computes no format of its own.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,10 +29,13 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from rfteval.compare.agree import AgreeResult
+    from rfteval.compare.agree import AgreeOptions, AgreeResult
+    from rfteval.compare.comparison import PairRow, SideReport
     from rfteval.compare.gate_types import GateCheck
     from rfteval.data.dataset import Item
     from rfteval.data.json_types import JSONObject, JSONValue
+    from rfteval.run.summary import RunSummary
+    from rfteval.stats.paired import PairedDelta
 
 FILTERS = ("regressed", "improved", "ties", "significant", "hardest", "errors", "truncated", "judged")
 PAGE_SIZE = 100
@@ -48,6 +55,7 @@ class ViewOptions:
     by: tuple[str, ...] = ()
     agree: tuple[Path, Path] | None = None
     compare: CompareOptions = field(default_factory=CompareOptions)
+    agree_options: AgreeOptions | None = None  # `rfteval agree`'s (pass threshold, gate); None: its defaults
 
 
 @dataclass
@@ -342,6 +350,7 @@ class ViewData:
             if label != base:
                 row["delta"] = json_safe(result.delta)
                 row["gate"] = json_safe(result.gate)
+            row["shown"] = _side_shown(side, row.get("pass_k"), result.delta if label != base else None)
             models.append(row)
         runs = []
         for run_dir in dict.fromkeys(s.run_dir for s in self.sources.values() if s.run_dir is not None):
@@ -378,8 +387,8 @@ class ViewData:
         if found is not None:
             return found
         result = self.comparison(a, b)
-        rows: list[JSONObject] = [{"name": name, **json_safe(dict(row)), "verdict": verdict(row["delta"])}
-                                  for name, row in summary_rows(result)]
+        rows: list[JSONObject] = [{"name": name, **json_safe(dict(row)), "verdict": verdict(row["delta"]),
+                                   "shown": _pair_shown(row)} for name, row in summary_rows(result)]
         out = (result.to_json(items=False), rows)
         with self._lock:
             self._summaries[key] = out
@@ -404,7 +413,7 @@ class ViewData:
             "item_test": {"warning": getattr(self, "_drop_warning", None),
                           "rule": "one-sided drop test over each item's epochs, Holm across every paired item "
                                   "(compare's --max-item-drop test)"},
-            "items": [_item_row(r, by) for r in rows.to_dict("records")],
+            "items": [_item_row(r, by, self.comparison(a, b).options.tie) for r in rows.to_dict("records")],
         }
 
     def item_page(self, item_id: str, a: str | None, b: str | None, filters: Sequence[str] = (), q: str = "",
@@ -427,7 +436,8 @@ class ViewData:
         by = self.slice_values()
         return {
             "page": "item", "id": item_id, "a": a, "b": b, "labels": self.labels,
-            "row": _item_row(rows.to_dict("records")[0], by) if not rows.empty else None,
+            "row": _item_row(rows.to_dict("records")[0], by, self.comparison(a, b).options.tie)
+            if not rows.empty else None,
             "item": {"messages": json_safe(data.get("messages")), "tools": json_safe(data.get("tools")),
                      "fields": {k: json_safe(v) for k, v in data.items() if k not in ("messages", "tools")}}
             if data is not None else None,
@@ -475,8 +485,21 @@ class ViewData:
             for i, v in zip(c.result.items["item_id"], c.result.items["candidate"]):
                 per_item.setdefault(str(i), [None] * len(labels))[k] = float(v)
         rows = sorted(per_item.items(), key=lambda kv: (min((x for x in kv[1] if x is not None), default=0), kv[0]))
-        return {"page": "series", "run": str(run), "labels": labels, "series": series.to_json(),
-                "items": [{"item_id": i, "scores": json_safe(v)} for i, v in rows[:MAX_PAGE]],
+        from rfteval.compare.series import verdict
+        from rfteval.report.format import fmt, fmt_ci, fmt_p
+
+        b = series.baseline
+        shown: list[JSONObject] = [{"label": b["label"], "mean": fmt(b["mean"]), "ci95": fmt_ci(b["ci95"], sign=False),
+                                    "delta": "", "delta_ci95": "", "p": "", "verdict": "baseline"}]
+        for c in series.candidates:  # as `rfteval compare RUN` prints the series: p Holm-adjusted across candidates
+            d = c.result.delta
+            shown.append({"label": c.label, "mean": fmt(c.result.candidate["mean"]),
+                          "ci95": fmt_ci(c.result.candidate["ci95"], sign=False), "delta": fmt(d["mean"], sign=True),
+                          "delta_ci95": fmt_ci(d["ci95"]), "p": fmt_p(c.p_adjusted),
+                          "verdict": verdict(c, series.options.level)})
+        return {"page": "series", "run": str(run), "labels": labels, "series": series.to_json(), "shown": shown,
+                "items": [{"item_id": i, "scores": json_safe(v), "shown": [fmt(x) for x in v]}
+                          for i, v in rows[:MAX_PAGE]],
                 "total": len(rows)}
 
     def graded_pairs(self) -> list[tuple[Path, Path]]:
@@ -506,12 +529,14 @@ class ViewData:
         if chosen is None:
             raise InputError(f"no grader pair {a!r}, {b!r} here (pairs: "
                              f"{'; '.join(f'{x} / {y}' for x, y in pairs)})", field="a")
+        from dataclasses import replace
+
         from rfteval.compare.agree import AgreeOptions, agree_paths
 
         with self._lock:
             result = self._agree.get(chosen)
         if result is None:
-            result = agree_paths(chosen[0], chosen[1], AgreeOptions(top=limit))
+            result = agree_paths(chosen[0], chosen[1], replace(self.options.agree_options or AgreeOptions(), top=limit))
             with self._lock:
                 self._agree[chosen] = result
         rows = []
@@ -525,7 +550,8 @@ class ViewData:
             rows.append({**json_safe(row), "samples": pair})
         summary = result.to_json()
         summary.pop("items", None)
-        return {"page": "agree", "summary": summary, "items": rows, "paths": [str(p) for p in chosen]}
+        return {"page": "agree", "summary": summary, "items": rows, "paths": [str(p) for p in chosen],
+                "shown": _agree_shown(result)}
 
     def readiness_page(self, label: str | None) -> Page:
         """Readiness of one model's records: `rfteval readiness`'s own call (assess_path, the grader and dataset
@@ -551,10 +577,18 @@ class ViewData:
                 "total": len(items)}
 
 
-def _item_row(r: dict[str, object], by: dict[str, dict[str, str]]) -> JSONObject:
-    """One row of the Compare page: compare's `items_json` fields, plus what the filters read."""
+def _item_row(r: dict[str, object], by: dict[str, dict[str, str]], tie: float) -> JSONObject:
+    """One row of the Compare page: compare's `items_json` fields, plus what the filters read, and the row as
+    compare's per-item table prints it (coloured as it colours an item: a change beyond --tie, no test)."""
+    from rfteval.report.format import fmt, fmt_ci, fmt_p
+
     item_id = str(r["item_id"])
-    return json_safe({
+    delta = _float(r["delta"])
+    shown: JSONObject = {
+        "baseline": fmt(_float(r["baseline"])), "candidate": fmt(_float(r["candidate"])), "delta": fmt(delta, sign=True),
+        "delta_ci95": fmt_ci([_float(r["delta_lo"]), _float(r["delta_hi"])]), "drop_p": fmt_p(_float(r["drop_p_adjusted"])),
+        "tone": "" if delta is None or abs(delta) <= tie else ("up" if delta > 0 else "down")}
+    return {"shown": shown, **json_safe({
         "item_id": item_id, "baseline": r["baseline"], "candidate": r["candidate"], "delta": r["delta"],
         "delta_ci95": [r["delta_lo"], r["delta_hi"]], "baseline_epochs": r["baseline_n"],
         "candidate_epochs": r["candidate_n"], "baseline_errors": r["baseline_errors"],
@@ -563,6 +597,84 @@ def _item_row(r: dict[str, object], by: dict[str, dict[str, str]]) -> JSONObject
         "wtl": [r["epoch_wins"], r["epoch_ties"], r["epoch_losses"]], "drop_p_adjusted": r["drop_p_adjusted"],
         "significant": bool(r["significant"]), "hardest": bool(r["hardest"]),
         "slices": {name: values.get(item_id, "(not in dataset)") for name, values in by.items()},
+    })}
+
+
+def _float(value: object) -> float | None:
+    """A number of a frame's row as a float (None for a missing one), for the formats."""
+    import math
+
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _pair_shown(row: PairRow) -> JSONObject:
+    """A summary row (overall, a slice, a sub-score) as compare's summary table prints it."""
+    from rfteval.report.format import fmt, fmt_ci, fmt_p
+    from rfteval.report.terminal import shown_p, wtl
+
+    d = row["delta"]
+    return {"items": str(row["items"]), "baseline": fmt(row["baseline"]["mean"]),
+            "baseline_ci95": fmt_ci(row["baseline"]["ci95"], sign=False), "candidate": fmt(row["candidate"]["mean"]),
+            "candidate_ci95": fmt_ci(row["candidate"]["ci95"], sign=False), "delta": fmt(d["mean"], sign=True),
+            "delta_ci95": fmt_ci(d["ci95"]), "p": fmt_p(shown_p(d)), "wtl": wtl(d)}
+
+
+def _side_shown(side: SideReport, pass_k: object, delta: PairedDelta | None) -> JSONObject:
+    """A model's row of the Runs page, each figure as compare prints it; the delta's verdict word (stats.direction)
+    is what colours it."""
+    from rfteval.report.format import fmt, fmt_ci, fmt_p, fmt_share
+    from rfteval.report.terminal import shown_p, verdict
+
+    k = pass_k if isinstance(pass_k, dict) else {}
+    n = k.get("n")
+    out: JSONObject = {
+        "mean": fmt(side["mean"]), "ci95": fmt_ci(side["ci95"], sign=False), "items": str(side["items"]),
+        "records": str(side["records"]), "pass_at_1": fmt(k["pass_at_1"]) if k else "n/a",
+        "pass_at_n": f"{fmt(k['pass_at_n'])} (N={n})" if k else "n/a",
+        "generation_errors": f"{side['generation_errors']} ({fmt_share(side['generation_error_share'])})",
+        "scored_zero": str(side["scored_zero_errors"]),
+        "truncated": f"{side['truncated_in_reasoning']} ({fmt_share(side['truncated_in_reasoning_share'])})",
+        "delta": "baseline", "delta_ci95": "", "p": "", "verdict": "baseline"}
+    if delta is not None:
+        out.update(delta=fmt(delta["mean"], sign=True), delta_ci95=fmt_ci(delta["ci95"]), p=fmt_p(shown_p(delta)),
+                   verdict=verdict(delta))
+    return out
+
+
+def _agree_shown(result: AgreeResult) -> JSONObject:
+    """What `rfteval agree` prints, line for line and cell for cell (report/agree_render.py's rows and lines): the
+    headline table (kappa with its interval, the bias with its interval, the error records), the error counts by
+    type, the notes, the verdict, the items where the graders disagree most."""
+    from rfteval.report import agree_render
+
+    gate = result.gate
+    gated = bool(gate["checks"])
+    lines = agree_render.gate_lines(result) if gated else agree_render.verdict_lines(result)
+    if not lines:
+        labels = sorted({str(x) for x in result.paired["model_label"]}) if "model_label" in result.paired else []
+        lines = [f"no verdict to compare: the records hold one model ({', '.join(labels) or 'none'}); a verdict "
+                 "is a candidate against its baseline, under each grader"]
+    labels_table = None
+    if result.labels is not None:
+        names = result.labels["labels"]
+        labels_table = {"columns": ["A \\ B", *names],
+                        "rows": [[name, *(str(v) for v in row)] for name, row in zip(names, result.labels["confusion"])]}
+    return json_safe({
+        "graders": [f"{name}: {side.path}" + (f"  ({side.grader})" if side.grader else "")
+                    for name, side in (("A", result.a), ("B", result.b))],
+        "summary": [list(row) for row in agree_render.summary_rows(result)],
+        "errors": agree_render.error_lines(result),
+        "notes": agree_render.note_lines(result),
+        "labels": labels_table,
+        "verdict": {"gated": gated, "passed": gate["passed"], "lines": lines,
+                    "failures": [f"gate failed: {line}" for line in gate["failures"]],
+                    "warnings": [f"gate warning: {line}" for line in gate["warnings"]]},
+        "verdict_rows": [list(row) for row in agree_render.verdict_rows(result)],
+        "items": [list(agree_render.item_cells(r)) for r in result.items],
     })
 
 
@@ -636,29 +748,105 @@ def _lowest_quarter(result: CompareResult) -> np.ndarray:
 
 
 def _run_info(run_dir: Path) -> JSONObject:
-    """A run directory's spec (spec.resolved.toml) and its summary's run-level parts (grader, judge, errors)."""
-    import json
+    """A run directory's spec (spec.resolved.toml) and its summary (summary.json, read as the typed RunSummary) as
+    tables of text: the run, each model, the judge's calls, the spec's settings."""
     import tomllib
 
-    out: JSONObject = {"dir": str(run_dir)}
+    import msgspec
+
+    from rfteval.run.summary import as_run_summary
+
+    out: JSONObject = {"dir": str(run_dir), "spec": None, "about": None, "models": None, "judge": None}
     try:
-        out["spec"] = json_safe(tomllib.loads((run_dir / rundir.RESOLVED_SPEC).read_text(encoding="utf-8")))
+        spec = tomllib.loads((run_dir / rundir.RESOLVED_SPEC).read_text(encoding="utf-8"))
+        out["spec"] = [[k, v] for k, v in _flat(spec)]
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        out["spec"] = None
+        pass
     try:
-        summary = json.loads((run_dir / rundir.SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        summary = None
-    if isinstance(summary, dict):
-        found = summary.get("models")
-        models = found if isinstance(found, dict) else {}
-        out["summary"] = json_safe({
-            "name": summary.get("name"), "grader": summary.get("grader"), "epochs": summary.get("epochs"),
-            "items": summary.get("items"), "complete": summary.get("complete"), "judge": summary.get("judge"),
-            "models": {k: {"errors": v.get("errors"), "tokens": v.get("tokens"), "cost_usd": v.get("cost_usd"),
-                           "pass_at_k": v.get("pass_at_k")} for k, v in models.items() if isinstance(v, dict)},
-        })
+        summary = as_run_summary(msgspec.json.decode((run_dir / rundir.SUMMARY).read_bytes()))
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return out
+    out.update(_summary_tables(summary))
     return out
+
+
+def _flat(value: object, key: str = "") -> list[tuple[str, str]]:
+    """A spec's settings as (dotted key, value) rows: tables opened into their keys, a list of plain values joined."""
+    if isinstance(value, dict):
+        return [row for k, v in value.items() for row in _flat(v, f"{key}.{k}" if key else str(k))]
+    if isinstance(value, list):
+        if all(not isinstance(v, (dict, list)) for v in value):
+            return [(key, ", ".join(_flat_value(v) for v in value))]
+        return [row for i, v in enumerate(value) for row in _flat(v, f"{key}[{i}]")]
+    return [(key, _flat_value(value))]
+
+
+def _flat_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as the spec's TOML writes it
+    return "" if value is None else str(value)
+
+
+def _summary_tables(s: RunSummary) -> JSONObject:
+    """summary.json as the page's tables: the run's facts, a row per model (the figures as `rfteval run` prints
+    them: report/format.py's formats, run_table's error counts), a row per judge model."""
+    from rfteval.report.format import fmt, fmt_ci, fmt_cost, fmt_share, fmt_tokens
+    from rfteval.report.run_table import fmt_errors
+
+    g = s.grader
+    rule = s.pass_rule
+    threshold = rule.get("threshold")
+    about = [["name", s.name or ""], ["run id", s.run_id], ["dataset", s.dataset],
+             ["items × epochs", f"{s.items} × {s.epochs}"],
+             ["grader", f"{g.name} ({g.type}, hash {g.hash})" if g.hash else f"{g.name} ({g.type})"],
+             ["complete", "yes" if s.complete else f"no: {s.missing} of {s.cells} cells missing"],
+             ["finished", s.finished_at],
+             ["error records", f"{s.errors} of {s.cells} cells ({fmt_share(s.error_rate)}); max error rate "
+                               f"{s.max_error_rate:g}"]]
+    if rule:
+        about.append(["pass rule", (f"threshold {threshold:g}: " if isinstance(threshold, (int, float)) else "")
+                      + str(rule.get("source") or "")])
+    top = str(s.epochs or 1)
+    columns = ["label", "model", "mean", "95% CI", "pass@1", f"pass@{top}", "items", "records", "errors",
+               "error rate", "tokens in/out (reasoning)", "cost", "cut off thinking"]
+    rows = []
+    for label, m in s.models.items():
+        tok = m.tokens
+        tokens = (f"{fmt_tokens(tok.input)}/{fmt_tokens(tok.output)}"
+                  + (f" ({fmt_tokens(tok.reasoning)})" if tok.reasoning is not None else "")
+                  if tok.input or tok.output or tok.reasoning else "—")  # replayed outputs report no usage
+        curve = m.pass_at_k or {}
+        cut = m.truncated_in_reasoning
+        rows.append([label, m.model + (f" ({m.provider})" if m.provider else ""), fmt(m.mean),
+                     fmt_ci(m.ci95, sign=False), fmt(curve.get("1")), fmt(curve.get(top)), str(m.items),
+                     str(m.records) if m.records == m.cells else f"{m.records}/{m.cells}",
+                     fmt_errors(m.errors.by_type), fmt_share(m.error_rate), tokens, fmt_cost(m.cost_usd),
+                     f"{cut.n} ({fmt_share(cut.share, 0)})" if cut and cut.n else "0"])
+    judge_rows = []
+    now = s.judge or {}
+    for model, u in now.items():
+        judge_rows.append([model, "this invocation", *_judge_cells(u)])
+    for model, u in (s.judge_results or {}).items():
+        here = now.get(model) or {}
+        if (u.get("calls"), u.get("input_tokens")) != (here.get("calls"), here.get("input_tokens")):
+            judge_rows.append([model, "behind these results (all invocations)", *_judge_cells(u)])
+    return json_safe({"about": about, "models": {"columns": columns, "rows": rows, "text": [0, 1, 8]},  # text: left
+                      "judge": {"columns": ["judge model", "calls of", "calls", "cached", "shared", "errors",
+                                            "tokens in", "tokens out", "cost"], "rows": judge_rows, "text": [0, 1]}
+                      if judge_rows else None})
+
+
+def _judge_cells(u: Mapping[str, object]) -> list[str]:
+    """A judge model's calls, as `rfteval run` prints them (its judge lines), cost as every report prints one."""
+    from rfteval.report.format import fmt_cost
+
+    def count(name: str) -> str:
+        value = u.get(name)
+        return str(value) if isinstance(value, int) else "—"
+
+    cost = u.get("cost_usd")
+    return [count("calls"), count("cache_hits"), count("shared"), count("errors"), count("input_tokens"),
+            count("output_tokens"), fmt_cost(float(cost) if isinstance(cost, (int, float)) else None)]
 
 
 def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | None]] | None:

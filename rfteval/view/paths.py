@@ -47,6 +47,11 @@ class ViewRequest:
             if any(self.bundle.resolve() == p.resolve() for p in inputs):
                 raise InputError("is one of the inputs: give a new directory", self.bundle, field="--bundle")
 
+    @property
+    def first_page(self) -> str:
+        """The page printed and opened: --agree's pair of graders, else the comparison."""
+        return "agree" if self.agree is not None else "compare"
+
     def data(self) -> ViewData:
         return ViewData(self.paths, ViewOptions(dataset=self.dataset, by=tuple(self.by), agree=self.agree))
 
@@ -69,12 +74,16 @@ def view_request(request: ViewRequest) -> str:
         print(f"rfteval: warning: --host {request.host}: the viewer has no authentication; anyone who can reach "
               "this address can read every prompt, output and score it shows", file=sys.stderr)
     data = request.data()
-    data.comparison(*data.default_pair)  # the first page's numbers before the URL is printed
+    page = request.first_page
+    if page == "agree":  # the first page's numbers before the URL is printed
+        data.agree_page()
+    else:
+        data.comparison(*data.default_pair)
     sock = server.bind(request.host, request.port)
-    print(f"rfteval view: {server.url_of(sock)}compare  (Ctrl-C stops it)", flush=True)
+    print(f"rfteval view: {server.url_of(sock)}{page}  (Ctrl-C stops it)", flush=True)
     open_it = request.open_browser and server.can_open_browser()
     try:
-        server.serve(data, sock, open_it, hosts)
+        server.serve(data, sock, open_it, hosts, path=page)
     except KeyboardInterrupt:
         pass
     return "rfteval view: stopped"

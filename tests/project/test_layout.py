@@ -23,7 +23,6 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "cli/commands/batches_cmd.py": ("tests/run/batch/test_phase.py", "end to end, beside the batches it lists"),
     "cli/commands/export_environment_cmd.py": ("tests/reward/test_taskset.py", "end to end: verifiers loads its output"),
     "cli/commands/graders_cmd.py": ("tests/cli/test_grade.py", "end to end, with grade and validate"),
-    "cli/commands/view_cmd.py": ("tests/view/test_model.py", "end to end, beside the pages it serves"),
     "compare/agree.py": ("tests/cli/test_agree.py", "end to end only"),
     "compare/regrade.py": ("tests/cli/test_agree.py", "`agree --regrade`, end to end through a scripted judge"),
     "compare/gate_types.py": ("tests/compare/test_gate.py", "the gate's data: what the gate's tests build and read"),
@@ -51,7 +50,6 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "run/batch/judge_phase.py": ("tests/run/batch/test_phase.py", "the judge's batch phase, beside the generation's"),
     "view/bundle.py": ("tests/view/test_browser.py", "the static pages, opened from disk in a browser"),
     "view/paths.py": ("tests/view/test_model.py", "the view command's flags, end to end"),
-    "view/server.py": ("tests/view/test_model.py", "the pages served: headers, host check, errors"),
 }
 
 

@@ -105,6 +105,51 @@ def hostile_records(tmp: Path) -> tuple[Path, Path, Path]:
     return paths[0], paths[1], dataset
 
 
+GRADING_ERRORS = 20  # on B's side of graders_with_errors
+
+
+def graders_with_errors(tmp: Path) -> tuple[Path, Path]:
+    """Two graders' records of the same samples (base and tuned, 24 items, 2 epochs, each with a pass verdict), B
+    agreeing with A up to a small upward bias, and GRADING_ERRORS of B's records grading errors (issue 36: the
+    Agree page showed them only as a smaller sample count)."""
+    import random
+
+    rng = random.Random(1)
+    rows_a, rows_b = [], []
+    for label in ("base", "tuned"):
+        for i in range(24):
+            for epoch in (1, 2):
+                a = round(rng.random(), 2) if label == "base" else min(1.0, round(rng.random() + 0.1, 2))
+                b = min(1.0, max(0.0, a + rng.choice([0, 0, 0.1, -0.1, 0.5])))
+                common = {"model_label": label, "item_id": f"q{i}", "epoch": epoch,
+                          "output_text": f"answer {label} {i}", "error": None}
+                rows_a.append({**common, "score": a, "passed": a >= 0.5, "grade_details": {"steps": ["old judge"]}})
+                row_b = {**common, "score": b, "passed": b >= 0.5, "grade_details": {"steps": ["new judge"]}}
+                if label == "tuned" and i < GRADING_ERRORS // 2:
+                    row_b.update(score=0.0, passed=False,
+                                 error={"stage": "grade", "type": "judge_error", "message": "the judge timed out"})
+                rows_b.append(row_b)
+    paths = tmp / "grader_a.jsonl", tmp / "grader_b.jsonl"
+    for path, rows in zip(paths, (rows_a, rows_b)):
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return paths
+
+
+def not_significant(tmp: Path) -> tuple[Path, Path]:
+    """base and tuned record files (12 items, 2 epochs) where tuned's mean is higher but the paired test shows no
+    difference: a delta above 0 that is not a win."""
+    paths = []
+    for label, shift in (("base", [0.0] * 12), ("tuned", [0.2, -0.1, 0.1, -0.2, 0.1, 0.0, 0.2, -0.1, 0.0, 0.1, -0.1, 0.1])):
+        path = tmp / f"{label}.jsonl"
+        with open(path, "w", encoding="utf-8") as fh:
+            for i in range(12):
+                for epoch in (1, 2):
+                    score = round(min(1.0, max(0.0, 0.3 + 0.04 * i + shift[i])), 4)
+                    fh.write(json.dumps(_record(label, f"i{i}", epoch, score, f"{label} answer {i}")) + "\n")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
 @contextlib.contextmanager
 def served(data: object) -> Iterator[str]:
     """The viewer over `data` (a ViewData) on a free 127.0.0.1 port in a thread; yields its base URL."""

@@ -17,12 +17,16 @@ from rfteval.view.model import ViewData, ViewOptions
 from tests.support.view_runs import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    GRADING_ERRORS,
     RLO,
     XSS_IMG,
     XSS_SCRIPT,
     accordance_run,
     chipstack_run,
+    graders_with_errors,
     hostile_records,
+    not_significant,
+    run,
     served,
 )
 
@@ -141,7 +145,11 @@ def test_accordance_item_shows_the_judges_steps(browser, tmp_path):
         assert step.strip()
         assert "judge steps" in p.main() and "score" in p.main()
         p.goto(url + "runs")
-        assert re.search(r"local-scripted-judge: \d+ calls", p.main())  # the judge's calls, tokens and cost
+        import json
+
+        calls = json.loads((run_dir / "summary.json").read_text())["judge"]["local-scripted-judge"]["calls"]
+        judge = p.page.locator("#run-judge tbody tr").first.inner_text().split("\t")  # the judge's calls, tokens, cost
+        assert judge[:3] == ["local-scripted-judge", "this invocation", str(calls)]
         p.only_from(url)
         assert not p.errors, p.errors
 
@@ -255,5 +263,78 @@ def test_the_agree_page_shows_both_graders_side_by_side(browser, tmp_path):
         p.page.locator("#agree-items details summary").first.click()
         text = p.main()
         assert "old judge on q" in text and "new judge on q" in text
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def _lines(text: str) -> list[str]:
+    """Text as lines with each run of spaces or tabs made one (a terminal table's padding, a page table's cells)."""
+    return [" ".join(line.split()) for line in text.splitlines()]
+
+
+def _row(p: Page, table: str, first: str) -> str:
+    return " ".join(p.page.locator(f"{table} tr", has_text=first).first.inner_text().split())
+
+
+def test_the_agree_page_shows_what_rfteval_agree_prints(browser, tmp_path):
+    """Issue 36: kappa with its interval, the bias as the terminal prints it (not JSON), the grading errors by side
+    and type, and the verdict, in the page's text, on the server's page and a bundle's."""
+    a, b = graders_with_errors(tmp_path)
+    done = run(["agree", str(a), str(b)])
+    assert done.returncode == 0, done.stderr
+    printed = _lines(done.stdout)
+    kappa = next(line for line in printed if line.startswith("Cohen's kappa"))
+    bias = next(line for line in printed if line.startswith("bias (B − A)"))
+    verdict = next(line for line in printed if line.startswith("verdict: "))
+    errors = f"errors in B: {GRADING_ERRORS} of 96 records (20.8%): judge_error {GRADING_ERRORS}"
+    assert "95% CI [" in kappa and errors in printed
+    data = ViewData([a], ViewOptions(agree=(a, b)))
+    out = tmp_path / "bundle"
+    write_bundle(data, out)
+    with served(data) as url:
+        for where in (url + "agree", out.joinpath("index.html").as_uri() + "#/agree"):
+            p = Page(browser)
+            p.goto(where)
+            assert _row(p, "#agree-summary", "Cohen's kappa") == kappa
+            assert _row(p, "#agree-summary", "bias (B") == bias
+            assert all(" ".join(r.split()) in printed for r in p.page.locator("#agree-summary tr").all_inner_texts())
+            assert errors in _lines(p.page.inner_text("#agree-errors"))
+            assert verdict in _lines(p.page.inner_text("#agree-verdict"))
+            text = p.main()
+            assert "{" not in text and "}" not in text  # no JSON: the samples' grader details stay folded
+            p.only_from("file://" if where.startswith("file:") else url)
+            assert not p.errors, p.errors
+
+
+def test_the_runs_page_is_tables_and_a_delta_not_shown_to_differ_is_neutral(browser, chip, tmp_path):
+    """Issue 36: the Runs page showed JSON where a table belongs, and a delta the test does not show was coloured
+    as a win. A run's summary is tables of text, and a delta's colour follows its verdict (stats.direction)."""
+    import json
+
+    base, tuned = not_significant(tmp_path)
+    with served(ViewData([base, tuned])) as url:
+        p = Page(browser)
+        for page, table in (("runs", "#models"), ("compare", "#summary")):
+            p.goto(url + page)
+            row = p.page.locator(f"{table} tbody tr").nth(1 if page == "runs" else 0)
+            delta, plain = row.locator("td.delta"), row.locator("td").nth(1)
+            assert delta.inner_text().startswith("+") and "no clear difference" in row.inner_text()
+            assert delta.evaluate("e => [...e.classList]") == ["num", "delta"]
+            colour = "e => getComputedStyle(e).color"
+            assert delta.evaluate(colour) == plain.evaluate(colour)  # the colour of any other figure
+        assert not p.errors, p.errors
+    summary = json.loads((chip / "summary.json").read_text())
+    with served(ViewData([chip])) as url:
+        p = Page(browser)
+        p.goto(url + "runs")
+        p.page.locator("details summary", has_text="spec").click()
+        text = p.main()
+        assert "{" not in text and "}" not in text and "epochs\t3" in p.page.inner_text("#run-spec")
+        for label, m in summary["models"].items():
+            cells = p.page.locator("#run-models tbody tr", has_text=label).first.inner_text().split("\t")
+            assert cells[0] == label and f"{m['mean']:.3f}" in cells and f"{m['pass_at_k']['3']:.3f}" in cells
+        tuned_delta = p.page.locator("#models tbody tr").nth(1).locator("td.delta")
+        assert "better" in p.page.locator("#models tbody tr").nth(1).inner_text()  # shown: coloured as a gain
+        assert tuned_delta.evaluate("e => getComputedStyle(e).color") == "rgb(46, 139, 87)"
         p.only_from(url)
         assert not p.errors, p.errors

@@ -1,13 +1,11 @@
-"""rfteval.view and rfteval.compare.samples: the viewer's pages equal compare's numbers, filters, search, paging,
-the server's headers, the bundle, hostile content in the JSON, the command (the browser tests:
-tests/view/test_browser.py)."""
+"""rfteval.view and rfteval.compare.samples: the viewer's pages equal compare's numbers and print them as compare and
+agree print them, filters, search, paging, the bundle, hostile content in the JSON, the request's flags (the server:
+tests/view/test_server.py; the command: tests/cli/test_view.py; the browser tests: tests/view/test_browser.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
-import signal
-import subprocess
+import tomllib
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,7 +15,18 @@ import pytest
 from rfteval.compare.samples import SampleSource
 from rfteval.errors import InputError
 from rfteval.view.model import ViewData, ViewOptions
-from tests.support.view_runs import BIG, LONE_SURROGATE, RFTEVAL, ROOT, chipstack_run, hostile_records, run, served
+from tests.support.view_runs import (
+    BIG,
+    GRADING_ERRORS,
+    LONE_SURROGATE,
+    ROOT,
+    chipstack_run,
+    graders_with_errors,
+    hostile_records,
+    not_significant,
+    run,
+    served,
+)
 
 
 def _records(path: Path, rows: list[dict[str, object]]) -> Path:
@@ -55,24 +64,9 @@ def test_sample_source_reads_one_items_records_jsonl_and_parquet(tmp_path):
                                                                      parquet.stat().st_mtime_ns)
 
 
-def test_a_missing_web_stack_is_one_line(monkeypatch):
-    import importlib.util
-
-    from rfteval.view import server
-
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    with pytest.raises(InputError, match=r"pip install 'rfteval\[view\]'"):
-        server.require_web_stack()
-
-
 @pytest.fixture(scope="module")
 def chip(tmp_path_factory) -> Path:
     return chipstack_run(tmp_path_factory.mktemp("view") / "demo-chipstack")
-
-
-def _digest(directory: Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
 def _compare_json(*args: str) -> dict[str, object]:
@@ -161,29 +155,6 @@ def test_filters_search_paging_and_neighbours(chip):
 
 
 @pytest.mark.slow
-def test_server_headers_host_check_errors_and_it_writes_nothing(chip):
-    before = _digest(chip)
-    with served(ViewData([chip])) as url:
-        with urllib.request.urlopen(url + "compare?a=base&b=tuned&filter=regressed") as r:
-            csp = r.headers["Content-Security-Policy"]
-            assert "script-src 'self'" in csp and "default-src 'none'" in csp and "unsafe" not in csp
-            assert r.headers["X-Content-Type-Options"] == "nosniff"
-            assert b"<script src=\"/static/app.js\"" in r.read()
-        for path in ("api/runs", "api/compare?filter=regressed", "api/item?id=cs-001", "api/readiness",
-                     "api/series", "api/plot/scatter.svg", "static/app.js"):
-            with urllib.request.urlopen(url + path) as r:
-                assert r.status == 200 and r.headers["Content-Security-Policy"], path
-        with pytest.raises(urllib.error.HTTPError) as bad:
-            urllib.request.urlopen(url + "api/compare?filter=bogus")
-        assert bad.value.code == 400 and "unknown filter" in json.loads(bad.value.read())["error"]
-        rebind = urllib.request.Request(url + "api/runs", headers={"Host": "attacker.example"})
-        with pytest.raises(urllib.error.HTTPError) as refused:  # DNS rebinding: another host name is refused
-            urllib.request.urlopen(rebind)
-        assert refused.value.code == 400
-    assert _digest(chip) == before
-
-
-@pytest.mark.slow
 def test_hostile_content_travels_as_json_text(tmp_path):
     base, tuned, dataset = hostile_records(tmp_path)
     data = ViewData([base, tuned], ViewOptions(dataset=dataset))
@@ -259,25 +230,6 @@ def test_a_host_other_than_loopback_warns(monkeypatch, capsys, tmp_path):
     paths.view_request(paths.ViewRequest([tmp_path], host="0.0.0.0", open_browser=False))
     err = capsys.readouterr().err
     assert "no authentication" in err and "0.0.0.0" in err
-
-
-@pytest.mark.slow
-def test_the_command_prints_its_url_serves_and_stops_on_ctrl_c(chip):
-    proc = subprocess.Popen([*RFTEVAL, "view", str(chip), "--no-open"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("rfteval view: http://127.0.0.1:"), line + (proc.stderr.read() if proc.stderr else "")
-        url = line.split()[2]
-        with urllib.request.urlopen(url.replace("compare", "api/runs"), timeout=60) as r:
-            assert json.loads(r.read())["labels"] == ["base", "tuned"]
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def test_view_needs_paths_and_checks_flags(tmp_path):
@@ -426,3 +378,116 @@ def test_runs_page_links_two_graders_grades_of_the_same_samples_to_agree(tmp_pat
         with pytest.raises(urllib.error.HTTPError) as bad:
             urllib.request.urlopen(url + "api/agree?" + urllib.parse.urlencode({"a": str(a), "b": "/etc/passwd"}))
         assert bad.value.code == 400 and "no grader pair" in json.loads(bad.value.read())["error"]
+
+
+def _printed(stdout: str) -> list[str]:
+    """A command's terminal output, each line with its runs of spaces (the table's padding) made one."""
+    return [" ".join(line.split()) for line in stdout.splitlines()]
+
+
+@pytest.mark.slow
+def test_agree_page_prints_what_rfteval_agree_prints(tmp_path):
+    """Issue 36: the Agree page showed the bias as raw JSON, no kappa, no error counts, no verdict. Its table, error
+    lines, notes, verdict and items are now `rfteval agree`'s terminal output, cell for cell."""
+    a, b = graders_with_errors(tmp_path)
+    done = run(["agree", str(a), str(b)])
+    assert done.returncode == 0, done.stderr
+    printed = _printed(done.stdout)
+    shown = ViewData([a], ViewOptions(agree=(a, b))).agree_page()["shown"]
+    assert isinstance(shown, dict)
+    rows = {row[0]: row for row in shown["summary"]}
+    for what, value, note in shown["summary"]:
+        assert " ".join(f"{what} {value} {note}".split()) in printed, what
+    expected = json.loads(run(["agree", str(a), str(b), "--format", "json"]).stdout)
+    bias, kappa = expected["bias"], expected["pass"]["kappa"]
+    assert rows["bias (B − A)"][1:] == [f"{bias['mean']:+.4f}", f"95% CI [{bias['ci95'][0]:+.4f}, "
+                                                                 f"{bias['ci95'][1]:+.4f}]"]
+    assert rows["Cohen's kappa"][1] == f"{kappa['value']:.3f}"
+    assert rows["error records A / B"][1] == f"0 / {GRADING_ERRORS}"
+    assert shown["errors"][0].startswith(f"errors in B: {GRADING_ERRORS} of 96 records (20.8%): judge_error "
+                                         f"{GRADING_ERRORS}")
+    assert all(line in printed for line in shown["errors"])
+    verdict = shown["verdict"]
+    assert not verdict["gated"] and verdict["lines"] and all(line in printed for line in verdict["lines"])
+    assert verdict["lines"][0].startswith("verdict: ")
+    warned = [line.removeprefix("rfteval: ") for line in done.stderr.splitlines() if "gate warning" in line]
+    assert verdict["warnings"] == warned and "error-rate" in warned[0]  # no gate given: the error rate is a warning
+    assert [" ".join(c.split()) for c in shown["items"][0][:4]] == printed[printed.index(
+        "item A B B−A sample: output") + 2].split()[:4]
+    assert shown["verdict_rows"] and all(" ".join(r) in printed for r in shown["verdict_rows"])
+
+
+@pytest.mark.slow
+def test_agree_page_shows_the_gates_verdict_when_given_thresholds(tmp_path):
+    from rfteval.compare.agree import AgreeOptions
+    from rfteval.compare.gate_types import AgreeGate
+
+    a, b = graders_with_errors(tmp_path)
+    done = run(["agree", str(a), str(b), "--min-kappa", "0.6", "--max-bias", "0.05"])
+    assert done.returncode == 1, done.stderr  # B's grading errors are past --max-error-rate: the gate fails
+    options = ViewOptions(agree=(a, b), agree_options=AgreeOptions(gate=AgreeGate(min_kappa=0.6, max_bias=0.05)))
+    verdict = ViewData([a], options).agree_page()["shown"]["verdict"]  # type: ignore[index]
+    gates = [line for line in _printed(done.stdout) if line.startswith("gate ")]
+    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == gates and len(gates) == 3
+    assert verdict["failures"] == [line.removeprefix("rfteval: ") for line in done.stderr.splitlines()
+                                   if "gate failed" in line]
+
+
+@pytest.mark.slow
+def test_runs_and_compare_rows_are_compares_figures_and_words(tmp_path):
+    """A delta above 0 that the test does not show: printed as compare prints it, and its word (the one verdict rule,
+    which colours it) is neutral on the Runs, Compare and Series pages."""
+    base, tuned = not_significant(tmp_path)
+    done = run(["compare", str(base), str(tuned)])
+    overall = next(line for line in _printed(done.stdout) if line.startswith("overall "))
+    expected = _compare_json(str(base), str(tuned))["delta"]
+    data = ViewData([base, tuned])
+    row = data.runs_page()["models"][1]["shown"]  # type: ignore[index]
+    summary = data.compare_page(None, None)["summary"][0]  # type: ignore[index]
+    s = summary["shown"]
+    assert expected["mean"] > 0 and row["verdict"] == summary["verdict"] == "no clear difference"
+    assert " ".join(["overall", s["items"], s["baseline"], s["candidate"], s["delta"], s["delta_ci95"], s["p"],
+                     s["wtl"]]) == overall
+    lo, hi = expected["ci95"]
+    assert (row["delta"], row["delta_ci95"], row["p"]) == (f"{expected['mean']:+.3f}", f"[{lo:+.3f}, {hi:+.3f}]",
+                                                           f"{expected['p_value']:.3f}")
+    items = data.compare_page(None, None, limit=1000)["items"]
+    assert isinstance(items, list)
+    for r in items:  # compare's per-item table: a change beyond --tie is coloured, no test behind it
+        assert r["shown"]["delta"] == f"{r['delta']:+.3f}"
+        assert r["shown"]["tone"] == ("up" if r["delta"] > 1e-9 else "down" if r["delta"] < -1e-9 else "")
+
+
+@pytest.mark.slow
+def test_runs_page_shows_the_run_summary_as_tables(chip):
+    """Issue 36: the Runs page showed summary.json's parts as JSON. Each run is now tables of text: the run, a row per
+    model (its figures as `rfteval run` prints them), the spec's settings one per row; no cell holds JSON."""
+    runs = json.loads(json.dumps(ViewData([chip]).runs_page()))["runs"]
+    assert len(runs) == 1
+    run_info = runs[0]
+    summary = json.loads((chip / "summary.json").read_text())
+    table = run_info["models"]
+    assert [r[0] for r in table["rows"]] == list(summary["models"])
+    for r in table["rows"]:
+        m = summary["models"][r[0]]
+        cells = dict(zip(table["columns"], r))
+        assert cells["mean"] == f"{m['mean']:.3f}" and cells["95% CI"] == f"[{m['ci95'][0]:.3f}, {m['ci95'][1]:.3f}]"
+        assert cells["pass@3"] == f"{m['pass_at_k']['3']:.3f}" and cells["records"] == str(m["records"])
+        assert cells["errors"] == str(m["errors"]["total"])
+    about = dict(run_info["about"])
+    assert about["items × epochs"] == f"{summary['items']} × {summary['epochs']}"
+    assert about["grader"].startswith(summary["grader"]["name"])
+    spec = dict(run_info["spec"])
+    toml = tomllib.loads((chip / "spec.resolved.toml").read_text())
+    assert spec["epochs"] == str(toml["epochs"]) and spec["models.base.model"] == toml["models"]["base"]["model"]
+    cells = [c for r in run_info["about"] + table["rows"] + run_info["spec"] for c in r]
+    assert all(isinstance(c, str) and "{" not in c for c in cells)
+
+
+@pytest.mark.slow
+def test_series_rows_carry_the_series_verdict(chip):
+    data = ViewData([chip])
+    page = json.loads(json.dumps(data.series_page()))
+    series = page["series"]
+    assert [r["verdict"] for r in page["shown"][1:]] == [c["verdict"] for c in series["candidates"]]
+    assert page["shown"][1]["delta"] == f"{series['candidates'][0]['delta']['mean']:+.3f}"

@@ -10,6 +10,10 @@ const FILTER_TEXT = {regressed: "regressed", improved: "improved", ties: "ties",
   hardest: "lowest quarter by baseline mean", errors: "errors", truncated: "truncated in reasoning", judged: "grader details"};
 const BIDI = /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/g;
 
+// Figures arrive formatted (each page's `shown`: the strings the terminal prints, from rfteval's report formats), and
+// a delta's colour from its verdict word (rfteval.stats.direction, the one verdict rule): num() below is left only
+// for a record's own score and the readiness page's values.
+
 // ------------------------------------------------------------------ DOM
 
 function h(tag, attrs, ...kids) {
@@ -54,18 +58,18 @@ function textBlock(value, more) {
   return h("pre", {class: "text", dir: "ltr"}, shown(typeof value === "string" ? value : JSON.stringify(value, null, 2)));
 }
 
-function num(x, sign) {
-  if (x === null || x === undefined || Number.isNaN(x)) return "\u2014";
-  const s = Number(x).toFixed(3);
-  return sign && x > 0 ? "+" + s : s;
+function num(x) { return x === null || x === undefined || Number.isNaN(x) ? "\u2014" : Number(x).toFixed(3); }
+// better / worse only when the test says so (stats.direction); every other word is neutral
+function tone(verdict) { return verdict === "better" ? "up" : verdict === "worse" ? "down" : ""; }
+// A table of formatted cells: the columns listed in `text` read as text, the others as figures (right-aligned).
+function table(id, columns, rows, text) {
+  const left = new Set(text || [0]);
+  return h("table", {id}, h("thead", {}, h("tr", {}, columns.map(c => h("th", {}, c)))),
+    h("tbody", {}, rows.map(r => h("tr", {}, r.map((v, i) => td(shown(v), left.has(i) ? "" : "num"))))));
 }
-function ci(pair, sign) {
-  if (!pair || pair[0] === null || pair[0] === undefined) return "";
-  return "[" + num(pair[0], sign) + ", " + num(pair[1], sign) + "]";
+function kvTable(id, rows) {
+  return h("table", {id, class: "kv"}, h("tbody", {}, rows.map(([k, v]) => h("tr", {}, h("th", {}, shown(k)), td(shown(v))))));
 }
-function pval(p) { return p === null || p === undefined ? "\u2014" : (p < 0.001 ? "<0.001" : Number(p).toFixed(3)); }
-function share(x) { return x === null || x === undefined ? "\u2014" : (100 * x).toFixed(1) + "%"; }
-function cls(d) { return d === null || d === undefined ? "" : d < 0 ? "down" : d > 0 ? "up" : ""; }
 function td(v, c) { return h("td", {class: c || ""}, v); }
 
 // ------------------------------------------------------------------ routes and data
@@ -152,7 +156,7 @@ function nav(data, here) {
   document.getElementById("note").textContent = BUNDLE ? "static bundle: " + BUNDLE.left_out : "";
 }
 
-function setMain(...kids) { document.getElementById("main").replaceChildren(...kids.filter(k => k !== null && k !== undefined)); }
+function setMain(...kids) { document.getElementById("main").replaceChildren(...kids.flat(Infinity).filter(k => k !== null && k !== undefined && k !== false)); }
 
 let keyHandler = null;
 document.addEventListener("keydown", ev => {
@@ -186,17 +190,14 @@ async function runsPage() {
   const d = await api("runs", {});
   nav(d, "/runs");
   const head = h("tr", {}, ["model", "mean", "95% CI", "items", "records", "pass@1", "pass@N", "generation errors",
-    "scored 0 (grading errors, refusals)", "truncated in reasoning", "delta vs " + d.baseline, "p"].map(t => h("th", {}, t)));
+    "scored 0 (grading errors, refusals)", "truncated in reasoning", "delta vs " + d.baseline, "95% CI", "p", "verdict"].map(t => h("th", {}, t)));
   const rows = d.models.map(m => {
-    const s = m.side, dl = m.delta;
-    return h("tr", {}, td(h("a", {href: link("/compare", {a: d.baseline, b: m.label})}, m.label)),
-      td(num(s.mean), "num"), td(ci(s.ci95), "num"), td(s.items, "num"), td(s.records, "num"),
-      td(m.pass_k ? num(m.pass_k.pass_at_1) : "\u2014", "num"),
-      td(m.pass_k ? num(m.pass_k.pass_at_n) + " (N=" + m.pass_k.n + ")" : "\u2014", "num"),
-      td(s.generation_errors + " (" + share(s.generation_error_share) + ")", "num"), td(s.scored_zero_errors, "num"),
-      td(share(s.truncated_in_reasoning_share), "num"),
-      td(dl ? num(dl.mean, true) + " " + ci(dl.ci95, true) : "baseline", dl ? "num " + cls(dl.mean) : "muted"),
-      td(dl ? pval(dl.p_adjusted) : "", "num"));
+    const s = m.shown, base = !m.delta;
+    return h("tr", {}, td(h("a", {href: link("/compare", {a: d.baseline, b: m.label})}, shown(m.label))),
+      td(s.mean, "num"), td(s.ci95, "num"), td(s.items, "num"), td(s.records, "num"), td(s.pass_at_1, "num"),
+      td(s.pass_at_n, "num"), td(s.generation_errors, "num"), td(s.scored_zero, "num"), td(s.truncated, "num"),
+      td(s.delta, base ? "muted" : "num delta " + tone(s.verdict)), td(s.delta_ci95, "num"), td(s.p, "num"),
+      td(base ? "" : s.verdict, base ? "" : "verdict " + tone(s.verdict)));
   });
   const parts = [h("h1", {}, "Runs"), h("table", {id: "models"}, h("thead", {}, head), h("tbody", {}, rows))];
   const r = d.readiness || {};
@@ -208,20 +209,12 @@ async function runsPage() {
       h("ul", {id: "agree-links"}, d.agree_links.map(pr => h("li", {}, h("a", {href: link("/agree", pr)}, "Agree: A " + pr.a + " \u00b7 B " + pr.b)))));
   }
   for (const run of d.runs) {
-    parts.push(h("h2", {}, "Run " + run.dir));
-    const sm = run.summary || {};
-    const kv = [["name", sm.name], ["grader", sm.grader ? JSON.stringify(sm.grader) : null], ["epochs", sm.epochs],
-      ["items", sm.items], ["complete", sm.complete], ["judge", sm.judge ? Object.entries(sm.judge).map(([m, u]) => m + ": " + u.calls + " calls (" + u.cache_hits + " from the cache, "
-      + u.errors + " errors), " + u.input_tokens + " input / " + u.output_tokens + " output tokens, cost "
-      + (u.cost_usd === null || u.cost_usd === undefined ? "unknown (no price for this model)" : "$" + u.cost_usd)).join("; ") : "no judge"]];
-    for (const [label, m] of Object.entries(sm.models || {})) {
-      kv.push(["errors of " + label, JSON.stringify(m.errors)], ["tokens of " + label, JSON.stringify(m.tokens)],
-        ["cost of " + label, m.cost_usd === null ? "unknown" : "$" + m.cost_usd]);
-    }
-    parts.push(h("table", {class: "kv"}, kv.filter(([, v]) => v !== undefined && v !== null)
-      .map(([k, v]) => h("tr", {}, h("th", {}, k), td(String(v))))));
-    if (run.spec) parts.push(h("details", {}, h("summary", {}, "the run's spec (spec.resolved.toml)"),
-      textBlock(JSON.stringify(run.spec, null, 2))));
+    parts.push(h("h2", {}, "Run ", shown(run.dir)));
+    if (run.about) parts.push(kvTable("run-about", run.about));
+    else parts.push(h("p", {class: "muted"}, "no summary.json here (the run has not finished), or one this version cannot read"));
+    if (run.models) parts.push(h("h3", {}, "Models (summary.json)"), table("run-models", run.models.columns, run.models.rows, run.models.text));
+    if (run.judge) parts.push(h("h3", {}, "Judge calls"), table("run-judge", run.judge.columns, run.judge.rows, run.judge.text));
+    if (run.spec) parts.push(h("details", {}, h("summary", {}, "the run's spec (spec.resolved.toml)"), kvTable("run-spec", run.spec)));
   }
   setMain(...parts);
 }
@@ -241,10 +234,10 @@ async function comparePage(p) {
   const res = d.result, state = {a: d.a, b: d.b, filter: d.filters.join(","), q: d.q, slice: d.slice};
   const sumHead = h("tr", {}, ["", "items", d.a, "95% CI", d.b, "95% CI", "delta", "95% CI", "p (Holm)", "W/T/L", "verdict"]
     .map(t => h("th", {}, t)));
-  const sumRows = d.summary.map(r => h("tr", {}, td(r.name), td(r.items, "num"), td(num(r.baseline.mean), "num"),
-    td(ci(r.baseline.ci95), "num"), td(num(r.candidate.mean), "num"), td(ci(r.candidate.ci95), "num"),
-    td(num(r.delta.mean, true), "num " + cls(r.delta.mean)), td(ci(r.delta.ci95, true), "num"),
-    td(pval(r.delta.p_adjusted), "num"), td(r.delta.wins + "/" + r.delta.ties + "/" + r.delta.losses, "num"), td(r.verdict || "")));
+  const sumRows = d.summary.map(r => { const s = r.shown; return h("tr", {}, td(shown(r.name)), td(s.items, "num"), td(s.baseline, "num"),
+    td(s.baseline_ci95, "num"), td(s.candidate, "num"), td(s.candidate_ci95, "num"),
+    td(s.delta, "num delta " + tone(r.verdict)), td(s.delta_ci95, "num"),
+    td(s.p, "num"), td(s.wtl, "num"), td(r.verdict || "", "verdict " + tone(r.verdict))); });
   const gate = res.gate && res.gate.checks && res.gate.checks.length
     ? h("p", {}, "gate: ", h("strong", {class: res.gate.passed ? "up" : "down"}, res.gate.passed ? "passed" : "failed"),
       res.gate.failures.map(f => [" \u2014 ", f])) : null;
@@ -265,8 +258,8 @@ async function comparePage(p) {
     .map(t => h("th", {}, t)));
   const rows = d.items.map((r, i) => h("tr", {"data-id": r.item_id},
     td(d.offset + i + 1, "num"), td(h("a", {href: link("/item", Object.assign({id: r.item_id}, state))}, shown(r.item_id))),
-    td(num(r.baseline), "num"), td(num(r.candidate), "num"), td(num(r.delta, true), "num " + cls(r.delta)),
-    td(ci(r.delta_ci95, true), "num"), td(r.wtl.join("/"), "num"), td(pval(r.drop_p_adjusted), "num"),
+    td(r.shown.baseline, "num"), td(r.shown.candidate, "num"), td(r.shown.delta, "num " + r.shown.tone),
+    td(r.shown.delta_ci95, "num"), td(r.wtl.join("/"), "num"), td(r.shown.drop_p, "num"),
     bys.map(k => td(shown(r.slices[k]))),
     td([r.significant ? "significant drop " : "", r.hardest ? "hardest " : "",
       r.baseline_errors + r.candidate_errors ? "errors: " + r.baseline_errors + "+" + r.candidate_errors : ""].join(""))));
@@ -379,8 +372,8 @@ async function itemPage(p) {
     d.next ? h("a", {id: "next", href: link("/item", Object.assign({id: d.next}, state))}, "next (n) \u2192") : null),
     h("h1", {}, "Item ", shown(d.id))];
   if (r) parts.push(h("table", {id: "item-row"}, h("tr", {}, ["", d.a, d.b, "delta", "95% CI", "W/T/L epochs", "drop p (Holm)"].map(t => h("th", {}, t))),
-    h("tr", {}, td("mean over epochs"), td(num(r.baseline), "num"), td(num(r.candidate), "num"), td(num(r.delta, true), "num " + cls(r.delta)),
-      td(ci(r.delta_ci95, true), "num"), td(r.wtl.join("/"), "num"), td(pval(r.drop_p_adjusted), "num"))));
+    h("tr", {}, td("mean over epochs"), td(r.shown.baseline, "num"), td(r.shown.candidate, "num"), td(r.shown.delta, "num " + r.shown.tone),
+      td(r.shown.delta_ci95, "num"), td(r.wtl.join("/"), "num"), td(r.shown.drop_p, "num"))));
   if (d.item) {
     parts.push(h("h2", {}, "Prompt, as the model saw it"), h("div", {id: "prompt"}, (d.item.messages || []).map(message)));
     if (d.item.tools) parts.push(h("details", {}, h("summary", {}, "tools"), textBlock(JSON.stringify(d.item.tools, null, 2))));
@@ -389,7 +382,7 @@ async function itemPage(p) {
   } else parts.push(h("p", {class: "muted"}, "the dataset is not known here (give --dataset): prompt and reference not shown"));
   const sa = d.samples[d.a] || [], sb = d.samples[d.b] || [];
   const epochs = [...new Set([...sa, ...sb].map(s => s.epoch))].sort((x, y) => x - y);
-  parts.push(h("h2", {id: "samples"}, "Samples: " + d.a + " | " + d.b + (r ? "  (item mean " + num(r.baseline) + " \u2192 " + num(r.candidate) + ", delta " + num(r.delta, true) + ")" : "")));
+  parts.push(h("h2", {id: "samples"}, "Samples: " + d.a + " | " + d.b + (r ? "  (item mean " + r.shown.baseline + " \u2192 " + r.shown.candidate + ", delta " + r.shown.delta + ")" : "")));
   for (const e of epochs) {
     parts.push(h("div", {class: "pair", "data-epoch": e}, sampleCard(sa.find(s => s.epoch === e), d.a, "base", d.id),
       sampleCard(sb.find(s => s.epoch === e), d.b, "cand", d.id)));
@@ -418,14 +411,14 @@ async function itemPage(p) {
 async function seriesPage() {
   const d = await api("series", {});
   nav(null, "/series");
-  const cands = d.series.candidates;
+  const base = d.shown[0];
   const head = h("tr", {}, ["model", "mean", "95% CI", "delta", "95% CI", "p (Holm across candidates)", "verdict"].map(t => h("th", {}, t)));
-  const rows = [h("tr", {}, td(d.series.baseline.label + " (baseline)"), td(num(d.series.baseline.mean), "num"), td(ci(d.series.baseline.ci95), "num"), td(""), td(""), td(""), td(""))]
-    .concat(cands.map(c => h("tr", {}, td(h("a", {href: link("/compare", {a: d.series.baseline.label, b: c.label})}, c.label)), td(num(c.mean), "num"), td(ci(c.ci95), "num"),
-      td(num(c.delta.mean, true), "num " + cls(c.delta.mean)), td(ci(c.delta.ci95, true), "num"), td(pval(c.p_adjusted), "num"), td(c.verdict))));
+  const rows = [h("tr", {}, td([shown(base.label), " (baseline)"]), td(base.mean, "num"), td(base.ci95, "num"), td(""), td(""), td(""), td(""))]
+    .concat(d.shown.slice(1).map(c => h("tr", {}, td(h("a", {href: link("/compare", {a: base.label, b: c.label})}, shown(c.label))), td(c.mean, "num"), td(c.ci95, "num"),
+      td(c.delta, "num delta " + tone(c.verdict)), td(c.delta_ci95, "num"), td(c.p, "num"), td(c.verdict, "verdict " + tone(c.verdict)))));
   const ihead = h("tr", {}, [h("th", {}, "item"), ...d.labels.map(l => h("th", {}, l))]);
   const irows = d.items.map(r => h("tr", {}, td(h("a", {href: link("/item", {id: r.item_id, a: d.labels[0], b: d.labels[d.labels.length - 1]})}, shown(r.item_id))),
-    r.scores.map(s => td(num(s), "num"))));
+    r.shown.map(s => td(s, "num"))));
   setMain(h("h1", {}, "Series: " + d.run), h("table", {id: "series"}, head, rows),
     h("h2", {}, "Per item, the mean score at each checkpoint (" + d.items.length + " of " + d.total + ", lowest first)"),
     h("table", {id: "series-items"}, ihead, irows));
@@ -434,16 +427,28 @@ async function seriesPage() {
 async function agreePage(p) {
   const d = await api("agree", p && p.a && p.b ? {a: p.a, b: p.b} : {});
   nav(null, "/agree");
-  const s = d.summary;
-  const kv = [["samples", s.n_samples], ["items", s.n_items], ["pearson", num(s.pearson && s.pearson.value !== undefined ? s.pearson.value : s.pearson)],
-    ["bias (B \u2212 A)", JSON.stringify(s.bias)], ["mean absolute difference", JSON.stringify(s.mae)]];
-  const rows = d.items.map(r => h("tbody", {}, h("tr", {}, td(shown(r.item_id)), td(r.n, "num"), td(num(r.a_mean), "num"), td(num(r.b_mean), "num"),
-    td(num(r.diff, true), "num " + cls(r.diff)), td(shown(r.model_label) , ""), td(r.epoch, "num"), td(num(r.a_score), "num"), td(num(r.b_score), "num")),
-    h("tr", {}, h("td", {colspan: 9}, h("details", {}, h("summary", {}, "both graders on this sample"),
-      h("div", {class: "pair"}, sampleCard(r.samples.a, "A: " + d.paths[0], "base", r.item_id), sampleCard(r.samples.b, "B: " + d.paths[1], "cand", r.item_id)))))));
-  setMain(h("h1", {}, "Agree: A " + d.paths[0] + " \u00b7 B " + d.paths[1]), h("table", {class: "kv"}, kv.map(([k, v]) => h("tr", {}, h("th", {}, k), td(String(v))))),
-    h("h2", {}, "Where the two graders disagree most"),
-    h("table", {id: "agree-items"}, h("thead", {}, h("tr", {}, ["item", "samples", "A mean", "B mean", "B \u2212 A", "model", "epoch", "A", "B"].map(t => h("th", {}, t)))), rows));
+  const w = d.shown, v = w.verdict;
+  const verdict = h("div", {id: "agree-verdict"},
+    v.gated ? h("p", {}, "gate: ", h("strong", {class: v.passed ? "up" : "down"}, v.passed ? "passed" : "failed")) : null,
+    h("ul", {}, v.lines.map(line => h("li", {}, shown(line)))),
+    v.failures.length || v.warnings.length ? h("ul", {}, v.failures.map(line => h("li", {class: "error"}, shown(line))),
+      v.warnings.map(line => h("li", {class: "warn"}, shown(line)))) : null);
+  const rows = d.items.map((r, i) => { const c = w.items[i]; return h("tbody", {}, h("tr", {}, td(shown(c[0])), td(r.n, "num"), td(c[1], "num"), td(c[2], "num"),
+    td(c[3], "num"), td(shown(c[4]))),
+    h("tr", {}, h("td", {colspan: 6}, h("details", {}, h("summary", {}, "both graders on this sample"),
+      h("div", {class: "pair"}, sampleCard(r.samples.a, "A: " + d.paths[0], "base", r.item_id), sampleCard(r.samples.b, "B: " + d.paths[1], "cand", r.item_id)))))); });
+  setMain(h("h1", {}, "Agree: does B grade like A?"),
+    h("p", {id: "agree-graders"}, w.graders.map((g, i) => [i ? h("br", {}) : null, shown(g)])),
+    h("h2", {}, "Verdict"), verdict,
+    h("h2", {}, "Agreement of B with A"),
+    h("table", {id: "agree-summary"}, h("tbody", {}, w.summary.map(([what, value, note]) => h("tr", {}, h("th", {}, what), td(value, "num"), td(note))))),
+    w.errors.length ? h("ul", {id: "agree-errors"}, w.errors.map(line => h("li", {}, shown(line)))) : null,
+    w.notes.length ? h("ul", {id: "agree-notes", class: "muted"}, w.notes.map(line => h("li", {}, shown(line)))) : null,
+    w.labels ? [h("h2", {}, "Labels: rows A, columns B"), table("agree-labels", w.labels.columns, w.labels.rows)] : null,
+    w.verdict_rows.length ? [h("h2", {}, "Does the verdict survive? (paired delta over items)"),
+      table("agree-verdict-rows", ["candidate", "under A", "under B", "B \u2212 A", "95% CI"], w.verdict_rows)] : null,
+    h("h2", {}, "Where the two graders disagree most (B \u2212 A, item mean)"),
+    h("table", {id: "agree-items"}, h("thead", {}, h("tr", {}, ["item", "samples", "A", "B", "B \u2212 A", "sample: A \u2192 B: output"].map(t => h("th", {}, t)))), rows));
 }
 
 async function readinessPage(p) {
