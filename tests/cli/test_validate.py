@@ -183,7 +183,33 @@ def test_validate_dataset_refuses_a_trailing_assistant_turn_naming_each_line(tmp
                         "--allow-trailing-assistant to send it anyway")
     assert lines[1].startswith(f"{p}:2: messages[2].role: the last message is the assistant's")
     assert f"warning: {p}: 2 of 2 lines hold a system message (lines 1, 2)" in res.stderr
-    assert lines[-1] == f"{p}: 2 valid items, 2 problems"
+    assert lines[-1] == f"{p}: 2 lines: 0 valid, 2 with problems (2 warnings above, not counted as problems)"
+
+
+def test_validate_dataset_counts_each_line_once_valid_or_with_a_problem(tmp_path):
+    """A line ending with the assistant's message is a problem, not also a valid item: the closing line's counts
+    add up to the file's lines (it said "4 valid items, 1 problems" for these 4 lines)."""
+    user = [{"role": "user", "content": "2+2?"}]
+    good = [{"messages": user, "reference_answer": str(i)} for i in range(3)]
+    answered = {"messages": [*user, {"role": "assistant", "content": "4"}], "reference_answer": "4"}
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps(line) + "\n" for line in [*good, answered]))
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith(f"{p}:4: messages[1].role: the last message is the assistant's")
+    assert lines[-1] == f"{p}: 4 lines: 3 valid, 1 with problems"
+    # an unreadable line, the refused line and a warned one (a system message): the warning is not a problem
+    system = {"messages": [{"role": "system", "content": "Be brief."}, *user], "reference_answer": "4"}
+    p.write_text("{bad\n" + "".join(json.dumps(line) + "\n" for line in [*good, answered, system]))
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[-1] == (f"{p}: 6 lines: 4 valid, 2 with problems (1 warning above, not counted "
+                                           "as a problem)")
+    # valid, once the flag lets the answered line through: every line valid, the warning still apart
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--allow-trailing-assistant"])
+    assert res.exit_code == 2 and res.stderr.splitlines()[-1] == (
+        f"{p}: 6 lines: 5 valid, 1 with problems (1 warning above, not counted as a problem)")
 
 
 def test_validate_dataset_with_the_flag_warns_of_system_and_missing_references(tmp_path):
@@ -197,7 +223,7 @@ def test_validate_dataset_with_the_flag_warns_of_system_and_missing_references(t
         "format has no system role (developer is its role)",
         f"warning: {p}: 2 of 2 lines hold no field but messages, so no grader can read a reference from them "
         "(lines 1, 2)"]
-    assert res.stdout.strip() == f"{p}: 2 items, no problems (2 warning(s) above)"
+    assert res.stdout.strip() == f"{p}: 2 items, no problems (2 warnings above, not counted as problems)"
     grader = tmp_path / "py.json"  # a python grader reading item["answer"]: named as its reference field
     grader.write_text(json.dumps({"type": "python", "name": "py", "source":
                                   "def grade(sample, item):\n    return float(sample['output_text'] == item['answer'])\n"}))
