@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
 VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}
 STATUS_STYLE = {"ok": "green", "risky": "yellow", "not_ready": "red", "skipped": "dim", "flag": "red",
-                "warning": "yellow"}
+                "warning": "yellow", "inconclusive": "magenta"}
 VERDICT_COLOR = {"ready": "#1a7f37", "risky": "#9a6700", "not_ready": "#cf222e"}
 
 
@@ -177,8 +177,8 @@ def render_probes(report: ProbeReport, console: Console) -> None:
     for p in report.probes:
         items = ", ".join(p.flagged_items[:6]) + (f" … (+{len(p.flagged_items) - 6})" if len(p.flagged_items) > 6
                                                   else "")
-        status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
-        table.add_row(p.name, p.expect.replace("_", " "), f"[{STATUS_STYLE.get(p.status, '')}]{_esc(status)}[/]",
+        table.add_row(p.name, p.expect.replace("_", " "),
+                      f"[{STATUS_STYLE.get(p.status, '')}]{_esc(p.status_text)}[/]",
                       num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
     console.print(table)
     if report.ignores_output:  # the probes' own verdicts mean nothing then: say why instead
@@ -186,7 +186,11 @@ def render_probes(report: ProbeReport, console: Console) -> None:
                       "(a judge: {{ sample.output_text }} in a message)", highlight=False)
     elif report.flags:
         console.print(f"[bold red]{len(report.flags)} flag(s):[/] {', '.join(p.name for p in report.flags)}")
-    else:
+    if report.inconclusive:  # errors are no verdict: never "no flags" while a probe has no grade but errors
+        console.print(f"[bold {STATUS_STYLE['inconclusive']}]{len(report.inconclusive)} probe(s) inconclusive[/] "
+                      "(every grade an error, so not a pass): "
+                      + _esc("; ".join(f"{p.name}: {p.errors_text}" for p in report.inconclusive)), highlight=False)
+    elif not report.flags and not report.ignores_output:
         console.print("[bold green]no flags[/]")
     for note in report.notes[1:] if report.ignores_output else report.notes:
         console.print(f"note: {_esc(note)}", style="dim", highlight=False)
@@ -203,6 +207,7 @@ _STYLE = """<style>
 vertical-align:top}
 .rfteval-readiness .ok{color:#1a7f37}.rfteval-readiness .risky,.rfteval-readiness .warning{color:#9a6700}
 .rfteval-readiness .not_ready,.rfteval-readiness .flag{color:#cf222e}.rfteval-readiness .skipped{color:#6e7781}
+.rfteval-readiness .inconclusive{color:#8250df}
 .rfteval-readiness .plots{display:flex;flex-wrap:wrap;gap:1.5em}
 .rfteval-readiness .note{color:#6e7781}
 </style>"""
@@ -305,7 +310,7 @@ def probes_html(report: ProbeReport) -> str:
             ("<table><tr><th>probe</th><th>expect</th><th>status</th><th>mean</th><th>max</th><th>errors</th>"
             "<th>flagged items</th></tr>")]
     for p in report.probes:
-        status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
+        status = p.status_text
         items = ", ".join(p.flagged_items[:10]) + (" …" if len(p.flagged_items) > 10 else "")
         html.append(f'<tr><td title="{escape(p.description)}">{escape(p.name)}</td>'
                     f"<td>{escape(p.expect.replace('_', ' '))}</td><td class=\"{_cls(p.status)}\">{escape(status)}</td>"

@@ -299,3 +299,42 @@ def test_the_cookbook_healthbench_rubric_judge_names_no_line_as_lacking_a_refere
     res = runner.invoke(app, ["validate", "dataset", str(p), "--grader", str(grader)])
     assert res.exit_code == 0, res.output
     assert "warning" not in res.stderr
+
+
+# ---- grading errors are no verdict: the reference share and the judge's stability rest on grades, not errors
+
+CUT = '{"steps": [{"description": "The answer'  # a judge answer stopped at max_tokens before its score
+
+
+def _reference_judge(tmp_path: Path) -> tuple[Path, Path]:
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-1", "input": [
+        {"role": "user", "content": "Reference {{ item.reference_answer }}; answer {{ sample.output_text }}"}]}))
+    dataset = tmp_path / "items.jsonl"
+    dataset.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": "x"}],
+                                           "reference_answer": f"r{i}"}) + "\n" for i in range(4)))
+    return grader, dataset
+
+
+@pytest.mark.slow
+def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_path, fake_openai):
+    """It said "at the maximum (1): 0/4 = 0.0%" and exited 0 when every judge answer was cut off: the errors' 0s
+    read as the references' grades. Errors are counted apart; with none scored the check is inconclusive."""
+    from tests.support.fake_openai import Reply
+
+    grader, dataset = _reference_judge(tmp_path)
+    args = ["validate", "grader", str(grader), "--dataset", str(dataset), "--judge-base-url", fake_openai.base_url]
+    fake_openai.responder = lambda req: Reply(text=CUT, finish_reason="length")
+    res = runner.invoke(app, args)
+    assert res.exit_code == 3, res.output
+    assert "inconclusive: 4 grading errors (model_grader_truncated_error ×4): no reference answer was scored" \
+        in res.stdout
+    assert "at the maximum" not in res.stdout and "inconclusive" in res.stderr
+    # one reference cut off: the other three decide, and the one is counted, not "below the maximum"
+    fake_openai.responder = lambda req: (Reply(text=CUT, finish_reason="length") if "r0" in req.last_user_text()
+                                         else json.dumps({"steps": [], "result": 1.0}))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert ("at the maximum (1): 3/3 = 100.0% of the scored; 1 grading error (model_grader_truncated_error ×1) "
+            "left out") in res.stdout
+    assert "below the maximum" not in res.stdout

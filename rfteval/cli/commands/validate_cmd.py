@@ -166,11 +166,14 @@ def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, refer
     if judge is not None:
         note = judge_calls_note(len(data), endpoint.base_url, endpoint.api_key_env)
         typer.echo(f"the references go to the judge model: {note}")
-    text = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"]
+    checked = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)
     from rfteval.providers.judge import raise_if_stopped
 
     raise_if_stopped(judge, "no reference was judged")
-    typer.echo(text)
+    typer.echo(checked["text"])
+    if checked["summary"]["inconclusive"]:  # every reference's grade an error: no share, and never a pass
+        typer.echo("rfteval: every reference answer's grade is an error: the check is inconclusive", err=True)
+        raise typer.Exit(ExitStatus.INCOMPLETE)
 
 
 @command("spec", group="validate")
