@@ -569,7 +569,44 @@ def checked_items(config: GraderConfig, grader: str | Path, dataset: str | Path,
     return items
 
 
-IGNORES_OUTPUT = "every probe scored the same: this grader ignores the output"
+IGNORES_OUTPUT = "every probe scored the same"
+NEVER_READS = (f"{IGNORES_OUTPUT}: this grader never reads the answer; make it read it (a judge: put "
+               "{{ sample.output_text }} in a message; a python grader: read its sample argument)")
+SAME_SCORES = (f"{IGNORES_OUTPUT}: this grader reads the answer but does not tell answers apart (every output of an "
+               "item gets one score): check what it compares, and how its judge or code scores")
+
+
+def reads_answer(config: GraderConfig) -> bool:
+    """Whether the grader (or a grader inside it) refers to the answer at all, as the configs describe themselves:
+    a compared or judge template with a `sample.*` path (output_text, output_json, output_tools, choices), python
+    source whose `grade` reads its sample argument, or a grader that is handed an item's samples together. A grader
+    that describes none of these is taken to read it: "never reads the answer" is said only when it is known."""
+    from rfteval.graders.checks import template_paths as config_paths
+    from rfteval.graders.lint import grade_ignores_sample, renders_sample
+
+    for g in walk(config):
+        if g.sub_graders():
+            continue  # a multi reads through its sub-graders (its formula sees their scores only)
+        templates = g.compared_templates()
+        source = g.python_source()
+        if templates is not None:
+            if any(ns == "sample" for _, _, ns, _ in config_paths(list(templates))):
+                return True
+        elif g.judge_prompt():
+            if renders_sample(g):
+                return True
+        elif source is not None:
+            if grade_ignores_sample(source) is None:
+                return True
+        else:
+            return True
+    return False
+
+
+def ignores_output_note(config: GraderConfig) -> str:
+    """Why every probe scored the same, and what to do: a grader that never refers to the answer is told to read
+    it; one that reads it, that it does not tell answers apart (telling it to read the answer would be wrong)."""
+    return SAME_SCORES if reads_answer(config) else NEVER_READS
 
 
 def ignores_output(results: Iterable[tuple[str, str, GradeResult]]) -> bool:
@@ -682,7 +719,7 @@ def run_probes(
             r.status = "inconclusive"
     same = ignores_output((name, iid, res) for (name, iid, _), res in zip(jobs, graded, strict=True))
     if same:  # no verdict of one probe means anything: flag every probe that was scored, and say why first
-        notes.insert(0, IGNORES_OUTPUT)
+        notes.insert(0, ignores_output_note(config))
         for r in results.values():
             if r.status not in ("skipped", "inconclusive"):
                 r.status = "flag"

@@ -181,9 +181,8 @@ def render_probes(report: ProbeReport, console: Console) -> None:
                       f"[{STATUS_STYLE.get(p.status, '')}]{_esc(p.status_text)}[/]",
                       num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
     console.print(table)
-    if report.ignores_output:  # the probes' own verdicts mean nothing then: say why instead
-        console.print(f"[bold red]{_esc(report.notes[0])}[/]: every probe is flagged; the grader must read the answer "
-                      "(a judge: {{ sample.output_text }} in a message)", highlight=False)
+    if report.ignores_output:  # the probes' own verdicts mean nothing then: say why (and what to do) instead
+        console.print(f"[bold red]{_esc(report.notes[0])}[/]; every scored probe is flagged", highlight=False)
     elif report.flags:
         console.print(f"[bold red]{len(report.flags)} flag(s):[/] {', '.join(p.name for p in report.flags)}")
     if report.inconclusive:  # errors are no verdict: never "no flags" while a probe has no grade but errors

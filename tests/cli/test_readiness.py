@@ -333,3 +333,31 @@ def test_probe_grader_with_a_judge_cut_off_on_every_answer_is_inconclusive(run_d
     for p in ran:
         assert p["status"] == "inconclusive" and p["n_errors"] == p["n_graded"] == n
         assert p["status_text"] == f"inconclusive: {n} grading errors (model_grader_truncated_error ×{n})"
+
+
+@pytest.mark.slow
+def test_probe_grader_advice_follows_what_the_grader_reads(run_dir: Path, tmp_path: Path):
+    """A judge whose message renders the answer, answering one score whatever it sees, is not told to put
+    {{ sample.output_text }} in a message (it has it): it does not tell answers apart. A grader that refers to no
+    sample field is still told that it never reads the answer."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    judge = tmp_path / "judge.json"
+    judge.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-m", "input": [
+        {"role": "user", "content": "Reference: {{ item.reference_answer }}\nAnswer: {{ sample.output_text }}"}]}))
+    dataset = run_dir.parent / "items.jsonl"
+    with FakeOpenAI(lambda req: json.dumps({"steps": [], "result": 0.5})) as fake:
+        res = runner.invoke(app, ["probe-grader", str(judge), "--dataset", str(dataset), "--judge-base-url",
+                                  fake.base_url], env=WIDE)
+    said = " ".join(res.stdout.split())
+    assert res.exit_code == 0, res.output
+    assert "every probe scored the same: this grader reads the answer but does not tell answers apart" in said
+    assert "never reads the answer" not in said and "put {{ sample.output_text }}" not in said
+    blind = tmp_path / "blind.json"
+    blind.write_text(json.dumps({"type": "string_check", "name": "blind", "input": "{{ item.reference_answer }}",
+                                 "reference": "{{ item.reference_answer }}", "operation": "eq"}))
+    res = runner.invoke(app, ["probe-grader", str(blind), "--dataset", str(dataset), "--strict"], env=WIDE)
+    said = " ".join(res.stdout.split())
+    assert res.exit_code == 1, res.output
+    assert "every probe scored the same: this grader never reads the answer; make it read it (a judge: put " \
+           "{{ sample.output_text }} in a message" in said

@@ -380,3 +380,47 @@ def test_some_grades_errors_the_rest_decide_and_the_errors_are_counted():
     assert empty.status_text == f"ok ({n - 1} of {n} graded; 1 grading error (model_grader_truncated_error ×1))"
     assert refusal.status == "flag" and refusal.flagged_items == list(LABEL_ITEMS)[1:]
     assert report.outcome == "flagged" and not report.inconclusive
+
+
+def test_a_grader_that_never_reads_the_answer_is_told_to_read_it():
+    """Both templates read the item: every probe of an item scores alike; the advice is to read the answer."""
+    from rfteval.readiness.probes import NEVER_READS, reads_answer
+
+    blind = parse_config({"type": "string_check", "name": "blind", "input": "{{ item.reference_answer }}",
+                          "reference": "{{ item.reference_answer }}", "operation": "eq"})
+    assert not reads_answer(blind)
+    report = run_probes(blind, LABEL_ITEMS)
+    assert report.ignores_output and report.notes[0] == NEVER_READS
+    assert "never reads the answer" in NEVER_READS and "{{ sample.output_text }}" in NEVER_READS
+
+
+def test_a_judge_that_reads_the_answer_but_scores_alike_is_not_told_to_read_it():
+    """The judge's message holds {{ sample.output_text }}: telling it to put that in a message was wrong advice."""
+    from rfteval.readiness.probes import SAME_SCORES, reads_answer
+
+    judge = parse_config({"type": "score_model", "name": "j", "model": "m", "input": [
+        {"role": "user", "content": "Reference {{item.reference_answer}}; answer {{ sample.output_text }}"}]})
+    assert reads_answer(judge)
+    report = run_probes(judge, LABEL_ITEMS, grader=Graded(lambda s, i: 0.5))
+    assert report.ignores_output and report.notes[0] == SAME_SCORES
+    assert "does not tell answers apart" in SAME_SCORES and "never reads" not in SAME_SCORES
+
+
+def test_reads_answer_from_what_each_grader_refers_to():
+    from rfteval.readiness.probes import reads_answer
+
+    reading = "def grade(sample, item):\n    return float(sample['output_text'] == item['reference_answer'])\n"
+    ignoring = "def grade(sample, item):\n    return float(item['reference_answer'] == 'yes')\n"
+    blind = {"type": "string_check", "name": "b", "input": "{{ item.x }}", "reference": "{{ item.y }}",
+             "operation": "eq"}
+    tools = dict(blind, name="t", input="{{ sample.output_tools }}")
+    assert reads_answer(python_config("r", reading)) and not reads_answer(python_config("i", ignoring))
+    assert reads_answer(parse_config(tools)) and not reads_answer(parse_config(blind))
+    judge_blind = {"type": "score_model", "name": "jb", "model": "m",
+                   "input": [{"role": "user", "content": "Rate {{ item.x }}"}]}
+    assert not reads_answer(parse_config(judge_blind))
+    multi = {"type": "multi", "name": "m", "calculate_output": "a + b",
+             "graders": {"a": blind, "b": dict(blind, name="b2")}}
+    assert not reads_answer(parse_config(multi))  # no sub-grader refers to the answer
+    multi["graders"]["b"] = tools
+    assert reads_answer(parse_config(multi))
