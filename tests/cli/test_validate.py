@@ -338,3 +338,17 @@ def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_pa
     assert ("at the maximum (1): 3/3 = 100.0% of the scored; 1 grading error (model_grader_truncated_error ×1) "
             "left out") in res.stdout
     assert "below the maximum" not in res.stdout
+
+
+@pytest.mark.slow
+def test_validate_grader_repeat_on_a_judge_whose_every_answer_is_cut_off_is_inconclusive(tmp_path, fake_openai):
+    """No output scored twice read as "stable" (exit 0): an unmeasured spread is no stability."""
+    grader, dataset, outputs = _judge_files(tmp_path)
+    from tests.support.fake_openai import Reply
+
+    fake_openai.responder = lambda req: Reply(text=CUT, finish_reason="length")
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--outputs",
+                              str(outputs), "--repeat", "3", "--judge-base-url", fake_openai.base_url])
+    assert res.exit_code == 3, res.output
+    assert "12 grading errors (model_grader_truncated_error ×12), left out -> INCONCLUSIVE" in res.stdout
+    assert "stable" not in res.stdout

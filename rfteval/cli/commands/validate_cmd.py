@@ -116,6 +116,8 @@ def validate_grader(
     typer.echo(render_report(report))
     if report["overall"]["flagged"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
+    if report["overall"]["inconclusive"]:  # no output scored twice: errors are no "stable"
+        raise typer.Exit(ExitStatus.INCOMPLETE)
 
 
 def _describe(config: GraderConfig) -> None:
