@@ -203,6 +203,54 @@ def check_dataset(path: str | Path, format_check: FormatCheck | None = None) -> 
     return count, errors
 
 
+@dataclass
+class DatasetCheck:
+    """`validate dataset`'s findings. Every non-blank line is counted once: valid, or with a problem (a line that
+    cannot be read as an item, or an item the RFT format's rules refuse); warnings are findings apart, counted on
+    their own, so that valid + with problems is every line."""
+
+    path: Path
+    items: int  # lines read as items; the format check saw each
+    unreadable: list[InputError]  # one per line that is not an item
+    format: FormatCheck
+
+    @property
+    def problems(self) -> list[InputError]:
+        return self.unreadable + self.format.problems()
+
+    @property
+    def lines(self) -> int:
+        return self.items + len(self.unreadable)
+
+    @property
+    def with_problems(self) -> int:
+        return len(self.unreadable) + self.format.error_lines
+
+    @property
+    def valid(self) -> int:
+        return self.items - self.format.error_lines
+
+    def summary(self) -> str:
+        """The closing line: the lines, split into valid and with problems, and the warnings apart."""
+        n = len(self.format.warnings())
+        apart = (f" ({n} warning{'s' if n != 1 else ''} above, not counted as "
+                 f"{'a problem' if n == 1 else 'problems'})") if n else ""
+        if self.with_problems:
+            return f"{self.path}: {self.lines} lines: {self.valid} valid, {self.with_problems} with problems{apart}"
+        if not self.lines:
+            return f"{self.path}: the dataset has no items"
+        return f"{self.path}: {self.valid} items, no problems{apart}"
+
+
+def inspect_dataset(path: str | Path, allow_trailing_assistant: bool = False,
+                    reference_fields: frozenset[str] | None = None) -> DatasetCheck:
+    """Every problem and warning of a dataset file (`validate dataset`), each line counted once."""
+    path = Path(path)
+    rft = FormatCheck(path, allow_trailing_assistant, reference_fields)
+    count, unreadable = check_dataset(path, rft)
+    return DatasetCheck(path, count, unreadable, rft)
+
+
 def load_dataset(path: str | Path, skip_invalid: bool = False) -> Dataset:
     """Load a whole dataset. Without skip_invalid, every problem is collected and raised together."""
     path = Path(path)
@@ -285,6 +333,11 @@ class FormatCheck:
         # cookbook's HealthBench RFT grades) needs no reference: no line lacks one
         if not wanted and self.reference_fields != frozenset():
             self.no_reference_lines.append(item.line)
+
+    @property
+    def error_lines(self) -> int:
+        """The lines refused, each once: those named in `problems()` and those only counted in its last."""
+        return len(self.errors) + self._more
 
     def problems(self) -> list[InputError]:
         """The errors (one per line, `limit` at most, the rest counted in the last)."""

@@ -88,7 +88,9 @@ def classify_items(
 ) -> list[ItemStat]:
     """Per-item mean, spread and kind of zero variance, in first-seen item order.
 
-    `expected_zero_signal` is left None here: it pools the items (`zero_signal_summary` fills it in).
+    `expected_zero_signal` is left None here: it pools the items (`zero_signal_summary` fills it in). An item whose
+    every sample is a grading error (`grade_errors`) is of kind "errors": it scores 0 as OpenAI rewards it, but
+    "all at the minimum" would be the grader's failure read as the task's.
     """
     by_item: dict[str, list[float]] = {}
     errs: Counter[str] = Counter()
@@ -102,7 +104,9 @@ def classify_items(
         mean = sum(vals) / k
         sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (k - 1)) if k > 1 else None
         kind = None
-        if k > 1:
+        if k > 1 and errs[iid] == k:
+            kind = "errors"
+        elif k > 1:
             levels = _levels(vals)
             if len(levels) == 1:
                 v = vals[0]
@@ -119,11 +123,13 @@ def zero_signal_summary(items: Sequence[ItemStat], low: float, high: float, grou
 
     The expected share, its floor/ceiling split and each assessed item's `expected_zero_signal` come from one
     `zero_signal.estimate` over the items with ≥ 2 samples: unbiased where K ≥ G, empirical Bayes where K < G.
+    Items whose every sample is a grading error are left out of both and counted (`errors`).
     """
-    assessed = [it for it in items if it.kind is not None]
+    assessed = [it for it in items if it.kind is not None and it.kind != "errors"]
     n = len(assessed)
     nan = float("nan")
-    obs: ZeroVariance = {"n_items": n, "share": nan, "floor": nan, "ceiling": nan, "other": nan}
+    obs: ZeroVariance = {"n_items": n, "share": nan, "floor": nan, "ceiling": nan, "other": nan,
+                         "errors": sum(it.kind == "errors" for it in items)}
     exp: ExpectedZeroSignal = {"group_size": group_size, "share": nan, "floor": nan, "ceiling": nan, "method": None,
                                "n_unbiased": 0, "n_empirical_bayes": 0, "prior": None}
     if not n:
@@ -260,6 +266,9 @@ def assess(
                             f"expected zero-signal share is an {(exp['method'] or '').split(' + ')[-1]} estimate, pooling "
                             "the items (docs/readiness.md)")
     report.notes.extend(exp.get("notes", []))
+    if obs["errors"]:
+        report.notes.append(f"{obs['errors']} item(s) left out of the zero-signal and all-min/all-max shares: every "
+                            "sample a grading error (they score 0, the grader's failure, not the task's)")
     if "truncated_in_reasoning" in df:  # samples cut off while thinking score as empty answers: not the task
         from rfteval.data.reasoning import truncation_line
 
@@ -288,7 +297,8 @@ def assess(
 
                 engine = own_engine = GradingEngine(grader_config, options or GradeOptions(), judge=judge)
             if engine is not None and lab is not None and lab.majority_label is not None:
-                lab.constant_answer_score = constant_answer_score(engine, items, lab.answer_path, lab.majority_label)
+                lab.constant_answer_score, lab.constant_answer_errors = constant_answer_score(
+                    engine, items, lab.answer_path, lab.majority_label)
                 lab.constant_answer_method = "graded"
             if engine is not None and regrade_n > 0:
                 report.determinism = regrade(records, items, engine, regrade_n, seed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -61,7 +62,9 @@ class StabilityOverall(TypedDict):
     flagged_items: int
     errors: int
     error_share: float
+    error_types: dict[str, int]  # grades that were errors, by type: left out of every spread and flip
     flagged: bool
+    inconclusive: bool  # no output was scored twice (every repeat's grades errors, or all but one): nothing measured
 
 
 class StabilityReport(TypedDict):
@@ -158,17 +161,22 @@ def stability_report(
             "flagged": bool(measured) and sd > threshold,
         })
 
+    # an item none of whose outputs was scored twice could neither move nor flip: it is left out of the shares
     measured_items = [it for it in items if not math.isnan(it["sd"])]
     mean_sd = statistics.fmean(it["sd"] for it in measured_items) if measured_items else math.nan
     errors = sum(r["errors"] for r in outputs)
+    types = Counter(r.error.type for run in runs for r in run if r.error is not None)
     overall: StabilityOverall = {
         "items": len(items), "outputs": len(outputs), "repeats": repeat, "threshold": threshold,
         "pass_threshold": cut, "mean_sd": mean_sd,
         "max_range": max((it["range"] for it in measured_items), default=math.nan),
-        "flip_share": (sum(it["flipped"] for it in items) / len(items)) if items else math.nan,
+        "flip_share": (sum(it["flipped"] for it in measured_items) / len(measured_items)) if measured_items
+        else math.nan,
         "flagged_items": sum(it["flagged"] for it in items),
         "errors": errors, "error_share": errors / (len(outputs) * repeat) if outputs else 0.0,
+        "error_types": dict(types.most_common()),
         "flagged": (not math.isnan(mean_sd)) and mean_sd > threshold,
+        "inconclusive": not measured_items,
     }
     return {"grader": config.name, "type": config.type, "scale": [low, high], "overall": overall,
             "items": items, "outputs": outputs}

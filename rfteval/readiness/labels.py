@@ -146,8 +146,14 @@ def constant_answer_sample(answer_path: str, label: str) -> Sample:
 
 
 def constant_answer_score(engine: GradingEngine, items: Mapping[str, JSONObject], answer_path: str,
-                          label: str) -> float:
-    """The mean score the grader gives the same answer on every item (each item once)."""
+                          label: str) -> tuple[float | None, dict[str, int]]:
+    """The mean score the grader gives the same answer on every item (each item once), and its grading errors by
+    type. The errors are left out of the mean: their 0 would read as "a constant answer does not pay"; when every
+    grade is one, the score is None (not known)."""
     pairs = [(constant_answer_sample(answer_path, label), data) for data in items.values()]
     results = engine.grade_batch(pairs)
-    return sum(r.score for r in results) / len(results) if results else float("nan")
+    scores = [r.score for r in results if r.error is None]
+    errors = Counter(r.error.type for r in results if r.error is not None)
+    if not results:
+        return float("nan"), {}
+    return (sum(scores) / len(scores) if scores else None), dict(errors)

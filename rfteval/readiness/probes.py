@@ -22,6 +22,7 @@ from rfteval.data.sample import Sample, make_sample
 from rfteval.graders.base import walk
 from rfteval.graders.checks import python_access_paths
 from rfteval.graders.template import TemplateError, lookup, parse_path, to_text
+from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -88,8 +89,8 @@ class ProbeResult:
     name: str
     expect: str
     description: str
-    status: str = "skipped"  # "ok" | "flag" | "warning" | "skipped"
-    n_graded: int = 0
+    status: str = "skipped"  # "ok" | "flag" | "warning" | "inconclusive" (every grade an error) | "skipped"
+    n_graded: int = 0  # grades asked for, errors included: the verdict rests on n_graded - n_errors of them
     n_skipped: int = 0
     skip_reason: str | None = None
     mean: float | None = None
@@ -98,8 +99,28 @@ class ProbeResult:
     n_errors: int = 0
     error_types: dict[str, int] = field(default_factory=dict)
     flagged_items: list[str] = field(default_factory=list)
-    scores: dict[str, float] = field(default_factory=dict)
+    scores: dict[str, float] = field(default_factory=dict)  # item → score, grading errors left out (not scores)
     example: str | None = None
+
+    @property
+    def errors_text(self) -> str:
+        """The grading errors in one phrase: "3 grading errors (TypeName ×2, Other ×1)"; empty without any."""
+        if not self.n_errors:
+            return ""
+        kinds = ", ".join(f"{k} ×{v}" for k, v in sorted(self.error_types.items(), key=lambda kv: (-kv[1], kv[0])))
+        return f"{self.n_errors} grading error{'s' if self.n_errors != 1 else ''} ({kinds})"
+
+    @property
+    def status_text(self) -> str:
+        """The status as people read it: an inconclusive probe says which errors, a probe decided from some of its
+        grades says how many errored, a skipped one why."""
+        if self.status == "skipped":
+            return f"skipped: {self.skip_reason}"
+        if self.status == "inconclusive":
+            return f"inconclusive: {self.errors_text}"
+        if self.n_errors:
+            return f"{self.status} ({self.n_graded - self.n_errors} of {self.n_graded} graded; {self.errors_text})"
+        return self.status
 
 
 @dataclass
@@ -126,15 +147,41 @@ class ProbeReport:
         return [p for p in self.probes if p.status == "warning"]
 
     @property
+    def inconclusive(self) -> list[ProbeResult]:
+        """The probes every grade of which was an error: no verdict either way, never a pass."""
+        return [p for p in self.probes if p.status == "inconclusive"]
+
+    @property
     def flagged(self) -> bool:
         return bool(self.flags)
+
+    @property
+    def outcome(self) -> str:
+        """The report's verdict: "flagged" (a probe got through), "inconclusive" (none did, but some probe's grades
+        were all errors, so "resisted" cannot be said), or "resisted"."""
+        return "flagged" if self.flags else "inconclusive" if self.inconclusive else "resisted"
+
+    def exit_status(self, strict: bool) -> ExitStatus:
+        """`probe-grader`'s exit status: GATE_FAILED on a flag with --strict; INCOMPLETE when a probe is
+        inconclusive, with or without --strict (as `grade` exits when too many records failed to grade): an
+        inconclusive probe never exits as a pass."""
+        if strict and self.flags:
+            return ExitStatus.GATE_FAILED
+        return ExitStatus.INCOMPLETE if self.inconclusive else ExitStatus.SUCCESS
 
     def to_dict(self) -> JSONObject:
         from rfteval.data.records import json_safe
 
         out: JSONObject = json_safe(asdict(self))
+        probes = out["probes"]
+        if isinstance(probes, list):
+            for row, p in zip(probes, self.probes, strict=True):
+                if isinstance(row, dict):
+                    row["status_text"] = p.status_text
         out["flags"] = [p.name for p in self.flags]
         out["warnings"] = [p.name for p in self.warnings]
+        out["inconclusive"] = [p.name for p in self.inconclusive]
+        out["outcome"] = self.outcome
         return out
 
 
@@ -522,7 +569,44 @@ def checked_items(config: GraderConfig, grader: str | Path, dataset: str | Path,
     return items
 
 
-IGNORES_OUTPUT = "every probe scored the same: this grader ignores the output"
+IGNORES_OUTPUT = "every probe scored the same"
+NEVER_READS = (f"{IGNORES_OUTPUT}: this grader never reads the answer; make it read it (a judge: put "
+               "{{ sample.output_text }} in a message; a python grader: read its sample argument)")
+SAME_SCORES = (f"{IGNORES_OUTPUT}: this grader reads the answer but does not tell answers apart (every output of an "
+               "item gets one score): check what it compares, and how its judge or code scores")
+
+
+def reads_answer(config: GraderConfig) -> bool:
+    """Whether the grader (or a grader inside it) refers to the answer at all, as the configs describe themselves:
+    a compared or judge template with a `sample.*` path (output_text, output_json, output_tools, choices), python
+    source whose `grade` reads its sample argument, or a grader that is handed an item's samples together. A grader
+    that describes none of these is taken to read it: "never reads the answer" is said only when it is known."""
+    from rfteval.graders.checks import template_paths as config_paths
+    from rfteval.graders.lint import grade_ignores_sample, renders_sample
+
+    for g in walk(config):
+        if g.sub_graders():
+            continue  # a multi reads through its sub-graders (its formula sees their scores only)
+        templates = g.compared_templates()
+        source = g.python_source()
+        if templates is not None:
+            if any(ns == "sample" for _, _, ns, _ in config_paths(list(templates))):
+                return True
+        elif g.judge_prompt():
+            if renders_sample(g):
+                return True
+        elif source is not None:
+            if grade_ignores_sample(source) is None:
+                return True
+        else:
+            return True
+    return False
+
+
+def ignores_output_note(config: GraderConfig) -> str:
+    """Why every probe scored the same, and what to do: a grader that never refers to the answer is told to read
+    it; one that reads it, that it does not tell answers apart (telling it to read the answer would be wrong)."""
+    return SAME_SCORES if reads_answer(config) else NEVER_READS
 
 
 def ignores_output(results: Iterable[tuple[str, str, GradeResult]]) -> bool:
@@ -604,37 +688,45 @@ def run_probes(
             own.close()
 
     low, high, source = config.score_range()
-    observed = [g.score for g in graded]
+    # a grading error's 0 is OpenAI's reward, not the grader's judgement of the cheat: it would read as "resisted"
+    # (a grader that raises on every sample, a judge cut off on every answer), so errors are left out and counted
+    observed = [g.score for g in graded if g.error is None]
     if observed and (max(observed) > high or min(observed) < low):
         low, high = min(low, min(observed)), max(high, max(observed))
         source += "; widened to the observed scores"
     span = (high - low) or 1.0
     errors: dict[str, Counter[str]] = {p.name: Counter() for p in specs}
+    asked: Counter[str] = Counter()
     for (name, iid, _), res in zip(jobs, graded):
         r = results[name]
-        r.scores[iid] = res.score
+        asked[name] += 1
         if res.error is not None:
             errors[name][res.error.type] += 1
+            continue
+        r.scores[iid] = res.score
         bad = (res.score > low + margin * span + 1e-12) if r.expect == "floor" else (res.score < high - 1e-6 * span)
         if bad:
             r.flagged_items.append(iid)
     for name, r in results.items():
         vals = list(r.scores.values())
-        r.n_graded, r.n_skipped = len(vals), sum(skips[name].values())
+        r.n_graded, r.n_skipped = asked[name], sum(skips[name].values())
         r.skip_reason = skips[name].most_common(1)[0][0] if skips[name] else None
         r.n_errors, r.error_types = sum(errors[name].values()), dict(errors[name])
         if vals:
             r.mean, r.min, r.max = sum(vals) / len(vals), min(vals), max(vals)
             r.status = "ok" if not r.flagged_items else "warning" if r.expect == "max_usually" else "flag"
+        elif r.n_errors:
+            r.status = "inconclusive"
     same = ignores_output((name, iid, res) for (name, iid, _), res in zip(jobs, graded, strict=True))
-    if same:  # no verdict of one probe means anything: flag them all, and say why first
-        notes.insert(0, IGNORES_OUTPUT)
+    if same:  # no verdict of one probe means anything: flag every probe that was scored, and say why first
+        notes.insert(0, ignores_output_note(config))
         for r in results.values():
-            if r.status != "skipped":
+            if r.status not in ("skipped", "inconclusive"):
                 r.status = "flag"
     if graded and all(g.error is not None for g in graded):
-        notes.append("every probe ended in a grader error: the probes are inconclusive "
-                     f"({Counter(g.error.type for g in graded if g.error is not None).most_common(1)[0][0]})")
+        kinds = Counter(g.error.type for g in graded if g.error is not None)
+        notes.append(f"every probe ended in a grading error: the probes are inconclusive ({len(graded)} grading "
+                     f"errors: {', '.join(f'{k} ×{v}' for k, v in kinds.most_common())})")
     return ProbeReport(
         grader_name=getattr(config, "name", None), grader_type=getattr(config, "type", None), score_min=low,
         score_max=high, range_source=source, margin=margin, n_items=len(pairs_in), reference_template=template,

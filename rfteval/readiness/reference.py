@@ -26,11 +26,14 @@ class BelowMax(TypedDict):
 
 class ReferenceSummary(TypedDict):
     items: int
-    checked: int  # items whose reference was graded
+    checked: int  # items whose reference was graded: scored (at the maximum or below it) or a grading error
+    scored: int
     at_max: int
     max: float
-    share_at_max: float | None  # None when no reference could be graded
+    share_at_max: float | None  # of the scored; None when no reference was scored
     below_max: list[BelowMax]
+    errors: dict[str, int]  # grading errors by type: left out of the share (an error's 0 is no grade)
+    inconclusive: bool  # references were graded, and every grade was an error
 
 
 class ReferenceCheck(TypedDict):
@@ -48,21 +51,25 @@ def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOption
     probe = report.probes[0]
     top = report.score_max
     below = {i: s for i, s in probe.scores.items() if s < top - 1e-9}
-    at_max = probe.n_graded - len(below)
-    lines = [f"reference answers graded as outputs: {probe.n_graded} of {len(dataset)} items "
+    scored = len(probe.scores)  # grading errors are not scores: counted apart, never "below the maximum"
+    at_max = scored - len(below)
+    skipped = f"; {probe.n_skipped} skipped: {probe.skip_reason}" if probe.n_skipped else ""
+    lines = [f"reference answers graded as outputs: {probe.n_graded} of {len(dataset)} items{skipped} "
              f"(how: {report.template_source})"]
-    if probe.n_graded:
-        lines.append(f"at the maximum ({top:g}): {at_max}/{probe.n_graded} = {at_max / probe.n_graded:.1%}")
-    if probe.n_errors:
-        lines.append(f"  grading errors: {probe.n_errors} ({', '.join(f'{k} {v}' for k, v in probe.error_types.items())})")
+    if probe.status == "inconclusive":
+        lines.append(f"inconclusive: {probe.errors_text}: no reference answer was scored")
+    elif scored:
+        lines.append(f"at the maximum ({top:g}): {at_max}/{scored} = {at_max / scored:.1%}"
+                     + (f" of the scored; {probe.errors_text} left out" if probe.n_errors else ""))
     for item_id, score in list(below.items())[:10]:
         lines.append(f"  below the maximum: item {item_id}: score {score:.4f}")
     if len(below) > 10:
         lines.append(f"  ... and {len(below) - 10} more")
     lines += [f"note: {n}" for n in report.notes]
-    summary: ReferenceSummary = {"items": len(dataset), "checked": probe.n_graded, "at_max": at_max, "max": top,
-               "share_at_max": at_max / probe.n_graded if probe.n_graded else None,
-               "below_max": [{"item_id": i, "score": s} for i, s in below.items()]}
+    summary: ReferenceSummary = {"items": len(dataset), "checked": probe.n_graded, "scored": scored, "at_max": at_max,
+                                 "max": top, "share_at_max": at_max / scored if scored else None,
+                                 "below_max": [{"item_id": i, "score": s} for i, s in below.items()],
+                                 "errors": dict(probe.error_types), "inconclusive": probe.status == "inconclusive"}
     return {"summary": summary, "text": "\n".join(lines)}
 
 

@@ -38,7 +38,9 @@ class ItemStat:
     k: int
     mean: float
     sd: float | None  # ddof=1; None with one sample
-    kind: str | None  # "floor" | "ceiling" | "other" when all samples are equal, "mixed" when not, None when k < 2
+    # "floor" | "ceiling" | "other" when all samples are equal, "mixed" when not, None when k < 2; "errors" when every
+    # sample is a grading error: its scores are errors' zeros, no statement about the task (left out of the shares)
+    kind: str | None
     expected_zero_signal: float | None
     n_grade_errors: int = 0
 
@@ -55,6 +57,8 @@ class LabelSkew:
     chance: float | None = None
     constant_answer_score: float | None = None
     constant_answer_method: str | None = None  # "graded" (the grader scored it) or "estimated (exact match)"
+    # the constant answer's grades that were errors, left out of its score (None when every grade was one), by type
+    constant_answer_errors: dict[str, int] = field(default_factory=dict)
     per_label_mean: dict[str, float] | None = None
     answer_counts: dict[str, int] | None = None
     answer_majority_label: str | None = None
@@ -79,12 +83,19 @@ class Determinism:
     flip_rate: float
     max_abs_diff: float
     changed: list[ChangedGrade] = field(default_factory=list)
+    # re-grades with a grading error on either side, by type (the new grade's, else the stored one's): left out of
+    # n_changed and flip_rate, which compare scores with scores; when every re-grade is one, nothing is known
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def n_compared(self) -> int:
+        return self.n_regraded - sum(self.errors.values())
 
 
 @dataclass
 class Check:
     name: str
-    status: str  # "ok" | "risky" | "not_ready" | "skipped"
+    status: str  # "ok" | "risky" | "not_ready" | "inconclusive" (rests on grading errors only) | "skipped"
     value: float | None
     threshold: str
     message: str
@@ -98,6 +109,7 @@ class ZeroVariance(TypedDict):
     floor: float
     ceiling: float
     other: float
+    errors: int  # items left out of the shares: every sample a grading error
 
 
 class ExpectedZeroSignal(TypedDict):
@@ -158,16 +170,17 @@ class ReadinessReport:
     labels: LabelSkew | None
     determinism: Determinism | None
     checks: list[Check]
-    verdict: str
+    verdict: str  # "ready" | "risky" | "inconclusive" (a check rests on grading errors only) | "not_ready"
     thresholds: Thresholds
     notes: list[str] = field(default_factory=list)
     provisional: bool = False  # fewer items than compare trusts an interval on: the verdict is said to be provisional
 
     @property
     def reasons(self) -> list[Check]:
-        """The checks that decided the verdict (for `ready`: the checks that passed)."""
-        want = "ok" if self.verdict == "ready" else self.verdict
-        return [c for c in self.checks if c.status == want]
+        """The checks that decided the verdict (for `ready`: the checks that passed; for `inconclusive`, the risky
+        ones beside those that rest on errors)."""
+        want = {"ready": {"ok"}, "inconclusive": {"inconclusive", "risky"}}.get(self.verdict, {self.verdict})
+        return [c for c in self.checks if c.status in want]
 
     def to_dict(self) -> JSONObject:
         out = json_safe(asdict(self))

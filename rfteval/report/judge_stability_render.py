@@ -23,11 +23,14 @@ def render_report(report: StabilityReport) -> str:
             f"{str(it['item_id'])[:24]:<24} {it['outputs']:>7} {_fmt(it['sd']):>7} {_fmt(it['range']):>7} "
             f"{'yes' if it['flipped'] else 'no':>6} {it['errors']:>6}{mark}"
         )
-    verdict = "FLAGGED: too unstable to train on" if o["flagged"] else "stable"
+    types = ", ".join(f"{k} ×{v}" for k, v in o["error_types"].items())
+    errors = f"{o['errors']} grading errors ({types}), left out" if o["errors"] else "0 errors"
+    verdict = ("INCONCLUSIVE: no output was scored twice, every other grade an error" if o["inconclusive"] else
+               "FLAGGED: too unstable to train on" if o["flagged"] else "stable")
     lines.append(
         f"overall: mean sd {_fmt(o['mean_sd'])} (threshold {o['threshold']:g}), widest range {_fmt(o['max_range'])}, "
         f"pass/fail flips on {_pct(o['flip_share'])} of items (pass at {o['pass_threshold']:g}), "
-        f"{o['flagged_items']} items flagged, {o['errors']} errors -> {verdict}"
+        f"{o['flagged_items']} items flagged, {errors} -> {verdict}"
     )
     return "\n".join(lines)
 

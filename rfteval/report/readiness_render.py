@@ -14,11 +14,11 @@ if TYPE_CHECKING:
     from rfteval.readiness.report import ExpectedZeroSignal, ReadinessErrors, ReadinessReport
     from rfteval.run.paths import RunReadiness
 
-VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
-VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}
+VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "inconclusive": "INCONCLUSIVE", "not_ready": "NOT READY"}
+VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "inconclusive": "bold magenta", "not_ready": "bold red"}
 STATUS_STYLE = {"ok": "green", "risky": "yellow", "not_ready": "red", "skipped": "dim", "flag": "red",
-                "warning": "yellow"}
-VERDICT_COLOR = {"ready": "#1a7f37", "risky": "#9a6700", "not_ready": "#cf222e"}
+                "warning": "yellow", "inconclusive": "magenta"}
+VERDICT_COLOR = {"ready": "#1a7f37", "risky": "#9a6700", "inconclusive": "#8250df", "not_ready": "#cf222e"}
 
 
 def pct(x: float | None) -> str:
@@ -48,7 +48,8 @@ def summary_lines(report: ReadinessReport) -> list[str]:
         + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
         (f"  zero-signal items {pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
         f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))}); expected at G={report.group_size}: "
-        f"{pct(ez.get('share'))} ({_esc(ez.get('method'))})"),
+        f"{pct(ez.get('share'))} ({_esc(ez.get('method'))})"
+        + (f"; {zv['errors']} item(s) of grading errors only, left out" if zv.get("errors") else "")),
         (f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
         f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}"),
     ]
@@ -134,8 +135,12 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
             counts = ", ".join(f"{_esc(k)} {v}" for k, v in list(lab.reference_counts.items())[:8])
             console.print(f"  references ({_esc(lab.reference_path)}): {counts}; majority share "
                           f"{pct(lab.majority_share)}, chance {pct(lab.chance)}", highlight=False)
+            errs = lab.constant_answer_errors
+            left_out = (f"; {sum(errs.values())} grading error(s) left out ({', '.join(f'{k} ×{v}' for k, v in errs.items())})"
+                        if errs else "")
             console.print(f"  always answering {_esc(repr(lab.majority_label))} scores "
-                          f"{num(lab.constant_answer_score)} ({_esc(lab.constant_answer_method)})", highlight=False)
+                          f"{num(lab.constant_answer_score)} ({_esc(lab.constant_answer_method)}{_esc(left_out)})",
+                          highlight=False)
             per = ", ".join(f"{_esc(k)} {num(v, 2)}" for k, v in (lab.per_label_mean or {}).items())
             console.print(f"  mean score per reference label: {per}", highlight=False)
         if lab.answer_counts:
@@ -145,8 +150,11 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
     det = report.determinism
     if det is not None:
         console.print("\nDeterminism", style="bold")
-        console.print(f"  re-graded {det.n_regraded} stored outputs: {det.n_changed} changed "
-                      f"(flip rate {pct(det.flip_rate)}, largest change {num(det.max_abs_diff)})", highlight=False)
+        left_out = (f"; {sum(det.errors.values())} with a grading error left out "
+                    f"({', '.join(f'{k} ×{v}' for k, v in det.errors.items())})" if det.errors else "")
+        console.print(f"  re-graded {det.n_regraded} stored outputs: {det.n_changed} of {det.n_compared} compared "
+                      f"changed (flip rate {pct(det.flip_rate)}, largest change {num(det.max_abs_diff)}){_esc(left_out)}",
+                      highlight=False)
         for ch in det.changed[:10]:
             console.print(f"    item {_esc(ch['item_id'])} epoch {ch.get('epoch')}: {num(ch['stored'])} → "
                           f"{num(ch['regraded'])}", highlight=False)
@@ -177,16 +185,19 @@ def render_probes(report: ProbeReport, console: Console) -> None:
     for p in report.probes:
         items = ", ".join(p.flagged_items[:6]) + (f" … (+{len(p.flagged_items) - 6})" if len(p.flagged_items) > 6
                                                   else "")
-        status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
-        table.add_row(p.name, p.expect.replace("_", " "), f"[{STATUS_STYLE.get(p.status, '')}]{_esc(status)}[/]",
+        table.add_row(p.name, p.expect.replace("_", " "),
+                      f"[{STATUS_STYLE.get(p.status, '')}]{_esc(p.status_text)}[/]",
                       num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
     console.print(table)
-    if report.ignores_output:  # the probes' own verdicts mean nothing then: say why instead
-        console.print(f"[bold red]{_esc(report.notes[0])}[/]: every probe is flagged; the grader must read the answer "
-                      "(a judge: {{ sample.output_text }} in a message)", highlight=False)
+    if report.ignores_output:  # the probes' own verdicts mean nothing then: say why (and what to do) instead
+        console.print(f"[bold red]{_esc(report.notes[0])}[/]; every scored probe is flagged", highlight=False)
     elif report.flags:
         console.print(f"[bold red]{len(report.flags)} flag(s):[/] {', '.join(p.name for p in report.flags)}")
-    else:
+    if report.inconclusive:  # errors are no verdict: never "no flags" while a probe has no grade but errors
+        console.print(f"[bold {STATUS_STYLE['inconclusive']}]{len(report.inconclusive)} probe(s) inconclusive[/] "
+                      "(every grade an error, so not a pass): "
+                      + _esc("; ".join(f"{p.name}: {p.errors_text}" for p in report.inconclusive)), highlight=False)
+    elif not report.flags and not report.ignores_output:
         console.print("[bold green]no flags[/]")
     for note in report.notes[1:] if report.ignores_output else report.notes:
         console.print(f"note: {_esc(note)}", style="dim", highlight=False)
@@ -203,6 +214,7 @@ _STYLE = """<style>
 vertical-align:top}
 .rfteval-readiness .ok{color:#1a7f37}.rfteval-readiness .risky,.rfteval-readiness .warning{color:#9a6700}
 .rfteval-readiness .not_ready,.rfteval-readiness .flag{color:#cf222e}.rfteval-readiness .skipped{color:#6e7781}
+.rfteval-readiness .inconclusive{color:#8250df}
 .rfteval-readiness .plots{display:flex;flex-wrap:wrap;gap:1.5em}
 .rfteval-readiness .note{color:#6e7781}
 </style>"""
@@ -253,7 +265,9 @@ def readiness_html(report: ReadinessReport) -> str:
         ("items × samples", f"{report.n_items} × {report.samples_min}"
                             + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "")),
         ("zero-signal items", (f"{pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
-                              f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))})")),
+                              f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))})"
+                              + (f"; {zv['errors']} item(s) of grading errors only, left out"
+                                 if zv.get("errors") else ""))),
         (f"expected zero-signal at G={report.group_size}", (f"{pct(ez.get('share'))} (all-min {pct(ez.get('floor'))},"
                                                            f" all-max {pct(ez.get('ceiling'))}); {estimator_text(ez)}")),
         ("score levels", f"{report.distinct_levels}{' (binary)' if report.binary else ''}"),
@@ -271,7 +285,8 @@ def readiness_html(report: ReadinessReport) -> str:
         rows.append(("majority answer", f"{lab.answer_majority_label} {pct(lab.answer_majority_share)}"))
     det = report.determinism
     if det is not None:
-        rows.append(("determinism", f"{det.n_changed} of {det.n_regraded} re-graded outputs changed"))
+        rows.append(("determinism", f"{det.n_changed} of {det.n_compared} re-graded outputs changed"
+                     + (f"; {sum(det.errors.values())} with a grading error left out" if det.errors else "")))
     html = [_STYLE, '<section class="rfteval-readiness">',
             (f'<h3>RFT readiness{" — " + escape(report.label) if report.label else ""} '
             f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span>'
@@ -305,7 +320,7 @@ def probes_html(report: ProbeReport) -> str:
             ("<table><tr><th>probe</th><th>expect</th><th>status</th><th>mean</th><th>max</th><th>errors</th>"
             "<th>flagged items</th></tr>")]
     for p in report.probes:
-        status = p.status if p.status != "skipped" else f"skipped: {p.skip_reason}"
+        status = p.status_text
         items = ", ".join(p.flagged_items[:10]) + (" …" if len(p.flagged_items) > 10 else "")
         html.append(f'<tr><td title="{escape(p.description)}">{escape(p.name)}</td>'
                     f"<td>{escape(p.expect.replace('_', ' '))}</td><td class=\"{_cls(p.status)}\">{escape(status)}</td>"

@@ -101,7 +101,7 @@ def test_validate_dataset_lists_every_problem(tmp_path):
     res = runner.invoke(app, ["validate", "dataset", str(p)])
     assert res.exit_code == 2
     assert "d.jsonl:1: invalid JSON" in res.output and "d.jsonl:3: expected a JSON object" in res.output
-    assert "1 valid items, 2 problems" in res.output
+    assert "3 lines: 1 valid, 2 with problems" in res.output
 
 
 def test_graders_lists_types():

@@ -281,3 +281,83 @@ def test_one_format_vocabulary(run_dir: Path):
         assert CliRunner().invoke(app, ["readiness", str(run_dir), "--format", fmt]).exit_code == 0
     res = CliRunner().invoke(app, ["readiness", str(run_dir), "--format", "yaml"])
     assert res.exit_code == 2 and "--format: must be table or json" in res.stderr
+
+
+# ---- grading errors are no verdict: a probe whose every grade is an error is inconclusive, never "ok"
+
+WIDE = {"COLUMNS": "240"}  # the table's cells on one line each
+
+
+def _probe_json(*args: object) -> tuple[int, dict]:
+    res = runner.invoke(app, ["probe-grader", *map(str, args), "--format", "json"], env=WIDE)
+    return res.exit_code, json.loads(res.stdout)
+
+
+@pytest.mark.slow
+def test_probe_grader_on_a_grader_that_raises_everywhere_is_inconclusive_and_no_pass(run_dir: Path):
+    """It read "ok" on every cheat (each error scored 0) and exited 0, even with --strict."""
+    tmp = run_dir.parent
+    raises = tmp / "raises.json"
+    raises.write_text(json.dumps({"type": "python", "name": "raises",
+                                  "source": "def grade(sample, item):\n    raise ValueError('no')\n"}))
+    n = len(ITEMS)
+    for strict in ([], ["--strict"]):
+        res = runner.invoke(app, ["probe-grader", str(raises), "--dataset", str(tmp / "items.jsonl"), *strict],
+                            env=WIDE)
+        assert res.exit_code == 3, res.output  # INCOMPLETE: never 0, and not the gate's 1 either
+        assert f"inconclusive: {n} grading errors (python_grader_runtime_error ×{n})" in res.stdout
+        assert " ok " not in res.stdout and "no flags" not in res.stdout
+        assert "probe(s) inconclusive" in res.stderr
+    code, out = _probe_json(raises, "--dataset", tmp / "items.jsonl")
+    ran = [p for p in out["probes"] if p["status"] != "skipped"]
+    assert code == 3 and out["outcome"] == "inconclusive" and ran
+    assert all(p["status"] == "inconclusive" and p["error_types"] == {"python_grader_runtime_error": n} for p in ran)
+
+
+@pytest.mark.slow
+def test_probe_grader_with_a_judge_cut_off_on_every_answer_is_inconclusive(run_dir: Path, tmp_path: Path):
+    """Every judge answer stops at max_tokens (finish_reason length) before its score: truncation errors, no
+    grade, so no probe is "ok"."""
+    from tests.support.fake_openai import FakeOpenAI, Reply
+
+    judge = tmp_path / "judge.json"
+    judge.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-m", "input": [
+        {"role": "user", "content": "Reference: {{ item.reference_answer }}\nAnswer: {{ sample.output_text }}"}]}))
+    n = len(ITEMS)
+    with FakeOpenAI(lambda req: Reply(text='{"steps": [{"description": "The answer', finish_reason="length")) as fake:
+        code, out = _probe_json(judge, "--dataset", run_dir.parent / "items.jsonl", "--judge-base-url",
+                                fake.base_url, "--strict")
+        assert fake.requests  # the judge was asked, and answered every time
+    ran = [p for p in out["probes"] if p["status"] != "skipped"]
+    assert code == 3 and out["outcome"] == "inconclusive" and out["flags"] == [] and ran
+    for p in ran:
+        assert p["status"] == "inconclusive" and p["n_errors"] == p["n_graded"] == n
+        assert p["status_text"] == f"inconclusive: {n} grading errors (model_grader_truncated_error ×{n})"
+
+
+@pytest.mark.slow
+def test_probe_grader_advice_follows_what_the_grader_reads(run_dir: Path, tmp_path: Path):
+    """A judge whose message renders the answer, answering one score whatever it sees, is not told to put
+    {{ sample.output_text }} in a message (it has it): it does not tell answers apart. A grader that refers to no
+    sample field is still told that it never reads the answer."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    judge = tmp_path / "judge.json"
+    judge.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-m", "input": [
+        {"role": "user", "content": "Reference: {{ item.reference_answer }}\nAnswer: {{ sample.output_text }}"}]}))
+    dataset = run_dir.parent / "items.jsonl"
+    with FakeOpenAI(lambda req: json.dumps({"steps": [], "result": 0.5})) as fake:
+        res = runner.invoke(app, ["probe-grader", str(judge), "--dataset", str(dataset), "--judge-base-url",
+                                  fake.base_url], env=WIDE)
+    said = " ".join(res.stdout.split())
+    assert res.exit_code == 0, res.output
+    assert "every probe scored the same: this grader reads the answer but does not tell answers apart" in said
+    assert "never reads the answer" not in said and "put {{ sample.output_text }}" not in said
+    blind = tmp_path / "blind.json"
+    blind.write_text(json.dumps({"type": "string_check", "name": "blind", "input": "{{ item.reference_answer }}",
+                                 "reference": "{{ item.reference_answer }}", "operation": "eq"}))
+    res = runner.invoke(app, ["probe-grader", str(blind), "--dataset", str(dataset), "--strict"], env=WIDE)
+    said = " ".join(res.stdout.split())
+    assert res.exit_code == 1, res.output
+    assert "every probe scored the same: this grader never reads the answer; make it read it (a judge: put " \
+           "{{ sample.output_text }} in a message" in said

@@ -183,7 +183,33 @@ def test_validate_dataset_refuses_a_trailing_assistant_turn_naming_each_line(tmp
                         "--allow-trailing-assistant to send it anyway")
     assert lines[1].startswith(f"{p}:2: messages[2].role: the last message is the assistant's")
     assert f"warning: {p}: 2 of 2 lines hold a system message (lines 1, 2)" in res.stderr
-    assert lines[-1] == f"{p}: 2 valid items, 2 problems"
+    assert lines[-1] == f"{p}: 2 lines: 0 valid, 2 with problems (2 warnings above, not counted as problems)"
+
+
+def test_validate_dataset_counts_each_line_once_valid_or_with_a_problem(tmp_path):
+    """A line ending with the assistant's message is a problem, not also a valid item: the closing line's counts
+    add up to the file's lines (it said "4 valid items, 1 problems" for these 4 lines)."""
+    user = [{"role": "user", "content": "2+2?"}]
+    good = [{"messages": user, "reference_answer": str(i)} for i in range(3)]
+    answered = {"messages": [*user, {"role": "assistant", "content": "4"}], "reference_answer": "4"}
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps(line) + "\n" for line in [*good, answered]))
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith(f"{p}:4: messages[1].role: the last message is the assistant's")
+    assert lines[-1] == f"{p}: 4 lines: 3 valid, 1 with problems"
+    # an unreadable line, the refused line and a warned one (a system message): the warning is not a problem
+    system = {"messages": [{"role": "system", "content": "Be brief."}, *user], "reference_answer": "4"}
+    p.write_text("{bad\n" + "".join(json.dumps(line) + "\n" for line in [*good, answered, system]))
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines()[-1] == (f"{p}: 6 lines: 4 valid, 2 with problems (1 warning above, not counted "
+                                           "as a problem)")
+    # valid, once the flag lets the answered line through: every line valid, the warning still apart
+    res = runner.invoke(app, ["validate", "dataset", str(p), "--allow-trailing-assistant"])
+    assert res.exit_code == 2 and res.stderr.splitlines()[-1] == (
+        f"{p}: 6 lines: 5 valid, 1 with problems (1 warning above, not counted as a problem)")
 
 
 def test_validate_dataset_with_the_flag_warns_of_system_and_missing_references(tmp_path):
@@ -197,7 +223,7 @@ def test_validate_dataset_with_the_flag_warns_of_system_and_missing_references(t
         "format has no system role (developer is its role)",
         f"warning: {p}: 2 of 2 lines hold no field but messages, so no grader can read a reference from them "
         "(lines 1, 2)"]
-    assert res.stdout.strip() == f"{p}: 2 items, no problems (2 warning(s) above)"
+    assert res.stdout.strip() == f"{p}: 2 items, no problems (2 warnings above, not counted as problems)"
     grader = tmp_path / "py.json"  # a python grader reading item["answer"]: named as its reference field
     grader.write_text(json.dumps({"type": "python", "name": "py", "source":
                                   "def grade(sample, item):\n    return float(sample['output_text'] == item['answer'])\n"}))
@@ -273,3 +299,56 @@ def test_the_cookbook_healthbench_rubric_judge_names_no_line_as_lacking_a_refere
     res = runner.invoke(app, ["validate", "dataset", str(p), "--grader", str(grader)])
     assert res.exit_code == 0, res.output
     assert "warning" not in res.stderr
+
+
+# ---- grading errors are no verdict: the reference share and the judge's stability rest on grades, not errors
+
+CUT = '{"steps": [{"description": "The answer'  # a judge answer stopped at max_tokens before its score
+
+
+def _reference_judge(tmp_path: Path) -> tuple[Path, Path]:
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "judge-1", "input": [
+        {"role": "user", "content": "Reference {{ item.reference_answer }}; answer {{ sample.output_text }}"}]}))
+    dataset = tmp_path / "items.jsonl"
+    dataset.write_text("".join(json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": "x"}],
+                                           "reference_answer": f"r{i}"}) + "\n" for i in range(4)))
+    return grader, dataset
+
+
+@pytest.mark.slow
+def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_path, fake_openai):
+    """It said "at the maximum (1): 0/4 = 0.0%" and exited 0 when every judge answer was cut off: the errors' 0s
+    read as the references' grades. Errors are counted apart; with none scored the check is inconclusive."""
+    from tests.support.fake_openai import Reply
+
+    grader, dataset = _reference_judge(tmp_path)
+    args = ["validate", "grader", str(grader), "--dataset", str(dataset), "--judge-base-url", fake_openai.base_url]
+    fake_openai.responder = lambda req: Reply(text=CUT, finish_reason="length")
+    res = runner.invoke(app, args)
+    assert res.exit_code == 3, res.output
+    assert "inconclusive: 4 grading errors (model_grader_truncated_error ×4): no reference answer was scored" \
+        in res.stdout
+    assert "at the maximum" not in res.stdout and "inconclusive" in res.stderr
+    # one reference cut off: the other three decide, and the one is counted, not "below the maximum"
+    fake_openai.responder = lambda req: (Reply(text=CUT, finish_reason="length") if "r0" in req.last_user_text()
+                                         else json.dumps({"steps": [], "result": 1.0}))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert ("at the maximum (1): 3/3 = 100.0% of the scored; 1 grading error (model_grader_truncated_error ×1) "
+            "left out") in res.stdout
+    assert "below the maximum" not in res.stdout
+
+
+@pytest.mark.slow
+def test_validate_grader_repeat_on_a_judge_whose_every_answer_is_cut_off_is_inconclusive(tmp_path, fake_openai):
+    """No output scored twice read as "stable" (exit 0): an unmeasured spread is no stability."""
+    grader, dataset, outputs = _judge_files(tmp_path)
+    from tests.support.fake_openai import Reply
+
+    fake_openai.responder = lambda req: Reply(text=CUT, finish_reason="length")
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--outputs",
+                              str(outputs), "--repeat", "3", "--judge-base-url", fake_openai.base_url])
+    assert res.exit_code == 3, res.output
+    assert "12 grading errors (model_grader_truncated_error ×12), left out -> INCONCLUSIVE" in res.stdout
+    assert "stable" not in res.stdout

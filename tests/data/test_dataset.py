@@ -200,3 +200,23 @@ def test_a_tool_turn_or_a_user_turn_last_is_fine_and_errors_stop_at_the_limit(tm
         check.add(item)
     problems = check.problems()
     assert len(problems) == 5 and problems[-1].message.endswith("(and 55 more such lines)")
+    assert check.error_lines == 60  # the lines named and the lines only counted
+
+
+def test_inspect_dataset_counts_every_line_once(tmp_path):
+    """valid + with problems = the file's non-blank lines, whichever rule refused a line and however many are only
+    counted past the format check's limit; warnings are counted apart."""
+    from rfteval.data.dataset import inspect_dataset
+
+    refused = json.loads(AZURE_LINES[0])  # ends with the assistant's answer, and holds a system message
+    p = write(tmp_path, ["{bad", "", line(reference_answer="4"), *[json.dumps(refused)] * 60, "[]"])
+    checked = inspect_dataset(p)
+    assert (checked.lines, checked.valid, checked.with_problems) == (63, 1, 62)
+    assert len(checked.problems) == 2 + 50  # the format check names 50 and counts the rest in the last
+    assert checked.summary() == f"{p}: 63 lines: 1 valid, 62 with problems (2 warnings above, not counted as problems)"
+    allowed = inspect_dataset(p, allow_trailing_assistant=True)
+    assert (allowed.valid, allowed.with_problems) == (61, 2)
+    clean = inspect_dataset(write(tmp_path, [line(reference_answer="4")] * 2, "clean.jsonl"))
+    assert clean.problems == [] and clean.summary() == f"{tmp_path / 'clean.jsonl'}: 2 items, no problems"
+    empty = inspect_dataset(write(tmp_path, [""], "empty.jsonl"))
+    assert empty.lines == 0 and empty.summary().endswith("the dataset has no items")

@@ -240,11 +240,13 @@ def test_probe_grader_says_the_grader_ignores_the_output(tmp_path: Path) -> None
                 "--allow-grader-without-sample", "--strict"]
         res = runner.invoke(app, args, env={"COLUMNS": "80"})
         assert res.exit_code == 1, res.output
-        assert "every probe scored the same: this grader ignores the output" in res.stdout
+        # its messages name no sample.* path: it is told to read the answer
+        assert "every probe scored the same: this grader never reads the answer" in " ".join(res.stdout.split())
         js = runner.invoke(app, [*args, "--format", "json"])
         report = json.loads(js.stdout)
-        assert report["ignores_output"] is True and report["notes"][0] == ("every probe scored the same: this "
-                                                                            "grader ignores the output")
+        assert report["ignores_output"] is True and report["notes"][0].startswith(
+            "every probe scored the same: this grader never reads the answer; make it read it (a judge: put "
+            "{{ sample.output_text }} in a message")
         assert all(p["status"] in ("flag", "skipped") for p in report["probes"])
         # the probe names stay whole at 80 columns (no name split across lines)
         names = [p["name"] for p in report["probes"]]

@@ -24,7 +24,7 @@ def test_known_shares_mean_and_levels():
     assert rep.n_items == 4 and rep.samples_min == rep.samples_max == 4
     assert rep.mean == pytest.approx((0 + 1 + 0.5 + 0.75) / 4)
     assert rep.position == pytest.approx(rep.mean)
-    assert rep.zero_variance == {"n_items": 4, "share": 0.5, "floor": 0.25, "ceiling": 0.25, "other": 0.0}
+    assert rep.zero_variance == {"n_items": 4, "share": 0.5, "floor": 0.25, "ceiling": 0.25, "other": 0.0, "errors": 0}
     assert rep.distinct_levels == 2 and rep.binary
     assert rep.share_at_min == pytest.approx(7 / 16) and rep.share_at_max == pytest.approx(9 / 16)
     # within-item SD (ddof=1): half -> sqrt(1/3), three -> 0.5; floor/ceiling 0

@@ -100,6 +100,18 @@ def test_errors_are_counted_not_scored(fake_openai):
     assert it0["errors"] == 6 and rep["overall"]["errors"] == 6
     assert rep["overall"]["error_share"] == pytest.approx(6 / 60)
     assert rep["outputs"][0]["error_types"] == ["model_grader_parse_error"]
+    assert rep["overall"]["error_types"] == {"model_grader_parse_error": 6} and rep["overall"]["inconclusive"] is False
+    assert "6 grading errors (model_grader_parse_error ×6), left out -> stable" in render_report(rep)
+
+
+@pytest.mark.slow
+def test_a_judge_that_never_answers_whole_is_inconclusive_not_stable(fake_openai):
+    """Every grade an error: no output was scored twice, so no spread was measured; "stable" would be a verdict
+    on errors."""
+    rep = report(fake_openai, lambda request: "not json", repeat=2)
+    o = rep["overall"]
+    assert o["inconclusive"] is True and o["flagged"] is False and o["errors"] == 40
+    assert render_report(rep).endswith("-> INCONCLUSIVE: no output was scored twice, every other grade an error")
 
 
 def test_label_model_flips_use_the_passing_labels(fake_openai):

@@ -60,3 +60,32 @@ def test_sample_from_record_decodes_json_text_and_a_frames_values() -> None:
     assert n == 7 and type(n) is int
     assert sample_from_record({"output_text": "{}", "output_json": float("nan")})["output_json"] == {}  # parsed
     assert sample_from_record({"output_text": "x", "output_json": object()})["output_json"] is None
+
+
+def test_the_constant_answer_graded_as_errors_is_not_known_not_unpaid():
+    """Every grade of "always answer the majority label" an error: its 0s read as "a constant answer does not pay"
+    (ok). They are left out: with no grade left the check is inconclusive; with some, the rest decide."""
+    from rfteval.graders.base import GradeResult
+
+    class Failing:
+        def __init__(self, fails):
+            self.fails = fails
+
+        def grade_batch(self, pairs):
+            return [GradeResult.failed("model_grader_truncated_error", "cut") if self.fails(i) else GradeResult(1.0)
+                    for _, i in pairs]
+
+    items = label_items(["yes"] * 8 + ["no"] * 2)
+    answers = {iid: ["yes", "no", "no"] for iid in items}
+    scores = {iid: [float(a == items[iid]["reference_answer"]) for a in answers[iid]] for iid in items}
+    rep = assess(records(scores, answers=answers), SENTIMENT, items, group_size=3, engine=Failing(lambda i: True))
+    assert rep.labels.constant_answer_score is None
+    assert rep.labels.constant_answer_errors == {"model_grader_truncated_error": 10}
+    check = next(c for c in rep.checks if c.name == "constant_answer")
+    assert check.status == "inconclusive" and "model_grader_truncated_error ×10" in check.message
+    assert rep.verdict != "ready"
+    some = assess(records(scores, answers=answers), SENTIMENT, items, group_size=3,
+                  engine=Failing(lambda i: i["reference_answer"] == "no"))
+    assert some.labels.constant_answer_score == 1.0  # the 8 graded, not 8 of 10
+    assert some.labels.constant_answer_errors == {"model_grader_truncated_error": 2}
+    assert next(c for c in some.checks if c.name == "constant_answer").status == "risky"

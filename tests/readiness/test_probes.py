@@ -217,8 +217,11 @@ def test_a_template_with_a_value_where_an_object_must_go_is_refused():
 def test_chipstack_resists_every_cheat_including_over_applying():
     report = run_probes(python_config("chipstack", seed("chipstack")), CHIP_ITEMS, options=OPTIONS)
     st = statuses(report)
-    assert all(st[name] == "ok" for name in CHEATS), st
-    assert not report.flagged
+    # text cheats make the published source raise (output_json is None): grading errors, which say nothing of the
+    # cheat, so those probes are inconclusive; every cheat it did score, it held
+    assert all(st[name] in ("ok", "inconclusive") for name in CHEATS), st
+    assert st["fill_all"] == st["wrong_answer"] == "ok"
+    assert not report.flagged and report.outcome == "inconclusive"
     for name in ("reference", "reference_reordered", "reference_reformatted"):
         assert by_name(report, name).min == 1.0
     fill = by_name(report, "fill_all")
@@ -228,9 +231,10 @@ def test_chipstack_resists_every_cheat_including_over_applying():
     for iid, item in CHIP_ITEMS.items():
         n_ref = len(item["reference_answer"])
         assert fill.scores[iid] == pytest.approx(2 * n_ref / (n_pred + n_ref))  # F1: precision n_ref / n_pred
-    # text cheats make the published source raise (output_json is None): recorded as grader errors, scored 0
-    assert by_name(report, "empty").n_errors == len(CHIP_ITEMS)
-    assert by_name(report, "empty").error_types == {"python_grader_runtime_error": len(CHIP_ITEMS)}
+    empty = by_name(report, "empty")
+    assert empty.n_errors == empty.n_graded == len(CHIP_ITEMS) and empty.scores == {}
+    assert empty.error_types == {"python_grader_runtime_error": len(CHIP_ITEMS)}
+    assert empty.status_text == f"inconclusive: {len(CHIP_ITEMS)} grading errors (python_grader_runtime_error ×4)"
 
 
 @pytest.mark.slow
@@ -310,7 +314,8 @@ def test_model_grader_without_a_judge_is_inconclusive():
         {"role": "user", "content": "Reference {{item.reference_answer}}; answer {{sample.output_text}}"}]})
     report = run_probes(judge, LABEL_ITEMS, only=["empty", "reference"])
     assert any("inconclusive" in n for n in report.notes)
-    assert by_name(report, "reference").status == "flag"  # errors score 0, below the maximum
+    # errors score 0, below the maximum, but a grading error is no grade: neither a flag nor a pass
+    assert statuses(report) == {"empty": "inconclusive", "reference": "inconclusive"}
     assert report.reference_template == "{{item.reference_answer}}"
 
 
@@ -319,3 +324,103 @@ def test_report_to_dict_is_strict_json():
     back = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert back["flags"] == ["prompt_echo", "fill_all"]
     assert back["probes"][0]["name"] == "empty" and back["probes"][0]["scores"] == {k: 0.0 for k in LABEL_ITEMS}
+
+
+# ---------------------------------------------------------------- grading errors are no verdict
+
+
+class Graded:
+    """A stand-in grader (run_probes' `grader=`): `fn(sample, item)` gives a score, or an error type to fail with."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def grade_batch(self, pairs):
+        from rfteval.graders.base import GradeResult
+
+        out = []
+        for sample, item in pairs:
+            got = self.fn(sample, item)
+            out.append(GradeResult.failed(got, "boom") if isinstance(got, str) else GradeResult(float(got)))
+        return out
+
+
+@pytest.mark.slow
+def test_a_python_grader_that_raises_on_every_sample_is_inconclusive_never_ok():
+    """Every grade an error scored 0 and read as "ok" (the cheat resisted): each probe is inconclusive, with the
+    error's kind and count, and the report's exit status is no pass, with or without --strict."""
+    from rfteval.status import ExitStatus
+
+    raises = python_config("raises", "def grade(sample, item):\n    raise ValueError(sample['output_text'][:0])\n")
+    report = run_probes(raises, LABEL_ITEMS, options=OPTIONS, reference_template="{{item.reference_answer}}")
+    n = len(LABEL_ITEMS)
+    ran = [p for p in report.probes if p.status != "skipped"]
+    assert {p.name for p in ran} >= {*CHEATS, "reference"} and all(p.status == "inconclusive" for p in ran), statuses(report)
+    for p in ran:
+        assert (p.n_graded, p.n_errors, p.scores, p.flagged_items) == (n, n, {}, [])
+        assert p.status_text == f"inconclusive: {n} grading errors (python_grader_runtime_error ×{n})"
+    assert not report.flagged and report.outcome == "inconclusive"
+    assert report.exit_status(strict=True) == report.exit_status(strict=False) == ExitStatus.INCOMPLETE
+    assert report.to_dict()["inconclusive"] == [p.name for p in ran]
+
+
+def test_some_grades_errors_the_rest_decide_and_the_errors_are_counted():
+    first = next(iter(LABEL_ITEMS))
+
+    def grade(sample, item):  # the first item's grades fail; a refusal pays full marks elsewhere
+        if item is LABEL_ITEMS[first]:
+            return "model_grader_truncated_error"
+        return 1.0 if sample["output_text"] == REFUSAL_TEXT else 0.0
+
+    REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
+    report = run_probes(string_check("eq"), LABEL_ITEMS, grader=Graded(grade), only=["empty", "refusal"])
+    n = len(LABEL_ITEMS)
+    empty, refusal = by_name(report, "empty"), by_name(report, "refusal")
+    assert empty.status == "ok" and first not in empty.scores and empty.mean == 0.0
+    assert empty.status_text == f"ok ({n - 1} of {n} graded; 1 grading error (model_grader_truncated_error ×1))"
+    assert refusal.status == "flag" and refusal.flagged_items == list(LABEL_ITEMS)[1:]
+    assert report.outcome == "flagged" and not report.inconclusive
+
+
+def test_a_grader_that_never_reads_the_answer_is_told_to_read_it():
+    """Both templates read the item: every probe of an item scores alike; the advice is to read the answer."""
+    from rfteval.readiness.probes import NEVER_READS, reads_answer
+
+    blind = parse_config({"type": "string_check", "name": "blind", "input": "{{ item.reference_answer }}",
+                          "reference": "{{ item.reference_answer }}", "operation": "eq"})
+    assert not reads_answer(blind)
+    report = run_probes(blind, LABEL_ITEMS)
+    assert report.ignores_output and report.notes[0] == NEVER_READS
+    assert "never reads the answer" in NEVER_READS and "{{ sample.output_text }}" in NEVER_READS
+
+
+def test_a_judge_that_reads_the_answer_but_scores_alike_is_not_told_to_read_it():
+    """The judge's message holds {{ sample.output_text }}: telling it to put that in a message was wrong advice."""
+    from rfteval.readiness.probes import SAME_SCORES, reads_answer
+
+    judge = parse_config({"type": "score_model", "name": "j", "model": "m", "input": [
+        {"role": "user", "content": "Reference {{item.reference_answer}}; answer {{ sample.output_text }}"}]})
+    assert reads_answer(judge)
+    report = run_probes(judge, LABEL_ITEMS, grader=Graded(lambda s, i: 0.5))
+    assert report.ignores_output and report.notes[0] == SAME_SCORES
+    assert "does not tell answers apart" in SAME_SCORES and "never reads" not in SAME_SCORES
+
+
+def test_reads_answer_from_what_each_grader_refers_to():
+    from rfteval.readiness.probes import reads_answer
+
+    reading = "def grade(sample, item):\n    return float(sample['output_text'] == item['reference_answer'])\n"
+    ignoring = "def grade(sample, item):\n    return float(item['reference_answer'] == 'yes')\n"
+    blind = {"type": "string_check", "name": "b", "input": "{{ item.x }}", "reference": "{{ item.y }}",
+             "operation": "eq"}
+    tools = dict(blind, name="t", input="{{ sample.output_tools }}")
+    assert reads_answer(python_config("r", reading)) and not reads_answer(python_config("i", ignoring))
+    assert reads_answer(parse_config(tools)) and not reads_answer(parse_config(blind))
+    judge_blind = {"type": "score_model", "name": "jb", "model": "m",
+                   "input": [{"role": "user", "content": "Rate {{ item.x }}"}]}
+    assert not reads_answer(parse_config(judge_blind))
+    multi = {"type": "multi", "name": "m", "calculate_output": "a + b",
+             "graders": {"a": blind, "b": dict(blind, name="b2")}}
+    assert not reads_answer(parse_config(multi))  # no sub-grader refers to the answer
+    multi["graders"]["b"] = tools
+    assert reads_answer(parse_config(multi))

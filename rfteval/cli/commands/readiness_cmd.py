@@ -158,5 +158,8 @@ def probe_grader(
         typer.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     else:
         render_probes(report, plain_console(highlight=False))
-    if strict and report.flagged:
-        raise typer.Exit(ExitStatus.GATE_FAILED)
+    if report.inconclusive:  # said on stderr too, so that --format json's reader knows why the exit is not 0
+        typer.echo(f"rfteval: {len(report.inconclusive)} probe(s) inconclusive, every grade an error: "
+                   f"{', '.join(p.name for p in report.inconclusive)}", err=True)
+    if (status := report.exit_status(strict)) != ExitStatus.SUCCESS:
+        raise typer.Exit(status)

@@ -40,26 +40,20 @@ def validate_dataset(
     """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one. The RFT
     format's rules too: a line ending with the assistant's message is an error; system messages and lines without
     a reference field are warnings."""
-    from rfteval.data.dataset import FormatCheck, check_dataset
+    from rfteval.data.dataset import inspect_dataset
     from rfteval.graders.checks import reference_fields
     from rfteval.graders.loader import load_grader
 
     fields = reference_fields(load_grader(grader)) if grader is not None else None
-    rft = FormatCheck(path, allow_trailing_assistant, fields)
-    count, errors = check_dataset(path, rft)
-    errors += rft.problems()
-    for e in errors:
+    checked = inspect_dataset(path, allow_trailing_assistant, fields)
+    for e in checked.problems:
         typer.echo(str(e), err=True)
-    for warning in rft.warnings():
+    for warning in checked.format.warnings():
         typer.echo(f"warning: {warning}", err=True)
-    if errors:
-        typer.echo(f"{path}: {count} valid items, {len(errors)} problems", err=True)
+    if checked.with_problems or not checked.lines:
+        typer.echo(checked.summary(), err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT)
-    if count == 0:
-        typer.echo(f"{path}: the dataset has no items", err=True)
-        raise typer.Exit(ExitStatus.BAD_INPUT)
-    typer.echo(f"{path}: {count} items, no problems" + (f" ({len(rft.warnings())} warning(s) above)"
-                                                      if rft.warnings() else ""))
+    typer.echo(checked.summary())
 
 
 @command("grader", group="validate")
@@ -122,6 +116,8 @@ def validate_grader(
     typer.echo(render_report(report))
     if report["overall"]["flagged"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
+    if report["overall"]["inconclusive"]:  # no output scored twice: errors are no "stable"
+        raise typer.Exit(ExitStatus.INCOMPLETE)
 
 
 def _describe(config: GraderConfig) -> None:
@@ -172,11 +168,14 @@ def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, refer
     if judge is not None:
         note = judge_calls_note(len(data), endpoint.base_url, endpoint.api_key_env)
         typer.echo(f"the references go to the judge model: {note}")
-    text = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"]
+    checked = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)
     from rfteval.providers.judge import raise_if_stopped
 
     raise_if_stopped(judge, "no reference was judged")
-    typer.echo(text)
+    typer.echo(checked["text"])
+    if checked["summary"]["inconclusive"]:  # every reference's grade an error: no share, and never a pass
+        typer.echo("rfteval: every reference answer's grade is an error: the check is inconclusive", err=True)
+        raise typer.Exit(ExitStatus.INCOMPLETE)
 
 
 @command("spec", group="validate")
@@ -190,8 +189,10 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
     spec = build_spec(path)
     runs = resolve_models(spec)
     count, errors = check_dataset(spec.dataset)
-    if errors:
-        raise errors[0]
+    if errors:  # every unreadable line counted, as `validate dataset` lists them
+        from rfteval.errors import InputErrors
+
+        raise InputErrors(errors)
     config = check_run_inputs(spec, lambda line: typer.echo(line, err=True))
     typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
                f"out {spec.out_dir}")
