@@ -10,6 +10,7 @@ from rfteval.data.records import json_safe
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
+    from rfteval.data.sampling_check import NotSamplingJSON
     from rfteval.stats import zero_signal
 
 LEVEL_DECIMALS = 9  # scores equal to 9 decimals are one score level (the levels, zero-signal shares and advantages)
@@ -84,7 +85,9 @@ class Determinism:
 @dataclass
 class Check:
     name: str
-    status: str  # "ok" | "risky" | "not_ready" | "skipped"
+    # "ok" | "risky" | "not_ready" | "skipped" | "inconclusive" (measured on epochs that are one answer repeated:
+    # the server did not sample, so the figure is the server's, not the task's; it counts as risky)
+    status: str
     value: float | None
     threshold: str
     message: str
@@ -162,12 +165,15 @@ class ReadinessReport:
     thresholds: Thresholds
     notes: list[str] = field(default_factory=list)
     provisional: bool = False  # fewer items than compare trusts an interval on: the verdict is said to be provisional
+    # every item's epochs identical although sampling was asked for (rfteval.data.sampling_check): the checks that
+    # read the spread of epochs are inconclusive
+    not_sampling: NotSamplingJSON | None = None
 
     @property
     def reasons(self) -> list[Check]:
         """The checks that decided the verdict (for `ready`: the checks that passed)."""
-        want = "ok" if self.verdict == "ready" else self.verdict
-        return [c for c in self.checks if c.status == want]
+        want = {"ready": {"ok"}, "risky": {"risky", "inconclusive"}}.get(self.verdict, {self.verdict})
+        return [c for c in self.checks if c.status in want]
 
     def to_dict(self) -> JSONObject:
         out = json_safe(asdict(self))

@@ -27,10 +27,17 @@ def decide(report: ReadinessReport, probes: ProbeReport | None = None) -> list[C
     # the model assessed is usually the base, but a single-model run has no "base": name the label
     model = "the base" if report.label == "base" else f"{report.label}'s" if report.label else "the model's"
 
+    # every item's epochs are one answer repeated (the server did not sample): what the spread of epochs shows is
+    # the server's, not the task's, so the checks that read it say so instead of a verdict
+    flat = report.not_sampling is not None
     pos = report.position
     at_edge = abs(report.mean - report.score_min) < 1e-9 or abs(report.mean - report.score_max) < 1e-9
     where = "minimum" if pos < 0.5 else "maximum"
-    if at_edge:
+    if at_edge and flat:
+        add(Check("base_mean", "inconclusive", pos, "at the minimum or maximum",
+                  f"{model} mean {report.mean:.3g} is the grader's {where} on epochs that are one answer repeated "
+                  "(the server is not sampling): sampled answers may not all score alike"))
+    elif at_edge:
         add(Check("base_mean", "not_ready", pos, "at the minimum or maximum",
                   f"{model} mean {report.mean:.3g} is the grader's {where}: no variance for RFT to learn from"))
     elif pos < t.min_position or pos > t.max_position:
@@ -51,9 +58,14 @@ def decide(report: ReadinessReport, probes: ProbeReport | None = None) -> list[C
     else:
         status = "not_ready" if ezs > t.zero_signal_not_ready else "risky" if ezs > t.zero_signal_risky else "ok"
         limits = f"> {t.zero_signal_not_ready:g} not ready, > {t.zero_signal_risky:g} risky"
-        add(Check("zero_signal", status, ezs, limits,
-                  f"expected share of zero-advantage groups at G={g}: {_fmt(ezs)} "
-                  f"({report.expected_zero_signal.get('method')})"))
+        if flat:
+            add(Check("zero_signal", "inconclusive", ezs, limits,
+                      f"not assessed: every item's epochs are identical (the server is not sampling), so the expected "
+                      f"share of zero-advantage groups at G={g} ({_fmt(ezs)}) measures the server, not the task"))
+        else:
+            add(Check("zero_signal", status, ezs, limits,
+                      f"expected share of zero-advantage groups at G={g}: {_fmt(ezs)} "
+                      f"({report.expected_zero_signal.get('method')})"))
 
     zv = report.zero_variance
     edges = (("floor", zv["floor"], t.max_floor_share, "scored the minimum on every sample (no success to learn from)"),
@@ -61,7 +73,12 @@ def decide(report: ReadinessReport, probes: ProbeReport | None = None) -> list[C
     for key, share, limit, what in edges:
         if math.isfinite(share):
             status = "risky" if share > limit else "ok"
-            add(Check(f"{key}_items", status, share, f"> {limit:g} risky", f"{_fmt(share)} of items {what}"))
+            if status == "risky" and flat:  # every sample of an item is one answer: of course they score alike
+                add(Check(f"{key}_items", "inconclusive", share, f"> {limit:g} risky",
+                          f"{_fmt(share)} of items {what}, on epochs that are one answer repeated (the server is not "
+                          "sampling)"))
+            else:
+                add(Check(f"{key}_items", status, share, f"> {limit:g} risky", f"{_fmt(share)} of items {what}"))
 
     lab = report.labels
     if lab is not None and lab.majority_share is not None:
@@ -114,8 +131,11 @@ def decide(report: ReadinessReport, probes: ProbeReport | None = None) -> list[C
 
 
 def verdict_of(checks: Sequence[Check]) -> str:
+    """The worst status; a check that could not be assessed on these epochs (inconclusive) leaves it risky at best:
+    readiness was not shown."""
     statuses = {c.status for c in checks}
-    return "not_ready" if "not_ready" in statuses else "risky" if "risky" in statuses else "ready"
+    return ("not_ready" if "not_ready" in statuses else "risky" if statuses & {"risky", "inconclusive"}
+            else "ready")
 
 
 def small_sample_note(n_items: int) -> str | None:

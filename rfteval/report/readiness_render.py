@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 VERDICT_TEXT = {"ready": "READY", "risky": "RISKY", "not_ready": "NOT READY"}
 VERDICT_STYLE = {"ready": "bold green", "risky": "bold yellow", "not_ready": "bold red"}
 STATUS_STYLE = {"ok": "green", "risky": "yellow", "not_ready": "red", "skipped": "dim", "flag": "red",
-                "warning": "yellow"}
+                "warning": "yellow", "inconclusive": "yellow"}
 VERDICT_COLOR = {"ready": "#1a7f37", "risky": "#9a6700", "not_ready": "#cf222e"}
 
 
@@ -33,6 +33,12 @@ def _esc(text: object) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(str(text))
+
+
+def not_sampling_line(report: ReadinessReport) -> str | None:
+    """The warning that the assessed epochs are one answer repeated (rich markup), or None."""
+    flat = report.not_sampling
+    return None if flat is None else f"[yellow]warning[/]: {_esc(flat['message'])}"
 
 
 def summary_lines(report: ReadinessReport) -> list[str]:
@@ -87,10 +93,13 @@ def errors_text(err: ReadinessErrors) -> str:
     return ", ".join(out) + (f" — {types}" if types else "")
 
 
-def render_summary(report: ReadinessReport, console: Console) -> None:
-    """A few lines: the verdict, where the mean sits, zero-signal shares, and the reasons (end of `rfteval run`)."""
+def render_summary(report: ReadinessReport, console: Console, not_sampling: bool = True) -> None:
+    """A few lines: the verdict, where the mean sits, zero-signal shares, and the reasons (end of `rfteval run`);
+    then the not-sampling warning, one line however wide, unless the caller printed it already (`not_sampling`)."""
     for line in summary_lines(report):
         console.print(line, highlight=False)
+    if not_sampling and (warning := not_sampling_line(report)) is not None:
+        console.print(warning, highlight=False, soft_wrap=True)
 
 
 def text_histogram(counts: list[int], low: float, high: float, width: int = 30) -> list[str]:
@@ -201,7 +210,8 @@ _STYLE = """<style>
 .rfteval-readiness table{border-collapse:collapse;margin:.5em 0}
 .rfteval-readiness td,.rfteval-readiness th{border-bottom:1px solid #d0d7de;padding:.25em .6em;text-align:left;
 vertical-align:top}
-.rfteval-readiness .ok{color:#1a7f37}.rfteval-readiness .risky,.rfteval-readiness .warning{color:#9a6700}
+.rfteval-readiness .ok{color:#1a7f37}.rfteval-readiness .risky,.rfteval-readiness .warning,
+.rfteval-readiness .inconclusive{color:#9a6700}
 .rfteval-readiness .not_ready,.rfteval-readiness .flag{color:#cf222e}.rfteval-readiness .skipped{color:#6e7781}
 .rfteval-readiness .plots{display:flex;flex-wrap:wrap;gap:1.5em}
 .rfteval-readiness .note{color:#6e7781}
@@ -290,6 +300,8 @@ def readiness_html(report: ReadinessReport) -> str:
                     f"</td><td>{escape(num(c.value))}</td><td>{escape(c.threshold)}</td><td>{escape(c.message)}"
                     "</td></tr>")
     html.append("</table>")
+    if report.not_sampling is not None:
+        html.append(f'<p class="warning">{escape(report.not_sampling["message"])}</p>')
     html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
     html.append("</section>")
     return "\n".join(html)
@@ -339,5 +351,5 @@ def print_run_readiness(readiness: RunReadiness, console: Console) -> None:
     if readiness.report is None:
         console.print(f"readiness: not assessed ({readiness.reason})")
         return
-    render_summary(readiness.report, console)
+    render_summary(readiness.report, console, not_sampling=False)  # the run's table printed it
     console.print(f"(details: rfteval readiness {readiness.out_dir} --label {readiness.label})")
