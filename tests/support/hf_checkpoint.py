@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.real_server import gguf_path
@@ -69,10 +70,9 @@ def hf_checkpoint(variant: str = "greedy", cache: Path = CACHE) -> Path:
     return target
 
 
-def _publish(target: Path, build: object) -> None:
+def _publish(target: Path, build: Callable[[Path], None]) -> None:
     """Build into a temporary directory beside `target`, then rename it into place (another build that got there
     first wins, and this one is dropped)."""
-    assert callable(build)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
