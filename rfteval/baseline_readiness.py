@@ -46,7 +46,9 @@ def baseline_readiness(result: CompareResult, dataset: Path | None) -> BaselineR
         df = read_records(side["path"])
         if "model_label" in df and df["model_label"].nunique() > 1:
             df = df[df["model_label"] == side["label"]]
-        report = assess(df, dataset=dataset)
+        # compare's own check of the baseline's epochs (rfteval.data.sampling_check), not a second read
+        flat = result.not_sampling.get("baseline")
+        report = assess(df, dataset=dataset, not_sampling=flat)
     except InputError as exc:
         return BaselineReadiness(label, failed=str(exc))
     if report.samples_min < 2:

@@ -3,20 +3,24 @@ or why not (too many records to re-read, a file that cannot be read), and how th
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from rfteval.baseline_readiness import READINESS_MAX_RECORDS, BaselineReadiness, baseline_readiness
 from rfteval.data.records import make_record, write_jsonl
+from rfteval.data.sampling_check import NotSampling, SameEpochs
 from rfteval.graders.base import GradeResult
 from rfteval.graders.grading import apply_grade
 from rfteval.report.readiness_render import readiness_sections
 
 
-def compared(path: Path, records: int) -> Any:
-    """What baseline_readiness reads of a comparison's result: its baseline side."""
-    return SimpleNamespace(baseline={"label": "base", "path": str(path), "records": records})
+def compared(path: Path, records: int, not_sampling: dict[str, NotSampling] | None = None) -> Any:
+    """What baseline_readiness reads of a comparison's result: its baseline side, and the sides compare found
+    not sampled."""
+    return SimpleNamespace(baseline={"label": "base", "path": str(path), "records": records},
+                           not_sampling=not_sampling or {})
 
 
 def write_records(path: Path, epochs: int) -> Path:
@@ -37,6 +41,20 @@ def test_the_baseline_is_assessed_on_its_own_records_when_it_has_two_samples_per
     gone = baseline_readiness(compared(tmp_path / "missing.jsonl", 6), None)
     assert gone is not None and gone.report is None and gone.failed and "missing.jsonl" in gone.failed
 
+
+
+def test_compares_check_that_the_baseline_did_not_sample_reaches_its_readiness(tmp_path: Path) -> None:
+    """Compare found the baseline's epochs one answer repeated: its readiness section gives no zero-signal verdict
+    and says why; the candidate's check is not the baseline's."""
+    path = write_records(tmp_path / "two.jsonl", 2)
+    flat = NotSampling("base", SameEpochs(3, 2, 2), 1.0)
+    found = baseline_readiness(compared(path, 12, {"baseline": flat}), None)
+    assert found is not None and found.report is not None and found.report.not_sampling == flat.to_json()
+    assert {c.name: c.status for c in found.report.checks}["zero_signal"] == "inconclusive"
+    (_, body), = readiness_sections(found)
+    assert html.escape(flat.line) in body
+    other = baseline_readiness(compared(path, 12, {"candidate": NotSampling("tuned", SameEpochs(3, 2, 2), 1.0)}), None)
+    assert other is not None and other.report is not None and other.report.not_sampling is None
 
 
 def test_readiness_sections_say_why_there_is_no_report():

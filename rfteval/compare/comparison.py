@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
+    from rfteval.data.sampling_check import NotSampling
     from rfteval.graders.base import GraderConfig
 
 
@@ -165,6 +166,9 @@ class CompareResult:
     bounds: tuple[float, float] | None = None  # the score range intervals were cut to
     metric: str = "mean"  # what each item's value is: its mean score, or its pass@k / pass^k estimate
     pass_k: PassKCheck | None = None  # pass@1 and pass@N compared (2+ epochs), the pass rule (pass_k_check)
+    # per side ("baseline", "candidate"): its every item's epochs identical although sampling was asked for
+    # (rfteval.data.sampling_check; compare_paths reads it from the record files)
+    not_sampling: dict[str, NotSampling] = field(default_factory=dict)
 
     def to_json(self, items: bool = True) -> JSONObject:
         """The documented `--format json` shape (extra keys allowed, none removed); `items=False` leaves the
@@ -180,6 +184,7 @@ class CompareResult:
                         "metric": self.metric, "pass_threshold": o.pass_threshold},
             "notes": self.notes,
             **({"pass_k": self.pass_k} if self.pass_k is not None else {}),
+            "not_sampling": {role: c.to_json() for role, c in self.not_sampling.items()},
         })
         if items:
             out["items"] = [*self.items_json()]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rfteval.compare.comparison import CompareOptions, CompareResult, compare_sides, dataset_fields
 from rfteval.compare.gate import Gate, gated
 from rfteval.compare.sides import load_sides
+from rfteval.data.sampling_check import check_path
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[
     fields = dataset_fields(dataset, o.by) if dataset is not None and o.by else None
     base, cand = load_sides((baseline, label_b), (candidate, label_c))
     result = gated(compare_sides(base, cand, o, fields))
+    result.not_sampling = {role: found for role, side in (("baseline", base), ("candidate", cand))
+                           if (found := check_path(side.path, side.label)) is not None}
     if Path(base.path).resolve() == Path(cand.path).resolve() and base.label == cand.label:
         result.notes.append("both sides are the same records: every delta is 0 by construction (give two files, "
                             "or --label twice)")

@@ -28,12 +28,15 @@ from rfteval.compare.sides import Side, load_sides
 from rfteval.data import rundir
 from rfteval.data.json_types import JSONObject
 from rfteval.data.records import json_safe
+from rfteval.data.sampling_check import check_path
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
 from rfteval.stats.paired import PairedDelta
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from rfteval.data.sampling_check import NotSampling
 
 # The public names (what `from ... import *` and the alias package in rfteval/ hand on)
 __all__ = [
@@ -117,6 +120,9 @@ class SeriesResult:
     gate: SeriesGate
     options: CompareOptions
     notes: list[str] = field(default_factory=list)
+    # per label: its every item's epochs identical although sampling was asked for (rfteval.data.sampling_check;
+    # compare_series reads it from the run's record files)
+    not_sampling: dict[str, NotSampling] = field(default_factory=dict)
 
     @property
     def metric(self) -> str:
@@ -139,6 +145,7 @@ class SeriesResult:
                         "baseline": self.baseline["label"],
                         "gated": [c.label for c in self.candidates if c.gated]},
             "notes": self.notes,
+            "not_sampling": {label: c.to_json() for label, c in self.not_sampling.items()},
         })
 
 
@@ -245,7 +252,10 @@ def compare_series(run_dir: str | Path, options: CompareOptions | None = None, b
             raise InputError(f"no candidate {label!r} in this run (candidates: {', '.join(others)})",
                              field="--candidate")  # before reading any records
     sides = load_sides(*[(path, label) for label in [base_label, *others]])
-    return series_from_sides(sides[0], sides[1:], o, gated, fields, str(path))
+    series = series_from_sides(sides[0], sides[1:], o, gated, fields, str(path))
+    series.not_sampling = {side.label: found for side in sides
+                           if (found := check_path(side.path, side.label)) is not None}
+    return series
 
 
 def series_from_sides(base: Side, cands: Sequence[Side], options: CompareOptions | None = None,

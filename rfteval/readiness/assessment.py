@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from rfteval.data.dataset import Dataset, Item
     from rfteval.data.json_types import JSONObject
+    from rfteval.data.sampling_check import NotSampling
     from rfteval.graders.base import GradeOptions, GraderConfig
     from rfteval.graders.engine import GradingEngine
     from rfteval.providers.judge import JudgeClient
@@ -193,13 +194,16 @@ def assess(
     thresholds: Thresholds = Thresholds(), *, group_size: int = 8, label: str | None = None, regrade_n: int = 0,
     seed: int = 0, options: GradeOptions | None = None, judge: JudgeClient | None = None,
     engine: GradingEngine | None = None, probes: ProbeReport | None = None, bins: int = 10, errors: str = "exclude",
+    not_sampling: NotSampling | None = None,
 ) -> ReadinessReport:
     """Readiness of one model's N-epoch records (the base model's, before training).
 
     `engine` (anything with grade_batch) overrides building one from `grader_config`; the grader runs only for the
     constant-answer score of label-like data and for `regrade_n` > 0, and only when it needs no judge or has one.
     `errors` is the policy for generation errors: "exclude" (left out of every signal, counted) or "zero" (reward
-    0); grading errors and model refusals score 0 under both (`effective_scores`).
+    0); grading errors and model refusals score 0 under both (`effective_scores`). `not_sampling` is the label's
+    epochs found identical although sampling was asked for (rfteval.data.sampling_check, which reads the
+    temperature from the run's spec): the checks that read the spread of epochs are then inconclusive.
     """
     if group_size < 2:
         raise InputError("must be at least 2", field="--group-size")
@@ -312,6 +316,8 @@ def assess(
         if own_engine is not None:
             own_engine.close()
 
+    if not_sampling is not None:
+        report.not_sampling = not_sampling.to_json()
     report.checks = decide(report, probes)
     report.verdict = verdict_of(report.checks)
     if (note := small_sample_note(n)) is not None:

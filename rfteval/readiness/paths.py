@@ -94,10 +94,17 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
         missing = sorted({str(i) for i in df["item_id"]} - set(items))
         if missing:
             raise InputError(f"item {missing[0]!r} of the records is not in the dataset", dataset, field="id")
+    # every epoch one answer although sampling was asked for: read from the file, since the frame may hold no texts
+    # (the viewer's columns); records with no label cannot be matched to the spec's temperature
+    flat = None
+    if chosen is not None:
+        from rfteval.data.sampling_check import asked_temperature, check_file
+
+        flat = check_file(files[0], chosen, asked_temperature(directory, chosen))
     try:
         thresholds = r.thresholds if r.thresholds is not None else Thresholds()
         report = assess(df, config, items, thresholds, group_size=r.group_size, label=chosen,
-                        regrade_n=r.regrade, seed=r.seed, options=r.options, errors=r.errors)
+                        regrade_n=r.regrade, seed=r.seed, options=r.options, errors=r.errors, not_sampling=flat)
     except InputError as exc:  # name the records file when the library could not
         if exc.file is None and not (exc.field or "").startswith("--"):
             exc.file = files[0]

@@ -10,6 +10,7 @@ from rfteval.data.records import json_safe
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
+    from rfteval.data.sampling_check import NotSamplingJSON
     from rfteval.stats import zero_signal
 
 LEVEL_DECIMALS = 9  # scores equal to 9 decimals are one score level (the levels, zero-signal shares and advantages)
@@ -95,7 +96,9 @@ class Determinism:
 @dataclass
 class Check:
     name: str
-    status: str  # "ok" | "risky" | "not_ready" | "inconclusive" (rests on grading errors only) | "skipped"
+    # "ok" | "risky" | "not_ready" | "skipped" | "inconclusive" (rests on grading errors only, or on epochs
+    # that are one answer repeated: the server did not sample; never ready)
+    status: str
     value: float | None
     threshold: str
     message: str
@@ -174,6 +177,9 @@ class ReadinessReport:
     thresholds: Thresholds
     notes: list[str] = field(default_factory=list)
     provisional: bool = False  # fewer items than compare trusts an interval on: the verdict is said to be provisional
+    # every item's epochs identical although sampling was asked for (rfteval.data.sampling_check): the checks that
+    # read the spread of epochs are inconclusive
+    not_sampling: NotSamplingJSON | None = None
 
     @property
     def reasons(self) -> list[Check]:

@@ -54,10 +54,17 @@ def _signal_checks(report: ReadinessReport, add: Callable[[Check], None]) -> Non
     t = report.thresholds
     span = f"[{report.score_min:g}, {report.score_max:g}]"
     model = _model(report)
+    # every item's epochs are one answer repeated (the server did not sample): what the spread of epochs shows is
+    # the server's, not the task's, so the checks that read it say so instead of a verdict
+    flat = report.not_sampling is not None
     pos = report.position
     at_edge = abs(report.mean - report.score_min) < 1e-9 or abs(report.mean - report.score_max) < 1e-9
     where = "minimum" if pos < 0.5 else "maximum"
-    if at_edge:
+    if at_edge and flat:
+        add(Check("base_mean", "inconclusive", pos, "at the minimum or maximum",
+                  f"{model} mean {report.mean:.3g} is the grader's {where} on epochs that are one answer repeated "
+                  "(the server is not sampling): sampled answers may not all score alike"))
+    elif at_edge:
         add(Check("base_mean", "not_ready", pos, "at the minimum or maximum",
                   f"{model} mean {report.mean:.3g} is the grader's {where}: no variance for RFT to learn from"))
     elif pos < t.min_position or pos > t.max_position:
@@ -82,16 +89,26 @@ def _signal_checks(report: ReadinessReport, add: Callable[[Check], None]) -> Non
     else:
         status = "not_ready" if ezs > t.zero_signal_not_ready else "risky" if ezs > t.zero_signal_risky else "ok"
         limits = f"> {t.zero_signal_not_ready:g} not ready, > {t.zero_signal_risky:g} risky"
-        add(Check("zero_signal", status, ezs, limits,
-                  f"expected share of zero-advantage groups at G={g}: {_fmt(ezs)} "
-                  f"({report.expected_zero_signal.get('method')})"))
+        if flat:
+            add(Check("zero_signal", "inconclusive", ezs, limits,
+                      f"not assessed: every item's epochs are identical (the server is not sampling), so the expected "
+                      f"share of zero-advantage groups at G={g} ({_fmt(ezs)}) measures the server, not the task"))
+        else:
+            add(Check("zero_signal", status, ezs, limits,
+                      f"expected share of zero-advantage groups at G={g}: {_fmt(ezs)} "
+                      f"({report.expected_zero_signal.get('method')})"))
 
     edges = (("floor", zv["floor"], t.max_floor_share, "scored the minimum on every sample (no success to learn from)"),
              ("ceiling", zv["ceiling"], t.max_ceiling_share, "scored the maximum on every sample (nothing left to learn)"))
     for key, share, limit, what in edges:
         if math.isfinite(share):
             status = "risky" if share > limit else "ok"
-            add(Check(f"{key}_items", status, share, f"> {limit:g} risky", f"{_fmt(share)} of items {what}"))
+            if status == "risky" and flat:  # every sample of an item is one answer: of course they score alike
+                add(Check(f"{key}_items", "inconclusive", share, f"> {limit:g} risky",
+                          f"{_fmt(share)} of items {what}, on epochs that are one answer repeated (the server is not "
+                          "sampling)"))
+            else:
+                add(Check(f"{key}_items", status, share, f"> {limit:g} risky", f"{_fmt(share)} of items {what}"))
 
 
 def _error_checks(report: ReadinessReport, add: Callable[[Check], None], grading: bool) -> None:

@@ -35,6 +35,12 @@ def _esc(text: object) -> str:
     return rich_escape(str(text))
 
 
+def not_sampling_line(report: ReadinessReport) -> str | None:
+    """The warning that the assessed epochs are one answer repeated (rich markup), or None."""
+    flat = report.not_sampling
+    return None if flat is None else f"[yellow]warning[/]: {_esc(flat['message'])}"
+
+
 def summary_lines(report: ReadinessReport) -> list[str]:
     """The compact summary as rich-markup lines (the runner prints these after a run)."""
     zv, ez = report.zero_variance, report.expected_zero_signal
@@ -88,10 +94,13 @@ def errors_text(err: ReadinessErrors) -> str:
     return ", ".join(out) + (f" — {types}" if types else "")
 
 
-def render_summary(report: ReadinessReport, console: Console) -> None:
-    """A few lines: the verdict, where the mean sits, zero-signal shares, and the reasons (end of `rfteval run`)."""
+def render_summary(report: ReadinessReport, console: Console, not_sampling: bool = True) -> None:
+    """A few lines: the verdict, where the mean sits, zero-signal shares, and the reasons (end of `rfteval run`);
+    then the not-sampling warning, one line however wide, unless the caller printed it already (`not_sampling`)."""
     for line in summary_lines(report):
         console.print(line, highlight=False)
+    if not_sampling and (warning := not_sampling_line(report)) is not None:
+        console.print(warning, highlight=False, soft_wrap=True)
 
 
 def text_histogram(counts: list[int], low: float, high: float, width: int = 30) -> list[str]:
@@ -305,6 +314,8 @@ def readiness_html(report: ReadinessReport) -> str:
                     f"</td><td>{escape(num(c.value))}</td><td>{escape(c.threshold)}</td><td>{escape(c.message)}"
                     "</td></tr>")
     html.append("</table>")
+    if report.not_sampling is not None:
+        html.append(f'<p class="warning">{escape(report.not_sampling["message"])}</p>')
     html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
     html.append("</section>")
     return "\n".join(html)
@@ -354,5 +365,5 @@ def print_run_readiness(readiness: RunReadiness, console: Console) -> None:
     if readiness.report is None:
         console.print(f"readiness: not assessed ({readiness.reason})")
         return
-    render_summary(readiness.report, console)
+    render_summary(readiness.report, console, not_sampling=False)  # the run's table printed it
     console.print(f"(details: rfteval readiness {readiness.out_dir} --label {readiness.label})")

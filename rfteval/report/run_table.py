@@ -236,9 +236,13 @@ def _reasoning(usage: Mapping[str, object]) -> str:
 
 
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
+    from rich.markup import escape
+
     console.print(models_table(result.summary))
     for line in truncation_lines(result.summary):
         console.print(line, highlight=False, markup=False)
+    for flagged in result.summary.not_sampling or []:  # one line however wide: a log is searched for it
+        console.print(f"[yellow]warning[/]: {escape(flagged['message'])}", highlight=False, soft_wrap=True)
     for model, u in (result.summary.judge or {}).items():
         cost = f", ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
         console.print(f"judge {model}: {u.get('calls', 0)} calls, {u.get('cache_hits', 0)} cached, "

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rfteval.data.reasoning import truncation_line
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 
     from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow, SideReport
     from rfteval.compare.series import SeriesResult
+    from rfteval.data.sampling_check import NotSampling
     from rfteval.stats.paired import PairedDelta
 
 
@@ -149,12 +151,18 @@ def gate_text(result: CompareResult) -> list[Text]:
     return [Text("gate FAILED", style="bold red"), *failures, *warnings]
 
 
+def not_sampling_lines(checks: Iterable[NotSampling]) -> list[str]:
+    """The not-sampling warnings (rfteval.data.sampling_check), each once: both sides may be the same records."""
+    return ["warning: " + line for line in dict.fromkeys(c.line for c in checks)]
+
+
 def render_compare(result: CompareResult, top: int = 10) -> list[RenderableType]:
     """Everything `rfteval compare` prints, in order, as rich renderables."""
     from rich.text import Text
 
     out: list[RenderableType] = [summary_table(result)]
     out += [Text(line) for line in side_lines(result)]
+    out += [Text(line, style="yellow") for line in not_sampling_lines(result.not_sampling.values())]
     if top > 0:
         out.append(items_table(result, top))
     for role, ids in (("baseline", result.unpaired["baseline_only"]), ("candidate", result.unpaired["candidate_only"])):
@@ -171,10 +179,12 @@ def render_compare(result: CompareResult, top: int = 10) -> list[RenderableType]
 
 def print_compare(result: CompareResult, console: Console | None = None, top: int = 10) -> None:
     from rich.console import Console
+    from rich.text import Text
 
     console = console or Console()
-    for part in render_compare(result, top):
-        console.print(part)
+    whole = set(not_sampling_lines(result.not_sampling.values()))
+    for part in render_compare(result, top):  # a warning is one line however wide: a log is searched for it
+        console.print(part, soft_wrap=isinstance(part, Text) and part.plain in whole)
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint series
@@ -240,7 +250,7 @@ def series_lines(series: SeriesResult) -> list[str]:
         if cut:
             lines.append(cut)
     lines += [f"note: {n}" for n in series.notes]
-    return lines
+    return lines + not_sampling_lines(series.not_sampling.values())
 
 
 def series_gate_text(series: SeriesResult) -> list[Text]:
@@ -263,7 +273,8 @@ def print_series(series: SeriesResult, console: Console | None = None) -> None:
 
     console = console or Console()
     console.print(series_table(series))
+    whole = set(not_sampling_lines(series.not_sampling.values()))
     for line in series_lines(series):
-        console.print(Text(line))
+        console.print(Text(line, style="yellow" if line in whole else ""), soft_wrap=line in whole)
     for part in series_gate_text(series):
         console.print(part)

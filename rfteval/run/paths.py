@@ -99,15 +99,19 @@ def run_readiness(result: RunResult, run_spec: RunSpec) -> RunReadiness:
     """The RFT-readiness verdict of the baseline model (statistics.md §3): will RFT learn from this dataset?"""
     from rfteval.data.records import read_records, records_frame
     from rfteval.data.rundir import baseline_label
+    from rfteval.data.sampling_check import NotSampling
     from rfteval.graders import load_grader
     from rfteval.readiness.assessment import assess
 
     label = baseline_label(list(result.totals))
     path = result.out_dir / f"{label}.jsonl"
+    # the run's own check of its epochs (summary.json's not_sampling), not a second read of the records
+    flat = next((NotSampling.from_json(c) for c in result.summary.not_sampling or [] if c["label"] == label), None)
     try:
         # the records the run holds, as written; the file only for a result that holds none
         records = (records_frame(result.baseline_records) if result.baseline_records else read_records(path))
-        report = assess(records, load_grader(run_spec.grader), dataset=run_spec.dataset, label=label)
+        report = assess(records, load_grader(run_spec.grader), dataset=run_spec.dataset, label=label,
+                        not_sampling=flat)
     except InputError as exc:  # nothing graded yet: no verdict, not a failure
         return RunReadiness(label, result.out_dir, reason=exc.message)
     return RunReadiness(label, result.out_dir, report=report)

@@ -12,6 +12,7 @@ import msgspec
 
 from rfteval.data import rundir
 from rfteval.data.json_types import JSONField
+from rfteval.data.sampling_check import NotSamplingJSON
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from rfteval.compare.series import SeriesResult
     from rfteval.compare.sides import Side
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject
+    from rfteval.data.sampling_check import NotSampling
     from rfteval.graders.base import GraderConfig
     from rfteval.providers.pricing import Price
     from rfteval.run.results import JudgeCalls, LabelTotals
@@ -167,8 +169,11 @@ class RunSummary(_SummaryPart, kw_only=True):
     concurrency: dict[str, dict[str, JSONField]] | None = None  # per model label, the limiter's history (a finished run)
     batches: dict[str, JSONField] | None = None  # a --batch run's chunks
     judge: dict[str, dict[str, JSONField]] | None = None  # per judge model, this invocation's calls
+    # the models whose every item's epochs are identical although sampling was asked for (data/sampling_check.py)
+    not_sampling: list[NotSamplingJSON] | None = None
 
-    __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge", "limit", "dataset_items"})
+    __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge", "limit", "dataset_items",
+                              "not_sampling"})
 
     def to_dict(self) -> JSONObject:
         out = super().to_dict()
@@ -265,6 +270,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     cells = sum(t.cells for t in totals.values())
     errors = sum(t.error_count for t in totals.values())
     missing = sum(t.cells - t.records for t in totals.values())
+    flagged = not_sampling(runs, sides)
     return as_run_summary(json_safe({
         "run_id": run_id, "name": spec.run_name, "complete": complete and missing == 0,
         "dataset": spec.dataset, "items": n_items,
@@ -276,7 +282,22 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "cells": cells, "missing": missing, "errors": errors, "error_rate": errors / cells if cells else 0.0,
         "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
         **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
+        **({"not_sampling": [c.to_json() for c in flagged]} if flagged else {}),
     }))
+
+
+def not_sampling(runs: Sequence[ModelRun], sides: Mapping[str, Side]) -> list[NotSampling]:
+    """The models sent a temperature above 0 (or none: the server's default) whose every item's epochs came back
+    identical, read from the record files just written (rfteval.data.sampling_check); a replay sends nothing."""
+    from rfteval.data.sampling_check import Asked, check_file
+
+    out = []
+    for run in runs:
+        if run.provider != "replay" and run.label in sides:
+            found = check_file(Path(sides[run.label].path), run.label, Asked(run.sampling.temperature))
+            if found is not None:
+                out.append(found)
+    return out
 
 
 class TruncationCount(TypedDict):

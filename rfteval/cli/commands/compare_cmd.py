@@ -14,9 +14,12 @@ from rfteval.cli.commands.compare_reports import report_files, report_options, w
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rfteval.compare.gate_types import GateVerdict
     from rfteval.compare.paths import CompareRequest
     from rfteval.compare.series import SeriesGate
+    from rfteval.data.sampling_check import NotSampling
 
 EPILOG = """\b
 CI example (exit 0 pass, 1 gate failed, 2 bad input):
@@ -121,6 +124,7 @@ def compare(
                           ("candidate", result.unpaired["candidate_only"])):
             if ids:
                 print(f"rfteval: {len(ids)} item(s) only in the {role}, left out", file=sys.stderr)
+        _not_sampling_lines(result.not_sampling.values())
         _gate_lines(result.gate)
     else:
         from rfteval.report.terminal import print_compare
@@ -138,6 +142,14 @@ def _gate_lines(gate: GateVerdict | SeriesGate) -> None:
         print(f"rfteval: warning: {line}", file=sys.stderr)
 
 
+def _not_sampling_lines(checks: Iterable[NotSampling]) -> None:
+    """A JSON run's not-sampling warnings (also under "not_sampling" in the JSON) on stderr."""
+    from rfteval.report.terminal import not_sampling_lines
+
+    for line in not_sampling_lines(checks):
+        print(f"rfteval: {line}", file=sys.stderr)
+
+
 def _series(request: CompareRequest, fmt: str) -> None:
     """`rfteval compare RUNDIR`: the baseline against every other model (rfteval.compare.series)."""
     from rfteval.compare.paths import compare_series_request
@@ -146,6 +158,7 @@ def _series(request: CompareRequest, fmt: str) -> None:
     write_series_reports(series, request)
     if fmt == "json":
         typer.echo(json.dumps(series.to_json(), indent=2, ensure_ascii=False, allow_nan=False))
+        _not_sampling_lines(series.not_sampling.values())
         _gate_lines(series.gate)
     else:
         from rfteval.report.terminal import print_series
