@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError, InputErrors
+from rfteval.typos import closest, curly_quotes
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
@@ -82,7 +83,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, JSONValue | InputError]]:
             try:
                 yield lineno, json.loads(text)
             except json.JSONDecodeError as exc:
-                yield lineno, InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, lineno)
+                curly = curly_quotes(text)
+                hint = f"; {curly}" if curly else ""
+                yield lineno, InputError(f"invalid JSON: {exc.msg} (column {exc.colno}){hint}", path, lineno)
 
 
 def _check_message(msg: JSONInput, index: int, path: Path, lineno: int) -> InputError | None:
@@ -120,8 +123,10 @@ def validate_row(row: JSONInput, path: Path, lineno: int) -> InputError | None:
     if not isinstance(row, dict):
         return InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
     messages = row.get("messages")
-    if messages is None:
-        return InputError("missing", path, lineno, "messages")
+    if messages is None:  # any other field is the item's own, so a misspelt `messages` is only found missing
+        typo = closest("messages", [k for k in row if isinstance(row.get(k), list)])
+        return InputError("missing" + (f" (the line has `{typo}`: did you mean `messages`?)" if typo else ""),
+                          path, lineno, "messages")
     if not isinstance(messages, list) or not messages:
         return InputError("must be a non-empty list of messages", path, lineno, "messages")
     for i, msg in enumerate(messages):

@@ -80,6 +80,24 @@ def test_each_problem_names_file_line_and_field(tmp_path, text, expected):
     assert str(exc.value).startswith(str(tmp_path / expected))
 
 
+def test_a_misspelt_messages_field_is_named(tmp_path):
+    """Any field but messages is the item's own (RFT's format), so `mesages` is no error of its own: the line lacks
+    `messages`, and the error says which field of it was most likely meant."""
+    p = write(tmp_path, [json.dumps({"mesages": MSG, "answer": "1"}), json.dumps({"answer": "1", "notes": ["x"]})])
+    count, errors = check_dataset(p)
+    assert count == 0 and [str(e) for e in errors] == [
+        f"{p}:1: messages: missing (the line has `mesages`: did you mean `messages`?)",
+        f"{p}:2: messages: missing"]
+
+
+def test_curly_quotes_in_a_line_are_named(tmp_path):
+    p = write(tmp_path, [line(id="a"), '{\u201cmessages\u201d: []}'])
+    with pytest.raises(InputError) as exc:
+        load_dataset(p)
+    assert str(exc.value) == (f"{p}:2: invalid JSON: Expecting property name enclosed in double quotes (column 2); "
+                              "contains curly quotes (\u201c at column 2): replace them with straight quotes")
+
+
 def test_several_problems_reported_first_with_count(tmp_path):
     p = write(tmp_path, ["{bad", line(id="a"), "[]", "3"])
     with pytest.raises(InputErrors) as exc:

@@ -40,14 +40,17 @@ def validate_dataset(
     """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one. The RFT
     format's rules too: a line ending with the assistant's message is an error; system messages and lines without
     a reference field are warnings."""
-    from rfteval.data.dataset import FormatCheck, check_dataset
-    from rfteval.graders.checks import reference_fields
+    from rfteval.data.dataset import FormatCheck, check_dataset, iter_items
+    from rfteval.graders.checks import check_item_paths, reference_fields
     from rfteval.graders.loader import load_grader
 
-    fields = reference_fields(load_grader(grader)) if grader is not None else None
-    rft = FormatCheck(path, allow_trailing_assistant, fields)
+    config = load_grader(grader) if grader is not None else None
+    rft = FormatCheck(path, allow_trailing_assistant, reference_fields(config) if config is not None else None)
     count, errors = check_dataset(path, rft)
     errors += rft.problems()
+    if config is not None:  # the grader's templates on every line: a misspelt field is one line, not one per line
+        errors += check_item_paths(config, iter_items(path, skip_invalid=True, check_duplicates=False), path,
+                                   grader=grader)
     for e in errors:
         typer.echo(str(e), err=True)
     for warning in rft.warnings():
