@@ -3,18 +3,63 @@
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
+import msgspec
+
+from rfteval.data.json_types import JSONField
 from rfteval.errors import InputError, InputErrors
 from rfteval.typos import closest, curly_quotes
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ToolChoiceWord = Literal["auto", "required", "none"]
+ROLES = frozenset(typing.get_args(Role))
+TOOL_CHOICES: tuple[str, ...] = typing.get_args(ToolChoiceWord)
+
+
+# ---- the line's shape as a type: what docs/schemas/dataset-line.schema.json is generated from
+# (scripts/make_schemas.py). validate_row checks the same rules by hand, to name the field and line of each problem in
+# words; tests/data/test_dataset.py holds the two to the same verdict on every line it tries.
+
+class LineMessage(msgspec.Struct, omit_defaults=True):
+    """One message of the prompt, as the Chat API takes it; other keys (name, tool_call_id, ...) pass as given."""
+
+    role: Role
+    content: str | list[JSONField] | None = None  # a string, or content parts
+    tool_calls: list[JSONField] | None = None  # an assistant's turn may hold tool calls instead of content
+
+
+_HAS_CONTENT: JSONObject = {"anyOf": [{"required": ["content"]},
+                                     {"required": ["tool_calls"], "properties": {"tool_calls": {"minItems": 1}}}]}
+# an object choice is typed; a forced function names it, in chat's shape (an object `function`) or Responses'
+_NAME: JSONObject = {"type": "string", "minLength": 1}
+_TOOL_CHOICE_OBJECT: JSONObject = {
+    "required": ["type"], "properties": {"type": {"type": "string"}},
+    "if": {"properties": {"type": {"const": "function"}}},
+    "then": {"anyOf": [
+        {"required": ["function"],
+         "properties": {"function": {"type": "object", "required": ["name"], "properties": {"name": _NAME}}}},
+        {"required": ["name"], "properties": {"function": {"not": {"type": "object"}}, "name": _NAME}}]},
+}
+
+
+class DatasetLine(msgspec.Struct):
+    """One line of an RFT dataset (OpenAI's JSONL format): the prompt's messages and, beside them, any fields of
+    the item's own (a reference answer, metadata), which graders read as `item.*`."""
+
+    messages: Annotated[list[Annotated[LineMessage, msgspec.Meta(extra_json_schema=_HAS_CONTENT)]],
+                        msgspec.Meta(min_length=1)]
+    tools: list[JSONField] | None = None  # function tools the model may call
+    tool_choice: ToolChoiceWord | Annotated[dict[str, JSONField], msgspec.Meta(
+        extra_json_schema=_TOOL_CHOICE_OBJECT)] | None = None  # the item's own tool choice (rfteval's)
+    id: Annotated[str, msgspec.Meta(min_length=1)] | int | None = None  # a stable id; else a hash of the line
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +146,6 @@ def _check_message(msg: JSONInput, index: int, path: Path, lineno: int) -> Input
     if content is not None and not isinstance(content, (str, list)):
         return InputError("must be a string or a list of content parts", path, lineno, f"{where}.content")
     return None
-
-
-TOOL_CHOICES = ("auto", "required", "none")
 
 
 def _named_tool(choice: JSONInput) -> bool:

@@ -218,3 +218,35 @@ def test_a_tool_turn_or_a_user_turn_last_is_fine_and_errors_stop_at_the_limit(tm
         check.add(item)
     problems = check.problems()
     assert len(problems) == 5 and problems[-1].message.endswith("(and 55 more such lines)")
+
+
+LINES_TRIED = [
+    {"messages": MSG}, {"messages": MSG, "reference_answer": "x", "id": 3}, {"messages": MSG, "id": "a"},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}, *MSG]},
+    {"messages": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}], "tools": []},
+    {"messages": MSG, "tool_choice": "auto"}, {"messages": MSG, "tool_choice": {"type": "allowed_tools"}},
+    {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "f"}}},
+    {"messages": MSG, "tool_choice": {"type": "function", "name": "f"}},
+    # refused:
+    {}, {"mesages": MSG}, {"messages": []}, {"messages": "hi"}, {"messages": [{"role": "robot", "content": "x"}]},
+    {"messages": [{"role": "user"}]}, {"messages": [{"role": "user", "content": 3}]}, {"messages": ["hi"]},
+    {"messages": [{"role": "assistant", "tool_calls": []}]}, {"messages": MSG, "tools": {}},
+    {"messages": MSG, "tool_choice": "always"}, {"messages": MSG, "tool_choice": {"type": "function"}},
+    {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": ""}}},
+    {"messages": MSG, "tool_choice": {"type": "function", "function": {}, "name": "f"}},
+    {"messages": MSG, "tool_choice": {"name": "f"}}, {"messages": MSG, "id": ""}, {"messages": MSG, "id": True},
+    {"messages": MSG, "id": 1.5}, [MSG],
+]
+
+
+@pytest.mark.parametrize("row", LINES_TRIED)
+def test_the_line_type_and_the_line_check_give_one_verdict(row):
+    """docs/schemas/dataset-line.schema.json is generated from DatasetLine; validate_row is what loading runs.
+    Both must take and refuse the same lines, or an editor would pass a line the loader refuses."""
+    import jsonschema
+    import msgspec
+
+    from rfteval.data.dataset import DatasetLine, validate_row
+
+    schema = msgspec.json.schema(DatasetLine)
+    assert jsonschema.Draft202012Validator(schema).is_valid(row) == (validate_row(row, Path("d.jsonl"), 1) is None)
