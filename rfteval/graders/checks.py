@@ -140,9 +140,11 @@ class _PathTally:
             match = closest(str(self.missing), self.near)
             hint = f"; did you mean `{head + '.' if head else ''}{match}`?" if match is not None else ""
             message = f"no item has field `{name}` (0 of {items} items{where}{hint})"
-        else:
+        elif self.first:
             _, line, item_id, why = self.first[0]
             message = f"fails on every item (0 of {items} items{where}; first, line {line}, item {item_id}: {why})"
+        else:  # limit 0: no failure kept to quote
+            message = f"fails on every item (0 of {items} items{where})"
         file = grader if grader is not None else dataset
         return InputError(f"{{{{ {self.path} }}}}: {message}", file, field=self.field or None)
 

@@ -134,3 +134,10 @@ def test_a_python_grader_whose_item_reads_cannot_be_followed_names_no_line(tmp_p
     warnings = check_format(iter_items(p), p, reference_fields=fields).warnings()
     assert warnings == ([] if expected is None else
                         [f"{p}: 1 of 1 lines hold no field the grader reads as a reference (item.answer) (line 1)"])
+
+
+def test_a_path_no_item_fills_is_one_line_even_with_no_per_item_errors_kept(tmp_path):
+    ds = write_items(tmp_path, [{"answer": [1]}, {"answer": [2]}])
+    far = dict(MULTI["graders"]["a"], reference="{{ item.answer[3] }}")
+    (error,) = check_item_paths(parse_config(far), ds.items, ds.path, limit=0)
+    assert error.message == "{{ item.answer[3] }}: fails on every item (0 of 2 items in d.jsonl)"
