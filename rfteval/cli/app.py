@@ -67,7 +67,7 @@ def main() -> None:
         sys.exit(ExitStatus.INTERRUPTED)
 
 
-TOUR = ("run", "compare", "view", "readiness", "probe-grader", "grade", "validate", "graders", "batches", "export-reward")
+TOUR = ("init", "run", "compare", "view", "readiness", "probe-grader", "grade", "validate", "graders", "batches", "export-reward")
 
 
 def _attach_commands() -> None:
@@ -81,6 +81,7 @@ def _attach_commands() -> None:
         export_reward_cmd,
         grade_cmd,
         graders_cmd,
+        init_cmd,
         readiness_cmd,
         run_cmd,
         validate_cmd,

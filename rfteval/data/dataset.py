@@ -3,17 +3,63 @@
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
+import msgspec
+
+from rfteval.data.json_types import JSONField
 from rfteval.errors import InputError, InputErrors
+from rfteval.typos import closest, curly_quotes
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
 
-ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+ToolChoiceWord = Literal["auto", "required", "none"]
+ROLES = frozenset(typing.get_args(Role))
+TOOL_CHOICES: tuple[str, ...] = typing.get_args(ToolChoiceWord)
+
+
+# ---- the line's shape as a type: what docs/schemas/dataset-line.schema.json is generated from
+# (scripts/make_schemas.py). validate_row checks the same rules by hand, to name the field and line of each problem in
+# words; tests/data/test_dataset.py holds the two to the same verdict on every line it tries.
+
+class LineMessage(msgspec.Struct, omit_defaults=True):
+    """One message of the prompt, as the Chat API takes it; other keys (name, tool_call_id, ...) pass as given."""
+
+    role: Role
+    content: str | list[JSONField] | None = None  # a string, or content parts
+    tool_calls: list[JSONField] | None = None  # an assistant's turn may hold tool calls instead of content
+
+
+_HAS_CONTENT: JSONObject = {"anyOf": [{"required": ["content"]},
+                                     {"required": ["tool_calls"], "properties": {"tool_calls": {"minItems": 1}}}]}
+# an object choice is typed; a forced function names it, in chat's shape (an object `function`) or Responses'
+_NAME: JSONObject = {"type": "string", "minLength": 1}
+_TOOL_CHOICE_OBJECT: JSONObject = {
+    "required": ["type"], "properties": {"type": {"type": "string"}},
+    "if": {"properties": {"type": {"const": "function"}}},
+    "then": {"anyOf": [
+        {"required": ["function"],
+         "properties": {"function": {"type": "object", "required": ["name"], "properties": {"name": _NAME}}}},
+        {"required": ["name"], "properties": {"function": {"not": {"type": "object"}}, "name": _NAME}}]},
+}
+
+
+class DatasetLine(msgspec.Struct):
+    """One line of an RFT dataset (OpenAI's JSONL format): the prompt's messages and, beside them, any fields of
+    the item's own (a reference answer, metadata), which graders read as `item.*`."""
+
+    messages: Annotated[list[Annotated[LineMessage, msgspec.Meta(extra_json_schema=_HAS_CONTENT)]],
+                        msgspec.Meta(min_length=1)]
+    tools: list[JSONField] | None = None  # function tools the model may call
+    tool_choice: ToolChoiceWord | Annotated[dict[str, JSONField], msgspec.Meta(
+        extra_json_schema=_TOOL_CHOICE_OBJECT)] | None = None  # the item's own tool choice (rfteval's)
+    id: Annotated[str, msgspec.Meta(min_length=1)] | int | None = None  # a stable id; else a hash of the line
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +128,9 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, JSONValue | InputError]]:
             try:
                 yield lineno, json.loads(text)
             except json.JSONDecodeError as exc:
-                yield lineno, InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, lineno)
+                curly = curly_quotes(text)
+                hint = f"; {curly}" if curly else ""
+                yield lineno, InputError(f"invalid JSON: {exc.msg} (column {exc.colno}){hint}", path, lineno)
 
 
 def _check_message(msg: JSONInput, index: int, path: Path, lineno: int) -> InputError | None:
@@ -98,9 +146,6 @@ def _check_message(msg: JSONInput, index: int, path: Path, lineno: int) -> Input
     if content is not None and not isinstance(content, (str, list)):
         return InputError("must be a string or a list of content parts", path, lineno, f"{where}.content")
     return None
-
-
-TOOL_CHOICES = ("auto", "required", "none")
 
 
 def _named_tool(choice: JSONInput) -> bool:
@@ -120,8 +165,10 @@ def validate_row(row: JSONInput, path: Path, lineno: int) -> InputError | None:
     if not isinstance(row, dict):
         return InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
     messages = row.get("messages")
-    if messages is None:
-        return InputError("missing", path, lineno, "messages")
+    if messages is None:  # any other field is the item's own, so a misspelt `messages` is only found missing
+        typo = closest("messages", [k for k in row if isinstance(row.get(k), list)])
+        return InputError("missing" + (f" (the line has `{typo}`: did you mean `messages`?)" if typo else ""),
+                          path, lineno, "messages")
     if not isinstance(messages, list) or not messages:
         return InputError("must be a non-empty list of messages", path, lineno, "messages")
     for i, msg in enumerate(messages):
@@ -213,10 +260,13 @@ class DatasetCheck:
     items: int  # lines read as items; the format check saw each
     unreadable: list[InputError]  # one per line that is not an item
     format: FormatCheck
+    # the grader's `item.*` templates resolved on every item (`--grader`): problems of the grader with this data,
+    # named apart so that the line counts still add up
+    template_problems: list[InputError] = field(default_factory=list)
 
     @property
     def problems(self) -> list[InputError]:
-        return self.unreadable + self.format.problems()
+        return self.unreadable + self.format.problems() + self.template_problems
 
     @property
     def lines(self) -> int:
@@ -235,8 +285,11 @@ class DatasetCheck:
         n = len(self.format.warnings())
         apart = (f" ({n} warning{'s' if n != 1 else ''} above, not counted as "
                  f"{'a problem' if n == 1 else 'problems'})") if n else ""
-        if self.with_problems:
-            return f"{self.path}: {self.lines} lines: {self.valid} valid, {self.with_problems} with problems{apart}"
+        n_t = len(self.template_problems)
+        templates = f"; {n_t} problem{'s' if n_t != 1 else ''} of the grader's item fields above" if n_t else ""
+        if self.with_problems or templates:
+            return (f"{self.path}: {self.lines} lines: {self.valid} valid, {self.with_problems} with problems"
+                    f"{templates}{apart}")
         if not self.lines:
             return f"{self.path}: the dataset has no items"
         return f"{self.path}: {self.valid} items, no problems{apart}"

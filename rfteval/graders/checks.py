@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,6 +19,7 @@ from pydantic import BaseModel
 
 from rfteval.errors import InputError
 from rfteval.graders.template import TemplateError, compile_template, lookup, parse_path
+from rfteval.typos import closest
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Dataset, Item
@@ -97,33 +100,102 @@ def output_json_warning(config: GraderConfig, has_response_format: bool) -> str 
             "leaves output_json empty, and so does rfteval (every such read fails as it would when uploaded)")
 
 
-def check_item_paths(config: GraderConfig, items: Iterable[Item | JSONMapping], dataset: str | Path | None = None,
-                     limit: int = 50) -> list[InputError]:
-    """Every `item.*` path resolved on every item: one error per failing (item, path), `FILE:LINE: field: why`.
+@dataclass
+class _PathTally:
+    """One `item.*` path over the items: how many it resolved on, its first failures, and the keys found where
+    it broke (what a misspelt field is matched against)."""
 
-    Stops after `limit` errors (the count of the rest is in the last message), so a dataset where every item
-    lacks the field gives a readable list, not thousands of lines.
+    field: str
+    path: str
+    keys: tuple[str | int, ...]
+    resolved: int = 0
+    failed: int = 0
+    first: list[tuple[int, int | None, str, str]] = dataclass_field(default_factory=list)  # (order, line, id, why)
+    missing: str | int | None = None  # the key the first failure lacks, when it broke on a missing key
+    depth: int = 0  # how many keys of the path led there
+    near: dict[str, None] = dataclass_field(default_factory=dict)  # the keys beside it, in order, deduplicated
+
+    def add(self, order: int, data: JSONMapping, line: int | None, item_id: str, limit: int) -> None:
+        try:
+            lookup(data, self.path, self.keys)
+            self.resolved += 1
+            return
+        except TemplateError as exc:
+            why = str(exc).split(": ", 1)[-1]
+        self.failed += 1
+        if len(self.first) < limit:
+            self.first.append((order, line, item_id, why))
+        broke = _missing_key(data, self.keys)
+        if broke is not None and (self.missing is None or broke[:2] == (self.missing, self.depth)):
+            self.missing, self.depth = broke[0], broke[1]
+            if len(self.near) < _NEAR_KEYS:
+                self.near.update(dict.fromkeys(broke[2]))
+
+    def summary(self, items: int, dataset: str | Path | None, grader: str | Path | None) -> InputError:
+        """The one line for a path no item fills: a typo of a field name fails on every item alike."""
+        where = f" in {Path(dataset).name}" if dataset is not None else ""
+        if self.missing is not None:
+            head = ".".join(str(k) for k in self.keys[: self.depth])
+            name = f"{head}.{self.missing}" if head else str(self.missing)
+            match = closest(str(self.missing), self.near)
+            hint = f"; did you mean `{head + '.' if head else ''}{match}`?" if match is not None else ""
+            message = f"no item has field `{name}` (0 of {items} items{where}{hint})"
+        elif self.first:
+            _, line, item_id, why = self.first[0]
+            message = f"fails on every item (0 of {items} items{where}; first, line {line}, item {item_id}: {why})"
+        else:  # limit 0: no failure kept to quote
+            message = f"fails on every item (0 of {items} items{where})"
+        file = grader if grader is not None else dataset
+        return InputError(f"{{{{ {self.path} }}}}: {message}", file, field=self.field or None)
+
+
+_NEAR_KEYS = 200  # keys kept to match a misspelt field against: an item's own fields, a few items' worth
+
+
+def _missing_key(root: JSONMapping, keys: tuple[str | int, ...]) -> tuple[str | int, int, list[str]] | None:
+    """(the key, its depth, the keys beside it) where `keys` break on a dict lacking one; None when they break
+    otherwise (an index out of range, a lookup into a string)."""
+    value: object = root
+    for depth, key in enumerate(keys):
+        if isinstance(value, dict):
+            if key in value or (isinstance(key, int) and str(key) in value):
+                value = value[key] if key in value else value[str(key)]
+                continue
+            return key, depth, [k for k in value if isinstance(k, str)]
+        if isinstance(value, list) and isinstance(key, int) and -len(value) <= key < len(value):
+            value = value[key]
+            continue
+        return None
+    return None
+
+
+def check_item_paths(config: GraderConfig, items: Iterable[Item | JSONMapping], dataset: str | Path | None = None,
+                     limit: int = 50, grader: str | Path | None = None) -> list[InputError]:
+    """Every `item.*` path resolved on every item. A path no item fills (`{{ item.anser }}`: a typo) is one line,
+    naming the grader file, the count and the field it is most likely a typo of; a path only some items lack gives
+    one error per failing (item, path), `FILE:LINE: field: why`.
+
+    Stops after `limit` per-item errors (the count of the rest is in the last message), so a dataset where most
+    items lack the field gives a readable list, not thousands of lines.
     """
-    paths = [(field, path, keys) for field, path, namespace, keys in template_paths(config) if namespace == "item"]
-    errors: list[InputError] = []
-    more = 0
-    for item in items:
+    tallies = [_PathTally(field, path, keys)
+               for field, path, namespace, keys in template_paths(config) if namespace == "item"]
+    count = 0
+    for order, item in enumerate(items):
+        count += 1
         data = item if isinstance(item, Mapping) else item.data  # an Item, or an item's data itself
         line = None if isinstance(item, Mapping) else item.line
-        for field, path, keys in paths:
-            if not keys:
-                problem = "names the whole item; name a field"
-            else:
-                try:
-                    lookup(data, path, keys)
-                    continue
-                except TemplateError as exc:
-                    problem = str(exc).split(": ", 1)[-1]
-            if len(errors) < limit:
-                errors.append(InputError(f"{{{{ {path} }}}} (grader {field}): {problem}", dataset, line,
-                                         f"item {getattr(item, 'id', '?')}"))
-            else:
-                more += 1
+        for tally in tallies:
+            tally.add(order, data, line, str(getattr(item, "id", "?")), limit)
+    nowhere = [t for t in tallies if count and not t.resolved]
+    errors = [t.summary(count, dataset, grader) for t in nowhere]
+    some = [t for t in tallies if t.failed and t.resolved]
+    failures = sorted((order, i, line, item_id, why) for i, t in enumerate(some)
+                      for order, line, item_id, why in t.first)
+    for _, i, line, item_id, why in failures[:limit]:
+        errors.append(InputError(f"{{{{ {some[i].path} }}}} (grader {some[i].field}): {why}", dataset, line,
+                                 f"item {item_id}"))
+    more = sum(t.failed for t in some) - min(limit, len(failures))
     if more:
         last = errors[-1]
         errors[-1] = InputError(f"{last.message} (and {more} more)", last.file, last.line, last.field)
@@ -134,7 +206,8 @@ def preflight(config: GraderConfig, dataset: Dataset, grader_source: str | Path 
               limit: int = 50) -> list[InputError]:
     """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
     model call: what `validate grader --dataset`, `grade` and `run` check first."""
-    return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit)
+    return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit,
+                                                                        grader_source)
 
 
 def preflight_stream(config: GraderConfig, dataset_path: str | Path, grader_source: str | Path | None = None,
@@ -143,7 +216,8 @@ def preflight_stream(config: GraderConfig, dataset_path: str | Path, grader_sour
     from rfteval.data.dataset import iter_items
 
     items = iter_items(dataset_path, skip_invalid=True, check_duplicates=False)
-    return check_sample_paths(config, grader_source) + check_item_paths(config, items, dataset_path, limit)
+    return check_sample_paths(config, grader_source) + check_item_paths(config, items, dataset_path, limit,
+                                                                        grader_source)
 
 
 def python_access_paths(source: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.base import REGISTRY, GraderConfig, pass_rule_note
+from rfteval.typos import curly_quotes, did_you_mean, typo_first, unknown_key
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONObject, JSONValue
@@ -48,7 +49,9 @@ def parse_config(obj: JSONInput, source: str | Path | None = None, prefix: str =
     gtype = obj.get("type")
     if gtype not in REGISTRY:
         known = ", ".join(sorted(REGISTRY))
-        raise fail(f"unknown grader type {gtype!r} (known: {known})", _format_loc(prefix, ("type",)))
+        hint = did_you_mean(gtype, REGISTRY) if isinstance(gtype, str) else ""
+        raise fail(f"unknown grader type {gtype!r} ({hint + ' ' if hint else ''}known: {known})",
+                   _format_loc(prefix, ("type",)))
     model = REGISTRY[gtype].config
     notes: list[str] = []
     try:
@@ -57,11 +60,12 @@ def parse_config(obj: JSONInput, source: str | Path | None = None, prefix: str =
         config._notes.extend(notes)  # the defaults filled in (base.load_notes)
         return config
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = typo_first(model, exc.errors())
         loc = err["loc"]
         # Literal errors on a discriminator-like union add the tag to the location; drop non-field parts.
         loc = tuple(p for p in loc if not (isinstance(p, str) and p.startswith("function-")))
-        raise fail(err["msg"], _format_loc(prefix, loc)) from None
+        message = unknown_key(model, loc) if err["type"] == "extra_forbidden" else err["msg"]
+        raise fail(message, _format_loc(prefix, loc)) from None
 
 
 JOB_REFUSES = ("label_model",)  # RFT's grader union has no label_model at the top (it is allowed inside multi)
@@ -89,7 +93,9 @@ def read_json_file(path: str | Path) -> tuple[JSONValue, str]:
     try:
         return json.loads(text), text
     except json.JSONDecodeError as exc:
-        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})", path, exc.lineno) from None
+        curly = curly_quotes(text)
+        raise InputError(f"invalid JSON: {exc.msg} (column {exc.colno})" + (f"; {curly}" if curly else ""), path,
+                         exc.lineno) from None
 
 
 # `--grader FILE.py:FUNCTION`: a TRL-style reward function as a grader (graders/reward_function.py)

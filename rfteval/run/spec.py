@@ -24,6 +24,7 @@ from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_MIN_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers.base import Sampling
 from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeApi, JudgeEndpoint
+from rfteval.typos import curly_quotes, typo_first, unknown_key
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
@@ -282,7 +283,9 @@ def read_spec_file(path: str | Path) -> tuple[JSONObject, str]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+)", str(exc))
-        raise InputError(f"invalid TOML: {exc}", path, int(m.group(1)) if m else None) from None
+        curly = curly_quotes(text)
+        raise InputError(f"invalid TOML: {exc}" + (f"; {curly}" if curly else ""), path,
+                         int(m.group(1)) if m else None) from None
     return absolutize(raw, path.resolve().parent), text
 
 
@@ -393,6 +396,7 @@ def build_spec(
         raw, text = read_spec_file(spec_path)
     overrides = overrides or {}
     merged = deep_merge(raw, overrides)
+    _refuse_api_keys(merged, spec_path, text)
     for req, flag in (("dataset", "--dataset"), ("grader", "--grader"), ("models", "--model")):
         if req not in merged:
             hint = f"set `{req}` in the spec or pass {flag}" if spec_path else f"pass {flag} (or a spec file)"
@@ -400,15 +404,38 @@ def build_spec(
     try:
         return RunSpec.model_validate(merged)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        err = typo_first(RunSpec, exc.errors())
         loc = tuple(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = unknown_key(RunSpec, loc) if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
         if _from_flags(overrides, loc) or spec_path is None:
             flag_name = FLAG_NAMES.get(tuple(map(str, loc))) or ("--model" if loc[:1] == ("models",) else None)
             field = flag_name or ".".join(map(str, loc))
             raise InputError(msg, field=field) from None
         dotted = ".".join(map(str, loc))
         raise InputError(msg, spec_path, _line_of_key(text, loc), dotted) from None
+
+
+def _is_api_key(key: str) -> bool:
+    """A key that holds a key: api_key, apiKey, openai_api_key, api-key (api_key_env, a variable's name, is not)."""
+    return re.sub(r"[-_]", "", key.lower()).endswith("apikey")
+
+
+def _refuse_api_keys(raw: JSONMapping, spec_path: str | Path | None, text: str) -> None:
+    """A key written into the spec (at the top, in [endpoint], [judge] or a [models.LABEL]) is refused before
+    anything else is read, pointing to `api_key_env`; the value is never repeated, so it reaches no terminal or log."""
+    tables: list[tuple[tuple[str, ...], object]] = [((), raw), (("endpoint",), raw.get("endpoint")),
+                                                    (("judge",), raw.get("judge"))]
+    models = raw.get("models")
+    if isinstance(models, dict):
+        tables += [(("models", str(label)), table) for label, table in models.items()]
+    for where, table in tables:
+        for key in table if isinstance(table, dict) else ():
+            if _is_api_key(key):
+                loc = (*where, key)
+                env = ".".join((*where, "api_key_env")) if where else "endpoint.api_key_env"  # no top-level one
+                raise InputError(f"an API key does not go in a spec file: put the NAME of the environment variable "
+                                 f"holding it in `{env}` (e.g. api_key_env = \"OPENAI_API_KEY\") and remove this key",
+                                 spec_path, _line_of_key(text, loc) if text else None, ".".join(loc))
 
 
 def _from_flags(overrides: JSONMapping, loc: tuple[int | str, ...]) -> bool:

@@ -284,7 +284,8 @@ def test_a_template_no_item_can_fill_stops_the_run_before_any_request(files: dic
                               "--model", "base=m", "--base-url", "http://127.0.0.1:9/v1", "--out", str(files["out"]),
                               "-q"])
     assert res.exit_code == 2
-    assert f"{files['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer'" in res.stderr
+    assert (f"rfteval: {files['grader']}: reference: {{{{ item.answer }}}}: no item has field `answer` (0 of "
+            f"{N_ITEMS} items in items.jsonl; did you mean `reference_answer`?)") in res.stderr.splitlines()
     assert not files["out"].exists()
 
 

@@ -352,3 +352,44 @@ def test_validate_grader_repeat_on_a_judge_whose_every_answer_is_cut_off_is_inco
     assert res.exit_code == 3, res.output
     assert "12 grading errors (model_grader_truncated_error ×12), left out -> INCONCLUSIVE" in res.stdout
     assert "stable" not in res.stdout
+
+
+def _typo_files(tmp_path: Path) -> tuple[Path, Path]:
+    """48 items holding `answer`, and a grader whose template misspells it `anser`."""
+    ds = tmp_path / "items.jsonl"
+    ds.write_text("".join(json.dumps({"id": f"i{n}", "messages": [{"role": "user", "content": f"q{n}"}],
+                                      "answer": str(n)}) + "\n" for n in range(48)))
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps({"type": "string_check", "name": "g", "input": "{{ sample.output_text }}",
+                                  "reference": "{{ item.anser }}", "operation": "eq"}))
+    return ds, grader
+
+
+def test_a_template_typo_is_one_line_in_validate_grader_and_validate_dataset(tmp_path):
+    ds, grader = _typo_files(tmp_path)
+    expected = (f"{grader}: reference: {{{{ item.anser }}}}: no item has field `anser` (0 of 48 items in items.jsonl; "
+                "did you mean `answer`?)")
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
+    assert res.exit_code == 2 and res.stderr.splitlines() == [f"rfteval: {expected}"]
+    res = runner.invoke(app, ["validate", "dataset", str(ds), "--grader", str(grader)])
+    assert res.exit_code == 2
+    errors = [line for line in res.stderr.splitlines() if not line.startswith("warning: ")]
+    assert errors == [expected, f"{ds}: 48 lines: 48 valid, 0 with problems; 1 problem of the grader's item fields "
+                      "above (1 warning above, not counted as a problem)"]
+
+
+def test_an_api_key_in_a_spec_is_refused_and_never_printed(tmp_path):
+    secret = "sk-proj-4fGq9SECRETxx"
+    p = spec(tmp_path)
+    p.write_text(p.read_text().replace('base_url = "http://127.0.0.1:9/v1"',
+                                       f'base_url = "http://127.0.0.1:9/v1"\napi_key = "{secret}"'))
+    line = p.read_text().splitlines().index(f'api_key = "{secret}"') + 1
+    for args in (["validate", "spec", str(p)], ["run", str(p), "-q", "--out", str(tmp_path / "run")]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2
+        assert res.stderr.splitlines() == [
+            f"rfteval: {p}:{line}: models.tuned.api_key: an API key does not go in a spec file: put the NAME of the "
+            "environment variable holding it in `models.tuned.api_key_env` (e.g. api_key_env = \"OPENAI_API_KEY\") "
+            "and remove this key"]
+        assert secret not in res.stdout + res.stderr and "SECRET" not in res.stdout + res.stderr
+    assert not (tmp_path / "run").exists()

@@ -80,6 +80,24 @@ def test_each_problem_names_file_line_and_field(tmp_path, text, expected):
     assert str(exc.value).startswith(str(tmp_path / expected))
 
 
+def test_a_misspelt_messages_field_is_named(tmp_path):
+    """Any field but messages is the item's own (RFT's format), so `mesages` is no error of its own: the line lacks
+    `messages`, and the error says which field of it was most likely meant."""
+    p = write(tmp_path, [json.dumps({"mesages": MSG, "answer": "1"}), json.dumps({"answer": "1", "notes": ["x"]})])
+    count, errors = check_dataset(p)
+    assert count == 0 and [str(e) for e in errors] == [
+        f"{p}:1: messages: missing (the line has `mesages`: did you mean `messages`?)",
+        f"{p}:2: messages: missing"]
+
+
+def test_curly_quotes_in_a_line_are_named(tmp_path):
+    p = write(tmp_path, [line(id="a"), '{\u201cmessages\u201d: []}'])
+    with pytest.raises(InputError) as exc:
+        load_dataset(p)
+    assert str(exc.value) == (f"{p}:2: invalid JSON: Expecting property name enclosed in double quotes (column 2); "
+                              "contains curly quotes (\u201c at column 2): replace them with straight quotes")
+
+
 def test_several_problems_reported_first_with_count(tmp_path):
     p = write(tmp_path, ["{bad", line(id="a"), "[]", "3"])
     with pytest.raises(InputErrors) as exc:
@@ -220,3 +238,37 @@ def test_inspect_dataset_counts_every_line_once(tmp_path):
     assert clean.problems == [] and clean.summary() == f"{tmp_path / 'clean.jsonl'}: 2 items, no problems"
     empty = inspect_dataset(write(tmp_path, [""], "empty.jsonl"))
     assert empty.lines == 0 and empty.summary().endswith("the dataset has no items")
+
+
+
+
+LINES_TRIED = [
+    {"messages": MSG}, {"messages": MSG, "reference_answer": "x", "id": 3}, {"messages": MSG, "id": "a"},
+    {"messages": [{"role": "assistant", "tool_calls": [{"id": "c", "type": "function"}]}, *MSG]},
+    {"messages": [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}], "tools": []},
+    {"messages": MSG, "tool_choice": "auto"}, {"messages": MSG, "tool_choice": {"type": "allowed_tools"}},
+    {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "f"}}},
+    {"messages": MSG, "tool_choice": {"type": "function", "name": "f"}},
+    # refused:
+    {}, {"mesages": MSG}, {"messages": []}, {"messages": "hi"}, {"messages": [{"role": "robot", "content": "x"}]},
+    {"messages": [{"role": "user"}]}, {"messages": [{"role": "user", "content": 3}]}, {"messages": ["hi"]},
+    {"messages": [{"role": "assistant", "tool_calls": []}]}, {"messages": MSG, "tools": {}},
+    {"messages": MSG, "tool_choice": "always"}, {"messages": MSG, "tool_choice": {"type": "function"}},
+    {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": ""}}},
+    {"messages": MSG, "tool_choice": {"type": "function", "function": {}, "name": "f"}},
+    {"messages": MSG, "tool_choice": {"name": "f"}}, {"messages": MSG, "id": ""}, {"messages": MSG, "id": True},
+    {"messages": MSG, "id": 1.5}, [MSG],
+]
+
+
+@pytest.mark.parametrize("row", LINES_TRIED)
+def test_the_line_type_and_the_line_check_give_one_verdict(row):
+    """docs/schemas/dataset-line.schema.json is generated from DatasetLine; validate_row is what loading runs.
+    Both must take and refuse the same lines, or an editor would pass a line the loader refuses."""
+    import jsonschema
+    import msgspec
+
+    from rfteval.data.dataset import DatasetLine, validate_row
+
+    schema = msgspec.json.schema(DatasetLine)
+    assert jsonschema.Draft202012Validator(schema).is_valid(row) == (validate_row(row, Path("d.jsonl"), 1) is None)

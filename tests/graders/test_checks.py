@@ -41,9 +41,32 @@ def test_every_item_is_checked_and_named_by_file_line_and_id(tmp_path):
 
 
 def test_the_list_is_capped(tmp_path):
-    ds = write_items(tmp_path, [{"id": str(i)} for i in range(8)])
+    ds = write_items(tmp_path, [{"id": "has", "answer": "A"}] + [{"id": str(i)} for i in range(8)])
     errors = check_item_paths(parse_config(MULTI), ds.items, ds.path, limit=3)
     assert len(errors) == 3 and errors[-1].message.endswith("(and 5 more)")
+    assert [e.line for e in errors] == [2, 3, 4]
+
+
+def test_a_field_no_item_has_is_one_line_with_the_count_and_the_field_meant(tmp_path):
+    """A misspelt `{{ item.anser }}` fails on every item alike: one line naming the grader file, not 48."""
+    ds = write_items(tmp_path, [{"id": f"i{n}", "answer": str(n)} for n in range(48)])
+    typo = dict(MULTI["graders"]["a"], reference="{{ item.anser }}")
+    errors = check_item_paths(parse_config(typo), ds.items, ds.path, grader="grader.json")
+    assert [str(e) for e in errors] == ["grader.json: reference: {{ item.anser }}: no item has field `anser` "
+                                        "(0 of 48 items in d.jsonl; did you mean `answer`?)"]
+
+
+def test_a_nested_field_no_item_has_is_matched_among_its_neighbours(tmp_path):
+    ds = write_items(tmp_path, [{"meta": {"answer": "A", "source": "s"}}, {"meta": {"answer": "B"}}])
+    typo = dict(MULTI["graders"]["a"], reference="{{ item.meta.answr }}")
+    (error,) = check_item_paths(parse_config(typo), ds.items, ds.path)
+    assert error.file == ds.path and error.field == "reference"
+    assert error.message == ("{{ item.meta.answr }}: no item has field `meta.answr` (0 of 2 items in d.jsonl; "
+                             "did you mean `meta.answer`?)")
+    far = dict(MULTI["graders"]["a"], reference="{{ item.meta.answer[5] }}")  # no missing key: the first failure
+    (error,) = check_item_paths(parse_config(far), ds.items, ds.path)
+    assert error.message.startswith("{{ item.meta.answer[5] }}: fails on every item (0 of 2 items in d.jsonl; first, "
+                                    "line 1, item ")
 
 
 def test_sample_paths_must_name_a_sample_field():
@@ -111,3 +134,10 @@ def test_a_python_grader_whose_item_reads_cannot_be_followed_names_no_line(tmp_p
     warnings = check_format(iter_items(p), p, reference_fields=fields).warnings()
     assert warnings == ([] if expected is None else
                         [f"{p}: 1 of 1 lines hold no field the grader reads as a reference (item.answer) (line 1)"])
+
+
+def test_a_path_no_item_fills_is_one_line_even_with_no_per_item_errors_kept(tmp_path):
+    ds = write_items(tmp_path, [{"answer": [1]}, {"answer": [2]}])
+    far = dict(MULTI["graders"]["a"], reference="{{ item.answer[3] }}")
+    (error,) = check_item_paths(parse_config(far), ds.items, ds.path, limit=0)
+    assert error.message == "{{ item.answer[3] }}: fails on every item (0 of 2 items in d.jsonl)"

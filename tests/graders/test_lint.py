@@ -283,7 +283,8 @@ def test_templates_no_item_fills_are_named_by_probe_grader(tmp_path: Path) -> No
                                   "reference": "{{ item.answer }}", "operation": "eq"}))
     res = runner.invoke(app, ["probe-grader", str(grader), "--dataset", str(f["dataset"])])
     assert res.exit_code == 2
-    assert f"{f['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer'" in res.stderr
+    assert (f"{grader}: reference: {{{{ item.answer }}}}: no item has field `answer` (0 of 3 items in items.jsonl; "
+            "did you mean `reference_answer`?)") in res.stderr
 
 
 @pytest.mark.slow
@@ -296,8 +297,8 @@ def test_templates_no_item_fills_are_named_by_agree_regrade(tmp_path: Path) -> N
                                   "reference": "{{ item.answer }}", "operation": "eq"}))
     res = runner.invoke(app, ["agree", str(f["records"]), "--regrade", str(grader), "--dataset", str(f["dataset"])])
     assert res.exit_code == 2, res.output
-    assert (f"rfteval: {f['dataset']}:1: item q0: {{{{ item.answer }}}} (grader reference): no key 'answer' "
-            "(and 2 more problems)") in res.stderr.splitlines()
+    assert res.stderr.splitlines() == [f"rfteval: {grader}: reference: {{{{ item.answer }}}}: no item has field "
+                                       "`answer` (0 of 3 items in items.jsonl; did you mean `reference_answer`?)"]
 
 
 def test_export_environment_refuses_a_judge_that_never_sees_the_answer(tmp_path: Path) -> None:

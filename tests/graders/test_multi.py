@@ -215,7 +215,7 @@ def test_bad_nested_field_inside_a_job(tmp_path):
     ({"calculate_output": "name_grader + email_grader"}, "calculate_output", "unknown name 'name_grader'"),
     ({"calculate_output": ""}, "calculate_output", "the formula is empty"),
     ({"calculate_output": 3}, "calculate_output", "valid string"),
-    ({"invalid_grade": 0}, "invalid_grade", "Extra inputs are not permitted"),
+    ({"invalid_grade": 0}, "invalid_grade", "unknown key (expected one of type, name, graders, calculate_output)"),
 ])
 def test_config_errors(tmp_path, change, field, fragment):
     obj = {**NAME_EMAIL, **change}

@@ -109,7 +109,7 @@ def test_a_metric_crash_is_one_error_not_a_crashed_batch(monkeypatch):
     ({"evaluation_metric": "levenshtein"}, "evaluation_metric: Input should be"),
     ({"pass_threshold": "high"}, "pass_threshold: "),
     ({"input": "{{ output_text }}"}, "input: "),
-    ({"metric": "bleu"}, "metric: Extra inputs are not permitted"),
+    ({"metric": "bleu"}, "metric: unknown key (did you mean `evaluation_metric`?)"),
 ])
 def test_config_errors_name_the_field(tmp_path, change, fragment):
     p = tmp_path / "g.json"

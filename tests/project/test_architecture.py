@@ -45,7 +45,7 @@ def imports(path: Path, name: str, known: dict[str, Path]) -> set[str]:
 # The layers, lowest first. A module may import from its own package and from any package of a lower layer;
 # never from a higher layer, nor from another package of its own layer. docs/architecture.md draws this list.
 LAYERS: list[tuple[str, ...]] = [
-    ("rfteval", "rfteval.errors", "rfteval.status", "rfteval.limits"),
+    ("rfteval", "rfteval.errors", "rfteval.status", "rfteval.limits", "rfteval.typos"),
     ("rfteval.data",),
     ("rfteval.stats",),
     ("rfteval.providers",),

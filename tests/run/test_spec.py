@@ -164,6 +164,58 @@ def test_unknown_key_names_file_line_and_key(spec_dir: Path) -> None:
     assert str(err.value).startswith(f"{path}:5: epoch_count: ")
 
 
+@pytest.mark.parametrize("old, new, field, meant", [
+    ("epochs = 3", "epoch = 3", "epoch", "epochs"),
+    ("temperature = 0.5", "temprature = 0.5", "models.tuned.temprature", "temperature"),
+    ('api = "chat"', 'base_ur = "http://127.0.0.1:1/v1"', "endpoint.base_ur", "base_url"),
+    ("reasoning_effort", "reasoning_efort", "sampling.reasoning_efort", "reasoning_effort"),
+])
+def test_a_misspelt_key_gets_the_key_it_most_likely_meant(spec_dir: Path, old: str, new: str, field: str,
+                                                          meant: str) -> None:
+    path = spec_dir / "spec.toml"
+    text = SPEC.replace(old, new)
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.field == field and err.value.message == f"unknown key (did you mean `{meant}`?)"
+    bad = field.rsplit(".", 1)[-1]
+    assert err.value.line == 1 + next(i for i, line in enumerate(text.splitlines()) if line.split(" = ")[0] == bad)
+
+
+@pytest.mark.parametrize("where, table, env", [
+    ("", "", "endpoint.api_key_env"),  # a top-level key: the endpoint's variable is meant
+    ("[endpoint]\n", "endpoint.", "endpoint.api_key_env"),
+    ("[judge]\n", "judge.", "judge.api_key_env"),
+    ("[models.base]\n", "models.base.", "models.base.api_key_env"),
+])
+def test_an_api_key_in_the_spec_points_to_api_key_env_and_is_never_repeated(tmp_path: Path, where: str, table: str,
+                                                                            env: str) -> None:
+    secret = "sk-proj-Zq81xSECRETvalue"
+    body = 'dataset = "d.jsonl"\ngrader = "g.json"\n'
+    tail = '[models.base]\nmodel = "m"\n'
+    if where == "[models.base]\n":
+        text = body + f'[models.base]\nmodel = "m"\napi_key = "{secret}"\n'
+    else:
+        text = body + where + f'api_key = "{secret}"\n' + tail
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.field == f"{table}api_key" and f"`{env}`" in err.value.message
+    assert err.value.line == text.splitlines().index(f'api_key = "{secret}"') + 1
+    assert secret not in str(err.value) and "sk-" not in str(err.value)
+
+
+def test_curly_quotes_in_a_spec_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('grader = "g.json"\ndataset = \u201cd.jsonl\u201d\n', encoding="utf-8")
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.line == 2
+    assert err.value.message.endswith("; contains curly quotes (\u201c at line 2, column 11): replace them with "
+                                      "straight quotes")
+
+
 def test_bad_value_in_a_table_names_its_line(spec_dir: Path) -> None:
     path = spec_dir / "spec.toml"
     path.write_text(SPEC.replace("temperature = 0.5", "temperature = 7"))

@@ -40,17 +40,20 @@ def validate_dataset(
     """List every problem in a dataset (file:line: field: what is wrong); exit 2 when there is one. The RFT
     format's rules too: a line ending with the assistant's message is an error; system messages and lines without
     a reference field are warnings."""
-    from rfteval.data.dataset import inspect_dataset
-    from rfteval.graders.checks import reference_fields
+    from rfteval.data.dataset import inspect_dataset, iter_items
+    from rfteval.graders.checks import check_item_paths, reference_fields
     from rfteval.graders.loader import load_grader
 
-    fields = reference_fields(load_grader(grader)) if grader is not None else None
-    checked = inspect_dataset(path, allow_trailing_assistant, fields)
+    config = load_grader(grader) if grader is not None else None
+    checked = inspect_dataset(path, allow_trailing_assistant, reference_fields(config) if config is not None else None)
+    if config is not None:  # the grader's templates on every line: a misspelt field is one line, not one per line
+        checked.template_problems = check_item_paths(
+            config, iter_items(path, skip_invalid=True, check_duplicates=False), path, grader=grader)
     for e in checked.problems:
         typer.echo(str(e), err=True)
     for warning in checked.format.warnings():
         typer.echo(f"warning: {warning}", err=True)
-    if checked.with_problems or not checked.lines:
+    if checked.with_problems or checked.template_problems or not checked.lines:
         typer.echo(checked.summary(), err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT)
     typer.echo(checked.summary())
