@@ -87,8 +87,10 @@ def default_judge_cache(a_path: str | Path) -> Path:
     return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
 
 
-def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
-    """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached.
+def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
+                 config: GraderConfig | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+    """B: A's outputs graded again with another grader (`config`: spec.grader loaded, when the caller has it) or A's
+    grader with another judge; judge calls cached.
 
     A sample whose generation failed or was refused is not graded again, as `rfteval run` grades neither: B holds
     the same generation error for it, so the error policy treats both sides of that pair alike."""
@@ -104,8 +106,9 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     if dataset is None:
         raise InputError("--regrade needs the dataset the outputs answer: give --dataset (A is not a run directory "
                          "whose spec names one)", a.path, field="--dataset")
-    config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
-                                 judge_model=spec.judge.model)
+    if config is None:  # agree_paths loaded it to check the gate first
+        config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
+                                     judge_model=spec.judge.model)
     data = load_dataset(dataset)
     problems = preflight(config, data, spec.grader)  # a template no item fills would score every sample 0
     if problems:

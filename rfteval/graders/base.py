@@ -95,6 +95,7 @@ class GraderConfig(BaseModel):
     calls_judge: ClassVar[bool] = False  # a model grader: needs a judge endpoint, costs money to run again
     runs_python: ClassVar[bool] = False  # runs code in the python sandbox
     grades_groups: ClassVar[bool] = False  # must be handed all of an item's samples at once
+    always_gives_verdict: ClassVar[bool] = False  # every grade says whether it passed (string_check, label_model)
 
     def sub_graders(self) -> list[GraderConfig]:
         """The graders inside this one (a multi's), in order."""
@@ -109,6 +110,11 @@ class GraderConfig(BaseModel):
     def score_range(self) -> tuple[float, float, str]:
         """The lowest and highest score, and where that comes from (declared, by definition, or assumed)."""
         return 0.0, 1.0, f"assumed [0, 1] for a {self.type} grader"
+
+    def gives_pass_verdict(self) -> bool:
+        """Whether each of its grades carries its own pass verdict (GradeResult.passed, the record's `passed`): by
+        definition, or from its pass_threshold. `agree --regrade` asks before any judge call is paid for."""
+        return self.always_gives_verdict or getattr(self, "pass_threshold", None) is not None
 
     def compared_templates(self) -> tuple[str, str] | None:
         """(answer template, reference template) when this grader itself compares an answer with a reference:
