@@ -127,6 +127,17 @@ class ServerGone(Exception):
 
 
 @dataclass
+class GradeTally:
+    """This invocation's cells by what grading did with them: why a judge line counts fewer calls than samples
+    (rfteval.report.run_table says it). A cell neither graded, reused nor failed has no response yet."""
+
+    graded: int = 0  # handed to the grader now
+    reused: int = 0  # grades an earlier invocation stored, kept
+    not_graded: int = 0  # generation failed after every retry: nothing to grade
+    in_groups: bool = False  # a group judge: each item's samples go to the judge in one request
+
+
+@dataclass
 class RunResult:
     out_dir: Path
     summary: RunSummary
@@ -137,6 +148,7 @@ class RunResult:
     comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
     stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
     baseline_records: list[Record] | None = None  # the baseline's records as written (readiness reads them here)
+    grading: GradeTally | None = None  # this invocation's cells by what grading did with them
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -277,6 +289,7 @@ class _Pipeline:
 
         self.group_mode = needs_groups(engine.config) if engine is not None else False
         self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
+        self.tally = GradeTally(in_groups=self.group_mode)
         self.groups: dict[tuple[str, ...], list[tuple[_Job, ResponseEntry, bool, bool]]] = {}
 
     async def run(self) -> None:
@@ -334,9 +347,11 @@ class _Pipeline:
             await self._group_add(job, entry, cached, grade)
             return
         if entry.error:
+            self.tally.not_graded += 1
             self.monitor.advance(label, error=entry.error.type, cached=cached)
             return
         if grade is not None and is_reusable_grade(grade):
+            self.tally.reused += 1
             self.monitor.advance(label, error=grade.error_type, cached=cached)
             return
         await self.grading.put((job, entry, cached))
@@ -352,10 +367,12 @@ class _Pipeline:
             return
         del self.groups[key]
         ok = [(j, e, c) for j, e, c, _ in group if not e.error]
+        self.tally.not_graded += len(group) - len(ok)
         for j, e, c, _ in group:
             if e.error:
                 self.monitor.advance(j.run.label, error=e.error.type, cached=c)
         if all(r for _, e, _, r in group if not e.error):
+            self.tally.reused += len(ok)
             for j, _, c in ok:
                 g = self.store.get_grade(j.key, self.grader_hash)
                 self.monitor.advance(j.run.label, error=g.error_type if g else None, cached=c)
@@ -453,6 +470,7 @@ class _Pipeline:
     async def _grade_batch(self, batch: list[tuple[_Job, ResponseEntry, bool]]) -> None:
         """Grade in a worker thread (graders are sync), store every grade; a grader crash fails these cells only."""
         spec = self.ctx.spec
+        self.tally.graded += len(batch)
         pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
@@ -651,7 +669,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
-                         stopped=None if pipeline.gone is None else str(pipeline.gone), baseline_records=held)
+                         stopped=None if pipeline.gone is None else str(pipeline.gone), baseline_records=held,
+                         grading=pipeline.tally)
     finally:
         if unhook_judge is not None:
             unhook_judge()
