@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 class JudgeUsage(TypedDict):
     calls: int
     cache_hits: int
+    shared: int  # answered by an identical request's call in flight
     errors: int
     input_tokens: int
     output_tokens: int
@@ -171,7 +172,8 @@ def _not_answered(rows: pd.DataFrame, run_id: str) -> list[Record]:
 
 
 def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:
-    """Per judge model: calls sent, cache hits, errors, tokens and cost (pricing's table; None when unpriced)."""
+    """Per judge model: calls sent, cache hits, shared calls, errors, tokens and cost (pricing's table; None when
+    unpriced). The agree table's `shared` column read a key this left out: it said 0 whatever was shared."""
     if judge is None:
         return {}
     from rfteval.providers.pricing import cost_usd, price_table
@@ -181,6 +183,6 @@ def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:
     for model, u in judge.usage().items():
         tin, tout = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
         out[model] = {"calls": int(u.get("calls") or 0), "cache_hits": int(u.get("cache_hits") or 0),
-                      "errors": int(u.get("errors") or 0), "input_tokens": tin, "output_tokens": tout,
-                      "cost_usd": cost_usd(model, tin, tout, prices)}
+                      "shared": int(u.get("shared") or 0), "errors": int(u.get("errors") or 0),
+                      "input_tokens": tin, "output_tokens": tout, "cost_usd": cost_usd(model, tin, tout, prices)}
     return out
