@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.compare.gate_types import GATE_EPS, AgreeGate, GateCheck, GateVerdict
 from rfteval.compare.graded import KEY, GradedSide, SideErrors, load_graded
-from rfteval.compare.regrade import JudgeUsage, Regrade, regrade_side
+from rfteval.compare.regrade import JudgeUsage, Regrade, load_regrade_grader, regrade_side
 from rfteval.data import rundir
 from rfteval.data.json_types import JSONObject
 from rfteval.data.records import json_safe
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     import pandas as pd
+
+    from rfteval.graders.base import GraderConfig
 
 TEXT_WIDTH = 160  # an output's text in the per-item table: enough to see why, short enough to scan
 
@@ -93,9 +95,15 @@ class AgreeOptions:
     errors: str = "exclude"
 
     def __post_init__(self) -> None:
+        """The options that are wrong on their own: one line (exit 2) naming the flag, before any judge is paid for
+        (--regrade)."""
         from rfteval.data.records import check_error_policy
 
         check_error_policy(self.errors)
+        if self.pass_threshold is not None and not math.isfinite(self.pass_threshold):
+            raise InputError(f"must be a finite number, got {self.pass_threshold}", field="--pass-threshold")
+        if self.top < 0:
+            raise InputError(f"must be >= 0, got {self.top}", field="--top")
 
 
 @dataclass
@@ -187,8 +195,6 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
     from rfteval.data.records import effective_scores
 
     o = options or AgreeOptions()
-    if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
-        raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
     # a range the side's scores pass is not its grader's (a python grader's [0, 1] is assumed): neither mapped
     # onto nor cut to
     range_a, range_b = _held_range(a), _held_range(b)
@@ -245,9 +251,7 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
         pass_ = agreement.pass_agreement(merged["pass_a"].to_numpy(bool), merged["pass_b"].to_numpy(bool), items,
                                          o.level, o.seed)
     else:
-        missing = " and ".join(s.name for s, col in ((a, a_pass_all), (b, b_pass_all)) if col is None)
-        note = (f"{missing}'s records carry no pass verdict (the grader has no pass_threshold): give "
-                "--pass-threshold X for the pass/fail table")
+        note = _no_verdict_note([s.name for s, col in ((a, a_pass_all), (b, b_pass_all)) if col is None])
     labels = None
     la, lb = merged["label_a"], merged["label_b"]
     if la.notna().all() and lb.notna().all():
@@ -259,6 +263,11 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
                          merged[[*KEY, "score_a", "score_b"]], errors, scale_note=scale_note)
     result.gate = evaluate_agree_gate(result, o.gate, o.level)
     return result
+
+
+def _no_verdict_note(sides: list[str]) -> str:
+    return (f"{' and '.join(sides)}'s records carry no pass verdict (the grader has no pass_threshold): give "
+            "--pass-threshold X for the pass/fail table")
 
 
 def _held_range(side: GradedSide) -> tuple[float, float] | None:
@@ -421,14 +430,16 @@ def _bias_check(result: AgreeResult, x: float) -> GateCheck:
     return {"name": "max-bias", "passed": ok, "detail": detail, "warning": warning}
 
 
+ONE_LABEL = "needs two or more model labels in the records (base and tuned) to compare verdicts"
+
+
 def _verdict_check(result: AgreeResult, level: float) -> GateCheck:
     """Fails when the verdicts differ and the data show it: opposite directions, or one grader sees a change the
     other does not *and* the two deltas are shown to differ. The same verdict passes, even when the size of the
     change differs (that is a warning); a differing verdict the data cannot tell from noise passes with a warning.
     """
     if not result.verdict:
-        raise InputError("needs two or more model labels in the records (base and tuned) to compare verdicts",
-                         result.a.path, field="--require-same-verdict")
+        raise InputError(ONE_LABEL, result.a.path, field="--require-same-verdict")
     bad, notes = [], []
     for v in result.verdict:
         shown = stats.direction(v["difference"], level) in ("better", "worse")
@@ -456,13 +467,37 @@ def agree_paths(a: str | Path, b: str | Path | None, options: AgreeOptions | Non
     if (b is None) == (regrade is None):
         raise InputError("give B (records or a run directory) or --regrade GRADER, not both and not neither",
                          field="B")
+    o = options or AgreeOptions()
     side_a = load_graded(a, "A")
     usage: dict[str, JudgeUsage] = {}
     if regrade is not None:
-        side_b, usage = regrade_side(side_a, regrade)
+        config = load_regrade_grader(regrade.grader, allow_without_sample=regrade.allow_grader_without_sample,
+                                     judge_model=regrade.judge.model)
+        refuse_before_regrade(side_a, config, o)
+        side_b, usage = regrade_side(side_a, regrade, config=config)
     else:
         assert b is not None
         side_b = load_graded(b, "B")
-    result = agree_frames(side_a, side_b, options)
+    result = agree_frames(side_a, side_b, o)
     result.usage = usage
     return result
+
+
+def refuse_before_regrade(a: GradedSide, b_grader: GraderConfig, o: AgreeOptions) -> None:
+    """What agree_frames and the gate would refuse once B is graded, when A and B's grader already tell: one line
+    (exit 2) before any judge call is paid for. `--min-kappa` without `--pass-threshold` once re-graded every
+    sample (69 judge calls), wrote --out, and only then asked for the threshold."""
+    if o.gate.min_kappa is not None and o.pass_threshold is None:
+        missing = [name for name, has in (("A", _pass_column(a, None) is not None),
+                                           ("B", b_grader.gives_pass_verdict())) if not has]
+        if missing:
+            raise InputError(_no_verdict_note(missing), field="--min-kappa")
+    if o.gate.require_same_verdict and a.frame["model_label"].nunique() < 2:
+        raise InputError(ONE_LABEL, a.path, field="--require-same-verdict")
+    if o.errors == "exclude" and len(a.frame) and a.frame["is_error"].all():
+        raise InputError(f"every sample of A has an error record ({_error_text_side(a)}): no pair would be left "
+                         "to measure agreement on (--errors zero scores them 0)", a.path, field="--errors")
+
+
+def _error_text_side(side: GradedSide) -> str:
+    return ", ".join(f"{k} {n}" for k, n in side.errors()["by_kind"].items())

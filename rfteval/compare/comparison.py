@@ -401,9 +401,16 @@ def pass_k_check(base: Side, cand: Side, o: CompareOptions, thresholds: tuple[fl
             return (f"{_num3(row['baseline']['mean'])} -> {_num3(row['candidate']['mean'])}, delta "
                     f"{_num3(d['mean'], '+')} [{_num3(d['ci95'][0], '+')}, {_num3(d['ci95'][1], '+')}]")
 
-        note = (f"pass@1 rose but pass@{top} did not (sharpening, not new capability): pass@1 {span(one)}, shown "
-                f"better; pass@{top} {span(top_row)}, not shown better ({top_row['verdict']}; near the ceiling "
-                "this can also mean no room to rise)")
+        # the words are stats.direction's, never a comparison of the point estimates: pass@N "not shown better" on
+        # 11 items is no evidence that it did not rise (it may have, by more than pass@1 did)
+        word = top_row["verdict"]
+        if word == "worse":
+            lead = f"pass@1 shown better, pass@{top} shown worse (sharpening, not new capability)"
+        else:
+            lead = (f"pass@1 shown better, pass@{top} not shown better ({word}): sharpening (not new capability) "
+                    f"looks like this, and so does a pass@{top} gain that {top_row['delta']['n']} items cannot show")
+        note = (f"{lead}; pass@1 {span(one)}; pass@{top} {span(top_row)}"
+                + ("" if word == "worse" else f" (near the ceiling pass@{top} may also have no room to rise)"))
     return out, note
 
 

@@ -8,6 +8,7 @@ calls evaluate_gate on it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
@@ -78,6 +79,11 @@ class AgreeGate:
     def __post_init__(self) -> None:  # checked before any judge is paid for (--regrade)
         if not self.max_error_rate >= 0:
             raise InputError(f"must be >= 0, got {self.max_error_rate:g}", field="--max-error-rate")
+        for flag, value in (("--min-kappa", self.min_kappa), ("--max-bias", self.max_bias)):
+            if value is not None and not math.isfinite(value):
+                raise InputError(f"must be a finite number, got {value}", field=flag)
+        if self.max_bias is not None and self.max_bias < 0:
+            raise InputError(f"must be >= 0, got {self.max_bias:g}", field="--max-bias")
 
 
 def no_gate(gate: Gate) -> GateVerdict:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 class JudgeUsage(TypedDict):
     calls: int
     cache_hits: int
+    shared: int  # answered by an identical request's call in flight
     errors: int
     input_tokens: int
     output_tokens: int
@@ -87,8 +88,10 @@ def default_judge_cache(a_path: str | Path) -> Path:
     return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
 
 
-def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
-    """B: A's outputs graded again with another grader (or A's grader with another judge); judge calls cached.
+def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
+                 config: GraderConfig | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+    """B: A's outputs graded again with another grader (`config`: spec.grader loaded, when the caller has it) or A's
+    grader with another judge; judge calls cached.
 
     A sample whose generation failed or was refused is not graded again, as `rfteval run` grades neither: B holds
     the same generation error for it, so the error policy treats both sides of that pair alike."""
@@ -104,8 +107,9 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None) -> tu
     if dataset is None:
         raise InputError("--regrade needs the dataset the outputs answer: give --dataset (A is not a run directory "
                          "whose spec names one)", a.path, field="--dataset")
-    config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
-                                 judge_model=spec.judge.model)
+    if config is None:  # agree_paths loaded it to check the gate first
+        config = load_regrade_grader(spec.grader, allow_without_sample=spec.allow_grader_without_sample,
+                                     judge_model=spec.judge.model)
     data = load_dataset(dataset)
     problems = preflight(config, data, spec.grader)  # a template no item fills would score every sample 0
     if problems:
@@ -168,7 +172,8 @@ def _not_answered(rows: pd.DataFrame, run_id: str) -> list[Record]:
 
 
 def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:
-    """Per judge model: calls sent, cache hits, errors, tokens and cost (pricing's table; None when unpriced)."""
+    """Per judge model: calls sent, cache hits, shared calls, errors, tokens and cost (pricing's table; None when
+    unpriced). The agree table's `shared` column read a key this left out: it said 0 whatever was shared."""
     if judge is None:
         return {}
     from rfteval.providers.pricing import cost_usd, price_table
@@ -178,6 +183,6 @@ def judge_usage(judge: Judge | None) -> dict[str, JudgeUsage]:
     for model, u in judge.usage().items():
         tin, tout = int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)
         out[model] = {"calls": int(u.get("calls") or 0), "cache_hits": int(u.get("cache_hits") or 0),
-                      "errors": int(u.get("errors") or 0), "input_tokens": tin, "output_tokens": tout,
-                      "cost_usd": cost_usd(model, tin, tout, prices)}
+                      "shared": int(u.get("shared") or 0), "errors": int(u.get("errors") or 0),
+                      "input_tokens": tin, "output_tokens": tout, "cost_usd": cost_usd(model, tin, tout, prices)}
     return out

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
-from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_MIN_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
@@ -95,6 +95,7 @@ class GraderConfig(BaseModel):
     calls_judge: ClassVar[bool] = False  # a model grader: needs a judge endpoint, costs money to run again
     runs_python: ClassVar[bool] = False  # runs code in the python sandbox
     grades_groups: ClassVar[bool] = False  # must be handed all of an item's samples at once
+    always_gives_verdict: ClassVar[bool] = False  # every grade says whether it passed (string_check, label_model)
 
     def sub_graders(self) -> list[GraderConfig]:
         """The graders inside this one (a multi's), in order."""
@@ -109,6 +110,11 @@ class GraderConfig(BaseModel):
     def score_range(self) -> tuple[float, float, str]:
         """The lowest and highest score, and where that comes from (declared, by definition, or assumed)."""
         return 0.0, 1.0, f"assumed [0, 1] for a {self.type} grader"
+
+    def gives_pass_verdict(self) -> bool:
+        """Whether each of its grades carries its own pass verdict (GradeResult.passed, the record's `passed`): by
+        definition, or from its pass_threshold. `agree --regrade` asks before any judge call is paid for."""
+        return self.always_gives_verdict or getattr(self, "pass_threshold", None) is not None
 
     def compared_templates(self) -> tuple[str, str] | None:
         """(answer template, reference template) when this grader itself compares an answer with a reference:
@@ -227,6 +233,19 @@ class GradeOptions:
     python_memory_mb: int = PYTHON_MEMORY_MB
     python_workers: int | None = None  # None: every core
     python_batch_size: int = PYTHON_BATCH_SIZE
+
+    def __post_init__(self) -> None:
+        """The limits as every command's flags name them (run's spec checks its own the same way): one line, exit 2,
+        when the options are built, which is before any sample is graded or any judge call paid for."""
+        from rfteval.errors import InputError
+
+        if not (math.isfinite(self.python_timeout_s) and self.python_timeout_s > 0):
+            raise InputError(f"must be a number of seconds > 0, got {self.python_timeout_s:g}", field="--grader-timeout")
+        if self.python_memory_mb < PYTHON_MIN_MEMORY_MB:
+            raise InputError(f"must be at least {PYTHON_MIN_MEMORY_MB} (MB), got {self.python_memory_mb}",
+                             field="--grader-memory")
+        if self.python_workers is not None and self.python_workers < 1:
+            raise InputError(f"must be at least 1, got {self.python_workers}", field="--python-workers")
 
 
 class PythonPool(Protocol):

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 class LabelModelConfig(JudgePromptConfig):
     type: Literal["label_model"]
+    always_gives_verdict = True  # passed: the label is one of passing_labels
     labels: list[str] = Field(min_length=1)
     passing_labels: list[str] = Field(min_length=1)
 

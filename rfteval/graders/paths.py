@@ -13,7 +13,7 @@ from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 if TYPE_CHECKING:
     from rfteval.data.dataset import Item
     from rfteval.data.records import Record
-    from rfteval.graders.base import GraderConfig
+    from rfteval.graders.base import GradeOptions, GraderConfig
     from rfteval.providers.judge import Judge
 
 
@@ -62,10 +62,16 @@ class GradeRequest:
     allow_grader_without_sample: bool = False  # the lint's way out (graders/lint.py)
     allow_trailing_assistant: bool = False  # the RFT format check's (data/dataset.py FormatCheck)
     judge_model: str | None = None  # --judge-model: every judge's model replaced (a retired one is never asked)
+    max_error_rate: float = 0.05  # exit 3 above this share of records that failed to grade
+    top: int = 50  # rows of the per-item table
     tags: tuple[tuple[str, str], ...] = field(init=False)
+    options: GradeOptions = field(init=False)
 
     def __post_init__(self) -> None:
+        """Every flag that can be wrong on its own, checked here, so before any sample is graded or judge call paid
+        for: a --max-error-rate of -1 used to exit 3 after grading everything."""
         from rfteval.data.reasoning import REASONING_MODES, parse_tags
+        from rfteval.graders.base import GradeOptions
 
         if self.reasoning not in REASONING_MODES:
             raise InputError(f"expected strip or keep, got {self.reasoning!r}", field="--reasoning")
@@ -73,7 +79,13 @@ class GradeRequest:
             tags = parse_tags(self.think_tags)
         except ValueError as exc:
             raise InputError(str(exc), field="--think-tags") from None
+        if not 0 <= self.max_error_rate <= 1:
+            raise InputError(f"must be a share between 0 and 1, got {self.max_error_rate:g}", field="--max-error-rate")
+        if self.top < 0:
+            raise InputError(f"must be >= 0, got {self.top}", field="--top")
         object.__setattr__(self, "tags", tuple(tags))
+        object.__setattr__(self, "options", GradeOptions(python_timeout_s=self.python_timeout_s,
+                                                         python_memory_mb=self.python_memory_mb))
 
     @property
     def inputs(self) -> list[Path]:
@@ -115,7 +127,6 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     from rfteval.data.outputs import Output, iter_outputs
     from rfteval.data.records import write_jsonl
     from rfteval.errors import InputErrors
-    from rfteval.graders import GradeOptions
     from rfteval.graders.base import judge_types, load_notes
     from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.grading import grade_outputs
@@ -147,10 +158,9 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     if set_aside:
         warn(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
              f"{r.outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})")
-    options = GradeOptions(python_timeout_s=r.python_timeout_s, python_memory_mb=r.python_memory_mb)
     judge = open_judge(config)
     try:
-        records = grade_outputs(data, config, outs, options, judge=judge, parse_json=parse_json,
+        records = grade_outputs(data, config, outs, r.options, judge=judge, parse_json=parse_json,
                                 reasoning=r.reasoning, tags=r.tags)
     finally:
         if judge is not None:

@@ -28,6 +28,7 @@ def _alias_neq(value: object, info: ValidationInfo) -> object:
 
 class StringCheckConfig(GraderConfig):
     type: Literal["string_check"]
+    always_gives_verdict = True  # passed: the check held
     input: TemplateStr
     reference: TemplateStr
     operation: Annotated[Literal["eq", "ne", "like", "ilike"], BeforeValidator(_alias_neq)]

@@ -307,8 +307,8 @@ class Judge:
         return self._run(self._complete_all(list(requests), current_repeat()))
 
     def usage(self) -> dict[str, dict[str, int | None]]:
-        """Per judge model: calls sent, cache hits, requests shared with a call in flight, errors and tokens;
-        cached and shared answers cost no tokens."""
+        """Per judge model: requests asked, calls sent, cache hits, requests shared with a call in flight, errors
+        and tokens; cached and shared answers cost no tokens."""
         with self._lock:
             return copy.deepcopy(self._usage)
 
@@ -351,8 +351,9 @@ class Judge:
     def _count(self, model: str, field: str, n: int = 1) -> None:
         with self._lock:
             # reasoning tokens stay None until the endpoint reports some: "never reported" is not zero
-            # shared: a request equal to one in flight, answered by that call (calls + cache_hits + shared = asked)
-            empty: dict[str, int | None] = {"calls": 0, "cache_hits": 0, "shared": 0, "errors": 0,
+            # shared: a request equal to one in flight, answered by that call; requests: every one asked, so
+            # requests − calls − cache_hits − shared were not sent (the judge had stopped, or the body failed)
+            empty: dict[str, int | None] = {"requests": 0, "calls": 0, "cache_hits": 0, "shared": 0, "errors": 0,
                                             **dict.fromkeys(_USAGE_KEYS, 0), "reasoning_tokens": None}
             row = self._usage.setdefault(model, empty)
             row[field] = (row[field] or 0) + n
@@ -368,6 +369,7 @@ class Judge:
         if self.model_override:
             request = dataclasses.replace(request, model=self.model_override)
         self._bump("requests")
+        self._count(request.model, "requests")
         try:
             body = self.provider.request_body(request)
         except ProviderError as exc:

@@ -315,10 +315,11 @@ class OpenAIProvider:
 
     def _classify(self, exc: Exception, timeout_s: float) -> ProviderError | None:
         oa = self._openai
-        if isinstance(exc, (TimeoutError, oa.APITimeoutError)) and not _refused(exc):
+        if isinstance(exc, (TimeoutError, oa.APITimeoutError)) and not _not_a_timeout(exc):
             return ProviderError("timeout", f"no answer within {timeout_s:g}s")
         if isinstance(exc, oa.APIConnectionError):
-            return ProviderError("connection", self._scrub(f"cannot reach {self.base_url}: {connection_failure(exc)}"))
+            return ProviderError("connection", self._scrub(connection_message(self.base_url, connection_failure(exc),
+                                                                              _connecting(exc))))
         if isinstance(exc, oa.APIStatusError):
             status = exc.status_code
             message = self._scrub(f"HTTP {status}: {_error_message(exc)}")
@@ -347,13 +348,37 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _refused(exc: BaseException) -> bool:
-    """The aiohttp transport reports a failed connect (refused, DNS, TLS) as a connect *timeout*; it is a
-    connection error, and no timeout was waited for."""
+# aiohttp's names for a connection the server dropped (killed, restarted) before it answered
+_DROPPED = ("ServerDisconnectedError", "ClientConnectionResetError")
+
+
+def _not_a_timeout(exc: BaseException) -> bool:
+    """The aiohttp transport reports a failed connect (refused, DNS, TLS) and a connection the server dropped
+    mid-request (killed, restarted: ServerDisconnectedError) as a connect *timeout*; each is a connection error,
+    and no timeout was waited for (a run whose server was killed said "timeout: no answer within 600s")."""
     for e in _chain(exc)[1:]:
         if "Cannot connect to host" in str(e) or (isinstance(e, OSError) and not isinstance(e, TimeoutError)):
             return True
+        if type(e).__name__ in _DROPPED:
+            return True
     return False
+
+
+def _connecting(exc: BaseException) -> bool:
+    """Whether it failed while connecting (no request was sent), as the transports name it."""
+    return any(type(e).__name__ in ("ClientConnectorError", "ConnectError") or "Cannot connect to host" in str(e)
+               for e in _chain(exc))
+
+
+# what connection_failure names when the server is likely not there any more (killed, restarted, crashed)
+_GONE = ("connection refused", "connection reset", "the server closed the connection without an answer")
+
+
+def connection_message(base_url: str, failure: str, connecting: bool = True) -> str:
+    """A failed connection's line: "cannot reach" when it failed while connecting, "lost the connection" when the
+    server dropped a request it had taken; refused, reset or dropped also say the likely cause, a server gone."""
+    verb = "cannot reach" if connecting else "lost the connection to"
+    return f"{verb} {base_url}: {failure}" + (" (server gone?)" if failure in _GONE else "")
 
 
 _TEXT_FAILURES = (

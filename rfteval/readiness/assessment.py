@@ -23,6 +23,7 @@ from rfteval.readiness.determinism import regrade
 from rfteval.readiness.labels import constant_answer_score, label_skew
 from rfteval.readiness.report import (
     LEVEL_DECIMALS,
+    Coverage,
     ExpectedZeroSignal,
     ItemStat,
     ReadinessErrors,
@@ -186,6 +187,27 @@ def error_counts(df: pd.DataFrame, kinds: pd.Series, used: pd.Series, policy: st
             "grade_share": n_grade / n_used if n_used else 0.0, "grade_types": types(kinds == "grade"),
             "refusal": int((kinds == "refusal").sum()), "generate_types": types(gen), "policy": policy,
             "excluded": n_records - n_used}
+
+
+def coverage(records_df: pd.DataFrame, label: str | None, items: Sequence[str] | int | None,
+             epochs: int | None) -> Coverage:
+    """The label's cells against items × epochs: the items (their ids, or only how many) and the epochs its run
+    was asked for, else as many as the records hold. A cell is answered when its record is not a generation
+    failure (a model refusal is an answer); one with no record is missing."""
+    df = records_df
+    if label is not None and "model_label" in df:
+        df = df[df["model_label"].astype(str) == label]
+    ids = df["item_id"].astype(str)
+    if isinstance(items, Sequence):
+        df, ids = df[ids.isin(set(items))], ids[ids.isin(set(items))]
+    cells = df.assign(item_id=ids).drop_duplicates(["item_id", "epoch"], keep="last")
+    n_items = len(items) if isinstance(items, Sequence) else items if items is not None else int(ids.nunique())
+    n_epochs = epochs if epochs is not None else int(df["epoch"].nunique())
+    expected = n_items * n_epochs
+    present = min(len(cells), expected)
+    failed = min(int((error_kinds(cells) == "generate").sum()), present)
+    return {"items": n_items, "epochs": n_epochs, "expected": expected, "answered": present - failed,
+            "missing": expected - present, "generation_errors": failed}
 
 
 def assess(

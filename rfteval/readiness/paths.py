@@ -4,6 +4,7 @@ where readiness touches files (the records found and read, the GRPO advantages w
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,7 +60,7 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     re-grade has what it needs, assess, and write the GRPO advantages when asked. An InputError the assessment
     raises without a file names the records file."""
     from rfteval.data import rundir
-    from rfteval.readiness.assessment import assess
+    from rfteval.readiness.assessment import assess, coverage
     from rfteval.readiness.report import Thresholds
 
     r = request
@@ -109,8 +110,32 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
         if exc.file is None and not (exc.field or "").startswith("--"):
             exc.file = files[0]
         raise
+    report.coverage = coverage(df, chosen, *_asked(directory, items))
     written = write_advantages(files, chosen, r.errors) if r.write_advantages else []
     return AssessedPath(report, grader, dataset, written)
+
+
+def _asked(directory: Path, items: Mapping[str, object] | None) -> tuple[list[str] | int | None, int | None]:
+    """What the run behind the records was asked for: (its items, or how many; its epochs). From its summary.json
+    (the run's own count: a --limit run asks for the dataset's first N), else its spec's epochs and the dataset's
+    items; None where neither says, and the records are then taken as the whole."""
+    import json
+    import tomllib
+
+    from rfteval.data import rundir
+
+    epochs = n = None
+    try:
+        summary = json.loads((directory / rundir.SUMMARY).read_text(encoding="utf-8"))
+        n, epochs = int(summary["items"]), int(summary["epochs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        try:
+            epochs = int(tomllib.loads((directory / rundir.RESOLVED_SPEC).read_text(encoding="utf-8"))["epochs"])
+        except (OSError, ValueError, KeyError, TypeError, tomllib.TOMLDecodeError):
+            epochs = None
+    if items is not None:
+        return list(items)[:n] if n is not None else list(items), epochs
+    return n, epochs
 
 
 def write_advantages(files: list[Path], label: str | None, errors: str = "exclude") -> list[Path]:

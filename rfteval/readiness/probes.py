@@ -628,9 +628,12 @@ def run_probes(
     config: GraderConfig, items: ProbeItems, *, reference_template: JSONValue = None, margin: float = 0.25,
     seed: int = 0, options: GradeOptions | None = None, judge: JudgeClient | None = None,
     grader: BatchGrader | None = None, only: Sequence[str] | None = None,
+    before_grading: Callable[[int], None] | None = None,
 ) -> ProbeReport:
     """Grade every probe on every item. A cheat scoring above floor + margin × range, or the reference scoring
-    below the maximum, is flagged with its items. `grader` (anything with grade_batch) overrides building one."""
+    below the maximum, is flagged with its items. `grader` (anything with grade_batch) overrides building one.
+    `before_grading` is told how many samples will be graded, once that is known and before any is: what a
+    command announces is then what it does (a probe skipped on every item grades nothing)."""
     pairs_in = _item_pairs(items)
     datas = [d for _, d in pairs_in]
     template: JSONValue
@@ -674,6 +677,8 @@ def run_probes(
                     text = s["output_text"]
                     results[name].example = text[:160] if isinstance(text, str) else None
 
+    if before_grading is not None:
+        before_grading(len(jobs))
     own = None
     try:
         if grader is None:

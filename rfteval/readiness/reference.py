@@ -16,6 +16,8 @@ from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rfteval.providers.judge import JudgeClient
 
 
@@ -42,12 +44,19 @@ class ReferenceCheck(TypedDict):
 
 
 def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOptions | None = None,
-                    template: JSONValue = None, judge: JudgeClient | None = None) -> ReferenceCheck:
-    """The reference probe over every item: how many score the maximum, and which do not."""
+                    template: JSONValue = None, judge: JudgeClient | None = None,
+                    before_calls: Callable[[int], None] | None = None) -> ReferenceCheck:
+    """The reference probe over every item: how many score the maximum, and which do not. With a judge,
+    `before_calls` is told how many judge calls grading the references makes (judge_calls), once the references
+    are rendered and before the first call; not at all when there is no reference to grade."""
     from rfteval.readiness.probes import run_probes
 
+    def planned(samples: int) -> None:
+        if before_calls is not None and judge is not None and samples:
+            before_calls(judge_calls(config, samples))
+
     report = run_probes(config, [(it.id, it.data) for it in dataset], reference_template=template, options=options,
-                        judge=judge, only=["reference"])
+                        judge=judge, only=["reference"], before_grading=planned)
     probe = report.probes[0]
     top = report.score_max
     below = {i: s for i, s in probe.scores.items() if s < top - 1e-9}
@@ -115,6 +124,14 @@ def load_reference_template(value: str) -> JSONValue:
     return template
 
 
+def judge_calls(config: GraderConfig, samples: int) -> int:
+    """The judge calls grading `samples` samples of distinct items makes with no cache: one per model grader in the
+    config (a multi's sub-graders included; a group judge's group is the item's one sample here)."""
+    from rfteval.graders.base import walk
+
+    return samples * sum(1 for c in walk(config) if c.calls_judge)
+
+
 def judge_calls_note(calls: int, base_url: str | None, api_key_env: str, environ: dict[str, str] | None = None) -> str:
     """Where `calls` judge calls go and with which key, as is true: billing only on OpenAI's own host, and no key
     claimed when the variable is unset (a local server takes none)."""
@@ -127,6 +144,6 @@ def judge_calls_note(calls: int, base_url: str | None, api_key_env: str, environ
     where = "OpenAI" if not base_url else base_url
     if host == "openai.com" or host.endswith(".openai.com"):
         key = f"billed to the key in ${api_key_env}" if has_key else f"but ${api_key_env} is not set: they will fail"
-        return f"about {calls} judge call(s) to {where}, {key}"
+        return f"{calls} judge call(s) to {where}, {key}"
     key = f"with the key in ${api_key_env}" if has_key else f"no key set (${api_key_env} is empty; a local server needs none)"
-    return f"about {calls} judge call(s) to {where}, {key}"
+    return f"{calls} judge call(s) to {where}, {key}"

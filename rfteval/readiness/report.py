@@ -143,6 +143,18 @@ class ReadinessErrors(TypedDict):
     excluded: int
 
 
+class Coverage(TypedDict):
+    """The assessed model's cells against what its run was asked for (items × epochs): a run stopped early, or
+    whose requests failed, gives a verdict on what it has, and says so."""
+
+    items: int
+    epochs: int
+    expected: int  # items × epochs
+    answered: int  # cells with an answer (a model refusal is one)
+    missing: int  # cells with no record: the run stopped before them
+    generation_errors: int  # cells whose request failed after every retry: no answer
+
+
 @dataclass
 class ReadinessReport:
     label: str | None
@@ -180,6 +192,12 @@ class ReadinessReport:
     # every item's epochs identical although sampling was asked for (rfteval.data.sampling_check): the checks that
     # read the spread of epochs are inconclusive
     not_sampling: NotSamplingJSON | None = None
+    coverage: Coverage | None = None  # None: what the run was asked for is not known
+
+    @property
+    def incomplete(self) -> bool:
+        """Fewer cells answered than the run was asked for: the verdict is on part of the run."""
+        return self.coverage is not None and self.coverage["answered"] < self.coverage["expected"]
 
     @property
     def reasons(self) -> list[Check]:
@@ -191,4 +209,5 @@ class ReadinessReport:
     def to_dict(self) -> JSONObject:
         out = json_safe(asdict(self))
         out["reasons"] = [c.name for c in self.reasons]
+        out["incomplete"] = self.incomplete
         return out

@@ -47,8 +47,9 @@ def summary_lines(report: ReadinessReport) -> list[str]:
     v = report.verdict
     label = f" ({_esc(report.label)})" if report.label else ""
     provisional = f" (provisional: only {report.n_items} items)" if report.provisional else ""
+    partial = f" ({incomplete_verdict(report)})" if report.incomplete else ""
     lines = [
-        f"Readiness{label}: [{VERDICT_STYLE[v]}]{VERDICT_TEXT[v]}[/]{provisional}  mean {num(report.mean)} in "
+        f"Readiness{label}: [{VERDICT_STYLE[v]}]{VERDICT_TEXT[v]}[/]{partial}{provisional}  mean {num(report.mean)} in "
         f"[{report.score_min:g}, {report.score_max:g}] ({pct(report.position)} of the range), "
         f"{report.n_items} items × {report.samples_min}"
         + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
@@ -59,12 +60,35 @@ def summary_lines(report: ReadinessReport) -> list[str]:
         (f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
         f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}"),
     ]
+    if report.incomplete:
+        lines.insert(1, f"  [yellow]incomplete run[/]: {_esc(incomplete_text(report))}")
     for c in report.reasons if report.verdict != "ready" else []:
         lines.append(f"  [{STATUS_STYLE[c.status]}]{'not ready' if c.status == 'not_ready' else c.status}[/]: "
                      f"{_esc(c.message)}")
     if report.provisional and report.notes:  # the small-sample note is the first (readiness.assessment)
         lines.append(f"  [yellow]warning[/]: {_esc(report.notes[0])}")
     return lines
+
+
+def incomplete_verdict(report: ReadinessReport) -> str:
+    """'verdict on an incomplete run: 40 of 48 cells': what the verdict stands on, beside the verdict."""
+    c = report.coverage
+    return "" if c is None else f"verdict on an incomplete run: {c['answered']} of {c['expected']} cells"
+
+
+def incomplete_text(report: ReadinessReport) -> str:
+    """Why cells are not answered: missing ones (the run stopped before them) and generation errors."""
+    c = report.coverage
+    if c is None:
+        return ""
+    why = []
+    if c["missing"]:
+        why.append(f"{c['missing']} have no record (the run stopped before them: re-running the same command "
+                   "finishes it)")
+    if c["generation_errors"]:
+        why.append(f"{c['generation_errors']} ended in a generation error")
+    return (f"{c['answered']} of {c['expected']} cells ({c['items']} items × {c['epochs']} epochs) answered; "
+            + " and ".join(why))
 
 
 def estimator_text(ez: ExpectedZeroSignal) -> str:
@@ -299,8 +323,11 @@ def readiness_html(report: ReadinessReport) -> str:
     html = [_STYLE, '<section class="rfteval-readiness">',
             (f'<h3>RFT readiness{" — " + escape(report.label) if report.label else ""} '
             f'<span class="verdict" style="background:{VERDICT_COLOR[v]}">{VERDICT_TEXT[v]}</span>'
-            f'{" (provisional)" if report.provisional else ""}</h3>'),
+            f'{" (provisional)" if report.provisional else ""}'
+            f'{" (" + escape(incomplete_verdict(report)) + ")" if report.incomplete else ""}</h3>'),
             "<table>"]
+    if report.incomplete:
+        rows.insert(0, ("incomplete run", incomplete_text(report)))
     html += [f"<tr><th>{escape(k)}</th><td>{escape(val)}</td></tr>" for k, val in rows]
     html.append("</table>")
     html.append('<div class="plots">'

@@ -235,6 +235,46 @@ def _reasoning(usage: Mapping[str, object]) -> str:
     return f" (reasoning {n})" if n is not None else ""
 
 
+def _count(usage: Mapping[str, object], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) else 0
+
+
+def judge_calls_why(usage: Mapping[str, object], result: RunResult) -> str | None:
+    """Why a judge made a number of calls other than one per sample, from what the run counted (never guessed):
+    "26 calls for 48 samples: 22 graded by an earlier invocation (their grades kept)". The samples are the run's
+    cells; each is graded now, reused, left ungraded (its generation failed) or has no response yet; what is graded
+    now asks the judge (once per sample and judge grader, or once per item's group), and each request is a call,
+    a cache hit, shared with an identical call in flight, or not sent (the judge had stopped). None when there is
+    nothing to explain, or the counts are not known."""
+    tally, samples = result.grading, result.summary.cells
+    calls = _count(usage, "calls")
+    if tally is None or "requests" not in usage or calls == samples:
+        return None
+    asked, cached, shared = _count(usage, "requests"), _count(usage, "cache_hits"), _count(usage, "shared")
+    missing = samples - tally.graded - tally.reused - tally.not_graded
+    why = []
+    if tally.reused:
+        why.append(f"{tally.reused} graded by an earlier invocation (their grades kept)")
+    if tally.not_graded:
+        why.append(f"{tally.not_graded} not graded: their generation failed")
+    if missing > 0:
+        why.append(f"{missing} not graded: no response yet")
+    if tally.in_groups and asked:
+        why.append(f"the {tally.graded} graded now went to the judge as {asked} group request(s), one per item")
+    elif asked > tally.graded:
+        why.append(f"the {tally.graded} graded now asked the judge {asked} times (one request per judge grader)")
+    elif asked < tally.graded:
+        why.append(f"{tally.graded - asked} graded now without asking the judge (the grader failed first)")
+    if cached:
+        why.append(f"{cached} answered from the judge cache")
+    if shared:
+        why.append(f"{shared} shared an identical request's call")
+    if (unsent := asked - calls - cached - shared) > 0:
+        why.append(f"{unsent} not sent (the judge had stopped)")
+    return f"{calls} calls for {samples} samples: " + "; ".join(why) if why else None
+
+
 def print_run(result: RunResult, console: Console, per_item: bool = False) -> None:
     from rich.markup import escape
 
@@ -249,6 +289,8 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
                       f"{u.get('shared', 0)} shared, {u.get('errors', 0)} errors, tokens in/out {u.get('input_tokens', 0)}/"
                       f"{u.get('output_tokens', 0)}{_reasoning(u)}{cost} "
                       "(this invocation)", highlight=False)
+        if (why := judge_calls_why(u, result)) is not None:
+            console.print(f"  {why}", highlight=False, markup=False, soft_wrap=True)
     invocation = result.summary.judge or {}
     for model, u in (result.summary.judge_results or {}).items():
         now = invocation.get(model) or {}

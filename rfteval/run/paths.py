@@ -38,6 +38,31 @@ def check_run_options(options: RunOptions) -> None:
         other = "--export-requests" if options.export_requests is not None else "--import-responses"
         raise InputError(f"cannot be combined with {other} (that one writes into the run directory): pick one",
                          field="--dry-run")
+    # the hidden test hooks too: a wait below 0 or a batch of no lines would only fail later, mid-run
+    for flag, value, least in (("--retry-base-delay", options.backoff_base_s, 0.0),
+                               ("--checkpoint-interval", options.checkpoint_s, 0.0),
+                               ("--batch-poll-interval", options.batch_poll_s, 0.0),
+                               ("--batch-max-lines", options.batch_max_lines, 1)):
+        if not value >= least:
+            raise InputError(f"must be >= {least:g}, got {value:g}", field=flag)
+
+
+def check_run_outputs(run_spec: RunSpec, spec: Path | None, options: RunOptions) -> None:
+    """--export-requests is written whole, over what is there: never over one of the run's inputs (it once replaced
+    the grader with request lines and exited 0). With several models it writes FILE.LABEL.jsonl for each."""
+    if options.export_requests is None:
+        return
+    from rfteval.data.outfile import check_output
+    from rfteval.run.spec import resolve_models
+
+    runs = resolve_models(run_spec)
+    inputs = [spec, run_spec.dataset, run_spec.grader, run_spec.sampling.response_format, options.import_responses,
+              *(run.settings.get("path") for run in runs if run.provider == "replay"),
+              *(m.response_format for m in run_spec.models.values())]
+    path = Path(options.export_requests)
+    check_output(path, inputs, "--export-requests")
+    for run in runs if len(runs) > 1 else []:
+        check_output(path.with_name(f"{path.stem}.{run.label}{path.suffix or '.jsonl'}"), inputs, "--export-requests")
 
 
 def _stderr(line: str) -> None:
@@ -79,6 +104,7 @@ def run_paths(spec: Path | None, overrides: JSONObject, options: RunOptions,
 
     run_spec = build_spec(spec, overrides)
     check_run_options(options)
+    check_run_outputs(run_spec, spec, options)
     config = check_run_inputs(run_spec, warn or _stderr)
     require_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
                     run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))

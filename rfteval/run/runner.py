@@ -130,6 +130,17 @@ class ServerGone(Exception):
 
 
 @dataclass
+class GradeTally:
+    """This invocation's cells by what grading did with them: why a judge line counts fewer calls than samples
+    (rfteval.report.run_table says it). A cell neither graded, reused nor failed has no response yet."""
+
+    graded: int = 0  # handed to the grader now
+    reused: int = 0  # grades an earlier invocation stored, kept
+    not_graded: int = 0  # generation failed after every retry: nothing to grade
+    in_groups: bool = False  # a group judge: each item's samples go to the judge in one request
+
+
+@dataclass
 class RunResult:
     out_dir: Path
     summary: RunSummary
@@ -141,6 +152,7 @@ class RunResult:
     stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
     baseline_records: list[Record] | None = None  # the baseline's records as written (readiness reads them here)
     plan: RunPlan | None = None  # --dry-run: what the run would send and cost; nothing was sent
+    grading: GradeTally | None = None  # this invocation's cells by what grading did with them
 
     def item_ids(self) -> Iterator[str]:
         """The items in dataset order (aligned with each LabelTotals.item_means), streamed from the dataset."""
@@ -285,6 +297,7 @@ class _Pipeline:
 
         self.group_mode = needs_groups(engine.config) if engine is not None else False
         self.group_size = spec.epochs * (len(ctx.runs) if spec.group_models else 1)
+        self.tally = GradeTally(in_groups=self.group_mode)
         self.groups: dict[tuple[str, ...], list[tuple[_Job, ResponseEntry, bool, bool]]] = {}
         self.ungraded = 0  # stored responses left ungraded once the judge's cap (JudgeBudget) was reached
 
@@ -349,9 +362,11 @@ class _Pipeline:
             await self._group_add(job, entry, cached, grade)
             return
         if entry.error:
+            self.tally.not_graded += 1
             self.monitor.advance(label, error=entry.error.type, cached=cached)
             return
         if grade is not None and is_reusable_grade(grade):
+            self.tally.reused += 1
             self.monitor.advance(label, error=grade.error_type, cached=cached)
             return
         await self.grading.put((job, entry, cached))
@@ -367,10 +382,12 @@ class _Pipeline:
             return
         del self.groups[key]
         ok = [(j, e, c) for j, e, c, _ in group if not e.error]
+        self.tally.not_graded += len(group) - len(ok)
         for j, e, c, _ in group:
             if e.error:
                 self.monitor.advance(j.run.label, error=e.error.type, cached=c)
         if all(r for _, e, _, r in group if not e.error):
+            self.tally.reused += len(ok)
             for j, _, c in ok:
                 g = self.store.get_grade(j.key, self.grader_hash)
                 self.monitor.advance(j.run.label, error=g.error_type if g else None, cached=c)
@@ -476,6 +493,7 @@ class _Pipeline:
             self.ungraded += len(batch)
             return
         spec = self.ctx.spec
+        self.tally.graded += len(batch)
         pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
@@ -695,7 +713,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         if stopped is None and pipeline.capped:
             stopped = f"{pipeline.capped}; {pipeline.ungraded} stored responses left ungraded"
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
-                         stopped=stopped, baseline_records=held)
+                         stopped=stopped, baseline_records=held, grading=pipeline.tally)
     finally:
         if unhook_judge is not None:
             unhook_judge()

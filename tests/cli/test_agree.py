@@ -261,6 +261,21 @@ def test_regrade_with_a_new_judge_reuses_the_cache_and_counts_tokens(tmp_path, f
 
 
 @pytest.mark.slow
+def test_regrade_counts_the_requests_an_identical_call_answered(tmp_path, fake_openai):
+    """Issue 36: the judge usage table's `shared` column read a key the usage left out, so it said 0 while identical
+    requests were answered by one call; calls + cached + shared is every sample re-graded."""
+    fake_openai.responder = lambda req: Reply(text=_judge(req), delay_s=0.2)  # in flight together: shared
+    ds, a, grader = _regrade_files(tmp_path)
+    same = [dict(json.loads(line), output_text="answer 0.5") for line in a.read_text().splitlines()]
+    a = _records(tmp_path / "same.jsonl", same)  # per item, its 4 samples (2 labels x 2 epochs) ask the same
+    code, out = _json([str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url",
+                       fake_openai.base_url, "--judge-cache", str(tmp_path / "c.jsonl")])
+    usage = out["judge"]["o3-mini"]
+    assert usage["calls"] == len(fake_openai.requests) == 6  # one per item
+    assert usage["shared"] > 0 and usage["calls"] + usage["cache_hits"] + usage["shared"] == 24
+
+
+@pytest.mark.slow
 def test_regrade_judge_errors_are_counted_not_fatal(tmp_path, fake_openai):
     ds, a, grader = _regrade_files(tmp_path)
 

@@ -75,6 +75,62 @@ def test_readiness_text_defaults_to_base(run_dir: Path):
     assert "Checks" in res.output and "Item means" in res.output
 
 
+def _interrupted_run(tmp_path: Path) -> Path:
+    """A run of 16 items × 3 epochs stopped early: 6 of the base model's 48 cells have no record, 2 ended in a
+    generation error (a timeout), 40 are answered."""
+    d = tmp_path / "stopped"
+    d.mkdir()
+    items = [{"id": f"q{i}", "messages": [{"role": "user", "content": f"question {i}"}], "reference_answer": "yes"}
+             for i in range(16)]
+    (tmp_path / "items16.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items), encoding="utf-8")
+    recs = []
+    for i in range(16):
+        for epoch in (1, 2, 3):
+            if i >= 13 and epoch >= 2:
+                continue  # q13, q14, q15: epochs 2 and 3 never sent (the run was stopped)
+            text = "yes" if (i + epoch) % 3 else "no"
+            error = {"stage": "generate", "type": "timeout", "message": "no answer"} if (i, epoch) in (
+                (3, 2), (7, 3)) else None
+            rec = make_record(run_id="r", model_label="base", model="m", item_id=f"q{i}", epoch=epoch,
+                              output_text=None if error else text, error=error)
+            recs.append(apply_grade(rec, GradeResult(float(text == "yes"))))
+    write_jsonl(recs, d / "base.jsonl")
+    (d / "summary.json").write_text(json.dumps({"complete": False, "items": 16, "epochs": 3, "cells": 96}))
+    return d
+
+
+@pytest.mark.slow
+def test_readiness_on_an_interrupted_run_says_so_first_and_in_its_verdict(tmp_path: Path):
+    """Issue 36: readiness on an interrupted run gave a verdict without saying the run was incomplete."""
+    d = _interrupted_run(tmp_path)
+    recs = [json.loads(x) for x in (d / "base.jsonl").read_text().splitlines()]
+    failed = sum(1 for r in recs if r["error"])
+    assert (len(recs), failed) == (42, 2)  # 48 − 6 missing; 2 of them generation errors: 40 answered
+    res = invoke("readiness", d)
+    assert res.exit_code == 0, res.output
+    first = res.stdout.splitlines()[0]
+    assert first.startswith("Readiness (base): ") and "(verdict on an incomplete run: 40 of 48 cells)" in first
+    assert ("incomplete run: 40 of 48 cells (16 items × 3 epochs) answered; 6 have no record (the run stopped "
+            "before them: re-running the same command finishes it) and 2 ended in a generation error"
+            ) in " ".join(res.stdout.split())  # the terminal's lines wrap: compared as words
+    out = json.loads(invoke("readiness", d, "--format", "json").stdout)
+    assert out["incomplete"] is True and out["coverage"] == {
+        "items": 16, "epochs": 3, "expected": 48, "answered": 40, "missing": 6, "generation_errors": 2}
+    # without summary.json: the spec's epochs and its dataset's items tell the same
+    (d / "summary.json").unlink()
+    (d / "spec.resolved.toml").write_text(f'dataset = "{tmp_path / "items16.jsonl"}"\nepochs = 3\n')
+    first = invoke("readiness", d).stdout.splitlines()[0]
+    assert "(verdict on an incomplete run: 40 of 48 cells)" in first
+
+
+@pytest.mark.slow
+def test_readiness_on_a_complete_run_says_nothing_of_it(run_dir: Path):
+    (run_dir / "summary.json").write_text(json.dumps({"complete": True, "items": 6, "epochs": 4}))
+    out = json.loads(invoke("readiness", run_dir, "--format", "json").stdout)
+    assert out["incomplete"] is False and out["coverage"]["answered"] == out["coverage"]["expected"] == 24
+    assert "incomplete" not in invoke("readiness", run_dir).stdout
+
+
 def test_readiness_json_values(run_dir: Path):
     res = invoke("readiness", run_dir, "--format", "json", "--group-size", "4")
     assert res.exit_code == 0, res.output

@@ -446,6 +446,8 @@ def test_group_judge_one_call_per_item_and_model(tmp_path: Path, fake_openai: Fa
     summary = json.loads((out / "summary.json").read_text())
     assert summary["judge"]["group-judge-model"]["calls"] == 8
     assert summary["judge_results"]["group-judge-model"]["calls"] == 8  # one call grades a group: counted once
+    assert "  8 calls for 24 samples: the 24 graded now went to the judge as 8 group request(s), one per item\n" in (
+        res.output)  # issue 36: why fewer calls than samples
 
     # The same out dir with --group-models: the groups change, so every item is judged again, both models at once.
     res = invoke(group_args(files, fake_openai, out, "--group-models"))
@@ -712,6 +714,36 @@ def test_judge_accounting_adds_up_to_the_cells_judged(tmp_path: Path, fake_opena
     u = json.loads((out / "summary.json").read_text())["judge"]["judge-model"]
     assert u["calls"] == 1 and u["shared"] >= 1 and u["calls"] + u["cache_hits"] + u["shared"] == 12
     assert f"1 calls, {u['cache_hits']} cached, {u['shared']} shared" in res.output
+    why = "; ".join([f"{u['cache_hits']} answered from the judge cache"] * bool(u["cache_hits"])
+                    + [f"{u['shared']} shared an identical request's call"])
+    assert f"  1 calls for 12 samples: {why}\n" in res.output  # issue 36: the line says why it is not 12
+
+
+@pytest.mark.slow
+def test_the_judge_line_says_why_it_made_fewer_calls_than_samples(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Issue 36: after a resumed run the judge line said "26 calls, 0 cached, 0 shared" for 48 samples and not why.
+    It counts the samples by what grading did with them: here the first epoch's grades are kept from the first
+    invocation, a generation that failed is not graded, and only the rest asked the judge."""
+    fake_openai.responder = model_or_score_responder()
+    grader = tmp_path / "grader.json"
+    grader.write_text(json.dumps(SCORE_GRADER))
+    args = ["--dataset", str(write_dataset(tmp_path, 3)), "--grader", str(grader), "--model", "base=fake-base",
+            "--model", "tuned=fake-tuned", "--base-url", fake_openai.base_url, "--out", str(tmp_path / "run"),
+            "--no-readiness", "--max-error-rate", "0.5"]
+    res = invoke([*args, "--epochs", "1"])
+    assert res.exit_code == 0, res.output
+    assert "judge judge-model: 6 calls" in res.output and "calls for" not in res.output  # one per sample: said once
+    score = fake_openai.responder
+    fake_openai.responder = lambda req: (Reply.error(400, "bad request") if judge_format(req) is None
+                                         and req.last_user_text() == "question 0" and req.model == "fake-base"
+                                         else score(req))
+    res = invoke([*args, "--epochs", "2"])
+    assert res.exit_code == 0, res.output
+    u = json.loads((tmp_path / "run" / "summary.json").read_text())["judge"]["judge-model"]
+    assert (u["requests"], u["calls"], u["cache_hits"], u["shared"]) == (5, 5, 0, 0)
+    assert len(judge_requests(fake_openai)) == 6 + 5
+    assert ("  5 calls for 12 samples: 6 graded by an earlier invocation (their grades kept); 1 not graded: their "
+            "generation failed\n") in res.output
 
 
 @pytest.mark.slow

@@ -145,6 +145,36 @@ def test_a_server_killed_mid_run_stops_it_in_seconds_and_the_same_command_resume
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx"])
+def test_a_server_restarted_mid_request_is_a_lost_connection_not_a_timeout(
+        files: dict[str, Path], fake_openai: FakeOpenAI, transport: str) -> None:
+    """Issue 36: after the server was killed mid-run, the retry line said "timeout: no answer within 600s" for
+    requests the server had dropped (aiohttp reports a dropped connection as a connect timeout). It names the
+    connection lost and the likely cause, and the run, retried on the restarted server, completes."""
+    lock = threading.Lock()
+    dropped: list[bool] = []
+
+    def respond(req: Request) -> Reply:
+        with lock:
+            first = not dropped
+            dropped.append(first)
+        if first:  # restarted while this request is being worked on: its connection is dropped unanswered
+            threading.Timer(0.2, fake_openai.restart).start()
+            return Reply(text="fake-tuned", delay_s=30)
+        return Reply(text="fake-tuned")
+
+    fake_openai.responder = respond
+    res = runner.invoke(app, flags(files, fake_openai, "-q", "--concurrency", "1", "--http-transport", transport))
+    assert res.exit_code == 0, res.output
+    retried = [line for line in res.stderr.splitlines() if "retrying after" in line]
+    assert retried, res.stderr
+    assert all("timeout" not in line and "no answer within" not in line for line in retried), retried
+    assert f"retrying after connection: lost the connection to {fake_openai.base_url}" in retried[0]
+    assert retried[0].endswith("(server gone?)")
+    assert len(records(files["out"], "base")) == N_ITEMS * EPOCHS
+
+
+@pytest.mark.slow
 def test_restart_serves_again_on_the_same_port(fake_openai: FakeOpenAI) -> None:
     import urllib.request
 

@@ -259,13 +259,13 @@ def test_the_judge_calls_line_says_where_they_go_and_which_key():
 
     local = "http://127.0.0.1:8080/v1"
     assert judge_calls_note(4, local, "OPENAI_API_KEY", {}) == (
-        f"about 4 judge call(s) to {local}, no key set ($OPENAI_API_KEY is empty; a local server needs none)")
+        f"4 judge call(s) to {local}, no key set ($OPENAI_API_KEY is empty; a local server needs none)")
     assert judge_calls_note(4, local, "JUDGE_KEY", {"JUDGE_KEY": "k"}) == (
-        f"about 4 judge call(s) to {local}, with the key in $JUDGE_KEY")
+        f"4 judge call(s) to {local}, with the key in $JUDGE_KEY")
     assert judge_calls_note(2, None, "OPENAI_API_KEY", {"OPENAI_API_KEY": "sk"}) == (
-        "about 2 judge call(s) to OpenAI, billed to the key in $OPENAI_API_KEY")
+        "2 judge call(s) to OpenAI, billed to the key in $OPENAI_API_KEY")
     assert judge_calls_note(2, "https://api.openai.com/v1", "K", {}) == (
-        "about 2 judge call(s) to https://api.openai.com/v1, but $K is not set: they will fail")
+        "2 judge call(s) to https://api.openai.com/v1, but $K is not set: they will fail")
 
 
 @pytest.mark.slow
@@ -276,11 +276,35 @@ def test_validate_grader_with_a_local_judge_and_no_key_says_so(tmp_path, fake_op
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     fake_openai.responder = lambda req: json.dumps({"steps": [], "result": 1.0})
     res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(dataset), "--judge-base-url",
-                              fake_openai.base_url])
+                              fake_openai.base_url, "--reference-template", "answer {{ item.id }}"])
     assert res.exit_code == 0, res.output
-    assert (f"the references go to the judge model: about 4 judge call(s) to {fake_openai.base_url}, no key set "
+    assert (f"the references go to the judge model: 4 judge call(s) to {fake_openai.base_url}, no key set "
             "($OPENAI_API_KEY is empty; a local server needs none)") in res.stdout
     assert "billed" not in res.output
+    assert len(fake_openai.requests) == 4  # the count announced is the count made
+
+
+@pytest.mark.slow
+def test_validate_grader_announces_judge_calls_only_when_it_makes_them(tmp_path, fake_openai):
+    """Issue 36: a judge whose references cannot be read (no reference field, no --reference-template) was announced
+    as "about 4 judge call(s)" and then made none. Now nothing is announced, nothing is sent, and the report says
+    why; a multi of two judges announces two calls per reference, as many as it makes."""
+    grader, dataset, _ = _judge_files(tmp_path)
+    fake_openai.responder = lambda req: json.dumps({"steps": [], "result": 1.0})
+    base = ["validate", "grader", str(grader), "--dataset", str(dataset), "--judge-base-url", fake_openai.base_url]
+    res = runner.invoke(app, base)
+    assert res.exit_code == 0, res.output
+    assert "judge call" not in res.output and fake_openai.requests == []
+    assert "reference answers graded as outputs: 0 of 4 items" in res.stdout
+    assert "reference probes skipped: cannot tell how the grader reads an answer" in res.stdout
+    judge = json.loads(grader.read_text())
+    multi = tmp_path / "multi.json"
+    multi.write_text(json.dumps({"type": "multi", "name": "m", "calculate_output": "(a + b) / 2", "graders": {
+        "a": judge, "b": {**judge, "name": "k", "model": "judge-2"}}}))
+    res = runner.invoke(app, [*base[:2], str(multi), *base[3:], "--reference-template", "answer {{ item.id }}"])
+    assert res.exit_code == 0, res.output
+    assert f"the references go to the judge model: 8 judge call(s) to {fake_openai.base_url}" in res.stdout
+    assert len(fake_openai.requests) == 8
 
 
 def test_the_cookbook_healthbench_rubric_judge_names_no_line_as_lacking_a_reference(tmp_path: Path) -> None:

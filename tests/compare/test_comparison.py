@@ -322,3 +322,28 @@ def test_per_item_delta_intervals_stay_within_the_graders_span():
     assert r.bounds == (0.0, 10.0)
     hi = r.items["delta_hi"].to_numpy()
     assert np.isfinite(hi).all() and hi.max() == 10.0  # the uncut t interval reaches past 11
+
+
+@pytest.mark.slow
+def test_the_pass_at_k_note_says_not_shown_better_where_pass_at_n_rose_on_too_few_items():
+    """Issue 36: the demo's note said "pass@1 rose but pass@3 did not" where pass@3 went 0.364 -> 0.727 on 11 items
+    (4 items gained, none lost; not shown better). The words are stats.direction's: not shown better, never "did
+    not rise"."""
+    from rfteval.compare.comparison import compare_sides
+    from rfteval.compare.simulation import side_from_matrix
+
+    base, tuned = np.zeros((11, 3)), np.zeros((11, 3))
+    for i, passes in enumerate([2, 2, 1, 1]):  # 6 of 33 samples pass, on 4 items
+        base[i, :passes] = 1.0
+    for i, passes in enumerate([3, 3, 3, 3, 2, 2, 2, 2]):  # 20 of 33, on 8 items (the base's 4 among them)
+        tuned[i, :passes] = 1.0
+    r = compare_sides(side_from_matrix("base", base), side_from_matrix("tuned", tuned))
+    pk = r.pass_k
+    assert pk is not None and pk["sharpening"]
+    assert (pk["pass_at_n"]["baseline"]["mean"], pk["pass_at_n"]["candidate"]["mean"]) == (4 / 11, 8 / 11)
+    word = stats.direction(pk["pass_at_n"]["delta"])
+    assert stats.direction(pk["pass_at_1"]["delta"]) == "better" and word not in ("better", "worse")
+    (note,) = [n for n in r.notes if n.startswith("pass@1")]
+    assert note.startswith(f"pass@1 shown better, pass@3 not shown better ({word}): ")
+    assert "pass@3 0.364 -> 0.727, delta +0.364" in note
+    assert "did not" not in note and "rose but" not in note

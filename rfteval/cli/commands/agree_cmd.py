@@ -84,7 +84,10 @@ def agree(
     from rfteval.report.agree_render import render_terminal, write_html
 
     fmt = output_format(fmt)
-    _check_numbers(min_kappa, max_bias, top)
+    # every flag checked before a judge is opened (AgreeGate, AgreeOptions; agree_paths checks what A and B's
+    # grader already tell): a bad combination is one line, exit 2, and no --regrade call is paid for
+    options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,
+                           gate=AgreeGate(min_kappa, max_bias, require_same_verdict, max_error_rate))
     if regrade is not None:
         regrade = regrade_grader_path(regrade, a)
     inputs = [p for p in (a, b, regrade, dataset) if p is not None]
@@ -99,8 +102,6 @@ def agree(
         spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
-    options = AgreeOptions(pass_threshold, seed=seed, top=top, errors=errors,
-                           gate=AgreeGate(min_kappa, max_bias, require_same_verdict, max_error_rate))
     result = agree_paths(a, b, options, spec)
     if html is not None:
         write_output(html, lambda p: write_html(result, p), inputs, "--html")
@@ -115,13 +116,3 @@ def agree(
     if not result.gate["passed"]:
         raise typer.Exit(ExitStatus.GATE_FAILED)
 
-
-def _check_numbers(min_kappa: float | None, max_bias: float | None, top: int) -> None:
-    """The numeric flags that are wrong on their own: one line (exit 2) naming the flag."""
-    for flag, value in (("--min-kappa", min_kappa), ("--max-bias", max_bias)):
-        if value is not None and not (value == value and abs(value) != float("inf")):
-            raise InputError(f"must be a finite number, got {value}", field=flag)
-    if max_bias is not None and max_bias < 0:
-        raise InputError(f"must be >= 0, got {max_bias:g}", field="--max-bias")
-    if top < 0:
-        raise InputError(f"must be >= 0, got {top}", field="--top")

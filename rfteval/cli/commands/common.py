@@ -177,7 +177,7 @@ def judge_flags(developer_as: bool = False) -> Callable[[Command], Command]:
         @functools.wraps(function)
         def with_endpoint(**kwargs: object) -> object:
             fields = {judge_defaults.JUDGE_KEYWORDS.get(name, name): kwargs.pop(name) for name, _, _ in params}
-            kwargs["judge_endpoint"] = judge_defaults.JudgeEndpoint(**cast("dict[str, Any]", fields))
+            kwargs["judge_endpoint"] = checked_endpoint(judge_defaults.JudgeEndpoint(**cast("dict[str, Any]", fields)))
             return function(**kwargs)
 
         with_endpoint.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -187,6 +187,27 @@ def judge_flags(developer_as: bool = False) -> Callable[[Command], Command]:
         return cast("Command", with_endpoint)
 
     return wrap
+
+
+def checked_endpoint(endpoint: JudgeEndpoint) -> JudgeEndpoint:
+    """The --judge-* flags checked as `rfteval run` checks its own (run.spec.JudgeSpec) and --developer-as, when the
+    endpoint is built: one line naming the flag before the command body runs, so before any judge call is paid for
+    (a URL that is not one used to be tried three times, a --judge-concurrency 0 ended in a traceback)."""
+    from pydantic import ValidationError
+
+    from rfteval.errors import InputError
+    from rfteval.providers.openai_provider import check_developer_as
+    from rfteval.run.spec import JudgeSpec
+
+    try:
+        JudgeSpec(base_url=endpoint.base_url, api_key_env=endpoint.api_key_env, api=endpoint.api,
+                  model=endpoint.model, concurrency=endpoint.concurrency)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        flag = "--judge-" + str(error["loc"][0]).replace("_", "-")
+        raise InputError(error["msg"].removeprefix("Value error, "), field=flag) from None
+    check_developer_as(endpoint.developer_as)
+    return endpoint
 
 
 def checked_grader(path: Path, allow_without_sample: bool, judge_model: str | None) -> GraderConfig:

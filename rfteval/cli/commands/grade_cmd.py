@@ -68,14 +68,15 @@ def grade(
 
     request = GradeRequest(dataset, grader, outputs, out, skip_invalid, grader_timeout, grader_memory, reasoning,
                            think_tags, unsafe_python_graders, (judge_endpoint.api_key_env,), judge_cache,
-                           allow_grader_without_sample, allow_trailing_assistant, judge_endpoint.model)
+                           allow_grader_without_sample, allow_trailing_assistant, judge_endpoint.model,
+                           max_error_rate=max_error_rate, top=items_limit)
 
     def open_judge(config: GraderConfig) -> Judge | None:
         return make_judge(config, judge_endpoint, skip_model_check, request.judge_cache_path)
 
     graded = grade_paths(request, lambda line: typer.echo(line, err=True), open_judge)
-    _print(graded, fmt, items_limit)
-    _exit_when_incomplete(sum(1 for r in graded.records if r.error), len(graded.records), max_error_rate)
+    _print(graded, fmt, request.top)
+    _exit_when_incomplete(sum(1 for r in graded.records if r.error), len(graded.records), request.max_error_rate)
 
 
 def _print(graded: GradedFile, fmt: OutputFormat, items_limit: int) -> None:

@@ -24,8 +24,8 @@ from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Dataset
-    from rfteval.data.json_types import JSONMapping
-    from rfteval.graders.base import GraderConfig
+    from rfteval.data.json_types import JSONMapping, JSONValue
+    from rfteval.graders.base import GradeOptions, GraderConfig
     from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
@@ -85,6 +85,13 @@ def validate_grader(
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
     flagged)."""
+    from rfteval.graders import GradeOptions
+    from rfteval.readiness.reference import load_reference_template
+
+    # every flag checked before the grader is even described, so before any judge call (one line, exit 2)
+    _check_stability_flags(dataset, outputs, repeat, threshold)
+    options = GradeOptions(python_timeout_s=grader_timeout)
+    template = load_reference_template(reference_template) if reference_template is not None else None
     config = checked_grader(path, allow_without_sample, judge_endpoint.model)
     if emit_json:
         import json
@@ -92,7 +99,6 @@ def validate_grader(
         typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
         return
     _describe(config)
-    _check_stability_flags(dataset, outputs, repeat)
     if dataset is None:
         return
     data = _preflight(config, path, dataset)
@@ -100,14 +106,12 @@ def validate_grader(
     judge = make_judge(config, judge_endpoint, skip_model_check)
     try:
         if repeat is None:
-            _reference(config, data, grader_timeout, reference_template, judge, judge_endpoint)
+            _reference(config, data, options, template, judge, judge_endpoint)
             return
-        from rfteval.graders import GradeOptions
         from rfteval.readiness.judge_stability import run_stability
 
         assert outputs is not None  # checked above: --repeat and --outputs go together
-        report = run_stability(path, dataset, outputs, judge, repeat, threshold,
-                               GradeOptions(python_timeout_s=grader_timeout))
+        report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
         from rfteval.providers.judge import raise_if_stopped
 
         raise_if_stopped(judge, "the judge's stability was not measured")
@@ -134,13 +138,19 @@ def _describe(config: GraderConfig) -> None:
         typer.echo(f"note: {note}")
 
 
-def _check_stability_flags(dataset: Path | None, outputs: Path | None, repeat: int | None) -> None:
+def _check_stability_flags(dataset: Path | None, outputs: Path | None, repeat: int | None, threshold: float) -> None:
+    import math
+
     from rfteval.errors import InputError
 
     if (repeat is None) != (outputs is None):
         raise InputError("--repeat and --outputs go together (and need --dataset)", field="--repeat")
     if dataset is None and repeat is not None:
         raise InputError("--repeat needs --dataset", field="--dataset")
+    if repeat is not None and repeat < 2:  # run_stability's own check, made before the judge is opened
+        raise InputError("must be at least 2 to measure a spread", field="--repeat")
+    if not (math.isfinite(threshold) and threshold >= 0):
+        raise InputError(f"must be a score sd >= 0 (0..1 scale), got {threshold:g}", field="--threshold")
 
 
 def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
@@ -161,17 +171,17 @@ def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
     return data
 
 
-def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, reference_template: str | None,
+def _reference(config: GraderConfig, data: Dataset, options: GradeOptions, template: JSONValue,
                judge: Judge | None, endpoint: JudgeEndpoint) -> None:
-    """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
-    from rfteval.graders import GradeOptions
-    from rfteval.readiness.reference import judge_calls_note, load_reference_template, reference_check
+    """The share of reference answers that score the maximum (rfteval.readiness.reference); the judge calls are
+    announced when the references are known, with the count made, and not at all when none is graded."""
+    from rfteval.readiness.reference import judge_calls_note, reference_check
 
-    template = load_reference_template(reference_template) if reference_template is not None else None
-    if judge is not None:
-        note = judge_calls_note(len(data), endpoint.base_url, endpoint.api_key_env)
+    def announce(calls: int) -> None:
+        note = judge_calls_note(calls, endpoint.base_url, endpoint.api_key_env)
         typer.echo(f"the references go to the judge model: {note}")
-    checked = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)
+
+    checked = reference_check(data, config, options, template, judge, before_calls=announce)
     from rfteval.providers.judge import raise_if_stopped
 
     raise_if_stopped(judge, "no reference was judged")
