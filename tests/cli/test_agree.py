@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from rfteval.cli.app import app
 from tests.support import REPO
 from tests.support.fake_openai import Reply
+from tests.support.optional import missing
 
 runner = CliRunner()
 ROOT = REPO
@@ -446,7 +447,7 @@ def test_html_report_has_both_plots_and_renders(tmp_path):
     assert body.count("<circle") >= 5 and 'class="loa"' in body and 'class="bias"' in body
     browser = _chromium()
     if browser is None:
-        pytest.skip("chromium is not installed (`make browser`): the HTML screenshot check did not run")
+        missing("chromium is not installed: the HTML screenshot check did not run", "browser")
     from tests.report.test_html import WINDOW, _png_info
 
     shot = tmp_path / "shot.png"

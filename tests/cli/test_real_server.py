@@ -22,11 +22,12 @@ import pytest
 
 from tests.support import REPO
 from tests.support.cli_run_files import RFTEVAL
-from tests.support.real_server import TOOLS_ALIAS, RealServer, unavailable
+from tests.support.optional import missing
+from tests.support.real_server import INSTALL_HINT, TOOLS_ALIAS, RealServer, unavailable
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
-    pytest.skip(REASON, allow_module_level=True)
+    missing(REASON.removesuffix(f"; {INSTALL_HINT}"), "realserver")
 
 SECRET = "sk-realserver-test-0123456789abcdef"  # never sent anywhere but 127.0.0.1; must reach no file or output
 

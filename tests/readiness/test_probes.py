@@ -268,8 +268,6 @@ def test_runloop_pays_half_for_the_right_format():
 @pytest.mark.slow
 def test_ready_made_chipstack_grader_on_its_dataset():
     grader, data = ROOT / "graders" / "chipstack.json", ROOT / "datasets" / "chipstack" / "items.jsonl"
-    if not grader.exists() or not data.exists():
-        pytest.skip("the ready-made ChipStack grader or dataset is absent")
     from rfteval.data.dataset import load_dataset
     from rfteval.graders.loader import load_grader
 

@@ -21,10 +21,12 @@ import pytest
 
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
 from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
+from tests.support.optional import missing, sandbox_refused
 from tests.support.sandbox_samples import python_grader_case
 
-pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
-              pytest.mark.slow]  # each attack runs real processes: seconds
+pytestmark = pytest.mark.slow  # each attack runs real processes: seconds
+if (REFUSED := host().refused) is not None:
+    sandbox_refused(REFUSED, host().bwrap is not None)
 
 TIMEOUT_S = 3.0
 SECRET = "sk-test-attack-canary-0123456789"
@@ -571,7 +573,7 @@ def test_a_subset_holds_as_an_unprivileged_user() -> None:
     with tempfile.TemporaryDirectory(dir="/tmp") as readable:
         found = _nobody_interpreter(Path(readable))
         if isinstance(found, str):
-            pytest.skip(f"cannot run as an unprivileged user here: {found}")
+            missing(f"cannot run as an unprivileged user here: {found}", "nobody")
         python, env = found
         proc = _as_nobody(python, NOBODY_SCRIPT, env, 240)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
