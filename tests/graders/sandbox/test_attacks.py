@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
+from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_TIMEOUT
 from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
 from tests.support.optional import missing, sandbox_refused
 from tests.support.sandbox_samples import python_grader_case
@@ -280,7 +280,9 @@ def test_loopback_tcp_of_the_host_is_unreachable(pool: WorkerPool) -> None:
     try:
         port = listener.getsockname()[1]
         evil, _ = attack(pool, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n")
-        assert evil.error is not None
+        # refused: the sandbox's own loopback, where nothing listens (the host's listens on that port)
+        assert evil.error is not None and evil.error.type == PYTHON_RUNTIME, evil
+        assert "ConnectionRefusedError" in evil.error.message, evil.error.message
     finally:
         listener.close()
 
@@ -401,7 +403,7 @@ def test_a_stopped_supervisor_costs_seconds_at_the_default_timeout() -> None:
 
 def test_memfd_is_refused(pool: WorkerPool) -> None:
     evil, _ = attack(pool, "import os\nos.memfd_create('x')\n")
-    assert evil.error is not None and "PermissionError" in evil.error.message
+    assert evil.error is not None and evil.error.type == PYTHON_RUNTIME and "PermissionError" in evil.error.message
 
 
 def test_disk_is_limited(pool: WorkerPool) -> None:
@@ -440,7 +442,8 @@ def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
 
 def test_huge_error_text_and_output_are_capped(pool: WorkerPool) -> None:
     evil, _ = attack(pool, "import os\nos.write(1, b'y' * 50_000_000)\nraise ValueError('e' * 50_000_000)\n")
-    assert evil.error is not None and len(evil.error.message) <= 8000
+    assert evil.error is not None and evil.error.type == PYTHON_RUNTIME, evil
+    assert evil.error.message.startswith("grade() raised ValueError: eee") and len(evil.error.message) <= 8000
     assert evil.stdout is None or len(evil.stdout) <= 64 * 1024 + 100
 
 
