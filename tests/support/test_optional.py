@@ -27,11 +27,10 @@ def package(root: Path, name: str, init: str, modules: dict[str, str] | None = N
 
 @pytest.fixture
 def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """tmp_path first on sys.path; the packages made there are forgotten afterwards."""
+    """tmp_path first on sys.path; the packages made there (rfteval_pkg_*) are forgotten afterwards."""
     monkeypatch.syspath_prepend(str(tmp_path))
-    before = set(sys.modules)
     yield tmp_path
-    for name in set(sys.modules) - before:
+    for name in [m for m in sys.modules if m.startswith("rfteval_pkg_")]:
         del sys.modules[name]
 
 
