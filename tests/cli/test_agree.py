@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from rfteval.cli.app import app
 from tests.support import REPO
 from tests.support.fake_openai import Reply
+from tests.support.optional import missing, require
 
 runner = CliRunner()
 ROOT = REPO
@@ -64,6 +65,89 @@ def test_identical_grades_agree_under_every_gate(tmp_path):
                                                           "error-rate"]
     assert out["errors"]["policy"] == "exclude" and out["errors"]["pairs_left_out"] == 0
     assert out["errors"]["b"] == {"records": 32, "errors": 0, "share": 0.0, "by_kind": {}, "generation_failures": 0}
+
+
+def _noisy_pairs(items: int = 30, epochs: int = 3, seed: int = 11) -> tuple[list[dict], list[dict]]:
+    """A's and B's grades of the same samples: B reads A's score with a per-item offset and per-sample noise, so the
+    two disagree on some verdicts and the bias varies by item."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    rows_a, rows_b = [], []
+    for i in range(items):
+        offset = 0.04 + rng.normal(0.0, 0.05)
+        for e in range(1, epochs + 1):
+            a = round(float(rng.uniform(0.0, 1.0)), 3)
+            b = round(min(1.0, max(0.0, a + offset + float(rng.normal(0.0, 0.08)))), 3)
+            for rows, score in ((rows_a, a), (rows_b, b)):
+                rows.append({"run_id": "r", "model_label": "m", "model": "m", "item_id": f"q{i}", "epoch": e,
+                             "output_text": f"answer {i}.{e}", "score": score, "passed": score >= 0.5})
+    return rows_a, rows_b
+
+
+@pytest.mark.slow
+def test_kappa_bias_and_their_intervals_match_an_independent_computation(tmp_path):
+    """The numbers `agree` prints, computed here another way from the same grades: Cohen's kappa from the 2x2 table by
+    its formula; the bias as the mean over items of each item's mean B − A; the limits of agreement from the
+    per-sample differences. Each interval is a bootstrap of items whose SE is scaled by C/(C−1), with a t quantile
+    of C−1 df (statistics.md §2.2, inspect's ci()): recomputed from the same draws (seed 0: one 2000 × C matrix of
+    item indices), with scipy's quantile; and, free of any draw, against what the method tends to: for the bias the
+    t interval of the item means, for kappa a bootstrap drawn here with its own generator and ten times the draws."""
+    import numpy as np
+
+    st = require("scipy.stats", "setup")
+    rows_a, rows_b = _noisy_pairs()
+    a, b = _records(tmp_path / "a.jsonl", rows_a), _records(tmp_path / "b.jsonl", rows_b)
+    code, out = _json([str(a), str(b)])
+    assert code == 0 and out["n_samples"] == len(rows_a) == 90 and out["n_items"] == 30
+
+    # the table, per item and in all (columns: both, A only, B only, neither)
+    items = sorted({r["item_id"] for r in rows_a})  # as agree orders its samples: by label, item id, epoch
+    kinds = ((True, True), (True, False), (False, True), (False, False))
+    cells = np.array([[sum(1 for ra, rb in zip(rows_a, rows_b) if ra["item_id"] == i and (ra["passed"], rb["passed"]) == k)
+                       for k in kinds] for i in items], float)
+    total = cells.sum(axis=0)
+    assert out["pass"]["table"] == dict(zip(("both", "a_only", "b_only", "neither"), total.astype(int).tolist()))
+    assert total.min() > 0  # the graders disagree both ways
+
+    def kappa(t: np.ndarray) -> np.ndarray:
+        """Cohen's kappa of tables (..., 4): po the share with the same verdict, pe what the margins give by chance."""
+        n = t.sum(axis=-1)
+        both, a_only, b_only, neither = (t[..., j] / n for j in range(4))
+        po, pe = both + neither, (both + a_only) * (both + b_only) + (neither + b_only) * (neither + a_only)
+        return (po - pe) / (1 - pe)
+
+    k = float(kappa(total))
+    assert out["pass"]["kappa"]["value"] == pytest.approx(k, rel=1e-12)
+    assert out["pass"]["agreement"] == pytest.approx((total[0] + total[3]) / 90, rel=1e-12)
+
+    # the bias: per-item means first; the limits of agreement: one sample's difference
+    d = {i: [rb["score"] - ra["score"] for ra, rb in zip(rows_a, rows_b) if ra["item_id"] == i] for i in items}
+    item_d = np.array([np.mean(d[i]) for i in items])
+    c = len(items)
+    assert out["bias"]["mean"] == pytest.approx(item_d.mean(), abs=1e-12)
+    sd = np.array([x for i in items for x in d[i]]).std(ddof=1)
+    assert out["loa"]["lower"] == pytest.approx(item_d.mean() - 1.96 * sd, abs=1e-12)
+    assert out["loa"]["upper"] == pytest.approx(item_d.mean() + 1.96 * sd, abs=1e-12)
+
+    q = st.t.ppf(0.975, c - 1)
+    draws = np.random.default_rng(0).integers(0, c, (2000, c))  # the same draws as agree's
+
+    def interval(estimate: float, boot: np.ndarray) -> list[float]:
+        half = q * boot[np.isfinite(boot)].std(ddof=1) * np.sqrt(c / (c - 1))
+        return [estimate - half, estimate + half]
+
+    assert out["bias"]["ci95"] == pytest.approx(interval(item_d.mean(), item_d[draws].mean(axis=1)), rel=1e-9)
+    assert out["pass"]["kappa"]["ci95"] == pytest.approx(interval(k, kappa(cells[draws].sum(axis=1))), rel=1e-9)
+    assert -1 < out["pass"]["kappa"]["ci95"][0] < k < out["pass"]["kappa"]["ci95"][1] < 1  # not cut at ±1
+
+    # free of agree's draws: the bootstrap's variance of a mean of C item means tends to sd²(ddof=0)/C, which the
+    # C/(C−1) factor makes sd²(ddof=1)/C: the t interval; kappa's, to what 20,000 draws of this generator give
+    lo, hi = out["bias"]["ci95"]
+    assert (hi - lo) / 2 == pytest.approx(q * item_d.std(ddof=1) / np.sqrt(c), rel=0.06)  # 2,000 draws: ±1.6% a sd
+    k_lo, k_hi = out["pass"]["kappa"]["ci95"]
+    mine = interval(k, kappa(cells[np.random.default_rng(2024).integers(0, c, (20_000, c))].sum(axis=1)))
+    assert (k_hi - k_lo) / 2 == pytest.approx((mine[1] - mine[0]) / 2, rel=0.08)  # 2,000 draws: ±1.6% a sd
 
 
 @pytest.mark.slow
@@ -461,7 +545,7 @@ def test_html_report_has_both_plots_and_renders(tmp_path):
     assert body.count("<circle") >= 5 and 'class="loa"' in body and 'class="bias"' in body
     browser = _chromium()
     if browser is None:
-        pytest.skip("chromium is not installed (`make browser`): the HTML screenshot check did not run")
+        missing("chromium is not installed: the HTML screenshot check did not run", "browser")
     from tests.report.test_html import WINDOW, _png_info
 
     shot = tmp_path / "shot.png"

@@ -65,11 +65,20 @@ def test_json_exact_shape(pair):
                          "flagged_items": []}
 
 
-def test_p_value_hand_check():
-    # d = 2/3·s1 + 1/3·(s2+s3+s4): |d| >= 1 when s1 agrees with 3 or 2 of the others: 2 · (1 + 3) patterns
-    d = [2 / 3, -1 / 3, 1 / 3, 1 / 3]  # a, b, c, d
-    hits = sum(abs(sum(x if m >> i & 1 else -x for i, x in enumerate(d))) >= 1 - 1e-9 for m in range(16))
+def test_p_value_is_the_share_of_sign_patterns_as_extreme_as_the_observed():
+    """The 0.5 test_json_exact_shape expects, derived here from BASE and TUNED: the per-item mean deltas, and every one
+    of the 2**4 sign patterns; rfteval's exact sign-flip test gives the same share."""
+    from itertools import product
+
+    from rfteval.stats import sign_flip_p_value
+
+    d = [sum(TUNED[i]) / len(TUNED[i]) - sum(BASE[i]) / len(BASE[i]) for i in BASE]
+    assert d == pytest.approx([2 / 3, -1 / 3, 1 / 3, 1 / 3])  # a, b, c, d
+    # sum = 1: |Σ s·d| >= 1 when a's sign agrees with 3 or 2 of the other three's: 2 · (1 + 3) patterns of 16
+    hits = sum(abs(sum(s * x for s, x in zip(signs, d))) >= abs(sum(d)) - 1e-9 for signs in product((1, -1), repeat=4))
     assert hits == 8
+    p, method = sign_flip_p_value(d)
+    assert (p, method) == (pytest.approx(hits / 16), "exact")
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,11 +23,12 @@ import pytest
 
 from tests.support import REPO
 from tests.support.cli_run_files import RFTEVAL
-from tests.support.real_server import TOOLS_ALIAS, RealServer, unavailable
+from tests.support.optional import missing
+from tests.support.real_server import INSTALL_HINT, TOOLS_ALIAS, RealServer, unavailable
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
-    pytest.skip(REASON, allow_module_level=True)
+    missing(REASON.removesuffix(f"; {INSTALL_HINT}"), "realserver")
 
 SECRET = "sk-realserver-test-0123456789abcdef"  # never sent anywhere but 127.0.0.1; must reach no file or output
 
@@ -231,15 +233,12 @@ def test_a_refused_json_schema_stops_the_run_within_seconds(llama: RealServer, t
     rf.write_text(json.dumps({"type": "object", "properties": {"answer": {"type": "integer"}},
                               "required": ["answer"]}))
     before = chat_posts(llama)
-    start = time.monotonic()
     res = rfteval(*run_args(llama, write_items(tmp_path / "items.jsonl", arithmetic_items(20)),
                             string_check(tmp_path / "g.json"), tmp_path / "run", "--response-format", str(rf),
-                            "--concurrency", "4", epochs=3), timeout=180)
-    elapsed = time.monotonic() - start
+                            "--concurrency", "4", epochs=3), timeout=180)  # a guard: the retries took 8+ minutes
     assert_one_line_error(res, "--response-format")
     sent = chat_posts(llama) - before
     assert sent <= 20, sent  # a handful, where today's retries sent about 600
-    assert elapsed < 60, elapsed  # generous: the point is seconds, not the 8+ minutes of retries
 
 
 def test_tools_come_back_as_tool_calls(llama: RealServer, tmp_path: Path) -> None:
@@ -349,17 +348,20 @@ def test_a_killed_server_stops_the_run_within_seconds_and_the_same_command_resum
             time.sleep(0.1)
         assert proc.poll() is None, "the run ended before the server was killed"
         server.kill()
-        killed = time.monotonic()
         try:
-            stdout, stderr = proc.communicate(timeout=120)
+            stdout, stderr = proc.communicate(timeout=120)  # a guard: every cell's retries took about 4 minutes
         except subprocess.TimeoutExpired:
             proc.kill()
-            stdout, stderr = proc.communicate()
-        stopped = time.monotonic() - killed
-        assert proc.returncode != 0, stdout + stderr
+            proc.communicate()
+            pytest.fail("the run did not stop within 120 s of the server's death: a hang guard, not a timing check")
+        assert proc.returncode == 3, stdout + stderr  # stopped, resumable
         assert "Traceback" not in stdout + stderr
         assert "refused" in (stdout + stderr).lower(), stdout + stderr
-        assert stopped < 30, stopped  # generous: every cell's retries took about 4 minutes
+        # noticed across cells: a few attempts in a row could not connect, and the run stopped there; no cell
+        # spent its retries and failed (a cell that did would be a connection error in the records)
+        gone = re.search(r"the endpoint stopped answering: .* \((\d+) attempts in a row over", stderr)
+        assert gone is not None and int(gone.group(1)) >= 3, stderr  # retry.DEAD_AFTER
+        assert not [r for r in records(out, "base") if (r["error"] or {}).get("type") == "connection"]
         answered = len(store.read_text().splitlines())
 
         server.start()
@@ -425,13 +427,11 @@ def test_a_judge_the_server_refuses_stops_grade_within_seconds(llama: RealServer
     ds = write_items(tmp_path / "items.jsonl", sentence_items(8))
     args = ["grade", "-d", str(ds), "-g", str(grader), "--outputs", str(_outputs(tmp_path / "outs.jsonl", 8)),
             "--out", str(tmp_path / "graded.jsonl"), "--judge-base-url", llama.base_url, "--judge-concurrency", "2"]
-    before, start = chat_requests(llama), time.monotonic()
-    res = rfteval(*args, timeout=180)
-    elapsed = time.monotonic() - start
+    before = chat_requests(llama)
+    res = rfteval(*args, timeout=180)  # a guard: the retries took minutes
     assert_one_line_error(res, "judge requests alike", "--developer-as system", "(input: 'developer')")
     # a handful (each call's first attempt also steps json_schema down), not 8 cells x 11 attempts
     assert chat_requests(llama) - before <= 8 and not (tmp_path / "graded.jsonl").exists()
-    assert elapsed < 60, elapsed  # generous: the point is seconds, not minutes of retries
     res = rfteval(*args, "--developer-as", "system", "--max-error-rate", "1", timeout=300)
     assert res.returncode == 0, output_of(res)
     assert len(records(tmp_path, "graded")) == 8

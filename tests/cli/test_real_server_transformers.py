@@ -22,11 +22,12 @@ from typing import Any
 import pytest
 
 from tests.support.cli_run_files import RFTEVAL
-from tests.support.transformers_server import TransformersServer, unavailable
+from tests.support.optional import missing
+from tests.support.transformers_server import INSTALL_HINT, TransformersServer, unavailable
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
-    pytest.skip(REASON, allow_module_level=True)
+    missing(REASON.removesuffix(f"; {INSTALL_HINT}"), "trainers")
 
 ITEMS, EPOCHS = 3, 3
 SECRET = "sk-transformers-test-0123456789abcdef"  # sent to 127.0.0.1 only; must reach no file or output

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from rfteval.cli.app import app
 from tests.support.cli_run_files import write_run_files
 from tests.support.fake_openai import FakeOpenAI, Reply, Request
+from tests.support.optional import require
 
 runner = CliRunner()
 N_ITEMS = 5
@@ -84,6 +85,72 @@ def test_flag_form_runs_every_cell_once(files: dict[str, Path], fake_openai: Fak
     assert res.exit_code == 0, res.output
     assert len(fake_openai.requests) == 2 * N_ITEMS * EPOCHS
     assert len(load(out, "base")) == N_ITEMS * EPOCHS and all(r["cached"] for r in load(out, "base"))
+
+
+# per model, per item: how many of its 4 epochs contain the reference (every other answer does not)
+PASSES = {"fake-base": [0, 1, 2, 3, 4, 1, 2, 0, 3, 2, 1, 2], "fake-tuned": [2, 3, 2, 4, 4, 3, 3, 1, 4, 2, 3, 4]}
+
+
+@pytest.mark.slow
+def test_intervals_and_the_p_value_match_an_independent_computation(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """What `rfteval run` prints and writes to summary.json, computed here from the answers the server was told to
+    give (PASSES), not from the records: per-item means over the epochs first; each model's mean ± t(0.975, n−1)·SE
+    (scipy's quantile, statistics' stdev), cut to the grader's [0, 1]; the paired delta's the same over the per-item
+    differences, its p-value the exact share of the 2**12 sign patterns as extreme; pass@k by its unbiased
+    estimator. The epochs of an item reach the server in any order: the count of its passing answers is what is fixed."""
+    import itertools
+    import statistics
+    from math import comb
+
+    st = require("scipy.stats", "setup")
+    files = write_run_files(tmp_path, 12, reference="tuned")
+    seen: collections.Counter = collections.Counter()
+    lock = threading.Lock()
+
+    def respond(req: Request) -> Reply:
+        with lock:
+            seen[(req.model, req.last_user_text())] += 1
+            n = seen[(req.model, req.last_user_text())]
+        return Reply(text="tuned" if n <= PASSES[req.model][int(req.last_user_text().split()[-1])] else "nope")
+
+    fake_openai.responder = respond
+    res = runner.invoke(app, ["run", "--dataset", str(files["dataset"]), "--grader", str(files["grader"]), "--model",
+                              "base=fake-base", "--model", "tuned=fake-tuned", "--epochs", "4", "--base-url",
+                              fake_openai.base_url, "--concurrency", "8", "--out", str(files["out"]), "--no-readiness"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads((files["out"] / "summary.json").read_text())
+    n, q = 12, st.t.ppf(0.975, 11)
+
+    def t_interval(values: list[float], bounds: tuple[float, float]) -> tuple[float, float, list[float]]:
+        mean, se = statistics.fmean(values), statistics.stdev(values) / n ** 0.5
+        return mean, se, [max(bounds[0], mean - q * se), min(bounds[1], mean + q * se)]
+
+    means = {}
+    for label, model in (("base", "fake-base"), ("tuned", "fake-tuned")):
+        means[label] = [c / 4 for c in PASSES[model]]
+        mean, se, ci = t_interval(means[label], (0.0, 1.0))
+        got = summary["models"][label]
+        assert (got["mean"], got["se"]) == (pytest.approx(mean, rel=1e-12), pytest.approx(se, rel=1e-9))
+        assert got["ci95"] == pytest.approx(ci, rel=1e-9)
+        assert f"{mean:.3f}  [{ci[0]:.3f}, {ci[1]:.3f}]" in res.stdout  # the printed table, as rounded
+        for k in (1, 2, 3, 4):  # 1 − C(n − c, k) / C(n, k) per item, averaged
+            expected = statistics.fmean(1 - comb(4 - c, k) / comb(4, k) for c in PASSES[model])
+            assert got["pass_at_k"][str(k)] == pytest.approx(expected, rel=1e-12)
+
+    d = [t - b for b, t in zip(means["base"], means["tuned"])]
+    mean, se, ci = t_interval(d, (-1.0, 1.0))
+    delta = summary["deltas"]["tuned"]
+    assert (delta["mean"], delta["se"]) == (pytest.approx(mean, rel=1e-12), pytest.approx(se, rel=1e-9))
+    assert delta["ci95"] == pytest.approx(ci, rel=1e-9) and delta["sd"] == pytest.approx(statistics.stdev(d))
+    hits = sum(abs(sum(s * x for s, x in zip(signs, d))) >= abs(sum(d)) - 1e-9
+               for signs in itertools.product((1, -1), repeat=n))
+    assert (delta["p_value"], delta["p_method"]) == (pytest.approx(hits / 2 ** n, rel=1e-12), "exact")
+    assert (delta["wins"], delta["ties"], delta["losses"]) == (sum(x > 0 for x in d), sum(x == 0 for x in d),
+                                                              sum(x < 0 for x in d))
+    assert delta["correlation"] == pytest.approx(statistics.correlation(means["base"], means["tuned"]), rel=1e-9)
+    se_b, se_t = (statistics.stdev(means[label]) / n ** 0.5 for label in ("base", "tuned"))
+    assert delta["se_unpaired"] == pytest.approx((se_b ** 2 + se_t ** 2) ** 0.5, rel=1e-9)
+    assert f"{mean:+.3f}  [{ci[0]:+.3f}, {ci[1]:+.3f}]" in res.stdout
 
 
 @pytest.mark.slow

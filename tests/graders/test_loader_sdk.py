@@ -26,8 +26,9 @@ from rfteval.graders.loader import load_job_settings
 from rfteval.providers.judge import Judge
 from rfteval.providers.openai_provider import OpenAIProvider
 from rfteval.providers.retry import RetryPolicy
+from tests.support.optional import require
 
-openai_types = pytest.importorskip("openai.types")
+openai_types = require("openai.types", "setup")
 
 FAST = RetryPolicy(max_retries=1, base_s=0.001, max_backoff_s=0.01)
 ITEM = {"id": "i1", "reference_answer": "42"}

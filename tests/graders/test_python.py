@@ -237,19 +237,20 @@ def test_published_sources_run_unchanged_and_agree_in_process(name: str, make_pa
     source = (SEEDS / f"{name}.py").read_text()
     pairs = make_pairs()
     grade = in_process(source)
-    expected = []
+    expected: list[float | Exception] = []
     for sample, item in pairs:
         try:
             expected.append(float(grade(sample, item)))
-        except Exception:
-            expected.append(None)  # an exception is an error (score 0) through the pool
+        except Exception as exc:  # noqa: BLE001 - what the grader raised is what the pool must report
+            expected.append(exc)  # an exception is an error (score 0) through the pool
     capsys.readouterr()
     with GradingEngine(config(source), GradeOptions(python_workers=2)) as engine:
         results = engine.grade_batch(pairs)
     assert capsys.readouterr().out == ""  # the graders' prints never reach the terminal
     for want, got in zip(expected, results, strict=True):
-        if want is None:
-            assert got.error is not None and got.score == 0.0
+        if isinstance(want, Exception):
+            assert got.error is not None and got.error.type == PYTHON_RUNTIME and got.score == 0.0, got
+            assert f"raised {type(want).__name__}" in got.error.message, got.error.message
         else:
             assert got.error is None and got.score == want
     assert len(set(expected)) >= 3  # the samples really differ

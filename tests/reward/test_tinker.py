@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.optional import require
 from tests.support.trainer_cases import GRADERS
 from tests.support.trainer_shapes import CASES, Completion, completions, items
 
-pytest.importorskip("tinker_cookbook.rl.problem_env", reason="tinker-cookbook is not installed: `make trainers` "
-                                                              "installs it")
+require("tinker_cookbook.rl.problem_env", "trainers")
 
 from tinker_cookbook import renderers  # noqa: E402
 from tinker_cookbook.completers import TokenCompleter, TokensWithLogprobs  # noqa: E402

@@ -28,6 +28,7 @@ from rfteval.cli.app import app
 from rfteval.reward import for_verifiers
 from tests.support import REPO
 from tests.support.fake_openai import FakeOpenAI, Reply, Request
+from tests.support.optional import missing, require
 from tests.support.trainer_cases import (
     DATASETS,
     FIRST_TURN,
@@ -46,7 +47,7 @@ from tests.support.trainer_cases import (
     shaped_scores,
 )
 
-vf = pytest.importorskip("verifiers.v1", reason="verifiers is not installed: `make trainers` installs it")
+vf = require("verifiers.v1", "trainers")
 pytestmark = pytest.mark.slow
 LEGACY = Path(sys.prefix) / "verifiers-0.1.9"  # `make trainers`: pip install --target .venv/verifiers-0.1.9
 LEGACY_SCRIPT = REPO / "tests" / "support" / "legacy_verifiers.py"  # run with verifiers 0.1.9 first on the path
@@ -445,7 +446,7 @@ def test_vf_replay_probes_equal_rfteval_grade(tmp_path, form):
 
 def legacy_or_skip() -> None:
     if not (LEGACY / "verifiers" / "__init__.py").is_file():
-        pytest.skip(f"verifiers 0.1.9 is not installed in {LEGACY}: `make trainers` installs it")
+        missing(f"verifiers 0.1.9 is not installed in {LEGACY}", "trainers")
 
 
 def run_legacy(tmp_path: Path, case: str, scored: list[tuple[str, dict[str, Any], dict[str, str], float]],

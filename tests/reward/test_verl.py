@@ -18,11 +18,11 @@ from typer.testing import CliRunner
 
 from rfteval.cli.app import app
 from rfteval.reward import VERL_ADDED, for_verl
+from tests.support.optional import require
 from tests.support.trainer_cases import GRADERS, LOCAL_CASES, THINK_TAGS, custom_tag_probes, expected_scores, export
 
-torch = pytest.importorskip("torch", reason="torch is not installed: `make trainers` installs the CPU build")
-verl = pytest.importorskip("verl", reason="verl (or ray, tensordict, which its reward managers import) is not "
-                                          "installed: `make trainers` installs them")
+torch = require("torch", "trainers")
+verl = require("verl", "trainers")  # it imports ray and tensordict, which its reward managers need
 pytestmark = pytest.mark.slow
 runner = CliRunner()
 

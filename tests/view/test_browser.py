@@ -5,7 +5,6 @@ is recorded and must stay on the viewer's own origin (or, from disk, on file://)
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from rfteval.view.bundle import write_bundle
 from rfteval.view.model import ViewData, ViewOptions
+from tests.support.optional import missing, require
 from tests.support.view_runs import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -33,11 +33,9 @@ from tests.support.view_runs import (
 pytestmark = pytest.mark.slow
 
 if not os.path.exists(CHROMIUM):
-    pytest.skip("Debian's chromium is not installed (`make browser`, part of `make test`, installs it when it may): "
-                "the viewer's browser tests did not run", allow_module_level=True)
-if importlib.util.find_spec("playwright") is None or importlib.util.find_spec("uvicorn") is None:
-    pytest.skip("playwright or the view extra is not installed (`make setup` installs the dev extra): the viewer's "
-                "browser tests did not run", allow_module_level=True)
+    missing(f"Debian's chromium is not installed ({CHROMIUM}): the viewer's browser tests did not run", "browser")
+require("playwright.sync_api", "setup")  # the dev extra, as are the view extra's server packages
+require("uvicorn", "setup")
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
+from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT
 from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
+from rfteval.graders.sandbox.pool import SILENCE_S
+from tests.support.guard import hang_guard
+from tests.support.optional import missing, sandbox_refused
 from tests.support.sandbox_samples import python_grader_case
 
-pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
-              pytest.mark.slow]  # each attack runs real processes: seconds
+pytestmark = pytest.mark.slow  # each attack runs real processes: seconds
+if (REFUSED := host().refused) is not None:
+    sandbox_refused(REFUSED, host().bwrap is not None)
 
 TIMEOUT_S = 3.0
 SECRET = "sk-test-attack-canary-0123456789"
@@ -144,7 +148,47 @@ def test_rfteval_is_invisible_and_cannot_be_signalled(pool: WorkerPool) -> None:
 # ---------------------------------------------------------------- other samples' scores
 
 
-@pytest.mark.parametrize("payload", [
+def tree(pid: int) -> set[int]:
+    """`pid` and every process below it (a sandbox: bubblewrap, its init, the supervisor, templates, units)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path("/proc", name, "stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(name))  # its parent
+    found, todo = {pid}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return {p for p in found if Path("/proc", str(p)).exists()}
+
+
+def settles(check: Callable[[], bool], seconds: float = 30.0) -> bool:
+    """Whether `check()` holds within `seconds` (a bound for processes being reaped, not a timing check)."""
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return check()
+
+
+# How each attack ends (the error it is, or its own score) and whether it costs its sandbox: a stopped or killed
+# supervisor is replaced by a fresh one; every other attack leaves the sandbox as it was.
+HOSTILE_OUTCOMES = [
+    (PYTHON_RUNTIME, "exited with code 0", False),  # patch-reply-code
+    (PYTHON_SERVER, "oversized result", False),  # forge-frames
+    (None, "", False),  # getframe-scores: edits only its own frames
+    (PYTHON_TIMEOUT, "3 s time limit", False),  # regex-thread: holds the unit past its limit
+    (None, "", False),  # survivors: its own score; the survivors are killed with the unit
+    (PYTHON_RUNTIME, "sandbox ended", True),  # kill-siblings: the supervisor too
+    (PYTHON_TIMEOUT, "no heartbeat", True),  # stop-supervisor
+    (PYTHON_TIMEOUT, "3 s time limit", False),  # block-alarm
+]
+
+
+@pytest.mark.parametrize("payload, outcome", zip([
     # patch what frames replies in this process (only this unit's process has it)
     "import sys\nw = sys.modules['__main__']\nw.Child.commit = lambda *a, **k: None\n",
     # forge a reply frame on every fd it can find, then exit
@@ -187,12 +231,29 @@ def test_rfteval_is_invisible_and_cannot_be_signalled(pool: WorkerPool) -> None:
     STOP_ANCESTORS,
     # block the alarm and sleep past the limit
     "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(60)\n",
-], ids=["patch-reply-code", "forge-frames", "getframe-scores", "regex-thread", "survivors", "kill-siblings",
-        "stop-supervisor", "block-alarm"])
-def test_a_hostile_output_costs_at_most_its_own_score(pool: WorkerPool, payload: str) -> None:
-    started = time.monotonic()
-    attack(pool, payload)
-    assert time.monotonic() - started < 4 * TIMEOUT_S + 30
+], HOSTILE_OUTCOMES), ids=["patch-reply-code", "forge-frames", "getframe-scores", "regex-thread", "survivors",
+                           "kill-siblings", "stop-supervisor", "block-alarm"])
+def test_a_hostile_output_costs_at_most_its_own_score(payload: str, outcome: tuple[str | None, str, bool]) -> None:
+    """Counted, not timed: the attack ends as its own unit's error (or its own score), the honest units around it
+    score theirs (attack()), every process it started is gone, and only an attack on the supervisor costs the
+    sandbox, replaced by one of the same shape. One worker, so the unit runs in the sandbox that is watched."""
+    etype, words, replaced = outcome
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S, memory_mb=256) as one, hang_guard(180, "the attack"):
+        one.grade(RUNS_OUTPUT, honest(2))  # started, the source's template made: the sandbox as every unit finds it
+        (sandbox,) = one.pids
+        before = tree(sandbox)
+        evil, _ = attack(one, payload)
+        if etype is None:
+            assert evil.error is None and evil.score == 0.5, evil
+        else:
+            assert evil.error is not None and evil.error.type == etype and words in evil.error.message, evil
+        (now,) = one.pids
+        assert (now != sandbox) is replaced
+        # (`before` may hold the last honest unit's process, on its way out: what is left must be among it)
+        if replaced:  # the stopped sandbox is gone whole, and its successor is no larger than it was
+            assert settles(lambda: not tree(sandbox) and len(tree(now)) <= len(before)), (before, tree(now))
+        else:  # what the unit started (threads, survivors, forks) is gone: no process but those there before
+            assert settles(lambda: tree(sandbox) <= before), (before, tree(sandbox))
 
 
 def test_monkeypatching_a_shared_library_does_not_reach_another_sub_grader(pool: WorkerPool) -> None:
@@ -278,7 +339,9 @@ def test_loopback_tcp_of_the_host_is_unreachable(pool: WorkerPool) -> None:
     try:
         port = listener.getsockname()[1]
         evil, _ = attack(pool, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n")
-        assert evil.error is not None
+        # refused: the sandbox's own loopback, where nothing listens (the host's listens on that port)
+        assert evil.error is not None and evil.error.type == PYTHON_RUNTIME, evil
+        assert "ConnectionRefusedError" in evil.error.message, evil.error.message
     finally:
         listener.close()
 
@@ -387,19 +450,24 @@ def test_a_unit_under_the_grader_memory_in_all_is_not_an_error() -> None:
 
 
 def test_a_stopped_supervisor_costs_seconds_at_the_default_timeout() -> None:
-    with WorkerPool(workers=1, memory_mb=256) as default:
+    """At --grader-timeout's default (120 s) a stopped supervisor is given up by the watchdog after SILENCE_S
+    without a heartbeat, not after the unit's time limit: the error says which, the stopped sandbox is gone, and a
+    fresh one grades the honest samples after it. The guard only bounds a hang."""
+    with WorkerPool(workers=1, memory_mb=256) as default, hang_guard(100, "recovering from a stopped supervisor"):
         assert default.timeout_s == 120.0  # --grader-timeout's default: the watchdog must not wait for it
-        default.grade(RUNS_OUTPUT, honest(1))  # started: what is timed below is the attack and the recovery
-        started = time.monotonic()
-        evil, _ = attack(default, STOP_ANCESTORS)
-        took = time.monotonic() - started
-    assert evil.error is not None and evil.error.type == PYTHON_TIMEOUT and "heartbeat" in evil.error.message, evil
-    assert took < 15, took  # six seconds of silence, then a fresh sandbox for the honest samples after it
+        default.grade(RUNS_OUTPUT, honest(1))  # started
+        (stopped,) = default.pids
+        evil, honest_after = attack(default, STOP_ANCESTORS)  # attack() checks the honest scores around it
+        (fresh,) = default.pids
+    assert evil.error is not None and evil.error.type == PYTHON_TIMEOUT, evil
+    assert f"sent no heartbeat for {SILENCE_S:g} s" in evil.error.message, evil.error.message  # not the 120 s limit
+    assert fresh != stopped and not Path("/proc", str(stopped)).exists()
+    assert len(honest_after) == 4
 
 
 def test_memfd_is_refused(pool: WorkerPool) -> None:
     evil, _ = attack(pool, "import os\nos.memfd_create('x')\n")
-    assert evil.error is not None and "PermissionError" in evil.error.message
+    assert evil.error is not None and evil.error.type == PYTHON_RUNTIME and "PermissionError" in evil.error.message
 
 
 def test_disk_is_limited(pool: WorkerPool) -> None:
@@ -438,7 +506,8 @@ def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
 
 def test_huge_error_text_and_output_are_capped(pool: WorkerPool) -> None:
     evil, _ = attack(pool, "import os\nos.write(1, b'y' * 50_000_000)\nraise ValueError('e' * 50_000_000)\n")
-    assert evil.error is not None and len(evil.error.message) <= 8000
+    assert evil.error is not None and evil.error.type == PYTHON_RUNTIME, evil
+    assert evil.error.message.startswith("grade() raised ValueError: eee") and len(evil.error.message) <= 8000
     assert evil.stdout is None or len(evil.stdout) <= 64 * 1024 + 100
 
 
@@ -571,7 +640,7 @@ def test_a_subset_holds_as_an_unprivileged_user() -> None:
     with tempfile.TemporaryDirectory(dir="/tmp") as readable:
         found = _nobody_interpreter(Path(readable))
         if isinstance(found, str):
-            pytest.skip(f"cannot run as an unprivileged user here: {found}")
+            missing(f"cannot run as an unprivileged user here: {found}", "nobody")
         python, env = found
         proc = _as_nobody(python, NOBODY_SCRIPT, env, 240)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]

@@ -27,6 +27,7 @@ from rfteval.graders.sandbox import (
     refusal_reason,
 )
 from tests.support import REPO
+from tests.support.optional import missing
 from tests.support.sandbox_samples import python_grader_case
 
 # What bubblewrap prints, as the last line of stderr, when each step is refused (bubblewrap 0.8-0.10)
@@ -128,7 +129,7 @@ def test_bwrap_missing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_pr
 
 def test_seccomp_library_missing(monkeypatch: pytest.MonkeyPatch, fresh_probe: None) -> None:
     if host_probe.shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed: that refusal comes first")
+        missing("bubblewrap is not installed: that refusal comes first", "sandbox")
     import ctypes
 
     from rfteval.graders.sandbox import seccomp
@@ -148,7 +149,7 @@ def test_seccomp_library_missing(monkeypatch: pytest.MonkeyPatch, fresh_probe: N
 def test_root_with_an_unwritable_cgroup_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              fresh_probe: None) -> None:
     if host_probe.shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed: that refusal comes first")
+        missing("bubblewrap is not installed: that refusal comes first", "sandbox")
     readonly = tmp_path / "cgroup"
     readonly.mkdir()
     readonly.chmod(0o555)  # and nothing under it: no controller to create a cgroup in

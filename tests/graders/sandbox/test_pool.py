@@ -27,9 +27,11 @@ from rfteval.graders.sandbox import (
     encode,
     encode_whole,
     group_units,
+    host,
     worker_env,
 )
 from rfteval.graders.sandbox.pool import _Sandbox
+from tests.support.optional import sandbox_refused
 from tests.support.sandbox_samples import TEXTS, TOOLS, compact_pairs
 
 TIMEOUT_S = 2.0
@@ -103,7 +105,7 @@ def batch_around(kind: str) -> list[tuple[dict, dict]]:
             for n, v in enumerate(values)]
 
 
-@pytest.mark.parametrize("kind, etype, words", [
+BAD_SAMPLES = [
     ("loop", PYTHON_TIMEOUT, "time limit"),
     ("swallow", PYTHON_TIMEOUT, "killed"),
     ("blocked", PYTHON_TIMEOUT, "killed"),
@@ -117,7 +119,11 @@ def batch_around(kind: str) -> list[tuple[dict, dict]]:
     ("inf", PYTHON_RUNTIME, "not a finite number"),
     ("bool", PYTHON_RUNTIME, "not a number"),
     ("raise", PYTHON_RUNTIME, "ValueError: bad reference i3"),
-])
+]
+ERROR_OF = {kind: etype for kind, etype, _ in BAD_SAMPLES}  # the error each misbehaviour is
+
+
+@pytest.mark.parametrize("kind, etype, words", BAD_SAMPLES)
 @pytest.mark.slow
 def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, words: str) -> None:
     results = pool1.grade(MISBEHAVING, batch_around(kind))
@@ -148,7 +154,7 @@ def test_crashes_across_many_batches_keep_every_other_result_in_order(pool2: Wor
     assert len(results) == 2000
     for n, result in enumerate(results):
         if n in kinds:
-            assert result.error is not None and result.score == 0.0, n
+            assert result.error is not None and (result.error.type, result.score) == (ERROR_OF[kinds[n]], 0.0), n
         else:
             assert result.error is None and result.score == n / 2000, n
 
@@ -163,7 +169,7 @@ def test_a_batch_after_a_crash_is_graded_by_a_fresh_sandbox(monkeypatch: pytest.
     pairs = [({"k": kinds.get(n, "ok")}, {"id": f"i{n}", "v": n / 16}) for n in range(16)]
     with WorkerPool(workers=1, timeout_s=TIMEOUT_S, batch_size=4) as pool:
         results = pool.grade(MISBEHAVING, pairs)
-    assert [r.error is not None for r in results] == [n in kinds for n in range(16)]
+    assert [r.error and r.error.type for r in results] == [ERROR_OF.get(kinds.get(n, "")) for n in range(16)]
     assert [r.score for r in results] == [0.0 if n in kinds else n / 16 for n in range(16)]
     assert len(sent) == 4  # a crash costs its child, not the supervisor: no batch is sent twice
 
@@ -325,8 +331,9 @@ def test_network_is_cut(pool2: WorkerPool) -> None:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             pass  # the socket is reachable from here, so a failure in the worker is the namespace's doing
-        if not pool2.isolation.startswith("bubblewrap"):
-            pytest.skip(f"the sandbox is not available here: {pool2.isolation}")
+        if (found := host()).refused is not None:
+            sandbox_refused(found.refused, found.bwrap is not None)
+        assert pool2.isolation.startswith("bubblewrap"), pool2.isolation
         source = (
             "import socket\n"
             "def grade(sample, item):\n"

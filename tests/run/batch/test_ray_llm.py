@@ -37,6 +37,7 @@ from rfteval.run.batch.ray_llm import (
 from tests.support import REPO
 from tests.support.cli_run_files import write_run_files
 from tests.support.fake_openai import FakeOpenAI
+from tests.support.optional import require
 
 sys.path.insert(0, str(REPO / "scripts"))
 import ray_generate  # noqa: E402
@@ -300,11 +301,8 @@ def test_sharded_run_batch_end_to_end(exported: tuple[dict[str, Path], dict[str,
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[Any]:
-    try:
-        import ray
-        import ray.data  # noqa: F401
-    except ImportError as exc:
-        pytest.skip(f"ray[data] is not installed ({exc}); `make ray` installs it (the `ray` extra)")
+    ray = require("ray", "ray")
+    require("ray.data", "ray")
     # Ray's workers unpickle the stand-in by reference to this module (tests.run.batch.test_ray_llm): they need
     # the checkout on their path, ahead of any installed `tests` package
     tests_dir = str(REPO)
@@ -326,7 +324,7 @@ FAILING_ITEM = "question 5"  # the stand-in engine's replica "dies" on this one 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_engine_configs_take_the_options(engine: str) -> None:
     """The installed Ray accepts the config's names (the processor itself needs the engine: untested here)."""
-    pytest.importorskip("ray.data.llm", reason="ray[data] is not installed; `make ray` installs it", exc_type=ImportError)
+    require("ray.data.llm", "ray")
     from rfteval.run.batch.ray_llm import EngineOptions, processor_config
 
     config = processor_config(EngineOptions(model="org/model", engine=engine, engine_kwargs={"tensor_parallel_size": 2},
