@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
 
 if TYPE_CHECKING:
-    from rfteval.graders.base import Pair
+    from rfteval.data.grades import Pair
 
 R = TypeVar("R")
 Ts = TypeVarTuple("Ts")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeResult, Pair
+from rfteval.data.grades import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeResult, Pair
 from rfteval.graders.sandbox.cgroup import Cgroup, cgroup_root
 from rfteval.graders.sandbox.host_probe import (
     OOM_FILE,

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 
-from rfteval.data.sample import ParsedSample, rebuild_args
-from rfteval.graders.base import (
+from rfteval.data.grades import (
     PYTHON_MEMORY,
     PYTHON_RUNTIME,
     PYTHON_SERVER,
@@ -26,6 +25,7 @@ from rfteval.graders.base import (
     GradeError,
     GradeResult,
 )
+from rfteval.data.sample import ParsedSample, rebuild_args
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject

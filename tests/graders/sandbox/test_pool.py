@@ -131,6 +131,15 @@ def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, word
 
 
 @pytest.mark.slow
+def test_a_numpy_score_is_checked_in_the_sandbox_as_in_rfteval(pool1: WorkerPool) -> None:
+    """A value that is not a plain float goes through data.grades.checked_score, imported inside the sandbox."""
+    source = "import numpy\ndef grade(sample, item):\n    return numpy.float32(item['v'])\n"
+    results = pool1.grade(source, [({}, {"v": 0.75}), ({}, {"v": float("nan")})])
+    assert (results[0].score, results[0].error) == (0.75, None)
+    assert results[1].error is not None and "nan, not a finite number" in results[1].error.message
+
+
+@pytest.mark.slow
 def test_printing_a_lot_is_not_an_error_and_costs_no_one_else(pool1: WorkerPool) -> None:
     results = pool1.grade(MISBEHAVING, batch_around("print_a_lot"))
     assert [r.error for r in results] == [None] * 7
