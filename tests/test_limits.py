@@ -61,7 +61,7 @@ def test_every_dataclass_and_the_spec_default_to_the_constants() -> None:
 
 
 def test_the_sandbox_pool_defaults_to_the_constants() -> None:
-    from rfteval.graders.sandbox import WorkerPool
+    from rfteval.sandbox import WorkerPool
 
     params = inspect.signature(WorkerPool).parameters
     assert params["timeout_s"].default == PYTHON_TIMEOUT_S

@@ -190,7 +190,7 @@ class GradeOptions:
 
 
 class PythonPool(Protocol):
-    """The python sandbox's worker pool (rfteval.graders.sandbox.WorkerPool) as the graders use it."""
+    """The python sandbox's worker pool (rfteval.sandbox.WorkerPool) as the graders use it."""
 
     def grade(self, source: str, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         ...

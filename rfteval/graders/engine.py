@@ -10,8 +10,8 @@ from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, G
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
-    from rfteval.graders.sandbox import WorkerPool
     from rfteval.providers.judge import JudgeClient
+    from rfteval.sandbox import WorkerPool
 
 
 def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
@@ -21,7 +21,7 @@ def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
 
 def python_pool(options: GradeOptions) -> WorkerPool:
     """The python sandbox's pool for these options, started on the first grade."""
-    from rfteval.graders.sandbox import WorkerPool
+    from rfteval.sandbox import WorkerPool
 
     return WorkerPool(workers=options.python_workers, timeout_s=options.python_timeout_s,
                       memory_mb=options.python_memory_mb, batch_size=options.python_batch_size)

@@ -14,7 +14,7 @@ from rfteval.data.records import Record, error_dict, make_record, now_iso
 from rfteval.data.sample import make_sample
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
-from rfteval.graders.sandbox import grading_units
+from rfteval.sandbox import grading_units
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient

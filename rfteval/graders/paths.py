@@ -21,7 +21,7 @@ def require_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -
     """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
     cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
     from rfteval.graders.base import uses_python
-    from rfteval.graders.sandbox import configure, sandbox_problem
+    from rfteval.sandbox import configure, sandbox_problem
 
     configure(unsafe=unsafe, never_pass=key_envs)
     if uses_python(config):

@@ -261,7 +261,7 @@ class RewardFunctionGrader:
         self.source = grader_source(config)
 
     def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
-        from rfteval.graders.sandbox import declared_units
+        from rfteval.sandbox import declared_units
 
         if not pairs:
             return []
@@ -294,7 +294,7 @@ class RewardFunctionGrader:
           extension=True)
 def build(config: RewardFunctionConfig, ctx: BuildContext) -> RewardFunctionGrader:
     from rfteval.errors import InputError
-    from rfteval.graders.sandbox import sandbox_problem
+    from rfteval.sandbox import sandbox_problem
 
     problem = sandbox_problem()  # the one-line refusal the commands give `python` graders (sandbox.uses_python)
     if problem is not None:

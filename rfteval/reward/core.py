@@ -32,9 +32,9 @@ from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
-from rfteval.graders.sandbox import configure, grading_units
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeEndpoint
+from rfteval.sandbox import configure, grading_units
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import Judge

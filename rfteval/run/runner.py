@@ -455,7 +455,7 @@ class _Pipeline:
         spec = self.ctx.spec
         pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
-            from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
+            from rfteval.sandbox import call_in_units  # a python grader's unit: one model, one item
 
             results = await asyncio.to_thread(call_in_units, [(j.run.label, j.item.id) for j, _, _ in batch],
                                               self.engine.grade_batch, pairs)

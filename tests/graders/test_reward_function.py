@@ -16,7 +16,7 @@ from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, load_grader
 from rfteval.graders.loader import load_response_format
-from rfteval.graders.sandbox import grading_units
+from rfteval.sandbox import grading_units
 
 runner = CliRunner()
 

@@ -80,7 +80,7 @@ def test_run_library_import_is_light(tmp_path: Path) -> None:
     assert under(modules, *HEAVY) == []
     # what only some runs or only the finish use: the SDK's provider, batches, the sandbox, the summary's
     # comparison and the readiness verdict, the terminal tables, the CLI
-    assert under(modules, "rfteval.providers.openai_provider", "rfteval.run.batch", "rfteval.graders.sandbox",
+    assert under(modules, "rfteval.providers.openai_provider", "rfteval.run.batch", "rfteval.sandbox",
                  "rfteval.compare", "rfteval.readiness", "rfteval.stats", "rfteval.report", "rfteval.cli",
                  "rfteval.view") == []
 

@@ -186,8 +186,8 @@ class JudgeBatch:
         """Grade every cell that needs a grade with the recorder; return the judge requests it could not answer."""
         from rfteval.data.reasoning import entry_sample
         from rfteval.graders.engine import GradingEngine
-        from rfteval.graders.sandbox import call_in_units
         from rfteval.run.store import is_reusable_grade
+        from rfteval.sandbox import call_in_units
 
         p = self.pipeline
         recorder = _Recorder(self.judge)

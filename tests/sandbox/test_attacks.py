@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
-from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
+from rfteval.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
 from tests.support.sandbox_samples import python_grader_case
 
 pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
@@ -429,7 +429,7 @@ def test_a_timeout_is_the_samples_own(pool: WorkerPool) -> None:
 
 
 def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
-    from rfteval.graders.sandbox import Failure
+    from rfteval.sandbox import Failure
 
     for data in (b"[" * 200_000, b"[true, [" + b"[" * 200_000, b"\xff" * 1000):
         with pytest.raises(Failure):
@@ -524,10 +524,10 @@ def _nobody_interpreter(readable: Path) -> tuple[str, dict[str, str]] | str:
     if shutil.which("setpriv") is None:
         return "setpriv is not installed"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SECRET_TOKEN": "canary"}
-    probe = "import rfteval.graders.sandbox as s; print(s.host().refused)"
+    probe = "import rfteval.sandbox as s; print(s.host().refused)"
     candidates: list[tuple[str, dict[str, str]]] = [(sys.executable, env)]
     if (NOBODY_VENV / "bin" / "python").exists():
-        shutil.copytree(Path(__file__).resolve().parents[3] / "rfteval", readable / "rfteval",
+        shutil.copytree(Path(__file__).resolve().parents[2] / "rfteval", readable / "rfteval",
                         ignore=shutil.ignore_patterns("__pycache__"))
         for path in (readable, *readable.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
@@ -544,7 +544,7 @@ def _nobody_interpreter(readable: Path) -> tuple[str, dict[str, str]] | str:
 
 NOBODY_SCRIPT = r'''
 import os, socket, sys
-from rfteval.graders.sandbox import WorkerPool
+from rfteval.sandbox import WorkerPool
 RUNS = "def grade(sample, item):\n    exec(sample['output_text'], {})\n    return float(item['v'])\n"
 attacks = {
     "environ": "import glob\nfor p in glob.glob('/proc/*/environ'):\n    assert b'canary' not in open(p,'rb').read()\n",

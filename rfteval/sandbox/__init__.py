@@ -18,8 +18,8 @@ and per-process limits only. The process-wide choices and grading units are poli
 This module re-exports what the rest of rfteval and its users import.
 """
 
-from rfteval.graders.sandbox.cgroup import CGROUP_ROOT_ENV, Cgroup, cgroup_parents, cgroup_root
-from rfteval.graders.sandbox.host_probe import (
+from rfteval.sandbox.cgroup import CGROUP_ROOT_ENV, Cgroup, cgroup_parents, cgroup_root
+from rfteval.sandbox.host_probe import (
     HOST_FACTS_ENV,
     Host,
     HostFacts,
@@ -31,7 +31,7 @@ from rfteval.graders.sandbox.host_probe import (
     refusal_reason,
     sandbox_problem,
 )
-from rfteval.graders.sandbox.policy import (
+from rfteval.sandbox.policy import (
     POLICY,
     Policy,
     SandboxUnavailable,
@@ -42,8 +42,8 @@ from rfteval.graders.sandbox.policy import (
     group_units,
     worker_env,
 )
-from rfteval.graders.sandbox.pool import CHILD_SLACK, WORKER_SCRIPT, WorkerPool, default_workers
-from rfteval.graders.sandbox.wire import (
+from rfteval.sandbox.pool import CHILD_SLACK, WORKER_SCRIPT, WorkerPool, default_workers
+from rfteval.sandbox.wire import (
     RESEND,
     STDOUT_CAP,
     Failure,

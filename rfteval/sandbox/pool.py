@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from rfteval.data.grades import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeResult, Pair
-from rfteval.graders.sandbox.cgroup import Cgroup, cgroup_root
-from rfteval.graders.sandbox.host_probe import (
+from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.sandbox.cgroup import Cgroup, cgroup_root
+from rfteval.sandbox.host_probe import (
     OOM_FILE,
     SHM_BYTES,
     TMP_MARGIN,
@@ -34,7 +35,7 @@ from rfteval.graders.sandbox.host_probe import (
     sandbox_problem,
     seccomp_program,
 )
-from rfteval.graders.sandbox.policy import (
+from rfteval.sandbox.policy import (
     POLICY,
     SANDBOX_TMP,
     UNSAFE_HINT,
@@ -44,7 +45,7 @@ from rfteval.graders.sandbox.policy import (
     group_units,
     worker_env,
 )
-from rfteval.graders.sandbox.wire import (
+from rfteval.sandbox.wire import (
     HEADER,
     MAX_REPLY_BYTES,
     STDOUT_CAP,
@@ -57,10 +58,9 @@ from rfteval.graders.sandbox.wire import (
     encode_whole,
     source_key,
 )
-from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from rfteval.graders.sandbox._worker import Sent, WorkerConfig
+    from rfteval.sandbox._worker import Sent, WorkerConfig
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STARTUP_TIMEOUT_S = 60.0

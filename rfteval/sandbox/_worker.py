@@ -1414,7 +1414,7 @@ def setup(config: WorkerConfig) -> tuple[int, int, dict[str, int | str | bool]]:
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
     root = os.path.abspath(__file__)
-    for _ in range(4):  # rfteval/graders/sandbox/_worker.py: the directory that holds the rfteval package
+    for _ in range(3):  # rfteval/sandbox/_worker.py: the directory that holds the rfteval package
         root = os.path.dirname(root)
     if root not in sys.path:
         sys.path.append(root)  # last: for rfteval.data.sample (and rfteval.data.grades, lazily) in a child

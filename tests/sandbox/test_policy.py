@@ -1,11 +1,11 @@
-"""graders/sandbox/policy.py, no processes: which pairs share a grading unit, and what of rfteval's environment
+"""sandbox/policy.py, no processes: which pairs share a grading unit, and what of rfteval's environment
 reaches grader code."""
 
 from __future__ import annotations
 
 import pytest
 
-from rfteval.graders.sandbox import (
+from rfteval.sandbox import (
     group_units,
     worker_env,
 )
@@ -19,7 +19,7 @@ def test_units_never_mix_keys_or_items() -> None:
 
 
 def test_only_the_allow_list_reaches_grader_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    from rfteval.graders.sandbox import policy
+    from rfteval.sandbox import policy
 
     monkeypatch.setattr(policy, "POLICY", policy.Policy())
     for name, value in [("OPENAI_API_KEY", "sk-test-not-a-real-key"), ("RFTEVAL_HARMLESS", "yes"), ("LC_ALL", "C"),

@@ -19,7 +19,7 @@ from rfteval.graders.base import (
     PYTHON_RUNTIME,
     PYTHON_TIMEOUT,
 )
-from rfteval.graders.sandbox import (
+from rfteval.sandbox import (
     STDOUT_CAP,
     WorkerPool,
     _worker,
@@ -29,7 +29,7 @@ from rfteval.graders.sandbox import (
     group_units,
     worker_env,
 )
-from rfteval.graders.sandbox.pool import _Sandbox
+from rfteval.sandbox.pool import _Sandbox
 from tests.support.sandbox_samples import TEXTS, TOOLS, compact_pairs
 
 TIMEOUT_S = 2.0
@@ -637,7 +637,7 @@ def test_the_template_does_pydantics_first_model_work_and_a_units_models_still_v
 
 
 def test_one_sandbox_more_than_cores_by_default() -> None:
-    from rfteval.graders.sandbox import default_workers
+    from rfteval.sandbox import default_workers
 
     with WorkerPool() as pool:
         assert pool.workers == default_workers() == (os.cpu_count() or 1) + 1
