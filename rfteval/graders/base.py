@@ -28,7 +28,8 @@ from rfteval.data.grades import (  # noqa: F401  (re-exported: the graders impor
     Pair,
     checked_score,
 )
-from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import PYTHON_BATCH_SIZE
+from rfteval.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
@@ -183,8 +184,9 @@ class SampleGrader:
 class GradeOptions:
     """Run-time settings of graders that are not part of OpenAI's config."""
 
-    python_timeout_s: float = PYTHON_TIMEOUT_S
-    python_memory_mb: int = PYTHON_MEMORY_MB
+    # what python graders' sandbox may do (unsafe mode, the variables kept from it, the limits): built where the
+    # flags are read, and given to the pool these options open, that pool alone
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     python_workers: int | None = None  # None: every core
     python_batch_size: int = PYTHON_BATCH_SIZE
 

@@ -20,11 +20,10 @@ def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
 
 
 def python_pool(options: GradeOptions) -> WorkerPool:
-    """The python sandbox's pool for these options, started on the first grade."""
+    """The python sandbox's pool for these options (their sandbox policy), started on the first grade."""
     from rfteval.sandbox import WorkerPool
 
-    return WorkerPool(workers=options.python_workers, timeout_s=options.python_timeout_s,
-                      memory_mb=options.python_memory_mb, batch_size=options.python_batch_size)
+    return WorkerPool(workers=options.python_workers, batch_size=options.python_batch_size, policy=options.sandbox)
 
 
 class GradingEngine:

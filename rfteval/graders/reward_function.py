@@ -294,9 +294,9 @@ class RewardFunctionGrader:
           extension=True)
 def build(config: RewardFunctionConfig, ctx: BuildContext) -> RewardFunctionGrader:
     from rfteval.errors import InputError
-    from rfteval.sandbox import sandbox_problem
+    from rfteval.sandbox.host_probe import sandbox_problem
 
-    problem = sandbox_problem()  # the one-line refusal the commands give `python` graders (sandbox.uses_python)
+    problem = sandbox_problem(ctx.options.sandbox)  # the one-line refusal the commands give `python` graders
     if problem is not None:
         raise InputError(problem, field="--unsafe-python-graders")
     return RewardFunctionGrader(config, ctx)

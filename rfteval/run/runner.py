@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from rfteval.run.batch.lines import BatchJob
     from rfteval.run.batch.phase import BatchPhase
     from rfteval.run.store import StoreReader
+    from rfteval.sandbox.policy import SandboxPolicy
 
 
 @dataclass
@@ -491,11 +492,13 @@ class _Pipeline:
 
 
 def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
-             providers: dict[str, Provider] | None = None, judge: Judge | None = None) -> RunResult:
+             providers: dict[str, Provider] | None = None, judge: Judge | None = None,
+             sandbox: SandboxPolicy | None = None) -> RunResult:
     """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
 
     `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
-    model graders (score_model, label_model) through the grading engine.
+    model graders (score_model, label_model) through the grading engine; `sandbox` is python graders' policy
+    (default: the spec's, `spec.sandbox_policy()`).
     """
     from rfteval.graders.base import load_notes
     from rfteval.graders.engine import GradingEngine
@@ -579,8 +582,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         if judge is not None:  # its ignored-limit warning, as the models' (preflight above)
             judge.provider.on_warning = monitor.message
         unhook_judge = report_judge_retries(judge, monitor)
-        engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
-                                                    python_memory_mb=spec.grader_memory), judge=judge)
+        engine = GradingEngine(grader, GradeOptions(sandbox=sandbox or spec.sandbox_policy()), judge=judge)
 
         def export(reader: StoreReader) -> dict[str, LabelTotals]:
             with export_lock:

@@ -11,52 +11,39 @@ kills everything the unit started before the next one. This process checks and b
 (wire.py). docs/sandbox.md has the threat model and what each part guards against.
 
 Where bubblewrap, the seccomp filter or the limits cannot be had (host_probe.py), the pool (pool.py) refuses to
-run python graders (SandboxUnavailable, one line saying why) unless it was made with `unsafe=True`
+run python graders (SandboxUnavailable, one line saying why) unless it was given an unsafe policy
 (`--unsafe-python-graders`): then the same supervisor runs without bubblewrap, with the environment allow-list
-and per-process limits only. The process-wide choices and grading units are policy.py's.
+and per-process limits only. What a pool may do is the SandboxPolicy it is given (policy.py): nothing is set for
+the whole process, so pools of different policies live side by side.
 
-This module re-exports what the rest of rfteval and its users import.
+This module re-exports what the rest of rfteval and its users import, lazily: rfteval.graders.base holds a
+SandboxPolicy in every GradeOptions, and importing it must not load the pool, the wire or the host probe.
 """
 
-from rfteval.sandbox.cgroup import CGROUP_ROOT_ENV, Cgroup, cgroup_parents, cgroup_root
-from rfteval.sandbox.host_probe import (
-    HOST_FACTS_ENV,
-    Host,
-    HostFacts,
-    bwrap_args,
-    host,
-    host_facts,
-    no_cgroup_reason,
-    probe_host,
-    refusal_reason,
-    sandbox_problem,
-)
-from rfteval.sandbox.policy import (
-    POLICY,
-    Policy,
-    SandboxUnavailable,
-    call_in_units,
-    configure,
-    declared_units,
-    grading_units,
-    group_units,
-    worker_env,
-)
-from rfteval.sandbox.pool import CHILD_SLACK, WORKER_SCRIPT, WorkerPool, default_workers
-from rfteval.sandbox.wire import (
-    RESEND,
-    STDOUT_CAP,
-    Failure,
-    Resend,
-    compact_sample,
-    decode_reply,
-    encode,
-    encode_whole,
-)
+from __future__ import annotations
 
-__all__ = ["CGROUP_ROOT_ENV", "CHILD_SLACK", "HOST_FACTS_ENV", "POLICY", "RESEND", "STDOUT_CAP", "WORKER_SCRIPT",
-           "Cgroup", "Failure", "Host", "HostFacts", "Policy", "Resend", "SandboxUnavailable", "WorkerPool",
-           "bwrap_args", "call_in_units", "cgroup_parents", "cgroup_root", "compact_sample", "configure",
-           "decode_reply", "declared_units", "default_workers", "encode", "encode_whole", "grading_units",
-           "group_units", "host", "host_facts", "no_cgroup_reason", "probe_host", "refusal_reason",
-           "sandbox_problem", "worker_env"]
+from typing import TYPE_CHECKING
+
+from rfteval import lazy_reexport
+
+if TYPE_CHECKING:
+    from rfteval.sandbox.cgroup import *  # noqa: F403
+    from rfteval.sandbox.host_probe import *  # noqa: F403
+    from rfteval.sandbox.policy import *  # noqa: F403
+    from rfteval.sandbox.pool import *  # noqa: F403
+    from rfteval.sandbox.wire import *  # noqa: F403
+
+_EXPORTS = {
+    "rfteval.sandbox.cgroup": "CGROUP_ROOT_ENV Cgroup cgroup_parents cgroup_root",
+    "rfteval.sandbox.host_probe": "HOST_FACTS_ENV Host HostFacts bwrap_args host host_facts no_cgroup_reason probe_host "
+                                  "refusal_reason sandbox_problem",
+    "rfteval.sandbox.policy": "UNSAFE_ENV SandboxPolicy SandboxUnavailable call_in_units declared_units grading_units "
+                              "group_units unsafe_from_env worker_env",
+    "rfteval.sandbox.pool": "CHILD_SLACK WORKER_SCRIPT WorkerPool default_workers",
+    "rfteval.sandbox.wire": "RESEND STDOUT_CAP Failure Resend compact_sample decode_reply encode encode_whole",
+}
+_MODULES = {name: module for module, names in _EXPORTS.items() for name in names.split()}
+__all__ = sorted(_MODULES)
+
+# a name of none of them: policy's attribute lookup refuses it (and `from rfteval.sandbox import pool` imports pool)
+__getattr__ = lazy_reexport(globals(), lambda name: _MODULES.get(name, "rfteval.sandbox.policy"))

@@ -1,7 +1,10 @@
-"""The sandbox's policy: unsafe mode, the environment that may pass, the time grace, and grading units.
+"""The sandbox's policy: what a pool's sandboxes may do (unsafe mode, the unit's limits, the variables that never
+pass), the environment that reaches code in them, the time grace, and grading units.
 
-What the command line decides once per process (`configure`), which pairs may share a process (`grading_units`,
-`group_units`), and what reaches grader code from rfteval's environment (`worker_env`).
+A policy is a value each WorkerPool is given when it is made: two pools in one process may hold different ones,
+and nothing sets one for the whole process. Where the flags are read (the commands' options, RunSpec,
+RewardOptions) the policy is built; which pairs may share a process (`grading_units`, `group_units`), and what
+reaches grader code from rfteval's environment (`worker_env`), follow from it.
 """
 
 from __future__ import annotations
@@ -9,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
+
+from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.data.grades import Pair
@@ -35,23 +40,46 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox cannot be built as promised here, and unsafe mode was not asked for."""
 
 
-@dataclass
-class Policy:
-    """Process-wide choices the command line makes: unsafe mode, and variable names that must never pass even
-    if the allow-list would let them (the ones --api-key-env and --judge-api-key-env name)."""
-
-    unsafe: bool = False
-    never_pass: set[str] = field(default_factory=set)
+UNSAFE_ENV = "RFTEVAL_UNSAFE_PYTHON_GRADERS"
 
 
-POLICY = Policy(unsafe=os.environ.get("RFTEVAL_UNSAFE_PYTHON_GRADERS") == "1")
+def unsafe_from_env() -> bool:
+    """RFTEVAL_UNSAFE_PYTHON_GRADERS=1: unsafe mode for a policy whose maker does not say (a library caller's, a
+    reward's without unsafe_python_graders=True), read when the policy is built. The commands' policy is their flag."""
+    return os.environ.get(UNSAFE_ENV) == "1"
 
 
-def configure(unsafe: bool | None = None, never_pass: Iterable[str | None] = ()) -> None:
-    """Set the process-wide policy (the CLI calls this once, from its flags)."""
-    if unsafe is not None:
-        POLICY.unsafe = unsafe
-    POLICY.never_pass.update(name for name in never_pass if name)
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """What a pool's sandboxes may do, fixed when the pool is made.
+
+    `unsafe`: run the supervisor without bubblewrap where the sandbox cannot be built (--unsafe-python-graders;
+    default: RFTEVAL_UNSAFE_PYTHON_GRADERS=1). `never_pass`: variable names that never reach the sandbox even when
+    the allow-list would let them (the ones --api-key-env and --judge-api-key-env name). The limits of a unit:
+    wall time per call (--grader-timeout), memory in MB (--grader-memory; None: none), the size of its /tmp in MB,
+    and its processes.
+    """
+
+    unsafe: bool = field(default_factory=unsafe_from_env)
+    never_pass: frozenset[str] = frozenset()
+    timeout_s: float = PYTHON_TIMEOUT_S
+    memory_mb: int | None = PYTHON_MEMORY_MB
+    disk_mb: int = 1024
+    processes: int = 128
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError("timeout_s must be positive")
+        object.__setattr__(self, "timeout_s", float(self.timeout_s))
+        object.__setattr__(self, "never_pass", frozenset(self.never_pass))
+
+    @classmethod
+    def from_flags(cls, unsafe: bool, key_envs: Iterable[str | None] = (), timeout_s: float = PYTHON_TIMEOUT_S,
+                   memory_mb: int = PYTHON_MEMORY_MB) -> SandboxPolicy:
+        """The policy a command's flags give: --unsafe-python-graders as given, the variables the key flags name
+        (unset ones left out) kept from grader code, --grader-timeout and --grader-memory."""
+        return cls(unsafe=unsafe, never_pass=frozenset(name for name in key_envs if name), timeout_s=timeout_s,
+                   memory_mb=memory_mb)
 
 
 @contextlib.contextmanager
@@ -76,11 +104,11 @@ def declared_units(n: int) -> list[Hashable] | None:
     return keys if keys is not None and len(keys) == n else None
 
 
-def worker_env() -> dict[str, str]:
-    """The sandbox's environment: an allow-list (locale, time zone, PATH), never a name the policy forbids,
-    one thread per numeric library, and a HOME and TMPDIR inside the unit's /tmp."""
+def worker_env(never_pass: Collection[str] = ()) -> dict[str, str]:
+    """The sandbox's environment: an allow-list (locale, time zone, PATH), never a name in `never_pass` (the
+    policy's), one thread per numeric library, and a HOME and TMPDIR inside the unit's /tmp."""
     env = {k: v for k, v in os.environ.items()
-           if (k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)) and k not in POLICY.never_pass}
+           if (k in ENV_ALLOWED or k.startswith(ENV_ALLOWED_PREFIXES)) and k not in never_pass}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update({name: "1" for name in THREAD_ENV})
     env.update(HOME=SANDBOX_TMP, TMPDIR=SANDBOX_TMP, PYTHONDONTWRITEBYTECODE="1")

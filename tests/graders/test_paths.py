@@ -32,6 +32,17 @@ def test_a_bad_flag_is_refused_on_building_the_request(tmp_path, kwargs, field):
     assert exc.value.field == field
 
 
+def test_the_request_gives_the_sandbox_policy_of_its_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("RFTEVAL_UNSAFE_PYTHON_GRADERS", "1")  # the command's flag says, not the variable
+    request = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "o", python_timeout_s=4.0, python_memory_mb=64,
+                           never_pass=("JUDGE_KEY", None))
+    policy = request.sandbox_policy()
+    assert (policy.unsafe, policy.never_pass, policy.timeout_s, policy.memory_mb) == (
+        False, frozenset({"JUDGE_KEY"}), 4.0, 64)
+    unsafe = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "o", unsafe_python_graders=True)
+    assert unsafe.sandbox_policy().unsafe is True
+
+
 def test_grade_paths_writes_the_graded_records_and_warns_about_set_aside_outputs(tmp_path):
     ds, grader, outs = write_files(tmp_path, [{"item_id": "q0", "output_text": "0"},
                                               {"item_id": "q1", "output_text": "no"},

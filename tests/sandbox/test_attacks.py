@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_TIMEOUT
-from rfteval.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
+from rfteval.sandbox import CHILD_SLACK, SandboxPolicy, WorkerPool, decode_reply, host, worker_env
 from tests.support.sandbox_samples import python_grader_case
 
 pytestmark = [pytest.mark.skipif(host().refused is not None, reason=f"no sandbox here: {host().refused}"),
@@ -74,7 +74,7 @@ def attack(pool: WorkerPool, payload: str, n_honest: int = 4) -> tuple[object, l
 def test_api_keys_under_any_name_never_reach_the_grader(monkeypatch: pytest.MonkeyPatch, pool: WorkerPool) -> None:
     for name in ("OPENAI_API_KEY", "MY_PROVIDER_CRED", "DATABASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.setenv(name, SECRET)
-    configure(never_pass=["MY_PROVIDER_CRED"])
+    policy = SandboxPolicy(never_pass=frozenset({"MY_PROVIDER_CRED"}))
     payload = (
         "import os, glob\n"
         "seen = [v for v in os.environ.values() if 'canary' in v]\n"
@@ -91,11 +91,11 @@ def test_api_keys_under_any_name_never_reach_the_grader(monkeypatch: pytest.Monk
         "        pass\n"
         "print('|'.join(seen))\n"
     )
-    with WorkerPool(workers=1, timeout_s=TIMEOUT_S) as fresh:  # started after the variables were set
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S, policy=policy) as fresh:  # started after the variables were set
         (result,) = fresh.grade(RUNS_OUTPUT, [({"output_text": payload}, {"v": 1.0})])
     assert result.error is None
     assert "canary" not in (result.stdout or "") and "mem:" not in (result.stdout or "")
-    assert "MY_PROVIDER_CRED" not in worker_env()
+    assert "MY_PROVIDER_CRED" not in worker_env(policy.never_pass)
 
 
 def test_ptrace_setns_unshare_and_pidfd_getfd_are_refused(pool: WorkerPool) -> None:

@@ -21,12 +21,17 @@ from rfteval.graders.base import (
 )
 from rfteval.sandbox import (
     STDOUT_CAP,
+    UNSAFE_ENV,
+    Host,
+    SandboxPolicy,
+    SandboxUnavailable,
     WorkerPool,
     _worker,
     compact_sample,
     encode,
     encode_whole,
     group_units,
+    host_probe,
     worker_env,
 )
 from rfteval.sandbox.pool import _Sandbox
@@ -354,6 +359,28 @@ def test_isolation_is_reported() -> None:
     with WorkerPool(workers=1, unsafe=True) as pool:
         text = pool.isolation
     assert text.startswith(("bubblewrap: user, PID, mount, network and IPC namespaces", "unsafe: no sandbox ("))
+
+
+@pytest.mark.slow
+def test_pools_of_different_policies_in_one_process_are_independent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of a policy is set for the process: a variable one pool keeps from its grader reaches the grader
+    of the pool beside it, and where the sandbox cannot be built a safe pool refuses while an unsafe one grades."""
+    monkeypatch.delenv(UNSAFE_ENV, raising=False)
+    monkeypatch.setenv("LC_SECRET", "beside")  # on the allow-list by its prefix
+    sees = "import os\ndef grade(sample, item):\n    return float(os.environ.get('LC_SECRET') == 'beside')\n"
+    with WorkerPool(workers=1, policy=SandboxPolicy(never_pass=frozenset({"LC_SECRET"}))) as keeps, \
+            WorkerPool(workers=1) as passes:
+        assert [r.score for r in keeps.grade(sees, [({}, {})])] == [0.0]
+        assert [r.score for r in passes.grade(sees, [({}, {})])] == [1.0]
+        assert [r.score for r in keeps.grade(sees, [({}, {})])] == [0.0]
+    monkeypatch.setattr(host_probe, "_HOST", Host(None, False, "no sandbox in this test"))
+    half = "def grade(sample, item):\n    return 0.5\n"
+    with WorkerPool(workers=1, memory_mb=300, unsafe=True) as unsafe, WorkerPool(workers=1) as safe:
+        assert [r.score for r in unsafe.grade(half, [({}, {})])] == [0.5]
+        with pytest.raises(SandboxUnavailable, match="no sandbox in this test; or pass --unsafe-python-graders"):
+            safe.grade(half, [({}, {})])
+        assert [r.score for r in unsafe.grade(half, [({}, {})])] == [0.5]
+        assert (unsafe.policy.unsafe, safe.policy.unsafe) == (True, False)
 
 
 @pytest.mark.slow

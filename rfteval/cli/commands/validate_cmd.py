@@ -25,7 +25,7 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.data.dataset import Dataset
     from rfteval.data.json_types import JSONMapping
-    from rfteval.graders.base import GraderConfig
+    from rfteval.graders.base import GradeOptions, GraderConfig
     from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
@@ -99,18 +99,19 @@ def validate_grader(
     if dataset is None:
         return
     data = _preflight(config, path, dataset)
-    python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
+    from rfteval.graders import GradeOptions
+
+    options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
+                                                  timeout_s=grader_timeout))
     judge = make_judge(config, judge_endpoint, skip_model_check)
     try:
         if repeat is None:
-            _reference(config, data, grader_timeout, reference_template, judge, judge_endpoint)
+            _reference(config, data, options, reference_template, judge, judge_endpoint)
             return
-        from rfteval.graders import GradeOptions
         from rfteval.readiness.judge_stability import run_stability
 
         assert outputs is not None  # checked above: --repeat and --outputs go together
-        report = run_stability(path, dataset, outputs, judge, repeat, threshold,
-                               GradeOptions(python_timeout_s=grader_timeout))
+        report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
         from rfteval.providers.judge import raise_if_stopped
 
         raise_if_stopped(judge, "the judge's stability was not measured")
@@ -162,17 +163,16 @@ def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
     return data
 
 
-def _reference(config: GraderConfig, data: Dataset, grader_timeout: float, reference_template: str | None,
+def _reference(config: GraderConfig, data: Dataset, options: GradeOptions, reference_template: str | None,
                judge: Judge | None, endpoint: JudgeEndpoint) -> None:
     """The share of reference answers that score the maximum (rfteval.readiness.reference)."""
-    from rfteval.graders import GradeOptions
     from rfteval.readiness.reference import judge_calls_note, load_reference_template, reference_check
 
     template = load_reference_template(reference_template) if reference_template is not None else None
     if judge is not None:
         note = judge_calls_note(len(data), endpoint.base_url, endpoint.api_key_env)
         typer.echo(f"the references go to the judge model: {note}")
-    text = reference_check(data, config, GradeOptions(python_timeout_s=grader_timeout), template, judge)["text"]
+    text = reference_check(data, config, options, template, judge)["text"]
     from rfteval.providers.judge import raise_if_stopped
 
     raise_if_stopped(judge, "no reference was judged")
