@@ -160,12 +160,17 @@ def load_notes(config: GraderConfig) -> list[str]:
 
 
 class Grader(Protocol):
-    """A built grader. Batch-first: python graders send a batch to the worker pool in one message."""
+    """A built grader. Batch-first: python graders send a batch to the worker pool in one message.
+
+    `units`, one key per pair, are the python sandbox's grading units: pairs of equal keys (one model, one item:
+    (model label, item id)) may share a process; None, every pair a process of its own. Graders that run no python
+    take them and pass them on (a multi to its sub-graders) or leave them.
+    """
 
     @property
     def config(self) -> GraderConfig: ...  # read-only here, so each grader may hold its own config class
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]: ...
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]: ...
 
 
 class SampleGrader:
@@ -176,7 +181,7 @@ class SampleGrader:
     def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         raise NotImplementedError
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         return [self.grade_one(s, i) for s, i in pairs]
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, GraderConfig, GradeResult, Pair
@@ -34,10 +34,12 @@ class GradingEngine:
         self.ctx = BuildContext(options or GradeOptions(), judge, pool_factory=python_pool)
         self.grader = build_grader(config, self.ctx)
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
+        """One result per pair, in order; `units`: one key per pair, a python grader's grading units (use (model
+        label, item id)); None: every sample is graded in a process of its own."""
         if not pairs:
             return []
-        return self.grader.grade_batch(pairs)
+        return self.grader.grade_batch(pairs, units)
 
     def grade(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade_batch([(sample, item)])[0]

@@ -34,7 +34,6 @@ from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeEndpoint
-from rfteval.sandbox import grading_units
 from rfteval.sandbox.policy import SandboxPolicy, unsafe_from_env
 
 if TYPE_CHECKING:
@@ -553,8 +552,7 @@ class Reward:
     # -- grading and the error rule
 
     def grade(self, pairs: Sequence[tuple[Sample, JSONObject]], units: Sequence[Hashable]) -> list[GradeResult]:
-        with grading_units(list(units)):
-            return self.engine.grade_batch(list(pairs))
+        return self.engine.grade_batch(list(pairs), list(units))
 
     def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade([(sample, item)], [0])[0]

@@ -456,10 +456,9 @@ class _Pipeline:
         spec = self.ctx.spec
         pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
-            from rfteval.sandbox import call_in_units  # a python grader's unit: one model, one item
-
-            results = await asyncio.to_thread(call_in_units, [(j.run.label, j.item.id) for j, _, _ in batch],
-                                              self.engine.grade_batch, pairs)
+            # a python grader's unit: one model, one item
+            results = await asyncio.to_thread(self.engine.grade_batch, pairs,
+                                              [(j.run.label, j.item.id) for j, _, _ in batch])
             if len(results) != len(pairs):
                 raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
         except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run

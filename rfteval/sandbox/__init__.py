@@ -5,10 +5,10 @@ starts one supervisor (`_worker.py`) inside bubblewrap: user, PID, mount, networ
 capabilities, no new privileges, a seccomp filter (seccomp.py), a read-only view of the interpreter and its
 packages, a private size-limited /tmp, no home, no run directory, no host /proc; and, where rfteval can make one,
 a cgroup that caps the memory and the processes of everything in it (cgroup.py). The supervisor forks a fresh
-child for every grading unit, the samples of one (model, item) (callers declare units with `grading_units`;
-without a declaration every sample is its own unit), reads back only that child's results, keeps the time, and
-kills everything the unit started before the next one. This process checks and bounds every reply once more
-(wire.py). docs/sandbox.md has the threat model and what each part guards against.
+child for every grading unit, the samples of one (model, item) (callers pass units with each batch,
+`WorkerPool.grade(source, pairs, units)`; without them every sample is its own unit), reads back only that
+child's results, keeps the time, and kills everything the unit started before the next one. This process checks
+and bounds every reply once more (wire.py). docs/sandbox.md has the threat model and what each part guards against.
 
 Where bubblewrap, the seccomp filter or the limits cannot be had (host_probe.py), the pool (pool.py) refuses to
 run python graders (SandboxUnavailable, one line saying why) unless it was given an unsafe policy
@@ -37,8 +37,7 @@ _EXPORTS = {
     "rfteval.sandbox.cgroup": "CGROUP_ROOT_ENV Cgroup cgroup_parents cgroup_root",
     "rfteval.sandbox.host_probe": "HOST_FACTS_ENV Host HostFacts bwrap_args host host_facts no_cgroup_reason probe_host "
                                   "refusal_reason sandbox_problem",
-    "rfteval.sandbox.policy": "UNSAFE_ENV SandboxPolicy SandboxUnavailable call_in_units declared_units grading_units "
-                              "group_units unsafe_from_env worker_env",
+    "rfteval.sandbox.policy": "UNSAFE_ENV SandboxPolicy SandboxUnavailable group_units unsafe_from_env worker_env",
     "rfteval.sandbox.pool": "CHILD_SLACK WORKER_SCRIPT WorkerPool default_workers",
     "rfteval.sandbox.wire": "RESEND STDOUT_CAP Failure Resend compact_sample decode_reply encode encode_whole",
 }

@@ -1,28 +1,23 @@
 """The sandbox's policy: what a pool's sandboxes may do (unsafe mode, the unit's limits, the variables that never
-pass), the environment that reaches code in them, the time grace, and grading units.
+pass), the environment that reaches code in them, the time grace, and which pairs share a grading unit.
 
 A policy is a value each WorkerPool is given when it is made: two pools in one process may hold different ones,
 and nothing sets one for the whole process. Where the flags are read (the commands' options, RunSpec,
-RewardOptions) the policy is built; which pairs may share a process (`grading_units`, `group_units`), and what
-reaches grader code from rfteval's environment (`worker_env`), follow from it.
+RewardOptions) the policy is built. Which pairs may share a process is said with each batch (its grading units,
+`group_units`); what reaches grader code from rfteval's environment is `worker_env`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING
 
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.data.grades import Pair
-
-R = TypeVar("R")
-Ts = TypeVarTuple("Ts")
 
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS",
               "VECLIB_MAXIMUM_THREADS")
@@ -32,15 +27,11 @@ ENV_ALLOWED_PREFIXES = ("LC_",)
 SANDBOX_TMP = "/tmp"
 UNSAFE_HINT = ("or pass --unsafe-python-graders, which gives up the namespaces, seccomp and filesystem isolation "
                "(grader code sees this machine's files and network, and its processes can outlive a unit)")
-
-_UNITS: contextvars.ContextVar[list[Hashable] | None] = contextvars.ContextVar("rfteval_grading_units", default=None)
+UNSAFE_ENV = "RFTEVAL_UNSAFE_PYTHON_GRADERS"
 
 
 class SandboxUnavailable(RuntimeError):
     """The sandbox cannot be built as promised here, and unsafe mode was not asked for."""
-
-
-UNSAFE_ENV = "RFTEVAL_UNSAFE_PYTHON_GRADERS"
 
 
 def unsafe_from_env() -> bool:
@@ -82,28 +73,6 @@ class SandboxPolicy:
                    memory_mb=memory_mb)
 
 
-@contextlib.contextmanager
-def grading_units(keys: Sequence[Hashable]) -> Iterator[None]:
-    """Declare, for the python graders called inside, which pairs may share a process: pairs whose keys are
-    equal (use (model label, item id)). Without it every sample is graded in a process of its own."""
-    token = _UNITS.set(list(keys))
-    try:
-        yield
-    finally:
-        _UNITS.reset(token)
-
-
-def call_in_units(keys: Sequence[Hashable], fn: Callable[[*Ts], R], *args: *Ts) -> R:
-    """fn(*args) with `keys` declared as grading units (for asyncio.to_thread and other callers of a function)."""
-    with grading_units(keys):
-        return fn(*args)
-
-
-def declared_units(n: int) -> list[Hashable] | None:
-    keys = _UNITS.get()
-    return keys if keys is not None and len(keys) == n else None
-
-
 def worker_env(never_pass: Collection[str] = ()) -> dict[str, str]:
     """The sandbox's environment: an allow-list (locale, time zone, PATH), never a name in `never_pass` (the
     policy's), one thread per numeric library, and a HOME and TMPDIR inside the unit's /tmp."""
@@ -129,5 +98,3 @@ def group_units(pairs: Sequence[Pair], keys: Sequence[Hashable] | None) -> list[
     for i, ((_, item), key) in enumerate(zip(pairs, keys, strict=True)):
         groups.setdefault((key, id(item)), []).append(i)
     return list(groups.values())
-
-

@@ -40,7 +40,6 @@ from rfteval.sandbox.policy import (
     UNSAFE_HINT,
     SandboxPolicy,
     SandboxUnavailable,
-    declared_units,
     grace_s,
     group_units,
     worker_env,
@@ -404,15 +403,14 @@ class WorkerPool:
     def grade(self, source: str, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         """One result per (sample, item), in order. Never raises for what the grader does; raises
         SandboxUnavailable when the sandbox cannot be built here and the pool is not unsafe.
-        `units`: one key per pair (see grading_units); pairs with equal keys may share a process."""
+        `units`: one key per pair (a model's label and an item's id); pairs with equal keys and the same item may
+        share a process. None: every pair is graded in a process of its own."""
         pairs = list(pairs)
         if not pairs:
             return []
         if not self.policy.unsafe and host().refused is not None:
             raise SandboxUnavailable(f"{host().refused}; {UNSAFE_HINT}")
         key = self._key(source)
-        if units is None:
-            units = declared_units(len(pairs))
         results = self._grade(key, source, pairs, group_units(pairs, units), whole=False)
         again = [i for i, r in enumerate(results) if isinstance(r, Resend)]
         if again:

@@ -57,6 +57,16 @@ def test_a_reward_made_unsafe_leaves_every_later_pool_safe(monkeypatch):
         assert reward("d", "answer", "g", {}) == 0.5
 
 
+@pytest.mark.slow
+def test_a_prompts_completions_are_graded_in_one_unit():
+    """The adapters' units (one item, one unit) reach the python grader with the batch."""
+    counts = {"type": "python", "name": "n", "source": "n = 0\ndef grade(sample, item):\n    global n\n"
+              "    n += 1\n    return n / 10\n"}
+    with for_trl(counts, python_workers=1) as trl:
+        scores = trl(prompts=["p"] * 4, completions=["a", "b", "c", "d"], answer=["g", "h", "g", "g"])
+    assert scores == pytest.approx([0.1, 0.1, 0.2, 0.3])  # answer "g"'s item: one process
+
+
 def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
     """_answer is the one place the lead wires rfteval.data.reasoning in: every adapter's text must pass through it."""
     seen: list[str] = []
