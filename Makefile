@@ -41,7 +41,7 @@ sandbox:
 	  else echo "make: bubblewrap missing and not installable here (apt-get install bubblewrap as root); python graders will be refused"; \
 	    $(INSTALL_FAILED); fi; }
 
-# The sandbox test that runs as `nobody` (tests/graders/sandbox/test_attacks.py) needs an interpreter that user can
+# The sandbox test that runs as `nobody` (tests/sandbox/test_attacks.py) needs an interpreter that user can
 # reach; .venv's may live under a home it cannot enter (pyenv under /root). As root, build one next to the system's
 # Python in /opt with the packages the sandbox imports, at .venv's versions; elsewhere nothing is needed, and where
 # it cannot be built that test says why and skips.

@@ -48,7 +48,7 @@ def test_every_dataclass_and_the_spec_default_to_the_constants() -> None:
     from rfteval.run.spec import RunSpec
 
     options = GradeOptions()
-    assert (options.python_timeout_s, options.python_memory_mb) == (PYTHON_TIMEOUT_S, PYTHON_MEMORY_MB)
+    assert (options.sandbox.timeout_s, options.sandbox.memory_mb) == (PYTHON_TIMEOUT_S, PYTHON_MEMORY_MB)
     assert options.python_batch_size == PYTHON_BATCH_SIZE
     request = {f.name: f.default for f in dataclasses.fields(GradeRequest)}
     assert (request["python_timeout_s"], request["python_memory_mb"]) == (PYTHON_TIMEOUT_S, PYTHON_MEMORY_MB)
@@ -61,9 +61,11 @@ def test_every_dataclass_and_the_spec_default_to_the_constants() -> None:
 
 
 def test_the_sandbox_pool_defaults_to_the_constants() -> None:
-    from rfteval.graders.sandbox import WorkerPool
+    from rfteval.sandbox import SandboxPolicy, WorkerPool
 
     params = inspect.signature(WorkerPool).parameters
-    assert params["timeout_s"].default == PYTHON_TIMEOUT_S
-    assert params["memory_mb"].default == PYTHON_MEMORY_MB
     assert params["batch_size"].default == PYTHON_BATCH_SIZE
+    for policy in (SandboxPolicy(), SandboxPolicy.from_flags(False)):
+        assert (policy.timeout_s, policy.memory_mb) == (PYTHON_TIMEOUT_S, PYTHON_MEMORY_MB)
+    with WorkerPool() as pool:  # no sandbox starts before a grade
+        assert (pool.policy.timeout_s, pool.policy.memory_mb) == (PYTHON_TIMEOUT_S, PYTHON_MEMORY_MB)

@@ -7,7 +7,7 @@ carries.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -15,6 +15,7 @@ from rfteval.compare.graded import GradedSide, graded_side
 from rfteval.data import rundir
 from rfteval.errors import InputError
 from rfteval.providers.endpoint import JudgeEndpoint
+from rfteval.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -46,6 +47,7 @@ class Regrade:
     judge_cache: str | Path | None = None
     out: str | Path | None = None  # B's records, written when given
     allow_grader_without_sample: bool = False  # the grader lint's way out (graders/lint.py)
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)  # a python grader's (--unsafe-python-graders)
 
 
 SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
@@ -133,7 +135,7 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
 
         judge = open_judge(spec.judge, config, cache)
     try:
-        records = grade_outputs(data, config, outs, GradeOptions(), judge=judge)
+        records = grade_outputs(data, config, outs, GradeOptions(sandbox=spec.sandbox), judge=judge)
         usage = judge_usage(judge)
         records += _not_answered(a.frame[~answered], records[0].run_id if records else "regrade")
     finally:

@@ -2,78 +2,39 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationInfo, model_validator
 
-from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_MIN_MEMORY_MB, PYTHON_TIMEOUT_S
+# A grade's result, error types and the pair graded live in data/ (the sandbox returns them, and it sits below the
+# graders); every grader module imports them from here, as before.
+from rfteval.data.grades import (  # noqa: F401  (re-exported: the graders import them from here)
+    FORMULA_EVAL,
+    FORMULA_PARSE,
+    INVALID_VARIABLE,
+    MODEL_PARSE,
+    MODEL_REFUSAL,
+    MODEL_SERVER,
+    MODEL_TRUNCATED,
+    OTHER,
+    PYTHON_MEMORY,
+    PYTHON_RUNTIME,
+    PYTHON_SERVER,
+    PYTHON_TIMEOUT,
+    GradeError,
+    GradeResult,
+    Pair,
+    checked_score,
+)
+from rfteval.limits import PYTHON_BATCH_SIZE
+from rfteval.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
     from rfteval.providers.judge import JudgeClient
-
-Pair: TypeAlias = "tuple[Sample, JSONObject]"  # (sample, item): an item is a dataset line, JSON
-
-# OpenAI's names for grading failures (RFT guide, /graders/run metadata.errors), reused as error types.
-INVALID_VARIABLE = "invalid_variable_error"
-FORMULA_PARSE = "formula_parse_error"
-FORMULA_EVAL = "formula_eval_error"  # not an OpenAI name: rfteval reports parse errors at load time
-PYTHON_RUNTIME = "python_grader_runtime_error"
-PYTHON_TIMEOUT = "python_grader_timeout_error"
-PYTHON_MEMORY = "python_grader_memory_error"
-PYTHON_SERVER = "python_grader_server_error"
-MODEL_PARSE = "model_grader_parse_error"
-MODEL_REFUSAL = "model_grader_refusal_error"
-MODEL_SERVER = "model_grader_server_error"
-# not an OpenAI name: a judge answer cut off by its output limit or the server's context, told apart from a parse
-# error because the fix is a limit to raise, not a judge to replace
-MODEL_TRUNCATED = "model_grader_truncated_error"
-OTHER = "other_error"
-
-
-@dataclass(frozen=True, slots=True)
-class GradeError:
-    type: str
-    message: str
-
-
-@dataclass(slots=True)
-class GradeResult:
-    """One grade. On error the score is 0 (OpenAI's rule) and `error` says why; it is never silent."""
-
-    score: float
-    sub_scores: dict[str, float] | None = None
-    error: GradeError | None = None
-    passed: bool | None = None
-    stdout: str | None = None
-    details: JSONObject | None = None
-
-    @classmethod
-    def failed(cls, type: str, message: str, details: JSONObject | None = None,
-               stdout: str | None = None) -> GradeResult:
-        return cls(0.0, error=GradeError(type, message), stdout=stdout, details=details)
-
-
-def checked_score(value: object) -> float | GradeError:
-    """A grader's raw return value as a finite float, or the error that it is not one."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            import numpy as np  # numpy scalars are fine; only import when a non-float shows up
-
-            if isinstance(value, np.generic) and np.issubdtype(type(value), np.number):
-                value = float(value)
-            else:
-                raise TypeError
-        except (ImportError, TypeError):
-            return GradeError(PYTHON_RUNTIME, f"grade() returned {type(value).__name__} {value!r:.80}, not a number")
-    value = float(value)
-    if not math.isfinite(value):
-        return GradeError(PYTHON_RUNTIME, f"grade() returned {value}, not a finite number")
-    return value
 
 
 class GraderConfig(BaseModel):
@@ -205,12 +166,17 @@ def load_notes(config: GraderConfig) -> list[str]:
 
 
 class Grader(Protocol):
-    """A built grader. Batch-first: python graders send a batch to the worker pool in one message."""
+    """A built grader. Batch-first: python graders send a batch to the worker pool in one message.
+
+    `units`, one key per pair, are the python sandbox's grading units: pairs of equal keys (one model, one item:
+    (model label, item id)) may share a process; None, every pair a process of its own. Graders that run no python
+    take them and pass them on (a multi to its sub-graders) or leave them.
+    """
 
     @property
     def config(self) -> GraderConfig: ...  # read-only here, so each grader may hold its own config class
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]: ...
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]: ...
 
 
 class SampleGrader:
@@ -221,7 +187,7 @@ class SampleGrader:
     def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         raise NotImplementedError
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         return [self.grade_one(s, i) for s, i in pairs]
 
 
@@ -229,27 +195,23 @@ class SampleGrader:
 class GradeOptions:
     """Run-time settings of graders that are not part of OpenAI's config."""
 
-    python_timeout_s: float = PYTHON_TIMEOUT_S
-    python_memory_mb: int = PYTHON_MEMORY_MB
+    # what python graders' sandbox may do (unsafe mode, the variables kept from it, the limits): built where the
+    # flags are read, and given to the pool these options open, that pool alone
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     python_workers: int | None = None  # None: every core
     python_batch_size: int = PYTHON_BATCH_SIZE
 
     def __post_init__(self) -> None:
-        """The limits as every command's flags name them (run's spec checks its own the same way): one line, exit 2,
-        when the options are built, which is before any sample is graded or any judge call paid for."""
+        """Checked when the options are built, before any sample is graded or judge call paid for (the sandbox's
+        limits are checked where its policy is built from the flags: SandboxPolicy.from_flags)."""
         from rfteval.errors import InputError
 
-        if not (math.isfinite(self.python_timeout_s) and self.python_timeout_s > 0):
-            raise InputError(f"must be a number of seconds > 0, got {self.python_timeout_s:g}", field="--grader-timeout")
-        if self.python_memory_mb < PYTHON_MIN_MEMORY_MB:
-            raise InputError(f"must be at least {PYTHON_MIN_MEMORY_MB} (MB), got {self.python_memory_mb}",
-                             field="--grader-memory")
         if self.python_workers is not None and self.python_workers < 1:
             raise InputError(f"must be at least 1, got {self.python_workers}", field="--python-workers")
 
 
 class PythonPool(Protocol):
-    """The python sandbox's worker pool (rfteval.graders.sandbox.WorkerPool) as the graders use it."""
+    """The python sandbox's worker pool (rfteval.sandbox.WorkerPool) as the graders use it."""
 
     def grade(self, source: str, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         ...
@@ -263,8 +225,8 @@ class BuildContext:
 
     options: GradeOptions = field(default_factory=GradeOptions)
     judge: JudgeClient | None = None  # set by the runner for model graders (score_model, label_model, group_judge)
-    # Makes the python sandbox pool on first use (rfteval.graders.engine passes one): this module stays below
-    # the sandbox, which imports the result types from here.
+    # Makes the python sandbox pool on first use (rfteval.graders.engine passes one), so that building graders
+    # that run no python never imports the pool.
     pool_factory: Callable[[GradeOptions], PythonPool] | None = None
     _pool: PythonPool | None = None
 

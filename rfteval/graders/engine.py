@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, GraderConfig, GradeResult, Pair
@@ -10,8 +10,8 @@ from rfteval.graders.base import REGISTRY, BuildContext, GradeOptions, Grader, G
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
-    from rfteval.graders.sandbox import WorkerPool
     from rfteval.providers.judge import JudgeClient
+    from rfteval.sandbox import WorkerPool
 
 
 def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
@@ -20,11 +20,10 @@ def build_grader(config: GraderConfig, ctx: BuildContext) -> Grader:
 
 
 def python_pool(options: GradeOptions) -> WorkerPool:
-    """The python sandbox's pool for these options, started on the first grade."""
-    from rfteval.graders.sandbox import WorkerPool
+    """The python sandbox's pool for these options (their sandbox policy), started on the first grade."""
+    from rfteval.sandbox import WorkerPool
 
-    return WorkerPool(workers=options.python_workers, timeout_s=options.python_timeout_s,
-                      memory_mb=options.python_memory_mb, batch_size=options.python_batch_size)
+    return WorkerPool(workers=options.python_workers, batch_size=options.python_batch_size, policy=options.sandbox)
 
 
 class GradingEngine:
@@ -35,10 +34,12 @@ class GradingEngine:
         self.ctx = BuildContext(options or GradeOptions(), judge, pool_factory=python_pool)
         self.grader = build_grader(config, self.ctx)
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
+        """One result per pair, in order; `units`: one key per pair, a python grader's grading units (use (model
+        label, item id)); None: every sample is graded in a process of its own."""
         if not pairs:
             return []
-        return self.grader.grade_batch(pairs)
+        return self.grader.grade_batch(pairs, units)
 
     def grade(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade_batch([(sample, item)])[0]

@@ -14,7 +14,6 @@ from rfteval.data.records import Record, error_dict, make_record, now_iso
 from rfteval.data.sample import make_sample
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
-from rfteval.graders.sandbox import grading_units
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
@@ -82,8 +81,7 @@ def grade_outputs(
             pairs = [(make_sample(sp.answer, o.output_tools) if parse_json else
                       make_sample(sp.answer, o.output_tools, output_json=None), items[o.item_id].data)
                      for o, sp in zip(batch, splits)]
-            with grading_units([(o.label, o.item_id) for o in batch]):  # a python grader's unit, as in run's
-                results = engine.grade_batch(pairs)
+            results = engine.grade_batch(pairs, [(o.label, o.item_id) for o in batch])  # grading units, as run's
             for out, sp, (sample, _), result in zip(batch, splits, pairs, results):
                 rec = make_record(
                     run_id=run_id, model_label=out.label, model=out.model, item_id=out.item_id, epoch=out.epoch,

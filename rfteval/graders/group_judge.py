@@ -16,7 +16,7 @@ import dataclasses
 import hashlib
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -308,7 +308,7 @@ class GroupJudgeGrader:
         self.config = config
         self.ctx = ctx
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         if self.ctx.judge is None:
             msg = "group_judge needs a judge endpoint; none is configured for this command"
             return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]

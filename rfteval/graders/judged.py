@@ -9,7 +9,7 @@ import dataclasses
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -117,7 +117,7 @@ class JudgedGrader(Generic[C]):
         self.config = config
         self.ctx = ctx
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         if self.ctx.judge is None:
             msg = f"{self.config.type} needs a judge endpoint; none is configured for this command"
             return [GradeResult.failed(MODEL_SERVER, msg) for _ in pairs]

@@ -8,7 +8,7 @@ score that is really a failure would hide it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -190,15 +190,16 @@ class MultiGrader:
         self.formula = compile_formula(config.calculate_output, config.graders.keys())
         self.graders: dict[str, Grader] = {key: build_grader(sub, ctx) for key, sub in config.graders.items()}
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
-        per_key = {key: _grade_all(grader, pairs) for key, grader in self.graders.items()}
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
+        per_key = {key: _grade_all(grader, pairs, units) for key, grader in self.graders.items()}
         return [combine(self.formula, {key: rs[i] for key, rs in per_key.items()}) for i in range(len(pairs))]
 
 
-def _grade_all(grader: Grader, pairs: Sequence[Pair]) -> list[GradeResult]:
-    """A sub-grader's results for the batch; a crash becomes one error per pair, so the run goes on."""
+def _grade_all(grader: Grader, pairs: Sequence[Pair], units: Sequence[Hashable] | None) -> list[GradeResult]:
+    """A sub-grader's results for the batch (its python in the batch's grading units); a crash becomes one error
+    per pair, so the run goes on."""
     try:
-        results = list(grader.grade_batch(pairs))
+        results = list(grader.grade_batch(pairs, units))
     except Exception as exc:
         return [GradeResult.failed(OTHER, f"{type(exc).__name__}: {exc}") for _ in pairs]
     if len(results) != len(pairs):

@@ -15,17 +15,17 @@ if TYPE_CHECKING:
     from rfteval.data.records import Record
     from rfteval.graders.base import GradeOptions, GraderConfig
     from rfteval.providers.judge import Judge
+    from rfteval.sandbox.policy import SandboxPolicy
 
 
-def require_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
-    """Set the python grader sandbox's policy from the flags; when the grader has python code and the sandbox
-    cannot be built here, stop with one line (exit 2) unless --unsafe-python-graders was given."""
+def require_sandbox(config: GraderConfig, policy: SandboxPolicy) -> None:
+    """When the grader has python code and the sandbox cannot be built here, stop with one line (exit 2) unless
+    `policy` is unsafe (--unsafe-python-graders)."""
     from rfteval.graders.base import uses_python
-    from rfteval.graders.sandbox import configure, sandbox_problem
+    from rfteval.sandbox.host_probe import sandbox_problem
 
-    configure(unsafe=unsafe, never_pass=key_envs)
     if uses_python(config):
-        problem = sandbox_problem()
+        problem = sandbox_problem(policy)
         if problem is not None:
             raise InputError(problem, field="--unsafe-python-graders")
 
@@ -84,12 +84,18 @@ class GradeRequest:
         if self.top < 0:
             raise InputError(f"must be >= 0, got {self.top}", field="--top")
         object.__setattr__(self, "tags", tuple(tags))
-        object.__setattr__(self, "options", GradeOptions(python_timeout_s=self.python_timeout_s,
-                                                         python_memory_mb=self.python_memory_mb))
+        object.__setattr__(self, "options", GradeOptions(sandbox=self.sandbox_policy()))
 
     @property
     def inputs(self) -> list[Path]:
         return [self.dataset, self.grader, self.outputs]
+
+    def sandbox_policy(self) -> SandboxPolicy:
+        """The python grader sandbox's policy from the flags: unsafe mode, the key variables, the limits."""
+        from rfteval.sandbox.policy import SandboxPolicy
+
+        return SandboxPolicy.from_flags(self.unsafe_python_graders, self.never_pass, self.python_timeout_s,
+                                        self.python_memory_mb)
 
     @property
     def records_path(self) -> Path:
@@ -151,7 +157,8 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     parse_json = has_response_format(r.grader)
     if (warning := output_json_warning(config, parse_json)) is not None:
         warn(f"warning: {warning}")
-    require_sandbox(config, r.unsafe_python_graders, *r.never_pass)
+    policy = r.sandbox_policy()
+    require_sandbox(config, policy)
     set_aside: list[Output] = []
     outs = list(iter_outputs(r.outputs, known_items={it.id for it in data},
                              unknown=set_aside if r.skip_invalid else None))

@@ -7,7 +7,7 @@ positional arguments); the source itself only ever runs in a worker process (see
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
@@ -129,10 +129,10 @@ class PythonGrader:
         self.config = config
         self._ctx = ctx
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         if not pairs:
             return []
-        results = self._ctx.python_pool().grade(self.config.source, pairs)  # units: sandbox.grading_units
+        results = self._ctx.python_pool().grade(self.config.source, pairs, units)
         threshold = self.config.pass_threshold
         if threshold is not None:
             for result in results:

@@ -260,17 +260,15 @@ class RewardFunctionGrader:
         self._ctx = ctx
         self.source = grader_source(config)
 
-    def grade_batch(self, pairs: Sequence[Pair]) -> list[GradeResult]:
-        from rfteval.graders.sandbox import declared_units
-
+    def grade_batch(self, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         if not pairs:
             return []
-        keys = declared_units(len(pairs))
+        keys: Sequence[Hashable] = [None] * len(pairs) if units is None else units
         groups: dict[tuple[Hashable, int], list[int]] = {}
-        for i, (_, item) in enumerate(pairs):
-            groups.setdefault((keys[i] if keys is not None else None, id(item)), []).append(i)
+        for i, ((_, item), key) in enumerate(zip(pairs, keys, strict=True)):
+            groups.setdefault((key, id(item)), []).append(i)
         sent: list[Pair] = [None] * len(pairs)  # type: ignore[list-item]
-        units: list[Hashable] = [None] * len(pairs)
+        calls: list[Hashable] = [None] * len(pairs)
         for number, members in enumerate(groups.values()):
             item = pairs[members[0]][1]
             key = prompt_key(item)
@@ -280,8 +278,8 @@ class RewardFunctionGrader:
             carried: JSONObject = {**item, CALL_KEY: call}
             for position, i in enumerate(members):
                 sent[i] = ({"i": position}, carried)
-                units[i] = number
-        results = self._ctx.python_pool().grade(self.source, sent, units)
+                calls[i] = number
+        results = self._ctx.python_pool().grade(self.source, sent, calls)
         threshold = self.config.pass_threshold
         if threshold is not None:
             for result in results:
@@ -294,9 +292,9 @@ class RewardFunctionGrader:
           extension=True)
 def build(config: RewardFunctionConfig, ctx: BuildContext) -> RewardFunctionGrader:
     from rfteval.errors import InputError
-    from rfteval.graders.sandbox import sandbox_problem
+    from rfteval.sandbox.host_probe import sandbox_problem
 
-    problem = sandbox_problem()  # the one-line refusal the commands give `python` graders (sandbox.uses_python)
+    problem = sandbox_problem(ctx.options.sandbox)  # the one-line refusal the commands give `python` graders
     if problem is not None:
         raise InputError(problem, field="--unsafe-python-graders")
     return RewardFunctionGrader(config, ctx)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,14 +79,18 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     if r.regrade and (grader is None or dataset is None):
         raise InputError(f"needs --grader and --dataset (or a {rundir.RESOLVED_SPEC} naming them)", field="--regrade")
     config = items = None
+    options = r.options
     if grader is not None:
         from rfteval.graders.loader import load_grader
 
         config = load_grader(grader)
-        if r.regrade:  # the grader runs only to re-grade
+        if r.regrade:  # the grader runs only to re-grade, in a sandbox as --unsafe-python-graders says
+            from rfteval.graders.base import GradeOptions
             from rfteval.graders.paths import require_sandbox
 
-            require_sandbox(config, r.unsafe_python_graders)
+            options = options or GradeOptions()
+            options = replace(options, sandbox=replace(options.sandbox, unsafe=r.unsafe_python_graders))
+            require_sandbox(config, options.sandbox)
     if dataset is not None:
         from rfteval.readiness.assessment import items_map
 
@@ -105,7 +109,7 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     try:
         thresholds = r.thresholds if r.thresholds is not None else Thresholds()
         report = assess(df, config, items, thresholds, group_size=r.group_size, label=chosen,
-                        regrade_n=r.regrade, seed=r.seed, options=r.options, errors=r.errors, not_sampling=flat)
+                        regrade_n=r.regrade, seed=r.seed, options=options, errors=r.errors, not_sampling=flat)
     except InputError as exc:  # name the records file when the library could not
         if exc.file is None and not (exc.field or "").startswith("--"):
             exc.file = files[0]

@@ -32,9 +32,9 @@ from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 from rfteval.graders.loader import load_grader, parse_config, unwrap_grader
-from rfteval.graders.sandbox import configure, grading_units
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeEndpoint
+from rfteval.sandbox.policy import SandboxPolicy, unsafe_from_env
 
 if TYPE_CHECKING:
     from rfteval.providers.judge import Judge
@@ -104,6 +104,12 @@ class RewardOptions:
     def judge_endpoint(self) -> JudgeEndpoint:
         """The judge_* options as the endpoint a model grader's judge is opened on."""
         return JudgeEndpoint(**{field: getattr(self, key) for key, field in JUDGE_KEYWORDS.items()})
+
+    def sandbox_policy(self) -> SandboxPolicy:
+        """The python grader sandbox's, for this reward's pool alone: unsafe with unsafe_python_graders=True (else
+        as RFTEVAL_UNSAFE_PYTHON_GRADERS=1 says), the judge's key variable kept from grader code, the limits."""
+        return SandboxPolicy.from_flags(self.unsafe_python_graders or unsafe_from_env(), (self.judge_api_key_env,),
+                                        self.grader_timeout, self.grader_memory)
 
     @functools.cached_property
     def tags(self) -> tuple[tuple[str, str], ...]:
@@ -474,13 +480,9 @@ class Reward:
         self.config = grader_config(grader)
         self.options = options
         self.on_error = options.on_error or self.default_on_error
-        if options.unsafe_python_graders:
-            configure(unsafe=True)  # process-wide, as the CLI flag
-        configure(never_pass=[options.judge_api_key_env])
         self.table = ItemTable(options.items, options.id_field) if options.items is not None else None
         judge = self._judge()
-        grade_options = GradeOptions(python_timeout_s=options.grader_timeout, python_memory_mb=options.grader_memory,
-                                     python_workers=options.python_workers)
+        grade_options = GradeOptions(sandbox=options.sandbox_policy(), python_workers=options.python_workers)
         try:
             self.engine = GradingEngine(self.config, grade_options, judge=judge)
         except BaseException:
@@ -550,8 +552,7 @@ class Reward:
     # -- grading and the error rule
 
     def grade(self, pairs: Sequence[tuple[Sample, JSONObject]], units: Sequence[Hashable]) -> list[GradeResult]:
-        with grading_units(list(units)):
-            return self.engine.grade_batch(list(pairs))
+        return self.engine.grade_batch(list(pairs), list(units))
 
     def grade_one(self, sample: Sample, item: JSONObject) -> GradeResult:
         return self.grade([(sample, item)], [0])[0]

@@ -106,9 +106,9 @@ def run_paths(spec: Path | None, overrides: JSONObject, options: RunOptions,
     check_run_options(options)
     check_run_outputs(run_spec, spec, options)
     config = check_run_inputs(run_spec, warn or _stderr)
-    require_sandbox(config, unsafe_python_graders, run_spec.endpoint.api_key_env,
-                    run_spec.judge.api_key_env, *(m.api_key_env for m in run_spec.models.values()))
-    return run_eval(run_spec, start(run_spec), options)
+    policy = run_spec.sandbox_policy(unsafe_python_graders)
+    require_sandbox(config, policy)
+    return run_eval(run_spec, start(run_spec), options, sandbox=policy)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from rfteval.run.batch.phase import BatchPhase
     from rfteval.run.plan import RunPlan
     from rfteval.run.store import StoreReader
+    from rfteval.sandbox.policy import SandboxPolicy
 
 
 @dataclass
@@ -496,10 +497,9 @@ class _Pipeline:
         self.tally.graded += len(batch)
         pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
-            from rfteval.graders.sandbox import call_in_units  # a python grader's unit: one model, one item
-
-            results = await asyncio.to_thread(call_in_units, [(j.run.label, j.item.id) for j, _, _ in batch],
-                                              self.engine.grade_batch, pairs)
+            # a python grader's unit: one model, one item
+            results = await asyncio.to_thread(self.engine.grade_batch, pairs,
+                                              [(j.run.label, j.item.id) for j, _, _ in batch])
             if len(results) != len(pairs):
                 raise RuntimeError(f"grader returned {len(results)} results for {len(pairs)} samples")
         except Exception as exc:  # noqa: BLE001 - a grader crash fails these cells, never the run
@@ -536,11 +536,13 @@ class _Pipeline:
 
 
 def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
-             providers: dict[str, Provider] | None = None, judge: Judge | None = None) -> RunResult:
+             providers: dict[str, Provider] | None = None, judge: Judge | None = None,
+             sandbox: SandboxPolicy | None = None) -> RunResult:
     """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
 
     `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
-    model graders (score_model, label_model) through the grading engine.
+    model graders (score_model, label_model) through the grading engine; `sandbox` is python graders' policy
+    (default: the spec's, `spec.sandbox_policy()`).
     """
     from rfteval.graders.base import load_notes
     from rfteval.graders.engine import GradingEngine
@@ -638,8 +640,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             judge.provider.on_warning = monitor.message
             judge.budget = budget
         unhook_judge = report_judge_retries(judge, monitor)
-        engine = GradingEngine(grader, GradeOptions(python_timeout_s=spec.grader_timeout,
-                                                    python_memory_mb=spec.grader_memory), judge=judge)
+        engine = GradingEngine(grader, GradeOptions(sandbox=sandbox or spec.sandbox_policy()), judge=judge)
 
         def export(reader: StoreReader) -> dict[str, LabelTotals]:
             with export_lock:

@@ -28,6 +28,7 @@ from rfteval.typos import curly_quotes, typo_first, unknown_key
 
 if TYPE_CHECKING:
     from rfteval.providers.base import Provider
+    from rfteval.sandbox.policy import SandboxPolicy
 
 REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -208,6 +209,15 @@ class RunSpec(_Strict):
     @property
     def out_dir(self) -> Path:
         return Path(self.out) if self.out else Path("runs") / self.run_name
+
+    def sandbox_policy(self, unsafe: bool | None = None) -> SandboxPolicy:
+        """The python grader sandbox's: the grader limits, every key variable of the run kept from grader code,
+        unsafe mode as --unsafe-python-graders says (None: as RFTEVAL_UNSAFE_PYTHON_GRADERS=1 says)."""
+        from rfteval.sandbox.policy import SandboxPolicy, unsafe_from_env
+
+        keys = (self.endpoint.api_key_env, self.judge.api_key_env, *(m.api_key_env for m in self.models.values()))
+        return SandboxPolicy.from_flags(unsafe_from_env() if unsafe is None else unsafe, keys, self.grader_timeout,
+                                        self.grader_memory)
 
     def judge_endpoint(self) -> JudgeEndpoint:
         """The judge of model graders: [judge] keys, else the run's [endpoint] ones; its requests are timed out

@@ -92,7 +92,7 @@ def test_the_exit_3_hint_after_grading_errors_only_sends_nothing(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from rfteval.graders.engine import GradingEngine
 
-    def boom(self: Any, pairs: Any) -> Any:
+    def boom(self: Any, pairs: Any, units: Any = None) -> Any:
         raise RuntimeError("grader exploded")
 
     monkeypatch.setattr(GradingEngine, "grade_batch", boom)

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from rfteval.cli.app import app
 from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
-from rfteval.graders import GradingEngine, load_grader, parse_config
+from rfteval.graders import GradeOptions, GradingEngine, load_grader, parse_config
 from rfteval.graders.base import INVALID_VARIABLE, MODEL_SERVER, OTHER, GradeResult
 from rfteval.graders.formula import compile_formula
 from rfteval.graders.multi import FORMULA_EVAL, MultiConfig, combine
@@ -143,9 +143,11 @@ class Spy:
     def __init__(self, scores):
         self.scores = scores
         self.calls: list[int] = []
+        self.units: list[object] = []
 
-    def grade_batch(self, pairs):
+    def grade_batch(self, pairs, units=None):
         self.calls.append(len(pairs))
+        self.units.append(units)
         return [GradeResult(s) for s in self.scores[: len(pairs)]]
 
 
@@ -153,14 +155,31 @@ def test_each_sub_grader_grades_the_whole_batch_once():
     with GradingEngine(parse_config(NAME_EMAIL)) as engine:
         spy_name, spy_email = Spy([0.2, 0.4, 0.6]), Spy([1.0, 0.0, 1.0])
         engine.grader.graders = {"name": spy_name, "email": spy_email}
-        results = engine.grade_batch([(make_sample("x"), {})] * 3)
+        results = engine.grade_batch([(make_sample("x"), {})] * 3, units=[("base", "q1")] * 2 + [("tuned", "q1")])
     assert spy_name.calls == [3] and spy_email.calls == [3]
+    assert spy_name.units == spy_email.units == [[("base", "q1")] * 2 + [("tuned", "q1")]]  # the batch's units
     assert [r.score for r in results] == pytest.approx([0.6, 0.2, 0.8])
+
+
+@pytest.mark.slow
+def test_a_python_sub_grader_grades_in_the_batchs_units():
+    """One unit, one process: a module-level count goes on across a unit's samples and starts again in the next."""
+    counts = {"type": "python", "name": "n", "source": "n = 0\ndef grade(sample, item):\n    global n\n"
+              "    n += 1\n    return n / 10\n"}
+    config = parse_config({"type": "multi", "name": "m", "graders": {"n": counts}, "calculate_output": "n"})
+    item = {"id": "q1"}
+    with GradingEngine(config, GradeOptions(python_workers=1)) as engine:
+        together = engine.grade_batch([(make_sample("x"), item)] * 3, units=[("base", "q1")] * 3)
+        apart = engine.grade_batch([(make_sample("x"), item)] * 3)
+        two = engine.grade_batch([(make_sample("x"), item)] * 3, units=[("base", "q1"), ("tuned", "q1"), ("base", "q1")])
+    assert [r.score for r in together] == pytest.approx([0.1, 0.2, 0.3])
+    assert [r.score for r in apart] == pytest.approx([0.1, 0.1, 0.1])  # no units: a process per sample
+    assert [r.score for r in two] == pytest.approx([0.1, 0.1, 0.2])  # two models never share a process
 
 
 def test_a_crashing_sub_grader_becomes_one_error_per_pair():
     class Boom:
-        def grade_batch(self, pairs):
+        def grade_batch(self, pairs, units=None):
             raise RuntimeError("pool died")
 
     with GradingEngine(parse_config(NAME_EMAIL)) as engine:

@@ -32,6 +32,17 @@ def test_a_bad_flag_is_refused_on_building_the_request(tmp_path, kwargs, field):
     assert exc.value.field == field
 
 
+def test_the_request_gives_the_sandbox_policy_of_its_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("RFTEVAL_UNSAFE_PYTHON_GRADERS", "1")  # the command's flag says, not the variable
+    request = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "o", python_timeout_s=4.0, python_memory_mb=64,
+                           never_pass=("JUDGE_KEY", None))
+    policy = request.sandbox_policy()
+    assert (policy.unsafe, policy.never_pass, policy.timeout_s, policy.memory_mb) == (
+        False, frozenset({"JUDGE_KEY"}), 4.0, 64)
+    unsafe = GradeRequest(tmp_path / "d", tmp_path / "g", tmp_path / "o", unsafe_python_graders=True)
+    assert unsafe.sandbox_policy().unsafe is True
+
+
 def test_grade_paths_writes_the_graded_records_and_warns_about_set_aside_outputs(tmp_path):
     ds, grader, outs = write_files(tmp_path, [{"item_id": "q0", "output_text": "0"},
                                               {"item_id": "q1", "output_text": "no"},
@@ -45,6 +56,21 @@ def test_grade_paths_writes_the_graded_records_and_warns_about_set_aside_outputs
     assert sorted(read_records(graded.path)["score"]) == [0.0, 1.0]
     assert opened == ["exact"]
     assert len(warned) == 1 and "skipped 1 output(s)" in warned[0] and "'q9'" in warned[0]
+
+
+@pytest.mark.slow
+def test_a_python_grader_grades_each_models_epochs_of_an_item_in_one_process(tmp_path):
+    """`rfteval grade`'s grading units: (model label, item id), passed with each batch down to the sandbox."""
+    outputs = [{"item_id": item, "output_text": "x", "model_label": label}
+               for label in ("base", "tuned", "base") for item in ("q0", "q1", "q0")]
+    ds, grader, outs = write_files(tmp_path, outputs)
+    grader.write_text(json.dumps({"type": "python", "name": "n", "source": "n = 0\ndef grade(sample, item):\n"
+                                  "    global n\n    n += 1\n    return n / 10\n"}))
+    graded = grade_paths(GradeRequest(ds, grader, outs), print, lambda config: None)
+    assert [(r.model_label, r.item_id, r.epoch, r.score) for r in graded.records] == [
+        ("base", "q0", 1, 0.1), ("base", "q1", 1, 0.1), ("base", "q0", 2, 0.2),
+        ("tuned", "q0", 1, 0.1), ("tuned", "q1", 1, 0.1), ("tuned", "q0", 2, 0.2),
+        ("base", "q0", 3, 0.3), ("base", "q1", 2, 0.2), ("base", "q0", 4, 0.4)]
 
 
 def test_a_bad_outputs_line_stops_before_the_judge_and_writes_nothing(tmp_path):

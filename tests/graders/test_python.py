@@ -19,6 +19,7 @@ from rfteval.errors import InputError
 from rfteval.graders import GradeOptions, GradingEngine, load_grader, parse_config
 from rfteval.graders.base import PYTHON_RUNTIME, PYTHON_TIMEOUT, REGISTRY
 from rfteval.graders.python import MAX_SOURCE_BYTES, PythonConfig, PythonGrader
+from rfteval.sandbox import SandboxPolicy
 from tests.support import REPO
 
 SHARED = REPO.parent / "shared"
@@ -125,7 +126,7 @@ def test_building_starts_no_process() -> None:
 
 @pytest.fixture(scope="module")
 def engine_options() -> GradeOptions:
-    return GradeOptions(python_timeout_s=2.0, python_workers=2)
+    return GradeOptions(sandbox=SandboxPolicy(timeout_s=2.0), python_workers=2)
 
 
 def test_scores_and_pass_threshold(engine_options: GradeOptions) -> None:
@@ -147,7 +148,7 @@ def test_without_threshold_passed_is_not_set(engine_options: GradeOptions) -> No
 @pytest.mark.slow
 def test_timeout_comes_from_the_options() -> None:
     source = "import time\ndef grade(sample, item):\n    time.sleep(item['s'])\n    return 1.0\n"
-    with GradingEngine(config(source), GradeOptions(python_timeout_s=0.5, python_workers=1)) as engine:
+    with GradingEngine(config(source), GradeOptions(sandbox=SandboxPolicy(timeout_s=0.5), python_workers=1)) as engine:
         slow, fast = engine.grade_batch([(make_sample(""), {"s": 30}), (make_sample(""), {"s": 0})])
     assert slow.error.type == PYTHON_TIMEOUT and "0.5 s" in slow.error.message
     assert fast.error is None and fast.score == 1.0

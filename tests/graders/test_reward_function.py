@@ -16,7 +16,6 @@ from rfteval.data.sample import make_sample
 from rfteval.errors import InputError
 from rfteval.graders import GradingEngine, load_grader
 from rfteval.graders.loader import load_response_format
-from rfteval.graders.sandbox import grading_units
 
 runner = CliRunner()
 
@@ -131,9 +130,9 @@ def test_conversational_shape_columns_and_tool_calls(files):
 def test_booleans_none_async_and_errors(files):
     config = load_grader(f"{files['rewards']}:flags")
     item = {"id": "a", "messages": [{"role": "user", "content": "?"}]}
-    with GradingEngine(config) as engine, grading_units(["a", "a"]):
-        assert [r.score for r in engine.grade_batch([(make_sample("yes"), item), (make_sample("no"), item)])] == \
-            [1.0, 0.0]
+    with GradingEngine(config) as engine:
+        assert [r.score for r in engine.grade_batch([(make_sample("yes"), item), (make_sample("no"), item)],
+                                                    units=["a", "a"])] == [1.0, 0.0]
     for function, check in (
         ("broken", lambda rs: all(r.error.type == "python_grader_runtime_error" and "reward exploded" in r.error.message
                                   for r in rs)),
@@ -141,8 +140,8 @@ def test_booleans_none_async_and_errors(files):
         ("maybe", lambda rs: rs[0].error is None and rs[0].score == 0.5 and "None" in rs[1].error.message),
         ("later", lambda rs: [r.score for r in rs] == [0.25, 0.25]),
     ):
-        with GradingEngine(load_grader(f"{files['rewards']}:{function}")) as engine, grading_units(["a", "a"]):
-            results = engine.grade_batch([(make_sample("ok"), item), (make_sample("skip"), item)])
+        with GradingEngine(load_grader(f"{files['rewards']}:{function}")) as engine:
+            results = engine.grade_batch([(make_sample("ok"), item), (make_sample("skip"), item)], units=["a", "a"])
         assert check(results), (function, results)
 
 

@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rfteval.data",),
     ("rfteval.stats",),
     ("rfteval.providers",),
+    ("rfteval.sandbox",),
     ("rfteval.graders",),
     ("rfteval.compare", "rfteval.readiness"),
     ("rfteval.run", "rfteval.reward", "rfteval.baseline_readiness"),

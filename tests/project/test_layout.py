@@ -30,7 +30,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "data/json_types.py": ("tests/project/test_architecture.py", "type names, no code (mypy checks their use)"),
     "graders/engine.py": ("tests/graders/test_string_check.py", "every grader type's test grades through it"),
     "graders/grading.py": ("tests/cli/test_grade.py", "the library behind `rfteval grade`, end to end"),
-    "graders/sandbox/seccomp.py": ("tests/graders/sandbox/test_attacks.py",
+    "sandbox/seccomp.py": ("tests/sandbox/test_attacks.py",
                                    "the sandbox's system-call filter, loaded in the sandbox: the attacks meet it"),
     "graders/judged.py": ("tests/graders/test_score_model.py", "what the model graders share, through each of them"),
     "providers/base.py": ("tests/providers/test_retry.py", "the provider protocol; its error kinds decide the retries"),

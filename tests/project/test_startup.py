@@ -78,11 +78,11 @@ def test_run_library_import_is_light(tmp_path: Path) -> None:
         """, tmp_path)
     assert {"rfteval.run.runner", "rfteval.run.spec", "rfteval.graders.string_check"} <= modules
     assert under(modules, *HEAVY) == []
-    # what only some runs or only the finish use: the SDK's provider, batches, the sandbox, the summary's
-    # comparison and the readiness verdict, the terminal tables, the CLI
-    assert under(modules, "rfteval.providers.openai_provider", "rfteval.run.batch", "rfteval.graders.sandbox",
-                 "rfteval.compare", "rfteval.readiness", "rfteval.stats", "rfteval.report", "rfteval.cli",
-                 "rfteval.view") == []
+    # what only some runs or only the finish use: the SDK's provider, batches, the sandbox (but its policy, a
+    # value every GradeOptions holds), the summary's comparison and the readiness verdict, the terminal tables, the CLI
+    assert under(modules, "rfteval.sandbox") == ["rfteval.sandbox", "rfteval.sandbox.policy"]
+    assert under(modules, "rfteval.providers.openai_provider", "rfteval.run.batch", "rfteval.compare",
+                 "rfteval.readiness", "rfteval.stats", "rfteval.report", "rfteval.cli", "rfteval.view") == []
 
 
 @pytest.mark.slow

@@ -9,7 +9,9 @@ import pytest
 
 import rfteval.reward.core as core
 from rfteval.errors import InputError
+from rfteval.graders import GradeOptions, GradingEngine, parse_config
 from rfteval.reward import RewardOptions, for_openrlhf, for_trl, for_verifiers, for_verl
+from rfteval.sandbox import UNSAFE_ENV, Host, SandboxUnavailable, WorkerPool, host_probe
 
 SC = {"type": "string_check", "name": "sc", "input": "{{sample.output_text}}", "reference": "ANSWER", "operation": "eq"}
 
@@ -26,6 +28,43 @@ def test_options_are_checked():
     one = RewardOptions(think_tags="<r>,</r>")
     assert one.think_tags == ("<r>,</r>",) and one.tags == (("<r>", "</r>"),)
     assert RewardOptions(think_tags=["<r>,</r>", "<a>,</a>"]).tags == (("<r>", "</r>"), ("<a>", "</a>"))
+
+
+def test_the_options_give_the_sandbox_policy_of_grades_flags(monkeypatch):
+    monkeypatch.delenv(UNSAFE_ENV, raising=False)
+    policy = RewardOptions(judge_api_key_env="LC_JUDGE_KEY", grader_timeout=7, grader_memory=300).sandbox_policy()
+    assert (policy.unsafe, policy.never_pass, policy.timeout_s, policy.memory_mb) == (
+        False, frozenset({"LC_JUDGE_KEY"}), 7.0, 300)
+    assert RewardOptions(unsafe_python_graders=True).sandbox_policy().unsafe is True
+    monkeypatch.setenv(UNSAFE_ENV, "1")  # a reward that does not say follows the variable, as before
+    assert RewardOptions().sandbox_policy().unsafe is True
+
+
+@pytest.mark.slow
+def test_a_reward_made_unsafe_leaves_every_later_pool_safe(monkeypatch):
+    """unsafe_python_graders=True is that reward's sandbox policy, not the process's: building it once turned unsafe
+    mode on for every pool made after it."""
+    monkeypatch.delenv(UNSAFE_ENV, raising=False)
+    monkeypatch.setattr(host_probe, "_HOST", Host(None, False, "no sandbox in this test"))
+    python = {"type": "python", "name": "p", "source": "def grade(sample, item):\n    return 0.5\n"}
+    with for_verl(python, unsafe_python_graders=True, python_workers=1, grader_memory=300) as reward:
+        assert reward("d", "answer", "g", {}) == 0.5  # its own pool runs without the sandbox, as asked
+        with WorkerPool(workers=1) as later, pytest.raises(SandboxUnavailable, match="no sandbox in this test"):
+            later.grade(python["source"], [({}, {})])
+        with GradingEngine(parse_config(python), GradeOptions(python_workers=1)) as engine, \
+                pytest.raises(SandboxUnavailable, match="no sandbox in this test"):
+            engine.grade({}, {})
+        assert reward("d", "answer", "g", {}) == 0.5
+
+
+@pytest.mark.slow
+def test_a_prompts_completions_are_graded_in_one_unit():
+    """The adapters' units (one item, one unit) reach the python grader with the batch."""
+    counts = {"type": "python", "name": "n", "source": "n = 0\ndef grade(sample, item):\n    global n\n"
+              "    n += 1\n    return n / 10\n"}
+    with for_trl(counts, python_workers=1) as trl:
+        scores = trl(prompts=["p"] * 4, completions=["a", "b", "c", "d"], answer=["g", "h", "g", "g"])
+    assert scores == pytest.approx([0.1, 0.1, 0.2, 0.3])  # answer "g"'s item: one process
 
 
 def test_every_trainers_completion_text_goes_through_answer(monkeypatch):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import statistics
 from collections.abc import Callable
@@ -269,7 +270,7 @@ def test_a_provider_bug_is_one_failed_cell(workdir: Path) -> None:
 def test_a_grader_crash_fails_its_cells_not_the_run(workdir: Path, monkeypatch) -> None:
     from rfteval.graders.engine import GradingEngine
 
-    def boom(self: Any, pairs: Any) -> Any:
+    def boom(self: Any, pairs: Any, units: Any = None) -> Any:
         raise RuntimeError("grader exploded")
 
     monkeypatch.setattr(GradingEngine, "grade_batch", boom)
@@ -278,6 +279,27 @@ def test_a_grader_crash_fails_its_cells_not_the_run(workdir: Path, monkeypatch) 
     assert len(recs) == N_ITEMS * EPOCHS
     assert all(r["error"]["stage"] == "grade" and "grader exploded" in r["error"]["message"] for r in recs)
     assert result.exit_code == ExitStatus.INCOMPLETE
+
+
+def test_each_grade_batch_says_its_grading_units_one_model_one_item(workdir: Path, monkeypatch) -> None:
+    """A python grader's grading unit is (model label, item id): the runner passes one per pair with every batch."""
+    from rfteval.graders.engine import GradingEngine
+
+    real = GradingEngine.grade_batch
+    seen: list[tuple[tuple[str, str], str, str]] = []
+
+    def spy(self: GradingEngine, pairs: Any, units: Any = None) -> Any:
+        seen.extend((unit, item["id"], sample["output_text"]) for (sample, item), unit in zip(pairs, units, strict=True))
+        return real(self, pairs, units)
+
+    monkeypatch.setattr(GradingEngine, "grade_batch", spy)
+    run(make_spec(workdir, ("base", "tuned")), {"base": FakeProvider(base_answer), "tuned": FakeProvider(tuned_answer)})
+    assert all(unit[1] == item_id for unit, item_id, _ in seen)
+    assert collections.Counter(unit for unit, _, _ in seen) == {
+        (label, str(i)): EPOCHS for label in ("base", "tuned") for i in range(N_ITEMS)}
+    assert {(unit, text) for unit, _, text in seen} == {
+        ((label, str(i)), answer(i, e)) for label, answer in (("base", base_answer), ("tuned", tuned_answer))
+        for i in range(N_ITEMS) for e in range(1, EPOCHS + 1)}
 
 
 def test_three_models_compare_against_base(workdir: Path) -> None:

@@ -104,6 +104,18 @@ def test_flags_alone_are_a_complete_spec(tmp_path: Path, monkeypatch) -> None:
     assert spec.run_name == "chipstack" and spec.out_dir == Path("runs/chipstack")  # items.jsonl: the folder names it
 
 
+def test_the_sandbox_policy_keeps_every_key_of_the_run_from_grader_code(spec_dir: Path, monkeypatch) -> None:
+    monkeypatch.delenv("RFTEVAL_UNSAFE_PYTHON_GRADERS", raising=False)
+    over = flag_overrides(grader_timeout=9.0, grader_memory=512, judge_api_key_env="JUDGE_KEY")
+    spec = build_spec(spec_dir / "spec.toml", over)
+    policy = spec.sandbox_policy(True)
+    assert (policy.unsafe, policy.never_pass, policy.timeout_s, policy.memory_mb) == (
+        True, frozenset({"MY_KEY", "JUDGE_KEY"}), 9.0, 512)
+    assert spec.sandbox_policy(False).unsafe is False and spec.sandbox_policy().unsafe is False
+    monkeypatch.setenv("RFTEVAL_UNSAFE_PYTHON_GRADERS", "1")  # a library run that does not say
+    assert spec.sandbox_policy().unsafe is True and spec.sandbox_policy(False).unsafe is False
+
+
 def test_resolve_models_merges_sampling_and_endpoints(spec_dir: Path) -> None:
     runs = {r.label: r for r in resolve_models(build_spec(spec_dir / "spec.toml"))}
     base, tuned = runs["base"], runs["tuned"]

@@ -106,9 +106,9 @@ def test_one_error_policy_in_summary_json_grade_and_compare(tmp_path: Path, monk
     failed_once: list[bool] = []
     real = GradingEngine.grade_batch
 
-    def grade_batch(self: GradingEngine, pairs: list[tuple[dict[str, object], dict[str, object]]]
-                    ) -> list[GradeResult]:
-        out = real(self, pairs)
+    def grade_batch(self: GradingEngine, pairs: list[tuple[dict[str, object], dict[str, object]]],
+                    units: list[tuple[str, str]] | None = None) -> list[GradeResult]:
+        out = real(self, pairs, units)
         for i, (sample, item) in enumerate(pairs):  # one grading error: the first grade of base's item 1
             if item.get("id") == "1" and sample.get("output_text") == "Right" and not failed_once:
                 failed_once.append(True)

@@ -79,7 +79,7 @@ def require(module: str, target: str, package: str | None = None) -> ModuleType:
 
 
 def sandbox_refused(refused: str, bwrap_found: bool) -> NoReturn:
-    """Skip for want of the python grader sandbox (rfteval.graders.sandbox.host().refused): what `make sandbox`
+    """Skip for want of the python grader sandbox (rfteval.sandbox.host().refused): what `make sandbox`
     installs (bubblewrap, libseccomp2) missing is a MissingDependency; a host that refuses it otherwise (root
     without a writable cgroup, AppArmor, not Linux) is a plain skip, CI or not."""
     if not bwrap_found or refused.startswith("seccomp is unavailable: the filter could not be built"):

@@ -98,8 +98,8 @@ def agree(
     if regrade is not None:
         config = load_regrade_grader(regrade, lambda line: typer.echo(line, err=True),
                                      allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
-        python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
-        spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample)
+        spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample,
+                       python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env))
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     result = agree_paths(a, b, options, spec)

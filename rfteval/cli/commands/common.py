@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
     from rfteval.report.console import Console
+    from rfteval.sandbox.policy import SandboxPolicy
 
 # A command function: its parameters are the command's options, whatever they are (Typer reads the signature).
 Command = TypeVar("Command", bound=Callable[..., object])
@@ -218,12 +219,16 @@ def checked_grader(path: Path, allow_without_sample: bool, judge_model: str | No
                                allow_without_sample=allow_without_sample, judge_model=judge_model)
 
 
-def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None) -> None:
-    """The sandbox policy from the flags (rfteval.graders.paths.require_sandbox: one line, exit 2, when a python
-    grader cannot be sandboxed here and --unsafe-python-graders was not given)."""
+def python_sandbox(config: GraderConfig, unsafe: bool, *key_envs: str | None,
+                   timeout_s: float = PYTHON_TIMEOUT_S) -> SandboxPolicy:
+    """The sandbox policy from the flags, for the command to grade with (rfteval.graders.paths.require_sandbox:
+    one line, exit 2, when a python grader cannot be sandboxed here and --unsafe-python-graders was not given)."""
     from rfteval.graders.paths import require_sandbox
+    from rfteval.sandbox.policy import SandboxPolicy
 
-    require_sandbox(config, unsafe, *key_envs)
+    policy = SandboxPolicy.from_flags(unsafe, key_envs, timeout_s)
+    require_sandbox(config, policy)
+    return policy
 
 
 def make_judge(config: GraderConfig, endpoint: JudgeEndpoint, skip_model_check: bool,

@@ -25,6 +25,7 @@ from rfteval.status import ExitStatus
 if TYPE_CHECKING:
     from rfteval.graders.base import GradeOptions
     from rfteval.providers.endpoint import JudgeEndpoint
+    from rfteval.sandbox.policy import SandboxPolicy
 
 
 def _check_format(fmt: str) -> str:
@@ -33,10 +34,11 @@ def _check_format(fmt: str) -> str:
     return output_format(fmt)
 
 
-def _options(python_workers: int | None) -> GradeOptions:
+def _options(python_workers: int | None, sandbox: SandboxPolicy | None = None) -> GradeOptions:
     from rfteval.graders.base import GradeOptions
+    from rfteval.sandbox.policy import SandboxPolicy
 
-    return GradeOptions(python_workers=python_workers)
+    return GradeOptions(sandbox=sandbox or SandboxPolicy(), python_workers=python_workers)
 
 
 @command("readiness", help="Will RFT learn from this dataset and grader? Signals and a verdict from a base run "
@@ -137,12 +139,12 @@ def probe_grader(
         check_output(html, [grader, dataset], "--html")
     config = checked_grader(grader, allow_grader_without_sample, judge_endpoint.model)
     items = checked_items(config, grader, dataset, limit)
-    python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
+    policy = python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
     template = load_reference_template(reference_template) if reference_template is not None else None
     judge = make_judge(config, judge_endpoint, skip_model_check)
     try:
         report = run_probes(config, items, reference_template=template, margin=margin, seed=seed,
-                            options=_options(python_workers), judge=judge)
+                            options=_options(python_workers, policy), judge=judge)
         raise_if_stopped(judge, "no probe was judged")  # every probe would read as the floor: "ok"
     finally:
         if judge is not None:

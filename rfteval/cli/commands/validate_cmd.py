@@ -85,13 +85,8 @@ def validate_grader(
     """Check a grader config; with --dataset, report the share of reference answers that score the maximum;
     with --outputs and --repeat, measure how much a model grader's scores move on the same outputs (exit 1 when
     flagged)."""
-    from rfteval.graders import GradeOptions
-    from rfteval.readiness.reference import load_reference_template
-
     # every flag checked before the grader is even described, so before any judge call (one line, exit 2)
-    _check_stability_flags(dataset, outputs, repeat, threshold)
-    options = GradeOptions(python_timeout_s=grader_timeout)
-    template = load_reference_template(reference_template) if reference_template is not None else None
+    template = _checked_flags(dataset, outputs, repeat, threshold, grader_timeout, reference_template)
     config = checked_grader(path, allow_without_sample, judge_endpoint.model)
     if emit_json:
         import json
@@ -102,7 +97,10 @@ def validate_grader(
     if dataset is None:
         return
     data = _preflight(config, path, dataset)
-    python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env)
+    from rfteval.graders import GradeOptions
+
+    options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
+                                                  timeout_s=grader_timeout))
     judge = make_judge(config, judge_endpoint, skip_model_check)
     try:
         if repeat is None:
@@ -138,10 +136,16 @@ def _describe(config: GraderConfig) -> None:
         typer.echo(f"note: {note}")
 
 
-def _check_stability_flags(dataset: Path | None, outputs: Path | None, repeat: int | None, threshold: float) -> None:
+def _checked_flags(dataset: Path | None, outputs: Path | None, repeat: int | None, threshold: float,
+                   grader_timeout: float, reference_template: str | None) -> JSONValue:
+    """Every flag of `validate grader` that can be wrong on its own (one line, exit 2); the reference template."""
     import math
 
     from rfteval.errors import InputError
+    from rfteval.readiness.reference import load_reference_template
+    from rfteval.sandbox.policy import SandboxPolicy
+
+    SandboxPolicy.from_flags(False, timeout_s=grader_timeout)  # --grader-timeout's check
 
     if (repeat is None) != (outputs is None):
         raise InputError("--repeat and --outputs go together (and need --dataset)", field="--repeat")
@@ -151,6 +155,7 @@ def _check_stability_flags(dataset: Path | None, outputs: Path | None, repeat: i
         raise InputError("must be at least 2 to measure a spread", field="--repeat")
     if not (math.isfinite(threshold) and threshold >= 0):
         raise InputError(f"must be a score sd >= 0 (0..1 scale), got {threshold:g}", field="--threshold")
+    return load_reference_template(reference_template) if reference_template is not None else None
 
 
 def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:

@@ -186,7 +186,6 @@ class JudgeBatch:
         """Grade every cell that needs a grade with the recorder; return the judge requests it could not answer."""
         from rfteval.data.reasoning import entry_sample
         from rfteval.graders.engine import GradingEngine
-        from rfteval.graders.sandbox import call_in_units
         from rfteval.run.store import is_reusable_grade
 
         p = self.pipeline
@@ -201,7 +200,7 @@ class JudgeBatch:
                 pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data)
                          for j, e in cells]
                 try:
-                    call_in_units([(j.run.label, j.item.id) for j, _ in cells], engine.grade_batch, pairs)
+                    engine.grade_batch(pairs, [(j.run.label, j.item.id) for j, _ in cells])
                 except Exception as exc:  # noqa: BLE001 - these cells batch nothing; the grading pass reports them
                     self.dry_failures += len(cells)
                     self.dry_error = self.dry_error or f"{type(exc).__name__}: {exc}"[:200]

@@ -366,10 +366,10 @@ def test_a_dry_pass_that_fails_says_so_and_its_judge_calls_go_synchronously(
 
     real = GradingEngine.grade_batch
 
-    def broken_when_dry(self: GradingEngine, pairs: Any) -> Any:
+    def broken_when_dry(self: GradingEngine, pairs: Any, units: Any = None) -> Any:
         if isinstance(self.ctx.judge, _Recorder):
             raise RuntimeError("the grader broke in the dry pass")
-        return real(self, pairs)
+        return real(self, pairs, units)
 
     monkeypatch.setattr(GradingEngine, "grade_batch", broken_when_dry)
     fake_openai.responder = model_or_score_responder()

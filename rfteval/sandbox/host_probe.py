@@ -12,8 +12,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from rfteval.graders.sandbox.cgroup import cgroup_parents, cgroup_root
-from rfteval.graders.sandbox.policy import POLICY, SANDBOX_TMP, UNSAFE_HINT, worker_env
+from rfteval.sandbox.cgroup import cgroup_parents, cgroup_root
+from rfteval.sandbox.policy import SANDBOX_TMP, UNSAFE_HINT, SandboxPolicy, worker_env
 
 SHM_BYTES = 64 << 20
 TMP_MARGIN = 64 << 20  # under a cgroup, /tmp is this much smaller than --grader-memory less /dev/shm
@@ -22,7 +22,7 @@ HOST_FACTS_ENV = "RFTEVAL_HOST_FACTS_ROOT"  # tests only: what stands for / when
 
 @functools.lru_cache(maxsize=1)
 def seccomp_program() -> bytes:
-    from rfteval.graders.sandbox.seccomp import compile_filter
+    from rfteval.sandbox.seccomp import compile_filter
 
     return compile_filter()
 
@@ -208,9 +208,10 @@ def no_cgroup_reason() -> str:
             "(`systemd-run --scope -p Delegate=yes rfteval ...`)")
 
 
-def sandbox_problem() -> str | None:
-    """None when python graders may run: the sandbox holds here, or the policy is unsafe. Else one line."""
-    if POLICY.unsafe:
+def sandbox_problem(policy: SandboxPolicy) -> str | None:
+    """None when python graders may run under `policy`: the sandbox holds here, or the policy is unsafe. Else one
+    line."""
+    if policy.unsafe:
         return None
     refused = host().refused
     return None if refused is None else f"{refused}; {UNSAFE_HINT}"

@@ -1,4 +1,4 @@
-"""graders/sandbox/wire.py, no processes: requests encoded as plain data, samples sent as their text, and a
+"""sandbox/wire.py, no processes: requests encoded as plain data, samples sent as their text, and a
 supervisor's replies decoded, checked and capped (a garbled one is refused)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rfteval.graders.base import (
     PYTHON_SERVER,
     GradeError,
 )
-from rfteval.graders.sandbox import (
+from rfteval.sandbox import (
     RESEND,
     STDOUT_CAP,
     Failure,

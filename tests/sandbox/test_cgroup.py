@@ -1,11 +1,11 @@
-"""graders/sandbox/cgroup.py, no cgroup touched: the limits a unit's cgroup is given under cgroup v1 and v2 (the
+"""sandbox/cgroup.py, no cgroup touched: the limits a unit's cgroup is given under cgroup v1 and v2 (the
 cgroups themselves are made and removed by the pool's and the attacks' tests, as root)."""
 
 from __future__ import annotations
 
 import pytest
 
-from rfteval.graders.sandbox import cgroup
+from rfteval.sandbox import cgroup
 
 
 def test_the_layout_caps_memory_without_swap_and_processes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,8 +19,12 @@ from rfteval.graders.base import (
     PYTHON_RUNTIME,
     PYTHON_TIMEOUT,
 )
-from rfteval.graders.sandbox import (
+from rfteval.sandbox import (
     STDOUT_CAP,
+    UNSAFE_ENV,
+    Host,
+    SandboxPolicy,
+    SandboxUnavailable,
     WorkerPool,
     _worker,
     compact_sample,
@@ -28,9 +32,10 @@ from rfteval.graders.sandbox import (
     encode_whole,
     group_units,
     host,
+    host_probe,
     worker_env,
 )
-from rfteval.graders.sandbox.pool import _Sandbox
+from rfteval.sandbox.pool import _Sandbox
 from tests.support.optional import sandbox_refused
 from tests.support.sandbox_samples import TEXTS, TOOLS, compact_pairs
 
@@ -134,6 +139,15 @@ def test_a_bad_sample_fails_alone(pool1: WorkerPool, kind: str, etype: str, word
     good = [r for n, r in enumerate(results) if n != 3]
     assert [r.error for r in good] == [None] * 6
     assert [r.score for r in good] == [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]
+
+
+@pytest.mark.slow
+def test_a_numpy_score_is_checked_in_the_sandbox_as_in_rfteval(pool1: WorkerPool) -> None:
+    """A value that is not a plain float goes through data.grades.checked_score, imported inside the sandbox."""
+    source = "import numpy\ndef grade(sample, item):\n    return numpy.float32(item['v'])\n"
+    results = pool1.grade(source, [({}, {"v": 0.75}), ({}, {"v": float("nan")})])
+    assert (results[0].score, results[0].error) == (0.75, None)
+    assert results[1].error is not None and "nan, not a finite number" in results[1].error.message
 
 
 @pytest.mark.slow
@@ -352,6 +366,28 @@ def test_isolation_is_reported() -> None:
     with WorkerPool(workers=1, unsafe=True) as pool:
         text = pool.isolation
     assert text.startswith(("bubblewrap: user, PID, mount, network and IPC namespaces", "unsafe: no sandbox ("))
+
+
+@pytest.mark.slow
+def test_pools_of_different_policies_in_one_process_are_independent(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of a policy is set for the process: a variable one pool keeps from its grader reaches the grader
+    of the pool beside it, and where the sandbox cannot be built a safe pool refuses while an unsafe one grades."""
+    monkeypatch.delenv(UNSAFE_ENV, raising=False)
+    monkeypatch.setenv("LC_SECRET", "beside")  # on the allow-list by its prefix
+    sees = "import os\ndef grade(sample, item):\n    return float(os.environ.get('LC_SECRET') == 'beside')\n"
+    with WorkerPool(workers=1, policy=SandboxPolicy(never_pass=frozenset({"LC_SECRET"}))) as keeps, \
+            WorkerPool(workers=1) as passes:
+        assert [r.score for r in keeps.grade(sees, [({}, {})])] == [0.0]
+        assert [r.score for r in passes.grade(sees, [({}, {})])] == [1.0]
+        assert [r.score for r in keeps.grade(sees, [({}, {})])] == [0.0]
+    monkeypatch.setattr(host_probe, "_HOST", Host(None, False, "no sandbox in this test"))
+    half = "def grade(sample, item):\n    return 0.5\n"
+    with WorkerPool(workers=1, memory_mb=300, unsafe=True) as unsafe, WorkerPool(workers=1) as safe:
+        assert [r.score for r in unsafe.grade(half, [({}, {})])] == [0.5]
+        with pytest.raises(SandboxUnavailable, match="no sandbox in this test; or pass --unsafe-python-graders"):
+            safe.grade(half, [({}, {})])
+        assert [r.score for r in unsafe.grade(half, [({}, {})])] == [0.5]
+        assert (unsafe.policy.unsafe, safe.policy.unsafe) == (True, False)
 
 
 @pytest.mark.slow
@@ -635,7 +671,7 @@ def test_the_template_does_pydantics_first_model_work_and_a_units_models_still_v
 
 
 def test_one_sandbox_more_than_cores_by_default() -> None:
-    from rfteval.graders.sandbox import default_workers
+    from rfteval.sandbox import default_workers
 
     with WorkerPool() as pool:
         assert pool.workers == default_workers() == (os.cpu_count() or 1) + 1

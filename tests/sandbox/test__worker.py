@@ -1,4 +1,4 @@
-"""graders/sandbox/_worker.py, the sandbox's worker program, in this process: its scores and error types agree
+"""sandbox/_worker.py, the sandbox's worker program, in this process: its scores and error types agree
 with rfteval's, it rebuilds samples sent as text, its supervisor clears a unit's files and charges OOM kills,
 and the script loads with the standard library alone."""
 
@@ -21,7 +21,7 @@ from rfteval.graders.base import (
     GradeError,
     checked_score,
 )
-from rfteval.graders.sandbox import (
+from rfteval.sandbox import (
     RESEND,
     _worker,
 )
@@ -120,7 +120,7 @@ def test_the_worker_script_imports_the_standard_library_alone() -> None:
     import subprocess
     import sys
 
-    from rfteval.graders.sandbox import WORKER_SCRIPT
+    from rfteval.sandbox import WORKER_SCRIPT
 
     probe = ("import sys, runpy\n"
              "before = set(sys.modules)\n"

@@ -38,7 +38,7 @@ import types
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-# Copies of rfteval.graders.base's error types (importing base would pull pydantic into every template).
+# Copies of rfteval.data.grades' error types (this script imports rfteval's modules only lazily, in a child).
 PYTHON_RUNTIME = "python_grader_runtime_error"
 PYTHON_TIMEOUT = "python_grader_timeout_error"
 PYTHON_MEMORY = "python_grader_memory_error"
@@ -263,7 +263,7 @@ def describe(exc: BaseException, what: str) -> Err:
 
 
 def as_score(value: object) -> float | Err:
-    """grade()'s return value as a finite float; plain floats take a fast path, the rest base.checked_score."""
+    """grade()'s return value as a finite float; plain floats take a fast path, the rest grades.checked_score."""
     if type(value) is float:
         return value if math.isfinite(value) else (PYTHON_RUNTIME, f"grade() returned {value}, not a finite number")
     if type(value) is int:
@@ -272,7 +272,7 @@ def as_score(value: object) -> float | Err:
         except OverflowError:
             return PYTHON_RUNTIME, "grade() returned an int too large for a float"
     try:
-        from rfteval.graders.base import checked_score
+        from rfteval.data.grades import checked_score
 
         checked = checked_score(value)
     except OverflowError:
@@ -1414,10 +1414,10 @@ def setup(config: WorkerConfig) -> tuple[int, int, dict[str, int | str | bool]]:
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
         del sys.path[0]  # `import template` in a grader must not find rfteval's modules
     root = os.path.abspath(__file__)
-    for _ in range(4):  # rfteval/graders/sandbox/_worker.py: the directory that holds the rfteval package
+    for _ in range(3):  # rfteval/sandbox/_worker.py: the directory that holds the rfteval package
         root = os.path.dirname(root)
     if root not in sys.path:
-        sys.path.append(root)  # last: for rfteval.data.sample (and rfteval.graders.base, lazily) in a child
+        sys.path.append(root)  # last: for rfteval.data.sample (and rfteval.data.grades, lazily) in a child
     in_fd, reply_fd = os.dup(0), os.dup(1)  # non-inheritable
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

@@ -18,13 +18,14 @@ import time
 import weakref
 from collections.abc import Hashable, Sequence
 from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeResult, Pair
-from rfteval.graders.sandbox.cgroup import Cgroup, cgroup_root
-from rfteval.graders.sandbox.host_probe import (
+from rfteval.data.grades import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT, GradeResult, Pair
+from rfteval.limits import PYTHON_BATCH_SIZE
+from rfteval.sandbox.cgroup import Cgroup, cgroup_root
+from rfteval.sandbox.host_probe import (
     OOM_FILE,
     SHM_BYTES,
     TMP_MARGIN,
@@ -34,17 +35,16 @@ from rfteval.graders.sandbox.host_probe import (
     sandbox_problem,
     seccomp_program,
 )
-from rfteval.graders.sandbox.policy import (
-    POLICY,
+from rfteval.sandbox.policy import (
     SANDBOX_TMP,
     UNSAFE_HINT,
+    SandboxPolicy,
     SandboxUnavailable,
-    declared_units,
     grace_s,
     group_units,
     worker_env,
 )
-from rfteval.graders.sandbox.wire import (
+from rfteval.sandbox.wire import (
     HEADER,
     MAX_REPLY_BYTES,
     STDOUT_CAP,
@@ -57,10 +57,9 @@ from rfteval.graders.sandbox.wire import (
     encode_whole,
     source_key,
 )
-from rfteval.limits import PYTHON_BATCH_SIZE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from rfteval.graders.sandbox._worker import Sent, WorkerConfig
+    from rfteval.sandbox._worker import Sent, WorkerConfig
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STARTUP_TIMEOUT_S = 60.0
@@ -81,22 +80,18 @@ class _StartError(Exception):
 class _Settings:
     """What sandboxes need from their pool (not the pool itself, so an unclosed pool can still be collected)."""
 
-    timeout_s: float
-    memory_mb: int | None
-    unsafe: bool
-    disk_mb: int = 1024
-    processes: int = 128
+    policy: SandboxPolicy
     lock: threading.Lock = field(default_factory=threading.Lock)
     isolation: str | None = None
 
 
-def tmp_bytes(settings: _Settings, cgroup: bool) -> int:
+def tmp_bytes(policy: SandboxPolicy, cgroup: bool) -> int:
     """The size of the sandbox's /tmp: --disk, and under a cgroup (where its pages count against --grader-memory)
     at most --grader-memory less /dev/shm and TMP_MARGIN, so that filling /tmp is a full disk (ENOSPC), not an
     OOM kill of whatever process the kernel picks."""
-    size = settings.disk_mb << 20
-    if cgroup and settings.memory_mb:
-        size = min(size, max(16 << 20, (settings.memory_mb << 20) - SHM_BYTES - TMP_MARGIN))
+    size = policy.disk_mb << 20
+    if cgroup and policy.memory_mb:
+        size = min(size, max(16 << 20, (policy.memory_mb << 20) - SHM_BYTES - TMP_MARGIN))
     return size
 
 
@@ -118,11 +113,11 @@ class _Sandbox:
         self.memory_limit: int | None = None  # the cgroup's limit once fitted (for tests and diagnostics)
 
     def start(self) -> None:
-        s = self.settings
+        s = self.settings.policy
         found = host()
         sandboxed = found.refused is None
         if not sandboxed and not s.unsafe:
-            raise SandboxUnavailable(sandbox_problem() or found.refused)
+            raise SandboxUnavailable(sandbox_problem(s) or found.refused)
         self.dir = tempfile.mkdtemp(prefix="rfteval-grader-")
         workdir = SANDBOX_TMP if sandboxed else os.path.join(self.dir, "tmp")
         os.makedirs(workdir, exist_ok=True)
@@ -144,7 +139,7 @@ class _Sandbox:
                   "outdir": "/dev/shm" if sandboxed else workdir,
                   "file_bytes": s.disk_mb << 20, "nproc": None if found.cgroup else s.processes,
                   "oom_file": (OOM_FILE if sandboxed else oom_host) if oom_host else None}
-        env = worker_env()
+        env = worker_env(s.never_pass)
         if not sandboxed:
             env.update(HOME=workdir, TMPDIR=workdir)
         command = [sys.executable, "-I", str(WORKER_SCRIPT), json.dumps(config)]
@@ -183,8 +178,8 @@ class _Sandbox:
         text = ("bubblewrap: user, PID, mount, network and IPC namespaces, seccomp, read-only packages, private /tmp"
                 + (", cgroup memory and process limits" if self.cgroup else ", RLIMIT_AS and RLIMIT_NPROC limits")
                 if sandboxed else f"unsafe: no sandbox ({found.refused})")
-        with s.lock:
-            s.isolation = text
+        with self.settings.lock:
+            self.settings.isolation = text
 
     @property
     def startup_log(self) -> str | None:
@@ -276,7 +271,8 @@ class _Sandbox:
             return result
         self.oom_seen = kills
         what = "loading the grader source" if "loading the grader source" in error.message else "grade()"
-        limit = f"{self.settings.memory_mb} MB" if self.settings.memory_mb else "the sandbox's memory"
+        memory_mb = self.settings.policy.memory_mb
+        limit = f"{memory_mb} MB" if memory_mb else "the sandbox's memory"
         return GradeResult.failed(PYTHON_MEMORY, f"{what} ran out of memory (limit {limit} for the unit and every "
                                                  "process it started): the kernel's OOM killer ended it",
                                   stdout=result.stdout)
@@ -284,7 +280,7 @@ class _Sandbox:
     def prepare(self, key: str, source: str) -> None:
         """Have the supervisor import what a new source imports, then fit the cgroup's memory limit above the
         template it made: --grader-memory is then what a unit's processes may hold together, not the template."""
-        memory = (self.settings.memory_mb or 0) << 20
+        memory = (self.settings.policy.memory_mb or 0) << 20
         if self.cgroup is not None and memory:
             try:
                 self.cgroup.set_memory(self.cgroup.resident() + memory + TEMPLATE_BYTES)  # room for the imports
@@ -355,17 +351,22 @@ class WorkerPool:
     the grader processes inside them live for one unit each.
     """
 
-    def __init__(self, workers: int | None = None, timeout_s: float = PYTHON_TIMEOUT_S,
-                 memory_mb: int = PYTHON_MEMORY_MB, batch_size: int = PYTHON_BATCH_SIZE, *,
-                 unsafe: bool | None = None, disk_mb: int = 1024, processes: int = 128):
+    def __init__(self, workers: int | None = None, timeout_s: float | None = None, memory_mb: int | None = None,
+                 batch_size: int = PYTHON_BATCH_SIZE, *, policy: SandboxPolicy | None = None,
+                 unsafe: bool | None = None, disk_mb: int | None = None, processes: int | None = None):
+        """`policy`: what its sandboxes may do (default: SandboxPolicy(), safe unless RFTEVAL_UNSAFE_PYTHON_GRADERS=1),
+        for this pool alone; timeout_s, memory_mb, unsafe, disk_mb and processes, when given, change it."""
         self.workers = workers or default_workers()
-        if self.workers < 1 or batch_size < 1 or timeout_s <= 0:
-            raise ValueError("workers, batch_size and timeout_s must be positive")
-        self.timeout_s = float(timeout_s)
-        self.memory_mb = memory_mb
+        if self.workers < 1 or batch_size < 1:
+            raise ValueError("workers and batch_size must be positive")
+        base = policy or SandboxPolicy()
+        self.policy = replace(base, unsafe=base.unsafe if unsafe is None else unsafe,
+                              timeout_s=base.timeout_s if timeout_s is None else timeout_s,
+                              memory_mb=base.memory_mb if memory_mb is None else memory_mb,
+                              disk_mb=base.disk_mb if disk_mb is None else disk_mb,
+                              processes=base.processes if processes is None else processes)
         self.batch_size = batch_size
-        self.unsafe = POLICY.unsafe if unsafe is None else unsafe
-        self._settings = _Settings(self.timeout_s, memory_mb, self.unsafe, disk_mb, processes)
+        self._settings = _Settings(self.policy)
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[_Task | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -375,6 +376,18 @@ class WorkerPool:
         self._finalizer = weakref.finalize(self, _stop_all, self._all, self._lock)
 
     # -- public
+
+    @property
+    def timeout_s(self) -> float:
+        return self.policy.timeout_s
+
+    @property
+    def memory_mb(self) -> int | None:
+        return self.policy.memory_mb
+
+    @property
+    def unsafe(self) -> bool:
+        return self.policy.unsafe
 
     @property
     def isolation(self) -> str:
@@ -390,15 +403,14 @@ class WorkerPool:
     def grade(self, source: str, pairs: Sequence[Pair], units: Sequence[Hashable] | None = None) -> list[GradeResult]:
         """One result per (sample, item), in order. Never raises for what the grader does; raises
         SandboxUnavailable when the sandbox cannot be built here and the pool is not unsafe.
-        `units`: one key per pair (see grading_units); pairs with equal keys may share a process."""
+        `units`: one key per pair (a model's label and an item's id); pairs with equal keys and the same item may
+        share a process. None: every pair is graded in a process of its own."""
         pairs = list(pairs)
         if not pairs:
             return []
-        if not self.unsafe and host().refused is not None:
+        if not self.policy.unsafe and host().refused is not None:
             raise SandboxUnavailable(f"{host().refused}; {UNSAFE_HINT}")
         key = self._key(source)
-        if units is None:
-            units = declared_units(len(pairs))
         results = self._grade(key, source, pairs, group_units(pairs, units), whole=False)
         again = [i for i, r in enumerate(results) if isinstance(r, Resend)]
         if again:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT
-from rfteval.graders.sandbox import CHILD_SLACK, WorkerPool, configure, decode_reply, host, worker_env
-from rfteval.graders.sandbox.pool import SILENCE_S
+from rfteval.sandbox import CHILD_SLACK, SandboxPolicy, WorkerPool, decode_reply, host, worker_env
+from rfteval.sandbox.pool import SILENCE_S
 from tests.support.guard import hang_guard
 from tests.support.optional import missing, sandbox_refused
 from tests.support.sandbox_samples import python_grader_case
@@ -78,7 +78,7 @@ def attack(pool: WorkerPool, payload: str, n_honest: int = 4) -> tuple[object, l
 def test_api_keys_under_any_name_never_reach_the_grader(monkeypatch: pytest.MonkeyPatch, pool: WorkerPool) -> None:
     for name in ("OPENAI_API_KEY", "MY_PROVIDER_CRED", "DATABASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.setenv(name, SECRET)
-    configure(never_pass=["MY_PROVIDER_CRED"])
+    policy = SandboxPolicy(never_pass=frozenset({"MY_PROVIDER_CRED"}))
     payload = (
         "import os, glob\n"
         "seen = [v for v in os.environ.values() if 'canary' in v]\n"
@@ -95,11 +95,11 @@ def test_api_keys_under_any_name_never_reach_the_grader(monkeypatch: pytest.Monk
         "        pass\n"
         "print('|'.join(seen))\n"
     )
-    with WorkerPool(workers=1, timeout_s=TIMEOUT_S) as fresh:  # started after the variables were set
+    with WorkerPool(workers=1, timeout_s=TIMEOUT_S, policy=policy) as fresh:  # started after the variables were set
         (result,) = fresh.grade(RUNS_OUTPUT, [({"output_text": payload}, {"v": 1.0})])
     assert result.error is None
     assert "canary" not in (result.stdout or "") and "mem:" not in (result.stdout or "")
-    assert "MY_PROVIDER_CRED" not in worker_env()
+    assert "MY_PROVIDER_CRED" not in worker_env(policy.never_pass)
 
 
 def test_ptrace_setns_unshare_and_pidfd_getfd_are_refused(pool: WorkerPool) -> None:
@@ -497,7 +497,7 @@ def test_a_timeout_is_the_samples_own(pool: WorkerPool) -> None:
 
 
 def test_huge_and_deeply_nested_replies_are_refused_not_crashes() -> None:
-    from rfteval.graders.sandbox import Failure
+    from rfteval.sandbox import Failure
 
     for data in (b"[" * 200_000, b"[true, [" + b"[" * 200_000, b"\xff" * 1000):
         with pytest.raises(Failure):
@@ -593,10 +593,10 @@ def _nobody_interpreter(readable: Path) -> tuple[str, dict[str, str]] | str:
     if shutil.which("setpriv") is None:
         return "setpriv is not installed"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "SECRET_TOKEN": "canary"}
-    probe = "import rfteval.graders.sandbox as s; print(s.host().refused)"
+    probe = "import rfteval.sandbox as s; print(s.host().refused)"
     candidates: list[tuple[str, dict[str, str]]] = [(sys.executable, env)]
     if (NOBODY_VENV / "bin" / "python").exists():
-        shutil.copytree(Path(__file__).resolve().parents[3] / "rfteval", readable / "rfteval",
+        shutil.copytree(Path(__file__).resolve().parents[2] / "rfteval", readable / "rfteval",
                         ignore=shutil.ignore_patterns("__pycache__"))
         for path in (readable, *readable.rglob("*")):
             path.chmod(0o755 if path.is_dir() else 0o644)
@@ -613,7 +613,7 @@ def _nobody_interpreter(readable: Path) -> tuple[str, dict[str, str]] | str:
 
 NOBODY_SCRIPT = r'''
 import os, socket, sys
-from rfteval.graders.sandbox import WorkerPool
+from rfteval.sandbox import WorkerPool
 RUNS = "def grade(sample, item):\n    exec(sample['output_text'], {})\n    return float(item['v'])\n"
 attacks = {
     "environ": "import glob\nfor p in glob.glob('/proc/*/environ'):\n    assert b'canary' not in open(p,'rb').read()\n",

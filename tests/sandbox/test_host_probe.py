@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from rfteval.graders import sandbox
-from rfteval.graders.sandbox import (
+from rfteval import sandbox
+from rfteval.sandbox import (
     CGROUP_ROOT_ENV,
     HOST_FACTS_ENV,
     Host,
@@ -132,7 +132,7 @@ def test_seccomp_library_missing(monkeypatch: pytest.MonkeyPatch, fresh_probe: N
         missing("bubblewrap is not installed: that refusal comes first", "sandbox")
     import ctypes
 
-    from rfteval.graders.sandbox import seccomp
+    from rfteval.sandbox import seccomp
 
     real = ctypes.CDLL
 

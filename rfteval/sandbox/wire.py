@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import msgspec
 
-from rfteval.data.sample import ParsedSample, rebuild_args
-from rfteval.graders.base import (
+from rfteval.data.grades import (
     PYTHON_MEMORY,
     PYTHON_RUNTIME,
     PYTHON_SERVER,
@@ -26,11 +25,12 @@ from rfteval.graders.base import (
     GradeError,
     GradeResult,
 )
+from rfteval.data.sample import ParsedSample, rebuild_args
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
-    from rfteval.graders.sandbox._worker import Sent
+    from rfteval.sandbox._worker import Sent
 
 # What plain() makes: the built-in types marshal carries (keys too may be numbers, as in a Python dict)
 PlainKey: TypeAlias = "str | int | float | bool | None"
