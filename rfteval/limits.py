@@ -10,3 +10,9 @@ PYTHON_TIMEOUT_S = 120.0  # seconds per python grader call (--grader-timeout)
 PYTHON_MEMORY_MB = 2048  # MB of memory per python grader worker (--grader-memory)
 PYTHON_MIN_MEMORY_MB = 16  # the least --grader-memory taken: an interpreter needs that much to start
 PYTHON_BATCH_SIZE = 256  # samples handed to a python worker per call
+
+# An agent's rollout (rfteval run --tools): what Agent RFT called max_episode_steps, and a tool call's limits
+MAX_TURNS = 10  # model calls per rollout (--max-turns)
+TOOL_TIMEOUT_S = 30.0  # seconds per turn's tool calls, run together in one sandbox unit (--tool-timeout)
+TOOL_MEMORY_MB = 1024  # MB of memory per tool unit (--tool-memory)
+TOOL_OUTPUT_CHARS = 20_000  # characters of one tool result shown to the model; the rest is cut, marked (--tool-output-limit)

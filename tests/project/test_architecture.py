@@ -50,7 +50,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rfteval.stats",),
     ("rfteval.providers",),
     ("rfteval.sandbox",),
-    ("rfteval.graders",),
+    ("rfteval.graders", "rfteval.tools"),
     ("rfteval.compare", "rfteval.readiness"),
     ("rfteval.run", "rfteval.reward", "rfteval.baseline_readiness"),
     ("rfteval.report",),
