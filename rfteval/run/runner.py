@@ -29,22 +29,21 @@ from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY, baseline_label
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
-from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
+from rfteval.providers.base import GenerationRequest, Provider
 from rfteval.providers.pricing import Price
 from rfteval.run.monitor import RunMonitor
 from rfteval.run.results import Cell, LabelTotals, write_results
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.run.store import (
-    CellKeys,
     GradeEntry,
     ResponseEntry,
     RunStore,
     is_reusable_grade,
     is_reusable_response,
     new_grade_entry,
-    new_response_entry,
 )
 from rfteval.run.summary import RunComparison, RunSummary, build_summary, compare_run
+from rfteval.run.turns import FatalRunError, ServerGone, TurnSender, retry_kind
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -90,44 +89,6 @@ class RunOptions:
     # aliases) swaps models once per model instead of for nearly every request
     models_in_turn: bool = False
     dry_run: bool = False  # every check, then the plan (run/plan.py): nothing sent, nothing written
-
-
-class FatalRunError(Exception):
-    """An endpoint refused the whole run (401/403, unknown model): stop at once, say which model and why."""
-
-    def __init__(self, label: str, model: str, error: ProviderError):
-        self.label, self.model, self.error = label, model, error
-        super().__init__(f"model {label} ({model}): {error.kind}: {error}")
-
-
-class RequestRefused(FatalRunError):
-    """The endpoint refuses every request of a model alike (a request shape it does not take): exit 2."""
-
-    def __init__(self, label: str, model: str, error: ProviderError, option: str, count: int):
-        from rfteval.providers.retry import one_line
-
-        self.option, self.count = option, count
-        super().__init__(label, model, error)
-        fix = "" if option == "the request" else f", caused by {option}"
-        self.args = (f"model {label} ({model}): the server refused {count} requests alike{fix}: "
-                     f"{one_line(str(error))}; a re-run after fixing it resumes",)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class ServerGone(Exception):
-    """An endpoint that answered before stopped answering (connections refused or reset): the run stops, exit 3."""
-
-    def __init__(self, label: str, model: str, error: ProviderError, failures: int | None, seconds: float = 0.0):
-        from rfteval.providers.retry import one_line
-
-        self.label, self.model, self.error = label, model, error
-        if failures is None:  # the judge's own watch measured it, and its message says so
-            super().__init__(f"judge ({model}): {one_line(str(error), 300)}")
-            return
-        super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
-                         f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
 
 
 @dataclass
@@ -275,13 +236,12 @@ class _Pipeline:
 
         self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
                                                     fixed=opts.fixed_concurrency) for run in ctx.runs}
-        # Fail fast on an endpoint that is not there, or that died (retry.ConnectionWatch, as every judge does)
-        from rfteval.providers.retry import ConnectionWatch, RefusalWatch
-
-        self.connections = {run.label: ConnectionWatch() for run in ctx.runs}
+        # Each turn goes out through the sender, which stops the run on an endpoint that is not there or died
+        # (retry.ConnectionWatch, as every judge does), or that refuses what rfteval sends (a response format,
+        # tools, a history after a tool call): the same refusal, no success (retry.RefusalWatch)
+        self.sender = TurnSender({run.label: ctx.providers[run.label] for run in ctx.runs}, self.limiters,
+                                 self.policy, monitor, spec.timeout)
         self.gone: ServerGone | None = None
-        # ... or that refuses what rfteval sends (a response format, tools): the same refusal, no success
-        self.refusals = {run.label: RefusalWatch() for run in ctx.runs}
         # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
         # those the batch phase hands back (--batch-tail sync)
         self.no_sync = {run.label for run in ctx.runs
@@ -354,8 +314,7 @@ class _Pipeline:
         if not cached and label in self.no_sync and job.key not in self.sync_keys:
             return  # left to a batch (or an import): missing until it comes back, never sent here
         if not cached:
-            entry = await self._generate(job)
-            self.store.put_response(entry)  # stored (and flushed) before it is graded
+            entry = await self._generate(job)  # stored (and flushed) before it is graded
         assert entry is not None
         cached = cached and entry.session != self.store.session  # a batch result of this run is fresh
         grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry.error else None
@@ -397,76 +356,11 @@ class _Pipeline:
             await self._grade_batch(ok)
 
     async def _generate(self, job: _Job) -> ResponseEntry:
-        from rfteval.providers.retry import call_with_retries
+        """The cell played as a rollout (rfteval.run.rollout): its turns sent and stored, the entry it is graded
+        from returned."""
+        from rfteval.run.rollout import play
 
-        run = job.run
-        provider = self.ctx.providers[run.label]
-        attempts = 0
-        started = 0.0
-
-        limiter = self.limiters[run.label]
-        refusals = self.refusals[run.label]
-
-        async def attempt() -> Generation:
-            nonlocal attempts, started
-            attempts += 1
-            token = await limiter.acquire()
-            started = time.perf_counter()
-            try:
-                gen = await provider.generate(job.request, self.ctx.spec.timeout)
-            except ProviderError as exc:
-                limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
-                if exc.kind == "connection":
-                    self._connection_failed(run, exc)
-                if refusals.failed(exc):
-                    from rfteval.providers.retry import option_of
-
-                    raise RequestRefused(run.label, run.model, exc, option_of(str(exc), provider.request_body(
-                        job.request)), refusals.count) from None
-                raise
-            except BaseException:
-                limiter.release(token, "other")
-                raise
-            self.connections[run.label].ok()
-            refusals.ok()
-            before = limiter.current
-            limiter.release(token, "ok", gen.rate)
-            if limiter.current != before:
-                self.monitor.concurrency(run.label, limiter.current)
-            return gen
-
-        def on_retry(n: int, exc: BaseException, wait: float) -> None:
-            from rfteval.providers.retry import one_line
-
-            self.monitor.retry(run.label, retry_kind(exc), one_line(str(exc), 160))
-            self.monitor.concurrency(run.label, limiter.current)
-
-        common: CellKeys = {"key": job.key, "label": run.label, "model": run.model, "item_id": job.item.id,
-                            "epoch": job.epoch, "session": self.store.session}
-        try:
-            gen = await call_with_retries(attempt, self.policy, on_retry)
-        except ProviderError as exc:
-            if exc.fatal:
-                raise FatalRunError(run.label, run.model, exc) from None
-            return new_response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
-                                  latency_s=round(time.perf_counter() - started, 4))
-        except (FatalRunError, ServerGone):
-            raise
-        except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
-            return new_response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
-                                  attempts=attempts)
-        return new_response_entry(**common, generation=gen, attempts=attempts,
-                              latency_s=round(time.perf_counter() - started, 4))
-
-    def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
-        """Stop the run when an endpoint cannot be reached: at once (exit 2) when it never answered, and when it
-        answered before but every attempt for a while failed to connect (exit 3: the same command resumes)."""
-        watch = self.connections[run.label]
-        verdict = watch.failed(exc)
-        if verdict == "unreachable":  # never answered: not worth minutes of retries
-            raise FatalRunError(run.label, run.model, exc) from None
-        if verdict == "gone":
-            raise ServerGone(run.label, run.model, exc, watch.count, watch.seconds)
+        return await play(job, self.sender.send, self.store)
 
     async def _grade_loop(self) -> None:
         done = False
@@ -818,11 +712,6 @@ def report_judge_retries(judge: JudgeClient | None, monitor: RunMonitor) -> Call
         judge.on_retry = before
 
     return unhook
-
-
-def retry_kind(exc: BaseException) -> str:
-    """The kind a retried error is counted under on the progress display."""
-    return exc.kind if isinstance(exc, ProviderError) else "error"
 
 
 def judge_fatal(judge: JudgeClient | None) -> FatalRunError | ServerGone | None:
