@@ -43,7 +43,7 @@ from rfteval.run.store import (
     new_grade_entry,
 )
 from rfteval.run.summary import RunComparison, RunSummary, build_summary, compare_run
-from rfteval.run.turns import FatalRunError, ServerGone, TurnSender, retry_kind
+from rfteval.run.turns import FatalRunError, ServerGone, ToolsStopped, TurnSender, retry_kind
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -55,8 +55,10 @@ if TYPE_CHECKING:
     from rfteval.run.batch.lines import BatchJob
     from rfteval.run.batch.phase import BatchPhase
     from rfteval.run.plan import RunPlan
+    from rfteval.run.rollout import Agent
     from rfteval.run.store import StoreReader
     from rfteval.sandbox.policy import SandboxPolicy
+    from rfteval.tools.base import ToolBox
 
 
 @dataclass
@@ -137,7 +139,8 @@ class _Job:
     item: Item
     epoch: int
     request: GenerationRequest
-    key: str
+    key: str  # the cell's key, its grades' and record's: an agent run's rollout key, else first_key
+    first_key: str  # the first turn's request key
 
 
 @dataclass
@@ -146,11 +149,18 @@ class _Context:
     runs: list[ModelRun]
     providers: dict[str, Provider]
     identities: dict[str, JSONObject] = field(default_factory=dict)
+    agent: Agent | None = None  # an agent run (--tools): each cell a rollout of turns
+
+    def turn_key(self, run: ModelRun, request: GenerationRequest, epoch: int) -> str:
+        """The cache key of one turn's request: the endpoint, the body (the history with it), the epoch."""
+        from rfteval.run.store import cell_key
+
+        return cell_key(self.identities[run.label], self.providers[run.label].request_body(request), epoch)
 
     def jobs(self, runs: list[ModelRun] | None = None) -> Iterator[_Job]:
         """Every cell (of `runs`, default all) in dataset order: item, then model, then epoch (so a partial run is
         still paired)."""
-        from rfteval.run.store import cell_key
+        from rfteval.run.store import cell_key, rollout_key
 
         for item in stream_items(self.spec.dataset, self.spec.limit):
             for run in runs if runs is not None else self.runs:
@@ -164,7 +174,10 @@ class _Context:
                     req = GenerationRequest(model=run.model, messages=messages,
                                             sampling=run.sampling.for_epoch(epoch), tools=item.tools,
                                             tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
-                    yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
+                    first = cell_key(ident, provider.request_body(req), epoch)
+                    key = first if self.agent is None else rollout_key(first, item.id, self.agent.tools.identity,
+                                                                        self.agent.limits.key())
+                    yield _Job(run, item, epoch, req, key, first)
 
     def cells(self) -> Iterator[Cell]:
         for job in self.jobs():
@@ -309,7 +322,7 @@ class _Pipeline:
 
     async def _cell(self, job: _Job) -> None:
         label = job.run.label
-        entry = self.store.get_response(job.key)
+        entry = self.store.get_rollout(job.key) if self.ctx.agent is not None else self.store.get_response(job.key)
         cached = is_reusable_response(entry)
         if not cached and label in self.no_sync and job.key not in self.sync_keys:
             return  # left to a batch (or an import): missing until it comes back, never sent here
@@ -358,9 +371,12 @@ class _Pipeline:
     async def _generate(self, job: _Job) -> ResponseEntry:
         """The cell played as a rollout (rfteval.run.rollout): its turns sent and stored, the entry it is graded
         from returned."""
-        from rfteval.run.rollout import play
+        from rfteval.run.rollout import ToolsFailed, play
 
-        return await play(job, self.sender.send, self.store)
+        try:
+            return await play(job, self.sender.send, self.store, self.ctx.agent)
+        except ToolsFailed as exc:
+            raise ToolsStopped(job.run.label, job.run.model, str(exc)) from None
 
     async def _grade_loop(self) -> None:
         done = False
@@ -431,20 +447,71 @@ class _Pipeline:
 
 def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
              providers: dict[str, Provider] | None = None, judge: Judge | None = None,
-             sandbox: SandboxPolicy | None = None) -> RunResult:
+             sandbox: SandboxPolicy | None = None, tools: ToolBox | None = None) -> RunResult:
     """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
 
     `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
     model graders (score_model, label_model) through the grading engine; `sandbox` is python graders' policy
-    (default: the spec's, `spec.sandbox_policy()`).
+    (default: the spec's, `spec.sandbox_policy()`). `tools` makes it an agent run (each cell a rollout,
+    rfteval.run.rollout) with that tool box; without it, the spec's [tools] (--tools FILE) are opened in the sandbox.
+    The run closes the tool box when it ends, as it closes the providers.
     """
+    from rfteval.run.rollout import open_tools
+
+    opts = options or RunOptions()
+    if tools is not None or spec.tools is not None:  # before anything is opened, sent or written
+        refuse_with_tools(spec, opts)
+    held = _HeldTools(tools if tools is not None else open_tools(spec, sandbox or spec.sandbox_policy()))
+    try:
+        return _run_eval(spec, monitor, opts, providers, judge, sandbox, held)
+    finally:
+        held.close()
+
+
+def refuse_with_tools(spec: RunSpec, opts: RunOptions) -> None:
+    """What an agent run cannot do yet, one line each: replayed models hold single answers, and the Batch API paths
+    send each request once, while a rollout's next turn depends on the answer before it."""
+    from rfteval.run.spec import REPLAY_PREFIX
+
+    for label, m in spec.models.items():
+        if m.replay is not None or (m.model or "").startswith(REPLAY_PREFIX):
+            raise InputError(f"model {label} replays recorded answers, which hold no rollouts: an agent run needs "
+                             "its models' endpoints (replay: with tools is not supported yet)", field="--tools")
+    for flag, on in (("--batch", opts.batch), ("--export-requests", opts.export_requests is not None),
+                     ("--import-responses", opts.import_responses is not None)):
+        if on:
+            raise InputError("cannot be combined with --tools yet: a rollout's turns are sent one after another, "
+                             "each on the answer before it", field=flag)
+
+
+@dataclass
+class _HeldTools:
+    """The run's tool box, closed once: in the run's event loop when it ran (as the providers are), else here."""
+
+    box: ToolBox | None
+    closed: bool = False
+
+    async def aclose(self) -> None:
+        if self.box is not None and not self.closed:
+            self.closed = True
+            await self.box.aclose()
+
+    def close(self) -> None:
+        if self.box is not None and not self.closed:
+            try:
+                asyncio.run(self.aclose())
+            except Exception:  # noqa: BLE001 - closing is best effort, and never hides why the run ended
+                pass
+
+
+def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, providers: dict[str, Provider] | None,
+              judge: Judge | None, sandbox: SandboxPolicy | None, tools: _HeldTools) -> RunResult:
     from rfteval.graders.base import load_notes
     from rfteval.graders.engine import GradingEngine
     from rfteval.graders.loader import load_grader
     from rfteval.providers.pricing import price_table
 
     monitor = monitor or RunMonitor()
-    opts = options or RunOptions()
     runs = resolve_models(spec)
     grader = load_grader(spec.grader)
     for note in load_notes(grader):  # defaults loading filled in, a job's hyperparameters used or ignored
@@ -476,6 +543,12 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         p.on_warning = monitor.message
     # ---- end of preflight
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
+    agent_tools = None  # summary.json's `tools`
+    if tools.box is not None:
+        from rfteval.run.rollout import Agent, tools_summary
+
+        ctx.agent = Agent(tools.box, spec.rollout_limits(), ctx.turn_key)
+        agent_tools = tools_summary(spec, tools.box)
     labels = [r.label for r in runs]
     out_dir = spec.out_dir
     interrupted = False
@@ -540,10 +613,10 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             with export_lock:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags)
+                                       tags=spec.reasoning_tags, rollouts=ctx.agent is not None)
                 sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
-                                        compare_run(sides, labels, out_dir), sides, dataset_items)
+                                        compare_run(sides, labels, out_dir), sides, dataset_items, agent_tools)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
@@ -568,7 +641,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
                 pipeline.judge_batch = JudgeBatch(pipeline, judge, common)
         try:
-            interrupted = _run_loop(pipeline, opts.handle_signals, providers)
+            interrupted = _run_loop(pipeline, opts.handle_signals, providers, tools)
         finally:
             monitor.stop()
         if interrupted:
@@ -586,14 +659,15 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags,
+                                       tags=spec.reasoning_tags, rollouts=ctx.agent is not None,
                                        hold=lambda rec: held.append(rec) if rec.model_label == base else None)
             finally:
                 reader.close()
             sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
             comparison = compare_run(sides, labels, out_dir)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted and pipeline.gone is None, prices, comparison, sides, dataset_items)
+                                    not interrupted and pipeline.gone is None, prices, comparison, sides, dataset_items,
+                                    agent_tools)
             summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
@@ -739,7 +813,7 @@ def add_judge_usage(summary: RunSummary, judge: JudgeClient | None, prices: dict
     return summary
 
 
-def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider]) -> bool:
+def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider], tools: _HeldTools) -> bool:
     """Run the pipeline; True when Ctrl-C (or SIGTERM) stopped it. A fatal endpoint error raises."""
 
     async def main() -> bool:
@@ -789,6 +863,10 @@ def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Pr
                     await provider.aclose()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
+            try:
+                await tools.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
         return stopped
 
     return asyncio.run(main())

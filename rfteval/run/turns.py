@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
+from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError, exceeds_context
 from rfteval.run.store import CellKeys, ResponseEntry, new_response_entry
 
 if TYPE_CHECKING:
@@ -61,6 +61,15 @@ class ServerGone(Exception):
             return
         super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
                          f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
+
+
+class ToolsStopped(FatalRunError):
+    """The tool box failed as a whole (its sandbox gone, not one call's error, which the model is shown): the run
+    stops, exit 2; every stored turn is kept and the same command resumes."""
+
+    def __init__(self, label: str, model: str, reason: str):
+        Exception.__init__(self, f"model {label} ({model}): the tools failed: {reason}")
+        self.label, self.model, self.error = label, model, ProviderError("bad_request", reason)
 
 
 def retry_kind(exc: BaseException) -> str:
@@ -116,7 +125,8 @@ class TurnSender:
                 limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
                 if exc.kind == "connection":
                     self._connection_failed(run, exc)
-                if refusals.failed(exc):
+                # a history past the server's context ends that rollout (stop reason `context`), not the run
+                if not (turn > 1 and exceeds_context(exc.kind, str(exc))) and refusals.failed(exc):
                     from rfteval.providers.retry import option_of
 
                     raise RequestRefused(run.label, run.model, exc, option_of(str(exc), provider.request_body(

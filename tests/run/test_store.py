@@ -148,11 +148,12 @@ def test_a_store_written_by_the_dict_based_code_resumes_typed(tmp_path: Path) ->
 
 def test_typed_entries_write_the_lines_the_dict_based_code_wrote(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
+    import rfteval.run.entries as entries_mod
     import rfteval.run.store as store_mod
     from rfteval.graders.base import GradeError
     from rfteval.providers.base import Generation
 
-    monkeypatch.setattr(store_mod, "now_iso", lambda: "2026-12-01T00:00:00Z")
+    monkeypatch.setattr(entries_mod, "now_iso", lambda: "2026-12-01T00:00:00Z")  # where the entries are made
     gen = Generation(output_text="<think>t</think> Paris é", usage={"input_tokens": 3, "output_tokens": 5},
                      finish_reason="stop", reasoning="thought", tier="flex")
     common = dict(label="base", model="m", session="s0")
