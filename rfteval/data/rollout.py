@@ -14,10 +14,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict
 
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, answer_of
+from rfteval.data.sample import make_sample
 from rfteval.limits import MAX_TURNS as MAX_TURNS_DEFAULT
 
 if TYPE_CHECKING:
+    from types import EllipsisType
+
     from rfteval.data.json_types import JSONObject, JSONValue
+    from rfteval.data.sample import Sample
 
 # How a rollout ended. `no_tool_calls`: the model answered (a turn without tool calls); the others are limits or
 # refusals, and a limited rollout is graded as it stands.
@@ -188,3 +193,43 @@ class Rollout:
     def transcript(self) -> str:
         """The generated messages as JSON text (the record's `transcript`)."""
         return json.dumps(list(self.messages), ensure_ascii=False, separators=(",", ":"))
+
+
+def final_message(messages: Sequence[JSONValue]) -> JSONObject | None:
+    """The rollout's final turn: its last assistant message (None before any)."""
+    return next((m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "assistant"), None)
+
+
+def rollout_sample(messages: Sequence[JSONValue], *, stop_reason: str, errors: Mapping[str, str] | None = None,
+                   output_json: JSONValue | EllipsisType = ..., choices: list[JSONValue] | None = None,
+                   reasoning: str | None = None, finish_reason: str | None = None, mode: str = DEFAULT_MODE,
+                   tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Sample:
+    """The grader's sample of a rollout, from its generated messages: the one rule the run and every trainer adapter
+    build it by.
+
+    `sample.output_text`, `output_tools` and `choices` keep the meaning Agent RFT gave them: the final turn's (the
+    last assistant message; its answer apart from any thinking, as for a single answer: rfteval.data.reasoning).
+    The whole trajectory is one rfteval extension, `sample["rollout"]` (RolloutJSON: the messages, every call, every
+    result, the turns, the stop reason, the errors by type). `errors` says which calls failed (call id → type);
+    `output_json`, `choices`, `reasoning` and `finish_reason` are the final turn's as the server sent them, when
+    known (a run's stored turn): else the text's own parse and one chat choice, as make_sample builds them."""
+    final = final_message(messages)
+    content = final.get("content") if final is not None else None
+    text = content if isinstance(content, str) else ""
+    calls = final.get("tool_calls") if final is not None else None
+    tools: list[JSONValue] = list(calls) if isinstance(calls, list) else []
+    answer = answer_of(text, None if output_json is ... else output_json, choices, reasoning, finish_reason,
+                       mode=mode, tags=tags)
+    if output_json is ...:  # no stored parse: the answer's own, as make_sample parses it
+        sample = make_sample(answer.output_text, tools, answer.choices)
+    else:
+        sample = make_sample(answer.output_text, tools, answer.choices, answer.output_json)
+    t = Rollout(messages, stop_reason, errors or {}).to_json()
+    calls_json: list[JSONValue] = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]}
+                                   for c in t["tool_calls"]]
+    results_json: list[JSONValue] = [{"tool_call_id": r["tool_call_id"], "name": r["name"], "content": r["content"],
+                                      "error": r["error"]} for r in t["tool_results"]]
+    errors_json: JSONObject = dict(t["tool_errors"].items())
+    sample["rollout"] = {"messages": t["messages"], "tool_calls": calls_json, "tool_results": results_json,
+                         "turns": t["turns"], "stop_reason": t["stop_reason"], "tool_errors": errors_json}
+    return sample

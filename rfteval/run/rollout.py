@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from rfteval.data import rollout as traj
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
 from rfteval.data.records import now_iso
 from rfteval.data.rollout import RolloutLimits
 from rfteval.errors import InputError
@@ -42,6 +43,7 @@ from rfteval.run.entries import (
 if TYPE_CHECKING:
     from rfteval.data.dataset import Item
     from rfteval.data.json_types import JSONObject, JSONValue
+    from rfteval.data.sample import Sample
     from rfteval.providers.base import GenerationRequest
     from rfteval.run.entries import CellKeys, ResponseEntry
     from rfteval.run.spec import ModelRun, RunSpec
@@ -108,6 +110,17 @@ def open_tools(spec: RunSpec, policy: SandboxPolicy) -> ToolBox | None:
         raise InputError("python tools are not built yet", path, field="--tools") from None
     box: ToolBox = open_python_tools(path, spec.tool_limits(), policy)
     return box
+
+
+def cell_sample(entry: ResponseEntry, mode: str = DEFAULT_MODE,
+                tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Sample:
+    """The grader's sample of a cell's stored entry: a rollout's from its trajectory (data.rollout.rollout_sample:
+    the final turn's output fields and sample["rollout"]), a single answer's as it always was."""
+    if isinstance(entry, RolloutEntry):
+        return traj.rollout_sample(entry.messages, stop_reason=entry.stop_reason or "", errors=entry.call_errors,
+                                   output_json=entry.output_json, choices=entry.choices, reasoning=entry.reasoning,
+                                   finish_reason=entry.finish_reason, mode=mode, tags=tags)
+    return entry_sample(entry, mode=mode, tags=tags)
 
 
 def tools_summary(spec: RunSpec, tools: ToolBox) -> JSONObject:

@@ -24,7 +24,7 @@ from rfteval.data.dataset import Item, iter_items
 from rfteval.data.frame import load_run_frames
 from rfteval.data.json_types import JSONObject
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
-from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS
 from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY, baseline_label
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
@@ -33,6 +33,7 @@ from rfteval.providers.base import GenerationRequest, Provider
 from rfteval.providers.pricing import Price
 from rfteval.run.monitor import RunMonitor
 from rfteval.run.results import Cell, LabelTotals, write_results
+from rfteval.run.rollout import cell_sample
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.run.store import (
     GradeEntry,
@@ -405,7 +406,8 @@ class _Pipeline:
             return
         spec = self.ctx.spec
         self.tally.graded += len(batch)
-        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
+        # a rollout's sample holds its trajectory too (sample["rollout"]); a single answer's is as it always was
+        pairs = [(cell_sample(e, spec.reasoning, spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             # a python grader's unit: one model, one item
             results = await asyncio.to_thread(self.engine.grade_batch, pairs,

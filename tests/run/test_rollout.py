@@ -338,3 +338,44 @@ def test_the_rollout_limits_without_tools_are_one_line_naming_the_flag(tmp_path:
         build_spec(None, flag_overrides(models=["base=m"], dataset=str(files["dataset"]), grader=str(files["grader"]),
                                         tools={"max_turns": 3}, cwd=tmp_path))
     assert caught.value.field == "--tools"
+
+
+# ---- what the grader sees ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_templates_render_the_rollout_and_python_graders_get_it(tmp_path: Path):
+    files = write_agent_files(tmp_path, n_items=1)
+    (tmp_path / "grader.json").write_text(json.dumps({
+        "type": "multi", "name": "both", "calculate_output": "(template + code) / 2",
+        "graders": {
+            "template": {"type": "string_check", "name": "t", "input": "{{ sample.rollout.messages }}",
+                         "reference": '"role": "tool", "tool_call_id": "call_1", "content": "5"', "operation": "like"},
+            "code": {"type": "python", "name": "c", "source": (
+                "def grade(sample, item):\n"
+                "    r = sample['rollout']\n"
+                "    ok = (r['turns'], r['stop_reason'], r['tool_results'][0]['content'], sample['output_text'])\n"
+                "    return float(ok == (2, 'no_tool_calls', '5', 'sum: 5'))\n")}}}))
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        result = agent_run(files, server)
+    (rec,) = records(files)
+    assert rec["error"] is None, rec
+    assert rec["sub_scores"] == {"template": 1.0, "code": 1.0} and rec["score"] == 1.0
+    assert result.summary.errors == 0
+
+
+def test_a_grader_reading_the_rollout_is_refused_without_tools_in_one_line(tmp_path: Path):
+    from rfteval.run.paths import check_run_inputs
+
+    files = write_agent_files(tmp_path)
+    (tmp_path / "grader.json").write_text(json.dumps({"type": "string_check", "name": "s", "operation": "eq",
+                                                      "input": "{{ sample.rollout.stop_reason }}",
+                                                      "reference": "no_tool_calls"}))
+    args = dict(models=["base=m"], dataset=str(files["dataset"]), grader=str(files["grader"]), cwd=tmp_path)
+    warnings: list[str] = []
+    with pytest.raises(InputError, match=r"sample.rollout is an agent run's trajectory, there only in `rfteval run "
+                                         r"--tools`"):
+        check_run_inputs(build_spec(None, flag_overrides(**args)), warnings.append)
+    check_run_inputs(build_spec(None, flag_overrides(**args, tools={"python": str(files["tools"])})),
+                     warnings.append)  # an agent run's samples have it
+    assert any("not uploadable to OpenAI" in w for w in warnings)
