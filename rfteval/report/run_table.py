@@ -363,8 +363,13 @@ def plan_lines(plan: RunPlan) -> list[str]:
         lines.append(f"--fresh: whatever {plan.out_dir} holds would be discarded first")
     elif plan.resume:
         lines.append(f"a resume: {plan.out_dir} holds {plan.stored} of the {plan.cells} cells, kept and not sent again")
-    lines.append(f"requests to send: {plan.to_send}" + (" through the Batch API (batch prices)" if plan.batch and
-                                                         plan.to_send else ""))
+    if plan.max_turns is not None:
+        lines.append(f"requests to send: {plan.to_send} rollouts of at most {plan.max_turns} model turns each "
+                     "(--max-turns): the output and cost ceilings count every turn, the input estimate first turns "
+                     "only (later turns carry the history)")
+    else:
+        lines.append(f"requests to send: {plan.to_send}" + (" through the Batch API (batch prices)" if plan.batch and
+                                                             plan.to_send else ""))
     if plan.judge is not None:
         j = plan.judge
         capped = f", --max-judge-calls {j.max_calls}" if j.max_calls is not None else ""

@@ -575,7 +575,8 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
         try:
             cells = ((job.run, job.item.id, job.key, job.request) for job in ctx.jobs())
             plan = plan_run(spec, runs, cells, grader, stored_under, dataset_items, price_table(spec.pricing),
-                            fresh=opts.fresh, batch=opts.batch or opts.service_tier == "flex", budget=budget)
+                            fresh=opts.fresh, batch=opts.batch or opts.service_tier == "flex", budget=budget,
+                            max_turns=ctx.agent.limits.max_turns if ctx.agent is not None else None)
         finally:
             if own_providers:
                 _close_providers(providers)

@@ -6,7 +6,10 @@ tested where they live; here `rfteval.tools.python.open_python_tools` is stood i
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -16,8 +19,16 @@ from typer.testing import CliRunner
 
 from rfteval.cli.app import app
 from rfteval.tools.base import ToolLimits
-from tests.support.fake_openai import FakeOpenAI, Reply
-from tests.support.toolboxes import TOOLS_SCHEMA, FunctionTools, adding_agent, calculator, scripted_agent, tool_call
+from tests.support.fake_openai import FakeOpenAI, Reply, Request
+from tests.support.toolboxes import (
+    TOOLS_SCHEMA,
+    FunctionTools,
+    adding_agent,
+    calculator,
+    scripted_agent,
+    tool_call,
+    tool_messages,
+)
 
 OPENED: list[tuple[Path, ToolLimits, FunctionTools]] = []
 
@@ -136,3 +147,58 @@ def test_a_tools_file_that_is_not_there_is_one_line(tmp_path: Path, fake_openai:
     f = files(tmp_path)
     res = invoke(*run_args(f, fake_openai, "--tools", str(tmp_path / "missing.py")))
     assert res.exit_code == 2 and "missing.py: --tools: no such file" in res.output
+
+
+# ---- a rollout cut by a kill or Ctrl-C goes on where it was cut ------------------------------------------------------
+
+AGENT_PROC = Path(__file__).resolve().parents[1] / "support" / "agent_proc.py"
+
+
+def ticking(request: Request, turn: int) -> Reply:
+    """Nine turns calling `tick`, then the answer: what the ticks returned, in order."""
+    if turn < 10:
+        return Reply(tool_calls=[tool_call("tick", {}, f"t{turn}")])
+    return Reply(text=" ".join(m["content"] for m in tool_messages(request)))
+
+
+def start_agent(tmp: Path, server: FakeOpenAI, hang_at: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(AGENT_PROC), server.base_url, str(tmp), str(hang_at)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp)
+
+
+def wait_for(path: Path, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the agent run never reached {path.name}: {proc.communicate()[0][-2000:]!r}")
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_a_rollout_cut_at_turn_7_goes_on_at_turn_7_sending_no_turn_and_running_no_tool_twice(
+        tmp_path: Path, how: signal.Signals) -> None:
+    f = files(tmp_path, n_items=1)
+    (tmp_path / "items.jsonl").write_text(json.dumps({
+        "id": "q0", "messages": [{"role": "user", "content": "tick ten times"}], "reference_answer": "",
+        "tools": [{"type": "function", "function": {"name": "tick", "parameters": {"type": "object"}}}]}) + "\n")
+    with FakeOpenAI(scripted_agent(ticking)) as server:
+        proc = start_agent(tmp_path, server, hang_at=7)
+        wait_for(tmp_path / "hanging", proc)  # model turn 7 answered and stored, its tool turn under way
+        proc.send_signal(how)
+        out = proc.communicate(timeout=60)[0].decode()
+        assert proc.returncode == (-signal.SIGKILL if how == signal.SIGKILL else 130), out
+        assert len(server.requests) == 7
+        (tmp_path / "hanging").unlink()
+        resumed = start_agent(tmp_path, server, hang_at=0)
+        out = resumed.communicate(timeout=120)[0].decode()
+        assert resumed.returncode == 0, out
+        bodies = [json.dumps(r.body, sort_keys=True) for r in server.requests]
+    assert len(bodies) == 10 and len(set(bodies)) == 10  # turns 1-7, then 8-10: no turn sent twice
+    # the ticks: turns 1-6 from the first run, read back; turn 7's tick ran again (it never finished), then 8 and 9
+    assert (tmp_path / "calls.txt").read_text() == "10"  # 9 tool turns + the one cut: none of the finished re-ran
+    (rec,) = [json.loads(line) for line in (f["out"] / "base.jsonl").read_text().splitlines()]
+    assert rec["output_text"] == "1 2 3 4 5 6 8 9 10"
+    tool_turns = (f["out"] / "store" / "tools.jsonl").read_text().splitlines()
+    assert [json.loads(line)["turn"] for line in tool_turns] == list(range(1, 10))  # each stored once

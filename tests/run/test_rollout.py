@@ -379,3 +379,98 @@ def test_a_grader_reading_the_rollout_is_refused_without_tools_in_one_line(tmp_p
     check_run_inputs(build_spec(None, flag_overrides(**args, tools={"python": str(files["tools"])})),
                      warnings.append)  # an agent run's samples have it
     assert any("not uploadable to OpenAI" in w for w in warnings)
+
+
+# ---- store, cache, resume ------------------------------------------------------------------------------------------
+
+
+def store_lines(files: dict[str, Path], name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (files["out"] / "store" / name).read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_a_rerun_sends_nothing_runs_no_tool_and_grades_nothing_again(tmp_path: Path):
+    files = write_agent_files(tmp_path, n_items=2)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        agent_run(files, server, epochs=2)
+        first = records(files)
+        server.reset()
+        box = calculator()
+        result = agent_run(files, server, box, epochs=2)
+        assert server.requests == [] and box.turns_run == [] and box.inits == 0
+    assert [r["score"] for r in records(files)] == [r["score"] for r in first] == [1.0] * 4
+    assert all(r["cached"] for r in records(files)) and result.summary.models["base"].cached == 4
+    assert len(store_lines(files, "grades.jsonl")) == 4 and len(store_lines(files, "rollouts.jsonl")) == 4
+    # every model turn is in responses.jsonl under its own request's key, the turn's number beside it
+    assert sorted(line["turn"] for line in store_lines(files, "responses.jsonl")) == [1, 1, 1, 1, 2, 2, 2, 2]
+
+
+@pytest.mark.slow
+def test_a_changed_grader_regrades_with_no_request_and_no_tool_run(tmp_path: Path):
+    files = write_agent_files(tmp_path)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        agent_run(files, server)
+        assert records(files)[0]["score"] == 1.0
+        (tmp_path / "grader.json").write_text(json.dumps({"type": "string_check", "name": "turns", "operation": "eq",
+                                                          "input": "{{ sample.rollout.turns }}", "reference": "3"}))
+        server.reset()
+        box = calculator()
+        agent_run(files, server, box)
+        assert server.requests == [] and box.turns_run == []
+    assert records(files)[0]["score"] == 0.0  # two turns, not three: graded again, from the stored rollout
+    assert len(store_lines(files, "grades.jsonl")) == 2
+
+
+@pytest.mark.slow
+def test_changed_tools_rerun_their_turns_and_resend_only_the_turns_whose_history_changed(tmp_path: Path):
+    files = write_agent_files(tmp_path, n_items=2, reference="")
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        agent_run(files, server, FunctionTools({"add": lambda a, b: a + b}, version="v1"))
+        server.reset()
+
+        def add_v2(a: float, b: float, *, item: dict[str, Any]) -> float:  # item q1's result changes, q0's does not
+            return a + b + (100 if item["id"] == "q1" else 0)
+
+        box = FunctionTools({"add": add_v2}, version="v2")
+        agent_run(files, server, box)
+        resent = [tool_messages(r)[-1]["content"] for r in server.requests]
+    assert len(box.turns_run) == 2  # another tool box: every tool turn runs again
+    assert resent == ["105"]  # q0's turn 2 is the same request: read back; q1's history changed: sent
+    assert [r["output_text"] for r in records(files)] == ["sum: 5", "sum: 105"]
+
+
+@pytest.mark.slow
+def test_raising_max_turns_continues_only_the_rollouts_that_stopped_at_the_limit(tmp_path: Path):
+    files = write_agent_files(tmp_path, n_items=2, reference="")
+
+    def q1_keeps_calling(request: Request, turn: int) -> Reply:
+        if "(0)" in request.last_user_text():
+            return adding_agent(request, turn)
+        return always_adding(request, turn) if turn < 4 else Reply(text="done")
+
+    with FakeOpenAI(scripted_agent(q1_keeps_calling)) as server:
+        agent_run(files, server, max_turns=2)
+        assert [r["stop_reason"] for r in rollouts(files)] == ["no_tool_calls", "max_turns"]
+        server.reset()
+        box = calculator()
+        agent_run(files, server, box, max_turns=4)
+        sent = [(r.last_user_text(), len(r.body["messages"])) for r in server.requests]
+    assert sent == [("add 2 and 3 (1)", 5), ("add 2 and 3 (1)", 7)]  # q1's turns 3 and 4 only
+    assert [len(names) for _, names in box.turns_run] == [1, 1]  # q1's tool turns 2 and 3: never run before
+    latest = {r["item_id"]: r for r in rollouts(files)}  # the last line per item: the new limit's rollouts
+    assert (latest["q0"]["stop_reason"], latest["q1"]["stop_reason"], latest["q1"]["turns"]) == (
+        "no_tool_calls", "no_tool_calls", 4)
+
+
+@pytest.mark.slow
+def test_a_dry_run_of_an_agent_run_counts_rollouts_and_their_turns(tmp_path: Path):
+    files = write_agent_files(tmp_path, n_items=3)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        plan = agent_run(files, server, opts=RunOptions(dry_run=True, handle_signals=False), max_turns=4).plan
+        assert plan is not None and (plan.cells, plan.to_send, plan.max_turns) == (3, 3, 4)
+        assert not files["out"].exists()
+        agent_run(files, server, max_turns=4)
+        server.reset()
+        plan = agent_run(files, server, opts=RunOptions(dry_run=True, handle_signals=False), max_turns=4).plan
+        assert plan is not None and (plan.stored, plan.to_send) == (3, 0) and server.requests == []
+

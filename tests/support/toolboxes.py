@@ -55,9 +55,9 @@ class FunctionTools:
                        state: dict[str, Any]) -> tuple[list[ToolResult], dict[str, Any]]:
         state = json.loads(json.dumps(state))  # as it crosses the sandbox's wire
         self.turns_run.append((rollout_id, [c.name for c in calls]))
-        return [self._call(call, item, state) for call in calls], state
+        return [await self._call(call, item, state) for call in calls], state
 
-    def _call(self, call: ToolCall, item: dict[str, Any], state: dict[str, Any]) -> ToolResult:
+    async def _call(self, call: ToolCall, item: dict[str, Any], state: dict[str, Any]) -> ToolResult:
         fn = self.functions.get(call.name)
         if fn is None:
             return error_result(call, UNKNOWN_TOOL, f"no tool named {call.name!r}")
@@ -75,6 +75,8 @@ class FunctionTools:
             return error_result(call, BAD_ARGUMENTS, str(exc))
         try:
             value = fn(**args, **extra)
+            if inspect.isawaitable(value):  # an async tool: awaited, so a cancelled run cancels it mid-turn
+                value = await value
         except Exception as exc:  # noqa: BLE001 - a tool's exception is a result the model sees
             return error_result(call, type(exc).__name__, str(exc))
         text = value if isinstance(value, str) else json.dumps(value)
