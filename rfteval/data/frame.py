@@ -209,6 +209,11 @@ _COLUMNS = ("model_label", "item_id", "epoch", "score", "passed", "truncated_in_
 _SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
 _SUB_RE_COMPACT = re.compile(rb'"sub_scores":(\{[^{}]*\}|null)')  # as rfteval writes it: tried first, the faster match
 _HAS_SUB_RE = re.compile(rb'"sub_scores"\s*:\s*\{')
+# An agent run's record fields the fast reader carries when asked (compare's agent table): its scalars by type, and
+# tool_errors found as sub_scores are (a transcript, JSON text inside a string, never matches: its quotes are
+# escaped). The transcript itself is never read unless asked for, and then line by line.
+_FAST_EXTRA = {"turns": "int64", "stop_reason": "string", "tool_calls": "int64", "tool_errors": "map"}
+_TOOL_ERRORS_RE = re.compile(rb'"tool_errors":(\{[^{}]*\}|null)')
 
 
 def read_frame(path: Path, columns: Sequence[str] = (), *, require_grades: bool = True) -> pd.DataFrame:
@@ -223,9 +228,28 @@ def read_frame(path: Path, columns: Sequence[str] = (), *, require_grades: bool 
     """
     extra = [c for c in dict.fromkeys(columns) if c not in _COLUMNS]
     if path.suffix == ".parquet":
-        return _read_parquet(path, extra, require_grades)
-    fast = None if extra else _read_jsonl_fast(path)
-    return fast if fast is not None else _read_jsonl_slow(path, extra, require_grades)
+        return _agent_columns(_read_parquet(path, extra, require_grades))
+    fast = _read_jsonl_fast(path, extra) if set(extra) <= _FAST_EXTRA.keys() else None
+    frame = fast if fast is not None else _read_jsonl_slow(path, extra, require_grades)
+    return _agent_columns(frame)
+
+
+def _agent_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """An agent run's record fields, when carried, the same whichever file they came from: turns and tool_calls as
+    numbers (NaN where a record has none), stop_reason as text or None, tool_errors as a dict (a Parquet map reads
+    as pairs) or None."""
+    import pandas as pd
+
+    for name in ("turns", "tool_calls"):
+        if name in frame:
+            frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+    if "stop_reason" in frame:
+        frame["stop_reason"] = pd.Series([v if isinstance(v, str) else None for v in frame["stop_reason"].tolist()],
+                                         index=frame.index, dtype=object)
+    if "tool_errors" in frame:
+        frame["tool_errors"] = pd.Series([dict(v) if isinstance(v, (dict, list)) else None
+                                          for v in frame["tool_errors"].tolist()], index=frame.index, dtype=object)
+    return frame
 
 
 def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
@@ -265,7 +289,7 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
     return _flag_errors(frame)
 
 
-def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
+def _read_jsonl_fast(path: Path, extra: Sequence[str] = ()) -> pd.DataFrame | None:
     import pyarrow as pa
     import pyarrow.json as pj
 
@@ -278,6 +302,10 @@ def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
     schema = pa.schema([("model_label", pa.string()), ("item_id", pa.string()), ("epoch", pa.int64()),
                         ("score", pa.float64()), ("passed", pa.bool_()), ("truncated_in_reasoning", pa.bool_()),
                         ("error", pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())]))])
+    for name in extra:
+        kind = _FAST_EXTRA[name]
+        if kind != "map":
+            schema = schema.append(pa.field(name, pa.int64() if kind == "int64" else pa.string()))
     opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
     try:
         table = pj.read_json(pa.BufferReader(pa.py_buffer(data)), parse_options=opts,
@@ -292,16 +320,37 @@ def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
             if _HAS_SUB_RE.search(data):
                 subs = pj.read_json(pa.BufferReader(pa.py_buffer(b'{"s":' + b'}\n{"s":'.join(found) + b"}")),
                                     read_options=pj.ReadOptions(block_size=8 << 20))
+        tool_errors = _fast_tool_errors(data, table.num_rows) if "tool_errors" in extra else None
         del data
-        if table.num_rows == 0:
+        if table.num_rows == 0 or tool_errors is False:
             return None
         frame = _arrow_frame(table, subs)
+        for name in extra:
+            frame[name] = tool_errors if name == "tool_errors" else table.column(name).to_pandas()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None  # e.g. integer ids or a text sub-score: the line-by-line reader handles or names it
     if (frame["item_id"].isna().any() or (frame["item_id"] == "").any()
             or (frame["score"].isna() & ~frame["error_present"]).any()):
         return None  # let the line-by-line reader name the bad line
     return frame
+
+
+def _fast_tool_errors(data: bytes, rows: int) -> list[dict[str, object] | None] | bool | None:
+    """Each line's tool_errors (None where it has none), or False when the lines cannot be matched to them (some
+    lines with the key and some without: the line-by-line reader takes over)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    if b'"tool_errors"' not in data:
+        return [None] * rows  # no agent record in the file
+    found = _TOOL_ERRORS_RE.findall(data)
+    if len(found) != rows:
+        return False
+    parsed = pj.read_json(pa.BufferReader(pa.py_buffer(b'{"e":' + b'}\n{"e":'.join(found) + b"}")),
+                          read_options=pj.ReadOptions(block_size=8 << 20))
+    values = parsed.column("e").to_pylist() if "e" in parsed.column_names else [None] * rows
+    return [{k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else None
+            for value in values]
 
 
 def _check_number(value: object, path: Path, line: int, name: str, *, allow_null: bool) -> float | None:

@@ -34,8 +34,10 @@ def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
     """The record of one cell from its stored response and grade; None when the cell has no response yet.
 
     The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
-    (rfteval.data.reasoning), the thinking goes to reasoning_text."""
+    (rfteval.data.reasoning), the thinking goes to reasoning_text. A rollout's record (an agent run's) has its
+    agent fields set: turns, stop_reason, tool_calls, tool_errors and the transcript (its messages as JSON text)."""
     from rfteval.graders.grading import apply_grade  # lazily: it brings the grading engine
+    from rfteval.run.entries import RolloutEntry
 
     if response is None:
         return None
@@ -54,6 +56,12 @@ def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
         cached=cached, error=error_dict("generate", gen_err.type, gen_err.message) if gen_err else None,
         reasoning_text=thinking, truncated_in_reasoning=truncated,
     )
+    if isinstance(response, RolloutEntry):  # an agent run's: its usage summed, its time, the final turn's output
+        from rfteval.data.rollout import Rollout
+
+        rec.turns, rec.stop_reason, rec.tool_calls = response.turns, response.stop_reason, response.tool_calls
+        rec.tool_errors = dict(response.tool_errors)
+        rec.transcript = Rollout(response.messages, response.stop_reason or "", response.call_errors).transcript()
     if gen_err:
         rec.score = 0.0  # OpenAI's rule for a failure; the error stays on the record and is counted
         rec.finished_at = response.at or rec.finished_at
@@ -177,7 +185,7 @@ def write_results(
     if parquet:
         import pyarrow.parquet as pq
 
-        writer = pq.ParquetWriter(pq_tmp, arrow_schema())
+        writer = pq.ParquetWriter(pq_tmp, arrow_schema(agent=rollouts))  # an agent run's columns: its runs' only
     batch: list[Record] = []
     current: dict[str, tuple[str, float, int]] = {}  # label → (item_id, score sum, count)
 
@@ -226,12 +234,12 @@ def write_results(
             if writer is not None:
                 batch.append(rec)
                 if len(batch) >= batch_rows:
-                    writer.write_table(to_arrow(batch))
+                    writer.write_table(to_arrow(batch, agent=rollouts))
                     batch.clear()
         for label in list(current):
             close_item(label)
         if writer is not None and batch:
-            writer.write_table(to_arrow(batch))
+            writer.write_table(to_arrow(batch, agent=rollouts))
     except BaseException:
         for fh in files.values():
             fh.close()

@@ -450,7 +450,8 @@ def test_raising_max_turns_continues_only_the_rollouts_that_stopped_at_the_limit
 
     with FakeOpenAI(scripted_agent(q1_keeps_calling)) as server:
         agent_run(files, server, max_turns=2)
-        assert [r["stop_reason"] for r in rollouts(files)] == ["no_tool_calls", "max_turns"]
+        assert {r["item_id"]: r["stop_reason"] for r in rollouts(files)} == {"q0": "no_tool_calls",
+                                                                             "q1": "max_turns"}
         server.reset()
         box = calculator()
         agent_run(files, server, box, max_turns=4)
@@ -473,4 +474,45 @@ def test_a_dry_run_of_an_agent_run_counts_rollouts_and_their_turns(tmp_path: Pat
         server.reset()
         plan = agent_run(files, server, opts=RunOptions(dry_run=True, handle_signals=False), max_turns=4).plan
         assert plan is not None and (plan.stored, plan.to_send) == (3, 0) and server.requests == []
+
+
+# ---- the records -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_agent_runs_records_carry_the_rollout_and_a_run_without_tools_writes_none_of_it(tmp_path: Path):
+    import pyarrow.parquet as pq
+
+    from rfteval.data.records import AGENT_FIELDS, FIELDS
+
+    files = write_agent_files(tmp_path)
+
+    def faulty_then_answer(request: Request, turn: int) -> Reply:
+        if turn == 1:
+            return Reply(tool_calls=[tool_call("add", {"a": 2, "b": 3}), tool_call("nope", {}, "c2")])
+        return adding_agent(request, turn)
+
+    with FakeOpenAI(scripted_agent(faulty_then_answer)) as server:
+        agent_run(files, server)
+    (rec,) = records(files)
+    assert list(rec) == [*FIELDS, *AGENT_FIELDS]
+    (rollout,) = rollouts(files)
+    assert (rec["turns"], rec["stop_reason"], rec["tool_calls"], rec["tool_errors"]) == (
+        2, "no_tool_calls", 2, {UNKNOWN_TOOL: 1})
+    assert json.loads(rec["transcript"]) == rollout["messages"] and len(rollout["messages"]) == 4
+    assert rec["latency_s"] == rollout["latency_s"] and rec["usage"] == rollout["usage"]
+    table = pq.read_table(files["out"] / "results.parquet")
+    assert table.column_names == [*FIELDS, *AGENT_FIELDS] and table.column("transcript").to_pylist() == [
+        rec["transcript"]]
+
+    (tmp_path / "plain").mkdir()
+    plain = write_agent_files(tmp_path / "plain")
+    with FakeOpenAI() as server:
+        spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(plain["dataset"]),
+                                               grader=str(plain["grader"]), out=str(plain["out"]),
+                                               base_url=server.base_url, epochs=1, cwd=tmp_path))
+        run_eval(spec, None, OPTS)
+    (line,) = records(plain)
+    assert list(line) == list(FIELDS)
+    assert pq.read_table(plain["out"] / "results.parquet").column_names == list(FIELDS)
 
