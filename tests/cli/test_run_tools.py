@@ -202,3 +202,21 @@ def test_a_rollout_cut_at_turn_7_goes_on_at_turn_7_sending_no_turn_and_running_n
     assert rec["output_text"] == "1 2 3 4 5 6 8 9 10"
     tool_turns = (f["out"] / "store" / "tools.jsonl").read_text().splitlines()
     assert [json.loads(line)["turn"] for line in tool_turns] == list(range(1, 10))  # each stored once
+
+
+# ---- servers ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_second_turn_the_server_always_refuses_stops_the_run_in_one_line(
+        tmp_path: Path, python_tools: list[tuple[Path, ToolLimits, FunctionTools]]) -> None:
+    f = files(tmp_path, n_items=6)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        server.refused_roles = {"tool"}  # a server whose chat schema has no tool message
+        res = invoke(*run_args(f, server, "--tools", str(f["tools"]), "-q"))
+    assert res.exit_code == 2, res.output
+    (line,) = [ln for ln in res.output.splitlines() if "refused" in ln]
+    assert line.startswith("rfteval: model ") and "refused 4 turn-2 requests (the history after a tool call) " \
+        "alike: HTTP 500: 5 validation errors: messages[2].role: Input should be 'system', 'user', 'assistant' or " \
+        "'function' (input: 'tool'); a re-run after fixing it resumes" in line
+    assert "stored responses are kept in" in line and "Traceback" not in res.output

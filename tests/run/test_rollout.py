@@ -14,6 +14,7 @@ import pytest
 from rfteval.data.dataset import Item
 from rfteval.errors import InputError
 from rfteval.providers.base import GenerationRequest, Sampling
+from rfteval.run.monitor import RunMonitor
 from rfteval.run.rollout import RolloutLimits, play
 from rfteval.run.runner import RunOptions, RunResult, run_eval
 from rfteval.run.spec import ModelRun, build_spec, flag_overrides
@@ -516,3 +517,58 @@ def test_an_agent_runs_records_carry_the_rollout_and_a_run_without_tools_writes_
     assert list(line) == list(FIELDS)
     assert pq.read_table(plain["out"] / "results.parquet").column_names == list(FIELDS)
 
+
+# ---- servers -----------------------------------------------------------------------------------------------------------
+
+
+class Said(RunMonitor):
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def message(self, text: str) -> None:
+        self.lines.append(text)
+
+
+@pytest.mark.slow
+def test_a_server_refusing_null_content_gets_empty_content_and_the_run_keeps_its_keys(tmp_path: Path):
+    keys = {}
+    files = write_agent_files(tmp_path, n_items=3)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        for refuses in (False, True):
+            said = Said()
+            server.refuse_null_tool_content = refuses
+            server.stats["invalid"] = 0
+            spec = build_spec(None, flag_overrides(
+                models=["base=fake-base"], dataset=str(files["dataset"]), grader=str(files["grader"]),
+                out=str(tmp_path / f"run-{refuses}"), base_url=server.base_url, epochs=1, concurrency=1,
+                tools={"python": str(files["tools"])}, cwd=tmp_path))
+            result = run_eval(spec, said, OPTS, tools=calculator())
+            refused = server.stats["invalid"]
+            assert result.summary.models["base"].mean == 1.0 and result.summary.errors == 0
+            assert refused == (1 if refuses else 0)  # tried once, remembered for the rest of the run
+            steps = [line for line in said.lines if "content is null beside its tool_calls" in line]
+            assert len(steps) == (1 if refuses else 0)
+            keys[refuses] = sorted(json.loads(line)["key"] for line in
+                                   (tmp_path / f"run-{refuses}" / "store" / "responses.jsonl").read_text().splitlines())
+    assert keys[True] == keys[False]  # the stored history keeps null: the keys do not depend on the server
+
+
+@pytest.mark.slow
+def test_a_second_turn_refused_every_time_stops_the_run_naming_the_turn_and_the_reason(tmp_path: Path):
+    from rfteval.run.turns import RequestRefused
+
+    files = write_agent_files(tmp_path, n_items=6)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        server.refuse_null_tool_content = True  # stepped down to "", then refused again: no tool role at all
+        server.refused_roles = {"tool"}
+        with pytest.raises(RequestRefused) as caught:
+            agent_run(files, server, opts=RunOptions(backoff_base_s=0.001, handle_signals=False,
+                                                     fixed_concurrency=True))
+        refused = server.stats["invalid"]
+    line = str(caught.value)
+    assert caught.value.turn == 2 and "the server refused 4 turn-2 requests (the history after a tool call) alike" \
+        in line
+    assert "messages[2].role: Input should be 'system', 'user', 'assistant' or 'function' (input: 'tool')" in line
+    # each of the 6 cells' second turns refused at most twice (null, then the role once stepped down to ""): the
+    # run stopped at the fourth alike, not after every cell's 10 retries
+    assert refused <= 2 * 6
