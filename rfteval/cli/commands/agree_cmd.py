@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import (
+    AGREE_MAX_BIAS,
+    AGREE_MIN_KAPPA,
+    AGREE_PASS_THRESHOLD,
     ALLOW_GRADER_WITHOUT_SAMPLE,
     DEFAULT_JUDGE,
     UNSAFE_PYTHON_GRADERS,
@@ -52,13 +55,9 @@ def agree(
     judge_cache: Path | None = typer.Option(None, "--judge-cache", help="Judge answer cache for --regrade "
                                             "(default: judge_cache.jsonl in A's directory)."),
     out: Path | None = typer.Option(None, "--out", help="Write --regrade's records (B) to this file."),
-    pass_threshold: float | None = typer.Option(None, "--pass-threshold", metavar="X",
-                                                help="A sample passes at score >= X when its grader gives no "
-                                                     "pass verdict (no pass_threshold)."),
-    min_kappa: float | None = typer.Option(None, "--min-kappa", metavar="X",
-                                           help="Gate: fail when kappa's whole interval lies below X."),
-    max_bias: float | None = typer.Option(None, "--max-bias", metavar="X",
-                                          help="Gate: fail when the bias interval lies wholly beyond ±X."),
+    pass_threshold: float | None = AGREE_PASS_THRESHOLD,
+    min_kappa: float | None = AGREE_MIN_KAPPA,
+    max_bias: float | None = AGREE_MAX_BIAS,
     require_same_verdict: bool = typer.Option(False, "--require-same-verdict",
                                               help="Gate: fail when the graders' base-vs-tuned deltas are shown to "
                                                    "differ, or point opposite ways."),
