@@ -15,9 +15,11 @@ from rfteval.cli.commands.common import (
     AGREE_PASS_THRESHOLD,
     ALLOW_GRADER_WITHOUT_SAMPLE,
     DEFAULT_JUDGE,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     command,
     judge_flags,
+    make_judge,
     output_format,
     python_sandbox,
     stdout_console,
@@ -72,6 +74,7 @@ def agree(
     html: Path | None = typer.Option(None, "--html", metavar="FILE",
                                      help="Write an HTML report with a scatter and a Bland–Altman plot."),
     judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
@@ -101,7 +104,9 @@ def agree(
         spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
-    result = agree_paths(a, b, options, spec)
+    # --regrade's judge model checked against the endpoint's list before its first call, as grade's and validate's
+    result = agree_paths(a, b, options, spec, lambda config, cache: make_judge(config, judge_endpoint,
+                                                                               skip_model_check, cache))
     if html is not None:
         write_output(html, lambda p: write_html(result, p), inputs, "--html")
     if fmt == "json":
