@@ -7,6 +7,7 @@ carries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -18,8 +19,6 @@ from rfteval.providers.endpoint import JudgeEndpoint
 from rfteval.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pandas as pd
 
     from rfteval.data.records import Record
@@ -90,10 +89,16 @@ def default_judge_cache(a_path: str | Path) -> Path:
     return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
 
 
-def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
-                 config: GraderConfig | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+# Opens --regrade's judge for a grader, its answers cached in the given file: the command's, which checks the judge
+# model against the endpoint's list before the first call (cli.commands.common.make_judge, as grade's and validate's)
+JudgeOpener = Callable[["GraderConfig", Path], "Judge | None"]
+
+
+def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *, config: GraderConfig | None = None,
+                 open_judge: JudgeOpener | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
     """B: A's outputs graded again with another grader (`config`: spec.grader loaded, when the caller has it) or A's
-    grader with another judge; judge calls cached.
+    grader with another judge; judge calls cached. Without `judge`, the judge is opened by `open_judge` (default:
+    providers.judge.open_judge on spec.judge) once every input is checked, and closed here.
 
     A sample whose generation failed or was refused is not graded again, as `rfteval run` grades neither: B holds
     the same generation error for it, so the error policy treats both sides of that pair alike."""
@@ -131,9 +136,12 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
     own = judge is None
     if own:
         cache = Path(spec.judge_cache) if spec.judge_cache is not None else default_judge_cache(a.path)
-        from rfteval.providers.judge import open_judge
+        if open_judge is None:
+            from rfteval.providers import judge as judges
 
-        judge = open_judge(spec.judge, config, cache)
+            judge = judges.open_judge(spec.judge, config, cache)
+        else:
+            judge = open_judge(config, cache)
     try:
         records = grade_outputs(data, config, outs, GradeOptions(sandbox=spec.sandbox), judge=judge)
         usage = judge_usage(judge)

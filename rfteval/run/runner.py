@@ -559,6 +559,10 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     dataset_items = count_items(spec.dataset)  # every line checked, also when --limit runs only the first N
     n_items = min(spec.limit or dataset_items, dataset_items)
+    from rfteval.run.batch.offline import read_responses
+
+    # read whole and checked before a client is opened or the run directory exists: a malformed file leaves nothing
+    imported = read_responses(Path(opts.import_responses)) if opts.import_responses is not None else []
     own_providers = providers is None  # preflight
     providers = providers if providers is not None else build_providers(runs, opts)
     for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
@@ -630,7 +634,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         if opts.import_responses is not None:
             from rfteval.run.batch.offline import import_responses
 
-            counts = import_responses(Path(opts.import_responses), ctx.batch_jobs(), store)
+            counts = import_responses(imported, ctx.batch_jobs(), store)
             monitor.message(f"imported {opts.import_responses}: {counts['stored']} responses stored, "
                             f"{counts['errors']} errors, {counts['failed']} failed lines, {counts['already']} already "
                             f"stored, {counts['unknown']} not cells of this run")

@@ -73,7 +73,11 @@ def bundle_data(data: ViewData, limit: int, command: str) -> Page:
     from rfteval.baseline_readiness import READINESS_MAX_RECORDS
 
     records = data.comparison(a, b).baseline["records"]
-    pages: list[tuple[str, Callable[[], Page]]] = [("agree", data.agree_page)]
+    pages: list[tuple[str, Callable[[], Page]]] = []
+    if data.options.agree is not None:  # asked for: a flag it refuses (--min-kappa with no verdict) is one line, exit 2
+        out["agree"] = data.agree_page()
+    else:  # only the pairs found among the paths, if any
+        pages.append(("agree", data.agree_page))
     if records <= READINESS_MAX_RECORDS:  # as compare --html: re-reading every record costs more than the rest
         pages.append(("readiness", lambda: data.readiness_page(None)))
     if len(data.labels) > 2:  # with two models the series is the Compare page's comparison

@@ -108,10 +108,11 @@ def hostile_records(tmp: Path) -> tuple[Path, Path, Path]:
 GRADING_ERRORS = 20  # on B's side of graders_with_errors
 
 
-def graders_with_errors(tmp: Path) -> tuple[Path, Path]:
-    """Two graders' records of the same samples (base and tuned, 24 items, 2 epochs, each with a pass verdict), B
-    agreeing with A up to a small upward bias, and GRADING_ERRORS of B's records grading errors (issue 36: the
-    Agree page showed them only as a smaller sample count)."""
+def graders_with_errors(tmp: Path, verdict: bool = True) -> tuple[Path, Path]:
+    """Two graders' records of the same samples (base and tuned, 24 items, 2 epochs, each with a pass verdict at
+    0.5, or none when not `verdict`: a grader with no pass_threshold), B agreeing with A up to a small upward bias,
+    and GRADING_ERRORS of B's records grading errors (issue 36: the Agree page showed them only as a smaller sample
+    count)."""
     import random
 
     rng = random.Random(1)
@@ -128,6 +129,9 @@ def graders_with_errors(tmp: Path) -> tuple[Path, Path]:
                 if label == "tuned" and i < GRADING_ERRORS // 2:
                     row_b.update(score=0.0, passed=False,
                                  error={"stage": "grade", "type": "judge_error", "message": "the judge timed out"})
+                if not verdict:
+                    rows_a[-1].pop("passed")
+                    row_b.pop("passed")
                 rows_b.append(row_b)
     paths = tmp / "grader_a.jsonl", tmp / "grader_b.jsonl"
     for path, rows in zip(paths, (rows_a, rows_b)):

@@ -433,6 +433,48 @@ def test_agree_page_shows_the_gates_verdict_when_given_thresholds(tmp_path):
                                    if "gate failed" in line]
 
 
+def _kappa_at(a: Path, b: Path, threshold: float) -> float:
+    """Cohen's kappa of the two files' pass verdicts at score >= threshold, over the samples with no error record on
+    either side (agree's default --errors exclude), computed here from the lines."""
+    def verdicts(path: Path) -> dict[tuple[str, str, int], bool | None]:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return {(r["model_label"], r["item_id"], r["epoch"]): None if r["error"] else r["score"] >= threshold
+                for r in rows}
+
+    va, vb = verdicts(a), verdicts(b)
+    pairs = [(va[k], vb[k]) for k in va if va[k] is not None and vb.get(k) is not None]
+    n = len(pairs)
+    observed = sum(x == y for x, y in pairs) / n
+    pa, pb = sum(x for x, _ in pairs) / n, sum(y for _, y in pairs) / n
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    return (observed - chance) / (1 - chance)
+
+
+@pytest.mark.slow
+def test_agree_page_takes_the_pass_threshold_the_request_carries(tmp_path):
+    """Issue 36 leftover: records with no pass verdict made the Agree page say "give --pass-threshold X", which
+    `rfteval view` did not take. The request carries agree's --pass-threshold and gate to the page: kappa, and the
+    gate's verdict."""
+    from rfteval.compare.agree import AgreeOptions
+    from rfteval.compare.gate_types import AgreeGate
+    from rfteval.view.paths import ViewRequest
+
+    a, b = graders_with_errors(tmp_path, verdict=False)
+    bare = ViewRequest([], agree=(a, b)).data().agree_page()
+    assert bare["summary"]["pass"] is None  # type: ignore[index]
+    assert any("give --pass-threshold X" in note for note in bare["shown"]["notes"])  # type: ignore[index]
+
+    options = AgreeOptions(0.5, gate=AgreeGate(min_kappa=0.6))
+    page = json.loads(json.dumps(ViewRequest([], agree=(a, b), agree_options=options).data().agree_page()))
+    kappa = _kappa_at(a, b, 0.5)
+    assert page["summary"]["pass"]["kappa"]["value"] == pytest.approx(kappa, abs=1e-12)
+    rows = {row[0]: row for row in page["shown"]["summary"]}
+    assert rows["Cohen's kappa"][1] == f"{kappa:.3f}"
+    assert not any("--pass-threshold" in note for note in page["shown"]["notes"])
+    verdict = page["shown"]["verdict"]
+    assert verdict["gated"] and [c["name"] for c in page["summary"]["gate"]["checks"]] == ["min-kappa", "error-rate"]
+
+
 @pytest.mark.slow
 def test_runs_and_compare_rows_are_compares_figures_and_words(tmp_path):
     """A delta above 0 that the test does not show: printed as compare prints it, and its word (the one verdict rule,

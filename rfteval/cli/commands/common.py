@@ -145,6 +145,16 @@ UNSAFE_PYTHON_GRADERS = typer.Option(
     help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
          "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
 
+# agree's pass threshold and gate, which the viewer's Agree page (`rfteval view`) takes too: the same flags, so the
+# advice agree's notes give ("give --pass-threshold X") can be followed on either command.
+AGREE_PASS_THRESHOLD = typer.Option(None, "--pass-threshold", metavar="X",
+                                    help="A sample passes at score >= X when its grader gives no pass verdict (no "
+                                         "pass_threshold).")
+AGREE_MIN_KAPPA = typer.Option(None, "--min-kappa", metavar="X",
+                               help="Gate: fail when kappa's whole interval lies below X.")
+AGREE_MAX_BIAS = typer.Option(None, "--max-bias", metavar="X",
+                              help="Gate: fail when the bias interval lies wholly beyond ±X.")
+
 # The lint's and the dataset check's way out (rfteval.graders.lint, rfteval.data.dataset.FormatCheck).
 ALLOW_GRADER_WITHOUT_SAMPLE = typer.Option(
     False, "--allow-grader-without-sample",

@@ -45,10 +45,13 @@ def validate_dataset(
     from rfteval.graders.loader import load_grader
 
     config = load_grader(grader) if grader is not None else None
-    checked = inspect_dataset(path, allow_trailing_assistant, reference_fields(config) if config is not None else None)
-    if config is not None:  # the grader's templates on every line: a misspelt field is one line, not one per line
-        checked.template_problems = check_item_paths(
-            config, iter_items(path, skip_invalid=True, check_duplicates=False), path, grader=grader)
+    # the grader's templates on every line first: a misspelt field is one line, not one per line, and not a
+    # second time as lines holding no reference
+    templates = [] if config is None else check_item_paths(
+        config, iter_items(path, skip_invalid=True, check_duplicates=False), path, grader=grader)
+    checked = inspect_dataset(path, allow_trailing_assistant,
+                              reference_fields(config, templates) if config is not None else None)
+    checked.template_problems = templates
     for e in checked.problems:
         typer.echo(str(e), err=True)
     for warning in checked.format.warnings():
