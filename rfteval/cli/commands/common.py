@@ -16,6 +16,7 @@ import typer.models
 
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.providers import endpoint as judge_defaults
+from rfteval.sandbox.policy import UNSAFE_ENV
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
@@ -141,7 +142,7 @@ SKIP_JUDGE_MODEL_CHECK = typer.Option(
     help="Do not check the judge model names against the judge endpoint's GET /models (for gateways that route "
          "names they do not list).")
 UNSAFE_PYTHON_GRADERS = typer.Option(
-    False, "--unsafe-python-graders",
+    False, "--unsafe-python-graders", envvar=UNSAFE_ENV,
     help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
          "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
 
