@@ -35,7 +35,7 @@ from rfteval.compare.samples import (
     transcript_messages,
 )
 from rfteval.data import rundir
-from rfteval.data.frame import normalise, read_frame, read_labels
+from rfteval.data.frame import read_labels
 from rfteval.data.records import json_safe
 from rfteval.errors import InputError
 
@@ -291,14 +291,15 @@ class ViewData:
         """Per item of one model, over its epochs: the mean turns and tool calls of its rollouts, its tool errors
         (all, and by type) and how its rollouts stopped (counts by stop reason); None for records without rollouts.
 
-        Read from the record frame (data.frame: the later of a cell's duplicates kept, generation failures left out,
-        as compare counts them). Compare's agent table (compare/agent.py, issue 37 item 5) is where these per-item
-        means belong once it is merged: this then selects its rows instead of computing them."""
+        Read from the records' few fields it needs, by the record frame's rules (the later of a cell's duplicates
+        kept, generation failures left out, as compare counts them). Compare's agent table (compare/agent.py, issue
+        37 item 5) is where these per-item means belong once it is merged: this then selects its rows instead of
+        computing them."""
         with self._lock:
             if label in self._rollouts:
                 return self._rollouts[label]
         s = self.sources[label]
-        found = _rollout_means(s.file, s.model_label, label) if s.agent else None
+        found = _rollout_means(s.file, s.model_label) if s.agent else None
         with self._lock:
             self._rollouts[label] = found
         return found
@@ -696,36 +697,43 @@ def _item_row(r: dict[str, object], by: dict[str, dict[str, str]], tie: float) -
     }), **({"rollout": _rollout_row(r)} if "d_turns" in r else {})}
 
 
-def _rollout_means(file: Path, model_label: str | None, label: str) -> pd.DataFrame:
+def _rollout_means(file: Path, model_label: str | None) -> pd.DataFrame:
     """Per item of one model's records (indexed by item_id): `turns` and `tool_calls`, their means over the epochs
     whose rollout has them; `tool_errors`, the errors of all its rollouts, and `tool_error_types` by type;
-    `stop_reasons`, how many rollouts stopped for each reason. The record frame's rules apply (a cell held twice: its
-    later record; a generation failure, which played no rollout: left out)."""
+    `stop_reasons`, how many rollouts stopped for each reason. The record frame's rules apply (data.frame: a cell
+    held twice counts its later record; a generation failure, which played no rollout, is left out), on the few
+    fields read: a transcript is never held (a JSONL line is parsed and dropped, Parquet reads the columns)."""
     import pandas as pd
 
-    frame = read_frame(file, ROLLOUT_COLUMNS, require_grades=False)
-    if model_label is not None and "model_label" in frame:
-        mine = (frame["model_label"] == model_label).to_numpy()
-        if mine.any():
-            frame = frame[mine]
-    frame = normalise(frame.reset_index(drop=True), label, str(file)).frame
-    frame = frame[~frame["is_generation_failure"].to_numpy(bool)]
-    errors = [_error_counts(v) for v in frame["tool_errors"]]
-    per_record = pd.DataFrame({
-        "item_id": frame["item_id"].to_numpy(),
-        "turns": pd.to_numeric(frame["turns"].map(_count), errors="coerce").to_numpy(),
-        "tool_calls": pd.to_numeric(frame["tool_calls"].map(_count), errors="coerce").to_numpy(),
-        "tool_errors": [sum(e.values()) for e in errors]})
+    from rfteval.data.records import is_generation_failure, iter_jsonl_records, read_parquet_records
+
+    names = ("model_label", "item_id", "epoch", "error", *ROLLOUT_COLUMNS)
+    rows: list[dict[str, object]] = (
+        read_parquet_records(file, columns=names).to_pylist() if file.suffix == ".parquet"
+        else [{k: r.get(k) for k in names} for r in iter_jsonl_records(file)])
+    if model_label is not None and any(r.get("model_label") == model_label for r in rows):
+        rows = [r for r in rows if r.get("model_label") == model_label]
+    cells: dict[tuple[str, object], dict[str, object]] = {}
+    for n, r in enumerate(rows):  # the later of a cell's records wins; a record with no epoch is its own cell
+        epoch = r.get("epoch")
+        cells[(str(r.get("item_id")), epoch if isinstance(epoch, int) else f"row {n}")] = r
+    kept = [(item, r) for (item, _), r in cells.items() if not is_generation_failure(r.get("error"))]
+    errors = [_error_counts(r.get("tool_errors")) for _, r in kept]
+    per_record = pd.DataFrame({"item_id": [item for item, _ in kept],
+                               "turns": [_count(r.get("turns")) for _, r in kept],
+                               "tool_calls": [_count(r.get("tool_calls")) for _, r in kept],
+                               "tool_errors": [sum(e.values()) for e in errors]})
     groups = per_record.groupby("item_id", sort=False)
     out = groups[["turns", "tool_calls"]].mean()
     out["tool_errors"] = groups["tool_errors"].sum()
     types: dict[str, dict[str, int]] = {}
     stops: dict[str, dict[str, int]] = {}
-    for item_id, counts, reason in zip(per_record["item_id"], errors, frame["stop_reason"]):
-        kinds = types.setdefault(item_id, {})
+    for (item, r), counts in zip(kept, errors):
+        kinds = types.setdefault(item, {})
         for k, n in counts.items():
             kinds[k] = kinds.get(k, 0) + n
-        reasons = stops.setdefault(item_id, {})
+        reasons = stops.setdefault(item, {})
+        reason = r.get("stop_reason")
         if isinstance(reason, str):
             reasons[reason] = reasons.get(reason, 0) + 1
     out["tool_error_types"] = [types.get(i, {}) for i in out.index]

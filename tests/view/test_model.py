@@ -760,3 +760,24 @@ def test_an_agent_run_is_told_from_its_files_without_reading_them(tmp_path, agen
 
     pq.write_table(pa.Table.from_pylist([_row("a", 1, 1.0, "x")]), tmp_path / "plain.parquet")
     assert not carries_rollouts(tmp_path / "plain.parquet")
+
+
+@pytest.mark.slow
+def test_compare_rows_count_rollouts_as_compare_counts_records(tmp_path):
+    """A cell held twice counts its later record; a generation failure (no rollout was played) counts nothing, not
+    zero turns; a record's tool errors count in its item's total."""
+    rows = []
+    for label, turns in (("base", 2), ("tuned", 5)):
+        common = {"model_label": label, "item_id": "a", "error": None, "output_text": "x", "stop_reason": "length",
+                  "transcript": "[]"}
+        rows += [{**common, "epoch": 1, "score": 0.0, "turns": 9, "tool_calls": 9, "tool_errors": {"KeyError": 3}},
+                 {**common, "epoch": 1, "score": 1.0, "turns": turns, "tool_calls": turns - 1,
+                  "tool_errors": {"KeyError": 1}},  # the cell again, later: this one counts
+                 {**common, "epoch": 2, "score": None, "turns": 0, "tool_calls": 0, "tool_errors": {"ToolCrash": 5},
+                  "error": {"stage": "generate", "type": "server_error", "message": "gone"}}]
+    data = ViewData([_records(tmp_path / "r.jsonl", rows)])
+    row = data.compare_page("base", "tuned")["items"][0]["rollout"]  # type: ignore[index]
+    assert (row["baseline"]["turns"], row["candidate"]["turns"], row["d_turns"], row["d_tool_calls"]) == \
+        (2.0, 5.0, 3.0, 3.0)
+    assert row["baseline"]["tool_errors"] == 1 and row["candidate"]["tool_error_types"] == {"KeyError": 1}
+    assert row["baseline"]["stop_reasons"] == {"length": 1}
