@@ -322,9 +322,10 @@ def carries_rollouts(path: str | Path) -> bool:
             for raw in fh:
                 if not raw.strip():
                     continue
-                row = decode_line(raw.lstrip(b"\xef\xbb\xbf"))
-                if row is not None and "turns" in row:
-                    return True
+                if b'"turns"' in raw:  # the key's bytes first: a line without them is decoded for nothing
+                    row = decode_line(raw.lstrip(b"\xef\xbb\xbf"))
+                    if row is not None and "turns" in row:
+                        return True
                 seen += 1
                 if seen >= _LOOK_LINES:
                     break
