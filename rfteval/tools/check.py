@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
-from rfteval.limits import MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
+from rfteval.limits import MAX_TURNS, PYTHON_MIN_MEMORY_MB, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
 from rfteval.tools.base import ToolLimits
 from rfteval.tools.python import INJECTED, ToolFunction, ToolsModule, declared_functions, read_tools_module
 
@@ -43,8 +43,8 @@ class ToolsCheckRequest:
                 raise InputError(f"must be at least 1, got {value}", field=flag)
         if not self.timeout_s > 0:
             raise InputError(f"must be a number of seconds > 0, got {self.timeout_s:g}", field="--tool-timeout")
-        if self.memory_mb < 16:
-            raise InputError(f"must be at least 16 (MB), got {self.memory_mb}", field="--tool-memory")
+        if self.memory_mb < PYTHON_MIN_MEMORY_MB:
+            raise InputError(f"must be at least {PYTHON_MIN_MEMORY_MB} (MB), got {self.memory_mb}", field="--tool-memory")
 
 
 @dataclass

@@ -13,7 +13,7 @@ parameters named `item` (a fresh copy of the dataset line) and `state` (the roll
 change in place) are passed when declared, never by the model. Its return value is the tool message: a str as it
 is, anything else as JSON (`json.dumps(value, ensure_ascii=False)`), cut at the output limit (in the sandbox, by
 a copy of tools.base.cut, and bounded here again). `init_state(item) -> dict`, when defined, makes a rollout's
-first state; else it is {}.
+first state; else it is {}. What a tool prints is neither shown to the model nor kept.
 
 Every failure of a call is its result ("error: <Type>: <message>", tools.base.error_result), never an exception:
 `BadArguments` (not a JSON object, or not the function's parameters: the binding's TypeError), `UnknownTool`,
@@ -30,6 +30,7 @@ import ast
 import asyncio
 import hashlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError, read_input_text
+from rfteval.limits import PYTHON_MIN_MEMORY_MB
 from rfteval.tools.base import BAD_ARGUMENTS, UNKNOWN_TOOL, ToolCall, ToolLimits, ToolResult, error_result
 
 if TYPE_CHECKING:
@@ -150,6 +152,10 @@ def open_python_tools(path: Path, limits: ToolLimits, policy: SandboxPolicy) -> 
     if not 1 <= limits.output_chars <= MAX_OUTPUT_CHARS:
         raise InputError(f"must be 1 to {MAX_OUTPUT_CHARS:,} characters, got {limits.output_chars}",
                          field="--tool-output-limit")
+    if not (math.isfinite(limits.timeout_s) and limits.timeout_s > 0):
+        raise InputError(f"must be a number of seconds > 0, got {limits.timeout_s:g}", field="--tool-timeout")
+    if limits.memory_mb is not None and limits.memory_mb < PYTHON_MIN_MEMORY_MB:
+        raise InputError(f"must be at least {PYTHON_MIN_MEMORY_MB} (MB), got {limits.memory_mb}", field="--tool-memory")
     module = read_tools_module(path)
     problem = sandbox_problem(policy)
     if problem is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -269,6 +270,10 @@ def test_a_module_that_does_not_load_is_refused_before_any_request(tmp_path: Pat
     assert str(caught.value).startswith(f"{path}:3: does not load in the sandbox: JSONDecodeError: ")
 
 
-def test_an_output_limit_past_what_the_sandbox_carries_is_refused(tools_py: Path) -> None:
-    with pytest.raises(InputError, match="--tool-output-limit: must be 1 to 1,000,000 characters"):
-        open_python_tools(tools_py, ToolLimits(output_chars=2_000_000), SandboxPolicy(unsafe=False))
+@pytest.mark.parametrize("limits, words", [
+    (ToolLimits(output_chars=2_000_000), "--tool-output-limit: must be 1 to 1,000,000 characters"),
+    (ToolLimits(timeout_s=0.0), "--tool-timeout: must be a number of seconds > 0"),
+    (ToolLimits(memory_mb=8), "--tool-memory: must be at least 16 (MB)")])
+def test_limits_the_sandbox_cannot_hold_are_refused(tools_py: Path, limits: ToolLimits, words: str) -> None:
+    with pytest.raises(InputError, match=re.escape(words)):
+        open_python_tools(tools_py, limits, SandboxPolicy(unsafe=False))
