@@ -446,3 +446,85 @@ def test_an_api_key_in_a_spec_is_refused_and_never_printed(tmp_path):
             "and remove this key"]
         assert secret not in res.stdout + res.stderr and "SECRET" not in res.stdout + res.stderr
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- validate tools
+
+
+def _tool_files(tmp_path: Path, tools_source: str) -> tuple[Path, Path]:
+    def tool(name: str, required: list[str], *props: str) -> dict:
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {p: {"type": "string"} for p in props}, "required": required}}}
+
+    lines = [{"id": "q1", "messages": [{"role": "user", "content": "find it"}],
+              "tools": [tool("search", ["query"], "query", "top_k")]},
+             {"id": "q2", "messages": [{"role": "user", "content": "look it up"}],
+              "tools": [tool("search", ["query"], "query", "top_k"), {"type": "function", "name": "lookup",
+                                                                      "parameters": {"type": "object", "properties": {
+                                                                          "id": {"type": "string"}},
+                                                                          "required": ["id"]}}]},
+             {"id": "q3", "messages": [{"role": "user", "content": "no tools here"}]}]
+    dataset = tmp_path / "items.jsonl"
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tools = tmp_path / "tools.py"
+    tools.write_text(tools_source)
+    return dataset, tools
+
+
+FITTING_TOOLS = '''import json
+
+def init_state(item):
+    return {"seen": []}
+
+def search(query: str, top_k: int = 3, *, item=None, state=None):
+    return [query] * top_k
+
+def lookup(id: str):
+    return {"id": id}
+'''
+
+
+@pytest.mark.slow
+def test_validate_tools_fits_loads_and_says_the_most_requests(tmp_path):
+    dataset, tools = _tool_files(tmp_path, FITTING_TOOLS)
+    res = runner.invoke(app, ["validate", "tools", "--dataset", str(dataset), "--tools", str(tools),
+                              "--max-turns", "6", "--epochs", "4"])
+    assert res.exit_code == 0, res.output
+    assert "2 tools fit the items' schemas (lookup, search); 2 of 3 items declare tools" in res.output
+    assert "the module loads in the sandbox" in res.output
+    assert "3 items x 4 epochs = 12 cells per model: at most 72 requests per model" in res.output
+
+
+@pytest.mark.slow
+def test_validate_tools_names_each_misfit_at_its_def_line(tmp_path):
+    source = FITTING_TOOLS.replace("def lookup(id: str):", "def lookup(key: str):").replace(
+        "def search(query: str, top_k: int = 3,", "def search(query: str, top_k: int,")
+    dataset, tools = _tool_files(tmp_path, source)
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools)])
+    assert res.exit_code == 2, res.output
+    problems = [line for line in res.output.splitlines() if line.startswith(str(tools))]
+    assert problems == [
+        f"{tools}:6: search: parameter 'top_k' has no default, but the schema does not require it (a call without it "
+        "fails)",
+        f"{tools}:9: lookup: parameter 'key' has no default and is not in the schema's properties (the model is never "
+        "asked for it)",
+        f"{tools}:9: lookup: the schema's property 'id' is not a parameter of lookup() (add it, or **kwargs)"]
+    assert "Traceback" not in res.output and "requests per model" not in res.output
+
+
+@pytest.mark.slow
+def test_validate_tools_names_a_missing_function_and_a_module_that_does_not_load(tmp_path):
+    dataset, tools = _tool_files(tmp_path, "import a_package_not_installed\n\ndef search(query, top_k=3):\n    pass\n")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools)])
+    assert res.exit_code == 2, res.output
+    assert f"{dataset}:2: tools.lookup: {tools} defines no function lookup()" in res.output
+    assert (f"{tools}:1: does not load in the sandbox: ModuleNotFoundError: No module named "
+            "'a_package_not_installed'") in res.output
+
+
+def test_validate_tools_refuses_a_module_that_does_not_parse_in_one_line(tmp_path):
+    dataset, tools = _tool_files(tmp_path, "def search(query:\n")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools), "--max-turns", "3"])
+    assert res.exit_code == 2 and res.output.startswith(f"rfteval: {tools}:1: does not parse"), res.output
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools), "--max-turns", "0"])
+    assert res.exit_code == 2 and "--max-turns: must be at least 1" in res.output

@@ -1,4 +1,4 @@
-"""`rfteval validate dataset|grader`: check inputs without running any model."""
+"""`rfteval validate dataset|grader|spec|tools`: check inputs without running any model."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rfteval.cli.commands.common import (
     make_judge,
     python_sandbox,
 )
+from rfteval.limits import MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -229,3 +230,31 @@ def _format_label(response_format: JSONMapping | None) -> str:
     if response_format is None or kind == "text":
         return ""
     return " (JSON mode)" if kind == "json_object" else " (structured outputs)"
+
+
+@command("tools", group="validate")
+def validate_tools(
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL whose items declare the tools."),
+    tools: Path = typer.Option(..., "--tools", help="The python tools module (tools.py): one function per tool."),
+    max_turns: int = typer.Option(MAX_TURNS, "--max-turns", metavar="N", help="Model calls per rollout, as for run."),
+    epochs: int = typer.Option(3, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
+    tool_timeout: float = typer.Option(TOOL_TIMEOUT_S, "--tool-timeout", metavar="SECONDS",
+                                       help="Seconds a turn's tool calls may take, loading the module too."),
+    tool_memory: int = typer.Option(TOOL_MEMORY_MB, "--tool-memory", metavar="MB",
+                                    help="Memory of a tool unit (MB), loading the module too."),
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+) -> None:
+    """Check that every tool the items declare has a function in the tools module whose parameters fit its
+    schema, that the module loads in the sandbox, and say the most requests a run can send; each misfit is one
+    FILE:LINE line (exit 2)."""
+    from rfteval.sandbox.policy import SandboxPolicy
+    from rfteval.tools.check import ToolsCheckRequest, check_tools
+
+    request = ToolsCheckRequest(dataset, tools, max_turns, epochs, tool_timeout, tool_memory)
+    checked = check_tools(request, SandboxPolicy(unsafe=unsafe_python_graders))
+    for problem in checked.problems:
+        typer.echo(str(problem), err=True)
+    if checked.problems:
+        raise typer.Exit(ExitStatus.BAD_INPUT)
+    for line in checked.lines:
+        typer.echo(line)
