@@ -653,7 +653,8 @@ def _agree_shown(result: AgreeResult) -> JSONObject:
 
     gate = result.gate
     gated = bool(gate["checks"])
-    lines = agree_render.gate_lines(result) if gated else agree_render.verdict_lines(result)
+    # the terminal's order: the verdict per candidate, then each gate check (a gate once hid the verdict)
+    lines = agree_render.verdict_lines(result) + agree_render.gate_lines(result)
     if not lines:
         labels = sorted({str(x) for x in result.paired["model_label"]}) if "model_label" in result.paired else []
         lines = [f"no verdict to compare: the records hold one model ({', '.join(labels) or 'none'}); a verdict "

@@ -427,8 +427,12 @@ def test_agree_page_shows_the_gates_verdict_when_given_thresholds(tmp_path):
     assert done.returncode == 1, done.stderr  # B's grading errors are past --max-error-rate: the gate fails
     options = ViewOptions(agree=(a, b), agree_options=AgreeOptions(gate=AgreeGate(min_kappa=0.6, max_bias=0.05)))
     verdict = ViewData([a], options).agree_page()["shown"]["verdict"]  # type: ignore[index]
-    gates = [line for line in _printed(done.stdout) if line.startswith("gate ")]
-    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == gates and len(gates) == 3
+    printed = _printed(done.stdout)
+    gates = [line for line in printed if line.startswith("gate ")]
+    # the verdict per candidate stays beside the gate, as the terminal prints both (the page once dropped it)
+    verdicts = [line for line in printed if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and len(gates) == 3
+    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == verdicts + gates
     assert verdict["failures"] == [line.removeprefix("rfteval: ") for line in done.stderr.splitlines()
                                    if "gate failed" in line]
 
