@@ -537,3 +537,27 @@ def test_series_rows_carry_the_series_verdict(chip):
     series = page["series"]
     assert [r["verdict"] for r in page["shown"][1:]] == [c["verdict"] for c in series["candidates"]]
     assert page["shown"][1]["delta"] == f"{series['candidates'][0]['delta']['mean']:+.3f}"
+
+
+@pytest.mark.slow
+def test_readiness_verdict_and_statuses_are_the_terminals_words_not_their_keys(tmp_path):
+    """Tried as a new user: a run whose base scored the maximum everywhere showed "verdict: not_ready" on the Runs
+    and Readiness pages (and "not_ready" as a check's status) where `rfteval readiness` prints NOT READY and
+    "not ready". The pages carry the terminal's words beside the keys."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for label in ("base", "tuned"):
+        _records(run_dir / f"{label}.jsonl", [{"run_id": "r", "model_label": label, "model": label, "item_id": f"i{i}",
+                                               "epoch": e, "score": 1.0, "output_text": f"answer {i}.{e}",
+                                               "error": None} for i in range(8) for e in (1, 2, 3)])
+    done = run(["readiness", str(run_dir), "--label", "base"])
+    assert done.returncode == 0 and "Readiness (base): NOT READY" in done.stdout, done.stdout
+    printed = [line for line in done.stdout.splitlines() if line.startswith("base_mean")]
+    data = ViewData([run_dir])
+    brief = json.loads(json.dumps(data.runs_page()))["readiness"]
+    assert brief["verdict"] == "not_ready" and brief["shown"] == "NOT READY"
+    page = json.loads(json.dumps(data.readiness_page("base")))
+    assert page["report"]["verdict"] == "not_ready" and page["shown"]["verdict"] == "NOT READY"
+    statuses = dict(zip([c["name"] for c in page["report"]["checks"]], page["shown"]["statuses"], strict=True))
+    assert statuses["base_mean"] == "not ready" and len(printed) == 1 and " not ready " in printed[0]
+    assert "not_ready" not in page["shown"]["statuses"]
