@@ -64,6 +64,7 @@ def test_readiness_and_probe_pages(tmp_path):
     assert "Grader probes" in probes.read_text() and "fill_all" in probes.read_text()
 
 
+@pytest.mark.slow
 def test_a_run_of_grading_errors_only_prints_no_python_none(tmp_path):
     """Tried as a new user: readiness on a run whose every grade was an error printed "expected at G=8: n/a (None)":
     no estimate has no method to name."""
