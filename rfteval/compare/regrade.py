@@ -65,6 +65,29 @@ def regrade_grader_path(value: str | Path, a_path: str | Path) -> Path:
     return grader
 
 
+def agree_inputs(a: str | Path, b: str | Path | None = None, grader: str | Path | None = None,
+                 dataset: str | Path | None = None) -> list[Path]:
+    """Every file `agree` reads, which none of its outputs (--out, --judge-cache, --html) may be: the paths given, a
+    run directory's record files, and the dataset and grader its spec names (what --regrade reads without
+    --dataset). A run directory's judge cache is not among them: --regrade appends to it by default. Checking only
+    the paths as given let `--out RUN/base.jsonl` overwrite A's records and `--judge-cache` append to the dataset
+    the run's spec names."""
+    out: list[Path] = []
+    for given in (a, b):
+        if given is None:
+            continue
+        p = Path(given)
+        out.append(p)
+        if p.is_dir():
+            out += [f for pattern in ("*.jsonl", "*.parquet") for f in sorted(p.glob(pattern))
+                    if f.stem not in rundir.NOT_RECORDS]
+        source = p if p.is_dir() else p.parent
+        if (source / rundir.RESOLVED_SPEC).is_file():
+            out += [f for f in rundir.spec_paths(source) if f is not None]
+    out += [Path(f) for f in (grader, dataset) if f is not None]
+    return out
+
+
 def load_regrade_grader(path: str | Path, warn: Callable[[str], None] | None = None, *,
                         allow_without_sample: bool = False, judge_model: str | None = None) -> GraderConfig:
     """The --regrade grader, loaded and linted (graders/lint.py) as every grading command's is; the lint's
@@ -155,8 +178,8 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *, co
     if spec.out is not None:
         from rfteval.data.outfile import write_output
 
-        write_output(spec.out, lambda tmp: write_jsonl(records, tmp), inputs=[a.path, dataset, spec.grader],
-                     flag="--out")
+        write_output(spec.out, lambda tmp: write_jsonl(records, tmp),
+                     inputs=agree_inputs(a.path, None, spec.grader, dataset), flag="--out")
     side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
     side.grader = f"{spec.grader}, judge {spec.judge.model}" if spec.judge.model else str(spec.grader)
     side.score_range = config.score_range()[:2]

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
 
 T = TypeVar("T")
+# the note a report whose every grade is an error carries: `validate grader`, which runs the reference probe alone,
+# says it in its own words ("inconclusive: ...") and leaves this one out
+ALL_ERRORS_NOTE = "every probe ended in a grading error"
 
 
 class BatchGrader(Protocol):
@@ -730,7 +733,7 @@ def run_probes(
                 r.status = "flag"
     if graded and all(g.error is not None for g in graded):
         kinds = Counter(g.error.type for g in graded if g.error is not None)
-        notes.append(f"every probe ended in a grading error: the probes are inconclusive ({len(graded)} grading "
+        notes.append(f"{ALL_ERRORS_NOTE}: the probes are inconclusive ({len(graded)} grading "
                      f"errors: {', '.join(f'{k} ×{v}' for k, v in kinds.most_common())})")
     return ProbeReport(
         grader_name=getattr(config, "name", None), grader_type=getattr(config, "type", None), score_min=low,

@@ -74,7 +74,10 @@ def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOption
         lines.append(f"  below the maximum: item {item_id}: score {score:.4f}")
     if len(below) > 10:
         lines.append(f"  ... and {len(below) - 10} more")
-    lines += [f"note: {n}" for n in report.notes]
+    from rfteval.readiness.probes import ALL_ERRORS_NOTE
+
+    # the inconclusive line above says it: one probe ran, and it is not a probe to a user of validate grader
+    lines += [f"note: {n}" for n in report.notes if not n.startswith(ALL_ERRORS_NOTE)]
     summary: ReferenceSummary = {"items": len(dataset), "checked": probe.n_graded, "scored": scored, "at_max": at_max,
                                  "max": top, "share_at_max": at_max / scored if scored else None,
                                  "below_max": [{"item_id": i, "score": s} for i, s in below.items()],

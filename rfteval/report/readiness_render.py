@@ -55,7 +55,7 @@ def summary_lines(report: ReadinessReport) -> list[str]:
         + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
         (f"  zero-signal items {pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
         f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))}); expected at G={report.group_size}: "
-        f"{pct(ez.get('share'))} ({_esc(ez.get('method'))})"
+        f"{pct(ez.get('share'))}" + (f" ({_esc(ez.get('method'))})" if ez.get("method") else "")  # none: no estimate
         + (f"; {zv['errors']} item(s) of grading errors only, left out" if zv.get("errors") else "")),
         (f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
         f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}"),

@@ -451,7 +451,11 @@ class ViewData:
         if found.report is None:
             return {"verdict": None, "why": found.failed or f"{found.skipped_records} records: open the Readiness "
                                                             "page to assess them"}
-        return {"verdict": found.report.verdict, "reasons": [c.message for c in found.report.reasons]}
+        from rfteval.report.readiness_render import VERDICT_TEXT
+
+        # the verdict's word as `rfteval readiness` prints it (NOT READY), beside its key (not_ready)
+        return {"verdict": found.report.verdict, "shown": VERDICT_TEXT[found.report.verdict],
+                "reasons": [c.message for c in found.report.reasons]}
 
     def _summary(self, a: str, b: str) -> tuple[JSONObject, list[JSONObject]]:
         """The pair's `compare --format json` without its items, and the summary table's rows (computed once)."""
@@ -665,10 +669,16 @@ class ViewData:
                                                   dataset=self.options.dataset, columns=SIGNAL_COLUMNS)).report
         except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
             raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
+        from rfteval.report.readiness_render import VERDICT_TEXT
+
         out = report.to_dict()
         items = sorted(report.items, key=lambda it: (-(it.sd or 0.0), it.item_id))
         out.pop("items", None)
+        # the verdict and each check's status in the terminal's words (NOT READY, not ready), not their keys
+        shown = {"verdict": VERDICT_TEXT[report.verdict],
+                 "statuses": [c.status.replace("_", " ") for c in report.checks]}
         return {"page": "readiness", "label": label, "labels": self.labels, "report": out, "left_out": LEFT_OUT,
+                "shown": shown,
                 "items": [json_safe({"item_id": it.item_id, "k": it.k, "mean": it.mean, "sd": it.sd,
                                      "kind": it.kind, "grade_errors": it.n_grade_errors}) for it in items[:MAX_PAGE]],
                 "total": len(items)}
@@ -850,7 +860,8 @@ def _agree_shown(result: AgreeResult) -> JSONObject:
 
     gate = result.gate
     gated = bool(gate["checks"])
-    lines = agree_render.gate_lines(result) if gated else agree_render.verdict_lines(result)
+    # the terminal's order: the verdict per candidate, then each gate check (a gate once hid the verdict)
+    lines = agree_render.verdict_lines(result) + agree_render.gate_lines(result)
     if not lines:
         labels = sorted({str(x) for x in result.paired["model_label"]}) if "model_label" in result.paired else []
         lines = [f"no verdict to compare: the records hold one model ({', '.join(labels) or 'none'}); a verdict "

@@ -326,6 +326,12 @@ def test_html_path_problems_are_one_line_before_any_work(run_dir: Path, tmp_path
     before = target.read_text()
     res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(target)])
     assert res.exit_code == 2 and "is also an input" in res.stderr and target.read_text() == before
+    # the run's results.parquet is its records too (the viewer reads it first): a new user's --html over it was
+    # written, leaving the run directory with an HTML page for its records
+    parquet = run_dir / "results.parquet"
+    before_bytes = parquet.read_bytes()
+    res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(parquet)])
+    assert res.exit_code == 2 and "is also an input" in res.stderr and parquet.read_bytes() == before_bytes
 
 
 def test_one_format_vocabulary(run_dir: Path):

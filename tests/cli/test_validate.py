@@ -354,6 +354,7 @@ def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_pa
     assert "inconclusive: 4 grading errors (model_grader_truncated_error ×4): no reference answer was scored" \
         in res.stdout
     assert "at the maximum" not in res.stdout and "inconclusive" in res.stderr
+    assert "probe" not in res.output  # once "note: every probe ended in a grading error", after the line above
     # one reference cut off: the other three decide, and the one is counted, not "below the maximum"
     fake_openai.responder = lambda req: (Reply(text=CUT, finish_reason="length") if "r0" in req.last_user_text()
                                          else json.dumps({"steps": [], "result": 1.0}))

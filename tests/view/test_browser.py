@@ -127,9 +127,9 @@ def test_chipstack_compare_filter_search_item_and_keyboard(browser, chip):
         p.page.wait_for_selector("#count")
         assert "6 of 24" in p.page.inner_text("#count")
         p.goto(url + "runs")
-        assert "0.764" in p.page.inner_text("#models") and "verdict: ready" in p.main()
+        assert "0.764" in p.page.inner_text("#models") and "verdict: READY" in p.main()
         p.goto(url + "readiness")
-        assert "verdict: ready" in p.main() and p.page.locator("#readiness-items tr").count() > 20
+        assert "verdict: READY" in p.main() and p.page.locator("#readiness-items tr").count() > 20
         p.goto(url + "series")
         assert "Per item" in p.main()
         assert p.page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")

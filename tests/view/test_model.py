@@ -436,8 +436,12 @@ def test_agree_page_shows_the_gates_verdict_when_given_thresholds(tmp_path):
     assert done.returncode == 1, done.stderr  # B's grading errors are past --max-error-rate: the gate fails
     options = ViewOptions(agree=(a, b), agree_options=AgreeOptions(gate=AgreeGate(min_kappa=0.6, max_bias=0.05)))
     verdict = ViewData([a], options).agree_page()["shown"]["verdict"]  # type: ignore[index]
-    gates = [line for line in _printed(done.stdout) if line.startswith("gate ")]
-    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == gates and len(gates) == 3
+    printed = _printed(done.stdout)
+    gates = [line for line in printed if line.startswith("gate ")]
+    # the verdict per candidate stays beside the gate, as the terminal prints both (the page once dropped it)
+    verdicts = [line for line in printed if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and len(gates) == 3
+    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == verdicts + gates
     assert verdict["failures"] == [line.removeprefix("rfteval: ") for line in done.stderr.splitlines()
                                    if "gate failed" in line]
 
@@ -823,3 +827,27 @@ def test_compare_rows_count_rollouts_as_compare_counts_records(tmp_path):
         (2.0, 5.0, 3.0, 3.0)
     assert row["baseline"]["tool_errors"] == 1 and row["candidate"]["tool_error_types"] == {"KeyError": 1}
     assert row["baseline"]["stop_reasons"] == {"length": 1}
+
+
+@pytest.mark.slow
+def test_readiness_verdict_and_statuses_are_the_terminals_words_not_their_keys(tmp_path):
+    """Tried as a new user: a run whose base scored the maximum everywhere showed "verdict: not_ready" on the Runs
+    and Readiness pages (and "not_ready" as a check's status) where `rfteval readiness` prints NOT READY and
+    "not ready". The pages carry the terminal's words beside the keys."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for label in ("base", "tuned"):
+        _records(run_dir / f"{label}.jsonl", [{"run_id": "r", "model_label": label, "model": label, "item_id": f"i{i}",
+                                               "epoch": e, "score": 1.0, "output_text": f"answer {i}.{e}",
+                                               "error": None} for i in range(8) for e in (1, 2, 3)])
+    done = run(["readiness", str(run_dir), "--label", "base"])
+    assert done.returncode == 0 and "Readiness (base): NOT READY" in done.stdout, done.stdout
+    printed = [line for line in done.stdout.splitlines() if line.startswith("base_mean")]
+    data = ViewData([run_dir])
+    brief = json.loads(json.dumps(data.runs_page()))["readiness"]
+    assert brief["verdict"] == "not_ready" and brief["shown"] == "NOT READY"
+    page = json.loads(json.dumps(data.readiness_page("base")))
+    assert page["report"]["verdict"] == "not_ready" and page["shown"]["verdict"] == "NOT READY"
+    statuses = dict(zip([c["name"] for c in page["report"]["checks"]], page["shown"]["statuses"], strict=True))
+    assert statuses["base_mean"] == "not ready" and len(printed) == 1 and " not ready " in printed[0]
+    assert "not_ready" not in page["shown"]["statuses"]

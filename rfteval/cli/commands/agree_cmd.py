@@ -81,7 +81,7 @@ def agree(
     """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
     from rfteval.compare.agree import AgreeOptions, agree_paths
     from rfteval.compare.gate_types import AgreeGate
-    from rfteval.compare.regrade import Regrade, load_regrade_grader, regrade_grader_path
+    from rfteval.compare.regrade import Regrade, agree_inputs, load_regrade_grader, regrade_grader_path
     from rfteval.data.outfile import check_output, write_output
     from rfteval.report.agree_render import render_terminal, write_html
 
@@ -92,7 +92,7 @@ def agree(
                            gate=AgreeGate(min_kappa, max_bias, require_same_verdict, max_error_rate))
     if regrade is not None:
         regrade = regrade_grader_path(regrade, a)
-    inputs = [p for p in (a, b, regrade, dataset) if p is not None]
+    inputs = agree_inputs(a, b, regrade, dataset)
     for flag, path in (("--html", html), ("--out", out), ("--judge-cache", judge_cache)):  # cache: appended to
         if path is not None:
             check_output(path, inputs, flag)

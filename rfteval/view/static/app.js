@@ -216,7 +216,7 @@ async function runsPage() {
   const parts = [h("h1", {}, "Runs"), h("table", {id: "models"}, h("thead", {}, head), h("tbody", {}, rows))];
   const r = d.readiness || {};
   parts.push(h("h2", {}, "Readiness of " + d.baseline),
-    h("p", {id: "readiness-verdict"}, r.verdict ? ["verdict: ", h("strong", {}, r.verdict), " \u2014 ", (r.reasons || []).join("; ")]
+    h("p", {id: "readiness-verdict"}, r.verdict ? ["verdict: ", h("strong", {}, r.shown || r.verdict), " \u2014 ", (r.reasons || []).join("; ")]
       : "not assessed: " + (r.why || ""), " ", h("a", {href: link("/readiness", {label: d.baseline})}, "details")));
   if ((d.agree_links || []).length && (!BUNDLE || BUNDLE.agree)) {
     parts.push(h("h2", {}, "Two graders' grades of the same samples"),
@@ -590,10 +590,10 @@ async function readinessPage(p) {
   const kinds = h("select", {onchange: ev => go("/readiness", {label: d.label, kind: ev.target.value})},
     [["", "every item"], ["floor", "all at the minimum (zero signal)"], ["ceiling", "all at the maximum (zero signal)"], ["mixed", "mixed"]]
       .map(([v, t]) => h("option", {value: v, selected: v === only}, t)));
-  setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, r.verdict)),
+  setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, d.shown ? d.shown.verdict : r.verdict)),
     h("p", {id: "left-out"}, d.left_out || ""),
     h("table", {id: "checks"}, h("tr", {}, ["check", "status", "value", "threshold", "why"].map(t => h("th", {}, t))),
-      r.checks.map(c => h("tr", {}, td(c.name), td(c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
+      r.checks.map((c, i) => h("tr", {}, td(c.name), td(d.shown ? d.shown.statuses[i] : c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
     h("h2", {}, "Items by score spread (" + items.length + " shown of " + d.total + ")"), h("p", {}, kinds),
     h("table", {id: "readiness-items"}, h("tr", {}, ["item", "samples", "mean", "sd", "kind"].map(t => h("th", {}, t))),
       items.map(it => h("tr", {}, td(h("a", {href: link("/item", {id: it.item_id})}, shown(it.item_id))), td(it.k, "num"), td(num(it.mean), "num"), td(num(it.sd), "num"), td(it.kind || "")))));
