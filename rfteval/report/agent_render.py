@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from rfteval.compare.comparison import CompareResult
 
 SHOWN = "cyan"  # the terminal's colour of a row the test shows (never green or red: neither way is "better")
+CSS = ".shown{color:#1f5f99;font-weight:600}"  # HTML's; with the section, so a page without one is as it was
 DIGITS = {"turns": 2, "tool_calls": 2, "tool_error_share": 3, "tokens": 0, "cost_usd": 6, "latency_s": 2}
 
 
@@ -191,7 +192,7 @@ def agent_html(result: CompareResult) -> str:
     stops = "".join(tr(stop_cells(k, r), (3, 6), shown(r["verdict"])) for k, r in agent["stop_reasons"].items())
     split = "".join(tr(cells, (), False) for cells in split_cells(result, agent))
     lines = "".join(f"<li>{escape(line)}</li>" for line in agent_lines(result, agent))
-    return (f"<h2>{escape(heading(result, agent))}</h2>\n"
+    return (f"<style>{CSS}</style>\n<h2>{escape(heading(result, agent))}</h2>\n"
             f'<table id="agent-effort"><thead><tr><th></th><th>items</th><th>{b}</th><th>{c}</th><th>delta</th>'
             f"<th>{level}</th><th>p adj.</th><th></th></tr></thead><tbody>{effort}</tbody></table>\n"
             f'<table id="agent-stops"><thead><tr><th>stop reason</th><th>{b}</th><th>{c}</th><th>delta</th>'

@@ -220,7 +220,7 @@ table{border-collapse:collapse;margin:8px 0}th,td{padding:4px 10px;border-bottom
 th:first-child,td:first-child{text-align:left}thead th{border-bottom:2px solid #999}
 .gate{padding:10px 14px;border-radius:6px;margin:12px 0;font-weight:600}
 .pass{background:#e7f5ec;color:#1d6b3c}.fail{background:#fbeaea;color:#9b2222}
-.better{color:#1d6b3c}.worse{color:#9b2222}.shown{color:#1f5f99;font-weight:600}
+.better{color:#1d6b3c}.worse{color:#9b2222}
 figure{display:inline-block;margin:8px 16px 8px 0;vertical-align:top}figcaption{color:#555;max-width:720px}
 svg text{font-size:11px;fill:#333}.muted{color:#666}ul{margin:6px 0}
 table.samples{table-layout:fixed;width:100%}table.samples td{text-align:left;vertical-align:top;width:50%}

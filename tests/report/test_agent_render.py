@@ -70,7 +70,7 @@ def test_markdown_bolds_shown_rows_only(result: CompareResult) -> None:
     assert "<b>" not in page  # the hostile label is escaped
 
 
-def test_html_tables_escaped_and_marked(result: CompareResult) -> None:
+def test_html_tables_escaped_and_marked(result: CompareResult, tmp_path: Path) -> None:
     fragment = agent_html(result)
     for table in ("agent-effort", "agent-stops", "agent-score"):
         assert f'<table id="{table}">' in fragment
@@ -80,7 +80,7 @@ def test_html_tables_escaped_and_marked(result: CompareResult) -> None:
     assert 'class="shown"' in turns and 'class="shown"' not in latency
     page = render_html(result, top=5)
     assert page.index('id="summary"') < page.index('id="agent-effort"') < page.index('id="facts"')
-    assert ".shown{" in page
+    assert ".shown{" in page and ".shown{" not in render_html(compare_paths(*write_pair(tmp_path)))
 
 
 def test_junit_properties_and_the_gate_case(result: CompareResult) -> None:
