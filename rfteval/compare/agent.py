@@ -111,34 +111,33 @@ class AgentComparison(TypedDict):
     notes: list[str]
 
 
-def compare_agents(base: Side, cand: Side, used_b: pd.DataFrame, used_c: pd.DataFrame, items: Sequence[str],
+def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarray, items: Sequence[str] | pd.Index,
                    o: Options) -> AgentComparison | None:
     """The agent comparison of two sides over the compared `items`, or None unless both are agent runs with
-    rollouts among them. `used_b`/`used_c`: the records that enter the score's means (the error policy's), whose
-    scores the split averages."""
+    rollouts among them. `used_b`/`used_c`: which of each side's records enter the score's means (the error
+    policy's), a mask over its frame's rows: the split averages their scores."""
     import numpy as np
     import pandas as pd
 
     if not (base.agent and cand.agent):
         return None
-    wanted = pd.Index(items)
-    roll = [_rollouts(side.frame, wanted) for side in (base, cand)]
-    if any(r.empty for r in roll):
+    index = items if isinstance(items, pd.Index) else pd.Index(items)
+    sides = [_Rollouts(side.frame, index, used) for side, used in ((base, used_b), (cand, used_c))]
+    if any(not s.rows.size for s in sides):
         return None
     notes: list[str] = []
-    per_item: dict[str, list[pd.Series]] = {key: [] for key in ROWS}
+    per_item: dict[str, list[np.ndarray]] = {key: [] for key in ROWS}
     unpriced: list[str] = []
-    for side, r in zip((base, cand), roll):
-        ids = r["item_id"].to_numpy()
-        per_item["turns"].append(item_means(ids, r["turns"].to_numpy(dtype=np.float64)))
-        per_item["tool_calls"].append(item_means(ids, r["tool_calls"].to_numpy(dtype=np.float64)))
-        per_item["tool_error_share"].append(_error_shares(r))
-        tokens = r["input_tokens"].to_numpy(dtype=np.float64) + r["output_tokens"].to_numpy(dtype=np.float64)
-        per_item["tokens"].append(item_means(ids, tokens))
-        cost, missing = _costs(r, side.pricing)
+    for side, s in zip((base, cand), sides):
+        calls = s.values("tool_calls")
+        errors = np.nan_to_num(s.values("tool_errors"))  # a rollout with no tool_errors had none
+        tokens_in, tokens_out = s.values("input_tokens"), s.values("output_tokens")
+        cost, missing = s.costs(tokens_in, tokens_out, side.pricing)
         unpriced += missing
-        per_item["cost_usd"].append(item_means(ids, cost))
-        per_item["latency_s"].append(item_means(ids, r["latency_s"].to_numpy(dtype=np.float64)))
+        for key, values in (("turns", s.values("turns")), ("tool_calls", calls), ("tokens", tokens_in + tokens_out),
+                            ("cost_usd", cost), ("latency_s", s.values("latency_s"))):
+            per_item[key].append(s.means(values))
+        per_item["tool_error_share"].append(s.ratio(errors, calls))
     rows: dict[str, AgentRow] = {}
     for key in ROWS:
         b, c = per_item[key]
@@ -153,18 +152,18 @@ def compare_agents(base: Side, cand: Side, used_b: pd.DataFrame, used_c: pd.Data
         notes.append("cost: input and output tokens at the run directory's [pricing] prices, else rfteval's "
                      "defaults (standard tier: a Batch API discount is not applied)")
     _adjust(list(rows.values()))
-    stops = _stop_shares(roll, o)
+    stops = _stop_shares(sides, o)
     _adjust(list(stops.values()))
-    split = {role: _score_split(used, r, o) for role, used, r in zip(ROLES, (used_b, used_c), roll)}
+    split = {role: _score_split(s, o) for role, s in zip(ROLES, sides)}
     finished = stops.get(FINISHED)
     if finished is not None and finished["verdict"] in WORDS.values():
         notes.append(f"the candidate's rollouts finish on their own ({FINISHED}) in {finished['candidate']:.1%} "
                      f"against {finished['baseline']:.1%} for the baseline, a change the test shows "
                      f"({finished['verdict']}): part of a score change may come from stopping differently (see the "
                      "score by how rollouts ended)")
-    return {"rollouts": {role: int(len(r)) for role, r in zip(ROLES, roll)}, "rows": rows, "stop_reasons": stops,
-            "score_by_stop": split, "tool_errors": {role: _error_types(r) for role, r in zip(ROLES, roll)},
-            "notes": notes}
+    return {"rollouts": {role: int(s.rows.size) for role, s in zip(ROLES, sides)}, "rows": rows,
+            "stop_reasons": stops, "score_by_stop": split,
+            "tool_errors": {role: s.error_types() for role, s in zip(ROLES, sides)}, "notes": notes}
 
 
 def stop_share(agent: AgentComparison | None, reason: str, role: str = "candidate") -> tuple[float, int] | None:
@@ -179,69 +178,108 @@ def stop_share(agent: AgentComparison | None, reason: str, role: str = "candidat
     return float(found["candidate"] if role == "candidate" else found["baseline"]), total
 
 
-def _rollouts(frame: pd.DataFrame, items: pd.Index) -> pd.DataFrame:
+class _Rollouts:
     """A side's rollouts of the compared items: its records with a rollout (turns or a stop reason), less generation
-    failures (the endpoint never answered: no rollout to measure, as no answer to score)."""
-    has = frame["turns"].notna() | frame["stop_reason"].notna()
-    return frame[has & ~frame["is_generation_failure"] & frame["item_id"].isin(items)]
+    failures (the endpoint never answered: no rollout to measure, as no answer to score). Held as row numbers of the
+    side's frame (no copy of it) and each one's position among the compared items, found once; every per-item
+    figure is then a weighted count."""
+
+    def __init__(self, frame: pd.DataFrame, index: pd.Index, used: np.ndarray):
+        import numpy as np
+        import pandas as pd
+
+        codes, uniques = pd.factorize(frame["item_id"])
+        where = np.asarray(index.get_indexer(uniques))
+        pos = np.where(codes >= 0, where[codes], -1)
+        stop_codes, reasons = pd.factorize(frame["stop_reason"])
+        has = (frame["turns"].notna().to_numpy() | (stop_codes >= 0)) & ~frame["is_generation_failure"].to_numpy()
+        self.frame = frame
+        self.rows = np.flatnonzero(has & (pos >= 0))
+        self.pos = pos[self.rows]
+        self.stop = stop_codes[self.rows]  # -1: no stop reason
+        self.reasons = [str(r) for r in reasons]
+        self.used = np.asarray(used, dtype=bool)[self.rows]
+        self.n = len(index)
+
+    def values(self, name: str) -> np.ndarray:
+        import numpy as np
+
+        return self.frame[name].to_numpy(dtype=np.float64)[self.rows]
+
+    def means(self, values: np.ndarray, where: np.ndarray | None = None) -> np.ndarray:
+        """Per compared item, the mean over its rollouts that have the value (and `where`); NaN for an item with
+        none (as stats.item_stats computes a mean)."""
+        import numpy as np
+
+        ok = np.isfinite(values) if where is None else np.isfinite(values) & where
+        counts = np.bincount(self.pos[ok], minlength=self.n)
+        sums = np.bincount(self.pos[ok], weights=values[ok], minlength=self.n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / counts, np.nan)
+
+    def ratio(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+        """Per compared item, Σ num / Σ den over its rollouts that have both; NaN where Σ den is 0."""
+        import numpy as np
+
+        ok = np.isfinite(num) & np.isfinite(den)
+        top = np.bincount(self.pos[ok], weights=num[ok], minlength=self.n)
+        bottom = np.bincount(self.pos[ok], weights=den[ok], minlength=self.n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(bottom > 0, top / bottom, np.nan)
+
+    def costs(self, tokens_in: np.ndarray, tokens_out: np.ndarray,
+              pricing: Mapping[str, Mapping[str, float]] | None) -> tuple[np.ndarray, list[str]]:
+        """Each rollout's cost in USD at its model's price (the run's [pricing], else the defaults), NaN without
+        one; and the models with no price."""
+        import numpy as np
+        import pandas as pd
+
+        from rfteval.providers.pricing import find_price, price_table
+
+        table = price_table(pricing)
+        codes, models = pd.factorize(self.frame["model"].iloc[self.rows])
+        p_in, p_out, missing = np.full(len(models) + 1, np.nan), np.full(len(models) + 1, np.nan), []
+        for k, model in enumerate(str(m) for m in models):
+            price = find_price(model, table)
+            if price is None:
+                missing.append(model)
+            else:
+                p_in[k], p_out[k] = price[0], price[1]
+        return (tokens_in * p_in[codes] + tokens_out * p_out[codes]) / 1_000_000, missing  # code -1: the NaN
+
+    def error_types(self) -> dict[str, int]:
+        """The tool errors of these rollouts by type."""
+        import numpy as np
+
+        out = {}
+        for name in sorted(c for c in self.frame.columns if c.startswith(TOOL_ERROR)):
+            total = int(np.nansum(self.frame[name].to_numpy(dtype=np.float64)[self.rows]))
+            if total:
+                out[name[len(TOOL_ERROR):]] = total
+        return out
 
 
-def item_means(ids: np.ndarray, values: np.ndarray) -> pd.Series:
-    """Each item's mean over its rollouts that have the value (NaN: unknown, left out), by item_id."""
+def item_means(ids: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each item's mean over its records that have the value, the items in order of first appearance (two sides
+    listing the same items in the same order are then aligned for effort_row)."""
     import numpy as np
     import pandas as pd
 
-    ok = np.isfinite(values)
-    if not ok.any():
-        return pd.Series([], dtype=np.float64)
-    st = stats.item_stats(pd.DataFrame({"item_id": ids[ok], "score": values[ok]}))
-    return pd.Series(st["mean"].to_numpy(), index=st["item_id"].to_numpy())
+    index = pd.Index(pd.unique(ids))
+    frame = pd.DataFrame({"item_id": ids, "turns": values, "stop_reason": None, "is_generation_failure": False})
+    return _Rollouts(frame, index, np.ones(len(ids), dtype=bool)).means(values)
 
 
-def _error_shares(r: pd.DataFrame) -> pd.Series:
-    """Per item: its rollouts' tool errors over their tool calls; items without a call have no share."""
+def effort_row(b: np.ndarray, c: np.ndarray, o: Options, bounds: tuple[float, float]) -> AgentRow | None:
+    """Both sides' per-item values (aligned by item, NaN where a side has none) paired over the items both have:
+    the score's statistics (stats.paired), intervals cut to what the quantity can take (a count, a cost: >= 0; a
+    share: [0, 1])."""
     import numpy as np
 
-    calls = r["tool_calls"].to_numpy(dtype=np.float64)
-    errors = np.nan_to_num(r["tool_errors"].to_numpy(dtype=np.float64))  # a rollout with no tool_errors had none
-    ok = np.isfinite(calls)
-    sums = r[ok].assign(c=calls[ok], e=errors[ok]).groupby("item_id", sort=False)[["c", "e"]].sum()
-    sums = sums[sums["c"] > 0]
-    return (sums["e"] / sums["c"]).astype(np.float64)
-
-
-def _costs(r: pd.DataFrame, pricing: Mapping[str, Mapping[str, float]] | None) -> tuple[np.ndarray, list[str]]:
-    """Each rollout's cost in USD at its model's price (the run's [pricing], else the defaults), NaN without one;
-    and the models with no price."""
-    import numpy as np
-
-    from rfteval.providers.pricing import find_price, price_table
-
-    table = price_table(pricing)
-    out = np.full(len(r), np.nan)
-    models = r["model"].to_numpy(dtype=object)
-    tokens_in = r["input_tokens"].to_numpy(dtype=np.float64)
-    tokens_out = r["output_tokens"].to_numpy(dtype=np.float64)
-    missing = []
-    for model in dict.fromkeys(m for m in models.tolist() if isinstance(m, str)):
-        price = find_price(model, table)
-        if price is None:
-            missing.append(model)
-            continue
-        sel = models == model
-        out[sel] = (tokens_in[sel] * price[0] + tokens_out[sel] * price[1]) / 1_000_000
-    return out, missing
-
-
-def effort_row(b: pd.Series, c: pd.Series, o: Options, bounds: tuple[float, float]) -> AgentRow | None:
-    """Both sides' per-item means paired by item: the score's statistics (stats.paired), intervals cut to what the
-    quantity can take (a count, a cost: >= 0; a share: [0, 1])."""
-    import numpy as np
-
-    j = b.rename("b").to_frame().join(c.rename("c"), how="inner")
-    if j.empty:
+    both = np.isfinite(b) & np.isfinite(c)
+    if not both.any():
         return None
-    bv, cv = j["b"].to_numpy(dtype=np.float64), j["c"].to_numpy(dtype=np.float64)
+    bv, cv = b[both], c[both]
     span = bounds[1] - bounds[0]
     delta = stats.paired_delta(bv, cv, o.tie, o.level, o.seed, o.ci_method)
     delta["ci95"] = list(stats.clip_interval(delta["ci95"][0], delta["ci95"][1], (-span, span)))
@@ -251,7 +289,7 @@ def effort_row(b: pd.Series, c: pd.Series, o: Options, bounds: tuple[float, floa
         s = stats.side_summary(values, o.level, o.ci_method, o.seed)
         means.append({"mean": s["mean"], "ci95": list(stats.clip_interval(s["ci95"][0], s["ci95"][1], bounds)),
                       "se": s["se"]})
-    return {"items": int(len(j)), "baseline": means[0], "candidate": means[1], "delta": delta, "verdict": ""}
+    return {"items": int(both.sum()), "baseline": means[0], "candidate": means[1], "delta": delta, "verdict": ""}
 
 
 def _adjust(rows: Sequence[AgentRow] | Sequence[StopShare]) -> None:
@@ -263,47 +301,43 @@ def _adjust(rows: Sequence[AgentRow] | Sequence[StopShare]) -> None:
         row["verdict"] = WORDS.get(word, word)
 
 
-def _stop_shares(roll: Sequence[pd.DataFrame], o: Options) -> dict[str, StopShare]:
+def _stop_shares(sides: Sequence[_Rollouts], o: Options) -> dict[str, StopShare]:
     import numpy as np
 
-    ended = [r[r["stop_reason"].notna()] for r in roll]
-    seen = set().union(*(set(e["stop_reason"].astype(str)) for e in ended))
-    reasons = [s for s in STOP_REASONS if s in seen] + sorted(seen - set(STOP_REASONS))
+    seen = {s.reasons[k] for s in sides for k in np.unique(s.stop[s.stop >= 0]).tolist()}
+    names = [r for r in STOP_REASONS if r in seen] + sorted(seen - set(STOP_REASONS))
+    ended = [s.stop >= 0 for s in sides]
     out: dict[str, StopShare] = {}
-    for reason in reasons:
-        hits = [(e["stop_reason"] == reason).to_numpy() for e in ended]
-        shares = [item_means(e["item_id"].to_numpy(), h.astype(np.float64)) for e, h in zip(ended, hits)]
+    for reason in names:
+        hits = [s.stop == (s.reasons.index(reason) if reason in s.reasons else -2) for s in sides]
+        shares = [s.means(h.astype(np.float64), e) for s, h, e in zip(sides, hits, ended)]
         row = effort_row(shares[0], shares[1], o, (0.0, 1.0))
         if row is None:
             continue
-        out[reason] = {"baseline": float(hits[0].mean()) if len(hits[0]) else 0.0,
-                       "candidate": float(hits[1].mean()) if len(hits[1]) else 0.0,
-                       "baseline_rollouts": int(hits[0].sum()), "candidate_rollouts": int(hits[1].sum()),
+        counts = [int(h.sum()) for h in hits]
+        out[reason] = {"baseline": counts[0] / max(int(ended[0].sum()), 1),
+                       "candidate": counts[1] / max(int(ended[1].sum()), 1),
+                       "baseline_rollouts": counts[0], "candidate_rollouts": counts[1],
                        "items": row["items"], "delta": row["delta"], "verdict": ""}
     return out
 
 
-def _score_split(used: pd.DataFrame, roll: pd.DataFrame, o: Options) -> ScoreSplit:
+def _score_split(side: _Rollouts, o: Options) -> ScoreSplit:
     """The mean score of a side's rollouts that finished on their own and of those a limit stopped, each over its
     items' means (the error policy's records: a generation failure is not among them, a grading error scores 0)."""
     import numpy as np
 
-    scored = used.loc[used.index.intersection(roll.index)]
-    scored = scored[scored["stop_reason"].notna() & np.isfinite(scored["score"].to_numpy(dtype=np.float64))]
-    finished = (scored["stop_reason"] == FINISHED).to_numpy()
+    scores = side.values("score")
+    scored = side.used & (side.stop >= 0) & np.isfinite(scores)
+    finished = side.stop == (side.reasons.index(FINISHED) if FINISHED in side.reasons else -2)
     out = {}
-    for name, sel in (("finished", finished), ("limited", ~finished)):
-        group = scored[sel]
-        means = item_means(group["item_id"].to_numpy(), group["score"].to_numpy(dtype=np.float64))
-        if len(means):
-            s = stats.side_summary(means.to_numpy(), o.level, o.ci_method, o.seed)
+    for name, sel in (("finished", scored & finished), ("limited", scored & ~finished)):
+        means = side.means(scores, sel)
+        means = means[np.isfinite(means)]
+        if means.size:
+            s = stats.side_summary(means, o.level, o.ci_method, o.seed)
             mean, ci = s["mean"], s["ci95"]
         else:
             mean, ci = float("nan"), [float("nan"), float("nan")]
-        out[name] = ScoreGroup(mean=mean, ci95=ci, items=int(len(means)), rollouts=int(sel.sum()))
+        out[name] = ScoreGroup(mean=mean, ci95=ci, items=int(means.size), rollouts=int(sel.sum()))
     return ScoreSplit(finished=out["finished"], limited=out["limited"])
-
-
-def _error_types(r: pd.DataFrame) -> dict[str, int]:
-    return {c[len(TOOL_ERROR):]: int(r[c].fillna(0).sum()) for c in sorted(r.columns) if c.startswith(TOOL_ERROR)
-            and r[c].fillna(0).sum() > 0}

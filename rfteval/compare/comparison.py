@@ -236,6 +236,17 @@ def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
     return frame
 
 
+def used_mask(frame: pd.DataFrame, o: CompareOptions) -> np.ndarray:
+    """used_records as a mask over the frame's rows, for a caller that need not copy them."""
+    import numpy as np
+
+    if o.exclude_errors:
+        return ~frame["is_error"].to_numpy(dtype=bool)
+    if o.errors == "exclude":
+        return ~frame["is_generation_failure"].to_numpy(dtype=bool)
+    return np.ones(len(frame), dtype=bool)
+
+
 # ---------------------------------------------------------------------------------------------- passing
 
 
@@ -819,8 +830,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
             notes.append(note)
         if metric.is_pass or pass_k is not None:  # the pass rule is in use: say when it is "only the maximum"
             notes += max_threshold_notes((base, cand), o)
-    agent = compare_agents(base, cand, used_records(base.frame, o), used_records(cand.frame, o),
-                           joined.index.tolist(), o)
+    agent = compare_agents(base, cand, used_mask(base.frame, o), used_mask(cand.frame, o), joined.index, o)
     if base.agent != cand.agent:
         one = base if base.agent else cand
         notes.append(f"only {one.label}'s records are an agent run's (turns, stop_reason): no agent comparison")

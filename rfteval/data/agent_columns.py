@@ -56,39 +56,148 @@ def arrow_schema_fields() -> list[tuple[str, pa.DataType]]:
             ("latency_s", pa.float64()), ("model", pa.string())]
 
 
-def agent_columns(frame: pd.DataFrame, table: pa.Table, tool_errors: pa.Table | None) -> None:
-    """An agent run's columns (AGENT_COLUMNS, tool_error:<type>) from its records' fields; a field the file lacks
-    is missing on every record."""
-    import numpy as np
+_NUMBERS = ("turns", "tool_calls", "input_tokens", "output_tokens", "latency_s")
+_TEXTS = ("stop_reason", "model")  # held as categories: a few distinct values over every record
+
+
+class _Columns:
+    """An agent run's columns for n records (AGENT_COLUMNS, tool_error:<type>), filled a batch of records at a time,
+    so no file's agent fields are ever all held as Arrow arrays at once; a field the file lacks is missing on every
+    record."""
+
+    def __init__(self, n: int):
+        import numpy as np
+
+        self.n = n
+        self.numbers = {name: np.full(n, np.nan) for name in _NUMBERS}
+        self.codes = {name: np.full(n, -1, dtype=np.int32) for name in _TEXTS}
+        self.names: dict[str, dict[str, int]] = {name: {} for name in _TEXTS}
+        self.errors = np.full(n, np.nan)
+        self.types: dict[str, np.ndarray] = {}
+
+    def add(self, batch: pa.RecordBatch | pa.Table, at: int) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        end, names = at + batch.num_rows, batch.schema.names
+        for name in ("turns", "tool_calls", "latency_s"):
+            if name in names:
+                self.numbers[name][at:end] = _floats(batch.column(name))
+        if "usage" in names:
+            usage = _array(batch.column("usage"))
+            known = {f.name for f in usage.type} if pa.types.is_struct(usage.type) else set()
+            for key in ("input_tokens", "output_tokens"):
+                if key in known:
+                    self.numbers[key][at:end] = _floats(pc.struct_field(usage, key))
+        for name in _TEXTS:
+            if name in names:
+                self._text(name, _array(batch.column(name)), at)
+
+    def _text(self, name: str, values: pa.Array, at: int) -> None:
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+        seen = self.names[name]
+        known = np.array([seen.setdefault(str(v), len(seen)) for v in encoded.dictionary.to_pylist()] + [-1],
+                         dtype=np.int32)
+        local = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        self.codes[name][at:at + len(values)] = known[local]  # -1 (missing) takes the list's last: -1
+
+    def add_errors(self, counts: Mapping[str, np.ndarray], valid: np.ndarray, at: int) -> None:
+        """A batch's tool errors: per type its count on each record (NaN where it has none of that type), and which
+        records have a tool_errors value at all."""
+        import numpy as np
+
+        end = at + len(valid)
+        total = np.where(valid, 0.0, np.nan)
+        for kind, values in counts.items():
+            column = self.types.setdefault(kind, np.full(self.n, np.nan))
+            column[at:end] = values
+            total = total + np.nan_to_num(values)
+        self.errors[at:end] = total
+
+    def add_struct_errors(self, table: pa.Table | None) -> None:
+        """The JSONL reader's tool errors: one struct per record, a field per type (tool_errors_by_line)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        s = _array(table.column("s")) if table is not None else None
+        if s is not None and pa.types.is_struct(s.type):
+            counts = {s.type.field(i).name: _floats(pc.struct_field(s, s.type.field(i).name))
+                      for i in range(s.type.num_fields)}
+            self.add_errors(counts, s.is_valid().to_numpy(zero_copy_only=False), 0)
+
+    def add_map_errors(self, m: pa.Array, at: int) -> None:
+        """A Parquet batch's tool errors: a map {type: count} per record."""
+        import numpy as np
+        import pyarrow as pa
+
+        if not pa.types.is_map(m.type):
+            return
+        offsets = m.offsets.to_numpy()
+        parents = np.repeat(np.arange(len(m)), np.diff(offsets))
+        keys = m.keys.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+        items = m.items.cast(pa.float64()).to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+        counts = {}
+        for kind in dict.fromkeys(keys.tolist()):
+            values = np.full(len(m), np.nan)
+            sel = keys == kind
+            values[parents[sel]] = items[sel]
+            counts[str(kind)] = values
+        self.add_errors(counts, m.is_valid().to_numpy(zero_copy_only=False), at)
+
+    def columns(self) -> dict[str, object]:
+        import pandas as pd
+
+        out: dict[str, object] = dict(self.numbers)
+        for name in _TEXTS:
+            out[name] = pd.Categorical.from_codes(self.codes[name], categories=list(self.names[name]))
+        out["tool_errors"] = self.errors
+        out.update({TOOL_ERROR + kind: values for kind, values in sorted(self.types.items())})
+        return out
+
+
+def _array(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    import pyarrow as pa
+
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+
+
+def _floats(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n = table.num_rows
+    return pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)  # null -> NaN
 
-    def col(name: str, typ: pa.DataType) -> pa.ChunkedArray:
-        return table.column(name) if name in table.column_names else pa.chunked_array([pa.nulls(n, typ)])
 
-    def numbers(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
-        return pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)  # null -> NaN
+def agent_columns(table: pa.Table, tool_errors: pa.Table | None) -> dict[str, object]:
+    """An agent run's columns from the JSONL reader's table (its lines cut before their transcripts) and its tool
+    errors (tool_errors_by_line), for the frame to be built with at once."""
+    out = _Columns(table.num_rows)
+    out.add(table, 0)
+    out.add_struct_errors(tool_errors)
+    return out.columns()
 
-    frame["turns"] = numbers(col("turns", pa.int64()))
-    frame["tool_calls"] = numbers(col("tool_calls", pa.int64()))
-    frame["stop_reason"] = col("stop_reason", pa.string()).to_pandas()
-    usage = col("usage", pa.struct([("input_tokens", pa.int64())])).combine_chunks()
-    known = {f.name for f in usage.type} if pa.types.is_struct(usage.type) else set()
-    for key in ("input_tokens", "output_tokens"):
-        frame[key] = numbers(pc.struct_field(usage, key)) if key in known else np.full(n, np.nan)
-    frame["latency_s"] = numbers(col("latency_s", pa.float64()))
-    frame["model"] = col("model", pa.string()).to_pandas()
-    total = np.full(n, np.nan)
-    s = tool_errors.column("s").combine_chunks() if tool_errors is not None else None
-    if s is not None and pa.types.is_struct(s.type):
-        total = np.where(s.is_valid().to_numpy(zero_copy_only=False), 0.0, np.nan)
-        for i in range(s.type.num_fields):
-            counts = numbers(pc.struct_field(s, s.type.field(i).name))
-            frame[TOOL_ERROR + s.type.field(i).name] = counts
-            total = total + np.nan_to_num(counts)
-    frame["tool_errors"] = total
+
+def parquet_agent_columns(path: Path, names: set[str]) -> dict[str, object]:
+    """An agent run's columns from a Parquet record file (`names`: its columns), read a batch of rows at a time
+    (the transcript column never among them), text columns kept dictionary-encoded as Parquet stores them."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path, read_dictionary=[n for n in _TEXTS if n in names])
+        out = _Columns(pf.metadata.num_rows)
+        at = 0
+        for batch in pf.iter_batches(batch_size=1 << 13, columns=[n for n in AGENT_READ if n in names]):
+            out.add(batch, at)
+            if "tool_errors" in batch.schema.names:
+                out.add_map_errors(batch.column("tool_errors"), at)
+            at += batch.num_rows
+    except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
+        raise InputError(f"not a readable Parquet file ({exc})", path) from None
+    return out.columns()
 
 
 def bad_count(frame: pd.DataFrame) -> tuple[str, int] | None:

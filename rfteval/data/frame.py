@@ -25,12 +25,12 @@ from rfteval.data import rundir
 from rfteval.data.agent_columns import (
     AGENT_FIELDS,
     AGENT_KEY,
-    AGENT_READ,
     HEAD,
     AgentRows,
     agent_columns,
     arrow_schema_fields,
     bad_count,
+    parquet_agent_columns,
     read_head,
     tool_errors_by_line,
     transcript_last,
@@ -256,8 +256,7 @@ def read_frame(path: Path, columns: Sequence[str] = (), *, require_grades: bool 
     return fast if fast is not None else _read_jsonl_slow(path, extra, require_grades)
 
 
-def _arrow_frame(table: pa.Table, subs: pa.Table | None, tool_errors: pa.Table | None = None,
-                 agent: bool = False) -> pd.DataFrame:
+def _arrow_frame(table: pa.Table, subs: pa.Table | None, agent: Mapping[str, object] | None = None) -> pd.DataFrame:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -284,6 +283,7 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None, tool_errors: pa.Table |
         data[f"error_{key}"] = (pc.struct_field(err, key).to_pandas() if key in err_fields
                                 else pd.Series([None] * table.num_rows, dtype=object))
     data["error_present"] = err.is_valid().to_numpy(zero_copy_only=False) if err is not None else False
+    data.update(agent or {})
     frame = pd.DataFrame(data)
     if subs is not None and subs.num_rows:
         s = subs.column("s").combine_chunks()
@@ -291,8 +291,6 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None, tool_errors: pa.Table |
             for i in range(s.type.num_fields):
                 name = s.type.field(i).name
                 frame[SUB + name] = pc.struct_field(s, name).cast(pa.float64()).to_numpy(zero_copy_only=False)
-    if agent:
-        agent_columns(frame, table, tool_errors)
     return _flag_errors(frame)
 
 
@@ -337,7 +335,7 @@ def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
         del data
         if table.num_rows == 0:
             return None
-        frame = _arrow_frame(table, subs, tool_errors, agent)
+        frame = _arrow_frame(table, subs, agent_columns(table, tool_errors) if agent else None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None  # e.g. integer ids or a text sub-score: the line-by-line reader handles or names it
     if (frame["item_id"].isna().any() or (frame["item_id"] == "").any()
@@ -450,21 +448,19 @@ def _map_struct(m: pa.Array) -> pa.Table | None:
         sel = flat_keys == key
         col[parents[sel]] = flat_vals[sel]
         fields[key] = pa.array(col, mask=np.isnan(col))
-    valid = m.is_valid()
-    return pa.table({"s": pa.StructArray.from_arrays(list(fields.values()), list(fields.keys()),
-                                                     mask=pc.invert(valid))})
+    return pa.table({"s": pa.StructArray.from_arrays(list(fields.values()), list(fields.keys()))})
 
 
-def _parquet_agent(path: Path) -> bool:
-    """Whether a Parquet record file is an agent run's (it has the agent fields' columns); a file whose schema does
-    not read is left to the reader, which names it."""
+def _parquet_agent(path: Path) -> set[str]:
+    """A Parquet record file's columns when it is an agent run's (it has the agent fields' columns), else none; a
+    file whose schema does not read is left to the reader, which names it."""
     import pyarrow.parquet as pq
 
     try:
         names = set(pq.read_schema(path).names)
     except Exception:  # noqa: BLE001 - the reader that follows says what is wrong with the file
-        return False
-    return bool(names & set(AGENT_FIELDS))
+        return set()
+    return names if names & set(AGENT_FIELDS) else set()
 
 
 def _read_parquet(path: Path, extra: Sequence[str] = (), require_grades: bool = True) -> pd.DataFrame:
@@ -472,20 +468,17 @@ def _read_parquet(path: Path, extra: Sequence[str] = (), require_grades: bool = 
     import pyarrow as pa
 
     agent = _parquet_agent(path)
-    wanted = (*_NEEDED, *extra, *(AGENT_READ if agent else ()))
-    table = read_parquet_records(path, columns=tuple(dict.fromkeys(wanted)))
+    table = read_parquet_records(path, columns=tuple(dict.fromkeys((*_NEEDED, *extra))))
     for key in ("item_id", "score"):
         if key not in table.column_names:
             raise InputError("missing column; not a record file?", path, field=key)
     subs = _map_struct(table.column("sub_scores").combine_chunks()) if "sub_scores" in table.column_names else None
-    tool_errors = (_map_struct(table.column("tool_errors").combine_chunks())
-                   if agent and "tool_errors" in table.column_names else None)
     try:
         table = table.set_column(table.column_names.index("item_id"), "item_id",
                                  table.column("item_id").cast(pa.string()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InputError(f"item_id column is not text ({exc})", path, field="item_id") from None
-    frame = _arrow_frame(table, subs, tool_errors, agent)
+    frame = _arrow_frame(table, subs, parquet_agent_columns(path, agent) if agent else None)
     for name in extra:
         frame[name] = (table.column(name).to_pandas() if name in table.column_names
                        else pd.Series([None] * table.num_rows, dtype=object))

@@ -86,14 +86,21 @@ def test_a_plain_run_has_no_agent_columns(tmp_path: Path) -> None:
 
 
 def test_parquet_never_reads_the_transcript(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every column read (the record's, then the agent fields' a batch at a time) is named, the transcript never."""
+    import pyarrow.parquet as pq
+
     from rfteval.data import frame as frame_mod
 
     path = write_agent(_records(), tmp_path / "m.parquet")
-    asked: list[tuple[str, ...]] = []
-    real = frame_mod.read_parquet_records
-    monkeypatch.setattr(frame_mod, "read_parquet_records", lambda p, columns=None: asked.append(columns) or real(p, columns))
+    asked: list[str] = []
+    real_read, real_batches = frame_mod.read_parquet_records, pq.ParquetFile.iter_batches
+    monkeypatch.setattr(frame_mod, "read_parquet_records",
+                        lambda p, columns=None: asked.extend(columns or ["*"]) or real_read(p, columns))
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches",
+                        lambda self, *a, columns=None, **kw: asked.extend(columns or ["*"])
+                        or real_batches(self, *a, columns=columns, **kw))
     _check(read_frame(path))
-    assert asked and "transcript" not in asked[0] and "turns" in asked[0]
+    assert "turns" in asked and "usage" in asked and "transcript" not in asked and "*" not in asked
 
 
 def test_jsonl_is_parsed_without_its_transcripts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,3 +197,11 @@ def test_the_tool_error_counts_are_the_types_summed(agent_file: Path) -> None:
     by_type = frame[[c for c in frame.columns if c.startswith(TOOL_ERROR)]].fillna(0).sum(axis=1).to_numpy()
     has = frame["tool_errors"].notna().to_numpy()
     assert np.array_equal(by_type[has], frame["tool_errors"].to_numpy()[has])
+
+
+def test_a_bad_count_in_parquet_names_its_row(tmp_path: Path) -> None:
+    recs = _records()
+    recs[1] = (recs[1][0], Rollout(-2, "max_turns", 1))
+    path = write_agent(recs, tmp_path / "m.parquet")
+    with pytest.raises(InputError, match=r"m\.parquet: turns: must be a whole number >= 0 \(row 2\)"):
+        read_frame(path)
