@@ -112,6 +112,8 @@ def parse_stop_shares(values: Sequence[str]) -> tuple[tuple[str, float], ...]:
 
 
 def check_stop_shares(pairs: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    if not pairs:
+        return pairs
     from rfteval.compare.agent import STOP_REASONS
 
     seen: set[str] = set()
