@@ -38,6 +38,9 @@ FINISHED = "no_tool_calls"  # finished on its own: the model answered with no to
 # The effort rows, in the order shown: key -> the words a report shows
 ROWS: dict[str, str] = {"turns": "turns", "tool_calls": "tool calls", "tool_error_share": "tool-error share",
                         "tokens": "tokens", "cost_usd": "cost (USD)", "latency_s": "latency (s)"}
+# what compare_agents adds to a comparison's per-item table (CompareResult.items), per side and as deltas
+ITEM_COLUMNS = tuple(f"{role}_{key}" for role in ("baseline", "candidate")
+                     for key in ("turns", "tool_calls", "tool_errors", "limited")) + ("delta_turns", "delta_tool_calls")
 WORDS = {"better": "higher", "worse": "lower"}  # stats.direction's words for a quantity where more is not better
 ROLES = ("baseline", "candidate")
 
@@ -112,10 +115,14 @@ class AgentComparison(TypedDict):
 
 
 def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarray, items: Sequence[str] | pd.Index,
-                   o: Options) -> AgentComparison | None:
+                   o: Options, per_item: dict[str, np.ndarray] | None = None) -> AgentComparison | None:
     """The agent comparison of two sides over the compared `items`, or None unless both are agent runs with
     rollouts among them. `used_b`/`used_c`: which of each side's records enter the score's means (the error
-    policy's), a mask over its frame's rows: the split averages their scores."""
+    policy's), a mask over its frame's rows: the split averages their scores.
+
+    `per_item`, when given, receives each compared item's figures in `items`' order (ITEM_COLUMNS: per side its
+    mean turns and tool calls, its tool errors and its rollouts a limit stopped; the deltas of turns and tool
+    calls): compare_sides puts them in the comparison's per-item table, where a viewer sorts and filters by them."""
     import numpy as np
     import pandas as pd
 
@@ -126,7 +133,7 @@ def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarra
     if any(not s.rows.size for s in sides):
         return None
     notes: list[str] = []
-    per_item: dict[str, list[np.ndarray]] = {key: [] for key in ROWS}
+    values: dict[str, list[np.ndarray]] = {key: [] for key in ROWS}
     unpriced: list[str] = []
     for side, s in zip((base, cand), sides):
         calls = s.values("tool_calls")
@@ -134,13 +141,16 @@ def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarra
         tokens_in, tokens_out = s.values("input_tokens"), s.values("output_tokens")
         cost, missing = s.costs(tokens_in, tokens_out, side.pricing)
         unpriced += missing
-        for key, values in (("turns", s.values("turns")), ("tool_calls", calls), ("tokens", tokens_in + tokens_out),
-                            ("cost_usd", cost), ("latency_s", s.values("latency_s"))):
-            per_item[key].append(s.means(values))
-        per_item["tool_error_share"].append(s.ratio(errors, calls))
+        for key, per_rollout in (("turns", s.values("turns")), ("tool_calls", calls),
+                                 ("tokens", tokens_in + tokens_out), ("cost_usd", cost),
+                                 ("latency_s", s.values("latency_s"))):
+            values[key].append(s.means(per_rollout))
+        values["tool_error_share"].append(s.ratio(errors, calls))
+    if per_item is not None:
+        per_item.update(_item_columns(sides, values))
     rows: dict[str, AgentRow] = {}
     for key in ROWS:
-        b, c = per_item[key]
+        b, c = values[key]
         found = effort_row(b, c, o, (0.0, 1.0) if key == "tool_error_share" else (0.0, np.inf))
         if found is not None:
             rows[key] = found
@@ -164,6 +174,21 @@ def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarra
     return {"rollouts": {role: int(s.rows.size) for role, s in zip(ROLES, sides)}, "rows": rows,
             "stop_reasons": stops, "score_by_stop": split,
             "tool_errors": {role: s.error_types() for role, s in zip(ROLES, sides)}, "notes": notes}
+
+
+def _item_columns(sides: Sequence[_Rollouts], values: Mapping[str, list[np.ndarray]]) -> dict[str, np.ndarray]:
+    import numpy as np
+
+    out = {}
+    for role, s, k in zip(ROLES, sides, range(2)):
+        finished = s.stop == (s.reasons.index(FINISHED) if FINISHED in s.reasons else -2)
+        out[f"{role}_turns"] = values["turns"][k]
+        out[f"{role}_tool_calls"] = values["tool_calls"][k]
+        out[f"{role}_tool_errors"] = s.sums(np.nan_to_num(s.values("tool_errors")))
+        out[f"{role}_limited"] = s.sums(((s.stop >= 0) & ~finished).astype(np.float64))
+    for key in ("turns", "tool_calls"):
+        out[f"delta_{key}"] = values[key][1] - values[key][0]
+    return out
 
 
 def stop_share(agent: AgentComparison | None, reason: str, role: str = "candidate") -> tuple[float, int] | None:
@@ -216,6 +241,12 @@ class _Rollouts:
         sums = np.bincount(self.pos[ok], weights=values[ok], minlength=self.n)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(counts > 0, sums / counts, np.nan)
+
+    def sums(self, values: np.ndarray) -> np.ndarray:
+        """Per compared item, the sum over its rollouts (0 for an item with none)."""
+        import numpy as np
+
+        return np.bincount(self.pos, weights=values, minlength=self.n)
 
     def ratio(self, num: np.ndarray, den: np.ndarray) -> np.ndarray:
         """Per compared item, Σ num / Σ den over its rollouts that have both; NaN where Σ den is 0."""

@@ -153,7 +153,7 @@ def agent_markdown(result: CompareResult, cell: Callable[[object], str]) -> list
         return []
     level = f"{int(result.options.level * 100)}% CI"
     b, c = cell(result.baseline["label"]), cell(result.candidate["label"])
-    out = [f"### {cell(heading(result, agent))}", "", f"| | items | {b} | {c} | delta | {level} | p adj. | |",
+    out = [f"### {cell(heading(result, agent).replace(' -> ', ' → '))}", "", f"| | items | {b} | {c} | delta | {level} | p adj. | |",
            "|---|---:|---:|---:|---:|---:|---:|---|"]
     for key, row in agent["rows"].items():
         cells = [cell(x) for x in effort_cells(key, row)]
@@ -192,7 +192,7 @@ def agent_html(result: CompareResult) -> str:
     stops = "".join(tr(stop_cells(k, r), (3, 6), shown(r["verdict"])) for k, r in agent["stop_reasons"].items())
     split = "".join(tr(cells, (), False) for cells in split_cells(result, agent))
     lines = "".join(f"<li>{escape(line)}</li>" for line in agent_lines(result, agent))
-    return (f"<style>{CSS}</style>\n<h2>{escape(heading(result, agent))}</h2>\n"
+    return (f"<style>{CSS}</style>\n<h2>{escape(heading(result, agent).replace(' -> ', ' → '))}</h2>\n"
             f'<table id="agent-effort"><thead><tr><th></th><th>items</th><th>{b}</th><th>{c}</th><th>delta</th>'
             f"<th>{level}</th><th>p adj.</th><th></th></tr></thead><tbody>{effort}</tbody></table>\n"
             f'<table id="agent-stops"><thead><tr><th>stop reason</th><th>{b}</th><th>{c}</th><th>delta</th>'

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rfteval.compare.agent import FINISHED, compare_agents, effort_row, item_means, stop_share
+from rfteval.compare.agent import FINISHED, ITEM_COLUMNS, compare_agents, effort_row, item_means, stop_share
 from rfteval.compare.comparison import CompareOptions, compare_sides
 from rfteval.compare.paths import compare_paths
 from rfteval.compare.sides import load_side
@@ -145,6 +145,20 @@ def test_one_plain_side_gives_no_agent_comparison(tmp_path: Path) -> None:
     assert r.agent is None and "agent" not in r.to_json(items=False)
     assert "only base's records are an agent run's (turns, stop_reason): no agent comparison" in r.notes
     assert compare_agents(load_side(plain), load_side(plain), *(pd.DataFrame(),) * 2, ["q0"], CompareOptions()) is None
+
+
+def test_each_items_figures_are_in_the_per_item_table(tmp_path: Path) -> None:
+    """What a viewer sorts and filters the items by: each side's turns and tool calls (means over the item's
+    rollouts), its tool errors and its rollouts a limit stopped (counts), and the deltas; the JSON's rows unchanged."""
+    r = compare_paths(*_pair(tmp_path))
+    assert set(ITEM_COLUMNS) <= set(r.items.columns)
+    q0 = r.items.set_index("item_id").loc["q0"]
+    assert q0["baseline_turns"] == pytest.approx(11 / 3) and q0["candidate_turns"] == 2.0
+    assert q0["delta_turns"] == pytest.approx(2.0 - 11 / 3) and q0["delta_tool_calls"] == pytest.approx(1.0 - 8 / 3)
+    assert (q0["baseline_tool_errors"], q0["candidate_tool_errors"]) == (3.0, 0.0)
+    assert (q0["baseline_limited"], q0["candidate_limited"]) == (1.0, 0.0)
+    assert set(r.items_json()[0]) == {"item_id", "baseline", "candidate", "delta", "delta_ci95", "baseline_epochs",
+                                      "candidate_epochs", "baseline_errors", "candidate_errors"}
 
 
 def test_the_json_carries_it(tmp_path: Path) -> None:
