@@ -153,8 +153,8 @@ def agent_markdown(result: CompareResult, cell: Callable[[object], str]) -> list
         return []
     level = f"{int(result.options.level * 100)}% CI"
     b, c = cell(result.baseline["label"]), cell(result.candidate["label"])
-    out = [f"### {cell(heading(result, agent).replace(' -> ', ' → '))}", "", f"| | items | {b} | {c} | delta | {level} | p adj. | |",
-           "|---|---:|---:|---:|---:|---:|---:|---|"]
+    out = [f"### {cell(heading(result, agent).replace(' -> ', ' → '))}", "",
+           f"| | items | {b} | {c} | delta | {level} | p adj. | |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for key, row in agent["rows"].items():
         cells = [cell(x) for x in effort_cells(key, row)]
         if shown(row["verdict"]):
