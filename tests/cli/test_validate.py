@@ -35,6 +35,15 @@ def test_valid_spec_is_described(tmp_path):
     assert "tuned: o4-mini via openai http://127.0.0.1:9/v1" in res.output
 
 
+@pytest.mark.parametrize("limit, said", [(2, "first 2 of 24 items x 2 epochs"), (24, "valid; 24 items x 2 epochs"),
+                                         (30, "valid; 24 items x 2 epochs")])
+def test_a_specs_limit_is_counted_as_run_counts_it(tmp_path, limit, said):
+    """`limit = 2` was ignored: "24 items x 2 epochs" for a run of 2 items. A limit past the dataset cuts nothing."""
+    res = runner.invoke(app, ["validate", "spec", str(spec(tmp_path, f"limit = {limit}"))])
+    assert res.exit_code == 0, res.output
+    assert said in res.output and ("first" in res.output) == (limit < 24), res.output
+
+
 def test_bad_key_names_file_line_and_key(tmp_path):
     p = spec(tmp_path, "concurrency = 0")
     res = runner.invoke(app, ["validate", "spec", str(p)])

@@ -216,7 +216,8 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
 
         raise InputErrors(errors)
     config = check_run_inputs(spec, lambda line: typer.echo(line, err=True))
-    typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
+    items = f"first {spec.limit} of {count}" if spec.limit is not None and spec.limit < count else str(count)
+    typer.echo(f"{path}: valid; {items} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
                f"out {spec.out_dir}")
     for run in runs:
         where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
