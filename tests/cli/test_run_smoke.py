@@ -94,6 +94,22 @@ def test_dry_run_prints_the_plan_sends_nothing_and_makes_no_directory(tmp_path: 
 
 
 @pytest.mark.slow
+def test_dry_run_names_no_directory_it_would_write_to(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Its first line was "rfteval: NAME -> DIR", the header of a run writing into DIR, although it writes nothing."""
+    files = write_run_files(tmp_path, N_ITEMS)
+    res = CliRunner().invoke(app, ["run", *run_args(files, fake_openai), "--dry-run", "--name", "smoke"],
+                             env={"OPENAI_API_KEY": "sk-smoke-0001", "NO_COLOR": "1"})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0] == "dry run: smoke (nothing is sent or written)"
+    assert " -> " not in res.output and str(files["out"]) not in res.stderr
+    assert fake_openai.requests == [] and not files["out"].exists()
+    res = CliRunner().invoke(app, ["run", *run_args(files, fake_openai), "--name", "smoke", "--limit", "1"],
+                             env={"OPENAI_API_KEY": "sk-smoke-0001", "NO_COLOR": "1"})
+    assert res.exit_code == 0 and " ".join(res.stderr.split()).startswith(f"rfteval: smoke -> {files['out']}"), \
+        res.output
+
+
+@pytest.mark.slow
 def test_dry_run_after_a_limited_run_counts_the_resume_and_makes_the_runs_checks(tmp_path: Path) -> None:
     files = write_run_files(tmp_path, N_ITEMS)
     with FakeOpenAI(models=["fake-base", "fake-tuned"]).start() as server:
