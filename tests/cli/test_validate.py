@@ -405,11 +405,30 @@ def test_a_template_typo_is_one_line_in_validate_grader_and_validate_dataset(tmp
                 "did you mean `answer`?)")
     res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
     assert res.exit_code == 2 and res.stderr.splitlines() == [f"rfteval: {expected}"]
+    assert res.stdout == ""  # it said "grader 'g': type string_check, valid" before refusing it
     res = runner.invoke(app, ["validate", "dataset", str(ds), "--grader", str(grader)])
     assert res.exit_code == 2
     # the typo once: not again as 48 lines holding "no field the grader reads as a reference (item.anser)"
     assert res.stderr.splitlines() == [expected, f"{ds}: 48 lines: 48 valid, 0 with problems; 1 problem of the "
                                        "grader's item fields above"]
+
+
+@pytest.mark.slow
+def test_validate_grader_says_valid_only_after_every_refusal(tmp_path):
+    """A judge model the endpoint does not serve was refused (exit 2) after "grader 'j': type score_model, valid"."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    ds, _ = _typo_files(tmp_path)
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "no-such-judge", "input": [
+        {"role": "user", "content": "{{ item.answer }} {{ sample.output_text }}"}]}))
+    with FakeOpenAI(models=["judge-model"]).start() as fake:
+        args = ["validate", "grader", str(grader), "--dataset", str(ds), "--judge-base-url", fake.base_url]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "unknown model 'no-such-judge'" in res.stderr, res.output
+        assert "valid" not in res.stdout and not [r for r in fake.requests if r.api == "chat"]
+        res = runner.invoke(app, [*args, "--skip-model-check"])
+    assert res.stdout.splitlines()[0] == "grader 'j': type score_model, valid", res.output  # and then it is
 
 
 def test_a_template_typo_is_said_once_by_validate_spec_and_run(tmp_path):

@@ -97,15 +97,17 @@ def validate_grader(
 
         typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
         return
-    _describe(config)
     if dataset is None:
+        _describe(config)
         return
+    # every refusal first (templates on the items, the sandbox, the judge's model): "valid" is never followed by one
     data = _preflight(config, path, dataset)
     from rfteval.graders import GradeOptions
 
     options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
                                                   timeout_s=grader_timeout))
     judge = make_judge(config, judge_endpoint, skip_model_check)
+    _describe(config)
     try:
         if repeat is None:
             _reference(config, data, options, template, judge, judge_endpoint)
