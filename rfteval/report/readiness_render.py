@@ -222,6 +222,7 @@ def render_probes(report: ProbeReport, console: Console) -> None:
                       f"[{STATUS_STYLE.get(p.status, '')}]{_esc(p.status_text)}[/]",
                       num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
     console.print(table)
+    error_lines(report, console)
     if report.ignores_output:  # the probes' own verdicts mean nothing then: say why (and what to do) instead
         console.print(f"[bold red]{_esc(report.notes[0])}[/]; every scored probe is flagged", highlight=False)
     elif report.flags:
@@ -234,6 +235,20 @@ def render_probes(report: ProbeReport, console: Console) -> None:
         console.print("[bold green]no flags[/]")
     for note in report.notes[1:] if report.ignores_output else report.notes:
         console.print(f"note: {_esc(note)}", style="dim", highlight=False)
+
+
+def error_lines(report: ProbeReport, console: Console) -> None:
+    """Each kind of grading error over the probes, how many, and its first message on one line: what the grader is
+    debugged from (`KeyError: 'answer_num'`, not only `python_grader_runtime_error`)."""
+    from rfteval.data.grades import message_line
+
+    messages = report.error_messages
+    if not messages:
+        return
+    console.print("grading errors, the first message of each kind:", highlight=False)
+    for kind, n in report.error_types.items():
+        if kind in messages:
+            console.print(f"  {kind} ×{n}: {message_line(messages[kind])}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- HTML
@@ -365,6 +380,13 @@ def probes_html(report: ProbeReport) -> str:
                     f"<td>{num(p.mean)}</td><td>{num(p.max)}</td><td>{p.n_errors or ''}</td><td>{escape(items)}</td>"
                     "</tr>")
     html.append("</table>")
+    if report.error_messages:
+        from rfteval.data.grades import message_line
+
+        html.append("<p>Grading errors, the first message of each kind:</p><ul>")
+        html += [f"<li><code>{escape(kind)}</code> ×{n}: <code>{escape(message_line(report.error_messages[kind]))}"
+                 "</code></li>" for kind, n in report.error_types.items() if kind in report.error_messages]
+        html.append("</ul>")
     html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
     html.append("</section>")
     return "\n".join(html)

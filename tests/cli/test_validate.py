@@ -350,6 +350,19 @@ def _reference_judge(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+def test_validate_grader_shows_what_a_raising_grader_raised(tmp_path):
+    """It said "inconclusive: 48 grading errors (python_grader_runtime_error ×48)" and never what was raised."""
+    ds, _ = _typo_files(tmp_path)
+    grader = tmp_path / "key_error.py"
+    grader.write_text("def grade(sample, item):\n    return float(sample['output_text'] == item['answer_num'])\n")
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds), "--reference-template",
+                              "{{ item.answer }}"])
+    assert res.exit_code == 3, res.output
+    assert "  python_grader_runtime_error, the first: grade() raised KeyError: 'answer_num'" in res.stdout.splitlines()
+    assert "Traceback" not in res.output  # one line: the first of the message
+
+
+@pytest.mark.slow
 def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_path, fake_openai):
     """It said "at the maximum (1): 0/4 = 0.0%" and exited 0 when every judge answer was cut off: the errors' 0s
     read as the references' grades. Errors are counted apart; with none scored the check is inconclusive."""
