@@ -408,6 +408,31 @@ def test_probe_grader_shows_what_a_raising_grader_raised_in_the_table_and_the_js
 
 
 @pytest.mark.slow
+def test_probe_grader_at_80_columns_splits_no_word(run_dir: Path):
+    """Piped at 80 columns the status column read "inconclusiv|e" and "python_gra|der_runtime": each cell is a
+    word or a number now, and the long status text has a line of its own below the table."""
+    tmp = run_dir.parent
+    grader = tmp / "key_error.py"
+    grader.write_text(KEY_ERROR)
+    res = _probe_at_80_columns(grader, tmp / "items.jsonl")
+    lines = res.stdout.splitlines()
+    assert res.returncode == 3 and all(len(line) <= 80 for line in lines), res.stdout
+    words = set(re.findall(r"[A-Za-z_]+", res.stdout))
+    assert {w for w in words if w.startswith("inconclu")} == {"inconclusive"}, res.stdout
+    assert {w for w in words if w.startswith("python_")} == {"python_grader_runtime_error"}, res.stdout
+    from rfteval.readiness.probes import PROBES
+
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("─")) + 1:]
+    for probe in PROBES:  # one row per probe, its whole status word on it
+        row = next(line for line in rows if line.split()[:1] == [probe.name])
+        assert {"inconclusive", "skipped"} & set(row.split()), row
+    ran = [p.name for p in PROBES if p.expect == "floor"][:10]
+    n = len(ITEMS)
+    assert f"inconclusive: {n} grading errors (python_grader_runtime_error ×{n})" in " ".join(res.stdout.split())
+    assert ", ".join(ran) in " ".join(res.stdout.split())
+
+
+@pytest.mark.slow
 def test_probe_grader_with_a_judge_cut_off_on_every_answer_is_inconclusive(run_dir: Path, tmp_path: Path):
     """Every judge answer stops at max_tokens (finish_reason length) before its score: truncation errors, no
     grade, so no probe is "ok"."""
