@@ -155,7 +155,13 @@ def test_a_judge_call_cap_stops_grading_and_the_same_command_resumes_paying_noth
     args = run_args(files, fake_openai, judge_grader(tmp_path))
     res = invoke(*args, "--max-judge-calls", "7")
     assert res.exit_code == 3, res.output
-    assert "--max-judge-calls 7 reached (7 judge calls sent)" in res.output and "Re-run the same command" in res.output
+    # it said "run stopped after 7 of 24 cells", as if generation had stopped: it had not, only grading had
+    said = [line for line in res.output.splitlines() if "--max-judge-calls" in line]
+    graded = len(judge_requests(fake_openai))  # a judged sample is a graded cell here, and nothing else was graded
+    assert said == [f"rfteval: {graded} of {SAMPLES} cells graded, then grading stopped: --max-judge-calls 7 reached "
+                    f"(7 judge calls sent); {SAMPLES} responses stored (generation goes on past the judge's cap); the "
+                    f"same command resumes grading, re-sending no model request (same --out {files['out']})"], said
+    assert "run stopped after" not in res.output
     assert len(judge_requests(fake_openai)) == 7
     assert per_model(fake_openai) == {"fake-base": N_ITEMS * EPOCHS, "fake-tuned": N_ITEMS * EPOCHS}  # generation went on
     assert (files["out"] / "store" / "responses.jsonl").read_text().count("\n") == SAMPLES  # every response stored

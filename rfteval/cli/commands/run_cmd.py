@@ -217,10 +217,8 @@ def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readin
             typer.echo(f"rfteval: {result.batches_open} batch(es) keep running at the provider (rfteval batches "
                        f"{out_dir}); re-running the same command collects them, paid once.", err=True)
         raise typer.Exit(ExitStatus.INTERRUPTED)
-    if result.stopped is not None:
-        done = sum(t.records for t in result.totals.values())
-        typer.echo(f"rfteval: {result.stopped}; run stopped after {done} of {s.cells} cells, every stored "
-                   f"response is kept. Re-run the same command to resume (same --out {out_dir}).", err=True)
+    if result.stopped is not None:  # what was kept and how to resume, in the runner's words (a cap or a dead endpoint)
+        typer.echo(f"rfteval: {result.stopped}", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
     if s.batches and s.batches.get("open"):
         typer.echo(f"rfteval: {s.batches['open']} batch(es) still open; re-run the same command to collect them",
