@@ -714,9 +714,16 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
-        stopped = str(pipeline.gone) if pipeline.gone is not None else None
-        if stopped is None and pipeline.capped:
-            stopped = f"{pipeline.capped}; {pipeline.ungraded} stored responses left ungraded"
+        # the line a stopped run ends with: a judge's cap stops grading only (generation went on), a dead endpoint
+        # the run; either way the same command resumes
+        stopped, done = None, sum(t.records for t in totals.values())
+        if pipeline.gone is not None:
+            stopped = (f"{pipeline.gone}; run stopped after {done} of {summary.cells} cells, every stored response is "
+                       f"kept. Re-run the same command to resume (same --out {out_dir}).")
+        elif pipeline.capped:
+            stopped = (f"{done} of {summary.cells} cells graded, then grading stopped: {pipeline.capped}; "
+                       f"{done + pipeline.ungraded} responses stored (generation goes on past the judge's cap); the "
+                       f"same command resumes grading, re-sending no model request (same --out {out_dir})")
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
                          stopped=stopped, baseline_records=held, grading=pipeline.tally)
     finally:

@@ -35,6 +35,15 @@ def test_valid_spec_is_described(tmp_path):
     assert "tuned: o4-mini via openai http://127.0.0.1:9/v1" in res.output
 
 
+@pytest.mark.parametrize("limit, said", [(2, "first 2 of 24 items x 2 epochs"), (24, "valid; 24 items x 2 epochs"),
+                                         (30, "valid; 24 items x 2 epochs")])
+def test_a_specs_limit_is_counted_as_run_counts_it(tmp_path, limit, said):
+    """`limit = 2` was ignored: "24 items x 2 epochs" for a run of 2 items. A limit past the dataset cuts nothing."""
+    res = runner.invoke(app, ["validate", "spec", str(spec(tmp_path, f"limit = {limit}"))])
+    assert res.exit_code == 0, res.output
+    assert said in res.output and ("first" in res.output) == (limit < 24), res.output
+
+
 def test_bad_key_names_file_line_and_key(tmp_path):
     p = spec(tmp_path, "concurrency = 0")
     res = runner.invoke(app, ["validate", "spec", str(p)])
@@ -341,6 +350,19 @@ def _reference_judge(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+def test_validate_grader_shows_what_a_raising_grader_raised(tmp_path):
+    """It said "inconclusive: 48 grading errors (python_grader_runtime_error ×48)" and never what was raised."""
+    ds, _ = _typo_files(tmp_path)
+    grader = tmp_path / "key_error.py"
+    grader.write_text("def grade(sample, item):\n    return float(sample['output_text'] == item['answer_num'])\n")
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds), "--reference-template",
+                              "{{ item.answer }}"])
+    assert res.exit_code == 3, res.output
+    assert "  python_grader_runtime_error, the first: grade() raised KeyError: 'answer_num'" in res.stdout.splitlines()
+    assert "Traceback" not in res.output  # one line: the first of the message
+
+
+@pytest.mark.slow
 def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_path, fake_openai):
     """It said "at the maximum (1): 0/4 = 0.0%" and exited 0 when every judge answer was cut off: the errors' 0s
     read as the references' grades. Errors are counted apart; with none scored the check is inconclusive."""
@@ -396,11 +418,30 @@ def test_a_template_typo_is_one_line_in_validate_grader_and_validate_dataset(tmp
                 "did you mean `answer`?)")
     res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
     assert res.exit_code == 2 and res.stderr.splitlines() == [f"rfteval: {expected}"]
+    assert res.stdout == ""  # it said "grader 'g': type string_check, valid" before refusing it
     res = runner.invoke(app, ["validate", "dataset", str(ds), "--grader", str(grader)])
     assert res.exit_code == 2
     # the typo once: not again as 48 lines holding "no field the grader reads as a reference (item.anser)"
     assert res.stderr.splitlines() == [expected, f"{ds}: 48 lines: 48 valid, 0 with problems; 1 problem of the "
                                        "grader's item fields above"]
+
+
+@pytest.mark.slow
+def test_validate_grader_says_valid_only_after_every_refusal(tmp_path):
+    """A judge model the endpoint does not serve was refused (exit 2) after "grader 'j': type score_model, valid"."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    ds, _ = _typo_files(tmp_path)
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "no-such-judge", "input": [
+        {"role": "user", "content": "{{ item.answer }} {{ sample.output_text }}"}]}))
+    with FakeOpenAI(models=["judge-model"]).start() as fake:
+        args = ["validate", "grader", str(grader), "--dataset", str(ds), "--judge-base-url", fake.base_url]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "unknown model 'no-such-judge'" in res.stderr, res.output
+        assert "valid" not in res.stdout and not [r for r in fake.requests if r.api == "chat"]
+        res = runner.invoke(app, [*args, "--skip-model-check"])
+    assert res.stdout.splitlines()[0] == "grader 'j': type score_model, valid", res.output  # and then it is
 
 
 def test_a_template_typo_is_said_once_by_validate_spec_and_run(tmp_path):

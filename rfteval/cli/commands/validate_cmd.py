@@ -97,15 +97,19 @@ def validate_grader(
 
         typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
         return
-    _describe(config)
     if dataset is None:
+        _describe(config)
+        _notes(config)
         return
+    _notes(config)  # what loading noticed may be why a refusal follows; "valid" waits for the refusals
+    # every refusal first (templates on the items, the sandbox, the judge's model): "valid" is never followed by one
     data = _preflight(config, path, dataset)
     from rfteval.graders import GradeOptions
 
     options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
                                                   timeout_s=grader_timeout))
     judge = make_judge(config, judge_endpoint, skip_model_check)
+    _describe(config)
     try:
         if repeat is None:
             _reference(config, data, options, template, judge, judge_endpoint)
@@ -130,12 +134,17 @@ def validate_grader(
 
 
 def _describe(config: GraderConfig) -> None:
-    """What the grader is, and what loading it noticed, before any check of it."""
-    from rfteval.graders.base import load_notes
+    """What the grader is ("valid"): said only once nothing is left to refuse."""
     from rfteval.readiness.reference import describe_grader
 
     for line in describe_grader(config):
         typer.echo(line)
+
+
+def _notes(config: GraderConfig) -> None:
+    """What loading the grader noticed (a missing name, OpenAI's limits)."""
+    from rfteval.graders.base import load_notes
+
     for note in load_notes(config):
         typer.echo(f"note: {note}")
 
@@ -216,7 +225,8 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
 
         raise InputErrors(errors)
     config = check_run_inputs(spec, lambda line: typer.echo(line, err=True))
-    typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
+    items = f"first {spec.limit} of {count}" if spec.limit is not None and spec.limit < count else str(count)
+    typer.echo(f"{path}: valid; {items} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
                f"out {spec.out_dir}")
     for run in runs:
         where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
