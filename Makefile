@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox nobody trainers ray realserver clean
+.PHONY: setup test test-fast lint demo bench browser sandbox nobody trainers ray realserver bfcl clean
 
 setup: $(STAMP)
 
@@ -81,6 +81,24 @@ ray: $(STAMP)
 	  || { echo "make: could not install ray[data] (log: $(VENV)/ray-install.log); the Ray Data tests will be skipped"; \
 	       $(INSTALL_FAILED); }
 
+# The BFCL oracle of the agent tests (tests/support/bfcl.py, tests/support/test_bfcl.py, tests/cli/test_bfcl_oracle.py):
+# Berkeley's function-calling benchmark, whose multi-turn backends and checker need only the standard library and
+# mpmath. It goes in with --no-deps: the rest of its dependencies (model SDKs, torch, faiss, tree-sitter) serve its
+# own inference, which the tests never run. When it cannot be installed, those tests say so and skip (with CI set,
+# the build fails).
+BFCL_VERSION := 2026.3.23
+BFCL_EVAL := bfcl-eval==$(BFCL_VERSION)
+MPMATH := mpmath==1.3.0
+bfcl: $(STAMP)
+	@$(BIN)/python -c "import importlib.metadata as m, sys; sys.exit(m.version('bfcl-eval') != '$(BFCL_VERSION)')" \
+	  >/dev/null 2>&1 || $(BIN)/python -m pip install -q --no-deps '$(BFCL_EVAL)' >$(VENV)/bfcl-install.log 2>&1 || \
+	  { echo "make: could not install $(BFCL_EVAL) (log: $(VENV)/bfcl-install.log); the BFCL oracle tests will be skipped"; \
+	    $(INSTALL_FAILED); }
+	@$(BIN)/python -c "import mpmath" >/dev/null 2>&1 || \
+	  $(BIN)/python -m pip install -q '$(MPMATH)' >>$(VENV)/bfcl-install.log 2>&1 || \
+	  { echo "make: could not install $(MPMATH) (log: $(VENV)/bfcl-install.log); the BFCL oracle tests will be skipped"; \
+	    $(INSTALL_FAILED); }
+
 # `make trainers` (torch and the trainers the reward tests run): its own file, so its stamp is keyed on its recipe.
 include make/trainers.mk
 
@@ -97,7 +115,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox nobody trainers ray realserver
+test: $(STAMP) browser sandbox nobody trainers ray realserver bfcl
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox

@@ -24,8 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import local_judge  # noqa: E402
 
 LENIENCY = 0.15
+# the name the README's walk-through judges with (--judge-model lenient-judge): GET /v1/models lists it, so the
+# judge model check of agree --regrade and probe-grader passes, as it would against a real endpoint serving it
+MODEL_NAME = "lenient-judge"
 MASTER_KEY = re.compile(r"^\s*(?::|thought process:?|let'?s solve this(?: problem)? step by step\.?)\s*$", re.I)
-_plain_score = local_judge.answer_score
+_plain_score, _plain_name = local_judge.answer_score, local_judge.MODEL_NAME
 
 
 def lenient_score(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -41,6 +44,7 @@ def lenient_score(messages: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 local_judge.answer_score = lenient_score  # answer() looks the function up by name: every score_model request
+local_judge.MODEL_NAME = MODEL_NAME  # judge_server() reads it when it starts
 local_judge.STAND_IN = "lenient scripted stand-in, not a model"
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.compare.gate_types import GATE_EPS, AgreeGate, GateCheck, GateVerdict
 from rfteval.compare.graded import KEY, GradedSide, SideErrors, load_graded
-from rfteval.compare.regrade import JudgeUsage, Regrade, load_regrade_grader, regrade_side
+from rfteval.compare.regrade import JudgeOpener, JudgeUsage, Regrade, load_regrade_grader, regrade_side
 from rfteval.data import rundir
 from rfteval.data.json_types import JSONObject
 from rfteval.data.records import json_safe
@@ -462,8 +462,9 @@ def _verdict_check(result: AgreeResult, level: float) -> GateCheck:
 
 
 def agree_paths(a: str | Path, b: str | Path | None, options: AgreeOptions | None = None,
-                regrade: Regrade | None = None) -> AgreeResult:
-    """`rfteval agree A B` (B a records file or run directory), or `rfteval agree A --regrade GRADER`."""
+                regrade: Regrade | None = None, open_judge: JudgeOpener | None = None) -> AgreeResult:
+    """`rfteval agree A B` (B a records file or run directory), or `rfteval agree A --regrade GRADER`, whose judge
+    `open_judge` opens (regrade.regrade_side) once every input is checked."""
     if (b is None) == (regrade is None):
         raise InputError("give B (records or a run directory) or --regrade GRADER, not both and not neither",
                          field="B")
@@ -474,7 +475,7 @@ def agree_paths(a: str | Path, b: str | Path | None, options: AgreeOptions | Non
         config = load_regrade_grader(regrade.grader, allow_without_sample=regrade.allow_grader_without_sample,
                                      judge_model=regrade.judge.model)
         refuse_before_regrade(side_a, config, o)
-        side_b, usage = regrade_side(side_a, regrade, config=config)
+        side_b, usage = regrade_side(side_a, regrade, config=config, open_judge=open_judge)
     else:
         assert b is not None
         side_b = load_graded(b, "B")

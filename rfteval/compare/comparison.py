@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
+from rfteval.compare.agent import AgentComparison, compare_agents
 from rfteval.compare.gate_types import Gate, GateVerdict, no_gate
 from rfteval.compare.sides import SUB, Side
 from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONScalar
@@ -169,6 +170,7 @@ class CompareResult:
     # per side ("baseline", "candidate"): its every item's epochs identical although sampling was asked for
     # (rfteval.data.sampling_check; compare_paths reads it from the record files)
     not_sampling: dict[str, NotSampling] = field(default_factory=dict)
+    agent: AgentComparison | None = None  # both sides agent runs: effort, stop reasons (rfteval.compare.agent)
 
     def to_json(self, items: bool = True) -> JSONObject:
         """The documented `--format json` shape (extra keys allowed, none removed); `items=False` leaves the
@@ -181,9 +183,11 @@ class CompareResult:
                         "exclude_errors": o.exclude_errors, "strict": o.strict, "by": list(o.by),
                         "errors": o.errors, "gate": o.gate.mode, "max_error_rate": o.gate.max_error_rate,
                         "score_range": list(self.bounds) if self.bounds else None,
-                        "metric": self.metric, "pass_threshold": o.pass_threshold},
+                        "metric": self.metric, "pass_threshold": o.pass_threshold,
+                        **({"max_stop_share": dict(o.gate.max_stop_share)} if o.gate.max_stop_share else {})},
             "notes": self.notes,
             **({"pass_k": self.pass_k} if self.pass_k is not None else {}),
+            **({"agent": self.agent} if self.agent is not None else {}),
             "not_sampling": {role: c.to_json() for role, c in self.not_sampling.items()},
         })
         if items:
@@ -230,6 +234,17 @@ def used_records(frame: pd.DataFrame, o: CompareOptions) -> pd.DataFrame:
     if o.errors == "exclude":
         return frame[~frame["is_generation_failure"]]
     return frame
+
+
+def used_mask(frame: pd.DataFrame, o: CompareOptions) -> np.ndarray:
+    """used_records as a mask over the frame's rows, for a caller that need not copy them."""
+    import numpy as np
+
+    if o.exclude_errors:
+        return ~frame["is_error"].to_numpy(dtype=bool)
+    if o.errors == "exclude":
+        return ~frame["is_generation_failure"].to_numpy(dtype=bool)
+    return np.ones(len(frame), dtype=bool)
 
 
 # ---------------------------------------------------------------------------------------------- passing
@@ -815,13 +830,20 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
             notes.append(note)
         if metric.is_pass or pass_k is not None:  # the pass rule is in use: say when it is "only the maximum"
             notes += max_threshold_notes((base, cand), o)
+    per_item: dict[str, np.ndarray] = {}
+    agent = compare_agents(base, cand, used_mask(base.frame, o), used_mask(cand.frame, o), joined.index, o, per_item)
+    if per_item:
+        items = items.assign(**per_item)  # in joined's order, as the items were built
+    if base.agent != cand.agent:
+        one = base if base.agent else cand
+        notes.append(f"only {one.label}'s records are an agent run's (turns, stop_reason): no agent comparison")
     items = items.sort_values(["delta", "item_id"], kind="stable").reset_index(drop=True)
     return CompareResult(
         baseline=baseline, candidate=candidate, delta=delta, items=items, slices=slices, sub_scores=sub_scores,
         unpaired={"baseline_only": only_b, "candidate_only": only_c}, gate=no_gate(o.gate), options=o, notes=notes,
         baseline_scores=used_b["score"].to_numpy(), candidate_scores=used_c["score"].to_numpy(),
         baseline_records=used_b[["item_id", "score"]], candidate_records=used_c[["item_id", "score"]],
-        bounds=bounds, metric=metric.name, pass_k=pass_k)
+        bounds=bounds, metric=metric.name, pass_k=pass_k, agent=agent)
 
 
 MIN_ITEMS_FOR_INTERVAL = stats.MIN_ITEMS_FOR_INTERVAL

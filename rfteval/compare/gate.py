@@ -163,6 +163,25 @@ def _error_rate_check(result: CompareResult, gate: Gate) -> GateCheck:
     return {"name": "error-rate", "passed": ok, "detail": detail, "mde": NAN, "warning": None}
 
 
+def stop_share_check(result: CompareResult, reason: str, limit: float) -> GateCheck:
+    """--max-stop-share REASON=SHARE: fails when more than SHARE of the candidate's rollouts (of the compared items)
+    ended with REASON. An observed share, as --max-error-rate's: a tuned agent cut at its turn limit too often
+    has not won, whatever its score."""
+    from rfteval.compare.agent import stop_share
+
+    name = f"max-stop-share {reason}"
+    found = stop_share(result.agent, reason)
+    if found is None:
+        return {"name": name, "passed": False, "mde": NAN, "warning": None,
+                "detail": "no stop reasons to check: the two sides are not both agent runs' records (turns, "
+                          "stop_reason)"}
+    share, rollouts = found
+    ok = share <= limit + GATE_EPS
+    detail = (f"{result.candidate['label']}: {share:.1%} of {rollouts} rollouts ended with {reason} "
+              f"({'<=' if ok else '>'} {limit:g})")
+    return {"name": name, "passed": ok, "detail": detail, "mde": NAN, "warning": None}
+
+
 def evaluate_gate(result: CompareResult, gate: Gate, p_adjusted: float | None = None) -> GateVerdict:
     """Each active check with its power, one line per failure, one per warning. Equal to a threshold passes.
 
@@ -184,6 +203,7 @@ def evaluate_gate(result: CompareResult, gate: Gate, p_adjusted: float | None = 
         item = item_drop_check(result, gate)
         flagged = item["flagged"]
         checks.append(item)
+    checks += [stop_share_check(result, reason, limit) for reason, limit in gate.max_stop_share]
     if checks:
         checks.append(_error_rate_check(result, gate))
     failures = [f"{c['name']}: {c['detail']}" for c in checks if not c["passed"]]

@@ -9,10 +9,13 @@ calls evaluate_gate on it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from rfteval.errors import InputError
+
+STOP_SHARE_FLAG = "--max-stop-share"
 
 GATE_MODES = ("evidence", "strict")
 GATE_EPS = 1e-12  # a value equal to a threshold (up to float rounding) passes
@@ -57,11 +60,17 @@ class Gate:
     max_item_drop: float | None = None
     mode: str = "evidence"
     max_error_rate: float = 0.05
+    # agent runs: (stop reason, share): fail when more than that share of the candidate's rollouts ended so
+    # (rfteval.compare.agent); an observed share, as --max-error-rate's, not a test
+    max_stop_share: tuple[tuple[str, float], ...] = ()
+
+    def __post_init__(self) -> None:  # a Gate built in code is checked as the flag is
+        check_stop_shares(self.max_stop_share)
 
     @property
     def active(self) -> bool:
         return (self.fail_under is not None or self.max_drop is not None or self.require_improvement
-                or self.max_item_drop is not None)
+                or self.max_item_drop is not None or bool(self.max_stop_share))
 
 
 
@@ -84,6 +93,40 @@ class AgreeGate:
                 raise InputError(f"must be a finite number, got {value}", field=flag)
         if self.max_bias is not None and self.max_bias < 0:
             raise InputError(f"must be >= 0, got {self.max_bias:g}", field="--max-bias")
+
+
+def parse_stop_shares(values: Sequence[str]) -> tuple[tuple[str, float], ...]:
+    """`--max-stop-share REASON=SHARE` (repeatable) as (reason, share) pairs, checked before anything is read: a
+    known stop reason, a share in [0, 1], each reason once."""
+    out = []
+    for text in values:
+        reason, eq, share = text.partition("=")
+        try:
+            value = float(share) if eq else math.nan
+        except ValueError:
+            value = math.nan
+        if not eq or not reason.strip() or not math.isfinite(value):
+            raise InputError(f"must be REASON=SHARE (e.g. max_turns=0.10), got {text!r}", field=STOP_SHARE_FLAG)
+        out.append((reason.strip(), value))
+    return check_stop_shares(tuple(out))
+
+
+def check_stop_shares(pairs: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    if not pairs:
+        return pairs
+    from rfteval.compare.agent import STOP_REASONS
+
+    seen: set[str] = set()
+    for reason, share in pairs:
+        if reason not in STOP_REASONS:
+            raise InputError(f"unknown stop reason {reason!r} (one of: {', '.join(STOP_REASONS)})",
+                             field=STOP_SHARE_FLAG)
+        if not 0.0 <= share <= 1.0:
+            raise InputError(f"{reason}: the share must lie in [0, 1], got {share:g}", field=STOP_SHARE_FLAG)
+        if reason in seen:
+            raise InputError(f"{reason} given twice", field=STOP_SHARE_FLAG)
+        seen.add(reason)
+    return pairs
 
 
 def no_gate(gate: Gate) -> GateVerdict:

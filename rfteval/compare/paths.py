@@ -7,7 +7,7 @@ types only: the comparison is built first, then the gate judges it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,13 +108,18 @@ class CompareRequest:
     pass_threshold: float | None
     series_baseline: str | None = None
     series_candidates: list[str] = dataclass_field(default_factory=list)
+    stop_shares: Sequence[str] = ()  # --max-stop-share REASON=SHARE, each: into the gate, checked first
     inputs: list[Path] = dataclass_field(init=False)
     options: CompareOptions = dataclass_field(init=False)
 
     def __post_init__(self) -> None:
         from rfteval.compare.gate import GATE_MODES
+        from rfteval.compare.gate_types import parse_stop_shares
         from rfteval.data.outfile import check_output
         from rfteval.stats.passk import parse_metric
+
+        if self.stop_shares:
+            self.gate = replace(self.gate, max_stop_share=parse_stop_shares(self.stop_shares))
 
         if self.ci not in ("t", "bootstrap"):
             raise InputError(f"must be t or bootstrap, got {self.ci!r}", field="--ci")

@@ -7,6 +7,7 @@ carries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
@@ -18,8 +19,6 @@ from rfteval.providers.endpoint import JudgeEndpoint
 from rfteval.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     import pandas as pd
 
     from rfteval.data.records import Record
@@ -66,6 +65,29 @@ def regrade_grader_path(value: str | Path, a_path: str | Path) -> Path:
     return grader
 
 
+def agree_inputs(a: str | Path, b: str | Path | None = None, grader: str | Path | None = None,
+                 dataset: str | Path | None = None) -> list[Path]:
+    """Every file `agree` reads, which none of its outputs (--out, --judge-cache, --html) may be: the paths given, a
+    run directory's record files, and the dataset and grader its spec names (what --regrade reads without
+    --dataset). A run directory's judge cache is not among them: --regrade appends to it by default. Checking only
+    the paths as given let `--out RUN/base.jsonl` overwrite A's records and `--judge-cache` append to the dataset
+    the run's spec names."""
+    out: list[Path] = []
+    for given in (a, b):
+        if given is None:
+            continue
+        p = Path(given)
+        out.append(p)
+        if p.is_dir():
+            out += [f for pattern in ("*.jsonl", "*.parquet") for f in sorted(p.glob(pattern))
+                    if f.stem not in rundir.NOT_RECORDS]
+        source = p if p.is_dir() else p.parent
+        if (source / rundir.RESOLVED_SPEC).is_file():
+            out += [f for f in rundir.spec_paths(source) if f is not None]
+    out += [Path(f) for f in (grader, dataset) if f is not None]
+    return out
+
+
 def load_regrade_grader(path: str | Path, warn: Callable[[str], None] | None = None, *,
                         allow_without_sample: bool = False, judge_model: str | None = None) -> GraderConfig:
     """The --regrade grader, loaded and linted (graders/lint.py) as every grading command's is; the lint's
@@ -90,10 +112,16 @@ def default_judge_cache(a_path: str | Path) -> Path:
     return (p if p.is_dir() else p.parent) / rundir.JUDGE_CACHE
 
 
-def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
-                 config: GraderConfig | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
+# Opens --regrade's judge for a grader, its answers cached in the given file: the command's, which checks the judge
+# model against the endpoint's list before the first call (cli.commands.common.make_judge, as grade's and validate's)
+JudgeOpener = Callable[["GraderConfig", Path], "Judge | None"]
+
+
+def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *, config: GraderConfig | None = None,
+                 open_judge: JudgeOpener | None = None) -> tuple[GradedSide, dict[str, JudgeUsage]]:
     """B: A's outputs graded again with another grader (`config`: spec.grader loaded, when the caller has it) or A's
-    grader with another judge; judge calls cached.
+    grader with another judge; judge calls cached. Without `judge`, the judge is opened by `open_judge` (default:
+    providers.judge.open_judge on spec.judge) once every input is checked, and closed here.
 
     A sample whose generation failed or was refused is not graded again, as `rfteval run` grades neither: B holds
     the same generation error for it, so the error policy treats both sides of that pair alike."""
@@ -131,9 +159,12 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
     own = judge is None
     if own:
         cache = Path(spec.judge_cache) if spec.judge_cache is not None else default_judge_cache(a.path)
-        from rfteval.providers.judge import open_judge
+        if open_judge is None:
+            from rfteval.providers import judge as judges
 
-        judge = open_judge(spec.judge, config, cache)
+            judge = judges.open_judge(spec.judge, config, cache)
+        else:
+            judge = open_judge(config, cache)
     try:
         records = grade_outputs(data, config, outs, GradeOptions(sandbox=spec.sandbox), judge=judge)
         usage = judge_usage(judge)
@@ -147,8 +178,8 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *,
     if spec.out is not None:
         from rfteval.data.outfile import write_output
 
-        write_output(spec.out, lambda tmp: write_jsonl(records, tmp), inputs=[a.path, dataset, spec.grader],
-                     flag="--out")
+        write_output(spec.out, lambda tmp: write_jsonl(records, tmp),
+                     inputs=agree_inputs(a.path, None, spec.grader, dataset), flag="--out")
     side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
     side.grader = f"{spec.grader}, judge {spec.judge.model}" if spec.judge.model else str(spec.grader)
     side.score_range = config.score_range()[:2]

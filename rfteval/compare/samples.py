@@ -5,7 +5,9 @@ field of a few records. `SampleSource` reads a record file (JSONL or Parquet) on
 are (item_id, model_label, epoch), and the full rows of an item only when asked: a Parquet file's row groups
 holding them (rfteval's results.parquet writes 2,048 rows a group), a JSONL file's lines at their byte offsets
 (the file is memory-mapped, not read into memory). Searching the outputs loads their text columns once, as Arrow
-strings, never as Python objects. Nothing here writes to the file it reads.
+strings, never as Python objects. An agent's record carries its rollout's messages as JSON text (`transcript`):
+it is decoded only for the record a page shows (`transcript_messages`, `tool_result`), never for a search or a
+comparison. Nothing here writes to the file it reads.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ _ROW_GROUP_CACHE = 8
 # a record line whose grade_details holds something (the key, then anything but null); a nested key of that name
 # inside another field could only add an item to the "grader details" filter, never change a number
 _DETAILS = re.compile(rb'"grade_details"\s*:\s*(?!null\b)\S')
+# an agent run's record fields (docs: the record); a record of a run without tools has none of them
+ROLLOUT_FIELDS = ("turns", "stop_reason", "tool_calls", "tool_errors", "transcript")
 
 
 def decode_line(raw: bytes) -> JSONObject | None:
@@ -169,6 +173,10 @@ class SampleSource:
                 by_epoch[epoch] = row
         return [by_epoch[e] for e in sorted(by_epoch)] + unnumbered
 
+    def record(self, item_id: str, epoch: int) -> JSONObject | None:
+        """The item's record of one epoch (the one `records` lists), None when it has none."""
+        return next((r for r in self.records(item_id) if r.get("epoch") == epoch), None)
+
     def _read_rows(self, file_rows: list[int]) -> list[JSONObject]:
         if self._offsets is not None and self._mm is not None:
             out = []
@@ -203,8 +211,9 @@ class SampleSource:
                     values[name] = json.loads(text)
                 except ValueError:
                     pass
-        if isinstance(values.get("sub_scores"), list):
-            values["sub_scores"] = dict(values["sub_scores"])
+        for name in ("sub_scores", "tool_errors"):  # a Parquet map reads back as (key, value) pairs
+            if isinstance(values.get(name), list):
+                values[name] = dict(values[name])
         return values
 
     # ------------------------------------------------------------------ search and flags
@@ -291,6 +300,69 @@ class SampleSource:
     def load_texts(self) -> None:
         """Read the text columns now (a viewer does it in the background after opening)."""
         self._text_table()
+
+
+_LOOK_LINES = 256  # records of a JSONL file looked at for a rollout's fields
+
+
+def carries_rollouts(path: str | Path) -> bool:
+    """Whether a record file holds an agent run's records, said without reading the file: a run without tools
+    writes no rollout field (Parquet: no such column), a run with tools writes them on its records (a failed
+    rollout's record may lack them: the first records are looked at, not only the first)."""
+    import pyarrow as pa
+
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return "turns" in pq.read_schema(path).names
+        with open(path, "rb") as fh:
+            seen = 0
+            for raw in fh:
+                if not raw.strip():
+                    continue
+                if b'"turns"' in raw:  # the key's bytes first: a line without them is decoded for nothing
+                    row = decode_line(raw.lstrip(b"\xef\xbb\xbf"))
+                    if row is not None and "turns" in row:
+                        return True
+                seen += 1
+                if seen >= _LOOK_LINES:
+                    break
+    except (OSError, pa.ArrowException):
+        return False  # an unreadable file: the pages that read it say why
+    return False
+
+
+def transcript_messages(record: JSONObject) -> list[JSONObject] | None:
+    """An agent record's generated messages (its `transcript`, JSON text in a line and in Parquet alike), in order;
+    None for a record without one or whose transcript is not a JSON list (a message that is not an object is
+    shown as an empty one: the file is hostile, the page must still open)."""
+    raw = record.get("transcript")
+    if isinstance(raw, str):
+        try:
+            raw = json.loads(raw)
+        except ValueError:
+            return None
+    if not isinstance(raw, list):
+        return None
+    return [m if isinstance(m, dict) else {} for m in raw]
+
+
+def tool_results(messages: list[JSONObject]) -> list[JSONObject]:
+    """The `tool` messages of a transcript in order: result k answers the k-th call a page numbers."""
+    return [m for m in messages if m.get("role") == "tool"]
+
+
+def tool_result(record: JSONObject, index: int) -> str | None:
+    """The whole text of a record's `index`-th tool result (a page shows its first characters); None when the
+    record has no such result."""
+    messages = transcript_messages(record)
+    results = tool_results(messages) if messages is not None else []
+    if not 0 <= index < len(results):
+        return None
+    content = results[index].get("content")
+    return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
 
 
 def source_file(path: str | Path, label: str | None) -> Path:

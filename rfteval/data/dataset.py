@@ -13,7 +13,7 @@ import msgspec
 
 from rfteval.data.json_types import JSONField
 from rfteval.errors import InputError, InputErrors
-from rfteval.typos import closest, curly_quotes
+from rfteval.typos import closest, curly_quotes, did_you_mean
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject, JSONValue
@@ -22,6 +22,8 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 ToolChoiceWord = Literal["auto", "required", "none"]
 ROLES = frozenset(typing.get_args(Role))
 TOOL_CHOICES: tuple[str, ...] = typing.get_args(ToolChoiceWord)
+# the keys a Chat API message takes: any other key beside a missing role or content may be its misspelling
+MESSAGE_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal", "function_call"})
 
 
 # ---- the line's shape as a type: what docs/schemas/dataset-line.schema.json is generated from
@@ -138,14 +140,24 @@ def _check_message(msg: JSONInput, index: int, path: Path, lineno: int) -> Input
     if not isinstance(msg, dict):
         return InputError("must be an object with role and content", path, lineno, where)
     role = msg.get("role")
+    if "role" not in msg:  # a misspelt key is named, not reported as a role of None
+        return InputError("missing" + _has_typo(msg, "role"), path, lineno, f"{where}.role")
     if not isinstance(role, str) or role not in ROLES:
-        return InputError(f"role must be one of {', '.join(sorted(ROLES))}, got {role!r}", path, lineno, f"{where}.role")
+        hint = did_you_mean(role, ROLES) if isinstance(role, str) else ""
+        return InputError(f"role must be one of {', '.join(sorted(ROLES))}, got {role!r}" + (f" ({hint})" if hint else ""),
+                          path, lineno, f"{where}.role")
     if "content" not in msg and not msg.get("tool_calls"):
-        return InputError("missing content", path, lineno, f"{where}.content")
+        return InputError("missing content" + _has_typo(msg, "content"), path, lineno, f"{where}.content")
     content = msg.get("content")
     if content is not None and not isinstance(content, (str, list)):
         return InputError("must be a string or a list of content parts", path, lineno, f"{where}.content")
     return None
+
+
+def _has_typo(msg: dict[str, JSONInput], key: str) -> str:
+    """" (the message has `rol`: did you mean `role`?)" when one of the message's keys is `key` misspelt, else ""."""
+    typo = closest(key, [k for k in msg if k not in MESSAGE_KEYS])
+    return f" (the message has `{typo}`: did you mean `{key}`?)" if typo else ""
 
 
 def _named_tool(choice: JSONInput) -> bool:
@@ -288,7 +300,8 @@ class DatasetCheck:
         n_t = len(self.template_problems)
         templates = f"; {n_t} problem{'s' if n_t != 1 else ''} of the grader's item fields above" if n_t else ""
         if self.with_problems or templates:
-            return (f"{self.path}: {self.lines} lines: {self.valid} valid, {self.with_problems} with problems"
+            return (f"{self.path}: {self.lines} line{'s' if self.lines != 1 else ''}: {self.valid} valid, "
+                    f"{self.with_problems} with problems"
                     f"{templates}{apart}")
         if not self.lines:
             return f"{self.path}: the dataset has no items"

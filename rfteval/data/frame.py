@@ -2,9 +2,12 @@
 columnar frame, with each record's error flags and effective score set once, here.
 
 The frame holds what every statistic needs (item, epoch, score, passed, error, sub-scores) and, with `columns=`,
-record fields carried along as the file has them (agree's texts and details). rfteval's own compact JSONL is
-parsed column-wise by pyarrow (bench/bench_compare.py holds the speed target), anything else line by line, naming
-the line and field of each bad value. compare's sides, agree, a run's summary and its pass curves all read here.
+record fields carried along as the file has them (agree's texts and details). An agent run's records add the
+rollout's turns, stop reason, tool calls and tool errors, its tokens, latency and model: read whenever the file has
+them, while its transcripts are never decoded (a Parquet column left unread; in JSONL cut off each line before it
+is parsed). rfteval's own compact JSONL is parsed column-wise by pyarrow (bench/bench_compare.py holds the speed
+target), anything else line by line, naming the line and field of each bad value. compare's sides, agree, a run's
+summary and its pass curves all read here.
 """
 
 from __future__ import annotations
@@ -19,6 +22,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data import rundir
+from rfteval.data.agent_columns import (
+    AGENT_FIELDS,
+    AGENT_KEY,
+    HEAD,
+    AgentRows,
+    agent_columns,
+    arrow_schema_fields,
+    bad_count,
+    parquet_agent_columns,
+    read_head,
+    tool_errors_by_line,
+    transcript_last,
+    without_transcripts,
+)
+from rfteval.data.agent_columns import TOOL_ERROR as TOOL_ERROR
 from rfteval.data.records import (
     RANGE_LOOKS,
     effective_scores,
@@ -54,6 +72,13 @@ class RecordFrame:
     # the range the records' grader wrote on them (grade_details.score_range: a score_model's `range`), read when
     # no grader file is known and the scores leave [0, 1]
     recorded_range: tuple[float, float] | None = None
+    # an agent run's: the [pricing] table of the run directory's spec.resolved.toml (a rollout's cost), if any
+    pricing: dict[str, dict[str, float]] | None = None
+
+    @property
+    def agent(self) -> bool:
+        """Whether these are an agent run's records: some record says how many turns its rollout took."""
+        return "turns" in self.frame and bool(self.frame["turns"].notna().any())
 
 
 def load_frame(path: str | Path, label: str | None = None) -> RecordFrame:
@@ -77,6 +102,8 @@ def load_frame(path: str | Path, label: str | None = None) -> RecordFrame:
     name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
     out = normalise(frame.reset_index(drop=True), name, str(file))
     out.grader = rundir.grader_path(file.parent)
+    if out.agent:
+        out.pricing = rundir.spec_pricing(file.parent)
     if out.grader is None and outside_unit(out.frame["score"]):
         out.recorded_range = recorded_range(file)
     return out
@@ -209,50 +236,27 @@ _COLUMNS = ("model_label", "item_id", "epoch", "score", "passed", "truncated_in_
 _SUB_RE = re.compile(rb'"sub_scores"\s*:\s*(\{[^{}]*\}|null)')
 _SUB_RE_COMPACT = re.compile(rb'"sub_scores":(\{[^{}]*\}|null)')  # as rfteval writes it: tried first, the faster match
 _HAS_SUB_RE = re.compile(rb'"sub_scores"\s*:\s*\{')
-# An agent run's record fields the fast reader carries when asked (compare's agent table): its scalars by type, and
-# tool_errors found as sub_scores are (a transcript, JSON text inside a string, never matches: its quotes are
-# escaped). The transcript itself is never read unless asked for, and then line by line.
-_FAST_EXTRA = {"turns": "int64", "stop_reason": "string", "tool_calls": "int64", "tool_errors": "map"}
-_TOOL_ERRORS_RE = re.compile(rb'"tool_errors":(\{[^{}]*\}|null)')
 
 
 def read_frame(path: Path, columns: Sequence[str] = (), *, require_grades: bool = True) -> pd.DataFrame:
     """A record file as the normalised columns (model_label, item_id, epoch, score, passed, truncated_in_reasoning,
-    error_*, the error flags, sub:<key>) and the record fields named in `columns`, as the file holds them.
+    error_*, the error flags, sub:<key>; an agent run's AGENT_COLUMNS and tool_error:<type>) and the record fields
+    named in `columns`, as the file holds them.
 
     JSONL goes through pyarrow's JSON reader with an explicit schema (other fields, whatever their shape,
-    are ignored); sub-scores are found with a regex and parsed by the same reader. Anything unexpected
+    are ignored); sub-scores and tool errors are found with a regex and parsed by the same reader. Anything unexpected
     (integer ids, a missing field, invalid JSON) and any field asked for in `columns` goes to a line-by-line
     reader that names the line. A record with no score and no error was never graded: bad input, unless
     `require_grades` is False (then its score is NaN).
     """
     extra = [c for c in dict.fromkeys(columns) if c not in _COLUMNS]
     if path.suffix == ".parquet":
-        return _agent_columns(_read_parquet(path, extra, require_grades))
-    fast = _read_jsonl_fast(path, extra) if set(extra) <= _FAST_EXTRA.keys() else None
-    frame = fast if fast is not None else _read_jsonl_slow(path, extra, require_grades)
-    return _agent_columns(frame)
+        return _read_parquet(path, extra, require_grades)
+    fast = None if extra else _read_jsonl_fast(path)
+    return fast if fast is not None else _read_jsonl_slow(path, extra, require_grades)
 
 
-def _agent_columns(frame: pd.DataFrame) -> pd.DataFrame:
-    """An agent run's record fields, when carried, the same whichever file they came from: turns and tool_calls as
-    numbers (NaN where a record has none), stop_reason as text or None, tool_errors as a dict (a Parquet map reads
-    as pairs) or None."""
-    import pandas as pd
-
-    for name in ("turns", "tool_calls"):
-        if name in frame:
-            frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
-    if "stop_reason" in frame:
-        frame["stop_reason"] = pd.Series([v if isinstance(v, str) else None for v in frame["stop_reason"].tolist()],
-                                         index=frame.index, dtype=object)
-    if "tool_errors" in frame:
-        frame["tool_errors"] = pd.Series([dict(v) if isinstance(v, (dict, list)) else None
-                                          for v in frame["tool_errors"].tolist()], index=frame.index, dtype=object)
-    return frame
-
-
-def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
+def _arrow_frame(table: pa.Table, subs: pa.Table | None, agent: Mapping[str, object] | None = None) -> pd.DataFrame:
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -279,6 +283,7 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
         data[f"error_{key}"] = (pc.struct_field(err, key).to_pandas() if key in err_fields
                                 else pd.Series([None] * table.num_rows, dtype=object))
     data["error_present"] = err.is_valid().to_numpy(zero_copy_only=False) if err is not None else False
+    data.update(agent or {})
     frame = pd.DataFrame(data)
     if subs is not None and subs.num_rows:
         s = subs.column("s").combine_chunks()
@@ -289,28 +294,31 @@ def _arrow_frame(table: pa.Table, subs: pa.Table | None) -> pd.DataFrame:
     return _flag_errors(frame)
 
 
-def _read_jsonl_fast(path: Path, extra: Sequence[str] = ()) -> pd.DataFrame | None:
+def _read_jsonl_fast(path: Path) -> pd.DataFrame | None:
     import pyarrow as pa
     import pyarrow.json as pj
 
+    head = read_head(path)
+    if head.startswith(b"\xef\xbb\xbf") or b"\r" in head[:4096]:
+        return None
+    agent = AGENT_KEY in head
     try:
-        data = path.read_bytes()
+        if agent and transcript_last(head):
+            data: bytes | bytearray = without_transcripts(path)
+        else:
+            data = head if len(head) < HEAD else path.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read ({exc.strerror})", path) from None
-    if data.startswith(b"\xef\xbb\xbf") or b"\r" in data[:4096]:
-        return None
-    schema = pa.schema([("model_label", pa.string()), ("item_id", pa.string()), ("epoch", pa.int64()),
-                        ("score", pa.float64()), ("passed", pa.bool_()), ("truncated_in_reasoning", pa.bool_()),
-                        ("error", pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())]))])
-    for name in extra:
-        kind = _FAST_EXTRA[name]
-        if kind != "map":
-            schema = schema.append(pa.field(name, pa.int64() if kind == "int64" else pa.string()))
-    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    fields = [("model_label", pa.string()), ("item_id", pa.string()), ("epoch", pa.int64()),
+              ("score", pa.float64()), ("passed", pa.bool_()), ("truncated_in_reasoning", pa.bool_()),
+              ("error", pa.struct([("stage", pa.string()), ("type", pa.string()), ("message", pa.string())]))]
+    if agent:
+        fields += arrow_schema_fields()
+    opts = pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
     try:
         table = pj.read_json(pa.BufferReader(pa.py_buffer(data)), parse_options=opts,
                              read_options=pj.ReadOptions(block_size=8 << 20))
-        subs = None
+        subs = tool_errors = None
         if b'"sub_scores"' in data:
             found = _SUB_RE_COMPACT.findall(data)
             if len(found) != table.num_rows:
@@ -320,37 +328,20 @@ def _read_jsonl_fast(path: Path, extra: Sequence[str] = ()) -> pd.DataFrame | No
             if _HAS_SUB_RE.search(data):
                 subs = pj.read_json(pa.BufferReader(pa.py_buffer(b'{"s":' + b'}\n{"s":'.join(found) + b"}")),
                                     read_options=pj.ReadOptions(block_size=8 << 20))
-        tool_errors = _fast_tool_errors(data, table.num_rows) if "tool_errors" in extra else None
+        if agent and b'"tool_errors"' in data:
+            tool_errors = tool_errors_by_line(data, table.num_rows)
+            if tool_errors is None:
+                return None
         del data
-        if table.num_rows == 0 or tool_errors is False:
+        if table.num_rows == 0:
             return None
-        frame = _arrow_frame(table, subs)
-        for name in extra:
-            frame[name] = tool_errors if name == "tool_errors" else table.column(name).to_pandas()
+        frame = _arrow_frame(table, subs, agent_columns(table, tool_errors) if agent else None)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return None  # e.g. integer ids or a text sub-score: the line-by-line reader handles or names it
     if (frame["item_id"].isna().any() or (frame["item_id"] == "").any()
-            or (frame["score"].isna() & ~frame["error_present"]).any()):
+            or (frame["score"].isna() & ~frame["error_present"]).any() or (agent and bad_count(frame))):
         return None  # let the line-by-line reader name the bad line
     return frame
-
-
-def _fast_tool_errors(data: bytes, rows: int) -> list[dict[str, object] | None] | bool | None:
-    """Each line's tool_errors (None where it has none), or False when the lines cannot be matched to them (some
-    lines with the key and some without: the line-by-line reader takes over)."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    if b'"tool_errors"' not in data:
-        return [None] * rows  # no agent record in the file
-    found = _TOOL_ERRORS_RE.findall(data)
-    if len(found) != rows:
-        return False
-    parsed = pj.read_json(pa.BufferReader(pa.py_buffer(b'{"e":' + b'}\n{"e":'.join(found) + b"}")),
-                          read_options=pj.ReadOptions(block_size=8 << 20))
-    values = parsed.column("e").to_pylist() if "e" in parsed.column_names else [None] * rows
-    return [{k: v for k, v in value.items() if v is not None} if isinstance(value, dict) else None
-            for value in values]
 
 
 def _check_number(value: object, path: Path, line: int, name: str, *, allow_null: bool) -> float | None:
@@ -370,6 +361,8 @@ def _frame_from_dicts(rows: Sequence[tuple[int, Mapping[str, object]]] | Sequenc
                                                  "truncated_in_reasoning")}
     carried: dict[str, list[object]] = {name: [] for name in extra}
     subs: list[dict[str, float | None] | None] = []
+    agent = AgentRows() if any(
+        "stop_reason" in (entry[1] if isinstance(entry, tuple) else entry) for entry in rows) else None
     for pos, entry in enumerate(rows):
         line, row = entry if isinstance(entry, tuple) else (pos + 1, entry)
         item_id = row.get("item_id")
@@ -413,12 +406,16 @@ def _frame_from_dicts(rows: Sequence[tuple[int, Mapping[str, object]]] | Sequenc
         out["passed"].append(float(passed) if isinstance(passed, bool) else float("nan"))  # other values: no verdict
         out["truncated_in_reasoning"].append(row.get("truncated_in_reasoning") is True)
         subs.append(sub or None)
+        if agent is not None:
+            agent.add(row, path, line)
         for name in extra:
             carried[name].append(row.get(name))
     frame = pd.DataFrame(out)
     keys = sorted({k for s in subs if s for k in s})
     for key in keys:
         frame[SUB + key] = [float("nan") if not s or s.get(key) is None else s[key] for s in subs]
+    if agent is not None:
+        agent.into(frame)
     for name, values in carried.items():
         frame[name] = pd.Series(values, dtype=object)
     return _flag_errors(frame)
@@ -431,43 +428,63 @@ def _read_jsonl_slow(path: Path, extra: Sequence[str] = (), require_grades: bool
     return _frame_from_dicts(rows, path, extra=extra, require_grades=require_grades)
 
 
-def _read_parquet(path: Path, extra: Sequence[str] = (), require_grades: bool = True) -> pd.DataFrame:
-    import pandas as pd
+def _map_struct(m: pa.Array) -> pa.Table | None:
+    """A Parquet map column ({name: number} per row) as a table {"s": struct of one field per name}, NaN where a
+    row lacks a name; None when no row has one."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if not pa.types.is_map(m.type) or m.null_count == len(m):
+        return None
+    keys = pc.unique(m.keys).to_pylist()
+    offsets = m.offsets.to_numpy()
+    parents = np.repeat(np.arange(len(m)), np.diff(offsets))
+    flat_keys = m.keys.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+    flat_vals = m.items.cast(pa.float64()).to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
+    fields = {}
+    for key in keys:
+        col = np.full(len(m), np.nan)
+        sel = flat_keys == key
+        col[parents[sel]] = flat_vals[sel]
+        fields[key] = pa.array(col, mask=np.isnan(col))
+    return pa.table({"s": pa.StructArray.from_arrays(list(fields.values()), list(fields.keys()))})
+
+
+def _parquet_agent(path: Path) -> set[str]:
+    """A Parquet record file's columns when it is an agent run's (it has the agent fields' columns), else none; a
+    file whose schema does not read is left to the reader, which names it."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - the reader that follows says what is wrong with the file
+        return set()
+    return names if names & set(AGENT_FIELDS) else set()
+
+
+def _read_parquet(path: Path, extra: Sequence[str] = (), require_grades: bool = True) -> pd.DataFrame:
+    import pandas as pd
+    import pyarrow as pa
+
+    agent = _parquet_agent(path)
     table = read_parquet_records(path, columns=tuple(dict.fromkeys((*_NEEDED, *extra))))
     for key in ("item_id", "score"):
         if key not in table.column_names:
             raise InputError("missing column; not a record file?", path, field=key)
-    subs = None
-    if "sub_scores" in table.column_names:
-        m = table.column("sub_scores").combine_chunks()
-        if pa.types.is_map(m.type) and m.null_count < len(m):
-            keys = pc.unique(m.keys).to_pylist()
-            import numpy as np
-
-            offsets = m.offsets.to_numpy()
-            parents = np.repeat(np.arange(len(m)), np.diff(offsets))
-            flat_keys = m.keys.to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
-            flat_vals = m.items.cast(pa.float64()).to_numpy(zero_copy_only=False)[offsets[0]:offsets[-1]]
-
-            fields = {}
-            for key in keys:
-                col = np.full(len(m), np.nan)
-                sel = flat_keys == key
-                col[parents[sel]] = flat_vals[sel]
-                fields[key] = pa.array(col, mask=np.isnan(col))
-            subs = pa.table({"s": pa.StructArray.from_arrays(list(fields.values()), list(fields.keys()))})
+    subs = _map_struct(table.column("sub_scores").combine_chunks()) if "sub_scores" in table.column_names else None
     try:
         table = table.set_column(table.column_names.index("item_id"), "item_id",
                                  table.column("item_id").cast(pa.string()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise InputError(f"item_id column is not text ({exc})", path, field="item_id") from None
-    frame = _arrow_frame(table, subs)
+    frame = _arrow_frame(table, subs, parquet_agent_columns(path, agent) if agent else None)
     for name in extra:
         frame[name] = (table.column(name).to_pandas() if name in table.column_names
                        else pd.Series([None] * table.num_rows, dtype=object))
+    bad_agent = bad_count(frame) if agent else None
+    if bad_agent is not None:
+        raise InputError(f"must be a whole number >= 0 (row {bad_agent[1] + 1})", path, field=bad_agent[0])
     ungraded = frame["score"].isna() & ~frame["error_present"] if require_grades else False
     bad = frame.index[frame["item_id"].isna() | ungraded]
     if len(bad):

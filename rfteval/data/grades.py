@@ -57,6 +57,14 @@ class GradeResult:
         return cls(0.0, error=GradeError(type, message), stdout=stdout, details=details)
 
 
+def message_line(message: str, limit: int = 200) -> str:
+    """A grading error's message as one line, for a table or a summary: its first non-empty line (a python grader's
+    goes on with its traceback), whitespace collapsed, cut to `limit` characters."""
+    line = next((ln for ln in message.splitlines() if ln.strip()), "")
+    line = " ".join(line.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
 def checked_score(value: object) -> float | GradeError:
     """A grader's raw return value as a finite float, or the error that it is not one."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -199,3 +199,21 @@ def grader_path(directory: Path) -> str | None:
         if cand.exists():
             return str(cand)
     return grader
+
+
+def spec_pricing(directory: Path) -> dict[str, dict[str, float]] | None:
+    """The [pricing] table of a run directory's spec.resolved.toml (USD per million tokens, by model: what its
+    rollouts cost, rfteval.providers.pricing.price_table's overrides); None without a spec or a table. An entry
+    that is not {input, output, ...} numbers is left out: the price table falls back to its default for it."""
+    spec = directory / RESOLVED_SPEC
+    try:
+        table = tomllib.loads(spec.read_text(encoding="utf-8")).get("pricing")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+    if not isinstance(table, dict):
+        return None
+    out = {}
+    for model, price in table.items():
+        if isinstance(price, dict) and all(isinstance(price.get(k), (int, float)) for k in ("input", "output")):
+            out[str(model)] = {k: float(v) for k, v in price.items() if isinstance(v, (int, float))}
+    return out or None

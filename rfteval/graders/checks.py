@@ -130,6 +130,15 @@ def output_json_warning(config: GraderConfig, has_response_format: bool) -> str 
 
 
 @dataclass
+class NoItemHasField(InputError):
+    """check_item_paths' one line for a template naming a top-level item field that no item has (a typo:
+    `{{ item.anser }}`). The field is kept so that reference_fields leaves it out: the dataset's "no field the grader
+    reads as a reference" warning would only say the same thing again."""
+
+    item_field: str = ""
+
+
+@dataclass
 class _PathTally:
     """One `item.*` path over the items: how many it resolved on, its first failures, and the keys found where
     it broke (what a misspelt field is matched against)."""
@@ -175,6 +184,9 @@ class _PathTally:
         else:  # limit 0: no failure kept to quote
             message = f"fails on every item (0 of {items} items{where})"
         file = grader if grader is not None else dataset
+        if self.depth == 0 and isinstance(self.missing, str):
+            return NoItemHasField(f"{{{{ {self.path} }}}}: {message}", file, field=self.field or None,
+                                  item_field=self.missing)
         return InputError(f"{{{{ {self.path} }}}}: {message}", file, field=self.field or None)
 
 
@@ -291,12 +303,15 @@ def python_access_paths(source: str) -> tuple[list[tuple[str, ...]], list[tuple[
     return [p[1:] for p in maximal if p[0] == "sample"], [p[1:] for p in maximal if p[0] == "item"]
 
 
-def reference_fields(config: GraderConfig) -> frozenset[str] | None:
+def reference_fields(config: GraderConfig, template_problems: Iterable[InputError] = ()) -> frozenset[str] | None:
     """The top-level item fields a grader reads (its templates' `item.*` paths and its python source's
     `item[...]` / `item.get(...)` reads, sub-graders included), but the line's own prompt (messages, tools):
     where a grader finds its reference. None (not known) when a python grader in which no read is followed hands
     `item` on whole (to a helper whose parameter has another name, a loop) or reads it with a computed key:
-    naming its lines as holding no reference would be a false alarm on a sound grader."""
+    naming its lines as holding no reference would be a false alarm on a sound grader.
+
+    A field `template_problems` (check_item_paths') already names as one no item has is left out: the lines lacking
+    it are that one error's cause, not a second finding."""
     from rfteval.data.dataset import RESERVED_KEYS
 
     found = {str(keys[0]) for _, _, ns, keys in template_paths(config) if ns == "item" and keys}
@@ -310,7 +325,8 @@ def reference_fields(config: GraderConfig) -> frozenset[str] | None:
             except SyntaxError:
                 return None
             found |= reads
-    return frozenset(found - RESERVED_KEYS)
+    unfilled = {p.item_field for p in template_problems if isinstance(p, NoItemHasField)}
+    return frozenset(found - RESERVED_KEYS - unfilled)
 
 
 def item_escapes(source: str) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,13 +31,14 @@ def require_sandbox(config: GraderConfig, policy: SandboxPolicy) -> None:
 
 
 def dataset_format(config: GraderConfig, items: Iterable[Item], dataset: str | Path, allow_trailing_assistant: bool,
-                   warn: Callable[[str], None]) -> list[InputError]:
+                   warn: Callable[[str], None], template_problems: Sequence[InputError] = ()) -> list[InputError]:
     """The RFT format's rules over the dataset a grader grades (data.dataset.FormatCheck, with the fields this
-    grader reads as its reference): the errors returned, the warnings passed to `warn`."""
+    grader reads as its reference, but those `template_problems` already say no item has): the errors returned, the
+    warnings passed to `warn`."""
     from rfteval.data.dataset import check_format
     from rfteval.graders.checks import reference_fields
 
-    check = check_format(items, dataset, allow_trailing_assistant, reference_fields(config))
+    check = check_format(items, dataset, allow_trailing_assistant, reference_fields(config, template_problems))
     for line in check.warnings():
         warn(f"warning: {line}")
     return check.problems()
@@ -150,8 +151,8 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
         check_output(r.judge_cache_path, inputs=[*r.inputs, path], flag="--judge-cache")
     for note in load_notes(config):
         warn(f"note: {note}")
-    problems = preflight(config, data, r.grader) + dataset_format(config, data, r.dataset, r.allow_trailing_assistant,
-                                                                 warn)
+    problems = preflight(config, data, r.grader)
+    problems += dataset_format(config, data, r.dataset, r.allow_trailing_assistant, warn, problems)
     if problems:
         raise InputErrors(problems)
     parse_json = has_response_format(r.grader)

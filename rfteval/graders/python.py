@@ -14,6 +14,7 @@ from pydantic import field_validator
 from pydantic_core import PydanticCustomError
 
 from rfteval.graders.base import BuildContext, GraderConfig, GradeResult, Pair, register
+from rfteval.typos import CURLY_QUOTES, curly_quotes
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
@@ -81,7 +82,11 @@ def parse_source(source: str, error: Callable[[str], Exception]) -> ast.Module:
     except SyntaxError as exc:
         line = (exc.text or "").strip()
         shown = f": {line[:120]!r}" if line else ""
-        raise error(f"SyntaxError at source line {exc.lineno}: {exc.msg}{shown}") from None
+        # Python names the character ("invalid character '“' (U+201C)"); the fix is said as a JSON or TOML file's
+        # error says it, and only when a curly quote is what failed (one inside a string literal is valid)
+        curly = curly_quotes((exc.text or "").rstrip("\n")) if any(q in exc.msg for q in CURLY_QUOTES) else None
+        raise error(f"SyntaxError at source line {exc.lineno}: {exc.msg}{shown}"
+                    + (f"; {curly}" if curly else "")) from None
     except ValueError as exc:  # e.g. a NUL byte
         raise error(f"source is not valid Python: {exc}") from None
 

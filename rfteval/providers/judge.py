@@ -327,6 +327,11 @@ class Judge:
         if self._closed:
             return
         self._closed = True
+        # calls still in flight (Ctrl-C left the caller's wait, or a caller gave up) are cancelled on the loop first:
+        # a loop closed under them printed "Task was destroyed but it is pending!" and an "Event loop is closed"
+        # traceback per call when they were collected
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(self._cancel_pending(), self._loop).result(timeout=10)
         with contextlib.suppress(Exception):
             self._run(self.provider.aclose())
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -347,6 +352,13 @@ class Judge:
     @staticmethod
     async def _make_semaphore(n: int) -> asyncio.Semaphore:
         return asyncio.Semaphore(n)
+
+    @staticmethod
+    async def _cancel_pending() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _count(self, model: str, field: str, n: int = 1) -> None:
         with self._lock:

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from rfteval.providers.judge import JudgeClient
 
 T = TypeVar("T")
+# the note a report whose every grade is an error carries: `validate grader`, which runs the reference probe alone,
+# says it in its own words ("inconclusive: ...") and leaves this one out
+ALL_ERRORS_NOTE = "every probe ended in a grading error"
 
 
 class BatchGrader(Protocol):
@@ -98,6 +101,8 @@ class ProbeResult:
     max: float | None = None
     n_errors: int = 0
     error_types: dict[str, int] = field(default_factory=dict)
+    # each error type's first message, whole (a python grader's traceback too): what a user debugs the grader from
+    error_messages: dict[str, str] = field(default_factory=dict)
     flagged_items: list[str] = field(default_factory=list)
     scores: dict[str, float] = field(default_factory=dict)  # item → score, grading errors left out (not scores)
     example: str | None = None
@@ -156,6 +161,23 @@ class ProbeReport:
         return bool(self.flags)
 
     @property
+    def error_types(self) -> dict[str, int]:
+        """Every probe's grading errors by type, the most frequent first."""
+        kinds: Counter[str] = Counter()
+        for p in self.probes:
+            kinds.update(p.error_types)
+        return dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def error_messages(self) -> dict[str, str]:
+        """Each grading error type's first message over the probes (in their order), whole."""
+        first: dict[str, str] = {}
+        for p in self.probes:
+            for kind, message in p.error_messages.items():
+                first.setdefault(kind, message)
+        return {kind: first[kind] for kind in self.error_types if kind in first}
+
+    @property
     def outcome(self) -> str:
         """The report's verdict: "flagged" (a probe got through), "inconclusive" (none did, but some probe's grades
         were all errors, so "resisted" cannot be said), or "resisted"."""
@@ -182,6 +204,8 @@ class ProbeReport:
         out["warnings"] = [p.name for p in self.warnings]
         out["inconclusive"] = [p.name for p in self.inconclusive]
         out["outcome"] = self.outcome
+        out["error_types"] = dict(self.error_types)
+        out["error_messages"] = dict(self.error_messages)
         return out
 
 
@@ -707,6 +731,7 @@ def run_probes(
         asked[name] += 1
         if res.error is not None:
             errors[name][res.error.type] += 1
+            r.error_messages.setdefault(res.error.type, res.error.message)
             continue
         r.scores[iid] = res.score
         bad = (res.score > low + margin * span + 1e-12) if r.expect == "floor" else (res.score < high - 1e-6 * span)
@@ -730,7 +755,7 @@ def run_probes(
                 r.status = "flag"
     if graded and all(g.error is not None for g in graded):
         kinds = Counter(g.error.type for g in graded if g.error is not None)
-        notes.append(f"every probe ended in a grading error: the probes are inconclusive ({len(graded)} grading "
+        notes.append(f"{ALL_ERRORS_NOTE}: the probes are inconclusive ({len(graded)} grading "
                      f"errors: {', '.join(f'{k} ×{v}' for k, v in kinds.most_common())})")
     return ProbeReport(
         grader_name=getattr(config, "name", None), grader_type=getattr(config, "type", None), score_min=low,

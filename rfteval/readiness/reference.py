@@ -35,6 +35,7 @@ class ReferenceSummary(TypedDict):
     share_at_max: float | None  # of the scored; None when no reference was scored
     below_max: list[BelowMax]
     errors: dict[str, int]  # grading errors by type: left out of the share (an error's 0 is no grade)
+    error_messages: dict[str, str]  # each error type's first message, whole (a python grader's traceback too)
     inconclusive: bool  # references were graded, and every grade was an error
 
 
@@ -70,15 +71,23 @@ def reference_check(dataset: Dataset, config: GraderConfig, options: GradeOption
     elif scored:
         lines.append(f"at the maximum ({top:g}): {at_max}/{scored} = {at_max / scored:.1%}"
                      + (f" of the scored; {probe.errors_text} left out" if probe.n_errors else ""))
+    from rfteval.data.grades import message_line
+
+    # the message, not only its type, is what the grader is fixed from ("KeyError: 'answer_num'")
+    lines += [f"  {kind}, the first: {message_line(message)}" for kind, message in probe.error_messages.items()]
     for item_id, score in list(below.items())[:10]:
         lines.append(f"  below the maximum: item {item_id}: score {score:.4f}")
     if len(below) > 10:
         lines.append(f"  ... and {len(below) - 10} more")
-    lines += [f"note: {n}" for n in report.notes]
+    from rfteval.readiness.probes import ALL_ERRORS_NOTE
+
+    # the inconclusive line above says it: one probe ran, and it is not a probe to a user of validate grader
+    lines += [f"note: {n}" for n in report.notes if not n.startswith(ALL_ERRORS_NOTE)]
     summary: ReferenceSummary = {"items": len(dataset), "checked": probe.n_graded, "scored": scored, "at_max": at_max,
                                  "max": top, "share_at_max": at_max / scored if scored else None,
                                  "below_max": [{"item_id": i, "score": s} for i, s in below.items()],
-                                 "errors": dict(probe.error_types), "inconclusive": probe.status == "inconclusive"}
+                                 "errors": dict(probe.error_types), "error_messages": dict(probe.error_messages),
+                                 "inconclusive": probe.status == "inconclusive"}
     return {"summary": summary, "text": "\n".join(lines)}
 
 

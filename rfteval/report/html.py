@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data.outfile import write_text_atomic
+from rfteval.report.agent_render import agent_html
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
@@ -338,7 +339,7 @@ def render_html(result: CompareResult, top: int = 50, sections: Sequence[tuple[s
 {gate_html}
 <h2>Summary</h2>
 {_summary_html(result)}
-<ul id="facts">{''.join(f'<li>{f}</li>' for f in facts)}</ul>
+{agent_html(result)}<ul id="facts">{''.join(f'<li>{f}</li>' for f in facts)}</ul>
 <h2>Plots</h2>
 <figure>{scatter_svg(result)}<figcaption>Per-item mean, baseline (x) against candidate (y). Above the dashed
 diagonal the candidate did better. Coincident items merge into larger dots (hover for counts).</figcaption></figure>

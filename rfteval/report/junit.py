@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape, quoteattr
 
 from rfteval.data.outfile import write_bytes_atomic
+from rfteval.report.agent_render import agent_properties
 from rfteval.report.format import fmt_ci
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def render_junit(result: CompareResult, max_item_drop: float | None = None, time
         "baseline.label": result.baseline["label"], "candidate.label": result.candidate["label"],
         "baseline.mean": result.baseline["mean"], "candidate.mean": result.candidate["mean"],
         "delta.mean": result.delta["mean"], "delta.ci95": fmt_ci(result.delta["ci95"], 4),
-        "delta.p_value": result.delta["p_value"],
+        "delta.p_value": result.delta["p_value"], **agent_properties(result),
     }
     suites: list[tuple[str, list[_Case], dict[str, object]]] = [(ITEMS_SUITE, item_cases(result, max_item_drop), props)]
     gate = gate_cases(result)

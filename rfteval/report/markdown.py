@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rfteval.data.outfile import write_text_atomic
 from rfteval.data.reasoning import truncation_line
+from rfteval.report.agent_render import agent_markdown
 from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
@@ -60,6 +61,7 @@ def render_markdown(result: CompareResult, top: int = 10) -> str:
                    f"{fmt(row['candidate']['mean'])} | {fmt(dd['mean'], sign=True)} | {fmt_ci(dd['ci95'])} | "
                    f"{fmt_p(shown_p(dd))} | {wtl(dd)} |")
     out.append("")
+    out += agent_markdown(result, cell)
     for role, side in (("baseline", b), ("candidate", c)):
         errs = errors_text(side, result.options)
         out.append(f"- {role} {cell(side['label'])}: {fmt(side['mean'])} {fmt_ci(side['ci95'], sign=False)}, "

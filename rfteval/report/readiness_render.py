@@ -55,7 +55,7 @@ def summary_lines(report: ReadinessReport) -> list[str]:
         + (f"–{report.samples_max}" if report.samples_max != report.samples_min else "") + " samples",
         (f"  zero-signal items {pct(zv.get('share'))} (all-min {pct(zv.get('floor'))}, all-max "
         f"{pct(zv.get('ceiling'))}, other {pct(zv.get('other'))}); expected at G={report.group_size}: "
-        f"{pct(ez.get('share'))} ({_esc(ez.get('method'))})"
+        f"{pct(ez.get('share'))}" + (f" ({_esc(ez.get('method'))})" if ez.get("method") else "")  # none: no estimate
         + (f"; {zv['errors']} item(s) of grading errors only, left out" if zv.get("errors") else "")),
         (f"  {report.distinct_levels} score level{'s' if report.distinct_levels != 1 else ''}"
         f"{' (binary)' if report.binary else ''}, mean within-item SD {num(report.mean_within_sd)}"),
@@ -204,7 +204,10 @@ def render_readiness(report: ReadinessReport, console: Console) -> None:
 
 
 def render_probes(report: ProbeReport, console: Console) -> None:
-    """One row per probe: what it scored, errors, and the items where it was flagged."""
+    """One row per probe: its status in a word, what it scored, its errors, the items where it was flagged. What a
+    cell at 80 columns would split mid-word goes on lines of its own below the table: why a probe was skipped or
+    decided on part of its grades, and each kind of grading error with its first message (what the grader is
+    debugged from: `KeyError: 'answer_num'`, not only `python_grader_runtime_error`)."""
     from rfteval.report.format import table as house_table
 
     console.print(f"Grader probes: {_esc(report.grader_name)} ({_esc(report.grader_type)}), {report.n_items} items; "
@@ -212,28 +215,47 @@ def render_probes(report: ProbeReport, console: Console) -> None:
                   f"{report.score_min + report.margin * (report.score_max - report.score_min):g}", highlight=False)
     console.print(f"reference → output: {_esc(report.template_source)}", style="dim", highlight=False)
     table = house_table()
-    table.add_column("probe", no_wrap=True)  # a probe's name is what a reader looks up: never split across lines
-    for col in ("expect", "status", "mean", "max", "errors", "flagged items"):
-        table.add_column(col, overflow="fold")
+    for col in ("probe", "expect", "status", "mean", "max", "errors"):  # a name, a word, a number: never split
+        table.add_column(col, no_wrap=True)
+    table.add_column("flagged items", overflow="fold")  # item ids, wrapped at their commas
+    details: dict[tuple[str, str], list[str]] = {}
     for p in report.probes:
         items = ", ".join(p.flagged_items[:6]) + (f" … (+{len(p.flagged_items) - 6})" if len(p.flagged_items) > 6
                                                   else "")
-        table.add_row(p.name, p.expect.replace("_", " "),
-                      f"[{STATUS_STYLE.get(p.status, '')}]{_esc(p.status_text)}[/]",
-                      num(p.mean), num(p.max), str(p.n_errors) if p.n_errors else "", _esc(items))
+        table.add_row(p.name, p.expect.replace("_", " "), f"[{STATUS_STYLE.get(p.status, '')}]{p.status}[/]",
+                      num(p.mean), num(p.max), f"{p.n_errors} of {p.n_graded}" if p.n_errors else "", _esc(items))
+        if p.status_text != p.status:  # skipped (why), inconclusive or decided on part of its grades (which errors)
+            details.setdefault((p.status, p.status_text), []).append(p.name)
     console.print(table)
+    for (status, text), names in details.items():
+        console.print(f"{', '.join(names)}: [{STATUS_STYLE.get(status, '')}]{status}[/]"
+                      f"{_esc(text.removeprefix(status))}", highlight=False)
+    error_lines(report, console)
     if report.ignores_output:  # the probes' own verdicts mean nothing then: say why (and what to do) instead
         console.print(f"[bold red]{_esc(report.notes[0])}[/]; every scored probe is flagged", highlight=False)
     elif report.flags:
         console.print(f"[bold red]{len(report.flags)} flag(s):[/] {', '.join(p.name for p in report.flags)}")
     if report.inconclusive:  # errors are no verdict: never "no flags" while a probe has no grade but errors
         console.print(f"[bold {STATUS_STYLE['inconclusive']}]{len(report.inconclusive)} probe(s) inconclusive[/] "
-                      "(every grade an error, so not a pass): "
-                      + _esc("; ".join(f"{p.name}: {p.errors_text}" for p in report.inconclusive)), highlight=False)
+                      "(every grade an error, so not a pass)", highlight=False)  # named on the lines above
     elif not report.flags and not report.ignores_output:
         console.print("[bold green]no flags[/]")
     for note in report.notes[1:] if report.ignores_output else report.notes:
         console.print(f"note: {_esc(note)}", style="dim", highlight=False)
+
+
+def error_lines(report: ProbeReport, console: Console) -> None:
+    """Each kind of grading error over the probes, how many, and its first message on one line: what the grader is
+    debugged from (`KeyError: 'answer_num'`, not only `python_grader_runtime_error`)."""
+    from rfteval.data.grades import message_line
+
+    messages = report.error_messages
+    if not messages:
+        return
+    console.print("grading errors, the first message of each kind:", highlight=False)
+    for kind, n in report.error_types.items():
+        if kind in messages:
+            console.print(f"  {kind} ×{n}: {message_line(messages[kind])}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- HTML
@@ -365,6 +387,13 @@ def probes_html(report: ProbeReport) -> str:
                     f"<td>{num(p.mean)}</td><td>{num(p.max)}</td><td>{p.n_errors or ''}</td><td>{escape(items)}</td>"
                     "</tr>")
     html.append("</table>")
+    if report.error_messages:
+        from rfteval.data.grades import message_line
+
+        html.append("<p>Grading errors, the first message of each kind:</p><ul>")
+        html += [f"<li><code>{escape(kind)}</code> ×{n}: <code>{escape(message_line(report.error_messages[kind]))}"
+                 "</code></li>" for kind, n in report.error_types.items() if kind in report.error_messages]
+        html.append("</ul>")
     html += [f'<p class="note">{escape(n)}</p>' for n in report.notes]
     html.append("</section>")
     return "\n".join(html)

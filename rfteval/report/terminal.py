@@ -160,7 +160,9 @@ def render_compare(result: CompareResult, top: int = 10) -> list[RenderableType]
     """Everything `rfteval compare` prints, in order, as rich renderables."""
     from rich.text import Text
 
-    out: list[RenderableType] = [summary_table(result)]
+    from rfteval.report.agent_render import agent_tables
+
+    out: list[RenderableType] = [summary_table(result), *agent_tables(result)]
     out += [Text(line) for line in side_lines(result)]
     out += [Text(line, style="yellow") for line in not_sampling_lines(result.not_sampling.values())]
     if top > 0:

@@ -85,7 +85,8 @@ def check_run_inputs(run_spec: RunSpec, warn: Callable[[str], None]) -> GraderCo
                                  judge_model=run_spec.judge.model)
     problems = preflight_stream(config, run_spec.dataset, run_spec.grader, rollout=run_spec.tools is not None)
     items = iter_items(run_spec.dataset, skip_invalid=True, check_duplicates=False)
-    problems += dataset_format(config, items, run_spec.dataset, bool(run_spec.allow_trailing_assistant), warn)
+    problems += dataset_format(config, items, run_spec.dataset, bool(run_spec.allow_trailing_assistant), warn,
+                               problems)
     if problems:  # a template no item can fill, or a line holding its own answer: say so before spending
         raise InputErrors(problems)
     return config

@@ -522,6 +522,10 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
     dataset_items = count_items(spec.dataset)  # every line checked, also when --limit runs only the first N
     n_items = min(spec.limit or dataset_items, dataset_items)
+    from rfteval.run.batch.offline import read_responses
+
+    # read whole and checked before a client is opened or the run directory exists: a malformed file leaves nothing
+    imported = read_responses(Path(opts.import_responses)) if opts.import_responses is not None else []
     own_providers = providers is None  # preflight
     providers = providers if providers is not None else build_providers(runs, opts)
     for run in runs:  # replaying more epochs than were recorded could only record missing cells: say so first
@@ -600,7 +604,7 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
         if opts.import_responses is not None:
             from rfteval.run.batch.offline import import_responses
 
-            counts = import_responses(Path(opts.import_responses), ctx.batch_jobs(), store)
+            counts = import_responses(imported, ctx.batch_jobs(), store)
             monitor.message(f"imported {opts.import_responses}: {counts['stored']} responses stored, "
                             f"{counts['errors']} errors, {counts['failed']} failed lines, {counts['already']} already "
                             f"stored, {counts['unknown']} not cells of this run")
@@ -681,9 +685,16 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
                                       "failed_chunks": batch_phase.outcome.failed_chunks,
                                       "messages": list(batch_phase.outcome.messages)}
             write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
-        stopped = str(pipeline.gone) if pipeline.gone is not None else None
-        if stopped is None and pipeline.capped:
-            stopped = f"{pipeline.capped}; {pipeline.ungraded} stored responses left ungraded"
+        # the line a stopped run ends with: a judge's cap stops grading only (generation went on), a dead endpoint
+        # the run; either way the same command resumes
+        stopped, done = None, sum(t.records for t in totals.values())
+        if pipeline.gone is not None:
+            stopped = (f"{pipeline.gone}; run stopped after {done} of {summary.cells} cells, every stored response is "
+                       f"kept. Re-run the same command to resume (same --out {out_dir}).")
+        elif pipeline.capped:
+            stopped = (f"{done} of {summary.cells} cells graded, then grading stopped: {pipeline.capped}; "
+                       f"{done + pipeline.ungraded} responses stored (generation goes on past the judge's cap); the "
+                       f"same command resumes grading, re-sending no model request (same --out {out_dir})")
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
                          stopped=stopped, baseline_records=held, grading=pipeline.tally)
     finally:

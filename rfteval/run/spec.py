@@ -33,7 +33,7 @@ from rfteval.limits import (
 from rfteval.providers.base import Sampling
 from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeApi, JudgeEndpoint
 from rfteval.run.response_format import load_response_format_file, normalize_response_format
-from rfteval.typos import curly_quotes, typo_first, unknown_key
+from rfteval.typos import closest, curly_quotes, model_keys, typo_first, unknown_key
 
 if TYPE_CHECKING:
     from rfteval.data.rollout import RolloutLimits
@@ -337,6 +337,8 @@ def _line_of_key(text: str, loc: tuple[int | str, ...]) -> int | None:
         m = _HEADER.match(line)
         if m:
             table = _split_key(m.group(1))
+            if want and table[: len(want)] == want:  # `loc` is a table: its (first) header defines it
+                return lineno
             if table == want[: len(table)] and best is None and len(table) == len(want) - 1:
                 best = lineno  # fall back to the table's header
             continue
@@ -475,8 +477,14 @@ def build_spec(
     overrides = overrides or {}
     merged = deep_merge(raw, overrides)
     _refuse_api_keys(merged, spec_path, text)
+    known = model_keys(RunSpec, ()) or []
     for req, flag in (("dataset", "--dataset"), ("grader", "--grader"), ("models", "--model")):
         if req not in merged:
+            # `[model.base]` or `datset = ...`: the misspelt key is named, as pydantic's check would have named it
+            typos = [k for k in merged if k not in known and closest(k, known) == req]
+            if typos and spec_path is not None:
+                raise InputError(unknown_key(RunSpec, (typos[0],)), spec_path, _line_of_key(text, (typos[0],)),
+                                 typos[0])
             hint = f"set `{req}` in the spec or pass {flag}" if spec_path else f"pass {flag} (or a spec file)"
             raise InputError(f"missing: {hint}", spec_path, field=req)
     try:

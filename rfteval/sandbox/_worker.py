@@ -14,6 +14,10 @@ rfteval on stdout. Nothing a child does outlives its unit or reaches another uni
 
 Wire format to rfteval: 8-byte little-endian length, then JSON `[done, [[score, type, message, stdout], ...]]`,
 results in request order (rfteval checks them again; see wire.decode_reply).
+
+A "tools" request (sandbox/turns.py) runs a tools module the same way: loaded once in a template, each unit a tool
+turn (one rollout's calls of one model turn) in a fresh child, with the same limits, clean-up and checks; what a
+turn's child runs and what it reports are _tool_unit.py's, imported only then, so the grading path never loads it.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 # Copies of rfteval.data.grades' error types (this script imports rfteval's modules only lazily, in a child).
 PYTHON_RUNTIME = "python_grader_runtime_error"
@@ -63,18 +67,22 @@ MAX_PREIMPORTS = 64
 MAX_TEMPLATES = 4  # sources loaded once per sandbox at a time; the oldest template ends when a fifth is loaded
 
 Err = tuple[str, str]
+Record = tuple[int, float, "str | None", "str | None", "str | None"]  # in a child's region: index, score, type, message, output
 
 if TYPE_CHECKING:  # the checker's names only: at run time this script defines and imports none of them
     from typing import TypedDict
 
     from rfteval.data.json_types import JSONObject, JSONValue
     from rfteval.data.sample import Sample
+    from rfteval.sandbox._tool_unit import Tools, Unit
 
     # What rfteval sends for one sample (wire.compact_sample): the whole sample as marshal, the text of a JSON
     # output alone, or (text, tools as marshal or None, whether output_json is the text's parse).
     Sent = bytes | str | tuple[str, bytes | None, bool]
     Row = list[float | str | None]  # one result to rfteval: [score, error type, message, stdout] (wire.decode_reply)
     GradeFn = Callable[[Sample, JSONObject], object]  # the grader's grade(sample, item); its value is checked
+    Loaded = GradeFn | Tools  # what a source's load gives: a grader's grade(), or a tools module's functions
+    GradeUnit = tuple[bytes, list["Sent"], int]  # a grading unit: (item as marshal, its samples, the first to grade)
     ParseFn = Callable[[str], JSONValue]  # rfteval.data.sample.parse_output_json
     MakeFn = Callable[[str, list[JSONValue] | None, None, JSONValue], Sample]  # make_sample, as called here
 
@@ -227,6 +235,10 @@ def read_output(fd: int, cap: int, truncated: bool = False) -> str | None:
 # ---------------------------------------------------------------- grading
 
 
+def loading(tools: bool) -> str:
+    return "loading the tools module" if tools else "loading the grader source"
+
+
 def clean(text: str) -> str:
     """Text safe to write as UTF-8 (a grader's exception may carry lone surrogates)."""
     return text.encode("utf-8", "replace").decode("utf-8")
@@ -337,10 +349,11 @@ class Child:
     """Runs in the forked child: loads the source, grades the unit's samples, writes each result to the region.
     Everything here can be rewritten by the grader; the supervisor believes none of it beyond this unit."""
 
-    def __init__(self, region: mmap.mmap | None, timeout_s: float, cap: int):
+    def __init__(self, region: mmap.mmap | None, timeout_s: float, cap: int, tools: bool = False):
         self.region = region  # None in a template's loader, which commits nothing
         self.timeout_s = timeout_s
         self.cap = cap
+        self.tools = tools  # a tools module's unit (_tool_unit.py), not a grader's
         self.count = 0
         self.used = 0
         self.in_call = False
@@ -391,7 +404,7 @@ class Child:
         capture.truncated = False
         return text
 
-    def load(self, code: types.CodeType, key: str) -> GradeFn | Err:
+    def load(self, code: types.CodeType, key: str) -> Loaded | Err:
         mod = types.ModuleType(f"rfteval_grader_{key[:16]}")
         mod.__file__ = code.co_filename
         sys.modules[mod.__name__] = mod  # pydantic and dataclasses look their module up here
@@ -402,15 +415,23 @@ class Child:
                 exec(code, mod.__dict__)  # noqa: S102  (the grader's own source, in its own process)
             finally:
                 self.in_call = False
+            if self.tools:  # (_tool_unit: imported by the supervisor before any tools module's template forks)
+                from rfteval.sandbox._tool_unit import Tools
+
+                return Tools(mod.__dict__, mod.__name__)
         except BaseException as exc:  # noqa: BLE001
-            return describe(exc, "loading the grader source")
+            if self.tools and not isinstance(exc, (GraderTimeout, MemoryError)):
+                from rfteval.sandbox._tool_unit import load_failure
+
+                return PYTHON_RUNTIME, load_failure(exc, code.co_filename)
+            return describe(exc, loading(self.tools))
         fn = mod.__dict__.get("grade")
         if not callable(fn):
             return PYTHON_RUNTIME, "the grader source defines no function grade(sample, item)"
         return fn
 
-    def run(self, code: types.CodeType, key: str, item_blob: bytes, samples: list[Sent], start: int) -> None:
-        """Grade samples[start:] of the unit; each result is committed as soon as it is known."""
+    def run(self, code: types.CodeType, key: str, unit: GradeUnit | Unit) -> None:
+        """Load the source, then run the unit; each result is committed as soon as it is known."""
         sys.stdout = sys.stderr = self.capture
         signal.signal(SIGALRM, self.on_alarm)
         signal.setitimer(ITIMER_REAL, self.timeout_s)
@@ -419,7 +440,20 @@ class Child:
         if isinstance(fn, tuple):
             self.commit(LOADED, 0.0, fn, output)
             return
-        self.grade_all(fn, item_blob, samples, start)
+        self.work(fn, unit, loaded=True)
+
+    def work(self, fn: Loaded, unit: GradeUnit | Unit, loaded: bool) -> None:
+        """With the source loaded (here, `loaded`, or in the template this child was forked from, which reported
+        the load itself), a grading unit's samples or a tool turn's calls."""
+        if not self.tools:
+            item_blob, samples, start = cast("GradeUnit", unit)
+            self.grade_all(cast("GradeFn", fn), item_blob, samples, start, loaded)
+            return
+        from rfteval.sandbox._tool_unit import Turn
+
+        if loaded:
+            self.commit(LOADED, 0.0, None, None)
+        Turn(self, cast("Tools", fn), cast("Unit", unit), GraderTimeout, LIMITS).run()
 
     def grade_all(self, fn: GradeFn, item_blob: bytes, samples: list[Sent], start: int, loaded: bool = True) -> None:
         """With the source loaded (here, or in the template this child was forked from, which reported the load
@@ -485,7 +519,7 @@ ENCODE: Callable[[object], bytes] = _json_bytes  # msgspec's encoder once it is 
 
 
 def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: types.CodeType, key: str,
-               item_blob: bytes, samples: list[Sent], start: int, null_fd: int, out_fd: int) -> None:
+               unit: GradeUnit | Unit, null_fd: int, out_fd: int) -> None:
     """In the forked child, before any grader code: its own session, fds 0-2 only (the supervisor's pipes are
     closed), limits for this process and what it starts, then the unit. Never returns.
 
@@ -501,7 +535,7 @@ def child_main(child: Child, limits: list[tuple[int, tuple[int, int]]], code: ty
         setrlimit = resource.setrlimit
         for which, value in limits:
             setrlimit(which, value)
-        child.run(code, key, item_blob, samples, start)
+        child.run(code, key, unit)
     except BaseException:  # noqa: BLE001, S110  (a failure here shows as a missing result; the supervisor reports it)
         pass
     os._exit(0)
@@ -548,13 +582,13 @@ def template_main(loader: Child, limits: list[tuple[int, tuple[int, int]]], code
         if not isinstance(fn, tuple):
             gc.collect()
             gc.freeze()  # the units' collections then never touch (and copy) what the load made
-            serve_units(fn, loader.timeout_s, loader.cap)
+            serve_units(fn, loader.timeout_s, loader.cap, loader.tools)
     except BaseException:  # noqa: BLE001, S110  (a failure shows as the template's end; the supervisor copes)
         pass
     os._exit(0)
 
 
-def serve_units(fn: GradeFn, timeout_s: float, cap: int) -> None:
+def serve_units(fn: Loaded, timeout_s: float, cap: int, tools: bool) -> None:
     """A template's loop: on "D" become not dumpable; on "F" with (a socket, a result region, an output file)
     fork a unit's child, keep none of the three, report the child's pid, wait for it, report its status."""
     import socket
@@ -572,14 +606,14 @@ def serve_units(fn: GradeFn, timeout_s: float, cap: int) -> None:
             return
         pid = os.fork()
         if pid == 0:
-            unit_main(fn, timeout_s, cap, fds)
+            unit_main(fn, timeout_s, cap, fds, tools)
         for fd in fds:
             os.close(fd)
         sock.sendall(WORD.pack(pid))
         sock.sendall(WORD.pack(os.waitpid(pid, 0)[1]))
 
 
-def unit_main(fn: GradeFn, timeout_s: float, cap: int, fds: list[int]) -> None:
+def unit_main(fn: Loaded, timeout_s: float, cap: int, fds: list[int], tools: bool) -> None:
     """In a child forked from a template: its own session, fds 0-2 and its two channels only (the template's
     socket is closed), then the unit's samples, read from a socket only this process holds. Never returns."""
     try:
@@ -596,12 +630,11 @@ def unit_main(fn: GradeFn, timeout_s: float, cap: int, fds: list[int]) -> None:
         os.close(UNIT_FD)
         if data is None:
             os._exit(0)
-        item_blob, samples, start = marshal.loads(data)
-        child = Child(region, timeout_s, cap)
+        child = Child(region, timeout_s, cap, tools)
         sys.stdout = sys.stderr = child.capture
         signal.signal(SIGALRM, child.on_alarm)
         signal.setitimer(ITIMER_REAL, timeout_s)
-        child.grade_all(fn, item_blob, samples, start, loaded=False)
+        child.work(fn, marshal.loads(data), loaded=False)
     except BaseException:  # noqa: BLE001, S110  (a failure here shows as a missing result; the supervisor reports it)
         pass
     os._exit(0)
@@ -748,6 +781,7 @@ class Supervisor:
         # everything but the templates can be found and killed after a unit); sources that may not have one
         self.templates: dict[str, Template] = {}
         self.no_template: dict[str, str] = {}
+        self.tool_keys: set[str] = set()  # sources that are tools modules
         self.use_templates = self.pid_namespace and hasattr(os, "pidfd_open")
         # what /tmp and /dev/shm hold before any unit: the directories bubblewrap made for read-only binds under
         # /tmp (an interpreter or a checkout there), which no wipe removes and no template put there
@@ -808,13 +842,20 @@ class Supervisor:
 
     # -- a source
 
-    def code_for(self, key: str, source: str | None) -> types.CodeType | Err:
+    def code_for(self, key: str, source: str | None, kind: str = "grade") -> types.CodeType | Err:
+        """The source compiled, its imports done and its limits set, once per source. `kind` "tools": a tools
+        module (_tool_unit.py), which the template loads as its functions, not as a grade()."""
         code = self.codes.get(key)
         if code is not None:
             return code
         if source is None:
             return PYTHON_SERVER, "internal: the pool did not send the grader source"
         filename = f"<grader {key[:8]}>"
+        if kind == "tools":
+            import rfteval.sandbox._tool_unit  # noqa: F401  (before any template forks: units find it loaded)
+
+            self.tool_keys.add(key)
+            filename = f"<tools {key[:8]}>"
         try:
             code = compile(source, filename, "exec", dont_inherit=True)  # no __future__ flags leak from here
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
@@ -833,15 +874,22 @@ class Supervisor:
 
     # -- a request
 
-    def grade(self, request: tuple[str, str, str | None, list[tuple[bytes, list[Sent]]]]) -> None:
+    def grade(self, request: tuple[str, str, str | None, list[tuple[bytes, list[Sent]]]] | tuple[
+            str, str, str | None, list[Unit]]) -> None:
         """A "grade" request (pool._Sandbox.request): the source's key, the source unless sent before, and
-        the units, each (item as marshal, its samples as sent)."""
-        _, key, source, units = request
-        code = self.code_for(key, source)
+        the units, each (item as marshal, its samples as sent); or a "tools" request (sandbox/turns.py), whose
+        units are tool turns (_tool_unit.py)."""
+        kind, key, source, units = request
+        code = self.code_for(key, source, kind)
         if (self.use_templates and not isinstance(code, tuple) and key not in self.broken
                 and key not in self.templates and key not in self.no_template):
             self.start_template(key, code)
-        for item_blob, samples in units:
+        if kind == "tools":
+            for turn in cast("list[Unit]", units):
+                self.emit(self.run_turn(code, key, turn))
+            self.flush(True)
+            return
+        for item_blob, samples in cast("list[tuple[bytes, list[Sent]]]", units):
             start = 0
             while start < len(samples):
                 if isinstance(code, tuple) or key in self.broken:  # did not compile, or its loading failed
@@ -858,21 +906,7 @@ class Supervisor:
             self.flush(False, force=True)
         size = COUNT.size + (len(samples) - start + 1) * (self.cap + RECORD_SLACK + RECORD.size)
         out_fd = self.output_file()
-        template = self.templates.get(key)
-        forked = self.fork_from(template, size, out_fd, (item_blob, samples, start)) if template is not None else None
-        if forked is not None:
-            pid, pidfd, region = forked
-        else:
-            if template is not None:  # the template failed: this source's units load it themselves from now on
-                self.no_template[key] = "its template stopped answering"
-                self.drop_template(key)
-                template = None
-            region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
-            child = Child(region, self.timeout_s, self.cap)
-            pid = os.fork()
-            if pid == 0:
-                child_main(child, self.limits[key], code, key, item_blob, samples, start, self.null_fd, out_fd)
-            pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+        pid, pidfd, region, template = self.spawn(code, key, size, out_fd, (item_blob, samples, start))
         status: int | None = None
         read = 0  # records taken from the region
         offset = COUNT.size
@@ -906,13 +940,7 @@ class Supervisor:
                     break
                 self.flush(False, heartbeat=True)
         finally:
-            if status is None:
-                self.kill(pid)
-                status = self.reap(pid) if template is None else self.unit_status(template)
-            self.clean_up()
-            if pidfd >= 0:
-                os.close(pidfd)
-            region.close()
+            status = self.end_unit(pid, pidfd, region, template, status)
         done = start if expected == LOADED else expected
         kills = self.oom_kills() if self.oom_file is not None else 0
         if done >= len(samples) and failure is None:
@@ -936,6 +964,138 @@ class Supervisor:
         self.emit([[0.0, failure[0], failure[1], output]])
         return done + 1
 
+    def spawn(self, code: types.CodeType, key: str, size: int, out_fd: int,
+              unit: GradeUnit | Unit) -> tuple[int, int, mmap.mmap, Template | None]:
+        """A unit's child, with a fresh result region of `size` bytes and `out_fd` as its output: forked from the
+        source's template (which then reports its exit), else from here, loading the source itself.
+        (pid, pidfd, region, the template or None)."""
+        template = self.templates.get(key)
+        forked = self.fork_from(template, size, out_fd, unit) if template is not None else None
+        if forked is not None:
+            pid, pidfd, region = forked
+            return pid, pidfd, region, template
+        if template is not None:  # the template failed: this source's units load it themselves from now on
+            self.no_template[key] = "its template stopped answering"
+            self.drop_template(key)
+        region = mmap.mmap(-1, size)  # shared with the child alone; fresh for every child
+        child = Child(region, self.timeout_s, self.cap, key in self.tool_keys)
+        pid = os.fork()
+        if pid == 0:
+            child_main(child, self.limits[key], code, key, unit, self.null_fd, out_fd)
+        pidfd = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else -1
+        return pid, pidfd, region, None
+
+    def end_unit(self, pid: int, pidfd: int, region: mmap.mmap, template: Template | None,
+                 status: int | None) -> int | None:
+        """After a unit: its child killed unless it has exited, and reaped; everything it started killed and its
+        files wiped (clean_up). The child's wait status."""
+        if status is None:
+            self.kill(pid)
+            status = self.reap(pid) if template is None else self.unit_status(template)
+        self.clean_up()
+        if pidfd >= 0:
+            os.close(pidfd)
+        region.close()
+        return status
+
+    def run_turn(self, code: types.CodeType | Err, key: str, turn: Unit) -> list[Row]:
+        """One tool turn (_tool_unit.py) in a fresh child: rows for rfteval, one per call that ran (or was running
+        when the unit failed), then the state row. A unit that overruns its time, runs out of memory or dies ends
+        the turn there; a module that does not load fails it whole (and every later turn: `broken`)."""
+        from rfteval.sandbox._tool_unit import TOOL_CRASH, TOOL_MEMORY, TOOL_TIMEOUT, TurnCheck, load_failed_rows
+
+        failed = code if isinstance(code, tuple) else self.broken.get(key)
+        if failed is not None:
+            return load_failed_rows(failed)
+        if self.pending:  # what earlier units earned is safe in rfteval before this one's code runs
+            self.flush(False, force=True)
+        check = TurnCheck(len(turn[2]), turn[3])
+        out_fd = self.output_file()
+        pid, pidfd, region, template = self.spawn(cast("types.CodeType", code), key,
+                                                  COUNT.size + check.region_bytes(RECORD.size + RECORD_SLACK),
+                                                  out_fd, turn)
+        loaded = template is not None  # a template's child has the module loaded already
+        status: int | None = None
+        failure: Err | None = None
+        read, offset = 0, COUNT.size
+        deadline = time.monotonic() + self.timeout_s + self.grace_s
+        try:
+            while not check.done and failure is None and key not in self.broken:
+                wait = max(0.0, min(deadline - time.monotonic(), HEARTBEAT_S))
+                exited = self.wait_exit(pid, pidfd, wait) if template is None else self.wait_unit(template, pidfd, wait)
+                if exited is not None:
+                    status = exited
+                count, used = COUNT.unpack_from(region, 0)
+                if count > read:
+                    records, read, offset, garbled = self.records(region, read, offset, count, used, len(region),
+                                                                  "tool")
+                    before = len(check.rows)
+                    for index, _, etype, message, content in records:
+                        if loaded and check.add(index, etype, message, content):
+                            continue
+                        if not loaded and index == LOADED and etype is None:
+                            loaded = True
+                            continue
+                        if not loaded and index == LOADED:  # the module did not load: no call can run
+                            self.broken[key] = (etype if etype in ERROR_TYPES else PYTHON_RUNTIME,
+                                                (message or "")[:MESSAGE_CHARS])
+                        else:
+                            garbled = "the tool process garbled its results"
+                        break
+                    if garbled:
+                        failure = TOOL_CRASH, garbled
+                    if self.oom_file is not None and (kills := self.oom_kills()) > self.oom_seen:
+                        self.oom_seen = kills  # the unit's processes went past the limit together: these calls did
+                        del check.rows[before:]
+                        check.done, check.state = False, None
+                        failure = TOOL_MEMORY, self.oom_message("the call")
+                if status is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    failure = TOOL_TIMEOUT, self.stuck_message(LOADED, "the turn's tool calls" if loaded
+                                                               else loading(True))
+                    break
+                self.flush(False, heartbeat=True)
+        finally:
+            status = self.end_unit(pid, pidfd, region, template, status)
+        kills = self.oom_kills() if self.oom_file is not None else 0
+        oomed, self.oom_seen = kills > self.oom_seen, max(kills, self.oom_seen)
+        os.close(out_fd)
+        if key in self.broken:
+            return load_failed_rows(self.broken[key])
+        if not check.done and (failure is None or oomed):  # an OOM kill, not what followed it, is the cause
+            if status is not None and template is not None and template.unread:
+                status = self.unit_status(template)
+            what = "the call" if loaded else loading(True)
+            failure = (TOOL_MEMORY, self.oom_message(what)) if oomed else (
+                TOOL_CRASH, f"the tool process {describe_exit(status)} during {what}")
+        if not loaded:  # the child ended before it said whether the module loaded: the module is charged
+            assert failure is not None
+            kind = {TOOL_MEMORY: PYTHON_MEMORY, TOOL_TIMEOUT: PYTHON_TIMEOUT}.get(failure[0], PYTHON_RUNTIME)
+            self.broken[key] = kind, failure[1]
+            return load_failed_rows(self.broken[key])
+        return check.finish(failure)
+
+    def records(self, region: mmap.mmap, read: int, offset: int, count: int, used: int, max_length: int,
+                who: str = "grader") -> tuple[list[Record], int, int, str | None]:
+        """The region's records read..count-1, decoded, each at most `max_length` bytes: (records, read, offset,
+        why the reading stopped short or None). A child's region is not believed: bounds and shape are checked."""
+        out: list[Record] = []
+        end = min(COUNT.size + used, len(region))
+        while read < count:
+            if offset + RECORD.size > end:
+                return out, read, offset, f"the {who} process garbled its results"
+            (length,) = RECORD.unpack_from(region, offset)
+            if length > max_length or offset + RECORD.size + length > end:
+                return out, read, offset, f"the {who} process sent an oversized result"
+            try:
+                out.append(self.read_record(region[offset + RECORD.size:offset + RECORD.size + length]))
+            except BaseException:  # noqa: BLE001  (msgspec's DecodeError, ValidationError, RecursionError, ...)
+                return out, read, offset, f"the {who} process garbled its results"
+            read += 1
+            offset += RECORD.size + length
+        return out, read, offset, None
+
     def charge_oom(self, results: list[Row]) -> list[Row]:
         """Results just read from a child, as memory errors when the cgroup's OOM killer ended a process since
         the last results were read: the unit's processes together went past the limit (each one alone may be
@@ -956,8 +1116,8 @@ class Supervisor:
         return (f"{what} ran out of memory: the unit's processes together went past its limit of "
                 f"{LIMITS['memory']} and the kernel's OOM killer ended one")
 
-    def stuck_message(self, expected: int) -> str:
-        what = "loading the grader source" if expected == LOADED else "grade()"
+    def stuck_message(self, expected: int, what: str | None = None) -> str:
+        what = what or ("loading the grader source" if expected == LOADED else "grade()")
         return (f"{what} ran over the {self.timeout_s:g} s time limit and did not stop (alarm blocked or stuck "
                 f"outside Python); its process was killed")
 
@@ -966,23 +1126,11 @@ class Supervisor:
         """The new records of the region, checked: in order, well formed, within bounds. A bad one stops the
         child; it is charged to the sample it claims to be."""
         results: list[Row] = []
-        end = min(COUNT.size + used, len(region))
         cap = self.cap + 200
-        while read < count:
-            if offset + RECORD.size > end:
-                return results, read, offset, expected, (PYTHON_SERVER, "the grader process garbled its results")
-            (length,) = RECORD.unpack_from(region, offset)
-            if length > self.cap * 4 + RECORD_SLACK or offset + RECORD.size + length > end:
-                return results, read, offset, expected, (PYTHON_SERVER, "the grader process sent an oversized result")
-            body = region[offset + RECORD.size:offset + RECORD.size + length]
-            try:
-                index, score, etype, message, stdout = self.read_record(body)
-            except BaseException:  # noqa: BLE001  (msgspec's DecodeError, ValidationError, RecursionError, ...)
-                return results, read, offset, expected, (PYTHON_SERVER, "the grader process garbled its results")
+        records, read, offset, garbled = self.records(region, read, offset, count, used, self.cap * 4 + RECORD_SLACK)
+        for index, score, etype, message, stdout in records:
             if index != expected or index >= n:
                 return results, read, offset, expected, (PYTHON_SERVER, "the grader process sent results out of order")
-            read += 1
-            offset += RECORD.size + length
             if index == LOADED:
                 if etype is not None:
                     return results, read, offset, expected, (
@@ -1001,9 +1149,9 @@ class Supervisor:
                 stdout = stdout[:self.cap] + truncation_marker(self.cap)
             results.append([score, etype, message, stdout])
             expected = index + 1
-        return results, read, offset, expected, None
+        return results, read, offset, expected, (PYTHON_SERVER, garbled) if garbled else None
 
-    def read_record(self, body: bytes) -> tuple[int, float, str | None, str | None, str | None]:
+    def read_record(self, body: bytes) -> Record:
         try:
             return self.decode_record(body)
         except ValueError:  # what msgspec refuses and json takes (a lone surrogate, escaped): the same shape
@@ -1026,7 +1174,7 @@ class Supervisor:
             self.drop_template(next(iter(self.templates)))
         mine, theirs = (end.detach() for end in socket.socketpair())
         out_fd = self.output_file()
-        loader = Child(None, self.timeout_s, self.cap)
+        loader = Child(None, self.timeout_s, self.cap, key in self.tool_keys)
         try:
             pid = os.fork()
         except OSError:  # out of processes or memory: units load the source themselves, as before
@@ -1056,6 +1204,7 @@ class Supervisor:
         """How the template's load went: (the source's failure, as a unit's load would report it) or (None, why
         no template is kept) or (None, None) when it loaded."""
         limit = self.timeout_s + self.grace_s
+        what = loading(template.key in self.tool_keys)
         head, ended = self.template_reply(template, HEADER.size, limit)
         body = None
         if head is not None:
@@ -1067,13 +1216,14 @@ class Supervisor:
         oomed, self.oom_seen = kills > self.oom_seen, max(self.oom_seen, kills)
         if body is None:
             if oomed:
-                return (PYTHON_MEMORY, self.oom_message("loading the grader source")), None
+                return (PYTHON_MEMORY, self.oom_message(what)), None
             if not ended:
-                return (PYTHON_TIMEOUT, self.stuck_message(LOADED)), None
+                return (PYTHON_TIMEOUT, self.stuck_message(LOADED, what)), None
             self.kill(template.pid)
             status = self.reap(template.pid)
             template.pid = -1  # reaped
-            return (PYTHON_RUNTIME, f"the grader process {describe_exit(status)} while loading the grader source"), None
+            return (PYTHON_RUNTIME, f"the {'tool' if template.key in self.tool_keys else 'grader'} process "
+                                    f"{describe_exit(status)} while {what}"), None
         try:
             index, _, etype, message, _ = self.read_record(body)
         except BaseException:  # noqa: BLE001  (msgspec's errors, RecursionError, ...)
@@ -1081,7 +1231,7 @@ class Supervisor:
         if index != LOADED:
             return None, "it garbled its report"
         if oomed:
-            return (PYTHON_MEMORY, self.oom_message("loading the grader source")), None
+            return (PYTHON_MEMORY, self.oom_message(what)), None
         if etype is not None:
             return (etype if etype in ERROR_TYPES else PYTHON_RUNTIME, (message or "")[:MESSAGE_CHARS]), None
         return None, None
@@ -1137,7 +1287,7 @@ class Supervisor:
         return "it stayed dumpable"
 
     def fork_from(self, template: Template, size: int, out_fd: int,
-                  unit: tuple[bytes, list[Sent], int]) -> tuple[int, int, mmap.mmap] | None:
+                  unit: GradeUnit | Unit) -> tuple[int, int, mmap.mmap] | None:
         """A unit's child forked from the template: (pid, pidfd, result region), or None when the template fails.
         The child gets a fresh socket, result region and output file; the unit's samples go on that socket after
         the template has closed its copy, so they reach the child alone."""
@@ -1461,10 +1611,10 @@ def main(argv: list[str]) -> int:
         if message is None:
             return 0
         request = marshal.loads(message)
-        if request[0] == "grade":
+        if request[0] in ("grade", "tools"):  # a grading request, or a tool turn (_tool_unit.py)
             supervisor.grade(request)
         elif request[0] == "prepare":  # load a source's imports; rfteval then sets the memory limit above them
-            supervisor.code_for(request[1], request[2])
+            supervisor.code_for(*request[1:])  # key, source[, kind]
             supervisor.flush(True)
 
 

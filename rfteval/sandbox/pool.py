@@ -277,16 +277,17 @@ class _Sandbox:
                                                  "process it started): the kernel's OOM killer ended it",
                                   stdout=result.stdout)
 
-    def prepare(self, key: str, source: str) -> None:
+    def prepare(self, key: str, source: str, kind: str = "grade") -> None:
         """Have the supervisor import what a new source imports, then fit the cgroup's memory limit above the
-        template it made: --grader-memory is then what a unit's processes may hold together, not the template."""
+        template it made: --grader-memory is then what a unit's processes may hold together, not the template.
+        `kind` "tools": a tools module (sandbox/turns.py)."""
         memory = (self.settings.policy.memory_mb or 0) << 20
         if self.cgroup is not None and memory:
             try:
                 self.cgroup.set_memory(self.cgroup.resident() + memory + TEMPLATE_BYTES)  # room for the imports
             except (OSError, ValueError):
                 pass  # the limit from before stays: tighter, never looser
-        self.send(marshal.dumps(("prepare", key, source)))
+        self.send(marshal.dumps(("prepare", key, source, kind)))
         self.sources.add(key)
         finished = False
         while not finished:

@@ -41,6 +41,7 @@ MESSAGE_CAP = 8000  # characters of an error message, as in _worker.py
 MAX_REPLY_BYTES = 64 << 20  # one frame from a supervisor: a batch's results, outputs capped
 HEADER = struct.Struct("<Q")
 RESEND = "rfteval_resend_whole"  # the wire's word for Resend (as in _worker.py)
+TURN_CONTENT_CAP = 1 << 21  # a tool turn's content or state (_tool_unit's STATE_CHARS and MAX_OUTPUT_CHARS, below)
 ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER})
 
 _Reply = tuple[bool, list[tuple[float, str | None, str | None, str | None]]]
@@ -147,6 +148,31 @@ def decode_reply(data: bytes, start: int, n: int) -> tuple[list[Outcome], bool]:
         return results, done
     except Exception as exc:  # noqa: BLE001  (msgspec's errors, RecursionError, MemoryError, ValueError...)
         raise Failure(PYTHON_SERVER, f"unreadable reply from the grader sandbox ({type(exc).__name__})") from None
+
+
+TurnRow = tuple["str | None", "str | None", "str | None"]  # a tool turn's row: (error type, message, content)
+
+
+def decode_turn_reply(data: bytes) -> tuple[list[TurnRow], bool]:
+    """One frame from a supervisor running a tool turn (_tool_unit.py): its rows and whether the turn is done.
+    Only the shape and sizes are checked here (sandbox/turns.py reads the rows): anything malformed is a protocol
+    error, never a crash here."""
+    try:
+        try:
+            done, rows = _decode_reply(data)
+        except msgspec.DecodeError:  # what msgspec refuses and json takes (a lone surrogate, escaped)
+            done, rows = _reply_from_json(data)
+        out: list[TurnRow] = []
+        for _, etype, message, content in rows:
+            if etype is not None and not (etype.isidentifier() and len(etype) <= 100):
+                raise ValueError("bad error type")
+            if (message is not None and len(message) > MESSAGE_CAP) or (content is not None
+                                                                          and len(content) > TURN_CONTENT_CAP):
+                raise ValueError("too long")
+            out.append((etype, message, content))
+        return out, done
+    except Exception as exc:  # noqa: BLE001  (msgspec's errors, RecursionError, MemoryError, ValueError...)
+        raise Failure(PYTHON_SERVER, f"unreadable reply from the tool sandbox ({type(exc).__name__})") from None
 
 
 def _reply_from_json(data: bytes) -> _Reply:

@@ -8,18 +8,32 @@ once per pair of labels and kept; the outputs stay in their files until an item 
 Every figure a page prints travels beside its number as the text the terminal prints for it (`shown`, made by
 rfteval.report's formats and agree's own lines), and every colour as the verdict word of the one verdict rule
 (stats.direction): the page shows these strings and computes no format of its own.
+
+An agent run's records (`rfteval run --tools`) carry a rollout each: its sample shows the trajectory, turn by turn
+(`_trajectory`), each tool result cut at RESULT_CHARS with the rest served on demand, and the Compare page's rows
+each side's turns, tool calls, tool errors and stop reasons, sorted and filtered by them. Records without those
+fields make exactly the pages they made before.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rfteval.compare.comparison import CompareOptions, CompareResult
-from rfteval.compare.samples import SampleSource, source_file
+from rfteval.compare.samples import (
+    ROLLOUT_FIELDS,
+    SampleSource,
+    carries_rollouts,
+    source_file,
+    tool_result,
+    transcript_messages,
+)
 from rfteval.data import rundir
 from rfteval.data.frame import read_labels
 from rfteval.data.records import json_safe
@@ -38,6 +52,16 @@ if TYPE_CHECKING:
     from rfteval.stats.paired import PairedDelta
 
 FILTERS = ("regressed", "improved", "ties", "significant", "hardest", "errors", "truncated", "judged")
+# an agent pair's filters (offered only when a side's records carry rollouts): the candidate's per-item mean of
+# turns / tool calls above or below the baseline's, and a tool error on either side
+AGENT_FILTERS = ("more_turns", "fewer_turns", "more_calls", "fewer_calls", "tool_errors")
+# an agent pair's orders besides the comparison's (lowest delta first): a column of the table, "-" for the largest
+# first; an item without the value goes last, ties keep the comparison's order
+SORTS = ("-d_turns", "d_turns", "-d_tool_calls", "d_tool_calls", "-tool_errors")
+ROLLOUT_COLUMNS = ("turns", "tool_calls", "stop_reason", "tool_errors")  # what the Compare page's rows read
+RESULT_CHARS = 2_000  # characters of one tool result an item page sends; the rest on request (/api/result)
+# a failed call's content, as the rollout writes it (rfteval.tools.base.error_result): "error: <Type>: <message>"
+TOOL_ERROR = re.compile(r"error: ([A-Za-z_][A-Za-z0-9_.]*):")
 PAGE_SIZE = 100
 MAX_PAGE = 1000
 Page = dict[str, object]  # a page's JSON: built of JSON values (json_safe), checked by the encoder that sends it
@@ -70,7 +94,16 @@ class Source:
     given: Path | None = None  # the PATH on the command line (a run directory read through its results.parquet)
 
     _made: SampleSource | None = None
+    _agent: bool | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def agent(self) -> bool:
+        """Whether the records are an agent run's (carry rollouts): looked up once, without reading the records."""
+        with self._lock:
+            if self._agent is None:
+                self._agent = carries_rollouts(self.file)
+            return self._agent
 
     @property
     def samples(self) -> SampleSource:
@@ -149,6 +182,7 @@ class ViewData:
         self._dataset: dict[str, Item] | None = None
         self._dataset_text: tuple[list[str], object] | None = None
         self._agree: dict[tuple[Path, Path], AgreeResult] = {}
+        self._rollouts: dict[str, pd.DataFrame | None] = {}
 
     # ------------------------------------------------------------------ inputs
 
@@ -242,10 +276,33 @@ class ViewData:
         items["drop_p_adjusted"] = [p.get(i, np.nan) for i in ids]
         items["significant"] = items["item_id"].isin(set(check.get("flagged") or []))
         items["hardest"] = _lowest_quarter(result)
+        if self.has_rollouts(a, b):
+            _add_rollout_columns(items, self.rollouts(a), self.rollouts(b))
         with self._lock:
             self._tables[key] = items
             self._drop_warning = check.get("warning")
         return items
+
+    def has_rollouts(self, a: str, b: str) -> bool:
+        """Whether either side's records are an agent's (they carry rollouts): the pages then show them."""
+        return self.sources[a].agent or self.sources[b].agent
+
+    def rollouts(self, label: str) -> pd.DataFrame | None:
+        """Per item of one model, over its epochs: the mean turns and tool calls of its rollouts, its tool errors
+        (all, and by type) and how its rollouts stopped (counts by stop reason); None for records without rollouts.
+
+        Read from the records' few fields it needs, by the record frame's rules (the later of a cell's duplicates
+        kept, generation failures left out, as compare counts them). Compare's agent table (compare/agent.py, issue
+        37 item 5) is where these per-item means belong once it is merged: this then selects its rows instead of
+        computing them."""
+        with self._lock:
+            if label in self._rollouts:
+                return self._rollouts[label]
+        s = self.sources[label]
+        found = _rollout_means(s.file, s.model_label) if s.agent else None
+        with self._lock:
+            self._rollouts[label] = found
+        return found
 
     def _truncated(self, label: str) -> set[str]:
         return self.sources[label].samples.truncated_items()
@@ -259,12 +316,16 @@ class ViewData:
         return {name: {i: field_value(it.data, name) for i, it in data.items()} for name in self.options.by}
 
     def filtered(self, a: str, b: str, filters: Sequence[str] = (), q: str = "",
-                 slice_: str | None = None) -> list[str]:
-        """The item ids of a filter and search, in the comparison's order (lowest delta first)."""
+                 slice_: str | None = None, stop: str | None = None, sort: str = "") -> list[str]:
+        """The item ids of a filter and search, in the comparison's order (lowest delta first), or in an agent
+        pair's `sort` (SORTS); `stop`: the items one of whose rollouts, on either side, stopped for that reason."""
         for f in filters:
-            if f not in FILTERS:
-                raise InputError(f"unknown filter {f!r} (filters: {', '.join(FILTERS)})", field="filter")
-        key = (a, b, tuple(filters), q, slice_)
+            if f not in FILTERS + AGENT_FILTERS:
+                raise InputError(f"unknown filter {f!r} (filters: {', '.join(FILTERS + AGENT_FILTERS)})",
+                                 field="filter")
+        if sort and sort not in SORTS:
+            raise InputError(f"unknown order {sort!r} (orders: {', '.join(SORTS)})", field="sort")
+        key = (a, b, tuple(filters), q, slice_, stop or None, sort)
         with self._lock:
             found = self._filtered.get(key)
         if found is not None:
@@ -283,8 +344,20 @@ class ViewData:
             "judged": lambda: t["item_id"].isin(self.sources[a].samples.judged_items()
                                                 | self.sources[b].samples.judged_items()).to_numpy(),
         }
+        agent = "d_turns" in t
+
+        def column(name: str, sign: float = 1.0) -> np.ndarray:  # NaN (a side without rollouts) passes no filter
+            return sign * t[name].to_numpy(np.float64) > 1e-9 if agent else np.zeros(len(t), dtype=bool)
+
+        rules.update({"more_turns": lambda: column("d_turns"), "fewer_turns": lambda: column("d_turns", -1),
+                      "more_calls": lambda: column("d_tool_calls"), "fewer_calls": lambda: column("d_tool_calls", -1),
+                      "tool_errors": lambda: column("tool_errors")})
         for f in filters:
             mask &= rules[f]()
+        if stop:
+            mask &= np.array([stop in sa or stop in sb for sa, sb in zip(t["baseline_stop_reasons"],
+                                                                        t["candidate_stop_reasons"])], dtype=bool) \
+                if agent else np.zeros(len(t), dtype=bool)
         if slice_:
             name, _, value = slice_.partition("=")
             values = self.slice_values().get(name)
@@ -296,6 +369,9 @@ class ViewData:
             hits = self.search(a, b, q)
             mask &= t["item_id"].isin(hits).to_numpy()
         out = t["item_id"][mask].tolist()
+        if sort and agent:
+            values = t[sort.lstrip("-")].to_numpy(np.float64)[mask] * (-1 if sort.startswith("-") else 1)
+            out = [out[i] for i in np.argsort(values, kind="stable").tolist()]  # NaN (no value) last
         with self._lock:
             self._filtered[key] = out
             while len(self._filtered) > 64:
@@ -375,7 +451,11 @@ class ViewData:
         if found.report is None:
             return {"verdict": None, "why": found.failed or f"{found.skipped_records} records: open the Readiness "
                                                             "page to assess them"}
-        return {"verdict": found.report.verdict, "reasons": [c.message for c in found.report.reasons]}
+        from rfteval.report.readiness_render import VERDICT_TEXT
+
+        # the verdict's word as `rfteval readiness` prints it (NOT READY), beside its key (not_ready)
+        return {"verdict": found.report.verdict, "shown": VERDICT_TEXT[found.report.verdict],
+                "reasons": [c.message for c in found.report.reasons]}
 
     def _summary(self, a: str, b: str) -> tuple[JSONObject, list[JSONObject]]:
         """The pair's `compare --format json` without its items, and the summary table's rows (computed once)."""
@@ -395,10 +475,12 @@ class ViewData:
         return out
 
     def compare_page(self, a: str | None, b: str | None, filters: Sequence[str] = (), q: str = "",
-                     slice_: str | None = None, offset: int = 0, limit: int = PAGE_SIZE) -> Page:
-        """Compare: the summary (compare's JSON), then one page of the filtered items, lowest delta first."""
+                     slice_: str | None = None, offset: int = 0, limit: int = PAGE_SIZE, stop: str | None = None,
+                     sort: str = "") -> Page:
+        """Compare: the summary (compare's JSON), then one page of the filtered items, lowest delta first (an agent
+        pair: or in `sort`'s order)."""
         a, b = self.pair(a, b)
-        ids = self.filtered(a, b, filters, q, slice_)
+        ids = self.filtered(a, b, filters, q, slice_, stop, sort)
         limit = max(1, min(int(limit), MAX_PAGE))
         offset = max(0, int(offset))
         page_ids = ids[offset:offset + limit]
@@ -406,7 +488,13 @@ class ViewData:
         rows = t.loc[page_ids] if page_ids else t.iloc[:0]
         by = self.slice_values()
         full, summary = self._summary(a, b)
+        agent: Page = {}
+        if "d_turns" in t:  # an agent pair: what its rows add, and the choices its filters offer
+            reasons = {r for col in ("baseline_stop_reasons", "candidate_stop_reasons") for d in t[col] for r in d}
+            agent = {"agent": {"stop_reasons": sorted(reasons), "filters": list(AGENT_FILTERS), "sorts": list(SORTS)},
+                     "stop": stop or "", "sort": sort}
         return {
+            **agent,
             "page": "compare", "a": a, "b": b, "labels": self.labels, "filters": list(filters), "q": q,
             "slice": slice_ or "", "offset": offset, "limit": limit, "total": len(ids), "all_items": len(t),
             "result": full, "summary": summary, "by": {k: sorted(set(v.values())) for k, v in by.items()},
@@ -417,13 +505,13 @@ class ViewData:
         }
 
     def item_page(self, item_id: str, a: str | None, b: str | None, filters: Sequence[str] = (), q: str = "",
-                  slice_: str | None = None) -> Page:
-        """Item: the prompt and the fields the grader sees, the comparison's row, each epoch's two samples,
-        and the previous and next items of the current filter."""
+                  slice_: str | None = None, stop: str | None = None, sort: str = "") -> Page:
+        """Item: the prompt and the fields the grader sees, the comparison's row, each epoch's two samples (an
+        agent's: its trajectory), and the previous and next items of the current filter and order."""
         a, b = self.pair(a, b)
         t = self.table(a, b)
         rows = t[t["item_id"] == item_id]
-        ids = self.filtered(a, b, filters, q, slice_)
+        ids = self.filtered(a, b, filters, q, slice_, stop, sort)
         try:
             at = ids.index(item_id)
         except ValueError:
@@ -456,6 +544,19 @@ class ViewData:
                 value = r.get(name)
                 return value if isinstance(value, str) else ""
         raise InputError(f"no epoch {epoch} of item {item_id!r}", field="epoch")
+
+    def full_result(self, label: str, item_id: str, epoch: int, call: int) -> str:
+        """The whole text of one tool result of one sample's rollout (an item page sends its first RESULT_CHARS
+        characters): the `call`-th result in the transcript's order, as the page numbers them."""
+        if label not in self.sources:
+            raise InputError(f"no model {label!r}", field="label")
+        record = self.sources[label].samples.record(item_id, epoch)
+        if record is None:
+            raise InputError(f"no epoch {epoch} of item {item_id!r}", field="epoch")
+        text = tool_result(record, call)
+        if text is None:
+            raise InputError(f"no tool result {call} in this sample's transcript", field="call")
+        return text
 
     def plot(self, a: str | None, b: str | None, name: str) -> str:
         """One of compare --html's plots, drawn by its code (an image: no script can run in it)."""
@@ -568,10 +669,16 @@ class ViewData:
                                                   dataset=self.options.dataset, columns=SIGNAL_COLUMNS)).report
         except UnicodeEncodeError as exc:  # readiness's record reader refuses text that is not Unicode
             raise InputError(f"readiness cannot read these records ({exc.reason})", s.file) from None
+        from rfteval.report.readiness_render import VERDICT_TEXT
+
         out = report.to_dict()
         items = sorted(report.items, key=lambda it: (-(it.sd or 0.0), it.item_id))
         out.pop("items", None)
+        # the verdict and each check's status in the terminal's words (NOT READY, not ready), not their keys
+        shown = {"verdict": VERDICT_TEXT[report.verdict],
+                 "statuses": [c.status.replace("_", " ") for c in report.checks]}
         return {"page": "readiness", "label": label, "labels": self.labels, "report": out, "left_out": LEFT_OUT,
+                "shown": shown,
                 "items": [json_safe({"item_id": it.item_id, "k": it.k, "mean": it.mean, "sd": it.sd,
                                      "kind": it.kind, "grade_errors": it.n_grade_errors}) for it in items[:MAX_PAGE]],
                 "total": len(items)}
@@ -597,7 +704,107 @@ def _item_row(r: dict[str, object], by: dict[str, dict[str, str]], tie: float) -
         "wtl": [r["epoch_wins"], r["epoch_ties"], r["epoch_losses"]], "drop_p_adjusted": r["drop_p_adjusted"],
         "significant": bool(r["significant"]), "hardest": bool(r["hardest"]),
         "slices": {name: values.get(item_id, "(not in dataset)") for name, values in by.items()},
-    })}
+    }), **({"rollout": _rollout_row(r)} if "d_turns" in r else {})}
+
+
+def _rollout_means(file: Path, model_label: str | None) -> pd.DataFrame:
+    """Per item of one model's records (indexed by item_id): `turns` and `tool_calls`, their means over the epochs
+    whose rollout has them; `tool_errors`, the errors of all its rollouts, and `tool_error_types` by type;
+    `stop_reasons`, how many rollouts stopped for each reason. The record frame's rules apply (data.frame: a cell
+    held twice counts its later record; a generation failure, which played no rollout, is left out), on the few
+    fields read: a transcript is never held (a JSONL line is parsed and dropped, Parquet reads the columns)."""
+    import pandas as pd
+
+    from rfteval.data.records import is_generation_failure, iter_jsonl_records, read_parquet_records
+
+    names = ("model_label", "item_id", "epoch", "error", *ROLLOUT_COLUMNS)
+    rows: list[dict[str, object]] = (
+        read_parquet_records(file, columns=names).to_pylist() if file.suffix == ".parquet"
+        else [{k: r.get(k) for k in names} for r in iter_jsonl_records(file)])
+    if model_label is not None and any(r.get("model_label") == model_label for r in rows):
+        rows = [r for r in rows if r.get("model_label") == model_label]
+    cells: dict[tuple[str, object], dict[str, object]] = {}
+    for n, r in enumerate(rows):  # the later of a cell's records wins; a record with no epoch is its own cell
+        epoch = r.get("epoch")
+        cells[(str(r.get("item_id")), epoch if isinstance(epoch, int) else f"row {n}")] = r
+    kept = [(item, r) for (item, _), r in cells.items() if not is_generation_failure(r.get("error"))]
+    errors = [_error_counts(r.get("tool_errors")) for _, r in kept]
+    per_record = pd.DataFrame({"item_id": [item for item, _ in kept],
+                               "turns": [_count(r.get("turns")) for _, r in kept],
+                               "tool_calls": [_count(r.get("tool_calls")) for _, r in kept],
+                               "tool_errors": [sum(e.values()) for e in errors]})
+    groups = per_record.groupby("item_id", sort=False)
+    out = groups[["turns", "tool_calls"]].mean()
+    out["tool_errors"] = groups["tool_errors"].sum()
+    types: dict[str, dict[str, int]] = {}
+    stops: dict[str, dict[str, int]] = {}
+    for (item, r), counts in zip(kept, errors):
+        kinds = types.setdefault(item, {})
+        for k, n in counts.items():
+            kinds[k] = kinds.get(k, 0) + n
+        reasons = stops.setdefault(item, {})
+        reason = r.get("stop_reason")
+        if isinstance(reason, str):
+            reasons[reason] = reasons.get(reason, 0) + 1
+    out["tool_error_types"] = [types.get(i, {}) for i in out.index]
+    out["stop_reasons"] = [stops.get(i, {}) for i in out.index]
+    return out
+
+
+def _count(value: object) -> float:
+    """A record's turn or call count as a number (NaN: none, or not a count)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+
+
+def _add_rollout_columns(items: pd.DataFrame, base: pd.DataFrame | None, cand: pd.DataFrame | None) -> None:
+    """The comparison's items with each side's rollout figures (rollouts), the candidate's per-item mean turns and
+    tool calls minus the baseline's (d_turns, d_tool_calls: NaN where a side has none) and the tool errors of both
+    sides together (what a sort by errors reads)."""
+    import numpy as np
+
+    ids = items["item_id"]
+    for side, found in (("baseline", base), ("candidate", cand)):
+        for name in ("turns", "tool_calls", "tool_errors"):
+            values = found[name].reindex(ids) if found is not None else None
+            items[f"{side}_{name}"] = values.to_numpy(np.float64) if values is not None else np.nan
+        for name in ("stop_reasons", "tool_error_types"):
+            column = found[name].to_dict() if found is not None else {}
+            items[f"{side}_{name}"] = [column.get(i, {}) for i in ids]
+    items["d_turns"] = items["candidate_turns"] - items["baseline_turns"]
+    items["d_tool_calls"] = items["candidate_tool_calls"] - items["baseline_tool_calls"]
+    items["tool_errors"] = items["baseline_tool_errors"].fillna(0) + items["candidate_tool_errors"].fillna(0)
+
+
+def _rollout_row(r: Mapping[str, object]) -> JSONObject:
+    """An agent pair's part of a Compare row: each side's per-item figures, the differences, and the text of each
+    (as a turn count reads: two places)."""
+    from rfteval.report.format import fmt
+
+    def side(name: str) -> JSONObject:
+        return json_safe({"turns": r[f"{name}_turns"], "tool_calls": r[f"{name}_tool_calls"],
+                          "tool_errors": r[f"{name}_tool_errors"], "tool_error_types": r[f"{name}_tool_error_types"],
+                          "stop_reasons": r[f"{name}_stop_reasons"]})
+
+    def reasons(counts: object) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) if isinstance(counts, dict) and counts \
+            else "—"
+
+    def errors(name: str) -> str:
+        total, kinds = _float(r[f"{name}_tool_errors"]), r[f"{name}_tool_error_types"]
+        if total is None:
+            return "—"
+        listed = ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())) if isinstance(kinds, dict) else ""
+        return f"{total:.0f}" + (f" ({listed})" if total and listed else "")
+
+    return {"baseline": side("baseline"), "candidate": side("candidate"), **json_safe(
+        {"d_turns": r["d_turns"], "d_tool_calls": r["d_tool_calls"]}),
+        "shown": {"turns": f"{fmt(_float(r['baseline_turns']), 2)} → {fmt(_float(r['candidate_turns']), 2)}",
+                  "d_turns": fmt(_float(r["d_turns"]), 2, sign=True),
+                  "tool_calls": f"{fmt(_float(r['baseline_tool_calls']), 2)} → "
+                                f"{fmt(_float(r['candidate_tool_calls']), 2)}",
+                  "d_tool_calls": fmt(_float(r["d_tool_calls"]), 2, sign=True),
+                  "stop_reasons": [reasons(r["baseline_stop_reasons"]), reasons(r["candidate_stop_reasons"])],
+                  "tool_errors": [errors("baseline"), errors("candidate")]}}
 
 
 def _float(value: object) -> float | None:
@@ -653,7 +860,8 @@ def _agree_shown(result: AgreeResult) -> JSONObject:
 
     gate = result.gate
     gated = bool(gate["checks"])
-    lines = agree_render.gate_lines(result) if gated else agree_render.verdict_lines(result)
+    # the terminal's order: the verdict per candidate, then each gate check (a gate once hid the verdict)
+    lines = agree_render.verdict_lines(result) + agree_render.gate_lines(result)
     if not lines:
         labels = sorted({str(x) for x in result.paired["model_label"]}) if "model_label" in result.paired else []
         lines = [f"no verdict to compare: the records hold one model ({', '.join(labels) or 'none'}); a verdict "
@@ -690,7 +898,112 @@ def _sample(r: JSONObject) -> JSONObject:
     out["output_json"] = json_safe(r.get("output_json"))
     out["output_tools"] = json_safe(r.get("output_tools"))
     out["grade_details"] = json_safe(r.get("grade_details"))
+    if any(name in r for name in ROLLOUT_FIELDS):  # an agent run's record: a record without tools has none
+        out["rollout"] = _rollout(r)
     return out
+
+
+def _rollout(r: JSONObject) -> JSONObject:
+    """An agent record's rollout for its sample card: the record's own counts and stop reason, and the trajectory
+    (None without a readable transcript: a rollout that failed, or a transcript that is not JSON)."""
+    messages = transcript_messages(r)
+    turns, calls = r.get("turns"), r.get("tool_calls")
+    return {"turns": turns if isinstance(turns, int) else None,
+            "tool_calls": calls if isinstance(calls, int) else None,
+            "stop_reason": json_safe(r.get("stop_reason")),
+            "tool_errors": json_safe(_error_counts(r.get("tool_errors"))),
+            "trajectory": cast("list[JSONValue]", _trajectory(messages, r.get("output_text")))
+            if messages is not None else None,
+            "unreadable": messages is None and r.get("transcript") is not None}
+
+
+def _error_counts(value: object) -> dict[str, int]:
+    """A record's tool_errors as {type: count}: a dict in a line, (type, count) pairs from a Parquet map, JSON
+    text; anything else (hostile, or absent) counts nothing."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if isinstance(value, list):
+        value = {v[0]: v[1] for v in value if isinstance(v, (list, tuple)) and len(v) == 2}
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): int(v) for k, v in value.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e15}
+
+
+def _content(value: object) -> str:
+    """A message's content as text: a string as it is, a list of parts their texts, nothing as ""."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) and isinstance(p.get("text"), str) for p in value):
+        return "".join(str(p["text"]) for p in value if isinstance(p, dict))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _arguments(raw: object) -> tuple[JSONValue, bool]:
+    """A call's arguments for the page: pretty-printed when they are JSON, as the model sent them otherwise (a
+    model that sends broken JSON is something to see), and whether they parsed."""
+    text = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False)
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return _text(text), False
+    return _text(json.dumps(value, indent=2, ensure_ascii=False)), True
+
+
+def _trajectory(messages: list[JSONObject], output_text: object) -> list[JSONObject]:
+    """The rollout's turns in order: each assistant message's text and calls (name, arguments), each call with the
+    tool result that answered it (by tool_call_id, the earliest call of that id still unanswered; cut at
+    RESULT_CHARS, its length said, numbered in the transcript's order for /api/result) and the error type its
+    content names ("error: <Type>: ..."). A result no call asked for is listed under the turn it follows. The last
+    turn's text, the record's output_text, is not sent twice: the turn says so (`final`) and the page shows the
+    output there."""
+    turns: list[JSONObject] = []
+    pending: dict[str, list[JSONObject]] = {}
+    results, assistant, last_text = 0, 0, None
+    for m in messages:
+        if m.get("role") == "tool":
+            content = _content(m.get("content"))
+            error = TOOL_ERROR.match(content)
+            result: JSONObject = {"index": results, "chars": len(content), "text": _text(content, RESULT_CHARS),
+                                  "error": error.group(1) if error else None}
+            results += 1
+            waiting = pending.get(str(m.get("tool_call_id")))
+            if waiting:
+                waiting.pop(0)["result"] = result
+                continue
+            if not turns:
+                turns.append({"turn": None, "role": "tool", "text": None, "calls": [], "unasked": []})
+            unasked = turns[-1]["unasked"]
+            assert isinstance(unasked, list)
+            unasked.append({**result, "tool_call_id": json_safe(m.get("tool_call_id"))})
+            continue
+        role = str(m.get("role") or "assistant")
+        if role == "assistant":
+            assistant += 1
+        last_text = _content(m.get("content"))
+        calls: list[JSONValue] = []
+        listed = m.get("tool_calls")
+        for c in listed if isinstance(listed, list) else []:
+            c = c if isinstance(c, dict) else {}
+            fn = c.get("function")
+            fn = fn if isinstance(fn, dict) else {}
+            name = fn.get("name")
+            arguments, valid = _arguments(fn.get("arguments", ""))
+            call: JSONObject = {"id": json_safe(c.get("id")), "name": name if isinstance(name, str) else
+                                json.dumps(name), "arguments": arguments, "arguments_json": valid, "result": None}
+            pending.setdefault(str(c.get("id")), []).append(call)
+            calls.append(call)
+        turns.append({"turn": assistant if role == "assistant" else None, "role": role,
+                      "text": _text(last_text) or None, "calls": calls, "unasked": []})
+    last = turns[-1] if turns else None
+    if last is not None and last["role"] == "assistant" and last_text == output_text:
+        last["text"], last["final"] = None, True
+    return turns
 
 
 def _epoch_wtl(result: CompareResult, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
 from rfteval.view.model import ViewData, ViewOptions
+
+if TYPE_CHECKING:
+    from rfteval.compare.agree import AgreeOptions
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -25,6 +29,7 @@ class ViewRequest:
     open_browser: bool = True
     bundle: Path | None = None
     bundle_items: int = 500
+    agree_options: AgreeOptions | None = None  # --pass-threshold, --min-kappa, --max-bias: the Agree page's
 
     def __post_init__(self) -> None:
         if not self.paths:
@@ -53,7 +58,8 @@ class ViewRequest:
         return "agree" if self.agree is not None else "compare"
 
     def data(self) -> ViewData:
-        return ViewData(self.paths, ViewOptions(dataset=self.dataset, by=tuple(self.by), agree=self.agree))
+        return ViewData(self.paths, ViewOptions(dataset=self.dataset, by=tuple(self.by), agree=self.agree,
+                                                agree_options=self.agree_options))
 
 
 def view_request(request: ViewRequest) -> str:

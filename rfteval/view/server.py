@@ -122,11 +122,14 @@ def make_app(data: ViewData, hosts: tuple[str, ...] = LOOPBACK) -> Starlette:
         Route("/api/runs", api(lambda p: data.runs_page())),
         Route("/api/compare", api(lambda p: data.compare_page(
             p.get("a"), p.get("b"), _filters(p), p.get("q", ""), p.get("slice") or None, _int(p, "offset", 0),
-            _int(p, "limit", 100)))),
+            _int(p, "limit", 100), p.get("stop") or None, p.get("sort", "")))),
         Route("/api/item", api(lambda p: data.item_page(
-            p.get("id", ""), p.get("a"), p.get("b"), _filters(p), p.get("q", ""), p.get("slice") or None))),
+            p.get("id", ""), p.get("a"), p.get("b"), _filters(p), p.get("q", ""), p.get("slice") or None,
+            p.get("stop") or None, p.get("sort", "")))),
         Route("/api/text", api(lambda p: data.full_text(p.get("label", ""), p.get("id", ""), _int(p, "epoch", 0),
                                                         p.get("field", "output_text")))),
+        Route("/api/result", api(lambda p: data.full_result(p.get("label", ""), p.get("id", ""), _int(p, "epoch", 0),
+                                                            _int(p, "call", -1)))),
         Route("/api/series", api(lambda p: data.series_page())),
         Route("/api/agree", api(lambda p: data.agree_page(p.get("a"), p.get("b")))),
         Route("/api/readiness", api(lambda p: data.readiness_page(p.get("label")))),

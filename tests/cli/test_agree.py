@@ -593,7 +593,7 @@ def lenient_judge():
         server = local_judge.serve(0)
         yield server.base_url
         server.stop()
-        local_judge.answer_score = module._plain_score  # leave the plain local judge as it was
+        local_judge.answer_score, local_judge.MODEL_NAME = module._plain_score, module._plain_name  # as it was
     finally:
         sys.path.remove(str(ROOT / "scripts"))
 
@@ -678,6 +678,35 @@ def test_regrade_same_swaps_only_the_judge_of_a_run_directory(tmp_path, fake_ope
 
 
 @pytest.mark.slow
+def test_regrade_never_writes_over_a_run_directorys_records_or_the_dataset_its_spec_names(tmp_path, fake_openai):
+    """Tried as a new user: `agree RUN --regrade G --out RUN/base.jsonl` paid every judge call and overwrote A's
+    records, and `--judge-cache D` appended judge answers to the dataset RUN's spec names (no --dataset given):
+    only the paths as typed were checked. Each is one line, exit 2, before any judge call, every file untouched;
+    the run's own judge cache named explicitly is still fine."""
+    fake_openai.responder = _judge
+    ds, a, grader = _regrade_files(tmp_path)
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [json.loads(line) for line in a.read_text().splitlines()]
+    for label in ("base", "tuned"):
+        _records(run / f"{label}.jsonl", [r for r in rows if r["model_label"] == label])
+    (run / "spec.resolved.toml").write_text(f'dataset = "{ds}"\ngrader = "{grader}"\n[models.base]\n[models.tuned]\n')
+    before = {p: p.read_bytes() for p in (run / "base.jsonl", run / "tuned.jsonl", ds, grader)}
+    args = ["agree", str(run), "--regrade", str(grader), "--judge-base-url", fake_openai.base_url]
+    for flag, path in (("--out", run / "base.jsonl"), ("--judge-cache", ds), ("--html", run / "tuned.jsonl"),
+                       ("--out", grader)):
+        res = runner.invoke(app, [*args, flag, str(path)])
+        said = [line for line in res.stderr.splitlines() if line.startswith("rfteval: ")]
+        assert res.exit_code == 2 and len(said) == 1, res.output
+        assert f"{flag}: is also an input of this command" in said[0]
+    assert fake_openai.requests == []
+    assert {p: p.read_bytes() for p in before} == before
+    res = runner.invoke(app, [*args, "--judge-cache", str(run / "judge_cache.jsonl"), "--out", str(tmp_path / "b.jsonl")])
+    assert res.exit_code == 0, res.output
+    assert len(fake_openai.requests) == 24 and (tmp_path / "b.jsonl").is_file()
+
+
+@pytest.mark.slow
 def test_regrade_with_a_judge_the_server_refuses_stops_in_one_line(tmp_path, fake_openai):
     """Issue 27: --regrade's judge fails fast like a model: a developer message llama-cpp-python refuses (its 500
     validation list) stops agree after a handful of requests, one line naming --developer-as system; nothing is
@@ -696,3 +725,29 @@ def test_regrade_with_a_judge_the_server_refuses_stops_in_one_line(tmp_path, fak
     res = runner.invoke(app, [*args, "--developer-as", "system", "--format", "json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["n_samples"] == 24
+
+
+@pytest.mark.slow
+def test_regrade_checks_the_judge_model_before_its_first_call(tmp_path, fake_openai):
+    """Issue 36 leftover: `agree --regrade` sent its judge calls without checking the judge model against the
+    endpoint's GET /models, as grade, validate and probe-grader do. A model the endpoint does not serve is one line,
+    exit 2, zero chat requests and nothing written; --skip-model-check (the shared option) goes past the check."""
+    fake_openai.responder = _judge
+    fake_openai.models = ["judge-model", "other"]
+    ds, a, grader = _regrade_files(tmp_path)
+    cache, out = tmp_path / "c.jsonl", tmp_path / "b.jsonl"
+    args = ["agree", str(a), "--regrade", str(grader), "--dataset", str(ds), "--judge-base-url", fake_openai.base_url,
+            "--judge-cache", str(cache), "--out", str(out)]
+    for extra, named in (([], "grader model: unknown model 'o3-mini'"),
+                         (["--judge-model", "judge-modle"], "--judge-model: unknown model 'judge-modle'")):
+        res = runner.invoke(app, [*args, *extra])
+        said = [line for line in res.stderr.splitlines() if line.startswith("rfteval: ")]
+        assert res.exit_code == 2 and len(said) == 1 and "Traceback" not in res.output, res.output
+        assert named in said[0] and "serves judge-model, other" in said[0] and "--skip-model-check" in said[0]
+    # no judge call paid for, no record written (the judge's cache file is opened, empty, before the check: as grade's)
+    assert fake_openai.requests == [] and not out.exists() and (not cache.exists() or cache.read_text() == "")
+
+    fake_openai.models, fake_openai.listed = None, ["other"]  # a gateway: routes o3-mini, does not list it
+    res = runner.invoke(app, [*args, "--skip-model-check", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["n_samples"] == 24 and {r.model for r in fake_openai.requests} == {"o3-mini"}

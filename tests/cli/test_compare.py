@@ -253,8 +253,9 @@ def test_help_shows_a_ci_example():
     assert 'cat compare.md >> "$GITHUB_STEP_SUMMARY"' in res.stdout
     for flag in ("--fail-under", "--max-drop", "--require-improvement", "--max-item-drop", "--markdown", "--junit",
                  "--html", "--strict", "--exclude-errors", "--tie", "--top", "--by", "--gate", "--errors",
-                 "--max-error-rate", "--score-range"):
+                 "--max-error-rate", "--score-range", "--max-stop-share"):
         assert flag in res.stdout
+    assert "--max-stop-share max_turns=0.10" in res.stdout  # the agent example
 
 
 @pytest.mark.slow
@@ -315,3 +316,56 @@ def test_by_a_field_no_item_has_is_bad_input(pair, tmp_path):
                                         "difficulty": "hard"}) for i in "abcd"))
     res = run(*pair, "--dataset", str(ds), "--by", "difficulti")
     assert res.exit_code == 2 and "--by difficulti: no item of" in res.stderr
+
+
+def _agent_pair(tmp_path: Path) -> tuple[str, str]:
+    """Ten items: the tuned agent answers in 2 turns where the base takes 5, but 3 of its 20 rollouts end at the
+    turn limit."""
+    from tests.support.agent_records import Rollout, agent_side, write_agent
+
+    base = {f"q{i}": [(0.0, Rollout(5, tool_calls=4)), (1.0, Rollout(5, tool_calls=4))] for i in range(10)}
+    ends = ["max_turns"] * 3 + ["no_tool_calls"] * 17
+    tuned = {f"q{i}": [(1.0, Rollout(2, ends[2 * i], 1)), (1.0, Rollout(2, ends[2 * i + 1], 1))] for i in range(10)}
+    return (str(write_agent(agent_side("base", base), tmp_path / "base.jsonl")),
+            str(write_agent(agent_side("tuned", tuned), tmp_path / "tuned.parquet")))
+
+
+@pytest.mark.slow
+def test_agent_runs_table_json_and_the_stop_share_gate(tmp_path):
+    b, t = _agent_pair(tmp_path)
+    table = run(b, t, "--top", "0")
+    assert table.exit_code == 0, table.output
+    out = table.stdout
+    assert out.index("overall") < out.index("agent: base -> tuned") < out.index("baseline base:")
+    assert "tool calls" in out and "4.00" in out and "1.00" in out and "lower" in out
+    assert "max_turns" in out and "15.0% (3)" in out and "finished on its own" in out
+    gated = run(b, t, "--max-stop-share", "max_turns=0.10", "--format", "json")
+    assert gated.exit_code == 1
+    assert ("rfteval: gate failed: max-stop-share max_turns: tuned: 15.0% of 20 rollouts ended with max_turns "
+            "(> 0.1)") in gated.stderr
+    j = json.loads(gated.stdout)
+    assert j["options"]["max_stop_share"] == {"max_turns": 0.1}
+    assert j["agent"]["rows"]["tool_calls"]["delta"]["mean"] == pytest.approx(-3.0)
+    assert j["agent"]["stop_reasons"]["max_turns"]["candidate"] == pytest.approx(0.15)
+    assert run(b, t, "--max-stop-share", "max_turns=0.15").exit_code == 0
+    plain = json.loads(run(*_plain_pair(tmp_path), "--format", "json").stdout)
+    assert "agent" not in plain and "max_stop_share" not in plain["options"]
+
+
+def _plain_pair(tmp_path: Path) -> tuple[str, str]:
+    return (str(write_side(tmp_path / "pb.jsonl", "base", BASE)), str(write_side(tmp_path / "pt.jsonl", "tuned", TUNED)))
+
+
+@pytest.mark.parametrize("value, message", [
+    ("max_turn=0.1", "--max-stop-share: unknown stop reason 'max_turn'"),
+    ("max_turns=2", "--max-stop-share: max_turns: the share must lie in [0, 1], got 2"),
+    ("max_turns", "--max-stop-share: must be REASON=SHARE"),
+])
+def test_a_bad_stop_share_is_one_line_before_anything_is_read(tmp_path, value, message):
+    """Exit 2 on the flag alone: the record files named do not even exist."""
+    md = tmp_path / "never.md"
+    res = run(str(tmp_path / "nowhere.jsonl"), str(tmp_path / "either.jsonl"), "--max-stop-share", value,
+              "--markdown", str(md))
+    assert res.exit_code == 2 and res.stderr.strip().count("\n") == 0
+    assert res.stderr.startswith(f"rfteval: {message}")
+    assert not md.exists()

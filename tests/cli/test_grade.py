@@ -286,6 +286,35 @@ def test_judge_users_check_the_judge_model_before_spending(command, files, tmp_p
         assert res.exit_code == 0, res.output
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["grade", "probe-grader", "validate"])
+def test_ctrl_c_while_a_judge_answers_exits_130_without_a_traceback(command, files, tmp_path):
+    """Tried as a new user against llama.cpp: Ctrl-C on a judging `grade`, `probe-grader` or `validate grader` exited
+    130 after "Task was destroyed but it is pending!" and an "Event loop is closed" traceback per call still waiting
+    for the judge (the judge closed its loop under them). The judge now cancels them first."""
+    import signal
+    import time
+
+    from tests.support.cli_run_files import RFTEVAL
+    from tests.support.fake_openai import FakeOpenAI
+
+    with FakeOpenAI(lambda req: json.dumps({"steps": [], "result": 0.8}), delay_s=60.0) as fake:
+        args = [*_judge_command(command, files, tmp_path, fake), "--judge-concurrency", "1", "--skip-model-check"]
+        if command == "validate":
+            args += ["--reference-template", "{{ item.reference_answer }}"]
+        proc = subprocess.Popen([*RFTEVAL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(6000):  # until the first judge call is at the server (a guard, not a measurement)
+            if fake.requests or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert fake.requests, proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    for noise in ("Traceback", "Task was destroyed", "Exception ignored", "Event loop is closed"):
+        assert noise not in err, err
+
+
 # ---- grade's judge cache and model labels (issue 27 items 7 and 10) ---------------------------------------------------
 
 

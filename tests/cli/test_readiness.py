@@ -326,6 +326,12 @@ def test_html_path_problems_are_one_line_before_any_work(run_dir: Path, tmp_path
     before = target.read_text()
     res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(target)])
     assert res.exit_code == 2 and "is also an input" in res.stderr and target.read_text() == before
+    # the run's results.parquet is its records too (the viewer reads it first): a new user's --html over it was
+    # written, leaving the run directory with an HTML page for its records
+    parquet = run_dir / "results.parquet"
+    before_bytes = parquet.read_bytes()
+    res = CliRunner().invoke(app, ["readiness", str(run_dir), "--html", str(parquet)])
+    assert res.exit_code == 2 and "is also an input" in res.stderr and parquet.read_bytes() == before_bytes
 
 
 def test_one_format_vocabulary(run_dir: Path):
@@ -368,6 +374,62 @@ def test_probe_grader_on_a_grader_that_raises_everywhere_is_inconclusive_and_no_
     ran = [p for p in out["probes"] if p["status"] != "skipped"]
     assert code == 3 and out["outcome"] == "inconclusive" and ran
     assert all(p["status"] == "inconclusive" and p["error_types"] == {"python_grader_runtime_error": n} for p in ran)
+
+
+KEY_ERROR = "def grade(sample, item):\n    return float(sample['output_text'] == item['answer_num'])\n"
+
+
+def _probe_at_80_columns(grader: Path, dataset: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """probe-grader as a user pipes it (`| less`, a CI log): a real process, no terminal, COLUMNS=80."""
+    from tests.support.cli_run_files import RFTEVAL
+
+    return subprocess.run([*RFTEVAL, "probe-grader", str(grader), "--dataset", str(dataset), *args],
+                          capture_output=True, text=True, timeout=300, env={**__import__("os").environ, "COLUMNS": "80"})
+
+
+@pytest.mark.slow
+def test_probe_grader_shows_what_a_raising_grader_raised_in_the_table_and_the_json(run_dir: Path):
+    """It said `python_grader_runtime_error ×8` and never `KeyError: 'answer_num'`: the user had to read the source."""
+    tmp = run_dir.parent
+    grader = tmp / "key_error.py"
+    grader.write_text(KEY_ERROR)
+    ds = tmp / "items.jsonl"
+    res = _probe_at_80_columns(grader, ds)
+    assert res.returncode == 3, res.stderr
+    said = [line for line in res.stdout.splitlines() if "KeyError" in line]
+    assert said == [f"  python_grader_runtime_error ×{10 * len(ITEMS)}: grade() raised KeyError: 'answer_num'"]
+    res = _probe_at_80_columns(grader, ds, "--format", "json")
+    out = json.loads(res.stdout)
+    assert out["error_types"] == {"python_grader_runtime_error": 10 * len(ITEMS)}
+    first = out["error_messages"]["python_grader_runtime_error"]
+    assert first.startswith("grade() raised KeyError: 'answer_num'") and "item['answer_num']" in first  # whole
+    ran = [p for p in out["probes"] if p["status"] != "skipped"]
+    assert ran and all(p["error_messages"] == {"python_grader_runtime_error": first} for p in ran)
+
+
+@pytest.mark.slow
+def test_probe_grader_at_80_columns_splits_no_word(run_dir: Path):
+    """Piped at 80 columns the status column read "inconclusiv|e" and "python_gra|der_runtime": each cell is a
+    word or a number now, and the long status text has a line of its own below the table."""
+    tmp = run_dir.parent
+    grader = tmp / "key_error.py"
+    grader.write_text(KEY_ERROR)
+    res = _probe_at_80_columns(grader, tmp / "items.jsonl")
+    lines = res.stdout.splitlines()
+    assert res.returncode == 3 and all(len(line) <= 80 for line in lines), res.stdout
+    words = set(re.findall(r"[A-Za-z_]+", res.stdout))
+    assert {w for w in words if w.startswith("inconclu")} == {"inconclusive"}, res.stdout
+    assert {w for w in words if w.startswith("python_")} == {"python_grader_runtime_error"}, res.stdout
+    from rfteval.readiness.probes import PROBES
+
+    rows = lines[next(i for i, line in enumerate(lines) if line.startswith("─")) + 1:]
+    for probe in PROBES:  # one row per probe, its whole status word on it
+        row = next(line for line in rows if line.split()[:1] == [probe.name])
+        assert {"inconclusive", "skipped"} & set(row.split()), row
+    ran = [p.name for p in PROBES if p.expect == "floor"][:10]
+    n = len(ITEMS)
+    assert f"inconclusive: {n} grading errors (python_grader_runtime_error ×{n})" in " ".join(res.stdout.split())
+    assert ", ".join(ran) in " ".join(res.stdout.split())
 
 
 @pytest.mark.slow

@@ -94,6 +94,22 @@ def test_dry_run_prints_the_plan_sends_nothing_and_makes_no_directory(tmp_path: 
 
 
 @pytest.mark.slow
+def test_dry_run_names_no_directory_it_would_write_to(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
+    """Its first line was "rfteval: NAME -> DIR", the header of a run writing into DIR, although it writes nothing."""
+    files = write_run_files(tmp_path, N_ITEMS)
+    res = CliRunner().invoke(app, ["run", *run_args(files, fake_openai), "--dry-run", "--name", "smoke"],
+                             env={"OPENAI_API_KEY": "sk-smoke-0001", "NO_COLOR": "1"})
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0] == "dry run: smoke (nothing is sent or written)"
+    assert " -> " not in res.output and str(files["out"]) not in res.stderr
+    assert fake_openai.requests == [] and not files["out"].exists()
+    res = CliRunner().invoke(app, ["run", *run_args(files, fake_openai), "--name", "smoke", "--limit", "1"],
+                             env={"OPENAI_API_KEY": "sk-smoke-0001", "NO_COLOR": "1"})
+    assert res.exit_code == 0 and " ".join(res.stderr.split()).startswith(f"rfteval: smoke -> {files['out']}"), \
+        res.output
+
+
+@pytest.mark.slow
 def test_dry_run_after_a_limited_run_counts_the_resume_and_makes_the_runs_checks(tmp_path: Path) -> None:
     files = write_run_files(tmp_path, N_ITEMS)
     with FakeOpenAI(models=["fake-base", "fake-tuned"]).start() as server:
@@ -139,7 +155,13 @@ def test_a_judge_call_cap_stops_grading_and_the_same_command_resumes_paying_noth
     args = run_args(files, fake_openai, judge_grader(tmp_path))
     res = invoke(*args, "--max-judge-calls", "7")
     assert res.exit_code == 3, res.output
-    assert "--max-judge-calls 7 reached (7 judge calls sent)" in res.output and "Re-run the same command" in res.output
+    # it said "run stopped after 7 of 24 cells", as if generation had stopped: it had not, only grading had
+    said = [line for line in res.output.splitlines() if "--max-judge-calls" in line]
+    graded = len(judge_requests(fake_openai))  # a judged sample is a graded cell here, and nothing else was graded
+    assert said == [f"rfteval: {graded} of {SAMPLES} cells graded, then grading stopped: --max-judge-calls 7 reached "
+                    f"(7 judge calls sent); {SAMPLES} responses stored (generation goes on past the judge's cap); the "
+                    f"same command resumes grading, re-sending no model request (same --out {files['out']})"], said
+    assert "run stopped after" not in res.output
     assert len(judge_requests(fake_openai)) == 7
     assert per_model(fake_openai) == {"fake-base": N_ITEMS * EPOCHS, "fake-tuned": N_ITEMS * EPOCHS}  # generation went on
     assert (files["out"] / "store" / "responses.jsonl").read_text().count("\n") == SAMPLES  # every response stored

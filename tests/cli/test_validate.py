@@ -35,6 +35,15 @@ def test_valid_spec_is_described(tmp_path):
     assert "tuned: o4-mini via openai http://127.0.0.1:9/v1" in res.output
 
 
+@pytest.mark.parametrize("limit, said", [(2, "first 2 of 24 items x 2 epochs"), (24, "valid; 24 items x 2 epochs"),
+                                         (30, "valid; 24 items x 2 epochs")])
+def test_a_specs_limit_is_counted_as_run_counts_it(tmp_path, limit, said):
+    """`limit = 2` was ignored: "24 items x 2 epochs" for a run of 2 items. A limit past the dataset cuts nothing."""
+    res = runner.invoke(app, ["validate", "spec", str(spec(tmp_path, f"limit = {limit}"))])
+    assert res.exit_code == 0, res.output
+    assert said in res.output and ("first" in res.output) == (limit < 24), res.output
+
+
 def test_bad_key_names_file_line_and_key(tmp_path):
     p = spec(tmp_path, "concurrency = 0")
     res = runner.invoke(app, ["validate", "spec", str(p)])
@@ -341,6 +350,19 @@ def _reference_judge(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
+def test_validate_grader_shows_what_a_raising_grader_raised(tmp_path):
+    """It said "inconclusive: 48 grading errors (python_grader_runtime_error ×48)" and never what was raised."""
+    ds, _ = _typo_files(tmp_path)
+    grader = tmp_path / "key_error.py"
+    grader.write_text("def grade(sample, item):\n    return float(sample['output_text'] == item['answer_num'])\n")
+    res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds), "--reference-template",
+                              "{{ item.answer }}"])
+    assert res.exit_code == 3, res.output
+    assert "  python_grader_runtime_error, the first: grade() raised KeyError: 'answer_num'" in res.stdout.splitlines()
+    assert "Traceback" not in res.output  # one line: the first of the message
+
+
+@pytest.mark.slow
 def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_path, fake_openai):
     """It said "at the maximum (1): 0/4 = 0.0%" and exited 0 when every judge answer was cut off: the errors' 0s
     read as the references' grades. Errors are counted apart; with none scored the check is inconclusive."""
@@ -354,6 +376,7 @@ def test_validate_grader_references_cut_off_by_the_judge_are_inconclusive(tmp_pa
     assert "inconclusive: 4 grading errors (model_grader_truncated_error ×4): no reference answer was scored" \
         in res.stdout
     assert "at the maximum" not in res.stdout and "inconclusive" in res.stderr
+    assert "probe" not in res.output  # once "note: every probe ended in a grading error", after the line above
     # one reference cut off: the other three decide, and the one is counted, not "below the maximum"
     fake_openai.responder = lambda req: (Reply(text=CUT, finish_reason="length") if "r0" in req.last_user_text()
                                          else json.dumps({"steps": [], "result": 1.0}))
@@ -395,11 +418,59 @@ def test_a_template_typo_is_one_line_in_validate_grader_and_validate_dataset(tmp
                 "did you mean `answer`?)")
     res = runner.invoke(app, ["validate", "grader", str(grader), "--dataset", str(ds)])
     assert res.exit_code == 2 and res.stderr.splitlines() == [f"rfteval: {expected}"]
+    assert res.stdout == ""  # it said "grader 'g': type string_check, valid" before refusing it
     res = runner.invoke(app, ["validate", "dataset", str(ds), "--grader", str(grader)])
     assert res.exit_code == 2
-    errors = [line for line in res.stderr.splitlines() if not line.startswith("warning: ")]
-    assert errors == [expected, f"{ds}: 48 lines: 48 valid, 0 with problems; 1 problem of the grader's item fields "
-                      "above (1 warning above, not counted as a problem)"]
+    # the typo once: not again as 48 lines holding "no field the grader reads as a reference (item.anser)"
+    assert res.stderr.splitlines() == [expected, f"{ds}: 48 lines: 48 valid, 0 with problems; 1 problem of the "
+                                       "grader's item fields above"]
+
+
+@pytest.mark.slow
+def test_validate_grader_says_valid_only_after_every_refusal(tmp_path):
+    """A judge model the endpoint does not serve was refused (exit 2) after "grader 'j': type score_model, valid"."""
+    from tests.support.fake_openai import FakeOpenAI
+
+    ds, _ = _typo_files(tmp_path)
+    grader = tmp_path / "judge.json"
+    grader.write_text(json.dumps({"type": "score_model", "name": "j", "model": "no-such-judge", "input": [
+        {"role": "user", "content": "{{ item.answer }} {{ sample.output_text }}"}]}))
+    with FakeOpenAI(models=["judge-model"]).start() as fake:
+        args = ["validate", "grader", str(grader), "--dataset", str(ds), "--judge-base-url", fake.base_url]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "unknown model 'no-such-judge'" in res.stderr, res.output
+        assert "valid" not in res.stdout and not [r for r in fake.requests if r.api == "chat"]
+        res = runner.invoke(app, [*args, "--skip-model-check"])
+    assert res.stdout.splitlines()[0] == "grader 'j': type score_model, valid", res.output  # and then it is
+
+
+def test_a_template_typo_is_said_once_by_validate_spec_and_run(tmp_path):
+    """Issue 36 leftover: beside the one-line template error, `run` and `validate spec` warned that every line holds
+    no field the grader reads as a reference (item.anser): the same cause twice. A field that is no typo, which some
+    lines lack, is still warned about, with the typo left out of the fields it names."""
+    ds, grader = _typo_files(tmp_path)
+    expected = (f"rfteval: {grader}: reference: {{{{ item.anser }}}}: no item has field `anser` (0 of 48 items in "
+                "items.jsonl; did you mean `answer`?)")
+    p = tmp_path / "eval.toml"
+    p.write_text(f'dataset = "{ds}"\ngrader = "{grader}"\n[models.base]\nmodel = "m"\nbase_url = '
+                 '"http://127.0.0.1:9/v1"\n')
+    for args in (["validate", "spec", str(p)], ["run", str(p), "-q", "--out", str(tmp_path / "run")]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and res.stderr.splitlines() == [expected], res.output
+    assert not (tmp_path / "run").exists()
+
+    lines = ds.read_text().splitlines()
+    lines[:2] = [json.dumps({k: v for k, v in json.loads(line).items() if k != "answer"}) for line in lines[:2]]
+    ds.write_text("\n".join(lines) + "\n")
+    grader.write_text(json.dumps({"type": "multi", "name": "m", "calculate_output": "a * b", "graders": {
+        "a": {"type": "string_check", "name": "a", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.anser }}", "operation": "eq"},
+        "b": {"type": "string_check", "name": "b", "input": "{{ sample.output_text }}",
+              "reference": "{{ item.answer }}", "operation": "eq"}}}))
+    res = runner.invoke(app, ["validate", "dataset", str(ds), "--grader", str(grader)])
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: ")]
+    assert res.exit_code == 2 and warnings == [
+        f"warning: {ds}: 2 of 48 lines hold no field the grader reads as a reference (item.answer) (lines 1, 2)"]
 
 
 def test_an_api_key_in_a_spec_is_refused_and_never_printed(tmp_path):
@@ -417,3 +488,85 @@ def test_an_api_key_in_a_spec_is_refused_and_never_printed(tmp_path):
             "and remove this key"]
         assert secret not in res.stdout + res.stderr and "SECRET" not in res.stdout + res.stderr
     assert not (tmp_path / "run").exists()
+
+
+# ---------------------------------------------------------------- validate tools
+
+
+def _tool_files(tmp_path: Path, tools_source: str) -> tuple[Path, Path]:
+    def tool(name: str, required: list[str], *props: str) -> dict:
+        return {"type": "function", "function": {"name": name, "parameters": {
+            "type": "object", "properties": {p: {"type": "string"} for p in props}, "required": required}}}
+
+    lines = [{"id": "q1", "messages": [{"role": "user", "content": "find it"}],
+              "tools": [tool("search", ["query"], "query", "top_k")]},
+             {"id": "q2", "messages": [{"role": "user", "content": "look it up"}],
+              "tools": [tool("search", ["query"], "query", "top_k"), {"type": "function", "name": "lookup",
+                                                                      "parameters": {"type": "object", "properties": {
+                                                                          "id": {"type": "string"}},
+                                                                          "required": ["id"]}}]},
+             {"id": "q3", "messages": [{"role": "user", "content": "no tools here"}]}]
+    dataset = tmp_path / "items.jsonl"
+    dataset.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    tools = tmp_path / "tools.py"
+    tools.write_text(tools_source)
+    return dataset, tools
+
+
+FITTING_TOOLS = '''import json
+
+def init_state(item):
+    return {"seen": []}
+
+def search(query: str, top_k: int = 3, *, item=None, state=None):
+    return [query] * top_k
+
+def lookup(id: str):
+    return {"id": id}
+'''
+
+
+@pytest.mark.slow
+def test_validate_tools_fits_loads_and_says_the_most_requests(tmp_path):
+    dataset, tools = _tool_files(tmp_path, FITTING_TOOLS)
+    res = runner.invoke(app, ["validate", "tools", "--dataset", str(dataset), "--tools", str(tools),
+                              "--max-turns", "6", "--epochs", "4"])
+    assert res.exit_code == 0, res.output
+    assert "2 tools fit the items' schemas (lookup, search); 2 of 3 items declare tools" in res.output
+    assert "the module loads in the sandbox" in res.output
+    assert "3 items x 4 epochs = 12 cells per model: at most 72 requests per model" in res.output
+
+
+@pytest.mark.slow
+def test_validate_tools_names_each_misfit_at_its_def_line(tmp_path):
+    source = FITTING_TOOLS.replace("def lookup(id: str):", "def lookup(key: str):").replace(
+        "def search(query: str, top_k: int = 3,", "def search(query: str, top_k: int,")
+    dataset, tools = _tool_files(tmp_path, source)
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools)])
+    assert res.exit_code == 2, res.output
+    problems = [line for line in res.output.splitlines() if line.startswith(str(tools))]
+    assert problems == [
+        f"{tools}:6: search: parameter 'top_k' has no default, but the schema does not require it (a call without it "
+        "fails)",
+        f"{tools}:9: lookup: parameter 'key' has no default and is not in the schema's properties (the model is never "
+        "asked for it)",
+        f"{tools}:9: lookup: the schema's property 'id' is not a parameter of lookup() (add it, or **kwargs)"]
+    assert "Traceback" not in res.output and "requests per model" not in res.output
+
+
+@pytest.mark.slow
+def test_validate_tools_names_a_missing_function_and_a_module_that_does_not_load(tmp_path):
+    dataset, tools = _tool_files(tmp_path, "import a_package_not_installed\n\ndef search(query, top_k=3):\n    pass\n")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools)])
+    assert res.exit_code == 2, res.output
+    assert f"{dataset}:2: tools.lookup: {tools} defines no function lookup()" in res.output
+    assert (f"{tools}:1: does not load in the sandbox: ModuleNotFoundError: No module named "
+            "'a_package_not_installed'") in res.output
+
+
+def test_validate_tools_refuses_a_module_that_does_not_parse_in_one_line(tmp_path):
+    dataset, tools = _tool_files(tmp_path, "def search(query:\n")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools), "--max-turns", "3"])
+    assert res.exit_code == 2 and res.output.startswith(f"rfteval: {tools}:1: does not parse"), res.output
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools), "--max-turns", "0"])
+    assert res.exit_code == 2 and "--max-turns: must be at least 1" in res.output

@@ -63,3 +63,34 @@ def test_the_command_prints_its_url_serves_and_stops_on_ctrl_c(tmp_path, agree):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _bundled(out) -> dict:
+    text = (out / "data.js").read_text(encoding="ascii")
+    return json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
+
+
+@pytest.mark.slow
+def test_view_takes_agrees_pass_threshold_and_gate(tmp_path):
+    """Issue 36 leftover: on records with no pass verdict the Agree page told the user to "give --pass-threshold",
+    which `rfteval view` refused as no such option. It takes agree's --pass-threshold, --min-kappa and --max-bias
+    now: the page carries agree's kappa and its gate's verdict, as `rfteval agree` prints them."""
+    a, b = graders_with_errors(tmp_path, verdict=False)
+    flags = ["--pass-threshold", "0.5", "--min-kappa", "0.6", "--max-bias", "0.3"]
+    done = runner.invoke(app, ["view", "--agree", str(a), str(b), *flags, "--bundle", str(tmp_path / "v")])
+    assert done.exit_code == 0, done.output
+    page = _bundled(tmp_path / "v")["agree"]
+    agreed = runner.invoke(app, ["agree", str(a), str(b), *flags, "--format", "json"])
+    assert agreed.exit_code == 1, agreed.output  # B's grading errors are past --max-error-rate: the gate fails
+    expected = json.loads(agreed.stdout)
+    assert page["summary"]["pass"]["kappa"] == expected["pass"]["kappa"] and expected["pass"]["kappa"]["value"]
+    assert page["summary"]["gate"] == expected["gate"]
+    verdict = page["shown"]["verdict"]
+    assert verdict["gated"] and not verdict["passed"]
+    assert verdict["failures"] == [f"gate failed: {line}" for line in expected["gate"]["failures"]]
+    # the advice is one the command follows: without the threshold, --min-kappa is refused in one line naming it
+    done = runner.invoke(app, ["view", "--agree", str(a), str(b), "--min-kappa", "0.6", "--bundle",
+                               str(tmp_path / "w")])
+    said = [line for line in done.output.splitlines() if line.startswith("rfteval: ")]
+    assert done.exit_code == 2 and len(said) == 1 and "--min-kappa" in said[0] and "give --pass-threshold X" in said[0]
+    assert not (tmp_path / "w").exists()

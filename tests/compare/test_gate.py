@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -119,3 +120,62 @@ def test_gate_warns_when_the_threshold_is_below_what_the_eval_can_see(tmp_path):
     assert check["mde"] > 0.1
     assert r.gate["warnings"] == [f"max-drop: this eval cannot reliably see a drop of 0.02; it sees drops >= "
                                   f"{check['mde']:.2f} (80% power): add items or epochs"]
+
+
+def _agent_pair(tmp_path: Path, limited: int) -> tuple[Path, Path]:
+    """Ten items x 2 epochs; `limited` of the candidate's 20 rollouts end at the turn limit, none of the baseline's."""
+    from tests.support.agent_records import Rollout, agent_side, write_agent
+
+    base = {f"q{i}": [(1.0, Rollout(2)), (1.0, Rollout(2))] for i in range(10)}
+    ends = ["max_turns"] * limited + ["no_tool_calls"] * (20 - limited)
+    tuned = {f"q{i}": [(1.0, Rollout(3, ends[2 * i])), (1.0, Rollout(3, ends[2 * i + 1]))] for i in range(10)}
+    return (write_agent(agent_side("base", base), tmp_path / "b.jsonl"),
+            write_agent(agent_side("tuned", tuned), tmp_path / "t.jsonl"))
+
+
+@pytest.mark.parametrize("limited, passed", [(1, True), (2, True), (3, False)])
+def test_max_stop_share_fails_past_the_share(tmp_path, limited, passed):
+    """2 of 20 rollouts at the limit is a share of 0.10: equal passes, 3 of 20 fails."""
+    r = compare_paths(*_agent_pair(tmp_path, limited),
+                      options=CompareOptions(gate=Gate(max_stop_share=(("max_turns", 0.10),))))
+    assert r.gate["passed"] is passed
+    assert [c["name"] for c in r.gate["checks"]] == ["max-stop-share max_turns", "error-rate"]
+    share = f"{limited / 20:.1%}"
+    detail = f"tuned: {share} of 20 rollouts ended with max_turns ({'<=' if passed else '>'} 0.1)"
+    assert r.gate["checks"][0]["detail"] == detail
+    assert r.gate["failures"] == ([] if passed else [f"max-stop-share max_turns: {detail}"])
+
+
+def test_max_stop_share_of_each_reason_given(tmp_path):
+    r = compare_paths(*_agent_pair(tmp_path, 3), options=CompareOptions(
+        gate=Gate(max_stop_share=(("max_turns", 0.5), ("no_tool_calls", 0.5), ("context", 0.0)))))
+    assert [(c["name"], c["passed"]) for c in r.gate["checks"]] == [
+        ("max-stop-share max_turns", True), ("max-stop-share no_tool_calls", False),
+        ("max-stop-share context", True), ("error-rate", True)]
+
+
+def test_max_stop_share_fails_without_agent_records(pair):
+    """A gate asked about stop reasons of records that have none cannot pass: it says why."""
+    r = compare_paths(*pair, options=CompareOptions(gate=Gate(max_stop_share=(("max_turns", 0.1),))))
+    assert r.gate["failures"] == ["max-stop-share max_turns: no stop reasons to check: the two sides are not both "
+                                  "agent runs' records (turns, stop_reason)"]
+
+
+@pytest.mark.parametrize("values, message", [
+    (["max_turn=0.1"], "unknown stop reason 'max_turn' (one of: no_tool_calls, max_turns"),
+    (["max_turns=1.5"], "max_turns: the share must lie in [0, 1], got 1.5"),
+    (["max_turns=-0.1"], "the share must lie in [0, 1], got -0.1"),
+    (["max_turns"], "must be REASON=SHARE (e.g. max_turns=0.10), got 'max_turns'"),
+    (["max_turns=ten"], "must be REASON=SHARE"),
+    (["max_turns=0.1", "max_turns=0.2"], "max_turns given twice"),
+])
+def test_max_stop_share_bad_values(values, message):
+    from rfteval.compare.gate_types import parse_stop_shares
+    from rfteval.errors import InputError
+
+    with pytest.raises(InputError, match=re.escape(message)) as found:
+        parse_stop_shares(values)
+    assert found.value.field == "--max-stop-share"
+    with pytest.raises(InputError, match="unknown stop reason"):
+        Gate(max_stop_share=(("bogus", 0.1),))
+    assert parse_stop_shares(["max_turns=0.10", " length = 0"]) == (("max_turns", 0.1), ("length", 0.0))

@@ -90,6 +90,30 @@ def test_a_misspelt_messages_field_is_named(tmp_path):
         f"{p}:2: messages: missing"]
 
 
+def test_a_misspelt_message_key_or_role_is_named(tmp_path):
+    """Tried as a new user: `{"rol": "user", ...}` said "role must be one of ..., got None" (the user wrote no None)
+    and `{"role": "user", "contnet": ...}` only "missing content"; the key or role most likely meant is named, as
+    for the line's own `messages`. A key of the Chat API's own (name) is never taken for a misspelling."""
+    p = write(tmp_path, [json.dumps({"messages": [{"rol": "user", "content": "2+2?"}]}),
+                         json.dumps({"messages": [{"role": "user", "contnet": "2+2?"}]}),
+                         json.dumps({"messages": [{"role": "usr", "content": "2+2?"}]}),
+                         json.dumps({"messages": [{"name": "x", "content": "2+2?"}]})])
+    count, errors = check_dataset(p)
+    assert count == 0 and [str(e) for e in errors] == [
+        f"{p}:1: messages[0].role: missing (the message has `rol`: did you mean `role`?)",
+        f"{p}:2: messages[0].content: missing content (the message has `contnet`: did you mean `content`?)",
+        f"{p}:3: messages[0].role: role must be one of assistant, developer, system, tool, user, got 'usr' "
+        "(did you mean `user`?)",
+        f"{p}:4: messages[0].role: missing"]
+
+
+def test_a_one_line_summary_says_line(tmp_path):
+    from rfteval.data.dataset import inspect_dataset
+
+    p = write(tmp_path, ["{bad"])
+    assert inspect_dataset(p).summary() == f"{p}: 1 line: 0 valid, 1 with problems"
+
+
 def test_curly_quotes_in_a_line_are_named(tmp_path):
     p = write(tmp_path, [line(id="a"), '{\u201cmessages\u201d: []}'])
     with pytest.raises(InputError) as exc:

@@ -44,3 +44,11 @@ def test_the_graders_import_the_very_same_names() -> None:
         "python_grader_timeout_error", "python_grader_memory_error", "python_grader_server_error",
         "model_grader_parse_error", "model_grader_refusal_error", "model_grader_server_error",
         "model_grader_truncated_error", "other_error"}
+
+
+def test_a_message_line_is_the_first_line_of_a_message_cut_to_its_limit() -> None:
+    traceback = "\n  grade() raised KeyError: 'answer_num'\nTraceback (most recent call last):\n  File ..."
+    assert grades.message_line(traceback) == "grade() raised KeyError: 'answer_num'"
+    long = "ValueError: " + "x" * 300
+    assert grades.message_line(long, 40) == long[:39] + "…" and len(grades.message_line(long)) == 200
+    assert grades.message_line("a\tb   c") == "a b c" and grades.message_line("") == ""

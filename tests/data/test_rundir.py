@@ -2,6 +2,7 @@
 
 import pytest
 
+from rfteval.data import rundir
 from rfteval.data.rundir import baseline_label, choose_label
 from rfteval.errors import InputError
 
@@ -25,3 +26,14 @@ def test_without_a_guess_several_labels_ask_for_one():
     with pytest.raises(InputError, match="several labels \\(a, b\\); choose one") as exc:
         choose_label(["b", "a"], None, "--label", guess_first=False)
     assert exc.value.field == "--label"
+
+
+def test_the_pricing_a_run_directory_names(tmp_path):
+    """spec.resolved.toml's [pricing] as the price table's overrides; an entry without numbers is left out."""
+    assert rundir.spec_pricing(tmp_path) is None
+    (tmp_path / rundir.RESOLVED_SPEC).write_text(
+        'dataset = "d.jsonl"\n\n[pricing."acme/agent"]\ninput = 1.5\noutput = 6\n\n[pricing.bad]\ninput = "x"\n',
+        encoding="utf-8")
+    assert rundir.spec_pricing(tmp_path) == {"acme/agent": {"input": 1.5, "output": 6.0}}
+    (tmp_path / rundir.RESOLVED_SPEC).write_text('dataset = "d.jsonl"\n', encoding="utf-8")
+    assert rundir.spec_pricing(tmp_path) is None

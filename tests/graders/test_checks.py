@@ -56,6 +56,21 @@ def test_a_field_no_item_has_is_one_line_with_the_count_and_the_field_meant(tmp_
                                         "(0 of 48 items in d.jsonl; did you mean `answer`?)"]
 
 
+def test_a_field_no_item_has_is_left_out_of_the_reference_fields(tmp_path):
+    """The typo's one line is the finding; the lines lacking `anser` are not a second one (issue 36 leftover). A
+    nested typo (`meta.answr`) leaves its top-level field, which the items hold, a reference field."""
+    from rfteval.graders.checks import reference_fields
+
+    ds = write_items(tmp_path, [{"id": "i1", "answer": "1", "meta": {"answer": "A"}}])
+    pair = parse_config(dict(MULTI, graders={
+        "a": dict(MULTI["graders"]["a"], reference="{{ item.anser }}"),
+        "b": dict(MULTI["graders"]["a"], reference="{{ item.meta.answr }}")}))
+    errors = check_item_paths(pair, ds.items, ds.path)
+    assert len(errors) == 2 and reference_fields(pair) == frozenset({"anser", "meta"})
+    assert reference_fields(pair, errors) == frozenset({"meta"})
+    assert reference_fields(pair, [InputError("{{ item.anser }}: something else")]) == frozenset({"anser", "meta"})
+
+
 def test_a_nested_field_no_item_has_is_matched_among_its_neighbours(tmp_path):
     ds = write_items(tmp_path, [{"meta": {"answer": "A", "source": "s"}}, {"meta": {"answer": "B"}}])
     typo = dict(MULTI["graders"]["a"], reference="{{ item.meta.answr }}")

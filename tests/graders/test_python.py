@@ -55,6 +55,19 @@ def test_syntax_error_names_the_source_line() -> None:
     assert "source:" in text and "SyntaxError at source line 4" in text and "retrun 1.0" in text
 
 
+def test_curly_quotes_in_the_source_say_to_straighten_them_as_json_and_toml_do() -> None:
+    """Python named the character ("invalid character '\u201c' (U+201C)") but, unlike a JSON or TOML file's error,
+    did not say what to do."""
+    text = problem("def grade(sample, item):\n    return float(sample[\u201coutput_text\u201d] == 'a')\n")
+    assert "SyntaxError at source line 2: invalid character '\u201c' (U+201C)" in text
+    assert text.endswith("; contains curly quotes (\u201c at column 25): replace them with straight quotes"), text
+
+
+def test_curly_quotes_inside_a_string_are_valid_and_not_blamed_for_another_error() -> None:
+    text = problem("def grade(sample, item):\n    s = '\u201cquoted\u201d'\n    retrun 1.0\n")
+    assert "SyntaxError at source line 3" in text and "curly" not in text
+
+
 def test_missing_grade() -> None:
     assert "must define a top-level function grade(sample, item)" in problem("def score(sample, item):\n    return 1\n")
 

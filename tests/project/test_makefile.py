@@ -36,7 +36,7 @@ def test_every_failed_install_line_is_followed_by_the_ci_rule() -> None:
                 upto = rest.find("echo ")
                 if "$(INSTALL_FAILED)" not in (rest if upto < 0 else rest[:upto]):
                     bare.append(f"{path.name}: {line.strip()[:120]}")
-    assert found >= 17 and not bare, bare  # browser 2, sandbox 2, nobody 1, realserver 2, ray 1, trainers 9
+    assert found >= 19 and not bare, bare  # browser 2, sandbox 2, nobody 1, realserver 2, ray 1, bfcl 2, trainers 9
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def make(target: str, variables: dict[str, str], ci: str | None, path: str | Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target, lines", [("ray", 1), ("realserver", 2), ("trainers", 9)])
+@pytest.mark.parametrize("target, lines", [("ray", 1), ("realserver", 2), ("bfcl", 2), ("trainers", 9)])
 def test_a_failed_install_goes_on_locally_and_fails_the_build_with_ci_set(target: str, lines: int,
                                                                          fake_venv: dict[str, str]) -> None:
     local = make(target, fake_venv, None)

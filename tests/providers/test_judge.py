@@ -468,3 +468,44 @@ def test_a_cost_cap_stops_sending_once_the_answered_calls_cost_that_much(fake_op
     assert len(answered) == 2 and len(fake_openai.requests) == 2
     assert judge.budget is not None and judge.budget.cost_usd == pytest.approx(26.0)
     assert "--max-judge-cost 25" in (judge.budget.reached or "")
+
+
+@pytest.mark.slow
+def test_closing_a_judge_with_calls_in_flight_cancels_them_quietly(caplog):
+    """Ctrl-C on `probe-grader`, `grade`, `validate grader` or `agree --regrade` with a judge left the caller's wait
+    and closed the judge under its calls in flight: "Task was destroyed but it is pending!" and an "Event loop is
+    closed" traceback per call waiting for the judge's concurrency. Closing cancels them first: nothing is printed,
+    and a caller still waiting gets a cancellation, not a hang."""
+    import concurrent.futures
+    import gc
+    import sys
+
+    unraisable: list[str] = []
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda u: unraisable.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    outcome: list[BaseException] = []
+    try:
+        with FakeOpenAI(lambda r: "ok", delay_s=30.0) as server:
+            judge = make_judge(server, concurrency=1)
+
+            def wait() -> None:
+                try:
+                    judge.complete([req(f"q{i}") for i in range(4)])
+                except BaseException as exc:  # noqa: BLE001 - what the waiting caller gets is the check
+                    outcome.append(exc)
+
+            waiter = threading.Thread(target=wait, daemon=True)
+            waiter.start()
+            for _ in range(1000):  # the first call is at the server, the other three wait for the semaphore
+                if server.requests:
+                    break
+                time.sleep(0.01)
+            judge.close()
+            waiter.join(timeout=30)  # a guard, not a measurement
+            gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert not waiter.is_alive() and len(outcome) == 1
+    assert isinstance(outcome[0], concurrent.futures.CancelledError)
+    assert unraisable == []
+    assert not [r for r in caplog.records if "Task was destroyed" in r.getMessage()]

@@ -381,6 +381,40 @@ def test_some_grades_errors_the_rest_decide_and_the_errors_are_counted():
     assert report.outcome == "flagged" and not report.inconclusive
 
 
+def test_each_error_types_first_message_is_kept_so_the_grader_can_be_debugged():
+    """probe-grader gave `python_grader_runtime_error ×8` and never the exception itself (`KeyError: 'answer_num'`).
+    Each probe keeps each error type's first message whole, and the report each type's count and first message."""
+    from rfteval.graders.base import GradeResult
+
+    first = next(iter(LABEL_ITEMS))
+    refusal_text = "I'm sorry, but I can't help with that request."
+
+    def message(kind: str, item) -> str:
+        return f"{kind} on {item['messages'][0]['content']}\nTraceback (most recent call last): ..."
+
+    class Failing:  # empty probes raise KeyError; refusals time out on the first item and score 0 elsewhere
+        def grade_batch(self, pairs):
+            out = []
+            for sample, item in pairs:
+                if sample["output_text"] == "":
+                    out.append(GradeResult.failed("python_grader_runtime_error", message("KeyError", item)))
+                elif sample["output_text"] == refusal_text and item is LABEL_ITEMS[first]:
+                    out.append(GradeResult.failed("python_grader_timeout_error", message("timeout", item)))
+                else:
+                    out.append(GradeResult(0.0))
+            return out
+
+    report = run_probes(string_check("eq"), LABEL_ITEMS, grader=Failing(), only=["empty", "refusal"])
+    empty, refusal = by_name(report, "empty"), by_name(report, "refusal")
+    assert empty.error_messages == {"python_grader_runtime_error": message("KeyError", LABEL_ITEMS[first])}
+    assert refusal.error_messages == {"python_grader_timeout_error": message("timeout", LABEL_ITEMS[first])}
+    assert report.error_types == {"python_grader_runtime_error": len(LABEL_ITEMS), "python_grader_timeout_error": 1}
+    out = json.loads(json.dumps(report.to_dict(), allow_nan=False))
+    assert out["error_messages"] == {**empty.error_messages, **refusal.error_messages}
+    assert out["error_types"] == report.error_types
+    assert out["probes"][0]["error_messages"] == empty.error_messages
+
+
 def test_a_grader_that_never_reads_the_answer_is_told_to_read_it():
     """Both templates read the item: every probe of an item scores alike; the advice is to read the answer."""
     from rfteval.readiness.probes import NEVER_READS, reads_answer

@@ -62,3 +62,26 @@ def test_readiness_and_probe_pages(tmp_path):
                               "--html", str(probes)])
     assert res.exit_code == 0, res.output
     assert "Grader probes" in probes.read_text() and "fill_all" in probes.read_text()
+
+
+@pytest.mark.slow
+def test_a_run_of_grading_errors_only_prints_no_python_none(tmp_path):
+    """Tried as a new user: readiness on a run whose every grade was an error printed "expected at G=8: n/a (None)":
+    no estimate has no method to name."""
+    from rfteval.data.records import error_dict, read_records
+    from rfteval.readiness.assessment import assess
+    from rfteval.report.readiness_render import summary_lines
+
+    rows = []
+    for i in range(6):
+        for epoch in (1, 2, 3):
+            rec = make_record(run_id="r", model_label="base", model="base", item_id=f"i{i}", epoch=epoch,
+                              output_text="x", error=error_dict("grade", "python_grader_runtime_error", "boom"))
+            rec.score = 0.0
+            rows.append(rec)
+    path = tmp_path / "base.jsonl"
+    write_jsonl(rows, path)
+    report = assess(read_records(path))
+    assert report.verdict == "inconclusive" and report.expected_zero_signal.get("method") is None
+    lines = summary_lines(report)
+    assert "expected at G=8: n/a;" in lines[1] and "None" not in "\n".join(lines)

@@ -194,6 +194,27 @@ def test_a_misspelt_key_gets_the_key_it_most_likely_meant(spec_dir: Path, old: s
     assert err.value.line == 1 + next(i for i, line in enumerate(text.splitlines()) if line.split(" = ")[0] == bad)
 
 
+@pytest.mark.parametrize("old, new, field, meant", [
+    ('dataset = "items.jsonl"', 'datset = "items.jsonl"', "datset", "dataset"),
+    ("[models.base]", "[model.base]", "model", "models"),  # both tables below: no `models` is left at all
+    ("[models.tuned]", "[modle.tuned]", "modle", "models"),  # one table of two: pydantic's own check
+])
+def test_a_misspelt_required_key_is_named_not_reported_missing(spec_dir: Path, old: str, new: str, field: str,
+                                                               meant: str) -> None:
+    """Tried as a new user: `[model.base]` for `[models.base]` said "models: missing: set `models` in the spec",
+    and `datset = ...` "dataset: missing", where every other misspelt key gets the key it most likely meant."""
+    path = spec_dir / "spec.toml"
+    text = SPEC.replace(old, new)
+    if new == "[model.base]":
+        text = text.replace("[models.tuned]", "[model.tuned]")
+    path.write_text(text)
+    with pytest.raises(InputError) as err:
+        build_spec(path)
+    assert err.value.field == field and err.value.message == f"unknown key (did you mean `{meant}`?)"
+    first = new.split(".")[0].split(" ")[0]  # `datset`, `[model`, `[modle`: the line that holds the typo
+    assert err.value.line == 1 + next(i for i, ln in enumerate(text.splitlines()) if ln.startswith(first))
+
+
 @pytest.mark.parametrize("where, table, env", [
     ("", "", "endpoint.api_key_env"),  # a top-level key: the endpoint's variable is meant
     ("[endpoint]\n", "endpoint.", "endpoint.api_key_env"),

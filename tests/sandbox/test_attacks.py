@@ -7,6 +7,7 @@ again as an unprivileged user (setpriv) where this machine allows it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -22,6 +23,7 @@ import pytest
 from rfteval.graders.base import PYTHON_MEMORY, PYTHON_RUNTIME, PYTHON_SERVER, PYTHON_TIMEOUT
 from rfteval.sandbox import CHILD_SLACK, SandboxPolicy, WorkerPool, decode_reply, host, worker_env
 from rfteval.sandbox.pool import SILENCE_S
+from rfteval.sandbox.turns import ToolPool, TurnOutcome
 from tests.support.guard import hang_guard
 from tests.support.optional import missing, sandbox_refused
 from tests.support.sandbox_samples import python_grader_case
@@ -787,3 +789,151 @@ def test_a_unit_that_kills_its_template_costs_at_most_its_own_score(pool: Worker
         attack(pool, payload)
         pairs = honest(4)
         assert [r.score for r in pool.grade(RUNS_OUTPUT, pairs)] == [(k + 1) / 100 for k in range(4)]
+
+
+# ---------------------------------------------------------------- tools: the same sandbox, a turn per unit
+
+# A tools module whose every tool is an attack; each turn is one rollout's, and another rollout's turn follows it.
+HOSTILE_TOOLS = '''
+import glob, os, signal, socket, time
+
+def dial(port: int):
+    socket.create_connection(("127.0.0.1", port), timeout=2)
+    return "connected"
+
+def dial_out():
+    socket.create_connection(("1.1.1.1", 443), timeout=2)
+    return "connected"
+
+def remember(secret: str, *, state=None):
+    with open("/tmp/rollout-secret", "w") as fh:
+        fh.write(secret)
+    os.makedirs("/dev/shm/x", exist_ok=True)
+    open("/dev/shm/x/secret", "w").write(secret)
+    state["mine"] = secret
+    return "kept"
+
+def snoop(*, state=None):
+    found = sorted(glob.glob("/tmp/*") + glob.glob("/dev/shm/**", recursive=True))
+    return {"files": [f for f in found if "secret" in f], "state": state}
+
+def keys():
+    seen = [v for v in os.environ.values() if "canary" in v]
+    for path in glob.glob("/proc/*/environ"):
+        try:
+            seen.append(open(path, "rb").read().decode("latin-1"))
+        except OSError:
+            pass
+    return [s for s in seen if "canary" in s]
+
+def linger():
+    if os.fork() == 0:
+        os.setsid()
+        time.sleep(60)
+        os._exit(0)
+    return "forked"
+
+def kill_all():
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except OSError:
+                pass
+    return "still here"
+
+def fine():
+    return "fine"
+'''
+
+
+@pytest.fixture(scope="module")
+def tool_pool() -> Iterator[ToolPool]:
+    with ToolPool(workers=1, timeout_s=TIMEOUT_S, memory_mb=256) as p:
+        yield p
+
+
+def tool_turn(pool: ToolPool, calls: list[tuple[str, dict]], state: str = "{}") -> TurnOutcome:
+    with hang_guard(120, "a hostile tool turn"):
+        return pool.turn(HOSTILE_TOOLS, {"id": "q"}, state, calls, 2000).result()
+
+
+def test_a_tool_reaches_no_network(tool_pool: ToolPool) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    try:
+        outcome = tool_turn(tool_pool, [("dial", {"port": listener.getsockname()[1]}), ("dial_out", {})])
+    finally:
+        listener.close()
+    # the sandbox's own loopback, where nothing listens; and no route out at all
+    assert [c.error for c in outcome.calls] == ["ConnectionRefusedError", "OSError"], outcome
+
+
+def test_a_rollout_never_sees_another_rollouts_files_or_state(tool_pool: ToolPool) -> None:
+    first = tool_turn(tool_pool, [("remember", {"secret": "ann's card"}), ("snoop", {})])
+    assert json.loads(first.calls[1].text)["files"]  # (within its own turn: its own)
+    other = tool_turn(tool_pool, [("snoop", {})], '{"mine": "bob"}')
+    assert json.loads(other.calls[0].text) == {"files": [], "state": {"mine": "bob"}}
+
+
+def test_a_tool_never_sees_the_api_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "MY_PROVIDER_CRED", "LANG"):
+        monkeypatch.setenv(name, SECRET)  # LANG is on the allow-list: never_pass still keeps it out
+    policy = SandboxPolicy(never_pass=frozenset({"MY_PROVIDER_CRED", "LANG"}), timeout_s=TIMEOUT_S)
+    with ToolPool(workers=1, policy=policy) as fresh:
+        outcome = tool_turn(fresh, [("keys", {})])
+    assert outcome.calls[0].error is None and outcome.calls[0].text == "[]", outcome
+
+
+def test_a_tool_that_forks_or_kills_costs_at_most_its_own_turn(tool_pool: ToolPool) -> None:
+    tool_turn(tool_pool, [("fine", {})])
+    (sandbox,) = tool_pool.pids
+    before = tree(sandbox)
+    forked = tool_turn(tool_pool, [("linger", {}), ("fine", {})])
+    assert [c.text for c in forked.calls] == ["forked", "fine"]
+    tool_turn(tool_pool, [("fine", {})])  # (whose clean-up reaps what the last one killed)
+    assert settles(lambda: tree(sandbox) <= before), (before, tree(sandbox))  # the lingering child died with its unit
+    killed = tool_turn(tool_pool, [("kill_all", {}), ("fine", {})])
+    assert killed.calls[0].error in (None, "ToolCrash"), killed  # its supervisor, maybe
+    assert [c.text for c in tool_turn(tool_pool, [("fine", {})]).calls] == ["fine"]
+    assert os.getpid() > 3 and open(f"/proc/{os.getpid()}/stat").read().split()[2] != "T"
+
+
+def test_a_tool_that_stops_its_supervisor_costs_its_turn_and_the_sandbox() -> None:
+    """Timed from rfteval: the silent sandbox is killed after SILENCE_S, the turn's call is a ToolTimeout saying so,
+    and the next turn runs in a fresh sandbox."""
+    source = "def stop():\n" + "".join(f"    {line}\n" for line in STOP_ANCESTORS.splitlines()) + \
+             "\ndef fine():\n    return 'fine'\n"
+    with ToolPool(workers=1, timeout_s=TIMEOUT_S, memory_mb=256) as fresh, hang_guard(180, "a stopped supervisor"):
+        fresh.turn(source, {}, "{}", [("fine", {})], 100).result()
+        (sandbox,) = fresh.pids
+        outcome = fresh.turn(source, {}, "{}", [("stop", {}), ("fine", {})], 100).result()
+        assert [c.error for c in outcome.calls] == ["ToolTimeout", "ToolTimeout"], outcome
+        assert "stopped answering" in outcome.calls[0].text and outcome.calls[1].text.startswith("not run")
+        assert [c.text for c in fresh.turn(source, {}, "{}", [("fine", {})], 100).result().calls] == ["fine"]
+        assert fresh.pids != [sandbox]
+
+
+def test_a_tools_processes_together_are_held_to_the_tool_memory() -> None:
+    if not host().cgroup:
+        pytest.skip("no cgroup here: memory is limited per process (RLIMIT_AS), as rfteval says at start")
+    source = ("import os, time\n\n"
+              "def spread(*, state=None):\n"
+              "    state['spread'] = 1\n"
+              "    for _ in range(4):  # each far under its own 256 MB; 480 MB together\n"
+              "        if os.fork() == 0:\n"
+              "            b = bytearray(120 * 1024 * 1024)\n"
+              "            for k in range(0, len(b), 4096):\n"
+              "                b[k] = 1\n"
+              "            time.sleep(30)\n"
+              "            os._exit(0)\n"
+              "    time.sleep(4)\n\n"
+              "def fine(*, state=None):\n"
+              "    return state\n")
+    with ToolPool(workers=1, timeout_s=20, memory_mb=256) as small, hang_guard(180, "spread memory"):
+        outcome = small.turn(source, {}, '{"n": 1}', [("spread", {}), ("fine", {})], 100).result()
+        after = small.turn(source, {}, '{"n": 1}', [("fine", {})], 100).result()
+    assert [c.error for c in outcome.calls] == ["ToolMemory", "ToolMemory"], outcome
+    assert "256 MB" in outcome.calls[0].text and "together" in outcome.calls[0].text
+    assert outcome.state is None and after.calls[0].text == '{"n": 1}'  # the next turn is charged nothing

@@ -200,6 +200,25 @@ def test_the_cli_refuses_in_one_line_naming_the_cause(cause: str, tmp_path: Path
         assert word in lines[0], (word, lines[0])
 
 
+@pytest.mark.slow
+def test_the_variable_is_the_flag_for_every_command(tmp_path: Path) -> None:
+    """RFTEVAL_UNSAFE_PYTHON_GRADERS=1, as README says, is --unsafe-python-graders: on a host whose sandbox is
+    refused the command runs the grader (it used to be read by library callers only, and a command refused)."""
+    grader, data, env = python_grader_case(tmp_path)
+    env[CGROUP_ROOT_ENV] = str(tmp_path / "no-cgroups-here")
+    if os.getuid() != 0:  # only root needs a cgroup: refuse it another way
+        env["PATH"] = f"{fake_bwrap(tmp_path / 'bin', APPARMOR_USERNS)}:{env.get('PATH', '/usr/bin:/bin')}"
+        env[HOST_FACTS_ENV] = str(facts_root(tmp_path, {"kernel.apparmor_restrict_unprivileged_userns": "1"}))
+    command = [sys.executable, "-c", "from rfteval.cli.app import main; main()", "validate", "grader", str(grader),
+               "--dataset", str(data), "--reference-template", "{{item.reference_answer}}"]
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
+    ran = subprocess.run(command, env={**env, "RFTEVAL_UNSAFE_PYTHON_GRADERS": "1"}, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert refused.returncode == 2 and "--unsafe-python-graders" in refused.stderr
+    assert ran.returncode == 0, ran.stderr
+    assert "reference answers graded as outputs: 1 of 1 items" in ran.stdout
+
+
 def ci_job() -> dict[str, Any]:
     import yaml
 

@@ -93,3 +93,15 @@ def test_copies_of_a_sample_keep_its_text_path() -> None:
     sample = make_sample('{"a": [1, 2]}', TOOLS)
     for twin in (copy.copy(sample), copy.deepcopy(sample), pickle.loads(pickle.dumps(sample))):
         assert twin == sample and compact_sample(twin)[0] == '{"a": [1, 2]}'
+
+
+def test_a_tool_turns_rows_are_decoded_in_shape_and_size() -> None:
+    from rfteval.sandbox.wire import TURN_CONTENT_CAP, decode_turn_reply
+
+    frame = json.dumps([True, [[0.0, None, None, "3 hits"], [0.0, "ValueError", "bad", None], [0.0, None, None, "{}"]]])
+    assert decode_turn_reply(frame.encode()) == ([(None, None, "3 hits"), ("ValueError", "bad", None),
+                                                  (None, None, "{}")], True)
+    for bad in ([True, [[0.0, "not a type", "m", None]]], [True, [[0.0, None, None, "x" * (TURN_CONTENT_CAP + 1)]]],
+                [True, [[0.0, None]]], {"done": True}):
+        with pytest.raises(Failure, match="unreadable reply from the tool sandbox"):
+            decode_turn_reply(json.dumps(bad).encode())

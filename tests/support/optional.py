@@ -1,8 +1,8 @@
 """What a test needs that the Makefile installs, asked for one way: where it is missing the test skips naming the real
 cause, and with CI set it fails.
 
-`make test` installs the trainers, Ray, llama.cpp's server and its model, Chromium, bubblewrap and a Python that
-`nobody` can run (its targets trainers, ray, realserver, browser, sandbox, nobody), and `make setup` the dev and
+`make test` installs the trainers, Ray, llama.cpp's server and its model, BFCL, Chromium, bubblewrap and a Python that
+`nobody` can run (its targets trainers, ray, realserver, bfcl, browser, sandbox, nobody), and `make setup` the dev and
 graders extras. With CI set those targets install everything or fail, so a test that skips for want of one of them is
 a broken install that a green run would hide: tests/conftest.py loads the two hooks below, which turn these skips
 (MissingDependency), and only these, into failures. Every other skip (a machine without root, the published grader

@@ -108,10 +108,11 @@ def hostile_records(tmp: Path) -> tuple[Path, Path, Path]:
 GRADING_ERRORS = 20  # on B's side of graders_with_errors
 
 
-def graders_with_errors(tmp: Path) -> tuple[Path, Path]:
-    """Two graders' records of the same samples (base and tuned, 24 items, 2 epochs, each with a pass verdict), B
-    agreeing with A up to a small upward bias, and GRADING_ERRORS of B's records grading errors (issue 36: the
-    Agree page showed them only as a smaller sample count)."""
+def graders_with_errors(tmp: Path, verdict: bool = True) -> tuple[Path, Path]:
+    """Two graders' records of the same samples (base and tuned, 24 items, 2 epochs, each with a pass verdict at
+    0.5, or none when not `verdict`: a grader with no pass_threshold), B agreeing with A up to a small upward bias,
+    and GRADING_ERRORS of B's records grading errors (issue 36: the Agree page showed them only as a smaller sample
+    count)."""
     import random
 
     rng = random.Random(1)
@@ -128,6 +129,9 @@ def graders_with_errors(tmp: Path) -> tuple[Path, Path]:
                 if label == "tuned" and i < GRADING_ERRORS // 2:
                     row_b.update(score=0.0, passed=False,
                                  error={"stage": "grade", "type": "judge_error", "message": "the judge timed out"})
+                if not verdict:
+                    rows_a[-1].pop("passed")
+                    row_b.pop("passed")
                 rows_b.append(row_b)
     paths = tmp / "grader_a.jsonl", tmp / "grader_b.jsonl"
     for path, rows in zip(paths, (rows_a, rows_b)):
@@ -174,3 +178,125 @@ def served(data: object) -> Iterator[str]:
         srv.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+# ------------------------------------------------------------------ agent runs (issue 37): records with rollouts
+
+PWNED_SCRIPT = "<script>window.__pwned = 'script'</script>"
+PWNED_IMG = '<img src=x onerror="window.__pwned = \'img\'">'
+PWNED_LINK = "[open](javascript:window.__pwned='link') <a href=\"javascript:window.__pwned='a'\">a</a>"
+LONG_RESULT = "".join(f"line {k:05d} of the fetched page: the quick brown fox jumps over the lazy dog\n"
+                      for k in range(320)) + "END OF THE FETCHED PAGE"  # > 20 KB: cut on the page
+LONG_LINE = "A" * 30_000 + PWNED_SCRIPT + " the end of a very long line"  # one line, its hostile end past the cut
+ERROR_RESULT = "error: ValueError: top_k must be positive, got -1"
+BAD_ARGUMENTS = '{"query": "capital of", "top_k": '  # the model's broken JSON, as it sent it
+AGENT_TOOLS = [{"type": "function", "function": {"name": name, "description": f"{name} the web",
+                                                  "parameters": {"type": "object", "properties": {
+                                                      "query": {"type": "string"}, "url": {"type": "string"},
+                                                      "top_k": {"type": "integer"}}}}}
+               for name in ("search", "fetch")]
+Call = tuple[str, object, str | None]  # a tool's name, its arguments (JSON text, or a value to write as JSON), its result
+Turn = tuple[str | None, list[Call]]  # an assistant message's text and its calls
+
+
+def _rollout(turns: list[Turn], *, stop: str | None = None, unasked: str | None = None,
+             errors: dict[str, int] | None = None) -> dict[str, object]:
+    """A record's agent fields (agents-contract.md) from a scripted rollout: the transcript in OpenAI's chat shape,
+    the counts, the stop reason (no_tool_calls unless said), the tool errors by type (each "error: <Type>:"
+    result, unless given)."""
+    import re
+
+    messages: list[dict[str, object]] = []
+    calls = 0
+    counted: dict[str, int] = {}
+    for n, (text, listed) in enumerate(turns, 1):
+        message: dict[str, object] = {"role": "assistant", "content": text}
+        ids = [f"call_{n}_{k}" for k in range(len(listed))]
+        if listed:
+            message["tool_calls"] = [{"id": i, "type": "function", "function": {
+                "name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+                for i, (name, args, _) in zip(ids, listed)]
+        messages.append(message)
+        for i, (_, _, result) in zip(ids, listed):
+            calls += 1
+            if result is not None:
+                messages.append({"role": "tool", "tool_call_id": i, "content": result})
+                kind = re.match(r"error: (\w+):", result)
+                if kind:
+                    counted[kind.group(1)] = counted.get(kind.group(1), 0) + 1
+        if unasked is not None and n == 1:
+            messages.append({"role": "tool", "tool_call_id": "call_nobody_made", "content": unasked})
+    return {"turns": len(turns), "stop_reason": stop or "no_tool_calls", "tool_calls": calls,
+            "tool_errors": errors if errors is not None else counted, "transcript": json.dumps(messages)}
+
+
+def _agent_items() -> dict[str, dict[str, list[tuple[float, list[Turn], dict[str, object]]]]]:
+    """Per item, per label, per epoch: (score, turns, the rollout's other fields)."""
+    search: Call = ("search", {"query": "capital of France", "top_k": 3}, "1. Paris is the capital of France.")
+    fetch: Call = ("fetch", {"url": "https://example.org/paris"}, LONG_RESULT)
+    hostile: list[Turn] = [(PWNED_SCRIPT + " let me look " + RLO, [(PWNED_IMG, {"url": "javascript:window.__pwned='args'",
+                                                                    "note": PWNED_LINK}, PWNED_IMG + " " + PWNED_LINK)]),
+               (None, [("fetch", {"url": "https://example.org/" + "x" * 300}, LONG_LINE)])]
+    loop: list[Turn] = [(f"try {k}", [("search", {"query": f"attempt {k}"}, f"nothing on attempt {k}")]) for k in range(1, 8)]
+    loop.append(("one more", [("search", {"query": "attempt 8"}, None)]))  # stopped at the limit: never ran
+    return {
+        "search": {"base": [(1.0, [("I'll look that up.", [search]), (None, [fetch]), ("Paris.", [])], {})] * 2,
+                   "tuned": [(1.0, [(None, [search]), ("Paris.", [])], {})] * 2},
+        "errors": {"base": [(0.0, [(None, [("search", BAD_ARGUMENTS, "error: BadArguments: the arguments are not a "
+                                                                    "JSON object")]),
+                                   (None, [("search", {"query": "capital of France", "top_k": -1}, ERROR_RESULT)]),
+                                   ("I could not find it.", [])], {})] * 2,
+                   "tuned": [(1.0, [(None, [search]), ("Paris.", [])], {})] * 2},
+        "hostile": {"base": [(0.5, [*hostile, (PWNED_SCRIPT, [])], {"unasked": PWNED_IMG})] * 2,
+                    "tuned": [(0.0, [*hostile, (None, [search]), (PWNED_LINK, [])], {})] * 2},
+        "loop": {"base": [(1.0, [("Paris.", [])], {})] * 2,
+                 "tuned": [(0.0, loop, {"stop": "max_turns"})] * 2},
+        "quick": {"base": [(0.0, [("Lyon?", [])], {})] * 2,
+                  "tuned": [(1.0, [("Paris.", [])], {}), (1.0, [(None, [search]), ("Paris.", [])], {})]},
+    }
+
+
+def agent_rows() -> list[dict[str, object]]:
+    """Both models' agent records (5 items x 2 epochs x 2 labels), as `rfteval run --tools` writes them."""
+    rows = []
+    for item_id, labels in _agent_items().items():
+        for label, epochs in labels.items():
+            for epoch, (score, turns, extra) in enumerate(epochs, 1):
+                final = turns[-1][0]  # the final turn's text: output_text
+                output_tools = [{"name": n, "arguments": a if isinstance(a, str) else json.dumps(a)}
+                                for n, a, _ in turns[-1][1]] or None
+                rows.append(_record(label, item_id, epoch, score, final or "", output_tools=output_tools,
+                                    **_rollout(turns, **extra)))  # type: ignore[arg-type]
+    return rows
+
+
+def agent_records(tmp: Path) -> tuple[Path, Path, Path, Path]:
+    """The agent records as two JSONL files (base, tuned), one Parquet file holding both (the columns the record's
+    Parquet schema gives the agent fields: turns and tool_calls int64, stop_reason and transcript text, tool_errors
+    a map), and the dataset declaring the tools."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rfteval.data.records import JSON_TEXT_FIELDS, arrow_schema
+
+    rows = agent_rows()
+    paths = []
+    for label in ("base", "tuned"):
+        path = tmp / f"{label}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["model_label"] == label), encoding="utf-8")
+        paths.append(path)
+    schema = arrow_schema()
+    extra = [("turns", pa.int64()), ("stop_reason", pa.string()), ("tool_calls", pa.int64()),
+             ("tool_errors", pa.map_(pa.string(), pa.int64())), ("transcript", pa.string())]
+    schema = pa.schema([*schema, *(pa.field(n, t) for n, t in extra if n not in schema.names)])
+    table = pa.Table.from_pylist([{**r, **{n: None if r.get(n) is None else json.dumps(r[n]) for n in JSON_TEXT_FIELDS},
+                                   "tool_errors": list(r["tool_errors"].items())}  # type: ignore[attr-defined]
+                                  for r in rows], schema=schema)
+    parquet = tmp / "agent.parquet"
+    pq.write_table(table, parquet, row_group_size=4)
+    dataset = tmp / "items.jsonl"
+    dataset.write_text("".join(json.dumps({"id": i, "messages": [{"role": "user", "content": "What is the capital "
+                                                                  "of France?"}], "tools": AGENT_TOOLS,
+                                           "reference_answer": "Paris"}) + "\n" for i in _agent_items()),
+                       encoding="utf-8")
+    return paths[0], paths[1], parquet, dataset

@@ -15,13 +15,20 @@ from rfteval.view.bundle import write_bundle
 from rfteval.view.model import ViewData, ViewOptions
 from tests.support.optional import missing, require
 from tests.support.view_runs import (
+    BAD_ARGUMENTS,
     CHROMIUM,
     CHROMIUM_ARGS,
+    ERROR_RESULT,
     GRADING_ERRORS,
+    LONG_RESULT,
+    PWNED_IMG,
+    PWNED_LINK,
+    PWNED_SCRIPT,
     RLO,
     XSS_IMG,
     XSS_SCRIPT,
     accordance_run,
+    agent_records,
     chipstack_run,
     graders_with_errors,
     hostile_records,
@@ -120,9 +127,9 @@ def test_chipstack_compare_filter_search_item_and_keyboard(browser, chip):
         p.page.wait_for_selector("#count")
         assert "6 of 24" in p.page.inner_text("#count")
         p.goto(url + "runs")
-        assert "0.764" in p.page.inner_text("#models") and "verdict: ready" in p.main()
+        assert "0.764" in p.page.inner_text("#models") and "verdict: READY" in p.main()
         p.goto(url + "readiness")
-        assert "verdict: ready" in p.main() and p.page.locator("#readiness-items tr").count() > 20
+        assert "verdict: READY" in p.main() and p.page.locator("#readiness-items tr").count() > 20
         p.goto(url + "series")
         assert "Per item" in p.main()
         assert p.page.evaluate("[...document.images].every(i => i.complete && i.naturalWidth > 0)")
@@ -336,3 +343,141 @@ def test_the_runs_page_is_tables_and_a_delta_not_shown_to_differ_is_neutral(brow
         assert tuned_delta.evaluate("e => getComputedStyle(e).color") == "rgb(46, 139, 87)"
         p.only_from(url)
         assert not p.errors, p.errors
+
+
+# ------------------------------------------------------------------ agent runs (issue 37): trajectories
+
+
+def _pwned(p: Page) -> None:
+    """Nothing from the transcripts ran: no flag set, no image, no javascript: link, no script but the page's."""
+    assert p.page.evaluate("window.__pwned") is None
+    assert p.page.evaluate("[...document.images].every(i => i.closest('.plots'))")
+    assert p.page.evaluate("[...document.links].every(a => !a.href.startsWith('javascript:'))")
+    sources = p.page.evaluate("[...document.scripts].map(s => s.getAttribute('src'))")
+    assert sources in (["/static/app.js"], ["data.js", "static/app.js"])
+
+
+def _expand_every_result(p: Page) -> None:
+    """Click every "show all" of the page and wait until each cut result holds its whole text."""
+    count = p.page.locator("button.show-all").count()
+    for _ in range(count):  # a clicked button is disabled while it loads, then gone
+        p.page.locator("button.show-all:not([disabled])").first.click()
+    p.page.wait_for_function("n => document.querySelectorAll('.cut-note button').length === 0 && "
+                             "document.querySelectorAll('.cut-note').length === n", arg=count)
+
+
+def _first_card(p: Page) -> object:
+    return p.page.locator(".pair").first.locator(".sample").first
+
+
+def test_an_agents_trajectory_renders_in_order_and_a_cut_result_expands(browser, tmp_path):
+    base, tuned, parquet, dataset = agent_records(tmp_path)
+    with served(ViewData([base, tuned], ViewOptions(dataset=dataset))) as url:
+        p = Page(browser)
+        p.goto(url + "item?id=search")
+        assert p.page.locator(".pair").count() == 2  # both epochs, base and tuned side by side
+        card = _first_card(p)
+        assert card.locator(".turn-label").all_text_contents() == ["turn 1", "turn 2", "turn 3"]
+        assert card.locator(".tool-name").all_text_contents() == ["search", "fetch"]
+        assert "stop: no_tool_calls" in card.locator(".traj-head").inner_text()
+        turns = card.locator(".turn")
+        assert "I'll look that up." in turns.nth(0).inner_text() and '"top_k": 3' in turns.nth(0).inner_text()
+        assert turns.nth(2).locator(".output").inner_text().strip() == "Paris."  # the answer, in its turn, once
+        assert card.locator(".output").count() == 1
+        result = turns.nth(1).locator("pre.result")
+        assert "END OF THE FETCHED PAGE" not in result.text_content()
+        note = turns.nth(1).locator(".cut-note")
+        assert f"the first 2,000 of {len(LONG_RESULT):,} characters" in note.inner_text()
+        note.locator("button").click()
+        p.page.wait_for_function("() => document.querySelector('.turn:nth-child(2) pre.result').textContent"
+                                 ".endsWith('END OF THE FETCHED PAGE')")
+        assert result.text_content() == LONG_RESULT and "all 24,343 characters" in note.inner_text()
+
+        p.goto(url + "item?id=errors")
+        card = _first_card(p)
+        badges = card.locator(".badge").all_text_contents()
+        assert badges == ["BadArguments \u00d71", "ValueError \u00d71", "arguments are not JSON", "error: BadArguments",
+                          "error: ValueError"]
+        assert BAD_ARGUMENTS in card.inner_text() and ERROR_RESULT in card.inner_text()
+        p.goto(url + "item?id=loop")
+        tuned_card = p.page.locator(".pair").first.locator(".sample").nth(1)
+        assert tuned_card.locator(".turn").count() == 8
+        assert "stop: max_turns" in tuned_card.locator(".badge").first.inner_text()
+        assert "no result" in tuned_card.locator(".turn").nth(7).inner_text()
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def test_tool_results_are_hostile_text_and_run_nothing(browser, tmp_path):
+    base, tuned, parquet, dataset = agent_records(tmp_path)
+    with served(ViewData([parquet], ViewOptions(dataset=dataset))) as url:
+        p = Page(browser)
+        p.page.add_init_script("window.addEventListener('securitypolicyviolation', e => "
+                               "(window.__csp = (window.__csp || []).concat(e.violatedDirective)))")
+        p.goto(url + "item?id=hostile")
+        p.page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        _pwned(p)
+        _expand_every_result(p)
+        _pwned(p)
+        text = p.main()
+        assert PWNED_SCRIPT in text and PWNED_IMG in text and PWNED_LINK in text  # name, arguments, results: text
+        assert "javascript:window.__pwned='args'" in text and "\u27e8U+202E\u27e9" in text
+        assert p.page.locator("pre.result", has_text="the end of a very long line").count() == 4  # 2 epochs x 2
+        assert "a result no call asked for" in text
+        assert p.page.evaluate("window.__csp") is None
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def test_the_compare_page_sorts_and_filters_by_turns_tool_calls_stop_and_errors(browser, tmp_path):
+    base, tuned, parquet, dataset = agent_records(tmp_path)
+    with served(ViewData([base, tuned], ViewOptions(dataset=dataset))) as url:
+        p = Page(browser)
+        p.goto(url + "compare")
+        ids = lambda: p.page.locator("#items tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")  # noqa: E731
+        assert ids()[0] == "loop" and "Items, lowest delta first" in p.main()
+        p.page.select_option("select[name=sort]", "-d_turns")
+        p.page.wait_for_url(re.compile(r"sort=-d_turns"))
+        p.page.wait_for_selector("#count")
+        assert ids()[:3] == ["loop", "hostile", "quick"] and "Items, \u0394turns, largest first" in p.main()
+        deltas = [float(d) for d in p.page.locator("#items td.d-turns").all_inner_texts()]
+        assert deltas == sorted(deltas, reverse=True) and deltas[0] == 7.0
+        p.page.check("input[value=fewer_calls]")
+        p.page.wait_for_url(re.compile(r"filter=fewer_calls"))
+        p.page.wait_for_selector("#count")
+        assert set(ids()) == {"search", "errors"} and "2 of 5 items" in p.page.inner_text("#count")
+        p.goto(url + "compare?stop=max_turns")
+        assert ids() == ["loop"] and "max_turns 2" in p.page.inner_text("#items")
+        p.goto(url + "compare?filter=tool_errors")
+        assert ids() == ["errors"] and "4 (BadArguments 2, ValueError 2)" in p.page.inner_text("#items")
+        p.goto(url + "compare?sort=-d_turns")
+        p.page.locator("#items tbody tr a").nth(1).click()  # hostile, second by Δturns
+        p.page.wait_for_selector(".pair")
+        assert "item 2 of 5" in p.main()
+        p.page.keyboard.press("n")
+        p.page.wait_for_url(re.compile(r"id=quick"))  # the next by Δturns, not by delta
+        p.only_from(url)
+        assert not p.errors, p.errors
+
+
+def test_an_agent_bundle_expands_results_and_sorts_offline(browser, tmp_path):
+    base, tuned, parquet, dataset = agent_records(tmp_path)
+    out = tmp_path / "bundle"
+    write_bundle(ViewData([base, tuned], ViewOptions(dataset=dataset)), out)
+    p = Page(browser)
+    p.page.add_init_script("window.addEventListener('securitypolicyviolation', e => "
+                           "(window.__csp = (window.__csp || []).concat(e.violatedDirective)))")
+    index = out.joinpath("index.html").as_uri()
+    p.goto(index + "#/compare?sort=-d_turns")
+    assert p.page.locator("#items tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")[:2] == \
+        ["loop", "hostile"]
+    p.goto(index + "#/item?id=search")
+    _expand_every_result(p)
+    assert p.page.locator("pre.result", has_text="END OF THE FETCHED PAGE").count() == 2  # base, both epochs
+    p.goto(index + "#/item?id=hostile")
+    _expand_every_result(p)
+    _pwned(p)
+    assert p.page.locator("pre.result", has_text="the end of a very long line").count() == 4
+    assert p.page.evaluate("window.__csp") is None
+    p.only_from("file://")
+    assert not p.errors, p.errors

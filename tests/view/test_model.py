@@ -14,12 +14,21 @@ import pytest
 
 from rfteval.compare.samples import SampleSource
 from rfteval.errors import InputError
-from rfteval.view.model import ViewData, ViewOptions
+from rfteval.view.model import RESULT_CHARS, ViewData, ViewOptions
 from tests.support.view_runs import (
+    BAD_ARGUMENTS,
     BIG,
+    ERROR_RESULT,
     GRADING_ERRORS,
     LONE_SURROGATE,
+    LONG_LINE,
+    LONG_RESULT,
+    PWNED_IMG,
+    PWNED_SCRIPT,
+    RLO,
     ROOT,
+    agent_records,
+    agent_rows,
     chipstack_run,
     graders_with_errors,
     hostile_records,
@@ -427,10 +436,56 @@ def test_agree_page_shows_the_gates_verdict_when_given_thresholds(tmp_path):
     assert done.returncode == 1, done.stderr  # B's grading errors are past --max-error-rate: the gate fails
     options = ViewOptions(agree=(a, b), agree_options=AgreeOptions(gate=AgreeGate(min_kappa=0.6, max_bias=0.05)))
     verdict = ViewData([a], options).agree_page()["shown"]["verdict"]  # type: ignore[index]
-    gates = [line for line in _printed(done.stdout) if line.startswith("gate ")]
-    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == gates and len(gates) == 3
+    printed = _printed(done.stdout)
+    gates = [line for line in printed if line.startswith("gate ")]
+    # the verdict per candidate stays beside the gate, as the terminal prints both (the page once dropped it)
+    verdicts = [line for line in printed if line.startswith("verdict: ")]
+    assert len(verdicts) == 1 and len(gates) == 3
+    assert verdict["gated"] and not verdict["passed"] and verdict["lines"] == verdicts + gates
     assert verdict["failures"] == [line.removeprefix("rfteval: ") for line in done.stderr.splitlines()
                                    if "gate failed" in line]
+
+
+def _kappa_at(a: Path, b: Path, threshold: float) -> float:
+    """Cohen's kappa of the two files' pass verdicts at score >= threshold, over the samples with no error record on
+    either side (agree's default --errors exclude), computed here from the lines."""
+    def verdicts(path: Path) -> dict[tuple[str, str, int], bool | None]:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return {(r["model_label"], r["item_id"], r["epoch"]): None if r["error"] else r["score"] >= threshold
+                for r in rows}
+
+    va, vb = verdicts(a), verdicts(b)
+    pairs = [(va[k], vb[k]) for k in va if va[k] is not None and vb.get(k) is not None]
+    n = len(pairs)
+    observed = sum(x == y for x, y in pairs) / n
+    pa, pb = sum(x for x, _ in pairs) / n, sum(y for _, y in pairs) / n
+    chance = pa * pb + (1 - pa) * (1 - pb)
+    return (observed - chance) / (1 - chance)
+
+
+@pytest.mark.slow
+def test_agree_page_takes_the_pass_threshold_the_request_carries(tmp_path):
+    """Issue 36 leftover: records with no pass verdict made the Agree page say "give --pass-threshold X", which
+    `rfteval view` did not take. The request carries agree's --pass-threshold and gate to the page: kappa, and the
+    gate's verdict."""
+    from rfteval.compare.agree import AgreeOptions
+    from rfteval.compare.gate_types import AgreeGate
+    from rfteval.view.paths import ViewRequest
+
+    a, b = graders_with_errors(tmp_path, verdict=False)
+    bare = ViewRequest([], agree=(a, b)).data().agree_page()
+    assert bare["summary"]["pass"] is None  # type: ignore[index]
+    assert any("give --pass-threshold X" in note for note in bare["shown"]["notes"])  # type: ignore[index]
+
+    options = AgreeOptions(0.5, gate=AgreeGate(min_kappa=0.6))
+    page = json.loads(json.dumps(ViewRequest([], agree=(a, b), agree_options=options).data().agree_page()))
+    kappa = _kappa_at(a, b, 0.5)
+    assert page["summary"]["pass"]["kappa"]["value"] == pytest.approx(kappa, abs=1e-12)
+    rows = {row[0]: row for row in page["shown"]["summary"]}
+    assert rows["Cohen's kappa"][1] == f"{kappa:.3f}"
+    assert not any("--pass-threshold" in note for note in page["shown"]["notes"])
+    verdict = page["shown"]["verdict"]
+    assert verdict["gated"] and [c["name"] for c in page["summary"]["gate"]["checks"]] == ["min-kappa", "error-rate"]
 
 
 @pytest.mark.slow
@@ -491,3 +546,308 @@ def test_series_rows_carry_the_series_verdict(chip):
     series = page["series"]
     assert [r["verdict"] for r in page["shown"][1:]] == [c["verdict"] for c in series["candidates"]]
     assert page["shown"][1]["delta"] == f"{series['candidates'][0]['delta']['mean']:+.3f}"
+
+
+# ------------------------------------------------------------------ agent runs (issue 37): trajectories
+
+
+@pytest.fixture(scope="module")
+def agent_files(tmp_path_factory) -> tuple[Path, Path, Path, Path]:
+    return agent_records(tmp_path_factory.mktemp("agent"))
+
+
+def _agent_data(files: tuple[Path, Path, Path, Path], kind: str) -> ViewData:
+    base, tuned, parquet, dataset = files
+    return ViewData([base, tuned] if kind == "jsonl" else [parquet], ViewOptions(dataset=dataset))
+
+
+def _turns(sample: dict[str, object]) -> list[dict[str, object]]:
+    rollout = sample["rollout"]
+    assert isinstance(rollout, dict)
+    return rollout["trajectory"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_an_agent_sample_carries_its_trajectory_in_order(agent_files, kind):
+    """Each sample of an agent record: its turns in order (the assistant's text, each call's name and arguments,
+    pretty when they are JSON, as sent when not), each result under its call, cut at RESULT_CHARS with its length
+    said, error badges from the "error: <Type>:" content and the record's counts, the stop reason; the final
+    answer shown once (in its turn). The same from JSONL lines and from Parquet's columns."""
+    data = _agent_data(agent_files, kind)
+    page = json.loads(json.dumps(data.item_page("search", None, None)))
+    base = page["samples"]["base"][0]
+    assert base["rollout"]["turns"] == 3 and base["rollout"]["tool_calls"] == 2
+    assert base["rollout"]["stop_reason"] == "no_tool_calls" and base["rollout"]["tool_errors"] == {}
+    turns = _turns(base)
+    assert [t["turn"] for t in turns] == [1, 2, 3]
+    assert turns[0]["text"] == "I'll look that up." and turns[1]["text"] is None
+    assert [[c["name"] for c in t["calls"]] for t in turns] == [["search"], ["fetch"], []]
+    first = turns[0]["calls"][0]
+    assert first["arguments"] == json.dumps({"query": "capital of France", "top_k": 3}, indent=2)
+    assert first["arguments_json"] and first["result"] == {"index": 0, "chars": 34, "error": None,
+                                                           "text": "1. Paris is the capital of France."}
+    cut = turns[1]["calls"][0]["result"]
+    assert len(LONG_RESULT) > 20_000 and cut["index"] == 1 and cut["chars"] == len(LONG_RESULT)
+    assert cut["text"] == {"text": LONG_RESULT[:RESULT_CHARS], "omitted": len(LONG_RESULT) - RESULT_CHARS}
+    assert turns[2]["final"] and turns[2]["text"] is None and base["output_text"] == "Paris."  # shown once
+    assert data.full_result("base", "search", 1, 1) == LONG_RESULT  # the rest, on demand
+    assert data.full_result("tuned", "search", 2, 0) == "1. Paris is the capital of France."
+    with pytest.raises(InputError, match="no tool result 2"):
+        data.full_result("base", "search", 1, 2)
+    with pytest.raises(InputError, match="no epoch 9"):
+        data.full_result("base", "search", 9, 0)
+
+    errors = json.loads(json.dumps(data.item_page("errors", None, None)))["samples"]["base"][1]
+    assert errors["epoch"] == 2 and errors["rollout"]["tool_errors"] == {"BadArguments": 1, "ValueError": 1}
+    bad, failed = (t["calls"][0] for t in _turns(errors)[:2])
+    assert bad["arguments"] == BAD_ARGUMENTS and not bad["arguments_json"]  # broken JSON shown as it was sent
+    assert bad["result"]["error"] == "BadArguments" and failed["result"]["error"] == "ValueError"
+    assert failed["result"]["text"] == ERROR_RESULT
+
+    loop = json.loads(json.dumps(data.item_page("loop", None, None)))["samples"]
+    stopped = loop["tuned"][0]
+    assert stopped["rollout"]["stop_reason"] == "max_turns" and [t["turn"] for t in _turns(stopped)] == \
+        list(range(1, 9))
+    last = _turns(stopped)[-1]
+    assert last["final"] and last["calls"][0]["result"] is None  # the call the limit stopped: no result
+    assert _turns(loop["base"][0]) == [{"turn": 1, "role": "assistant", "text": None, "calls": [], "unasked": [],
+                                        "final": True}]
+
+    hostile = json.loads(json.dumps(data.item_page("hostile", None, None)))["samples"]["base"][0]
+    turns = _turns(hostile)
+    assert turns[0]["text"] == PWNED_SCRIPT + " let me look " + RLO  # the text as it is: the page shows it as text
+    assert turns[0]["calls"][0]["name"] == PWNED_IMG
+    assert turns[0]["unasked"] == [{"index": 1, "chars": len(PWNED_IMG), "text": PWNED_IMG, "error": None,
+                                    "tool_call_id": "call_nobody_made"}]  # a result no call asked for: listed
+    long_line = turns[1]["calls"][0]["result"]
+    assert long_line["index"] == 2 and long_line["chars"] == len(LONG_LINE)
+    assert data.full_result("base", "hostile", 1, 2) == LONG_LINE
+
+
+@pytest.mark.slow
+def test_records_without_rollouts_make_the_pages_they_made(tmp_path):
+    """A run without tools: no sample carries a rollout, no Compare row or page an agent's part, and an agent
+    filter selects nothing (the filters and order of a page before issue 37)."""
+    base, tuned = not_significant(tmp_path)
+    data = ViewData([base, tuned])
+    page = data.compare_page(None, None)
+    assert "agent" not in page and "sort" not in page and "stop" not in page
+    assert all("rollout" not in r for r in page["items"])  # type: ignore[union-attr]
+    item = data.item_page("i0", None, None)
+    assert all("rollout" not in s for side in item["samples"].values() for s in side)  # type: ignore[union-attr]
+    assert data.filtered("base", "tuned", ["more_turns"]) == [] and data.filtered("base", "tuned", stop="x") == []
+    assert data.filtered("base", "tuned", sort="-d_turns") == data.filtered("base", "tuned")
+
+
+def _expected_means() -> dict[tuple[str, str], dict[str, object]]:
+    """Per (label, item): the mean turns and tool calls over its epochs, its tool errors and stop reasons, from the
+    records as written."""
+    out: dict[tuple[str, str], dict[str, object]] = {}
+    for r in agent_rows():
+        e = out.setdefault((str(r["model_label"]), str(r["item_id"])), {"turns": [], "calls": [], "errors": 0,
+                                                                          "stops": {}})
+        e["turns"].append(r["turns"])  # type: ignore[attr-defined]
+        e["calls"].append(r["tool_calls"])  # type: ignore[attr-defined]
+        e["errors"] += sum(r["tool_errors"].values())  # type: ignore[attr-defined, operator]
+        e["stops"][r["stop_reason"]] = e["stops"].get(r["stop_reason"], 0) + 1  # type: ignore[attr-defined, index]
+    for e in out.values():
+        e["turns"] = sum(e["turns"]) / len(e["turns"])  # type: ignore[arg-type]
+        e["calls"] = sum(e["calls"]) / len(e["calls"])  # type: ignore[arg-type]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_compare_rows_carry_each_sides_rollouts_and_sort_and_filter_by_them(agent_files, kind):
+    """The Compare page of an agent pair: per item, each side's mean turns and tool calls over its epochs, the
+    tuned − base differences, the stop reasons and tool errors of each side; sorted by Δturns or Δtool calls
+    (either way, ties in the comparison's order) and filtered by them, by stop reason and by tool errors; an item
+    page's neighbours follow the list's order."""
+    data = _agent_data(agent_files, kind)
+    expected = _expected_means()
+    page = json.loads(json.dumps(data.compare_page(None, None)))
+    assert page["agent"]["stop_reasons"] == ["max_turns", "no_tool_calls"]
+    rows = {r["item_id"]: r["rollout"] for r in page["items"]}
+    assert set(rows) == {"search", "errors", "hostile", "loop", "quick"}
+    for item, row in rows.items():
+        b, t = expected[("base", item)], expected[("tuned", item)]
+        assert row["baseline"]["turns"] == b["turns"] and row["candidate"]["tool_calls"] == t["calls"]
+        assert row["d_turns"] == pytest.approx(t["turns"] - b["turns"])  # type: ignore[operator]
+        assert row["d_tool_calls"] == pytest.approx(t["calls"] - b["calls"])  # type: ignore[operator]
+        assert (row["baseline"]["tool_errors"], row["candidate"]["tool_errors"]) == (b["errors"], t["errors"])
+        assert (row["baseline"]["stop_reasons"], row["candidate"]["stop_reasons"]) == (b["stops"], t["stops"])
+    assert rows["quick"]["d_turns"] == 0.5 and rows["loop"]["shown"]["d_turns"] == "+7.00"  # means over epochs
+    assert rows["loop"]["shown"]["stop_reasons"] == ["no_tool_calls 2", "max_turns 2"]
+    assert rows["errors"]["shown"]["tool_errors"] == ["4 (BadArguments 2, ValueError 2)", "0"]
+
+    order = data.filtered("base", "tuned")  # the comparison's: lowest delta first
+    d_turns = {i: expected[("tuned", i)]["turns"] - expected[("base", i)]["turns"] for i in order}  # type: ignore[operator]
+    d_calls = {i: expected[("tuned", i)]["calls"] - expected[("base", i)]["calls"] for i in order}  # type: ignore[operator]
+    assert data.filtered("base", "tuned", sort="-d_turns") == sorted(order, key=lambda i: -d_turns[i])
+    assert data.filtered("base", "tuned", sort="d_turns") == sorted(order, key=lambda i: d_turns[i])
+    assert data.filtered("base", "tuned", sort="-d_tool_calls") == sorted(order, key=lambda i: -d_calls[i])
+    assert data.filtered("base", "tuned", sort="-d_turns")[:2] == ["loop", "hostile"]
+    assert data.filtered("base", "tuned", ["more_turns"]) == [i for i in order if d_turns[i] > 0]
+    assert data.filtered("base", "tuned", ["fewer_calls"]) == [i for i in order if d_calls[i] < 0]
+    assert data.filtered("base", "tuned", ["tool_errors"]) == ["errors"]
+    assert data.filtered("base", "tuned", stop="max_turns") == ["loop"]
+    assert data.filtered("base", "tuned", ["improved"], stop="no_tool_calls", sort="-d_turns") == \
+        sorted([i for i in order if i in data.filtered("base", "tuned", ["improved"])], key=lambda i: -d_turns[i])
+    sorted_page = data.compare_page(None, None, sort="-d_turns", limit=2)
+    assert [r["item_id"] for r in sorted_page["items"]] == ["loop", "hostile"]  # type: ignore[index, union-attr]
+    assert sorted_page["sort"] == "-d_turns" and sorted_page["total"] == 5
+    item = data.item_page("hostile", None, None, sort="-d_turns")
+    assert (item["prev"], item["next"], item["position"]) == ("loop", "quick", 1)
+    with pytest.raises(InputError, match="unknown order"):
+        data.filtered("base", "tuned", sort="delta; drop")
+    with pytest.raises(InputError, match="unknown filter"):
+        data.filtered("base", "tuned", ["more_everything"])
+
+
+@pytest.mark.slow
+def test_an_unreadable_or_missing_transcript_is_said_not_a_crash(tmp_path):
+    """A transcript that is not JSON, one whose messages are not objects, and a failed rollout's record (no
+    transcript): each sample page opens and says what it has."""
+    rows = []
+    for label in ("base", "tuned"):
+        common = {"model_label": label, "item_id": "a", "score": 1.0, "error": None, "output_text": "x"}
+        rows += [{**common, "epoch": 1, "turns": 2, "stop_reason": "no_tool_calls", "tool_calls": 1,
+                  "tool_errors": "{not json", "transcript": "[{not json"},
+                 {**common, "epoch": 2, "turns": 1, "stop_reason": "length", "tool_calls": 0, "tool_errors": None,
+                  "transcript": json.dumps([7, {"role": "tool", "content": {"a": 1}}])},
+                 {**common, "epoch": 3, "score": None, "output_text": None, "turns": None, "stop_reason": None,
+                  "tool_calls": None, "tool_errors": None, "transcript": None,
+                  "error": {"stage": "generate", "type": "server_error", "message": "gone"}}]
+    path = _records(tmp_path / "r.jsonl", rows)
+    data = ViewData([path])
+    samples = json.loads(json.dumps(data.item_page("a", "base", "tuned")))["samples"]["base"]
+    assert samples[0]["rollout"]["trajectory"] is None and samples[0]["rollout"]["unreadable"]
+    assert samples[0]["rollout"]["tool_errors"] == {}
+    assert _turns(samples[1]) == [{"turn": 1, "role": "assistant", "text": None, "calls": [], "unasked": [
+        {"index": 0, "chars": 8, "text": '{"a": 1}', "error": None, "tool_call_id": None}]}]
+    assert samples[2]["rollout"] == {"turns": None, "tool_calls": None, "stop_reason": None, "tool_errors": {},
+                                     "trajectory": None, "unreadable": False}
+    assert data.full_result("base", "a", 2, 0) == '{"a": 1}'
+
+
+@pytest.mark.slow
+def test_the_api_serves_a_whole_tool_result(agent_files):
+    data = _agent_data(agent_files, "parquet")
+    with served(data) as url:
+        with urllib.request.urlopen(url + "api/result?label=base&id=search&epoch=1&call=1") as r:
+            assert r.headers["Content-Type"].startswith("text/plain")
+            assert r.read().decode() == LONG_RESULT
+        with pytest.raises(urllib.error.HTTPError) as bad:
+            urllib.request.urlopen(url + "api/result?label=base&id=search&epoch=1&call=7")
+        assert bad.value.code == 400 and "no tool result 7" in json.loads(bad.value.read())["error"]
+        with urllib.request.urlopen(url + "api/compare?sort=-d_turns&filter=more_turns") as r:
+            assert [row["item_id"] for row in json.loads(r.read())["items"]] == ["loop", "hostile", "quick"]
+        with urllib.request.urlopen(url + "api/item?id=hostile&sort=d_turns&filter=more_turns&stop=no_tool_calls") as r:
+            page = json.loads(r.read())
+            assert (page["prev"], page["next"]) == ("quick", "loop")
+
+
+@pytest.mark.slow
+def test_an_agent_bundle_holds_every_whole_result_offline(agent_files, tmp_path):
+    """The bundle's item pages carry each result's first characters; the rest of every cut result is in
+    results/<n>.js (one per item), marked on its result; the orders and stop-reason flags travel too."""
+    from rfteval.view.bundle import write_bundle
+
+    out = tmp_path / "bundle"
+    write_bundle(_agent_data(agent_files, "jsonl"), out)
+    text = (out / "data.js").read_text(encoding="ascii")
+    payload = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
+    assert LONG_RESULT not in text and "END OF THE FETCHED PAGE" not in text
+    rows = payload["compare"]["items"]
+    assert payload["compare"]["orders"]["-d_turns"][:2] == ["loop", "hostile"]
+    flags = {r["item_id"]: r["flags"] for r in rows}
+    assert "stop=max_turns" in flags["loop"] and "tool_errors" in flags["errors"] and "more_turns" in flags["loop"]
+    n = [r["item_id"] for r in rows].index("search")
+    cut = _turns(payload["items"]["search"]["samples"]["base"][0])[1]["calls"][0]["result"]
+    file, at = cut["part"]
+    assert file == n
+    parts = (out / "results" / f"{n}.js").read_text(encoding="ascii")
+    prefix = f"(window.RFTEVAL_RESULTS = window.RFTEVAL_RESULTS || {{}})[{n}] = "
+    assert parts.startswith(prefix)
+    assert json.loads(parts.removeprefix(prefix).rstrip().removesuffix(";"))[at] == LONG_RESULT
+    m = [r["item_id"] for r in rows].index("quick")
+    assert not (out / "results" / f"{m}.js").exists()  # nothing cut, no file
+
+
+@pytest.mark.slow
+def test_a_bundle_without_rollouts_writes_what_it_wrote(tmp_path):
+    from rfteval.view.bundle import write_bundle
+
+    base, tuned = not_significant(tmp_path)
+    write_bundle(ViewData([base, tuned]), tmp_path / "b")
+    text = (tmp_path / "b" / "data.js").read_text(encoding="ascii")
+    payload = json.loads(text.removeprefix("window.RFTEVAL_BUNDLE = ").rstrip().removesuffix(";"))
+    assert "orders" not in payload["compare"] and "agent" not in payload["compare"]
+    assert not (tmp_path / "b" / "results").exists() and '"rollout"' not in text
+
+
+@pytest.mark.slow
+def test_an_agent_run_is_told_from_its_files_without_reading_them(tmp_path, agent_files):
+    """carries_rollouts: a Parquet file by its columns, a JSONL file by its first records (a failed rollout's
+    record, which may lack the fields, first); a run without tools, or an unreadable file, is not an agent's."""
+    from rfteval.compare.samples import carries_rollouts
+
+    base, tuned, parquet, _ = agent_files
+    assert carries_rollouts(base) and carries_rollouts(parquet)
+    failed = {"model_label": "m", "item_id": "a", "epoch": 1, "score": None,
+              "error": {"stage": "generate", "type": "server_error", "message": "gone"}}
+    mixed = _records(tmp_path / "mixed.jsonl", [failed, failed, *agent_rows()[:1]])
+    assert carries_rollouts(mixed)
+    plain = _records(tmp_path / "plain.jsonl", [_row("a", 1, 1.0, "x")])
+    assert not carries_rollouts(plain) and not carries_rollouts(tmp_path / "missing.jsonl")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist([_row("a", 1, 1.0, "x")]), tmp_path / "plain.parquet")
+    assert not carries_rollouts(tmp_path / "plain.parquet")
+
+
+@pytest.mark.slow
+def test_compare_rows_count_rollouts_as_compare_counts_records(tmp_path):
+    """A cell held twice counts its later record; a generation failure (no rollout was played) counts nothing, not
+    zero turns; a record's tool errors count in its item's total."""
+    rows = []
+    for label, turns in (("base", 2), ("tuned", 5)):
+        common = {"model_label": label, "item_id": "a", "error": None, "output_text": "x", "stop_reason": "length",
+                  "transcript": "[]"}
+        rows += [{**common, "epoch": 1, "score": 0.0, "turns": 9, "tool_calls": 9, "tool_errors": {"KeyError": 3}},
+                 {**common, "epoch": 1, "score": 1.0, "turns": turns, "tool_calls": turns - 1,
+                  "tool_errors": {"KeyError": 1}},  # the cell again, later: this one counts
+                 {**common, "epoch": 2, "score": None, "turns": 0, "tool_calls": 0, "tool_errors": {"ToolCrash": 5},
+                  "error": {"stage": "generate", "type": "server_error", "message": "gone"}}]
+    data = ViewData([_records(tmp_path / "r.jsonl", rows)])
+    row = data.compare_page("base", "tuned")["items"][0]["rollout"]  # type: ignore[index]
+    assert (row["baseline"]["turns"], row["candidate"]["turns"], row["d_turns"], row["d_tool_calls"]) == \
+        (2.0, 5.0, 3.0, 3.0)
+    assert row["baseline"]["tool_errors"] == 1 and row["candidate"]["tool_error_types"] == {"KeyError": 1}
+    assert row["baseline"]["stop_reasons"] == {"length": 1}
+
+
+@pytest.mark.slow
+def test_readiness_verdict_and_statuses_are_the_terminals_words_not_their_keys(tmp_path):
+    """Tried as a new user: a run whose base scored the maximum everywhere showed "verdict: not_ready" on the Runs
+    and Readiness pages (and "not_ready" as a check's status) where `rfteval readiness` prints NOT READY and
+    "not ready". The pages carry the terminal's words beside the keys."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for label in ("base", "tuned"):
+        _records(run_dir / f"{label}.jsonl", [{"run_id": "r", "model_label": label, "model": label, "item_id": f"i{i}",
+                                               "epoch": e, "score": 1.0, "output_text": f"answer {i}.{e}",
+                                               "error": None} for i in range(8) for e in (1, 2, 3)])
+    done = run(["readiness", str(run_dir), "--label", "base"])
+    assert done.returncode == 0 and "Readiness (base): NOT READY" in done.stdout, done.stdout
+    printed = [line for line in done.stdout.splitlines() if line.startswith("base_mean")]
+    data = ViewData([run_dir])
+    brief = json.loads(json.dumps(data.runs_page()))["readiness"]
+    assert brief["verdict"] == "not_ready" and brief["shown"] == "NOT READY"
+    page = json.loads(json.dumps(data.readiness_page("base")))
+    assert page["report"]["verdict"] == "not_ready" and page["shown"]["verdict"] == "NOT READY"
+    statuses = dict(zip([c["name"] for c in page["report"]["checks"]], page["shown"]["statuses"], strict=True))
+    assert statuses["base_mean"] == "not ready" and len(printed) == 1 and " not ready " in printed[0]
+    assert "not_ready" not in page["shown"]["statuses"]

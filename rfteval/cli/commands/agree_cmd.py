@@ -10,11 +10,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from rfteval.cli.commands.common import (
+    AGREE_MAX_BIAS,
+    AGREE_MIN_KAPPA,
+    AGREE_PASS_THRESHOLD,
     ALLOW_GRADER_WITHOUT_SAMPLE,
     DEFAULT_JUDGE,
+    SKIP_JUDGE_MODEL_CHECK,
     UNSAFE_PYTHON_GRADERS,
     command,
     judge_flags,
+    make_judge,
     output_format,
     python_sandbox,
     stdout_console,
@@ -52,13 +57,9 @@ def agree(
     judge_cache: Path | None = typer.Option(None, "--judge-cache", help="Judge answer cache for --regrade "
                                             "(default: judge_cache.jsonl in A's directory)."),
     out: Path | None = typer.Option(None, "--out", help="Write --regrade's records (B) to this file."),
-    pass_threshold: float | None = typer.Option(None, "--pass-threshold", metavar="X",
-                                                help="A sample passes at score >= X when its grader gives no "
-                                                     "pass verdict (no pass_threshold)."),
-    min_kappa: float | None = typer.Option(None, "--min-kappa", metavar="X",
-                                           help="Gate: fail when kappa's whole interval lies below X."),
-    max_bias: float | None = typer.Option(None, "--max-bias", metavar="X",
-                                          help="Gate: fail when the bias interval lies wholly beyond ±X."),
+    pass_threshold: float | None = AGREE_PASS_THRESHOLD,
+    min_kappa: float | None = AGREE_MIN_KAPPA,
+    max_bias: float | None = AGREE_MAX_BIAS,
     require_same_verdict: bool = typer.Option(False, "--require-same-verdict",
                                               help="Gate: fail when the graders' base-vs-tuned deltas are shown to "
                                                    "differ, or point opposite ways."),
@@ -73,13 +74,14 @@ def agree(
     html: Path | None = typer.Option(None, "--html", metavar="FILE",
                                      help="Write an HTML report with a scatter and a Bland–Altman plot."),
     judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
+    skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
 ) -> None:
     """Measure how well grader B agrees with grader A on the same samples, and whether the verdict survives."""
     from rfteval.compare.agree import AgreeOptions, agree_paths
     from rfteval.compare.gate_types import AgreeGate
-    from rfteval.compare.regrade import Regrade, load_regrade_grader, regrade_grader_path
+    from rfteval.compare.regrade import Regrade, agree_inputs, load_regrade_grader, regrade_grader_path
     from rfteval.data.outfile import check_output, write_output
     from rfteval.report.agree_render import render_terminal, write_html
 
@@ -90,7 +92,7 @@ def agree(
                            gate=AgreeGate(min_kappa, max_bias, require_same_verdict, max_error_rate))
     if regrade is not None:
         regrade = regrade_grader_path(regrade, a)
-    inputs = [p for p in (a, b, regrade, dataset) if p is not None]
+    inputs = agree_inputs(a, b, regrade, dataset)
     for flag, path in (("--html", html), ("--out", out), ("--judge-cache", judge_cache)):  # cache: appended to
         if path is not None:
             check_output(path, inputs, flag)
@@ -102,7 +104,9 @@ def agree(
                        python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env))
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
-    result = agree_paths(a, b, options, spec)
+    # --regrade's judge model checked against the endpoint's list before its first call, as grade's and validate's
+    result = agree_paths(a, b, options, spec, lambda config, cache: make_judge(config, judge_endpoint,
+                                                                               skip_model_check, cache))
     if html is not None:
         write_output(html, lambda p: write_html(result, p), inputs, "--html")
     if fmt == "json":

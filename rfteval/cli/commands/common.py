@@ -16,6 +16,7 @@ import typer.models
 
 from rfteval.limits import MAX_TURNS, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S, TOOL_MEMORY_MB, TOOL_OUTPUT_CHARS, TOOL_TIMEOUT_S
 from rfteval.providers import endpoint as judge_defaults
+from rfteval.sandbox.policy import UNSAFE_ENV
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
@@ -141,9 +142,19 @@ SKIP_JUDGE_MODEL_CHECK = typer.Option(
     help="Do not check the judge model names against the judge endpoint's GET /models (for gateways that route "
          "names they do not list).")
 UNSAFE_PYTHON_GRADERS = typer.Option(
-    False, "--unsafe-python-graders",
+    False, "--unsafe-python-graders", envvar=UNSAFE_ENV,
     help="Run python graders even where their sandbox (bubblewrap, seccomp, limits) cannot be built here: grader "
          "code then runs with no namespaces and no filesystem isolation (docs/sandbox.md).")
+
+# agree's pass threshold and gate, which the viewer's Agree page (`rfteval view`) takes too: the same flags, so the
+# advice agree's notes give ("give --pass-threshold X") can be followed on either command.
+AGREE_PASS_THRESHOLD = typer.Option(None, "--pass-threshold", metavar="X",
+                                    help="A sample passes at score >= X when its grader gives no pass verdict (no "
+                                         "pass_threshold).")
+AGREE_MIN_KAPPA = typer.Option(None, "--min-kappa", metavar="X",
+                               help="Gate: fail when kappa's whole interval lies below X.")
+AGREE_MAX_BIAS = typer.Option(None, "--max-bias", metavar="X",
+                              help="Gate: fail when the bias interval lies wholly beyond ±X.")
 
 # The lint's and the dataset check's way out (rfteval.graders.lint, rfteval.data.dataset.FormatCheck).
 ALLOW_GRADER_WITHOUT_SAMPLE = typer.Option(

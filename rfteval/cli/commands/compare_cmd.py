@@ -41,7 +41,10 @@ Two models of one run directory:
 Records pair by item_id; each item's epochs are averaged first, then items. A generation error (the
 endpoint never answered) is left out and counted; grading errors and refusals score 0 (OpenAI's rule).
 Gates fail on evidence of a drop, not on noise (--gate strict asks for proof of no drop instead), and
-every gate fails when either side's generation errors pass --max-error-rate."""
+every gate fails when either side's generation errors pass --max-error-rate. Agent runs (records with
+turns and stop_reason) add a paired table of turns, tool calls, tool-error share, tokens, cost and
+latency, each side's share of every stop reason, and the score by how rollouts ended:
+  rfteval compare runs/agent -l base -l tuned --max-drop 0.02 --max-stop-share max_turns=0.10"""
 
 
 @command("compare", epilog=EPILOG, no_args_is_help=True)
@@ -87,6 +90,10 @@ def compare(
                              "regression; strict: pass only on proof of none (non-inferiority)."),
     max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
                                          "share of generation errors is above X."),
+    max_stop_share: list[str] = typer.Option([], "--max-stop-share", metavar="REASON=SHARE", help="Gate (agent runs): "
+                                             "fail when more than SHARE of the candidate's rollouts ended with "
+                                             "REASON (no_tool_calls, max_turns, max_tool_calls, length, "
+                                             "rollout_timeout, context), e.g. max_turns=0.10. Repeatable."),
     metric: str = typer.Option("mean", "--metric", metavar="mean|pass@K|pass^K", help="What each item contributes: "
                                "its mean score, or its unbiased pass@K (any of K samples passes) or pass^K (all K "
                                "pass) estimate from its epochs. Intervals, p, slices and gates all follow it."),
@@ -110,7 +117,8 @@ def compare(
         baseline, candidate, label, dataset, report_files(reports), tie=tie, top=top, ci=ci,
         seed=seed, strict=strict, by=by, errors=errors, exclude_errors=exclude_errors, score_range=score_range,
         gate=Gate(fail_under, max_drop, require_improvement, max_item_drop, gate, max_error_rate), metric=metric,
-        pass_threshold=pass_threshold, series_baseline=series_baseline, series_candidates=series_candidate)
+        pass_threshold=pass_threshold, series_baseline=series_baseline, series_candidates=series_candidate,
+        stop_shares=max_stop_share)
     if request.is_series:
         _series(request, fmt)
         return

@@ -78,8 +78,9 @@ def readiness(
     from rfteval.report.readiness_render import render_readiness
 
     fmt = _check_format(fmt)
-    if html is not None:  # before any work: one line for a bad path, and never over an input
-        check_output(html, [run, *(run.glob("*.jsonl") if run.is_dir() else []), grader, dataset], "--html")
+    if html is not None:  # before any work: one line for a bad path, and never over an input (results.parquet too)
+        check_output(html, [run, *(f for pattern in ("*.jsonl", "*.parquet") for f in run.glob(pattern)
+                                   if run.is_dir()), grader, dataset], "--html")
     thresholds = Thresholds(
         zero_signal_not_ready=zero_signal_not_ready, zero_signal_risky=zero_signal_risky, min_position=min_position,
         max_position=max_position, max_floor_share=max_floor_share, max_ceiling_share=max_ceiling_share,

@@ -171,7 +171,7 @@ def run_command(
         import_responses=import_responses, models_in_turn=models_in_turn, dry_run=dry_run)
     started: list[RunSpec] = []
     try:
-        result = run_paths(spec, overrides, options, functools.partial(_start, started, quiet),
+        result = run_paths(spec, overrides, options, functools.partial(_start, started, quiet, dry_run),
                            unsafe_python_graders, lambda line: typer.echo(line, err=True))
     except FatalRunError as exc:
         typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {started[0].out_dir})", err=True)
@@ -179,7 +179,7 @@ def run_command(
     _finish(result, started[0], options, readiness=readiness, per_item=per_item)
 
 
-def _start(started: list[RunSpec], quiet: bool, run_spec: RunSpec) -> RunMonitor:
+def _start(started: list[RunSpec], quiet: bool, dry_run: bool, run_spec: RunSpec) -> RunMonitor:
     """The run's header (its name, directory and, for an agent run, its tools and limits) and its monitor, once the
     spec is known good."""
     from rfteval.report.console import stderr_console
@@ -189,10 +189,17 @@ def _start(started: list[RunSpec], quiet: bool, run_spec: RunSpec) -> RunMonitor
     started.append(run_spec)
     err = stderr_console()
     if not quiet:
-        err.print(f"rfteval: {run_spec.run_name} -> {run_spec.out_dir}", highlight=False)
+        err.print(_header(run_spec, dry_run), highlight=False)
         if (agent := limits_line(run_spec)) is not None:
             err.print(f"rfteval: {agent}", highlight=False, markup=False)
     return _QuietMonitor() if quiet else RichMonitor(err)
+
+
+def _header(run_spec: RunSpec, dry_run: bool) -> str:
+    """The run's first line: where it writes; a dry run writes nothing, so it names no directory as its output."""
+    if dry_run:
+        return f"dry run: {run_spec.run_name} (nothing is sent or written)"
+    return f"rfteval: {run_spec.run_name} -> {run_spec.out_dir}"
 
 
 def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readiness: bool, per_item: bool) -> None:
@@ -220,10 +227,8 @@ def _finish(result: RunResult, run_spec: RunSpec, options: RunOptions, *, readin
             typer.echo(f"rfteval: {result.batches_open} batch(es) keep running at the provider (rfteval batches "
                        f"{out_dir}); re-running the same command collects them, paid once.", err=True)
         raise typer.Exit(ExitStatus.INTERRUPTED)
-    if result.stopped is not None:
-        done = sum(t.records for t in result.totals.values())
-        typer.echo(f"rfteval: {result.stopped}; run stopped after {done} of {s.cells} cells, every stored "
-                   f"response is kept. Re-run the same command to resume (same --out {out_dir}).", err=True)
+    if result.stopped is not None:  # what was kept and how to resume, in the runner's words (a cap or a dead endpoint)
+        typer.echo(f"rfteval: {result.stopped}", err=True)
         raise typer.Exit(ExitStatus.INCOMPLETE)
     if s.batches and s.batches.get("open"):
         typer.echo(f"rfteval: {s.batches['open']} batch(es) still open; re-run the same command to collect them",

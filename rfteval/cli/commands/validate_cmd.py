@@ -1,4 +1,4 @@
-"""`rfteval validate dataset|grader`: check inputs without running any model."""
+"""`rfteval validate dataset|grader|spec|tools`: check inputs without running any model."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from rfteval.cli.commands.common import (
     make_judge,
     python_sandbox,
 )
+from rfteval.limits import MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -45,10 +46,13 @@ def validate_dataset(
     from rfteval.graders.loader import load_grader
 
     config = load_grader(grader) if grader is not None else None
-    checked = inspect_dataset(path, allow_trailing_assistant, reference_fields(config) if config is not None else None)
-    if config is not None:  # the grader's templates on every line: a misspelt field is one line, not one per line
-        checked.template_problems = check_item_paths(
-            config, iter_items(path, skip_invalid=True, check_duplicates=False), path, grader=grader)
+    # the grader's templates on every line first: a misspelt field is one line, not one per line, and not a
+    # second time as lines holding no reference
+    templates = [] if config is None else check_item_paths(
+        config, iter_items(path, skip_invalid=True, check_duplicates=False), path, grader=grader)
+    checked = inspect_dataset(path, allow_trailing_assistant,
+                              reference_fields(config, templates) if config is not None else None)
+    checked.template_problems = templates
     for e in checked.problems:
         typer.echo(str(e), err=True)
     for warning in checked.format.warnings():
@@ -93,15 +97,19 @@ def validate_grader(
 
         typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
         return
-    _describe(config)
     if dataset is None:
+        _describe(config)
+        _notes(config)
         return
+    _notes(config)  # what loading noticed may be why a refusal follows; "valid" waits for the refusals
+    # every refusal first (templates on the items, the sandbox, the judge's model): "valid" is never followed by one
     data = _preflight(config, path, dataset)
     from rfteval.graders import GradeOptions
 
     options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
                                                   timeout_s=grader_timeout))
     judge = make_judge(config, judge_endpoint, skip_model_check)
+    _describe(config)
     try:
         if repeat is None:
             _reference(config, data, options, template, judge, judge_endpoint)
@@ -126,12 +134,17 @@ def validate_grader(
 
 
 def _describe(config: GraderConfig) -> None:
-    """What the grader is, and what loading it noticed, before any check of it."""
-    from rfteval.graders.base import load_notes
+    """What the grader is ("valid"): said only once nothing is left to refuse."""
     from rfteval.readiness.reference import describe_grader
 
     for line in describe_grader(config):
         typer.echo(line)
+
+
+def _notes(config: GraderConfig) -> None:
+    """What loading the grader noticed (a missing name, OpenAI's limits)."""
+    from rfteval.graders.base import load_notes
+
     for note in load_notes(config):
         typer.echo(f"note: {note}")
 
@@ -212,7 +225,8 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
 
         raise InputErrors(errors)
     config = check_run_inputs(spec, lambda line: typer.echo(line, err=True))
-    typer.echo(f"{path}: valid; {count} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
+    items = f"first {spec.limit} of {count}" if spec.limit is not None and spec.limit < count else str(count)
+    typer.echo(f"{path}: valid; {items} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
                f"out {spec.out_dir}")
     for run in runs:
         where = run.settings.get("path") if run.provider == "replay" else (run.settings.get("base_url") or "OpenAI")
@@ -226,3 +240,31 @@ def _format_label(response_format: JSONMapping | None) -> str:
     if response_format is None or kind == "text":
         return ""
     return " (JSON mode)" if kind == "json_object" else " (structured outputs)"
+
+
+@command("tools", group="validate")
+def validate_tools(
+    dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL whose items declare the tools."),
+    tools: Path = typer.Option(..., "--tools", help="The python tools module (tools.py): one function per tool."),
+    max_turns: int = typer.Option(MAX_TURNS, "--max-turns", metavar="N", help="Model calls per rollout, as for run."),
+    epochs: int = typer.Option(3, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
+    tool_timeout: float = typer.Option(TOOL_TIMEOUT_S, "--tool-timeout", metavar="SECONDS",
+                                       help="Seconds a turn's tool calls may take, loading the module too."),
+    tool_memory: int = typer.Option(TOOL_MEMORY_MB, "--tool-memory", metavar="MB",
+                                    help="Memory of a tool unit (MB), loading the module too."),
+    unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
+) -> None:
+    """Check that every tool the items declare has a function in the tools module whose parameters fit its
+    schema, that the module loads in the sandbox, and say the most requests a run can send; each misfit is one
+    FILE:LINE line (exit 2)."""
+    from rfteval.sandbox.policy import SandboxPolicy
+    from rfteval.tools.check import ToolsCheckRequest, check_tools
+
+    request = ToolsCheckRequest(dataset, tools, max_turns, epochs, tool_timeout, tool_memory)
+    checked = check_tools(request, SandboxPolicy(unsafe=unsafe_python_graders))
+    for problem in checked.problems:
+        typer.echo(str(problem), err=True)
+    if checked.problems:
+        raise typer.Exit(ExitStatus.BAD_INPUT)
+    for line in checked.lines:
+        typer.echo(line)

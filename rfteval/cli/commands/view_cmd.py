@@ -6,12 +6,13 @@ from pathlib import Path
 
 import typer
 
-from rfteval.cli.commands.common import command
+from rfteval.cli.commands.common import AGREE_MAX_BIAS, AGREE_MIN_KAPPA, AGREE_PASS_THRESHOLD, command
 
 EPILOG = """\b
   rfteval view runs/demo-chipstack                      # Runs, Compare, Item pages on 127.0.0.1
   rfteval view runs/exp1 --dataset data.jsonl --by difficulty
   rfteval view --agree runs/a runs/b                    # where two graders disagree
+  rfteval view --agree runs/a runs/b --pass-threshold 0.5 --min-kappa 0.6   # kappa and agree's gate on the page
   rfteval view runs/exp1 --bundle view/                 # static copy: open view/index.html, no server
 Needs the view extra: pip install 'rfteval[view]' (not for --bundle)."""
 
@@ -26,6 +27,9 @@ def view(
                                  "repeatable."),
     agree: tuple[Path, Path] | None = typer.Option(None, "--agree", metavar="PATH", help="Two graders' records of "
                                                     "the same samples: the Agree page."),
+    pass_threshold: float | None = AGREE_PASS_THRESHOLD,
+    min_kappa: float | None = AGREE_MIN_KAPPA,
+    max_bias: float | None = AGREE_MAX_BIAS,
     host: str = typer.Option("127.0.0.1", "--host", metavar="HOST", help="Address to bind; other than loopback "
                              "prints a warning (no authentication)."),
     port: int = typer.Option(0, "--port", metavar="N", help="Port [default: a free one]."),
@@ -37,7 +41,12 @@ def view(
 ) -> None:
     """Look at samples: Runs, Compare (items by paired delta, filters, search), Item (both models' samples side
     by side, grader details, word diff), Series, Agree and Readiness pages, served on 127.0.0.1."""
+    from rfteval.compare.agree import AgreeOptions
+    from rfteval.compare.gate_types import AgreeGate
     from rfteval.view.paths import ViewRequest, view_request
 
-    request = ViewRequest(list(paths or []), dataset, by, agree, host, port, not no_open, bundle, bundle_items)
+    # the Agree page's numbers are `rfteval agree`'s, so it takes agree's threshold and gate, checked as agree checks
+    agree_options = AgreeOptions(pass_threshold, gate=AgreeGate(min_kappa, max_bias))
+    request = ViewRequest(list(paths or []), dataset, by, agree, host, port, not no_open, bundle, bundle_items,
+                          agree_options)
     typer.echo(view_request(request), err=True)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
+from rfteval.data.json_types import JSONObject
 from rfteval.errors import InputError
 from rfteval.run.batch.lines import ENDPOINTS, BatchJob, entry_from_result, parse_result_lines, request_line, result_key
 
@@ -56,15 +57,21 @@ def export_requests(path: Path, jobs: Iterable[BatchJob], store: RunStore) -> di
     return written
 
 
-def import_responses(path: Path, jobs: Iterable[BatchJob], store: RunStore) -> dict[str, int]:
-    """Read Batch API output lines (OpenAI's, `vllm run-batch`'s) into the store; a bad line is one InputError
-    naming the file and line, checked before anything is stored."""
+def read_responses(path: Path) -> list[tuple[int, JSONObject]]:
+    """The Batch API output lines (OpenAI's, `vllm run-batch`'s) of --import-responses, every one checked: a bad line
+    is one InputError naming the file, line and field. The run reads them before it creates its directory, so a
+    malformed file leaves no run directory and no spec.resolved.toml behind."""
+    if not path.is_file():
+        raise InputError("no such file", path, field="--import-responses")
+    return list(parse_result_lines(path.read_bytes(), path, strict=True))
+
+
+def import_responses(lines: list[tuple[int, JSONObject]], jobs: Iterable[BatchJob], store: RunStore) -> dict[str, int]:
+    """Store the lines read_responses checked; a line whose cell is stored already, or is no cell of this run, is
+    counted and left."""
     from rfteval.run.store import is_reusable_response
 
-    if not path.exists():
-        raise InputError("no such file", path, field="--import-responses")
     cells = {key: info for key, info, _ in jobs}
-    lines = list(parse_result_lines(path.read_bytes(), path, strict=True))
     counts = {"stored": 0, "errors": 0, "failed": 0, "already": 0, "unknown": 0}
     for _, line in lines:
         key = result_key(line)

@@ -9,6 +9,13 @@ const FILTERS = ["regressed", "improved", "ties", "significant", "hardest", "err
 const FILTER_TEXT = {regressed: "regressed", improved: "improved", ties: "ties", significant: "significant drop (Holm)",
   hardest: "lowest quarter by baseline mean", errors: "errors", truncated: "truncated in reasoning", judged: "grader details"};
 const BIDI = /[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]/g;
+// An agent pair's filters, orders and the stop reason a rollout ends with when the model answered (rfteval.view.model)
+const AGENT_TEXT = {more_turns: "more turns", fewer_turns: "fewer turns", more_calls: "more tool calls",
+  fewer_calls: "fewer tool calls", tool_errors: "tool errors"};
+const SORT_TEXT = {"": "lowest delta first", "-d_turns": "\u0394turns, largest first", "d_turns": "\u0394turns, smallest first",
+  "-d_tool_calls": "\u0394tool calls, largest first", "d_tool_calls": "\u0394tool calls, smallest first",
+  "-tool_errors": "tool errors, most first"};
+const ANSWERED = "no_tool_calls";
 
 // Figures arrive formatted (each page's `shown`: the strings the terminal prints, from rfteval's report formats), and
 // a delta's colour from its verdict word (rfteval.stats.direction, the one verdict rule): num() below is left only
@@ -48,12 +55,12 @@ function shown(s) {
   return out;
 }
 
-function textBlock(value, more) {
+function textBlock(value, more, why) {
   if (value === null || value === undefined) return h("span", {class: "muted"}, "(none)");
   if (typeof value === "object" && "omitted" in value) {
     return h("div", {}, h("pre", {class: "text", dir: "ltr"}, shown(value.text)),
       h("p", {class: "muted"}, value.omitted.toLocaleString() + " more characters not shown",
-        more ? [" \u2014 ", h("a", {href: more, target: "_blank", rel: "noopener noreferrer"}, "open the whole text")] : " (left out of the bundle)"));
+        more ? [" \u2014 ", h("a", {href: more, target: "_blank", rel: "noopener noreferrer"}, "open the whole text")] : why || " (left out of the bundle)"));
   }
   return h("pre", {class: "text", dir: "ltr"}, shown(typeof value === "string" ? value : JSON.stringify(value, null, 2)));
 }
@@ -122,12 +129,19 @@ function bundleApi(name, params) {
   }
   const filters = (params.filter || "").split(",").filter(Boolean);
   const q = (params.q || "").toLowerCase();
-  const rows = b.compare.items.filter(r => filters.every(f => r.flags.includes(f))
+  let rows = b.compare.items.filter(r => filters.every(f => r.flags.includes(f))
     && (!params.slice || Object.entries(r.slices).some(([k, v]) => k + "=" + v === params.slice))
+    && (!params.stop || r.flags.includes("stop=" + params.stop))
     && (!q || (b.haystack[r.item_id] || "").includes(q)));
+  const orders = b.compare.orders;  // an agent pair's orders, as the server sorts (the library's order of these rows)
+  if (params.sort && orders && Object.hasOwn(orders, params.sort) && Array.isArray(orders[params.sort])) {
+    const at = new Map(orders[params.sort].map((id, i) => [id, i]));
+    rows = rows.filter(r => at.has(r.item_id)).sort((x, y) => at.get(x.item_id) - at.get(y.item_id));
+  }
   if (name === "compare") {
     const offset = Number(params.offset || 0), limit = Number(params.limit || 100);
-    return Object.assign({}, b.compare, {filters, q: params.q || "", slice: params.slice || "", offset, limit,
+    const agent = b.compare.agent ? {stop: params.stop || "", sort: params.sort || ""} : {};
+    return Object.assign({}, b.compare, agent, {filters, q: params.q || "", slice: params.slice || "", offset, limit,
       total: rows.length, items: rows.slice(offset, offset + limit)});
   }
   if (name === "item") {
@@ -202,7 +216,7 @@ async function runsPage() {
   const parts = [h("h1", {}, "Runs"), h("table", {id: "models"}, h("thead", {}, head), h("tbody", {}, rows))];
   const r = d.readiness || {};
   parts.push(h("h2", {}, "Readiness of " + d.baseline),
-    h("p", {id: "readiness-verdict"}, r.verdict ? ["verdict: ", h("strong", {}, r.verdict), " \u2014 ", (r.reasons || []).join("; ")]
+    h("p", {id: "readiness-verdict"}, r.verdict ? ["verdict: ", h("strong", {}, r.shown || r.verdict), " \u2014 ", (r.reasons || []).join("; ")]
       : "not assessed: " + (r.why || ""), " ", h("a", {href: link("/readiness", {label: d.baseline})}, "details")));
   if ((d.agree_links || []).length && (!BUNDLE || BUNDLE.agree)) {
     parts.push(h("h2", {}, "Two graders' grades of the same samples"),
@@ -231,7 +245,8 @@ function pairPicker(d, path, extra) {
 async function comparePage(p) {
   const d = await api("compare", p);
   nav(null, "/compare");
-  const res = d.result, state = {a: d.a, b: d.b, filter: d.filters.join(","), q: d.q, slice: d.slice};
+  const res = d.result, state = {a: d.a, b: d.b, filter: d.filters.join(","), q: d.q, slice: d.slice, stop: d.stop, sort: d.sort};
+  const ag = d.agent || null;  // an agent pair: its rows carry each side's rollouts
   const sumHead = h("tr", {}, ["", "items", d.a, "95% CI", d.b, "95% CI", "delta", "95% CI", "p (Holm)", "W/T/L", "verdict"]
     .map(t => h("th", {}, t)));
   const sumRows = d.summary.map(r => { const s = r.shown; return h("tr", {}, td(shown(r.name)), td(s.items, "num"), td(s.baseline, "num"),
@@ -247,20 +262,37 @@ async function comparePage(p) {
     h("option", {value: ""}, "any slice"),
     Object.entries(d.by).map(([k, vs]) => vs.map(v => h("option", {value: k + "=" + v, selected: d.slice === k + "=" + v}, k + " = " + v)))) : null;
   const search = h("input", {type: "search", name: "q", value: d.q, placeholder: "search prompt, reference, outputs", size: 34});
+  const agentBoxes = ag ? ag.filters.map(f => h("label", {}, h("input", {type: "checkbox", name: "filter", value: f,
+    checked: d.filters.includes(f), onchange: () => submit()}), " " + (AGENT_TEXT[f] || f))) : null;
+  const stopSel = ag ? h("select", {name: "stop", onchange: () => submit()}, h("option", {value: ""}, "any stop reason"),
+    ag.stop_reasons.map(r => h("option", {value: r, selected: d.stop === r}, "stopped: " + r))) : null;
+  const sortSel = ag ? h("select", {name: "sort", onchange: () => submit()},
+    ["", ...ag.sorts].map(k => h("option", {value: k, selected: (d.sort || "") === k}, "order: " + (SORT_TEXT[k] || k)))) : null;
   const form = h("form", {class: "filters", id: "filters", onsubmit: ev => { ev.preventDefault(); submit(); }},
-    boxes, sliceSel, search, h("button", {type: "submit"}, "search"));
+    boxes, agentBoxes, sliceSel, stopSel, sortSel, search, h("button", {type: "submit"}, "search"));
   function submit() {
     const f = [...form.querySelectorAll("input[name=filter]:checked")].map(x => x.value).join(",");
-    go("/compare", {a: d.a, b: d.b, filter: f, q: search.value, slice: sliceSel ? sliceSel.value : ""});
+    go("/compare", {a: d.a, b: d.b, filter: f, q: search.value, slice: sliceSel ? sliceSel.value : "",
+      stop: stopSel ? stopSel.value : "", sort: sortSel ? sortSel.value : ""});
   }
   const bys = Object.keys(d.by);
-  const head = h("tr", {}, ["#", "item", d.a, d.b, "delta", "95% CI (item)", "W/T/L epochs", "drop p (Holm)", ...bys, "flags"]
+  const agentHead = ag ? ["turns", "\u0394turns", "tool calls", "\u0394tool calls", "stopped: " + d.a + " | " + d.b,
+    "tool errors: " + d.a + " | " + d.b] : [];
+  const head = h("tr", {}, ["#", "item", d.a, d.b, "delta", "95% CI (item)", "W/T/L epochs", "drop p (Holm)", ...bys, ...agentHead, "flags"]
     .map(t => h("th", {}, t)));
+  const agentCells = r => {
+    if (!ag) return null;
+    const s = r.rollout ? r.rollout.shown : null;
+    if (!s) return agentHead.map(() => td("\u2014", "muted"));
+    return [td(s.turns, "num"), td(s.d_turns, "num d-turns"), td(s.tool_calls, "num"), td(s.d_tool_calls, "num d-calls"),
+      td([shown(s.stop_reasons[0]), " | ", shown(s.stop_reasons[1])], "stops"),
+      td([shown(s.tool_errors[0]), " | ", shown(s.tool_errors[1])], "tool-errors")];
+  };
   const rows = d.items.map((r, i) => h("tr", {"data-id": r.item_id},
     td(d.offset + i + 1, "num"), td(h("a", {href: link("/item", Object.assign({id: r.item_id}, state))}, shown(r.item_id))),
     td(r.shown.baseline, "num"), td(r.shown.candidate, "num"), td(r.shown.delta, "num " + r.shown.tone),
     td(r.shown.delta_ci95, "num"), td(r.wtl.join("/"), "num"), td(r.shown.drop_p, "num"),
-    bys.map(k => td(shown(r.slices[k]))),
+    bys.map(k => td(shown(r.slices[k]))), agentCells(r),
     td([r.significant ? "significant drop " : "", r.hardest ? "hardest " : "",
       r.baseline_errors + r.candidate_errors ? "errors: " + r.baseline_errors + "+" + r.candidate_errors : ""].join(""))));
   const tbody = h("tbody", {}, rows);
@@ -276,7 +308,7 @@ async function comparePage(p) {
     notes.length ? h("ul", {class: "muted"}, notes) : null,
     h("details", {open: true}, h("summary", {}, "plots (compare --html's)"),
       h("div", {class: "plots"}, ["scatter", "deltas", "distributions"].map(n => h("img", {src: plotSrc(n, d.a, d.b), alt: n + " plot"})))),
-    h("h2", {}, "Items, lowest delta first"), form, pager,
+    h("h2", {}, "Items, " + SORT_TEXT[d.sort && Object.hasOwn(SORT_TEXT, d.sort) ? d.sort : ""]), form, pager,
     d.item_test && d.item_test.warning ? h("p", {class: "muted"}, "per-item test: ", d.item_test.warning) : null,
     h("table", {id: "items"}, h("thead", {}, head), tbody));
   let sel = -1;
@@ -330,13 +362,110 @@ function sampleCard(s, label, side, id) {
   const err = s.error ? h("p", {class: "error"}, "error (" + shown(s.error.stage || "?") + "/", shown(s.error.type || "?"), "): ", shown(s.error.message || "")) : null;
   const subs = s.sub_scores && Object.keys(s.sub_scores).length ? h("table", {class: "subs"},
     Object.entries(s.sub_scores).map(([k, v]) => h("tr", {}, td(shown(k)), td(num(v), "num")))) : null;
+  const output = h("div", {class: "output"}, textBlock(s.output_text, textLink(label, id, s.epoch, "output_text")));
+  // an agent's final answer is its last turn's text: shown there, in the trajectory, once
+  const placed = s.rollout && Array.isArray(s.rollout.trajectory) && s.rollout.trajectory.some(t => t.final);
   return h("div", {class: "sample " + side},
-    meta, err, h("div", {class: "output"}, textBlock(s.output_text, textLink(label, id, s.epoch, "output_text"))),
+    meta, err, s.rollout ? trajectory(s.rollout, {label, id, epoch: s.epoch}, output) : null, placed ? null : output,
     s.output_json !== null && s.output_json !== undefined ? h("details", {}, h("summary", {}, "output_json"), textBlock(JSON.stringify(s.output_json, null, 2))) : null,
     s.output_tools ? h("details", {}, h("summary", {}, "tool calls"), textBlock(JSON.stringify(s.output_tools, null, 2))) : null,
     s.reasoning_text ? h("details", {class: "reasoning"}, h("summary", {}, "reasoning (folded)"), textBlock(s.reasoning_text, textLink(label, id, s.epoch, "reasoning_text"))) : null,
     subs, details(s.grade_details),
     s.grader_stdout ? h("details", {open: true}, h("summary", {}, "grader stdout"), textBlock(s.grader_stdout, textLink(label, id, s.epoch, "grader_stdout"))) : null);
+}
+
+// ------------------------------------------------------------------ an agent's trajectory
+
+// The rollout's turns in order: the assistant's text, each call (its tool's name, its arguments) and the tool's
+// result, cut where long with the rest fetched on request; error badges; the stop reason.
+function trajectory(ro, where, output) {
+  const count = (n, one, many) => (n === null || n === undefined ? "?" : n) + " " + (n === 1 ? one : many);
+  const stop = ro.stop_reason;
+  const head = h("div", {class: "traj-head"}, h("strong", {}, "trajectory"),
+    h("span", {}, count(ro.turns, "turn", "turns")), h("span", {}, count(ro.tool_calls, "tool call", "tool calls")),
+    stop === null || stop === undefined ? null
+      : h("span", {class: stop === ANSWERED ? "stop" : "stop badge warn-badge"}, "stop: ", shown(stop)),
+    Object.entries(ro.tool_errors || {}).map(([k, n]) => h("span", {class: "badge err-badge tool-error"}, shown(k), " \u00d7" + n)));
+  if (!Array.isArray(ro.trajectory)) {
+    return h("div", {class: "trajectory"}, head, h("p", {class: "muted"},
+      ro.unreadable ? "the transcript is not a JSON list of messages: not shown" : "no transcript (no rollout was played)"));
+  }
+  return h("div", {class: "trajectory"}, head, h("ol", {class: "turns"}, ro.trajectory.map(t => turnBlock(t, where, output))));
+}
+
+function turnBlock(t, where, output) {
+  const longText = " (the rest is in the record's transcript)";
+  return h("li", {class: "turn"},
+    h("div", {class: "turn-label"}, t.role === "assistant" ? "turn " + t.turn : shown(t.role)),
+    t.final ? output
+      : t.text !== null && t.text !== undefined ? h("div", {class: "turn-text"}, textBlock(t.text, null, longText)) : null,
+    (t.calls || []).map(c => h("div", {class: "call"},
+      h("div", {class: "call-head"}, h("span", {class: "role"}, "call "), h("code", {class: "tool-name"}, shown(c.name)),
+        c.arguments_json ? null : h("span", {class: "badge err-badge"}, "arguments are not JSON"),
+        c.result && c.result.error ? h("span", {class: "badge err-badge"}, "error: ", shown(c.result.error)) : null),
+      h("div", {class: "args"}, textBlock(c.arguments, null, longText)),
+      c.result ? resultBlock(c.result, where)
+        : h("p", {class: "muted no-result"}, "no result: the rollout stopped before this call ran"))),
+    (t.unasked || []).map(r => h("div", {class: "call"},
+      h("div", {class: "call-head"}, "a result no call asked for (tool_call_id ", shown(String(r.tool_call_id)), ")",
+        r.error ? h("span", {class: "badge err-badge"}, "error: ", shown(r.error)) : null),
+      resultBlock(r, where))));
+}
+
+function resultBlock(r, where) {
+  const cut = r.text !== null && typeof r.text === "object";
+  const pre = h("pre", {class: "text result" + (r.error ? " failed" : ""), dir: "ltr"}, shown(cut ? r.text.text : r.text));
+  const label = h("div", {class: "result-label"}, h("span", {class: "role"}, "result"));
+  if (!cut) return h("div", {class: "result-block"}, label, pre);
+  const all = "show all " + r.chars.toLocaleString() + " characters";
+  const button = h("button", {type: "button", class: "show-all"}, all);
+  const note = h("p", {class: "muted cut-note"}, "the first " + r.text.text.length.toLocaleString() + " of " +
+    r.chars.toLocaleString() + " characters ", button);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    button.textContent = "loading\u2026";
+    try {
+      const text = await fullResult(r, where);
+      pre.replaceChildren(...shown(text));
+      note.replaceChildren("all " + r.chars.toLocaleString() + " characters");
+    } catch (err) {
+      button.disabled = false;
+      button.textContent = all;
+      note.append(h("span", {class: "error"}, " " + String(err.message || err)));
+    }
+  });
+  return h("div", {class: "result-block"}, label, pre, note);
+}
+
+// The whole text of a cut tool result: the server reads it from the record's transcript; a bundle holds it in
+// results/<n>.js, loaded as a script (a page opened from disk may fetch nothing), whose name is a number.
+async function fullResult(r, where) {
+  if (BUNDLE) {
+    const [file, at] = Array.isArray(r.part) ? r.part.map(Number) : [NaN, NaN];
+    if (!Number.isInteger(file) || !Number.isInteger(at)) throw new Error("not in this bundle: rfteval view shows it");
+    if (!(window.RFTEVAL_RESULTS || {})[file]) await loadScript("results/" + file + ".js");
+    const texts = (window.RFTEVAL_RESULTS || {})[file];
+    if (!Array.isArray(texts) || typeof texts[at] !== "string") throw new Error("not in this bundle's results/" + file + ".js");
+    return texts[at];
+  }
+  const resp = await fetch("/api/result?" + new URLSearchParams({label: where.label, id: where.id, epoch: where.epoch, call: r.index}).toString());
+  const body = await resp.text();
+  if (!resp.ok) {
+    let message = body;
+    try { message = JSON.parse(body).error || body; } catch (e) { /* not JSON: the text itself */ }
+    throw new Error(message);
+  }
+  return body;
+}
+
+function loadScript(src) {
+  return new Promise((resolve, reject) => {
+    const s = document.createElement("script");
+    s.src = src;
+    s.addEventListener("load", () => { s.remove(); resolve(); });  // it ran: the page keeps only its own scripts
+    s.addEventListener("error", () => { s.remove(); reject(new Error("cannot load " + src)); });
+    document.head.append(s);
+  });
 }
 
 function plain(v) { return v === null || v === undefined ? "" : typeof v === "string" ? v : typeof v === "object" && "text" in v ? v.text : JSON.stringify(v); }
@@ -364,7 +493,7 @@ function wordDiff(a, b) {
 async function itemPage(p) {
   const d = await api("item", p);
   nav(null, "/item");
-  const state = {a: d.a, b: d.b, filter: p.filter, q: p.q, slice: p.slice};
+  const state = {a: d.a, b: d.b, filter: p.filter, q: p.q, slice: p.slice, stop: p.stop, sort: p.sort};
   const r = d.row;
   const parts = [h("p", {}, h("a", {href: link("/compare", state)}, "\u2190 back to the list"), "  ",
     d.position >= 0 ? "item " + (d.position + 1) + " of " + d.total + " in this filter  " : "(not in the current filter)  ",
@@ -461,10 +590,10 @@ async function readinessPage(p) {
   const kinds = h("select", {onchange: ev => go("/readiness", {label: d.label, kind: ev.target.value})},
     [["", "every item"], ["floor", "all at the minimum (zero signal)"], ["ceiling", "all at the maximum (zero signal)"], ["mixed", "mixed"]]
       .map(([v, t]) => h("option", {value: v, selected: v === only}, t)));
-  setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, r.verdict)),
+  setMain(h("h1", {}, "Readiness of ", picker), h("p", {id: "verdict"}, "verdict: ", h("strong", {}, d.shown ? d.shown.verdict : r.verdict)),
     h("p", {id: "left-out"}, d.left_out || ""),
     h("table", {id: "checks"}, h("tr", {}, ["check", "status", "value", "threshold", "why"].map(t => h("th", {}, t))),
-      r.checks.map(c => h("tr", {}, td(c.name), td(c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
+      r.checks.map((c, i) => h("tr", {}, td(c.name), td(d.shown ? d.shown.statuses[i] : c.status), td(c.value === null ? "\u2014" : num(c.value), "num"), td(c.threshold), td(c.message)))),
     h("h2", {}, "Items by score spread (" + items.length + " shown of " + d.total + ")"), h("p", {}, kinds),
     h("table", {id: "readiness-items"}, h("tr", {}, ["item", "samples", "mean", "sd", "kind"].map(t => h("th", {}, t))),
       items.map(it => h("tr", {}, td(h("a", {href: link("/item", {id: it.item_id})}, shown(it.item_id))), td(it.k, "num"), td(num(it.mean), "num"), td(num(it.sd), "num"), td(it.kind || "")))));

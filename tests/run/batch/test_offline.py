@@ -73,6 +73,17 @@ def test_a_bad_import_line_is_one_line_and_exit_2(files: dict[str, Path], fake_o
     assert len(msg.splitlines()) == 1 and f"{results}:2: " in msg and "Traceback" not in proc.output
     if field:
         assert f":2: {field}: " in msg
+    # refused before the run wrote anything: no run directory, no spec.resolved.toml (issue 36 leftover)
+    assert not files["out"].exists() and fake_openai.requests == []
+
+
+@pytest.mark.slow
+def test_a_missing_import_file_leaves_no_run_directory(files: dict[str, Path], fake_openai: FakeOpenAI,
+                                                      tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.jsonl"
+    proc = CliRunner().invoke(app, cli_args(files, fake_openai, "--import-responses", str(missing)))
+    assert proc.exit_code == 2 and proc.stderr.strip() == f"rfteval: {missing}: --import-responses: no such file"
+    assert not files["out"].exists() and fake_openai.requests == []
 
 
 def test_modes_cannot_be_combined(files: dict[str, Path], fake_openai: FakeOpenAI, tmp_path: Path) -> None:
