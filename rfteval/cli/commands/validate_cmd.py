@@ -98,9 +98,7 @@ def validate_grader(
         typer.echo(json.dumps(config.model_dump(exclude_none=True), indent=2, ensure_ascii=False))
         return
     if dataset is None:
-        _describe(config)
-        _notes(config)
-        return
+        return _describe(config, notes=True)
     _notes(config)  # what loading noticed may be why a refusal follows; "valid" waits for the refusals
     # every refusal first (templates on the items, the sandbox, the judge's model): "valid" is never followed by one
     data = _preflight(config, path, dataset)
@@ -109,7 +107,7 @@ def validate_grader(
     options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
                                                   timeout_s=grader_timeout))
     judge = make_judge(config, judge_endpoint, skip_model_check)
-    _describe(config)
+    _describe(config, notes=False)
     try:
         if repeat is None:
             _reference(config, data, options, template, judge, judge_endpoint)
@@ -133,12 +131,15 @@ def validate_grader(
         raise typer.Exit(ExitStatus.INCOMPLETE)
 
 
-def _describe(config: GraderConfig) -> None:
-    """What the grader is ("valid"): said only once nothing is left to refuse."""
+def _describe(config: GraderConfig, *, notes: bool) -> None:
+    """What the grader is ("valid"): said only once nothing is left to refuse; then, unless said already, what
+    loading it noticed."""
     from rfteval.readiness.reference import describe_grader
 
     for line in describe_grader(config):
         typer.echo(line)
+    if notes:
+        _notes(config)
 
 
 def _notes(config: GraderConfig) -> None:
