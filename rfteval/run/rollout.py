@@ -102,14 +102,9 @@ def open_tools(spec: RunSpec, policy: SandboxPolicy) -> ToolBox | None:
     path = Path(spec.tools.python)
     if not path.is_file():
         raise InputError("no such file (the tools module)", path, field="--tools")
-    try:
-        from rfteval.tools.python import open_python_tools  # type: ignore[import-not-found, unused-ignore]
-    except ModuleNotFoundError as exc:
-        if exc.name != "rfteval.tools.python":
-            raise
-        raise InputError("python tools are not built yet", path, field="--tools") from None
-    box: ToolBox = open_python_tools(path, spec.tool_limits(), policy)
-    return box
+    from rfteval.tools.python import open_python_tools
+
+    return open_python_tools(path, spec.tool_limits(), policy)
 
 
 def cell_sample(entry: ResponseEntry, mode: str = DEFAULT_MODE,

@@ -134,15 +134,6 @@ def test_a_rollout_limit_without_tools_is_one_line(tmp_path: Path, fake_openai: 
     assert not f["out"].exists()
 
 
-def test_without_the_python_tools_module_the_run_says_so_in_one_line(tmp_path: Path, fake_openai: FakeOpenAI,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "rfteval.tools.python", None)  # the module not there: ModuleNotFoundError
-    f = files(tmp_path)
-    res = invoke(*run_args(f, fake_openai, "--tools", str(f["tools"])))
-    assert res.exit_code == 2 and "python tools are not built yet" in res.output
-    assert not f["out"].exists()
-
-
 def test_a_tools_file_that_is_not_there_is_one_line(tmp_path: Path, fake_openai: FakeOpenAI) -> None:
     f = files(tmp_path)
     res = invoke(*run_args(f, fake_openai, "--tools", str(tmp_path / "missing.py")))

@@ -569,6 +569,7 @@ def test_a_second_turn_refused_every_time_stops_the_run_naming_the_turn_and_the_
     assert caught.value.turn == 2 and "the server refused 4 turn-2 requests (the history after a tool call) alike" \
         in line
     assert "messages[2].role: Input should be 'system', 'user', 'assistant' or 'function' (input: 'tool')" in line
-    # each of the 6 cells' second turns refused at most twice (null, then the role once stepped down to ""): the
-    # run stopped at the fourth alike, not after every cell's 10 retries
-    assert refused <= 2 * 6
+    # each of the 6 cells' second turns refused about twice (null, then the role once stepped down to ""; a request
+    # in flight while the step-down is learned may be refused with null once more): the run stopped at the fourth
+    # alike, not after every cell's 10 retries (60)
+    assert refused < 3 * 6
