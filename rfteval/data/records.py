@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 # The public names (what `from ... import *` and the alias package in rfteval/ hand on)
 __all__ = [
-    "now_iso", "RecordError", "Usage", "no_usage", "Record", "FIELDS", "CORE_FIELDS", "REFUSAL",
-    "is_generation_failure", "generation_failures", "error_type_of", "error_kinds", "error_flags",
+    "now_iso", "RecordError", "Usage", "no_usage", "Record", "FIELDS", "CORE_FIELDS", "AGENT_FIELDS", "REFUSAL",
+    "is_agent_record", "is_generation_failure", "generation_failures", "error_type_of", "error_kinds", "error_flags",
     "effective_scores",
     "ERROR_POLICIES", "check_error_policy", "error_dict", "make_record", "dumps_record", "write_jsonl",
     "iter_jsonl_record_lines", "iter_jsonl_records", "decode_records", "JSON_TEXT_FIELDS", "arrow_schema",
@@ -89,10 +89,24 @@ class Record(msgspec.Struct, kw_only=True):
     advantage: float | None = None  # a GRPO advantage, written by `readiness --write-advantages`
     reasoning_text: str | None = None  # a reasoning model's thinking, apart from output_text (rfteval.data.reasoning)
     truncated_in_reasoning: bool = False  # the output limit stopped it while still thinking: graded as no answer
+    # An agent run's (rfteval run --tools, rfteval.run.rollout) only: unset (UNSET), they are not written at all, so
+    # a run without tools writes exactly the lines and the Parquet schema it always did. `transcript` is the
+    # rollout's generated messages as JSON text, a string in Parquet too: compare never decodes it.
+    turns: int | None | msgspec.UnsetType = msgspec.UNSET  # model turns
+    stop_reason: str | None | msgspec.UnsetType = msgspec.UNSET  # rfteval.data.rollout.STOP_REASONS
+    tool_calls: int | None | msgspec.UnsetType = msgspec.UNSET  # calls the model made
+    tool_errors: dict[str, int] | None | msgspec.UnsetType = msgspec.UNSET  # failed calls by the error's type
+    transcript: str | None | msgspec.UnsetType = msgspec.UNSET
 
 
-FIELDS: tuple[str, ...] = Record.__struct_fields__
+AGENT_FIELDS: tuple[str, ...] = ("turns", "stop_reason", "tool_calls", "tool_errors", "transcript")
+FIELDS: tuple[str, ...] = tuple(f for f in Record.__struct_fields__ if f not in AGENT_FIELDS)  # every record's
 CORE_FIELDS = FIELDS[:14]  # the README's list, in order
+
+
+def is_agent_record(record: Record) -> bool:
+    """Whether a record is an agent run's (its agent fields set)."""
+    return record.turns is not msgspec.UNSET
 
 
 REFUSAL = "refusal"  # the provider's error type for a model that refused (rfteval.providers.base)
@@ -319,28 +333,41 @@ JSON_TEXT_FIELDS = tuple(
 
 
 @functools.cache
-def arrow_schema() -> pa.Schema:
+def arrow_schema(agent: bool = False) -> pa.Schema:
     """The Parquet schema of a record, derived from `Record`: same fields, same order (built once: the result
-    files ask for it with every batch of rows they write)."""
+    files ask for it with every batch of rows they write). `agent`: an agent run's, its fields after the others."""
     import pyarrow as pa
 
-    return pa.schema([(f.name, _arrow_type(f.type)) for f in _record_fields()])
+    return pa.schema([(f.name, _arrow_type(f.type)) for f in _record_fields() if agent or f.name not in AGENT_FIELDS])
 
 
 def _json_text(value: object) -> str | None:
     return None if value is None else _ENCODER.encode(value).decode()
 
 
-def to_arrow(records: Iterable[Record]) -> pa.Table:
+def to_arrow(records: Iterable[Record], agent: bool | None = None) -> pa.Table:
+    """Records as an Arrow table of the record schema; `agent` (None: whether any record is an agent run's) adds
+    the agent fields' columns."""
     import pyarrow as pa
 
     rows = list(records)
+    if agent is None:
+        agent = any(is_agent_record(r) for r in rows)
     columns: dict[str, list[object]] = {name: [getattr(r, name) for r in rows] for name in FIELDS}
+    if agent:
+        columns.update({name: [_set(getattr(r, name)) for r in rows] for name in AGENT_FIELDS})
     for name in JSON_TEXT_FIELDS:
         columns[name] = [_json_text(v) for v in columns[name]]
     columns["sub_scores"] = [None if r.sub_scores is None else list(r.sub_scores.items()) for r in rows]
     columns["score"] = [None if r.score is None or not math.isfinite(r.score) else r.score for r in rows]
-    return pa.Table.from_pydict(columns, schema=arrow_schema())
+    if agent:
+        columns["tool_errors"] = [list(v.items()) if isinstance(v, dict) else None for v in columns["tool_errors"]]
+    return pa.Table.from_pydict(columns, schema=arrow_schema(agent))
+
+
+def _set(value: object) -> object:
+    """A field's value, None where it is unset (an agent field of a record that is not an agent run's)."""
+    return None if value is msgspec.UNSET else value
 
 
 def write_parquet(records: Iterable[Record], path: str | Path) -> None:
@@ -351,10 +378,15 @@ def write_parquet(records: Iterable[Record], path: str | Path) -> None:
 
 
 def records_frame(records: Iterable[Record]) -> pd.DataFrame:
-    """Records in memory as the DataFrame `read_records` gives for a file of them: one row per record."""
+    """Records in memory as the DataFrame `read_records` gives for a file of them: one row per record (an agent
+    run's with its agent fields' columns)."""
     import pandas as pd
 
-    return pd.DataFrame.from_records([msgspec.structs.asdict(r) for r in records], columns=list(FIELDS))
+    rows = [msgspec.structs.asdict(r) for r in records]
+    if not any(row["turns"] is not msgspec.UNSET for row in rows):
+        return pd.DataFrame.from_records(rows, columns=list(FIELDS))
+    names = FIELDS + AGENT_FIELDS
+    return pd.DataFrame.from_records([{k: _set(row[k]) for k in names} for row in rows], columns=list(names))
 
 
 def read_records(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:

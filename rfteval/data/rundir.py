@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 STORE = "store"  # the append-only logs, the index and the lock
 RESPONSES = "responses.jsonl"  # in store/
 GRADES = "grades.jsonl"  # in store/
+ROLLOUTS = "rollouts.jsonl"  # in store/: an agent run's finished rollouts (rfteval.run.rollout)
+TOOL_TURNS = "tools.jsonl"  # in store/: an agent run's executed tool turns
 INDEX = "index.sqlite"  # in store/
 JOURNAL = "batches.jsonl"  # in store/: the Batch API journal (rfteval.run.batch.phase writes and reads it)
 CHUNK_DIR = "batch"  # in store/: batch input files until they are collected

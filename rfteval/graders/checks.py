@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # What OpenAI's sample namespace holds (graders guide, "Templating"). `output_json` is there only when the job
 # sets a response_format; `choices` and `output_audio` are what the API would send and rfteval fills when it can.
 SAMPLE_FIELDS = ("output_text", "output_json", "output_tools", "choices", "output_audio")
+# rfteval's one extension of the sample: an agent run's trajectory (rfteval.data.rollout.rollout_sample), there only
+# in a run with --tools; OpenAI's graders have no such field
+ROLLOUT_FIELD = "rollout"
 NOT_TEMPLATES = frozenset({"source", "calculate_output"})  # python code and the multi formula are not templates
 
 
@@ -63,11 +66,18 @@ def template_paths(config: GraderConfig | JSONInput) -> list[tuple[str, str, str
     return out
 
 
-def check_sample_paths(config: GraderConfig, source: str | Path | None = None) -> list[InputError]:
-    """Every `sample.*` path must start with a field a sample has."""
+def check_sample_paths(config: GraderConfig, source: str | Path | None = None,
+                       rollout: bool = False) -> list[InputError]:
+    """Every `sample.*` path must start with a field a sample has: `sample.rollout` only in an agent run's samples
+    (`rollout`)."""
     errors = []
     for field, path, namespace, keys in template_paths(config):
         if namespace != "sample":
+            continue
+        if keys and keys[0] == ROLLOUT_FIELD:
+            if not rollout:
+                errors.append(InputError(f"{{{{ {path} }}}}: sample.rollout is an agent run's trajectory, there only "
+                                         "in `rfteval run --tools`", source, field=field))
             continue
         if not keys:
             errors.append(InputError(f"{{{{ {path} }}}} names the whole sample; name a field "
@@ -76,6 +86,25 @@ def check_sample_paths(config: GraderConfig, source: str | Path | None = None) -
             errors.append(InputError(f"{{{{ {path} }}}}: a sample has no field {keys[0]!r} (it has "
                                      f"{', '.join(SAMPLE_FIELDS)})", source, field=field))
     return errors
+
+
+def reads_rollout(config: GraderConfig) -> bool:
+    """Whether the grader reads `sample.rollout` (rfteval's extension): a template path, or python source that reads
+    sample["rollout"] (or names it where its reads cannot be followed)."""
+    if any(ns == "sample" and keys[:1] == (ROLLOUT_FIELD,) for _, _, ns, keys in template_paths(config)):
+        return True
+    for c in _configs(config):
+        source = c.python_source() if c.type == "python" else None
+        if not source:
+            continue
+        try:
+            if any(p[:1] == (ROLLOUT_FIELD,) for p in python_access_paths(source)[0]):
+                return True
+        except SyntaxError:
+            pass
+        if f'"{ROLLOUT_FIELD}"' in source or f"'{ROLLOUT_FIELD}'" in source:
+            return True
+    return False
 
 
 def reads_output_json(config: GraderConfig) -> bool:
@@ -223,13 +252,14 @@ def preflight(config: GraderConfig, dataset: Dataset, grader_source: str | Path 
 
 
 def preflight_stream(config: GraderConfig, dataset_path: str | Path, grader_source: str | Path | None = None,
-                     limit: int = 50) -> list[InputError]:
-    """preflight over a dataset file read one item at a time (a run's dataset may be large)."""
+                     limit: int = 50, rollout: bool = False) -> list[InputError]:
+    """preflight over a dataset file read one item at a time (a run's dataset may be large); `rollout`: an agent
+    run's, whose samples hold sample.rollout."""
     from rfteval.data.dataset import iter_items
 
     items = iter_items(dataset_path, skip_invalid=True, check_duplicates=False)
-    return check_sample_paths(config, grader_source) + check_item_paths(config, items, dataset_path, limit,
-                                                                        grader_source)
+    return check_sample_paths(config, grader_source, rollout) + check_item_paths(config, items, dataset_path, limit,
+                                                                                 grader_source)
 
 
 def python_access_paths(source: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:

@@ -254,10 +254,6 @@ def answer_details(request: GenerationRequest, answer: Generation) -> JSONObject
 # ---- truncated answers -------------------------------------------------------------------------------------------
 
 _LEADING = re.compile(r'^\s*\{\s*"(?P<key>\w+)"\s*:\s*(?P<value>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|"(?:[^"\\]|\\.)*")\s*[,}]')
-# a server's refusal of a prompt (and output limit) longer than its context: llama-cpp-python's 400
-# context_length_exceeded, vLLM's "maximum context length", llama-server's "exceeds the available context size"
-_CONTEXT = re.compile(r"context_length_exceeded|maximum context length|context (window|size|length)|"
-                      r"exceeds? the (available )?context", re.I)
 
 
 def leading_value(text: str, key: str) -> JSONValue:
@@ -290,7 +286,9 @@ def truncated(request: GenerationRequest, answer: Generation, details: JSONObjec
 
 
 def context_exceeded(answer: ProviderError) -> bool:
-    return answer.kind in ("bad_request", "server") and bool(_CONTEXT.search(str(answer)))
+    from rfteval.providers.base import exceeds_context
+
+    return exceeds_context(answer.kind, str(answer))
 
 
 def error_result(answer: ProviderError, model: str) -> GradeResult:

@@ -8,6 +8,8 @@
   grader. An error (exit 2), unless `--allow-grader-without-sample` says the judge truly needs none.
 - A python grader whose `grade` never reads its first parameter scores every output of an item alike: a warning.
 - A grader naming a model OpenAI retired cannot run there as written: a warning naming `--judge-model`.
+- A grader reading `sample.rollout` (an agent run's trajectory, rfteval's extension of the sample) is not uploadable
+  to OpenAI, whose samples have no such field: a warning, as the group judge is an rfteval extension.
 
 The group judge is exempt from the first check: it always puts the samples in its own prompt.
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
+from rfteval.graders.checks import reads_rollout
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
@@ -119,6 +122,10 @@ def lint_grader(config: GraderConfig, judge_model: str | None = None) -> list[Fi
             findings.append(Finding(False, (
                 f"{label}: grade() never reads its first parameter {param!r} (the sample): every output of an item "
                 "scores the same"), f"{where}.source" if where else "source"))
+        if not where and reads_rollout(config):  # once for the whole config, its sub-graders' reads included
+            findings.append(Finding(False, (
+                f"{label}: reads sample.rollout, an agent run's trajectory (rfteval's extension of the sample): "
+                "OpenAI's graders have no such field, so this grader is not uploadable to OpenAI as it is")))
         model = getattr(grader, "model", None)
         if judge_model is None and isinstance(model, str) and (date := retired_model(model)) is not None:
             findings.append(Finding(False, (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -28,6 +29,16 @@ ErrorKind = Literal[
 ]
 RETRYABLE: frozenset[str] = frozenset({"rate_limit", "server", "timeout", "connection", "malformed"})
 FATAL: frozenset[str] = frozenset({"auth", "not_found"})
+# a server's refusal of a prompt (and output limit) longer than its context: llama-cpp-python's 400
+# context_length_exceeded, vLLM's "maximum context length", llama-server's "exceeds the available context size"
+CONTEXT_EXCEEDED = re.compile(r"context_length_exceeded|maximum context length|context (window|size|length)|"
+                              r"exceeds? the (available )?context", re.I)
+
+
+def exceeds_context(kind: str, message: str) -> bool:
+    """Whether an error (its kind and message) is the server refusing a request as longer than its context: a
+    judge's prompt (graders.judged) or an agent's history (run.rollout's stop reason `context`)."""
+    return kind in ("bad_request", "server") and bool(CONTEXT_EXCEEDED.search(message))
 
 
 class ProviderError(Exception):

@@ -30,6 +30,7 @@ from rfteval.providers.base import (
     RateInfo,
     asks_for_json,
 )
+from rfteval.providers.history import STEP_DOWN, empty_tool_content, refuses_null_content
 
 if TYPE_CHECKING:
     import openai  # the annotations only: the module is imported when a provider is built
@@ -139,6 +140,9 @@ class OpenAIProvider:
         # run. The cache key (request_body) keeps both, so it does not depend on what the server refused.
         self._both_limits = not _is_openai_url(self.base_url)
         self.dropped_keys: set[str] = set()
+        # an agent's assistant turns with tool calls and no text go as content null (OpenAI's shape) until the server
+        # refuses null (llama-cpp-python's), then as "" (rfteval.providers.history): the cache key keeps null
+        self.empty_tool_content = False
         self._limit_warned: set[str] = set()
         self.on_warning: Callable[[str], None] | None = None  # run_eval points it at the run's monitor
         self.max_epoch: int | None = None  # a server answers any epoch
@@ -185,6 +189,8 @@ class OpenAIProvider:
             body = chat_body(request, copy_messages=False, both_limits=self._both_limits)
             for key in self.dropped_keys:
                 body.pop(key, None)
+            if self.empty_tool_content:
+                body["messages"] = empty_tool_content(request.messages)
         else:
             body = responses_body(request)
         if self.service_tier is not None:
@@ -201,6 +207,8 @@ class OpenAIProvider:
                 if refused is not None:  # the server does not take this spelling: the other one carries the limit
                     self.dropped_keys.add(refused)
                     body.pop(refused)
+                    continue
+                if self._step_down_null_content(exc, request, body):  # tried once, then "" for the rest of the run
                     continue
                 err = self._classify(exc, timeout_s)
                 if err is None:
@@ -225,6 +233,27 @@ class OpenAIProvider:
             return None
         return unsupported_key(f"{_error_message(exc)} {exc.body if not isinstance(exc.body, dict) else ''}",
                                LIMIT_KEYS)
+
+    def _step_down_null_content(self, exc: Exception, request: GenerationRequest, body: JSONObject) -> bool:
+        """On a 4xx or 500 refusing the null content of an assistant turn with tool calls that the request sent:
+        send "" from now on (said once, in one line), and have the request sent again (rfteval.providers.history).
+        A request that went out with null before a concurrent one stepped down is sent again with "" too."""
+        if not isinstance(exc, self._openai.APIStatusError):
+            return False
+        messages = body.get("messages")
+        if exc.status_code not in (400, 422, 500) or not isinstance(messages, list):
+            return False
+        message = _error_message(exc)
+        if not refuses_null_content(message, messages):  # also False once its body holds no null content
+            return False
+        if not self.empty_tool_content:
+            from rfteval.providers.retry import one_line
+
+            self.empty_tool_content = True
+            self.warn(f"model {request.model}: " + STEP_DOWN.format(
+                reason=one_line(self._scrub(f"HTTP {exc.status_code}: {message}"), 160)))
+        body["messages"] = empty_tool_content(request.messages)
+        return True
 
     def _check_limit(self, request: GenerationRequest, gen: Generation) -> None:
         """Warn once per model when an answer ran past --max-output-tokens: the server ignored the limit."""

@@ -145,6 +145,7 @@ def validation_summary(lines: list[str]) -> str | None:
             errors.append(err)
     if not errors:
         return None
+    errors = _own_member(errors)
     groups: dict[tuple[str, str], list[str]] = {}
     depths: dict[str, int] = {}
     valued = [e for e in errors if e.get("type") != "missing"] or errors
@@ -160,6 +161,19 @@ def validation_summary(lines: list[str]) -> str | None:
         msg = "; ".join(dict.fromkeys(msgs))
     more = f" (+{len(groups) - 1} more)" if len(groups) > 1 else ""
     return f"{path}: {msg}" + (f" (input: {shown})" if shown else "") + more
+
+
+def _own_member(errors: list[dict[str, object]]) -> list[dict[str, object]]:
+    """The errors of the union member a message was meant to be, when its role names one: a message refused for its
+    content is listed with every other member's "Input should be 'system'" for its role, which says nothing (an
+    assistant message with null content beside tool calls: its content is the reason, not its role)."""
+    roles = {str(e.get("input")) for e in errors if e.get("type") == "literal_error"
+             and isinstance(loc := e.get("loc"), (list, tuple)) and loc and loc[-1] == "role"}
+    if len(roles) != 1:
+        return errors
+    member = f"ChatCompletionRequest{roles.pop().capitalize()}Message"
+    own = [e for e in errors if isinstance(loc := e.get("loc"), (list, tuple)) and member in loc]
+    return own or errors
 
 
 def one_line(text: str, limit: int = 160) -> str:

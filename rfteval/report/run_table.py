@@ -281,6 +281,8 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
     console.print(models_table(result.summary))
     for line in truncation_lines(result.summary):
         console.print(line, highlight=False, markup=False)
+    for line in agent_lines(result.summary):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     for flagged in result.summary.not_sampling or []:  # one line however wide: a log is searched for it
         console.print(f"[yellow]warning[/]: {escape(flagged['message'])}", highlight=False, soft_wrap=True)
     for model, u in (result.summary.judge or {}).items():
@@ -305,6 +307,30 @@ def print_run(result: RunResult, console: Console, per_item: bool = False) -> No
             console.print(part)
     if per_item:
         console.print(per_item_table(result))
+
+
+def agent_lines(summary: RunSummary) -> list[str]:
+    """An agent run's limits, then per model its rollouts: turns and tool calls each, tool errors, how they ended."""
+    tools = summary.tools
+    if not tools:
+        return []
+
+    def limit(value: object, unit: str = "") -> str:
+        return "none" if value is None else f"{value}{unit}"
+
+    lines = [f"agent run: tools {tools.get('python')}; limits: max turns {tools.get('max_turns')}, max tool calls "
+             f"{limit(tools.get('max_tool_calls'))}, rollout timeout {limit(tools.get('rollout_timeout'), ' s')}, "
+             f"tool timeout {tools.get('tool_timeout')} s, tool memory {limit(tools.get('tool_memory'), ' MB')}, "
+             f"tool output limit {tools.get('tool_output_limit')} characters"]
+    for label, m in summary.models.items():
+        a = m.agent
+        if a is None or not a.rollouts:
+            continue
+        errors = ", ".join(f"{k} {n}" for k, n in sorted(a.tool_errors.items())) or "none"
+        ended = ", ".join(f"{k} {n}" for k, n in sorted(a.stop_reasons.items(), key=lambda kv: -kv[1]))
+        lines.append(f"{label}: {a.rollouts} rollouts, {a.turns / a.rollouts:.2f} turns and "
+                     f"{a.tool_calls / a.rollouts:.2f} tool calls each; tool errors: {errors}; stopped: {ended}")
+    return lines
 
 
 def plan_table(plan: RunPlan) -> Table:
@@ -337,8 +363,13 @@ def plan_lines(plan: RunPlan) -> list[str]:
         lines.append(f"--fresh: whatever {plan.out_dir} holds would be discarded first")
     elif plan.resume:
         lines.append(f"a resume: {plan.out_dir} holds {plan.stored} of the {plan.cells} cells, kept and not sent again")
-    lines.append(f"requests to send: {plan.to_send}" + (" through the Batch API (batch prices)" if plan.batch and
-                                                         plan.to_send else ""))
+    if plan.max_turns is not None:
+        lines.append(f"requests to send: {plan.to_send} rollouts of at most {plan.max_turns} model turns each "
+                     "(--max-turns): the output and cost ceilings count every turn, the input estimate first turns "
+                     "only (later turns carry the history)")
+    else:
+        lines.append(f"requests to send: {plan.to_send}" + (" through the Batch API (batch prices)" if plan.batch and
+                                                             plan.to_send else ""))
     if plan.judge is not None:
         j = plan.judge
         capped = f", --max-judge-calls {j.max_calls}" if j.max_calls is not None else ""

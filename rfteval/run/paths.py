@@ -83,7 +83,7 @@ def check_run_inputs(run_spec: RunSpec, warn: Callable[[str], None]) -> GraderCo
 
     config = load_checked_grader(run_spec.grader, warn, allow_without_sample=bool(run_spec.allow_grader_without_sample),
                                  judge_model=run_spec.judge.model)
-    problems = preflight_stream(config, run_spec.dataset, run_spec.grader)
+    problems = preflight_stream(config, run_spec.dataset, run_spec.grader, rollout=run_spec.tools is not None)
     items = iter_items(run_spec.dataset, skip_invalid=True, check_duplicates=False)
     problems += dataset_format(config, items, run_spec.dataset, bool(run_spec.allow_trailing_assistant), warn,
                                problems)

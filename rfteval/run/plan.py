@@ -58,10 +58,11 @@ class ModelPlan:
     max_output_tokens: int | None = None  # per request; None: no ceiling
     cost_usd: float | None = None  # the ceiling: input estimate + output ceiling at the model's price
     no_cost: str | None = None  # why there is no cost ceiling: NO_PRICE or NO_CEILING
+    max_turns: int = 1  # an agent run's --max-turns: a cell to send is a rollout of up to that many requests
 
     @property
     def output_ceiling(self) -> int | None:
-        return None if self.max_output_tokens is None else self.max_output_tokens * self.to_send
+        return None if self.max_output_tokens is None else self.max_output_tokens * self.to_send * self.max_turns
 
 
 @dataclass
@@ -85,6 +86,7 @@ class RunPlan:
     epochs: int
     batch: bool  # sent through the Batch API (or flex): batch prices
     models: list[ModelPlan] = field(default_factory=list)
+    max_turns: int | None = None  # an agent run (--tools): model turns per rollout at most
     judge: JudgePlan | None = None
     tokens_method: str = TOKENS_METHOD
 
@@ -124,10 +126,11 @@ class RunPlan:
 
 def plan_run(spec: RunSpec, runs: Sequence[ModelRun], cells: Iterable[PlannedCell], grader: GraderConfig,
              grades_key: str, dataset_items: int, prices: dict[str, Price], *, fresh: bool = False,
-             batch: bool = False, budget: JudgeBudget | None = None) -> RunPlan:
+             batch: bool = False, budget: JudgeBudget | None = None, max_turns: int | None = None) -> RunPlan:
     """The plan of the run `spec` describes, over its `cells` in dataset order; every check a run makes before it
     sends was made by the caller (run_eval). The run directory is read only, without its lock or index. `fresh`:
-    what it holds would be discarded; `batch`: sent at batch prices (the Batch API, flex)."""
+    what it holds would be discarded; `batch`: sent at batch prices (the Batch API, flex). `max_turns`: an agent
+    run, whose cells are rollouts (keyed by the rollout key) of up to that many requests each."""
     from rfteval.errors import InputError
     from rfteval.graders.base import needs_groups, walk
     from rfteval.run.store import check_run_dir, read_stored, run_dir_busy
@@ -138,7 +141,8 @@ def plan_run(spec: RunSpec, runs: Sequence[ModelRun], cells: Iterable[PlannedCel
         raise InputError("another rfteval run is using this run directory", out_dir, field="--out")
     stored = read_stored(out_dir, grades_key) if not fresh else None
     models = {run.label: ModelPlan(run.label, run.model, run.provider == "replay",
-                                   max_output_tokens=run.sampling.max_output_tokens) for run in runs}
+                                   max_output_tokens=run.sampling.max_output_tokens, max_turns=max_turns or 1)
+              for run in runs}
     group_mode = needs_groups(grader)
     to_grade: set[tuple[str, ...]] = set()  # groups (group mode) or cells with a sample to grade
     groups: dict[tuple[str, ...], int] = {}  # group → samples in it (group mode)
@@ -192,5 +196,5 @@ def plan_run(spec: RunSpec, runs: Sequence[ModelRun], cells: Iterable[PlannedCel
                           budget.max_cost_usd if budget else None)
     return RunPlan(out_dir, resume=any(m.stored for m in models.values()), fresh=fresh,
                    items=min(spec.limit or dataset_items, dataset_items), dataset_items=dataset_items,
-                   epochs=spec.epochs, batch=batch, models=list(models.values()), judge=judge)
+                   epochs=spec.epochs, batch=batch, models=list(models.values()), judge=judge, max_turns=max_turns)
 

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, answer_of
 from rfteval.data.records import Record, Usage, dumps_record, error_dict, is_generation_failure, make_record
@@ -21,7 +21,7 @@ from rfteval.providers.pricing import DISCOUNTED_TIERS
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONInput, JSONMapping
-    from rfteval.run.store import GradeEntry, ResponseEntry, StoreReader
+    from rfteval.run.store import GradeEntry, ResponseEntry, RolloutEntry, StoreReader
 
 # The judge calls behind a model's grades: call id → (judge model, the call's usage as its grade details hold it).
 JudgeCalls: TypeAlias = "dict[str, tuple[str, JSONMapping]]"
@@ -34,8 +34,10 @@ def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
     """The record of one cell from its stored response and grade; None when the cell has no response yet.
 
     The store keeps the content as the server sent it; output_text is the answer the grader saw under `reasoning`
-    (rfteval.data.reasoning), the thinking goes to reasoning_text."""
+    (rfteval.data.reasoning), the thinking goes to reasoning_text. A rollout's record (an agent run's) has its
+    agent fields set: turns, stop_reason, tool_calls, tool_errors and the transcript (its messages as JSON text)."""
     from rfteval.graders.grading import apply_grade  # lazily: it brings the grading engine
+    from rfteval.run.entries import RolloutEntry
 
     if response is None:
         return None
@@ -54,6 +56,12 @@ def build_record(run_id: str, label: str, model: str, item_id: str, epoch: int,
         cached=cached, error=error_dict("generate", gen_err.type, gen_err.message) if gen_err else None,
         reasoning_text=thinking, truncated_in_reasoning=truncated,
     )
+    if isinstance(response, RolloutEntry):  # an agent run's: its usage summed, its time, the final turn's output
+        from rfteval.data.rollout import Rollout
+
+        rec.turns, rec.stop_reason, rec.tool_calls = response.turns, response.stop_reason, response.tool_calls
+        rec.tool_errors = dict(response.tool_errors)
+        rec.transcript = Rollout(response.messages, response.stop_reason or "", response.call_errors).transcript()
     if gen_err:
         rec.score = 0.0  # OpenAI's rule for a failure; the error stays on the record and is counted
         rec.finished_at = response.at or rec.finished_at
@@ -72,6 +80,30 @@ class Cell:
     item_id: str
     epoch: int
     key: str
+
+
+class AgentTotals(TypedDict):
+    """One model's rollouts, as summary.json's `agent` holds them (rfteval.run.summary.AgentSummary)."""
+
+    rollouts: int
+    turns: int
+    tool_calls: int
+    tool_errors: dict[str, int]
+    stop_reasons: dict[str, int]
+
+
+def add_rollout(t: LabelTotals, entry: RolloutEntry) -> None:
+    """Count a finished rollout into its model's totals."""
+    agent = t.agent
+    if agent is None:
+        agent = t.agent = {"rollouts": 0, "turns": 0, "tool_calls": 0, "tool_errors": {}, "stop_reasons": {}}
+    agent["rollouts"] += 1
+    agent["turns"] += entry.turns
+    agent["tool_calls"] += entry.tool_calls
+    for kind, n in entry.tool_errors.items():
+        agent["tool_errors"][kind] = agent["tool_errors"].get(kind, 0) + n
+    reason = entry.stop_reason or ""
+    agent["stop_reasons"][reason] = agent["stop_reasons"].get(reason, 0) + 1
 
 
 @dataclass
@@ -94,6 +126,7 @@ class LabelTotals:
     discounted_output_tokens: int = 0
     item_means: array = field(default_factory=lambda: array("d"))  # per item in dataset order; NaN: no record yet
     judge_calls: JudgeCalls = field(default_factory=dict)
+    agent: AgentTotals | None = None  # an agent run's rollouts (summary.json's models.LABEL.agent)
 
     @property
     def error_count(self) -> int:
@@ -133,12 +166,14 @@ def write_results(
     out_dir: Path, cells: Iterable[Cell], reader: StoreReader, grader: str, run_id: str, labels: list[str],
     session: str | None = None, parquet: bool = True, batch_rows: int = 2048, reasoning: str = DEFAULT_MODE,
     tags: Sequence[tuple[str, str]] = DEFAULT_TAGS, hold: Callable[[Record], None] | None = None,
+    rollouts: bool = False,
 ) -> dict[str, LabelTotals]:
     """Rewrite DIR/<label>.jsonl and DIR/results.parquet from the store, streaming; return the totals.
 
     `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly. `reasoning`
     and `tags` split answers from thinking as the grades were made (rfteval.data.reasoning). `hold` is handed each
     record as it is written (a run's finish keeps its baseline's for readiness instead of reading the file back).
+    `rollouts`: an agent run, whose cells are its finished rollouts (rollouts.jsonl), keyed by the rollout key.
     """
     from rfteval.data.records import arrow_schema, to_arrow
 
@@ -150,7 +185,7 @@ def write_results(
     if parquet:
         import pyarrow.parquet as pq
 
-        writer = pq.ParquetWriter(pq_tmp, arrow_schema())
+        writer = pq.ParquetWriter(pq_tmp, arrow_schema(agent=rollouts))  # an agent run's columns: its runs' only
     batch: list[Record] = []
     current: dict[str, tuple[str, float, int]] = {}  # label → (item_id, score sum, count)
 
@@ -168,7 +203,8 @@ def write_results(
             if cur is None:
                 current[cell.label] = cur = (cell.item_id, 0.0, 0)
             t.cells += 1
-            response = reader.get_response(cell.key)
+            rollout = reader.get_rollout(cell.key) if rollouts else None
+            response = rollout if rollouts else reader.get_response(cell.key)
             grade = reader.get_grade(cell.key, grader) if response and not response.error else None
             cached = bool(response and session and response.session != session)
             rec = build_record(run_id, cell.label, cell.model, cell.item_id, cell.epoch, response, grade, cached,
@@ -181,6 +217,8 @@ def write_results(
                 t.with_reasoning += rec.reasoning_text is not None
                 t.truncated_in_reasoning += rec.truncated_in_reasoning
             t.cached += cached
+            if rollout is not None and not is_generation_failure(rec.error):
+                add_rollout(t, rollout)
             _add_usage(t, rec.usage)
             if response.tier in DISCOUNTED_TIERS and rec.usage:
                 t.discounted_input_tokens += int(rec.usage.get("input_tokens") or 0)
@@ -196,12 +234,12 @@ def write_results(
             if writer is not None:
                 batch.append(rec)
                 if len(batch) >= batch_rows:
-                    writer.write_table(to_arrow(batch))
+                    writer.write_table(to_arrow(batch, agent=rollouts))
                     batch.clear()
         for label in list(current):
             close_item(label)
         if writer is not None and batch:
-            writer.write_table(to_arrow(batch))
+            writer.write_table(to_arrow(batch, agent=rollouts))
     except BaseException:
         for fh in files.values():
             fh.close()

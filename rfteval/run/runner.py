@@ -24,27 +24,27 @@ from rfteval.data.dataset import Item, iter_items
 from rfteval.data.frame import load_run_frames
 from rfteval.data.json_types import JSONObject
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
-from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS
 from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY, baseline_label
 from rfteval.errors import InputError
 from rfteval.graders.base import OTHER, GradeOptions, GradeResult
 from rfteval.providers import batchable
-from rfteval.providers.base import Generation, GenerationRequest, Provider, ProviderError
+from rfteval.providers.base import GenerationRequest, Provider
 from rfteval.providers.pricing import Price
 from rfteval.run.monitor import RunMonitor
 from rfteval.run.results import Cell, LabelTotals, write_results
+from rfteval.run.rollout import cell_sample
 from rfteval.run.spec import ModelRun, RunSpec, config_hash, resolve_models, to_toml
 from rfteval.run.store import (
-    CellKeys,
     GradeEntry,
     ResponseEntry,
     RunStore,
     is_reusable_grade,
     is_reusable_response,
     new_grade_entry,
-    new_response_entry,
 )
 from rfteval.run.summary import RunComparison, RunSummary, build_summary, compare_run
+from rfteval.run.turns import FatalRunError, ServerGone, ToolsStopped, TurnSender, retry_kind
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -56,8 +56,10 @@ if TYPE_CHECKING:
     from rfteval.run.batch.lines import BatchJob
     from rfteval.run.batch.phase import BatchPhase
     from rfteval.run.plan import RunPlan
+    from rfteval.run.rollout import Agent
     from rfteval.run.store import StoreReader
     from rfteval.sandbox.policy import SandboxPolicy
+    from rfteval.tools.base import ToolBox
 
 
 @dataclass
@@ -90,44 +92,6 @@ class RunOptions:
     # aliases) swaps models once per model instead of for nearly every request
     models_in_turn: bool = False
     dry_run: bool = False  # every check, then the plan (run/plan.py): nothing sent, nothing written
-
-
-class FatalRunError(Exception):
-    """An endpoint refused the whole run (401/403, unknown model): stop at once, say which model and why."""
-
-    def __init__(self, label: str, model: str, error: ProviderError):
-        self.label, self.model, self.error = label, model, error
-        super().__init__(f"model {label} ({model}): {error.kind}: {error}")
-
-
-class RequestRefused(FatalRunError):
-    """The endpoint refuses every request of a model alike (a request shape it does not take): exit 2."""
-
-    def __init__(self, label: str, model: str, error: ProviderError, option: str, count: int):
-        from rfteval.providers.retry import one_line
-
-        self.option, self.count = option, count
-        super().__init__(label, model, error)
-        fix = "" if option == "the request" else f", caused by {option}"
-        self.args = (f"model {label} ({model}): the server refused {count} requests alike{fix}: "
-                     f"{one_line(str(error))}; a re-run after fixing it resumes",)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class ServerGone(Exception):
-    """An endpoint that answered before stopped answering (connections refused or reset): the run stops, exit 3."""
-
-    def __init__(self, label: str, model: str, error: ProviderError, failures: int | None, seconds: float = 0.0):
-        from rfteval.providers.retry import one_line
-
-        self.label, self.model, self.error = label, model, error
-        if failures is None:  # the judge's own watch measured it, and its message says so
-            super().__init__(f"judge ({model}): {one_line(str(error), 300)}")
-            return
-        super().__init__(f"model {label} ({model}): the endpoint stopped answering: {one_line(str(error))} "
-                         f"({failures} attempts in a row over {seconds:.1f}s could not connect)")
 
 
 @dataclass
@@ -176,7 +140,8 @@ class _Job:
     item: Item
     epoch: int
     request: GenerationRequest
-    key: str
+    key: str  # the cell's key, its grades' and record's: an agent run's rollout key, else first_key
+    first_key: str  # the first turn's request key
 
 
 @dataclass
@@ -185,11 +150,18 @@ class _Context:
     runs: list[ModelRun]
     providers: dict[str, Provider]
     identities: dict[str, JSONObject] = field(default_factory=dict)
+    agent: Agent | None = None  # an agent run (--tools): each cell a rollout of turns
+
+    def turn_key(self, run: ModelRun, request: GenerationRequest, epoch: int) -> str:
+        """The cache key of one turn's request: the endpoint, the body (the history with it), the epoch."""
+        from rfteval.run.store import cell_key
+
+        return cell_key(self.identities[run.label], self.providers[run.label].request_body(request), epoch)
 
     def jobs(self, runs: list[ModelRun] | None = None) -> Iterator[_Job]:
         """Every cell (of `runs`, default all) in dataset order: item, then model, then epoch (so a partial run is
         still paired)."""
-        from rfteval.run.store import cell_key
+        from rfteval.run.store import cell_key, rollout_key
 
         for item in stream_items(self.spec.dataset, self.spec.limit):
             for run in runs if runs is not None else self.runs:
@@ -203,7 +175,10 @@ class _Context:
                     req = GenerationRequest(model=run.model, messages=messages,
                                             sampling=run.sampling.for_epoch(epoch), tools=item.tools,
                                             tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
-                    yield _Job(run, item, epoch, req, cell_key(ident, provider.request_body(req), epoch))
+                    first = cell_key(ident, provider.request_body(req), epoch)
+                    key = first if self.agent is None else rollout_key(first, item.id, self.agent.tools.identity,
+                                                                        self.agent.limits.key())
+                    yield _Job(run, item, epoch, req, key, first)
 
     def cells(self) -> Iterator[Cell]:
         for job in self.jobs():
@@ -275,13 +250,12 @@ class _Pipeline:
 
         self.limiters = {run.label: AdaptiveLimiter(spec.concurrency, opts.start_concurrency,
                                                     fixed=opts.fixed_concurrency) for run in ctx.runs}
-        # Fail fast on an endpoint that is not there, or that died (retry.ConnectionWatch, as every judge does)
-        from rfteval.providers.retry import ConnectionWatch, RefusalWatch
-
-        self.connections = {run.label: ConnectionWatch() for run in ctx.runs}
+        # Each turn goes out through the sender, which stops the run on an endpoint that is not there or died
+        # (retry.ConnectionWatch, as every judge does), or that refuses what rfteval sends (a response format,
+        # tools, a history after a tool call): the same refusal, no success (retry.RefusalWatch)
+        self.sender = TurnSender({run.label: ctx.providers[run.label] for run in ctx.runs}, self.limiters,
+                                 self.policy, monitor, spec.timeout)
         self.gone: ServerGone | None = None
-        # ... or that refuses what rfteval sends (a response format, tools): the same refusal, no success
-        self.refusals = {run.label: RefusalWatch() for run in ctx.runs}
         # --batch / --import-responses: cells of OpenAI-compatible models are not sent synchronously, except
         # those the batch phase hands back (--batch-tail sync)
         self.no_sync = {run.label for run in ctx.runs
@@ -349,13 +323,12 @@ class _Pipeline:
 
     async def _cell(self, job: _Job) -> None:
         label = job.run.label
-        entry = self.store.get_response(job.key)
+        entry = self.store.get_rollout(job.key) if self.ctx.agent is not None else self.store.get_response(job.key)
         cached = is_reusable_response(entry)
         if not cached and label in self.no_sync and job.key not in self.sync_keys:
             return  # left to a batch (or an import): missing until it comes back, never sent here
         if not cached:
-            entry = await self._generate(job)
-            self.store.put_response(entry)  # stored (and flushed) before it is graded
+            entry = await self._generate(job)  # stored (and flushed) before it is graded
         assert entry is not None
         cached = cached and entry.session != self.store.session  # a batch result of this run is fresh
         grade = self.store.get_grade(job.key, self.grader_hash) if cached and not entry.error else None
@@ -397,76 +370,14 @@ class _Pipeline:
             await self._grade_batch(ok)
 
     async def _generate(self, job: _Job) -> ResponseEntry:
-        from rfteval.providers.retry import call_with_retries
+        """The cell played as a rollout (rfteval.run.rollout): its turns sent and stored, the entry it is graded
+        from returned."""
+        from rfteval.run.rollout import ToolsFailed, play
 
-        run = job.run
-        provider = self.ctx.providers[run.label]
-        attempts = 0
-        started = 0.0
-
-        limiter = self.limiters[run.label]
-        refusals = self.refusals[run.label]
-
-        async def attempt() -> Generation:
-            nonlocal attempts, started
-            attempts += 1
-            token = await limiter.acquire()
-            started = time.perf_counter()
-            try:
-                gen = await provider.generate(job.request, self.ctx.spec.timeout)
-            except ProviderError as exc:
-                limiter.release(token, exc.kind, exc.rate, exc.retry_after, exc.unavailable)
-                if exc.kind == "connection":
-                    self._connection_failed(run, exc)
-                if refusals.failed(exc):
-                    from rfteval.providers.retry import option_of
-
-                    raise RequestRefused(run.label, run.model, exc, option_of(str(exc), provider.request_body(
-                        job.request)), refusals.count) from None
-                raise
-            except BaseException:
-                limiter.release(token, "other")
-                raise
-            self.connections[run.label].ok()
-            refusals.ok()
-            before = limiter.current
-            limiter.release(token, "ok", gen.rate)
-            if limiter.current != before:
-                self.monitor.concurrency(run.label, limiter.current)
-            return gen
-
-        def on_retry(n: int, exc: BaseException, wait: float) -> None:
-            from rfteval.providers.retry import one_line
-
-            self.monitor.retry(run.label, retry_kind(exc), one_line(str(exc), 160))
-            self.monitor.concurrency(run.label, limiter.current)
-
-        common: CellKeys = {"key": job.key, "label": run.label, "model": run.model, "item_id": job.item.id,
-                            "epoch": job.epoch, "session": self.store.session}
         try:
-            gen = await call_with_retries(attempt, self.policy, on_retry)
-        except ProviderError as exc:
-            if exc.fatal:
-                raise FatalRunError(run.label, run.model, exc) from None
-            return new_response_entry(**common, error=(exc.kind, str(exc)), attempts=attempts,
-                                  latency_s=round(time.perf_counter() - started, 4))
-        except (FatalRunError, ServerGone):
-            raise
-        except Exception as exc:  # noqa: BLE001 - a provider bug is one failed cell, not a crashed run
-            return new_response_entry(**common, error=("internal", f"{type(exc).__name__}: {exc}"[:500]),
-                                  attempts=attempts)
-        return new_response_entry(**common, generation=gen, attempts=attempts,
-                              latency_s=round(time.perf_counter() - started, 4))
-
-    def _connection_failed(self, run: ModelRun, exc: ProviderError) -> None:
-        """Stop the run when an endpoint cannot be reached: at once (exit 2) when it never answered, and when it
-        answered before but every attempt for a while failed to connect (exit 3: the same command resumes)."""
-        watch = self.connections[run.label]
-        verdict = watch.failed(exc)
-        if verdict == "unreachable":  # never answered: not worth minutes of retries
-            raise FatalRunError(run.label, run.model, exc) from None
-        if verdict == "gone":
-            raise ServerGone(run.label, run.model, exc, watch.count, watch.seconds)
+            return await play(job, self.sender.send, self.store, self.ctx.agent)
+        except ToolsFailed as exc:
+            raise ToolsStopped(job.run.label, job.run.model, str(exc)) from None
 
     async def _grade_loop(self) -> None:
         done = False
@@ -495,7 +406,8 @@ class _Pipeline:
             return
         spec = self.ctx.spec
         self.tally.graded += len(batch)
-        pairs = [(entry_sample(e, mode=spec.reasoning, tags=spec.reasoning_tags), j.item.data) for j, e, _ in batch]
+        # a rollout's sample holds its trajectory too (sample["rollout"]); a single answer's is as it always was
+        pairs = [(cell_sample(e, spec.reasoning, spec.reasoning_tags), j.item.data) for j, e, _ in batch]
         try:
             # a python grader's unit: one model, one item
             results = await asyncio.to_thread(self.engine.grade_batch, pairs,
@@ -537,20 +449,71 @@ class _Pipeline:
 
 def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptions | None = None,
              providers: dict[str, Provider] | None = None, judge: Judge | None = None,
-             sandbox: SandboxPolicy | None = None) -> RunResult:
+             sandbox: SandboxPolicy | None = None, tools: ToolBox | None = None) -> RunResult:
     """Run (or resume) the evaluation `spec` describes; results in spec.out_dir. Raises InputError, FatalRunError.
 
     `providers` (label → Provider) replaces the ones the spec describes (tests, notebooks); `judge` is handed to
     model graders (score_model, label_model) through the grading engine; `sandbox` is python graders' policy
-    (default: the spec's, `spec.sandbox_policy()`).
+    (default: the spec's, `spec.sandbox_policy()`). `tools` makes it an agent run (each cell a rollout,
+    rfteval.run.rollout) with that tool box; without it, the spec's [tools] (--tools FILE) are opened in the sandbox.
+    The run closes the tool box when it ends, as it closes the providers.
     """
+    from rfteval.run.rollout import open_tools
+
+    opts = options or RunOptions()
+    if tools is not None or spec.tools is not None:  # before anything is opened, sent or written
+        refuse_with_tools(spec, opts)
+    held = _HeldTools(tools if tools is not None else open_tools(spec, sandbox or spec.sandbox_policy()))
+    try:
+        return _run_eval(spec, monitor, opts, providers, judge, sandbox, held)
+    finally:
+        held.close()
+
+
+def refuse_with_tools(spec: RunSpec, opts: RunOptions) -> None:
+    """What an agent run cannot do yet, one line each: replayed models hold single answers, and the Batch API paths
+    send each request once, while a rollout's next turn depends on the answer before it."""
+    from rfteval.run.spec import REPLAY_PREFIX
+
+    for label, m in spec.models.items():
+        if m.replay is not None or (m.model or "").startswith(REPLAY_PREFIX):
+            raise InputError(f"model {label} replays recorded answers, which hold no rollouts: an agent run needs "
+                             "its models' endpoints (replay: with tools is not supported yet)", field="--tools")
+    for flag, on in (("--batch", opts.batch), ("--export-requests", opts.export_requests is not None),
+                     ("--import-responses", opts.import_responses is not None)):
+        if on:
+            raise InputError("cannot be combined with --tools yet: a rollout's turns are sent one after another, "
+                             "each on the answer before it", field=flag)
+
+
+@dataclass
+class _HeldTools:
+    """The run's tool box, closed once: in the run's event loop when it ran (as the providers are), else here."""
+
+    box: ToolBox | None
+    closed: bool = False
+
+    async def aclose(self) -> None:
+        if self.box is not None and not self.closed:
+            self.closed = True
+            await self.box.aclose()
+
+    def close(self) -> None:
+        if self.box is not None and not self.closed:
+            try:
+                asyncio.run(self.aclose())
+            except Exception:  # noqa: BLE001 - closing is best effort, and never hides why the run ended
+                pass
+
+
+def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, providers: dict[str, Provider] | None,
+              judge: Judge | None, sandbox: SandboxPolicy | None, tools: _HeldTools) -> RunResult:
     from rfteval.graders.base import load_notes
     from rfteval.graders.engine import GradingEngine
     from rfteval.graders.loader import load_grader
     from rfteval.providers.pricing import price_table
 
     monitor = monitor or RunMonitor()
-    opts = options or RunOptions()
     runs = resolve_models(spec)
     grader = load_grader(spec.grader)
     for note in load_notes(grader):  # defaults loading filled in, a job's hyperparameters used or ignored
@@ -586,6 +549,12 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         p.on_warning = monitor.message
     # ---- end of preflight
     ctx = _Context(spec, runs, providers, {label: p.identity() for label, p in providers.items()})
+    agent_tools = None  # summary.json's `tools`
+    if tools.box is not None:
+        from rfteval.run.rollout import Agent, tools_summary
+
+        ctx.agent = Agent(tools.box, spec.rollout_limits(), ctx.turn_key)
+        agent_tools = tools_summary(spec, tools.box)
     labels = [r.label for r in runs]
     out_dir = spec.out_dir
     interrupted = False
@@ -610,7 +579,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
         try:
             cells = ((job.run, job.item.id, job.key, job.request) for job in ctx.jobs())
             plan = plan_run(spec, runs, cells, grader, stored_under, dataset_items, price_table(spec.pricing),
-                            fresh=opts.fresh, batch=opts.batch or opts.service_tier == "flex", budget=budget)
+                            fresh=opts.fresh, batch=opts.batch or opts.service_tier == "flex", budget=budget,
+                            max_turns=ctx.agent.limits.max_turns if ctx.agent is not None else None)
         finally:
             if own_providers:
                 _close_providers(providers)
@@ -650,10 +620,10 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             with export_lock:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags)
+                                       tags=spec.reasoning_tags, rollouts=ctx.agent is not None)
                 sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
                 summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items, False, prices,
-                                        compare_run(sides, labels, out_dir), sides, dataset_items)
+                                        compare_run(sides, labels, out_dir), sides, dataset_items, agent_tools)
                 write_json_atomic(out_dir / SUMMARY, add_judge_usage(summary, judge, prices).to_dict())
                 return totals
 
@@ -678,7 +648,7 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
 
                 pipeline.judge_batch = JudgeBatch(pipeline, judge, common)
         try:
-            interrupted = _run_loop(pipeline, opts.handle_signals, providers)
+            interrupted = _run_loop(pipeline, opts.handle_signals, providers, tools)
         finally:
             monitor.stop()
         if interrupted:
@@ -696,14 +666,15 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags,
+                                       tags=spec.reasoning_tags, rollouts=ctx.agent is not None,
                                        hold=lambda rec: held.append(rec) if rec.model_label == base else None)
             finally:
                 reader.close()
             sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
             comparison = compare_run(sides, labels, out_dir)
             summary = build_summary(spec, runs, totals, grader, grader_hash, store.run_id, n_items,
-                                    not interrupted and pipeline.gone is None, prices, comparison, sides, dataset_items)
+                                    not interrupted and pipeline.gone is None, prices, comparison, sides, dataset_items,
+                                    agent_tools)
             summary.concurrency = {label: lim.summary() for label, lim in pipeline.limiters.items()}
             open_batches = 0
             if batch_phase is not None:
@@ -831,11 +802,6 @@ def report_judge_retries(judge: JudgeClient | None, monitor: RunMonitor) -> Call
     return unhook
 
 
-def retry_kind(exc: BaseException) -> str:
-    """The kind a retried error is counted under on the progress display."""
-    return exc.kind if isinstance(exc, ProviderError) else "error"
-
-
 def judge_fatal(judge: JudgeClient | None) -> FatalRunError | ServerGone | None:
     """The run-stopping error of a judge that was refused (401/403), does not know its model, is refused every
     request alike or cannot be reached (FatalRunError, exit 2), or that answered and then died (ServerGone: the run
@@ -861,7 +827,7 @@ def add_judge_usage(summary: RunSummary, judge: JudgeClient | None, prices: dict
     return summary
 
 
-def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider]) -> bool:
+def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Provider], tools: _HeldTools) -> bool:
     """Run the pipeline; True when Ctrl-C (or SIGTERM) stopped it. A fatal endpoint error raises."""
 
     async def main() -> bool:
@@ -911,6 +877,10 @@ def _run_loop(pipeline: _Pipeline, handle_signals: bool, providers: dict[str, Pr
                     await provider.aclose()
                 except Exception:  # noqa: BLE001 - closing is best effort
                     pass
+            try:
+                await tools.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
         return stopped
 
     return asyncio.run(main())

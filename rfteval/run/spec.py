@@ -21,20 +21,35 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.judged import REASONING_EFFORTS
-from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_MIN_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import (
+    MAX_TURNS,
+    PYTHON_MEMORY_MB,
+    PYTHON_MIN_MEMORY_MB,
+    PYTHON_TIMEOUT_S,
+    TOOL_MEMORY_MB,
+    TOOL_OUTPUT_CHARS,
+    TOOL_TIMEOUT_S,
+)
 from rfteval.providers.base import Sampling
 from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeApi, JudgeEndpoint
+from rfteval.run.response_format import load_response_format_file, normalize_response_format
 from rfteval.typos import closest, curly_quotes, model_keys, typo_first, unknown_key
 
 if TYPE_CHECKING:
+    from rfteval.data.rollout import RolloutLimits
     from rfteval.providers.base import Provider
     from rfteval.sandbox.policy import SandboxPolicy
+    from rfteval.tools.base import ToolLimits
 
 REPLAY_PREFIX = "replay:"
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "reasoning_effort", "max_output_tokens", "response_format")
 GENERIC_STEMS = frozenset({"items", "data", "dataset", "eval", "evals", "test", "valid", "validation"})
 JUDGE_KEYS = tuple(JUDGE_KEYWORDS.values())  # the [judge] table's keys
+# The [tools] table's keys and their flags (an agent run: rfteval.run.rollout)
+TOOL_FLAGS = {"python": "--tools", "max_turns": "--max-turns", "max_tool_calls": "--max-tool-calls",
+              "tool_timeout": "--tool-timeout", "tool_memory": "--tool-memory",
+              "tool_output_limit": "--tool-output-limit", "rollout_timeout": "--rollout-timeout"}
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {
@@ -50,6 +65,7 @@ FLAG_NAMES: dict[tuple[str, ...], str] = {
     ("allow_grader_without_sample",): "--allow-grader-without-sample",
     ("allow_trailing_assistant",): "--allow-trailing-assistant",
     ("limit",): "--limit", ("max_judge_calls",): "--max-judge-calls", ("max_judge_cost",): "--max-judge-cost",
+    ("tools",): "--tools", **{("tools", k): f for k, f in TOOL_FLAGS.items()},
 }
 
 
@@ -130,6 +146,25 @@ class JudgeSpec(_Strict):
     _env = field_validator("api_key_env")(_check_env_name)
 
 
+class ToolsSpec(_Strict):
+    """[tools]: an agent run's tools and its rollouts' limits (rfteval.run.rollout). Each item is played as a
+    rollout: the model's turns, the tools it calls run between them, until it answers or a limit stops it."""
+
+    python: str | None = None  # tools.py: one function per tool the items declare, run in the python sandbox
+    max_turns: int = Field(MAX_TURNS, ge=1, le=10_000)  # model calls per rollout (Agent RFT's max_episode_steps)
+    max_tool_calls: int | None = Field(None, ge=0)  # tool calls per rollout; none: no limit
+    tool_timeout: float = Field(TOOL_TIMEOUT_S, gt=0)  # seconds per turn's tool calls (one sandbox unit)
+    tool_memory: int | None = Field(TOOL_MEMORY_MB, ge=PYTHON_MIN_MEMORY_MB)  # MB per tool unit
+    tool_output_limit: int = Field(TOOL_OUTPUT_CHARS, ge=1)  # characters of one result shown to the model
+    rollout_timeout: float | None = Field(None, gt=0)  # seconds per rollout; none: no limit
+
+    @model_validator(mode="after")
+    def _has_tools(self) -> ToolsSpec:
+        if self.python is None:
+            raise ValueError("the rollout limits need tools: pass --tools FILE (or python = \"tools.py\" in [tools])")
+        return self
+
+
 class PriceSpec(_Strict):
     """USD per million tokens; reasoning tokens are billed as output tokens."""
 
@@ -175,6 +210,8 @@ class RunSpec(_Strict):
     # caps on what one invocation's judge sends (providers.judge.JudgeBudget): grading stops there, resumable
     max_judge_calls: int | None = Field(None, ge=1)
     max_judge_cost: float | None = Field(None, gt=0)  # USD, at the [pricing] table's prices of the judge model
+    # an agent run: each cell a rollout whose tool calls run in the sandbox; None (no [tools]): one request per cell
+    tools: ToolsSpec | None = None
 
     @field_validator("think_tags")
     @classmethod
@@ -219,6 +256,20 @@ class RunSpec(_Strict):
         return SandboxPolicy.from_flags(unsafe_from_env() if unsafe is None else unsafe, keys, self.grader_timeout,
                                         self.grader_memory)
 
+    def tool_limits(self) -> ToolLimits:
+        """What one turn's tool calls may use (the tool box's limits, part of its identity)."""
+        from rfteval.tools.base import ToolLimits
+
+        t = self.tools or ToolsSpec.model_construct()
+        return ToolLimits(timeout_s=t.tool_timeout, memory_mb=t.tool_memory, output_chars=t.tool_output_limit)
+
+    def rollout_limits(self) -> RolloutLimits:
+        """What one rollout may play: its model turns, tool calls and time."""
+        from rfteval.data.rollout import RolloutLimits
+
+        t = self.tools or ToolsSpec.model_construct()
+        return RolloutLimits(max_turns=t.max_turns, max_tool_calls=t.max_tool_calls, timeout_s=t.rollout_timeout)
+
     def judge_endpoint(self) -> JudgeEndpoint:
         """The judge of model graders: [judge] keys, else the run's [endpoint] ones; its requests are timed out
         and retried as the models' are, and take the run's --developer-as."""
@@ -239,6 +290,16 @@ class ModelRun:
     settings: dict[str, str | None]  # make_provider(provider, **settings): base_url, api_key_env, api; or a replay path
     sampling: Sampling
     system_prompt: str | None = None  # [models.LABEL] system_prompt: a system message before the item's own
+
+
+def to_toml(spec: RunSpec) -> str:
+    """The merged spec as TOML (absolute paths, defaults filled in); it re-runs the same evaluation."""
+    from rfteval.run.resolved import toml_text
+
+    data = spec.model_dump(mode="json", exclude_none=True)
+    data["name"] = spec.run_name
+    data["out"] = str(spec.out_dir.resolve())
+    return toml_text(data)
 
 
 def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
@@ -327,6 +388,9 @@ def absolutize(raw: Mapping[str, object], base: Path) -> JSONObject:
     sampling = out.get("sampling")
     if isinstance(sampling, dict) and "response_format" in sampling:
         sampling["response_format"] = _abs(sampling["response_format"], base)
+    tools = out.get("tools")
+    if isinstance(tools, dict) and "python" in tools:
+        tools["python"] = _abs(tools["python"], base)
     models = out.get("models")
     for m in models.values() if isinstance(models, dict) else ():
         if isinstance(m, dict):
@@ -385,6 +449,10 @@ def flag_overrides(
             section("judge")[JUDGE_KEYWORDS[key]] = value
         elif key in SAMPLING_KEYS:
             section("sampling")[key] = value
+        elif key == "tools" and isinstance(value, dict):  # the [tools] keys given as flags (cli: tool_flags)
+            given = {k: v for k, v in value.items() if v is not None}
+            if given:
+                section("tools").update(given)
         else:
             over[key] = value
     if models:
@@ -468,48 +536,6 @@ def _from_flags(overrides: JSONMapping, loc: tuple[int | str, ...]) -> bool:
 # ---------------------------------------------------------------- resolution
 
 
-def load_response_format_file(path: str | Path) -> JSONObject:
-    """A response format file → Sampling.response_format (see normalize_response_format).
-
-    Accepts a bare JSON schema, the wrapper {"name", "schema", "strict"?}, the full
-    {"type": "json_schema", "json_schema": {...}} as the Chat API spells it, {"type": "json_object", ...}
-    (JSON mode, sent as given) or {"type": "text"}.
-    """
-    from rfteval.graders.loader import read_json_file
-
-    obj, _ = read_json_file(path)
-    if not isinstance(obj, dict):
-        raise InputError("a response format must be a JSON object (a JSON schema)", path)
-    return normalize_response_format(obj, path)
-
-
-PLAIN_FORMATS = ("json_object", "text")
-
-
-def normalize_response_format(obj: JSONObject, source: str | Path | None = None) -> JSONObject:
-    """A response format as Sampling holds it. `{"type": "json_object", ...}` and `{"type": "text"}` are kept
-    exactly as given, extra keys included (llama.cpp's json_object takes a `schema`; servers without structured
-    outputs often have JSON mode). A json_schema format, in Chat's or Responses' spelling, or a bare JSON schema
-    becomes the wrapper {"name", "schema", "strict"}, the structured outputs request."""
-    kind = obj.get("type")
-    if kind in PLAIN_FORMATS:
-        return dict(obj)
-    wrapped = obj.get("json_schema")
-    if kind == "json_schema" and isinstance(wrapped, dict):
-        obj = wrapped
-    elif kind == "json_schema" and not isinstance(obj.get("schema"), dict):
-        raise InputError("a json_schema response format needs `json_schema` (Chat) or `schema` (Responses)", source,
-                         field="response_format")
-    schema = obj.get("schema")
-    if isinstance(schema, dict):
-        out: JSONObject = {"name": str(obj.get("name") or "response"), "schema": schema}
-        out["strict"] = bool(obj.get("strict", True))
-        return out
-    if "type" in obj or "properties" in obj or "$schema" in obj:
-        return {"name": "response", "schema": obj, "strict": True}
-    raise InputError("not a JSON schema (expected a schema object, or {name, schema, strict})", source)
-
-
 def resolve_models(spec: RunSpec) -> list[ModelRun]:
     """Per model: provider kind and settings, and the shared sampling with this model's overrides."""
     formats: dict[str, JSONObject] = {}
@@ -563,46 +589,3 @@ def config_hash(obj: object) -> str:
     """A short stable hash of plain data (canonical JSON; what JSON has no spelling for is hashed as its str)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# ---------------------------------------------------------------- spec.resolved.toml
-
-
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(type(value))
-
-
-def _toml_key(key: str) -> str:
-    return key if re.match(r"^[A-Za-z0-9_-]+$", key) else json.dumps(key)
-
-
-def to_toml(spec: RunSpec) -> str:
-    """The merged spec as TOML (absolute paths, defaults filled in); it re-runs the same evaluation."""
-    data = spec.model_dump(mode="json", exclude_none=True)
-    data["name"] = spec.run_name
-    data["out"] = str(spec.out_dir.resolve())
-    lines = ["# Written by rfteval run: the spec after flags and defaults. API keys are never stored here,",
-             "# only the name of the environment variable holding one.", ""]
-    if data.get("judge") == {"concurrency": JUDGE_CONCURRENCY}:
-        data.pop("judge")  # all defaults: leave the table out
-    tables = {k: data.pop(k) for k in ("endpoint", "sampling", "judge", "models", "pricing") if k in data}
-    for k, v in data.items():
-        lines.append(f"{_toml_key(k)} = {_toml_value(v)}")
-    for name in ("endpoint", "sampling", "judge"):
-        if tables.get(name):
-            lines += ["", f"[{name}]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in tables[name].items()]
-    for table in ("models", "pricing"):
-        for label, body in (tables.get(table) or {}).items():
-            lines += ["", f"[{table}.{_toml_key(label)}]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in body.items()]
-    return "\n".join(lines) + "\n"

@@ -1,7 +1,10 @@
 """The run's store: the response and grade logs, their index, and what resume may reuse.
 
 DIR/store/responses.jsonl and DIR/store/grades.jsonl are append-only and flushed after every line: they are
-the truth, and what a resumed run reads. DIR/store/index.sqlite is derived from them (a key → entry index, so
+the truth, and what a resumed run reads. An agent run (rfteval.run.rollout) keeps two more, made when it first
+writes to them: tools.jsonl (every executed tool turn: its calls, results and the state after) and rollouts.jsonl
+(every finished rollout); its model turns go to responses.jsonl, each under the key of its own request.
+DIR/store/index.sqlite is derived from them (a key → entry index, so
 memory stays flat with dataset size) and is rebuilt or caught up from the logs whenever it lags behind them.
 The result files are rebuilt from the store by rfteval.run.results.
 """
@@ -10,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import sqlite3
@@ -18,11 +20,10 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, TypedDict, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
-from rfteval.data.json_types import JSONField
 from rfteval.data.outfile import write_text_atomic
 from rfteval.data.records import now_iso
 from rfteval.data.rundir import (
@@ -33,121 +34,47 @@ from rfteval.data.rundir import (
     RESOLVED_SPEC,
     RESPONSES,
     RESULTS,
+    ROLLOUTS,
     RUN_FILE,
     STORE,
     SUMMARY,
+    TOOL_TURNS,
 )
 from rfteval.errors import InputError
+from rfteval.run.entries import (
+    FINAL_GENERATION_ERRORS,
+    TRANSIENT_GRADE_ERRORS,
+    CellKeys,
+    EntryError,
+    GradeEntry,
+    ResponseEntry,
+    RolloutEntry,
+    ToolTurnEntry,
+    cell_key,
+    decode_grade,
+    decode_response,
+    decode_rollout,
+    decode_tool_turn,
+    final_flag,
+    is_reusable_grade,
+    is_reusable_response,
+    new_grade_entry,
+    new_response_entry,
+    rollout_key,
+    tool_turn_key,
+)
 
 if TYPE_CHECKING:
-    from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
-    from rfteval.graders.base import GradeResult
-    from rfteval.providers.base import Generation
+    from rfteval.data.json_types import JSONMapping, JSONValue
 
-# Failures that are a property of the response itself: stored as final, never re-sent on resume.
-FINAL_GENERATION_ERRORS = frozenset({"refusal"})
-# Grading failures of the grading machinery rather than of the output: re-graded on resume.
-# A truncated judge answer too: one cut off by the output limit is re-read from the judge cache at no cost, and a
-# prompt past the server's context (never cached) is sent again once the server's context was raised.
-TRANSIENT_GRADE_ERRORS = frozenset({"python_grader_server_error", "model_grader_server_error",
-                                    "model_grader_truncated_error"})
-
-
-class EntryError(msgspec.Struct):
-    """The failure a stored entry records: `type` is the kind the error policy counts by."""
-
-    type: str
-    message: str = ""
-
-
-class _Entry(msgspec.Struct, kw_only=True):
-    """A typed line of a store log. Fields are declared in the order they are written, so `to_dict` gives the
-    line exactly as the dict-based code wrote it (old run directories resume, new ones read the same)."""
-
-    # keys written only when set: everything else is always on the line, null or not
-    __optional__: ClassVar[frozenset[str]] = frozenset()
-
-    def to_dict(self) -> JSONObject:
-        """The line as it goes to disk."""
-        out: JSONObject = {}
-        for name in self.__struct_fields__:
-            value = getattr(self, name)
-            if value is None and name in self.__optional__:
-                continue
-            out[name] = {"type": value.type, "message": value.message} if isinstance(value, EntryError) else value
-        return out
-
-
-class ResponseEntry(_Entry, kw_only=True):
-    """One line of responses.jsonl: what the server sent for one cell, or the error that ended it."""
-
-    key: str = ""
-    label: str = ""
-    model: str = ""
-    item_id: str = ""
-    epoch: int = 0
-    output_text: str | None = None
-    output_tools: list[JSONField] | None = None  # Generation's, as the server sent them
-    output_json: JSONField = None
-    choices: list[JSONField] | None = None
-    usage: dict[str, int | None] | None = None  # Generation's token counts
-    finish_reason: str | None = None
-    error: EntryError | None = None
-    reasoning: str | None = None  # what the server sent apart; output_text stays the content as sent
-    latency_s: float | None = None
-    attempts: int = 1
-    session: str = ""
-    at: str = ""
-    tier: str | None = None  # "flex" (and batch results) bill at batch prices
-
-    __optional__ = frozenset({"reasoning", "tier"})
-
-    @property
-    def error_type(self) -> str | None:
-        return self.error.type if self.error is not None else None
-
-
-class GradeEntry(_Entry, kw_only=True):
-    """One line of grades.jsonl: one grader's grade of one stored response."""
-
-    key: str = ""
-    grader: str = ""
-    score: float = 0.0
-    sub_scores: dict[str, float] | None = None  # GradeResult's (floats: msgspec writes them as it reads them)
-    error: EntryError | None = None
-    passed: bool | None = None
-    stdout: str | None = None
-    details: JSONField = None
-    at: str = ""
-
-    def result(self) -> GradeResult:
-        """The grade as graders return it (for rfteval.graders.grading.apply_grade)."""
-        from rfteval.graders.base import GradeError, GradeResult
-
-        err, details = self.error, self.details
-        return GradeResult(float(self.score), sub_scores=self.sub_scores, passed=self.passed, stdout=self.stdout,
-                           details=details if isinstance(details, dict) else None,  # as written: GradeResult's
-                           error=GradeError(err.type, err.message) if err else None)
-
-    @property
-    def error_type(self) -> str | None:
-        return self.error.type if self.error is not None else None
-
-
-def decode_response(obj: JSONMapping) -> ResponseEntry:
-    """A responses.jsonl line (as json.loads read it) as its typed entry; msgspec.ValidationError when it is not one."""
-    return msgspec.convert(obj, ResponseEntry)
-
-
-def decode_grade(obj: JSONMapping) -> GradeEntry:
-    return msgspec.convert(obj, GradeEntry)
-
-
-def cell_key(identity: JSONMapping, body: JSONMapping, epoch: int) -> str:
-    """The cache key of one (endpoint, request, epoch): epochs are independent samples, never each other's hit."""
-    text = json.dumps({"identity": identity, "body": body, "epoch": int(epoch)}, sort_keys=True,
-                      separators=(",", ":"), ensure_ascii=False, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+# The store's lines live in rfteval.run.entries; their names are the store's too (rfteval.run.store.ResponseEntry)
+__all__ = [
+    "FINAL_GENERATION_ERRORS", "TRANSIENT_GRADE_ERRORS", "CellKeys", "EntryError", "GradeEntry", "ResponseEntry",
+    "RolloutEntry", "ToolTurnEntry", "cell_key", "decode_grade", "decode_response", "decode_rollout",
+    "decode_tool_turn", "is_reusable_grade", "is_reusable_response", "new_grade_entry", "new_response_entry",
+    "rollout_key", "tool_turn_key", "RunStore", "StoreReader", "StoredCells", "check_run_dir", "iter_log",
+    "read_stored", "run_dir_busy",
+]
 
 
 def _dumps(obj: JSONMapping) -> str:
@@ -218,17 +145,16 @@ CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, ok INTEGER NOT NULL,
 CREATE TABLE IF NOT EXISTS grades (key TEXT NOT NULL, grader TEXT NOT NULL, entry TEXT NOT NULL,
                                    PRIMARY KEY (key, grader));
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS rollouts (key TEXT PRIMARY KEY, ok INTEGER NOT NULL, entry TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tool_turns (key TEXT PRIMARY KEY, entry TEXT NOT NULL);
 """
 # A stored response is never replaced by a later error; an error is replaced by whatever comes next.
 _PUT_RESPONSE = ("INSERT INTO responses VALUES (?, ?, ?) ON CONFLICT(key) DO UPDATE "
                  "SET ok = excluded.ok, entry = excluded.entry WHERE responses.ok = 0")
 _PUT_GRADE = "INSERT OR REPLACE INTO grades VALUES (?, ?, ?)"
-_E = TypeVar("_E", ResponseEntry, GradeEntry)
-
-
-def _is_final(entry: ResponseEntry) -> int:
-    return 1 if entry.error is None or entry.error.type in FINAL_GENERATION_ERRORS else 0
-
+_PUT_ROLLOUT = _PUT_RESPONSE.replace("responses", "rollouts")
+_PUT_TOOL_TURN = "INSERT OR IGNORE INTO tool_turns VALUES (?, ?)"  # the turn the rollout went on from is the truth
+_E = TypeVar("_E", ResponseEntry, GradeEntry, RolloutEntry, ToolTurnEntry)
 
 def _decode_row(text: str, kind: type[_E], index: Path) -> _E:
     """An index row, decoded once into its typed entry."""
@@ -270,6 +196,11 @@ class RunStore:
         self.session = uuid.uuid4().hex[:12]  # this invocation: a response from another one is `cached`
         self.responses = _Log(self.store_dir / RESPONSES)
         self.grades = _Log(self.store_dir / GRADES)
+        # an agent run's logs: opened when there (a resumed agent run) or when first written, so a run without tools
+        # writes exactly the files it always did
+        self.rollouts: _Log | None = _Log(self.store_dir / ROLLOUTS) if (self.store_dir / ROLLOUTS).exists() else None
+        self.tool_turns: _Log | None = (_Log(self.store_dir / TOOL_TURNS) if (self.store_dir / TOOL_TURNS).exists()
+                                        else None)
         self.db = sqlite3.connect(self.store_dir / INDEX)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=OFF")  # the index is derived; the logs are the truth
@@ -288,7 +219,7 @@ class RunStore:
         if (self.store_dir / CHUNK_DIR).is_dir():
             for path in (self.store_dir / CHUNK_DIR).iterdir():
                 path.unlink()
-        for name in (RESPONSES, GRADES, INDEX, INDEX + "-wal", INDEX + "-shm", JOURNAL):
+        for name in (RESPONSES, GRADES, ROLLOUTS, TOOL_TURNS, INDEX, INDEX + "-wal", INDEX + "-shm", JOURNAL):
             (self.store_dir / name).unlink(missing_ok=True)
         for name in (RUN_FILE, RESULTS, SUMMARY, RESOLVED_SPEC):
             (self.dir / name).unlink(missing_ok=True)
@@ -315,7 +246,7 @@ class RunStore:
     def _catch_up(self) -> None:
         """Index whatever the logs hold beyond what the index has seen; rebuild when the logs shrank."""
         meta = dict(self.db.execute("SELECT name, value FROM meta").fetchall())
-        for name, log in (("responses", self.responses), ("grades", self.grades)):
+        for name, log in self._logs():
             size = log.size()
             seen = meta.get(name, 0)
             if seen > size:  # the log was replaced: start the index over
@@ -326,22 +257,35 @@ class RunStore:
                     if not isinstance(line, dict):
                         continue  # never produced by rfteval, as below
                     try:
-                        entry = decode_response(line) if name == "responses" else decode_grade(line)
+                        entry = _DECODE[name](line)
                     except msgspec.ValidationError:
                         continue  # never produced by rfteval: skipped as iter_log skips a line that is not JSON
                     self._index(entry)
             self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, size))
         self.db.commit()
 
-    def _index(self, entry: ResponseEntry | GradeEntry) -> None:
-        if isinstance(entry, ResponseEntry):
-            self.db.execute(_PUT_RESPONSE, (entry.key, _is_final(entry), _dumps(entry.to_dict())))
+    def _logs(self) -> list[tuple[str, _Log]]:
+        """The logs there are, by the name the index's meta table counts their indexed bytes under."""
+        logs = [("responses", self.responses), ("grades", self.grades)]
+        if self.rollouts is not None:
+            logs.append(("rollouts", self.rollouts))
+        if self.tool_turns is not None:
+            logs.append(("tool_turns", self.tool_turns))
+        return logs
+
+    def _index(self, entry: ResponseEntry | GradeEntry | RolloutEntry | ToolTurnEntry) -> None:
+        if isinstance(entry, RolloutEntry):  # first: a rollout's entry is a response entry too
+            self.db.execute(_PUT_ROLLOUT, (entry.key, final_flag(entry), _dumps(entry.to_dict())))
+        elif isinstance(entry, ResponseEntry):
+            self.db.execute(_PUT_RESPONSE, (entry.key, final_flag(entry), _dumps(entry.to_dict())))
+        elif isinstance(entry, ToolTurnEntry):
+            self.db.execute(_PUT_TOOL_TURN, (entry.key, _dumps(entry.to_dict())))
         else:
             self.db.execute(_PUT_GRADE, (entry.key, entry.grader, _dumps(entry.to_dict())))
 
     def commit(self) -> None:
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('responses', ?)", (self.responses.size(),))
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('grades', ?)", (self.grades.size(),))
+        for name, log in self._logs():
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (name, log.size()))
         self.db.commit()
         self._pending = 0
         self._last_commit = time.monotonic()
@@ -355,10 +299,9 @@ class RunStore:
         if getattr(self, "db", None) is None:
             return
         self.commit()
-        self.responses.sync()
-        self.grades.sync()
-        self.responses.close()
-        self.grades.close()
+        for _, log in self._logs():
+            log.sync()
+            log.close()
         self.db.close()
         self.db = None  # type: ignore[assignment]
         self._lock_fh.close()
@@ -389,6 +332,30 @@ class RunStore:
     def get_grade(self, key: str, grader: str) -> GradeEntry | None:
         row = self.db.execute("SELECT entry FROM grades WHERE key = ? AND grader = ?", (key, grader)).fetchone()
         return _decode_row(row[0], GradeEntry, self.store_dir / INDEX) if row else None
+
+    def put_rollout(self, entry: RolloutEntry) -> None:
+        """Append (and flush) a finished rollout, or the error that ended one."""
+        if self.rollouts is None:
+            self.rollouts = _Log(self.store_dir / ROLLOUTS)
+        self.rollouts.append(entry.to_dict())
+        self._index(entry)
+        self._maybe_commit()
+
+    def get_rollout(self, key: str) -> RolloutEntry | None:
+        row = self.db.execute("SELECT entry FROM rollouts WHERE key = ?", (key,)).fetchone()
+        return _decode_row(row[0], RolloutEntry, self.store_dir / INDEX) if row else None
+
+    def put_tool_turn(self, entry: ToolTurnEntry) -> None:
+        """Append (and flush) an executed tool turn before the rollout goes on from it."""
+        if self.tool_turns is None:
+            self.tool_turns = _Log(self.store_dir / TOOL_TURNS)
+        self.tool_turns.append(entry.to_dict())
+        self._index(entry)
+        self._maybe_commit()
+
+    def get_tool_turn(self, key: str) -> ToolTurnEntry | None:
+        row = self.db.execute("SELECT entry FROM tool_turns WHERE key = ?", (key,)).fetchone()
+        return _decode_row(row[0], ToolTurnEntry, self.store_dir / INDEX) if row else None
 
     def reader(self) -> StoreReader:
         """A read-only view on its own connection (for exports from another thread); commits first."""
@@ -432,9 +399,11 @@ def read_stored(out_dir: Path, grader: str) -> StoredCells:
     """The logs as the index would hold them: a kept response is never replaced, a later grade replaces one."""
     out = StoredCells()
     store_dir = out_dir / STORE
-    if (store_dir / RESPONSES).is_file():
-        for line in iter_log(store_dir / RESPONSES):
-            entry = _decoded(line, decode_response)
+    for name, decode in ((RESPONSES, decode_response), (ROLLOUTS, decode_rollout)):  # an agent run's cells: rollouts
+        if not (store_dir / name).is_file():
+            continue
+        for line in iter_log(store_dir / name):
+            entry = _decoded(line, decode)
             if entry is not None and entry.key not in out.responses and is_reusable_response(entry):
                 out.responses[entry.key] = entry.error is not None
     grades: dict[str, bool] = {}
@@ -469,18 +438,16 @@ class StoreReader:
         row = self.db.execute("SELECT entry FROM grades WHERE key = ? AND grader = ?", (key, grader)).fetchone()
         return _decode_row(row[0], GradeEntry, self.path) if row else None
 
+    def get_rollout(self, key: str) -> RolloutEntry | None:
+        row = self.db.execute("SELECT entry FROM rollouts WHERE key = ?", (key,)).fetchone()
+        return _decode_row(row[0], RolloutEntry, self.path) if row else None
+
     def close(self) -> None:
         self.db.close()
 
 
-def is_reusable_response(entry: ResponseEntry | None) -> bool:
-    """A stored entry that resume keeps: a response, or a failure that re-sending cannot change."""
-    return entry is not None and bool(_is_final(entry))
-
-
-def is_reusable_grade(entry: GradeEntry | None) -> bool:
-    """A stored grade that resume keeps: a grade, or a failure that grading again cannot change."""
-    return entry is not None and (entry.error is None or entry.error.type not in TRANSIENT_GRADE_ERRORS)
+_DECODE: dict[str, Callable[[JSONMapping], ResponseEntry | GradeEntry | RolloutEntry | ToolTurnEntry]] = {
+    "responses": decode_response, "grades": decode_grade, "rollouts": decode_rollout, "tool_turns": decode_tool_turn}
 
 
 def _records_run_id(path: Path) -> str | None:
@@ -494,54 +461,4 @@ def _records_run_id(path: Path) -> str | None:
     if isinstance(row, dict) and "model_label" in row and "epoch" in row:
         return str(row.get("run_id"))
     return None
-
-
-# ---------------------------------------------------------------- entries
-
-
-class CellKeys(TypedDict):
-    """Who a cell's response entry is for: new_response_entry's keywords a caller builds once and passes on whole."""
-
-    key: str
-    label: str
-    model: str
-    item_id: str
-    epoch: int
-    session: str
-
-
-class _EntryCommon(CellKeys):
-    """What every response entry carries, answer or error."""
-
-    latency_s: float | None
-    attempts: int
-    at: str
-    tier: str | None
-
-
-def new_response_entry(
-    *, key: str, label: str, model: str, item_id: str, epoch: int, generation: Generation | None = None,
-    error: tuple[str, str] | None = None, latency_s: float | None = None, attempts: int = 1, session: str = "",
-) -> ResponseEntry:
-    """One entry of responses.jsonl: a Generation, or the error that ended the cell."""
-    common: _EntryCommon = {"key": key, "label": label, "model": model, "item_id": item_id, "epoch": int(epoch),
-                            "latency_s": latency_s, "attempts": attempts, "session": session, "at": now_iso(),
-                            "tier": getattr(generation, "tier", None)}
-    if generation is not None:
-        return ResponseEntry(
-            **common, output_text=generation.output_text, output_tools=generation.output_tools or None,
-            output_json=generation.output_json, choices=generation.choices, usage=generation.usage,
-            finish_reason=generation.finish_reason, reasoning=generation.reasoning,
-        )
-    kind, message = error if error is not None else ("other", "no generation and no error was given")
-    return ResponseEntry(**common, error=EntryError(kind, message))
-
-
-def new_grade_entry(key: str, grader: str, result: GradeResult) -> GradeEntry:
-    err = result.error
-    return GradeEntry(
-        key=key, grader=grader, score=float(result.score), sub_scores=result.sub_scores,
-        error=EntryError(err.type, err.message) if err else None, passed=result.passed,
-        stdout=result.stdout or None, details=result.details, at=now_iso(),
-    )
 

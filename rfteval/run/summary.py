@@ -119,6 +119,16 @@ class GraderInfo(_SummaryPart, kw_only=True):
     hash: str = ""
 
 
+class AgentSummary(_SummaryPart, kw_only=True):
+    """An agent run's model (rfteval.run.rollout): its rollouts' turns, tool calls and errors, and how they ended."""
+
+    rollouts: int = 0  # finished rollouts (a failed one is a generation error, counted under errors)
+    turns: int = 0  # model turns, over the rollouts
+    tool_calls: int = 0  # calls the model made
+    tool_errors: dict[str, int] = {}  # failed calls by the error's type
+    stop_reasons: dict[str, int] = {}  # rollouts by how they ended (rfteval.data.rollout.STOP_REASONS)
+
+
 class ModelSummary(_SummaryPart, kw_only=True):
     """One model's entry of summary.json's "models"."""
 
@@ -139,8 +149,9 @@ class ModelSummary(_SummaryPart, kw_only=True):
     truncated_in_reasoning: Truncation | None = None
     pass_at_k: dict[str, float | None] | None = None  # "k" → pass@k, when the records could be read back
     pass_all_k: dict[str, float | None] | None = None
+    agent: AgentSummary | None = None  # an agent run's rollouts
 
-    __optional__ = frozenset({"pass_at_k", "pass_all_k"})
+    __optional__ = frozenset({"pass_at_k", "pass_all_k", "agent"})
 
 
 class RunSummary(_SummaryPart, kw_only=True):
@@ -171,9 +182,11 @@ class RunSummary(_SummaryPart, kw_only=True):
     judge: dict[str, dict[str, JSONField]] | None = None  # per judge model, this invocation's calls
     # the models whose every item's epochs are identical although sampling was asked for (data/sampling_check.py)
     not_sampling: list[NotSamplingJSON] | None = None
+    # an agent run: its tools module and identity, and the rollout limits it ran under (--tools and its flags)
+    tools: dict[str, JSONField] | None = None
 
     __optional__ = frozenset({"judge_results", "concurrency", "batches", "judge", "limit", "dataset_items",
-                              "not_sampling"})
+                              "not_sampling", "tools"})
 
     def to_dict(self) -> JSONObject:
         out = super().to_dict()
@@ -221,11 +234,12 @@ def compare_run(sides: Mapping[str, Side], labels: Sequence[str], out_dir: Path)
 def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTotals], grader: GraderConfig,
                   grader_hash: str, run_id: str, n_items: int, complete: bool, prices: dict[str, Price],
                   comparison: RunComparison | None, sides: Mapping[str, Side],
-                  dataset_items: int | None = None) -> RunSummary:
+                  dataset_items: int | None = None, tools: JSONObject | None = None) -> RunSummary:
     """summary.json: per model, the mean of per-item means with its interval, counts, tokens and cost, and its pass
     curves (from `sides`, the records the run read once); per other model, its paired delta against the baseline
     (from `comparison`, the run's one comparison). A run over fewer items than the dataset's `dataset_items`
-    (--limit) says so: `limit` and `dataset_items`, so it is never read as the full dataset's."""
+    (--limit) says so: `limit` and `dataset_items`, so it is never read as the full dataset's. An agent run
+    says its tools and limits (`tools`) and each model's rollouts (`agent`)."""
     import numpy as np
 
     from rfteval.compare.comparison import CompareOptions, infer_bounds, run_pass_curves
@@ -256,6 +270,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
                        "reasoning": t.reasoning_tokens if t.reasoning_reported else None},
             "cost_usd": _model_cost(run.model, t, prices),
             "truncated_in_reasoning": truncation(t.truncated_in_reasoning, t.answers),
+            **({"agent": t.agent} if t.agent is not None else {}),
         }
     labels = [r.label for r in runs]
     curves, pass_rule = run_pass_curves(sides, grader)
@@ -283,6 +298,7 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
         "max_error_rate": spec.max_error_rate, "finished_at": now_iso(), "pass_rule": pass_rule,
         **({"judge_results": judge_totals(judge_calls, prices)} if judge_calls else {}),
         **({"not_sampling": [c.to_json() for c in flagged]} if flagged else {}),
+        **({"tools": tools} if tools is not None else {}),
     }))
 
 

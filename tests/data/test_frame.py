@@ -147,3 +147,33 @@ def test_a_run_reads_its_record_files_once(tmp_path: Path, monkeypatch: pytest.M
     assert "readiness" in res.output.lower()  # assessed, from the records the run held
     assert sorted(reads) == [out / "base.jsonl", out / "tuned.jsonl"]
     assert "pass_at_k" in json.loads((out / "summary.json").read_text())["models"]["base"]
+
+
+
+def _agent_records() -> list:
+    return [rec("m", "a", 0, 1.0, turns=2, stop_reason="no_tool_calls", tool_calls=1, tool_errors={},
+                transcript='[{"role":"assistant","content":"x"}]'),
+            rec("m", "a", 1, 0.0, turns=5, stop_reason="max_turns", tool_calls=7,
+                tool_errors={"ValueError": 2, "UnknownTool": 1}, transcript="[]"),
+            rec("m", "b", 0, None, error=FAILED, turns=1, stop_reason=None, tool_calls=0, tool_errors={},
+                transcript="[]")]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_records_an_agent_run_writes_read_alike_from_either_file(tmp_path: Path, kind: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Record writer (transcript last) and the frame's agent reader (cuts each line before it) agree."""
+    path = tmp_path / f"m.{kind}"
+    (write_jsonl if kind == "jsonl" else write_parquet)(_agent_records(), path)
+    slow: list[Path] = []
+    real_slow = frame_mod._read_jsonl_slow
+    monkeypatch.setattr(frame_mod, "_read_jsonl_slow", lambda p, *a, **k: slow.append(p) or real_slow(p, *a, **k))
+    f = read_frame(path)
+    assert slow == []  # rfteval's own JSONL: the column-wise reader carries them, the transcripts unread
+    assert f["turns"].tolist() == [2.0, 5.0, 1.0] and f["tool_calls"].tolist() == [1.0, 7.0, 0.0]
+    assert f["stop_reason"].tolist()[:2] == ["no_tool_calls", "max_turns"]
+    assert f["tool_errors"].tolist() == [0.0, 3.0, 0.0]
+    assert f["tool_error:ValueError"].fillna(0).tolist() == [0.0, 2.0, 0.0]
+    assert "transcript" not in f
+    assert read_frame(path, ("transcript",))["transcript"].tolist()[0] == '[{"role":"assistant","content":"x"}]'
+    assert f["is_generation_failure"].tolist() == [False, False, True]  # the flags as without the columns

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.data.records import (
+    AGENT_FIELDS,
     CORE_FIELDS,
     ERROR_POLICIES,
     FIELDS,
@@ -55,7 +56,7 @@ def test_the_readme_lists_the_record_fields_in_their_order():
 
 def test_the_arrow_schema_is_the_record_in_the_same_order_and_types():
     schema = arrow_schema()
-    assert tuple(schema.names) == FIELDS == Record.__struct_fields__
+    assert tuple(schema.names) == FIELDS and FIELDS + AGENT_FIELDS == Record.__struct_fields__  # agent runs' last
     assert str(schema.field("epoch").type) == "int64" and str(schema.field("score").type) == "double"
     assert str(schema.field("sub_scores").type) == "map<string, double>"
     assert [f.name for f in schema.field("error").type] == ["stage", "type", "message"]
@@ -193,3 +194,50 @@ def test_one_parquet_reader_reads_the_columns_the_file_has(tmp_path):
     (tmp_path / "bad.parquet").write_text("not parquet")
     with pytest.raises(InputError, match="not a readable Parquet file"):
         read_parquet_records(tmp_path / "bad.parquet")
+
+
+# ---- an agent run's fields: written only for agent runs ---------------------------------------------------------
+
+
+def agent_rec(**kw) -> Record:
+    r = rec(**kw)
+    r.turns, r.stop_reason, r.tool_calls, r.tool_errors = 3, "max_turns", 4, {"ValueError": 1}
+    r.transcript = '[{"role":"assistant","content":"x"}]'
+    return r
+
+
+def test_a_record_without_tools_has_none_of_the_agent_keys_and_an_agent_record_has_them_last():
+    plain = json.loads(dumps_record(rec()))
+    assert list(plain) == list(FIELDS) and not set(AGENT_FIELDS) & set(plain)
+    agent = json.loads(dumps_record(agent_rec()))
+    assert list(agent) == [*FIELDS, *AGENT_FIELDS]
+    assert (agent["turns"], agent["stop_reason"], agent["tool_calls"], agent["tool_errors"]) == (
+        3, "max_turns", 4, {"ValueError": 1})
+    assert isinstance(agent["transcript"], str)  # JSON text, never decoded by compare
+    cleared = agent_rec()
+    cleared.stop_reason = None  # a failed rollout: no stop reason, the key still there
+    assert json.loads(dumps_record(cleared))["stop_reason"] is None
+
+
+def test_the_agent_fields_round_trip_through_both_files(tmp_path):
+    rows = [agent_rec(item_id="1"), agent_rec(item_id="2")]
+    write_jsonl(rows, tmp_path / "r.jsonl")
+    assert list(decode_records(tmp_path / "r.jsonl")) == rows  # a rewrite (readiness's advantages) keeps them
+    write_parquet(rows, tmp_path / "r.parquet")
+    table = read_parquet_records(tmp_path / "r.parquet")
+    assert table.column_names == [*FIELDS, *AGENT_FIELDS]
+    assert str(table.schema.field("transcript").type) == "string"
+    assert str(table.schema.field("tool_errors").type).startswith("map<string, int64")
+    assert table.column("turns").to_pylist() == [3, 3]
+    frame = records_frame(rows)
+    assert list(frame.columns) == [*FIELDS, *AGENT_FIELDS] and frame["stop_reason"].tolist() == ["max_turns"] * 2
+    write_parquet([rec()], tmp_path / "plain.parquet")
+    assert read_parquet_records(tmp_path / "plain.parquet").column_names == list(FIELDS)
+    assert list(records_frame([rec()]).columns) == list(FIELDS)
+
+
+def test_the_readme_lists_the_agent_fields():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    paragraph = readme.split("A record (one JSON line) holds ")[1].split("\n\n")[0]
+    named = re.findall(r"[a-z_]+", " ".join(paragraph.split("`")[1::2]))
+    assert [n for n in named if n in AGENT_FIELDS] == list(AGENT_FIELDS)

@@ -156,3 +156,15 @@ def test_a_path_no_item_fills_is_one_line_even_with_no_per_item_errors_kept(tmp_
     far = dict(MULTI["graders"]["a"], reference="{{ item.answer[3] }}")
     (error,) = check_item_paths(parse_config(far), ds.items, ds.path, limit=0)
     assert error.message == "{{ item.answer[3] }}: fails on every item (0 of 2 items in d.jsonl)"
+
+
+def test_sample_rollout_is_a_field_of_an_agent_runs_samples_only():
+    config = parse_config({"type": "string_check", "name": "s", "input": "{{ sample.rollout.messages }}",
+                           "reference": "x", "operation": "like"})
+    (error,) = check_sample_paths(config, "g.json")
+    assert str(error) == ("g.json: input: {{ sample.rollout.messages }}: sample.rollout is an agent run's trajectory, "
+                          "there only in `rfteval run --tools`")
+    assert check_sample_paths(config, "g.json", rollout=True) == []
+    typo = parse_config({"type": "string_check", "name": "s", "input": "{{ sample.rolout }}", "reference": "x",
+                         "operation": "eq"})
+    assert "a sample has no field 'rolout'" in str(check_sample_paths(typo, rollout=True)[0])

@@ -316,3 +316,36 @@ def test_export_environment_refuses_a_judge_that_never_sees_the_answer(tmp_path:
                                    "--out", str(tmp_path / "pkg")])
     assert res.exit_code == 2 and "--allow-grader-without-sample" in res.output, res.output
     assert not (tmp_path / "pkg").exists()
+
+
+ROLLOUT_TEMPLATE = {"type": "string_check", "name": "stopped", "operation": "eq",
+                    "input": "{{ sample.rollout.stop_reason }}", "reference": "no_tool_calls"}
+ROLLOUT_PYTHON = {"type": "python", "name": "turns",
+                  "source": "def grade(sample, item):\n    return 1.0 / sample['rollout']['turns']\n"}
+
+
+@pytest.mark.parametrize("config", [
+    ROLLOUT_TEMPLATE, ROLLOUT_PYTHON,
+    {"type": "multi", "name": "m", "calculate_output": "a", "graders": {"a": ROLLOUT_TEMPLATE}},
+])
+def test_a_grader_reading_sample_rollout_is_flagged_once_as_not_uploadable_to_openai(config: dict) -> None:
+    warnings = [f.message for f in lint_grader(parse_config(config)) if not f.error]
+    assert len(warnings) == 1 and "reads sample.rollout" in warnings[0]
+    assert "not uploadable to OpenAI" in warnings[0]
+
+
+def test_a_grader_that_reads_no_rollout_is_not_flagged() -> None:
+    config = {"type": "python", "name": "plain", "source": "def grade(sample, item):\n    return 1.0 if "
+                                                           "sample['output_text'] else 0.0\n"}
+    assert not [f for f in lint_grader(parse_config(config)) if "rollout" in f.message]
+
+
+def test_validate_grader_says_a_rollout_grader_is_not_uploadable(tmp_path: Path) -> None:
+    from rfteval.cli.app import app
+
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(ROLLOUT_TEMPLATE))
+    res = runner.invoke(app, ["validate", "grader", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "warning: string_check grader 'stopped': reads sample.rollout" in res.output
+    assert "not uploadable to OpenAI as it is" in res.output

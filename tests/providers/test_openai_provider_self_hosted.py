@@ -375,3 +375,43 @@ def test_answer_values_of_the_wrong_json_type_read_as_absent() -> None:
                            "usage": [], "incomplete_details": "?"})
     assert (gen.output_text, gen.reasoning, gen.finish_reason) == ("", "", "stop")
     assert gen.usage == {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None}
+
+
+# ---- an agent's history: content null beside tool calls (llama-cpp-python refuses it) ------------------------------
+
+
+CALLED = {"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{}"}}]}
+HISTORY = [{"role": "user", "content": "add"}, CALLED, {"role": "tool", "tool_call_id": "c1", "content": "2"}]
+
+
+def test_null_content_beside_tool_calls_steps_down_to_empty_once_and_says_so(fake_openai: FakeOpenAI) -> None:
+    fake_openai.refuse_null_tool_content = True
+    p = provider(fake_openai.base_url)
+    said: list[str] = []
+    p.on_warning = said.append
+    turn = req(messages=HISTORY)
+    results = generate_all(p, [turn, turn, req()])
+    assert all(isinstance(r, Generation) for r in results)  # the first one too: sent again with ""
+    assert fake_openai.stats["invalid"] == 1  # one refused request in all: the step-down is remembered
+    sent = [r.body["messages"] for r in fake_openai.requests]
+    assert sent[0][1]["content"] == "" and sent[1][1]["content"] == "" and sent[0][1]["tool_calls"]
+    assert sent[0][2] == HISTORY[2] and sent[2] == MESSAGES  # nothing else changed
+    assert len(said) == 1 and "refuses an assistant message whose content is null beside its tool_calls" in said[0]
+    assert "messages[1].content: Input should be a valid string" in said[0]  # the server's reason, in one line
+    assert p.request_body(turn)["messages"][1]["content"] is None  # the cache key keeps null
+    assert HISTORY[1]["content"] is None  # the request's own messages are never changed
+
+
+def test_a_server_that_takes_null_is_sent_null(fake_openai: FakeOpenAI) -> None:
+    p = provider(fake_openai.base_url)
+    generate(p, req(messages=HISTORY))
+    assert fake_openai.requests[0].body["messages"][1]["content"] is None and not p.empty_tool_content
+
+
+def test_a_refusal_of_something_else_is_no_step_down(fake_openai: FakeOpenAI) -> None:
+    fake_openai.refused_roles = {"tool"}  # a schema without the tool role: "" would not help
+    p = provider(fake_openai.base_url)
+    (err,) = generate_all(p, [req(messages=HISTORY)])
+    assert isinstance(err, ProviderError) and err.status == 500 and not p.empty_tool_content
+    assert fake_openai.stats["invalid"] == 1  # not sent again

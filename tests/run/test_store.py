@@ -10,12 +10,17 @@ import pytest
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
 from rfteval.run.store import (
+    RolloutEntry,
     RunStore,
+    ToolTurnEntry,
     cell_key,
     decode_grade,
     is_reusable_grade,
     is_reusable_response,
     new_grade_entry,
+    read_stored,
+    rollout_key,
+    tool_turn_key,
 )
 from tests.support import FIXTURES
 from tests.support.store_entries import failed, ok
@@ -148,11 +153,12 @@ def test_a_store_written_by_the_dict_based_code_resumes_typed(tmp_path: Path) ->
 
 def test_typed_entries_write_the_lines_the_dict_based_code_wrote(monkeypatch: pytest.MonkeyPatch,
                                                                  tmp_path: Path) -> None:
+    import rfteval.run.entries as entries_mod
     import rfteval.run.store as store_mod
     from rfteval.graders.base import GradeError
     from rfteval.providers.base import Generation
 
-    monkeypatch.setattr(store_mod, "now_iso", lambda: "2026-12-01T00:00:00Z")
+    monkeypatch.setattr(entries_mod, "now_iso", lambda: "2026-12-01T00:00:00Z")  # where the entries are made
     gen = Generation(output_text="<think>t</think> Paris é", usage={"input_tokens": 3, "output_tokens": 5},
                      finish_reason="stop", reasoning="thought", tier="flex")
     common = dict(label="base", model="m", session="s0")
@@ -236,3 +242,71 @@ def test_the_run_directory_checks_make_nothing(tmp_path: Path) -> None:
     with RunStore(tmp_path / "run"):
         assert run_dir_busy(tmp_path / "run")  # held by a run: a dry run says so, as the run would
     assert not run_dir_busy(tmp_path / "run")
+
+
+# ---- an agent run's logs: tool turns and rollouts ------------------------------------------------------------------
+
+
+def rollout_entry(key: str, stop: str | None = "no_tool_calls", error: bool = False) -> RolloutEntry:
+    from rfteval.run.store import EntryError
+
+    entry = RolloutEntry(key=key, label="base", model="m", item_id="1", epoch=1, output_text="done", turns=2,
+                         stop_reason=stop, tool_calls=1, tool_errors={"ValueError": 1},
+                         messages=[{"role": "assistant", "content": "done"}], call_errors={"c1": "ValueError"},
+                         turn_keys=["t1", "t2"])
+    if error:
+        entry.output_text, entry.stop_reason, entry.error = None, None, EntryError("server", "HTTP 503")
+    return entry
+
+
+def test_rollout_and_tool_turn_keys_separate_what_changes_their_result() -> None:
+    limits = {"max_turns": 10, "max_tool_calls": None, "timeout_s": None}
+    k = rollout_key("first", "q0", "tools-v1", limits)
+    assert k == rollout_key("first", "q0", "tools-v1", dict(reversed(list(limits.items()))))
+    assert len({k, rollout_key("first2", "q0", "tools-v1", limits), rollout_key("first", "q1", "tools-v1", limits),
+                rollout_key("first", "q0", "tools-v2", limits),
+                rollout_key("first", "q0", "tools-v1", {**limits, "max_turns": 11})}) == 5
+    t = tool_turn_key("turn", "tools-v1", "q0")
+    assert len({t, tool_turn_key("turn2", "tools-v1", "q0"), tool_turn_key("turn", "tools-v2", "q0"),
+                tool_turn_key("turn", "tools-v1", "q1")}) == 4
+
+
+def test_a_run_without_tools_makes_no_agent_logs(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run") as store:
+        store.put_response(ok("a", "x"))
+    assert sorted(p.name for p in (tmp_path / "run" / "store").glob("*.jsonl")) == ["grades.jsonl", "responses.jsonl"]
+
+
+def test_rollouts_and_tool_turns_persist_and_the_index_is_rebuilt_from_their_logs(tmp_path: Path) -> None:
+    turn = ToolTurnEntry(key="tt", model_key="t1", rollout="r", turn=1,
+                         calls=[{"id": "c1", "name": "add", "arguments": "{}"}],
+                         results=[{"tool_call_id": "c1", "name": "add", "content": "2", "error": None}],
+                         state={"n": 1}, duration_s=0.5)
+    with RunStore(tmp_path / "run") as store:
+        store.put_rollout(rollout_entry("r1", error=True))
+        assert not is_reusable_response(store.get_rollout("r1"))  # a failed rollout is played again on resume
+        store.put_rollout(rollout_entry("r1"))
+        store.put_rollout(rollout_entry("r1", error=True))  # never replaces the finished one
+        store.put_tool_turn(turn)
+        store.put_tool_turn(ToolTurnEntry(key="tt", model_key="t1", rollout="r", turn=1, state={"n": 99}))
+    (tmp_path / "run" / "store" / "index.sqlite").unlink()
+    with RunStore(tmp_path / "run") as store:
+        entry = store.get_rollout("r1")
+        assert entry == rollout_entry("r1") and is_reusable_response(entry)
+        assert store.get_tool_turn("tt") == turn  # the first executed turn is the one the rollout went on from
+        assert store.get_response("r1") is None and store.get_rollout("nope") is None
+        reader = store.reader()
+        assert reader.get_rollout("r1") == entry
+        reader.close()
+    stored = read_stored(tmp_path / "run", "g")
+    assert stored.responses == {"r1": False}  # a dry run sees the finished rollout
+
+
+def test_fresh_removes_an_agent_runs_logs(tmp_path: Path) -> None:
+    with RunStore(tmp_path / "run") as store:
+        store.put_rollout(rollout_entry("r1"))
+        store.put_tool_turn(ToolTurnEntry(key="tt"))
+    with RunStore(tmp_path / "run", fresh=True) as store:
+        assert store.get_rollout("r1") is None and store.get_tool_turn("tt") is None
+    assert not (tmp_path / "run" / "store" / "rollouts.jsonl").exists()
+    assert not (tmp_path / "run" / "store" / "tools.jsonl").exists()

@@ -57,6 +57,8 @@ def validation_list_500(index: int, message: dict[str, Any], part: int | None = 
     errors: list[dict[str, Any]] = []
     role = message.get("role")
     for member in LLAMA_ROLES:
+        if member == role and part is None:  # a refused role of llama's own (`tool`): a schema without that member
+            continue
         if member != role:
             errors.append({"type": "literal_error", "loc": ("body", "messages", index, _member(member), "role"),
                            "msg": f"Input should be '{member}'", "input": role, "ctx": {"expected": f"'{member}'"}})
@@ -71,6 +73,28 @@ def validation_list_500(index: int, message: dict[str, Any], part: int | None = 
                            "msg": "Field required", "input": message})
     errors.append({"type": "missing", "loc": ("body", "messages", index, _member("function"), "name"),
                    "msg": "Field required", "input": message})
+    return (f"{len(errors)} validation errors:\n" + "".join(f"  {e}\n" for e in errors)
+            + '\n  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n    POST /v1/chat/completions')
+
+
+def null_content_500(index: int, message: dict[str, Any]) -> str:
+    """llama-cpp-python 0.3.36's 500 message for messages[index], an assistant message whose content is null beside
+    its tool_calls: its validation list, one error per member of the message union, the assistant member's a
+    string_type on content (captured from the real server: tests/fixtures/llama_cpp/null_content_500.json)."""
+    errors: list[dict[str, Any]] = []
+    for member in LLAMA_ROLES:
+        if member == "assistant":
+            errors.append({"type": "string_type", "loc": ("body", "messages", index, _member(member), "content"),
+                           "msg": "Input should be a valid string", "input": None})
+            continue
+        errors.append({"type": "literal_error", "loc": ("body", "messages", index, _member(member), "role"),
+                       "msg": f"Input should be '{member}'", "input": "assistant", "ctx": {"expected": f"'{member}'"}})
+        if member == "tool":
+            errors.append({"type": "missing", "loc": ("body", "messages", index, _member("tool"), "tool_call_id"),
+                           "msg": "Field required", "input": message})
+        if member == "function":
+            errors.append({"type": "missing", "loc": ("body", "messages", index, _member("function"), "name"),
+                           "msg": "Field required", "input": message})
     return (f"{len(errors)} validation errors:\n" + "".join(f"  {e}\n" for e in errors)
             + '\n  File "llama_cpp/server/app.py", line 376, in create_chat_completion\n    POST /v1/chat/completions')
 
@@ -396,6 +420,9 @@ class FakeOpenAI:
         self.refused_roles: set[str] = set()
         self.refused_parts: set[str] = set()
         self.context_tokens: int | None = None
+        # llama-cpp-python's schema again: an assistant message whose content is null beside its tool_calls (as
+        # OpenAI sends a turn that only calls tools) is answered with its 500 validation list; "" is taken
+        self.refuse_null_tool_content = False
         # an output limit honoured as a real server does: the reply cut after max_tokens tokens, finish "length"
         self.honour_max_tokens = False
         self.api_key = api_key  # when set, other bearer tokens get 401
@@ -898,6 +925,10 @@ class _Handler(BaseHTTPRequestHandler):
                 continue
             if m.get("role") in owner.refused_roles:
                 return 500, {"message": validation_list_500(i, m),
+                             "type": "internal_server_error", "param": None, "code": None}
+            if (owner.refuse_null_tool_content and m.get("role") == "assistant" and m.get("content") is None
+                    and m.get("tool_calls")):
+                return 500, {"message": null_content_500(i, m),
                              "type": "internal_server_error", "param": None, "code": None}
             content = m.get("content")
             parts: list[Any] = content if isinstance(content, list) else []

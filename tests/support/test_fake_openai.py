@@ -239,3 +239,16 @@ def test_runs_as_a_process_with_a_script(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_a_null_content_beside_tool_calls_is_refused_with_llama_cpp_pythons_own_500() -> None:
+    captured = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "llama_cpp" /
+                           "null_content_500.json").read_text())
+    with FakeOpenAI() as fake:
+        fake.refuse_null_tool_content = True
+        body = {"model": "smol-tools", "messages": captured["request_messages"], "tool_choice": "auto"}
+        status, answer = post(f"{fake.base_url}/chat/completions", json.dumps(body).encode())
+        assert (status, answer) == (captured["status"], captured["body"])  # the real server's answer, exactly
+        messages = [dict(m, content="") if m["role"] == "assistant" else m for m in captured["request_messages"]]
+        status, _ = post(f"{fake.base_url}/chat/completions", json.dumps({**body, "messages": messages}).encode())
+        assert status == 200  # content "" is taken, as the real server takes it

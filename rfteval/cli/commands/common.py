@@ -14,7 +14,7 @@ import typer
 import typer.core
 import typer.models
 
-from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import MAX_TURNS, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S, TOOL_MEMORY_MB, TOOL_OUTPUT_CHARS, TOOL_TIMEOUT_S
 from rfteval.providers import endpoint as judge_defaults
 from rfteval.sandbox.policy import UNSAFE_ENV
 
@@ -199,6 +199,54 @@ def judge_flags(developer_as: bool = False) -> Callable[[Command], Command]:
         return cast("Command", with_endpoint)
 
     return wrap
+
+
+# `rfteval run`'s agent flags, its [tools] keys (rfteval.run.spec.ToolsSpec): the command takes them as one dict of
+# the [tools] keys given (tool_flags), which the spec's flag overrides put in its [tools] table.
+_TOOL_PARAMS: tuple[tuple[str, str, object, typer.models.OptionInfo], ...] = (
+    ("tools_file", "python", Path | None, typer.Option(
+        None, "--tools", metavar="FILE", help="An agent run: tools.py holds one function per tool the items declare, "
+        "run in the python sandbox; each cell becomes a rollout (model turns, the tool calls run between them).")),
+    ("max_turns", "max_turns", int | None, typer.Option(
+        None, "--max-turns", metavar="N", help=f"With --tools: model calls per rollout [default: {MAX_TURNS}].")),
+    ("max_tool_calls", "max_tool_calls", int | None, typer.Option(
+        None, "--max-tool-calls", metavar="N", help="With --tools: tool calls per rollout; a turn asking for more "
+        "than remain runs none of them and ends the rollout [default: no limit].")),
+    ("tool_timeout", "tool_timeout", float | None, typer.Option(
+        None, "--tool-timeout", metavar="SECONDS", help=f"With --tools: seconds per turn's tool calls [default: "
+        f"{TOOL_TIMEOUT_S:g}].")),
+    ("tool_memory", "tool_memory", int | None, typer.Option(
+        None, "--tool-memory", metavar="MB", help=f"With --tools: MB per turn's tool calls [default: {TOOL_MEMORY_MB}].")),
+    ("tool_output_limit", "tool_output_limit", int | None, typer.Option(
+        None, "--tool-output-limit", metavar="CHARS", help=f"With --tools: characters of one result shown to the "
+        f"model, the cut marked [default: {TOOL_OUTPUT_CHARS}].")),
+    ("rollout_timeout", "rollout_timeout", float | None, typer.Option(
+        None, "--rollout-timeout", metavar="SECONDS", help="With --tools: seconds per rollout (its model turns and "
+        "tool turns); past it the rollout ends as it stands [default: no limit].")),
+)
+
+
+def tool_flags(function: Command) -> Command:
+    """Give `rfteval run` the agent flags (--tools, --max-turns, ...) in place of its `tools` parameter: Typer sees
+    the flags, the command gets one dict of the [tools] keys they set (None: not given)."""
+    signature = inspect.signature(function)
+    before = list(signature.parameters.values())
+    at = [p.name for p in before].index("tools")
+    injected = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=option, annotation=kind)
+                for name, _, kind, option in _TOOL_PARAMS]
+
+    @functools.wraps(function)
+    def with_tools(**kwargs: object) -> object:
+        given = {key: kwargs.pop(name) for name, key, _, _ in _TOOL_PARAMS}
+        given["python"] = None if given["python"] is None else str(given["python"])
+        kwargs["tools"] = given
+        return function(**kwargs)
+
+    with_tools.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=before[:at] + injected + before[at + 1:])
+    annotations = {k: v for k, v in function.__annotations__.items() if k != "tools"}
+    with_tools.__annotations__ = {**annotations, **{name: kind for name, _, kind, _ in _TOOL_PARAMS}}
+    return cast("Command", with_tools)
 
 
 def checked_endpoint(endpoint: JudgeEndpoint) -> JudgeEndpoint:

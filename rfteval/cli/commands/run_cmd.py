@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from rfteval.cli.commands.common import (
     UNSAFE_PYTHON_GRADERS,
     command,
     stdout_console,
+    tool_flags,
 )
 from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 from rfteval.status import ExitStatus
@@ -35,6 +37,7 @@ cells in error, an endpoint gone or a judge cap reached (resumable), 130 interru
 
 
 @command("run", help=_RUN_HELP, no_args_is_help=True)
+@tool_flags
 def run_command(
     spec: Path | None = typer.Argument(None, metavar="SPEC.toml", help="Eval spec (TOML). Optional: flags alone are enough."),
     dataset: Path | None = typer.Option(None, "--dataset", metavar="FILE", help="RFT dataset (JSONL)."),
@@ -134,6 +137,7 @@ def run_command(
     models_in_turn: bool = typer.Option(False, "--models-in-turn", help="All of one model's cells, then the next "
                                         "model's, for servers that hold one model at a time (llama.cpp's aliases); "
                                         "default: interleaved."),
+    tools: dict[str, object] | None = None,  # --tools and the rollout limits (common.tool_flags)
     retry_base: float = typer.Option(0.5, "--retry-base-delay", hidden=True),
     checkpoint_s: float = typer.Option(60.0, "--checkpoint-interval", hidden=True),
     batch_poll_s: float = typer.Option(30.0, "--batch-poll-interval", hidden=True),
@@ -143,8 +147,6 @@ def run_command(
     allow_grader_without_sample: bool = ALLOW_GRADER_WITHOUT_SAMPLE,
     allow_trailing_assistant: bool = ALLOW_TRAILING_ASSISTANT,
 ) -> None:
-    from rfteval.report.console import stderr_console
-    from rfteval.report.run_table import RichMonitor
     from rfteval.run.paths import run_paths
     from rfteval.run.runner import FatalRunError, RunOptions
     from rfteval.run.spec import flag_overrides
@@ -160,7 +162,7 @@ def run_command(
         think_tags=think_tags or None, developer_as=developer_as, max_judge_calls=max_judge_calls, max_judge_cost=max_judge_cost,
         skip_model_check=skip_model_check or None,  # not given: the spec's setting stands
         allow_grader_without_sample=allow_grader_without_sample or None,
-        allow_trailing_assistant=allow_trailing_assistant or None,
+        allow_trailing_assistant=allow_trailing_assistant or None, tools=tools,
     )
     options = RunOptions(
         fresh=fresh, backoff_base_s=retry_base, checkpoint_s=checkpoint_s, fixed_concurrency=fixed,
@@ -168,21 +170,29 @@ def run_command(
         batch_poll_s=batch_poll_s, batch_max_lines=batch_max_lines, export_requests=export_requests,
         import_responses=import_responses, models_in_turn=models_in_turn, dry_run=dry_run)
     started: list[RunSpec] = []
-
-    def start(run_spec: RunSpec) -> RunMonitor:
-        started.append(run_spec)
-        err = stderr_console()
-        if not quiet:
-            err.print(_header(run_spec, dry_run), highlight=False)
-        return _QuietMonitor() if quiet else RichMonitor(err)
-
     try:
-        result = run_paths(spec, overrides, options, start, unsafe_python_graders,
-                           lambda line: typer.echo(line, err=True))
+        result = run_paths(spec, overrides, options, functools.partial(_start, started, quiet, dry_run),
+                           unsafe_python_graders, lambda line: typer.echo(line, err=True))
     except FatalRunError as exc:
         typer.echo(f"rfteval: {exc} (run stopped; stored responses are kept in {started[0].out_dir})", err=True)
         raise typer.Exit(ExitStatus.BAD_INPUT) from None
     _finish(result, started[0], options, readiness=readiness, per_item=per_item)
+
+
+def _start(started: list[RunSpec], quiet: bool, dry_run: bool, run_spec: RunSpec) -> RunMonitor:
+    """The run's header (its name, directory and, for an agent run, its tools and limits) and its monitor, once the
+    spec is known good."""
+    from rfteval.report.console import stderr_console
+    from rfteval.report.run_table import RichMonitor
+    from rfteval.run.rollout import limits_line
+
+    started.append(run_spec)
+    err = stderr_console()
+    if not quiet:
+        err.print(_header(run_spec, dry_run), highlight=False)
+        if (agent := limits_line(run_spec)) is not None:
+            err.print(f"rfteval: {agent}", highlight=False, markup=False)
+    return _QuietMonitor() if quiet else RichMonitor(err)
 
 
 def _header(run_spec: RunSpec, dry_run: bool) -> str:

@@ -1,0 +1,333 @@
+"""One cell of a run played as a rollout: the model's turns and, in an agent run, the tool turns between them.
+
+A cell (model, item, epoch) is a rollout of one or more turns. Without tools it is exactly one turn: the item's
+request, sent once, its answer (or the error it ended in) stored under the cell's key as it always was.
+
+With a tool box (`rfteval run --tools`), the item's messages go out with its `tools`; while the reply calls tools,
+the turn's calls run through the tool box, in order, in one `run_turn`; the assistant message (with its
+`tool_calls`) and one `tool` message per call are appended, and the history is sent again. An item's forced
+`tool_choice` applies to the first turn only, then "auto". The rollout ends with one stop reason
+(rfteval.data.rollout.STOP_REASONS); a limited rollout is graded as it stands, and a turn that failed after every
+retry makes the cell a generation error (left out of the means and counted, as a failed single answer is).
+
+Everything is stored before it is used, so a rollout cut at turn 7 (a kill, Ctrl-C) goes on at turn 7: each model
+turn is in responses.jsonl under the key of its own request (which holds the history, so turn k's key covers turns
+1..k-1), each tool turn in tools.jsonl under its model turn's key and the tool box's identity, the finished rollout
+in rollouts.jsonl under the rollout key. Replayed turns send no request and run no tool; a tool with a clock or
+randomness cannot make the replay diverge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from rfteval.data import rollout as traj
+from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, entry_sample
+from rfteval.data.records import now_iso
+from rfteval.data.rollout import RolloutLimits
+from rfteval.errors import InputError
+from rfteval.providers.base import exceeds_context
+from rfteval.run.entries import (
+    RolloutEntry,
+    ToolTurnEntry,
+    is_reusable_response,
+    tool_turn_key,
+)
+
+if TYPE_CHECKING:
+    from rfteval.data.dataset import Item
+    from rfteval.data.json_types import JSONObject, JSONValue
+    from rfteval.data.sample import Sample
+    from rfteval.providers.base import GenerationRequest
+    from rfteval.run.entries import CellKeys, ResponseEntry
+    from rfteval.run.spec import ModelRun, RunSpec
+    from rfteval.run.store import RunStore
+    from rfteval.sandbox.policy import SandboxPolicy
+    from rfteval.tools.base import ToolBox, ToolResult
+
+# How a turn goes out (rfteval.run.turns.TurnSender.send): the model run, its request, the keys its entry is stored
+# under, the turn's number; the answer or the error it ended in after every retry.
+SendTurn = Callable[["ModelRun", "GenerationRequest", "CellKeys", int], Awaitable["ResponseEntry"]]
+
+
+class RolloutCell(Protocol):
+    """What a rollout is played for (the runner's job): one (model, item, epoch), its first request and that
+    request's key. Read-only properties, so the runner's own attribute types satisfy them."""
+
+    @property
+    def run(self) -> ModelRun: ...
+
+    @property
+    def item(self) -> Item: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def request(self) -> GenerationRequest: ...
+
+    @property
+    def key(self) -> str: ...  # the cell's key: an agent run's rollout key, else the first turn's
+
+    @property
+    def first_key(self) -> str: ...  # the first turn's cache key (rfteval.run.store.cell_key over its request body)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """What makes a cell a rollout of many turns: the tool box, the limits, and how a turn's request is keyed (the
+    model's provider and identity: rfteval.run.store.cell_key over the request body)."""
+
+    tools: ToolBox
+    limits: RolloutLimits
+    turn_key: Callable[[ModelRun, GenerationRequest, int], str]  # (model run, request, epoch) → the turn's key
+
+
+class ToolsFailed(Exception):
+    """The tool box itself failed (its sandbox gone, a result missing): no call's error, the machinery's. The run
+    stops (the runner raises rfteval.run.turns.ToolsStopped); stored turns are kept and a re-run resumes."""
+
+
+def open_tools(spec: RunSpec, policy: SandboxPolicy) -> ToolBox | None:
+    """The run's tool box: its [tools] python module (--tools FILE) opened in the python sandbox under the tools'
+    limits (--tool-timeout, --tool-memory, --tool-output-limit); None for a run without tools."""
+    if spec.tools is None or spec.tools.python is None:
+        return None
+    path = Path(spec.tools.python)
+    if not path.is_file():
+        raise InputError("no such file (the tools module)", path, field="--tools")
+    from rfteval.tools.python import open_python_tools
+
+    return open_python_tools(path, spec.tool_limits(), policy)
+
+
+def cell_sample(entry: ResponseEntry, mode: str = DEFAULT_MODE,
+                tags: Sequence[tuple[str, str]] = DEFAULT_TAGS) -> Sample:
+    """The grader's sample of a cell's stored entry: a rollout's from its trajectory (data.rollout.rollout_sample:
+    the final turn's output fields and sample["rollout"]), a single answer's as it always was."""
+    if isinstance(entry, RolloutEntry):
+        return traj.rollout_sample(entry.messages, stop_reason=entry.stop_reason or "", errors=entry.call_errors,
+                                   output_json=entry.output_json, choices=entry.choices, reasoning=entry.reasoning,
+                                   finish_reason=entry.finish_reason, mode=mode, tags=tags)
+    return entry_sample(entry, mode=mode, tags=tags)
+
+
+def tools_summary(spec: RunSpec, tools: ToolBox) -> JSONObject:
+    """What summary.json says of an agent run: its tools (the module, the tool box's identity) and its limits."""
+    limits, rollout = spec.tool_limits(), spec.rollout_limits()
+    return {"python": spec.tools.python if spec.tools is not None else None, "identity": tools.identity,
+            "max_turns": rollout.max_turns, "max_tool_calls": rollout.max_tool_calls,
+            "tool_timeout": limits.timeout_s, "tool_memory": limits.memory_mb,
+            "tool_output_limit": limits.output_chars, "rollout_timeout": rollout.timeout_s}
+
+
+def limits_line(spec: RunSpec) -> str | None:
+    """The run's header line for an agent run: its tools and every limit (None without tools)."""
+    if spec.tools is None:
+        return None
+    t = spec.tools
+    calls = "no tool-call limit" if t.max_tool_calls is None else f"at most {t.max_tool_calls} tool calls"
+    memory = "no memory limit" if t.tool_memory is None else f"{t.tool_memory} MB"
+    timeout = "no rollout timeout" if t.rollout_timeout is None else f"{t.rollout_timeout:g} s"
+    return (f"agent run: tools {t.python}; per rollout at most {t.max_turns} model turns, {calls}, {timeout}; "
+            f"per tool turn {t.tool_timeout:g} s and {memory}; results cut at {t.tool_output_limit} characters")
+
+
+async def play(cell: RolloutCell, send: SendTurn, store: RunStore, agent: Agent | None = None) -> ResponseEntry:
+    """Play `cell`: its turns sent through `send`, each stored (and flushed) before anything uses it; the entry
+    the cell is graded from (an agent run's: the finished rollout, rollouts.jsonl's line)."""
+    if agent is None:
+        keys: CellKeys = {"key": cell.key, "label": cell.run.label, "model": cell.run.model,
+                          "item_id": cell.item.id, "epoch": cell.epoch, "session": store.session}
+        entry = await send(cell.run, cell.request, keys, 1)
+        store.put_response(entry)  # stored (and flushed) before it is graded
+        return entry
+    rollout = await _Rollout(cell, send, store, agent).play()
+    store.put_rollout(rollout)
+    return rollout
+
+
+class _Rollout:
+    """One rollout being played: its history so far, the turns behind it, and its time."""
+
+    def __init__(self, cell: RolloutCell, send: SendTurn, store: RunStore, agent: Agent):
+        self.cell, self.send, self.store, self.agent = cell, send, store, agent
+        self.limits = agent.limits
+        self.history: list[JSONValue] = []  # the generated messages
+        self.turns: list[ResponseEntry] = []  # the answered model turns, in order
+        self.errors: dict[str, str] = {}  # call id → the failed call's error type
+        self.calls_run = 0
+        self.spent = 0.0  # the rollout's time (RolloutLimits.timeout_s)
+        self.state: JSONObject | None = None  # the tools' state after the last tool turn (None: none ran yet)
+
+    def remaining(self) -> float | None:
+        return None if self.limits.timeout_s is None else self.limits.timeout_s - self.spent
+
+    async def play(self) -> RolloutEntry:
+        cell = self.cell
+        request, key = cell.request, cell.first_key
+        stop = ""
+        failed: ResponseEntry | None = None
+        for turn in range(1, self.limits.max_turns + 1):
+            entry = await self._model_turn(request, key, turn)
+            if entry is None:
+                stop = traj.ROLLOUT_TIMEOUT
+                break
+            if entry.error is not None:
+                if turn > 1 and exceeds_context(entry.error.type, entry.error.message):
+                    stop = traj.CONTEXT  # the history outgrew the server's context: graded as it stands
+                else:
+                    failed = entry  # a turn that failed after every retry: the cell's generation error
+                    stop = ""
+                break
+            self.turns.append(entry)
+            calls = traj.turn_calls(entry.output_tools, turn)
+            self.history.append(traj.assistant_message(entry.output_text, calls))
+            if entry.finish_reason == "length":
+                stop = traj.LENGTH
+                break
+            if not calls:
+                stop = traj.NO_TOOL_CALLS
+                break
+            if turn == self.limits.max_turns:
+                stop = traj.MAX_TURNS
+                break
+            if self.limits.max_tool_calls is not None and self.calls_run + len(calls) > self.limits.max_tool_calls:
+                stop = traj.MAX_TOOL_CALLS
+                break
+            if not await self._tool_turn(key, turn, calls):
+                stop = traj.ROLLOUT_TIMEOUT
+                break
+            # the next turn: the whole history, and the tool choice left to the model (a forced one is the first's)
+            request = dataclasses.replace(cell.request, messages=[*cell.request.messages, *self.history],
+                                          tool_choice=None)
+            key = self.agent.turn_key(cell.run, request, cell.epoch)
+        return self._entry(stop, failed)
+
+    async def _model_turn(self, request: GenerationRequest, key: str, turn: int) -> ResponseEntry | None:
+        """Turn `turn`'s answer: stored, else sent and stored; None when the rollout's time ran out first."""
+        entry = self.store.get_response(key)
+        if is_reusable_response(entry):
+            assert entry is not None
+            self.spent += entry.latency_s or 0.0
+            return entry
+        remaining = self.remaining()
+        if remaining is not None and remaining <= 0:
+            return None
+        cell = self.cell
+        keys: CellKeys = {"key": key, "label": cell.run.label, "model": cell.run.model, "item_id": cell.item.id,
+                          "epoch": cell.epoch, "session": self.store.session}
+        async with asyncio.timeout(remaining) as deadline:
+            try:
+                entry = await self.send(cell.run, request, keys, turn)
+            except TimeoutError:
+                if deadline.expired():
+                    return None  # the rollout's time ran out mid-turn: nothing stored, a longer timeout sends it
+                raise
+        entry.turn = turn
+        self.store.put_response(entry)  # stored (and flushed) before the rollout goes on from it
+        self.spent += entry.latency_s or 0.0
+        return entry
+
+    async def _tool_turn(self, model_key: str, turn: int, calls: list[traj.ToolCallJSON]) -> bool:
+        """Run (or read back) the turn's calls and append their tool messages; False when the rollout's time ran
+        out first."""
+        from rfteval.tools.base import ToolCall
+
+        tools = self.agent.tools
+        key = tool_turn_key(model_key, tools.identity, self.cell.item.id)
+        stored = self.store.get_tool_turn(key)
+        if stored is None:
+            remaining = self.remaining()
+            if remaining is not None and remaining <= 0:
+                return False
+            if self.state is None:  # the first tool turn run live: the tools' state starts here
+                self.state = await tools.init_state(self.cell.item.data)
+            started = time.perf_counter()
+            wanted = [ToolCall(c["id"], c["name"], c["arguments"]) for c in calls]
+            async with asyncio.timeout(remaining) as deadline:
+                try:
+                    results, state = await tools.run_turn(self.cell.key, self.cell.item.data, wanted, self.state)
+                except TimeoutError:
+                    if deadline.expired():
+                        return False
+                    raise ToolsFailed("the tool turn timed out outside its own limit") from None
+                except Exception as exc:  # noqa: BLE001 - the machinery failed, not a call (those are results)
+                    raise ToolsFailed(f"{type(exc).__name__}: {exc}"[:500]) from None
+            if len(results) != len(calls):
+                raise ToolsFailed(f"{len(results)} results for {len(calls)} calls")
+            stored = ToolTurnEntry(key=key, model_key=model_key, rollout=self.cell.key, turn=turn,
+                                   calls=[_call_json(c) for c in calls],
+                                   results=[_result_json(c, r) for c, r in zip(calls, results)], state=state,
+                                   duration_s=round(time.perf_counter() - started, 4),
+                                   session=self.store.session, at=now_iso())
+            self.store.put_tool_turn(stored)  # stored (and flushed) before the model sees it
+        self.spent += stored.duration_s
+        self.state = stored.state if isinstance(stored.state, dict) else {}
+        self.calls_run += len(calls)
+        for result in stored.results:
+            if not isinstance(result, dict):
+                continue
+            message = traj.tool_message(_as_result(result))
+            self.history.append(message)
+            error = result.get("error")
+            if isinstance(error, str):
+                self.errors[str(message["tool_call_id"])] = error
+        return True
+
+    def _entry(self, stop: str, failed: ResponseEntry | None) -> RolloutEntry:
+        """The rollout's line: the final turn's output fields, the turns' usage summed, its time, the trajectory."""
+        cell = self.cell
+        final = self.turns[-1] if self.turns else None
+        trajectory = traj.Rollout(self.history, stop or "", self.errors)
+        calls = trajectory.tool_calls()
+        entry = RolloutEntry(
+            key=cell.key, label=cell.run.label, model=cell.run.model, item_id=cell.item.id, epoch=cell.epoch,
+            session=self.store.session, at=now_iso(), latency_s=round(self.spent, 4),
+            usage=_summed_usage(self.turns + ([failed] if failed is not None else [])),
+            attempts=sum(t.attempts for t in self.turns) + (failed.attempts if failed is not None else 0),
+            turns=len(self.turns), stop_reason=stop or None, tool_calls=len(calls),
+            tool_errors=trajectory.tool_errors(), messages=list(self.history), call_errors=dict(self.errors),
+            turn_keys=[t.key for t in self.turns])
+        if failed is not None:
+            entry.error = failed.error
+        elif final is None:  # the time ran out before the first answer: an empty answer, graded as such
+            entry.output_text = ""
+        else:
+            entry.output_text, entry.output_tools, entry.output_json = (final.output_text, final.output_tools,
+                                                                         final.output_json)
+            entry.choices, entry.finish_reason = final.choices, final.finish_reason
+            entry.reasoning, entry.tier = final.reasoning, final.tier
+        return entry
+
+
+def _call_json(call: traj.ToolCallJSON) -> JSONValue:
+    return {"id": call["id"], "name": call["name"], "arguments": call["arguments"]}
+
+
+def _result_json(call: traj.ToolCallJSON, result: ToolResult) -> JSONValue:
+    """A result as tools.jsonl keeps it, answering the call by the model's own id."""
+    return {"tool_call_id": call["id"], "name": call["name"], "content": result.content, "error": result.error}
+
+
+def _as_result(value: JSONObject) -> traj.ToolResultJSON:
+    cid, name, content, error = (value.get(k) for k in ("tool_call_id", "name", "content", "error"))
+    return {"tool_call_id": str(cid or ""), "name": str(name or ""),
+            "content": content if isinstance(content, str) else traj.arguments_text(content),
+            "error": error if isinstance(error, str) else None}
+
+
+def _summed_usage(turns: list[ResponseEntry]) -> dict[str, int | None]:
+    """Token counts over the turns (each turn's input is its whole history, as it was billed); a count no turn
+    reported stays None, not 0."""
+    out: dict[str, int | None] = {}
+    for name in ("input_tokens", "output_tokens", "reasoning_tokens"):
+        counts = [v for t in turns if t.usage and isinstance(v := t.usage.get(name), int)]
+        out[name] = sum(counts) if counts else None
+    return out
