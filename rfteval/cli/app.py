@@ -16,17 +16,35 @@ if TYPE_CHECKING:
 
 
 class _Group(TyperGroup):
-    """Turns bad input anywhere below a command into one line on stderr and exit 2."""
+    """Turns bad input anywhere below a command into one line on stderr and exit 2: the library's InputError, and
+    the command line's own (an unknown option, a value of the wrong type), which click would print as four."""
 
     def invoke(self, ctx: Context) -> object:
+        from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
         try:
             return super().invoke(ctx)
         except InputError as exc:
             typer.echo(f"rfteval: {exc}", err=True)
             raise typer.Exit(ExitStatus.BAD_INPUT) from None
+        except NoArgsIsHelpError:
+            raise  # a bare command asks for its help: click prints it
+        except UsageError as exc:
+            typer.echo(usage_line(exc), err=True)
+            raise typer.Exit(ExitStatus.BAD_INPUT) from None
 
     def list_commands(self, ctx: Context) -> list[str]:
         return list(self.commands)  # the order they were added: the order of the tour in the README
+
+
+def usage_line(exc: Exception) -> str:
+    """A command-line error as one line: the command, what is wrong, where the help is."""
+    from typer._click.exceptions import UsageError
+
+    assert isinstance(exc, UsageError)
+    path = exc.ctx.command_path if exc.ctx is not None else "rfteval"
+    message = " ".join(exc.format_message().split())
+    return f"{path}: {message} (see '{path} --help')"
 
 
 app = typer.Typer(

@@ -348,6 +348,21 @@ def pass_indicator(used: pd.DataFrame, threshold: float) -> np.ndarray:
                         error=used["is_error"].to_numpy(dtype=bool))
 
 
+def check_threshold_in_range(sides: Sequence[Side], o: CompareOptions) -> None:
+    """--pass-threshold outside the scores' known range makes every pass@k and pass rate 0 (above the top) or 1
+    (below the bottom) whatever the models did: a verdict no one should read, so bad input."""
+    if o.pass_threshold is None:
+        return
+    for side in sides:
+        found = (o.score_range[0], o.score_range[1], "--score-range") if o.score_range else side_range(side)
+        if found is not None and found[2].startswith("assumed"):
+            continue  # a python grader's [0, 1] is a guess, and a threshold is how a user corrects it
+        if found is not None and not found[0] <= o.pass_threshold <= found[1]:
+            what = "no sample can pass" if o.pass_threshold > found[1] else "every sample passes"
+            raise InputError(f"{o.pass_threshold:g} is outside the scores' range [{found[0]:g}, {found[1]:g}] "
+                             f"({found[2]}): {what}", field="--pass-threshold")
+
+
 def side_thresholds(base: Side, cand: Side, o: CompareOptions, required: bool) -> tuple[float, float] | None:
     """Both sides' pass thresholds; None (or, when `required`, bad input) when either cannot be set."""
     tb, tc = resolve_threshold(base, o), resolve_threshold(cand, o)
@@ -743,6 +758,7 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
     if o.pass_threshold is not None and not math.isfinite(o.pass_threshold):
         raise InputError(f"must be a finite number, got {o.pass_threshold}", field="--pass-threshold")
     notes: list[str] = []
+    check_threshold_in_range((base, cand), o)
     thresholds = side_thresholds(base, cand, o, required=metric.is_pass)
     th_b, th_c = thresholds if metric.is_pass and thresholds else (None, None)
     used_b, st_b = _side_stats(base, o, th_b, metric)

@@ -260,3 +260,16 @@ def test_a_python_grader_scoring_past_its_assumed_range_gets_no_pass_rate(tmp_pa
     assert res.exit_code == 2 and "give --pass-threshold X" in res.output
     assert runner.invoke(app, ["compare", str(tmp_path / "run"), "--metric", "pass@1",
                                "--pass-threshold", "9"]).exit_code == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("threshold", "what"), [("11", "no sample can pass"), ("-1", "every sample passes")])
+def test_a_pass_threshold_outside_the_graders_range_is_refused(run_dir: Path, threshold: str, what: str) -> None:
+    """On the 0..10 judge, --pass-threshold 11 would make every pass rate 0 whatever the models did."""
+    res = runner.invoke(app, ["compare", str(run_dir / "base.jsonl"), str(run_dir / "tuned.jsonl"),
+                              "--pass-threshold", threshold])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines() == [f"rfteval: --pass-threshold: {float(threshold):g} is outside the scores' "
+                                       f"range [0, 10] (score_model range; grader.json): {what}"]
+    ok = compare_json(str(run_dir / "base.jsonl"), str(run_dir / "tuned.jsonl"), "--pass-threshold", "10")
+    assert ok["options"]["pass_threshold"] == 10.0
