@@ -98,7 +98,9 @@ jobs:
       - uses: actions/checkout@v4
       - uses: actions/setup-python@v5
         with: {{python-version: "3.11"}}
-      - run: pip install rfteval
+      # rfteval is not on PyPI: set the repository variable RFTEVAL_PIP_SPEC to what pip installs it from (a git URL
+      # such as "rfteval @ git+https://github.com/OWNER/rfteval", or a wheel of yours); unset, this step fails here
+      - run: pip install "${{{{ vars.RFTEVAL_PIP_SPEC }}}}"
       - name: Check the inputs (no model is called)
         run: rfteval validate spec {directory}/spec.toml
       - name: Run base and tuned
@@ -123,7 +125,9 @@ Written by `rfteval init`. Replace the examples with your task, then check befor
   anywhere in the output, case aside).
 - `spec.toml`: the run: the dataset, the grader, the endpoint (a placeholder address: set your server's), the key's
   variable (its name; the key never goes in a file) and the models.
-- `ci-gate.yml`: a GitHub Actions workflow running the eval and the gate on every pull request.
+- `ci-gate.yml`: a GitHub Actions workflow running the eval and the gate on every pull request. It needs three
+  settings of your repository: the variables `RFTEVAL_PIP_SPEC` (where pip installs rfteval from: it is not on
+  PyPI) and `RFTEVAL_BASE_URL` (your server), and the secret named in `spec.toml`.
 
 ```sh
 rfteval validate dataset {directory}/dataset.jsonl --grader {directory}/grader.json

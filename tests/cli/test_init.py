@@ -101,3 +101,12 @@ def test_the_starter_runs_and_its_ci_gate_gates(tmp_path: Path, monkeypatch: pyt
     assert res.exit_code == gate_exit, res.output
     assert Path("compare.md").is_file()
     assert {r.model for r in fake_openai.requests if r.api == "chat"} == {"base-model", "tuned-model"}
+
+
+def test_the_workflow_installs_rfteval_from_where_the_user_says(tmp_path: Path) -> None:
+    """rfteval is not on PyPI: a bare `pip install rfteval` would install nothing of ours (or someone else's)."""
+    init(tmp_path / "evals")
+    steps = yaml.safe_load((tmp_path / "evals" / "ci-gate.yml").read_text())["jobs"]["eval"]["steps"]
+    installs = [s["run"] for s in steps if str(s.get("run", "")).startswith("pip install")]
+    assert installs == ['pip install "${{ vars.RFTEVAL_PIP_SPEC }}"']
+    assert "RFTEVAL_PIP_SPEC" in (tmp_path / "evals" / "README.md").read_text()
