@@ -11,7 +11,9 @@ rfteval.report's formats and agree's own lines), and every colour as the verdict
 
 An agent run's records (`rfteval run --tools`) carry a rollout each: its sample shows the trajectory, turn by turn
 (`_trajectory`), each tool result cut at RESULT_CHARS with the rest served on demand, and the Compare page's rows
-each side's turns, tool calls, tool errors and stop reasons, sorted and filtered by them. Records without those
+each side's turns, tool calls, tool errors and stop reasons, sorted and filtered by them: compare's own per-item
+figures (rfteval.compare.agent, in CompareResult.items when both sides are agent runs, as `rfteval compare` then
+prints its agent table), beside which a row lists its stop reasons and tool error types. Records without those
 fields make exactly the pages they made before.
 """
 
@@ -58,7 +60,6 @@ AGENT_FILTERS = ("more_turns", "fewer_turns", "more_calls", "fewer_calls", "tool
 # an agent pair's orders besides the comparison's (lowest delta first): a column of the table, "-" for the largest
 # first; an item without the value goes last, ties keep the comparison's order
 SORTS = ("-d_turns", "d_turns", "-d_tool_calls", "d_tool_calls", "-tool_errors")
-ROLLOUT_COLUMNS = ("turns", "tool_calls", "stop_reason", "tool_errors")  # what the Compare page's rows read
 RESULT_CHARS = 2_000  # characters of one tool result an item page sends; the rest on request (/api/result)
 # a failed call's content, as the rollout writes it (rfteval.tools.base.error_result): "error: <Type>: <message>"
 TOOL_ERROR = re.compile(r"error: ([A-Za-z_][A-Za-z0-9_.]*):")
@@ -276,30 +277,28 @@ class ViewData:
         items["drop_p_adjusted"] = [p.get(i, np.nan) for i in ids]
         items["significant"] = items["item_id"].isin(set(check.get("flagged") or []))
         items["hardest"] = _lowest_quarter(result)
-        if self.has_rollouts(a, b):
+        if "delta_turns" in items:  # both sides agent runs: compare's per-item figures are in its table
             _add_rollout_columns(items, self.rollouts(a), self.rollouts(b))
         with self._lock:
             self._tables[key] = items
             self._drop_warning = check.get("warning")
         return items
 
-    def has_rollouts(self, a: str, b: str) -> bool:
-        """Whether either side's records are an agent's (they carry rollouts): the pages then show them."""
-        return self.sources[a].agent or self.sources[b].agent
-
     def rollouts(self, label: str) -> pd.DataFrame | None:
-        """Per item of one model, over its epochs: the mean turns and tool calls of its rollouts, its tool errors
-        (all, and by type) and how its rollouts stopped (counts by stop reason); None for records without rollouts.
-
-        Read from the records' few fields it needs, by the record frame's rules (the later of a cell's duplicates
-        kept, generation failures left out, as compare counts them). Compare's agent table (compare/agent.py, issue
-        37 item 5) is where these per-item means belong once it is merged: this then selects its rows instead of
-        computing them."""
+        """Per item of one model, over its epochs: how its rollouts stopped (counts by stop reason) and its tool
+        errors by type; None for records without rollouts. The numbers beside them (mean turns and tool calls, tool
+        errors, their deltas) are compare's; these tallies, which compare does not list per item, come from the
+        same records read as compare reads them (the record frame: a cell held twice counts its later record, a
+        generation failure played no rollout), never from a transcript."""
         with self._lock:
             if label in self._rollouts:
                 return self._rollouts[label]
         s = self.sources[label]
-        found = _rollout_means(s.file, s.model_label) if s.agent else None
+        found = None
+        if s.agent:
+            from rfteval.compare.sides import load_side
+
+            found = _rollout_tallies(load_side(s.path, s.model_label or label).frame)
         with self._lock:
             self._rollouts[label] = found
         return found
@@ -707,71 +706,44 @@ def _item_row(r: dict[str, object], by: dict[str, dict[str, str]], tie: float) -
     }), **({"rollout": _rollout_row(r)} if "d_turns" in r else {})}
 
 
-def _rollout_means(file: Path, model_label: str | None) -> pd.DataFrame:
-    """Per item of one model's records (indexed by item_id): `turns` and `tool_calls`, their means over the epochs
-    whose rollout has them; `tool_errors`, the errors of all its rollouts, and `tool_error_types` by type;
-    `stop_reasons`, how many rollouts stopped for each reason. The record frame's rules apply (data.frame: a cell
-    held twice counts its later record; a generation failure, which played no rollout, is left out), on the few
-    fields read: a transcript is never held (a JSONL line is parsed and dropped, Parquet reads the columns)."""
+def _rollout_tallies(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per item of one model's record frame (indexed by item_id): `stop_reasons`, how many of its rollouts stopped
+    for each reason, and `tool_error_types`, its tool errors by type. A rollout is a record with turns or a stop
+    reason that is no generation failure, as compare's agent figures count them (rfteval.compare.agent)."""
+    import numpy as np
     import pandas as pd
 
-    from rfteval.data.records import is_generation_failure, iter_jsonl_records, read_parquet_records
+    from rfteval.data.frame import TOOL_ERROR
 
-    names = ("model_label", "item_id", "epoch", "error", *ROLLOUT_COLUMNS)
-    rows: list[dict[str, object]] = (
-        read_parquet_records(file, columns=names).to_pylist() if file.suffix == ".parquet"
-        else [{k: r.get(k) for k in names} for r in iter_jsonl_records(file)])
-    if model_label is not None and any(r.get("model_label") == model_label for r in rows):
-        rows = [r for r in rows if r.get("model_label") == model_label]
-    cells: dict[tuple[str, object], dict[str, object]] = {}
-    for n, r in enumerate(rows):  # the later of a cell's records wins; a record with no epoch is its own cell
-        epoch = r.get("epoch")
-        cells[(str(r.get("item_id")), epoch if isinstance(epoch, int) else f"row {n}")] = r
-    kept = [(item, r) for (item, _), r in cells.items() if not is_generation_failure(r.get("error"))]
-    errors = [_error_counts(r.get("tool_errors")) for _, r in kept]
-    per_record = pd.DataFrame({"item_id": [item for item, _ in kept],
-                               "turns": [_count(r.get("turns")) for _, r in kept],
-                               "tool_calls": [_count(r.get("tool_calls")) for _, r in kept],
-                               "tool_errors": [sum(e.values()) for e in errors]})
-    groups = per_record.groupby("item_id", sort=False)
-    out = groups[["turns", "tool_calls"]].mean()
-    out["tool_errors"] = groups["tool_errors"].sum()
-    types: dict[str, dict[str, int]] = {}
     stops: dict[str, dict[str, int]] = {}
-    for (item, r), counts in zip(kept, errors):
-        kinds = types.setdefault(item, {})
-        for k, n in counts.items():
-            kinds[k] = kinds.get(k, 0) + n
-        reasons = stops.setdefault(item, {})
-        reason = r.get("stop_reason")
-        if isinstance(reason, str):
-            reasons[reason] = reasons.get(reason, 0) + 1
-    out["tool_error_types"] = [types.get(i, {}) for i in out.index]
-    out["stop_reasons"] = [stops.get(i, {}) for i in out.index]
-    return out
-
-
-def _count(value: object) -> float:
-    """A record's turn or call count as a number (NaN: none, or not a count)."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+    types: dict[str, dict[str, int]] = {}
+    ids: list[str] = []
+    if "turns" in frame and "stop_reason" in frame:
+        has = (frame["turns"].notna() | frame["stop_reason"].notna()) & ~frame["is_generation_failure"]
+        rows = frame.loc[has.to_numpy()]
+        ids = [str(i) for i in pd.unique(rows["item_id"])]
+        for (item, reason), n in rows.groupby(["item_id", "stop_reason"], observed=True, sort=False).size().items():
+            stops.setdefault(str(item), {})[str(reason)] = int(n)
+        columns = sorted(str(c) for c in frame.columns if str(c).startswith(TOOL_ERROR))
+        if columns:
+            sums = rows.groupby("item_id", sort=False)[columns].sum()
+            for item, counts in zip(sums.index, sums.to_numpy(np.float64)):
+                types[str(item)] = {name[len(TOOL_ERROR):]: int(n) for name, n in zip(columns, counts) if n}
+    return pd.DataFrame({"stop_reasons": [stops.get(i, {}) for i in ids],
+                         "tool_error_types": [types.get(i, {}) for i in ids]}, index=pd.Index(ids, name="item_id"))
 
 
 def _add_rollout_columns(items: pd.DataFrame, base: pd.DataFrame | None, cand: pd.DataFrame | None) -> None:
-    """The comparison's items with each side's rollout figures (rollouts), the candidate's per-item mean turns and
-    tool calls minus the baseline's (d_turns, d_tool_calls: NaN where a side has none) and the tool errors of both
-    sides together (what a sort by errors reads)."""
-    import numpy as np
-
+    """The comparison's items, which hold compare's per-item agent figures (rfteval.compare.agent.ITEM_COLUMNS:
+    each side's mean turns and tool calls, its tool errors, the candidate's minus the baseline's), with what the
+    pages read beside them: each side's stop reasons and tool error types (rollouts), the deltas under the names
+    the page's orders use (d_turns, d_tool_calls) and the tool errors of both sides together (a sort by errors)."""
     ids = items["item_id"]
     for side, found in (("baseline", base), ("candidate", cand)):
-        for name in ("turns", "tool_calls", "tool_errors"):
-            values = found[name].reindex(ids) if found is not None else None
-            items[f"{side}_{name}"] = values.to_numpy(np.float64) if values is not None else np.nan
         for name in ("stop_reasons", "tool_error_types"):
             column = found[name].to_dict() if found is not None else {}
             items[f"{side}_{name}"] = [column.get(i, {}) for i in ids]
-    items["d_turns"] = items["candidate_turns"] - items["baseline_turns"]
-    items["d_tool_calls"] = items["candidate_tool_calls"] - items["baseline_tool_calls"]
+    items["d_turns"], items["d_tool_calls"] = items["delta_turns"], items["delta_tool_calls"]
     items["tool_errors"] = items["baseline_tool_errors"].fillna(0) + items["candidate_tool_errors"].fillna(0)
 
 

@@ -713,7 +713,7 @@ def test_an_unreadable_or_missing_transcript_is_said_not_a_crash(tmp_path):
     for label in ("base", "tuned"):
         common = {"model_label": label, "item_id": "a", "score": 1.0, "error": None, "output_text": "x"}
         rows += [{**common, "epoch": 1, "turns": 2, "stop_reason": "no_tool_calls", "tool_calls": 1,
-                  "tool_errors": "{not json", "transcript": "[{not json"},
+                  "tool_errors": None, "transcript": "[{not json"},
                  {**common, "epoch": 2, "turns": 1, "stop_reason": "length", "tool_calls": 0, "tool_errors": None,
                   "transcript": json.dumps([7, {"role": "tool", "content": {"a": 1}}])},
                  {**common, "epoch": 3, "score": None, "output_text": None, "turns": None, "stop_reason": None,
@@ -827,6 +827,45 @@ def test_compare_rows_count_rollouts_as_compare_counts_records(tmp_path):
         (2.0, 5.0, 3.0, 3.0)
     assert row["baseline"]["tool_errors"] == 1 and row["candidate"]["tool_error_types"] == {"KeyError": 1}
     assert row["baseline"]["stop_reasons"] == {"length": 1}
+
+
+@pytest.mark.slow
+def test_compare_rows_show_compares_own_per_item_agent_figures(agent_files, monkeypatch):
+    """The Compare page's turns, tool calls, tool errors and deltas are compare's (rfteval.compare.agent's per-item
+    columns of CompareResult.items), not computed again here: a change to compare's figures is what the page shows."""
+    import rfteval.compare.agent as agent
+
+    computed = agent._item_columns
+
+    def shifted(sides, values):  # compare's figures, marked: 100 more turns on every side
+        out = computed(sides, values)
+        for key in ("baseline_turns", "candidate_turns"):
+            out[key] = out[key] + 100
+        return out
+
+    monkeypatch.setattr(agent, "_item_columns", shifted)
+    expected = _expected_means()
+    rows = {r["item_id"]: r["rollout"] for r in _agent_data(agent_files, "jsonl").compare_page(None, None)["items"]}
+    for item, row in rows.items():
+        assert row["baseline"]["turns"] == expected[("base", item)]["turns"] + 100  # type: ignore[operator]
+        assert row["candidate"]["tool_calls"] == expected[("tuned", item)]["calls"]
+
+
+@pytest.mark.slow
+def test_an_agent_run_against_one_without_tools_compares_as_compare_does(agent_files, tmp_path):
+    """compare adds its agent figures only when both sides are agent runs; neither does the Compare page, while the
+    agent side's samples still carry their trajectories."""
+    base, _, _, dataset = agent_files
+    plain = _records(tmp_path / "tuned.jsonl", [
+        {**_row(str(r["item_id"]), int(r["epoch"]), float(r["score"]), "plain answer", "tuned")}  # type: ignore[arg-type]
+        for r in agent_rows() if r["model_label"] == "base"])
+    data = ViewData([base, plain], ViewOptions(dataset=dataset))
+    assert "agent" not in data.comparison("base", "tuned").to_json(items=False)
+    page = data.compare_page(None, None)
+    assert "agent" not in page and all("rollout" not in r for r in page["items"])  # type: ignore[union-attr]
+    assert data.filtered("base", "tuned", ["more_turns"]) == []
+    samples = json.loads(json.dumps(data.item_page("search", None, None)))["samples"]
+    assert samples["base"][0]["rollout"]["turns"] == 3 and "rollout" not in samples["tuned"][0]
 
 
 @pytest.mark.slow
