@@ -315,13 +315,9 @@ def agent_lines(summary: RunSummary) -> list[str]:
     if not tools:
         return []
 
-    def limit(value: object, unit: str = "") -> str:
-        return "none" if value is None else f"{value}{unit}"
+    from rfteval.run.rollout import limits_text
 
-    lines = [f"agent run: tools {tools.get('python')}; limits: max turns {tools.get('max_turns')}, max tool calls "
-             f"{limit(tools.get('max_tool_calls'))}, rollout timeout {limit(tools.get('rollout_timeout'), ' s')}, "
-             f"tool timeout {tools.get('tool_timeout')} s, tool memory {limit(tools.get('tool_memory'), ' MB')}, "
-             f"tool output limit {tools.get('tool_output_limit')} characters"]
+    lines = [f"agent run: {limits_text(tools)}"]
     for label, m in summary.models.items():
         a = m.agent
         if a is None or not a.rollouts:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -128,15 +128,28 @@ def tools_summary(spec: RunSpec, tools: ToolBox) -> JSONObject:
 
 
 def limits_line(spec: RunSpec) -> str | None:
-    """The run's header line for an agent run: its tools and every limit (None without tools)."""
+    """The run's header line for an agent run: its tools and every limit (None without tools); the same words as
+    the line under its table, which reads them from summary.json."""
     if spec.tools is None:
         return None
     t = spec.tools
-    calls = "no tool-call limit" if t.max_tool_calls is None else f"at most {t.max_tool_calls} tool calls"
-    memory = "no memory limit" if t.tool_memory is None else f"{t.tool_memory} MB"
-    timeout = "no rollout timeout" if t.rollout_timeout is None else f"{t.rollout_timeout:g} s"
-    return (f"agent run: tools {t.python}; per rollout at most {t.max_turns} model turns, {calls}, {timeout}; "
-            f"per tool turn {t.tool_timeout:g} s and {memory}; results cut at {t.tool_output_limit} characters")
+    return "agent run: " + limits_text({
+        "python": t.python, "max_turns": t.max_turns, "max_tool_calls": t.max_tool_calls,
+        "rollout_timeout": t.rollout_timeout, "tool_timeout": t.tool_timeout, "tool_memory": t.tool_memory,
+        "tool_output_limit": t.tool_output_limit})
+
+
+def limits_text(tools: Mapping[str, object]) -> str:
+    """An agent run's tools and limits (summary.json's `tools`) in words, each limit by its flag's name."""
+
+    def limit(name: str, unit: str = "") -> str:
+        value = tools.get(name)
+        return "none" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
+
+    return (f"tools {tools.get('python')}; limits: max turns {limit('max_turns')}, max tool calls "
+            f"{limit('max_tool_calls')}, rollout timeout {limit('rollout_timeout', ' s')}, tool timeout "
+            f"{limit('tool_timeout', ' s')}, tool memory {limit('tool_memory', ' MB')}, tool output limit "
+            f"{limit('tool_output_limit', ' characters')}")
 
 
 async def play(cell: RolloutCell, send: SendTurn, store: RunStore, agent: Agent | None = None) -> ResponseEntry:

@@ -87,8 +87,10 @@ def test_an_agent_run_end_to_end_with_its_limits_in_the_header_the_table_and_sum
     ((path, limits, box),) = python_tools
     assert path == f["tools"] and limits == ToolLimits(timeout_s=7.0, memory_mb=256, output_chars=900)
     assert len(box.turns_run) == 8 and box.closed
-    assert ("agent run: tools " + str(f["tools"]) + "; per rollout at most 4 model turns, at most 6 tool calls, "
-            "120 s;") in res.output  # the header
+    limits = ("limits: max turns 4, max tool calls 6, rollout timeout 120 s, tool timeout 7 s, tool memory 256 MB, "
+              "tool output limit 900 characters")
+    # the header and the line under the table say the same
+    assert " ".join(res.output.split()).count(" ".join(f"agent run: tools {f['tools']}; {limits}".split())) == 2
     assert "base: 4 rollouts, 2.00 turns and 1.00 tool calls each; tool errors: none; stopped: no_tool_calls 4" \
         in res.output  # under the table
     s = json.loads((f["out"] / "summary.json").read_text())
