@@ -5,13 +5,15 @@ llama-cpp-python's server (0.3.36) refuses that message (HTTP 500, its chat sche
 string" for the assistant message's content) and takes the same history with `content: ""`. The provider tries
 null, and on that refusal steps down to "" once and for the rest of the run (saying so in one line, never
 silently), as it drops an output-limit key a server calls unsupported. The stored history and the cache keys keep
-null, so a run's keys do not depend on which server answered.
+null, so a run's keys do not depend on which server answered. What was learned is the endpoint's, not a label's: a
+run's providers that reach one server share it (HistoryShape), so base and tuned on one server step down once.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from rfteval.data.json_types import JSONValue
 
@@ -20,6 +22,13 @@ from rfteval.data.json_types import JSONValue
 _NOT_A_STRING = re.compile(r"content\W.{0,80}?(valid string|must be a string|should be a string|must not be null|"
                            r"cannot be null)|(valid string|must be a string|must not be null|cannot be null)"
                            r".{0,80}?\bcontent\b", re.I | re.S)
+
+
+@dataclass
+class HistoryShape:
+    """What one endpoint was found to take of an agent's history; shared by the providers that reach it."""
+
+    empty_tool_content: bool = False  # it refused null content beside tool_calls: such messages go with ""
 
 
 def null_tool_content(message: JSONValue) -> bool:

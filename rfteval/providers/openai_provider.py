@@ -15,7 +15,7 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Literal
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
@@ -30,7 +30,7 @@ from rfteval.providers.base import (
     RateInfo,
     asks_for_json,
 )
-from rfteval.providers.history import STEP_DOWN, empty_tool_content, refuses_null_content
+from rfteval.providers.history import STEP_DOWN, HistoryShape, empty_tool_content, refuses_null_content
 
 if TYPE_CHECKING:
     import openai  # the annotations only: the module is imported when a provider is built
@@ -47,6 +47,16 @@ log = logging.getLogger("rfteval")
 
 def _is_openai_url(base_url: str) -> bool:
     return "api.openai.com" in base_url
+
+
+def share_endpoint_state(providers: Iterable[object]) -> None:
+    """Providers that reach one endpoint (base URL and API), as a run's base and tuned labels on one server do, share
+    what it was found to take of an agent's history: its step-down is paid with one refused request and said in
+    one line per endpoint, not per label."""
+    shapes: dict[tuple[str, str], HistoryShape] = {}
+    for p in providers:
+        if isinstance(p, OpenAIProvider):
+            p.history = shapes.setdefault((p.base_url, p.api), p.history)
 
 
 def default_transport() -> str:
@@ -141,11 +151,17 @@ class OpenAIProvider:
         self._both_limits = not _is_openai_url(self.base_url)
         self.dropped_keys: set[str] = set()
         # an agent's assistant turns with tool calls and no text go as content null (OpenAI's shape) until the server
-        # refuses null (llama-cpp-python's), then as "" (rfteval.providers.history): the cache key keeps null
-        self.empty_tool_content = False
+        # refuses null (llama-cpp-python's), then as "" (rfteval.providers.history): the cache key keeps null. Shared
+        # with the run's other providers of this endpoint (share_endpoint_state)
+        self.history = HistoryShape()
         self._limit_warned: set[str] = set()
         self.on_warning: Callable[[str], None] | None = None  # run_eval points it at the run's monitor
         self.max_epoch: int | None = None  # a server answers any epoch
+
+    @property
+    def empty_tool_content(self) -> bool:
+        """Whether this endpoint is sent "" for the null content of an assistant turn with tool calls."""
+        return self.history.empty_tool_content
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -249,7 +265,7 @@ class OpenAIProvider:
         if not self.empty_tool_content:
             from rfteval.providers.retry import one_line
 
-            self.empty_tool_content = True
+            self.history.empty_tool_content = True
             self.warn(f"model {request.model}: " + STEP_DOWN.format(
                 reason=one_line(self._scrub(f"HTTP {exc.status_code}: {message}"), 160)))
         body["messages"] = empty_tool_content(request.messages)

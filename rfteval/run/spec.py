@@ -304,16 +304,20 @@ def to_toml(spec: RunSpec) -> str:
 
 def build_providers(runs: Sequence[ModelRun], service_tier: str | None = None,
                     transport: str | None = None) -> dict[str, Provider]:
-    """One provider per model run , by label; tier and transport go to OpenAI endpoints."""
+    """One provider per model run, by label; tier and transport go to OpenAI endpoints. Those that reach one
+    endpoint share what is learned of it (openai_provider.share_endpoint_state)."""
     from rfteval.providers import make_provider
+    from rfteval.providers.openai_provider import share_endpoint_state
 
     extra: dict[str, object] = {}
     if service_tier is not None:
         extra["service_tier"] = service_tier
     if transport is not None:
         extra["transport"] = transport
-    return {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
-            for run in runs}
+    providers = {run.label: make_provider(run.provider, **run.settings, **(extra if run.provider == "openai" else {}))
+                 for run in runs}
+    share_endpoint_state(providers.values())
+    return providers
 
 
 # ---------------------------------------------------------------- reading and merging

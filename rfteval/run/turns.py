@@ -94,8 +94,14 @@ class TurnSender:
     def __post_init__(self) -> None:
         from rfteval.providers.retry import ConnectionWatch
 
-        for label in self.providers:
-            self.connections.setdefault(label, ConnectionWatch())
+        # one watch per endpoint, shared by the labels it serves (a base and a tuned model on one server): a server
+        # that answered one label and then died is gone for the others too (exit 3, resumable), not a server that
+        # never answered them (exit 2)
+        endpoints: dict[str, ConnectionWatch] = {}
+        for label, provider in self.providers.items():
+            url = provider.base_url
+            watch = ConnectionWatch() if url is None else endpoints.setdefault(url, ConnectionWatch())
+            self.connections.setdefault(label, watch)
 
     def refusal_watch(self, label: str, turn: int) -> RefusalWatch:
         from rfteval.providers.retry import RefusalWatch

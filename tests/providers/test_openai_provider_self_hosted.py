@@ -403,6 +403,24 @@ def test_null_content_beside_tool_calls_steps_down_to_empty_once_and_says_so(fak
     assert HISTORY[1]["content"] is None  # the request's own messages are never changed
 
 
+def test_providers_of_one_endpoint_step_down_together(fake_openai: FakeOpenAI) -> None:
+    """A run's base and tuned labels on one llama.cpp server (two providers): one refused request and one line for
+    the endpoint, not one per label (said twice, alike, before they shared it); another endpoint learns its own."""
+    from rfteval.providers.openai_provider import share_endpoint_state
+
+    fake_openai.refuse_null_tool_content = True
+    base, tuned, elsewhere = (provider(fake_openai.base_url), provider(fake_openai.base_url + "/"),
+                              provider(fake_openai.base_url.replace("/v1", "/v2")))
+    share_endpoint_state([base, tuned, elsewhere, object()])
+    said: list[str] = []
+    base.on_warning = tuned.on_warning = said.append
+    generate(base, req(messages=HISTORY))
+    generate(tuned, req(messages=HISTORY, model="fake-tuned"))
+    assert fake_openai.stats["invalid"] == 1 and len(said) == 1
+    assert [r.body["messages"][1]["content"] for r in fake_openai.requests] == ["", ""]  # answered, both ""
+    assert tuned.empty_tool_content and not elsewhere.empty_tool_content
+
+
 def test_a_server_that_takes_null_is_sent_null(fake_openai: FakeOpenAI) -> None:
     p = provider(fake_openai.base_url)
     generate(p, req(messages=HISTORY))

@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from rfteval.errors import InputError
+from rfteval.providers.base import Sampling
+from rfteval.providers.openai_provider import OpenAIProvider
 from rfteval.run.spec import (
+    ModelRun,
+    build_providers,
     build_spec,
     flag_overrides,
     normalize_response_format,
@@ -445,3 +449,14 @@ def test_every_per_model_key_is_documented_and_every_documented_key_exists() -> 
     documented = {key for row in rows for key in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
     assert documented == set(ModelSpec.model_fields), (
         f"undocumented: {set(ModelSpec.model_fields) - documented}; not keys: {documented - set(ModelSpec.model_fields)}")
+
+
+def test_providers_built_for_one_endpoint_share_what_is_learned_of_it() -> None:
+    """base and tuned on one server step down together (one refused request, one line); another server apart."""
+    runs = [ModelRun(label, "m", "openai", {"base_url": url}, Sampling())
+            for label, url in (("base", "http://127.0.0.1:8000/v1"), ("tuned", "http://127.0.0.1:8000/v1"),
+                               ("other", "http://127.0.0.1:8001/v1"))]
+    providers = build_providers(runs)
+    assert all(isinstance(p, OpenAIProvider) for p in providers.values())
+    shapes = {label: p.history for label, p in providers.items() if isinstance(p, OpenAIProvider)}
+    assert shapes["base"] is shapes["tuned"] and shapes["other"] is not shapes["base"]

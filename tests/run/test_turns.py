@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError, Sampling, ServerlessProvider
-from rfteval.providers.retry import REJECT_AFTER, RetryPolicy
+from rfteval.providers.retry import REJECT_AFTER, UNREACHABLE_AFTER, RetryPolicy
 from rfteval.run.concurrency import AdaptiveLimiter
 from rfteval.run.monitor import RunMonitor
 from rfteval.run.spec import ModelRun
@@ -92,3 +92,58 @@ def test_first_turns_refused_alike_say_no_turn():
     with pytest.raises(RequestRefused) as caught:
         asyncio.run(go())
     assert f"the server refused {REJECT_AFTER} requests alike:" in str(caught.value)
+
+
+# ---------------------------------------------------------------- labels on one endpoint
+
+
+class Dying(ServerlessProvider):
+    """A server at `base_url` that answers until `dead` is set, then cannot be connected to."""
+
+    def __init__(self, base_url: str | None, dead: list[bool]) -> None:
+        self.base_url, self.dead = base_url, dead
+
+    def identity(self) -> dict[str, Any]:
+        return {"provider": "dying"}
+
+    def request_body(self, request: GenerationRequest) -> dict[str, Any]:
+        return {"model": request.model}
+
+    async def generate(self, request: GenerationRequest, timeout_s: float) -> Generation:
+        if self.dead[0]:
+            raise ProviderError("connection", "connection refused")
+        return Generation(output_text="ok")
+
+    async def aclose(self) -> None:
+        pass
+
+
+def two_labels(base_url: str | None, tuned_url: str | None) -> tuple[TurnSender, list[bool]]:
+    dead = [False]
+    providers = {"base": Dying(base_url, dead), "tuned": Dying(tuned_url, dead)}
+    return TurnSender(providers, {label: AdaptiveLimiter(4) for label in providers},
+                      RetryPolicy(max_retries=UNREACHABLE_AFTER, base_s=0.001), RunMonitor(), 5.0), dead
+
+
+def test_a_server_that_died_after_answering_one_label_is_not_unreachable_for_the_other():
+    """Two labels on one server (base and tuned): base answered, then the server died before tuned's first answer.
+    Tuned's connection failures are a server that stopped answering (the run stops, exit 3, when they last), not
+    one never reached (a FatalRunError, exit 2), which they were when each label had a watch of its own."""
+    send, dead = two_labels("http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1")
+    tuned = ModelRun("tuned", "m-tuned", "openai", {}, Sampling())
+    assert asyncio.run(send.send(RUN, request(1), keys(1))).error is None
+    dead[0] = True
+    failed = asyncio.run(send.send(tuned, request(1), {**keys(2), "label": "tuned"}))  # retries within DEAD_WINDOW_S
+    assert failed.error is not None and failed.error.type == "connection" and failed.attempts == UNREACHABLE_AFTER + 1
+    assert send.connections["base"] is send.connections["tuned"]
+
+
+def test_labels_on_different_endpoints_keep_their_own_watch():
+    send, dead = two_labels("http://127.0.0.1:9/v1", "http://127.0.0.1:10/v1")
+    tuned = ModelRun("tuned", "m-tuned", "openai", {}, Sampling())
+    assert asyncio.run(send.send(RUN, request(1), keys(1))).error is None
+    dead[0] = True
+    with pytest.raises(FatalRunError):  # the other server never answered: not worth minutes of retries
+        asyncio.run(send.send(tuned, request(1), {**keys(2), "label": "tuned"}))
+    send, _ = two_labels(None, None)  # no server (replays): nothing to share
+    assert send.connections["base"] is not send.connections["tuned"]
