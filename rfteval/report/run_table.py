@@ -318,10 +318,12 @@ def agent_lines(summary: RunSummary) -> list[str]:
     def limit(value: object, unit: str = "") -> str:
         return "none" if value is None else f"{value}{unit}"
 
-    lines = [f"agent run: tools {tools.get('python')}; limits: max turns {tools.get('max_turns')}, max tool calls "
+    names = " and ".join(str(tools[k]) for k in ("python", "endpoints") if tools.get(k) is not None)
+    lines = [f"agent run: tools {names}; limits: max turns {tools.get('max_turns')}, max tool calls "
              f"{limit(tools.get('max_tool_calls'))}, rollout timeout {limit(tools.get('rollout_timeout'), ' s')}, "
              f"tool timeout {tools.get('tool_timeout')} s, tool memory {limit(tools.get('tool_memory'), ' MB')}, "
-             f"tool output limit {tools.get('tool_output_limit')} characters"]
+             f"tool output limit {tools.get('tool_output_limit')} characters"
+             + (f", endpoint call timeout {tools.get('endpoint_timeout')} s" if "endpoints" in tools else "")]
     for label, m in summary.models.items():
         a = m.agent
         if a is None or not a.rollouts:
