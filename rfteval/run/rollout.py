@@ -204,7 +204,7 @@ class _Rollout:
         self.calls_run = 0
         self.spent = 0.0  # the rollout's time (RolloutLimits.timeout_s)
         self.state: JSONObject | None = None  # the tools' state after the last tool turn (None: none ran yet)
-        self.trace: str | None = None  # the trace id its tool calls carry (tools.base.new_trace_id)
+        self.trace: str | None = None  # the trace id its tool calls carry (providers.agent_rft.new_trace_id)
         self.tool_failure: EntryError | None = None  # a tool that gave no answer after its retries
 
     def remaining(self) -> float | None:
