@@ -15,4 +15,5 @@ PYTHON_BATCH_SIZE = 256  # samples handed to a python worker per call
 MAX_TURNS = 10  # model calls per rollout (--max-turns)
 TOOL_TIMEOUT_S = 30.0  # seconds per turn's tool calls, run together in one sandbox unit (--tool-timeout)
 TOOL_MEMORY_MB = 1024  # MB of memory per tool unit (--tool-memory)
+ENDPOINT_TIMEOUT_S = 600.0  # seconds per Agent RFT endpoint call, its own wait (--tool-endpoint-timeout)
 TOOL_OUTPUT_CHARS = 20_000  # characters of one tool result shown to the model; the rest is cut, marked (--tool-output-limit)

@@ -4,6 +4,7 @@ Importing the package registers every built-in grader type: a new type is one mo
 """
 
 from rfteval.graders import (  # noqa: F401  (each module registers its type)
+    endpoint,
     group_judge,
     label_model,
     multi,

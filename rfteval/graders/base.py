@@ -91,6 +91,11 @@ class GraderConfig(BaseModel):
         fields of the sample the judge sees. Empty for graders without such a prompt."""
         return []
 
+    def needs_env(self) -> list[tuple[str, str]]:
+        """(field, VAR) for each environment variable grading with this grader reads (an endpoint grader's `${VAR}`
+        in a header): checked before anything is graded (graders.paths.require_sandbox). Empty for the others."""
+        return []
+
     @model_validator(mode="before")
     @classmethod
     def _default_name(cls, data: object, info: ValidationInfo) -> object:

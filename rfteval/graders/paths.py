@@ -19,15 +19,23 @@ if TYPE_CHECKING:
 
 
 def require_sandbox(config: GraderConfig, policy: SandboxPolicy) -> None:
-    """When the grader has python code and the sandbox cannot be built here, stop with one line (exit 2) unless
-    `policy` is unsafe (--unsafe-python-graders)."""
-    from rfteval.graders.base import uses_python
+    """What grading needs here, checked before anything is graded: when the grader has python code and the sandbox
+    cannot be built here, stop with one line (exit 2) unless `policy` is unsafe (--unsafe-python-graders); when it
+    reads an environment variable that is not set (an endpoint grader's `${VAR}` header), one line naming it."""
+    import os
+
+    from rfteval.graders.base import uses_python, walk
     from rfteval.sandbox.host_probe import sandbox_problem
 
     if uses_python(config):
         problem = sandbox_problem(policy)
         if problem is not None:
             raise InputError(problem, field="--unsafe-python-graders")
+    for grader in walk(config):
+        for where, var in grader.needs_env():
+            if not os.environ.get(var):
+                raise InputError(f"grader {grader.name!r} reads ${{{var}}}, which is not set in the environment: "
+                                 f"export {var} first (its value is sent, and written nowhere)", field=where)
 
 
 def dataset_format(config: GraderConfig, items: Iterable[Item], dataset: str | Path, allow_trailing_assistant: bool,

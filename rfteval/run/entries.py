@@ -23,8 +23,10 @@ FINAL_GENERATION_ERRORS = frozenset({"refusal"})
 # Grading failures of the grading machinery rather than of the output: re-graded on resume.
 # A truncated judge answer too: one cut off by the output limit is re-read from the judge cache at no cost, and a
 # prompt past the server's context (never cached) is sent again once the server's context was raised.
+# An endpoint grader's failures too: its server is the user's, fixed without the grader config changing.
 TRANSIENT_GRADE_ERRORS = frozenset({"python_grader_server_error", "model_grader_server_error",
-                                    "model_grader_truncated_error"})
+                                    "model_grader_truncated_error", "endpoint_grader_server_error",
+                                    "endpoint_grader_parse_error"})
 
 
 class EntryError(msgspec.Struct):
@@ -96,6 +98,9 @@ class RolloutEntry(ResponseEntry, kw_only=True):
     messages: list[JSONField] = []
     call_errors: dict[str, str] = {}
     turn_keys: list[str] = []  # the model turns' keys in responses.jsonl, in order
+    trace_id: str | None = None  # the trace id its tool calls carried (an endpoint grader is sent it)
+
+    __optional__ = frozenset({*ResponseEntry.__optional__, "trace_id"})
 
 
 class ToolTurnEntry(_Entry, kw_only=True):
@@ -113,6 +118,9 @@ class ToolTurnEntry(_Entry, kw_only=True):
     duration_s: float = 0.0
     session: str = ""
     at: str = ""
+    trace_id: str | None = None  # the rollout's trace id, which its calls carried
+
+    __optional__ = frozenset({"trace_id"})
 
 
 class GradeEntry(_Entry, kw_only=True):

@@ -34,6 +34,7 @@ from rfteval.data.rollout import RolloutLimits
 from rfteval.errors import InputError
 from rfteval.providers.base import exceeds_context
 from rfteval.run.entries import (
+    EntryError,
     RolloutEntry,
     ToolTurnEntry,
     is_reusable_response,
@@ -94,17 +95,38 @@ class ToolsFailed(Exception):
     stops (the runner raises rfteval.run.turns.ToolsStopped); stored turns are kept and a re-run resumes."""
 
 
-def open_tools(spec: RunSpec, policy: SandboxPolicy) -> ToolBox | None:
+def open_tools(spec: RunSpec, policy: SandboxPolicy, retry_base_s: float = 0.5) -> ToolBox | None:
     """The run's tool box: its [tools] python module (--tools FILE) opened in the python sandbox under the tools'
-    limits (--tool-timeout, --tool-memory, --tool-output-limit); None for a run without tools."""
-    if spec.tools is None or spec.tools.python is None:
+    limits (--tool-timeout, --tool-memory, --tool-output-limit), its Agent RFT tool endpoints (--tool-endpoints
+    FILE, their 5xx retried after `retry_base_s`-based waits), or both as one box; None for a run without tools."""
+    if spec.tools is None:
         return None
-    path = Path(spec.tools.python)
-    if not path.is_file():
-        raise InputError("no such file (the tools module)", path, field="--tools")
-    from rfteval.tools.python import open_python_tools
+    t = spec.tools
+    boxes: list[tuple[str, ToolBox]] = []
+    try:
+        if t.python is not None:
+            path = Path(t.python)
+            if not path.is_file():
+                raise InputError("no such file (the tools module)", path, field="--tools")
+            from rfteval.tools.python import open_python_tools
 
-    return open_python_tools(path, spec.tool_limits(), policy)
+            boxes.append((str(path), open_python_tools(path, spec.tool_limits(), policy)))
+        if t.endpoints is not None:
+            from rfteval.tools.endpoint import open_tool_endpoints
+
+            boxes.append((t.endpoints, open_tool_endpoints(t.endpoints, spec.tool_limits(), item_fields=t.item_fields,
+                                                           timeout_s=t.endpoint_timeout, retry_base_s=retry_base_s)))
+        if len(boxes) == 1:
+            return boxes[0][1]
+        from rfteval.tools.composite import CompositeTools
+
+        return CompositeTools(boxes)
+    except BaseException:
+        for _, box in boxes:  # a python box opened before the endpoints were refused: its sandbox stopped
+            close = getattr(box, "close", None)
+            if callable(close):
+                close()
+        raise
 
 
 def cell_sample(entry: ResponseEntry, mode: str = DEFAULT_MODE,
@@ -112,19 +134,30 @@ def cell_sample(entry: ResponseEntry, mode: str = DEFAULT_MODE,
     """The grader's sample of a cell's stored entry: a rollout's from its trajectory (data.rollout.rollout_sample:
     the final turn's output fields and sample["rollout"]), a single answer's as it always was."""
     if isinstance(entry, RolloutEntry):
-        return traj.rollout_sample(entry.messages, stop_reason=entry.stop_reason or "", errors=entry.call_errors,
-                                   output_json=entry.output_json, choices=entry.choices, reasoning=entry.reasoning,
-                                   finish_reason=entry.finish_reason, mode=mode, tags=tags)
+        sample = traj.rollout_sample(entry.messages, stop_reason=entry.stop_reason or "", errors=entry.call_errors,
+                                     output_json=entry.output_json, choices=entry.choices, reasoning=entry.reasoning,
+                                     finish_reason=entry.finish_reason, mode=mode, tags=tags)
+        rollout = sample.get("rollout")
+        if entry.trace_id is not None and isinstance(rollout, dict):  # what the rollout's tool calls carried
+            rollout["trace_id"] = entry.trace_id
+        return sample
     return entry_sample(entry, mode=mode, tags=tags)
 
 
 def tools_summary(spec: RunSpec, tools: ToolBox) -> JSONObject:
-    """What summary.json says of an agent run: its tools (the module, the tool box's identity) and its limits."""
+    """What summary.json says of an agent run: its tools (the module, the tool box's identity) and its limits; with
+    tool endpoints, the tools config and the item fields sent too (never a header)."""
     limits, rollout = spec.tool_limits(), spec.rollout_limits()
-    return {"python": spec.tools.python if spec.tools is not None else None, "identity": tools.identity,
-            "max_turns": rollout.max_turns, "max_tool_calls": rollout.max_tool_calls,
-            "tool_timeout": limits.timeout_s, "tool_memory": limits.memory_mb,
-            "tool_output_limit": limits.output_chars, "rollout_timeout": rollout.timeout_s}
+    out: JSONObject = {
+        "python": spec.tools.python if spec.tools is not None else None, "identity": tools.identity,
+        "max_turns": rollout.max_turns, "max_tool_calls": rollout.max_tool_calls, "tool_timeout": limits.timeout_s,
+        "tool_memory": limits.memory_mb, "tool_output_limit": limits.output_chars,
+        "rollout_timeout": rollout.timeout_s}
+    if spec.tools is not None and spec.tools.endpoints is not None:
+        fields: JSONValue = list(spec.tools.item_fields) if spec.tools.item_fields is not None else None
+        out.update({"endpoints": spec.tools.endpoints, "item_fields": fields,
+                    "endpoint_timeout": spec.tools.endpoint_timeout})
+    return out
 
 
 def limits_line(spec: RunSpec) -> str | None:
@@ -133,10 +166,13 @@ def limits_line(spec: RunSpec) -> str | None:
     if spec.tools is None:
         return None
     t = spec.tools
-    return "agent run: " + limits_text({
+    out: dict[str, object] = {
         "python": t.python, "max_turns": t.max_turns, "max_tool_calls": t.max_tool_calls,
         "rollout_timeout": t.rollout_timeout, "tool_timeout": t.tool_timeout, "tool_memory": t.tool_memory,
-        "tool_output_limit": t.tool_output_limit})
+        "tool_output_limit": t.tool_output_limit}
+    if t.endpoints is not None:
+        out.update({"endpoints": t.endpoints, "item_fields": t.item_fields, "endpoint_timeout": t.endpoint_timeout})
+    return "agent run: " + limits_text(out)
 
 
 def limits_text(tools: Mapping[str, object]) -> str:
@@ -146,10 +182,15 @@ def limits_text(tools: Mapping[str, object]) -> str:
         value = tools.get(name)
         return "none" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
-    return (f"tools {tools.get('python')}; limits: max turns {limit('max_turns')}, max tool calls "
-            f"{limit('max_tool_calls')}, rollout timeout {limit('rollout_timeout', ' s')}, tool timeout "
-            f"{limit('tool_timeout', ' s')}, tool memory {limit('tool_memory', ' MB')}, tool output limit "
-            f"{limit('tool_output_limit', ' characters')}")
+    names = " and ".join(str(tools[k]) for k in ("python", "endpoints") if tools.get(k) is not None)
+    text = (f"tools {names}; limits: max turns {limit('max_turns')}, max tool calls {limit('max_tool_calls')}, "
+            f"rollout timeout {limit('rollout_timeout', ' s')}, tool timeout {limit('tool_timeout', ' s')}, tool "
+            f"memory {limit('tool_memory', ' MB')}, tool output limit {limit('tool_output_limit', ' characters')}")
+    if tools.get("endpoints") is not None:
+        fields = tools.get("item_fields")
+        sent = "the whole line" if not isinstance(fields, list) else "item fields " + ",".join(map(str, fields))
+        text += f", endpoint call timeout {limit('endpoint_timeout', ' s')} ({sent} sent)"
+    return text
 
 
 async def play(cell: RolloutCell, send: SendTurn, store: RunStore, agent: Agent | None = None) -> ResponseEntry:
@@ -178,6 +219,8 @@ class _Rollout:
         self.calls_run = 0
         self.spent = 0.0  # the rollout's time (RolloutLimits.timeout_s)
         self.state: JSONObject | None = None  # the tools' state after the last tool turn (None: none ran yet)
+        self.trace: str | None = None  # the trace id its tool calls carry (providers.agent_rft.new_trace_id)
+        self.tool_failure: EntryError | None = None  # a tool that gave no answer after its retries
 
     def remaining(self) -> float | None:
         return None if self.limits.timeout_s is None else self.limits.timeout_s - self.spent
@@ -215,7 +258,7 @@ class _Rollout:
                 stop = traj.MAX_TOOL_CALLS
                 break
             if not await self._tool_turn(key, turn, calls):
-                stop = traj.ROLLOUT_TIMEOUT
+                stop = traj.ROLLOUT_TIMEOUT if self.tool_failure is None else ""
                 break
             # the next turn: the whole history, and the tool choice left to the model (a forced one is the first's)
             request = dataclasses.replace(cell.request, messages=[*cell.request.messages, *self.history],
@@ -248,10 +291,20 @@ class _Rollout:
         self.spent += entry.latency_s or 0.0
         return entry
 
+    def _trace_id(self) -> str:
+        """The trace id of the rollout's calls: a rollout played before in this run directory keeps its own (its
+        tool server's state is filed under it), any other gets a new one."""
+        if self.trace is None:
+            from rfteval.providers.agent_rft import new_trace_id
+
+            before = self.store.get_rollout(self.cell.key)
+            self.trace = before.trace_id if before is not None and before.trace_id else new_trace_id()
+        return self.trace
+
     async def _tool_turn(self, model_key: str, turn: int, calls: list[traj.ToolCallJSON]) -> bool:
         """Run (or read back) the turn's calls and append their tool messages; False when the rollout's time ran
-        out first."""
-        from rfteval.tools.base import ToolCall
+        out first, or a tool gave no answer after its retries (`tool_failure`)."""
+        from rfteval.tools.base import RolloutToolError, ToolCall
 
         tools = self.agent.tools
         key = tool_turn_key(model_key, tools.identity, self.cell.item.id)
@@ -266,11 +319,14 @@ class _Rollout:
             wanted = [ToolCall(c["id"], c["name"], c["arguments"]) for c in calls]
             async with asyncio.timeout(remaining) as deadline:
                 try:
-                    results, state = await tools.run_turn(self.cell.key, self.cell.item.data, wanted, self.state)
+                    results, state = await tools.run_turn(self._trace_id(), self.cell.item.data, wanted, self.state)
                 except TimeoutError:
                     if deadline.expired():
                         return False
                     raise ToolsFailed("the tool turn timed out outside its own limit") from None
+                except RolloutToolError as exc:  # this rollout's generation error; the run goes on
+                    self.tool_failure = EntryError(exc.kind, str(exc)[:1000])
+                    return False
                 except Exception as exc:  # noqa: BLE001 - the machinery failed, not a call (those are results)
                     raise ToolsFailed(f"{type(exc).__name__}: {exc}"[:500]) from None
             if len(results) != len(calls):
@@ -279,8 +335,10 @@ class _Rollout:
                                    calls=[_call_json(c) for c in calls],
                                    results=[_result_json(c, r) for c, r in zip(calls, results)], state=state,
                                    duration_s=round(time.perf_counter() - started, 4),
-                                   session=self.store.session, at=now_iso())
+                                   session=self.store.session, at=now_iso(), trace_id=self.trace)
             self.store.put_tool_turn(stored)  # stored (and flushed) before the model sees it
+        elif self.trace is None and stored.trace_id is not None:
+            self.trace = stored.trace_id  # a resumed rollout's later calls carry the trace its first ones did
         self.spent += stored.duration_s
         self.state = stored.state if isinstance(stored.state, dict) else {}
         self.calls_run += len(calls)
@@ -307,9 +365,10 @@ class _Rollout:
             attempts=sum(t.attempts for t in self.turns) + (failed.attempts if failed is not None else 0),
             turns=len(self.turns), stop_reason=stop or None, tool_calls=len(calls),
             tool_errors=trajectory.tool_errors(), messages=list(self.history), call_errors=dict(self.errors),
-            turn_keys=[t.key for t in self.turns])
-        if failed is not None:
-            entry.error = failed.error
+            turn_keys=[t.key for t in self.turns], trace_id=self.trace)
+        error = failed.error if failed is not None else self.tool_failure
+        if error is not None:
+            entry.error = error
         elif final is None:  # the time ran out before the first answer: an empty answer, graded as such
             entry.output_text = ""
         else:

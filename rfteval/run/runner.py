@@ -463,7 +463,8 @@ def run_eval(spec: RunSpec, monitor: RunMonitor | None = None, options: RunOptio
     opts = options or RunOptions()
     if tools is not None or spec.tools is not None:  # before anything is opened, sent or written
         refuse_with_tools(spec, opts)
-    held = _HeldTools(tools if tools is not None else open_tools(spec, sandbox or spec.sandbox_policy()))
+    held = _HeldTools(tools if tools is not None else open_tools(spec, sandbox or spec.sandbox_policy(),
+                                                                 opts.backoff_base_s))
     try:
         return _run_eval(spec, monitor, opts, providers, judge, sandbox, held)
     finally:

@@ -22,6 +22,7 @@ from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError, read_input_text
 from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.limits import (
+    ENDPOINT_TIMEOUT_S,
     MAX_TURNS,
     PYTHON_MEMORY_MB,
     PYTHON_MIN_MEMORY_MB,
@@ -49,7 +50,9 @@ JUDGE_KEYS = tuple(JUDGE_KEYWORDS.values())  # the [judge] table's keys
 # The [tools] table's keys and their flags (an agent run: rfteval.run.rollout)
 TOOL_FLAGS = {"python": "--tools", "max_turns": "--max-turns", "max_tool_calls": "--max-tool-calls",
               "tool_timeout": "--tool-timeout", "tool_memory": "--tool-memory",
-              "tool_output_limit": "--tool-output-limit", "rollout_timeout": "--rollout-timeout"}
+              "tool_output_limit": "--tool-output-limit", "rollout_timeout": "--rollout-timeout",
+              "endpoints": "--tool-endpoints", "item_fields": "--tool-item-fields",
+              "endpoint_timeout": "--tool-endpoint-timeout"}
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {
@@ -157,11 +160,30 @@ class ToolsSpec(_Strict):
     tool_memory: int | None = Field(TOOL_MEMORY_MB, ge=PYTHON_MIN_MEMORY_MB)  # MB per tool unit
     tool_output_limit: int = Field(TOOL_OUTPUT_CHARS, ge=1)  # characters of one result shown to the model
     rollout_timeout: float | None = Field(None, gt=0)  # seconds per rollout; none: no limit
+    # Agent RFT's tools list ([{"name", "server_url", "headers"}]): each call POSTed to its tool's server
+    # (rfteval.tools.endpoint); beside python tools or alone
+    endpoints: str | None = None
+    item_fields: list[str] | None = None  # the dataset line's fields sent to tool servers; none: all of it
+    endpoint_timeout: float = Field(ENDPOINT_TIMEOUT_S, gt=0, le=ENDPOINT_TIMEOUT_S)  # seconds per endpoint call
+
+    @field_validator("item_fields", mode="before")
+    @classmethod
+    def _fields(cls, value: object) -> object:
+        """--tool-item-fields id,messages: one comma-separated flag value, or the spec's list."""
+        if isinstance(value, str):
+            value = [f.strip() for f in value.split(",") if f.strip()]
+        if isinstance(value, list) and not value:
+            raise ValueError("name at least one field of the dataset line (or leave it out: the whole line is sent)")
+        return value
 
     @model_validator(mode="after")
     def _has_tools(self) -> ToolsSpec:
-        if self.python is None:
-            raise ValueError("the rollout limits need tools: pass --tools FILE (or python = \"tools.py\" in [tools])")
+        if self.python is None and self.endpoints is None:
+            raise ValueError("the rollout limits need tools: pass --tools FILE or --tool-endpoints FILE (or python = "
+                             "\"tools.py\" or endpoints = \"tools-config.json\" in [tools])")
+        if self.endpoints is None and self.item_fields is not None:
+            raise ValueError("item_fields (--tool-item-fields) is what tool endpoints are sent: it needs "
+                             "--tool-endpoints FILE")
         return self
 
 
@@ -393,8 +415,9 @@ def absolutize(raw: Mapping[str, object], base: Path) -> JSONObject:
     if isinstance(sampling, dict) and "response_format" in sampling:
         sampling["response_format"] = _abs(sampling["response_format"], base)
     tools = out.get("tools")
-    if isinstance(tools, dict) and "python" in tools:
-        tools["python"] = _abs(tools["python"], base)
+    for key in ("python", "endpoints"):
+        if isinstance(tools, dict) and key in tools:
+            tools[key] = _abs(tools[key], base)
     models = out.get("models")
     for m in models.values() if isinstance(models, dict) else ():
         if isinstance(m, dict):

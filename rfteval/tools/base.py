@@ -3,7 +3,8 @@
 A tool box runs one turn's calls at a time, in order, for one rollout, from the state the previous turn left; it
 returns one result per call and the state after. A failing call is a result too (`error` set, its content the
 "error: <Type>: <message>" line the model is shown), never an exception: the model sees what went wrong and the
-rollout goes on. Only the machinery failing (the sandbox gone) raises.
+rollout goes on. Only the machinery failing (the sandbox gone) raises; and a tool the rollout depends on that gives
+no answer after its retries (an Agent RFT tool server's 5xx) raises RolloutToolError, which ends that one rollout.
 """
 
 from __future__ import annotations
@@ -24,6 +25,17 @@ UNKNOWN_TOOL = "UnknownTool"  # no tool of that name
 TOOL_TIMEOUT = "ToolTimeout"  # past --tool-timeout: the unit was killed
 TOOL_MEMORY = "ToolMemory"  # past --tool-memory: the unit was killed
 TOOL_CRASH = "ToolCrash"  # the unit died otherwise (a signal, os._exit)
+
+
+class RolloutToolError(Exception):
+    """A call got no answer the model could be shown, after its retries (a tool server's 5xx, a dropped connection):
+    the rollout ends there as a generation error (Agent RFT discarded it), counted by `kind` and left out of the
+    means, never scored; the run goes on, and re-running it plays the rollout again from its stored turns. The
+    message is one line with no secret in it."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,8 @@ class ToolBox(Protocol):
 
     async def run_turn(self, rollout_id: str, item: JSONObject, calls: Sequence[ToolCall],
                        state: JSONObject) -> tuple[list[ToolResult], JSONObject]:
-        """One turn's calls, in order, from `state`: one result per call, and the state after."""
+        """One turn's calls, in order, from `state`: one result per call, and the state after. `rollout_id` is the
+        rollout's trace id (providers.agent_rft.new_trace_id), the same for each of its turns, resumed ones too."""
         ...
 
     async def aclose(self) -> None: ...

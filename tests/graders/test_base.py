@@ -21,7 +21,7 @@ def test_every_registered_type_answers_for_itself():
         for attr in ("calls_judge", "runs_python", "grades_groups"):
             assert isinstance(getattr(entry.config, attr), bool), (name, attr)
         assert all(callable(getattr(entry.config, m)) for m in (
-            "score_range", "sub_graders", "compared_templates", "python_source", "judge_prompt"))
+            "score_range", "sub_graders", "compared_templates", "python_source", "judge_prompt", "needs_env"))
 
 
 def test_a_type_builds_only_from_its_own_config_class():

@@ -18,7 +18,6 @@ OWN_FOLDERS = {"cli", "project", "support", "fixtures"}  # tests/ folders that m
 ELSEWHERE: dict[str, tuple[str, str]] = {
     "__main__.py": ("tests/graders/test_python.py", "`python -m rfteval`: two lines, run by a subprocess there"),
     "errors.py": ("tests/data/test_dataset.py", "the one-line error: every bad-input test reads its line"),
-    "cli/app.py": ("tests/project/test_docs.py", "the Typer app: every test in tests/cli/ goes through it"),
     "cli/commands/common.py": ("tests/cli/test_run.py", "options the commands share, end to end through them"),
     "cli/commands/batches_cmd.py": ("tests/run/batch/test_phase.py", "end to end, beside the batches it lists"),
     "cli/commands/export_environment_cmd.py": ("tests/reward/test_taskset.py", "end to end: verifiers loads its output"),
@@ -36,7 +35,6 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "providers/base.py": ("tests/providers/test_retry.py", "the provider protocol; its error kinds decide the retries"),
     "readiness/reference.py": ("tests/cli/test_validate.py", "`rfteval validate grader --dataset`, end to end"),
     "report/agree_render.py": ("tests/cli/test_agree.py", "what `rfteval agree` prints and writes, end to end"),
-    "report/console.py": ("tests/project/test_architecture.py", "the consoles commands print to; rich nowhere else"),
     "report/format.py": ("tests/cli/test_score_range.py", "how figures read in every report"),
     "report/grade_table.py": ("tests/cli/test_grade.py", "what `rfteval grade` prints, end to end"),
     "report/graders_table.py": ("tests/cli/test_grade.py", "what `rfteval graders` prints, end to end"),

@@ -19,7 +19,7 @@ from rfteval.run.rollout import RolloutLimits, play
 from rfteval.run.runner import RunOptions, RunResult, run_eval
 from rfteval.run.spec import ModelRun, build_spec, flag_overrides
 from rfteval.run.store import CellKeys, ResponseEntry, RunStore, new_response_entry
-from rfteval.tools.base import BAD_ARGUMENTS, UNKNOWN_TOOL
+from rfteval.tools.base import BAD_ARGUMENTS, UNKNOWN_TOOL, RolloutToolError, ToolResult
 from tests.support.fake_openai import FakeOpenAI, Reply, Request
 from tests.support.toolboxes import (
     TOOLS_SCHEMA,
@@ -126,7 +126,10 @@ def test_a_tool_call_runs_and_the_next_turn_sees_its_result(tmp_path: Path):
         {"role": "assistant", "content": None, "tool_calls": [tool_call("add", {"a": 2, "b": 3})]},
         {"role": "tool", "tool_call_id": "call_1", "content": "5"}]
     assert second.body["tools"] == first.body["tools"]
-    assert box.turns_run == [(rollouts(files)[0]["key"], ["add"])]
+    (line,) = rollouts(files)
+    assert box.turns_run == [(line["trace_id"], ["add"])]  # the rollout's trace id, which its calls carry
+    assert line["trace_id"].startswith("trace_") and store_lines(files, "tools.jsonl")[0]["trace_id"] == \
+        line["trace_id"]
     (rec,) = records(files)
     assert rec["output_text"] == "sum: 5" and rec["score"] == 1.0  # graded on the final turn
     assert rec["usage"]["output_tokens"] == sum(  # summed over the turns, as the fake counts them
@@ -268,6 +271,58 @@ def test_a_turn_that_fails_after_every_retry_is_the_cells_generation_error(tmp_p
     s = result.summary
     assert s.errors == 1 and s.models["base"].mean == 1.0  # left out of the mean, counted
     assert s.models["base"].agent is not None and s.models["base"].agent.rollouts == 1
+
+
+class UnansweredTools(FunctionTools):
+    """The calculator behind a server that gives its first `failures` turns no answer (a tool endpoint's 5xx after
+    its retries: tools.base.RolloutToolError)."""
+
+    def __init__(self, failures: int):
+        super().__init__({"add": lambda a, b: a + b})
+        self.failures = failures
+
+    async def run_turn(self, rollout_id: str, item: dict[str, Any], calls: Any,
+                       state: dict[str, Any]) -> tuple[list[ToolResult], dict[str, Any]]:
+        if self.failures:
+            self.failures -= 1
+            self.turns_run.append((rollout_id, [c.name for c in calls]))
+            raise RolloutToolError("tool_server_error", "tool 'add' at http://127.0.0.1:9/tools: HTTP 503 (after 3 "
+                                   "retries)")
+        return await super().run_turn(rollout_id, item, calls, state)
+
+
+@pytest.mark.slow
+def test_a_tool_without_an_answer_makes_the_rollout_a_generation_error_and_a_rerun_keeps_its_trace(tmp_path: Path):
+    files = write_agent_files(tmp_path, n_items=2)
+    with FakeOpenAI(scripted_agent(adding_agent)) as server:
+        first = UnansweredTools(failures=1)
+        result = agent_run(files, server, first, opts=RunOptions(backoff_base_s=0.001, handle_signals=False,
+                                                                 fixed_concurrency=True, start_concurrency=1))
+        failed = [r for r in records(files) if r["error"] is not None]
+        assert len(failed) == 1 and failed[0]["error"] == {
+            "stage": "generate", "type": "tool_server_error",
+            "message": "tool 'add' at http://127.0.0.1:9/tools: HTTP 503 (after 3 retries)"}
+        assert result.summary.errors == 1 and result.summary.models["base"].mean == 1.0  # left out, not scored 0
+        (trace, _), (other, _) = first.turns_run
+        assert trace != other  # two rollouts, two traces
+        server.reset()
+        again = UnansweredTools(failures=0)
+        agent_run(files, server, again)
+        assert len(server.requests) == 1  # the failed rollout's second turn only: its first is read back
+    assert again.turns_run == [(trace, ["add"])]  # played again under the trace its first attempt's calls carried
+    assert [r["error"] for r in records(files)] == [None, None]
+
+
+@pytest.mark.slow
+def test_a_resumed_rollouts_later_calls_carry_the_trace_its_first_calls_did(tmp_path: Path):
+    files = write_agent_files(tmp_path, reference="")
+    with FakeOpenAI(scripted_agent(always_adding)) as server:
+        agent_run(files, server, max_turns=2)  # turn 1's call runs; turn 2's calls are the answer
+        (stored,) = store_lines(files, "tools.jsonl")
+        box = calculator()
+        agent_run(files, server, box, max_turns=3)  # another rollout key: continued from the stored turns
+    assert box.turns_run == [(stored["trace_id"], ["add"])]  # turn 2's call, under turn 1's trace
+    assert rollouts(files)[-1]["trace_id"] == stored["trace_id"]
 
 
 @pytest.mark.slow

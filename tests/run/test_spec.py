@@ -460,3 +460,33 @@ def test_providers_built_for_one_endpoint_share_what_is_learned_of_it() -> None:
     assert all(isinstance(p, OpenAIProvider) for p in providers.values())
     shapes = {label: p.history for label, p in providers.items() if isinstance(p, OpenAIProvider)}
     assert shapes["base"] is shapes["tuned"] and shapes["other"] is not shapes["base"]
+
+
+def test_the_tool_endpoints_keys_from_a_spec_file_and_as_flags(spec_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC + '\n[tools]\nendpoints = "tools-config.json"\nitem_fields = ["id", "messages"]\n'
+                           "endpoint_timeout = 30\n")
+    spec = build_spec(path)
+    assert spec.tools is not None and spec.tools.python is None
+    assert spec.tools.endpoints == str(spec_dir / "tools-config.json")  # relative to the spec file
+    assert (spec.tools.item_fields, spec.tools.endpoint_timeout) == (["id", "messages"], 30.0)
+    flags = build_spec(path, flag_overrides(tools={"endpoints": "other.json", "item_fields": "id, messages,ref",
+                                                   "endpoint_timeout": None}, cwd=tmp_path))
+    assert flags.tools is not None and flags.tools.endpoints == str(tmp_path / "other.json")
+    assert flags.tools.item_fields == ["id", "messages", "ref"] and flags.tools.endpoint_timeout == 30.0
+    resolved = to_toml(flags)
+    assert f'endpoints = "{tmp_path / "other.json"}"' in resolved.split("[tools]\n")[1]
+    assert 'item_fields = ["id", "messages", "ref"]' in resolved and "endpoint_timeout = 30.0" in resolved
+
+
+@pytest.mark.parametrize("tools, field, message", [
+    ({"endpoint_timeout": 601, "endpoints": "t.json"}, "--tool-endpoint-timeout", "less than or equal to 600"),
+    ({"item_fields": "id", "python": "tools.py"}, "--tools", "it needs --tool-endpoints FILE"),
+    ({"item_fields": " , ", "endpoints": "t.json"}, "--tool-item-fields", "name at least one field"),
+])
+def test_bad_tool_endpoint_flags_are_one_line_naming_the_flag(spec_dir: Path, tools: dict, field: str,
+                                                             message: str) -> None:
+    with pytest.raises(InputError) as err:
+        build_spec(spec_dir / "spec.toml", flag_overrides(tools=tools))
+    assert err.value.field == field and message in err.value.message

@@ -14,7 +14,15 @@ import typer
 import typer.core
 import typer.models
 
-from rfteval.limits import MAX_TURNS, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S, TOOL_MEMORY_MB, TOOL_OUTPUT_CHARS, TOOL_TIMEOUT_S
+from rfteval.limits import (
+    ENDPOINT_TIMEOUT_S,
+    MAX_TURNS,
+    PYTHON_MEMORY_MB,
+    PYTHON_TIMEOUT_S,
+    TOOL_MEMORY_MB,
+    TOOL_OUTPUT_CHARS,
+    TOOL_TIMEOUT_S,
+)
 from rfteval.providers import endpoint as judge_defaults
 from rfteval.sandbox.policy import UNSAFE_ENV
 
@@ -223,6 +231,16 @@ _TOOL_PARAMS: tuple[tuple[str, str, object, typer.models.OptionInfo], ...] = (
     ("rollout_timeout", "rollout_timeout", float | None, typer.Option(
         None, "--rollout-timeout", metavar="SECONDS", help="With --tools: seconds per rollout (its model turns and "
         "tool turns); past it the rollout ends as it stands [default: no limit].")),
+    ("tool_endpoints", "endpoints", Path | None, typer.Option(
+        None, "--tool-endpoints", metavar="FILE", help="An agent run whose tools are Agent RFT tool endpoints: FILE "
+        'is its tools list [{"name", "server_url", "headers"}] (${VAR} in a header read from the environment); each '
+        "call is POSTed to its tool's server. With --tools too, both kinds of tools.")),
+    ("tool_item_fields", "item_fields", str | None, typer.Option(
+        None, "--tool-item-fields", metavar="FIELD,FIELD", help="With --tool-endpoints: send tool servers only these "
+        "fields of the dataset line [default: the whole line, references included, as Agent RFT did].")),
+    ("tool_endpoint_timeout", "endpoint_timeout", float | None, typer.Option(
+        None, "--tool-endpoint-timeout", metavar="SECONDS", help="With --tool-endpoints: seconds per call, then the "
+        f"model is shown a ToolTimeout [default and most: {ENDPOINT_TIMEOUT_S:g}, Agent RFT's].")),
 )
 
 
@@ -238,7 +256,8 @@ def tool_flags(function: Command) -> Command:
     @functools.wraps(function)
     def with_tools(**kwargs: object) -> object:
         given = {key: kwargs.pop(name) for name, key, _, _ in _TOOL_PARAMS}
-        given["python"] = None if given["python"] is None else str(given["python"])
+        for key in ("python", "endpoints"):
+            given[key] = None if given[key] is None else str(given[key])
         kwargs["tools"] = given
         return function(**kwargs)
 
