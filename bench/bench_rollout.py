@@ -19,8 +19,9 @@ both contenders send the same turns and get the same answers. Its CPU is never c
 3. Resuming 1,000 finished rollouts of 8 turns (small pages, the tools in the sandbox): the same run again, as a
    library call and as the `rfteval run --tools` command; it must send no request (the server's count) and run no
    tool (the tool box's count; tools.jsonl unchanged), and cost <= 0.3 ms per stored model turn (wall). Beside it,
-   the same store without rollouts.jsonl (rollouts cut by a kill just before their line): every turn replayed from
-   responses.jsonl and tools.jsonl, again with no request and no tool run; and the command resuming 10 rollouts,
+   the same store without rollouts.jsonl (rollouts cut by a kill just before their line; its index removed too, so
+   it is rebuilt from the logs): every turn replayed from responses.jsonl and tools.jsonl, again with no request
+   and no tool run; and the command resuming 10 rollouts,
    whose time is the command's fixed cost (start-up, the result files), so the large resume's CPU per stored turn
    beyond it is the resume's own.
 
@@ -394,7 +395,10 @@ def part_resume(tmp: Path) -> dict[str, Any]:
         figures["store_bytes"] = sum(p.stat().st_size for p in store.iterdir())
         cut = tmp / "cut-run"
         shutil.copytree(run_dir, cut)
-        (cut / "store" / "rollouts.jsonl").unlink()
+        # a kill before the rollouts' lines: rollouts.jsonl gone, and the index (derived, rebuilt from the logs when
+        # missing) with it, since it would still hold them
+        for name in ("rollouts.jsonl", "index.sqlite", "index.sqlite-wal", "index.sqlite-shm"):
+            (cut / "store" / name).unlink(missing_ok=True)
         for kind, where in (("finished", run_dir), ("cut", cut)):
             rows = []
             for _ in range(REPEATS):
@@ -496,7 +500,7 @@ def report(figures: dict[str, Any]) -> None:
     s = r["stored_turns"]
     print(f"resume: {r['rollouts']:,} finished rollouts of {RESUME_TURNS} turns ({s:,} stored model turns; store "
           f"{r['store_bytes'] / 1e6:.1f} MB: {r['store_lines']}); generated in {r['generate']['wall_s']:.1f} s")
-    for kind, label in (("finished", "library call, finished rollouts"), ("cut", "library call, no rollouts.jsonl"),
+    for kind, label in (("finished", "library call, finished rollouts"), ("cut", "library call, cut: every turn replayed"),
                         ("command", "the command, finished rollouts")):
         rows = r[kind]
         print(f"  {label:<40} wall {best(rows, 'wall_s'):.2f} s ({median(rows, 'wall_s'):.2f}); "
