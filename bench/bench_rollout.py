@@ -12,7 +12,7 @@ both contenders send the same turns and get the same answers. Its CPU is never c
    result files) with an in-process tool box (the tool's own cost left out), its process CPU over the request phase
    (time.process_time, every thread) divided by the model turns; target <= 2 ms. Beside it the bare loop's CPU per
    turn (the SDK's share), and the run with the same tools as a tools.py in the python sandbox (this process's
-   CPU, and the sandboxes' apart).
+   CPU; the sandboxes' own is bench_tools.py's).
 2. The whole loop against a bare openai-SDK tool loop (AsyncOpenAI, a semaphore of the same 32 requests in flight,
    the tool called in process, nothing stored), the same rollouts, interleaved, at 0 and 50 ms of server delay;
    target: rfteval's wall time <= 1.5x the bare loop's.
@@ -31,7 +31,6 @@ Run: .venv/bin/python bench/bench_rollout.py   (or `make bench`). Prints a table
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import re
@@ -42,7 +41,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -152,13 +151,10 @@ class InProcessTools:
 
 
 class Counting:
-    """A tool box that counts the turns it was asked to run, passing them on (its identity is the box's); with
-    `cpu`, it reads the sandboxes' CPU when made and when the run closes it (a closed pool's processes are gone)."""
+    """A tool box that counts the turns it was asked to run, passing them on (its identity is the box's)."""
 
-    def __init__(self, box: ToolBox, cpu: Callable[[], float] | None = None):
-        self.box, self.turns_run, self.cpu = box, 0, cpu
-        self.cpu_at_open = cpu() if cpu is not None else 0.0
-        self.cpu_at_close = 0.0
+    def __init__(self, box: ToolBox):
+        self.box, self.turns_run = box, 0
 
     @property
     def identity(self) -> str:
@@ -176,8 +172,6 @@ class Counting:
         return await self.box.run_turn(rollout_id, item, calls, state)
 
     async def aclose(self) -> None:
-        if self.cpu is not None:
-            self.cpu_at_close = self.cpu()
         await self.box.aclose()
 
 
@@ -345,10 +339,7 @@ def part_turns(tmp: Path) -> dict[str, Any]:
                 runs["rfteval"].append(rfteval_run(url, files, tmp / "run", TURNS, tools))
                 assert tools.turns_run == ROLLOUTS * (TURNS - 1), tools.turns_run
                 box = open_python_tools(files["tools"], spec_tool_limits(), SandboxPolicy())
-                measured = Counting(box, functools.partial(sandboxes_cpu, box._pool.pids))
-                run = rfteval_run(url, files, tmp / "sandboxed", TURNS, measured)
-                run["sandbox_cpu_s"] = measured.cpu_at_close - measured.cpu_at_open
-                runs["sandboxed"].append(run)
+                runs["sandboxed"].append(rfteval_run(url, files, tmp / "sandboxed", TURNS, box))
         finally:
             proc.terminate()
             proc.wait()
@@ -356,13 +347,6 @@ def part_turns(tmp: Path) -> dict[str, Any]:
             assert all(r["sent"] == ROLLOUTS * TURNS for r in rows), [r["sent"] for r in rows]
         out[f"delay_{delay}"] = runs
     return out
-
-
-def sandboxes_cpu(pids: list[int]) -> float:
-    """The sandboxes' CPU so far (the pool's pid list is read when called: it grows as sandboxes start)."""
-    from bench_grading import tree_cpu
-
-    return tree_cpu(pids)
 
 
 def spec_tool_limits() -> Any:
@@ -435,6 +419,10 @@ def part_resume(tmp: Path) -> dict[str, Any]:
 
 
 def main() -> dict[str, Any]:
+    # what a run imports once per process, in a thread while its first requests are in flight (pandas, pyarrow):
+    # imported here, so that no contender's request phase pays it and the repeats are alike
+    import pandas  # noqa: F401
+    import pyarrow.parquet  # noqa: F401
     from bench_grading import others_cpu
 
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
@@ -485,8 +473,6 @@ def report(figures: dict[str, Any]) -> None:
         print(f"  {'  the whole run_eval call (in-process tools)':<42}{best(whole, 'wall_s'):>7.2f} "
               f"({median(whole, 'wall_s'):>5.2f}){1000 * best(whole, 'cpu_s') / n:>9.2f} "
               f"({1000 * median(whole, 'cpu_s') / n:>5.2f}){best(whole, 'wall_s') / best(bare, 'wall_s'):>7.2f}")
-        sandboxes = 1000 * median(runs["sandboxed"], "sandbox_cpu_s") / (ROLLOUTS * (TURNS - 1))
-        print(f"  {'  the sandboxes, CPU per tool turn (median)':<42}{'':>16}{sandboxes:>9.2f}")
     d0 = t[f"delay_{DELAYS_MS[0]}"]
     cpu = 1000 * median(d0["rfteval"], "phase_cpu_s") / n
     print(f"rfteval's CPU per model turn at {t['history_bytes'] / 1024:.0f} KB and {TURNS} turns (median, delay 0): "
