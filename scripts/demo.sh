@@ -3,10 +3,13 @@
 #   1. ChipStack (a python grader), then `rfteval compare` as the CI gate;
 #   2. Accordance (a score_model judge grading tax analyses against a rubric), then a short compare;
 #   3. Support (a group judge ranking each item's samples of both models together, --group-models), then a
-#      short compare.
+#      short compare;
+#   4. Inventory, an agent run (`rfteval run --tools`): each (model, item, epoch) a rollout whose tool calls run
+#      datasets/inventory/tools.py in the python sandbox; compare with its agent table; a viewer bundle.
 # The judge in 2 and 3 is scripts/local_judge.py: a SCRIPTED STAND-IN, NOT A MODEL (a rubric-keyword heuristic
 # on 127.0.0.1), started here and killed on exit. All recordings are illustrative outputs written for the
-# examples, not outputs of a real model.
+# examples, not outputs of a real model. The model turns in 4 come from scripts/local_agent.py, likewise a
+# SCRIPTED STAND-IN, NOT A MODEL (scripted-base and scripted-tuned play set courses over the real tools' results).
 #
 # Against a real endpoint the ChipStack run is:
 #   rfteval run --dataset datasets/chipstack/items.jsonl --grader graders/chipstack.json \
@@ -26,7 +29,8 @@ for f in "$DATA/items.jsonl" "$GRADER" "$DATA/recordings/base.jsonl" "$DATA/reco
          datasets/accordance/items.jsonl graders/accordance.json datasets/accordance/recordings/base.jsonl \
          datasets/accordance/recordings/tuned.jsonl datasets/support/items.jsonl datasets/support/grader.json \
          datasets/support/recordings/base.jsonl datasets/support/recordings/tuned.jsonl scripts/local_judge.py \
-         tests/support/fake_openai.py; do
+         datasets/inventory/items.jsonl datasets/inventory/grader.json datasets/inventory/tools.py \
+         scripts/local_agent.py tests/support/fake_openai.py; do
   if [ ! -f "$f" ]; then echo "demo: missing $f" >&2; exit 2; fi
 done
 
@@ -56,8 +60,9 @@ echo "Run again and nothing is re-generated or re-graded (the run directory is a
 
 TMP="$(mktemp -d)"
 JUDGE_PID=""
+AGENT_PID=""
 cleanup() {
-  if [ -n "$JUDGE_PID" ]; then kill "$JUDGE_PID" 2>/dev/null || true; wait "$JUDGE_PID" 2>/dev/null || true; fi
+  for pid in $JUDGE_PID $AGENT_PID; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -137,6 +142,54 @@ echo "Judge answers are cached in each run directory (judge_cache.jsonl): re-run
 echo "judge asks it nothing. (This demo passes --fresh, because its local judge gets a new port each time.)"
 echo "The scores above come from a scripted stand-in and illustrative recordings: they demonstrate rfteval, not"
 echo "the models."
+
+# ---------------------------------------------------------------- an agent: python tools, the scripted local agent
+
+"$BIN/python" scripts/local_agent.py --port 0 >"$TMP/agent.out" &
+AGENT_PID=$!
+AGENT_URL=""
+for _ in $(seq 100); do  # its first stdout line is its base URL
+  AGENT_URL="$(head -n 1 "$TMP/agent.out" 2>/dev/null || true)"
+  if [ -n "$AGENT_URL" ] || ! kill -0 "$AGENT_PID" 2>/dev/null; then break; fi
+  sleep 0.1
+done
+case "$AGENT_URL" in
+  http://127.0.0.1:*/v1) ;;
+  *) echo "demo: the local agent did not start (scripts/local_agent.py)" >&2; exit 1 ;;
+esac
+
+INV=datasets/inventory
+AGENT_OUT=runs/demo-agent
+echo
+echo "== Agents. The model turns below come from scripts/local_agent.py at $AGENT_URL: a SCRIPTED STAND-IN, NOT A"
+echo "   MODEL. scripted-base and scripted-tuned are transparent scripts that read the tools' results and play set"
+echo "   courses (the base one sometimes answers without a call, passes a product name as a SKU or calls until"
+echo "   --max-turns). The tools are real: $INV/tools.py runs in the python sandbox, each turn in a fresh process."
+echo
+echo "== rfteval validate tools: the items' declared tools against $INV/tools.py, before anything is sent =="
+"$BIN/rfteval" validate tools --dataset "$INV/items.jsonl" --tools "$INV/tools.py" --max-turns 8
+echo
+echo "== rfteval run --tools: inventory stock desk, each (model, item, epoch) a rollout of up to 8 model turns =="
+"$BIN/rfteval" run \
+  --dataset "$INV/items.jsonl" \
+  --grader "$INV/grader.json" \
+  --model base=scripted-base \
+  --model tuned=scripted-tuned \
+  --base-url "$AGENT_URL" \
+  --tools "$INV/tools.py" --max-turns 8 \
+  --epochs 3 --seed 7 \
+  --out "$AGENT_OUT" --fresh \
+  --no-readiness
+echo
+echo "== rfteval compare $AGENT_OUT/base.jsonl $AGENT_OUT/tuned.jsonl (the agent table under the score table) =="
+"$BIN/rfteval" compare "$AGENT_OUT/base.jsonl" "$AGENT_OUT/tuned.jsonl" --top 3
+echo
+echo "== rfteval view $AGENT_OUT --bundle $AGENT_OUT/view: each sample card shows its turns, calls, results, stop reason =="
+"$BIN/rfteval" view "$AGENT_OUT" --bundle "$AGENT_OUT/view"
+echo "(every model turn and tool turn is stored in $AGENT_OUT/store/: the same command without --fresh resumes a cut"
+echo "rollout where it stopped; this demo passes --fresh, because its local agent gets a new port each time)"
+echo "The agent's scores come from a scripted stand-in playing set courses: they demonstrate rfteval, not a model."
 echo
 echo "== Look at the samples: both models' outputs side by side, sorted by the paired delta (rfteval view) =="
 echo "   $BIN/rfteval view runs/demo-chipstack      (or runs/demo-accordance for the judge's steps; needs the view extra)"
+echo "   $AGENT_OUT/view/index.html                (the agent run's pages, opened from disk: no server needed)"

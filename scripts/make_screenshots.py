@@ -1,8 +1,9 @@
 """The README's screenshots of `rfteval view` (docs/view-compare.png, docs/view-item.png), from the demo's ChipStack
 run: `rfteval run` on the bundled replay recordings (as scripts/demo.sh runs it) into a temporary directory, the
 viewer served on 127.0.0.1, Debian's headless Chromium driven by Playwright. docs/view-trajectory.png is an agent's
-sample card (issue 37) from scripted records written here (agent_example: a support agent with three tools, its
-turns written out, no model behind them), labelled as such in the README.
+sample cards (issue 37) from the demo's agent run, made as scripts/demo.sh makes it: the inventory example's
+`rfteval run --tools`, its tools executed in the python sandbox, its model turns from scripts/local_agent.py (a
+scripted stand-in, not a model), labelled as such in the README.
 
 Each page is checked before it is shot: the text it must show is there (the summary's delta, both models' samples)
 and the picture is not blank. With --check nothing is written: the pages are shot into a temporary directory and
@@ -31,8 +32,10 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 WIDTH, HEIGHT = 1280, 900
 SHOTS = {"view-compare.png": ("compare", ["+0.115", "24 of 24 items", "Items, lowest delta first"]),
          "view-item.png": ("item", ["Prompt, as the model saw it", "base · epoch 1", "tuned · epoch 1"])}
-TRAJECTORY = ("view-trajectory.png", ["trajectory", "4 turns", "stop: no_tool_calls", "ValueError ×1",
-                                      "PermissionError ×1", "show all"])
+# the base agent's epoch 2 passes a product name as a SKU, reads the error and recovers; the tuned one goes straight
+TRAJECTORY_ITEM, TRAJECTORY_EPOCH = "inv-07", 2
+TRAJECTORY = ("view-trajectory.png", ["trajectory", "stop: no_tool_calls", "LookupError ×1", "find_product",
+                                      "get_stock", "ANSWER: 73.20"])
 
 
 def png_info(data: bytes) -> tuple[int, int, int]:
@@ -59,82 +62,23 @@ def demo_run(out: Path) -> Path:
     return out
 
 
-Turns = list[tuple[str | None, list[tuple[str, dict[str, object], str]]]]  # (text, [(tool, arguments, result)])
+INVENTORY = ROOT / "datasets" / "inventory"
 
 
-def _turns(turns: Turns) -> dict[str, object]:
-    """A record's agent fields (the contract of issue 37) from scripted turns: (text, [(tool, arguments, result)])."""
-    import json
-    import re
+def agent_run(out: Path) -> Path:
+    """The demo's agent run (scripts/demo.sh): the scripted local agent on 127.0.0.1, the tools in the sandbox."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import local_agent
 
-    messages: list[dict[str, object]] = []
-    errors: dict[str, int] = {}
-    calls = 0
-    for n, (text, listed) in enumerate(turns, 1):
-        message: dict[str, object] = {"role": "assistant", "content": text}
-        if listed:
-            message["tool_calls"] = [{"id": f"call_{n}_{k}", "type": "function",
-                                      "function": {"name": name, "arguments": json.dumps(args)}}
-                                     for k, (name, args, _) in enumerate(listed)]
-        messages.append(message)
-        for k, (_, _, result) in enumerate(listed):
-            calls += 1
-            messages.append({"role": "tool", "tool_call_id": f"call_{n}_{k}", "content": result})
-            kind = re.match(r"error: (\w+):", result)
-            if kind:
-                errors[kind.group(1)] = errors.get(kind.group(1), 0) + 1
-    return {"turns": len(turns), "stop_reason": "no_tool_calls", "tool_calls": calls, "tool_errors": errors,
-            "transcript": json.dumps(messages)}
-
-
-def agent_example(out: Path) -> list[Path]:
-    """Scripted records of a support agent (find_orders, get_order, refund), base and tuned, 4 items x 2 epochs:
-    the base model fumbles its refund calls, the tuned one reads the order first. Written for the screenshot."""
-    import json
-
-    out.mkdir(parents=True, exist_ok=True)
-    order = {"order_id": "A-1042", "customer": "dana@example.com", "currency": "USD", "items": [
-        {"sku": f"SKU-{k:03d}", "name": f"replacement filter, pack of {k}", "qty": 1, "price": 10.75}
-        for k in range(1, 7)], "payments": [
-        {"event": "charge", "amount": 64.5, "at": "2026-11-30T10:02:11Z", "card": "visa ****4242"},
-        {"event": "charge", "amount": 64.5, "at": "2026-11-30T10:02:13Z", "card": "visa ****4242"}],
-        "shipping": {"carrier": "UPS", "status": "delivered", "events": [
-            {"at": f"2026-12-0{d}T08:00:00Z", "where": w} for d, w in enumerate(
-                ["Reno, NV", "Sacramento, CA", "Oakland, CA", "Berkeley, CA"], 1)]},
-        "notes": "customer reports a duplicate charge; " * 40}
-    order_text = json.dumps(order, indent=2)
-    found = json.dumps([{"order_id": "A-1042", "total": 64.5}, {"order_id": "A-0977", "total": 19.0}])
-    rows: dict[str, list[dict[str, object]]] = {"base": [], "tuned": []}
-    for i in range(4):
-        item = f"refund-{i + 1}"
-        base: Turns = [
-            ("Let me look up your orders.", [("find_orders", {"email": "dana@example.com"}, found)]),
-            (None, [("refund", {"order_id": "A-1042", "amount": "all"},
-                     "error: ValueError: amount must be a number, got 'all'")]),
-            (None, [("refund", {"order_id": "A-1042", "amount": 129.0},
-                     "error: PermissionError: refunds over 100.00 need a supervisor")]),
-            ("I have requested a refund for order A-1042.", [])]
-        tuned: Turns = [
-            (None, [("get_order", {"order_id": "A-1042"}, order_text)]),
-            (None, [("refund", {"order_id": "A-1042", "amount": 64.5, "reason": "duplicate charge"},
-                     '{"refund_id": "R-7781", "status": "approved", "amount": 64.5}')]),
-            ("You were charged twice for order A-1042. I refunded the duplicate charge of $64.50 "
-             "(refund R-7781); it reaches your card in 3-5 business days.", [])]
-        for label, turns, score in (("base", base, 0.0 if i < 3 else 1.0), ("tuned", tuned, 1.0)):
-            for epoch in (1, 2):
-                rows[label].append({
-                    "run_id": "scripted-agent", "model_label": label, "model": f"scripted-{label}", "item_id": item,
-                    "epoch": epoch, "output_text": turns[-1][0], "output_json": None, "score": score,
-                    "sub_scores": None, "error": None,
-                    "usage": {"input_tokens": 812 * len(turns), "output_tokens": 64 * len(turns),
-                              "reasoning_tokens": None},
-                    "latency_s": 0.4 * len(turns), "cached": False, "finished_at": "2026-12-07T00:00:00Z",
-                    **_turns(turns)})
-    paths = []
-    for label, records in rows.items():
-        paths.append(out / f"{label}.jsonl")
-        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
-    return paths
+    rfteval = Path(sys.executable).parent / "rfteval"
+    cmd = [str(rfteval)] if rfteval.exists() else [sys.executable, "-m", "rfteval"]
+    with local_agent.agent_server() as server:
+        subprocess.run([*cmd, "run", "--dataset", str(INVENTORY / "items.jsonl"), "--grader",
+                        str(INVENTORY / "grader.json"), "--model", "base=scripted-base", "--model",
+                        "tuned=scripted-tuned", "--base-url", server.base_url, "--tools", str(INVENTORY / "tools.py"),
+                        "--max-turns", "8", "--epochs", "3", "--seed", "7", "--out", str(out), "--no-readiness"],
+                       check=True, capture_output=True, cwd=ROOT)
+    return out
 
 
 def shoot(out_dir: Path) -> dict[str, bytes]:
@@ -148,7 +92,7 @@ def shoot(out_dir: Path) -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as tmp:
         data = ViewData([demo_run(Path(tmp) / "demo-chipstack")])
         lowest = data.filtered(*data.default_pair)[0]
-        agent = ViewData(agent_example(Path(tmp) / "agent"))
+        agent = ViewData([agent_run(Path(tmp) / "demo-agent")])
         sock = server.bind("127.0.0.1", 0)
         url = server.url_of(sock)
         srv = uvicorn.Server(uvicorn.Config(server.make_app(data), log_level="warning", lifespan="off"))
@@ -177,13 +121,13 @@ def shoot(out_dir: Path) -> dict[str, bytes]:
                         page.evaluate("document.getElementById('samples').scrollIntoView()")
                     shots[name] = page.screenshot()
                 name, expected = TRAJECTORY
-                page.goto(agent_url + "item?id=refund-1")
+                page.goto(agent_url + f"item?id={TRAJECTORY_ITEM}")
                 page.wait_for_selector(".trajectory")
                 text = page.inner_text("main")
                 missing = [t for t in expected if t not in text]
                 if missing:
                     raise SystemExit(f"make_screenshots: {name}: the page lacks {missing}")
-                page.evaluate("document.getElementById('samples').scrollIntoView()")
+                page.evaluate(f"document.querySelector('.pair[data-epoch=\"{TRAJECTORY_EPOCH}\"]').scrollIntoView()")
                 shots[name] = page.screenshot()
                 browser.close()
         finally:
