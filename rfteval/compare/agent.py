@@ -115,14 +115,16 @@ class AgentComparison(TypedDict):
 
 
 def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarray, items: Sequence[str] | pd.Index,
-                   o: Options, per_item: dict[str, np.ndarray] | None = None) -> AgentComparison | None:
+                   o: Options, per_item: dict[str, np.ndarray] | None = None,
+                   bounds: tuple[float, float] | None = None) -> AgentComparison | None:
     """The agent comparison of two sides over the compared `items`, or None unless both are agent runs with
     rollouts among them. `used_b`/`used_c`: which of each side's records enter the score's means (the error
     policy's), a mask over its frame's rows: the split averages their scores.
 
     `per_item`, when given, receives each compared item's figures in `items`' order (ITEM_COLUMNS: per side its
     mean turns and tool calls, its tool errors and its rollouts a limit stopped; the deltas of turns and tool
-    calls): compare_sides puts them in the comparison's per-item table, where a viewer sorts and filters by them."""
+    calls): compare_sides puts them in the comparison's per-item table, where a viewer sorts and filters by them.
+    `bounds`: the score's range, which the score split's intervals are cut to as the score table's are."""
     import numpy as np
     import pandas as pd
 
@@ -164,7 +166,7 @@ def compare_agents(base: Side, cand: Side, used_b: np.ndarray, used_c: np.ndarra
     _adjust(list(rows.values()))
     stops = _stop_shares(sides, o)
     _adjust(list(stops.values()))
-    split = {role: _score_split(s, o) for role, s in zip(ROLES, sides)}
+    split = {role: _score_split(s, o, bounds) for role, s in zip(ROLES, sides)}
     finished = stops.get(FINISHED)
     if finished is not None and finished["verdict"] in WORDS.values():
         notes.append(f"the candidate's rollouts finish on their own ({FINISHED}) in {finished['candidate']:.1%} "
@@ -353,7 +355,7 @@ def _stop_shares(sides: Sequence[_Rollouts], o: Options) -> dict[str, StopShare]
     return out
 
 
-def _score_split(side: _Rollouts, o: Options) -> ScoreSplit:
+def _score_split(side: _Rollouts, o: Options, bounds: tuple[float, float] | None = None) -> ScoreSplit:
     """The mean score of a side's rollouts that finished on their own and of those a limit stopped, each over its
     items' means (the error policy's records: a generation failure is not among them, a grading error scores 0)."""
     import numpy as np
@@ -368,6 +370,8 @@ def _score_split(side: _Rollouts, o: Options) -> ScoreSplit:
         if means.size:
             s = stats.side_summary(means, o.level, o.ci_method, o.seed)
             mean, ci = s["mean"], s["ci95"]
+            if bounds is not None:
+                ci = list(stats.clip_interval(ci[0], ci[1], bounds))
         else:
             mean, ci = float("nan"), [float("nan"), float("nan")]
         out[name] = ScoreGroup(mean=mean, ci95=ci, items=int(means.size), rollouts=int(sel.sum()))

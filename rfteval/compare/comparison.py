@@ -847,7 +847,8 @@ def compare_sides(base: Side, cand: Side, options: CompareOptions | None = None,
         if metric.is_pass or pass_k is not None:  # the pass rule is in use: say when it is "only the maximum"
             notes += max_threshold_notes((base, cand), o)
     per_item: dict[str, np.ndarray] = {}
-    agent = compare_agents(base, cand, used_mask(base.frame, o), used_mask(cand.frame, o), joined.index, o, per_item)
+    agent = compare_agents(base, cand, used_mask(base.frame, o), used_mask(cand.frame, o), joined.index, o, per_item,
+                           bounds)
     if per_item:
         items = items.assign(**per_item)  # in joined's order, as the items were built
     if base.agent != cand.agent:

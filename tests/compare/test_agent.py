@@ -199,3 +199,21 @@ def test_the_turns_interval_covers_the_true_shift_at_its_nominal_rate(shift: flo
         assert claimed / replicates <= 0.06
     else:
         assert claimed / replicates >= 0.9
+
+
+def test_the_score_split_is_cut_to_the_scores_range_as_the_score_table_is(tmp_path: Path) -> None:
+    """Items near 1 with a few misses: the t interval of the finished rollouts' mean runs past 1 uncut."""
+    n = 12
+    base = {f"q{i}": [(1.0, Rollout(2, "no_tool_calls", 1))] * 3 for i in range(n)}
+    base["q0"] = [(0.0, Rollout(2, "no_tool_calls", 1))] + base["q0"][1:]
+    tuned = {f"q{i}": [(1.0, Rollout(2, "no_tool_calls", 1))] * 3 for i in range(n)}
+    b = write_agent(agent_side("base", base), tmp_path / "b.jsonl")
+    t = write_agent(agent_side("tuned", tuned), tmp_path / "t.jsonl")
+    item_means = np.array([2 / 3] + [1.0] * (n - 1))
+    uncut = stats.side_summary(item_means)["ci95"]
+    assert uncut[1] > 1.0  # what the split printed before: [0.911, 1.033] in make demo
+    r = compare_paths(b, t)
+    assert r.agent is not None
+    finished = r.agent["score_by_stop"]["baseline"]["finished"]
+    assert finished["mean"] == pytest.approx(item_means.mean())
+    assert finished["ci95"] == pytest.approx([uncut[0], 1.0])
