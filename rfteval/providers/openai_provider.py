@@ -576,6 +576,9 @@ def _error_message(exc: openai.APIStatusError) -> str:
         if isinstance(err, dict) and err.get("message"):
             code = f" ({err['code']})" if err.get("code") else ""
             return f"{err['message']}{code}"
+        # FastAPI's own error body, which servers built on it send (transformers serve: a prompt past the context)
+        if isinstance(body.get("detail"), str) and body["detail"]:
+            return str(body["detail"])
     return str(getattr(exc, "message", exc))[:300]
 
 

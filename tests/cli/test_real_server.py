@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,6 +22,17 @@ from tests.support import REPO
 from tests.support.cli_run_files import RFTEVAL
 from tests.support.optional import missing
 from tests.support.real_server import INSTALL_HINT, TOOLS_ALIAS, RealServer, unavailable
+from tests.support.real_server_cli import (
+    arithmetic_items,
+    assert_one_line_error,
+    chat_posts,
+    kill_mid_run_then_resume,
+    output_of,
+    records,
+    sentence_items,
+    string_check,
+    write_items,
+)
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
@@ -51,50 +59,6 @@ def rfteval(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[s
     return subprocess.run([*RFTEVAL, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def output_of(res: subprocess.CompletedProcess[str]) -> str:
-    return res.stdout + res.stderr
-
-
-def assert_one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """Exit 2, no traceback, and the error is one `rfteval: ...` line, the last on stderr, holding every needle
-    (notices such as a retry may come before it); returns that line."""
-    assert res.returncode == 2, output_of(res)
-    assert "Traceback" not in output_of(res), output_of(res)
-    lines = [x for x in res.stderr.splitlines() if x.strip()]
-    assert lines and lines[-1].startswith("rfteval:"), res.stderr
-    for needle in needles:
-        assert needle.lower() in lines[-1].lower(), lines[-1]
-    return lines[-1]
-
-
-def write_items(path: Path, items: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(x) + "\n" for x in items))
-    return path
-
-
-def arithmetic_items(n: int) -> list[dict[str, Any]]:
-    return [{"id": f"add-{i}", "messages": [
-        {"role": "system", "content": "You are a calculator. Answer with the number only."},
-        {"role": "user", "content": f"What is {i + 2} plus {3 * i + 1}?"}], "reference_answer": str(4 * i + 3)}
-        for i in range(n)]
-
-
-def sentence_items(n: int) -> list[dict[str, Any]]:
-    animals = ["cat", "dog", "owl", "fox", "whale", "horse", "crow", "bee", "frog", "goat", "lynx", "moth"]
-    return [{"id": f"say-{i}", "messages": [{"role": "user", "content": f"Write one sentence about a {animals[i]}."}],
-             "reference_answer": animals[i]} for i in range(n)]
-
-
-def string_check(path: Path, operation: str = "like") -> Path:
-    path.write_text(json.dumps({"type": "string_check", "name": "has-reference", "input": "{{ sample.output_text }}",
-                                "reference": "{{ item.reference_answer }}", "operation": operation}))
-    return path
-
-
-def records(out: Path, label: str) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (out / f"{label}.jsonl").read_text().splitlines() if x.strip()]
-
-
 def run_args(server: RealServer, dataset: Path, grader: Path, out: Path, *extra: str,
              models: tuple[str, ...] = ("base=smol-base",), epochs: int = 1, max_tokens: int = 16) -> list[str]:
     args = ["run", "--dataset", str(dataset), "--grader", str(grader), "--base-url", server.base_url,
@@ -103,11 +67,6 @@ def run_args(server: RealServer, dataset: Path, grader: Path, out: Path, *extra:
     for m in models:
         args += ["--model", m]
     return args + list(extra)
-
-
-def chat_posts(server: RealServer) -> int:
-    """POST /v1/chat/completions lines in the server's access log so far (what the server was actually sent)."""
-    return server.log.read_text(errors="replace").count("POST /v1/chat/completions")
 
 
 def assert_secret_absent(out: Path, *outputs: str) -> None:
@@ -331,47 +290,15 @@ def test_responses_api_missing_points_to_api_chat(llama: RealServer, tmp_path: P
 def test_a_killed_server_stops_the_run_within_seconds_and_the_same_command_resumes(tmp_path: Path) -> None:
     """[4, runner] SIGKILL the server mid-run: the run notices across cells (not after every cell's retries),
     stops within seconds naming the refused connection, no traceback; the server restarted on the same port, the
-    same command resumes (stored answers not re-sent) and completes."""
+    same command resumes (stored answers not re-sent) and completes (tests/support/real_server_cli.py, which
+    `transformers serve` goes through too)."""
     server = RealServer(workdir=tmp_path / "llama").start()
     try:
         ds = write_items(tmp_path / "items.jsonl", sentence_items(12))
         out = tmp_path / "run"
         args = run_args(server, ds, string_check(tmp_path / "g.json"), out, "--concurrency", "2", epochs=3,
                         max_tokens=24)
-        env = {**os.environ, "OPENAI_API_KEY": SECRET}
-        proc = subprocess.Popen([*RFTEVAL, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        store = out / "store" / "responses.jsonl"
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
-            if store.exists() and len(store.read_text().splitlines()) >= 6:
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the run ended before the server was killed"
-        server.kill()
-        try:
-            stdout, stderr = proc.communicate(timeout=120)  # a guard: every cell's retries took about 4 minutes
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            pytest.fail("the run did not stop within 120 s of the server's death: a hang guard, not a timing check")
-        assert proc.returncode == 3, stdout + stderr  # stopped, resumable
-        assert "Traceback" not in stdout + stderr
-        assert "refused" in (stdout + stderr).lower(), stdout + stderr
-        # noticed across cells: a few attempts in a row could not connect, and the run stopped there; no cell
-        # spent its retries and failed (a cell that did would be a connection error in the records)
-        gone = re.search(r"the endpoint stopped answering: .* \((\d+) attempts in a row over", stderr)
-        assert gone is not None and int(gone.group(1)) >= 3, stderr  # retry.DEAD_AFTER
-        assert not [r for r in records(out, "base") if (r["error"] or {}).get("type") == "connection"]
-        answered = len(store.read_text().splitlines())
-
-        server.start()
-        posts = chat_posts(server)
-        res = rfteval(*args)
-        assert res.returncode == 0, output_of(res)
-        recs = records(out, "base")
-        assert len(recs) == 36 and all(r["error"] is None for r in recs)
-        resent = chat_posts(server) - posts
-        assert resent <= 36 - answered + 2, (resent, answered)  # +2: requests in flight at the kill
+        kill_mid_run_then_resume(server, args, out, "base", 36, SECRET)
     finally:
         server.stop()
 

@@ -324,6 +324,24 @@ def test_recordings_are_up_to_date() -> None:
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.slow
+def test_sums_is_what_its_script_writes_and_no_held_out_sum_is_trained_on() -> None:
+    """datasets/sums (the RFT example's task): its files are make_sums.py's, no pair of numbers is on both sides (3 + 4
+    in training and 4 + 3 held out would be the same sum), and its grader scores the reference 1, the sum inside a
+    sentence 0.5, a bare wrong number 0.5 and a wrong sentence 0."""
+    done = run_script("datasets/sums/make_sums.py", "--check")
+    assert done.returncode == 0, done.stderr
+    split = {name: [it.data for it in load_dataset(DATASETS / "sums" / f"{name}.jsonl")] for name in ("train", "heldout")}
+    pairs = {name: {frozenset(str(it["id"]).split("-")[1:]) for it in items} for name, items in split.items()}
+    assert len(split["train"]) >= 60 and len(split["heldout"]) >= 20 and not pairs["train"] & pairs["heldout"]
+    item = split["heldout"][0]
+    ref = str(item["reference_answer"])
+    outputs = [ref, f"The sum is {ref}.", str(int(ref) + 1), f"The sum is {int(ref) + 1}."]
+    with GradingEngine(load_grader(DATASETS / "sums" / "grader.json"), GradeOptions(python_workers=1)) as grade:
+        scores = [r.score for r in grade.grade_batch([(make_sample(o), item) for o in outputs])]
+    assert scores == [1.0, 0.5, 0.5, 0.0]
+
+
 @pytest.mark.parametrize("case", RECORDED)
 @pytest.mark.slow
 def test_recordings_show_a_trainable_task_and_a_better_tuned_model(case: str, engine: Callable[[str], GradingEngine]) -> None:

@@ -64,7 +64,7 @@ def test_the_script_names_a_stale_schema_and_rewrites_it(tmp_path: Path) -> None
 def test_the_bundled_graders_and_dataset_lines_hold_to_their_schemas() -> None:
     grader, line = validator("grader"), validator("dataset-line")
     graders = sorted((REPO / "graders").glob("*.json")) + sorted((REPO / "datasets").glob("*/grader.json"))
-    datasets = sorted((REPO / "datasets").glob("*/items.jsonl"))
+    datasets = sorted(p for name in ("items", "train", "heldout") for p in (REPO / "datasets").glob(f"*/{name}.jsonl"))
     assert len(graders) >= 9 and len(datasets) >= 9
     for path in graders:
         assert [e.message for e in grader.iter_errors(json.loads(path.read_text(encoding="utf-8")))] == [], path

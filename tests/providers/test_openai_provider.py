@@ -321,6 +321,15 @@ def test_key_echoed_in_an_error_message_is_scrubbed(fake_openai: FakeOpenAI) -> 
     assert SECRET not in str(err) and "bad key *** in request" in str(err)
 
 
+def test_a_fastapi_detail_is_the_message(fake_openai: FakeOpenAI) -> None:
+    """A server built on FastAPI answers `{"detail": "..."}` (transformers serve, for a prompt past its context):
+    the detail is the error's message, not the bare "Error code: 400"."""
+    detail = "The prompt has 9012 tokens, but the model takes at most 8192, prompt and answer (`--max-model-len`)."
+    fake_openai.queue(Reply(status=400, raw_body=json.dumps({"detail": detail}).encode()))
+    err = error_of(provider(fake_openai), req())
+    assert err.kind == "bad_request" and err.status == 400 and str(err) == f"HTTP 400: {detail}"
+
+
 @pytest.mark.slow
 def test_hang_past_timeout(fake_openai: FakeOpenAI) -> None:
     fake_openai.queue(Reply(delay_s=60))

