@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo bench browser sandbox nobody trainers ray realserver bfcl clean
+.PHONY: setup test test-fast lint demo bench browser sandbox nobody trainers ray realserver bfcl mcp clean
 
 setup: $(STAMP)
 
@@ -101,6 +101,8 @@ bfcl: $(STAMP)
 
 # `make trainers` (torch and the trainers the reward tests run): its own file, so its stamp is keyed on its recipe.
 include make/trainers.mk
+# `make mcp` (the real MCP servers the MCP tests start, each in a venv of its own under .venv-mcp/).
+include make/mcp.mk
 
 # What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
 lint: $(STAMP)
@@ -115,14 +117,14 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox nobody trainers ray realserver bfcl
+test: $(STAMP) browser sandbox nobody trainers ray realserver bfcl mcp
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox
 	@bash scripts/demo.sh $(BIN)
 
-bench: $(STAMP) realserver
+bench: $(STAMP) realserver mcp
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)
+	rm -rf $(VENV) $(MCP_VENV) .pytest_cache .hypothesis   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)

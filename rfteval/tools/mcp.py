@@ -90,11 +90,6 @@ class MCPServer:
         """The command as a user types it (no environment value)."""
         return shlex.join(self.command)
 
-    def described(self) -> str:
-        """The command and how it runs, for the header and the table: `mcp-server-time (per rollout, no network)`."""
-        env = f", env {','.join(sorted(self.env))}" if self.env else ""
-        return f"{self.shown} (per {self.per}, {'NETWORK' if self.network else 'no network'}{env})"
-
     def summary(self) -> JSONObject:
         """What summary.json says of it: the command, the environment's names (never a value), per, network."""
         command: list[JSONValue] = list(self.command)
