@@ -3,9 +3,10 @@ over stdio as `python tests/support/mcp_fault_server.py` (tests/tools/test_mcp.p
 
 Its tools: `echo` (the text back), `count` (a counter kept in the process: a second call in the same process says 2,
 so whether two rollouts share a process shows), `fail` (raises: the SDK answers a result with isError), `nap`
-(sleeps, past --tool-timeout), `die` (the process exits mid-call, as a crashed server does), `fetch` (opens a URL:
-refused in the sandbox's network namespace unless the spec gives the server the network). It imports only the SDK
-and the standard library: inside the sandbox it sees nothing of the checkout but this file.
+(sleeps, past --tool-timeout), `die` (the process exits mid-call, as a crashed server does, while MCP_FAULTS_DIE is
+unset or 1), `fetch` (opens a URL: refused in the sandbox's network namespace unless the spec gives the server the
+network). It imports only the SDK and the standard library: inside the sandbox it sees nothing of the checkout but
+this file.
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ async def nap(seconds: float) -> str:
 
 @server.tool()
 def die() -> str:
-    """Exits the process mid-call."""
-    os._exit(3)
+    """Exits the process mid-call (unless MCP_FAULTS_DIE is set to something other than 1: then says "alive")."""
+    if os.environ.get("MCP_FAULTS_DIE", "1") == "1":
+        os._exit(3)
+    return "alive"
 
 
 @server.tool()
