@@ -242,9 +242,9 @@ _TOOL_PARAMS: tuple[tuple[str, str, object, typer.models.OptionInfo], ...] = (
         None, "--tool-endpoint-timeout", metavar="SECONDS", help="With --tool-endpoints: seconds per call, then the "
         f"model is shown a ToolTimeout [default and most: {ENDPOINT_TIMEOUT_S:g}, Agent RFT's].")),
     ("mcp_servers", "mcp", list[str] | None, typer.Option(
-        None, "--mcp", metavar="'CMD ARGS'", help="An agent run whose tools an MCP server serves over stdio (repeat "
-        "for more): started in the sandbox, no network, one process per rollout; its tools offered to items that "
-        "declare none. [tools] mcp = [{command, env, per, network}] says more.")),
+        None, "--mcp", metavar="COMMAND", help="An agent run whose tools an MCP server serves over stdio: its command "
+        "line quoted as one argument, repeat it for more; started in the sandbox, no network, one process per "
+        "rollout; its tools offered to items that declare none ([tools] mcp = [{command, env, per, network}]).")),
 )
 
 
