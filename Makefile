@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo example-rft bench browser sandbox nobody trainers ray smollm2 realserver bfcl clean
+.PHONY: setup test test-fast lint demo example-rft bench browser sandbox nobody trainers ray smollm2 realserver bfcl mcp clean
 
 setup: $(STAMP)
 
@@ -104,6 +104,8 @@ bfcl: $(STAMP)
 
 # `make trainers` (torch and the trainers the reward tests run): its own file, so its stamp is keyed on its recipe.
 include make/trainers.mk
+# `make mcp` (the real MCP servers the MCP tests start, each in a venv of its own under .venv-mcp/).
+include make/mcp.mk
 
 # What CI runs before the tests: ruff (pyproject's rules) and mypy, both clean.
 lint: $(STAMP)
@@ -118,7 +120,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 test-fast: $(STAMP) sandbox
 	$(PYTEST) -q -m "not slow"
 
-test: $(STAMP) browser sandbox nobody trainers ray realserver bfcl
+test: $(STAMP) browser sandbox nobody trainers ray realserver bfcl mcp
 	$(PYTEST) -q
 
 demo: $(STAMP) sandbox
@@ -132,8 +134,8 @@ demo: $(STAMP) sandbox
 example-rft: $(STAMP) sandbox trainers smollm2
 	$(BIN)/python -m examples.rft_on_cpu --fresh
 
-bench: $(STAMP) realserver
+bench: $(STAMP) realserver mcp
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)
+	rm -rf $(VENV) $(MCP_VENV) .pytest_cache .hypothesis   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)

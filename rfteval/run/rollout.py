@@ -98,7 +98,9 @@ class ToolsFailed(Exception):
 def open_tools(spec: RunSpec, policy: SandboxPolicy, retry_base_s: float = 0.5) -> ToolBox | None:
     """The run's tool box: its [tools] python module (--tools FILE) opened in the python sandbox under the tools'
     limits (--tool-timeout, --tool-memory, --tool-output-limit), its Agent RFT tool endpoints (--tool-endpoints
-    FILE, their 5xx retried after `retry_base_s`-based waits), or both as one box; None for a run without tools."""
+    FILE, their 5xx retried after `retry_base_s`-based waits), its MCP servers (--mcp, each started once in the
+    sandbox to list its tools), or several as one box; None for a run without tools. With MCP servers, every tool
+    an item declares must be one of the box's (one line naming the line, else)."""
     if spec.tools is None:
         return None
     t = spec.tools
@@ -116,11 +118,19 @@ def open_tools(spec: RunSpec, policy: SandboxPolicy, retry_base_s: float = 0.5) 
 
             boxes.append((t.endpoints, open_tool_endpoints(t.endpoints, spec.tool_limits(), item_fields=t.item_fields,
                                                            timeout_s=t.endpoint_timeout, retry_base_s=retry_base_s)))
-        if len(boxes) == 1:
-            return boxes[0][1]
-        from rfteval.tools.composite import CompositeTools
+        if t.mcp:
+            from rfteval.tools.mcp import check_declared, open_mcp_tools
 
-        return CompositeTools(boxes)
+            boxes.append(("[tools] mcp", open_mcp_tools([m.model_dump() for m in t.mcp], spec.tool_limits(), policy)))
+        if len(boxes) == 1:
+            box = boxes[0][1]
+        else:
+            from rfteval.tools.composite import CompositeTools
+
+            box = CompositeTools(boxes)
+        if t.mcp:
+            check_declared(spec.dataset, box.names(), spec.limit)
+        return box
     except BaseException:
         for _, box in boxes:  # a python box opened before the endpoints were refused: its sandbox stopped
             close = getattr(box, "close", None)
@@ -157,7 +167,17 @@ def tools_summary(spec: RunSpec, tools: ToolBox) -> JSONObject:
         fields: JSONValue = list(spec.tools.item_fields) if spec.tools.item_fields is not None else None
         out.update({"endpoints": spec.tools.endpoints, "item_fields": fields,
                     "endpoint_timeout": spec.tools.endpoint_timeout})
+    if spec.tools is not None and spec.tools.mcp:
+        out["mcp"] = _mcp_shown(spec)
     return out
+
+
+def _mcp_shown(spec: RunSpec) -> JSONValue:
+    """The run's MCP servers as summary.json holds them: command, the environment's names, per, network."""
+    from rfteval.tools.mcp import server_from
+
+    assert spec.tools is not None and spec.tools.mcp
+    return [server_from(m.model_dump(), "[tools] mcp").summary() for m in spec.tools.mcp]
 
 
 def limits_line(spec: RunSpec) -> str | None:
@@ -172,6 +192,8 @@ def limits_line(spec: RunSpec) -> str | None:
         "tool_output_limit": t.tool_output_limit}
     if t.endpoints is not None:
         out.update({"endpoints": t.endpoints, "item_fields": t.item_fields, "endpoint_timeout": t.endpoint_timeout})
+    if t.mcp:
+        out["mcp"] = _mcp_shown(spec)
     return "agent run: " + limits_text(out)
 
 
@@ -182,7 +204,11 @@ def limits_text(tools: Mapping[str, object]) -> str:
         value = tools.get(name)
         return "none" if value is None else f"{value:g}{unit}" if isinstance(value, float) else f"{value}{unit}"
 
-    names = " and ".join(str(tools[k]) for k in ("python", "endpoints") if tools.get(k) is not None)
+    named = [str(tools[k]) for k in ("python", "endpoints") if tools.get(k) is not None]
+    servers = tools.get("mcp")
+    if isinstance(servers, list) and servers:
+        named.append("MCP " + ", ".join(_server_words(s) for s in servers))
+    names = " and ".join(named)
     text = (f"tools {names}; limits: max turns {limit('max_turns')}, max tool calls {limit('max_tool_calls')}, "
             f"rollout timeout {limit('rollout_timeout', ' s')}, tool timeout {limit('tool_timeout', ' s')}, tool "
             f"memory {limit('tool_memory', ' MB')}, tool output limit {limit('tool_output_limit', ' characters')}")
@@ -191,6 +217,19 @@ def limits_text(tools: Mapping[str, object]) -> str:
         sent = "the whole line" if not isinstance(fields, list) else "item fields " + ",".join(map(str, fields))
         text += f", endpoint call timeout {limit('endpoint_timeout', ' s')} ({sent} sent)"
     return text
+
+
+def _server_words(server: object) -> str:
+    """An MCP server as the header and the table say it: `mcp-server-time (per rollout, no network)`."""
+    import shlex
+
+    if not isinstance(server, dict):
+        return str(server)
+    command = server.get("command")
+    words = shlex.join(map(str, command)) if isinstance(command, list) else str(command)
+    env = server.get("env")
+    more = f", env {','.join(map(str, env))}" if isinstance(env, list) and env else ""
+    return f"{words} (per {server.get('per')}, {'NETWORK' if server.get('network') else 'no network'}{more})"
 
 
 async def play(cell: RolloutCell, send: SendTurn, store: RunStore, agent: Agent | None = None) -> ResponseEntry:
@@ -202,7 +241,13 @@ async def play(cell: RolloutCell, send: SendTurn, store: RunStore, agent: Agent 
         entry = await send(cell.run, cell.request, keys, 1)
         store.put_response(entry)  # stored (and flushed) before it is graded
         return entry
-    rollout = await _Rollout(cell, send, store, agent).play()
+    played = _Rollout(cell, send, store, agent)
+    try:
+        rollout = await played.play()
+    finally:  # a tool box that keeps a process per rollout (MCP servers) stops this rollout's
+        end = getattr(agent.tools, "end_rollout", None)
+        if end is not None and played.trace is not None:
+            await end(played.trace)
     store.put_rollout(rollout)
     return rollout
 

@@ -170,10 +170,13 @@ class _Context:
                 messages = item.messages
                 if run.system_prompt is not None:  # [models.LABEL] system_prompt: this model's, before the item's
                     messages = [{"role": "system", "content": run.system_prompt}, *item.messages]
+                # an item that declares no tools is offered those the tool box lists itself (MCP servers')
+                tools = item.tools if item.tools is not None or self.agent is None else getattr(
+                    self.agent.tools, "offered", None)
                 for epoch in range(1, self.spec.epochs + 1):
                     # each epoch its own seed (Sampling.for_epoch): epochs are independent samples
                     req = GenerationRequest(model=run.model, messages=messages,
-                                            sampling=run.sampling.for_epoch(epoch), tools=item.tools,
+                                            sampling=run.sampling.for_epoch(epoch), tools=tools,
                                             tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
                     first = cell_key(ident, provider.request_body(req), epoch)
                     key = first if self.agent is None else rollout_key(first, item.id, self.agent.tools.identity,

@@ -52,7 +52,7 @@ TOOL_FLAGS = {"python": "--tools", "max_turns": "--max-turns", "max_tool_calls":
               "tool_timeout": "--tool-timeout", "tool_memory": "--tool-memory",
               "tool_output_limit": "--tool-output-limit", "rollout_timeout": "--rollout-timeout",
               "endpoints": "--tool-endpoints", "item_fields": "--tool-item-fields",
-              "endpoint_timeout": "--tool-endpoint-timeout"}
+              "endpoint_timeout": "--tool-endpoint-timeout", "mcp": "--mcp"}
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {
@@ -149,6 +149,17 @@ class JudgeSpec(_Strict):
     _env = field_validator("api_key_env")(_check_env_name)
 
 
+class MCPSpec(_Strict):
+    """One MCP server of [tools] mcp (rfteval.tools.mcp): its argv, the environment it adds (`${VAR}` read from
+    rfteval's), one process per rollout (its state cannot leak between rollouts) or one for the run (a stateless
+    server), and whether it keeps the network (none by default: it runs in the sandbox's namespaces)."""
+
+    command: list[str] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    per: Literal["rollout", "run"] = "rollout"
+    network: bool = False
+
+
 class ToolsSpec(_Strict):
     """[tools]: an agent run's tools and its rollouts' limits (rfteval.run.rollout). Each item is played as a
     rollout: the model's turns, the tools it calls run between them, until it answers or a limit stops it."""
@@ -165,6 +176,19 @@ class ToolsSpec(_Strict):
     endpoints: str | None = None
     item_fields: list[str] | None = None  # the dataset line's fields sent to tool servers; none: all of it
     endpoint_timeout: float = Field(ENDPOINT_TIMEOUT_S, gt=0, le=ENDPOINT_TIMEOUT_S)  # seconds per endpoint call
+    # MCP servers over stdio ([{command = [...], env = {...}, per, network}]; --mcp "CMD ARGS"): their tools listed
+    # and called through the official SDK (rfteval.tools.mcp); beside the others or alone
+    mcp: list[MCPSpec] | None = None
+
+    @field_validator("mcp", mode="before")
+    @classmethod
+    def _mcp(cls, value: object) -> object:
+        """--mcp "CMD ARGS" (repeatable): each a server's command line, split as a shell splits it."""
+        import shlex
+
+        if isinstance(value, list):
+            return [{"command": shlex.split(v)} if isinstance(v, str) else v for v in value]
+        return value
 
     @field_validator("item_fields", mode="before")
     @classmethod
@@ -178,9 +202,10 @@ class ToolsSpec(_Strict):
 
     @model_validator(mode="after")
     def _has_tools(self) -> ToolsSpec:
-        if self.python is None and self.endpoints is None:
-            raise ValueError("the rollout limits need tools: pass --tools FILE or --tool-endpoints FILE (or python = "
-                             "\"tools.py\" or endpoints = \"tools-config.json\" in [tools])")
+        if self.python is None and self.endpoints is None and not self.mcp:
+            raise ValueError("the rollout limits need tools: pass --tools FILE, --tool-endpoints FILE or --mcp \"CMD "
+                             "ARGS\" (or python = \"tools.py\", endpoints = \"tools-config.json\" or mcp = [...] in "
+                             "[tools])")
         if self.endpoints is None and self.item_fields is not None:
             raise ValueError("item_fields (--tool-item-fields) is what tool endpoints are sent: it needs "
                              "--tool-endpoints FILE")
@@ -404,6 +429,23 @@ def _abs_model(value: JSONValue, base: Path) -> JSONValue:
     return value
 
 
+def _abs_command(server: JSONValue, base: Path) -> JSONValue:
+    """An MCP server's entry with its executable made absolute when it is a relative path (`.venv-mcp/bin/x`); a
+    bare name (`mcp-server-time`) stays, found on PATH when it starts."""
+    import shlex
+
+    if isinstance(server, str):
+        try:
+            server = {"command": list(shlex.split(server))}
+        except ValueError:
+            return server  # the spec's check says why, naming the flag
+    command = server.get("command") if isinstance(server, dict) else None
+    if isinstance(server, dict) and isinstance(command, list) and command and isinstance(command[0], str) \
+            and "/" in command[0] and not Path(command[0]).is_absolute():
+        server = {**server, "command": [_abs_path(command[0], base), *command[1:]]}
+    return server
+
+
 def absolutize(raw: Mapping[str, object], base: Path) -> JSONObject:
     """Make the path-valued keys of a raw spec (or of flag overrides) absolute against `base`. Any plain data
     goes in (flag values: paths, numbers); JSON comes out."""
@@ -418,6 +460,8 @@ def absolutize(raw: Mapping[str, object], base: Path) -> JSONObject:
     for key in ("python", "endpoints"):
         if isinstance(tools, dict) and key in tools:
             tools[key] = _abs(tools[key], base)
+    if isinstance(tools, dict) and isinstance(servers := tools.get("mcp"), list):
+        tools["mcp"] = [_abs_command(s, base) for s in servers]  # a relative command: relative to the spec (or cwd)
     models = out.get("models")
     for m in models.values() if isinstance(models, dict) else ():
         if isinstance(m, dict):

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,17 +28,18 @@ def seccomp_program() -> bytes:
     return compile_filter()
 
 
-def _ro_paths() -> list[str]:
-    """What the sandbox sees, read-only: the interpreter, its packages and rfteval's own package, nothing of
-    the working tree, home or run directory around them."""
+def _ro_paths(also: Sequence[str] = ()) -> list[str]:
+    """What the sandbox sees, read-only: the interpreter, its packages and rfteval's own package (and `also`),
+    nothing of the working tree, home or run directory around them."""
     import rfteval
 
     wanted = [sys.base_prefix, sys.prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-              os.path.dirname(os.path.abspath(rfteval.__file__))]
+              os.path.dirname(os.path.abspath(rfteval.__file__)), *also]
     wanted += [p for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)]
     out: list[str] = []
+    files = {q for p in also for q in (os.path.realpath(p), os.path.abspath(p)) if os.path.isfile(q)}
     for path in sorted({os.path.realpath(p) for p in wanted} | {os.path.abspath(p) for p in wanted}):
-        if not os.path.isdir(path) or path == "/":
+        if not (os.path.isdir(path) or path in files) or path == "/":
             continue
         if any(path == o or path.startswith(o.rstrip("/") + "/") for o in out):
             continue
@@ -53,22 +55,30 @@ ETC_FILES = ("/etc/ld.so.cache", "/etc/localtime", "/etc/passwd", "/etc/group", 
 OOM_FILE = "/.rfteval-oom"  # inside the sandbox: the cgroup's OOM-kill count, bound read-only
 
 
-def bwrap_args(tmp_bytes: int, seccomp_fd: int, oom_file: str | None = None) -> list[str]:
+NETWORK_ETC = ("/etc/resolv.conf", "/etc/hosts", "/etc/ssl")  # what a process given the network needs to use it
+
+
+def bwrap_args(tmp_bytes: int, seccomp_fd: int, oom_file: str | None = None, *, also_ro: Sequence[str] = (),
+               network: bool = False) -> list[str]:
     """bubblewrap's arguments: every namespace, no capabilities, a read-only root of system directories, the
     interpreter and packages; a size-limited /tmp and /dev/shm; a fresh /proc of the sandbox's own processes;
-    the cgroup's OOM-kill count (read-only: the supervisor charges a kill to the unit it happened in)."""
+    the cgroup's OOM-kill count (read-only: the supervisor charges a kill to the unit it happened in). `also_ro`:
+    more paths seen read-only (an MCP server's own virtualenv, rfteval.tools.mcp); `network`: the host's network
+    namespace kept (an MCP server its spec allows it), every other namespace still new."""
     args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--disable-userns",
             "--cap-drop", "ALL"]
+    if network:
+        args.append("--share-net")
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             args += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             args += ["--ro-bind", path, path]
-    for path in ETC_FILES:
+    for path in ETC_FILES + (NETWORK_ETC if network else ()):
         if os.path.exists(path):
             args += ["--ro-bind", path, path]
     under_tmp = []  # an interpreter or checkout under /tmp (a CI clone, say): bound after the private /tmp is made
-    for path in _ro_paths():
+    for path in _ro_paths(also_ro):
         if any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS if not os.path.islink(d)):
             continue
         if path == SANDBOX_TMP or path.startswith(SANDBOX_TMP.rstrip("/") + "/"):

@@ -1,4 +1,4 @@
-"""Several tool boxes as one: python tools (tools.py) and Agent RFT's tool endpoints in one run.
+"""Several tool boxes as one: python tools (tools.py), Agent RFT's tool endpoints and MCP servers in one run.
 
 Each call goes to the box that has its tool; a name two boxes have is refused when the run starts (one line,
 exit 2), since a call could then mean either. A turn's calls still run in order: a stretch of consecutive calls to
@@ -18,7 +18,7 @@ from rfteval.errors import InputError
 from rfteval.tools.base import UNKNOWN_TOOL, ToolBox, ToolCall, ToolResult, error_result
 
 if TYPE_CHECKING:
-    from rfteval.data.json_types import JSONObject
+    from rfteval.data.json_types import JSONObject, JSONValue
 
 
 class CompositeTools:
@@ -31,7 +31,8 @@ class CompositeTools:
             for name in sorted(box.names()):
                 if name in owner:
                     raise InputError(f"tool {name!r} is both in {owner[name]} and in {source}: a tool name must be "
-                                     "one tool's (rename or drop one of them)", source, field="--tool-endpoints")
+                                     "one tool's (rename or drop one of them)", source,
+                                     field="--mcp" if source == "[tools] mcp" else "--tool-endpoints")
                 owner[name] = source
         self._route = {name: box for _, box in self.boxes for name in box.names()}
         self._identity = hashlib.sha256("|".join(box.identity for _, box in self.boxes).encode()).hexdigest()
@@ -69,6 +70,19 @@ class CompositeTools:
             results += done
             i = j
         return results, state
+
+    @property
+    def offered(self) -> list[JSONValue] | None:
+        """The function tools the boxes list themselves (MCP servers'), offered to items that declare none."""
+        lists = [offered for _, box in self.boxes if (offered := getattr(box, "offered", None)) is not None]
+        return [tool for tools in lists for tool in tools] if lists else None
+
+    async def end_rollout(self, rollout_id: str) -> None:
+        """The rollout is over: each box that keeps something per rollout (an MCP server's process) lets it go."""
+        for _, box in self.boxes:
+            end = getattr(box, "end_rollout", None)
+            if end is not None:
+                await end(rollout_id)
 
     async def aclose(self) -> None:
         outcomes = await asyncio.gather(*(box.aclose() for _, box in self.boxes), return_exceptions=True)

@@ -490,3 +490,27 @@ def test_bad_tool_endpoint_flags_are_one_line_naming_the_flag(spec_dir: Path, to
     with pytest.raises(InputError) as err:
         build_spec(spec_dir / "spec.toml", flag_overrides(tools=tools))
     assert err.value.field == field and message in err.value.message
+
+
+def test_the_mcp_servers_from_a_spec_file_and_as_flags(spec_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = spec_dir / "spec.toml"
+    path.write_text(SPEC + '\n[tools]\nmcp = [{command = [".venv-mcp/bin/srv", "--db", "x.db"], env = {K = "${K}"}, '
+                           'per = "run"}, {command = ["mcp-server-time"], network = true}]\n')
+    spec = build_spec(path)
+    assert spec.tools is not None and spec.tools.mcp is not None and spec.tools.python is None
+    first, second = spec.tools.mcp
+    # a relative command is relative to the spec file; a bare name stays, found on PATH when the server starts
+    assert first.command == [str(spec_dir / ".venv-mcp/bin/srv"), "--db", "x.db"] and second.command == [
+        "mcp-server-time"]
+    assert (first.env, first.per, first.network, second.per, second.network) == ({"K": "${K}"}, "run", False,
+                                                                                 "rollout", True)
+    flags = build_spec(path, flag_overrides(tools={"mcp": ["bin/srv --tz 'Europe/Paris'", "mcp-server-time"]},
+                                            cwd=tmp_path))
+    assert flags.tools is not None and flags.tools.mcp is not None
+    assert [m.command for m in flags.tools.mcp] == [[str(tmp_path / "bin/srv"), "--tz", "Europe/Paris"],
+                                                    ["mcp-server-time"]]
+    assert "mcp = [{ command = [" in to_toml(flags).split("[tools]\n")[1]
+    with pytest.raises(InputError) as err:
+        build_spec(path, flag_overrides(tools={"mcp": [{"command": ["x"], "per": "item"}]}))
+    assert err.value.field is not None and "mcp" in err.value.field and "per" in str(err.value)

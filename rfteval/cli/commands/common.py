@@ -241,6 +241,10 @@ _TOOL_PARAMS: tuple[tuple[str, str, object, typer.models.OptionInfo], ...] = (
     ("tool_endpoint_timeout", "endpoint_timeout", float | None, typer.Option(
         None, "--tool-endpoint-timeout", metavar="SECONDS", help="With --tool-endpoints: seconds per call, then the "
         f"model is shown a ToolTimeout [default and most: {ENDPOINT_TIMEOUT_S:g}, Agent RFT's].")),
+    ("mcp_servers", "mcp", list[str] | None, typer.Option(
+        None, "--mcp", metavar="COMMAND", help="An agent run whose tools an MCP server serves over stdio: its command "
+        "line quoted as one argument, repeat it for more; started in the sandbox, no network, one process per "
+        "rollout; its tools offered to items that declare none ([tools] mcp = [{command, env, per, network}]).")),
 )
 
 
@@ -258,6 +262,8 @@ def tool_flags(function: Command) -> Command:
         given = {key: kwargs.pop(name) for name, key, _, _ in _TOOL_PARAMS}
         for key in ("python", "endpoints"):
             given[key] = None if given[key] is None else str(given[key])
+        if not given["mcp"]:  # Typer gives an unused repeatable option as an empty list
+            given["mcp"] = None
         kwargs["tools"] = given
         return function(**kwargs)
 
