@@ -513,7 +513,7 @@ def open_mcp_tools(entries: Sequence[object], limits: ToolLimits, policy: Sandbo
     try:
         import mcp.client.stdio  # noqa: F401
     except ImportError:
-        raise InputError("MCP tools need the official MCP Python SDK: pip install 'mcp>=2'",
+        raise InputError("MCP tools need the official MCP Python SDK: pip install 'rfteval[mcp]' (mcp>=2)",
                          field="--mcp") from None
     servers = [server_from(e, f"[tools] mcp[{i}]" if not isinstance(e, str) else "--mcp")
                for i, e in enumerate(entries)]
