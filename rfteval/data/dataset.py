@@ -52,6 +52,13 @@ _TOOL_CHOICE_OBJECT: JSONObject = {
 }
 
 
+class FollowUp(msgspec.Struct):
+    """A scripted user turn given as a message: the user's, its content a string or content parts."""
+
+    role: Literal["user"]
+    content: str | list[JSONField]
+
+
 class DatasetLine(msgspec.Struct):
     """One line of an RFT dataset (OpenAI's JSONL format): the prompt's messages and, beside them, any fields of
     the item's own (a reference answer, metadata), which graders read as `item.*`."""
@@ -62,6 +69,8 @@ class DatasetLine(msgspec.Struct):
     tool_choice: ToolChoiceWord | Annotated[dict[str, JSONField], msgspec.Meta(
         extra_json_schema=_TOOL_CHOICE_OBJECT)] | None = None  # the item's own tool choice (rfteval's)
     id: Annotated[str, msgspec.Meta(min_length=1)] | int | None = None  # a stable id; else a hash of the line
+    # scripted user turns (rfteval's): each sent after an answer without a tool call, in order (an agent run)
+    rfteval_followups: list[str | FollowUp] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +98,12 @@ class Item:
         """The item's own tool_choice ("auto", "required", "none" or a named function), as `tools` is its own."""
         return self.data.get("tool_choice")
 
+    @property
+    def followups(self) -> list[JSONObject]:
+        """The item's scripted user turns (`rfteval_followups`) as user messages, in order; [] when it has none
+        (validate_row checked: strings or user messages)."""
+        return followup_messages(self.data.get(FOLLOWUPS))
+
 
 @dataclass
 class Dataset:
@@ -104,6 +119,40 @@ class Dataset:
 
     def by_id(self) -> dict[str, Item]:
         return {it.id: it for it in self.items}
+
+
+FOLLOWUPS = "rfteval_followups"  # the item field of scripted user turns (rfteval.run.rollout plays them)
+_FOLLOWUP_SHAPE = 'a list of user messages: strings or {"role": "user", "content": ...}'
+
+
+def followup_messages(value: object) -> list[JSONObject]:
+    """A line's `rfteval_followups` as user messages: a string is the content of one; a message is kept as given."""
+    out: list[JSONObject] = []
+    for turn in value if isinstance(value, list) else ():
+        if isinstance(turn, str):
+            out.append({"role": "user", "content": turn})
+        elif isinstance(turn, dict):
+            out.append(dict(turn))
+    return out
+
+
+def _check_followups(value: JSONInput, path: Path, lineno: int) -> InputError | None:
+    if not isinstance(value, list):
+        return InputError(f"must be {_FOLLOWUP_SHAPE}", path, lineno, FOLLOWUPS)
+    for i, turn in enumerate(value):
+        if isinstance(turn, str):
+            continue
+        where = f"{FOLLOWUPS}[{i}]"
+        if not isinstance(turn, dict):
+            return InputError(f"must be a string or a user message, got {type(turn).__name__}", path, lineno, where)
+        if turn.get("role") != "user":
+            return InputError(f"a scripted turn is the user's: role must be user, got {turn.get('role')!r}", path,
+                              lineno, f"{where}.role")
+        content = turn.get("content")
+        if not isinstance(content, (str, list)):
+            return InputError("must be a string or a list of content parts" if "content" in turn else "missing",
+                              path, lineno, f"{where}.content")
+    return None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, JSONValue | InputError]]:
@@ -194,6 +243,9 @@ def validate_row(row: JSONInput, path: Path, lineno: int) -> InputError | None:
     if choice is not None and not (choice in TOOL_CHOICES or _named_tool(choice)):
         return InputError(f"must be one of {', '.join(TOOL_CHOICES)} or an object such as {{\"type\": \"function\", "
                           "\"function\": {\"name\": ...}}", path, lineno, "tool_choice")
+    followups = row.get(FOLLOWUPS)
+    if followups is not None and (err := _check_followups(followups, path, lineno)) is not None:
+        return err
     rid = row.get("id")
     if rid is not None and (isinstance(rid, bool) or not isinstance(rid, (str, int)) or str(rid) == ""):
         return InputError("must be a non-empty string or an integer", path, lineno, "id")
@@ -333,8 +385,8 @@ def load_dataset(path: str | Path, skip_invalid: bool = False) -> Dataset:
 
 ALLOW_TRAILING_ASSISTANT = "--allow-trailing-assistant"
 # Keys of a line that are not data a grader compares with: OpenAI reserves messages and tools; tool_choice and id
-# are rfteval's (the item's own tool choice, its stable id).
-RESERVED_KEYS = frozenset({"messages", "tools", "tool_choice", "id"})
+# are rfteval's (the item's own tool choice, its stable id), and so are its scripted user turns.
+RESERVED_KEYS = frozenset({"messages", "tools", "tool_choice", "id", "rfteval_followups"})
 _LINES_NAMED = 5
 
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import iter_jsonl
 from rfteval.data.reasoning import REASONING_FIELDS
+from rfteval.data.transcripts import Transcript, prompt_key, read_transcript, without_system
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from rfteval.data.json_types import JSONMapping, JSONValue
 
 
@@ -30,6 +33,8 @@ class Output:
     # the label the output was made under (a run's records carry both: `model_label` "base", `model` the name the
     # endpoint serves); kept on the graded records, so a re-grade pairs with the run it came from (`rfteval agree`)
     model_label: str | None = None
+    # an agent run made elsewhere (rfteval.data.transcripts): its generated messages, graded as a rollout
+    transcript: Transcript | None = None
 
     @property
     def label(self) -> str:
@@ -38,9 +43,14 @@ class Output:
 
 
 def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_model: str = "outputs",
-                 unknown: list[Output] | None = None) -> Iterator[Output]:
+                 unknown: list[Output] | None = None, prompts: Mapping[str, str | None] | None = None
+                 ) -> Iterator[Output]:
     """Stream outputs lines `{"item_id", "output_text", "epoch"?, "model"?, "model_label"?, "output_tools"?,
     "finish_reason"?, "reasoning_content"? | "reasoning"?}`; errors name file:line.
+
+    A line may hold an agent's transcript instead of `output_text` (rfteval.data.transcripts: `messages`, verifiers'
+    `completion`, ART's `messages_and_choices`); its item is `item_id` (ART: also `metadata.item_id`), else the item
+    whose messages are the prompt the line holds (`prompts`: prompt_key → item id, None where two items share it).
 
     A line without `epoch` is the next epoch of its (label, item) in file order: repeated lines of one item are
     epochs 1, 2, 3, as a hand-written outputs file means them. The label is `model_label` (a run's records
@@ -55,14 +65,17 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
             raise row
         if not isinstance(row, dict):
             raise InputError(f"expected a JSON object, got {type(row).__name__}", path, lineno)
+        transcript = read_transcript(row, path, lineno)
         item_id = row.get("item_id")
+        if transcript is not None and item_id is None:
+            item_id = _transcript_item(row, transcript, prompts, path, lineno)
         if item_id is None or isinstance(item_id, (bool, dict, list)):
             raise InputError("missing or not a string", path, lineno, "item_id")
         item_id = str(item_id)
         set_aside = known_items is not None and item_id not in known_items
         if set_aside and unknown is None:
             raise InputError(f"no item {item_id!r} in the dataset", path, lineno, "item_id")
-        text = row.get("output_text")
+        text = row.get("output_text") if transcript is None else transcript.output_text
         if not isinstance(text, str):
             raise InputError("missing or not a string", path, lineno, "output_text")
         model = row.get("model", default_model)
@@ -89,7 +102,7 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
                              lineno)
         seen[key] = lineno
         output = Output(item_id, epoch, model, text, tools, lineno, reasoning, finish_reason,
-                        label if label != model else None)
+                        label if label != model else None, transcript)
         if set_aside and unknown is not None:
             unknown.append(output)
             continue
@@ -107,3 +120,38 @@ def _reasoning(row: JSONMapping, path: Path, lineno: int) -> str | None:
         if value is not None:
             texts.append(value)
     return next((t for t in texts if t), texts[0] if texts else None)
+
+
+def _transcript_item(row: JSONMapping, transcript: Transcript, prompts: Mapping[str, str | None] | None,
+                     path: Path, lineno: int) -> str | None:
+    """The item of a transcript line without `item_id`: ART's `metadata.item_id`, else the item sent its prompt
+    (as given, else without the harness's leading system message)."""
+    metadata = row.get("metadata")
+    if isinstance(metadata, dict) and isinstance(metadata.get("item_id"), (str, int)):
+        return str(metadata["item_id"])
+    if transcript.prompt is None or prompts is None:
+        return None
+    for prompt in (transcript.prompt, without_system(transcript.prompt)):
+        key = prompt_key(prompt)
+        if key in prompts:
+            found = prompts[key]
+            if found is None:
+                raise InputError("two items of the dataset have this prompt: give the line an item_id", path, lineno,
+                                 "item_id")
+            return found
+    raise InputError("no item of the dataset has this line's prompt: give the line an item_id", path, lineno,
+                     "prompt")
+
+
+def prompt_index(items: Iterable[tuple[str, object]]) -> dict[str, str | None]:
+    """(item id, its messages) → the index of items by prompt iter_outputs reads: prompt_key → item id, None where
+    two items share the prompt; each item also under its prompt without leading system messages, where that
+    does not clash."""
+    exact: dict[str, str | None] = {}
+    bare: dict[str, str | None] = {}
+    for item_id, messages in items:
+        for index, prompt in ((exact, messages), (bare, without_system(messages) if isinstance(messages, list)
+                                                  else messages)):
+            key = prompt_key(prompt)
+            index[key] = item_id if key not in index else None
+    return {**bare, **exact}

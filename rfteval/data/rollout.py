@@ -1,7 +1,8 @@
 """An agent's rollout: the messages a model and its tools generated for one (model, item, epoch), typed.
 
 `messages` are the generated ones only, in OpenAI's chat shape: each assistant turn (its content, and its
-`tool_calls` when it called tools) followed by one `tool` message per call that ran. The item's own messages are
+`tool_calls` when it called tools) followed by one `tool` message per call that ran; an item's scripted user turns
+(`rfteval_followups`) stand between them as `user` messages, where they were sent. The item's own messages are
 the item's. A rollout ends with one stop reason (STOP_REASONS). Pure functions over JSON: no I/O, beside sample.py
 in the lowest layer, so the run and every trainer adapter read a trajectory alike.
 """
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 # How a rollout ended. `no_tool_calls`: the model answered (a turn without tool calls); the others are limits or
 # refusals, and a limited rollout is graded as it stands.
 NO_TOOL_CALLS = "no_tool_calls"
-MAX_TURNS = "max_turns"  # --max-turns model turns were played, the last one still calling tools
+MAX_TURNS = "max_turns"  # --max-turns model turns were played, the last still calling tools or a follow-up unsent
 MAX_TOOL_CALLS = "max_tool_calls"  # the model asked for more calls than --max-tool-calls leaves
 LENGTH = "length"  # a turn was cut by the output limit (finish_reason "length")
 ROLLOUT_TIMEOUT = "rollout_timeout"  # --rollout-timeout's time was spent

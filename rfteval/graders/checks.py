@@ -77,7 +77,8 @@ def check_sample_paths(config: GraderConfig, source: str | Path | None = None,
         if keys and keys[0] == ROLLOUT_FIELD:
             if not rollout:
                 errors.append(InputError(f"{{{{ {path} }}}}: sample.rollout is an agent run's trajectory, there only "
-                                         "in `rfteval run --tools`", source, field=field))
+                                         "in `rfteval run --tools` (and `grade --outputs` of transcripts)", source,
+                                         field=field))
             continue
         if not keys:
             errors.append(InputError(f"{{{{ {path} }}}} names the whole sample; name a field "
@@ -244,11 +245,12 @@ def check_item_paths(config: GraderConfig, items: Iterable[Item | JSONMapping], 
 
 
 def preflight(config: GraderConfig, dataset: Dataset, grader_source: str | Path | None = None,
-              limit: int = 50) -> list[InputError]:
+              limit: int = 50, rollout: bool = False) -> list[InputError]:
     """Every static problem of `config` against `dataset` (its items' paths and the sample's fields), before any
-    model call: what `validate grader --dataset`, `grade` and `run` check first."""
-    return check_sample_paths(config, grader_source) + check_item_paths(config, dataset.items, dataset.path, limit,
-                                                                        grader_source)
+    model call: what `validate grader --dataset`, `grade` and `run` check first; `rollout`: samples built from
+    trajectories (`grade --outputs` of transcripts), which hold sample.rollout."""
+    return check_sample_paths(config, grader_source, rollout) + check_item_paths(config, dataset.items, dataset.path,
+                                                                                 limit, grader_source)
 
 
 def preflight_stream(config: GraderConfig, dataset_path: str | Path, grader_source: str | Path | None = None,

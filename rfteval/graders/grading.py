@@ -11,11 +11,14 @@ from rfteval.data.dataset import Dataset
 from rfteval.data.outputs import Output
 from rfteval.data.reasoning import DEFAULT_MODE, DEFAULT_TAGS, split_reasoning
 from rfteval.data.records import Record, error_dict, make_record, now_iso
+from rfteval.data.rollout import Rollout, rollout_sample
 from rfteval.data.sample import make_sample
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
 from rfteval.graders.engine import GradingEngine
 
 if TYPE_CHECKING:
+    from rfteval.data.sample import Sample
+    from rfteval.data.transcripts import Transcript
     from rfteval.providers.judge import JudgeClient
 
 
@@ -78,20 +81,44 @@ def grade_outputs(
         for batch in _batches(outputs, batch_size):
             splits = [split_reasoning(o.output_text, o.reasoning, mode=reasoning, tags=tags,
                                       finish_reason=o.finish_reason) for o in batch]
-            pairs = [(make_sample(sp.answer, o.output_tools) if parse_json else
-                      make_sample(sp.answer, o.output_tools, output_json=None), items[o.item_id].data)
+            pairs = [(_sample(o, sp.answer, parse_json, reasoning, tags), items[o.item_id].data)
                      for o, sp in zip(batch, splits)]
             results = engine.grade_batch(pairs, [(o.label, o.item_id) for o in batch])  # grading units, as run's
             for out, sp, (sample, _), result in zip(batch, splits, pairs, results):
+                final = sample["output_tools"]  # a transcript's: its final turn's calls
+                tools = (final if isinstance(final, list) else None) if out.transcript is not None else out.output_tools
                 rec = make_record(
                     run_id=run_id, model_label=out.label, model=out.model, item_id=out.item_id, epoch=out.epoch,
-                    output_text=sp.answer, output_json=sample["output_json"], output_tools=out.output_tools,
+                    output_text=sp.answer, output_json=sample["output_json"], output_tools=tools,
                     reasoning_text=sp.reasoning, truncated_in_reasoning=sp.truncated_in_reasoning,
                 )
+                if out.transcript is not None:
+                    _agent_fields(rec, out.transcript)
                 records.append(apply_grade(rec, result))
             if on_progress:
                 on_progress(len(batch))
     return records
+
+
+def _sample(out: Output, answer: str, parse_json: bool, reasoning: str, tags: Sequence[tuple[str, str]]) -> Sample:
+    """The grader's sample of one output: a transcript's as a run's rollout is built (data.rollout.rollout_sample,
+    the one rule), else the answer's own."""
+    t = out.transcript
+    if t is not None:
+        return rollout_sample(t.messages, stop_reason=t.stop_reason, output_json=... if parse_json else None,
+                              choices=t.choices, reasoning=out.reasoning, finish_reason=out.finish_reason,
+                              mode=reasoning, tags=tags)
+    if parse_json:
+        return make_sample(answer, out.output_tools)
+    return make_sample(answer, out.output_tools, output_json=None)
+
+
+def _agent_fields(record: Record, transcript: Transcript) -> None:
+    """A transcript's record carries what an agent run's does: turns, stop reason, calls, errors by type (none
+    known: another harness's tool messages say no error type), the transcript."""
+    rollout = Rollout(transcript.messages, transcript.stop_reason)
+    record.turns, record.stop_reason, record.tool_calls = rollout.turns, rollout.stop_reason, len(rollout.tool_calls())
+    record.tool_errors, record.transcript = rollout.tool_errors(), rollout.transcript()
 
 
 def default_records_path(outputs_path: Path) -> Path:

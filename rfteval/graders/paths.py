@@ -139,7 +139,7 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     good (it caches answers in `request.judge_cache_path`), and the judge is closed here."""
     from rfteval.data.dataset import load_dataset
     from rfteval.data.outfile import check_output, write_output
-    from rfteval.data.outputs import Output, iter_outputs
+    from rfteval.data.outputs import Output, iter_outputs, prompt_index
     from rfteval.data.records import write_jsonl
     from rfteval.errors import InputErrors
     from rfteval.graders.base import judge_types, load_notes
@@ -159,7 +159,13 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
         check_output(r.judge_cache_path, inputs=[*r.inputs, path], flag="--judge-cache")
     for note in load_notes(config):
         warn(f"note: {note}")
-    problems = preflight(config, data, r.grader)
+    set_aside: list[Output] = []
+    outs = list(iter_outputs(r.outputs, known_items={it.id for it in data},
+                             unknown=set_aside if r.skip_invalid else None,
+                             prompts=prompt_index((it.id, it.messages) for it in data)))
+    # transcripts graded as rollouts: their samples hold sample.rollout, which a grader may then read
+    rollouts = bool(outs) and all(o.transcript is not None for o in outs)
+    problems = preflight(config, data, r.grader, rollout=rollouts)
     problems += dataset_format(config, data, r.dataset, r.allow_trailing_assistant, warn, problems)
     if problems:
         raise InputErrors(problems)
@@ -168,9 +174,6 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
         warn(f"warning: {warning}")
     policy = r.sandbox_policy()
     require_sandbox(config, policy)
-    set_aside: list[Output] = []
-    outs = list(iter_outputs(r.outputs, known_items={it.id for it in data},
-                             unknown=set_aside if r.skip_invalid else None))
     if set_aside:
         warn(f"warning: skipped {len(set_aside)} output(s) of items not in the dataset (skipped lines; first: "
              f"{r.outputs}:{set_aside[0].line}, item {set_aside[0].item_id!r})")

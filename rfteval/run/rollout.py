@@ -6,9 +6,12 @@ request, sent once, its answer (or the error it ended in) stored under the cell'
 With a tool box (`rfteval run --tools`), the item's messages go out with its `tools`; while the reply calls tools,
 the turn's calls run through the tool box, in order, in one `run_turn`; the assistant message (with its
 `tool_calls`) and one `tool` message per call are appended, and the history is sent again. An item's forced
-`tool_choice` applies to the first turn only, then "auto". The rollout ends with one stop reason
-(rfteval.data.rollout.STOP_REASONS); a limited rollout is graded as it stands, and a turn that failed after every
-retry makes the cell a generation error (left out of the means and counted, as a failed single answer is).
+`tool_choice` applies to the first turn only, then "auto". An item's scripted user turns (`rfteval_followups`)
+are appended one at a time, each when the agent answers without a tool call, and the history sent again; the
+rollout ends on the answer to the last (`no_tool_calls`), and --max-turns counts model calls over all of them.
+The rollout ends with one stop reason (rfteval.data.rollout.STOP_REASONS); a limited rollout is graded as it
+stands, and a turn that failed after every retry makes the cell a generation error (left out of the means and
+counted, as a failed single answer is).
 
 Everything is stored before it is used, so a rollout cut at turn 7 (a kill, Ctrl-C) goes on at turn 7: each model
 turn is in responses.jsonl under the key of its own request (which holds the history, so turn k's key covers turns
@@ -275,6 +278,7 @@ class _Rollout:
         request, key = cell.request, cell.first_key
         stop = ""
         failed: ResponseEntry | None = None
+        followups: list[JSONValue] = list(cell.item.followups)  # the user's scripted turns still to come
         for turn in range(1, self.limits.max_turns + 1):
             entry = await self._model_turn(request, key, turn)
             if entry is None:
@@ -293,16 +297,18 @@ class _Rollout:
             if entry.finish_reason == "length":
                 stop = traj.LENGTH
                 break
-            if not calls:
+            if not calls and not followups:
                 stop = traj.NO_TOOL_CALLS
                 break
             if turn == self.limits.max_turns:
                 stop = traj.MAX_TURNS
                 break
-            if self.limits.max_tool_calls is not None and self.calls_run + len(calls) > self.limits.max_tool_calls:
+            if not calls:  # the agent answered: the user's next scripted turn follows
+                self.history.append(followups.pop(0))
+            elif self.limits.max_tool_calls is not None and self.calls_run + len(calls) > self.limits.max_tool_calls:
                 stop = traj.MAX_TOOL_CALLS
                 break
-            if not await self._tool_turn(key, turn, calls):
+            elif not await self._tool_turn(key, turn, calls):
                 stop = traj.ROLLOUT_TIMEOUT if self.tool_failure is None else ""
                 break
             # the next turn: the whole history, and the tool choice left to the model (a forced one is the first's)

@@ -180,8 +180,15 @@ class _Context:
                                             tool_choice=item.tool_choice, item_id=item.id, epoch=epoch)
                     first = cell_key(ident, provider.request_body(req), epoch)
                     key = first if self.agent is None else rollout_key(first, item.id, self.agent.tools.identity,
-                                                                        self.agent.limits.key())
+                                                                        self._rollout_limits(item))
                     yield _Job(run, item, epoch, req, key, first)
+
+    def _rollout_limits(self, item: Item) -> JSONObject:
+        """What the rollout key holds beside the first turn: the limits, and the item's scripted user turns (other
+        follow-ups are another rollout; an item without any keeps the key it always had)."""
+        assert self.agent is not None
+        limits = self.agent.limits.key()
+        return {**limits, "followups": list(item.followups)} if item.followups else limits
 
     def cells(self) -> Iterator[Cell]:
         for job in self.jobs():
@@ -206,16 +213,23 @@ def stream_items(dataset: str | Path, limit: int | None = None) -> Iterator[Item
     return items if limit is None else itertools.islice(items, limit)
 
 
-def count_items(dataset: str | Path) -> int:
+def count_items(dataset: str | Path, rollouts: bool = True) -> int:
     """Validate the whole dataset before any request (a bad line is exit 2, not a half-paid run).
 
     Duplicate ids are found with 8 bytes per item (sorted 64-bit hashes); only when two hashes agree is the
-    dataset read again by iter_items, which names the duplicate's file and line.
+    dataset read again by iter_items, which names the duplicate's file and line. `rollouts=False` (a run without
+    tools: one request per cell) refuses an item with scripted user turns, which only a rollout can play.
     """
     import numpy as np
 
+    from rfteval.data.dataset import FOLLOWUPS
+
     hashes = array("q")
     for item in stream_items(dataset):
+        if not rollouts and item.followups:
+            raise InputError("scripted user turns are played by an agent run's rollout loop: pass --tools FILE (a "
+                             "module with no functions plays them as a plain multi-turn chat)", dataset, item.line,
+                             FOLLOWUPS)
         digest = hashlib.blake2b(item.id.encode(), digest_size=8).digest()
         hashes.append(int.from_bytes(digest, "little", signed=True))
     if not hashes:
@@ -524,7 +538,8 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
         monitor.message(f"note: {note}")
     grader_hash = config_hash(grader.model_dump(mode="json"))
     stored_under = grades_key(grader, grader_hash, spec, [r.label for r in runs])
-    dataset_items = count_items(spec.dataset)  # every line checked, also when --limit runs only the first N
+    # every line checked, also when --limit runs only the first N
+    dataset_items = count_items(spec.dataset, tools.box is not None)
     n_items = min(spec.limit or dataset_items, dataset_items)
     from rfteval.run.batch.offline import read_responses
 

@@ -195,6 +195,30 @@ def test_validate_dataset_refuses_a_trailing_assistant_turn_naming_each_line(tmp
     assert lines[-1] == f"{p}: 2 lines: 0 valid, 2 with problems (2 warnings above, not counted as problems)"
 
 
+def test_validate_dataset_takes_follow_ups_and_names_a_bad_one_by_line_and_field(tmp_path):
+    user = [{"role": "user", "content": "2+2?"}]
+    lines = [{"messages": user, "reference_answer": "4", "rfteval_followups": ["and 3+3?", {"role": "user",
+                                                                                          "content": "thanks"}]},
+             {"messages": user, "reference_answer": "4", "rfteval_followups": "and 3+3?"},
+             {"messages": user, "reference_answer": "4", "rfteval_followups": ["ok", {"role": "assistant",
+                                                                                    "content": "x"}]},
+             {"messages": user, "reference_answer": "4", "rfteval_followups": [{"role": "user"}]},
+             {"messages": user, "reference_answer": "4", "rfteval_followups": [3]}]
+    p = tmp_path / "d.jsonl"
+    p.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 2
+    assert res.stderr.splitlines() == [
+        f'{p}:2: rfteval_followups: must be a list of user messages: strings or {{"role": "user", "content": ...}}',
+        f"{p}:3: rfteval_followups[1].role: a scripted turn is the user's: role must be user, got 'assistant'",
+        f"{p}:4: rfteval_followups[0].content: missing",
+        f"{p}:5: rfteval_followups[0]: must be a string or a user message, got int",
+        f"{p}: 5 lines: 1 valid, 4 with problems"]
+    p.write_text(json.dumps(lines[0]) + "\n")
+    res = runner.invoke(app, ["validate", "dataset", str(p)])
+    assert res.exit_code == 0, res.output  # the follow-ups are no reference field: the reference is still found
+
+
 def test_validate_dataset_counts_each_line_once_valid_or_with_a_problem(tmp_path):
     """A line ending with the assistant's message is a problem, not also a valid item: the closing line's counts
     add up to the file's lines (it said "4 valid items, 1 problems" for these 4 lines)."""

@@ -273,6 +273,9 @@ LINES_TRIED = [
     {"messages": MSG, "tool_choice": "auto"}, {"messages": MSG, "tool_choice": {"type": "allowed_tools"}},
     {"messages": MSG, "tool_choice": {"type": "function", "function": {"name": "f"}}},
     {"messages": MSG, "tool_choice": {"type": "function", "name": "f"}},
+    {"messages": MSG, "rfteval_followups": []}, {"messages": MSG, "rfteval_followups": ["a", {"role": "user",
+                                                                                              "content": "b"}]},
+    {"messages": MSG, "rfteval_followups": [{"role": "user", "content": [{"type": "text", "text": "c"}]}]},
     # refused:
     {}, {"mesages": MSG}, {"messages": []}, {"messages": "hi"}, {"messages": [{"role": "robot", "content": "x"}]},
     {"messages": [{"role": "user"}]}, {"messages": [{"role": "user", "content": 3}]}, {"messages": ["hi"]},
@@ -282,6 +285,10 @@ LINES_TRIED = [
     {"messages": MSG, "tool_choice": {"type": "function", "function": {}, "name": "f"}},
     {"messages": MSG, "tool_choice": {"name": "f"}}, {"messages": MSG, "id": ""}, {"messages": MSG, "id": True},
     {"messages": MSG, "id": 1.5}, [MSG],
+    {"messages": MSG, "rfteval_followups": "a"}, {"messages": MSG, "rfteval_followups": [3]},
+    {"messages": MSG, "rfteval_followups": [{"role": "assistant", "content": "a"}]},
+    {"messages": MSG, "rfteval_followups": [{"role": "user"}]},
+    {"messages": MSG, "rfteval_followups": [{"role": "user", "content": 3}]},
 ]
 
 

@@ -163,7 +163,7 @@ def test_sample_rollout_is_a_field_of_an_agent_runs_samples_only():
                            "reference": "x", "operation": "like"})
     (error,) = check_sample_paths(config, "g.json")
     assert str(error) == ("g.json: input: {{ sample.rollout.messages }}: sample.rollout is an agent run's trajectory, "
-                          "there only in `rfteval run --tools`")
+                          "there only in `rfteval run --tools` (and `grade --outputs` of transcripts)")
     assert check_sample_paths(config, "g.json", rollout=True) == []
     typo = parse_config({"type": "string_check", "name": "s", "input": "{{ sample.rolout }}", "reference": "x",
                          "operation": "eq"})

@@ -437,6 +437,100 @@ def test_a_grader_reading_the_rollout_is_refused_without_tools_in_one_line(tmp_p
     assert any("not uploadable to OpenAI" in w for w in warnings)
 
 
+# ---- scripted user turns (rfteval_followups) --------------------------------------------------------------------
+
+FOLLOWUPS = ["now add 4 and 5", {"role": "user", "content": "and 6 and 7"}]
+
+
+def conversing(request: Request, turn: int) -> Reply:
+    """After each user message, add the two numbers it names; after the tool's answer, say the sum."""
+    last = request.body["messages"][-1]
+    if last["role"] == "user":
+        a, b = (int(w) for w in last["content"].replace("(0)", "").split() if w.isdigit())
+        return Reply(tool_calls=[tool_call("add", {"a": a, "b": b}, f"c{turn}")])
+    return Reply(text=f"sum: {last['content']}")
+
+
+@pytest.mark.slow
+def test_follow_ups_are_sent_one_at_a_time_after_each_answer_and_the_rollout_ends_after_the_last(tmp_path: Path):
+    files = write_agent_files(tmp_path, reference="sum: 13", rfteval_followups=FOLLOWUPS)
+    with FakeOpenAI(scripted_agent(conversing)) as server:
+        agent_run(files, server)
+    histories = [chat_messages(r) for r in server.requests]
+    assert len(histories) == 6  # each user turn: a call, then the answer
+    users = [[m["content"] for m in h if m["role"] == "user"] for h in histories]
+    assert users == [["add 2 and 3 (0)"]] * 2 + [["add 2 and 3 (0)", "now add 4 and 5"]] * 2 + [
+        ["add 2 and 3 (0)", "now add 4 and 5", "and 6 and 7"]] * 2
+    # a follow-up comes right after the answer it follows, as the user's message
+    assert histories[2][-2:] == [{"role": "assistant", "content": "sum: 5"},
+                                 {"role": "user", "content": "now add 4 and 5"}]
+    (rec,) = records(files)
+    assert rec["output_text"] == "sum: 13" and rec["score"] == 1.0  # the answer to the last follow-up
+    assert (rec["turns"], rec["tool_calls"], rec["stop_reason"]) == (6, 3, "no_tool_calls")
+    transcript = json.loads(rec["transcript"])
+    assert [m["role"] for m in transcript] == ["assistant", "tool", "assistant", "user", "assistant", "tool",
+                                               "assistant", "user", "assistant", "tool", "assistant"]
+    assert [m["content"] for m in transcript if m["role"] == "user"] == ["now add 4 and 5", "and 6 and 7"]
+    assert histories[-1][1:] == transcript[:-1]  # what the model was sent is what the record keeps
+
+
+@pytest.mark.slow
+def test_max_turns_counts_model_calls_over_every_follow_up_and_raising_it_goes_on_from_there(tmp_path: Path):
+    files = write_agent_files(tmp_path, reference="sum: 13", rfteval_followups=FOLLOWUPS)
+    with FakeOpenAI(scripted_agent(conversing)) as server:
+        agent_run(files, server, max_turns=4)  # two user turns answered; a follow-up left: the limit stopped it
+        (first,) = rollouts(files)
+        assert (first["turns"], first["stop_reason"], first["output_text"]) == (4, "max_turns", "sum: 9")
+        assert json.loads(records(files)[0]["transcript"])[-1] == {"role": "assistant", "content": "sum: 9"}
+        server.reset()
+        box = calculator()
+        agent_run(files, server, box, max_turns=10)
+        sent = [chat_messages(r)[-1]["content"] for r in server.requests]
+    assert sent == ["and 6 and 7", "13"]  # only the last follow-up's turns: the four before are read back
+    assert len(box.turns_run) == 1
+    assert (rollouts(files)[-1]["stop_reason"], records(files)[0]["score"]) == ("no_tool_calls", 1.0)
+
+
+@pytest.mark.slow
+def test_a_rollout_cut_after_a_follow_up_resumes_there_and_a_changed_follow_up_is_another_rollout(tmp_path: Path):
+    files = write_agent_files(tmp_path, reference="sum: 13", rfteval_followups=FOLLOWUPS)
+    opts = RunOptions(backoff_base_s=0.001, handle_signals=False, fixed_concurrency=True)
+    with FakeOpenAI() as server:
+        def cut_after_the_first_follow_up(request: Request) -> Reply:
+            if "and 6 and 7" in request.user_texts():
+                return Reply.error(503)  # the run ends here, as a kill would: the turns before are stored
+            return scripted_agent(conversing)(request)
+
+        server.responder = cut_after_the_first_follow_up
+        agent_run(files, server, opts=opts)
+        assert records(files)[0]["error"]["stage"] == "generate"
+        stored = len(store_lines(files, "responses.jsonl"))
+        server.responder = scripted_agent(conversing)
+        server.reset()
+        agent_run(files, server, opts=opts)
+        resumed = [chat_messages(r) for r in server.requests]
+        assert [h[-1]["content"] for h in resumed] == ["and 6 and 7", "13"]  # no turn before it sent again
+        assert records(files)[0]["score"] == 1.0 and stored == 4 + 1  # four answers and the failed turn
+        # the second follow-up changed: the turns before it are the same requests (read back), its own are new
+        write_agent_files(tmp_path, reference="sum: 19", rfteval_followups=[FOLLOWUPS[0], "and 9 and 10"])
+        server.reset()
+        agent_run(files, server, opts=opts)
+        assert [chat_messages(r)[-1]["content"] for r in server.requests] == ["and 9 and 10", "19"]
+    assert records(files)[0]["output_text"] == "sum: 19" and records(files)[0]["score"] == 1.0
+
+
+@pytest.mark.slow
+def test_an_item_with_follow_ups_is_refused_in_one_line_by_a_run_without_tools(tmp_path: Path):
+    files = write_agent_files(tmp_path, rfteval_followups=["more"])
+    spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(files["dataset"]),
+                                           grader=str(files["grader"]), out=str(files["out"]),
+                                           base_url="http://127.0.0.1:9/v1", cwd=tmp_path))
+    with pytest.raises(InputError) as err:
+        run_eval(spec, None, OPTS)
+    assert (err.value.file, err.value.line, err.value.field) == (str(files["dataset"]), 1, "rfteval_followups")
+    assert "--tools" in err.value.message and not files["out"].exists()
+
+
 # ---- store, cache, resume ------------------------------------------------------------------------------------------
 
 

@@ -4,14 +4,18 @@ through rfteval's rollout loop and checked by its own checker.
 - `convert` makes one rfteval dataset line per BFCL entry from its first user turn: `messages` (that turn),
   `tools` (what BFCL's OpenAI function-calling handler sends: the function docs of the entry's classes, with BFCL's
   Python hint, through BFCL's own `convert_to_tool`), `id` (BFCL's), and what the grader reads: `bfcl_id`,
-  `initial_config`, `involved_classes` and `ground_truth` (the first turn's calls, as a list of turns so that later
-  turns can join it). BFCL's `excluded_function` field is carried by no code of BFCL's, so it is ignored here too.
+  `initial_config`, `involved_classes` and `ground_truth` (the first turn's calls, as a list of turns). With
+  `whole=True` the line plays every user turn: the later turns of BFCL's `question` list are its
+  `rfteval_followups` (sent by rfteval's rollout loop each time the agent answers), and `ground_truth` holds every
+  turn's calls. BFCL's `excluded_function` field is carried by no code of BFCL's, so it is ignored here too.
 - `write_tools` writes the tools module (bfcl_tools.py's text and one function per tool) and `GRADER` is the python
   grader (bfcl_grader.py): both run in rfteval's sandbox, so neither imports this checkout.
 - `responder` is a responder of tests/support/fake_openai.py that plays BFCL's ground truth as tool calls (`Player`),
   or a perturbed ground truth: the last call dropped, or one argument changed.
-- `bfcl_verdict` is BFCL's checker run outside rfteval on a transcript (the generated messages a record keeps), the
-  entry and ground truth read again from BFCL's own files.
+- `bfcl_verdict` is BFCL's evaluation of one multi-turn entry (eval_runner's `_evaluate_single_multi_turn_entry`:
+  the force-termination check, each step decoded, then its checker) run outside rfteval on a transcript (the
+  generated messages a record keeps, split into user turns at its user messages), the entry and ground truth read
+  again from BFCL's own files.
 
 What is read of BFCL's code is read by import (its backends, its checker, its execution) or, where the module that
 holds a function cannot be imported without tree-sitter or without creating directories beside site-packages
@@ -116,14 +120,22 @@ def openai_tools(functions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(_HANDLER["convert_to_tool"](functions, GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS))
 
 
-def convert(limit: int | None = None) -> list[dict[str, Any]]:
-    """The dataset lines of the first `limit` entries (all when None), each playing the entry's first user turn."""
+def convert(limit: int | None = None, whole: bool = False) -> list[dict[str, Any]]:
+    """The dataset lines of the first `limit` entries (all when None), each playing the entry's first user turn, or
+    with `whole` every user turn: the later ones as the line's follow-ups (each of BFCL's turns is one user
+    message in the base set; a turn of several is refused rather than joined)."""
     answers = ground_truth()
     lines = []
     for entry in bfcl_entries()[:limit]:
-        lines.append({"id": entry["id"], "messages": entry["question"][0], "tools": openai_tools(entry["function"]),
-                      "bfcl_id": entry["id"], "initial_config": entry["initial_config"],
-                      "involved_classes": entry["involved_classes"], "ground_truth": answers[entry["id"]][:1]})
+        line = {"id": entry["id"], "messages": entry["question"][0], "tools": openai_tools(entry["function"]),
+                "bfcl_id": entry["id"], "initial_config": entry["initial_config"],
+                "involved_classes": entry["involved_classes"], "ground_truth": answers[entry["id"]][:1]}
+        if whole:
+            later = entry["question"][1:]
+            if any(len(turn) != 1 or turn[0].get("role") != "user" for turn in later):
+                raise ValueError(f"{entry['id']}: a user turn that is not one user message")
+            line.update({"rfteval_followups": [turn[0] for turn in later], "ground_truth": answers[entry["id"]]})
+        lines.append(line)
     return lines
 
 
@@ -247,19 +259,28 @@ class Player:
     grouping: str = "steps"
     perturb: str | None = None
 
-    def calls(self, line: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        calls = [call_arguments(c, line["involved_classes"]) for c in line["ground_truth"][0]]
+    def calls(self, line: dict[str, Any], user_turn: int = 0) -> list[tuple[str, dict[str, Any]]]:
+        """The calls the player makes for user turn `user_turn` (0-based). A perturbation changes the line's last
+        user turn that has calls (the first turn's, for a line playing only that), and no other."""
+        truth = line["ground_truth"]
+        calls = [call_arguments(c, line["involved_classes"]) for c in truth[user_turn]]
+        perturbed = max((i for i, turn in enumerate(truth) if turn), default=0)
+        if self.perturb is None or user_turn != perturbed:
+            if self.perturb not in (None, "drop_last", "change_arg"):
+                raise ValueError(f"unknown perturbation {self.perturb!r}")
+            return calls
         if self.perturb == "drop_last":
             return calls[:-1]
-        if self.perturb == "change_arg":
-            return change_argument(calls)
-        if self.perturb is not None:
-            raise ValueError(f"unknown perturbation {self.perturb!r}")
-        return calls
+        return change_argument(calls)
 
-    def step(self, line: dict[str, Any], turn: int) -> list[tuple[str, dict[str, Any]]]:
-        """The calls of model turn `turn` (0-based); none: the final answer."""
-        calls = self.calls(line)
+    def all_calls(self, line: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """Every call the player makes over the line's user turns, in order."""
+        return [c for user_turn in range(len(line["ground_truth"])) for c in self.calls(line, user_turn)]
+
+    def step(self, line: dict[str, Any], turn: int, user_turn: int = 0) -> list[tuple[str, dict[str, Any]]]:
+        """The calls of model turn `turn` (0-based, counted from user turn `user_turn`'s message); none: the
+        answer that ends the user turn."""
+        calls = self.calls(line, user_turn)
         if self.grouping == "parallel":
             return calls if turn == 0 else []
         if self.grouping == "steps":
@@ -267,31 +288,47 @@ class Player:
         raise ValueError(f"unknown grouping {self.grouping!r}")
 
 
-def tool_calls(calls: list[tuple[str, dict[str, Any]]], turn: int) -> list[dict[str, Any]]:
-    return [{"id": f"call_{turn}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+def tool_calls(calls: list[tuple[str, dict[str, Any]]], turn: int, user_turn: int = 0) -> list[dict[str, Any]]:
+    prefix = f"call_{turn}" if user_turn == 0 else f"call_u{user_turn}_{turn}"  # unique over the user turns
+    return [{"id": f"{prefix}_{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
             for i, (name, args) in enumerate(calls)]
 
 
-def reply(line: dict[str, Any], player: Player, turn: int) -> Reply:
-    calls = player.step(line, turn)
-    return Reply(tool_calls=tool_calls(calls, turn)) if calls else Reply(text=FINAL_ANSWER)
+def reply(line: dict[str, Any], player: Player, turn: int, user_turn: int = 0) -> Reply:
+    calls = player.step(line, turn, user_turn)
+    return Reply(tool_calls=tool_calls(calls, turn, user_turn)) if calls else Reply(text=FINAL_ANSWER)
+
+
+def user_turns(line: dict[str, Any]) -> list[str]:
+    """The text of each user turn a line plays: its message, then its follow-ups."""
+    return [line["messages"][0]["content"], *(m["content"] for m in line.get("rfteval_followups", []))]
+
+
+def _perturbed_turn(line: dict[str, Any]) -> int:
+    return max((i for i, turn in enumerate(line["ground_truth"]) if turn), default=0)
 
 
 def responder(lines: list[dict[str, Any]], players: dict[str, Player]) -> Callable[[Request], Reply]:
-    """A responder for FakeOpenAI: the request's model names its player, its first user message the item, and the
-    assistant messages already in its history the model turn. Two entries may share their first user message
-    (multi_turn_base_40 and 43: one request, two file systems); the player plays the same calls for both, so that
-    is refused only where their ground truths differ."""
-    by_prompt: dict[str, dict[str, Any]] = {}
+    """A responder for FakeOpenAI: the request's model names its player, its user messages so far the item and the
+    user turn (a follow-up), and the assistant messages since the last user message the model turn within it.
+    Two entries may share their first user messages (multi_turn_base_40 and 43: one request, two file systems,
+    different later turns); a player plays the same calls for both while they do, so that is refused only where
+    their ground truths up to there differ."""
+    by_prefix: dict[tuple[str, ...], dict[str, Any]] = {}
     for line in lines:
-        seen = by_prompt.setdefault(line["messages"][0]["content"], line)
-        if (seen["ground_truth"], seen["involved_classes"]) != (line["ground_truth"], line["involved_classes"]):
-            raise ValueError(f"{seen['id']} and {line['id']} share their first user message, not their calls")
+        texts = user_turns(line)
+        for k in range(1, len(texts) + 1):
+            seen = by_prefix.setdefault(tuple(texts[:k]), line)
+            same = (seen["ground_truth"][:k], seen["involved_classes"], min(_perturbed_turn(seen), k)) == (
+                line["ground_truth"][:k], line["involved_classes"], min(_perturbed_turn(line), k))
+            if not same:
+                raise ValueError(f"{seen['id']} and {line['id']} share their first user message, not their calls")
 
     def answer(request: Request) -> Reply:
-        messages = request.body.get("messages") or []
-        turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-        return reply(by_prompt[request.user_texts()[0]], players[request.model], turn)
+        messages = [m for m in request.body.get("messages") or [] if isinstance(m, dict)]
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        turn = sum(1 for m in messages[users[-1]:] if m.get("role") == "assistant")
+        return reply(by_prefix[tuple(request.user_texts())], players[request.model], turn, len(users) - 1)
 
     return answer
 
@@ -320,27 +357,41 @@ def steps(transcript: list[dict[str, Any]]) -> list[Any]:
             else m.get("content") for m in transcript if m.get("role") == "assistant"]
 
 
-def decode(model_steps: list[Any]) -> list[list[str]]:
-    """BFCL's evaluation of a turn's steps (eval_runner's _evaluate_single_multi_turn_entry): each decoded with the
-    handler's decode_execute, a step that fails to decode or decodes to nothing left out."""
-    decoded = []
-    for step in model_steps:
-        try:
-            calls = convert_to_function_call(step)
-        except Exception:
-            continue
-        if not is_empty_execute_response(calls):
-            decoded.append(calls)
-    return decoded
+def turn_steps(transcript: list[dict[str, Any]]) -> list[list[Any]]:
+    """A transcript's steps per user turn, as BFCL's inference keeps a multi-turn entry's result: a user message
+    in the transcript (a follow-up) starts the next turn; the first turn's user message is the item's own."""
+    turns: list[list[dict[str, Any]]] = [[]]
+    for message in transcript:
+        if message.get("role") == "user":
+            turns.append([])
+        else:
+            turns[-1].append(message)
+    return [steps(turn) for turn in turns]
 
 
-def bfcl_verdict(bfcl_id: str, transcript: list[dict[str, Any]], turns: int = 1) -> dict[str, Any]:
-    """BFCL's multi-turn checker on a one-user-turn transcript, the entry and its first `turns` turns of ground truth
-    read from BFCL's files (not from the dataset line)."""
+# BFCL's evaluation of one multi-turn entry (eval_checker/eval_runner.py): a result whose number of turns is not
+# the ground truth's is force-terminated (invalid), each step is decoded by the handler's decode_execute (a step
+# that fails to decode, or decodes to nothing, left out), then multi_turn_checker judges the decoded turns
+_EVALUATE = bfcl_functions("eval_checker/eval_runner.py", ["_evaluate_single_multi_turn_entry"], BaseHandler=object,
+                           multi_turn_checker=multi_turn_checker, is_empty_execute_response=is_empty_execute_response)
+evaluate_entry: Callable[..., dict[str, Any]] = _EVALUATE["_evaluate_single_multi_turn_entry"]
+
+
+class _OpenAIDecoder:
+    """What BFCL's evaluation asks of its OpenAI function-calling handler: decode_execute, which is
+    convert_to_function_call of a step's [{name: arguments}]."""
+
+    def decode_execute(self, result: Any, has_tool_call_tag: bool = False) -> list[str]:
+        return convert_to_function_call(result)
+
+
+def bfcl_verdict(bfcl_id: str, transcript: list[dict[str, Any]], turns: int | None = 1) -> dict[str, Any]:
+    """BFCL's evaluation of a transcript (its user turns split at its user messages), the entry and its first
+    `turns` turns of ground truth (None: every turn) read from BFCL's files (not from the dataset line)."""
     entries, answers = _files()
     entry, truth = copy.deepcopy(entries[bfcl_id]), copy.deepcopy(answers[bfcl_id][:turns])
-    return dict(fresh_instances(lambda name: multi_turn_checker([decode(steps(transcript))], truth, entry, CATEGORY,
-                                                                name)))
+    return dict(fresh_instances(lambda name: evaluate_entry(_OpenAIDecoder(), bfcl_id, turn_steps(transcript), truth,
+                                                            entry, name, CATEGORY)))
 
 
 def execute_steps(calls: list[str], line: dict[str, Any]) -> list[str]:
