@@ -9,9 +9,12 @@ set per trajectory in the rollout, or for a whole `art.TrajectoryGroup` by the `
     groups = await art.gather_trajectory_groups(..., after_each=reward)   # every trajectory of each group
     await reward.trajectory(t)                                            # or one, inside the rollout
 
-The graded message is the last sampled turn (a `Choice`; a trajectory without one has no reply, the empty answer,
-never a few-shot assistant turn of the prompt); its reasoning field or think block is not the answer (as in `rfteval
-grade`). The item is the items= line named by the trajectory's (else the group's) metadata id, else the prompt
+The sample is built from what was generated after the prompt (each sampled `Choice`'s message, the tool and user
+messages between them) by rollout_sample, as `rfteval run --tools` builds a rollout's: the final turn gives
+output_text and output_tools (a trajectory without a Choice has no reply, the empty answer, never a few-shot
+assistant turn of the prompt; its reasoning field or think block is not the answer, as in `rfteval grade`), the
+whole trajectory `sample["rollout"]`, so a grader that counts tool calls scores training as it scores the eval.
+The item is the items= line named by the trajectory's (else the group's) metadata id, else the prompt
 messages with the metadata. A group judge (rfteval's `group_judge` grader) ranks a whole group in one judge call,
 as RULER does, and keeps the reward it replaces in `metrics["independent_reward"]` as RULER does.
 Each trajectory's metrics get `rfteval/grading_error` (1 when grading failed, its reward then 0) and sub-scores."""
@@ -23,11 +26,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Unpack
 
-from rfteval.data.json_types import JSONObject
+from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.data.sample import Sample
 from rfteval.errors import InputError
 from rfteval.graders.base import needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data, sample_from_message
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data, sample_from_messages
 from rfteval.reward.episode import plain_metadata, result_metrics
 
 if TYPE_CHECKING:
@@ -39,20 +42,33 @@ def _is_choice(entry: object) -> bool:
     return not isinstance(entry, Mapping) and hasattr(entry, "message")
 
 
-def _prompt_and_reply(entries: Sequence[object], prompt_len: int | None) -> tuple[list[JSONObject], object]:
-    """The prompt messages (before the first sampled turn) and the graded reply: the last Choice's message; with no
-    Choice, the last assistant message after the prompt (the item's messages when known, else the last user turn),
-    or None."""
+def _compact(value: object) -> object:
+    """A Choice as a server sent it: the null fields openai's model fills in left out (as the run keeps choices and
+    `grade --outputs` reads an ART trajectory's)."""
+    if isinstance(value, dict):
+        return {k: _compact(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
+
+
+def _prompt_and_generated(entries: Sequence[object], prompt_len: int | None
+                          ) -> tuple[list[JSONObject], list[object], list[JSONValue] | None]:
+    """The prompt messages (before the first sampled turn), what was generated after it (each Choice's message, the
+    tool and user messages between them), and the final turn's Choice as ART kept it (None without one). With no
+    Choice, the generated part starts after the prompt: the item's messages when known, else the last user turn."""
     choices = [i for i, e in enumerate(entries) if _is_choice(e)]
-    first = choices[0] if choices else len(entries)
-    prompt = [m for m in (plain_data(e) for e in entries[:first]) if isinstance(m, dict)]
     if choices:
-        return prompt, entries[choices[-1]].message  # type: ignore[attr-defined]  # a Choice
+        first = choices[0]
+        prompt = [m for m in (plain_data(e) for e in entries[:first]) if isinstance(m, dict)]
+        generated = [e.message if _is_choice(e) else e for e in entries[first:]]  # type: ignore[attr-defined]
+        last = plain_data(entries[choices[-1]].model_dump(mode="json"))  # type: ignore[attr-defined]  # a Choice
+        return prompt, generated, [_compact(last)]  # type: ignore[list-item]  # _compact keeps JSON data JSON
+    messages = [m for m in (plain_data(e) for e in entries) if isinstance(m, dict)]
     if prompt_len is None:
-        users = [i for i, m in enumerate(prompt) if m.get("role") == "user"]
-        prompt_len = users[-1] + 1 if users else len(prompt)
-    replies = [m for m in prompt[prompt_len:] if m.get("role") == "assistant"]
-    return prompt[:prompt_len], (replies[-1] if replies else None)
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        prompt_len = users[-1] + 1 if users else len(messages)
+    return messages[:prompt_len], list(messages[prompt_len:]), None
 
 
 class ARTReward(Reward):
@@ -74,7 +90,7 @@ class ARTReward(Reward):
                                  f"set Trajectory(metadata={{{self.options.id_field!r}: ITEM_ID}}) (or the group's)",
                                  field=self.options.id_field)
             return self.table.get(rid)
-        prompt, _ = _prompt_and_reply(trajectory.messages_and_choices, None)
+        prompt, _, _ = _prompt_and_generated(trajectory.messages_and_choices, None)
         return self.find_item(metadata, prompt)
 
     def _pairs(self, trajectories: Sequence[art.Trajectory], group_metadata: Mapping[str, object] | None
@@ -88,8 +104,8 @@ class ARTReward(Reward):
             item = self.item_of(t, group_metadata)
             messages = item.get("messages")
             prompt_len = len(messages) if self.table is not None and isinstance(messages, list) else None
-            _, reply = _prompt_and_reply(t.messages_and_choices, prompt_len)
-            pairs.append((sample_from_message(reply, self.options), item))
+            _, generated, choice = _prompt_and_generated(t.messages_and_choices, prompt_len)
+            pairs.append((sample_from_messages(generated, self.options, choices=choice), item))
             units.append(seen.setdefault(json.dumps(item, sort_keys=True, default=str), len(seen)))
         return pairs, units
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeVar
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.data.reasoning import message_reasoning, parse_tags, split_reasoning
+from rfteval.data.rollout import MAX_TURNS, NO_TOOL_CALLS, arguments_text, call_id, final_message, rollout_sample
 from rfteval.data.sample import Sample, make_sample
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeOptions, GraderConfig, GradeResult
@@ -421,11 +422,80 @@ def sample_from_message(message: object, options: RewardOptions) -> Sample:
     return make_sample(_answer(text, options, reasoning), tools)
 
 
+def generated_messages(messages: Sequence[object]) -> tuple[list[JSONValue], str | None]:
+    """A trainer's generated messages in the shape `rfteval run --tools` writes a rollout (rfteval.data.rollout),
+    and the final reply's reasoning field: so rollout_sample builds the same sample from them as from the run's.
+
+    Each assistant turn: its text (content parts joined, `thinking` parts kept apart as the reasoning), null beside
+    tool calls when empty (TRL's parse_response gives ""), its calls in OpenAI's shape (openai_tool_calls: verifiers
+    0.4's flat calls, TRL's dict arguments); a call without an id (TRL's never have one, tinker-cookbook's may not)
+    gets the one the run gives a server's id-less call (`call_<turn>_<index>`). A tool message without a
+    `tool_call_id` (TRL writes `name` only, tinker-cookbook "" for an id-less call) answers the next unanswered
+    call of the turn before it, as both append results in call order. User turns as they are."""
+    out: list[JSONValue] = []
+    reasoning: str | None = None
+    turn = 0
+    pending: list[str] = []  # the ids of the last assistant turn's calls no tool message has answered yet
+    for given in messages:
+        message = plain_message(given)
+        if not isinstance(message, Mapping):
+            raise TypeError(f"a message must be a mapping or a pydantic model, not {type(message).__name__}")
+        role = message.get("role")
+        if role == "assistant":
+            turn += 1
+            raw = message.get("tool_calls")
+            calls = openai_tool_calls([plain_message(c) for c in raw] if isinstance(raw, Sequence) else raw)
+            for index, call in enumerate(calls):
+                if isinstance(call, dict) and not call.get("id"):
+                    call["id"] = call_id(call, turn, index)
+            pending = [cid for c in calls if isinstance(c, dict) and isinstance(cid := c.get("id"), str)]
+            text, thinking = _content_parts(message.get("content"))
+            reasoning = message_reasoning(message)
+            if thinking is not None:
+                reasoning = thinking if reasoning is None else reasoning + thinking
+            reply: JSONObject = {"role": "assistant", "content": text if text or not calls else None}
+            if calls:
+                reply["tool_calls"] = calls
+            out.append(reply)
+        elif role == "tool":
+            cid = message.get("tool_call_id")
+            if not isinstance(cid, str) or not cid:
+                cid = pending[0] if pending else ""
+            if cid in pending:
+                pending.remove(cid)
+            content = message.get("content")
+            text = content if isinstance(content, str) else (
+                _content_parts(content)[0] if isinstance(content, list) else arguments_text(plain_data(content)))
+            out.append({"role": "tool", "tool_call_id": cid, "content": text})
+        else:
+            out.append(plain_data(message))
+    return out, reasoning
+
+
+def sample_from_messages(messages: Sequence[object], options: RewardOptions | None = None, *,
+                         stop_reason: str | None = None, choices: list[JSONValue] | None = None) -> Sample:
+    """The grader's sample of a trainer's rollout given as the messages the model and its tools generated (never the
+    prompt's): built by rollout_sample, the one rule `rfteval run --tools` builds it by, so an agent trained on the
+    reward is scored as the eval scores it: the final turn's output_text (its answer, without reasoning, as
+    options.reasoning and think_tags say), output_tools and choices, and the whole trajectory as
+    `sample["rollout"]`. `stop_reason`: how the trainer's rollout ended, when it says (else `no_tool_calls` when the
+    last turn called no tool, `max_turns` when it did, as `grade --outputs` derives it); `choices`: the final turn's
+    choice as the trainer kept it (ART's Choice)."""
+    options = options or RewardOptions()
+    generated, reasoning = generated_messages(messages)
+    if stop_reason is None:
+        final = final_message(generated)
+        stop_reason = MAX_TURNS if final is not None and final.get("tool_calls") else NO_TOOL_CALLS
+    return rollout_sample(generated, stop_reason=stop_reason, choices=choices, reasoning=reasoning,
+                          mode=options.reasoning, tags=options.tags)
+
+
 def sample_from_completion(completion: object, options: RewardOptions | None = None) -> Sample:
     """The grader's sample for one completion, for every adapter: a string (TRL's standard format, verl's
-    solution_str, OpenRLHF's response), or a list of messages (conversational format) whose last assistant message
-    gives output_text (sample_from_message) and output_tools; no assistant message (a rollout stopped before the
-    model's first reply) is an empty answer. The list must hold only what the model generated: an adapter whose
+    solution_str, OpenRLHF's response), or a list of messages (conversational format, TRL's tool mode, verifiers'
+    ToolEnv) built as a run's rollout (sample_from_messages): the last assistant message gives output_text and
+    output_tools, the trajectory sample["rollout"]; no assistant message (a rollout stopped before the model's first
+    reply) is an empty answer. The list must hold only what the model generated: an adapter whose
     trainer hands over the whole conversation passes only the sampled messages, never a few-shot turn of the
     prompt. Anything else is a TypeError (a trainer's value, checked here rather than trusted)."""
     options = options or RewardOptions()
@@ -434,10 +504,7 @@ def sample_from_completion(completion: object, options: RewardOptions | None = N
     if isinstance(completion, Mapping):
         completion = [completion]
     if isinstance(completion, Sequence):
-        assistant = [m for m in completion if isinstance(m, Mapping) and m.get("role") == "assistant"]
-        if not assistant:
-            return make_sample("")
-        return sample_from_message(assistant[-1], options)
+        return sample_from_messages(completion, options)
     raise TypeError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
 
 
@@ -464,11 +531,25 @@ def _close(engine: GradingEngine, judge: Judge | None) -> None:
             judge.close()
 
 
+def refuse_rollout_reads(config: GraderConfig, trainer: str) -> None:
+    """A trainer that hands the reward text only (verl's solution_str, OpenRLHF's query) has no trajectory to build
+    sample.rollout from: a grader reading it would score every completion as a grading error, so it is refused, in
+    one line naming the field, before any training step."""
+    from rfteval.graders.checks import reads_rollout
+
+    if reads_rollout(config):
+        raise InputError(f"grader {config.name!r} reads sample.rollout (an agent run's trajectory), but {trainer} hands "
+                         "the reward text only, no messages: train it where the reward gets the messages (TRL's tool "
+                         "mode, verifiers, ART, tinker-cookbook's tool_use)", field="sample.rollout")
+
+
 class Reward:
     """A grader ready to score completions: its engine (one python pool for the process's life), its judge, the
     original items when given, and the error rule. Each trainer's adapter is a subclass with that trainer's call."""
 
     default_on_error = "zero"
+    # The trainer's name when it hands text only (no messages): a grader reading sample.rollout is refused
+    text_only: str | None = None
     # Why on_error="none" is refused, for a trainer that records every reward as a float (None would fail its step
     # or its tensor); None: the trainer can leave a reward out (TRL), or maps it itself (OpenRLHF: 0.0, said once).
     none_refused: str | None = None
@@ -478,6 +559,8 @@ class Reward:
             raise ValueError(f"on_error='none' {self.none_refused}; a grading error scores 0 (on_error='zero', the "
                              "default) and is counted (error_counts)")
         self.config = grader_config(grader)
+        if self.text_only is not None:
+            refuse_rollout_reads(self.config, self.text_only)
         self.options = options
         self.on_error = options.on_error or self.default_on_error
         self.table = ItemTable(options.items, options.id_field) if options.items is not None else None

@@ -12,7 +12,7 @@ from typing import Any, cast
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
 from rfteval.providers.endpoint import JUDGE_KEYWORDS
-from rfteval.reward.core import RewardOptions
+from rfteval.reward.core import RewardOptions, refuse_rollout_reads
 from rfteval.reward.targets import TRAINERS, ModuleRequest, doc_text, reward_module
 
 # export-reward's flags as the factories' options, and their defaults (RewardOptions' own, then the factories'): the
@@ -100,6 +100,8 @@ def export_module(config: GraderConfig, target: str, source: str, out: str | Pat
     OpenRLHF's `reward_func`). `options` are the factory's keyword options, stored beside the config."""
     options = dict(options or {})
     module = reward_module(target)
+    if module.text_only is not None:
+        refuse_rollout_reads(config, module.text_only)
     RewardOptions(**{k: v for k, v in options.items() if k not in module.keys})  # fails here, not later
     part = module.text(ModuleRequest(config.name, Path(out).stem, out, options))
     doc = (f"{part.title}\n\nWritten by `rfteval export-reward` from {source}\n(grader {config.name!r}, type "

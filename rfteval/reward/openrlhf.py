@@ -149,6 +149,8 @@ def _load_tokenizer(name: str) -> ChatTokenizer:
 
 
 class OpenRLHFReward(Reward):
+    text_only = "OpenRLHF"  # its reward gets the query text; its agent executor's observations are text too
+
     def __init__(self, grader: GraderLike, options: RewardOptions, reference_field: str | None = "reference_answer",
                  end_tokens: Sequence[str] = END_TOKENS, eos_tokens: Sequence[str] = (),
                  tokenizer: ChatTokenizer | str | None = None):
@@ -302,5 +304,5 @@ def _text_row(prompt: JSONValue, line: JSONObject, rid: str) -> JSONObject:
 register(Trainer(
     "openrlhf",
     reward=RewardModule("openrlhf (reward_func)", "for_openrlhf", _module_text,
-                        keys=("reference_field", "eos_tokens", "tokenizer")),
+                        keys=("reference_field", "eos_tokens", "tokenizer"), text_only="OpenRLHF"),
     dataset=DatasetShape("openrlhf", text_row=_text_row)))

@@ -51,6 +51,8 @@ class RewardModule:
     text: Callable[[ModuleRequest], ModuleText]
     keys: tuple[str, ...] = ()  # the factory's options besides RewardOptions (their flags refuse other targets)
     check: Callable[[Mapping[str, object]], None] | None = None  # refuses options the trainer cannot take
+    # The trainer's name when it hands the reward text only (no messages): a grader reading sample.rollout is refused
+    text_only: str | None = None
     factory_module: str = "rfteval.reward"
 
 

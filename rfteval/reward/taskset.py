@@ -7,9 +7,11 @@ validates it into the taskset's TaskData, and scores a finished trace with `Task
 `@vf.reward` methods with `trace`. The package holds only the classes verifiers asks for; the work is here, so it
 scores as `rfteval grade` does, and as this module does in the installed rfteval.
 
-The RFT line rides in the task data as JSON text (`item`), exact through any wire. The graded message is the last
-sampled assistant turn: the nodes the trace's model calls committed, else those after the task's prompt; a trace with
-none is the empty answer (never a few-shot assistant turn of the prompt). A grading error scores 0 (a reward in
+The RFT line rides in the task data as JSON text (`item`), exact through any wire. The sample is the trace's
+generated messages (trace_generated: the sampled turns, tool results and environment turns, never the task's prompt)
+built as `rfteval run --tools` builds a rollout's (core.sample_from_messages): the last sampled assistant turn is the
+answer, the trajectory sample["rollout"]; a trace with none is the empty answer (never a few-shot assistant turn of
+the prompt). A grading error scores 0 (a reward in
 `Task.score` is a float) and is logged once per type."""
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.graders.base import GradeResult
-from rfteval.reward.core import Reward, RewardOptions, plain_message, sample_from_message
+from rfteval.reward.core import Reward, RewardOptions, plain_message, sample_from_messages
 
 # The keys of the task data the package's TaskData declares (besides verifiers' own `id` and `prompt`).
 ANSWER = "answer"
@@ -51,24 +53,25 @@ def task_rows(dataset: str | Path, reference_field: str = "reference_answer") ->
     return rows
 
 
-def sampled_reply(trace: object, prompt_len: int) -> object:
-    """The last assistant message the model sampled in the trace: among the nodes its model calls committed (what a
-    real rollout records), else the nodes after the prompt; None when there is none."""
+def trace_generated(trace: object, prompt_len: int | None = None) -> list[object]:
+    """What the model and its tools generated in a verifiers 0.4 trace, in order (replies, tool results, an
+    environment's user turns), never the prompt's: the nodes from the first one its model calls committed (what a real
+    rollout records), else from the first node marked `sampled` (verifiers' provenance flag), else those after the
+    prompt (`prompt_len`); none when the model never replied."""
     nodes = list(getattr(trace, "nodes", None) or [])
     called = sorted({c.node for c in getattr(trace, "calls", None) or [] if getattr(c, "node", None) is not None})
-    indices = [i for i in called if 0 <= i < len(nodes)] if called else list(range(prompt_len, len(nodes)))
-    for i in reversed(indices):
-        message = plain_message(getattr(nodes[i], "message", None))
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            return message
-    return None
+    called = [i for i in called if 0 <= i < len(nodes)]
+    sampled = [i for i, n in enumerate(nodes) if getattr(n, "sampled", False)]
+    start = called[0] if called else sampled[0] if sampled else prompt_len if prompt_len is not None else len(nodes)
+    return [plain_message(getattr(n, "message", None)) for n in nodes[start:]]
 
 
 class TasksetReward(Reward):
     """The grader of an exported taskset, one per (grader, options) in a process."""
 
     def score_trace(self, item_json: str, prompt_len: int, trace: object) -> tuple[float, GradeResult]:
-        result = self.grade_one(sample_from_message(sampled_reply(trace, prompt_len), self.options), json.loads(item_json))
+        sample = sample_from_messages(trace_generated(trace, prompt_len), self.options)
+        result = self.grade_one(sample, json.loads(item_json))
         value = self.value(result)
         return (0.0 if value is None else value), result
 

@@ -11,6 +11,11 @@ rollout loop keeps running; `check_answer` hands that score to ProblemEnv's own 
 item's samples together (group_judge) grades the group's replies at once instead, as the group rewards of
 `RFTGroupBuilder.compute_group_rewards` (the step rewards then hold only the format term).
 
+For tinker-cookbook's tool-use agents (tool_use/: `build_agent_tool_env`), `for_tinker_agent(grader).reward_fn(item)`
+is the episode's `reward_fn(history)`: the messages the episode generated are graded as `rfteval run --tools` grades
+a rollout (the final answer, its tool calls, the trajectory in sample["rollout"]), so the agent is trained on the
+score the eval gives it.
+
     dataset = for_tinker("graders/math.json", renderer, items="datasets/math/items.jsonl", group_size=8)
     # or, in a recipe's config: dataset_builder=RFTDatasetBuilder(grader=..., items=..., batch_size=...,
     #     group_size=..., model_name_for_tokenizer=..., renderer_name=...)
@@ -46,7 +51,7 @@ from tinker_cookbook.rl.types import (
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult, needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_message
+from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_message, sample_from_messages
 from rfteval.reward.episode import result_metrics
 from rfteval.reward.export_dataset import DEVELOPER_ROLES
 
@@ -94,6 +99,63 @@ class TinkerReward(Reward):
         value = self.value(result)
         assert value is not None  # on_error is "zero"
         return value, result
+
+
+    def reward_fn(self, item: JSONObject, initial_messages: Sequence[object] | None = None) -> AgentRewardFn:
+        """tinker-cookbook's `reward_fn(history)` for `build_agent_tool_env` (tool_use/agent_tool_message_env.py), for
+        one item: the episode's messages graded as `rfteval run --tools` grades a rollout (see AgentRewardFn).
+        `initial_messages`: what the env was built with, when not the item's own messages."""
+        if needs_groups(self.config):
+            raise ValueError(f"{self.__name__} ranks a whole group (group_judge): a tool-use episode's reward_fn "
+                             "grades one episode alone")
+        prompt = list(initial_messages) if initial_messages is not None else item.get("messages")
+        return AgentRewardFn(self, item, len(prompt) if isinstance(prompt, list) else 0,
+                             [_role(m) for m in prompt] if isinstance(prompt, list) else [])
+
+
+def _role(message: object) -> object:
+    return message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
+
+
+class AgentRewardFn:
+    """An episode's reward for tinker-cookbook's tool-use env: `await reward_fn(history)` gives (score, metrics), the
+    metrics `rfteval/grading_error` and sub-scores.
+
+    AgentToolMessageEnv hands over its whole history by default (the initial messages first), or only the messages
+    generated during the rollout when a rollout_config's termination policy says so: the prompt is left out when the
+    history starts with it (its roles, in order), so the sample is the generated messages either way, built by
+    rollout_sample as the run builds a rollout's (core.sample_from_messages): the final turn's answer, its tool
+    calls in OpenAI's shape, the trajectory in sample["rollout"]. A grading error scores 0 (counted)."""
+
+    def __init__(self, reward: TinkerReward, item: JSONObject, prompt_len: int, prompt_roles: list[object]):
+        self.reward = reward
+        self.item = item
+        self.prompt_len = prompt_len
+        self.prompt_roles = prompt_roles
+
+    def generated(self, history: Sequence[object]) -> list[object]:
+        n = self.prompt_len
+        if n and len(history) >= n and [_role(m) for m in history[:n]] == self.prompt_roles:
+            return list(history[n:])
+        return list(history)
+
+    def score(self, history: Sequence[object]) -> tuple[float, GradeResult]:
+        sample = sample_from_messages(self.generated(history), self.reward.options)
+        result = self.reward.grade_one(sample, self.item)
+        value = self.reward.value(result)
+        assert value is not None  # on_error is "zero"
+        return value, result
+
+    async def __call__(self, history: list[renderers.Message]) -> tuple[float, dict[str, float]]:
+        value, result = await asyncio.to_thread(self.score, history)
+        return value, result_metrics(result)
+
+
+def for_tinker_agent(grader: GraderLike, **options: Unpack[RewardOptionsArgs]) -> TinkerReward:
+    """The grader for tinker-cookbook's tool-use environments: `build_agent_tool_env(renderer, tools,
+    initial_messages, reward.reward_fn(item))`, one reward (one python pool, one judge) for every item's env.
+    Options as for_trl, except on_error (always "zero")."""
+    return TinkerReward(grader, RewardOptions(**options))
 
 
 class RFTEnv(ProblemEnv):

@@ -32,6 +32,7 @@ from rfteval.reward.core import (
     sample_from_completion,
 )
 from rfteval.reward.targets import DatasetShape, RowParts, Trainer, register
+from rfteval.reward.taskset import trace_generated
 
 
 def _fields(value: object) -> dict[str, object]:
@@ -55,9 +56,12 @@ class Score(float):
 
 
 def _sampled(trace: object) -> list[object]:
-    """What the model generated in a verifiers.v1 trace: its sampled assistant messages (`assistant_messages`),
-    never a prompt's few-shot assistant turn; none when the rollout stopped before the model's first reply. An
-    object without them (not a verifiers Trace) gives its `.messages`."""
+    """What the model and its tools generated in a verifiers.v1 trace (taskset.trace_generated: its sampled replies,
+    tool results and environment turns, never a prompt's few-shot assistant turn); none when the rollout stopped
+    before the model's first reply. An object without nodes (not a verifiers Trace) gives its `assistant_messages`,
+    else its `.messages`."""
+    if getattr(trace, "nodes", None) is not None:
+        return [_fields(m) for m in trace_generated(trace)]
     sampled = getattr(trace, "assistant_messages", None)
     messages = sampled if sampled is not None else getattr(trace, "messages", [])
     return [_fields(m) for m in messages]

@@ -69,6 +69,8 @@ class VerlReward(Reward):
     """The item is `extra_info` (verl's keys left out) with `ground_truth` at `reference_field`; or the line an
     exported dataset carries in extra_info; or, with items=, the line named by extra_info's id."""
 
+    text_only = "verl"  # solution_str: the response text (its agent loop's tool observations included, as text)
+
     none_refused = (
         'cannot be a verl reward: its reward managers write every score into a float tensor (None fails the '
         "step: can't assign a NoneType to a torch.FloatTensor)")
@@ -253,5 +255,6 @@ def _row(parts: RowParts) -> JSONObject:
 register(Trainer(
     "verl",
     reward=RewardModule("verl (compute_score)", "for_verl", _module_text,
-                        keys=("reference_field", "ground_truth_json", "details"), check=_check_options),
+                        keys=("reference_field", "ground_truth_json", "details"), check=_check_options,
+                        text_only="verl"),
     dataset=DatasetShape("verl (parquet)", row=_row, parquet=True)))

@@ -4,6 +4,7 @@ completion's text passes through on its way to sample.output_text."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -68,14 +69,24 @@ def test_a_prompts_completions_are_graded_in_one_unit():
 
 
 def test_every_trainers_completion_text_goes_through_answer(monkeypatch):
-    """_answer is the one place the lead wires rfteval.data.reasoning in: every adapter's text must pass through it."""
+    """_answer is the one place the lead wires rfteval.data.reasoning in for a completion given as text; a
+    completion given as messages is a rollout, built by rollout_sample (the run's rule, the same reasoning split)."""
     seen: list[str] = []
 
     def answer(text: str, options: RewardOptions, reasoning: str | None = None) -> str:
         seen.append(text)
         return text.upper()
 
+    built = core.rollout_sample
+
+    def rollout(messages: Any, **kwargs: Any) -> Any:
+        seen.append(messages[-1]["content"])
+        sample = built(messages, **kwargs)
+        sample["output_text"] = str(sample["output_text"]).upper()
+        return sample
+
     monkeypatch.setattr(core, "_answer", answer)
+    monkeypatch.setattr(core, "rollout_sample", rollout)
     with for_trl(SC) as trl:
         assert trl(prompts=["p", "p"], completions=["answer", [{"role": "assistant", "content": "answer"}]]) == [1.0, 1.0]
     with for_verl(SC) as verl:
