@@ -657,7 +657,7 @@ def test_validate_tools_starts_an_mcp_server_and_checks_the_items_schemas_agains
     server = " ".join(fault_server())
     res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--mcp", server, "--epochs", "2"])
     assert res.exit_code == 0, res.output
-    assert "(6 tools) started in the sandbox; 1 tool (echo) fit the items' schemas; every MCP tool offered to the 1 " \
+    assert "(7 tools) started in the sandbox; 1 tool (echo) fit the items' schemas; every MCP tool offered to the 1 " \
         "items that declare none" in res.output
     assert "2 items x 2 epochs = 4 cells per model" in res.output
     dataset.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "say hi"}], "tools": [wrong]})
