@@ -7,14 +7,14 @@ become the request's `tools` where an item declares none; an item that declares 
 box of the run) has is one line, exit 2, before anything is sent.
 
 A server runs inside the python sandbox's namespaces (rfteval.sandbox.host_probe.bwrap_args: user, PID, mount, IPC,
-UTS and network namespaces, no capabilities, the seccomp filter, a read-only view of the system, the interpreter
-and the server's own virtualenv or script, a private /tmp), with no network unless its spec says `network = true`
-(the summary and the run's header say so), and --tool-memory as its address space (RLIMIT_AS: a server past it
-gets its own MemoryError, shown to the model as an MCPError). What it is handed from rfteval's environment is the sandbox's allow-list
-(locale, time zone, PATH) and the `env` its spec gives (a `${VAR}` there read from the environment; values are
-written nowhere: the tool box's identity holds the variables' names). A server that needs what the sandbox does not
-show it (a home directory, a cache, paths outside its virtualenv) fails to start, and the run stops before anything
-is sent with one line naming it and the last line it printed.
+UTS and network namespaces, no capabilities, the seccomp filter, a read-only view of the system, the interpreter and
+the server's own virtualenv or script, a private /tmp), with no network unless its spec says `network = true` (the
+summary and the run's header say so), and --tool-memory as its address space (RLIMIT_AS: a server past it gets its
+own MemoryError, shown to the model as an MCPError). What it is handed from rfteval's environment is the sandbox's
+allow-list (locale, time zone, PATH) and the `env` its spec gives (a `${VAR}` there read from the environment; values
+are written nowhere: the tool box's identity holds the variables' names). A server that needs what the sandbox does
+not show it (a home directory, a cache, paths outside its virtualenv) fails to start, and the run stops before
+anything is sent with one line naming it and the last line it printed.
 
 One process per rollout by default, started at the rollout's first tool turn and stopped when the rollout ends, so
 no state leaks between rollouts (a sqlite server's database lives in that process's private /tmp). `per = "run"` is
