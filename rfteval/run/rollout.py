@@ -356,6 +356,7 @@ class _Rollout:
         """Run (or read back) the turn's calls and append their tool messages; False when the rollout's time ran
         out first, or a tool gave no answer after its retries (`tool_failure`)."""
         from rfteval.tools.base import RolloutToolError, ToolCall
+        from rfteval.tools.endpoint import ToolServerGone
 
         tools = self.agent.tools
         key = tool_turn_key(model_key, tools.identity, self.cell.item.id)
@@ -378,6 +379,8 @@ class _Rollout:
                 except RolloutToolError as exc:  # this rollout's generation error; the run goes on
                     self.tool_failure = EntryError(exc.kind, str(exc)[:1000])
                     return False
+                except ToolServerGone as exc:  # not this rollout's error: every rollout's; the run stops
+                    raise ToolsFailed(str(exc)[:500]) from None
                 except Exception as exc:  # noqa: BLE001 - the machinery failed, not a call (those are results)
                     raise ToolsFailed(f"{type(exc).__name__}: {exc}"[:500]) from None
             if len(results) != len(calls):

@@ -72,6 +72,10 @@ KEYS = ("name", "server_url", "headers")
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # a function name, as OpenAI takes it
 _PLACEHOLDER = re.compile(r"^#([A-Za-z_][A-Za-z0-9_]*)#$")  # ZavaRetailAgent's "#TOOLS_SERVER_URL#"
 _FAILED_KIND = {"server": "tool_server_error", "connection": "tool_connection_error"}
+# A server whose calls could not connect this many times in a row (each after its retries, no answer between them,
+# whatever rollouts they came from) is down, not flaky: the run stops (resumable) rather than spend every rollout's
+# model turns up to that tool only to count each one a generation error.
+GONE_AFTER = 5
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,11 @@ def open_tool_endpoints(path: str | Path, limits: ToolLimits, *, item_fields: Se
                          retry_base_s=retry_base_s)
 
 
+class ToolServerGone(Exception):
+    """A tool server refused or dropped GONE_AFTER calls in a row, each after its retries: the run stops (its stored
+    turns kept; the same command resumes once the server answers). The message is one line with no secret."""
+
+
 class EndpointTools:
     """Agent RFT's tool endpoints as a run's ToolBox (tools.base): each call POSTed to its tool's server."""
 
@@ -198,6 +207,7 @@ class EndpointTools:
         self.timeout_s, self.retry_base_s = timeout_s, retry_base_s
         self._resolved = resolved
         self._client: httpx.AsyncClient | None = None
+        self._unreached: dict[str, int] = {}  # a server's URL -> its calls in a row that could not connect
         what = {"endpoints": sorted([e.name, e.server_url] for e in endpoints), "item_fields": self.item_fields,
                 "timeout_s": timeout_s, "output_chars": limits.output_chars}
         self._identity = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
@@ -243,8 +253,14 @@ class EndpointTools:
         except EndpointFailed as exc:
             if exc.kind == "timeout":
                 return self._error(call, TOOL_TIMEOUT, f"no answer within {self.timeout_s:g} s")
-            raise RolloutToolError(_FAILED_KIND.get(exc.kind, "tool_server_error"),
-                                   f"tool {call.name!r} at {shown_url(endpoint.url)}: {exc}") from None
+            where = f"tool {call.name!r} at {shown_url(endpoint.url)}"
+            if exc.kind == "connection":
+                missed = self._unreached[endpoint.url] = self._unreached.get(endpoint.url, 0) + 1
+                if missed >= GONE_AFTER:
+                    raise ToolServerGone(f"{where}: {missed} calls in a row could not connect, each after its "
+                                         f"retries ({exc}): the tool server is down") from None
+            raise RolloutToolError(_FAILED_KIND.get(exc.kind, "tool_server_error"), f"{where}: {exc}") from None
+        self._unreached.pop(endpoint.url, None)  # it answered: the calls before were not a server down
         scrub = endpoint.secrets.scrub
         if answer.over:
             return self._error(call, "HTTP413", f"the answer is over the 1 MB limit ({MAX_BYTES:,} bytes) of a tool "

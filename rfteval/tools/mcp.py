@@ -7,13 +7,14 @@ become the request's `tools` where an item declares none; an item that declares 
 box of the run) has is one line, exit 2, before anything is sent.
 
 A server runs inside the python sandbox's namespaces (rfteval.sandbox.host_probe.bwrap_args: user, PID, mount, IPC,
-UTS and network namespaces, no capabilities, the seccomp filter, a read-only view of the system, the interpreter
-and the server's own virtualenv or script, a private /tmp), with no network unless its spec says `network = true`
-(the summary and the run's header say so). What it is handed from rfteval's environment is the sandbox's allow-list
-(locale, time zone, PATH) and the `env` its spec gives (a `${VAR}` there read from the environment; values are
-written nowhere: the tool box's identity holds the variables' names). A server that needs what the sandbox does not
-show it (a home directory, a cache, paths outside its virtualenv) fails to start, and the run stops before anything
-is sent with one line naming it and the last line it printed.
+UTS and network namespaces, no capabilities, the seccomp filter, a read-only view of the system, the interpreter and
+the server's own virtualenv or script, a private /tmp), with no network unless its spec says `network = true` (the
+summary and the run's header say so), and --tool-memory as its address space (RLIMIT_AS: a server past it gets its
+own MemoryError, shown to the model as an MCPError). What it is handed from rfteval's environment is the sandbox's
+allow-list (locale, time zone, PATH) and the `env` its spec gives (a `${VAR}` there read from the environment; values
+are written nowhere: the tool box's identity holds the variables' names). A server that needs what the sandbox does
+not show it (a home directory, a cache, paths outside its virtualenv) fails to start, and the run stops before
+anything is sent with one line naming it and the last line it printed.
 
 One process per rollout by default, started at the rollout's first tool turn and stopped when the rollout ends, so
 no state leaks between rollouts (a sqlite server's database lives in that process's private /tmp). `per = "run"` is
@@ -160,7 +161,8 @@ class _Launch:
     """How a server's process is started: the argv (bubblewrap around the command, or the command itself in unsafe
     mode), its environment, and where its stderr goes (its last line names why it did not start)."""
 
-    def __init__(self, server: MCPServer, policy: SandboxPolicy, workdir: str, environ: Mapping[str, str]):
+    def __init__(self, server: MCPServer, policy: SandboxPolicy, workdir: str, environ: Mapping[str, str],
+                 memory_mb: int | None = None):
         from rfteval.sandbox.host_probe import host, sandbox_problem
         from rfteval.sandbox.policy import worker_env
 
@@ -198,7 +200,10 @@ class _Launch:
             Path(seccomp).write_bytes(seccomp_program())
         args = _bwrap(policy.disk_mb << 20, visible(argv), server.network)
         # the shell opens the filter on its descriptor, then becomes bwrap (the SDK's spawn passes no descriptors)
-        self.argv = ["/bin/sh", "-c", f'exec {_SECCOMP_FD}<"$1"; shift; exec "$@"', "sh", seccomp,
+        # --tool-memory binds the server as it binds a python tool unit: its address space (RLIMIT_AS, inherited
+        # by what it starts), set by the shell before it becomes bwrap; a server past it gets its own MemoryError
+        limit = f"ulimit -v {memory_mb << 10}; " if memory_mb else ""
+        self.argv = ["/bin/sh", "-c", f'exec {_SECCOMP_FD}<"$1"; shift; {limit}exec "$@"', "sh", seccomp,
                      found.bwrap or "bwrap", *args, "--", *argv]
 
 
@@ -343,7 +348,8 @@ class MCPTools:
         self.servers, self.limits = list(servers), limits
         self._dir = tempfile.mkdtemp(prefix="rfteval-mcp-")
         try:
-            self._launches = [_Launch(s, policy, self._dir, os.environ if environ is None else environ)
+            self._launches = [_Launch(s, policy, self._dir, os.environ if environ is None else environ,
+                                      limits.memory_mb)
                               for s in self.servers]
             listed = asyncio.run(self._list_all())
         except BaseException:
@@ -365,7 +371,7 @@ class MCPTools:
         self._lock: asyncio.Lock | None = None
         what = {"servers": [{"command": list(s.command), "env": sorted(s.env), "per": s.per, "network": s.network}
                             for s in self.servers],
-                "timeout_s": limits.timeout_s, "output_chars": limits.output_chars}
+                "timeout_s": limits.timeout_s, "memory_mb": limits.memory_mb, "output_chars": limits.output_chars}
         self._identity = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
     async def _list_all(self) -> list[list[JSONObject]]:

@@ -304,3 +304,23 @@ def test_a_tool_name_in_both_is_one_line(tmp_path: Path, python_tools: None) -> 
         f"rfteval: {f['tools']}: --tool-endpoints: tool 'add' is both in {tmp_path / 'tools.py'} and in "
         f"{f['tools']}: a tool name must be one tool's (rename or drop one of them)")
     assert fake.requests == []
+
+
+def test_a_tool_server_that_is_down_stops_the_run_early_and_the_same_command_resumes(tmp_path: Path) -> None:
+    from rfteval.tools.endpoint import GONE_AFTER
+
+    with AgentRFTServer(key=TOOLS_KEY, grader_key=GRADER_KEY) as server, \
+            FakeOpenAI(scripted_agent(retail_agent)) as fake:
+        f = setup(tmp_path, server, items(12))
+        server.drop("find_user_id_by_name_zip", times=10_000)  # down: every call's connection dropped
+        res = invoke(f, fake, "--max-error-rate", "1", "--epochs", "1", "--concurrency", "1")
+        assert res.exit_code == 2, res.output
+        assert f"{GONE_AFTER} calls in a row could not connect, each after its retries" in res.output
+        assert "the tool server is down" in res.output and "Traceback" not in res.output
+        # stopped after about GONE_AFTER rollouts' first calls (others may be in flight), not after all twelve
+        assert GONE_AFTER <= len({c.body["trace_id"] for c in server.calls}) < 12
+        server.faults.clear()
+        res = invoke(f, fake, "--epochs", "1")  # the server is back: the same command finishes the run
+        assert res.exit_code == 0, res.output
+    assert [r["error"] for r in records(f)] == [None] * 12
+    no_secret_anywhere(f["out"], res.output)

@@ -594,3 +594,77 @@ def test_validate_tools_refuses_a_module_that_does_not_parse_in_one_line(tmp_pat
     assert res.exit_code == 2 and res.output.startswith(f"rfteval: {tools}:1: does not parse"), res.output
     res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools), "--max-turns", "0"])
     assert res.exit_code == 2 and "--max-turns: must be at least 1" in res.output
+
+
+def _endpoints_config(tmp_path: Path, *names: str, header: str = "Bearer ${TOOLS_TOKEN}") -> Path:
+    config = tmp_path / "tools-config.json"
+    config.write_text(json.dumps([{"name": n, "server_url": "http://127.0.0.1:9/call", "headers": {
+        "Authorization": header}} for n in names], indent=2))
+    return config
+
+
+def test_validate_tools_takes_agent_rft_endpoints_and_contacts_no_server(tmp_path, monkeypatch):
+    # port 9 (discard) on loopback: a server contacted would refuse the connection; validate must not try
+    dataset, _ = _tool_files(tmp_path, FITTING_TOOLS)
+    config = _endpoints_config(tmp_path, "search", "lookup", "spare")
+    monkeypatch.setenv("TOOLS_TOKEN", "sk-validate-secret-123456")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tool-endpoints", str(config)])
+    assert res.exit_code == 0, res.output
+    assert (f"{config}: 2 tools (lookup, search) at Agent RFT tool endpoints; every ${{VAR}} is set; no server "
+            "contacted (validate sends nothing)") in res.output
+    assert "2 of 3 items declare tools" in res.output and "note: spare is listed but no item declares it" in res.output
+    assert "sk-validate-secret" not in res.output
+
+
+def test_validate_tools_names_an_unset_variable_and_a_tool_no_box_has(tmp_path, monkeypatch):
+    dataset, _ = _tool_files(tmp_path, FITTING_TOOLS)
+    monkeypatch.delenv("TOOLS_TOKEN", raising=False)
+    config = _endpoints_config(tmp_path, "search")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tool-endpoints", str(config)])
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1, res.output
+    assert "[0].headers.Authorization" in res.stderr and "${TOOLS_TOKEN} is not set" in res.stderr
+    monkeypatch.setenv("TOOLS_TOKEN", "t")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tool-endpoints", str(config)])
+    assert res.exit_code == 2, res.output
+    assert res.stderr.splitlines() == [f"{dataset}:2: tools.lookup: {config} lists no tool 'lookup'"]
+
+
+def test_validate_tools_needs_some_tools_and_refuses_a_name_two_boxes_have(tmp_path, monkeypatch):
+    dataset, tools = _tool_files(tmp_path, FITTING_TOOLS)
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset)])
+    assert res.exit_code == 2 and "--tools: name the tools to check" in res.stderr, res.output
+    monkeypatch.setenv("TOOLS_TOKEN", "t")
+    config = _endpoints_config(tmp_path, "lookup")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--tools", str(tools), "--tool-endpoints",
+                              str(config), "--unsafe-python-graders"])
+    assert res.exit_code == 2, res.output
+    assert f"tool 'lookup' is both in {tools} and in {config}" in res.stderr
+
+
+@pytest.mark.slow
+def test_validate_tools_starts_an_mcp_server_and_checks_the_items_schemas_against_its_tools(tmp_path):
+    from tests.support.mcp_servers import fault_server, need_client, need_sandbox
+
+    need_client()
+    need_sandbox()
+    dataset = tmp_path / "items.jsonl"
+    echo = {"type": "function", "function": {"name": "echo", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}
+    wrong = {"type": "function", "function": {"name": "echo", "parameters": {
+        "type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}}}
+    dataset.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "say hi"}], "tools": [echo]})
+                       + "\n" + json.dumps({"id": "b", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    server = " ".join(fault_server())
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--mcp", server, "--epochs", "2"])
+    assert res.exit_code == 0, res.output
+    assert "(7 tools) started in the sandbox; 1 tool (echo) fit the items' schemas; every MCP tool offered to the 1 " \
+        "items that declare none" in res.output
+    assert "2 items x 2 epochs = 4 cells per model" in res.output
+    dataset.write_text(json.dumps({"id": "a", "messages": [{"role": "user", "content": "say hi"}], "tools": [wrong]})
+                       + "\n")
+    res = runner.invoke(app, ["validate", "tools", "-d", str(dataset), "--mcp", server])
+    assert res.exit_code == 2, res.output
+    assert f"{dataset}:1: tools.echo: MCP server {server!r} requires 'text', which the item's schema never asks the " \
+        "model for" in res.stderr
+    assert f"{dataset}:1: tools.echo: the item's schema requires 'message', which MCP server {server!r}'s tool does " \
+        "not take" in res.stderr

@@ -5,9 +5,8 @@ Its tools: `echo` (the text back), `count` (a counter kept in the process: a sec
 so whether two rollouts share a process shows), `fail` (raises: the SDK answers a result with isError), `nap`
 (sleeps, past --tool-timeout), `die` (the process exits mid-call, as a crashed server does, while MCP_FAULTS_DIE is
 unset or 1), `fetch` (opens a URL: refused in the sandbox's network namespace unless the spec gives the server the
-network). It imports only the SDK and the standard library: inside the sandbox it sees nothing of the checkout but
-this file.
-"""
+network), `hog` (holds N MB: past --tool-memory, a MemoryError). It imports only the SDK and the standard library:
+inside the sandbox it sees nothing of the checkout but this file. """
 
 from __future__ import annotations
 
@@ -60,6 +59,13 @@ def fetch(url: str) -> str:
     """GETs the URL and returns its body."""
     with urllib.request.urlopen(url, timeout=5) as answer:  # noqa: S310 - the test's own loopback server
         return answer.read().decode()
+
+
+@server.tool()
+def hog(mb: int) -> str:
+    """Holds `mb` megabytes for a moment, then says so (past the address-space limit: MemoryError)."""
+    held = bytearray(mb << 20)
+    return f"held {len(held) >> 20} MB"
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rfteval.errors import InputError
-from rfteval.tools.check import ToolsCheckRequest, init_state_problems, misfits, summary
+from rfteval.tools.check import Boxes, ToolsCheckRequest, init_state_problems, mcp_misfits, misfits, summary
 from rfteval.tools.python import ToolFunction, ToolsModule, _function
 
 
@@ -81,8 +81,35 @@ def test_bad_flags_are_one_line_naming_the_flag(flags: dict, field: str) -> None
 def test_the_summary_says_the_most_requests_a_run_can_send(tmp_path: Path) -> None:
     module = ToolsModule(tmp_path / "tools.py", "", {"a": fn("def a(): pass"), "b": fn("def b(): pass")}, None)
     request = ToolsCheckRequest(tmp_path / "d.jsonl", tmp_path / "tools.py", max_turns=8, epochs=5)
-    lines = summary(request, module, ["a"], 120, 100)
+    lines = summary(request, Boxes(module=module), ["a"], 120, 100)
     assert "1 tool fit the items' schemas (a); 100 of 120 items declare tools" in lines[0]
     assert lines[1] == ("at most 8 requests per cell (--max-turns); 120 items x 5 epochs = 600 cells per model: at "
                         "most 4,800 requests per model")
     assert lines[2] == "note: b is defined but no item declares it"
+
+
+def test_an_mcp_tools_schema_misfits_the_items_both_ways_unless_it_takes_any_argument() -> None:
+    listed = schema(["text"], "text", "lang")
+    assert mcp_misfits("srv", listed, schema(["text"], "text")) == []
+    assert mcp_misfits("srv", listed, schema(["msg"], "msg")) == [
+        "MCP server 'srv' requires 'text', which the item's schema never asks the model for",
+        "the item's schema requires 'msg', which MCP server 'srv''s tool does not take"]
+    open_ended = {**schema([], "text"), "additionalProperties": True}
+    assert mcp_misfits("srv", open_ended, schema(["msg"], "msg")) == []
+
+
+def test_a_name_two_boxes_have_is_refused_and_a_missing_tool_names_each_box() -> None:
+    module = ToolsModule(Path("tools.py"), "", {"a": fn("def a(): pass")}, None)
+    boxes = Boxes(module=module, endpoints=["a", "b"], endpoint_file=Path("tools-config.json"), mcp={})
+    assert [str(e) for e in boxes.clashes()] == [
+        "tools-config.json: tool 'a' is both in tools.py and in tools-config.json: a tool name must be one tool's "
+        "(rename or drop one of them)"]
+    assert boxes.owner("b") == "endpoint" and boxes.owner("c") is None
+    assert boxes.what_has_none("c") == ("tools.py defines no function c(), tools-config.json lists no tool 'c', no "
+                                        "MCP server lists 'c'")
+
+
+def test_no_tools_named_is_one_line_naming_the_flag() -> None:
+    with pytest.raises(InputError) as caught:
+        ToolsCheckRequest(Path("d.jsonl"), None)
+    assert caught.value.field == "--tools"

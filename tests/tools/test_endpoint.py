@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from rfteval.errors import InputError
+from rfteval.providers.agent_rft import RETRIES
 from rfteval.tools.base import TOOL_TIMEOUT, UNKNOWN_TOOL, RolloutToolError, ToolCall, ToolLimits, ToolResult
 from rfteval.tools.endpoint import BAD_TOOL_OUTPUT, EndpointTools, open_tool_endpoints, read_tools_config
 from tests.support.agent_rft_server import TOOL_NAMES, AgentRFTServer, tools_config
@@ -245,3 +246,28 @@ def test_a_call_past_its_timeout_is_a_tool_timeout_shown_and_never_retried(tmp_p
         (result,) = turn(box_for(tmp_path, server, timeout_s=0.3), ("c1", "calculate", {"expression": "1"}))
     assert (result.error, result.content) == (TOOL_TIMEOUT, "error: ToolTimeout: no answer within 0.3 s")
     assert len(server.calls) == 1
+
+
+@pytest.mark.slow
+def test_a_server_that_cannot_be_reached_five_calls_in_a_row_is_down_and_an_answer_between_resets_it(
+        tmp_path: Path):
+    from rfteval.tools.endpoint import GONE_AFTER, ToolServerGone
+
+    attempts = RETRIES + 1  # each call is tried once, then retried
+    with AgentRFTServer(key=KEY) as server:
+        box = box_for(tmp_path, server)
+        server.drop("calculate", times=(GONE_AFTER - 1) * attempts)
+        for _ in range(GONE_AFTER - 1):  # a flaky server: each of these ends its own rollout only
+            with pytest.raises(RolloutToolError):
+                turn(box, ("c1", "calculate", {"expression": "1"}))
+        (answered,) = turn(box, ("c1", "calculate", {"expression": "2"}))
+        assert answered.content == "2.0"  # it answered: the count starts over
+        server.drop("calculate", times=GONE_AFTER * attempts)
+        for _ in range(GONE_AFTER - 1):
+            with pytest.raises(RolloutToolError):
+                turn(box, ("c1", "calculate", {"expression": "1"}))
+        with pytest.raises(ToolServerGone) as gone:
+            turn(box, ("c1", "calculate", {"expression": "1"}))
+    assert str(gone.value).startswith(f"tool 'calculate' at {server.url('/tools')}: {GONE_AFTER} calls in a row "
+                                      "could not connect, each after its retries (")
+    assert str(gone.value).endswith("): the tool server is down") and KEY not in str(gone.value)

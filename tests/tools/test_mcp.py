@@ -35,7 +35,7 @@ from rfteval.tools.mcp import (
 )
 from tests.support.mcp_servers import fault_server, need_client, need_sandbox
 
-FAULT_TOOLS = ["count", "die", "echo", "fail", "fetch", "nap"]
+FAULT_TOOLS = ["count", "die", "echo", "fail", "fetch", "hog", "nap"]
 
 
 # ---- the entries, the listing and the results, without a server ---------------------------------------------------
@@ -128,11 +128,12 @@ def loopback() -> Iterator[str]:
     server.shutdown()
 
 
-def open_faults(per: str = "rollout", network: bool = False, timeout_s: float = 2.0, **more: Any) -> MCPTools:
+def open_faults(per: str = "rollout", network: bool = False, timeout_s: float = 2.0, memory_mb: int = 1024,
+                **more: Any) -> MCPTools:
     need_client()
     need_sandbox()
     return open_mcp_tools([{"command": fault_server(), "per": per, "network": network, **more}],
-                          ToolLimits(timeout_s=timeout_s, output_chars=200), SandboxPolicy())
+                          ToolLimits(timeout_s=timeout_s, memory_mb=memory_mb, output_chars=200), SandboxPolicy())
 
 
 def call(name: str, arguments: Any, call_id: str = "c") -> ToolCall:
@@ -214,6 +215,21 @@ def test_the_network_is_refused_unless_the_spec_gives_it(loopback: str):
     assert refused[0][1] == MCP_ERROR and "Connection refused" in refused[0][0] and "reached" not in refused[0][0]
     (allowed,) = play(open_faults(network=True), [("r1", [call("fetch", {"url": loopback})])])
     assert allowed == [("reached", None)]
+
+
+@pytest.mark.slow
+def test_tool_memory_binds_the_servers_address_space():
+    bound_box = open_faults(memory_mb=256, timeout_s=60)
+    (bound,) = play(bound_box, [("r1", [call("hog", {"mb": 400}), call("hog", {"mb": 8})])])
+    # the server's own MemoryError (whose message is empty), shown to the model as the SDK words it
+    assert bound[0] == ("error: MCPError: Error executing tool hog: ", MCP_ERROR)
+    assert bound[1] == ("held 8 MB", None)  # and it lives on
+    (roomy,) = play(open_faults(memory_mb=1024, timeout_s=60), [("r1", [call("hog", {"mb": 400})])])
+    assert roomy == [("held 400 MB", None)]
+    a, b = open_faults(memory_mb=256), open_faults(memory_mb=1024)
+    a.close()
+    b.close()
+    assert a.identity != b.identity  # the limit can change a result: another tool box
 
 
 @pytest.mark.slow

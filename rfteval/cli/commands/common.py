@@ -224,7 +224,8 @@ _TOOL_PARAMS: tuple[tuple[str, str, object, typer.models.OptionInfo], ...] = (
         None, "--tool-timeout", metavar="SECONDS", help=f"With --tools: seconds per turn's tool calls [default: "
         f"{TOOL_TIMEOUT_S:g}].")),
     ("tool_memory", "tool_memory", int | None, typer.Option(
-        None, "--tool-memory", metavar="MB", help=f"With --tools: MB per turn's tool calls [default: {TOOL_MEMORY_MB}].")),
+        None, "--tool-memory", metavar="MB", help=f"With --tools: MB per turn's tool calls; with --mcp, each "
+        f"server's address space [default: {TOOL_MEMORY_MB}].")),
     ("tool_output_limit", "tool_output_limit", int | None, typer.Option(
         None, "--tool-output-limit", metavar="CHARS", help=f"With --tools: characters of one result shown to the "
         f"model, the cut marked [default: {TOOL_OUTPUT_CHARS}].")),

@@ -246,7 +246,13 @@ def _format_label(response_format: JSONMapping | None) -> str:
 @command("tools", group="validate")
 def validate_tools(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL whose items declare the tools."),
-    tools: Path = typer.Option(..., "--tools", help="The python tools module (tools.py): one function per tool."),
+    tools: Path | None = typer.Option(None, "--tools", metavar="FILE",
+                                      help="The python tools module (tools.py): one function per tool."),
+    tool_endpoints: Path | None = typer.Option(None, "--tool-endpoints", metavar="FILE",
+                                               help="Agent RFT's tools list, as for run: its ${VAR}s must be set; no "
+                                               "server is contacted."),
+    mcp: list[str] | None = typer.Option(None, "--mcp", metavar="COMMAND", help="An MCP server's command line, as "
+                                         "for run (repeat for more): started once in the sandbox to list its tools."),
     max_turns: int = typer.Option(MAX_TURNS, "--max-turns", metavar="N", help="Model calls per rollout, as for run."),
     epochs: int = typer.Option(3, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
     tool_timeout: float = typer.Option(TOOL_TIMEOUT_S, "--tool-timeout", metavar="SECONDS",
@@ -255,13 +261,14 @@ def validate_tools(
                                     help="Memory of a tool unit (MB), loading the module too."),
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
 ) -> None:
-    """Check that every tool the items declare has a function in the tools module whose parameters fit its
-    schema, that the module loads in the sandbox, and say the most requests a run can send; each misfit is one
-    FILE:LINE line (exit 2)."""
+    """Check that every tool the items declare is one of the run's tools (a function of the tools module, an Agent
+    RFT endpoint, an MCP server's tool) and fits its schema, that the module loads and the servers start in the
+    sandbox, and say the most requests a run can send; each misfit is one FILE:LINE line (exit 2)."""
     from rfteval.sandbox.policy import SandboxPolicy
     from rfteval.tools.check import ToolsCheckRequest, check_tools
 
-    request = ToolsCheckRequest(dataset, tools, max_turns, epochs, tool_timeout, tool_memory)
+    request = ToolsCheckRequest(dataset, tools, max_turns, epochs, tool_timeout, tool_memory, tool_endpoints,
+                                tuple(mcp or ()))
     checked = check_tools(request, SandboxPolicy(unsafe=unsafe_python_graders))
     for problem in checked.problems:
         typer.echo(str(problem), err=True)
