@@ -21,9 +21,10 @@ results (or, where the script plays a mistake, from none). Its two model names:
 It also plays the support agent example (datasets/support/agent_items.jsonl, tools datasets/support/tools.py: a
 help-centre search and an article reader), where the answers are the articles' own sentences, as retrieved:
 
-- `scripted-tuned` searches with the customer's question, reads the two best hits in one turn (parallel calls) and
-  answers from them, greeting the customer by name, citing each article it read by its id and closing as the
-  system prompt asks (about 85 rollouts in 100); in the rest it reads the best hit only and forgets the closing.
+- `scripted-tuned` searches with the customer's question, reads the hits that matched more than one word (at most
+  three; else the best one) in one turn (parallel calls) and answers from them, greeting the customer by name,
+  citing each article it read by its id and closing as the system prompt asks (about 85 rollouts in 100); in the
+  rest it reads the best hit only and forgets the closing.
 - `scripted-base` takes one call a turn and plays one of: search, read the best hit, answer from it citing it,
   without the closing line (1 in 4); an answer without any tool call, promising a credit no article states (1 in
   5); a search with the question's first four words only and an answer from the hits' titles (1 in 5); search and
@@ -290,7 +291,9 @@ def support_reply(model: str, messages: list[dict[str, Any]], seed: object) -> R
         seen = " and ".join(f"{h['title']} [{h['id']}]" for h in hits[:2])
         return Reply(text=f"Hello {name}. Have a look at our articles on {seen}; they should sort this out. "
                           "Hope this helps!")
-    wanted = [str(h["id"]) for h in hits[: 2 if model == TUNED and plan == "right" else 1]]
+    # tuned reads every hit that matched more than one word (at most 3), else the best; base the best only
+    many = [str(h["id"]) for h in hits[:3] if int(h.get("score", 0)) >= 2] or [str(h["id"]) for h in hits[:1]]
+    wanted = many if model == TUNED and plan == "right" else [str(h["id"]) for h in hits[:1]]
     unread = [a for a in wanted if a not in desk.read]
     if unread:
         if model == TUNED:

@@ -4,7 +4,8 @@ What RULER (OpenPipe ART) does for agents: the judge ranks an item's trajectorie
 run that found its facts with its tools and one that guessed them are told apart. ART serializes each trajectory's
 messages as JSON after the shared prefix; here each is a few tagged lines (assistant text, each tool call with its
 name and arguments, each tool result, any scripted user turn, in order; then the final answer), which reads better
-and costs fewer tokens. The item's prompt is not repeated: group_judge shows it once in <context>.
+and costs fewer tokens. The item's prompt is not repeated: group_judge shows it once in <context>. A turn's leading
+thinking block is left out, as it is from the final answer graders read: the judge ranks what the agent did.
 
 A group longer than the judge's context would be refused or silently truncated by the server, so the caller gives a
 budget in characters. Each trajectory gets its share (`shares`: short ones are kept whole, the rest split what is
@@ -21,6 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from rfteval.data.reasoning import answer_text
 from rfteval.data.rollout import message_calls
 
 FINAL = "final"
@@ -86,7 +88,7 @@ def blocks(sample: Mapping[str, object]) -> tuple[str, list[Block]]:
                 out.append(Block(FINAL, f"<final_answer>\n{_safe(str(sample.get('output_text') or ''))}\n"
                                         "</final_answer>"))
                 continue
-            text = _text(m.get("content")).strip()
+            text = answer_text(_text(m.get("content"))).strip()  # a leading <think> block left out, as in the answer
             if text:
                 out.append(Block("assistant", f"<assistant>{_safe(text)}</assistant>"))
             for c in calls:

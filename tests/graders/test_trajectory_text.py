@@ -25,8 +25,8 @@ def rollout(n_results: int = 3, result_size: int = 40, final: str = "The answer 
 
 def test_the_whole_trajectory_in_order_with_calls_results_and_the_final_answer():
     messages = [
-        {"role": "assistant", "content": "Looking.", "tool_calls": [call("a", "search", query="red light"),
-                                                                   call("b", "get", id="KB-1")]},
+        {"role": "assistant", "content": "<think>which tool?</think>\n\nLooking.",
+         "tool_calls": [call("a", "search", query="red light"), call("b", "get", id="KB-1")]},
         {"role": "tool", "tool_call_id": "a", "content": '[{"id": "KB-1"}]'},
         {"role": "tool", "tool_call_id": "b", "content": "error: LookupError: no KB-1"},
         {"role": "user", "content": "Any news?"},
@@ -34,6 +34,7 @@ def test_the_whole_trajectory_in_order_with_calls_results_and_the_final_answer()
     ]
     sample = rollout_sample(messages, stop_reason="no_tool_calls", errors={"b": "LookupError"})
     text = tt.render(sample)
+    assert "which tool" not in text  # a turn's thinking is left out, as the final answer's is
     assert text.splitlines() == [
         '<trajectory turns="2" tool_calls="2" stop="no_tool_calls">',
         "<assistant>Looking.</assistant>",
