@@ -2,13 +2,13 @@
 # `make demo`: `rfteval run` on three examples, base vs tuned, 3 epochs each, all offline and free:
 #   1. ChipStack (a python grader), then `rfteval compare` as the CI gate;
 #   2. Accordance (a score_model judge grading tax analyses against a rubric), then a short compare;
-#   3. Support (a group judge ranking each item's samples of both models together, --group-models), then a
-#      short compare;
+#   3. Support as an agent (`rfteval run --tools --group-models`): a group judge ranks each item's rollouts of both
+#      models together as whole trajectories (RULER-style), then a short compare;
 #   4. Inventory, an agent run (`rfteval run --tools`): each (model, item, epoch) a rollout whose tool calls run
 #      datasets/inventory/tools.py in the python sandbox; compare with its agent table; a viewer bundle.
 # The judge in 2 and 3 is scripts/local_judge.py: a SCRIPTED STAND-IN, NOT A MODEL (a rubric-keyword heuristic
 # on 127.0.0.1), started here and killed on exit. All recordings are illustrative outputs written for the
-# examples, not outputs of a real model. The model turns in 4 come from scripts/local_agent.py, likewise a
+# examples, not outputs of a real model. The model turns in 3 and 4 come from scripts/local_agent.py, likewise a
 # SCRIPTED STAND-IN, NOT A MODEL (scripted-base and scripted-tuned play set courses over the real tools' results).
 #
 # Against a real endpoint the ChipStack run is:
@@ -27,8 +27,8 @@ GRADER=graders/chipstack.json
 OUT=runs/demo-chipstack
 for f in "$DATA/items.jsonl" "$GRADER" "$DATA/recordings/base.jsonl" "$DATA/recordings/tuned.jsonl" \
          datasets/accordance/items.jsonl graders/accordance.json datasets/accordance/recordings/base.jsonl \
-         datasets/accordance/recordings/tuned.jsonl datasets/support/items.jsonl datasets/support/grader.json \
-         datasets/support/recordings/base.jsonl datasets/support/recordings/tuned.jsonl scripts/local_judge.py \
+         datasets/accordance/recordings/tuned.jsonl datasets/support/agent_items.jsonl datasets/support/grader.json \
+         datasets/support/tools.py scripts/local_judge.py \
          datasets/inventory/items.jsonl datasets/inventory/grader.json datasets/inventory/tools.py \
          scripts/local_agent.py tests/support/fake_openai.py; do
   if [ ! -f "$f" ]; then echo "demo: missing $f" >&2; exit 2; fi
@@ -106,45 +106,8 @@ echo "== rfteval compare $ACC_OUT/base.jsonl $ACC_OUT/tuned.jsonl --by difficult
   --top 3
 echo "(each record's grade_details.steps holds the judge's per-rubric-line reasoning: $ACC_OUT/tuned.jsonl)"
 
-# The support recordings name their models (illustrative-base/-tuned), so this run is described by a spec file;
-# its [judge] table is the same as the --judge-* flags above.
-SUP=datasets/support
-SUP_OUT=runs/demo-support
-cat >"$TMP/support.toml" <<TOML
-name = "support"
-dataset = "$PWD/$SUP/items.jsonl"
-grader = "$PWD/$SUP/grader.json"
-epochs = 3
-group_models = true
-out = "$PWD/$SUP_OUT"
-
-[models.base]
-model = "illustrative-base"
-replay = "$PWD/$SUP/recordings/base.jsonl"
-
-[models.tuned]
-model = "illustrative-tuned"
-replay = "$PWD/$SUP/recordings/tuned.jsonl"
-
-[judge]
-base_url = "$JUDGE_URL"
-model = "local-scripted-judge"
-TOML
-echo
-echo "== rfteval run: RAG customer support, group judge (rfteval extension), --group-models: one judge call per item =="
-echo "   ranks its 6 samples (3 epochs x 2 models, shuffled with a recorded seed; the judge never sees which model)"
-"$BIN/rfteval" run "$TMP/support.toml" --fresh --no-readiness
-echo
-echo "== rfteval compare $SUP_OUT/base.jsonl $SUP_OUT/tuned.jsonl =="
-"$BIN/rfteval" compare "$SUP_OUT/base.jsonl" "$SUP_OUT/tuned.jsonl" --top 3
-echo
-echo "Judge answers are cached in each run directory (judge_cache.jsonl): re-running a judged run with the same"
-echo "judge asks it nothing. (This demo passes --fresh, because its local judge gets a new port each time.)"
-echo "The scores above come from a scripted stand-in and illustrative recordings: they demonstrate rfteval, not"
-echo "the models."
-
-# ---------------------------------------------------------------- an agent: python tools, the scripted local agent
-
+# The support example as an agent: RULER over trajectories. The model turns come from the scripted local agent (a
+# stand-in, not a model), so it is started here; part 4 uses it too.
 "$BIN/python" scripts/local_agent.py --port 0 >"$TMP/agent.out" &
 AGENT_PID=$!
 AGENT_URL=""
@@ -157,6 +120,39 @@ case "$AGENT_URL" in
   http://127.0.0.1:*/v1) ;;
   *) echo "demo: the local agent did not start (scripts/local_agent.py)" >&2; exit 1 ;;
 esac
+
+SUP=datasets/support
+SUP_OUT=runs/demo-support
+echo
+echo "== rfteval run --tools --group-models: RAG customer support as an agent, judged RULER-style over trajectories =="
+echo "   The model turns come from scripts/local_agent.py at $AGENT_URL: a SCRIPTED STAND-IN, NOT A MODEL"
+echo "   (scripted-base and scripted-tuned play set courses over the real tools' results: $SUP/tools.py, a help-centre"
+echo "   search and an article reader, run in the python sandbox). The group judge (rfteval extension; the scripted"
+echo "   judge above, NOT A MODEL) ranks each item's 6 rollouts (3 epochs x 2 models, shuffled with a recorded seed;"
+echo "   it never sees which model) in one call, each shown whole: its tool calls, their results, its final answer."
+"$BIN/rfteval" run \
+  --dataset "$SUP/agent_items.jsonl" \
+  --grader "$SUP/grader.json" \
+  --model base=scripted-base \
+  --model tuned=scripted-tuned \
+  --base-url "$AGENT_URL" \
+  --tools "$SUP/tools.py" --max-turns 6 \
+  --epochs 3 --seed 7 --group-models \
+  --judge-base-url "$JUDGE_URL" --judge-model local-scripted-judge \
+  --out "$SUP_OUT" --fresh \
+  --no-readiness
+echo
+echo "== rfteval compare $SUP_OUT/base.jsonl $SUP_OUT/tuned.jsonl =="
+"$BIN/rfteval" compare "$SUP_OUT/base.jsonl" "$SUP_OUT/tuned.jsonl" --top 3
+echo "(each record's grade_details.explanation is the judge's reason: $SUP_OUT/tuned.jsonl; a group too long for the"
+echo "judge's context is cut from each trajectory's middle, tool results first, and its records say so under \"cut\")"
+echo
+echo "Judge answers are cached in each run directory (judge_cache.jsonl): re-running a judged run with the same"
+echo "judge asks it nothing. (This demo passes --fresh, because its local judge gets a new port each time.)"
+echo "The scores above come from a scripted judge and scripted or illustrative outputs: they demonstrate rfteval,"
+echo "not the models."
+
+# ---------------------------------------------------------------- an agent: python tools, the scripted local agent
 
 INV=datasets/inventory
 AGENT_OUT=runs/demo-agent

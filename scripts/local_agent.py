@@ -1,5 +1,6 @@
-"""A scripted local agent for the demo: it plays the model turns of the inventory example (datasets/inventory) on an
-OpenAI-compatible server, so that `make demo` shows an agent run offline and free.
+"""A scripted local agent for the demo: it plays the model turns of the inventory example (datasets/inventory) and of
+the support agent (datasets/support/agent_items.jsonl) on an OpenAI-compatible server, so that `make demo` shows
+agent runs offline and free.
 
 IT IS NOT A MODEL. It is a scripted stand-in, as the demo's local judge (scripts/local_judge.py) is: a transparent,
 deterministic script that reads the order in the prompt and the tool results in the history, and answers with the
@@ -16,6 +17,19 @@ results (or, where the script plays a mistake, from none). Its two model names:
   tool call, the order taken as all in stock at $1 a unit (1 in 7); the right calls, then an answer that forgets the
   reserved units (an order to ship) or drops the order's last line (a quote) (1 in 7); the same find_product call
   again and again until the run's --max-turns stops it (the rest).
+
+It also plays the support agent example (datasets/support/agent_items.jsonl, tools datasets/support/tools.py: a
+help-centre search and an article reader), where the answers are the articles' own sentences, as retrieved:
+
+- `scripted-tuned` searches with the customer's question, reads the hits that matched more than one word (at most
+  three; else the best one) in one turn (parallel calls) and answers from them, greeting the customer by name,
+  citing each article it read by its id and closing as the system prompt asks (about 85 rollouts in 100); in the
+  rest it reads the best hit only and forgets the closing.
+- `scripted-base` takes one call a turn and plays one of: search, read the best hit, answer from it citing it,
+  without the closing line (1 in 4); an answer without any tool call, promising a credit no article states (1 in
+  5); a search with the question's first four words only and an answer from the hits' titles (1 in 5); search and
+  read the best hit, then cite a neighbouring id it never read and promise a credit (1 in 5); the same vague
+  search again and again until --max-turns stops it (the rest).
 
 Which one a rollout plays (and which of three openings its answer has) is fixed by a hash of (model, order, seed):
 `rfteval run --seed N` sends N + epoch - 1, so epochs differ and a re-run is the same. The history is all it reads:
@@ -201,12 +215,111 @@ def play(model: str, order: Order, seen: Seen, plan: str, opening: int = 0) -> R
     return answer(order, seen, opening, slip=plan == "slip")
 
 
+# ---- the support agent (datasets/support/agent_items.jsonl) ----------------------------------------------------
+
+BASE_SUPPORT = (("right", 0.25), ("no_tools", 0.45), ("titles_only", 0.65), ("wrong_cite", 0.85), ("loop", 1.0))
+TUNED_SUPPORT = (("right", 0.85), ("slip", 1.0))
+_NAME = re.compile(r'first name is "([^"]+)"')
+_CLOSING = re.compile(r'End with "([^"]+)"')
+_KB = re.compile(r"^([A-Z]+-)(\d+)$")
+
+
+@dataclass
+class Desk:
+    """What a support rollout's history holds: the search hits, the articles read, how many turns were taken."""
+
+    hits: list[dict[str, Any]] | None = None  # None: not searched yet; [] also when the search failed
+    read: dict[str, dict[str, Any]] = field(default_factory=dict)
+    turns: int = 0
+
+
+def read_desk(messages: list[dict[str, Any]]) -> Desk:
+    desk = Desk()
+    names: dict[str, str] = {}
+    for message in messages:
+        if message.get("role") == "assistant":
+            desk.turns += 1
+            for c in message.get("tool_calls") or []:
+                names[str(c.get("id"))] = str((c.get("function") or {}).get("name"))
+        elif message.get("role") == "tool":
+            content = message.get("content")
+            text = content if isinstance(content, str) else ""
+            name = names.get(str(message.get("tool_call_id")), "")
+            value = None if text.startswith("error:") else json.loads(text)
+            if name == "search_articles":
+                desk.hits = value if isinstance(value, list) else []
+            elif name == "get_article" and isinstance(value, dict):
+                desk.read[str(value.get("id"))] = value
+    return desk
+
+
+def _neighbour(aid: str) -> str:
+    """The id next to `aid` (KB-104 → KB-105): the base model's misremembered citation."""
+    m = _KB.match(aid)
+    return f"{m.group(1)}{int(m.group(2)) + 1}" if m else aid + "-1"
+
+
+def _sentence(article: dict[str, Any]) -> str:
+    text = str(article.get("text", ""))
+    return text[:1].upper() + text[1:]
+
+
+def support_reply(model: str, messages: list[dict[str, Any]], seed: object) -> Reply:
+    prompt = "\n".join(str(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+    question = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    found_name, found_closing = _NAME.search(prompt), _CLOSING.search(prompt)
+    name = found_name.group(1) if found_name else "there"
+    closing = found_closing.group(1) if found_closing else "Anything else I can help with?"
+    digest = hashlib.sha256(f"{model}|{question}|{seed}".encode()).digest()
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    plan = next(n for n, upto in (TUNED_SUPPORT if model == TUNED else BASE_SUPPORT) if u < upto)
+    desk = read_desk(messages)
+    turn = desk.turns + 1
+    vague = " ".join(question.split()[:4])
+    if plan == "no_tools":
+        return Reply(text="Hello there! Sorry about the trouble. This is usually sorted quickly, and we will add a "
+                          "credit to your bill for the inconvenience. Hope this helps!")
+    if plan == "loop":
+        return calls(turn, [("search_articles", {"query": vague})])
+    if desk.hits is None:
+        return calls(turn, [("search_articles", {"query": vague if plan == "titles_only" else question})])
+    hits = [h for h in desk.hits if isinstance(h, dict)]
+    if plan == "titles_only":
+        if not hits:
+            return Reply(text=f"Hello {name}. I could not find anything on that, but it should sort itself out. "
+                              "Hope this helps!")
+        seen = " and ".join(f"{h['title']} [{h['id']}]" for h in hits[:2])
+        return Reply(text=f"Hello {name}. Have a look at our articles on {seen}; they should sort this out. "
+                          "Hope this helps!")
+    # tuned reads every hit that matched more than one word (at most 3), else the best; base the best only
+    many = [str(h["id"]) for h in hits[:3] if int(h.get("score", 0)) >= 2] or [str(h["id"]) for h in hits[:1]]
+    wanted = many if model == TUNED and plan == "right" else [str(h["id"]) for h in hits[:1]]
+    unread = [a for a in wanted if a not in desk.read]
+    if unread:
+        if model == TUNED:
+            return calls(turn, [("get_article", {"id": a}) for a in unread], "Reading the best matches.")
+        return calls(turn, [("get_article", {"id": unread[0]})])
+    used = [desk.read[a] for a in wanted if a in desk.read]
+    if not used:
+        return Reply(text=f"Hi {name}! Our help centre does not cover this; I can connect you with a human agent. "
+                          f"{closing}")
+    if plan == "wrong_cite":
+        body = " ".join(f"{_sentence(a)} [{_neighbour(str(a['id']))}]" for a in used)
+        return Reply(text=f"Hello {name}. {body} We will also add a credit to your bill. Hope this helps!")
+    body = " ".join(f"{_sentence(a)} [{a['id']}]" for a in used)
+    end = closing if model == TUNED and plan == "right" else "Hope this helps!"
+    return Reply(text=f"Hi {name}! {body} {end}")
+
+
 def responder(request: Request) -> Reply:
     body = request.body
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    tool_names = {str((t.get("function") or {}).get("name")) for t in body.get("tools") or [] if isinstance(t, dict)}
+    if "search_articles" in tool_names:
+        return support_reply(str(body.get("model")), messages, body.get("seed"))
     order = read_order(messages)
     if order is None or not body.get("tools"):
-        return Reply(text=f"({STAND_IN}: it answers the inventory example's orders only)")
+        return Reply(text=f"({STAND_IN}: it answers the inventory and support examples only)")
     model = str(body.get("model"))
     return play(model, order, read_history(messages), *course(model, order, body.get("seed")))
 

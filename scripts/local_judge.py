@@ -21,6 +21,11 @@ The heuristic, in full:
   round((1 − c) × (number of labels − 1)). group_judge: for each sample, 0.8 × coverage of the instruction points
   in the <context>'s system/developer messages + 0.2 × the share of its content words found in the context
   (grounding); scores are then divided by the group's best, so the best sample scores 1.
+  A sample that is an agent's <trajectory> (group_judge renders one for a rollout) is read whole: 0.55 × coverage
+  of the instruction points by its <final_answer> + 0.25 × the share of the final answer's content words found in
+  its own <tool_result>s (grounded in what it retrieved, not in the prompt) + 0.2 × the share of its [cited ids]
+  that those results show (0.5 when it cites none); a trajectory with no final answer scores 0. Then divided by
+  the group's best, as above.
 
 It is a responder of the tests' OpenAI-compatible server (tests/support/fake_openai.py), which speaks the wire
 format. Run: `python scripts/local_judge.py --port 0` prints its base_url (http://127.0.0.1:PORT/v1) on the first
@@ -217,6 +222,34 @@ _MESSAGE = re.compile(r'<message role="([^"]*)">\n?(.*?)\n?</message>', re.S)
 _SAMPLE = re.compile(r'<sample id="([^"]+)">\n?(.*?)\n?</sample>', re.S)
 
 
+_FINAL = re.compile(r"<final_answer>\n?(.*?)\n?</final_answer>", re.S)
+_RESULT = re.compile(r"<tool_result\b[^>]*>(.*?)</tool_result>", re.S)
+
+
+def trajectory_score(points: list[tuple[str, float]], text: str, instructions: str) -> tuple[float, str]:
+    """(raw score, why) of an agent's rendered trajectory: its final answer's coverage, grounded in its own tool
+    results, its citations backed by them."""
+    final = _FINAL.search(text)
+    results = "\n".join(_RESULT.findall(text))
+    calls, failed = text.count("<tool_call "), text.count(' error="')
+    path = f"{calls} tool calls ({failed} failed)"
+    if final is None:
+        return 0.0, f"{STAND_IN}: trajectory with {path} and no final answer"
+    answer = final.group(1)
+    cov, steps = coverage(points, answer, instructions)
+    missed = [s["description"][:60] for s in steps if s.pop("missed", None)]
+    words = stems(answer)
+    grounded = len(words & stems(results)) / len(words) if words else 0.0
+    cited = list(dict.fromkeys(_BRACKET.findall(answer)))
+    backed = [c for c in cited if c in results]
+    cites = len(backed) / len(cited) if cited else 0.5
+    why = (f"{STAND_IN}: trajectory with {path}; final answer met {len(points) - len(missed)}/{len(points)} "
+           f"instruction points (coverage {cov:.2f}), grounded in its tool results {grounded:.2f}, "
+           f"{len(backed)}/{len(cited)} citations shown by them"
+           + (f"; missed: {'; '.join(missed[:3])}" if missed else ""))
+    return 0.55 * cov + 0.25 * grounded + 0.2 * cites, why
+
+
 def answer_group(messages: list[dict[str, Any]]) -> dict[str, Any]:
     user = "\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user")
     ctx = _CONTEXT.search(user)
@@ -227,6 +260,9 @@ def answer_group(messages: list[dict[str, Any]]) -> dict[str, Any]:
     context_stems = stems(context)
     raw: list[tuple[str, float, str]] = []
     for sid, text in _SAMPLE.findall(user):
+        if text.lstrip().startswith("<trajectory"):
+            raw.append((sid, *trajectory_score(points, text, instructions)))
+            continue
         cov, steps = coverage(points, text, instructions)
         words = stems(text)
         grounded = len(words & context_stems) / len(words) if words else 0.0

@@ -1,17 +1,22 @@
-"""Writes datasets/support/items.jsonl and the illustrative recordings in datasets/support/recordings/.
+"""Writes datasets/support/items.jsonl and the illustrative recordings in datasets/support/recordings/, and the
+agent version of the same questions, datasets/support/agent_items.jsonl (no article inlined: the agent finds them
+with the tools of datasets/support/tools.py, declared in each item).
 
 The recordings are ILLUSTRATIVE: written by this script for the example, not outputs of any model. "base" answers
 are helpful but often break the system and developer instructions (no greeting by name, no citation, no closing
 line, over-long, a promised refund, an invented fact); "tuned" answers mostly follow them. Each (item, epoch) draws
 its faults from a seeded generator, so epochs differ and the files are reproducible:
 
-    python datasets/support/make_support.py
+    python datasets/support/make_support.py           rewrite the files
+    python datasets/support/make_support.py --check   exit 1, naming them, when a written file is out of date
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -123,6 +128,35 @@ ITEMS = [
 ]
 
 
+AGENT_SYSTEM = """You are Pip, the support assistant of Larkspur Fibre, a home and business internet provider.
+Find what you need in the help centre with your tools: search_articles(query) lists matching articles (id, title),
+get_article(id) gives one article's text.
+Follow these rules in every answer:
+- Greet the customer by their first name.
+- Answer only from the articles you retrieved; when they do not cover the question, say so and offer to connect a human agent.
+- Cite each article you use by its id in square brackets.
+- Never promise a refund or credit that the articles do not state.
+- Keep the answer under 120 words.
+- End with "Anything else I can help with?\""""
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "search_articles", "description": "Help-centre articles matching the query, best first (id, title).",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "what to look for"}},
+                       "required": ["query"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "get_article", "description": "One help-centre article's title and text, by its id.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string", "description": "an article id, "
+                                                                                                  "as search_articles gives it"}},
+                       "required": ["id"], "additionalProperties": False}}},
+]
+
+
+def agent_developer(name: str, plan: str) -> str:
+    return (f"Conversation context:\n- The customer's first name is \"{name}\".\n- The customer is on the "
+            f"\"{plan}\" plan.")
+
+
 def developer(name: str, plan: str, articles: dict[str, str]) -> str:
     ids = ", ".join(f"[{a}]" for a in articles)
     return (f"Conversation context:\n- The customer's first name is \"{name}\".\n- The customer is on the "
@@ -166,9 +200,11 @@ def answer(rng: random.Random, label: str, name: str, facts: list[tuple[str, str
     return " ".join([greeting, *sentences, closing])
 
 
-def main() -> None:
+def files() -> dict[Path, str]:
+    """Every file this script writes, and its text."""
+    out: dict[Path, str] = {}
     items = []
-    for iid, name, plan, articles, question, facts, invented, _covered in ITEMS:
+    for iid, name, plan, articles, question, facts, _invented, _covered in ITEMS:
         items.append({
             "id": iid,
             "messages": [
@@ -179,9 +215,22 @@ def main() -> None:
             "reference_answer": reference(name, facts),
             "articles": sorted(articles),
         })
-    (HERE / "items.jsonl").write_text("".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items))
+    out[HERE / "items.jsonl"] = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in items)
+    agents = []
+    for iid, name, plan, articles, question, facts, _invented, _covered in ITEMS:
+        agents.append({
+            "id": iid,
+            "messages": [
+                {"role": "developer", "content": AGENT_SYSTEM},
+                {"role": "developer", "content": agent_developer(name, plan)},
+                {"role": "user", "content": question},
+            ],
+            "tools": TOOLS,
+            "reference_answer": reference(name, facts),
+            "articles": sorted(articles),
+        })
+    out[HERE / "agent_items.jsonl"] = "".join(json.dumps(it, ensure_ascii=False) + "\n" for it in agents)
     rec_dir = HERE / "recordings"
-    rec_dir.mkdir(exist_ok=True)
     for label, model in (("base", "illustrative-base"), ("tuned", "illustrative-tuned")):
         rng = random.Random(f"support-{label}")
         lines = []
@@ -189,8 +238,26 @@ def main() -> None:
             for epoch in (1, 2, 3):
                 text = answer(rng, label, name, facts, invented)
                 lines.append({"item_id": iid, "epoch": epoch, "model": model, "output_text": text})
-        (rec_dir / f"{label}.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines))
+        out[rec_dir / f"{label}.jsonl"] = "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when a written file is out of date")
+    args = parser.parse_args(argv)
+    stale = [p for p, text in files().items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+    if args.check:
+        root = HERE.resolve().parent.parent
+        for p in stale:
+            print(f"out of date: {p.resolve().relative_to(root)} (run python {Path(__file__).resolve().relative_to(root)})",
+                  file=sys.stderr)
+        return 1 if stale else 0
+    for p in stale:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(files()[p], encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -8,6 +8,11 @@ fails the whole group: a partial ranking cannot be trusted.
 
 The grader groups the pairs of each batch by item, so the runner must hand it all of an item's samples at once
 (`needs_groups = True`): every epoch, and with `--group-models` both models' samples.
+
+Agent runs: a sample that carries `rollout` is shown whole, as RULER shows agents' trajectories (its messages, tool
+calls and results in order, then its final answer: graders/trajectory_text.py), and a group longer than
+`max_prompt_chars` is cut from each trajectory's middle, tool results first, saying so in the text and in the
+grade's details (`cut`, `context_cut`). A single answer is shown as it always was, and never cut.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from rfteval.graders.base import (
     INVALID_VARIABLE,
@@ -44,6 +49,7 @@ from rfteval.graders.judged import (
     truncated,
 )
 from rfteval.graders.template import TemplateError, check_template, compile_template, to_text
+from rfteval.graders.trajectory_text import fit, has_rollout, render, shares
 from rfteval.providers.base import Generation, GenerationRequest, ProviderError
 from rfteval.providers.judge import current_repeat
 
@@ -58,6 +64,16 @@ DEFAULT_RUBRIC = (
     "it ignores or breaks counts against it. Where the context holds reference material, a sample that uses it "
     "correctly beats one that invents facts or contradicts it."
 )
+
+# Added to the default rubric when the group holds agents' trajectories (RULER's own default rubric says as much).
+TRAJECTORY_RUBRIC = (
+    " Each sample is an agent's whole trajectory: the final answer counts most, and how it got there counts too. A "
+    "trajectory that gets the facts it needs from its tools and answers from what they returned beats one that "
+    "guesses or cites what it never retrieved; one that reaches the goal with fewer wasted or failed calls beats one "
+    "that wanders; one that stops without a final answer ranks below one that answers."
+)
+# About 25k tokens: a group this long fits a 32k-context judge with room for the answer. A grader can change it.
+DEFAULT_MAX_PROMPT_CHARS = 100_000
 
 SCHEMA: JSONObject = {
     "type": "object",
@@ -88,6 +104,8 @@ class GroupJudgeConfig(GraderConfig):
     sampling_params: SamplingParams | None = None
     seed: int | None = None
     pass_threshold: float | None = None
+    # the judge's user message, in characters: agents' trajectories beyond it are cut (single answers never are)
+    max_prompt_chars: int = Field(default=DEFAULT_MAX_PROMPT_CHARS, ge=2000)
 
     calls_judge = True
     grades_groups = True
@@ -125,6 +143,8 @@ def shuffle_seed(config_seed: int | None, key: str, repeat: int = 0) -> int:
 
 
 def _sample_text(sample: Sample) -> str:
+    if has_rollout(sample):
+        return render(sample)
     text = str(sample.get("output_text") or "")
     tools = sample.get("output_tools") or []
     if tools:
@@ -154,19 +174,31 @@ def _message_text(content: object) -> str:
     return to_text(content)
 
 
-def judge_prompt(rubric: str, n: int) -> str:
+TRAJECTORY_NOTE = (
+    "Each sample is an agent's trajectory in <trajectory>: its assistant messages, each <tool_call> (the tool's name "
+    "and arguments) and each <tool_result> (what the tool returned; error=\"...\" when it failed), in order, then "
+    "its <final_answer> (or <no_final_answer stop=\"...\"/> when a limit ended it first). A notice in [… …] marks "
+    "a part cut to fit your context: do not count a cut against the sample.\n\n"
+)
+
+
+def judge_prompt(rubric: str, n: int, trajectories: bool = False) -> str:
     return (
         f"You are a judge comparing {n} candidate responses (samples) to the same conversation, shown in <context>. "
         "Score every sample from 0 to 1 relative to the others in this group: the best sample gets the highest "
         "score and the worst the lowest; equally good samples get equal scores. Use the spread of the range when "
         "the samples differ in quality. Ignore the order in which the samples appear.\n\n"
-        f"Rubric:\n{rubric}\n\n"
+        + (TRAJECTORY_NOTE if trajectories else "")
+        + f"Rubric:\n{rubric}\n\n"
         'Answer with JSON {"scores": [{"id": "<sample id>", "explanation": "<why, in one or two sentences>", '
         '"score": <number from 0 to 1>}]}: exactly one entry per sample id, and no other ids.'
     )
 
 
-def group_user_message(item: JSONMapping, shown: Sequence[tuple[str, Sample]], extra: str | None) -> str:
+def group_user_message(item: JSONMapping, shown: Sequence[tuple[str, Sample]], extra: str | None,
+                       texts: Sequence[str] | None = None) -> str:
+    """The <context> once, any <extra>, then each <sample>: its text as `texts` gives it (a trajectory fitted to
+    the budget), else as _sample_text renders it."""
     lines = ["<context>"]
     messages = item.get("messages")
     for m in messages if isinstance(messages, list) else []:  # a dataset line's messages: a list (data/dataset.py)
@@ -178,9 +210,33 @@ def group_user_message(item: JSONMapping, shown: Sequence[tuple[str, Sample]], e
     lines.append("</context>")
     if extra:
         lines.append(f"<extra>\n{_escape(extra)}\n</extra>")
-    for sid, sample in shown:
-        lines.append(f'<sample id="{sid}">\n{_escape(_sample_text(sample))}\n</sample>')
+    for n, (sid, sample) in enumerate(shown):
+        text = texts[n] if texts is not None else _sample_text(sample)
+        lines.append(f'<sample id="{sid}">\n{_escape(text)}\n</sample>')
     return "\n".join(lines)
+
+
+def fitted_texts(item: JSONMapping, shown: Sequence[tuple[str, Sample]], extra: str | None,
+                 budget: int) -> tuple[list[str], list[JSONObject | None], JSONObject | None]:
+    """Each shown sample's text with the group's user message held to about `budget` characters: (texts, each
+    sample's `cut` details or None, the group's `context_cut` details or None). Only trajectories are cut; the
+    context, any extra and single answers are what they are."""
+    texts = [_sample_text(s) for _, s in shown]
+    full = len(group_user_message(item, shown, extra, texts))
+    cuttable = [n for n, (_, s) in enumerate(shown) if has_rollout(s)]
+    cuts: list[JSONObject | None] = [None] * len(shown)
+    if full <= budget or not cuttable:
+        return texts, cuts, None
+    room = budget - (full - sum(len(texts[n]) for n in cuttable))
+    for n, cap in zip(cuttable, shares([len(texts[n]) for n in cuttable], room), strict=True):
+        sample = shown[n][1]
+        texts[n], cut = fit(sample, cap)
+        if cut is not None:
+            cuts[n] = dict(cut.as_details())
+    shown_chars = len(group_user_message(item, shown, extra, texts))
+    summary: JSONObject = {"max_prompt_chars": budget, "full_chars": full, "shown_chars": shown_chars,
+                           "samples_cut": sum(c is not None for c in cuts)}
+    return texts, cuts, summary
 
 
 @dataclass
@@ -191,6 +247,8 @@ class GroupPlan:
     seed: int
     request: GenerationRequest | None
     failure: GradeResult | None = None
+    cuts: list[JSONObject | None] = dataclasses.field(default_factory=list)  # per position shown
+    context_cut: JSONObject | None = None
 
 
 def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Sequence[Pair], repeat: int) -> GroupPlan:
@@ -206,15 +264,18 @@ def plan_group(config: GroupJudgeConfig, key: str, indices: list[int], pairs: Se
         except TemplateError as exc:
             return GroupPlan(indices, order, ids, seed, None, GradeResult.failed(INVALID_VARIABLE, f"input: {exc}"))
     shown = [(ids[p], samples[j]) for p, j in enumerate(order)]
+    trajectories = any(has_rollout(s) for s in samples)
+    texts, cuts, context_cut = fitted_texts(item, shown, extra, config.max_prompt_chars)
+    rubric = config.rubric or (DEFAULT_RUBRIC + TRAJECTORY_RUBRIC if trajectories else DEFAULT_RUBRIC)
     messages: list[JSONObject] = [
-        {"role": "system", "content": judge_prompt(config.rubric or DEFAULT_RUBRIC, len(samples))},
-        {"role": "user", "content": group_user_message(item, shown, extra)},
+        {"role": "system", "content": judge_prompt(rubric, len(samples), trajectories)},
+        {"role": "user", "content": group_user_message(item, shown, extra, texts)},
     ]
     request = GenerationRequest(
         model=config.model, messages=judge_messages(messages),
         sampling=judge_sampling(config.sampling_params, RESPONSE_FORMAT), item_id=str(item.get("id", "")),
     )
-    return GroupPlan(indices, order, ids, seed, request)
+    return GroupPlan(indices, order, ids, seed, request, cuts=cuts, context_cut=context_cut)
 
 
 def parse_scores(text: str, ids: Sequence[str]) -> tuple[dict[str, tuple[float, str]], str | None]:
@@ -258,6 +319,8 @@ def group_results(config: GroupJudgeConfig, plan: GroupPlan, answer: Generation)
     assert plan.request is not None
     base = answer_details(plan.request, answer)
     base.update(group_size=len(plan.indices), shuffle_seed=plan.seed)
+    if plan.context_cut is not None:
+        base["context_cut"] = plan.context_cut
     scores, problem = parse_scores(answer.output_text, plan.ids)
     if problem is not None and answer.finish_reason == "length":  # cut off: a limit to raise, not a bad judge
         return [truncated(plan.request, answer, dict(base)) for _ in plan.indices]
@@ -270,6 +333,8 @@ def group_results(config: GroupJudgeConfig, plan: GroupPlan, answer: Generation)
         raw, explanation = scores[sid]
         score = min(max(raw, 0.0), 1.0)
         details = {**base, "sample_id": sid, "position": position, "explanation": explanation}
+        if plan.cuts and plan.cuts[position] is not None:
+            details["cut"] = plan.cuts[position]
         if score != raw:
             details.update(clipped=True, raw_score=raw)
         passed = None if config.pass_threshold is None else score >= config.pass_threshold

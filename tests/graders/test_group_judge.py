@@ -325,3 +325,118 @@ def test_a_group_answer_cut_off_by_the_output_limit_is_a_truncated_error_for_the
     results = grade(fake_openai, [(make_sample("v=0.1"), item()), (make_sample("v=0.9"), item())], responder=cut)
     assert [r.error.type for r in results] == [MODEL_TRUNCATED] * 2
     assert "finish_reason length" in results[0].error.message and results[0].details["raw_answer"]
+
+
+# ---- RULER over trajectories: samples that carry a rollout ------------------------------------------------------
+
+FINAL_V = re.compile(r"<final_answer>\n.*?v=([0-9.]+)", re.S)
+
+
+def trajectory_value_judge(request):
+    """Scores each trajectory by the number after 'v=' in its final answer (none: 0)."""
+    scores = []
+    for sid, text in shown(request):
+        m = FINAL_V.search(text)
+        scores.append({"id": sid, "explanation": "final v", "score": float(m.group(1)) if m else 0.0})
+    return json.dumps({"scores": scores})
+
+
+def agent_sample(v: float, results: int = 2, size: int = 30, tag: str = ""):
+    from rfteval.data.rollout import rollout_sample
+
+    messages: list = []
+    for k in range(results):
+        cid = f"call_{k}"
+        messages.append({"role": "assistant", "content": "", "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": "lookup", "arguments": json.dumps({"k": k})}}]})
+        messages.append({"role": "tool", "tool_call_id": cid, "content": f"{tag}result {k} " + "r" * size})
+    messages.append({"role": "assistant", "content": f"final v={v}"})
+    return rollout_sample(messages, stop_reason="no_tool_calls")
+
+
+def test_rollouts_of_both_models_are_ranked_whole_in_one_call(fake_openai):
+    """--group-models hands the grader both models' rollouts of an item: one request, each shown as a trajectory
+    (calls and results in order, then the final answer), the item's prompt once in <context>."""
+    it = item(tools=[{"type": "function", "function": {"name": "lookup", "parameters": {}}}])
+    base = [agent_sample(v, tag="base ") for v in (0.2, 0.4)]
+    tuned = [agent_sample(v, tag="tuned ") for v in (0.9, 0.7)]
+    pairs = [(s, it) for s in base + tuned]
+    results = grade(fake_openai, pairs, responder=trajectory_value_judge)
+    (request,) = fake_openai.requests
+    assert [r.score for r in results] == [0.2, 0.4, 0.9, 0.7]
+    system, user = (m["content"] for m in request.body["messages"])
+    assert gj.TRAJECTORY_NOTE in system and gj.TRAJECTORY_RUBRIC in system
+    assert user.count("Always answer in French") == 1 and user.count("Question 1?") == 1
+    texts = [t for _, t in shown(request)]
+    assert len(texts) == 4 and all(t.startswith('<trajectory turns="3" tool_calls="2"') for t in texts)
+    assert sum("tuned result" in t for t in texts) == 2 and sum("base result" in t for t in texts) == 2
+    for t in texts:  # in order: call 0, its result, call 1, its result, the final answer
+        marks = [t.index('{"k": 0}'), t.index("result 0"), t.index('{"k": 1}'), t.index("result 1"),
+                 t.index("<final_answer>")]
+        assert marks == sorted(marks)
+    assert all("cut" not in r.details and "context_cut" not in r.details for r in results)
+
+
+def test_single_answers_get_no_trajectory_note(fake_openai):
+    grade(fake_openai, [(make_sample("a v=0.1"), item()), (make_sample("b v=0.2"), item())])
+    assert gj.TRAJECTORY_NOTE not in fake_openai.requests[0].body["messages"][0]["content"]
+
+
+def test_a_group_over_the_budget_is_cut_from_each_trajectorys_middle_and_says_so(fake_openai, tmp_path):
+    config = {**CONFIG, "max_prompt_chars": 3000}
+    pairs = [(agent_sample(v, results=6, size=400), item()) for v in (0.1, 0.5, 0.9)]
+    cache = tmp_path / "judge.jsonl"
+    results = grade(fake_openai, pairs, config=config, responder=trajectory_value_judge, cache_path=cache)
+    (request,) = fake_openai.requests
+    user = request.body["messages"][1]["content"]
+    assert len(user) <= 3000 + 100
+    assert [r.score for r in results] == [0.1, 0.5, 0.9]  # every final answer still there
+    assert "tool result cut to fit the judge's context …]" in user or "tool results cut to fit" in user
+    for r in results:
+        assert r.details["cut"]["tool_results"] >= 1 and r.details["cut"]["final_answer_chars"] == 0
+        ctx = r.details["context_cut"]
+        assert ctx["max_prompt_chars"] == 3000 and ctx["full_chars"] > 3000 >= ctx["shown_chars"] - 100
+        assert ctx["samples_cut"] == 3
+    # deterministic: the same group in another order is the same request (a cache hit, nothing sent)
+    again = grade(fake_openai, list(reversed(pairs)), config=config, responder=trajectory_value_judge,
+                  cache_path=cache)
+    assert len(fake_openai.requests) == 1 and [r.score for r in again] == [0.9, 0.5, 0.1]
+    plan = [gj.plan_group(parse_config(config), "k", [0, 1, 2], pairs, 0) for _ in range(2)]
+    assert plan[0].request == plan[1].request
+
+
+def test_max_prompt_chars_has_a_default_and_a_floor():
+    assert parse_config(CONFIG).max_prompt_chars == gj.DEFAULT_MAX_PROMPT_CHARS
+    from rfteval.errors import InputError
+
+    with pytest.raises(InputError, match="max_prompt_chars"):
+        parse_config({**CONFIG, "max_prompt_chars": 10})
+
+
+def test_local_judge_reads_trajectories_grounded_and_cited_beats_guessed():
+    """scripts/local_judge.py (a stand-in, not a model) on rendered trajectories: the final answer's instruction
+    points, its grounding in its own tool results, its citations shown by them; no final answer scores 0."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import local_judge
+
+    rules = '- Always say "hello".\n- Cite each article by its id in square brackets.'
+    good = ('<trajectory turns="2" tool_calls="1" stop="no_tool_calls">\n<tool_call name="get">{"id": "KB-1"}'
+            '</tool_call>\n<tool_result name="get">{"id": "KB-1", "text": "Unplug the router for thirty seconds."}'
+            "</tool_result>\n<final_answer>\nhello: unplug the router for thirty seconds [KB-1]\n</final_answer>\n"
+            "</trajectory>")
+    guessed = ('<trajectory turns="1" tool_calls="0" stop="no_tool_calls">\n<final_answer>\nhello: buy a new modem '
+               "[KB-9]\n</final_answer>\n</trajectory>")
+    unfinished = ('<trajectory turns="6" tool_calls="6" stop="max_turns">\n<no_final_answer stop="max_turns"/>\n'
+                  "</trajectory>")
+    user = (f'<context>\n<message role="developer">\n{rules}\n</message>\n</context>\n'
+            f'<sample id="s1">\n{guessed}\n</sample>\n<sample id="s2">\n{good}\n</sample>\n'
+            f'<sample id="s3">\n{unfinished}\n</sample>')
+    body = {"messages": [{"role": "system", "content": "judge"}, {"role": "user", "content": user}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "group_judge_scores", "schema": {}}}}
+    out = local_judge.answer(body)
+    assert out == local_judge.answer(body)
+    by_id = {s["id"]: s for s in out["scores"]}
+    assert by_id["s2"]["score"] == 1.0 > by_id["s1"]["score"] > by_id["s3"]["score"] == 0.0
+    assert "1/1 citations shown" in by_id["s2"]["explanation"]
+    assert "0/1 citations shown" in by_id["s1"]["explanation"]
+    assert all("not a model" in s["explanation"] for s in out["scores"])
