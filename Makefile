@@ -115,7 +115,7 @@ lint: $(STAMP)
 # The documentation site (mkdocs.yml; MkDocs with the Material theme, from the dev extra) into site/. --strict: a broken
 # link or anchor, a page missing from the navigation, or a link to a repository file that is not there fails it.
 docs: $(STAMP)
-	$(BIN)/python -m mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
 
 # pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
 # rewrite them all again, so the tests allow it (the cache lives in each tests/ folder's __pycache__, ignored by git).
