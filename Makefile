@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: setup test test-fast lint demo example-rft bench browser sandbox nobody trainers ray smollm2 realserver bfcl mcp clean
+.PHONY: setup test test-fast lint docs demo example-rft bench browser sandbox nobody trainers ray smollm2 realserver bfcl mcp clean
 
 setup: $(STAMP)
 
@@ -112,6 +112,11 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check rfteval tests bench scripts examples
 	$(BIN)/python -m mypy rfteval bench scripts examples
 
+# The documentation site (mkdocs.yml; MkDocs with the Material theme, from the dev extra) into site/. --strict: a broken
+# link or anchor, a page missing from the navigation, or a link to a repository file that is not there fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --site-dir site
+
 # pytest caches its rewritten test modules as bytecode; an environment that forbids bytecode makes every run
 # rewrite them all again, so the tests allow it (the cache lives in each tests/ folder's __pycache__, ignored by git).
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
@@ -138,4 +143,4 @@ bench: $(STAMP) realserver mcp
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) $(MCP_VENV) .pytest_cache .hypothesis   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)
+	rm -rf $(VENV) $(MCP_VENV) .pytest_cache .hypothesis site   # runs/ is kept: it holds `rfteval run`'s results (delete it by hand)

@@ -247,9 +247,9 @@ def test_trl_module_has_an_async_reward_named_for_the_grader(tmp_path, monkeypat
 
 @pytest.mark.slow
 def test_the_readmes_export_reward_block_prints_what_it_says(tmp_path):
-    """The README's export-reward block, run by bash as written from a folder laid out as the README's (graders/,
+    """docs/rewards.md's export-reward block, run by bash as written from a folder laid out as the README's (graders/,
     datasets/): it prints the list its last comment shows."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "rewards.md").read_text(encoding="utf-8")
     start = readme.index("\n**`rfteval export-reward GRADER")
     fence = readme.index("```bash\n", start) + len("```bash\n")
     block = readme[fence:readme.index("```", fence)]

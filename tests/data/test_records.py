@@ -48,7 +48,7 @@ def test_record_has_the_contract_fields_in_order():
 
 
 def test_the_readme_lists_the_record_fields_in_their_order():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
     paragraph = readme.split("A record (one JSON line) holds ")[1].split("\n\n")[0]
     named = re.findall(r"[a-z_]+", " ".join(paragraph.split("`")[1::2]))  # the names inside backticks
     assert [n for n in named if n in FIELDS] == list(FIELDS)
@@ -237,7 +237,7 @@ def test_the_agent_fields_round_trip_through_both_files(tmp_path):
 
 
 def test_the_readme_lists_the_agent_fields():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
     paragraph = readme.split("A record (one JSON line) holds ")[1].split("\n\n")[0]
     named = re.findall(r"[a-z_]+", " ".join(paragraph.split("`")[1::2]))
     assert [n for n in named if n in AGENT_FIELDS] == list(AGENT_FIELDS)

@@ -1,4 +1,5 @@
-"""Every command and option is documented in the README (as sqlite-utils' tests/test_docs.py does)."""
+"""Every command is in the README, and every option is documented in the README or a guide under docs/ (as
+sqlite-utils' tests/test_docs.py does)."""
 
 import re
 
@@ -9,6 +10,9 @@ from rfteval.cli.app import app
 from tests.support import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+# The README is the newcomer's page; every option is spelled out in the guide of its job (issue 40). Until the
+# generated command-line reference (docs/reference/cli.md) is checked instead, the options are looked for here.
+DOCUMENTATION = "\n".join([README, *(p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").rglob("*.md")))])
 
 
 def _commands(group, prefix: str = "") -> list[tuple[str, object]]:
@@ -47,8 +51,8 @@ WITH_OPTIONS = [(n, c) for n, c in COMMANDS if _options(c)]  # `graders`, `valid
 def test_every_option_is_documented(name, cmd):
     options = _options(cmd)
     missing = [opt for p in options for opt in p.opts[:1]
-               if opt.startswith("--") and not re.search(re.escape(opt) + r"\b", README)]
-    assert not missing, f"README does not mention {missing} of `rfteval {name}`"
+               if opt.startswith("--") and not re.search(re.escape(opt) + r"\b", DOCUMENTATION)]
+    assert not missing, f"neither README nor docs/ mention {missing} of `rfteval {name}`"
 
 
 def test_readme_starts_with_the_two_commands():

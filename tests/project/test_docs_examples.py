@@ -1,4 +1,4 @@
-"""The Python examples in README.md and docs/*.md: every rfteval name they import exists, and the README's library
+"""The Python examples in README.md and docs/*.md: every rfteval name they import exists, and docs/python.md's library
 example runs as printed on a demo run (a doc example that imports from a module it left failed only when a reader
 ran it)."""
 
@@ -57,7 +57,7 @@ def test_every_rfteval_import_in_the_docs_resolves(doc: str, line: int, source: 
 
 @pytest.mark.slow
 def test_the_readme_library_example_runs_as_printed(tmp_path: Path) -> None:
-    """The README's "From Python" block, run in a directory that holds the demo's ChipStack run."""
+    """docs/python.md's "From Python" block, run in a directory that holds the demo's ChipStack run."""
     for name in ("graders", "datasets"):
         (tmp_path / name).symlink_to(ROOT / name)
     data = ROOT / "datasets" / "chipstack"
@@ -65,12 +65,12 @@ def test_the_readme_library_example_runs_as_printed(tmp_path: Path) -> None:
                     str(ROOT / "graders" / "chipstack.json"), "--model", f"base=replay:{data}/recordings/base.jsonl",
                     "--model", f"tuned=replay:{data}/recordings/tuned.jsonl", "--epochs", "3", "--out",
                     str(tmp_path / "runs" / "demo-chipstack"), "--quiet"], check=True, capture_output=True)
-    (source,) = [src for doc, _, src in python_blocks() if doc == "README.md" and "compare_paths" in src]
+    (source,) = [src for doc, _, src in python_blocks() if doc == "python.md" and "compare_paths" in src]
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
         scope: dict[str, object] = {}
-        exec(compile(source, "README.md", "exec"), scope)  # noqa: S102  (our own documentation)
+        exec(compile(source, "docs/python.md", "exec"), scope)  # noqa: S102  (our own documentation)
     finally:
         os.chdir(cwd)
     assert scope["r"].score == 1.0  # type: ignore[attr-defined]

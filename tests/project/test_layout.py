@@ -1,8 +1,8 @@
 """A module's test is found from its path: rfteval/<package>/<module>.py is tested in tests/<package>/test_<module>.py
 (rfteval/<module>.py in tests/test_<module>.py), a command (rfteval/cli/commands/<name>_cmd.py) end to end in
 tests/cli/test_<name>.py. A module tested elsewhere is in ELSEWHERE with the test that covers it and why; a package's
-__init__.py only re-exports or registers, so its names are tested where they live (the public aliases in
-tests/project/test_aliases.py). Test folders other than cli/, project/ and support/ mirror a package of rfteval/."""
+__init__.py only re-exports or registers, so its names are tested where they live (the public import
+paths in tests/project/test_aliases.py). Test folders other than cli/, project/ and support/ mirror a package of rfteval/."""
 
 from __future__ import annotations
 

@@ -209,7 +209,7 @@ def test_the_readmes_command_line_parses_with_openrlhfs_own_parser():
     exec(compile(ast.Module(body=body, type_ignores=[]), spec.origin, "exec"), namespace)
     parser: argparse.ArgumentParser = namespace["parser"]
     parser.allow_abbrev = False
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "rewards.md").read_text()
     (line,) = re.findall(r"^python -m openrlhf\.cli\.train_ppo_ray (?:.*\\\n)*.*$", readme, re.M)
     argv = [a for a in shlex.split(line.replace("\\\n", " "))[3:] if a != "..."]
     args = parser.parse_args(argv)

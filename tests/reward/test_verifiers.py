@@ -206,7 +206,7 @@ def test_custom_think_tags_score_as_rfteval_grade_does(tmp_path):
 def test_readme_verifiers_snippet(tmp_path, monkeypatch):
     """The README's verifiers lines as written (export-dataset, the reward module, verifiers 0.4's TaskConfig), run
     from a folder laid out as the README's: Task.score gives `rfteval grade`'s scores."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "rewards.md").read_text(encoding="utf-8")
     section = readme[readme.index("**verifiers** (and prime-rl"):readme.index("**OpenRLHF**")]
     bash = section.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     code = section.split("```python\n", 1)[1].split("```", 1)[0].splitlines()

@@ -425,9 +425,9 @@ def test_a_models_system_prompt_reaches_its_run_only(spec_dir: Path) -> None:
 def _readme_per_model_section() -> str:
     from tests.support import REPO
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "running.md").read_text(encoding="utf-8")
     start = readme.index("**Per-model keys.**")
-    return readme[start:readme.index("\n### ", start)]
+    return readme[start:readme.index("\n#", start)]
 
 
 def test_the_readme_per_model_example_is_a_valid_spec() -> None:

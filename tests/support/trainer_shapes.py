@@ -103,9 +103,9 @@ def items(case: str) -> dict[str, dict[str, Any]]:
 
 
 def readme_block(lead: str, lang: str) -> str:
-    """The first ```lang block after the README paragraph that starts with `lead` (the README's trainer sections are
+    """The first ```lang block after the docs/rewards.md paragraph that starts with `lead` (the README's trainer sections are
     run by the trainers' tests, so they cannot drift from the code)."""
-    readme = (DATASETS.parent / "README.md").read_text(encoding="utf-8")
+    readme = (DATASETS.parent / "docs" / "rewards.md").read_text(encoding="utf-8")
     start = readme.index(f"\n{lead}")
     fence = readme.index(f"```{lang}\n", start) + len(f"```{lang}\n")
     return readme[fence:readme.index("```", fence)]
