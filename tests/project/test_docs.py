@@ -107,7 +107,8 @@ TABLE_ROW = re.compile(r"^\|\s*`rfteval ([a-z][a-z-]*(?: [a-z][a-z-]*)*)[^`]*`\s
 @pytest.mark.parametrize("name", TOP)
 def test_every_command_has_a_row_in_the_readme_table(name):
     rows = TABLE_ROW.findall(README)  # `rfteval validate dataset` is a row of `validate` too
-    assert any(row == name or row.startswith(name + " ") for row in rows), f"README.md's table of commands has no row whose first cell is `rfteval {name}`"
+    assert any(row == name or row.startswith(name + " ") for row in rows), \
+        f"README.md's table of commands has no row whose first cell is `rfteval {name}`"
 
 
 def guide_commands() -> str:

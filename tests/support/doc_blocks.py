@@ -31,6 +31,7 @@ MARKERS: dict[str, str] = {
     "fragment": "not a whole command or program: a flag list, a synopsis, placeholders (D.jsonl, LABEL), or names a "
                 "reader's own code defines",
     "installs": "installs or builds into the machine or the venv (make targets, pip install): `make` runs these",
+    "interactive": "runs until stopped or opens a browser (`rfteval view` serving its pages)",
 }
 MARKER = re.compile(r"<!--\s*example:\s*(?P<name>[^>]*?)\s*-->")
 RUNNABLE = ("sh", "bash", "console", "python")  # the languages a block runs in; ```text after one is its output
