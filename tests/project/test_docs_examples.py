@@ -244,6 +244,17 @@ def check_status(block: Block, status: int, printed: str) -> None:
         pytest.fail(f"{block.where}: exit {status}:\n{printed[-4000:]}", pytrace=False)
 
 
+def test_the_runner_compares_as_documented(tmp_path: Path) -> None:
+    """The comparison itself: `...` stands for any lines (none too), anything else must be printed as shown; the
+    working directory, timings and trailing spaces are normalised; a console block splits into its commands."""
+    assert matches(["a", "...", "d"], ["a", "b", "c", "d"]) and matches(["a", "...", "d"], ["a", "d"])
+    assert not matches(["a", "d"], ["a", "b", "d"]) and not matches(["a", "...", "d"], ["a", "b"])
+    printed = f"wrote {tmp_path}/runs/x/summary.json in 1.25 s   \n{tmp_path}\n"
+    assert normalise(printed, tmp_path) == ["wrote runs/x/summary.json in <time>", "."]
+    assert console("$ rfteval a \\\n    --b\nout 1\nout 2\n$ rfteval c\n") == [
+        ("rfteval a \\\n    --b", "out 1\nout 2"), ("rfteval c", "")]
+
+
 SLOW = re.compile(r"\brfteval (run|grade|agree|readiness|probe-grader|compare|view)\b|runs/|GradingEngine|compare_")
 
 
