@@ -245,25 +245,6 @@ def test_trl_module_has_an_async_reward_named_for_the_grader(tmp_path, monkeypat
         module.close()
 
 
-@pytest.mark.slow
-def test_the_readmes_export_reward_block_prints_what_it_says(tmp_path):
-    """docs/rewards.md's export-reward block, run by bash as written from a folder laid out as the README's (graders/,
-    datasets/): it prints the list its last comment shows."""
-    readme = (REPO / "docs" / "rewards.md").read_text(encoding="utf-8")
-    start = readme.index("\n**`rfteval export-reward GRADER")
-    fence = readme.index("```bash\n", start) + len("```bash\n")
-    block = readme[fence:readme.index("```", fence)]
-    shown = block.rstrip().splitlines()[-1]
-    assert shown.startswith("# ")
-    (tmp_path / "graders").symlink_to(REPO / "graders")
-    (tmp_path / "datasets").symlink_to(REPO / "datasets")
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    done = subprocess.run(["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == shown[2:]
-
-
 def test_the_exported_reward_is_built_once_when_threads_call_it_together(tmp_path, monkeypatch):
     """OpenRLHF calls reward_func from several threads at once (asyncio.to_thread): the module builds one reward,
     not one per thread (each with its own python workers; on CPython 3.11.7 their concurrent source parsing also
