@@ -1,11 +1,17 @@
-"""Any OpenAI-compatible endpoint through the `openai` SDK, Chat Completions or Responses, errors classified."""
+"""Any OpenAI-compatible endpoint through the `openai` SDK, Chat Completions or Responses: the transport, and its
+failures classified.
+
+The provider sends the body openai_request.py builds and hands the answer to openai_response.py; what it holds itself
+is the connection (the SDK client, its TLS context and transport), what it learns of the server while a run goes on
+(an output-limit key or a null content it refuses), the preflight's probes and the naming of a failed request.
+The request and response modules' public names are importable from here too, where the run, the CLI, the benchmark
+and the tests import them.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
-import email.utils
 import errno
 import functools
 import json
@@ -15,32 +21,51 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
-from rfteval.data.reasoning import message_reasoning
-from rfteval.data.sample import parse_output_json
 from rfteval.errors import InputError
-from rfteval.providers.base import (
-    ErrorKind,
-    Generation,
-    GenerationRequest,
-    ProviderError,
-    RateInfo,
-    asks_for_json,
-)
+from rfteval.providers.base import Generation, GenerationRequest, ProviderError, asks_for_json
 from rfteval.providers.history import STEP_DOWN, HistoryShape, empty_tool_content, refuses_null_content
+from rfteval.providers.openai_request import (
+    DEVELOPER_AS,
+    LIMIT_KEYS,
+    chat_body,
+    chat_tool_choice,
+    check_developer_as,
+    developer_as_system,
+    responses_body,
+    responses_input,
+    responses_tool,
+    responses_tool_choice,
+)
+from rfteval.providers.openai_response import (
+    parse_chat,
+    parse_duration,
+    parse_responses,
+    parse_retry_after,
+    rate_info,
+    status_kind,
+)
 
 if TYPE_CHECKING:
     import openai  # the annotations only: the module is imported when a provider is built
+
+__all__ = [
+    "OPENAI_BASE_URL", "PLACEHOLDER_KEY", "SERVICE_TIERS", "TRANSPORTS", "PROBE_TIMEOUT_S", "OpenAIProvider",
+    "share_endpoint_state", "default_transport", "shared_tls_context", "connection_message", "connection_failure",
+    "unsupported_key",
+    # openai_request's and openai_response's, handed on
+    "DEVELOPER_AS", "LIMIT_KEYS", "chat_body", "chat_tool_choice", "check_developer_as", "developer_as_system",
+    "responses_body", "responses_input", "responses_tool", "responses_tool_choice", "parse_chat", "parse_duration",
+    "parse_responses", "parse_retry_after", "rate_info", "status_kind",
+]
 
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "unused"  # local servers (vLLM, Ollama, the test server) accept any key
 SERVICE_TIERS = ("auto", "default", "flex", "priority")
 TRANSPORTS = ("aiohttp", "httpx")
-# The output limit's two spellings: OpenAI's current one, and the one llama.cpp's server (and older servers) read
-LIMIT_KEYS = ("max_completion_tokens", "max_tokens")
 PROBE_TIMEOUT_S = 3.0  # the preflight's GET /models and API probes: a server that does not answer is skipped
 log = logging.getLogger("rfteval")
 
@@ -480,7 +505,6 @@ def unsupported_key(message: str, keys: tuple[str, ...]) -> str | None:
             found.append((m.start(), key))
     return min(found)[1] if found else None
 
-
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -515,60 +539,6 @@ def _is_unavailable(exc: openai.APIStatusError) -> bool:
     return "resource_unavailable" in text or "resource unavailable" in text
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-
-
-def parse_duration(text: str | None) -> float | None:
-    """`x-ratelimit-reset-*` durations ("1s", "6m0s", "200ms", "1h2m3.5s") in seconds; None when absent or bad."""
-    if not text:
-        return None
-    text = text.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        return None
-    scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-    return sum(float(n) * scale[u] for n, u in parts)
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(float(value)) if value is not None else None
-    except ValueError:
-        return None
-
-
-def rate_info(headers: Mapping[str, str]) -> RateInfo | None:
-    """The x-ratelimit-* headers of an answer, or None when it sent none (most local servers)."""
-    get = headers.get
-    if get("x-ratelimit-remaining-requests") is None and get("x-ratelimit-remaining-tokens") is None:
-        return None
-    return RateInfo(limit_requests=_int(get("x-ratelimit-limit-requests")),
-                    remaining_requests=_int(get("x-ratelimit-remaining-requests")),
-                    reset_requests_s=parse_duration(get("x-ratelimit-reset-requests")),
-                    limit_tokens=_int(get("x-ratelimit-limit-tokens")),
-                    remaining_tokens=_int(get("x-ratelimit-remaining-tokens")),
-                    reset_tokens_s=parse_duration(get("x-ratelimit-reset-tokens")))
-
-
-def status_kind(status: int) -> ErrorKind:
-    """HTTP status → error kind; 408/409 are retryable as OpenAI's own SDK treats them."""
-    if status == 429:
-        return "rate_limit"
-    if status in (401, 403):
-        return "auth"
-    if status == 404:
-        return "not_found"
-    if status == 408:
-        return "timeout"
-    if status == 409 or status >= 500:
-        return "server"
-    return "bad_request"
-
-
 def _error_message(exc: openai.APIStatusError) -> str:
     body = exc.body
     if isinstance(body, dict):
@@ -582,354 +552,3 @@ def _error_message(exc: openai.APIStatusError) -> str:
     return str(getattr(exc, "message", exc))[:300]
 
 
-def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
-    """Seconds to wait from `retry-after-ms`, or `Retry-After` as seconds or an HTTP date; None if absent/bad."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            value = float(ms) / 1000.0
-            if value >= 0:
-                return value
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-        return value if value >= 0 else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
-# ---- request bodies (pure: also the response-cache key) -----------------------------------------------------------
-
-# How a `developer` message is sent: as itself (OpenAI's role, the default) or as `system`, for servers whose chat
-# schema has no developer role (llama-cpp-python's). The mapped request is the one keyed and cached.
-DEVELOPER_AS = ("developer", "system")
-
-
-def check_developer_as(value: str | None) -> str | None:
-    if value is not None and value not in DEVELOPER_AS:
-        raise InputError(f"must be developer or system, got {value!r}", field="--developer-as")
-    return None if value == "developer" else value
-
-
-def developer_as_system(messages: Sequence[JSONValue]) -> list[JSONValue]:
-    """The messages with each `developer` role renamed `system`, the rest as they are (shallow copies)."""
-    return [{**m, "role": "system"} if isinstance(m, dict) and m.get("role") == "developer" else m
-            for m in messages]
-
-
-
-def _json_schema(rf: JSONObject) -> JSONObject:
-    """Sampling.response_format → {name, schema, strict?}; an already-wrapped chat format is unwrapped."""
-    wrapped = rf.get("json_schema")
-    if rf.get("type") == "json_schema" and isinstance(wrapped, dict):
-        rf = wrapped
-    out: JSONObject = {"name": rf.get("name") or "response", "schema": rf.get("schema", {})}
-    if rf.get("strict") is not None:
-        out["strict"] = bool(rf["strict"])
-    return out
-
-
-def chat_body(request: GenerationRequest, copy_messages: bool = True, both_limits: bool = False) -> JSONObject:
-    """`copy_messages=False` when the body is encoded at once and never kept (the request path): no deep copy.
-    `both_limits`: the output limit goes as `max_tokens` too (endpoints other than OpenAI's)."""
-    s = request.sampling
-    messages: list[JSONValue] = list(request.messages)  # a list of JSON values (list is invariant), shallow
-    if copy_messages:
-        messages = copy.deepcopy(messages)
-    body: JSONObject = {"model": request.model, "messages": messages}
-    if request.tools:
-        body["tools"] = [_chat_tool(t) for t in request.tools]
-        # OpenAI's default when tools are given, said explicitly: llama.cpp's function-calling format needs it
-        body["tool_choice"] = chat_tool_choice(request.tool_choice)
-    if s.response_format:
-        rf = s.response_format
-        if rf.get("type") in ("json_object", "text"):
-            body["response_format"] = copy.deepcopy(rf)  # as the user gave it, extra keys included
-        else:
-            body["response_format"] = {"type": "json_schema", "json_schema": _json_schema(rf)}
-    if s.reasoning_effort is not None:
-        body["reasoning_effort"] = s.reasoning_effort
-    if s.max_output_tokens is not None:
-        body["max_completion_tokens"] = s.max_output_tokens
-        if both_limits:
-            body["max_tokens"] = s.max_output_tokens
-    if s.temperature is not None:
-        body["temperature"] = s.temperature
-    if s.top_p is not None:
-        body["top_p"] = s.top_p
-    if s.seed is not None:
-        body["seed"] = s.seed
-    return body
-
-
-def responses_body(request: GenerationRequest) -> JSONObject:
-    """The Responses API has no `seed`; it is left out rather than rejected by the server."""
-    s = request.sampling
-    body: JSONObject = {"model": request.model, "input": responses_input(request.messages)}
-    if request.tools:
-        body["tools"] = [responses_tool(t) for t in request.tools]
-        body["tool_choice"] = responses_tool_choice(request.tool_choice)
-    if s.response_format:
-        rf = s.response_format
-        fmt: JSONObject = (copy.deepcopy(rf) if rf.get("type") in ("json_object", "text")
-                           else {"type": "json_schema", **_json_schema(rf)})
-        body["text"] = {"format": fmt}
-    if s.reasoning_effort is not None:
-        body["reasoning"] = {"effort": s.reasoning_effort}
-    if s.max_output_tokens is not None:
-        body["max_output_tokens"] = s.max_output_tokens
-    if s.temperature is not None:
-        body["temperature"] = s.temperature
-    if s.top_p is not None:
-        body["top_p"] = s.top_p
-    body["store"] = False  # an eval must not fill the account's stored responses
-    return body
-
-
-def chat_tool_choice(choice: JSONValue) -> JSONValue:
-    """An item's tool_choice in chat's shape ("auto" when it has none); a Responses-shaped named function
-    {"type": "function", "name"} is wrapped as {"type": "function", "function": {"name"}}."""
-    if choice is None:
-        return "auto"
-    if isinstance(choice, dict) and choice.get("type") == "function" and "function" not in choice:
-        return {"type": "function", "function": {"name": choice.get("name")}}
-    return copy.deepcopy(choice)
-
-
-def responses_tool_choice(choice: JSONValue) -> JSONValue:
-    """An item's tool_choice in Responses' flat shape ("auto" when it has none)."""
-    if choice is None:
-        return "auto"
-    fn = choice.get("function") if isinstance(choice, dict) else None
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(fn, dict):
-        return {"type": "function", "name": fn.get("name")}
-    return copy.deepcopy(choice)
-
-
-def _chat_tool(tool: JSONValue) -> JSONValue:
-    """A Responses-shaped function tool given to a chat model is wrapped back into chat's shape; anything else
-    goes as the item gave it."""
-    if isinstance(tool, dict) and tool.get("type") == "function" and "function" not in tool and "name" in tool:
-        fn = {k: v for k, v in tool.items() if k != "type"}
-        return {"type": "function", "function": fn}
-    return copy.deepcopy(tool)
-
-
-def responses_tool(tool: JSONValue) -> JSONValue:
-    """Chat's {"type":"function","function":{name, description, parameters, strict}} → Responses' flat shape;
-    anything else goes as the item gave it."""
-    fn = tool.get("function") if isinstance(tool, dict) else None
-    if isinstance(tool, dict) and tool.get("type") == "function" and isinstance(fn, dict):
-        out: JSONObject = {"type": "function", "name": fn.get("name")}
-        for key in ("description", "parameters", "strict"):
-            if key in fn:
-                out[key] = copy.deepcopy(fn[key])
-        return out
-    return copy.deepcopy(tool)
-
-
-def _responses_parts(content: JSONValue, role: str) -> JSONValue:
-    if not isinstance(content, list):
-        return content
-    text_type = "output_text" if role == "assistant" else "input_text"
-    parts: list[JSONValue] = []
-    for part in content:
-        if not isinstance(part, dict):
-            parts.append(part)
-        elif part.get("type") == "text":
-            parts.append({"type": text_type, "text": part.get("text", "")})
-        elif part.get("type") == "image_url":
-            image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else image
-            parts.append({"type": "input_image", "image_url": url})
-        else:
-            parts.append(copy.deepcopy(part))
-    return parts
-
-
-def responses_input(messages: Sequence[JSONValue]) -> list[JSONValue]:
-    """Chat messages → Responses input items; assistant tool calls and tool results become function items."""
-    items: list[JSONValue] = []
-    for msg in messages:
-        if not isinstance(msg, dict):  # never from a dataset (iter_items checked its messages): sent as given
-            items.append(copy.deepcopy(msg))
-            continue
-        role = msg.get("role")
-        if role == "tool":
-            output = msg.get("content")
-            if not isinstance(output, str):
-                output = json.dumps(output)
-            items.append({"type": "function_call_output", "call_id": msg.get("tool_call_id"), "output": output})
-            continue
-        content = msg.get("content")
-        if content is not None and content != "":
-            items.append({"role": role, "content": _responses_parts(content, str(role))})
-        for call in _objects(msg.get("tool_calls")):
-            fn = _object(call.get("function"))
-            items.append(
-                {"type": "function_call", "call_id": call.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments", "")}
-            )
-    return items
-
-
-# ---- responses → Generation ---------------------------------------------------------------------------------------
-
-
-def _output_json(text: str, structured: bool) -> JSONValue:
-    """The output's JSON. An output that asked for JSON (`structured`) is also read leniently: any JSON value,
-    and raw control characters inside strings (llama.cpp's JSON grammar lets a raw newline into a string, which
-    strict JSON forbids); the strict exact parse stays for outputs that did not ask for JSON."""
-    parsed = parse_output_json(text)
-    if parsed is None and structured and text.strip():
-        try:
-            return json.loads(text, strict=False)
-        except (ValueError, RecursionError):
-            return None
-    return parsed
-
-
-def _object(value: JSONValue) -> JSONObject:
-    """A body's nested object, {} when absent or not an object (what `x.get(k) or {}` read, narrowed)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _objects(value: JSONValue) -> list[JSONObject]:
-    """The objects of a body's list (`tool_calls`, `content`): none when it is absent or not a list."""
-    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
-
-
-def parse_chat(data: JSONObject, structured: bool = False) -> Generation:
-    choices = data.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices else None
-    if not isinstance(choices, list) or not isinstance(first, dict):
-        raise ProviderError("malformed", "response has no choices")
-    message = first.get("message")
-    if not isinstance(message, dict):
-        raise ProviderError("malformed", "choices[0] has no message")
-    if message.get("refusal"):
-        raise ProviderError("refusal", str(message["refusal"]), usage=_chat_usage(data))
-    text = message.get("content") or ""
-    if not isinstance(text, str):
-        raise ProviderError("malformed", "choices[0].message.content is not text")
-    tools: list[JSONValue] = []
-    calls = message.get("tool_calls")
-    for call in _objects(calls) if calls else ():
-        fn = _object(call.get("function"))
-        tools.append(
-            {"id": call.get("id"), "type": "function", "function": {"name": fn.get("name"), "arguments": fn.get("arguments")}}
-        )
-    return Generation(
-        output_text=text,
-        output_tools=tools,
-        output_json=_output_json(text, structured),
-        choices=[_compact(c) for c in choices if isinstance(c, dict)],
-        usage=_chat_usage(data),
-        finish_reason=finish if isinstance(finish := first.get("finish_reason"), str) else None,
-        reasoning=_chat_reasoning(message),
-    )
-
-
-def _chat_reasoning(message: JSONObject) -> str | None:
-    """The thinking a server sent beside the content: `reasoning_content` (SGLang, llama.cpp, DeepSeek, older
-    vLLM) or `reasoning` (newer vLLM, OpenRouter); None when neither is text. The rule is data.reasoning's, which
-    the reward adapters read a trainer's messages with."""
-    return message_reasoning(message)
-
-
-def _usage(data: JSONObject, input_key: str, output_key: str, details_key: str) -> dict[str, int | None]:
-    """Token counts of an answer's usage (each narrowed inline: this runs once per answer)."""
-    usage = data.get("usage")
-    if not isinstance(usage, dict):
-        return {"input_tokens": None, "output_tokens": None, "reasoning_tokens": None}
-    details = usage.get(details_key)
-    i, o = usage.get(input_key), usage.get(output_key)
-    r = details.get("reasoning_tokens") if isinstance(details, dict) else None
-    return {"input_tokens": i if isinstance(i, int) else None, "output_tokens": o if isinstance(o, int) else None,
-            "reasoning_tokens": r if isinstance(r, int) else None}
-
-
-def _chat_usage(data: JSONObject) -> dict[str, int | None]:
-    return _usage(data, "prompt_tokens", "completion_tokens", "completion_tokens_details")
-
-
-def _responses_usage(data: JSONObject) -> dict[str, int | None]:
-    return _usage(data, "input_tokens", "output_tokens", "output_tokens_details")
-
-
-def _compact(obj: JSONObject) -> JSONObject:
-    """Drop the null fields the SDK fills in, so choices look like what the server sent."""
-    return {k: _compact_value(v) for k, v in obj.items() if v is not None}
-
-
-def _compact_value(obj: JSONValue) -> JSONValue:
-    if isinstance(obj, dict):
-        return _compact(obj)
-    if isinstance(obj, list):
-        return [_compact_value(v) for v in obj]
-    return obj
-
-
-def parse_responses(data: JSONObject, structured: bool = False) -> Generation:
-    output = data.get("output")
-    if not isinstance(output, list):
-        raise ProviderError("malformed", "response has no output")
-    texts: list[str] = []
-    tools: list[JSONValue] = []
-    reasoning: list[str] | None = None
-    for item in output:
-        if not isinstance(item, dict):
-            continue
-        if item.get("type") == "reasoning":
-            reasoning = (reasoning or []) + _reasoning_texts(item)
-        elif item.get("type") == "message":
-            for part in _objects(item.get("content")):
-                if part.get("type") == "output_text":
-                    texts.append(text if isinstance(text := part.get("text"), str) else "")
-                elif part.get("type") == "refusal":
-                    raise ProviderError("refusal", str(part.get("refusal") or "refused"), usage=_responses_usage(data))
-        elif item.get("type") == "function_call":
-            tools.append(
-                {
-                    "id": item.get("call_id"),
-                    "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments")},
-                }
-            )
-    if data.get("status") == "failed":
-        err = data.get("error") or {}
-        raise ProviderError("server", f"response failed: {err.get('message') if isinstance(err, dict) else err}")
-    text = "".join(texts)
-    incomplete = _object(data.get("incomplete_details"))
-    if data.get("status") == "incomplete":
-        finish = "length" if incomplete.get("reason") == "max_output_tokens" else "content_filter"
-    else:
-        finish = "tool_calls" if tools else "stop"
-    return Generation(
-        output_text=text,
-        output_tools=tools,
-        output_json=_output_json(text, structured),
-        choices=None,
-        usage=_responses_usage(data),
-        finish_reason=finish,
-        reasoning=None if reasoning is None else "\n\n".join(reasoning),
-    )
-
-
-def _reasoning_texts(item: JSONObject) -> list[str]:
-    """A reasoning item's text: its summaries (OpenAI shows only those, and only when asked), else its
-    reasoning_text parts (open-weight models served with a Responses API show the thinking itself)."""
-    texts = [part.get("text") for part in _objects(item.get("summary")) if part.get("type") == "summary_text"]
-    if not texts:
-        texts = [part.get("text") for part in _objects(item.get("content")) if part.get("type") == "reasoning_text"]
-    return [t for t in texts if isinstance(t, str) and t]

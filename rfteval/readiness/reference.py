@@ -1,7 +1,7 @@
 """Does the grader give each item's reference answer its maximum? (`rfteval validate grader --dataset`)
 
-How a reference becomes an output is the probes' rule (rfteval.readiness.probes: inferred from the grader's templates or
-python source, or given as a template), so `validate grader` and `probe-grader` always agree.
+How a reference becomes an output is the probes' rule (rfteval.readiness.reference_template: inferred from the
+grader's templates or python source, or given as a template), so `validate grader` and `probe-grader` always agree.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ def describe_grader(config: GraderConfig) -> list[str]:
 def load_reference_template(value: str) -> JSONValue:
     """A JSON template from a file, or inline JSON, or a bare text template containing {{item.…}}."""
     from rfteval.graders.template import parse_path
-    from rfteval.readiness.probes import template_paths
+    from rfteval.readiness.reference_template import template_paths
 
     path = Path(value)
     source: Path | None = None

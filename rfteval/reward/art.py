@@ -30,8 +30,11 @@ from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.data.sample import Sample
 from rfteval.errors import InputError
 from rfteval.graders.base import needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, plain_data, sample_from_messages
+from rfteval.reward.base import GraderLike, Reward
+from rfteval.reward.core import sample_from_messages
 from rfteval.reward.episode import plain_metadata, result_metrics
+from rfteval.reward.items import plain_data
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 
 if TYPE_CHECKING:
     import art

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rfteval.graders.base import GradeResult
-from rfteval.reward.core import plain_data
+from rfteval.reward.items import plain_data
 
 ERROR_METRIC = "rfteval/grading_error"  # 1 for a completion whose grading failed (its reward is the error rule's)
 SUB_PREFIX = "rfteval/"  # a multi grader's sub-scores, each under its own name

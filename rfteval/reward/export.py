@@ -12,7 +12,8 @@ from typing import Any, cast
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig
 from rfteval.providers.endpoint import JUDGE_KEYWORDS
-from rfteval.reward.core import RewardOptions, refuse_rollout_reads
+from rfteval.reward.base import refuse_rollout_reads
+from rfteval.reward.options import RewardOptions
 from rfteval.reward.targets import TRAINERS, ModuleRequest, doc_text, reward_module
 
 # export-reward's flags as the factories' options, and their defaults (RewardOptions' own, then the factories'): the

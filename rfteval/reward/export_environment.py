@@ -31,7 +31,7 @@ from rfteval.data.dataset import iter_items
 from rfteval.data.json_types import JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GraderConfig, needs_groups
-from rfteval.reward.core import RewardOptions, RewardOptionsArgs
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 from rfteval.reward.targets import (
     EnvironmentPackage,
     ExportedEnvironment,

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias, TypedDict, Unpack, cast
 
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.graders.base import GradeResult
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, log, make_sample_for, plain_data
+from rfteval.reward.base import GraderLike, Reward
+from rfteval.reward.core import make_sample_for
+from rfteval.reward.items import log, plain_data
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 from rfteval.reward.targets import DatasetShape, ModuleRequest, ModuleText, RewardModule, Trainer, register
 
 if TYPE_CHECKING:

@@ -63,7 +63,7 @@ class RowParts:
     prompt: JSONValue  # the messages as the trainer's chat template gets them
     line: JSONObject  # the line (its id added when a line lacked one)
     fields: JSONObject  # the line's fields, those its reader would change as JSON text
-    meta: str  # the META column (rfteval.reward.core.META)
+    meta: str  # the META column (rfteval.reward.items.META)
     data_source: str
     reference_field: str
 

@@ -24,7 +24,9 @@ from pathlib import Path
 
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.graders.base import GradeResult
-from rfteval.reward.core import Reward, RewardOptions, plain_message, sample_from_messages
+from rfteval.reward.base import Reward
+from rfteval.reward.core import plain_message, sample_from_messages
+from rfteval.reward.options import RewardOptions
 
 # The keys of the task data the package's TaskData declares (besides verifiers' own `id` and `prompt`).
 ANSWER = "answer"

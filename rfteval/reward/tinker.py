@@ -51,9 +51,11 @@ from tinker_cookbook.rl.types import (
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult, needs_groups
-from rfteval.reward.core import GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_message, sample_from_messages
+from rfteval.reward.base import GraderLike, Reward
+from rfteval.reward.core import sample_from_message, sample_from_messages
 from rfteval.reward.episode import result_metrics
 from rfteval.reward.export_dataset import DEVELOPER_ROLES
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 
 
 def _text(content: JSONValue) -> str:

@@ -15,7 +15,10 @@ from collections.abc import Coroutine, Mapping, Sequence
 from typing import Protocol, Unpack, runtime_checkable
 
 from rfteval.data.json_types import JSONObject
-from rfteval.reward.core import META, Conversation, GraderLike, Reward, RewardOptions, RewardOptionsArgs, sample_from_completion
+from rfteval.reward.base import GraderLike, Reward
+from rfteval.reward.core import Conversation, sample_from_completion
+from rfteval.reward.items import META
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 from rfteval.reward.targets import DatasetShape, ModuleRequest, ModuleText, RewardModule, RowParts, Trainer, register
 
 # Keywords TRL's GRPOTrainer._calculate_rewards adds besides the dataset columns.

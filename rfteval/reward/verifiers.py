@@ -20,17 +20,10 @@ from typing import Literal, Unpack, overload
 
 from rfteval.data.json_types import JSONObject, JSONValue
 from rfteval.data.reasoning import message_reasoning
-from rfteval.reward.core import (
-    META,
-    Conversation,
-    GraderLike,
-    NamedPartial,
-    Reward,
-    RewardOptions,
-    RewardOptionsArgs,
-    plain_data,
-    sample_from_completion,
-)
+from rfteval.reward.base import GraderLike, NamedPartial, Reward
+from rfteval.reward.core import Conversation, sample_from_completion
+from rfteval.reward.items import META, plain_data
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 from rfteval.reward.targets import DatasetShape, RowParts, Trainer, register
 from rfteval.reward.taskset import trace_generated
 

@@ -20,17 +20,10 @@ from typing import Literal, Unpack, overload
 from rfteval.data.json_types import JSONObject
 from rfteval.errors import InputError
 from rfteval.graders.base import GradeResult
-from rfteval.reward.core import (
-    META,
-    GraderLike,
-    NamedPartial,
-    Reward,
-    RewardDetails,
-    RewardOptions,
-    RewardOptionsArgs,
-    make_sample_for,
-    plain_data,
-)
+from rfteval.reward.base import GraderLike, NamedPartial, Reward, RewardDetails
+from rfteval.reward.core import make_sample_for
+from rfteval.reward.items import META, plain_data
+from rfteval.reward.options import RewardOptions, RewardOptionsArgs
 from rfteval.reward.targets import (
     DatasetShape,
     ModuleRequest,

@@ -48,8 +48,8 @@ def export_environment(
     from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import grader_config
-    from rfteval.reward.core import RewardOptions, judge_keywords
     from rfteval.reward.export_environment import export_environment as write
+    from rfteval.reward.options import RewardOptions, judge_keywords
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)

@@ -66,8 +66,8 @@ def export_reward(
     from rfteval.graders.lint import check_grader
     from rfteval.graders.loader import reward_function_ref
     from rfteval.reward import export_module, grader_config
-    from rfteval.reward.core import judge_keywords
     from rfteval.reward.export import module_options
+    from rfteval.reward.options import judge_keywords
 
     ref = reward_function_ref(grader)
     source = ref[0] if ref is not None else Path(grader)
