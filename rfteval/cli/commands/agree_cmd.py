@@ -101,7 +101,7 @@ def agree(
         config = load_regrade_grader(regrade, lambda line: typer.echo(line, err=True),
                                      allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
         spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample,
-                       python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env))
+                       python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env), config)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     # --regrade's judge model checked against the endpoint's list before its first call, as grade's and validate's
