@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
-from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import MAX_ERROR_RATE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Item
@@ -71,7 +71,7 @@ class GradeRequest:
     allow_grader_without_sample: bool = False  # the lint's way out (graders/lint.py)
     allow_trailing_assistant: bool = False  # the RFT format check's (data/dataset.py FormatCheck)
     judge_model: str | None = None  # --judge-model: every judge's model replaced (a retired one is never asked)
-    max_error_rate: float = 0.05  # exit 3 above this share of records that failed to grade
+    max_error_rate: float = MAX_ERROR_RATE  # exit 3 above this share of records that failed to grade
     top: int = 50  # rows of the per-item table
     tags: tuple[tuple[str, str], ...] = field(init=False)
     options: GradeOptions = field(init=False)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.graders.base import GraderConfig, GradeResult, Pair, judge_types
+from rfteval.limits import JUDGE_SD_THRESHOLD
 from rfteval.providers.judge import judge_repeat
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from rfteval.graders.loader import GraderFile
     from rfteval.providers.judge import JudgeClient
 
-DEFAULT_THRESHOLD = 0.1  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
+DEFAULT_THRESHOLD = JUDGE_SD_THRESHOLD  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
 
 
 class StabilityOutput(TypedDict):

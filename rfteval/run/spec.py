@@ -21,7 +21,7 @@ from rfteval.data.json_types import JSONMapping, JSONObject, JSONValue
 from rfteval.errors import InputError, read_input_text
 from rfteval.providers.endpoint import JUDGE_KEYWORDS
 from rfteval.run.model_runs import ModelRun, build_providers, resolve_models
-from rfteval.run.response_format import normalize_response_format
+from rfteval.run.response_format import load_response_format_file, normalize_response_format
 from rfteval.run.spec_tables import (
     JUDGE_KEYS,
     LABEL_RE,
@@ -41,7 +41,7 @@ from rfteval.typos import closest, curly_quotes, model_keys, typo_first, unknown
 
 __all__ = ["REPLAY_PREFIX", "SAMPLING_KEYS", "EndpointSpec", "JudgeSpec", "MCPSpec", "ModelRun", "ModelSpec",
            "PriceSpec", "RunSpec", "SamplingSpec", "ToolsSpec", "build_providers", "build_spec", "config_hash",
-           "flag_overrides", "normalize_response_format", "resolve_models", "to_toml"]
+           "flag_overrides", "load_response_format_file", "normalize_response_format", "resolve_models", "to_toml"]
 
 # Flag spelling of every spec key, for error messages about values that came from the command line.
 FLAG_NAMES: dict[tuple[str, ...], str] = {

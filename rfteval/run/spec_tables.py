@@ -11,16 +11,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from rfteval.graders.judged import REASONING_EFFORTS
 from rfteval.limits import (
+    CONCURRENCY,
     ENDPOINT_TIMEOUT_S,
+    EPOCHS,
+    MAX_ERROR_RATE,
+    MAX_RETRIES,
     MAX_TURNS,
     PYTHON_MEMORY_MB,
     PYTHON_MIN_MEMORY_MB,
     PYTHON_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
     TOOL_MEMORY_MB,
     TOOL_OUTPUT_CHARS,
     TOOL_TIMEOUT_S,
 )
-from rfteval.providers.endpoint import JUDGE_CONCURRENCY, JUDGE_KEYWORDS, JudgeApi, JudgeEndpoint
+from rfteval.providers.endpoint import (
+    DEFAULT_API,
+    DEFAULT_KEY_ENV,
+    JUDGE_CONCURRENCY,
+    JUDGE_KEYWORDS,
+    JudgeApi,
+    JudgeEndpoint,
+)
 
 if TYPE_CHECKING:
     from rfteval.data.rollout import RolloutLimits
@@ -58,8 +70,8 @@ def _check_env_name(value: str | None) -> str | None:
 
 class EndpointSpec(_Strict):
     base_url: str | None = None  # None: OpenAI's
-    api_key_env: str = "OPENAI_API_KEY"  # the name of the variable; the key itself never goes in a file
-    api: Literal["chat", "responses"] = "chat"
+    api_key_env: str = DEFAULT_KEY_ENV  # the name of the variable; the key itself never goes in a file
+    api: JudgeApi = DEFAULT_API
 
     _url = field_validator("base_url")(_check_url)
     _env = field_validator("api_key_env")(_check_env_name)
@@ -193,15 +205,15 @@ class RunSpec(_Strict):
     name: str | None = None
     dataset: str
     grader: str
-    epochs: int = Field(3, ge=1, le=1000)
+    epochs: int = Field(EPOCHS, ge=1, le=1000)
     out: str | None = None  # default runs/<name>
     endpoint: EndpointSpec = Field(default_factory=EndpointSpec)
     sampling: SamplingSpec = Field(default_factory=SamplingSpec)
     models: dict[str, ModelSpec] = Field(min_length=1)
-    concurrency: int = Field(32, ge=1, le=4096)
-    max_retries: int = Field(10, ge=0, le=100)
-    timeout: float = Field(600.0, gt=0)
-    max_error_rate: float = Field(0.05, ge=0, le=1)
+    concurrency: int = Field(CONCURRENCY, ge=1, le=4096)
+    max_retries: int = Field(MAX_RETRIES, ge=0, le=100)
+    timeout: float = Field(REQUEST_TIMEOUT_S, gt=0)
+    max_error_rate: float = Field(MAX_ERROR_RATE, ge=0, le=1)
     grader_timeout: float = Field(PYTHON_TIMEOUT_S, gt=0)
     grader_memory: int = Field(PYTHON_MEMORY_MB, ge=PYTHON_MIN_MEMORY_MB)
     pricing: dict[str, PriceSpec] = Field(default_factory=dict)

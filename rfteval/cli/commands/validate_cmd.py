@@ -21,7 +21,7 @@ from rfteval.cli.commands.common import (
     make_judge,
     python_sandbox,
 )
-from rfteval.limits import MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
+from rfteval.limits import EPOCHS, JUDGE_SD_THRESHOLD, MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -80,7 +80,8 @@ def validate_grader(
     outputs: Path | None = typer.Option(None, "--outputs",
                                         help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
     repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
-    threshold: float = typer.Option(0.1, "--threshold", help="Flag a judge whose score sd (0..1 scale) exceeds this."),
+    threshold: float = typer.Option(JUDGE_SD_THRESHOLD, "--threshold",
+                                    help="Flag a judge whose score sd (0..1 scale) exceeds this."),
     judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
@@ -252,7 +253,7 @@ def validate_tools(
     dataset: Path = typer.Option(..., "--dataset", "-d", help="Dataset JSONL whose items declare the tools."),
     tools: Path = typer.Option(..., "--tools", help="The python tools module (tools.py): one function per tool."),
     max_turns: int = typer.Option(MAX_TURNS, "--max-turns", metavar="N", help="Model calls per rollout, as for run."),
-    epochs: int = typer.Option(3, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
+    epochs: int = typer.Option(EPOCHS, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
     tool_timeout: float = typer.Option(TOOL_TIMEOUT_S, "--tool-timeout", metavar="SECONDS",
                                        help="Seconds a turn's tool calls may take, loading the module too."),
     tool_memory: int = typer.Option(TOOL_MEMORY_MB, "--tool-memory", metavar="MB",
