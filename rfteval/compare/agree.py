@@ -175,14 +175,14 @@ def _pass_column(side: GradedSide, threshold: float | None) -> npt.NDArray[np.bo
                   threshold, error=side.frame["is_error"].to_numpy(dtype=bool))
 
 
-def grader_threshold(grader: str | None) -> float | None:
-    """A grader file's `pass_threshold`, when it loads and has one."""
+def grader_threshold(grader: str | None, config: GraderConfig | None = None) -> float | None:
+    """A grader file's `pass_threshold`, when it loads and has one (`config`: the file's grader, already read)."""
     if grader is None:
         return None
     try:
         from rfteval.graders import load_grader
 
-        value = getattr(load_grader(grader), "pass_threshold", None)
+        value = getattr(config if config is not None else load_grader(grader), "pass_threshold", None)
     except Exception:  # noqa: BLE001 - best effort: a grader that moved only loses the reported value
         return None
     return float(value) if isinstance(value, (int, float)) else None
@@ -244,7 +244,7 @@ def agree_frames(a: GradedSide, b: GradedSide, options: AgreeOptions | None = No
         bounds = (range_b[0] - range_a[1], range_b[1] - range_a[0])
         scores["bias"]["ci95"] = list(stats.clip_interval(lo, hi, bounds))
     thresholds = {"a": o.pass_threshold if o.pass_threshold is not None else grader_threshold(a.grader),
-                  "b": b_threshold if b_threshold is not None else grader_threshold(b.grader)}
+                  "b": b_threshold if b_threshold is not None else grader_threshold(b.grader, b.config)}
     pass_: PassAgreement | None = None
     note = None
     if "pass_a" in merged and "pass_b" in merged:
@@ -472,8 +472,8 @@ def agree_paths(a: str | Path, b: str | Path | None, options: AgreeOptions | Non
     side_a = load_graded(a, "A")
     usage: dict[str, JudgeUsage] = {}
     if regrade is not None:
-        config = load_regrade_grader(regrade.grader, allow_without_sample=regrade.allow_grader_without_sample,
-                                     judge_model=regrade.judge.model)
+        config = regrade.config or load_regrade_grader(
+            regrade.grader, allow_without_sample=regrade.allow_grader_without_sample, judge_model=regrade.judge.model)
         refuse_before_regrade(side_a, config, o)
         side_b, usage = regrade_side(side_a, regrade, config=config, open_judge=open_judge)
     else:

@@ -251,15 +251,25 @@ def used_mask(frame: pd.DataFrame, o: CompareOptions) -> np.ndarray:
 
 
 @lru_cache(maxsize=32)
+def _grader_file(grader: str) -> GraderConfig | None:
+    """A grader file loaded once for both look-ups below; None when it no longer loads."""
+    from rfteval.graders.loader import load_grader
+    try:
+        return load_grader(grader)
+    except Exception:  # noqa: BLE001 - a best-effort look-up: any grader that no longer loads means "unknown"
+        return None
+
+
 def grader_range(grader: str) -> tuple[float, float, str] | None:
     """A grader file's range as readiness reads it (its config's score_range: declared, by definition or
     assumed) and where that comes from; None when the file no longer loads (moved, edited into something
     invalid): the caller then falls back."""
-    from rfteval.graders.loader import load_grader
-    try:
-        config = load_grader(grader)
-    except Exception:  # noqa: BLE001 - a best-effort look-up: any grader that no longer loads means "unknown"
-        return None
+    config = _grader_file(grader)
+    return config_range(config, grader) if config is not None else None
+
+
+def config_range(config: GraderConfig, grader: str) -> tuple[float, float, str]:
+    """grader_range of a grader already loaded from the file `grader`."""
     low, high, source = config.score_range()
     return float(low), float(high), f"{source}; {Path(grader).name}"
 
@@ -268,7 +278,7 @@ def side_range(side: Side) -> tuple[float, float, str] | None:
     """The range of the grader that wrote a side's records: its grader file (the run directory's spec), else the
     range the grader wrote on the records (grade_details.score_range); None when neither is known."""
     if side.grader is not None:
-        found = grader_range(side.grader)
+        found = side.declared_range if side.declared_range is not None else grader_range(side.grader)
         if found is not None:
             return found
     if side.recorded_range is not None:
@@ -867,14 +877,14 @@ MIN_ITEMS_FOR_INTERVAL = stats.MIN_ITEMS_FOR_INTERVAL
 MIN_EPOCHS_FOR_ITEM_INTERVAL = 5  # an interval from 2-3 epochs (often all alike) is not one to show
 
 
-@lru_cache(maxsize=32)
 def sub_grader_ranges(grader: str) -> dict[str, tuple[float, float, str]]:
     """A multi grader file's sub-graders' ranges by key (a 0..10 score_model inside a multi scoring 0..1)."""
-    from rfteval.graders.loader import load_grader
-    try:
-        config = load_grader(grader)
-    except Exception:  # noqa: BLE001 - best effort, as grader_range
-        return {}
+    config = _grader_file(grader)  # best effort, as grader_range
+    return config_sub_ranges(config) if config is not None else {}
+
+
+def config_sub_ranges(config: GraderConfig) -> dict[str, tuple[float, float, str]]:
+    """sub_grader_ranges of a grader already loaded."""
     graders = getattr(config, "graders", None)
     if not isinstance(graders, dict):
         return {}
@@ -887,7 +897,8 @@ def _sub_scores(used_b: pd.DataFrame, used_c: pd.DataFrame, paired: pd.DataFrame
     intervals are cut to its own sub-grader's range (infer_bounds), not the multi's."""
     import numpy as np
 
-    declared = [sub_grader_ranges(s.grader) if s.grader is not None else {} for s in sides]
+    declared = [s.declared_sub_ranges if s.declared_sub_ranges is not None else sub_grader_ranges(s.grader)
+                if s.grader is not None else {} for s in sides]
 
     keys_b = {c[len(SUB):] for c in used_b.columns if c.startswith(SUB)}
     keys_c = {c[len(SUB):] for c in used_c.columns if c.startswith(SUB)}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
 from rfteval.errors import InputError
+from rfteval.limits import MAX_ERROR_RATE
 
 STOP_SHARE_FLAG = "--max-stop-share"
 
@@ -59,7 +60,7 @@ class Gate:
     require_improvement: bool = False
     max_item_drop: float | None = None
     mode: str = "evidence"
-    max_error_rate: float = 0.05
+    max_error_rate: float = MAX_ERROR_RATE
     # agent runs: (stop reason, share): fail when more than that share of the candidate's rollouts ended so
     # (rfteval.compare.agent); an observed share, as --max-error-rate's, not a test
     max_stop_share: tuple[tuple[str, float], ...] = ()
@@ -83,7 +84,7 @@ class AgreeGate:
     require_same_verdict: bool = False
     # compare's flag: with any other check given, the gate fails when either side's share of error records is
     # above it; with none, that is a warning
-    max_error_rate: float = 0.05
+    max_error_rate: float = MAX_ERROR_RATE
 
     def __post_init__(self) -> None:  # checked before any judge is paid for (--regrade)
         if not self.max_error_rate >= 0:

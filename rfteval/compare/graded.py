@@ -15,6 +15,8 @@ from rfteval.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from rfteval.graders.base import GraderConfig
+
 KEY = ["model_label", "item_id", "epoch"]
 NAN = float("nan")
 # the record fields agree carries beside the normalised columns: the endpoint's name (for --regrade's records), the
@@ -33,6 +35,7 @@ class GradedSide:
     path: str
     frame: pd.DataFrame
     grader: str | None = None  # the grader file that wrote the grades, when known
+    config: GraderConfig | None = None  # that file's grader, when this side was graded here (--regrade's)
     dataset: str | None = None  # the dataset a run directory names, for --regrade
     generation_failures: int = 0  # records whose model never answered: not an answer, counted
     # the grader's range: its file's score_range (as readiness and compare read it), else the range written on

@@ -47,6 +47,7 @@ class Regrade:
     out: str | Path | None = None  # B's records, written when given
     allow_grader_without_sample: bool = False  # the grader lint's way out (graders/lint.py)
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)  # a python grader's (--unsafe-python-graders)
+    config: GraderConfig | None = None  # the grader, loaded and linted, when the caller read it (once per command)
 
 
 SAME = "same"  # --regrade same: A's own grader (from its run directory's spec), usually with --judge-model
@@ -183,6 +184,8 @@ def regrade_side(a: GradedSide, spec: Regrade, judge: Judge | None = None, *, co
     side = graded_side(records_frame(records), "B", f"A's outputs re-graded (--regrade {spec.grader})")
     side.grader = f"{spec.grader}, judge {spec.judge.model}" if spec.judge.model else str(spec.grader)
     side.score_range = config.score_range()[:2]
+    if not spec.judge.model:  # side.grader is the file as is (with a judge named, it names no file)
+        side.config = config
     return side, usage
 
 

@@ -72,6 +72,10 @@ class RecordFrame:
     # the range the records' grader wrote on them (grade_details.score_range: a score_model's `range`), read when
     # no grader file is known and the scores leave [0, 1]
     recorded_range: tuple[float, float] | None = None
+    # the grader file's range and its sub-graders' (compare.comparison.grader_range, sub_grader_ranges) when the
+    # caller holds that grader loaded (a run: its file read once per command); None: read from the file `grader` names
+    declared_range: tuple[float, float, str] | None = None
+    declared_sub_ranges: dict[str, tuple[float, float, str]] | None = None
     # an agent run's: the [pricing] table of the run directory's spec.resolved.toml (a rollout's cost), if any
     pricing: dict[str, dict[str, float]] | None = None
 

@@ -28,6 +28,7 @@ from rfteval.graders.checks import reads_rollout
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
+    from rfteval.graders.loader import GraderFile
 
 ALLOW_FLAG = "--allow-grader-without-sample"
 
@@ -152,12 +153,14 @@ def check_grader(config: GraderConfig, source: str | Path | None, warn: Callable
         raise InputErrors(errors)
 
 
-def load_checked_grader(path: str | Path, warn: Callable[[str], None], *, allow_without_sample: bool = False,
-                        judge_model: str | None = None) -> GraderConfig:
+def load_checked_grader(path: str | Path | GraderFile, warn: Callable[[str], None], *,
+                        allow_without_sample: bool = False, judge_model: str | None = None) -> GraderConfig:
     """A grader loaded to grade with (loader.load_grader) and the lint applied: the one way every command that
-    grades gets its grader (a grader read only for its metadata, such as its range, is loaded plainly)."""
-    from rfteval.graders.loader import load_grader
+    grades gets its grader (a grader read only for its metadata, such as its range, is loaded plainly). `path` may
+    be the GraderFile the command already read."""
+    from rfteval.graders.loader import GraderFile
 
-    config = load_grader(path)
-    check_grader(config, path, warn, allow_without_sample=allow_without_sample, judge_model=judge_model)
+    source = GraderFile.of(path)
+    config = source.config
+    check_grader(config, source.path, warn, allow_without_sample=allow_without_sample, judge_model=judge_model)
     return config

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -127,12 +128,11 @@ def python_grader_file(path: str | Path) -> GraderConfig:
 def load_grader(path: str | Path) -> GraderConfig:
     """A grader config from a file holding a grader, {"grader": ...} or a fine-tuning job; a python grader as a
     .py file defining grade(sample, item); or, given as FILE.py:FUNCTION, a TRL-style reward function."""
-    ref = reward_function_ref(path)
-    if ref is not None:
-        return load_reward_function(*ref)
-    if str(path).endswith(".py"):
-        return python_grader_file(path)
-    obj, text = read_json_file(path)
+    return GraderFile(path).config
+
+
+def _grader_config(path: str | Path, obj: JSONValue, text: str) -> GraderConfig:
+    """The grader config of a JSON grader file's contents (load_grader's, for a file already read)."""
     grader, prefix = unwrap_grader(obj)
     method = obj.get("method") if isinstance(obj, dict) and "type" not in obj else None
     if not prefix and isinstance(method, dict):
@@ -149,7 +149,7 @@ def load_grader(path: str | Path) -> GraderConfig:
     if (rule := pass_rule_note(config)) is not None:
         config._notes.append(rule)
     if prefix == "method.reinforcement.grader.":
-        note = load_job_settings(path).note()
+        note = _job_settings(obj).note()
         if note:
             config._notes.append(note)
     return config
@@ -181,9 +181,10 @@ class JobSettings:
 
 def load_job_settings(path: str | Path) -> JobSettings:
     """The job's hyperparameters when the grader file is a fine-tuning job; empty settings for any other file."""
-    if reward_function_ref(path) is not None or str(path).endswith(".py"):
-        return JobSettings()
-    obj, _ = read_json_file(path)
+    return GraderFile(path).job
+
+
+def _job_settings(obj: JSONValue) -> JobSettings:
     method = obj.get("method") if isinstance(obj, dict) else None
     rl = method.get("reinforcement") if isinstance(method, dict) else None
     hyper = rl.get("hyperparameters") if isinstance(rl, dict) else None
@@ -200,9 +201,10 @@ def load_job_settings(path: str | Path) -> JobSettings:
 
 def load_response_format(path: str | Path) -> JSONObject | None:
     """The job's method.reinforcement.response_format when the grader file is a fine-tuning job."""
-    if reward_function_ref(path) is not None or str(path).endswith(".py"):
-        return None
-    obj, _ = read_json_file(path)
+    return GraderFile(path).response_format
+
+
+def _response_format(obj: JSONValue) -> JSONObject | None:
     if isinstance(obj, dict):
         method = obj.get("method")
         rl = method.get("reinforcement") if isinstance(method, dict) else None
@@ -213,14 +215,65 @@ def load_response_format(path: str | Path) -> JSONObject | None:
 
 
 def has_response_format(path: str | Path) -> bool:
-    """Whether samples graded with this grader file get an output_json, as OpenAI fills it.
+    """Whether samples graded with this grader file get an output_json, as OpenAI fills it (GraderFile's)."""
+    return GraderFile(path).has_response_format
 
-    A fine-tuning job fills `sample.output_json` only when it sets `response_format`; a bare grader file says
-    nothing about the job, so its samples are taken to have one (the run's --response-format decides).
-    """
-    if reward_function_ref(path) is not None or str(path).endswith(".py"):
+
+class GraderFile:
+    """A grader file (or FILE.py:FUNCTION), read at most once: its grader config, and what a fine-tuning job in it
+    says beside the grader (hyperparameters, response_format). A command makes one at its edge and hands it down,
+    so that the lint, the sampling, the grading and the readiness verdict all see the one text read; each part is
+    read when first asked for, so a file's errors come where they always came (a JSON error at the first look, a
+    grader's own at its config)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self._json: tuple[JSONValue, str] | None = None
+
+    @classmethod
+    def of(cls, grader: str | Path | GraderFile) -> GraderFile:
+        """A path's file, or the file already read."""
+        return grader if isinstance(grader, GraderFile) else cls(grader)
+
+    @property
+    def is_json(self) -> bool:
+        """A JSON file: not a python grader (FILE.py) nor a reward function (FILE.py:FUNCTION)."""
+        return reward_function_ref(self.path) is None and not str(self.path).endswith(".py")
+
+    def _read(self) -> tuple[JSONValue, str]:
+        if self._json is None:
+            self._json = read_json_file(self.path)
+        return self._json
+
+    @functools.cached_property
+    def config(self) -> GraderConfig:
+        ref = reward_function_ref(self.path)
+        if ref is not None:
+            return load_reward_function(*ref)
+        if str(self.path).endswith(".py"):
+            return python_grader_file(self.path)
+        return _grader_config(self.path, *self._read())
+
+    @functools.cached_property
+    def job(self) -> JobSettings:
+        """The job's hyperparameters when the file is a fine-tuning job; empty settings for any other file."""
+        return _job_settings(self._read()[0]) if self.is_json else JobSettings()
+
+    @functools.cached_property
+    def response_format(self) -> JSONObject | None:
+        """The job's method.reinforcement.response_format when the file is a fine-tuning job."""
+        return _response_format(self._read()[0]) if self.is_json else None
+
+    @property
+    def has_response_format(self) -> bool:
+        """Whether samples graded with this grader file get an output_json, as OpenAI fills it.
+
+        A fine-tuning job fills `sample.output_json` only when it sets `response_format`; a bare grader file says
+        nothing about the job, so its samples are taken to have one (the run's --response-format decides).
+        """
+        if not self.is_json:
+            return True
+        obj = self._read()[0]
+        if isinstance(obj, dict) and isinstance(obj.get("method"), dict):
+            return self.response_format is not None
         return True
-    obj, _ = read_json_file(path)
-    if isinstance(obj, dict) and isinstance(obj.get("method"), dict):
-        return load_response_format(path) is not None
-    return True

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rfteval.errors import InputError
-from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import MAX_ERROR_RATE, PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Item
@@ -71,7 +71,7 @@ class GradeRequest:
     allow_grader_without_sample: bool = False  # the lint's way out (graders/lint.py)
     allow_trailing_assistant: bool = False  # the RFT format check's (data/dataset.py FormatCheck)
     judge_model: str | None = None  # --judge-model: every judge's model replaced (a retired one is never asked)
-    max_error_rate: float = 0.05  # exit 3 above this share of records that failed to grade
+    max_error_rate: float = MAX_ERROR_RATE  # exit 3 above this share of records that failed to grade
     top: int = 50  # rows of the per-item table
     tags: tuple[tuple[str, str], ...] = field(init=False)
     options: GradeOptions = field(init=False)
@@ -146,14 +146,15 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     from rfteval.graders.checks import output_json_warning, preflight
     from rfteval.graders.grading import grade_outputs
     from rfteval.graders.lint import load_checked_grader
-    from rfteval.graders.loader import has_response_format
+    from rfteval.graders.loader import GraderFile
 
     r = request
     path = check_output(r.records_path, inputs=r.inputs, flag="--out")
     data = load_dataset(r.dataset, skip_invalid=r.skip_invalid)
     if data.skipped:
         warn(f"warning: skipped {len(data.skipped)} invalid dataset lines (first: {data.skipped[0]})")
-    config = load_checked_grader(r.grader, warn, allow_without_sample=r.allow_grader_without_sample,
+    source = GraderFile(r.grader)  # read once: the config, and whether samples get an output_json
+    config = load_checked_grader(source, warn, allow_without_sample=r.allow_grader_without_sample,
                                  judge_model=r.judge_model)
     if judge_types(config):  # the cache is appended to: never an input, never the records file
         check_output(r.judge_cache_path, inputs=[*r.inputs, path], flag="--judge-cache")
@@ -169,7 +170,7 @@ def grade_paths(request: GradeRequest, warn: Callable[[str], None],
     problems += dataset_format(config, data, r.dataset, r.allow_trailing_assistant, warn, problems)
     if problems:
         raise InputErrors(problems)
-    parse_json = has_response_format(r.grader)
+    parse_json = source.has_response_format
     if (warning := output_json_warning(config, parse_json)) is not None:
         warn(f"warning: {warning}")
     policy = r.sandbox_policy()

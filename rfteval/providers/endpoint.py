@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast
 
+from rfteval.limits import MAX_RETRIES, REQUEST_TIMEOUT_S
+
 if TYPE_CHECKING:
     from rfteval.providers.openai_provider import OpenAIProvider
 
@@ -17,8 +19,8 @@ JudgeApi = Literal["chat", "responses"]
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_API: JudgeApi = "chat"
 JUDGE_CONCURRENCY = 16  # judge requests in flight at once
-JUDGE_TIMEOUT_S = 600.0  # seconds per judge request
-JUDGE_MAX_RETRIES = 10  # retries of one judge request
+JUDGE_TIMEOUT_S = REQUEST_TIMEOUT_S  # seconds per judge request, as per model request
+JUDGE_MAX_RETRIES = MAX_RETRIES  # retries of one judge request, as of a model request
 # The fields as keywords spell them (the --judge-* flags, the reward adapters' options) → the field; the run's
 # [judge] table spells them as the fields.
 JUDGE_KEYWORDS = {"judge_base_url": "base_url", "judge_api_key_env": "api_key_env", "judge_api": "api",

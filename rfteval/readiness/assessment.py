@@ -19,6 +19,7 @@ from rfteval.data.records import check_error_policy, effective_scores, error_kin
 from rfteval.data.rundir import pick_label
 from rfteval.errors import InputError
 from rfteval.graders.base import runs_locally
+from rfteval.limits import GROUP_SIZE
 from rfteval.readiness.determinism import regrade
 from rfteval.readiness.labels import constant_answer_score, label_skew
 from rfteval.readiness.report import (
@@ -213,7 +214,7 @@ def coverage(records_df: pd.DataFrame, label: str | None, items: Sequence[str] |
 def assess(
     records_df: pd.DataFrame, grader_config: GraderConfig | None = None,
     dataset: Dataset | str | Path | Mapping[str, Item | JSONObject] | None = None,
-    thresholds: Thresholds = Thresholds(), *, group_size: int = 8, label: str | None = None, regrade_n: int = 0,
+    thresholds: Thresholds = Thresholds(), *, group_size: int = GROUP_SIZE, label: str | None = None, regrade_n: int = 0,
     seed: int = 0, options: GradeOptions | None = None, judge: JudgeClient | None = None,
     engine: GradingEngine | None = None, probes: ProbeReport | None = None, bins: int = 10, errors: str = "exclude",
     not_sampling: NotSampling | None = None,

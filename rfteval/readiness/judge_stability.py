@@ -16,14 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
 from rfteval.graders.base import GraderConfig, GradeResult, Pair, judge_types
+from rfteval.limits import JUDGE_SD_THRESHOLD
 from rfteval.providers.judge import judge_repeat
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GradeOptions
     from rfteval.graders.engine import GradingEngine
+    from rfteval.graders.loader import GraderFile
     from rfteval.providers.judge import JudgeClient
 
-DEFAULT_THRESHOLD = 0.1  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
+DEFAULT_THRESHOLD = JUDGE_SD_THRESHOLD  # sd of a repeated score, on a 0..1 scale, above which a judge is flagged
 
 
 class StabilityOutput(TypedDict):
@@ -199,7 +201,7 @@ def load_pairs(dataset_path: str | Path, outputs_path: str | Path) -> tuple[list
 
 
 def run_stability(
-    grader_path: str | Path,
+    grader_path: str | Path | GraderFile,
     dataset_path: str | Path,
     outputs_path: str | Path,
     judge: JudgeClient | None,  # None only for a grader without a model grader, which is refused
@@ -207,16 +209,19 @@ def run_stability(
     threshold: float = DEFAULT_THRESHOLD,
     options: GradeOptions | None = None,
 ) -> StabilityReport:
-    """`rfteval validate grader G --dataset D --outputs O --repeat K`, as a library call; InputError on bad input."""
+    """`rfteval validate grader G --dataset D --outputs O --repeat K`, as a library call; InputError on bad input.
+    `grader_path` may be the GraderFile the command already read."""
     from rfteval.errors import InputError
-    from rfteval.graders import GradingEngine, load_grader
+    from rfteval.graders import GradingEngine
+    from rfteval.graders.loader import GraderFile
 
     if repeat < 2:
         raise InputError("must be at least 2 to measure a spread", field="--repeat")
-    config = load_grader(grader_path)
+    source = GraderFile.of(grader_path)
+    config = source.config
     if not judge_types(config):
         raise InputError(f"a {config.type} grader has no judge model to check; --repeat needs score_model, "
-                         "label_model or group_judge", grader_path, field="type")
+                         "label_model or group_judge", source.path, field="type")
     pairs, keys = load_pairs(dataset_path, outputs_path)
     if not pairs:
         raise InputError("no outputs to grade", outputs_path)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from rfteval.data.outfile import replace_atomically
 from rfteval.errors import InputError
+from rfteval.limits import GROUP_SIZE
 from rfteval.readiness.advantages import grpo_advantages
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ class ReadinessRequest:
     grader: Path | None = None
     dataset: Path | None = None
     thresholds: Thresholds | None = None
-    group_size: int = 8
+    group_size: int = GROUP_SIZE
     regrade: int = 0
     seed: int = 0
     options: GradeOptions | None = None

@@ -7,30 +7,21 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from rfteval.data.records import json_safe
+from rfteval.limits import ThresholdDefaults
 
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sampling_check import NotSamplingJSON
     from rfteval.stats import zero_signal
 
-LEVEL_DECIMALS = 9  # scores equal to 9 decimals are one score level (the levels, zero-signal shares and advantages)
-
 
 @dataclass(frozen=True)
-class Thresholds:
-    """Where the verdict turns. Heuristics (statistics.md §3.4), not sourced numbers: tune them per team."""
+class Thresholds(ThresholdDefaults):
+    """Where the verdict turns. Heuristics (statistics.md §3.4), not sourced numbers: tune them per team. The fields
+    and their defaults are rfteval.limits.ThresholdDefaults, where the flags of `rfteval readiness` read them."""
 
-    zero_signal_not_ready: float = 0.6  # expected zero-signal share at G above this: not ready
-    zero_signal_risky: float = 0.4
-    min_position: float = 0.05  # base mean below 5% of the grader's range: risky (little success to learn from)
-    max_position: float = 0.95
-    max_floor_share: float = 0.5  # items whose every sample scored the minimum
-    max_ceiling_share: float = 0.5
-    label_skew_risky: float = 0.7  # majority reference label share
-    prediction_skew_risky: float = 0.8  # majority share of the model's answers
-    max_flip_rate: float = 0.05  # re-graded outputs whose score changed: above this, not ready; any, risky
-    max_grade_error_share: float = 0.2
-    max_generate_error_share: float = 0.2
+
+LEVEL_DECIMALS = 9  # scores equal to 9 decimals are one score level (the levels, zero-signal shares and advantages)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
+    from rfteval.graders.loader import GraderFile
     from rfteval.readiness.report import ReadinessReport
     from rfteval.run.monitor import RunMonitor
     from rfteval.run.runner import RunOptions, RunResult
@@ -47,7 +48,8 @@ def check_run_options(options: RunOptions) -> None:
             raise InputError(f"must be >= {least:g}, got {value:g}", field=flag)
 
 
-def check_run_outputs(run_spec: RunSpec, spec: Path | None, options: RunOptions) -> None:
+def check_run_outputs(run_spec: RunSpec, spec: Path | None, options: RunOptions,
+                      grader: GraderFile | None = None) -> None:
     """--export-requests is written whole, over what is there: never over one of the run's inputs (it once replaced
     the grader with request lines and exited 0). With several models it writes FILE.LABEL.jsonl for each."""
     if options.export_requests is None:
@@ -55,7 +57,7 @@ def check_run_outputs(run_spec: RunSpec, spec: Path | None, options: RunOptions)
     from rfteval.data.outfile import check_output
     from rfteval.run.spec import resolve_models
 
-    runs = resolve_models(run_spec)
+    runs = resolve_models(run_spec, grader)
     inputs = [spec, run_spec.dataset, run_spec.grader, run_spec.sampling.response_format, options.import_responses,
               *(run.settings.get("path") for run in runs if run.provider == "replay"),
               *(m.response_format for m in run_spec.models.values())]
@@ -71,17 +73,19 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def check_run_inputs(run_spec: RunSpec, warn: Callable[[str], None]) -> GraderConfig:
+def check_run_inputs(run_spec: RunSpec, warn: Callable[[str], None], grader: GraderFile | None = None) -> GraderConfig:
     """The grader and the dataset a run (or `validate spec`) would use, checked before any request: the grader's
     lint (graders/lint.py), its templates against every item, and the RFT format of every line; the warnings go
-    to `warn`, the problems are raised together (one line, the rest counted)."""
+    to `warn`, the problems are raised together (one line, the rest counted). `grader`: the spec's grader file as
+    the command read it (read here when not given)."""
     from rfteval.data.dataset import iter_items
     from rfteval.errors import InputErrors
     from rfteval.graders.checks import preflight_stream
     from rfteval.graders.lint import load_checked_grader
     from rfteval.graders.paths import dataset_format
 
-    config = load_checked_grader(run_spec.grader, warn, allow_without_sample=bool(run_spec.allow_grader_without_sample),
+    config = load_checked_grader(grader if grader is not None else run_spec.grader, warn,
+                                 allow_without_sample=bool(run_spec.allow_grader_without_sample),
                                  judge_model=run_spec.judge.model)
     problems = preflight_stream(config, run_spec.dataset, run_spec.grader, rollout=run_spec.tools is not None)
     items = iter_items(run_spec.dataset, skip_invalid=True, check_duplicates=False)
@@ -99,17 +103,19 @@ def run_paths(spec: Path | None, overrides: JSONObject, options: RunOptions,
     sandbox, then run (or resume) it; `warn` (default: stderr) gets the checks' warnings. `start` gets the spec
     once it is known good and returns the monitor; raises InputError before any request, FatalRunError when an
     endpoint refuses the run."""
+    from rfteval.graders.loader import GraderFile
     from rfteval.graders.paths import require_sandbox
     from rfteval.run.runner import run_eval
     from rfteval.run.spec import build_spec
 
     run_spec = build_spec(spec, overrides)
     check_run_options(options)
-    check_run_outputs(run_spec, spec, options)
-    config = check_run_inputs(run_spec, warn or _stderr)
+    grader = GraderFile(run_spec.grader)  # read once, when first needed: every step below gets this one
+    check_run_outputs(run_spec, spec, options, grader)
+    config = check_run_inputs(run_spec, warn or _stderr, grader)
     policy = run_spec.sandbox_policy(unsafe_python_graders)
     require_sandbox(config, policy)
-    return run_eval(run_spec, start(run_spec), options, sandbox=policy)
+    return run_eval(run_spec, start(run_spec), options, sandbox=policy, grader_file=grader)
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,9 @@ def run_readiness(result: RunResult, run_spec: RunSpec) -> RunReadiness:
     try:
         # the records the run holds, as written; the file only for a result that holds none
         records = (records_frame(result.baseline_records) if result.baseline_records else read_records(path))
-        report = assess(records, load_grader(run_spec.grader), dataset=run_spec.dataset, label=label,
+        # the grader the run graded with: its file is not read again
+        grader = result.grader if result.grader is not None else load_grader(run_spec.grader)
+        report = assess(records, grader, dataset=run_spec.dataset, label=label,
                         not_sampling=flat)
     except InputError as exc:  # nothing graded yet: no verdict, not a failure
         return RunReadiness(label, result.out_dir, reason=exc.message)

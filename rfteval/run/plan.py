@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rfteval.providers.pricing import Price
     from rfteval.run.spec import ModelRun, RunSpec
 
-# one cell of the run as the runner lays them out (runner._Context.jobs): its model, item id, cache key and request
+# one cell of the run as the runner lays them out (cells.RunContext.jobs): its model, item id, cache key and request
 PlannedCell = tuple["ModelRun", str, str, "GenerationRequest"]
 
 TOKENS_METHOD = "characters / 4 of each request's messages and tools as JSON (no tokenizer)"

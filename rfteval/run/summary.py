@@ -210,12 +210,18 @@ class RunComparison:
     series: SeriesResult | None = None
 
 
-def compare_run(sides: Mapping[str, Side], labels: Sequence[str], out_dir: Path) -> RunComparison | None:
+def compare_run(sides: Mapping[str, Side], labels: Sequence[str], out_dir: Path,
+                grader: GraderConfig | None = None) -> RunComparison | None:
     """The comparison of a run's models against its baseline, from the sides the run read once
-    (rfteval.data.frame.load_run_frames); None until two models have records."""
-    from rfteval.compare.comparison import compare_sides
+    (rfteval.data.frame.load_run_frames); None until two models have records. `grader`: the grader the run graded
+    with, whose ranges the sides then hold (its file is not read again)."""
+    from rfteval.compare.comparison import compare_sides, config_range, config_sub_ranges
     from rfteval.compare.series import series_from_sides
 
+    for side in sides.values():
+        if grader is not None and side.grader is not None:  # the run's spec.resolved.toml names the file it read
+            side.declared_range = config_range(grader, side.grader)
+            side.declared_sub_ranges = config_sub_ranges(grader)
     if len(labels) < 2:
         return None
     base = rundir.baseline_label(labels)

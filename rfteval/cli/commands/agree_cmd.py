@@ -25,6 +25,7 @@ from rfteval.cli.commands.common import (
     stdout_console,
 )
 from rfteval.errors import InputError
+from rfteval.limits import MAX_ERROR_RATE
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def agree(
     errors: str = typer.Option("exclude", "--errors", metavar="exclude|zero", help="exclude: a sample with an "
                                "error record on either side (a grading error, a refusal, a generation error) is left "
                                "out of the statistics and counted by type; zero: every error record scores 0."),
-    max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
+    max_error_rate: float = typer.Option(MAX_ERROR_RATE, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
                                          "share of error records is above X (a warning when no gate is given)."),
     top: int = typer.Option(10, "--top", help="Items listed where A and B disagree most."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap and permutation resampling."),
@@ -101,7 +102,7 @@ def agree(
         config = load_regrade_grader(regrade, lambda line: typer.echo(line, err=True),
                                      allow_without_sample=allow_grader_without_sample, judge_model=judge_endpoint.model)
         spec = Regrade(regrade, dataset, judge_endpoint, judge_cache, out, allow_grader_without_sample,
-                       python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env))
+                       python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env), config)
     elif out is not None or dataset is not None or judge_cache is not None:
         raise InputError("only with --regrade", field="--out" if out else "--dataset" if dataset else "--judge-cache")
     # --regrade's judge model checked against the endpoint's list before its first call, as grade's and validate's

@@ -28,6 +28,7 @@ from rfteval.sandbox.policy import UNSAFE_ENV
 
 if TYPE_CHECKING:
     from rfteval.graders.base import GraderConfig
+    from rfteval.graders.loader import GraderFile
     from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
     from rfteval.report.console import Console
@@ -296,8 +297,16 @@ def checked_endpoint(endpoint: JudgeEndpoint) -> JudgeEndpoint:
     return endpoint
 
 
-def checked_grader(path: Path, allow_without_sample: bool, judge_model: str | None) -> GraderConfig:
-    """The grader a command grades with: loaded, linted (rfteval.graders.lint), its warnings on stderr."""
+def grader_file(path: Path) -> GraderFile:
+    """The grader file a command reads once and hands down (rfteval.graders.loader.GraderFile)."""
+    from rfteval.graders.loader import GraderFile
+
+    return GraderFile(path)
+
+
+def checked_grader(path: Path | GraderFile, allow_without_sample: bool, judge_model: str | None) -> GraderConfig:
+    """The grader a command grades with: loaded (or taken from the GraderFile the command read), linted
+    (rfteval.graders.lint), its warnings on stderr."""
     from rfteval.graders.lint import load_checked_grader
 
     return load_checked_grader(path, lambda line: typer.echo(line, err=True),

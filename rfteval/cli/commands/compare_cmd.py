@@ -11,6 +11,7 @@ import typer
 
 from rfteval.cli.commands.common import command, output_format, stdout_console
 from rfteval.cli.commands.compare_reports import report_files, report_options, write_reports, write_series_reports
+from rfteval.limits import MAX_ERROR_RATE
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def compare(
                                                   "Holm across items (the JUnit failures)."),
     gate: str = typer.Option("evidence", "--gate", metavar="evidence|strict", help="evidence: fail on evidence of a "
                              "regression; strict: pass only on proof of none (non-inferiority)."),
-    max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
+    max_error_rate: float = typer.Option(MAX_ERROR_RATE, "--max-error-rate", metavar="X", help="Gate: fail when either side's "
                                          "share of generation errors is above X."),
     max_stop_share: list[str] = typer.Option([], "--max-stop-share", metavar="REASON=SHARE", help="Gate (agent runs): "
                                              "fail when more than SHARE of the candidate's rollouts ended with "

@@ -21,6 +21,7 @@ from rfteval.cli.commands.common import (
     judge_flags,
     make_judge,
 )
+from rfteval.limits import MAX_ERROR_RATE
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def grade(
     grader_timeout: float = GRADER_TIMEOUT,
     grader_memory: int = GRADER_MEMORY,
     items_limit: int = typer.Option(50, "--top", help="Rows of the per-item table."),
-    max_error_rate: float = typer.Option(0.05, "--max-error-rate", metavar="X",
+    max_error_rate: float = typer.Option(MAX_ERROR_RATE, "--max-error-rate", metavar="X",
                                          help="Exit 3 when more than this share of records failed to grade."),
     fmt: OutputFormat = typer.Option(OutputFormat.table, "--format", metavar="table|json",
                                      help="table (text is an alias) or json."),

@@ -20,6 +20,7 @@ from rfteval.cli.commands.common import (
     python_sandbox,
 )
 from rfteval.data.outfile import check_output, write_output
+from rfteval.limits import GROUP_SIZE, ThresholdDefaults
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def _options(python_workers: int | None, sandbox: SandboxPolicy | None = None) -
 def readiness(
     run: Path = typer.Argument(..., help="Run directory (DIR/<label>.jsonl, DIR/results.parquet) or a record file."),
     label: str | None = typer.Option(None, "--label", help="Model label to assess [default: base, when present]."),
-    group_size: int = typer.Option(8, "--group-size", min=2, help="Training group size G (samples per prompt)."),
+    group_size: int = typer.Option(GROUP_SIZE, "--group-size", min=2, help="Training group size G (samples per prompt)."),
     write_adv: bool = typer.Option(False, "--write-advantages",
                                    help="Write GRPO advantages into the record file(s), atomically."),
     regrade: int = typer.Option(0, "--regrade", min=0, help="Re-grade N stored outputs to check determinism."),
@@ -55,17 +56,26 @@ def readiness(
     fmt: str = typer.Option("table", "--format", metavar="table|json", help="table (text is an alias) or json."),
     seed: int = typer.Option(0, "--seed", help="Seed for choosing outputs to re-grade."),
     python_workers: int | None = typer.Option(None, "--python-workers", min=1, help="Python grader workers."),
-    zero_signal_not_ready: float = typer.Option(0.6, help="Expected zero-signal share above which: not ready."),
-    zero_signal_risky: float = typer.Option(0.4, help="Expected zero-signal share above which: risky."),
-    min_position: float = typer.Option(0.05, help="Base mean below this share of the range: risky."),
-    max_position: float = typer.Option(0.95, help="Base mean above this share of the range: risky."),
-    max_floor_share: float = typer.Option(0.5, help="Share of all-minimum items above which: risky."),
-    max_ceiling_share: float = typer.Option(0.5, help="Share of all-maximum items above which: risky."),
-    label_skew: float = typer.Option(0.7, help="Majority reference label share at or above which: risky."),
-    answer_skew: float = typer.Option(0.8, help="Majority answer share at or above which: risky."),
-    max_flip_rate: float = typer.Option(0.05, help="Re-graded share that changed above which: not ready."),
-    max_grade_errors: float = typer.Option(0.2, help="Grader error share above which: risky."),
-    max_generate_errors: float = typer.Option(0.2, help="Generation error share above which: risky."),
+    zero_signal_not_ready: float = typer.Option(ThresholdDefaults.zero_signal_not_ready,
+                                                help="Expected zero-signal share above which: not ready."),
+    zero_signal_risky: float = typer.Option(ThresholdDefaults.zero_signal_risky,
+                                            help="Expected zero-signal share above which: risky."),
+    min_position: float = typer.Option(ThresholdDefaults.min_position, help="Base mean below this share of the range: risky."),
+    max_position: float = typer.Option(ThresholdDefaults.max_position, help="Base mean above this share of the range: risky."),
+    max_floor_share: float = typer.Option(ThresholdDefaults.max_floor_share,
+                                          help="Share of all-minimum items above which: risky."),
+    max_ceiling_share: float = typer.Option(ThresholdDefaults.max_ceiling_share,
+                                            help="Share of all-maximum items above which: risky."),
+    label_skew: float = typer.Option(ThresholdDefaults.label_skew_risky,
+                                     help="Majority reference label share at or above which: risky."),
+    answer_skew: float = typer.Option(ThresholdDefaults.prediction_skew_risky,
+                                      help="Majority answer share at or above which: risky."),
+    max_flip_rate: float = typer.Option(ThresholdDefaults.max_flip_rate,
+                                        help="Re-graded share that changed above which: not ready."),
+    max_grade_errors: float = typer.Option(ThresholdDefaults.max_grade_error_share,
+                                           help="Grader error share above which: risky."),
+    max_generate_errors: float = typer.Option(ThresholdDefaults.max_generate_error_share,
+                                              help="Generation error share above which: risky."),
     html: Path | None = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
     errors: str = typer.Option("exclude", "--errors", metavar="exclude|zero",
                                 help="Generation errors: exclude (left out of every signal, counted) or zero (reward 0). "

@@ -17,7 +17,16 @@ from rfteval.cli.commands.common import (
     stdout_console,
     tool_flags,
 )
-from rfteval.limits import PYTHON_MEMORY_MB, PYTHON_TIMEOUT_S
+from rfteval.limits import (
+    CONCURRENCY,
+    EPOCHS,
+    MAX_ERROR_RATE,
+    MAX_RETRIES,
+    PYTHON_MEMORY_MB,
+    PYTHON_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+)
+from rfteval.providers.endpoint import DEFAULT_API, DEFAULT_KEY_ENV, JUDGE_CONCURRENCY
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -44,15 +53,17 @@ def run_command(
     grader: Path | None = typer.Option(None, "--grader", metavar="FILE", help="Grader config (OpenAI format, JSON)."),
     model: list[str] | None = typer.Option(None, "--model", metavar="LABEL=MODEL", help="LABEL=MODEL or LABEL=replay:FILE.jsonl; "
                                               "repeat it. The label names the output file."),
-    epochs: int | None = typer.Option(None, "--epochs", metavar="N", help="Generations per item and model [default: 3]."),
+    epochs: int | None = typer.Option(None, "--epochs", metavar="N", help=f"Generations per item and model [default: {EPOCHS}]."),
     base_url: str | None = typer.Option(None, "--base-url", metavar="URL", help="OpenAI-compatible endpoint [default: OpenAI]."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", metavar="VAR",
-                                              help="Name of the env var holding the API key [default: OPENAI_API_KEY]."),
-    api: str | None = typer.Option(None, "--api", metavar="chat|responses", help="chat or responses [default: chat]."),
-    concurrency: int | None = typer.Option(None, "--concurrency", metavar="N", help="Requests in flight [default: 32]."),
+                                              help=f"Name of the env var holding the API key [default: {DEFAULT_KEY_ENV}]."),
+    api: str | None = typer.Option(None, "--api", metavar="chat|responses", help=f"chat or responses [default: {DEFAULT_API}]."),
+    concurrency: int | None = typer.Option(None, "--concurrency", metavar="N",
+                                           help=f"Requests in flight [default: {CONCURRENCY}]."),
     max_retries: int | None = typer.Option(None, "--max-retries", metavar="N",
-                                              help="Retries on 429/5xx/timeouts per request [default: 10]."),
-    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS", help="Seconds per request [default: 600]."),
+                                              help=f"Retries on 429/5xx/timeouts per request [default: {MAX_RETRIES}]."),
+    timeout: float | None = typer.Option(None, "--timeout", metavar="SECONDS",
+                                         help=f"Seconds per request [default: {REQUEST_TIMEOUT_S:g}]."),
     out: Path | None = typer.Option(None, "--out", metavar="DIR", help="Run directory [default: runs/NAME]."),
     name: str | None = typer.Option(None, "--name", metavar="NAME",
                                     help="Run name [default: the dataset's file name, or its folder's for items.jsonl]."),
@@ -73,7 +84,8 @@ def run_command(
                                                         '{"type": "json_object", ...} (JSON mode) or {"type": "text"}, '
                                                         "sent as given."),
     max_error_rate: float | None = typer.Option(None, "--max-error-rate", metavar="X",
-                                                   help="Exit 3 above this share of cells in error [default: 0.05]."),
+                                                   help="Exit 3 above this share of cells in error "
+                                                        f"[default: {MAX_ERROR_RATE:g}]."),
     grader_timeout: float | None = typer.Option(None, "--grader-timeout", metavar="SECONDS",
                                                    help=f"Seconds per python grader call [default: {PYTHON_TIMEOUT_S:g}]."),
     grader_memory: int | None = typer.Option(None, "--grader-memory", metavar="MB",
@@ -87,7 +99,7 @@ def run_command(
     judge_model: str | None = typer.Option(None, "--judge-model", metavar="MODEL",
                                               help="Judge model instead of the grader's `model`."),
     judge_concurrency: int | None = typer.Option(None, "--judge-concurrency", metavar="N",
-                                                    help="Judge requests in flight [default: 16]."),
+                                                    help=f"Judge requests in flight [default: {JUDGE_CONCURRENCY}]."),
     group_models: bool | None = typer.Option(None, "--group-models/--no-group-models",
                                                 help="A group judge ranks every model's samples of an item together."),
     reasoning: str | None = typer.Option(None, "--reasoning", metavar="strip|keep",

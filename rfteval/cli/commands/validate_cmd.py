@@ -16,17 +16,19 @@ from rfteval.cli.commands.common import (
     UNSAFE_PYTHON_GRADERS,
     checked_grader,
     command,
+    grader_file,
     judge_flags,
     make_judge,
     python_sandbox,
 )
-from rfteval.limits import MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
+from rfteval.limits import EPOCHS, JUDGE_SD_THRESHOLD, MAX_TURNS, TOOL_MEMORY_MB, TOOL_TIMEOUT_S
 from rfteval.status import ExitStatus
 
 if TYPE_CHECKING:
     from rfteval.data.dataset import Dataset
     from rfteval.data.json_types import JSONMapping, JSONValue
     from rfteval.graders.base import GradeOptions, GraderConfig
+    from rfteval.graders.loader import GraderFile
     from rfteval.providers.endpoint import JudgeEndpoint
     from rfteval.providers.judge import Judge
 
@@ -78,7 +80,8 @@ def validate_grader(
     outputs: Path | None = typer.Option(None, "--outputs",
                                         help="With --repeat: outputs JSONL to grade repeatedly with a model grader."),
     repeat: int | None = typer.Option(None, "--repeat", help="Grade the outputs K times: is the judge stable?"),
-    threshold: float = typer.Option(0.1, "--threshold", help="Flag a judge whose score sd (0..1 scale) exceeds this."),
+    threshold: float = typer.Option(JUDGE_SD_THRESHOLD, "--threshold",
+                                    help="Flag a judge whose score sd (0..1 scale) exceeds this."),
     judge_endpoint: JudgeEndpoint = DEFAULT_JUDGE,
     skip_model_check: bool = SKIP_JUDGE_MODEL_CHECK,
     unsafe_python_graders: bool = UNSAFE_PYTHON_GRADERS,
@@ -91,7 +94,8 @@ def validate_grader(
     flagged)."""
     # every flag checked before the grader is even described, so before any judge call (one line, exit 2)
     template = _checked_flags(dataset, outputs, repeat, threshold, grader_timeout, reference_template)
-    config = checked_grader(path, allow_without_sample, judge_endpoint.model)
+    source = grader_file(path)  # read once: the grader, and whether its samples get an output_json
+    config = checked_grader(source, allow_without_sample, judge_endpoint.model)
     if emit_json:
         import json
 
@@ -101,7 +105,7 @@ def validate_grader(
         return _describe(config, notes=True)
     _notes(config)  # what loading noticed may be why a refusal follows; "valid" waits for the refusals
     # every refusal first (templates on the items, the sandbox, the judge's model): "valid" is never followed by one
-    data = _preflight(config, path, dataset)
+    data = _preflight(config, source, dataset)
     from rfteval.graders import GradeOptions
 
     options = GradeOptions(sandbox=python_sandbox(config, unsafe_python_graders, judge_endpoint.api_key_env,
@@ -115,7 +119,7 @@ def validate_grader(
         from rfteval.readiness.judge_stability import run_stability
 
         assert outputs is not None  # checked above: --repeat and --outputs go together
-        report = run_stability(path, dataset, outputs, judge, repeat, threshold, options)
+        report = run_stability(source, dataset, outputs, judge, repeat, threshold, options)
         from rfteval.providers.judge import raise_if_stopped
 
         raise_if_stopped(judge, "the judge's stability was not measured")
@@ -172,17 +176,16 @@ def _checked_flags(dataset: Path | None, outputs: Path | None, repeat: int | Non
     return load_reference_template(reference_template) if reference_template is not None else None
 
 
-def _preflight(config: GraderConfig, path: Path, dataset: Path) -> Dataset:
+def _preflight(config: GraderConfig, source: GraderFile, dataset: Path) -> Dataset:
     """The dataset, once every item can fill the grader's templates: each failing item named, before any grading
     (or judge call) is spent."""
     from rfteval.data.dataset import load_dataset
     from rfteval.graders.checks import output_json_warning, preflight
-    from rfteval.graders.loader import has_response_format
 
     data = load_dataset(dataset)
-    if (warning := output_json_warning(config, has_response_format(path))) is not None:
+    if (warning := output_json_warning(config, source.has_response_format)) is not None:
         typer.echo(f"warning: {warning}", err=True)
-    problems = preflight(config, data, path)
+    problems = preflight(config, data, source.path)
     if problems:
         for problem in problems:
             typer.echo(f"rfteval: {problem}", err=True)
@@ -215,17 +218,19 @@ def validate_spec(path: Path = typer.Argument(..., help="Eval spec (TOML).")) ->
     """Check an eval spec and everything it names (dataset, grader, response format) without calling a model,
     as `rfteval run` checks them first (the grader's lint, its templates on every item, the RFT format)."""
     from rfteval.data.dataset import check_dataset
+    from rfteval.graders.loader import GraderFile
     from rfteval.run.paths import check_run_inputs
     from rfteval.run.spec import build_spec, resolve_models
 
     spec = build_spec(path)
-    runs = resolve_models(spec)
+    grader = GraderFile(spec.grader)  # read once, as `rfteval run` reads it
+    runs = resolve_models(spec, grader)
     count, errors = check_dataset(spec.dataset)
     if errors:  # every unreadable line counted, as `validate dataset` lists them
         from rfteval.errors import InputErrors
 
         raise InputErrors(errors)
-    config = check_run_inputs(spec, lambda line: typer.echo(line, err=True))
+    config = check_run_inputs(spec, lambda line: typer.echo(line, err=True), grader)
     items = f"first {spec.limit} of {count}" if spec.limit is not None and spec.limit < count else str(count)
     typer.echo(f"{path}: valid; {items} items x {spec.epochs} epochs, grader {config.name!r} ({config.type}), "
                f"out {spec.out_dir}")
@@ -254,7 +259,7 @@ def validate_tools(
     mcp: list[str] | None = typer.Option(None, "--mcp", metavar="COMMAND", help="An MCP server's command line, as "
                                          "for run (repeat for more): started once in the sandbox to list its tools."),
     max_turns: int = typer.Option(MAX_TURNS, "--max-turns", metavar="N", help="Model calls per rollout, as for run."),
-    epochs: int = typer.Option(3, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
+    epochs: int = typer.Option(EPOCHS, "--epochs", metavar="N", help="Rollouts per item and model, as for run."),
     tool_timeout: float = typer.Option(TOOL_TIMEOUT_S, "--tool-timeout", metavar="SECONDS",
                                        help="Seconds a turn's tool calls may take, loading the module too."),
     tool_memory: int = typer.Option(TOOL_MEMORY_MB, "--tool-memory", metavar="MB",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 DEFERRED = "deferred to a judge batch"
 
 
-# What the dry pass reads of the run's pipeline (rfteval.run.runner._Pipeline, which this module must not
+# What the dry pass reads of the run's pipeline (rfteval.run.pipeline.Pipeline, which this module must not
 # import: the runner imports it). Read-only properties, so the runner's own attribute types satisfy them.
 class DryPassJob(Protocol):
     @property
