@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
     from rfteval.readiness.report import ReadinessReport
 
 

@@ -12,8 +12,9 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.compare.comparison import CompareOptions, CompareResult, compare_sides, dataset_fields
+from rfteval.compare.comparison import compare_sides, dataset_fields
 from rfteval.compare.gate import Gate, gated
+from rfteval.compare.result import CompareOptions, CompareResult
 from rfteval.compare.sides import load_sides
 from rfteval.data.sampling_check import check_path
 from rfteval.errors import InputError

@@ -26,6 +26,11 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "compare/regrade.py": ("tests/cli/test_agree.py", "`agree --regrade`, end to end through a scripted judge"),
     "compare/gate_types.py": ("tests/compare/test_gate.py", "the gate's data: what the gate's tests build and read"),
     "compare/samples.py": ("tests/view/test_model.py", "the samples the viewer shows"),
+    "compare/result.py": ("tests/compare/test_comparison.py", "the result compare_sides builds, and its JSON"),
+    "compare/measure.py": ("tests/compare/test_comparison.py", "the comparison's statistics, through compare_sides"),
+    "compare/ranges.py": ("tests/cli/test_score_range.py", "a 0..10 judge's range through compare, run and agree"),
+    "compare/passing.py": ("tests/stats/test_passk.py", "the pass rule and pass@k, through compare_sides"),
+    "compare/hardest.py": ("tests/compare/test_comparison.py", "the hardest slice, through compare_sides"),
     "data/json_types.py": ("tests/project/test_architecture.py", "type names, no code (mypy checks their use)"),
     "graders/engine.py": ("tests/graders/test_string_check.py", "every grader type's test grades through it"),
     "graders/grading.py": ("tests/cli/test_grade.py", "the library behind `rfteval grade`, end to end"),
@@ -51,6 +56,12 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "run/batch/judge_phase.py": ("tests/run/batch/test_phase.py", "the judge's batch phase, beside the generation's"),
     "view/bundle.py": ("tests/view/test_browser.py", "the static pages, opened from disk in a browser"),
     "view/paths.py": ("tests/view/test_model.py", "the view command's flags, end to end"),
+    "view/sources.py": ("tests/view/test_model.py", "the models found in the paths, through the pages"),
+    "view/sample_card.py": ("tests/view/test_model.py", "the Item page's samples and trajectories"),
+    "view/shown.py": ("tests/view/test_model.py", "the pages' figures as the terminal prints them"),
+    "view/item_columns.py": ("tests/view/test_model.py", "what the Compare page's filters read"),
+    "view/run_info.py": ("tests/view/test_model.py", "the Runs page's spec and summary tables"),
+    "view/regraded.py": ("tests/view/test_model.py", "the Agree page's pairs found among the paths"),
 }
 
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareResult
     from rfteval.compare.paths import CompareRequest, ReportFile
+    from rfteval.compare.result import CompareResult
     from rfteval.compare.series import SeriesResult
 
 FileWriter = Callable[[Path], None]  # writes the report to a path (a temporary file, renamed when whole)
