@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rfteval.compare.agent import AgentComparison
+    from rfteval.data.records import RecordRows
     from rfteval.data.sampling_check import NotSampling
 
 
@@ -150,6 +151,9 @@ class CompareResult:
     # (rfteval.data.sampling_check; compare_paths reads it from the record files)
     not_sampling: dict[str, NotSampling] = field(default_factory=dict)
     agent: AgentComparison | None = None  # both sides agent runs: effort, stop reasons (rfteval.compare.agent)
+    # per side, its file's records as compare_paths read them when asked to keep them (compare --html: the
+    # baseline's readiness, sampling check and listed samples come from that one read); never in the JSON
+    rows: dict[str, RecordRows] = field(default_factory=dict)
 
     def to_json(self, items: bool = True) -> JSONObject:
         """The documented `--format json` shape (extra keys allowed, none removed); `items=False` leaves the

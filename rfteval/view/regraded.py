@@ -13,24 +13,17 @@ def _graded_keys(path: Path) -> dict[tuple[str, str, int], tuple[str, float | No
     """Each sample's (model_label, item_id, epoch) -> (its output text's digest, its score), from a run directory
     or record file (the files `agree` reads); None when it cannot be read as graded records."""
     import hashlib
-    from collections.abc import Iterator
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from rfteval.data.records import iter_jsonl_records
+    from rfteval.data.records import iter_jsonl_records, iter_parquet_records
     from rfteval.data.rundir import find_records
-
-    def batches(f: Path) -> Iterator[dict[str, object]]:  # a batch of texts at a time, never all of them
-        file = pq.ParquetFile(f)
-        names = [c for c in ("model_label", "item_id", "epoch", "output_text", "score") if c in file.schema_arrow.names]
-        for batch in file.iter_batches(columns=names):
-            yield from batch.to_pylist()
 
     out: dict[tuple[str, str, int], tuple[str, float | None]] = {}
     try:
         for f in find_records(path, pick="all").files:
-            rows = batches(f) if f.suffix == ".parquet" else iter_jsonl_records(f)
+            rows = (iter_parquet_records(f, ("model_label", "item_id", "epoch", "output_text", "score"))  # a batch
+                    if f.suffix == ".parquet" else iter_jsonl_records(f))  # of texts at a time, never all of them
             for r in rows:
                 text, score = r.get("output_text"), r.get("score")
                 epoch = r.get("epoch")
