@@ -59,8 +59,8 @@ if TYPE_CHECKING:
 
 SUB = "sub:"  # prefix of per-record sub-score columns in a frame
 # A record file up to this size may be held whole when its reader asks (load_frame's keep_rows): read once, the
-# normalised frame built from the same rows. A larger one is read by the column-wise reader alone, as the records of
-# a file this large are more than readiness assesses (rfteval.baseline_readiness) and holding them costs memory.
+# normalised frame built from the same rows. A larger one is read by the column-wise reader alone, as without
+# keep_rows: holding every record of it would cost gigabytes, and its reader then reads what else it needs itself.
 HOLD_MAX_BYTES = 256 * 2**20
 
 
