@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
     from rfteval.readiness.report import ReadinessReport
 
 
@@ -43,7 +43,8 @@ def baseline_readiness(result: CompareResult, dataset: Path | None) -> BaselineR
     if side["records"] > READINESS_MAX_RECORDS:  # re-reading every output costs more than the whole compare
         return BaselineReadiness(label, skipped_records=int(side["records"]), path=str(side["path"]))
     try:
-        df = read_records(side["path"])
+        held = result.rows.get("baseline")  # compare --html kept the records it read: not read again
+        df = held.frame() if held is not None else read_records(side["path"])
         if "model_label" in df and df["model_label"].nunique() > 1:
             df = df[df["model_label"] == side["label"]]
         # compare's own check of the baseline's epochs (rfteval.data.sampling_check), not a second read

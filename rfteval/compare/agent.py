@@ -46,7 +46,7 @@ ROLES = ("baseline", "candidate")
 
 
 class Options(Protocol):
-    """What the statistics take from compare's options (rfteval.compare.comparison.CompareOptions)."""
+    """What the statistics take from compare's options (rfteval.compare.result.CompareOptions)."""
 
     @property
     def tie(self) -> float: ...

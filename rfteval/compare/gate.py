@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 from rfteval.compare.gate_types import GATE_EPS, GATE_MODES, Gate, GateCheck, GateVerdict
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
+from rfteval.stats import permutation
+from rfteval.stats.tdist import t_ppf
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
     from rfteval.stats.paired import PairedDelta
 
 NAN = float("nan")
@@ -28,7 +30,7 @@ def _power_t(level: float, n: int) -> tuple[float, float]:
     """(t_{1−α/2}, t_{power}) on n − 1 degrees of freedom: the two quantiles an MDE is made of."""
     if n < 2:
         return NAN, NAN
-    return stats.t_ppf(0.5 + level / 2, float(n - 1)), stats.t_ppf(stats.POWER, float(n - 1))
+    return t_ppf(0.5 + level / 2, float(n - 1)), t_ppf(stats.POWER, float(n - 1))
 
 
 def _num(x: float | None) -> float:
@@ -101,7 +103,7 @@ def _improvement_check(result: CompareResult, d: PairedDelta) -> GateCheck:
 def item_drop_check(result: CompareResult, gate: Gate) -> GateCheck:
     """--max-item-drop: an item fails when it dropped by more than X *and* its drop is significant after Holm.
 
-    Each item is tested on its own epochs (stats.epoch_drop_p_values); the family is every paired item, so
+    Each item is tested on its own epochs (permutation.epoch_drop_p_values); the family is every paired item, so
     that picking the items to test on their observed drop cannot inflate the error rate. Items not past X are
     given p = 1 rather than tested, which can only make Holm stricter for the others.
     """
@@ -110,7 +112,7 @@ def item_drop_check(result: CompareResult, gate: Gate) -> GateCheck:
     x, alpha = float(gate.max_item_drop or 0.0), 1.0 - result.options.level
     items = result.items
     m = len(items)
-    floors = np.array([stats.epoch_split_floor(int(b), int(c))
+    floors = np.array([permutation.epoch_split_floor(int(b), int(c))
                        for b, c in zip(items["baseline_n"], items["candidate_n"])]) if m else np.zeros(0)
     big = (items["delta"] < -x - GATE_EPS).to_numpy()
     flagged: list[str] = []
@@ -120,7 +122,7 @@ def item_drop_check(result: CompareResult, gate: Gate) -> GateCheck:
         ids = items["item_id"].to_numpy()[big]
         eb = _epochs_by_item(result.baseline_records, ids)
         ec = _epochs_by_item(result.candidate_records, ids)
-        p[big] = stats.epoch_drop_p_values(eb, ec, result.options.seed)
+        p[big] = permutation.epoch_drop_p_values(eb, ec, result.options.seed)
     adjusted = np.minimum(1.0, stats.holm(p) if m else p)
     hit = big & (adjusted < alpha)
     flagged = items["item_id"][hit].tolist()

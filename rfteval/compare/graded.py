@@ -68,7 +68,7 @@ def load_graded(path: str | Path, name: str) -> GradedSide:
     """Every model's graded records in a records file (JSONL or Parquet) or a run directory (all its labels)."""
     import pandas as pd
 
-    from rfteval.compare.comparison import grader_range
+    from rfteval.compare.ranges import grader_range
     from rfteval.data.frame import read_frame
     from rfteval.data.records import frame_range
 

@@ -12,19 +12,25 @@ from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.compare.comparison import CompareOptions, CompareResult, compare_sides, dataset_fields
+from rfteval.compare.comparison import compare_sides, dataset_fields
 from rfteval.compare.gate import Gate, gated
-from rfteval.compare.sides import load_sides
-from rfteval.data.sampling_check import check_path
+from rfteval.compare.result import CompareOptions, CompareResult
+from rfteval.compare.sides import Side, load_sides
+from rfteval.data.sampling_check import check_path, check_rows
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
     from rfteval.compare.series import SeriesResult
+    from rfteval.data.sampling_check import NotSampling
 
 
 def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[str] = (),
-                  options: CompareOptions | None = None, dataset: str | Path | None = None) -> CompareResult:
-    """`rfteval compare`: two record files compared and gated; labels are () , (both,) or (baseline, candidate)."""
+                  options: CompareOptions | None = None, dataset: str | Path | None = None,
+                  keep_baseline_rows: bool = False) -> CompareResult:
+    """`rfteval compare`: two record files compared and gated; labels are () , (both,) or (baseline, candidate).
+
+    `keep_baseline_rows`: the baseline's file is read whole, once, and its records kept on the result (`rows`)
+    for what needs more of them than the comparison (compare --html's readiness and samples)."""
     o = options or CompareOptions()
     if len(labels) > 2:
         raise InputError("give --label once (both sides) or twice (baseline, then candidate)", field="--label")
@@ -33,14 +39,20 @@ def compare_paths(baseline: str | Path, candidate: str | Path, labels: Sequence[
     if o.by and dataset is None:
         raise InputError("--by needs --dataset (the items' fields live in the dataset)", field="--by")
     fields = dataset_fields(dataset, o.by) if dataset is not None and o.by else None
-    base, cand = load_sides((baseline, label_b), (candidate, label_c))
+    base, cand = load_sides((baseline, label_b), (candidate, label_c), keep_rows=(keep_baseline_rows,))
     result = gated(compare_sides(base, cand, o, fields))
     result.not_sampling = {role: found for role, side in (("baseline", base), ("candidate", cand))
-                           if (found := check_path(side.path, side.label)) is not None}
+                           if (found := check_side(side)) is not None}
+    result.rows = {"baseline": base.rows} if base.rows is not None else {}
     if Path(base.path).resolve() == Path(cand.path).resolve() and base.label == cand.label:
         result.notes.append("both sides are the same records: every delta is 0 by construction (give two files, "
                             "or --label twice)")
     return result
+
+
+def check_side(side: Side) -> NotSampling | None:
+    """The sampling check of a side: on its records as read when it kept them, else on its file."""
+    return check_rows(side.rows, side.label) if side.rows is not None else check_path(side.path, side.label)
 
 
 def _at_least(value: float | None, name: str, minimum: float = 0.0) -> None:
@@ -82,6 +94,7 @@ class ReportFile:
     flag: str
     path: Path
     no_series: str = ""
+    reads_records: bool = False  # the report reads the baseline's records beyond the comparison (--html)
 
 
 @dataclass
@@ -159,7 +172,8 @@ class CompareRequest:
 def compare_request(request: CompareRequest) -> CompareResult:
     """The comparison a (non-series) request asks for."""
     assert request.candidate is not None, "a series goes to compare_series_request"
-    return compare_paths(request.baseline, request.candidate, request.labels, request.options, request.dataset)
+    return compare_paths(request.baseline, request.candidate, request.labels, request.options, request.dataset,
+                         keep_baseline_rows=any(report.reads_records for report in request.reports))
 
 
 def compare_series_request(request: CompareRequest) -> SeriesResult:

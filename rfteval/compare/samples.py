@@ -17,6 +17,7 @@ import mmap
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from rfteval.data.json_types import JSONObject
+    from rfteval.data.records import RecordRows
 
 TEXT_FIELDS = ("output_text", "reasoning_text", "grader_stdout")  # what a search looks through, besides the item
 _ROW_GROUP_CACHE = 8
@@ -189,8 +191,6 @@ class SampleSource:
     def _parquet_row(self, row: int) -> JSONObject:
         import bisect
 
-        from rfteval.data.records import JSON_TEXT_FIELDS
-
         g = bisect.bisect_right(self._group_starts, row) - 1
         with self._lock:
             table = self._groups.get(g)
@@ -203,18 +203,7 @@ class SampleSource:
                     self._groups.popitem(last=False)
             else:
                 self._groups.move_to_end(g)
-        values = table.slice(row - self._group_starts[g], 1).to_pylist()[0]
-        for name in JSON_TEXT_FIELDS:  # free-shaped fields are JSON text in Parquet
-            text = values.get(name)
-            if isinstance(text, str):
-                try:
-                    values[name] = json.loads(text)
-                except ValueError:
-                    pass
-        for name in ("sub_scores", "tool_errors"):  # a Parquet map reads back as (key, value) pairs
-            if isinstance(values.get(name), list):
-                values[name] = dict(values[name])
-        return values
+        return parquet_record(table.slice(row - self._group_starts[g], 1).to_pylist()[0])
 
     # ------------------------------------------------------------------ search and flags
 
@@ -383,6 +372,51 @@ class SampleBrief(TypedDict):
     grader_stdout: str | None
 
 
+def parquet_record(values: JSONObject) -> JSONObject:
+    """A Parquet row as its record reads in a JSON line: the free-shaped fields decoded from their JSON text, the
+    maps ({name: number}) from their (key, value) pairs."""
+    from rfteval.data.records import JSON_TEXT_FIELDS
+
+    for name in JSON_TEXT_FIELDS:  # free-shaped fields are JSON text in Parquet
+        text = values.get(name)
+        if isinstance(text, str):
+            try:
+                values[name] = json.loads(text)
+            except ValueError:
+                pass
+    for name in ("sub_scores", "tool_errors"):  # a Parquet map reads back as (key, value) pairs
+        if isinstance(values.get(name), list):
+            values[name] = dict(values[name])  # type: ignore[arg-type]
+    return values
+
+
+class HeldSamples:
+    """SampleSource's `records` over a file's records already read (rfteval.data.records.RecordRows): the same
+    rows of the same items in the same order, without reading the file again (compare --html's baseline)."""
+
+    def __init__(self, rows: RecordRows, label: str | None = None) -> None:
+        records = rows.dicts()
+        if label is not None and any(r.get("model_label") == label for r in records):
+            records = [r for r in records if r.get("model_label") == label]
+        self._by_item: dict[str, list[JSONObject]] = {}
+        for r in records:  # file order within an item: the later of duplicates last, as SampleSource keeps them
+            self._by_item.setdefault(str(r.get("item_id")), []).append(r)
+        self._parquet = rows.table is not None
+
+    def records(self, item_id: str) -> list[JSONObject]:
+        """The item's records, one per epoch (the later of duplicates), in epoch order; those without one last."""
+        by_epoch: dict[int, JSONObject] = {}
+        unnumbered: list[JSONObject] = []
+        for r in self._by_item.get(item_id, []):
+            epoch = r.get("epoch")
+            row = parquet_record(dict(r)) if self._parquet else r
+            if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+                by_epoch[epoch] = row
+            else:
+                unnumbered.append(row)
+        return [by_epoch[e] for e in sorted(by_epoch)] + unnumbered
+
+
 def _brief(record: JSONObject, max_chars: int) -> SampleBrief:
     def text(name: str) -> str | None:
         value = record.get(name)
@@ -401,9 +435,12 @@ def _brief(record: JSONObject, max_chars: int) -> SampleBrief:
             "reasoning_text": text("reasoning_text"), "grader_stdout": text("grader_stdout")}
 
 
-def listed_samples(sides: list[tuple[str, str]], item_ids: list[str],
-                   max_chars: int = 4000) -> dict[str, list[list[SampleBrief]]]:
+def listed_samples(sides: list[tuple[str, str]], item_ids: list[str], max_chars: int = 4000,
+                   held: Sequence[RecordRows | None] = ()) -> dict[str, list[list[SampleBrief]]]:
     """Per item, each side's samples in epoch order (the records a comparison used), for a report's drill-down.
-    `sides` are (record file, label) as a CompareResult names them."""
-    sources = [SampleSource(path, label) for path, label in sides]
+    `sides` are (record file, label) as a CompareResult names them; `held`, per side, its file's records when they
+    were already read (CompareResult.rows): taken from there, the file not read again."""
+    sources: list[SampleSource | HeldSamples] = [
+        HeldSamples(rows, label) if (rows := held[k] if k < len(held) else None) is not None
+        else SampleSource(path, label) for k, (path, label) in enumerate(sides)]
     return {i: [[_brief(r, max_chars) for r in s.records(i)] for s in sources] for i in item_ids}

@@ -14,16 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NotRequired, TypedDict
 
-from rfteval.compare.comparison import (
-    CompareOptions,
-    CompareResult,
-    PairRow,
-    PassKCheck,
-    SideBrief,
-    SideCounts,
-    compare_sides,
-)
+from rfteval.compare.comparison import compare_sides
 from rfteval.compare.gate import Gate, GateVerdict, evaluate_gate
+from rfteval.compare.result import CompareOptions, CompareResult, PairRow, PassKCheck, SideBrief, SideCounts
 from rfteval.compare.sides import Side, load_sides
 from rfteval.data import rundir
 from rfteval.data.json_types import JSONObject
@@ -32,6 +25,7 @@ from rfteval.data.sampling_check import check_path
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
 from rfteval.stats.paired import PairedDelta
+from rfteval.stats.permutation import sign_flip_p_value
 
 if TYPE_CHECKING:
     import numpy as np
@@ -189,7 +183,7 @@ def held_out_best(labels: Sequence[str], deltas: np.ndarray, level: float = 0.95
     pick = int(np.argmax(deltas[:, half_a].mean(axis=1)))
     d = deltas[pick, half_b]
     mean, se, lo, hi = stats.t_interval(d, level)
-    p, p_method = stats.sign_flip_p_value(d, seed=seed)
+    p, p_method = sign_flip_p_value(d, seed=seed)
     return {"label": labels[pick], "choose_items": int(half_a.size), "measure_items": int(half_b.size),
             "delta": {"mean": float(mean), "se": float(se), "ci95": [float(lo), float(hi)], "p_value": p,
                       "p_method": p_method, "n": int(d.size)}}

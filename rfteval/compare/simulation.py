@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rfteval.compare.comparison import CompareOptions, compare_sides
+from rfteval.compare.comparison import compare_sides
 from rfteval.compare.gate import Gate, evaluate_gate
+from rfteval.compare.result import CompareOptions
 from rfteval.compare.sides import Side
 from rfteval.data.frame import normalise
 from rfteval.stats import paired as stats

@@ -44,6 +44,7 @@ from rfteval.data.records import (
     generation_failures,
     iter_jsonl_record_lines,
     read_parquet_records,
+    read_record_rows,
     recorded_score_range,
     records_frame,
 )
@@ -53,9 +54,14 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-    from rfteval.data.records import Record
+    from rfteval.data.json_types import JSONObject
+    from rfteval.data.records import Record, RecordRows
 
 SUB = "sub:"  # prefix of per-record sub-score columns in a frame
+# A record file up to this size may be held whole when its reader asks (load_frame's keep_rows): read once, the
+# normalised frame built from the same rows. A larger one is read by the column-wise reader alone, as without
+# keep_rows: holding every record of it would cost gigabytes, and its reader then reads what else it needs itself.
+HOLD_MAX_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -78,6 +84,8 @@ class RecordFrame:
     declared_sub_ranges: dict[str, tuple[float, float, str]] | None = None
     # an agent run's: the [pricing] table of the run directory's spec.resolved.toml (a rollout's cost), if any
     pricing: dict[str, dict[str, float]] | None = None
+    # the file's records as read, when the reader was asked to keep them (load_frame's keep_rows): every label's
+    rows: RecordRows | None = None
 
     @property
     def agent(self) -> bool:
@@ -85,13 +93,18 @@ class RecordFrame:
         return "turns" in self.frame and bool(self.frame["turns"].notna().any())
 
 
-def load_frame(path: str | Path, label: str | None = None) -> RecordFrame:
+def load_frame(path: str | Path, label: str | None = None, keep_rows: bool = False) -> RecordFrame:
     """One model's records from a record file (JSONL or Parquet) or a run directory, filtered to `label` when
-    given: the file found (rundir.find_records), read, normalised, with its grader and recorded range."""
+    given: the file found (rundir.find_records), read, normalised, with its grader and recorded range.
+
+    `keep_rows`: read the file's records whole, once (rfteval.data.records.read_record_rows), build the frame from
+    them and keep them on the result (`rows`) for whoever needs more of each record than the frame holds; a file
+    over HOLD_MAX_BYTES is read by the column-wise reader alone (`rows` None)."""
     path = Path(path)
     found = rundir.find_records(path, label)
     file, by_label = found.files[0], found.label is not None
-    frame = read_frame(file)
+    held = read_record_rows(file) if keep_rows and file.stat().st_size <= HOLD_MAX_BYTES else None
+    frame = frame_of_rows(held) if held is not None else read_frame(file)
     labels = frame["model_label"].dropna().unique().tolist() if "model_label" in frame else []
     if label is not None and labels and not by_label:
         frame = frame[frame["model_label"] == label]
@@ -106,10 +119,11 @@ def load_frame(path: str | Path, label: str | None = None) -> RecordFrame:
     name = label or (str(labels[0]) if len(labels) == 1 else file.stem)
     out = normalise(frame.reset_index(drop=True), name, str(file))
     out.grader = rundir.grader_path(file.parent)
+    out.rows = held
     if out.agent:
         out.pricing = rundir.spec_pricing(file.parent)
     if out.grader is None and outside_unit(out.frame["score"]):
-        out.recorded_range = recorded_range(file)
+        out.recorded_range = rows_range(held) if held is not None else recorded_range(file)
     return out
 
 
@@ -191,6 +205,27 @@ def recorded_range(path: Path) -> tuple[float, float] | None:
         if found is not None:
             return found
         at = data.find(_RANGE_KEY, end) if end >= 0 else -1
+    return None
+
+
+def rows_range(rows: RecordRows) -> tuple[float, float] | None:
+    """recorded_range of records already read: the first of those that carry a score range (up to RANGE_LOOKS of
+    them; a Parquet file's first RANGE_LOOKS rows), as recorded_range looks in the file."""
+    if rows.table is not None:
+        if "grade_details" not in rows.table.column_names:
+            return None
+        return frame_range(rows.table.select(["grade_details"]).slice(0, RANGE_LOOKS).to_pandas())
+    looks = 0
+    for _, record in rows.lines or ():
+        details = record.get("grade_details")
+        if not (isinstance(details, dict) and "score_range" in details):
+            continue
+        found = recorded_score_range(details)
+        if found is not None:
+            return found
+        looks += 1
+        if looks >= RANGE_LOOKS:
+            break
     return None
 
 
@@ -426,10 +461,21 @@ def _frame_from_dicts(rows: Sequence[tuple[int, Mapping[str, object]]] | Sequenc
 
 
 def _read_jsonl_slow(path: Path, extra: Sequence[str] = (), require_grades: bool = True) -> pd.DataFrame:
-    rows = list(iter_jsonl_record_lines(path))
+    return _jsonl_frame(list(iter_jsonl_record_lines(path)), path, extra, require_grades)
+
+
+def _jsonl_frame(rows: list[tuple[int, JSONObject]], path: Path, extra: Sequence[str] = (),
+                 require_grades: bool = True) -> pd.DataFrame:
     if not rows:
         raise InputError("no records", path)
     return _frame_from_dicts(rows, path, extra=extra, require_grades=require_grades)
+
+
+def frame_of_rows(rows: RecordRows) -> pd.DataFrame:
+    """read_frame's frame of records already read (read_record_rows): the same columns, checks and messages."""
+    if rows.table is not None:
+        return _parquet_frame(rows.table.select([c for c in _NEEDED if c in rows.table.column_names]), rows.path)
+    return _jsonl_frame(rows.lines or [], rows.path)
 
 
 def _map_struct(m: pa.Array) -> pa.Table | None:
@@ -468,11 +514,16 @@ def _parquet_agent(path: Path) -> set[str]:
 
 
 def _read_parquet(path: Path, extra: Sequence[str] = (), require_grades: bool = True) -> pd.DataFrame:
+    return _parquet_frame(read_parquet_records(path, columns=tuple(dict.fromkeys((*_NEEDED, *extra)))), path, extra,
+                          require_grades)
+
+
+def _parquet_frame(table: pa.Table, path: Path, extra: Sequence[str] = (), require_grades: bool = True
+                   ) -> pd.DataFrame:
     import pandas as pd
     import pyarrow as pa
 
     agent = _parquet_agent(path)
-    table = read_parquet_records(path, columns=tuple(dict.fromkeys((*_NEEDED, *extra))))
     for key in ("item_id", "score"):
         if key not in table.column_names:
             raise InputError("missing column; not a record file?", path, field=key)

@@ -34,7 +34,8 @@ __all__ = [
     "effective_scores",
     "ERROR_POLICIES", "check_error_policy", "error_dict", "make_record", "dumps_record", "write_jsonl",
     "iter_jsonl_record_lines", "iter_jsonl_records", "decode_records", "JSON_TEXT_FIELDS", "arrow_schema",
-    "to_arrow", "write_parquet", "records_frame", "read_records", "read_parquet_records", "json_safe",
+    "to_arrow", "write_parquet", "records_frame", "RecordRows", "read_record_rows", "read_records",
+    "read_parquet_records", "iter_jsonl_fields", "iter_parquet_records", "json_safe",
     "RANGE_LOOKS", "details_field", "recorded_score_range", "frame_range",
 ]
 
@@ -389,6 +390,46 @@ def records_frame(records: Iterable[Record]) -> pd.DataFrame:
     return pd.DataFrame.from_records([{k: _set(row[k]) for k in names} for row in rows], columns=list(names))
 
 
+class RecordRows:
+    """A record file's records read once, as written: a JSONL file's (line number, record) pairs, or a Parquet
+    file's table. Whoever needs them in another shape takes it from here rather than reading the file again
+    (compare --html: the normalised frame, the sampling check, readiness and the listed samples of the baseline)."""
+
+    def __init__(self, path: Path, lines: list[tuple[int, JSONObject]] | None = None,
+                 table: pa.Table | None = None) -> None:
+        self.path = path
+        self.lines = lines
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.num_rows if self.table is not None else len(self.lines or ())
+
+    def frame(self) -> pd.DataFrame:
+        """The records as read_records gives them: one row per record, every field the file has."""
+        import pandas as pd
+
+        if self.table is not None:
+            return self.table.to_pandas()
+        return pd.DataFrame.from_records([row for _, row in self.lines or ()])
+
+    def dicts(self) -> list[JSONObject]:
+        """The records as dicts, in file order (a Parquet file's as its rows read: JSON fields as text)."""
+        if self.table is not None:
+            return self.table.to_pylist()
+        return [row for _, row in self.lines or ()]
+
+
+def read_record_rows(path: str | Path) -> RecordRows:
+    """A record file's records, read once: each JSON line checked to be a record (iter_jsonl_record_lines), or
+    the Parquet file's every column (read_parquet_records)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such file", path)
+    if path.suffix == ".parquet":
+        return RecordRows(path, table=read_parquet_records(path))
+    return RecordRows(path, lines=list(iter_jsonl_record_lines(path)))
+
+
 def read_records(path: str | Path, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """Any record file (JSONL or Parquet) as a DataFrame of the records as written, one row per record; `columns`
     keeps only those (a Parquet file reads only them; each JSON line is cut to them as it is parsed, so the texts
@@ -398,10 +439,10 @@ def read_records(path: str | Path, columns: Sequence[str] | None = None) -> pd.D
     path = Path(path)
     if not path.exists():
         raise InputError("no such file", path)
+    if columns is None:
+        return read_record_rows(path).frame()
     if path.suffix == ".parquet":
         return read_parquet_records(path, columns).to_pandas()
-    if columns is None:
-        return pd.DataFrame.from_records(list(iter_jsonl_records(path)))
     return pd.DataFrame.from_records([{c: r[c] for c in columns if c in r} for r in iter_jsonl_records(path)])
 
 
@@ -415,6 +456,34 @@ def read_parquet_records(path: str | Path, columns: Sequence[str] | None = None)
             names = set(pq.read_schema(path).names)
             columns = [c for c in columns if c in names]
         return pq.read_table(path, columns=columns)
+    except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
+        raise InputError(f"not a readable Parquet file ({exc})", path) from None
+
+
+def iter_jsonl_fields(path: str | Path, fields: type[msgspec.Struct]) -> Iterator[msgspec.Struct]:
+    """Each non-blank line of a JSONL record file decoded into `fields`, a Struct of the few fields a reader needs:
+    the others are skipped unparsed, so a check that reads three fields of every record costs a fraction of a full
+    parse (rfteval.data.sampling_check). Raises msgspec's errors (or OSError) on a line or file it cannot read."""
+    decoder = msgspec.json.Decoder(fields)
+    with open(path, "rb") as fh:
+        for line in fh:
+            if line.strip():
+                yield decoder.decode(line)
+
+
+def iter_parquet_records(path: str | Path, columns: Sequence[str], batch_size: int = 1024) -> Iterator[JSONObject]:
+    """A Parquet record file's rows as dicts, `columns` only (those the file has), a batch at a time: the texts of
+    a large file are never all held at once. Raises InputError on a file that is not readable Parquet."""
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+        names = [c for c in columns if c in pf.schema_arrow.names]
+        batches = pf.iter_batches(batch_size=batch_size, columns=names)
+        for batch in batches:
+            yield from batch.to_pylist()
+    except InputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any unreadable Parquet is bad input
         raise InputError(f"not a readable Parquet file ({exc})", path) from None
 

@@ -17,6 +17,8 @@ from rfteval.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from rfteval.data.records import RecordRows
+
 STORE = "store"  # the append-only logs, the index and the lock
 RESPONSES = "responses.jsonl"  # in store/
 GRADES = "grades.jsonl"  # in store/
@@ -156,6 +158,19 @@ def locate_records(run: Path, label: str | None, columns: Sequence[str] | None =
     df = read_records(file, columns)
     files = [file] + ([run / RESULTS] if found.label is not None and (run / RESULTS).exists() else [])
     return df, _pick(df, found.label or label, file), files, found.directory
+
+
+def locate_record_rows(run: Path, label: str | None) -> tuple[RecordRows, pd.DataFrame, str | None, list[Path], Path]:
+    """locate_records with every field, and the records as read (rfteval.data.records.RecordRows) beside their
+    frame: what reads more of them (readiness's sampling check) takes them from there, not from the file again."""
+    from rfteval.data.records import read_record_rows
+
+    found = find_records(run, label, "base")
+    (file,) = found.files
+    rows = read_record_rows(file)
+    df = rows.frame()
+    files = [file] + ([run / RESULTS] if found.label is not None and (run / RESULTS).exists() else [])
+    return rows, df, _pick(df, found.label or label, file), files, found.directory
 
 
 def spec_paths(directory: Path) -> tuple[Path | None, Path | None]:

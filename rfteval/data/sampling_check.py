@@ -28,11 +28,15 @@ import tomllib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import msgspec
 
 from rfteval.data.rundir import RESOLVED_SPEC
+from rfteval.errors import InputError
+
+if TYPE_CHECKING:
+    from rfteval.data.records import RecordRows
 
 MIN_ITEMS = 2  # items with 2+ answered epochs a label needs before its epochs say anything
 
@@ -209,25 +213,18 @@ _COLUMNS = ("model_label", "item_id", "epoch", "output_text", "output_tools", "r
 def file_answers(path: Path, label: str | None) -> Iterator[tuple[str, object, object]]:
     """(item_id, epoch, answer) of a record file's answered records of `label`, read as they are needed (a JSONL
     file line by line, a Parquet file batch by batch). Raises ValueError (or OSError) on a file it cannot read."""
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+    from rfteval.data.records import iter_jsonl_fields, iter_parquet_records
 
-        pf = pq.ParquetFile(path)
-        columns = [c for c in _COLUMNS if c in pf.schema_arrow.names]
-        for batch in pf.iter_batches(batch_size=1024, columns=columns):
-            yield from record_answers(batch.to_pylist(), label)
+    if path.suffix == ".parquet":
+        yield from record_answers(iter_parquet_records(path, _COLUMNS), label)
         return
-    decoder = msgspec.json.Decoder(_Line)
-    with open(path, "rb") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            r = decoder.decode(line)
-            if label is not None and r.model_label not in (None, label):
-                continue
-            if r.error is not None and (r.error.stage or "grade") == "generate":
-                continue
-            yield str(r.item_id), r.epoch, (r.output_text, bytes(r.output_tools), r.reasoning_text)
+    for r in iter_jsonl_fields(path, _Line):
+        assert isinstance(r, _Line)
+        if label is not None and r.model_label not in (None, label):
+            continue
+        if r.error is not None and (r.error.stage or "grade") == "generate":
+            continue
+        yield str(r.item_id), r.epoch, (r.output_text, bytes(r.output_tools), r.reasoning_text)
 
 
 def check_file(path: Path, label: str, asked: Asked | None) -> NotSampling | None:
@@ -237,9 +234,18 @@ def check_file(path: Path, label: str, asked: Asked | None) -> NotSampling | Non
         return None
     try:
         same = identical_epochs(file_answers(path, label))
-    except (OSError, ValueError, msgspec.MsgspecError):
+    except (OSError, ValueError, msgspec.MsgspecError, InputError):
         return None
     return not_sampling(label, same, asked)
+
+
+def check_rows(rows: RecordRows, label: str) -> NotSampling | None:
+    """check_path over a record file's records already read (read_record_rows), with the temperature its run's
+    spec says rfteval sent: the file is not read again."""
+    asked = asked_temperature(rows.path.parent, label)
+    if asked is None or asked.temperature == 0:
+        return None  # as check_records: nothing to warn of, no record looked at
+    return check_records(rows.dicts(), label, asked)
 
 
 def check_path(path: str | Path, label: str) -> NotSampling | None:

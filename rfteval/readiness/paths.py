@@ -75,7 +75,11 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
     columns = r.columns
     if columns is not None and grader is None:  # no grader file: the range comes from the records' grade_details
         columns = (*columns, "grade_details")
-    df, chosen, files, directory = rundir.locate_records(r.run, r.label, columns)
+    rows = None
+    if columns is None:  # every field: the records as read stay at hand for the sampling check below
+        rows, df, chosen, files, directory = rundir.locate_record_rows(r.run, r.label)
+    else:
+        df, chosen, files, directory = rundir.locate_records(r.run, r.label, columns)
     dataset = r.dataset or spec_dataset
     if r.regrade and (grader is None or dataset is None):
         raise InputError(f"needs --grader and --dataset (or a {rundir.RESOLVED_SPEC} naming them)", field="--regrade")
@@ -100,13 +104,16 @@ def assess_path(request: ReadinessRequest) -> AssessedPath:
         missing = sorted({str(i) for i in df["item_id"]} - set(items))
         if missing:
             raise InputError(f"item {missing[0]!r} of the records is not in the dataset", dataset, field="id")
-    # every epoch one answer although sampling was asked for: read from the file, since the frame may hold no texts
-    # (the viewer's columns); records with no label cannot be matched to the spec's temperature
+    # every epoch one answer although sampling was asked for: from the records read above when they hold every
+    # field, else from the file (the viewer's columns hold no texts); records with no label cannot be matched to the
+    # spec's temperature
     flat = None
     if chosen is not None:
-        from rfteval.data.sampling_check import asked_temperature, check_file
+        from rfteval.data.sampling_check import asked_temperature, check_file, check_records
 
-        flat = check_file(files[0], chosen, asked_temperature(directory, chosen))
+        asked = asked_temperature(directory, chosen)
+        flat = (check_records(rows.dicts(), chosen, asked) if rows is not None and asked is not None
+                else check_file(files[0], chosen, asked))
     try:
         thresholds = r.thresholds if r.thresholds is not None else Thresholds()
         report = assess(df, config, items, thresholds, group_size=r.group_size, label=chosen,

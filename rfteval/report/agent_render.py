@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from rfteval.compare.agent import AgentComparison, AgentRow, ScoreGroup, StopShare
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
 
 SHOWN = "cyan"  # the terminal's colour of a row the test shows (never green or red: neither way is "better")
 CSS = ".shown{color:#1f5f99;font-weight:600}"  # HTML's; with the section, so a page without one is as it was

@@ -21,7 +21,7 @@ from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary
 if TYPE_CHECKING:
     import numpy as np
 
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
     from rfteval.compare.samples import SampleBrief
     from rfteval.compare.series import SeriesResult
 

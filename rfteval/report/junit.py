@@ -20,7 +20,7 @@ from rfteval.report.format import fmt_ci
 if TYPE_CHECKING:
     import pandas as pd
 
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
 
 ITEMS_SUITE = "rfteval.compare.items"
 GATE_SUITE = "rfteval.compare.gate"

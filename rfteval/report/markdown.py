@@ -12,7 +12,7 @@ from rfteval.report.format import fmt, fmt_ci, fmt_p
 from rfteval.report.terminal import errors_text, metric_suffix, shown_p, summary_rows, verdict, wtl
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
     from rfteval.compare.series import SeriesResult
 
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-    from rfteval.compare.comparison import CompareOptions, CompareResult, PairRow, SideReport
+    from rfteval.compare.result import CompareOptions, CompareResult, PairRow, SideReport
     from rfteval.compare.series import SeriesResult
     from rfteval.data.sampling_check import NotSampling
     from rfteval.stats.paired import PairedDelta

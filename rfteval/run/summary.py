@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from rfteval.compare.comparison import CompareResult
+    from rfteval.compare.result import CompareResult
     from rfteval.compare.series import SeriesResult
     from rfteval.compare.sides import Side
     from rfteval.data.json_types import JSONInput, JSONMapping, JSONObject
@@ -56,7 +56,8 @@ def summarize_models(frame: pd.DataFrame, level: float = 0.95,
     left out of the mean and counted, a grading error or a refusal scores 0."""
     import pandas as pd
 
-    from rfteval.compare.comparison import CompareOptions, infer_bounds
+    from rfteval.compare.measure import infer_bounds
+    from rfteval.compare.result import CompareOptions
     from rfteval.data.records import effective_scores, error_type_of
     from rfteval.stats import paired as stats
 
@@ -215,7 +216,8 @@ def compare_run(sides: Mapping[str, Side], labels: Sequence[str], out_dir: Path,
     """The comparison of a run's models against its baseline, from the sides the run read once
     (rfteval.data.frame.load_run_frames); None until two models have records. `grader`: the grader the run graded
     with, whose ranges the sides then hold (its file is not read again)."""
-    from rfteval.compare.comparison import compare_sides, config_range, config_sub_ranges
+    from rfteval.compare.comparison import compare_sides
+    from rfteval.compare.ranges import config_range, config_sub_ranges
     from rfteval.compare.series import series_from_sides
 
     for side in sides.values():
@@ -248,7 +250,9 @@ def build_summary(spec: RunSpec, runs: list[ModelRun], totals: dict[str, LabelTo
     says its tools and limits (`tools`) and each model's rollouts (`agent`)."""
     import numpy as np
 
-    from rfteval.compare.comparison import CompareOptions, infer_bounds, run_pass_curves
+    from rfteval.compare.measure import infer_bounds
+    from rfteval.compare.passing import run_pass_curves
+    from rfteval.compare.result import CompareOptions
     from rfteval.data.records import json_safe, now_iso
     from rfteval.stats.paired import clip_interval, side_summary
 

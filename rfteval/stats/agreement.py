@@ -116,7 +116,7 @@ def _interval(estimate: float, boot: np.ndarray, clusters: int, level: float = 0
     """
     import numpy as np
 
-    from rfteval.stats.paired import t_ppf
+    from rfteval.stats.tdist import t_ppf
 
     v = boot[np.isfinite(boot)]
     if clusters < 2 or not math.isfinite(estimate) or v.size < max(10, boot.size // 2):

@@ -6,7 +6,7 @@ files. Filters select among those rows by flags the library computed (model.View
 "regressed" is the server's. What does not fit is said on every page ("the 500 lowest-delta items of 100,000")
 with the command that shows the rest.
 
-An agent run's item pages carry each tool result's first characters (model.RESULT_CHARS), as the server sends
+An agent run's item pages carry each tool result's first characters (sample_card.RESULT_CHARS), as the server sends
 them. The rest of every cut result is in DIR/results/<n>.js, one file per item, which the page loads when "show
 all" is clicked (a script, since a page opened from disk may fetch nothing): the whole results of 500 items can
 reach hundreds of MB (500 items x 3 epochs x 2 models x 10 calls x 20,000 characters, the default output limit,

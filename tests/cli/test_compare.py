@@ -369,3 +369,32 @@ def test_a_bad_stop_share_is_one_line_before_anything_is_read(tmp_path, value, m
     assert res.exit_code == 2 and res.stderr.strip().count("\n") == 0
     assert res.stderr.startswith(f"rfteval: {message}")
     assert not md.exists()
+
+
+def test_html_reads_the_baseline_file_once(tmp_path, monkeypatch):
+    """compare --html's readiness section, its sampling check and its listed samples come from the one read of the
+    baseline's file that the comparison makes (issue 40: it was read three times)."""
+    from rfteval.compare import samples as samples_mod
+    from rfteval.data import frame as frame_mod
+    from rfteval.data import records as records_mod
+    from rfteval.data import sampling_check
+    from tests.compare.test_paths import _run_dir
+
+    base, tuned = _run_dir(tmp_path, "jsonl")
+    reads: list[Path] = []
+
+    def count(module: object, name: str) -> None:
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda path, *a, **k: reads.append(Path(path)) or real(path, *a, **k))
+
+    for module, name in ((frame_mod, "read_frame"), (frame_mod, "read_record_rows"), (frame_mod, "recorded_range"),
+                         (records_mod, "read_records"), (sampling_check, "file_answers")):
+        count(module, name)
+    init = samples_mod.SampleSource.__init__
+    monkeypatch.setattr(samples_mod.SampleSource, "__init__",
+                        lambda self, path, label=None: reads.append(Path(path)) or init(self, path, label))
+    page = tmp_path / "c.html"
+    res = run(str(base), str(tuned), "--html", str(page))
+    assert res.exit_code == 0, res.output
+    text = page.read_text()
+    assert reads.count(base) == 1 and "RFT readiness of the baseline (base)" in text and "Not assessed" not in text

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.compare.comparison import UNBOUNDED_NOTE
+from rfteval.compare.measure import UNBOUNDED_NOTE
 from rfteval.report.format import fmt_ci
 from rfteval.stats.paired import side_summary
 from tests.support.fake_openai import FakeOpenAI, Reply, Request

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from rfteval.compare.agent import FINISHED, ITEM_COLUMNS, compare_agents, effort_row, item_means, stop_share
-from rfteval.compare.comparison import CompareOptions, compare_sides
+from rfteval.compare.comparison import compare_sides
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.compare.sides import load_side
 from rfteval.stats import paired as stats
 from tests.support.agent_records import Rollout, agent_record, agent_side, write_agent, write_plain

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rfteval.compare.comparison import CompareOptions, field_value
+from rfteval.compare.comparison import field_value
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.data.records import write_jsonl, write_parquet
 from rfteval.errors import InputError
 from rfteval.stats import paired as stats
@@ -264,7 +265,7 @@ def test_json_shape(pair):
 
 
 def test_bounds_come_from_the_graders_declared_range_when_the_scores_lie_in_it() -> None:
-    from rfteval.compare.comparison import infer_bounds
+    from rfteval.compare.measure import infer_bounds
 
     o = CompareOptions()
     ten = np.array([0.0, 7.0, 10.0])

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate, evaluate_gate
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.data.records import write_jsonl
 from rfteval.stats import paired as stats
 from tests.support.record_sides import rec, side_records, write_pair

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
+from rfteval.compare.result import CompareOptions
 from rfteval.compare.series import compare_series, held_out_best, series_from_sides
 from rfteval.compare.simulation import side_from_matrix
 from rfteval.data.records import make_record, write_jsonl

@@ -26,6 +26,20 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "compare/regrade.py": ("tests/cli/test_agree.py", "`agree --regrade`, end to end through a scripted judge"),
     "compare/gate_types.py": ("tests/compare/test_gate.py", "the gate's data: what the gate's tests build and read"),
     "compare/samples.py": ("tests/view/test_model.py", "the samples the viewer shows"),
+    "compare/result.py": ("tests/compare/test_comparison.py", "the result compare_sides builds, and its JSON"),
+    "compare/measure.py": ("tests/compare/test_comparison.py", "the comparison's statistics, through compare_sides"),
+    "compare/ranges.py": ("tests/cli/test_score_range.py", "a 0..10 judge's range through compare, run and agree"),
+    "compare/passing.py": ("tests/stats/test_passk.py", "the pass rule and pass@k, through compare_sides"),
+    "compare/hardest.py": ("tests/compare/test_comparison.py", "the hardest slice, through compare_sides"),
+    "providers/openai_request.py": ("tests/providers/test_openai_provider.py", "the request bodies the provider "
+                                    "sends, asserted on the fake server's side"),
+    "providers/openai_response.py": ("tests/providers/test_openai_provider.py", "answers, headers and statuses read, "
+                                     "through the provider against the fake server"),
+    "readiness/probe_outputs.py": ("tests/readiness/test_probes.py", "each probe's output, through run_probes"),
+    "readiness/reference_template.py": ("tests/readiness/test_probes.py", "the reference rendered as an output"),
+    "reward/base.py": ("tests/reward/test_core.py", "Reward and its error rule, through every adapter's factory"),
+    "reward/items.py": ("tests/reward/test_core.py", "the item found again exactly, through the adapters"),
+    "reward/options.py": ("tests/reward/test_adapters.py", "the factories' keywords, through each for_* factory"),
     "data/json_types.py": ("tests/project/test_architecture.py", "type names, no code (mypy checks their use)"),
     "graders/engine.py": ("tests/graders/test_string_check.py", "every grader type's test grades through it"),
     "graders/grading.py": ("tests/cli/test_grade.py", "the library behind `rfteval grade`, end to end"),
@@ -57,6 +71,12 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     "run/batch/judge_phase.py": ("tests/run/batch/test_phase.py", "the judge's batch phase, beside the generation's"),
     "view/bundle.py": ("tests/view/test_browser.py", "the static pages, opened from disk in a browser"),
     "view/paths.py": ("tests/view/test_model.py", "the view command's flags, end to end"),
+    "view/sources.py": ("tests/view/test_model.py", "the models found in the paths, through the pages"),
+    "view/sample_card.py": ("tests/view/test_model.py", "the Item page's samples and trajectories"),
+    "view/shown.py": ("tests/view/test_model.py", "the pages' figures as the terminal prints them"),
+    "view/item_columns.py": ("tests/view/test_model.py", "what the Compare page's filters read"),
+    "view/run_info.py": ("tests/view/test_model.py", "the Runs page's spec and summary tables"),
+    "view/regraded.py": ("tests/view/test_model.py", "the Agree page's pairs found among the paths"),
 }
 
 

@@ -54,3 +54,27 @@ def test_a_regrade_refuses_records_of_items_the_dataset_lacks(tmp_path):
         assess_path(ReadinessRequest(records_file(tmp_path, ["q0", "q7"]), grader=grader, dataset=dataset,
                                      regrade=2))
     assert "'q7'" in str(exc.value) and exc.value.field == "id"
+
+
+def test_readiness_reads_the_records_once_and_checks_sampling_on_them(tmp_path, monkeypatch):
+    """The sampling check takes the answers from the records the assessment read, not from the file again; the
+    viewer's column selection (no texts) still checks the file."""
+    from rfteval.data import records as records_mod
+    from rfteval.data import sampling_check
+    from tests.compare.test_paths import _run_dir
+
+    base, _ = _run_dir(tmp_path, "jsonl")
+    reads: list[Path] = []
+    for module, name in ((records_mod, "read_record_rows"), (records_mod, "read_records"),
+                         (sampling_check, "file_answers")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda path, *a, real=real, **k: reads.append(Path(path)) or real(path, *a,
+                                                                                                             **k))
+    whole = assess_path(ReadinessRequest(base)).report
+    assert reads == [base] and whole.not_sampling is not None
+    reads.clear()
+    from rfteval.readiness.paths import SIGNAL_COLUMNS
+
+    signal = assess_path(ReadinessRequest(base, columns=SIGNAL_COLUMNS)).report
+    assert reads == [base, base] and signal.not_sampling is not None
+    assert signal.not_sampling == whole.not_sampling

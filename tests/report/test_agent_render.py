@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare.comparison import CompareOptions, CompareResult
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions, CompareResult
 from rfteval.report.agent_render import SHOWN, agent_html, agent_markdown, agent_properties, agent_tables
 from rfteval.report.html import render_html
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit

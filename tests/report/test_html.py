@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.data.records import make_record, write_jsonl
 from rfteval.report.html import MAX_FOREST, render_html, ticks, write_html
 from tests.support.optional import missing

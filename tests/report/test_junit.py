@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.report.junit import GATE_SUITE, ITEMS_SUITE, render_junit, write_junit
 from tests.support.optional import require
 from tests.support.record_sides import write_side as record_side

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from rfteval.compare.comparison import CompareOptions
 from rfteval.compare.gate import Gate
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.report.markdown import cell, code, render_markdown, write_markdown
 from tests.support.record_sides import write_side
 

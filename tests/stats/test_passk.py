@@ -16,8 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.compare.comparison import CompareOptions, compare_sides, run_pass_curves
+from rfteval.compare.comparison import compare_sides
+from rfteval.compare.passing import run_pass_curves
 from rfteval.compare.paths import compare_paths
+from rfteval.compare.result import CompareOptions
 from rfteval.compare.sides import side_from_records
 from rfteval.compare.simulation import side_from_matrix
 from rfteval.data.records import make_record, write_jsonl

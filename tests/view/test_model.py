@@ -14,7 +14,8 @@ import pytest
 
 from rfteval.compare.samples import SampleSource
 from rfteval.errors import InputError
-from rfteval.view.model import RESULT_CHARS, ViewData, ViewOptions
+from rfteval.view.model import ViewData, ViewOptions
+from rfteval.view.sample_card import RESULT_CHARS
 from tests.support.view_runs import (
     BAD_ARGUMENTS,
     BIG,

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from rfteval.compare.comparison import CompareResult
     from rfteval.compare.paths import CompareRequest, ReportFile
+    from rfteval.compare.result import CompareResult
     from rfteval.compare.series import SeriesResult
 
 FileWriter = Callable[[Path], None]  # writes the report to a path (a temporary file, renamed when whole)
@@ -28,6 +28,7 @@ class ReportFormat:
     compare: Callable[[CompareResult, CompareRequest], FileWriter]
     series: Callable[[SeriesResult], FileWriter] | None = None  # None: a series has no such report, because:
     no_series: str = ""
+    reads_records: bool = False  # it reads the baseline's records beyond the comparison: compare keeps them
 
 
 def _markdown(result: CompareResult, request: CompareRequest) -> FileWriter:
@@ -58,7 +59,7 @@ def _html(result: CompareResult, request: CompareRequest) -> FileWriter:
     sections = readiness_sections(baseline_readiness(result, request.dataset))
     shown = max(request.top, 50)
     samples = listed_samples([(str(s["path"]), str(s["label"])) for s in (result.baseline, result.candidate)],
-                             result.items["item_id"].head(shown).tolist())
+                             result.items["item_id"].head(shown).tolist(), held=(result.rows.get("baseline"),))
     return lambda p: write_html(result, p, shown, sections, samples)
 
 
@@ -72,7 +73,7 @@ REPORT_FORMATS = (
     ReportFormat("markdown", "Write a Markdown summary (CI job summary, PR comment).", _markdown, _markdown_series),
     ReportFormat("junit", "Write JUnit XML: one test case per item.", _junit,
                  no_series="JUnit is per item of one comparison: compare two labels for it"),
-    ReportFormat("html", "Write one self-contained HTML report with plots.", _html, _html_series),
+    ReportFormat("html", "Write one self-contained HTML report with plots.", _html, _html_series, reads_records=True),
 )
 
 
@@ -98,7 +99,7 @@ def report_files(paths: dict[str, Path | None]) -> list[ReportFile]:
     """The report files asked for (the formats' options by name), in the table's order."""
     from rfteval.compare.paths import ReportFile
 
-    return [ReportFile(f"--{fmt.name}", path, fmt.no_series)
+    return [ReportFile(f"--{fmt.name}", path, fmt.no_series, fmt.reads_records)
             for fmt in REPORT_FORMATS if (path := paths.get(fmt.name)) is not None]
 
 
