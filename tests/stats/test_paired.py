@@ -10,13 +10,7 @@ import pandas as pd
 import pytest
 
 from rfteval.stats import paired as stats
-
-T_2_975 = 4.302652729911275  # Student t quantiles from published tables (and scipy)
-T_10_975 = 2.2281388519649385
-T_30_995 = 2.749995653567353
-T_2_80, T_4_975, T_4_80 = 1.0606601717798212, 2.7764451051977987, 0.9409645772358
-Z_975, Z_80 = 1.959963984540054, 0.8416212335729143
-
+from tests.support.t_tables import T_2_80, T_2_975, T_4_80, T_4_975, Z_80, Z_975
 
 # ---------------------------------------------------------------------------------------------- small cases
 
