@@ -128,7 +128,7 @@ def loopback() -> Iterator[str]:
     server.shutdown()
 
 
-def open_faults(per: str = "rollout", network: bool = False, timeout_s: float = 2.0, memory_mb: int = 1024,
+def open_faults(per: str = "rollout", network: bool = False, timeout_s: float = 20.0, memory_mb: int = 1024,
                 **more: Any) -> MCPTools:
     need_client()
     need_sandbox()
