@@ -59,7 +59,7 @@ from rfteval.sandbox.wire import (
 )
 
 if TYPE_CHECKING:
-    from rfteval.sandbox._worker import Sent, WorkerConfig
+    from rfteval.sandbox._worker_protocol import Sent, WorkerConfig
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STARTUP_TIMEOUT_S = 60.0

@@ -30,7 +30,7 @@ from rfteval.data.sample import ParsedSample, rebuild_args
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
-    from rfteval.sandbox._worker import Sent
+    from rfteval.sandbox._worker_protocol import Sent
 
 # What plain() makes: the built-in types marshal carries (keys too may be numbers, as in a Python dict)
 PlainKey: TypeAlias = "str | int | float | bool | None"
