@@ -596,7 +596,7 @@ def test_a_changed_sample_is_sent_whole_and_graded_as_changed(pool1: WorkerPool,
 @pytest.mark.slow
 def test_a_sample_the_worker_cannot_rebuild_is_sent_again_whole() -> None:
     source = ("import sys\n"
-              "sys.modules['__main__'].SAMPLE['parse'] = lambda text: None  # the worker's parse now fails\n"
+              "sys.modules['rfteval.sandbox._child'].SAMPLE['parse'] = lambda text: None  # the worker's parse now fails\n"
               "def grade(sample, item):\n"
               "    return float(sum(sample['output_json']['a']))\n")
     pairs = [(make_sample(json.dumps({"a": [n, 1]})), {}) for n in range(5)] + [(make_sample("x"), {})]
