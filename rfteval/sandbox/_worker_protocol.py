@@ -33,7 +33,7 @@ WORD = struct.Struct("<q")  # a template's replies after its first: a child's pi
 Err = tuple[str, str]
 Record = tuple[int, float, "str | None", "str | None", "str | None"]  # in a child's region: index, score, type, message, output
 
-if TYPE_CHECKING:  # the checker's names only: at run time this script defines and imports none of them
+if TYPE_CHECKING:  # the checker's names only: at run time the worker defines and imports none of them
     from typing import TypedDict
 
     from rfteval.data.json_types import JSONObject, JSONValue
