@@ -31,7 +31,8 @@ def describe_exit(status: int | None) -> str:
 
 
 class Template:
-    """In the supervisor: a template process that has loaded one source (pid -1 once reaped) and its socket."""
+    """In the supervisor: a template process that has loaded one source (pid -1 once reaped) and its socket. Here
+    rather than in _supervisor_templates.py: the clean-up after a unit spares the templates and reaps an ended one."""
 
     def __init__(self, key: str, pid: int, fd: int):
         self.key = key
