@@ -46,7 +46,7 @@ MESSAGE_CHARS = 2000  # an error's message, one line
 TYPE_CHARS = 100  # an error type's name
 MARKER_CHARS = 64  # cut's marker, with room for any count
 BYTES_PER_CHAR = 6  # a character in a record at worst (a control character, JSON-escaped)
-WORKER_TYPES = "python_grader_"  # the worker's own error types (_worker.PYTHON_*) start so
+WORKER_TYPES = "python_grader_"  # the worker's own error types (_worker_protocol.PYTHON_*) start so
 
 Err = tuple[str, str]
 Call = tuple[str, bytes | None]
@@ -55,7 +55,7 @@ Row = list[float | str | None]
 
 
 class Recorder(Protocol):
-    """What a turn needs of _worker.Child: its clock and the region it commits records to."""
+    """What a turn needs of _child.Child: its clock and the region it commits records to."""
 
     in_call: bool
     call_started: float

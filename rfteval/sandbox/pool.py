@@ -59,13 +59,13 @@ from rfteval.sandbox.wire import (
 )
 
 if TYPE_CHECKING:
-    from rfteval.sandbox._worker import Sent, WorkerConfig
+    from rfteval.sandbox._worker_protocol import Sent, WorkerConfig
 
 WORKER_SCRIPT = Path(__file__).with_name("_worker.py")
 STARTUP_TIMEOUT_S = 60.0
 TEMPLATE_BYTES = 512 << 20  # the cgroup's room for the supervisor while it imports a source's packages
 CHILD_SLACK = 32 << 20  # beyond the template and --grader-memory: a child's page tables and copied template pages
-HEARTBEAT_S = 1.0  # the supervisor's beat (as in _worker.py): a frame at least this often, at most twice this apart
+HEARTBEAT_S = 1.0  # the supervisor's beat (_supervisor_results.py): a frame at least this often, at most twice this apart
 SILENCE_S = 6.0  # a few missed beats: a sandbox silent this long was stopped or is stuck, whatever the grader's limit
 PREPARE_TIMEOUT_S = 60.0  # a new source's imports, before any grader code runs: nothing there can stop the supervisor
 MAX_ZERO_PROGRESS = 8  # supervisor failures in a row with no result in between before a batch gives up

@@ -3,10 +3,10 @@
 A turn (one rollout's calls of one model turn) goes to one sandbox as one unit: a child forked from the template
 that loaded the tools module once, given the item, the state as JSON text and the calls, and killed with
 everything it started before the next unit; the state comes back as JSON text, the only thing that outlives the
-unit. The supervisor and the child are _worker.py and _tool_unit.py (which says what crosses the wire); here the
-rows are read back, bounded once more, and every call gets an outcome: its content, or its error type and message.
-A call left without a row by a unit that failed is "not run", of the type that ended the turn; a supervisor that
-dies or goes silent costs the turn it was running, never the pool.
+unit. The supervisor and the child are _worker.py's (with its modules) and _tool_unit.py's (which says what crosses
+the wire); here the rows are read back, bounded once more, and every call gets an outcome: its content, or its
+error type and message. A call left without a row by a unit that failed is "not run", of the type that ended the
+turn; a supervisor that dies or goes silent costs the turn it was running, never the pool.
 """
 
 from __future__ import annotations

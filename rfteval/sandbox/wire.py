@@ -30,17 +30,17 @@ from rfteval.data.sample import ParsedSample, rebuild_args
 if TYPE_CHECKING:
     from rfteval.data.json_types import JSONObject
     from rfteval.data.sample import Sample
-    from rfteval.sandbox._worker import Sent
+    from rfteval.sandbox._worker_protocol import Sent
 
 # What plain() makes: the built-in types marshal carries (keys too may be numbers, as in a Python dict)
 PlainKey: TypeAlias = "str | int | float | bool | None"
 Plain: TypeAlias = "PlainKey | list[Plain] | dict[PlainKey, Plain]"
 
 STDOUT_CAP = 64 * 1024
-MESSAGE_CAP = 8000  # characters of an error message, as in _worker.py
+MESSAGE_CAP = 8000  # characters of an error message, as in _worker_protocol.py
 MAX_REPLY_BYTES = 64 << 20  # one frame from a supervisor: a batch's results, outputs capped
 HEADER = struct.Struct("<Q")
-RESEND = "rfteval_resend_whole"  # the wire's word for Resend (as in _worker.py)
+RESEND = "rfteval_resend_whole"  # the wire's word for Resend (as in _worker_protocol.py)
 TURN_CONTENT_CAP = 1 << 21  # a tool turn's content or state (_tool_unit's STATE_CHARS and MAX_OUTPUT_CHARS, below)
 ERROR_TYPES = frozenset({PYTHON_RUNTIME, PYTHON_TIMEOUT, PYTHON_MEMORY, PYTHON_SERVER})
 

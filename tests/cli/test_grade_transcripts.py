@@ -16,10 +16,9 @@ from openai.types.chat.chat_completion import Choice
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.sandbox import host
-from tests.support.fake_openai import FakeOpenAI, Reply, Request
-from tests.support.optional import sandbox_refused
-from tests.support.toolboxes import TOOLS_SCHEMA, tool_call
+from tests.support.fake_openai import FakeOpenAI
+from tests.support.optional import require_sandbox
+from tests.support.toolboxes import ADD_TOOLS_PY, TOOLS_SCHEMA, adding_each_user_message
 
 PROMPT = [{"role": "user", "content": "add 2 and 3"}]
 GRADER = '''
@@ -30,17 +29,6 @@ def grade(sample, item):
     print(json.dumps(sample, sort_keys=True))
     return 1.0 if sample["output_text"] == item["reference_answer"] and sample["rollout"]["turns"] == 4 else 0.0
 '''
-
-
-def conversing(request: Request) -> Reply:
-    """After each user message, add the two numbers it names; after the tool's answer, say the sum."""
-    messages = request.body["messages"]
-    last = messages[-1]
-    if last["role"] == "user":
-        a, b = (int(w) for w in last["content"].split() if w.isdigit())
-        turn = sum(1 for m in messages if m["role"] == "assistant") + 1
-        return Reply(tool_calls=[tool_call("add", {"a": a, "b": b}, f"c{turn}")])
-    return Reply(text=f"sum: {last['content']}")
 
 
 def art_line(transcript: list[dict[str, Any]]) -> dict[str, Any]:
@@ -59,16 +47,14 @@ def art_line(transcript: list[dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_a_transcript_from_each_harness_grades_as_the_run_that_played_it(tmp_path: Path) -> None:
-    refused = host().refused
-    if refused:
-        sandbox_refused(refused, host().bwrap is not None)
+    require_sandbox()
     dataset, grader, tools, out = (tmp_path / n for n in ("items.jsonl", "grader.py", "tools.py", "run"))
     dataset.write_text(json.dumps({"id": "q0", "messages": PROMPT, "tools": TOOLS_SCHEMA[:1],
                                    "reference_answer": "sum: 9", "rfteval_followups": ["now add 4 and 5"]}) + "\n")
     grader.write_text(GRADER)
-    tools.write_text("def add(a: float, b: float):\n    return a + b\n")
+    tools.write_text(ADD_TOOLS_PY)
     env = {"OPENAI_API_KEY": "sk-fake-0001"}
-    with FakeOpenAI(conversing) as server:
+    with FakeOpenAI(adding_each_user_message) as server:
         res = CliRunner().invoke(app, ["run", "--dataset", str(dataset), "--grader", str(grader), "--tools", str(tools),
                                        "--model", "base=fake-base", "--epochs", "1", "--base-url", server.base_url,
                                        "--out", str(out), "-q"], env=env)

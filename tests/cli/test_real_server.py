@@ -25,7 +25,10 @@ from tests.support.real_server import INSTALL_HINT, TOOLS_ALIAS, RealServer, una
 from tests.support.real_server_cli import (
     arithmetic_items,
     assert_one_line_error,
+    assert_secret_absent,
     chat_posts,
+    digits_grader,
+    digits_score,
     kill_mid_run_then_resume,
     output_of,
     records,
@@ -44,11 +47,8 @@ SECRET = "sk-realserver-test-0123456789abcdef"  # never sent anywhere but 127.0.
 @pytest.fixture(scope="session")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServer]:
     """One server for the session (two aliases of one model); tests that kill a server start their own."""
-    server = RealServer(workdir=tmp_path_factory.mktemp("llama")).start()
-    try:
+    with RealServer(workdir=tmp_path_factory.mktemp("llama")) as server:  # started, and stopped after
         yield server
-    finally:
-        server.stop()
 
 
 # ---------------------------------------------------------------- helpers
@@ -67,14 +67,6 @@ def run_args(server: RealServer, dataset: Path, grader: Path, out: Path, *extra:
     for m in models:
         args += ["--model", m]
     return args + list(extra)
-
-
-def assert_secret_absent(out: Path, *outputs: str) -> None:
-    for text in outputs:
-        assert SECRET not in text
-    for f in out.rglob("*"):
-        if f.is_file():
-            assert SECRET.encode() not in f.read_bytes(), f
 
 
 # ---------------------------------------------------------------- the core path
@@ -111,11 +103,7 @@ def test_two_aliases_three_epochs_compare_readiness_and_a_python_grader(llama: R
     assert ready.returncode == 0, output_of(ready)
     assert "zero-signal" in ready.stdout
 
-    grader = tmp_path / "py.json"
-    grader.write_text(json.dumps({"type": "python", "name": "digits", "source": (
-        "def grade(sample, item) -> float:\n"
-        "    digits = ''.join(c for c in sample['output_text'] if c.isdigit())\n"
-        "    return 1.0 if digits == item['reference_answer'] else 0.0\n")}))
+    grader = digits_grader(tmp_path / "py.json")
     posts = chat_posts(llama)
     regrade = rfteval(*[grader.as_posix() if a.endswith("g.json") else a for a in args])
     assert regrade.returncode == 0, output_of(regrade)
@@ -125,9 +113,8 @@ def test_two_aliases_three_epochs_compare_readiness_and_a_python_grader(llama: R
         assert all(r["error"] is None and r["score"] in (0.0, 1.0) for r in recs)
         refs = {x["id"]: x["reference_answer"] for x in arithmetic_items(6)}
         for r in recs:  # the grader's own rule, applied here to the stored answer
-            digits = "".join(c for c in r["output_text"] if c.isdigit())
-            assert r["score"] == (1.0 if digits == refs[r["item_id"]] else 0.0), r
-    assert_secret_absent(out, output_of(res), output_of(cmp), output_of(ready), output_of(regrade))
+            assert r["score"] == digits_score(r["output_text"], refs[r["item_id"]]), r
+    assert_secret_absent(SECRET, out, output_of(res), output_of(cmp), output_of(ready), output_of(regrade))
 
 
 # ---------------------------------------------------------------- what the request carries
@@ -249,7 +236,7 @@ def test_a_judge_served_by_the_same_server(llama: RealServer, tmp_path: Path) ->
     summary = json.loads((out / "summary.json").read_text())
     judge = summary["judge_results"]["smol-tuned"]
     assert judge["calls"] == 4 and 0 < judge["output_tokens"] <= 4 * 400, judge
-    assert_secret_absent(out, output_of(res))
+    assert_secret_absent(SECRET, out, output_of(res))
 
 
 # ---------------------------------------------------------------- what the server does not have
@@ -292,15 +279,12 @@ def test_a_killed_server_stops_the_run_within_seconds_and_the_same_command_resum
     stops within seconds naming the refused connection, no traceback; the server restarted on the same port, the
     same command resumes (stored answers not re-sent) and completes (tests/support/real_server_cli.py, which
     `transformers serve` goes through too)."""
-    server = RealServer(workdir=tmp_path / "llama").start()
-    try:
+    with RealServer(workdir=tmp_path / "llama") as server:
         ds = write_items(tmp_path / "items.jsonl", sentence_items(12))
         out = tmp_path / "run"
         args = run_args(server, ds, string_check(tmp_path / "g.json"), out, "--concurrency", "2", epochs=3,
                         max_tokens=24)
         kill_mid_run_then_resume(server, args, out, "base", 36, SECRET)
-    finally:
-        server.stop()
 
 
 # ---------------------------------------------------------------- issue 27: developer, judges failing fast, truncation

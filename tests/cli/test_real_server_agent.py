@@ -32,6 +32,7 @@ from tests.support.cli_run_files import RFTEVAL
 from tests.support.logging_proxy import Exchange, LoggingProxy
 from tests.support.optional import missing, sandbox_refused
 from tests.support.real_server import INSTALL_HINT, unavailable
+from tests.support.real_server_cli import assert_secret_absent
 
 pytestmark = [pytest.mark.real_server, pytest.mark.slow]
 if (REASON := unavailable()) is not None:  # the whole module, in one line saying why
@@ -276,6 +277,5 @@ def test_a_real_server_runs_rollouts_and_a_killed_run_resumes_with_no_turn_sent_
         ended = Counter(r["stop_reason"] for r in side)
         assert {k: v[f"{role}_rollouts"] for k, v in agent["stop_reasons"].items() if v[f"{role}_rollouts"]} == ended
 
-    for text in (stdout1, stderr1, second.stdout, second.stderr, third.stdout, third.stderr, cmp.stdout):
-        assert SECRET not in text
-    assert not [f for f in out.rglob("*") if f.is_file() and SECRET.encode() in f.read_bytes()]
+    assert_secret_absent(SECRET, out, stdout1, stderr1, second.stdout, second.stderr, third.stdout, third.stderr,
+                         cmp.stdout)

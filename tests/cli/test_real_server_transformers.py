@@ -35,7 +35,10 @@ from tests.support.optional import missing
 from tests.support.real_server_cli import (
     arithmetic_items,
     assert_one_line_error,
+    assert_secret_absent,
     chat_posts,
+    digits_grader,
+    digits_score,
     kill_mid_run_then_resume,
     output_of,
     records,
@@ -55,11 +58,8 @@ SECRET = "sk-transformers-test-0123456789abcdef"  # sent to 127.0.0.1 only; must
 def serve(variant: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TransformersServer]:
     from examples.rft_on_cpu.checkpoint import hf_checkpoint
 
-    server = TransformersServer(hf_checkpoint(variant), workdir=tmp_path_factory.mktemp(f"serve-{variant}")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    with TransformersServer(hf_checkpoint(variant), workdir=tmp_path_factory.mktemp(f"serve-{variant}")) as server:
+        yield server  # started, and stopped after
 
 
 @pytest.fixture(scope="module")
@@ -186,11 +186,7 @@ def test_two_labels_three_epochs_compare_readiness_and_a_python_grader(sampling:
     assert cmp.returncode == 0 and ready.returncode == 0, output_of(cmp) + output_of(ready)
     assert "zero-signal" in ready.stdout
 
-    grader = tmp_path / "py.json"
-    grader.write_text(json.dumps({"type": "python", "name": "digits", "source": (
-        "def grade(sample, item) -> float:\n"
-        "    digits = ''.join(c for c in sample['output_text'] if c.isdigit())\n"
-        "    return 1.0 if digits == item['reference_answer'] else 0.0\n")}))
+    grader = digits_grader(tmp_path / "py.json")
     posts = chat_posts(sampling)
     regrade = rfteval(*[str(grader) if a.endswith("g.json") else a for a in args])
     assert regrade.returncode == 0, output_of(regrade)
@@ -198,11 +194,8 @@ def test_two_labels_three_epochs_compare_readiness_and_a_python_grader(sampling:
     refs = {x["id"]: x["reference_answer"] for x in arithmetic_items(4)}
     for label in ("base", "tuned"):
         for r in records(out, label):  # the grader's own rule, applied here to the stored answer
-            assert r["score"] == (1.0 if "".join(c for c in r["output_text"] if c.isdigit()) == refs[r["item_id"]]
-                                  else 0.0), r
-    for text in (output_of(res), output_of(cmp), output_of(ready), output_of(regrade)):
-        assert SECRET not in text
-    assert not [f for f in out.rglob("*") if f.is_file() and SECRET.encode() in f.read_bytes()]
+            assert r["score"] == digits_score(r["output_text"], refs[r["item_id"]]), r
+    assert_secret_absent(SECRET, out, output_of(res), output_of(cmp), output_of(ready), output_of(regrade))
 
 
 def test_json_mode_is_not_supported_and_said_so_by_the_server(sampling: TransformersServer, tmp_path: Path) -> None:
@@ -257,13 +250,10 @@ def test_a_killed_server_stops_the_run_and_the_same_command_resumes(tmp_path: Pa
     resumes without sending a stored answer again (tests/support/real_server_cli.py, as for llama.cpp's)."""
     from examples.rft_on_cpu.checkpoint import hf_checkpoint
 
-    server = TransformersServer(hf_checkpoint("sampling"), workdir=tmp_path / "serve").start()
-    try:
+    with TransformersServer(hf_checkpoint("sampling"), workdir=tmp_path / "serve") as server:
         ds = write_items(tmp_path / "items.jsonl", sentence_items(8))
         out = tmp_path / "run"
         args = ["run", "--dataset", str(ds), "--grader", str(string_check(tmp_path / "g.json")), "--base-url",
                 server.base_url, "--model", f"base={server.model}", "--epochs", "3", "--max-output-tokens", "16",
                 "--concurrency", "2", "--out", str(out), "--quiet", "--no-readiness"]
         kill_mid_run_then_resume(server, args, out, "base", 24, SECRET)
-    finally:
-        server.stop()

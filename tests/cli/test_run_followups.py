@@ -18,26 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 from rfteval.cli.app import app
-from rfteval.sandbox import host
 from tests.support.cli_run_files import RFTEVAL
 from tests.support.fake_openai import FakeOpenAI, Reply, Request
 from tests.support.guard import hang_guard
-from tests.support.optional import sandbox_refused
-from tests.support.toolboxes import TOOLS_SCHEMA, tool_call
+from tests.support.optional import require_sandbox
+from tests.support.toolboxes import ADD_TOOLS_PY, TOOLS_SCHEMA, adding_each_user_message
 
-TOOLS = "def add(a: float, b: float):\n    return a + b\n"
 FIRST, SECOND = "now add 4 and 5", "and 6 and 7"
-
-
-def conversing(request: Request) -> Reply:
-    """After each user message, add the two numbers it names; after the tool's answer, say the sum."""
-    messages = request.body["messages"]
-    last = messages[-1]
-    if last["role"] == "user":
-        a, b = (int(w) for w in last["content"].split() if w.isdigit())
-        turn = sum(1 for m in messages if m["role"] == "assistant") + 1
-        return Reply(tool_calls=[tool_call("add", {"a": a, "b": b}, f"c{turn}")])
-    return Reply(text=f"sum: {last['content']}")
 
 
 def lines(path: Path) -> list[dict[str, Any]]:
@@ -46,23 +33,21 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_a_run_killed_after_the_first_follow_up_resumes_there(tmp_path: Path) -> None:
-    refused = host().refused
-    if refused:
-        sandbox_refused(refused, host().bwrap is not None)
+    require_sandbox()
     dataset, grader, tools, out = (tmp_path / n for n in ("items.jsonl", "grader.json", "tools.py", "run"))
     dataset.write_text(json.dumps({"id": "q0", "messages": [{"role": "user", "content": "add 2 and 3"}],
                                    "tools": TOOLS_SCHEMA[:1], "reference_answer": "sum: 13",
                                    "rfteval_followups": [FIRST, {"role": "user", "content": SECOND}]}) + "\n")
     grader.write_text(json.dumps({"type": "string_check", "name": "exact", "input": "{{ sample.output_text }}",
                                   "reference": "{{ item.reference_answer }}", "operation": "eq"}))
-    tools.write_text(TOOLS)
+    tools.write_text(ADD_TOOLS_PY)
     held, release = threading.Event(), threading.Event()
 
     def stalls_on_the_second_follow_up(request: Request) -> Reply:
         if SECOND in request.user_texts() and not release.is_set():
             held.set()
             release.wait(30)  # answered to no one: the run is killed meanwhile
-        return conversing(request)
+        return adding_each_user_message(request)
 
     args = ["run", "--dataset", str(dataset), "--grader", str(grader), "--tools", str(tools), "--model",
             "base=fake-base", "--epochs", "1", "--out", str(out), "--quiet"]

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from rfteval.cli.app import app
 from rfteval.tools.base import ToolLimits
+from tests.support.cli_run_files import write_agent_files
 from tests.support.fake_openai import FakeOpenAI, Reply, Request
 from tests.support.toolboxes import (
-    TOOLS_SCHEMA,
     FunctionTools,
     adding_agent,
     calculator,
@@ -51,15 +51,7 @@ def python_tools(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, ToolLimits
 
 
 def files(tmp: Path, n_items: int = 2) -> dict[str, Path]:
-    (tmp / "items.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"add 2 and 3 ({i})"}],
-                    "tools": TOOLS_SCHEMA, "reference_answer": "sum: 5"}) + "\n" for i in range(n_items)))
-    (tmp / "grader.json").write_text(json.dumps({"type": "string_check", "name": "exact",
-                                                 "input": "{{ sample.output_text }}",
-                                                 "reference": "{{ item.reference_answer }}", "operation": "eq"}))
-    (tmp / "tools.py").write_text("def add(a, b):\n    return a + b\n")
-    return {"dataset": tmp / "items.jsonl", "grader": tmp / "grader.json", "tools": tmp / "tools.py",
-            "out": tmp / "run"}
+    return write_agent_files(tmp, n_items, tools_py="def add(a, b):\n    return a + b\n")
 
 
 def invoke(*args: str) -> Any:

@@ -20,9 +20,9 @@ from rfteval.run.runner import RunOptions, RunResult, run_eval
 from rfteval.run.spec import ModelRun, build_spec, flag_overrides
 from rfteval.run.store import CellKeys, ResponseEntry, RunStore, new_response_entry
 from rfteval.tools.base import BAD_ARGUMENTS, UNKNOWN_TOOL, RolloutToolError, ToolResult
+from tests.support.cli_run_files import write_agent_files
 from tests.support.fake_openai import FakeOpenAI, Reply, Request
 from tests.support.toolboxes import (
-    TOOLS_SCHEMA,
     FunctionTools,
     adding_agent,
     calculator,
@@ -76,19 +76,6 @@ def test_the_limits_key_holds_each_limit():
 
 
 # ---- the loop, against the fake server -----------------------------------------------------------------------------
-
-
-def write_agent_files(tmp: Path, n_items: int = 1, reference: str = "sum: 5", **item: Any) -> dict[str, Path]:
-    """Items asking to add 2 and 3 with the calculator's tools declared, and an exact-match grader."""
-    (tmp / "items.jsonl").write_text("".join(
-        json.dumps({"id": f"q{i}", "messages": [{"role": "user", "content": f"add 2 and 3 ({i})"}],
-                    "tools": TOOLS_SCHEMA, "reference_answer": reference, **item}) + "\n" for i in range(n_items)))
-    (tmp / "grader.json").write_text(json.dumps({"type": "string_check", "name": "exact",
-                                                 "input": "{{ sample.output_text }}",
-                                                 "reference": "{{ item.reference_answer }}", "operation": "eq"}))
-    (tmp / "tools.py").write_text("# the tools run in process here (tests/support/toolboxes.py)\n")
-    return {"dataset": tmp / "items.jsonl", "grader": tmp / "grader.json", "tools": tmp / "tools.py",
-            "out": tmp / "run"}
 
 
 def agent_run(files: dict[str, Path], server: FakeOpenAI, tools: FunctionTools | None = None, epochs: int = 1,

@@ -192,7 +192,7 @@ HOSTILE_OUTCOMES = [
 
 @pytest.mark.parametrize("payload, outcome", zip([
     # patch what frames replies in this process (only this unit's process has it)
-    "import sys\nw = sys.modules['__main__']\nw.Child.commit = lambda *a, **k: None\n",
+    "import sys\nw = sys.modules['rfteval.sandbox._child']\nw.Child.commit = lambda *a, **k: None\n",
     # forge a reply frame on every fd it can find, then exit
     "import os, struct\n"
     "frame = b'[true, [[1.0, null, null, null]]]'\n"

@@ -26,7 +26,7 @@ from rfteval.sandbox import (
     SandboxPolicy,
     SandboxUnavailable,
     WorkerPool,
-    _worker,
+    _preload,
     compact_sample,
     encode,
     encode_whole,
@@ -195,7 +195,7 @@ def test_traceback_is_trimmed_to_the_graders_frames(pool1: WorkerPool) -> None:
     line = next(n for n, text in enumerate(MISBEHAVING.splitlines(), 1) if "raise ValueError" in text)
     assert "Traceback" in message and f"line {line}, in grade" in message
     assert 'raise ValueError("bad reference " + item["id"])' in message  # the source line is shown
-    assert "_worker.py" not in message  # the worker's own frames are not the user's business
+    assert "_worker.py" not in message and "_child.py" not in message  # the worker's own frames are not the user's
 
 
 def test_a_crash_reports_what_the_process_printed(pool1: WorkerPool) -> None:
@@ -596,7 +596,7 @@ def test_a_changed_sample_is_sent_whole_and_graded_as_changed(pool1: WorkerPool,
 @pytest.mark.slow
 def test_a_sample_the_worker_cannot_rebuild_is_sent_again_whole() -> None:
     source = ("import sys\n"
-              "sys.modules['__main__'].SAMPLE['parse'] = lambda text: None  # the worker's parse now fails\n"
+              "sys.modules['rfteval.sandbox._child'].SAMPLE['parse'] = lambda text: None  # the worker's parse now fails\n"
               "def grade(sample, item):\n"
               "    return float(sum(sample['output_json']['a']))\n")
     pairs = [(make_sample(json.dumps({"a": [n, 1]})), {}) for n in range(5)] + [(make_sample("x"), {})]
@@ -655,9 +655,9 @@ def test_an_items_samples_of_one_model_share_one_process() -> None:
 
 
 def test_the_template_does_pydantics_first_model_work_and_a_units_models_still_validate(pool1: WorkerPool) -> None:
-    _worker.preimport(["pydantic"])
-    _worker.warm_up()
-    assert "pydantic" in _worker.WARMED
+    _preload.preimport(["pydantic"])
+    _preload.warm_up()
+    assert "pydantic" in _preload.WARMED
     source = ("from typing import List, Optional\n"
               "from pydantic import BaseModel, Field\n"
               "class Answer(BaseModel):\n"

@@ -93,6 +93,15 @@ def sandbox_refused(refused: str, bwrap_found: bool) -> NoReturn:
 PREFIX = f"{MissingDependency.__module__}.{MissingDependency.__qualname__}: "
 
 
+def require_sandbox() -> None:
+    """Go on only where the python grader sandbox can be had (rfteval.sandbox.host()); else sandbox_refused."""
+    from rfteval.sandbox import host
+
+    refused = host().refused
+    if refused:
+        sandbox_refused(refused, host().bwrap is not None)
+
+
 def in_ci(reason: str) -> str:
     return (f"{reason}; CI is set, so the Makefile installed it or failed: missing here, it is a broken install, "
             "not a machine without it")

@@ -1,6 +1,7 @@
 """What the real-server tests share (tests/cli/test_real_server.py: llama.cpp's server; tests/cli/test_real_server_
-transformers.py: `transformers serve`): small datasets, the records and errors read back, the requests a server's
-access log counts, and the kill-and-resume check both servers go through."""
+transformers.py: `transformers serve`; tests/cli/test_real_server_agent.py): small datasets and graders, the records
+and errors read back, the requests a server's access log counts, the API key's absence, and the kill-and-resume
+check both servers go through."""
 
 from __future__ import annotations
 
@@ -56,6 +57,31 @@ def string_check(path: Path, operation: str = "like") -> Path:
     path.write_text(json.dumps({"type": "string_check", "name": "has-reference", "input": "{{ sample.output_text }}",
                                 "reference": "{{ item.reference_answer }}", "operation": operation}))
     return path
+
+
+DIGITS_SOURCE = ("def grade(sample, item) -> float:\n"
+                 "    digits = ''.join(c for c in sample['output_text'] if c.isdigit())\n"
+                 "    return 1.0 if digits == item['reference_answer'] else 0.0\n")
+
+
+def digits_grader(path: Path) -> Path:
+    """A python grader (run in the sandbox) scoring 1.0 when the output's digits are the reference's."""
+    path.write_text(json.dumps({"type": "python", "name": "digits", "source": DIGITS_SOURCE}))
+    return path
+
+
+def digits_score(output_text: str, reference: str) -> float:
+    """The digits grader's own rule, applied in this process to a stored answer."""
+    return 1.0 if "".join(c for c in output_text if c.isdigit()) == reference else 0.0
+
+
+def assert_secret_absent(secret: str, out: Path, *outputs: str) -> None:
+    """The API key reached neither an output nor any file of the run directory `out`."""
+    for text in outputs:
+        assert secret not in text
+    for f in out.rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
 
 
 def records(out: Path, label: str) -> list[dict[str, Any]]:

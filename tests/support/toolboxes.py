@@ -128,6 +128,21 @@ def adding_agent(request: Request, turn: int) -> Reply:
     return Reply(text=f"sum: {results[-1]['content'] if results else '?'}")
 
 
+def adding_each_user_message(request: Request) -> Reply:
+    """After each user message (the prompt's, then each scripted follow-up's), add the two numbers it names; after
+    the tool's answer, say the sum. Each turn's call has its own id (c1, c2, ...)."""
+    messages = request.body["messages"]
+    last = messages[-1]
+    if last["role"] == "user":
+        a, b = (int(w) for w in last["content"].split() if w.isdigit())
+        turn = sum(1 for m in messages if m["role"] == "assistant") + 1
+        return Reply(tool_calls=[tool_call("add", {"a": a, "b": b}, f"c{turn}")])
+    return Reply(text=f"sum: {last['content']}")
+
+
+ADD_TOOLS_PY = "def add(a: float, b: float):\n    return a + b\n"  # TOOLS_SCHEMA's add as a tools.py the sandbox runs
+
+
 TOOLS_SCHEMA: list[dict[str, Any]] = [
     {"type": "function", "function": {"name": "add", "description": "Add two numbers.",
                                       "parameters": {"type": "object", "properties": {"a": {"type": "number"},
