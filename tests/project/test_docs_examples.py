@@ -96,7 +96,7 @@ def rfteval_imports(source: str) -> list[tuple[str, str | None]]:
 
 
 def test_the_docs_have_python_examples() -> None:
-    # the parser finds the imports (the README's library example, judges.md, readiness.md)
+    # the parser finds the imports (docs/python.md's library example, judges.md, readiness.md)
     assert sum(1 for b in PYTHON if rfteval_imports(b.source)) >= 3
 
 
@@ -282,14 +282,15 @@ def test_the_example_runs_as_printed(block: Block, workdirs: Callable[[Block], P
         check_output(block, block.source, block.output, printed, cwd)
 
 
-# ---- what the README's library example computes ------------------------------------------------------------------
+# ---- what the library example (docs/python.md) computes -----------------------------------------------------
 
 
 @pytest.mark.slow
 def test_the_readme_library_example_computes_on_the_demo_run(workdirs: Callable[[Block], Path]) -> None:
-    """The README's "From Python" block, run in-process on the demo's ChipStack run: beyond running, it computes
-    what it says (the grade of a right answer, a row per record, a paired delta, a readiness verdict)."""
-    (block,) = [b for b in PYTHON if b.path.name == "README.md" and "compare_paths" in b.source]
+    """The library example (docs/python.md's "From Python" block, once the README's), run in-process on the demo's
+    ChipStack run: beyond running, it computes what it says (the grade of a right answer, a row per record, a paired
+    delta, a readiness verdict)."""
+    (block,) = [b for b in PYTHON if b.path == ROOT / "docs" / "python.md" and "compare_paths" in b.source]
     cwd = os.getcwd()
     os.chdir(workdirs(block))
     try:
