@@ -81,6 +81,27 @@ def test_an_unmarked_example_reaches_no_other_host(block: Block) -> None:
     assert not hosts, f"{block.where}: reaches {hosts}: mark it <!-- example: needs live endpoint -->"
 
 
+# an install run by the tests would change the venv they run in (pip install -e of a temporary copy redirects the
+# editable install there): such a block is refused unless marked `installs`, before anything runs
+INSTALLS = re.compile(r"(^|[;&|(]\s*|\s)(pip3?|uv pip|apt-get|apt|make)\s+(install|[a-z][\w-]*)?|python3? -m pip\b",
+                      re.M)
+
+
+@pytest.mark.parametrize("block", TO_RUN, ids=[b.where for b in TO_RUN])
+def test_an_unmarked_example_installs_nothing(block: Block) -> None:
+    code = "\n".join(line for line in block.source.splitlines() if not line.lstrip().startswith("#"))
+    found = INSTALLS.search(code) if block.lang in SHELLS else None
+    assert not found, f"{block.where}: runs {found.group(0).strip()!r}: mark it <!-- example: installs -->"
+
+
+def test_the_install_guard_knows_an_install_from_a_mention() -> None:
+    for text in ("pip install -e '.[graders]'", "make demo", "cd x && make test", "python -m pip install rich",
+                 "apt-get install bubblewrap"):
+        assert INSTALLS.search(text), text
+    for text in ("rfteval run --model base=m", "rfteval export-reward g.json --target trl", "echo makes sense"):
+        assert not INSTALLS.search(text), text
+
+
 # ---- the Python examples' imports --------------------------------------------------------------------------------
 
 
@@ -266,6 +287,9 @@ def params() -> Iterator[object]:
 @pytest.mark.parametrize("block", params())
 def test_the_example_runs_as_printed(block: Block, workdirs: Callable[[Block], Path]) -> None:
     cwd = workdirs(block)
+    if block.lang in SHELLS and INSTALLS.search("\n".join(line for line in block.source.splitlines()
+                                                          if not line.lstrip().startswith("#"))):
+        pytest.fail(f"{block.where}: installs: mark it <!-- example: installs -->", pytrace=False)
     if HOST.search(block.source):
         pytest.fail(f"{block.where}: reaches a host other than 127.0.0.1: mark it needs live endpoint", pytrace=False)
     if block.lang == "console":
