@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: `rfteval run` on three examples, base vs tuned, 3 epochs each, all offline and free:
+# `make demo`: `rfteval run` on four examples, base vs tuned, 3 epochs each, all offline and free:
 #   1. ChipStack (a python grader), then `rfteval compare` as the CI gate;
 #   2. Accordance (a score_model judge grading tax analyses against a rubric), then a short compare;
 #   3. Support as an agent (`rfteval run --tools --group-models`): a group judge ranks each item's rollouts of both
