@@ -110,7 +110,7 @@ def generate_agent(items: int, epochs: int, work: Path) -> None:
             extra.append(agent_fields(rng, r))
         with open(work / f"plain-{label}.jsonl", "wb") as plain, open(work / f"agent-{label}.jsonl", "wb") as agent:
             for r, fields in zip(records, extra):
-                line = msgspec.structs.asdict(r)
+                line = {k: v for k, v in msgspec.structs.asdict(r).items() if v is not msgspec.UNSET}  # unset: unwritten
                 plain.write(encoder.encode(line) + b"\n")
                 agent.write(encoder.encode({**line, **fields}) + b"\n")
         with pq.ParquetWriter(work / f"plain-{label}.parquet", to_arrow(records[:1]).schema) as plain_pq:

@@ -60,8 +60,11 @@ if TYPE_CHECKING:
 SUB = "sub:"  # prefix of per-record sub-score columns in a frame
 # A record file up to this size may be held whole when its reader asks (load_frame's keep_rows): read once, the
 # normalised frame built from the same rows. A larger one is read by the column-wise reader alone, as without
-# keep_rows: holding every record of it would cost gigabytes, and its reader then reads what else it needs itself.
-HOLD_MAX_BYTES = 256 * 2**20
+# keep_rows, and its reader reads what else it needs itself: holding the rows costs more than reading again (on
+# bench_compare's records, `compare --html` took 2.8 CPU-s and 361 MB holding a 16 MB baseline against 2.4 CPU-s and
+# 330 MB reading it again; 12 CPU-s and 1.56 GB against 4.8 CPU-s and 767 MB at 160 MB; bench/README.md), so only a
+# file as small as an RFT eval's usually is (a few hundred records), where the two cost alike, is held.
+HOLD_MAX_BYTES = 4 * 2**20
 
 
 @dataclass
