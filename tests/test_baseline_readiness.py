@@ -17,10 +17,10 @@ from rfteval.report.readiness_render import readiness_sections
 
 
 def compared(path: Path, records: int, not_sampling: dict[str, NotSampling] | None = None) -> Any:
-    """What baseline_readiness reads of a comparison's result: its baseline side, and the sides compare found
-    not sampled."""
+    """What baseline_readiness reads of a comparison's result: its baseline side, the sides compare found not
+    sampled, and the records compare kept (none here: the baseline is read from its file)."""
     return SimpleNamespace(baseline={"label": "base", "path": str(path), "records": records},
-                           not_sampling=not_sampling or {})
+                           not_sampling=not_sampling or {}, rows={})
 
 
 def write_records(path: Path, epochs: int) -> Path:

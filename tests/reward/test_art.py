@@ -123,11 +123,12 @@ def test_without_items_the_item_is_the_prompt_and_the_metadata():
 
 
 def value_judge(request: Any) -> Any:
-    """Scores each sample by the number after 'v=' in its text (as tests/graders/test_group_judge.py does)."""
+    """Scores each sample by the number after 'v=' in its text (as tests/graders/test_group_judge.py does); an ART
+    trajectory is shown whole (RULER over trajectories), its final answer inside it."""
     import re
 
     shown = re.findall(r'<sample id="([^"]+)">\n(.*?)\n</sample>', request.body["messages"][1]["content"], re.S)
-    return json.dumps({"scores": [{"id": sid, "explanation": "v", "score": float(text.split("v=")[1])}
+    return json.dumps({"scores": [{"id": sid, "explanation": "v", "score": float(re.findall(r"v=([0-9.]+)", text)[-1])}
                                   for sid, text in shown]})
 
 
@@ -150,6 +151,8 @@ def test_a_group_judge_ranks_the_whole_group_like_ruler(fake_openai, monkeypatch
     assert all(t.reward == float(t.messages()[-1]["content"].split("v=")[1]) for t in group.trajectories)
     assert all(t.metrics["independent_reward"] == 0.1 for t in group.trajectories)  # RULER keeps it too
     assert len(fake_openai.requests) == 1  # one judge call for the group
+    shown = fake_openai.requests[0].body["messages"][1]["content"]
+    assert shown.count("<trajectory") == 3 and "<final_answer>" in shown  # each ranked as a whole trajectory
     with pytest.raises(ValueError, match="after_each"):  # one trajectory alone has no rank
         asyncio.run(reward.trajectory(group.trajectories[0]))
 
