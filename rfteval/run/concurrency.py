@@ -26,16 +26,17 @@ slot count, and one request waiting there to cover the client's own gaps. Agains
 grows with concurrency (any large API) the rule never fires.
 
 Latency rises for a second reason that is not the server's: a busy client (its CPU shared with grading, writing,
-other processes) answers its own event loop late, and every request waits in it. By Little's law the two look
-alike from outside (in flight = throughput x latency either way), so the limiter measures the loop itself: a
-ticker that sleeps LAG_TICK_S and records how late it woke (the time any ready callback waits). A request spans
-about LAG_WAITS loop turns beyond the server's own time (its send, its answer's headers and body, its release), so
-its latency less LAG_WAITS x the window's mean lag is the server's share, and only that share counts as a queue
-signal. A probe settles below what was asked for (`--concurrency`) only on evidence, a queue (the server's share of
-latency grew with the requests in flight while throughput stayed flat) or a measured throughput loss at the higher
-limit while the client's loop was no later there than below (a loss that came with a late loop is the client's: a
-test suite or a build beside the run took its CPU); otherwise it goes back up, and `client_busy` counts the windows
-whose latency rise (or throughput loss) was the client's own. `cap_reason` in the summary says why a cap was kept.
+other processes) answers its own event loop late, and every request waits in it. By Little's law the two look alike
+from outside (in flight = throughput x latency either way), so the limiter measures the loop itself: a ticker that
+sleeps LAG_TICK_S and records how late it woke (the time any ready callback waits). A request spans about LAG_WAITS
+loop turns beyond the server's own time (its send, its answer's headers and body, its release), so its latency less
+LAG_WAITS x the window's mean lag is the server's share, and only that share counts as a queue signal. A probe
+settles below what was asked for (`--concurrency`) only on evidence, a queue (the server's share of latency grew with
+the requests in flight while throughput stayed flat) or a measured throughput loss at the higher limit while the
+client's loop was no later there than below (a loss that came with a late loop is the client's: a test suite or a
+build beside the run took its CPU); otherwise it goes back to the limit it probed from, and `client_busy` counts the
+windows whose latency rise (or throughput loss) was the client's own. `cap_reason` in the summary says why a cap was
+kept.
 
 `history` records each change as (seconds since start, limit), for summary.json.
 """
@@ -164,6 +165,7 @@ class AdaptiveLimiter:
         self.lag_ticks = 0
         self._ticker: asyncio.Task[None] | None = None
         self._top: Measured | None = None
+        self._before_probe = (self.limit, self.ssthresh)  # restored when a probe finds no evidence
 
     # ---- the semaphore
     def try_acquire(self) -> float | None:
@@ -315,6 +317,7 @@ class AdaptiveLimiter:
 
     def _start_probe(self, best: Measured, cap: int, now: float, *, top: Measured) -> None:
         self.probing = True
+        self._before_probe = (self.limit, self.ssthresh)
         self._probed = [(int(self.limit), best)]
         self._top = top  # the window with the most in flight, which the settled cap must beat on evidence
         self._cap_at(cap, now)
@@ -354,7 +357,10 @@ class AdaptiveLimiter:
             if settled < self.ceiling:
                 self.unfounded += 1  # no queue, no loss: what was asked for stands
             self.cap = None
-            self._set(float(self.ceiling if settled < self.ceiling else min(settled, self.ceiling)), now)
+            # back to where the probe started, not to the ceiling: a limit 429s had cut stays cut (a jump to the
+            # ceiling against a rate limit sent a burst of requests that were all answered 429)
+            limit, self.ssthresh = self._before_probe
+            self._set(limit, now)
         else:
             self.cap_reason = reason
             self._cap_at(settled, now)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,8 @@ from rfteval.run.runner import RunOptions, run_eval
 from rfteval.run.spec import build_spec, flag_overrides
 from tests.support.cli_run_files import write_run_files
 from tests.support.fake_openai import FakeOpenAI
+
+FAKE_OPENAI = Path(__file__).resolve().parents[1] / "support" / "fake_openai.py"
 
 
 class Clock:
@@ -146,14 +151,26 @@ def _files(tmp: Path, n: int) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_2000_requests_at_concurrency_64_against_a_cap_of_16(tmp_path: Path) -> None:
     """The issue's target, 429 share part: at most 10% of the requests sent are answered 429. (The throughput
-    part, >= 80% of what the cap allows, is timing: it is measured in bench/bench_ratelimit.py, not asserted.)"""
+    part, >= 80% of what the cap allows, is timing: it is measured in bench/bench_ratelimit.py, not asserted.)
+
+    The server runs in its own process, as a real one does: in this one it shared the client's interpreter lock, saw
+    requests late while the client was busy, and answered a slow start that had run far past its cap with a burst of
+    429s no separate server sends (11.7% once in CI)."""
     ds, grader = _files(tmp_path, N_REQUESTS)
-    with FakeOpenAI(delay_s=0.03, max_concurrent=CAP) as fake:
+    proc = subprocess.Popen([sys.executable, str(FAKE_OPENAI), "--port", "0", "--delay-ms", "30",
+                             "--max-concurrent", str(CAP)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        base_url = proc.stdout.readline().strip()
         spec = build_spec(None, flag_overrides(models=["base=fake-base"], dataset=str(ds), grader=str(grader),
-                                               epochs=1, base_url=fake.base_url, concurrency=64,
+                                               epochs=1, base_url=base_url, concurrency=64,
                                                out=str(tmp_path / "run")))
         result = run_eval(spec, options=RunOptions(handle_signals=False, backoff_base_s=0.05, checkpoint_s=0))
-        stats = dict(fake.stats)
+        with urllib.request.urlopen(f"{base_url}/_stats", timeout=10) as answer:
+            stats = json.load(answer)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
     assert result.summary.cells == N_REQUESTS
     assert result.summary.errors == 0 and result.summary.missing == 0
     sent = stats["served"] + stats["rate_limited"]
@@ -346,6 +363,24 @@ def test_a_busy_client_keeps_the_concurrency_asked_for() -> None:
     assert "cap_reason" not in summary and summary["unfounded_probes"] == 1  # probed down, found nothing, went back
     assert isinstance(summary["loop_lag_ms"], float) and summary["loop_lag_ms"] > 10
     assert throughput >= 0.95 * 300
+
+
+def test_a_probe_that_finds_nothing_returns_to_the_limit_it_left() -> None:
+    """Back to where the probe started, not to the ceiling: a limit a 429 had cut stays cut (the jump to 64 against
+    a cap of 16 once sent a burst that was all answered 429, and the run's 429 share went from 2% to 14%)."""
+    clock = Clock()
+    lim = AdaptiveLimiter(64, 20, clock=clock)
+    token = acquire(lim)
+    clock.t += 0.1
+    lim.release(token, "rate_limit")
+    assert lim.current == 16 and lim.ssthresh == 16
+    flat = Measured(in_flight=16, throughput=100.0, latency=0.16, lag=0.0)
+    lim._start_probe(flat, 12, clock.t, top=flat)
+    assert lim.current == 12 and lim.probing
+    lim._probed.append((12, flat))  # the lower cap served as well: no loss up there, no queue
+    lim._settle(clock.t)
+    assert lim.cap is None and lim.unfounded == 1
+    assert lim.current == 16 and lim.ssthresh == 16
 
 
 def test_a_busy_client_whose_lag_goes_unmeasured_is_capped() -> None:

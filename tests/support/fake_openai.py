@@ -901,10 +901,18 @@ class _Handler(BaseHTTPRequestHandler):
         if not admitted:
             self._send_json(429, error_body(429, model), limit_headers)
             return
+        left = False
+
+        def leave() -> None:
+            nonlocal left
+            if not left:
+                left = True
+                owner._leave(served=True)
+
         try:
-            self._generate(req, body, model, headers, limit_headers)
+            self._generate(req, body, model, headers, limit_headers, leave)
         finally:
-            owner._leave(served=True)
+            leave()
 
     def _refused(self, body: dict[str, Any], api: str) -> str | None:
         """The 400 message for a key or response format this server is set to refuse (not recorded)."""
@@ -947,7 +955,10 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _generate(self, req: Request, body: dict[str, Any], model: str, headers: dict[str, str],
-                  limit_headers: dict[str, str]) -> None:
+                  limit_headers: dict[str, str], leave: Callable[[], None]) -> None:
+        """Answer one admitted request. `leave` frees its rate slot once the work is done and before the answer is
+        written, as a server with a concurrency cap does: freed after the write, a client that sends its next request
+        the moment an answer lands would race this thread's bookkeeping and draw 429s no real server sends."""
         owner = self.owner
         try:
             reply = owner._record(req)
@@ -971,6 +982,7 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             if slots is not None:
                 slots.release()
+        leave()
         limit = body.get("max_tokens") or body.get("max_completion_tokens")
         if owner.honour_max_tokens and limit and reply.text and count_tokens(reply.text) > limit:
             reply = _cut(reply, int(limit))
