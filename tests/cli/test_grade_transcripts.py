@@ -240,7 +240,7 @@ def test_a_verifiers_traces_file_grades_as_the_same_rollouts_as_chat_messages(tm
 @pytest.mark.parametrize("case", ["agents", "no_nodes", "parent", "role", "unsampled", "prompt"])
 def test_a_malformed_verifiers_episode_is_one_line_and_exit_2(tmp_path: Path, case: str) -> None:
     require("verifiers.v1", "trainers")
-    from tests.data.test_transcripts import malformed_episode, vf_trace, vf_traces
+    from tests.support.verifiers_traces import malformed_episode, vf_trace, vf_traces
 
     dataset, grader = tmp_path / "items.jsonl", tmp_path / "grader.json"
     dataset.write_text(json.dumps({"id": "q0", "messages": PROMPT, "reference_answer": "x"}) + "\n")
