@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rfteval.data.dataset import iter_jsonl
 from rfteval.data.reasoning import REASONING_FIELDS
-from rfteval.data.transcripts import Transcript, prompt_key, read_transcript, without_system
+from rfteval.data.transcripts import EPISODE, Transcript, prompt_key, read_transcript, without_system
 from rfteval.errors import InputError
 
 if TYPE_CHECKING:
@@ -49,8 +49,9 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
     "finish_reason"?, "reasoning_content"? | "reasoning"?}`; errors name file:line.
 
     A line may hold an agent's transcript instead of `output_text` (rfteval.data.transcripts: `messages`, verifiers'
-    `completion`, ART's `messages_and_choices`); its item is `item_id` (ART: also `metadata.item_id`), else the item
-    whose messages are the prompt the line holds (`prompts`: prompt_key → item id, None where two items share it).
+    `completion`, ART's `messages_and_choices`, a verifiers 0.4 Episode); its item is `item_id` (ART: also
+    `metadata.item_id`; an Episode: its task's `info.id`, `id`, `item_id`), else the item whose messages are the
+    prompt the line holds (`prompts`: prompt_key → item id, None where two items share it).
 
     A line without `epoch` is the next epoch of its (label, item) in file order: repeated lines of one item are
     epochs 1, 2, 3, as a hand-written outputs file means them. The label is `model_label` (a run's records
@@ -68,7 +69,7 @@ def iter_outputs(path: str | Path, known_items: set[str] | None = None, default_
         transcript = read_transcript(row, path, lineno)
         item_id = row.get("item_id")
         if transcript is not None and item_id is None:
-            item_id = _transcript_item(row, transcript, prompts, path, lineno)
+            item_id = _transcript_item(row, transcript, prompts, known_items, path, lineno)
         if item_id is None or isinstance(item_id, (bool, dict, list)):
             raise InputError("missing or not a string", path, lineno, "item_id")
         item_id = str(item_id)
@@ -123,24 +124,42 @@ def _reasoning(row: JSONMapping, path: Path, lineno: int) -> str | None:
 
 
 def _transcript_item(row: JSONMapping, transcript: Transcript, prompts: Mapping[str, str | None] | None,
-                     path: Path, lineno: int) -> str | None:
-    """The item of a transcript line without `item_id`: ART's `metadata.item_id`, else the item sent its prompt
-    (as given, else without the harness's leading system message)."""
+                     known_items: set[str] | None, path: Path, lineno: int) -> str | None:
+    """The item of a transcript line without `item_id`: ART's `metadata.item_id`; the first of the ids a verifiers
+    trace's task names that is an item; else the item sent its prompt (as given, else without the harness's leading
+    system message); else the first id named (then no item of the dataset: an error, or set aside)."""
     metadata = row.get("metadata")
     if isinstance(metadata, dict) and isinstance(metadata.get("item_id"), (str, int)):
         return str(metadata["item_id"])
+    named = transcript.item_ids
+    known = [i for i in named if known_items is None or i in known_items]
+    if known:
+        return known[0]
     if transcript.prompt is None or prompts is None:
-        return None
-    for prompt in (transcript.prompt, without_system(transcript.prompt)):
+        return named[0] if named else None
+    try:
+        return _prompt_item(transcript.prompt, prompts, path, lineno, transcript.shape == EPISODE)
+    except InputError:
+        if named:
+            return named[0]
+        raise
+
+
+def _prompt_item(given: list[JSONValue], prompts: Mapping[str, str | None], path: Path, lineno: int,
+                 episode: bool) -> str:
+    """The item sent a prompt; a verifiers trace's prompt is its nodes before the first sampled one, and its item
+    is named by its task's `info.id` (what rfteval's export writes)."""
+    fix, field = ("give its task an info.id", f"{EPISODE}[0].nodes") if episode else ("give the line an item_id",
+                                                                                      "prompt")
+    for prompt in (given, without_system(given)):
         key = prompt_key(prompt)
         if key in prompts:
             found = prompts[key]
             if found is None:
-                raise InputError("two items of the dataset have this prompt: give the line an item_id", path, lineno,
-                                 "item_id")
+                raise InputError(f"two items of the dataset have this prompt: {fix}", path, lineno,
+                                 field if episode else "item_id")
             return found
-    raise InputError("no item of the dataset has this line's prompt: give the line an item_id", path, lineno,
-                     "prompt")
+    raise InputError(f"no item of the dataset has this line's prompt: {fix}", path, lineno, field)
 
 
 def prompt_index(items: Iterable[tuple[str, object]]) -> dict[str, str | None]:

@@ -83,18 +83,26 @@ def grade_outputs(
                                       finish_reason=o.finish_reason) for o in batch]
             pairs = [(_sample(o, sp.answer, parse_json, reasoning, tags), items[o.item_id].data)
                      for o, sp in zip(batch, splits)]
-            results = engine.grade_batch(pairs, [(o.label, o.item_id) for o in batch])  # grading units, as run's
-            for out, sp, (sample, _), result in zip(batch, splits, pairs, results):
+            # a rollout that failed where it was played (a verifiers trace's error) is no answer: never graded
+            failures = [o.transcript.error if o.transcript is not None else None for o in batch]
+            graded = [(pair, (o.label, o.item_id)) for o, pair, f in zip(batch, pairs, failures) if f is None]
+            results = iter(engine.grade_batch([p for p, _ in graded], [u for _, u in graded]) if graded else ())
+            for out, sp, (sample, _), failure in zip(batch, splits, pairs, failures):
                 final = sample["output_tools"]  # a transcript's: its final turn's calls
                 tools = (final if isinstance(final, list) else None) if out.transcript is not None else out.output_tools
                 rec = make_record(
                     run_id=run_id, model_label=out.label, model=out.model, item_id=out.item_id, epoch=out.epoch,
                     output_text=sp.answer, output_json=sample["output_json"], output_tools=tools,
                     reasoning_text=sp.reasoning, truncated_in_reasoning=sp.truncated_in_reasoning,
+                    error=error_dict("generate", *failure) if failure is not None else None,
                 )
                 if out.transcript is not None:
                     _agent_fields(rec, out.transcript)
-                records.append(apply_grade(rec, result))
+                if failure is not None:  # as the run records a cell whose generation failed: counted, not a score
+                    rec.score = 0.0
+                    records.append(rec)
+                    continue
+                records.append(apply_grade(rec, next(results)))
             if on_progress:
                 on_progress(len(batch))
     return records

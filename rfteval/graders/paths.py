@@ -80,6 +80,7 @@ class GradeRequest:
         """Every flag that can be wrong on its own, checked here, so before any sample is graded or judge call paid
         for: a --max-error-rate of -1 used to exit 3 after grading everything."""
         from rfteval.data.reasoning import REASONING_MODES, parse_tags
+        from rfteval.data.transcripts import TRACES_FILE
         from rfteval.graders.base import GradeOptions
 
         if self.reasoning not in REASONING_MODES:
@@ -94,6 +95,8 @@ class GradeRequest:
             raise InputError(f"must be >= 0, got {self.top}", field="--top")
         object.__setattr__(self, "tags", tuple(tags))
         object.__setattr__(self, "options", GradeOptions(sandbox=self.sandbox_policy()))
+        if self.outputs.is_dir() and (self.outputs / TRACES_FILE).is_file():  # vf-eval's run directory
+            object.__setattr__(self, "outputs", self.outputs / TRACES_FILE)
 
     @property
     def inputs(self) -> list[Path]:

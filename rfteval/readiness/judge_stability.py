@@ -195,6 +195,8 @@ def load_pairs(dataset_path: str | Path, outputs_path: str | Path) -> tuple[list
     pairs: list[Pair] = []
     keys: list[tuple[str, int]] = []
     for out in iter_outputs(outputs_path, set(items)):
+        if out.transcript is not None and out.transcript.error is not None:
+            continue  # a rollout that failed where it was played: nothing was generated for the judge to score
         pairs.append((make_sample(out.output_text, out.output_tools), items[out.item_id].data))
         keys.append((out.item_id, out.epoch))
     return pairs, keys

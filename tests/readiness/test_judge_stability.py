@@ -169,6 +169,22 @@ def test_load_pairs_from_dataset_and_outputs(tmp_path):
     assert info.value.line == 1 and info.value.field == "item_id"
 
 
+@pytest.mark.slow
+def test_load_pairs_leaves_out_a_rollout_that_failed_where_it_was_played(tmp_path):
+    """A verifiers trace that failed generated nothing: judging its empty answer K times would measure nothing."""
+    from tests.support.verifiers_traces import tool_graph, vf_trace, vf_traces
+
+    ds = tmp_path / "d.jsonl"
+    ds.write_text(json.dumps({"id": "q0", "messages": [{"role": "user", "content": "add 1 and 2"}]}) + "\n")
+    played = vf_trace(tool_graph(), info={"id": "q0"})
+    failed = vf_trace(tool_graph()[:3], info={"id": "q0"})
+    failed.record_error(TimeoutError("the sandbox went away"))
+    outs = tmp_path / "traces.jsonl"
+    vf_traces(tmp_path, [played, failed])
+    pairs, keys = load_pairs(ds, outs)
+    assert keys == [("q0", 1)] and pairs[0][0]["output_text"] == "3 and 7"
+
+
 def test_run_stability_from_files_and_its_input_errors(fake_openai, tmp_path):
     from rfteval.readiness.judge_stability import run_stability
 

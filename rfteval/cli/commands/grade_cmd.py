@@ -38,7 +38,9 @@ def grade(
     grader: Path = typer.Option(..., "--grader", "-g", help="Grader JSON (OpenAI format)."),
     outputs: Path = typer.Option(..., "--outputs",
                                  help='Outputs JSONL: {"item_id", "output_text", "epoch"?, "model"?, "output_tools"?, '
-                                      '"finish_reason"?, "reasoning_content"? | "reasoning"?} per line.'),
+                                      '"finish_reason"?, "reasoning_content"? | "reasoning"?} per line; or '
+                                      "agent transcripts (OpenAI messages, verifiers' results.jsonl or traces.jsonl, "
+                                      "ART trajectories); or a vf-eval run directory."),
     out: Path | None = typer.Option(None, "--out", help="Records file to write (default: OUTPUTS.records.jsonl)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad dataset lines, and the outputs of "
                                       "items that are then missing, with a warning."),
