@@ -142,11 +142,7 @@ def _message(value: JSONValue, index: int, shape: str, path: Path, lineno: int) 
                          lineno, f"{where}.role")
     content = value.get("content")
     if role == "assistant":
-        calls = value.get("tool_calls")
-        if calls is not None and not isinstance(calls, list):
-            raise InputError("must be a list of tool calls", path, lineno, f"{where}.tool_calls")
-        if content is not None and not isinstance(content, str):
-            raise InputError("must be a string or null", path, lineno, f"{where}.content")
+        content, _ = _assistant_parts(value, path, lineno, where)
         return assistant_message(content, message_calls(value))
     if role == "tool":
         call = value.get("tool_call_id")
@@ -245,6 +241,16 @@ def final_branch(nodes: list[JSONValue], path: Path, lineno: int, where: str) ->
     return branch[::-1]
 
 
+def _assistant_parts(value: JSONMapping, path: Path, lineno: int, where: str) -> tuple[str | None, list[JSONValue]]:
+    """An assistant message's content (text or null) and its tool calls (a list), each checked."""
+    content, calls = value.get("content"), value.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise InputError("must be a list of tool calls", path, lineno, f"{where}.tool_calls")
+    if content is not None and not isinstance(content, str):
+        raise InputError("must be a string or null", path, lineno, f"{where}.content")
+    return content, calls or []
+
+
 def vf_message(value: JSONMapping, path: Path, lineno: int, where: str) -> JSONObject:
     """One of verifiers' messages in the rollout loop's shape: a tool call nested as OpenAI's (`function`), its
     arguments as text; a tool result's text parts joined as verifiers' `content_text` joins them."""
@@ -253,13 +259,9 @@ def vf_message(value: JSONMapping, path: Path, lineno: int, where: str) -> JSONO
         raise InputError(f"role must be one of {', '.join(_VF_ROLES)}, got {role!r}", path, lineno, f"{where}.role")
     content = value.get("content")
     if role == "assistant":
-        calls = value.get("tool_calls")
-        if calls is not None and not isinstance(calls, list):
-            raise InputError("must be a list of tool calls", path, lineno, f"{where}.tool_calls")
-        if content is not None and not isinstance(content, str):
-            raise InputError("must be a string or null", path, lineno, f"{where}.content")
+        content, calls = _assistant_parts(value, path, lineno, where)
         nested = [{"id": c.get("id"), "function": {"name": _call_name(c), "arguments": c.get("arguments")}}
-                  for c in calls or () if isinstance(c, dict)]
+                  for c in calls if isinstance(c, dict)]
         return assistant_message(content, message_calls({"tool_calls": nested}))
     if role == "tool":
         call = value.get("tool_call_id")
