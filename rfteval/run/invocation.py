@@ -73,7 +73,8 @@ class RunResult:
     exported: dict[str, int] | None = None  # --export-requests: file → lines written
     comparison: RunComparison | None = None  # the baseline against the others: what summary.json's deltas are
     stopped: str | None = None  # why the run stopped early (an endpoint that died): resumable, exit 3
-    baseline_records: list[Record] | None = None  # the baseline's records as written (readiness reads them here)
+    # the baseline's records as written (readiness reads them here); None past HOLD_MAX_BYTES (it reads the file)
+    baseline_records: list[Record] | None = None
     plan: RunPlan | None = None  # --dry-run: what the run would send and cost; nothing was sent
     grading: GradeTally | None = None  # this invocation's cells by what grading did with them
     grader: GraderConfig | None = None  # the grader the run graded with (the readiness verdict reads its range)

@@ -165,14 +165,15 @@ def add_judge_calls(calls: JudgeCalls, details: JSONInput) -> None:
 def write_results(
     out_dir: Path, cells: Iterable[Cell], reader: StoreReader, grader: str, run_id: str, labels: list[str],
     session: str | None = None, parquet: bool = True, batch_rows: int = 2048, reasoning: str = DEFAULT_MODE,
-    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS, hold: Callable[[Record], None] | None = None,
+    tags: Sequence[tuple[str, str]] = DEFAULT_TAGS, hold: Callable[[Record, int], None] | None = None,
     rollouts: bool = False,
 ) -> dict[str, LabelTotals]:
     """Rewrite DIR/<label>.jsonl and DIR/results.parquet from the store, streaming; return the totals.
 
     `cells` must come in dataset order, grouped by item, so per-item means are computed on the fly. `reasoning`
     and `tags` split answers from thinking as the grades were made (rfteval.data.reasoning). `hold` is handed each
-    record as it is written (a run's finish keeps its baseline's for readiness instead of reading the file back).
+    record as it is written, with its line's length (a run's finish keeps a small baseline's for readiness instead of
+    reading the file back).
     `rollouts`: an agent run, whose cells are its finished rollouts (rollouts.jsonl), keyed by the rollout key.
     """
     from rfteval.data.records import arrow_schema, to_arrow
@@ -228,9 +229,10 @@ def write_results(
                 t.errors[f"{rec.error['stage']}:{rec.error['type']}"] += 1
             if not is_generation_failure(rec.error) and rec.score is not None:  # the one error policy (records)
                 current[cell.label] = (cur[0], cur[1] + rec.score, cur[2] + 1)
-            files[cell.label].write(dumps_record(rec) + "\n")
+            line = dumps_record(rec)
+            files[cell.label].write(line + "\n")
             if hold is not None:
-                hold(rec)
+                hold(rec, len(line))
             if writer is not None:
                 batch.append(rec)
                 if len(batch) >= batch_rows:

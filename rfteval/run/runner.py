@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rfteval.data.frame import load_run_frames
+from rfteval.data.frame import HOLD_MAX_BYTES, load_run_frames
 from rfteval.data.outfile import write_json_atomic, write_text_atomic
 from rfteval.data.rundir import RESOLVED_SPEC, SUMMARY, baseline_label
 from rfteval.errors import InputError
@@ -48,6 +48,27 @@ if TYPE_CHECKING:
     from rfteval.tools.base import ToolBox
 
 __all__ = ["FatalRunError", "RunOptions", "RunResult", "build_judge", "grades_key", "run_eval"]
+
+
+class HeldBaseline:
+    """The baseline's records as the finish writes them, kept for readiness while they are as small as an RFT eval's
+    usually are (HOLD_MAX_BYTES of JSONL, a few thousand records); past that readiness reads the file back, as
+    compare does: holding every record kept the run's memory growing with the dataset (2.1 KB an item at 100,000
+    items, where the run is otherwise flat; bench/README.md)."""
+
+    def __init__(self, label: str | None) -> None:
+        self.label = label
+        self.bytes = 0
+        self.records: list[Record] | None = []
+
+    def add(self, rec: Record, size: int) -> None:
+        if self.records is None or rec.model_label != self.label:
+            return
+        self.bytes += size
+        if self.bytes > HOLD_MAX_BYTES:
+            self.records = None  # readiness reads the file
+        else:
+            self.records.append(rec)
 
 
 def build_providers(runs: list[ModelRun], opts: RunOptions | None = None) -> dict[str, Provider]:
@@ -260,12 +281,11 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
         with export_lock:
             reader = store.reader()
             base = baseline_label(labels)
-            held: list[Record] = []  # the baseline's records as written: readiness reads them here, not the file
+            held = HeldBaseline(base)  # the baseline's records as written: readiness reads them, not the file
             try:
                 totals = write_results(out_dir, ctx.cells(), reader, stored_under, store.run_id, labels,
                                        session=store.session, parquet=opts.write_parquet, reasoning=spec.reasoning,
-                                       tags=spec.reasoning_tags, rollouts=ctx.agent is not None,
-                                       hold=lambda rec: held.append(rec) if rec.model_label == base else None)
+                                       tags=spec.reasoning_tags, rollouts=ctx.agent is not None, hold=held.add)
             finally:
                 reader.close()
             sides = load_run_frames(out_dir, labels)  # the records just written, read once for both
@@ -294,7 +314,7 @@ def _run_eval(spec: RunSpec, monitor: RunMonitor | None, opts: RunOptions, provi
                        f"{done + pipeline.ungraded} responses stored (generation goes on past the judge's cap); the "
                        f"same command resumes grading, re-sending no model request (same --out {out_dir})")
         return RunResult(out_dir, summary, totals, interrupted, batches_open=open_batches, comparison=comparison,
-                         stopped=stopped, baseline_records=held, grading=pipeline.tally, grader=grader)
+                         stopped=stopped, baseline_records=held.records, grading=pipeline.tally, grader=grader)
     finally:
         if unhook_judge is not None:
             unhook_judge()

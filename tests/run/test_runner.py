@@ -396,3 +396,50 @@ def test_a_models_system_prompt_goes_before_the_items_messages_and_is_part_of_it
     run(build_spec(spec_file), {"base": base, "tuned": tuned})
     assert len(base.calls) == N_ITEMS and tuned.calls == []
     assert base.messages[0][0]["content"] == "Say wrong."
+
+
+def test_the_run_holds_a_small_baseline_for_readiness_and_reads_a_large_one_back(workdir: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline's records are kept as written while they are small (readiness then reads no file); past
+    HOLD_MAX_BYTES none are kept, so the run's memory stays flat with the dataset, and readiness reads the file
+    and reaches the same verdict."""
+    import rfteval.run.runner as runner
+    from rfteval.run.paths import run_readiness
+
+    spec = make_spec(workdir)
+    small = run(spec, {"base": FakeProvider(base_answer), "tuned": FakeProvider(tuned_answer)})
+    assert small.baseline_records is not None
+    assert [(r.item_id, r.epoch) for r in small.baseline_records] == [(r["item_id"], r["epoch"])
+                                                                      for r in records(workdir, "base")]
+    held = run_readiness(small, spec)
+
+    monkeypatch.setattr(runner, "HOLD_MAX_BYTES", 200)  # a couple of records' lines
+    large = run(spec, {"base": FakeProvider(base_answer), "tuned": FakeProvider(tuned_answer)},
+                opts=RunOptions(backoff_base_s=0.001, handle_signals=False, fresh=True))
+    assert large.baseline_records is None
+    read_back = run_readiness(large, spec)
+    assert held.report is not None and read_back.report is not None
+    assert read_back.report.to_dict() == held.report.to_dict()
+
+
+def test_the_held_baseline_keeps_only_its_label_and_lets_go_past_its_budget() -> None:
+    from rfteval.data.records import make_record
+    from rfteval.run.runner import HeldBaseline
+
+    def rec(label: str) -> Any:
+        return make_record(run_id="r", model_label=label, model="m", item_id="1", epoch=1, output_text="x")
+
+    held = HeldBaseline("base")
+    held.add(rec("tuned"), 100)
+    held.add(rec("base"), 100)
+    assert held.records is not None and [r.model_label for r in held.records] == ["base"] and held.bytes == 100
+    held.add(rec("base"), runner_budget())
+    assert held.records is None
+    held.add(rec("base"), 1)
+    assert held.records is None  # once let go, never half-held
+
+
+def runner_budget() -> int:
+    from rfteval.run.runner import HOLD_MAX_BYTES
+
+    return HOLD_MAX_BYTES
